@@ -1,0 +1,190 @@
+// kvshare/attention.h — the GroupQueryAttention (GQA) operator.
+//
+// Semantics follow ONNX Runtime's com.microsoft.GroupQueryAttention (contrib op
+// schema, bert_defs.cc; CPU kernel group_query_attention.cc / gqa_attention_base.h)
+// plus kvshare's extensions: omitted key/value (past-only), external K/V as
+// key/value, optional present outputs, a static in-place scatter cache
+// (ONNX TensorScatter-24 + Attention-24 `nonpad_kv_seqlen`), and blocked KV with
+// an online softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022).
+//
+// Terms: B batch, S query length (new tokens this step), T total KV length,
+// N query heads (num_heads), N_kv KV heads (kv_num_heads), G = N / N_kv,
+// H head size, kv_hidden = N_kv * H. BSNH = [B, S, N*H]; BNSH = [B, N, S, H].
+//
+// ---------------------------------------------------------------------------
+// Score pipeline (query s of row b, query head h, key j; kv head = h / G):
+//   x_j = scale * (q_s . k_j)              scale = 1/sqrt(H) when attrs.scale == 0
+//   x_j = softcap * tanh(x_j / softcap)    when softcap > 0
+//   x_j = x_j + attention_bias[b, h, s, j] visible keys only
+//   p_j = exp(x_j - m) / (sum_k exp(x_k - m) + [exp(sink - m)])
+//   out = sum_j p_j v_j
+// sink = head_sink[h], or 0 when smooth_softmax == 1 (ORT "smooth softmax";
+// gpt-oss attention sinks); m = max over visible x and the sink.
+// A query with no visible key outputs zeros.
+//
+// Visibility. T_b = seqlens_k[b] + 1 keys exist for row b. The query s sits at
+// absolute position p = off_b + s, where off_b is the causal offset of the mode
+// (below). Key j is visible iff j < T_b, and (causal) j <= p, and (window,
+// local_window_size = W > 0) p - j < W: W keys including the current one, as in
+// HF `sliding_window` and ORT >= PR #25927.
+//
+// RoPE (do_rotary = 1) rotates Q and the *new* K only, at absolute positions;
+// cached and borrowed K is never re-rotated. Half (GPT-NeoX) mode pairs
+// (i, i + R/2), interleaved (GPT-J) mode pairs (2i, 2i+1), R = 2 * cos_cache.dim1;
+// dims >= R pass through (partial rotary). Position of query s: position_ids
+// given: on a first prompt position_ids[b, 0] + s, else position_ids[b, s];
+// absent: p (the absolute position above).
+//
+// ---------------------------------------------------------------------------
+// KV sources. The op recognizes six modes from which inputs are present
+// (`DetectKvMode` reports the choice):
+//
+//  kAppend       key/value (B, S, kv_hidden) given; past absent, or past given
+//                and present a different buffer. present = past rows [0, P_b)
+//                followed by the S new rows, P_b = T_b - S (0 on a first prompt,
+//                i.e. S == total_sequence_length). present is (B, N_kv,
+//                max(total_sequence_length, past.dim2), H), zero beyond T_b.
+//                With past given and present omitted the op attends over
+//                past + new without writing anything (kvshare definition; ORT
+//                leaves this undefined).
+//  kShareBuffer  past and present are the same buffers (pointer equality, as in
+//                ORT) of capacity C = past.dim2; the new rows are written in place
+//                at rows T_b - S ... T_b - 1 (rows 0 ... S - 1 on a first prompt).
+//  kBorrowedEmptyKv  key/value are (B, 0, kv_hidden) and past holds the whole KV
+//                of a source layer (ORT's Gemma-4 design, PR #28242). Nothing is
+//                appended; Q-only RoPE; present optional (copied, or aliased).
+//  kBorrowedOmittedKv  key/value absent and query not packed (query last dim ==
+//                N*H; a packed query has (N + 2*N_kv)*H), past given. Head size
+//                comes from past_key dim 3 (ORT issue #28318). Same math as
+//                kBorrowedEmptyKv: exact attention over the source KV.
+//  kExternalKv   key/value *are* the whole borrowed cache, BSNH (B, T_kv,
+//                kv_hidden) with T_kv != S, no past. off_b = T_b - S (ONNX
+//                Attention-24 external cache; the design ORT's reviewer preferred).
+//                Q-only RoPE; present outputs, if given, receive a BNSH copy.
+//  kStaticScatter  write_indices and nonpad_kv_seqlen given (see below).
+//
+// Causal offset off_b: 0 on a first prompt (S == total_sequence_length, no
+// past rows used) and T_b - S otherwise; in kBorrowed* modes off_b = T_b - S
+// unless S == total_sequence_length (then 0); in kExternalKv T_b - S.
+//
+// Static scatter mode (onnxruntime-genai StaticScatterKeyValueCache PR #2235;
+// ONNX TensorScatter-24, Attention-24). Inputs: write_indices [B] and
+// nonpad_kv_seqlen [B] (int64), new key/value (B, S, kv_hidden) (or packed
+// query), and the cache buffers as present_key/present_value, shaped 3-D
+// [B, C, kv_hidden] or BNSH [B, N_kv, C, H]; past_key/past_value must be absent
+// or alias the present buffers; seqlens_k and total_sequence_length must be
+// absent. Row b has n_b = nonpad_kv_seqlen[b] - write_indices[b] valid new rows
+// (0 <= n_b <= S). Row s < n_b is written at slot write_indices[b] + s
+// (kLinear; must stay < C, never wraps) or (write_indices[b] + s) mod C
+// (kCircular, window-sized caches). Query s attends at absolute position
+// p = write_indices[b] + s over keys j < nonpad_kv_seqlen[b], j <= p, p - j < W.
+// Query rows s >= n_b are padding: their output is zero and they write nothing.
+// kCircular requires causal = 1, local_window_size = W > 0 and C >= W + S - 1
+// (every key a query needs is still resident).
+//
+// Blocked KV: the optimized kernel walks keys in blocks with an online softmax
+// (running max and denominator). kv_block_size (or num_kv_blocks) fixes the
+// block length; every block length gives the unblocked result to fp32
+// rounding. Results are bitwise identical for any thread count.
+//
+// ---------------------------------------------------------------------------
+// Errors: every bad shape, dtype, range or combination raises kvshare::Error
+// naming the input, the expected and the actual value (ORT's wording where one
+// exists). Out-of-range seqlens_k, write_indices, nonpad_kv_seqlen and
+// position_ids are errors, never out-of-bounds accesses. Validation completes
+// before any output or cache is written.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kvshare/tensor.h"
+
+namespace kvshare {
+
+class ThreadPool;
+
+// Attributes of com.microsoft.GroupQueryAttention, plus kvshare extensions.
+struct GqaAttributes {
+  int num_heads = 0;             // N, > 0
+  int kv_num_heads = 0;          // N_kv, > 0, N % N_kv == 0
+  int causal = 1;                // 1 causal, 0 bidirectional (window must be -1 then)
+  float scale = 0.0f;            // 0 => 1/sqrt(H)
+  float softcap = 0.0f;          // > 0 => softcap * tanh(x / softcap); < 0 is an error
+  int local_window_size = -1;    // W keys including the current one; -1 off; 0 is an error
+  int do_rotary = 0;             // 1 => RoPE from cos_cache / sin_cache
+  int rotary_interleaved = 0;    // 1 => GPT-J pairs (2i, 2i+1); 0 => half split
+  int smooth_softmax = -1;       // exactly 1 => sink logit 0 (ORT enables only on 1)
+  int qk_output = 0;             // 0 none, 1 scores before softmax, 2 probabilities
+  // Extensions.
+  int kv_block_size = 0;         // keys per block in the optimized kernel; 0 => chosen
+  int num_kv_blocks = 0;         // alternative: split max T into this many blocks; 0 => unused
+  enum class ScatterMode { kLinear, kCircular };
+  ScatterMode scatter_mode = ScatterMode::kLinear;  // static scatter mode only
+};
+
+// Inputs. Absent optional inputs are std::nullopt; a present input may have
+// zero elements (the empty K/V of kBorrowedEmptyKv).
+struct GqaInputs {
+  // (B, S, N*H), or packed QKV (B, S, (N + 2*N_kv)*H) when key/value are absent
+  // and past is absent. float32, float16 or bfloat16 (call it T).
+  ConstTensorView query;
+  std::optional<ConstTensorView> key;    // (B, S_kv, N_kv*H), T
+  std::optional<ConstTensorView> value;  // (B, S_kv, N_kv*H), T
+  // BNSH (B, N_kv, P, H); float32, float16 or bfloat16 (the cache dtype; K and V
+  // caches share one dtype, which may differ from T).
+  std::optional<ConstTensorView> past_key;
+  std::optional<ConstTensorView> past_value;
+  std::optional<ConstTensorView> seqlens_k;              // int32 [B] ([B,1], [1,B] accepted)
+  std::optional<ConstTensorView> total_sequence_length;  // int32 scalar or [1]
+  std::optional<ConstTensorView> cos_cache;       // (max_pos, R/2), any float dtype
+  std::optional<ConstTensorView> sin_cache;       // (max_pos, R/2)
+  std::optional<ConstTensorView> position_ids;    // int64 (B, S)
+  std::optional<ConstTensorView> attention_bias;  // (B|1, N|1, S, T_cols), any float dtype
+  std::optional<ConstTensorView> head_sink;       // (N), any float dtype
+  // Static scatter mode.
+  std::optional<ConstTensorView> write_indices;     // int64 [B]
+  std::optional<ConstTensorView> nonpad_kv_seqlen;  // int64 [B]
+};
+
+// Outputs. The caller allocates every buffer.
+struct GqaOutputs {
+  TensorView output;                          // (B, S, N*H), dtype T
+  std::optional<TensorView> present_key;      // BNSH (B, N_kv, C, H) (or 3-D in scatter mode)
+  std::optional<TensorView> present_value;
+  std::optional<TensorView> output_qk;        // (B, N, S, T_cols), float32 or T
+};
+
+enum class GqaKernel {
+  kAuto,       // optimized CPU kernel
+  kReference,  // plain loops, double accumulation (the oracle)
+  kOptimized,  // blocked online-softmax kernel (Highway SIMD, threads)
+};
+
+struct GqaRunOptions {
+  GqaKernel kernel = GqaKernel::kAuto;
+  // Threads for the optimized kernel; null => run on the calling thread.
+  ThreadPool* pool = nullptr;
+};
+
+enum class KvMode {
+  kAppend,
+  kShareBuffer,
+  kBorrowedEmptyKv,
+  kBorrowedOmittedKv,
+  kExternalKv,
+  kStaticScatter,
+};
+const char* KvModeName(KvMode mode);
+
+// Which KV-source mode the inputs select. Throws kvshare::Error when they
+// select none (for example key without value).
+KvMode DetectKvMode(const GqaAttributes& attrs, const GqaInputs& inputs, const GqaOutputs& outputs);
+
+// Runs the op. Validates everything first (throws kvshare::Error and writes
+// nothing on bad input), then writes present / cache rows, then attention.
+// Thread-safe for distinct outputs.
+void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& inputs,
+                         const GqaOutputs& outputs, const GqaRunOptions& options = {});
+
+}  // namespace kvshare

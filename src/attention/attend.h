@@ -1,0 +1,99 @@
+// Internal contract between the GQA front end (validation, RoPE, cache writes)
+// and the attention kernels (reference and optimized). Not a public header.
+//
+// By the time a kernel runs, every index has been validated: a kernel may trust
+// kv_len, q_offset and valid_q without bounds checks.
+#pragma once
+
+#include <cstdint>
+
+#include "kvshare/tensor.h"
+
+namespace kvshare {
+class ThreadPool;
+}
+
+namespace kvshare::detail {
+
+// Strided K or V source. Element (b, n, j, h) — row b, KV head n, key j,
+// dimension h — lives at element offset
+//   b * batch_stride + n * head_stride + slot(j) * row_stride + h
+// where slot(j) = j, or j mod ring_capacity when ring_capacity > 0 (circular
+// static cache). BNSH: head_stride = C*H, row_stride = H. BSNH / 3-D:
+// head_stride = H, row_stride = N_kv*H. dtype is float32, float16 or bfloat16.
+struct KvSource {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  std::int64_t batch_stride = 0;
+  std::int64_t head_stride = 0;
+  std::int64_t row_stride = 0;
+  std::int64_t ring_capacity = 0;
+};
+
+// Strided float source (attention_bias): element (b, h, s, j) at
+//   b * b_stride + h * h_stride + s * s_stride + j
+// (broadcast dims have stride 0). dtype float32 / float16 / bfloat16.
+struct BiasSource {
+  const void* data = nullptr;  // null => no bias
+  DType dtype = DType::kFloat32;
+  std::int64_t b_stride = 0;
+  std::int64_t h_stride = 0;
+  std::int64_t s_stride = 0;
+};
+
+struct AttendParams {
+  int batch = 0;       // B
+  int q_len = 0;       // S
+  int num_heads = 0;   // N
+  int kv_heads = 0;    // N_kv; query head h reads kv head h / (N / N_kv)
+  int head_size = 0;   // H
+
+  // Queries after RoPE, before scaling: float32, dense [B, S, N, H].
+  const float* q = nullptr;
+  KvSource k;
+  KvSource v;
+
+  // Per row b (arrays of length B):
+  //   kv_len[b]   T_b: keys with absolute position j < T_b exist.
+  //   q_offset[b] off_b: query s sits at absolute position p = off_b + s
+  //               (may be negative: leading queries then see nothing when causal).
+  //   valid_q[b]  queries s >= valid_q[b] are padding: output zeros, no qk row.
+  const std::int64_t* kv_len = nullptr;
+  const std::int64_t* q_offset = nullptr;
+  const std::int64_t* valid_q = nullptr;
+
+  bool causal = true;  // key j visible only if j <= p
+  int window = 0;      // > 0: key j visible only if p - j < window
+  float scale = 1.0f;  // x = scale * (q . k)
+  float softcap = 0.0f;  // > 0: x = softcap * tanh(x / softcap), before the bias
+  BiasSource bias;       // added to visible scores after softcap
+  // Per-head sink logit [N] (float32), or null. Adds exp(sink - m) to the
+  // softmax denominator only.
+  const float* sink = nullptr;
+
+  // Output [B, S, N, H] dense, dtype float32 / float16 / bfloat16.
+  void* out = nullptr;
+  DType out_dtype = DType::kFloat32;
+
+  // Optional scores / probabilities [B, N, S, qk_cols] dense, column = absolute
+  // key position j. qk_mode 1: x after scale, softcap, bias; 2: probabilities.
+  // Invisible keys and padding queries get 0.
+  void* qk = nullptr;
+  DType qk_dtype = DType::kFloat32;
+  int qk_mode = 0;
+  std::int64_t qk_cols = 0;
+
+  // Keys per block for the blocked kernel (0 => kernel's choice). Any value
+  // gives the same result to fp32 rounding.
+  int kv_block_size = 0;
+};
+
+// Plain loops, double accumulation. The oracle.
+void AttendReference(const AttendParams& p);
+
+// Blocked online-softmax kernel: Highway SIMD with run-time dispatch, threads
+// over (row, KV head, query tile) and fixed split-KV for long T. Bitwise
+// identical for any thread count (pool may be null).
+void AttendOptimized(const AttendParams& p, ThreadPool* pool);
+
+}  // namespace kvshare::detail
