@@ -1,0 +1,414 @@
+// Every KV-source mode of the op checked against an independent naive oracle
+// over explicit K/V histories: append, share buffer, borrowed (empty and
+// omitted K/V), external K/V, static scatter (linear / circular, 3-D / BNSH).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "gqa_case.h"
+
+namespace kvshare::testing {
+namespace {
+
+// Per-row K/V histories (absolute positions 0..T_b-1) and the S newest queries.
+struct History {
+  int B, S, N, Nkv, H;
+  std::vector<std::int64_t> T;
+  std::vector<std::vector<float>> k, v, q;  // k/v[b]: T_b*Nkv*H; q[b]: S*N*H
+
+  History(int b, int s, int n, int nkv, int h, std::vector<std::int64_t> t, std::uint64_t seed)
+      : B(b), S(s), N(n), Nkv(nkv), H(h), T(std::move(t)) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (int i = 0; i < B; ++i) {
+      auto fill = [&](std::size_t n_el) {
+        std::vector<float> x(n_el);
+        for (auto& e : x) e = d(rng);
+        return x;
+      };
+      k.push_back(fill(static_cast<std::size_t>(T[static_cast<std::size_t>(i)] * Nkv * H)));
+      v.push_back(fill(static_cast<std::size_t>(T[static_cast<std::size_t>(i)] * Nkv * H)));
+      q.push_back(fill(static_cast<std::size_t>(S * N * H)));
+    }
+  }
+  std::int64_t MaxT() const { return *std::max_element(T.begin(), T.end()); }
+  float K(int b, std::int64_t j, int n, int e) const { return k[static_cast<std::size_t>(b)][static_cast<std::size_t>((j * Nkv + n) * H + e)]; }
+  float V(int b, std::int64_t j, int n, int e) const { return v[static_cast<std::size_t>(b)][static_cast<std::size_t>((j * Nkv + n) * H + e)]; }
+
+  Buffer Query() const {
+    Buffer qb(DType::kFloat32, {B, S, static_cast<std::int64_t>(N) * H});
+    for (int b = 0; b < B; ++b)
+      for (std::size_t i = 0; i < q[static_cast<std::size_t>(b)].size(); ++i)
+        qb.Set(static_cast<std::int64_t>(b) * S * N * H + static_cast<std::int64_t>(i), q[static_cast<std::size_t>(b)][i]);
+    return qb;
+  }
+  // BNSH cache of capacity C holding rows [0, rows_b) of each history.
+  void FillBnsh(Buffer& kb, Buffer& vb, std::int64_t C, const std::vector<std::int64_t>& rows) const {
+    kb = Buffer(DType::kFloat32, {B, Nkv, C, H});
+    vb = Buffer(DType::kFloat32, {B, Nkv, C, H});
+    for (int b = 0; b < B; ++b)
+      for (int n = 0; n < Nkv; ++n)
+        for (std::int64_t j = 0; j < rows[static_cast<std::size_t>(b)]; ++j)
+          for (int e = 0; e < H; ++e) {
+            const std::int64_t at = ((static_cast<std::int64_t>(b) * Nkv + n) * C + j) * H + e;
+            kb.Set(at, K(b, j, n, e));
+            vb.Set(at, V(b, j, n, e));
+          }
+  }
+  // Token-major (B, L, kv_hidden) holding rows [first_b, first_b + L) (zeros past T_b).
+  void FillBsnh(Buffer& kb, Buffer& vb, std::int64_t L, const std::vector<std::int64_t>& first) const {
+    kb = Buffer(DType::kFloat32, {B, L, static_cast<std::int64_t>(Nkv) * H});
+    vb = Buffer(DType::kFloat32, {B, L, static_cast<std::int64_t>(Nkv) * H});
+    for (int b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < L; ++t) {
+        const std::int64_t j = first[static_cast<std::size_t>(b)] + t;
+        if (j >= T[static_cast<std::size_t>(b)]) continue;
+        for (int n = 0; n < Nkv; ++n)
+          for (int e = 0; e < H; ++e) {
+            const std::int64_t at = ((static_cast<std::int64_t>(b) * L + t) * Nkv + n) * H + e;
+            kb.Set(at, K(b, j, n, e));
+            vb.Set(at, V(b, j, n, e));
+          }
+      }
+  }
+  void SetSeqlens(GqaCase& c) const {
+    std::vector<std::int32_t> sl;
+    for (auto t : T) sl.push_back(static_cast<std::int32_t>(t - 1));
+    c.seqlens_k = Int32Buffer(sl, {B});
+    c.total_len = Int32Buffer({static_cast<std::int32_t>(MaxT())}, {1});
+    c.has_seqlens = true;
+  }
+  // Expected output [B, S, N*H]: query s of row b at position T_b - S + s.
+  std::vector<float> Expected(const GqaAttributes& a, const std::vector<std::int64_t>& valid_q = {}) const {
+    std::vector<float> out;
+    for (int b = 0; b < B; ++b) {
+      NaiveRow r;
+      r.S = S, r.N = N, r.Nkv = Nkv, r.H = H;
+      r.q.assign(q[static_cast<std::size_t>(b)].begin(), q[static_cast<std::size_t>(b)].end());
+      r.k.assign(k[static_cast<std::size_t>(b)].begin(), k[static_cast<std::size_t>(b)].end());
+      r.v.assign(v[static_cast<std::size_t>(b)].begin(), v[static_cast<std::size_t>(b)].end());
+      for (int s = 0; s < S; ++s) r.qpos.push_back(T[static_cast<std::size_t>(b)] - S + s);
+      r.causal = a.causal == 1;
+      r.window = std::max(a.local_window_size, 0);
+      r.scale = 1.0 / std::sqrt(static_cast<double>(H));
+      r.softcap = a.softcap;
+      auto o = r.Run();
+      const std::int64_t vq = valid_q.empty() ? S : valid_q[static_cast<std::size_t>(b)];
+      for (std::size_t i = 0; i < o.size(); ++i) {
+        const bool pad = static_cast<std::int64_t>(i / static_cast<std::size_t>(N * H)) >= vq;
+        out.push_back(pad ? 0.f : static_cast<float>(o[i]));
+      }
+    }
+    return out;
+  }
+};
+
+GqaAttributes Attrs(const History& h, int window = -1) {
+  GqaAttributes a;
+  a.num_heads = h.N;
+  a.kv_num_heads = h.Nkv;
+  a.local_window_size = window;
+  return a;
+}
+
+constexpr double kTol = 1e-5;
+
+TEST(GqaModes, AppendRaggedDecodeMatchesNaiveAndWritesPresent) {
+  for (GqaKernel kernel : {GqaKernel::kReference, GqaKernel::kOptimized}) {
+    History h(3, 1, 8, 2, 32, {5, 17, 1}, 11);
+    GqaCase c;
+    c.attrs = Attrs(h);
+    c.query = h.Query();
+    std::vector<std::int64_t> past, first;
+    for (auto t : h.T) past.push_back(t - h.S);
+    h.FillBnsh(c.past_key, c.past_value, 16, past);
+    h.FillBsnh(c.key, c.value, h.S, past);
+    c.has_key = c.has_past = true;
+    h.SetSeqlens(c);
+    c.output = Buffer(DType::kFloat32, {3, 1, 8 * 32});
+    c.present_key = Buffer(DType::kFloat32, {3, 2, 17, 32});
+    c.present_value = Buffer(DType::kFloat32, {3, 2, 17, 32});
+    c.has_present = true;
+    EXPECT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()), KvMode::kAppend);
+    c.Run(kernel);
+    EXPECT_LT(MaxRelDiff(c.output.ToFloat(), h.Expected(c.attrs)), kTol);
+    Buffer want_k, want_v;
+    h.FillBnsh(want_k, want_v, 17, h.T);
+    EXPECT_EQ(c.present_key.ToFloat(), want_k.ToFloat());
+    EXPECT_EQ(c.present_value.ToFloat(), want_v.ToFloat());
+  }
+}
+
+TEST(GqaModes, AppendWithoutPresentAttendsPastPlusNew) {
+  History h(2, 3, 4, 1, 64, {9, 3}, 12);
+  GqaCase c;
+  c.attrs = Attrs(h);
+  c.query = h.Query();
+  std::vector<std::int64_t> past;
+  for (auto t : h.T) past.push_back(t - h.S);
+  h.FillBnsh(c.past_key, c.past_value, 6, past);
+  h.FillBsnh(c.key, c.value, h.S, past);
+  c.has_key = c.has_past = true;
+  h.SetSeqlens(c);
+  c.output = Buffer(DType::kFloat32, {2, 3, 4 * 64});
+  c.Run();
+  EXPECT_LT(MaxRelDiff(c.output.ToFloat(), h.Expected(c.attrs)), kTol);
+}
+
+TEST(GqaModes, ShareBufferWritesInPlace) {
+  History h(2, 2, 8, 8, 32, {7, 2}, 13);
+  GqaCase c;
+  c.attrs = Attrs(h);
+  c.query = h.Query();
+  std::vector<std::int64_t> past;
+  for (auto t : h.T) past.push_back(t - h.S);
+  h.FillBnsh(c.past_key, c.past_value, 10, past);
+  h.FillBsnh(c.key, c.value, h.S, past);
+  c.has_key = c.has_past = true;
+  c.alias_present = true;
+  h.SetSeqlens(c);
+  c.output = Buffer(DType::kFloat32, {2, 2, 8 * 32});
+  EXPECT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()), KvMode::kShareBuffer);
+  c.Run();
+  EXPECT_LT(MaxRelDiff(c.output.ToFloat(), h.Expected(c.attrs)), kTol);
+  Buffer want_k, want_v;
+  h.FillBnsh(want_k, want_v, 10, h.T);
+  EXPECT_EQ(c.past_key.ToFloat(), want_k.ToFloat());
+  EXPECT_EQ(c.past_value.ToFloat(), want_v.ToFloat());
+}
+
+// Borrowed modes: exact attention over the source layer's KV, no append.
+TEST(GqaModes, BorrowedEmptyAndOmittedKvAreExact) {
+  for (bool omitted : {false, true}) {
+    for (int S : {1, 4}) {
+      History h(2, S, 8, 1, 32, {12, 20}, 14 + S);
+      GqaCase c;
+      c.attrs = Attrs(h, 8);
+      c.query = h.Query();
+      h.FillBnsh(c.past_key, c.past_value, 24, h.T);
+      if (!omitted) {
+        c.key = Buffer(DType::kFloat32, {2, 0, 32});
+        c.value = Buffer(DType::kFloat32, {2, 0, 32});
+        c.has_key = true;
+      }
+      c.has_past = true;
+      h.SetSeqlens(c);
+      c.output = Buffer(DType::kFloat32, {2, S, 8 * 32});
+      c.present_key = Buffer(DType::kFloat32, {2, 1, 24, 32});
+      c.present_value = Buffer(DType::kFloat32, {2, 1, 24, 32});
+      c.has_present = true;
+      EXPECT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()),
+                omitted ? KvMode::kBorrowedOmittedKv : KvMode::kBorrowedEmptyKv);
+      const auto before = c.past_key.ToFloat();
+      c.Run();
+      EXPECT_LT(MaxRelDiff(c.output.ToFloat(), h.Expected(c.attrs)), 1e-6);
+      EXPECT_EQ(c.past_key.ToFloat(), before);            // never written
+      EXPECT_EQ(c.present_key.ToFloat(), before);         // present is a copy
+    }
+  }
+}
+
+TEST(GqaModes, ExternalKvMatchesBorrowed) {
+  History h(3, 2, 4, 2, 64, {10, 2, 30}, 15);
+  GqaCase c;
+  c.attrs = Attrs(h, 6);
+  c.query = h.Query();
+  h.FillBsnh(c.key, c.value, 32, {0, 0, 0});
+  c.has_key = true;
+  h.SetSeqlens(c);
+  c.output = Buffer(DType::kFloat32, {3, 2, 4 * 64});
+  EXPECT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()), KvMode::kExternalKv);
+  c.Run();
+  EXPECT_LT(MaxRelDiff(c.output.ToFloat(), h.Expected(c.attrs)), kTol);
+}
+
+// Static scatter: ragged rows, padding query rows, 3-D and BNSH caches.
+TEST(GqaModes, StaticScatterLinearRaggedAnyBatch) {
+  for (bool bnsh : {false, true}) {
+    History h(3, 4, 8, 2, 32, {9, 4, 6}, 16);
+    const std::vector<std::int64_t> n_new = {4, 2, 3};  // row 1 and 2 have padding queries
+    const std::int64_t C = 12;
+    GqaCase c;
+    c.attrs = Attrs(h);
+    c.query = h.Query();
+    std::vector<std::int64_t> wi, np, past;
+    for (int b = 0; b < 3; ++b) {
+      np.push_back(h.T[static_cast<std::size_t>(b)]);
+      wi.push_back(h.T[static_cast<std::size_t>(b)] - n_new[static_cast<std::size_t>(b)]);
+    }
+    Buffer kb, vb;
+    h.FillBnsh(kb, vb, C, wi);
+    if (bnsh) {
+      c.present_key = kb;
+      c.present_value = vb;
+    } else {  // 3-D [B, C, kv_hidden]
+      c.present_key = Buffer(DType::kFloat32, {3, C, 2 * 32});
+      c.present_value = Buffer(DType::kFloat32, {3, C, 2 * 32});
+      for (int b = 0; b < 3; ++b)
+        for (int n = 0; n < 2; ++n)
+          for (std::int64_t j = 0; j < C; ++j)
+            for (int e = 0; e < 32; ++e) {
+              c.present_key.Set(((b * C + j) * 2 + n) * 32 + e, kb.Get(((b * 2 + n) * C + j) * 32 + e));
+              c.present_value.Set(((b * C + j) * 2 + n) * 32 + e, vb.Get(((b * 2 + n) * C + j) * 32 + e));
+            }
+    }
+    c.has_present = true;
+    h.FillBsnh(c.key, c.value, 4, wi);
+    c.has_key = true;
+    c.write_indices = Int64Buffer(wi, {3});
+    c.nonpad = Int64Buffer(np, {3});
+    c.has_scatter = true;
+    c.output = Buffer(DType::kFloat32, {3, 4, 8 * 32});
+    EXPECT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()), KvMode::kStaticScatter);
+    c.Run();
+    // Queries of row b are the last n_b positions: re-express as per-row histories.
+    for (int b = 0; b < 3; ++b) {
+      History hb = h;
+      hb.B = 1;
+      hb.T = {h.T[static_cast<std::size_t>(b)]};
+      hb.k = {h.k[static_cast<std::size_t>(b)]};
+      hb.v = {h.v[static_cast<std::size_t>(b)]};
+      hb.S = static_cast<int>(n_new[static_cast<std::size_t>(b)]);
+      hb.q = {std::vector<float>(h.q[static_cast<std::size_t>(b)].begin(),
+                                 h.q[static_cast<std::size_t>(b)].begin() + hb.S * 8 * 32)};
+      const auto want = hb.Expected(c.attrs);
+      const auto got = c.output.ToFloat();
+      std::vector<float> got_b(got.begin() + b * 4 * 256, got.begin() + b * 4 * 256 + hb.S * 256);
+      EXPECT_LT(MaxRelDiff(got_b, want), kTol) << "row " << b;
+      for (std::int64_t i = hb.S * 256; i < 4 * 256; ++i) EXPECT_EQ(got[static_cast<std::size_t>(b * 4 * 256 + i)], 0.f);
+    }
+  }
+}
+
+TEST(GqaModes, StaticScatterCircularEqualsLinearWithinWindow) {
+  // One row decoding token by token through a ring of capacity W + S - 1 and a
+  // linear cache: outputs must agree at every step.
+  const int N = 4, Nkv = 1, H = 32, W = 5, steps = 23;
+  History h(1, 1, N, Nkv, H, {steps}, 17);
+  std::mt19937_64 rng(18);
+  Buffer ring_k(DType::kFloat32, {1, W, Nkv * H}), ring_v(DType::kFloat32, {1, W, Nkv * H});
+  Buffer lin_k(DType::kFloat32, {1, steps, Nkv * H}), lin_v(DType::kFloat32, {1, steps, Nkv * H});
+  for (int t = 0; t < steps; ++t) {
+    Buffer q = RandomBuffer(DType::kFloat32, {1, 1, N * H}, rng);
+    Buffer k, v;
+    h.FillBsnh(k, v, 1, {t});
+    std::vector<float> outs[2];
+    for (int circ = 0; circ < 2; ++circ) {
+      GqaCase c;
+      c.attrs = Attrs(h, W);
+      c.attrs.scatter_mode = circ ? GqaAttributes::ScatterMode::kCircular : GqaAttributes::ScatterMode::kLinear;
+      c.query = q;
+      c.key = k;
+      c.value = v;
+      c.has_key = true;
+      c.write_indices = Int64Buffer({t}, {1});
+      c.nonpad = Int64Buffer({t + 1}, {1});
+      c.has_scatter = true;
+      c.present_key = circ ? ring_k : lin_k;
+      c.present_value = circ ? ring_v : lin_v;
+      c.has_present = true;
+      c.output = Buffer(DType::kFloat32, {1, 1, N * H});
+      c.Run();
+      (circ ? ring_k : lin_k) = c.present_key;
+      (circ ? ring_v : lin_v) = c.present_value;
+      outs[circ] = c.output.ToFloat();
+    }
+    EXPECT_EQ(outs[0], outs[1]) << "step " << t;
+  }
+}
+
+// Issue #28318's workaround: appending an all-zero K/V row dilutes softmax by
+// about 1/(past length); the omitted-K/V mode is exact.
+TEST(GqaModes, ZeroKvWorkaroundDilutesOmittedKvIsExact) {
+  const int N = 8, Nkv = 4, H = 32;
+  for (std::int64_t P : {16, 1024}) {
+    History h(1, 1, N, Nkv, H, {P}, 19 + static_cast<std::uint64_t>(P));
+    // Small scores (q ~ 0.05) make every key weigh about the same, as in the issue.
+    for (auto& x : h.q[0]) x *= 0.05f;
+    const auto exact = h.Expected(Attrs(h));
+    // Omitted K/V.
+    GqaCase c;
+    c.attrs = Attrs(h);
+    c.query = h.Query();
+    h.FillBnsh(c.past_key, c.past_value, P, h.T);
+    c.has_past = true;
+    h.SetSeqlens(c);
+    c.output = Buffer(DType::kFloat32, {1, 1, N * H});
+    c.Run();
+    EXPECT_LT(MaxRelDiff(c.output.ToFloat(), exact), 1e-6);
+    // Zero K/V appended as a new token (the workaround).
+    GqaCase z;
+    z.attrs = Attrs(h);
+    z.query = h.Query();
+    h.FillBnsh(z.past_key, z.past_value, P, h.T);
+    z.key = Buffer(DType::kFloat32, {1, 1, Nkv * H});
+    z.value = Buffer(DType::kFloat32, {1, 1, Nkv * H});
+    z.has_key = z.has_past = true;
+    z.seqlens_k = Int32Buffer({static_cast<std::int32_t>(P)}, {1});
+    z.total_len = Int32Buffer({static_cast<std::int32_t>(P + 1)}, {1});
+    z.has_seqlens = true;
+    z.output = Buffer(DType::kFloat32, {1, 1, N * H});
+    z.Run();
+    // Relative difference in norm: the zero token takes weight ~1/(P+1).
+    const auto got = z.output.ToFloat();
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      num += (got[i] - exact[i]) * (got[i] - exact[i]);
+      den += static_cast<double>(exact[i]) * exact[i];
+    }
+    const double rel = std::sqrt(num / den);
+    const double expect = 1.0 / static_cast<double>(P + 1);
+    EXPECT_GT(rel, 0.5 * expect) << "P=" << P;
+    EXPECT_LT(rel, 2.0 * expect) << "P=" << P;
+    if (P == 16) {
+      EXPECT_GT(rel, 0.02);
+    }
+    if (P == 1024) {
+      EXPECT_LT(rel, 0.01);
+    }
+  }
+}
+
+// W = 512: the query at positions 511, 512, 513 sees exactly 512 keys.
+TEST(GqaModes, WindowBoundaryExactlyWKeys) {
+  const int W = 512, N = 1, H = 16 * 2;
+  for (std::int64_t pos : {511, 512, 513}) {
+    const std::int64_t T = pos + 1;
+    GqaCase c;
+    c.attrs.num_heads = N;
+    c.attrs.kv_num_heads = 1;
+    c.attrs.local_window_size = W;
+    c.query = Buffer(DType::kFloat32, {1, 1, H});  // q = 0: uniform weights
+    c.past_key = Buffer(DType::kFloat32, {1, 1, T, H});
+    c.past_value = Buffer(DType::kFloat32, {1, 1, T, H});
+    for (std::int64_t j = 0; j < T; ++j) c.past_value.Set(j * H, 1.0f);  // v_j[0] = 1: counts keys
+    for (std::int64_t j = 0; j < T; ++j) c.past_value.Set(j * H + 1, static_cast<float>(j));
+    c.has_past = true;
+    c.seqlens_k = Int32Buffer({static_cast<std::int32_t>(pos)}, {1});
+    c.total_len = Int32Buffer({static_cast<std::int32_t>(T)}, {1});
+    c.has_seqlens = true;
+    c.output = Buffer(DType::kFloat32, {1, 1, H});
+    c.attrs.qk_output = 2;
+    c.qk = Buffer(DType::kFloat32, {1, 1, 1, T});
+    c.has_qk = true;
+    for (GqaKernel kernel : {GqaKernel::kReference, GqaKernel::kOptimized}) {
+      c.Run(kernel);
+      int visible = 0;
+      std::int64_t first = -1;
+      for (std::int64_t j = 0; j < T; ++j) {
+        if (c.qk.Get(j) > 0) {
+          ++visible;
+          if (first < 0) first = j;
+        }
+      }
+      EXPECT_EQ(visible, W) << "pos " << pos;
+      EXPECT_EQ(first, pos - W + 1) << "pos " << pos;
+      // Mean of visible positions j in [pos-W+1, pos].
+      EXPECT_NEAR(c.output.Get(1), static_cast<double>(pos) - (W - 1) / 2.0, 1e-2) << "pos " << pos;
+      EXPECT_NEAR(c.output.Get(0), 1.0, 1e-6);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvshare::testing
