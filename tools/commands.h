@@ -1,0 +1,11 @@
+// Subcommands of the `kvshare` CLI. Each registers itself on the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvshare::cli {
+
+// `kvshare demo`: GroupQueryAttention on random data, timed.
+void RegisterDemo(CLI::App& app);
+
+}  // namespace kvshare::cli

@@ -1,0 +1,20 @@
+// The kvshare command-line tool.
+#include <iostream>
+
+#include "commands.h"
+#include "kvshare/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvshare: GroupQueryAttention, KV caches and KV-shared layers for decoder LLMs"};
+  app.require_subcommand(1);
+  kvshare::cli::RegisterDemo(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const kvshare::Error& e) {
+    std::cerr << "kvshare: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
