@@ -20,6 +20,9 @@ struct GqaCase {
   // Outputs.
   Buffer output, present_key, present_value, qk;
   bool has_present = false, alias_present = false, has_qk = false;
+  // Drop one half of a pair (to test the "both or neither" checks).
+  bool drop_value = false, drop_past_value = false, drop_present_value = false, drop_sin = false, drop_nonpad = false;
+  bool alias_key_only = false;
 
   GqaInputs Inputs() const {
     GqaInputs in;
@@ -47,6 +50,10 @@ struct GqaCase {
       in.write_indices = write_indices.View();
       in.nonpad_kv_seqlen = nonpad.View();
     }
+    if (drop_value) in.value.reset();
+    if (drop_past_value) in.past_value.reset();
+    if (drop_sin) in.sin_cache.reset();
+    if (drop_nonpad) in.nonpad_kv_seqlen.reset();
     return in;
   }
 
@@ -61,6 +68,11 @@ struct GqaCase {
       out.present_key = present_key.Mut();
       out.present_value = present_value.Mut();
     }
+    if (alias_key_only) {
+      out.present_key = TensorView{past_key.bytes.data(), past_key.dtype, past_key.shape};
+      out.present_value = present_value.Mut();
+    }
+    if (drop_present_value) out.present_value.reset();
     if (has_qk) out.output_qk = qk.Mut();
     return out;
   }
