@@ -25,6 +25,7 @@ struct Buffer {
   ConstTensorView View() const { return ConstTensorView{bytes.data(), dtype, shape}; }
   TensorView Mut() { return TensorView{bytes.data(), dtype, shape}; }
   std::int64_t Size() const { return shape.NumElements(); }
+  std::int64_t As64(std::int64_t i) const { return reinterpret_cast<const std::int64_t*>(bytes.data())[i]; }
   float Get(std::int64_t i) const { return detail::LoadAsFloat(bytes.data(), dtype, i); }
   void Set(std::int64_t i, float v) { detail::StoreFromFloat(bytes.data(), dtype, i, v); }
   std::vector<float> ToFloat() const {
