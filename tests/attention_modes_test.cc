@@ -412,3 +412,117 @@ TEST(GqaModes, WindowBoundaryExactlyWKeys) {
 
 }  // namespace
 }  // namespace kvshare::testing
+
+namespace kvshare::testing {
+namespace {
+
+// RoPE rotates Q and the new K at absolute positions (half and interleaved,
+// full and partial); cached K is not re-rotated. Borrowed mode rotates Q only.
+TEST(GqaModes, RotaryRotatesQueryAndNewKeyOnly) {
+  const int N = 4, Nkv = 2, H = 32, S = 2, maxpos = 64;
+  for (int interleaved : {0, 1}) {
+    for (int half : {16, 8}) {
+      History h(2, S, N, Nkv, H, {7, 12}, 30 + interleaved * 2 + half);
+      Buffer cos(DType::kFloat32, {maxpos, half}), sin(DType::kFloat32, {maxpos, half});
+      for (int p = 0; p < maxpos; ++p)
+        for (int i = 0; i < half; ++i) {
+          cos.Set(p * half + i, std::cos(0.1f * p * (i + 1)));
+          sin.Set(p * half + i, std::sin(0.1f * p * (i + 1)));
+        }
+      auto rotate = [&](float* x, std::int64_t pos) {
+        for (int i = 0; i < half; ++i) {
+          const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+          const float c = cos.Get(pos * half + i), s = sin.Get(pos * half + i);
+          const float x0 = x[a], x1 = x[b];
+          x[a] = x0 * c - x1 * s;
+          x[b] = x1 * c + x0 * s;
+        }
+      };
+      GqaCase c;
+      c.attrs = Attrs(h);
+      c.attrs.do_rotary = 1;
+      c.attrs.rotary_interleaved = interleaved;
+      c.cos = cos;
+      c.sin = sin;
+      c.has_rope = true;
+      c.query = h.Query();
+      std::vector<std::int64_t> past;
+      for (auto t : h.T) past.push_back(t - S);
+      h.FillBnsh(c.past_key, c.past_value, 12, past);
+      h.FillBsnh(c.key, c.value, S, past);
+      c.has_key = c.has_past = true;
+      h.SetSeqlens(c);
+      c.output = Buffer(DType::kFloat32, {2, S, N * H});
+      c.Run();
+      // Expected: rotate q and the new K rows of the history at their positions.
+      History want = h;
+      for (int b = 0; b < 2; ++b)
+        for (int s = 0; s < S; ++s) {
+          const std::int64_t pos = h.T[static_cast<std::size_t>(b)] - S + s;
+          for (int hh = 0; hh < N; ++hh) rotate(&want.q[static_cast<std::size_t>(b)][static_cast<std::size_t>((s * N + hh) * H)], pos);
+          for (int n = 0; n < Nkv; ++n) rotate(&want.k[static_cast<std::size_t>(b)][static_cast<std::size_t>((pos * Nkv + n) * H)], pos);
+        }
+      EXPECT_LT(MaxRelDiff(c.output.ToFloat(), want.Expected(c.attrs)), kTol) << interleaved << " " << half;
+      // Borrowed (omitted K/V) over the rotated cache rotates only Q.
+      GqaCase bq;
+      bq.attrs = c.attrs;
+      bq.cos = cos;
+      bq.sin = sin;
+      bq.has_rope = true;
+      bq.query = h.Query();
+      bq.past_key = c.present_key.Size() ? c.present_key : Buffer();
+      want.FillBnsh(bq.past_key, bq.past_value, 12, h.T);
+      bq.has_past = true;
+      h.SetSeqlens(bq);
+      bq.output = Buffer(DType::kFloat32, {2, S, N * H});
+      bq.Run();
+      EXPECT_LT(MaxRelDiff(bq.output.ToFloat(), want.Expected(c.attrs)), kTol) << "borrowed " << interleaved << " " << half;
+    }
+  }
+}
+
+// softcap, sinks (head_sink and smooth softmax) and causal = 0 against the naive oracle.
+TEST(GqaModes, SoftcapSinkAndBidirectionalMatchNaive) {
+  History h(2, 3, 8, 2, 32, {6, 11}, 40);
+  for (int variant = 0; variant < 4; ++variant) {
+    GqaCase c;
+    c.attrs = Attrs(h);
+    if (variant == 0) c.attrs.softcap = 0.5f;
+    if (variant == 2) c.attrs.smooth_softmax = 1;
+    if (variant == 3) c.attrs.causal = 0;
+    c.query = h.Query();
+    h.FillBnsh(c.past_key, c.past_value, 11, h.T);
+    c.has_past = true;
+    h.SetSeqlens(c);
+    std::vector<double> sink;
+    if (variant == 1) {
+      c.sink = Buffer(DType::kFloat32, {8});
+      for (int i = 0; i < 8; ++i) {
+        c.sink.Set(i, 0.5f * i - 1.0f);
+        sink.push_back(0.5 * i - 1.0);
+      }
+      c.has_sink = true;
+    }
+    if (variant == 2) sink.assign(8, 0.0);
+    c.output = Buffer(DType::kFloat32, {2, 3, 8 * 32});
+    c.Run();
+    std::vector<float> want;
+    for (int b = 0; b < 2; ++b) {
+      NaiveRow r;
+      r.S = 3, r.N = 8, r.Nkv = 2, r.H = 32;
+      r.q.assign(h.q[static_cast<std::size_t>(b)].begin(), h.q[static_cast<std::size_t>(b)].end());
+      r.k.assign(h.k[static_cast<std::size_t>(b)].begin(), h.k[static_cast<std::size_t>(b)].end());
+      r.v.assign(h.v[static_cast<std::size_t>(b)].begin(), h.v[static_cast<std::size_t>(b)].end());
+      for (int s = 0; s < 3; ++s) r.qpos.push_back(h.T[static_cast<std::size_t>(b)] - 3 + s);
+      r.causal = c.attrs.causal == 1;
+      r.scale = 1.0 / std::sqrt(32.0);
+      r.softcap = c.attrs.softcap;
+      r.sink = sink;
+      for (double x : r.Run()) want.push_back(static_cast<float>(x));
+    }
+    EXPECT_LT(MaxRelDiff(c.output.ToFloat(), want), kTol) << "variant " << variant;
+  }
+}
+
+}  // namespace
+}  // namespace kvshare::testing
