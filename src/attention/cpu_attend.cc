@@ -1,6 +1,446 @@
-// Placeholder until the blocked SIMD kernel lands: delegates to the reference.
-#include "attention/attend.h"
+// Blocked online-softmax attention: detail::AttendOptimized (attend.h).
+//
+// Work items are (row b, KV head n, query tile, KV split) from
+// cpu_attend_plan.h. An item walks its keys in blocks: the K block is
+// converted to fp32 once (or read in place for float32) and scored against all
+// query-head rows of the tile (tile queries x the G heads sharing the KV head),
+// then the online softmax (running max m, denominator l) rescales the fp32
+// accumulators and the V block is added in. Split partials are combined in
+// split order, so results never depend on the thread count. The optional
+// qk output is a second pass that recomputes the scores.
+//
+// Policies: softcap and bias are compile-time switches chosen once in
+// AttendImpl; causal / window only shape the per-row key ranges; the sink
+// enters at finalization.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/cpu_attend.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+
+#include "attention/attend.h"
+#include "attention/cpu_attend-inl.h"
+#include "attention/cpu_attend_plan.h"
+#include "common/float_convert.h"
+#include "kvshare/thread_pool.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvshare::detail::HWY_NAMESPACE {
+namespace {
+
+std::size_t RoundUp(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+struct Ctx {
+  const AttendParams* p = nullptr;
+  const AttendPlan* plan = nullptr;
+  std::size_t H = 0, G = 0, bs = 0, bsp = 0;
+  float* partial = nullptr;  // split partials (plan.partial_floats)
+  float* stats = nullptr;    // [B, N, S] x (m, l) after the sink, for qk mode 2
+};
+
+struct RowInfo {
+  KeyRange keys;  // visible keys within the item's [j0, j1)
+  int s = 0;
+  int h = 0;
+  std::int64_t bias_off = 0;
+};
+
+// Per-thread scratch; contents never carry over between items.
+struct Scratch {
+  hwy::AlignedFreeUniquePtr<float[]> buf;
+  std::size_t cap = 0;
+  std::vector<const float*> kp, vp;
+  std::vector<RowInfo> rows;
+  std::vector<float> m, l, alpha;
+  std::vector<char> active;  // per row group of kRowTile rows
+  float* qs = nullptr;       // [rp, H] scaled queries
+  float* sc = nullptr;       // [rp, bsp] scores / probabilities
+  float* kbuf = nullptr;     // [bs, H] converted keys
+  float* vbuf = nullptr;     // [bs, H] converted values
+  float* acc = nullptr;      // [rp, H] output accumulators
+};
+
+Scratch& ThreadScratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+std::int64_t KvOffset(const KvSource& kv, int b, int n, std::int64_t j) {
+  const std::int64_t slot = kv.ring_capacity > 0 ? j % kv.ring_capacity : j;
+  return b * kv.batch_stride + n * kv.head_stride + slot * kv.row_stride;
+}
+
+// Lays out scratch for a tile and fills queries and row ranges clipped to
+// [j0, j1). Returns the number of real rows (the rest up to a multiple of
+// kRowTile are zero padding).
+template <class D>
+std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, std::int64_t j1,
+                      Scratch& s) {
+  const AttendParams& p = *cx.p;
+  const std::size_t H = cx.H, G = cx.G;
+  const std::size_t rows = static_cast<std::size_t>(t.s1 - t.s0) * G;
+  const std::size_t rp = RoundUp(rows, kRowTile);
+  const std::size_t need = 2 * rp * H + rp * cx.bsp + 2 * cx.bs * H;
+  if (need > s.cap) {
+    s.buf = hwy::AllocateAligned<float>(need);
+    s.cap = need;
+  }
+  s.qs = s.buf.get();
+  s.acc = s.qs + rp * H;
+  s.sc = s.acc + rp * H;
+  s.kbuf = s.sc + rp * cx.bsp;
+  s.vbuf = s.kbuf + cx.bs * H;
+  s.rows.assign(rp, RowInfo{});
+  s.m.assign(rp, kNegInf);
+  s.l.assign(rp, 0.0f);
+  s.alpha.assign(rp, 1.0f);
+  s.active.assign(rp / kRowTile, 0);
+  s.kp.resize(RoundUp(cx.bs, kKeyTile));
+  s.vp.resize(cx.bs);
+  std::fill(s.qs + rows * H, s.qs + rp * H, 0.0f);
+  for (std::size_t r = 0; r < rows; ++r) {
+    RowInfo& ri = s.rows[r];
+    ri.s = t.s0 + static_cast<int>(r / G);
+    ri.h = t.n * static_cast<int>(G) + static_cast<int>(r % G);
+    ri.keys = VisibleKeys(p, t.b, ri.s);
+    ri.keys.lo = std::max(ri.keys.lo, j0);
+    ri.keys.hi = std::min(ri.keys.hi, j1 - 1);
+    ri.bias_off = t.b * p.bias.b_stride + ri.h * p.bias.h_stride + ri.s * p.bias.s_stride;
+    const float* q = p.q + ((static_cast<std::int64_t>(t.b) * p.q_len + ri.s) * p.num_heads + ri.h) *
+                               static_cast<std::int64_t>(H);
+    ScaleRow(d, q, H, p.scale, s.qs + r * H);
+  }
+  for (std::size_t r = rows; r < rp; ++r) s.rows[r].keys = KeyRange{};
+  return rows;
+}
+
+// Adds bias elements [a, e) of one row (offset off + kb) to x.
+void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_t e, float* x) {
+  if (bias.dtype == DType::kFloat32) {
+    const float* src = static_cast<const float*>(bias.data) + off;
+    for (std::size_t i = a; i < e; ++i) x[i] += src[i];
+  } else if (bias.dtype == DType::kFloat16) {
+    const std::uint16_t* src = static_cast<const std::uint16_t*>(bias.data) + off;
+    for (std::size_t i = a; i < e; ++i) x[i] += F16ToF32(src[i]);
+  } else {
+    const std::uint16_t* src = static_cast<const std::uint16_t*>(bias.data) + off;
+    for (std::size_t i = a; i < e; ++i) x[i] += BF16ToF32(src[i]);
+  }
+}
+
+// Scores of block [kb, kb + nk) for the tile's active row groups: x after
+// scale, softcap and bias, -inf outside each row's visible range. Returns
+// false when no row sees any key of the block.
+template <class D, bool kSoftcap, bool kBias>
+bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb,
+                std::size_t nk, Scratch& s) {
+  const AttendParams& p = *cx.p;
+  const std::size_t H = cx.H, bsp = cx.bsp, L = hn::Lanes(d);
+  const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
+  bool any = false;
+  for (std::size_t g = 0; g < s.active.size(); ++g) {
+    char a = 0;
+    for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
+      const KeyRange& k = s.rows[r].keys;
+      a |= (!k.Empty() && k.lo <= ke && k.hi >= kb) ? 1 : 0;
+    }
+    s.active[g] = a;
+    any = any || a;
+  }
+  if (!any) return false;
+
+  const std::size_t nkp = RoundUp(nk, kKeyTile);
+  if (p.k.dtype == DType::kFloat32) {
+    const float* base = static_cast<const float*>(p.k.data);
+    for (std::size_t j = 0; j < nk; ++j) s.kp[j] = base + KvOffset(p.k, t.b, t.n, kb + static_cast<std::int64_t>(j));
+  } else {
+    for (std::size_t j = 0; j < nk; ++j) {
+      ConvertRow(d, p.k.data, p.k.dtype, KvOffset(p.k, t.b, t.n, kb + static_cast<std::int64_t>(j)), H,
+                 s.kbuf + j * H);
+      s.kp[j] = s.kbuf + j * H;
+    }
+  }
+  for (std::size_t j = nk; j < nkp; ++j) s.kp[j] = s.kp[0];
+
+  const std::size_t nvec = RoundUp(nk, L);
+  for (std::size_t g = 0; g < s.active.size(); ++g) {
+    if (!s.active[g]) continue;
+    float* x0 = s.sc + g * kRowTile * bsp;
+    DotRows(d, s.qs + g * kRowTile * H, H, s.kp.data(), nkp, x0, bsp);
+    for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
+      float* x = s.sc + r * bsp;
+      const KeyRange& k = s.rows[r].keys;
+      const std::int64_t lo = std::max(k.lo, kb), hi = std::min(k.hi, ke);
+      if (k.Empty() || lo > hi) {
+        std::fill(x, x + bsp, kNegInf);
+        continue;
+      }
+      const std::size_t a = static_cast<std::size_t>(lo - kb), e = static_cast<std::size_t>(hi - kb) + 1;
+      if constexpr (kSoftcap) {
+        std::fill(x + nkp, x + nvec, 0.0f);
+        SoftcapRow(d, x, nvec, p.softcap);
+      }
+      if constexpr (kBias) AddBias(p.bias, s.rows[r].bias_off + kb, a, e, x);
+      std::fill(x, x + a, kNegInf);
+      std::fill(x + e, x + bsp, kNegInf);
+    }
+  }
+  return true;
+}
+
+// Writes the normalized output rows of a tile from (m, l, acc) and records
+// the final (m, l) for the qk pass.
+template <class D>
+void Finalize(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, const float* m, const float* l,
+              float* acc, const std::vector<RowInfo>& ri) {
+  const AttendParams& p = *cx.p;
+  const std::size_t H = cx.H;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const int s = ri[r].s, h = ri[r].h;
+    float* a = acc + r * H;
+    float mf = m[r], lf = 0.0f, inv = 0.0f;
+    if (mf != kNegInf) {
+      float scale = 1.0f, extra = 0.0f;
+      if (p.sink != nullptr) {
+        mf = std::max(m[r], p.sink[h]);
+        scale = std::exp(m[r] - mf);
+        extra = std::exp(p.sink[h] - mf);
+      }
+      lf = l[r] * scale + extra;
+      inv = scale / lf;
+    }
+    const std::int64_t off = ((static_cast<std::int64_t>(t.b) * p.q_len + s) * p.num_heads + h) *
+                             static_cast<std::int64_t>(H);
+    if (p.out_dtype == DType::kFloat32) {
+      ScaleRow(d, a, H, inv, static_cast<float*>(p.out) + off);
+    } else {
+      ScaleRow(d, a, H, inv, a);
+      for (std::size_t i = 0; i < H; ++i) StoreFromFloat(p.out, p.out_dtype, off + static_cast<std::int64_t>(i), a[i]);
+    }
+    if (cx.stats != nullptr) {
+      float* st = cx.stats + ((static_cast<std::int64_t>(t.b) * p.num_heads + h) * p.q_len + s) * 2;
+      st[0] = mf;
+      st[1] = lf;
+    }
+  }
+}
+
+template <class D, bool kSoftcap, bool kBias>
+void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
+  const AttendTile& t = cx.plan->tiles[static_cast<std::size_t>(sp.tile)];
+  Scratch& s = ThreadScratch();
+  const std::size_t rows = SetupTile(d, cx, t, sp.j0, sp.j1, s);
+  const std::size_t H = cx.H, bsp = cx.bsp;
+  std::fill(s.acc, s.acc + s.rows.size() * H, 0.0f);
+  for (std::int64_t kb = sp.j0; kb < sp.j1; kb += static_cast<std::int64_t>(cx.bs)) {
+    const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), sp.j1 - kb));
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s)) continue;
+    const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
+    for (std::size_t g = 0; g < s.active.size(); ++g) {
+      if (!s.active[g]) continue;
+      for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile; ++r) {
+        float* x = s.sc + r * bsp;
+        const KeyRange& k = s.rows[r].keys;
+        s.alpha[r] = 1.0f;
+        if (r >= rows || k.Empty() || k.lo > ke || k.hi < kb) {
+          std::fill(x, x + nk, 0.0f);
+          continue;
+        }
+        const float m_new = std::max(s.m[r], MaxRow(d, x, bsp));
+        if (m_new == kNegInf) {  // every visible score so far is -inf
+          std::fill(x, x + nk, 0.0f);
+          continue;
+        }
+        s.alpha[r] = std::exp(s.m[r] - m_new);
+        const float sum = ExpRow(d, x, bsp, m_new);
+        s.l[r] = s.l[r] * s.alpha[r] + sum;
+        s.m[r] = m_new;
+      }
+    }
+    const AttendParams& p = *cx.p;
+    if (p.v.dtype == DType::kFloat32) {
+      const float* base = static_cast<const float*>(p.v.data);
+      for (std::size_t j = 0; j < nk; ++j) s.vp[j] = base + KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
+    } else {
+      for (std::size_t j = 0; j < nk; ++j) {
+        ConvertRow(d, p.v.data, p.v.dtype, KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j)), H,
+                   s.vbuf + j * H);
+        s.vp[j] = s.vbuf + j * H;
+      }
+    }
+    for (std::size_t g = 0; g < s.active.size(); ++g) {
+      if (!s.active[g]) continue;
+      const std::size_t r0 = g * kRowTile;
+      PvRows(d, s.acc + r0 * H, H, s.alpha.data() + r0, s.sc + r0 * bsp, bsp, s.vp.data(), nk);
+    }
+  }
+  if (t.num_splits == 1) {
+    Finalize(d, cx, t, rows, s.m.data(), s.l.data(), s.acc, s.rows);
+    return;
+  }
+  float* part = cx.partial + sp.part_offset;
+  std::copy(s.m.begin(), s.m.begin() + static_cast<std::ptrdiff_t>(rows), part);
+  std::copy(s.l.begin(), s.l.begin() + static_cast<std::ptrdiff_t>(rows), part + rows);
+  std::copy(s.acc, s.acc + rows * H, part + 2 * rows);
+}
+
+// Combines the split partials of tile ti in split order and finalizes.
+template <class D>
+void CombineTile(D d, const Ctx& cx, std::size_t ti) {
+  const AttendTile& t = cx.plan->tiles[ti];
+  Scratch& s = ThreadScratch();
+  const std::size_t rows = SetupTile(d, cx, t, 0, 0, s);
+  const std::size_t H = cx.H;
+  for (std::size_t r = 0; r < rows; ++r) {
+    float mx = kNegInf;
+    for (int i = 0; i < t.num_splits; ++i) {
+      const float* part = cx.partial + cx.plan->splits[static_cast<std::size_t>(t.first_split + i)].part_offset;
+      mx = std::max(mx, part[r]);
+    }
+    float* acc = s.acc + r * H;
+    std::fill(acc, acc + H, 0.0f);
+    float l = 0.0f;
+    if (mx != kNegInf) {
+      for (int i = 0; i < t.num_splits; ++i) {
+        const float* part = cx.partial + cx.plan->splits[static_cast<std::size_t>(t.first_split + i)].part_offset;
+        if (part[r] == kNegInf) continue;
+        const float w = std::exp(part[r] - mx);
+        l += part[rows + r] * w;
+        AxpyRow(d, part + 2 * rows + r * H, H, w, acc);
+      }
+    }
+    s.m[r] = mx;
+    s.l[r] = l;
+  }
+  Finalize(d, cx, t, rows, s.m.data(), s.l.data(), s.acc, s.rows);
+}
+
+// qk output for tile ti: recomputes the scores of visible keys and writes x
+// (mode 1) or exp(x - m) / l (mode 2). The buffer is zeroed beforehand.
+template <class D, bool kSoftcap, bool kBias>
+void QkTile(D d, const Ctx& cx, std::size_t ti) {
+  const AttendParams& p = *cx.p;
+  const AttendTile& t = cx.plan->tiles[ti];
+  if (t.keys.Empty()) return;
+  const std::int64_t j0 = t.keys.lo, j1 = std::min(t.keys.hi + 1, p.qk_cols);
+  Scratch& s = ThreadScratch();
+  const std::size_t rows = SetupTile(d, cx, t, j0, j1, s);
+  for (std::int64_t kb = j0; kb < j1; kb += static_cast<std::int64_t>(cx.bs)) {
+    const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), j1 - kb));
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s)) continue;
+    const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const RowInfo& ri = s.rows[r];
+      const std::int64_t lo = std::max(ri.keys.lo, kb), hi = std::min(ri.keys.hi, ke);
+      if (ri.keys.Empty() || lo > hi) continue;
+      const float* st = cx.stats + ((static_cast<std::int64_t>(t.b) * p.num_heads + ri.h) * p.q_len + ri.s) * 2;
+      if (p.qk_mode == 2 && st[0] == kNegInf) continue;
+      const float* x = s.sc + r * cx.bsp;
+      const std::int64_t row_off = ((static_cast<std::int64_t>(t.b) * p.num_heads + ri.h) * p.q_len + ri.s) * p.qk_cols;
+      for (std::int64_t j = lo; j <= hi; ++j) {
+        const float xv = x[j - kb];
+        const float v = p.qk_mode == 1 ? xv : std::exp(xv - st[0]) / st[1];
+        StoreFromFloat(p.qk, p.qk_dtype, row_off + j, v);
+      }
+    }
+  }
+}
+
+template <class D, bool kSoftcap, bool kBias>
+void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
+  const AttendPlan plan = BuildAttendPlan(p);
+  Ctx cx;
+  cx.p = &p;
+  cx.plan = &plan;
+  cx.H = static_cast<std::size_t>(p.head_size);
+  cx.G = static_cast<std::size_t>(plan.group);
+  cx.bs = static_cast<std::size_t>(plan.block);
+  cx.bsp = RoundUp(cx.bs, std::max<std::size_t>(hn::Lanes(d), kKeyTile));
+  hwy::AlignedFreeUniquePtr<float[]> partial;
+  if (plan.partial_floats > 0) {
+    partial = hwy::AllocateAligned<float>(static_cast<std::size_t>(plan.partial_floats));
+    cx.partial = partial.get();
+  }
+  const bool want_qk = p.qk != nullptr && (p.qk_mode == 1 || p.qk_mode == 2) && p.qk_cols > 0;
+  std::vector<float> stats;
+  if (want_qk) {
+    stats.assign(static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_heads) *
+                     static_cast<std::size_t>(p.q_len) * 2,
+                 kNegInf);
+    cx.stats = stats.data();
+  }
+
+  // Padding queries: zero output rows.
+  const std::size_t row_bytes = static_cast<std::size_t>(p.num_heads) * cx.H * DTypeSize(p.out_dtype);
+  for (int b = 0; b < p.batch; ++b) {
+    const std::int64_t vq = std::clamp<std::int64_t>(p.valid_q[b], 0, p.q_len);
+    for (std::int64_t s = vq; s < p.q_len; ++s) {
+      std::memset(static_cast<char*>(p.out) + (static_cast<std::size_t>(b) * p.q_len + s) * row_bytes, 0, row_bytes);
+    }
+  }
+
+  ParallelFor(pool, static_cast<std::int64_t>(plan.splits.size()), [&](std::int64_t i) {
+    RunSplit<D, kSoftcap, kBias>(d, cx, plan.splits[static_cast<std::size_t>(i)]);
+  });
+  std::vector<std::size_t> split_tiles;
+  for (std::size_t i = 0; i < plan.tiles.size(); ++i) {
+    if (plan.tiles[i].num_splits > 1) split_tiles.push_back(i);
+  }
+  ParallelFor(pool, static_cast<std::int64_t>(split_tiles.size()),
+              [&](std::int64_t i) { CombineTile(d, cx, split_tiles[static_cast<std::size_t>(i)]); });
+
+  if (want_qk) {
+    const std::size_t qk_bytes = static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_heads) *
+                                 static_cast<std::size_t>(p.q_len) * static_cast<std::size_t>(p.qk_cols) *
+                                 DTypeSize(p.qk_dtype);
+    std::memset(p.qk, 0, qk_bytes);
+    ParallelFor(pool, static_cast<std::int64_t>(plan.tiles.size()),
+                [&](std::int64_t i) { QkTile<D, kSoftcap, kBias>(d, cx, static_cast<std::size_t>(i)); });
+  }
+}
+
+template <class D>
+void AttendPolicies(D d, const AttendParams& p, ThreadPool* pool) {
+  const bool softcap = p.softcap > 0.0f;
+  const bool bias = p.bias.data != nullptr;
+  if (softcap) {
+    bias ? AttendT<D, true, true>(d, p, pool) : AttendT<D, true, false>(d, p, pool);
+  } else {
+    bias ? AttendT<D, false, true>(d, p, pool) : AttendT<D, false, false>(d, p, pool);
+  }
+}
+
+}  // namespace
+
+// The one dispatch point: vector width from H, then the policies.
+void AttendImpl(const AttendParams& p, ThreadPool* pool) {
+  if (p.batch <= 0 || p.q_len <= 0 || p.num_heads <= 0 || p.kv_heads <= 0 || p.head_size <= 0) return;
+  const hn::ScalableTag<float> df;
+  const std::size_t H = static_cast<std::size_t>(p.head_size);
+  if (H % hn::Lanes(df) == 0) {
+    AttendPolicies(df, p, pool);
+  } else if (H % 8 == 0 && hn::Lanes(hn::CappedTag<float, 8>()) <= 8) {
+    AttendPolicies(hn::CappedTag<float, 8>(), p, pool);
+  } else {
+    AttendPolicies(hn::CappedTag<float, 1>(), p, pool);
+  }
+}
+
+}  // namespace kvshare::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace kvshare::detail {
-void AttendOptimized(const AttendParams& p, ThreadPool*) { AttendReference(p); }
+
+HWY_EXPORT(AttendImpl);
+
+void AttendOptimized(const AttendParams& p, ThreadPool* pool) { HWY_DYNAMIC_DISPATCH(AttendImpl)(p, pool); }
+
 }  // namespace kvshare::detail
+#endif  // HWY_ONCE

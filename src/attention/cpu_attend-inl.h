@@ -1,0 +1,174 @@
+// Per-target SIMD building blocks of the blocked attention kernel
+// (cpu_attend.cc): K/V row conversion, Q.K tiles, the online-softmax row
+// update and the P.V tile update. Re-included once per Highway target.
+#if defined(KVSHARE_ATTENTION_CPU_ATTEND_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVSHARE_ATTENTION_CPU_ATTEND_INL_H_
+#undef KVSHARE_ATTENTION_CPU_ATTEND_INL_H_
+#else
+#define KVSHARE_ATTENTION_CPU_ATTEND_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "kvshare/tensor.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvshare::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Register tiling: 4 query rows x kKeyTile keys for Q.K, 4 rows x kPvVecs
+// vectors for P.V. x86 targets below AVX-512 have 16 vector registers.
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+inline constexpr std::size_t kKeyTile = 2;
+inline constexpr std::size_t kPvVecs = 2;
+#else
+inline constexpr std::size_t kKeyTile = 4;
+inline constexpr std::size_t kPvVecs = 4;
+#endif
+inline constexpr std::size_t kRowTile = 4;
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// dst[0, H) = float(src[off + i]). H is a multiple of Lanes(d).
+template <class D>
+HWY_INLINE void ConvertRow(D d, const void* src, DType dtype, std::int64_t off, std::size_t H,
+                           float* HWY_RESTRICT dst) {
+  const std::size_t L = hn::Lanes(d);
+  if (dtype == DType::kFloat16) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    const hwy::float16_t* s = static_cast<const hwy::float16_t*>(src) + off;
+    for (std::size_t c = 0; c < H; c += L) hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, s + c)), d, dst + c);
+  } else if (dtype == DType::kBFloat16) {
+    const hn::Rebind<hwy::bfloat16_t, D> db;
+    const hwy::bfloat16_t* s = static_cast<const hwy::bfloat16_t*>(src) + off;
+    for (std::size_t c = 0; c < H; c += L) hn::StoreU(hn::PromoteTo(d, hn::LoadU(db, s + c)), d, dst + c);
+  } else {
+    const float* s = static_cast<const float*>(src) + off;
+    for (std::size_t c = 0; c < H; c += L) hn::StoreU(hn::LoadU(d, s + c), d, dst + c);
+  }
+}
+
+// out[r * ldo + k] = q_r . key_k for r < 4, k < KT; q rows are H floats apart.
+template <std::size_t KT, class D>
+HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const float* const* kp,
+                        float* HWY_RESTRICT out, std::size_t ldo) {
+  using V = hn::Vec<D>;
+  const std::size_t L = hn::Lanes(d);
+  V acc[kRowTile][KT];
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::Zero(d);
+  }
+  for (std::size_t c = 0; c < H; c += L) {
+    V kv[KT];
+    for (std::size_t k = 0; k < KT; ++k) kv[k] = hn::LoadU(d, kp[k] + c);
+    for (std::size_t r = 0; r < kRowTile; ++r) {
+      const V qv = hn::LoadU(d, q + r * H + c);
+      for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kv[k], acc[r][k]);
+    }
+  }
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    for (std::size_t k = 0; k < KT; ++k) out[r * ldo + k] = hn::GetLane(hn::SumOfLanes(d, acc[r][k]));
+  }
+}
+
+// Scores of 4 rows against nk_pad keys (a multiple of kKeyTile).
+template <class D>
+HWY_INLINE void DotRows(D d, const float* HWY_RESTRICT q, std::size_t H, const float* const* kp,
+                        std::size_t nk_pad, float* HWY_RESTRICT out, std::size_t ldo) {
+  for (std::size_t k = 0; k < nk_pad; k += kKeyTile) DotTile<kKeyTile>(d, q, H, kp + k, out + k, ldo);
+}
+
+// acc[r] = alpha[r] * acc[r] + sum_{j < nk} p[r * ldp + j] * v_j over the NV
+// vectors at column c, for the 4 rows of a row group.
+template <std::size_t NV, class D>
+HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
+                        const float* HWY_RESTRICT p, std::size_t ldp, const float* const* vp,
+                        std::size_t nk, std::size_t c) {
+  using V = hn::Vec<D>;
+  const std::size_t L = hn::Lanes(d);
+  V a[kRowTile][NV];
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    const V s = hn::Set(d, alpha[r]);
+    for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::Mul(hn::LoadU(d, acc + r * H + c + i * L), s);
+  }
+  for (std::size_t j = 0; j < nk; ++j) {
+    V v[NV];
+    for (std::size_t i = 0; i < NV; ++i) v[i] = hn::LoadU(d, vp[j] + c + i * L);
+    for (std::size_t r = 0; r < kRowTile; ++r) {
+      const V pr = hn::Set(d, p[r * ldp + j]);
+      for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::MulAdd(pr, v[i], a[r][i]);
+    }
+  }
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    for (std::size_t i = 0; i < NV; ++i) hn::StoreU(a[r][i], d, acc + r * H + c + i * L);
+  }
+}
+
+template <class D>
+HWY_INLINE void PvRows(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
+                       const float* HWY_RESTRICT p, std::size_t ldp, const float* const* vp,
+                       std::size_t nk) {
+  const std::size_t L = hn::Lanes(d);
+  std::size_t c = 0;
+  for (; c + kPvVecs * L <= H; c += kPvVecs * L) PvChunk<kPvVecs>(d, acc, H, alpha, p, ldp, vp, nk, c);
+  for (; c < H; c += L) PvChunk<1>(d, acc, H, alpha, p, ldp, vp, nk, c);
+}
+
+// x[0, n) = cap * tanh(x / cap); n is a multiple of Lanes(d).
+template <class D>
+HWY_INLINE void SoftcapRow(D d, float* HWY_RESTRICT x, std::size_t n, float cap) {
+  const std::size_t L = hn::Lanes(d);
+  const auto vc = hn::Set(d, cap);
+  const auto inv = hn::Set(d, 1.0f / cap);
+  for (std::size_t i = 0; i < n; i += L) {
+    hn::StoreU(hn::Mul(vc, hn::Tanh(d, hn::Mul(hn::LoadU(d, x + i), inv))), d, x + i);
+  }
+}
+
+template <class D>
+HWY_INLINE float MaxRow(D d, const float* HWY_RESTRICT x, std::size_t n) {
+  const std::size_t L = hn::Lanes(d);
+  auto m = hn::Set(d, kNegInf);
+  for (std::size_t i = 0; i < n; i += L) m = hn::Max(m, hn::LoadU(d, x + i));
+  return hn::GetLane(hn::MaxOfLanes(d, m));
+}
+
+// x[i] = exp(x[i] - m) (0 for x = -inf); returns the sum. m is finite.
+template <class D>
+HWY_INLINE float ExpRow(D d, float* HWY_RESTRICT x, std::size_t n, float m) {
+  const std::size_t L = hn::Lanes(d);
+  const auto vm = hn::Set(d, m);
+  auto sum = hn::Zero(d);
+  for (std::size_t i = 0; i < n; i += L) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm));
+    sum = hn::Add(sum, e);
+    hn::StoreU(e, d, x + i);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// dst[0, H) = src[0, H) * s.
+template <class D>
+HWY_INLINE void ScaleRow(D d, const float* src, std::size_t H, float s, float* dst) {
+  const std::size_t L = hn::Lanes(d);
+  const auto vs = hn::Set(d, s);
+  for (std::size_t c = 0; c < H; c += L) hn::StoreU(hn::Mul(hn::LoadU(d, src + c), vs), d, dst + c);
+}
+
+// dst[0, H) += src[0, H) * s.
+template <class D>
+HWY_INLINE void AxpyRow(D d, const float* HWY_RESTRICT src, std::size_t H, float s, float* HWY_RESTRICT dst) {
+  const std::size_t L = hn::Lanes(d);
+  const auto vs = hn::Set(d, s);
+  for (std::size_t c = 0; c < H; c += L) {
+    hn::StoreU(hn::MulAdd(hn::LoadU(d, src + c), vs, hn::LoadU(d, dst + c)), d, dst + c);
+  }
+}
+
+}  // namespace kvshare::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

@@ -1,0 +1,74 @@
+// Work decomposition of the blocked attention kernel (cpu_attend.cc): query
+// tiles per (row, KV head) and a fixed split-KV for short query tiles.
+//
+// Everything here depends only on the problem (AttendParams), never on the
+// thread count, so the kernel's results are bitwise identical for any pool.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/attend.h"
+
+namespace kvshare::detail {
+
+// Inclusive range of visible keys [lo, hi]; empty when lo > hi.
+struct KeyRange {
+  std::int64_t lo = 0;
+  std::int64_t hi = -1;
+  bool Empty() const { return lo > hi; }
+};
+
+// Keys visible to query s of row b (empty for padding queries).
+inline KeyRange VisibleKeys(const AttendParams& p, int b, std::int64_t s) {
+  if (s >= p.valid_q[b]) return {};
+  const std::int64_t pos = p.q_offset[b] + s;
+  KeyRange r{0, p.kv_len[b] - 1};
+  if (p.causal && pos < r.hi) r.hi = pos;
+  if (p.window > 0 && pos - p.window + 1 > r.lo) r.lo = pos - p.window + 1;
+  return r;
+}
+
+// Queries [s0, s1) of row b times the G query heads of KV head n. Row r of a
+// tile is query s0 + r / G, head n * G + r % G.
+struct AttendTile {
+  int b = 0;
+  int n = 0;
+  int s0 = 0;
+  int s1 = 0;
+  KeyRange keys;        // union of the rows' visible ranges
+  int first_split = 0;  // index into AttendPlan::splits
+  int num_splits = 0;
+};
+
+// Keys [j0, j1) of a tile. With num_splits > 1 the partial state (m[rows],
+// l[rows], acc[rows * H]) goes to partial + part_offset and is combined in
+// split order.
+struct AttendSplit {
+  int tile = 0;
+  std::int64_t j0 = 0;
+  std::int64_t j1 = 0;
+  std::int64_t part_offset = -1;
+};
+
+struct AttendPlan {
+  int block = 0;   // keys per block
+  int q_tile = 0;  // queries per tile
+  int group = 0;   // G = N / N_kv
+  std::vector<AttendTile> tiles;
+  std::vector<AttendSplit> splits;
+  std::int64_t partial_floats = 0;
+};
+
+// Block length when p.kv_block_size == 0: about 32 KiB of fp32 keys.
+int DefaultKvBlock(int head_size);
+
+// Builds the plan. kMaxTileRows query-head rows per tile; tiles that hold all
+// the valid queries of their row are split into kSplitKeys-long KV chunks
+// (rounded up to the block length).
+AttendPlan BuildAttendPlan(const AttendParams& p);
+
+inline constexpr int kMaxTileRows = 64;
+inline constexpr int kSplitKeys = 512;
+
+}  // namespace kvshare::detail
