@@ -20,7 +20,7 @@ std::string ValueToString(const GgufValue& v) {
       return buf;
     case GgufType::kBool: return v.u ? "true" : "false";
     case GgufType::kString: {
-      std::string s(v.str.substr(0, 60));
+      std::string s(v.str.data(), v.str.size() < 60 ? v.str.size() : 60);
       if (v.str.size() > 60) s += "...";
       return "\"" + s + "\"";
     }
