@@ -1,0 +1,160 @@
+// Reference dequantization and activation quantization.
+#include "model/quant.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/float_convert.h"
+#include "kvshare/error.h"
+
+namespace kvshare {
+
+using detail::BF16ToF32;
+using detail::F16ToF32;
+
+bool IsSupportedWeightType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ4_K: case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+void DequantQ4_0(const BlockQ4_0* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((b[i].qs[j] & 0xF) - 8) * d;
+      y[j + 16] = static_cast<float>((b[i].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void DequantQ5_0(const BlockQ5_0* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(b[i].d);
+    std::uint32_t h;
+    std::memcpy(&h, b[i].qh, 4);
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = static_cast<int>((b[i].qs[j] & 0xF) | (((h >> j) & 1u) << 4)) - 16;
+      const int x1 = static_cast<int>((b[i].qs[j] >> 4) | (((h >> (j + 16)) & 1u) << 4)) - 16;
+      y[j] = static_cast<float>(x0) * d;
+      y[j + 16] = static_cast<float>(x1) * d;
+    }
+  }
+}
+
+void DequantQ8_0(const BlockQ8_0* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b[i].qs[j]) * d;
+  }
+}
+
+void DequantQ4_K(const BlockQ4_K* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    const float dmin = F16ToF32(b[i].dmin);
+    const std::uint8_t* q = b[i].qs;
+    for (int c = 0; c < 4; ++c, q += 32) {
+      std::uint8_t sc, m;
+      Q4KScaleMin(2 * c, b[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      Q4KScaleMin(2 * c + 1, b[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    }
+  }
+}
+
+void DequantQ6_K(const BlockQ6_K* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    const std::uint8_t* ql = b[i].ql;
+    const std::uint8_t* qh = b[i].qh;
+    const std::int8_t* sc = b[i].scales;
+    for (int n = 0; n < 2; ++n, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = static_cast<int>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = static_cast<int>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
+  if (!IsSupportedWeightType(type)) throw Error("DequantizeRow: unsupported ggml type " + GgmlTypeName(type));
+  const std::int64_t bs = GgmlBlockSize(type);
+  if (n < 0 || n % bs != 0) {
+    throw Error("DequantizeRow: n = " + std::to_string(n) + " is not a multiple of the " + GgmlTypeName(type) +
+                " block size " + std::to_string(bs));
+  }
+  const std::int64_t nb = n / bs;
+  switch (type) {
+    case GgmlType::kF32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
+    case GgmlType::kF16:
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(static_cast<const std::uint16_t*>(src)[i]);
+      return;
+    case GgmlType::kBF16:
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(static_cast<const std::uint16_t*>(src)[i]);
+      return;
+    case GgmlType::kQ4_0: DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
+    case GgmlType::kQ5_0: DequantQ5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return;
+    case GgmlType::kQ8_0: DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return;
+    case GgmlType::kQ4_K: DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb); return;
+    case GgmlType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return;
+    default: return;
+  }
+}
+
+namespace {
+// d = amax/127; q = round(x/d) in [-127, 127]. Returns d.
+float QuantizeBlock(const float* x, std::int8_t* q, int n) {
+  float amax = 0.0f;
+  for (int j = 0; j < n; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float v = std::nearbyint(x[j] * id);
+    q[j] = static_cast<std::int8_t>(std::fmax(-127.0f, std::fmin(127.0f, v)));
+  }
+  return d;
+}
+}  // namespace
+
+void QuantizeRowQ8(const float* x, ActQ8* y, std::int64_t n) {
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 32) {
+    y[b].d = QuantizeBlock(x, y[b].qs, 32);
+    int s = 0;
+    for (int j = 0; j < 32; ++j) s += y[b].qs[j];
+    y[b].sum = s;
+  }
+}
+
+void QuantizeRowQ8K(const float* x, ActQ8K* y, std::int64_t n) {
+  for (std::int64_t b = 0; b < n / 256; ++b, x += 256) {
+    y[b].d = QuantizeBlock(x, y[b].qs, 256);
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += y[b].qs[16 * g + j];
+      y[b].bsums[g] = static_cast<std::int16_t>(s);
+    }
+  }
+}
+
+}  // namespace kvshare

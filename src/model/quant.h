@@ -1,0 +1,121 @@
+// Quantized weight formats (ggml block layouts, reference/model_perf.md §3),
+// reference dequantization, and matrix products against float activations.
+//
+// MatMul quantizes activations to int8 blocks (per 32 for Q4_0/Q5_0/Q8_0
+// weights, per 256 with 16-element sums for Q4_K/Q6_K) and runs integer dot
+// products; F32/F16/BF16 weights use float dot products. The SIMD level is
+// chosen once at run time from the CPU (AVX-512 VNNI, AVX2, or the scalar
+// twin that is always compiled); KVSHARE_KERNEL=scalar|avx2|avx512 overrides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvshare/gguf.h"
+#include "kvshare/thread_pool.h"
+
+namespace kvshare {
+
+// ---- weight blocks (byte-exact ggml layouts; fp16 fields are IEEE half bits) ----
+struct BlockQ4_0 {
+  std::uint16_t d;
+  std::uint8_t qs[16];  // element j: low nibble of qs[j]; element j+16: high nibble
+};
+struct BlockQ5_0 {
+  std::uint16_t d;
+  std::uint8_t qh[4];  // bit j = 5th bit of element j (little-endian u32)
+  std::uint8_t qs[16];
+};
+struct BlockQ8_0 {
+  std::uint16_t d;
+  std::int8_t qs[32];
+};
+struct BlockQ4_K {
+  std::uint16_t d;
+  std::uint16_t dmin;
+  std::uint8_t scales[12];  // 8 x (6-bit scale, 6-bit min), packed
+  std::uint8_t qs[128];
+};
+struct BlockQ6_K {
+  std::uint8_t ql[128];
+  std::uint8_t qh[64];
+  std::int8_t scales[16];
+  std::uint16_t d;
+};
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+
+// ---- activation blocks (kvshare-internal; not a file format) ----
+// x[i] ~= d * qs[i]; sum = sum(qs).
+struct ActQ8 {
+  float d;
+  std::int32_t sum;
+  std::int8_t qs[32];
+};
+// x[i] ~= d * qs[i]; bsums[g] = sum(qs[16g .. 16g+15]).
+struct ActQ8K {
+  float d;
+  std::int16_t bsums[16];
+  std::int8_t qs[256];
+};
+
+// The (sc, m) pair of Q4_K sub-block j (0..7) from the 12 packed scale bytes.
+inline void Q4KScaleMin(int j, const std::uint8_t* s, std::uint8_t* sc, std::uint8_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<std::uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<std::uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// True for F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K.
+bool IsSupportedWeightType(GgmlType type);
+
+// Reference dequantization of one row of n elements (n a multiple of the
+// block size) in fp32 math, element by element as ggml does. Throws
+// kvshare::Error for unsupported types or a bad n.
+void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n);
+
+// Activation quantization (round to nearest, d = amax / 127). n % 32 == 0 (resp. 256).
+void QuantizeRowQ8(const float* x, ActQ8* y, std::int64_t n);
+void QuantizeRowQ8K(const float* x, ActQ8K* y, std::int64_t n);
+
+// A weight matrix W [rows, cols] (cols = GGUF ne[0]), row r at data + r*row_bytes.
+struct WeightMatrix {
+  const void* data = nullptr;
+  GgmlType type = GgmlType::kF32;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::size_t row_bytes = 0;
+
+  // 2-D tensor view (ne[1] rows of ne[0]); throws kvshare::Error on rank > 2
+  // or an unsupported type.
+  static WeightMatrix FromTensor(const GgufTensor& t);
+  // Builds a view over packed rows of `type`.
+  static WeightMatrix Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols);
+};
+
+enum class KernelLevel { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2 };
+const char* KernelLevelName(KernelLevel level);
+// Whether this build and this CPU can run `level`.
+bool KernelLevelAvailable(KernelLevel level);
+// The level MatMul uses: the best available, or KVSHARE_KERNEL if set.
+KernelLevel DefaultKernelLevel();
+
+struct MatMulParams {
+  const float* x = nullptr;  // [m, w.cols]
+  std::int64_t m = 0;
+  float* y = nullptr;        // [m, w.rows]
+  ThreadPool* pool = nullptr;  // null: run on the calling thread
+  KernelLevel level = DefaultKernelLevel();
+};
+
+// Y[i, r] = sum_c W[r, c] * X[i, c]. Work is split over blocks of output rows;
+// results are identical for any thread count. Throws kvshare::Error (before
+// writing y) for an unsupported type, a level not available here, or null
+// pointers with m > 0.
+void MatMul(const WeightMatrix& w, const MatMulParams& p);
+
+}  // namespace kvshare

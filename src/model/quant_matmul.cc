@@ -1,0 +1,132 @@
+// Kernel-level selection and the threaded MatMul driver.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvshare/error.h"
+#include "model/quant.h"
+#include "model/quant_kernels.h"
+
+namespace kvshare {
+
+const char* KernelLevelName(KernelLevel level) {
+  switch (level) {
+    case KernelLevel::kScalar: return "scalar";
+    case KernelLevel::kAvx2: return "avx2";
+    case KernelLevel::kAvx512Vnni: return "avx512vnni";
+  }
+  return "?";
+}
+
+bool KernelLevelAvailable(KernelLevel level) {
+  switch (level) {
+    case KernelLevel::kScalar: return true;
+#if defined(KVSHARE_HAVE_X86_KERNELS) && defined(__GNUC__)
+    case KernelLevel::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case KernelLevel::kAvx512Vnni:
+      return KernelLevelAvailable(KernelLevel::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+#endif
+    default: return false;
+  }
+}
+
+KernelLevel DefaultKernelLevel() {
+  static const KernelLevel level = [] {
+    if (const char* env = std::getenv("KVSHARE_KERNEL")) {
+      for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+        if (std::strcmp(env, KernelLevelName(l)) == 0 && KernelLevelAvailable(l)) return l;
+      }
+      if (std::strcmp(env, "avx512") == 0 && KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
+    }
+    if (KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
+    if (KernelLevelAvailable(KernelLevel::kAvx2)) return KernelLevel::kAvx2;
+    return KernelLevel::kScalar;
+  }();
+  return level;
+}
+
+WeightMatrix WeightMatrix::Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols) {
+  if (!IsSupportedWeightType(type)) throw Error("WeightMatrix: unsupported weight type " + GgmlTypeName(type));
+  const std::int64_t bs = GgmlBlockSize(type);
+  if (rows < 0 || cols < 0 || cols % bs != 0) {
+    throw Error("WeightMatrix: cols = " + std::to_string(cols) + " must be a multiple of the " + GgmlTypeName(type) +
+                " block size " + std::to_string(bs));
+  }
+  return WeightMatrix{data, type, rows, cols, static_cast<std::size_t>(cols / bs * GgmlBlockBytes(type))};
+}
+
+WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
+  if (t.n_dims > 2) throw Error("WeightMatrix: tensor '" + t.name + "' has rank " + std::to_string(t.n_dims) + ", expected <= 2");
+  return Make(t.data, t.type, t.ne[1], t.ne[0]);
+}
+
+namespace {
+
+const detail::QuantKernels& Kernels(KernelLevel level) {
+#ifdef KVSHARE_HAVE_X86_KERNELS
+  if (level == KernelLevel::kAvx512Vnni) return detail::kAvx512VnniKernels;
+  if (level == KernelLevel::kAvx2) return detail::kAvx2Kernels;
+#endif
+  (void)level;
+  return detail::kScalarKernels;
+}
+
+constexpr std::int64_t kRowsPerTask = 16;
+
+}  // namespace
+
+void MatMul(const WeightMatrix& w, const MatMulParams& p) {
+  if (!IsSupportedWeightType(w.type)) throw Error("MatMul: unsupported weight type " + GgmlTypeName(w.type));
+  if (p.m < 0) throw Error("MatMul: m = " + std::to_string(p.m) + " must be >= 0");
+  if (p.m == 0 || w.rows == 0) return;
+  if (p.x == nullptr || p.y == nullptr || (w.data == nullptr && w.cols > 0)) throw Error("MatMul: null x, y or weight data");
+  if (!KernelLevelAvailable(p.level)) {
+    throw Error(std::string("MatMul: kernel level ") + KernelLevelName(p.level) + " is not available on this CPU/build");
+  }
+  const detail::QuantKernels& k = Kernels(p.level);
+  const std::int64_t cols = w.cols, rows = w.rows, m = p.m;
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+
+  // Quantize the activations once (row i -> its own blocks).
+  std::vector<ActQ8> a8;
+  std::vector<ActQ8K> a8k;
+  const bool kquant = w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ6_K;
+  const bool q32 = w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0 || w.type == GgmlType::kQ5_0;
+  const std::int64_t nb = cols / GgmlBlockSize(w.type);
+  if (q32) {
+    a8.resize(static_cast<std::size_t>(m * nb));
+    for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8(p.x + i * cols, a8.data() + i * nb, cols);
+  } else if (kquant) {
+    a8k.resize(static_cast<std::size_t>(m * nb));
+    for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8K(p.x + i * cols, a8k.data() + i * nb, cols);
+  }
+
+  auto dot = [&](std::int64_t r, std::int64_t i) -> float {
+    const void* wr = base + static_cast<std::size_t>(r) * w.row_bytes;
+    switch (w.type) {
+      case GgmlType::kQ8_0: return k.q8_0(static_cast<const BlockQ8_0*>(wr), a8.data() + i * nb, nb);
+      case GgmlType::kQ4_0: return k.q4_0(static_cast<const BlockQ4_0*>(wr), a8.data() + i * nb, nb);
+      case GgmlType::kQ5_0: return k.q5_0(static_cast<const BlockQ5_0*>(wr), a8.data() + i * nb, nb);
+      case GgmlType::kQ4_K: return k.q4_k(static_cast<const BlockQ4_K*>(wr), a8k.data() + i * nb, nb);
+      case GgmlType::kQ6_K: return k.q6_k(static_cast<const BlockQ6_K*>(wr), a8k.data() + i * nb, nb);
+      case GgmlType::kF32: return detail::DotF32(static_cast<const float*>(wr), p.x + i * cols, cols);
+      case GgmlType::kF16: return detail::DotF16(static_cast<const std::uint16_t*>(wr), p.x + i * cols, cols);
+      case GgmlType::kBF16: return detail::DotBF16(static_cast<const std::uint16_t*>(wr), p.x + i * cols, cols);
+      default: return 0.0f;
+    }
+  };
+  const std::int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  ParallelFor(p.pool, tasks, [&](std::int64_t t) {
+    const std::int64_t r0 = t * kRowsPerTask;
+    const std::int64_t r1 = std::min(rows, r0 + kRowsPerTask);
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t r = r0; r < r1; ++r) p.y[i * rows + r] = dot(r, i);
+    }
+  });
+}
+
+}  // namespace kvshare

@@ -1,0 +1,48 @@
+// x86 helpers shared by the per-ISA kernel files. Everything is in an
+// anonymous namespace so each file gets its own copy compiled with its own
+// target flags (no ODR mixing of AVX2 and AVX-512 code).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace kvshare::detail {
+namespace {
+
+inline float H2F(std::uint16_t h) { return _cvtsh_ss(h); }
+
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Sum of u8 x s8 products over 32 bytes, as 8 int32 lanes (u8 <= 63 or <= 128 with |s8| <= 127).
+inline __m256i DotU8S8(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+// Same for two signed operands (x in [-127, 127]).
+inline __m256i DotS8S8(__m256i a, __m256i x) { return DotU8S8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(x, a)); }
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles first, then high nibbles.
+inline __m256i Nibbles(const std::uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0xF);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Byte i = 0x10 if bit i of the 32-bit mask is set, else 0.
+inline __m256i BitsToBytes(std::uint32_t bits) {
+  const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i sel = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+}  // namespace
+}  // namespace kvshare::detail

@@ -1,0 +1,245 @@
+// Quantized weights: dequantization of hand-built blocks against hand-computed
+// values; MatMul on every compiled kernel level against dequantize + double
+// matmul, with a tolerance from the int8 activation quantization error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/float_convert.h"
+#include "kvshare/error.h"
+#include "model/quant.h"
+
+namespace kvshare {
+namespace {
+
+using detail::F32ToBF16;
+using detail::F32ToF16;
+
+std::vector<float> Dequant(GgmlType t, const void* src, std::int64_t n) {
+  std::vector<float> y(static_cast<std::size_t>(n));
+  DequantizeRow(t, src, y.data(), n);
+  return y;
+}
+
+TEST(Dequant, Q8_0) {
+  BlockQ8_0 b{};
+  b.d = F32ToF16(0.5f);
+  for (int j = 0; j < 32; ++j) b.qs[j] = static_cast<std::int8_t>(j * 8 - 128);
+  const auto y = Dequant(GgmlType::kQ8_0, &b, 32);
+  EXPECT_EQ(y[0], -64.0f);
+  EXPECT_EQ(y[1], -60.0f);
+  EXPECT_EQ(y[31], 60.0f);
+}
+
+TEST(Dequant, Q4_0) {
+  BlockQ4_0 b{};
+  b.d = F32ToF16(2.0f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+  const auto y = Dequant(GgmlType::kQ4_0, &b, 32);
+  EXPECT_EQ(y[0], -16.0f);   // 2 * (0 - 8)
+  EXPECT_EQ(y[15], 14.0f);   // 2 * (15 - 8)
+  EXPECT_EQ(y[16], 14.0f);   // high nibble of qs[0] = 15
+  EXPECT_EQ(y[31], -16.0f);  // high nibble of qs[15] = 0
+}
+
+TEST(Dequant, Q5_0) {
+  BlockQ5_0 b{};
+  b.d = F32ToF16(1.0f);
+  const std::uint32_t h = 0x80000001u;  // 5th bit set for elements 0 and 31
+  std::memcpy(b.qh, &h, 4);
+  for (int j = 0; j < 16; ++j) b.qs[j] = 0x73;  // low 3, high 7
+  const auto y = Dequant(GgmlType::kQ5_0, &b, 32);
+  EXPECT_EQ(y[0], 3.0f);    // (3 | 16) - 16
+  EXPECT_EQ(y[1], -13.0f);  // 3 - 16
+  EXPECT_EQ(y[16], -9.0f);  // 7 - 16
+  EXPECT_EQ(y[31], 7.0f);   // (7 | 16) - 16
+}
+
+TEST(Dequant, Q4_K) {
+  BlockQ4_K b{};
+  b.d = F32ToF16(1.0f);
+  b.dmin = F32ToF16(0.5f);
+  // sc0..3 = 1 (+ top bits 01 of sc4..7), m0..3 = 2, low nibbles of sc4..7 = 5, of m4..7 = 3.
+  for (int j = 0; j < 4; ++j) {
+    b.scales[j] = 0x41;
+    b.scales[j + 4] = 0x02;
+    b.scales[j + 8] = 0x35;
+  }
+  std::memset(b.qs, 0x97, sizeof b.qs);  // low nibble 7, high nibble 9
+  const auto y = Dequant(GgmlType::kQ4_K, &b, 256);
+  EXPECT_EQ(y[0], 6.0f);      // 1*1*7 - 0.5*2
+  EXPECT_EQ(y[32], 8.0f);     // 1*1*9 - 0.5*2
+  EXPECT_EQ(y[128], 145.5f);  // sc = 5 | 1<<4 = 21: 21*7 - 0.5*3
+  EXPECT_EQ(y[255], 187.5f);  // 21*9 - 1.5
+}
+
+TEST(Dequant, Q6_K) {
+  BlockQ6_K b{};
+  b.d = F32ToF16(0.25f);
+  for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<std::int8_t>(g - 8);
+  std::memset(b.ql, 0x21, sizeof b.ql);  // low 1, high 2
+  std::memset(b.qh, 0xE4, sizeof b.qh);  // 2-bit fields 0, 1, 2, 3
+  const auto y = Dequant(GgmlType::kQ6_K, &b, 256);
+  EXPECT_EQ(y[0], 62.0f);          // q = 1 - 32 = -31, sc[0] = -8
+  EXPECT_EQ(y[32], 22.5f);         // q = 17 - 32 = -15, sc[2] = -6
+  EXPECT_EQ(y[64], -2.0f);         // q = 34 - 32 = 2, sc[4] = -4
+  EXPECT_EQ(y[96], -9.0f);         // q = 50 - 32 = 18, sc[6] = -2
+  EXPECT_EQ(y[128 + 16], -7.75f);  // half 1, sc[9] = 1, q = -31
+}
+
+TEST(Dequant, FloatTypes) {
+  const std::uint16_t h[2] = {F32ToF16(1.5f), F32ToF16(-0.25f)};
+  const std::uint16_t bf[2] = {F32ToBF16(3.0f), F32ToBF16(-2.0f)};
+  const float f[2] = {7.0f, -1.0f};
+  EXPECT_EQ(Dequant(GgmlType::kF16, h, 2), (std::vector<float>{1.5f, -0.25f}));
+  EXPECT_EQ(Dequant(GgmlType::kBF16, bf, 2), (std::vector<float>{3.0f, -2.0f}));
+  EXPECT_EQ(Dequant(GgmlType::kF32, f, 2), (std::vector<float>{7.0f, -1.0f}));
+  EXPECT_THROW(Dequant(GgmlType::kQ8_0, f, 16), Error);
+  EXPECT_THROW(Dequant(GgmlType::kQ4_1, f, 32), Error);
+}
+
+// Random but valid weight bytes: fp16 scale fields are set to small finite values.
+std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  const std::int64_t nb = rows * cols / GgmlBlockSize(t);
+  const std::size_t bb = static_cast<std::size_t>(GgmlBlockBytes(t));
+  std::vector<std::uint8_t> w(static_cast<std::size_t>(nb) * bb);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  for (auto& v : w) v = static_cast<std::uint8_t>(byte(rng));
+  auto put16 = [&](std::size_t at, float v) {
+    const std::uint16_t h = F32ToF16(v);
+    std::memcpy(w.data() + at, &h, 2);
+  };
+  if (t == GgmlType::kF32) {
+    for (std::int64_t i = 0; i < rows * cols; ++i) {
+      const float v = scale(rng) * 50;
+      std::memcpy(w.data() + 4 * i, &v, 4);
+    }
+    return w;
+  }
+  if (t == GgmlType::kF16 || t == GgmlType::kBF16) {
+    for (std::int64_t i = 0; i < rows * cols; ++i) {
+      const float v = scale(rng) * 50;
+      const std::uint16_t h = t == GgmlType::kF16 ? F32ToF16(v) : F32ToBF16(v);
+      std::memcpy(w.data() + 2 * i, &h, 2);
+    }
+    return w;
+  }
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::size_t at = static_cast<std::size_t>(b) * bb;
+    if (t == GgmlType::kQ6_K) {
+      put16(at + 208, scale(rng));
+    } else if (t == GgmlType::kQ4_K) {
+      put16(at, std::fabs(scale(rng)));
+      put16(at + 2, std::fabs(scale(rng)));
+    } else {
+      put16(at, scale(rng));
+    }
+  }
+  return w;
+}
+
+struct MatShape {
+  GgmlType type;
+  std::int64_t rows, cols, m;
+};
+
+void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt19937& rng) {
+  const auto wbytes = RandomWeights(s.type, s.rows, s.cols, rng);
+  const WeightMatrix w = WeightMatrix::Make(wbytes.data(), s.type, s.rows, s.cols);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(s.m * s.cols));
+  for (auto& v : x) v = nd(rng);
+  x[0] = 6.0f;  // an outlier widens one block's scale
+  std::vector<float> y(static_cast<std::size_t>(s.m * s.rows), NAN);
+  MatMul(w, {.x = x.data(), .m = s.m, .y = y.data(), .pool = pool, .level = level});
+
+  const bool float_w = s.type == GgmlType::kF32 || s.type == GgmlType::kF16 || s.type == GgmlType::kBF16;
+  // Activations are quantized per block of qb with step amax/127: each x_i moves
+  // by at most amax_b/254, so |err| <= sum_b amax_b/254 * sum_{i in b} |w_i|,
+  // plus fp32 accumulation (relative 1e-5 of sum |w_i x_i| and of the scale-sum terms).
+  const std::int64_t qb = float_w ? s.cols : (s.type == GgmlType::kQ4_K || s.type == GgmlType::kQ6_K) ? 256 : 32;
+  std::vector<float> wrow(static_cast<std::size_t>(s.cols));
+  for (std::int64_t r = 0; r < s.rows; ++r) {
+    DequantizeRow(s.type, wbytes.data() + static_cast<std::size_t>(r) * w.row_bytes, wrow.data(), s.cols);
+    float wmax = 0.0f;
+    for (float v : wrow) wmax = std::fmax(wmax, std::fabs(v));
+    for (std::int64_t i = 0; i < s.m; ++i) {
+      const float* xi = x.data() + i * s.cols;
+      double ref = 0.0, quant_err = 0.0, mag = 0.0;
+      for (std::int64_t b = 0; b < s.cols / qb; ++b) {
+        double amax = 0.0, wsum = 0.0;
+        for (std::int64_t c = b * qb; c < (b + 1) * qb; ++c) {
+          ref += static_cast<double>(wrow[c]) * xi[c];
+          amax = std::fmax(amax, std::fabs(xi[c]));
+          wsum += std::fabs(wrow[c]);
+          mag += std::fabs(static_cast<double>(xi[c])) * (std::fabs(wrow[c]) + wmax);
+        }
+        quant_err += amax / 254.0 * wsum;
+      }
+      const double tol = (float_w ? 0.0 : quant_err * 1.0001) + 1e-5 * mag + 1e-6;
+      const float got = y[static_cast<std::size_t>(i * s.rows + r)];
+      ASSERT_NEAR(got, ref, tol) << GgmlTypeName(s.type) << " level " << KernelLevelName(level) << " rows " << s.rows
+                                 << " cols " << s.cols << " m " << s.m << " at row " << r << " x-row " << i;
+    }
+  }
+}
+
+const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K,
+                           GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16};
+
+TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
+  std::mt19937 rng(1234);
+  ThreadPool pool(3);
+  int levels = 0;
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+    if (!KernelLevelAvailable(level)) continue;
+    ++levels;
+    for (GgmlType t : kTypes) {
+      const bool k = t == GgmlType::kQ4_K || t == GgmlType::kQ6_K;
+      const std::int64_t bs = GgmlBlockSize(t);
+      // Odd block counts (1, 3, 5 blocks: the AVX-512 pair loop's tail), odd rows, m = 1 and m > 1.
+      for (std::int64_t nblk : {std::int64_t{1}, std::int64_t{3}, k ? std::int64_t{5} : std::int64_t{20}}) {
+        const std::int64_t cols = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ? 32 * nblk + 7 : bs * nblk;
+        for (std::int64_t rows : {1, 7, 33}) {
+          for (std::int64_t m : {1, 3}) {
+            CheckMatMul({t, rows, cols, m}, level, rows == 33 ? &pool : nullptr, rng);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(levels, 1);
+  std::printf("kernel levels tested: %d (default %s)\n", levels, KernelLevelName(DefaultKernelLevel()));
+}
+
+TEST(MatMul, IndependentOfThreadCount) {
+  std::mt19937 rng(7);
+  for (GgmlType t : kTypes) {
+    const std::int64_t rows = 97, cols = 512, m = 2;
+    const auto wbytes = RandomWeights(t, rows, cols, rng);
+    const WeightMatrix w = WeightMatrix::Make(wbytes.data(), t, rows, cols);
+    std::vector<float> x(static_cast<std::size_t>(m * cols));
+    std::normal_distribution<float> nd;
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> y1(static_cast<std::size_t>(m * rows)), y4(y1.size());
+    MatMul(w, {.x = x.data(), .m = m, .y = y1.data()});
+    ThreadPool pool(4);
+    MatMul(w, {.x = x.data(), .m = m, .y = y4.data(), .pool = &pool});
+    EXPECT_EQ(0, std::memcmp(y1.data(), y4.data(), y1.size() * 4)) << GgmlTypeName(t);
+  }
+}
+
+TEST(MatMul, RejectsBadInput) {
+  std::vector<std::uint8_t> w(34);
+  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ4_1, 1, 32), Error);
+  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 48), Error);
+  const WeightMatrix wm = WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 32);
+  EXPECT_THROW(MatMul(wm, {.x = nullptr, .m = 1, .y = nullptr}), Error);
+}
+
+}  // namespace
+}  // namespace kvshare
