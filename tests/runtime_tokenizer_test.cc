@@ -14,6 +14,7 @@
 
 #include "kvshare/error.h"
 #include "kvshare/tokenizer.h"
+#include "runtime_bpe_twin.h"
 
 namespace kvshare {
 namespace {
@@ -55,6 +56,7 @@ VocabData MakeVocab(const std::vector<Entry>& normal, bool add_space_prefix = fa
 }
 
 constexpr int32_t kStartOfTurn = 4, kEndOfTurn = 5, kNl = 6, kNlNl = 7, kTwoSpaces = 8;
+
 constexpr int32_t ByteId(int b) { return 9 + b; }
 
 // Normal pieces with scores decreasing with their index (as in Gemma).
@@ -69,83 +71,6 @@ std::vector<Entry> RichPieces() {
     out.push_back({pieces[i], -static_cast<float>(i), kNormal});
   }
   return out;
-}
-
-// ---- Plain twin: SentencePiece BPE as the spec describes it ----
-std::vector<std::string> SplitUtf8(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-    out.push_back(s.substr(i, len));
-    i += len;
-  }
-  return out;
-}
-
-std::vector<int32_t> TwinEncodePlain(const VocabData& v, std::string text) {
-  std::map<std::string, int32_t> normal;
-  for (size_t i = 0; i < v.tokens.size(); ++i) {
-    if (v.token_types[i] == kNormal) normal[v.tokens[i]] = static_cast<int32_t>(i);
-  }
-  std::string escaped;
-  for (char c : text) escaped += (c == ' ') ? std::string("▁") : std::string(1, c);
-  std::vector<std::string> sym = SplitUtf8(escaped);
-  while (true) {
-    int best = -1;
-    float best_score = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      auto it = normal.find(sym[i] + sym[i + 1]);
-      if (it == normal.end()) continue;
-      const float s = v.scores[it->second];
-      if (best < 0 || s > best_score) {
-        best = static_cast<int>(i);
-        best_score = s;
-      }
-    }
-    if (best < 0) break;
-    sym[best] += sym[best + 1];
-    sym.erase(sym.begin() + best + 1);
-  }
-  std::vector<int32_t> ids;
-  for (const auto& s : sym) {
-    auto it = normal.find(s);
-    if (it != normal.end()) {
-      ids.push_back(it->second);
-    } else {
-      for (unsigned char c : s) ids.push_back(ByteId(c));
-    }
-  }
-  return ids;
-}
-
-// Plain text only (no control text); user-defined "\n", "\n\n", "  " cut out first.
-std::vector<int32_t> TwinEncode(const VocabData& v, const std::string& text) {
-  std::vector<int32_t> ids;
-  std::string frag;
-  for (size_t i = 0; i < text.size();) {
-    int32_t id = -1;
-    size_t len = 0;
-    if (text.compare(i, 2, "\n\n") == 0) {
-      id = kNlNl, len = 2;
-    } else if (text[i] == '\n') {
-      id = kNl, len = 1;
-    } else if (text.compare(i, 2, "  ") == 0) {
-      id = kTwoSpaces, len = 2;
-    }
-    if (id < 0) {
-      frag += text[i++];
-      continue;
-    }
-    auto part = TwinEncodePlain(v, frag);
-    ids.insert(ids.end(), part.begin(), part.end());
-    frag.clear();
-    ids.push_back(id);
-    i += len;
-  }
-  auto part = TwinEncodePlain(v, frag);
-  ids.insert(ids.end(), part.begin(), part.end());
-  return ids;
 }
 
 std::string RandomText(std::mt19937& rng, int max_units) {
@@ -251,11 +176,12 @@ TEST(Tokenizer, SpecialIdsAndLookups) {
 TEST(Tokenizer, MatchesPlainTwinOnRandomText) {
   const VocabData v = MakeVocab(RichPieces());
   Tokenizer tok(v);
+  const testing::BpeTwin twin(v);
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 500; ++trial) {
     std::string s = RandomText(rng, 12);
     if (s.find('<') != std::string::npos) continue;  // the twin handles no control text
-    ASSERT_EQ(tok.Encode(s, {.add_bos = false}), TwinEncode(v, s)) << "text: [" << s << "]";
+    ASSERT_EQ(tok.Encode(s, {.add_bos = false}), twin.Encode(s)) << "text: [" << s << "]";
   }
 }
 
