@@ -1,0 +1,68 @@
+// kvshare/sampler.h — next-token selection from logits.
+//
+// Pipeline, in this order (HF / vLLM order: temperature before the filters):
+//   1. repetition penalty over the distinct ids among the last repeat_last_n of
+//      `history` (CTRL paper, llama.cpp convention): a positive logit is divided
+//      by the penalty, a negative one multiplied by it;
+//   2. temperature == 0: greedy — the argmax, ties going to the lowest id;
+//   3. otherwise logits / temperature, then top_k (keep the k largest; ties at the
+//      boundary resolved towards lower ids), top_p (keep the smallest prefix of the
+//      candidates sorted by probability, descending then by id, whose mass reaches
+//      top_p; always at least one), min_p (drop tokens whose probability is below
+//      min_p × the largest), and a draw from the renormalized distribution.
+//
+// Determinism: the draw uses std::mt19937_64 seeded with `seed` and a 53-bit
+// uniform made from its output by this code (no implementation-defined
+// distribution), so a seed gives the same tokens on every platform and build.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace kvshare {
+
+struct SamplerOptions {
+  float temperature = 0.0f;        // >= 0; 0 → greedy
+  int32_t top_k = 0;               // >= 0; 0 → off
+  float top_p = 1.0f;              // (0, 1]; 1 → off
+  float min_p = 0.0f;              // [0, 1]; 0 → off
+  float repetition_penalty = 1.0f; // > 0; 1 → off
+  int32_t repeat_last_n = 64;      // >= -1; -1 → all of history, 0 → off
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  // Throws kvshare::Error naming the option, the allowed range and the value,
+  // e.g. "top_p must be in (0, 1], got 1.5".
+  explicit Sampler(const SamplerOptions& options);
+
+  // logits: [vocab] scores of the next token (finite or -inf; not all -inf; no NaN
+  // or +inf). history: ids generated or read so far, each in [0, vocab).
+  // Returns an id in [0, vocab). Throws kvshare::Error on invalid input, leaving the
+  // random state unchanged. Greedy calls never advance the random state; sampling
+  // calls advance it by exactly one draw.
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history = {});
+
+  const SamplerOptions& options() const { return options_; }
+  // Restarts the random sequence.
+  void Reseed(uint64_t seed);
+
+ private:
+  // Uniform double in [0, 1) with 53 random bits.
+  double NextUniform();
+
+  SamplerOptions options_;
+  std::mt19937_64 rng_;
+  std::vector<float> scratch_;  // [vocab] penalized logits
+  struct Candidate {
+    float logit;
+    int32_t id;
+  };
+  std::vector<Candidate> candidates_;
+  std::vector<double> probs_;
+};
+
+}  // namespace kvshare

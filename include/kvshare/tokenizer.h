@@ -1,0 +1,180 @@
+// kvshare/tokenizer.h — SentencePiece-style BPE tokenizer built from GGUF vocabulary
+// arrays, a streaming detokenizer, and the Gemma chat template.
+//
+// The vocabulary comes in as plain vectors (the GGUF reader lives in model/):
+// `tokenizer.ggml.tokens`, `.scores`, `.token_type` and the special ids. Encoding
+// follows SentencePiece BPE ("tokenizer.ggml.model" = "llama"): text → ' ' replaced
+// by U+2581 "▁" → UTF-8 characters → adjacent pairs merged greedily by the score of
+// the merged piece (highest first, leftmost on ties) → characters missing from the
+// vocabulary emitted as byte tokens `<0xNN>` (byte fallback).
+//
+// Special tokens. USER_DEFINED tokens (e.g. Gemma's "\n\n", "  ") are always cut
+// out of the input as whole tokens, longest match first, before BPE (llama.cpp's
+// rule). CONTROL and UNKNOWN tokens (`<bos>`, `<start_of_turn>`, …) are cut out only
+// with EncodeOptions::parse_special; otherwise their text is tokenized as plain
+// characters. BPE merges never produce a CONTROL, UNKNOWN, USER_DEFINED or UNUSED
+// token.
+//
+// Thread safety: a Tokenizer is immutable after construction; Encode/Decode may be
+// called from any number of threads. A TokenStreamDecoder is per stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvshare {
+
+// GGUF `tokenizer.ggml.token_type` values (same numbering as SentencePiece).
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,  // text is exactly "<0xNN>", NN two upper-case hex digits
+};
+
+// The vocabulary as stored in GGUF. All vectors are indexed by token id.
+struct VocabData {
+  std::vector<std::string> tokens;   // [n_vocab] piece text, UTF-8, non-empty, unique
+  std::vector<float> scores;         // [n_vocab] merge priority (higher merges first)
+  std::vector<int32_t> token_types;  // [n_vocab] TokenType values 1..6
+  int32_t bos = -1;                  // tokenizer.ggml.bos_token_id (-1: none)
+  int32_t eos = -1;                  // tokenizer.ggml.eos_token_id (-1: none)
+  int32_t pad = -1;                  // tokenizer.ggml.padding_token_id (-1: none)
+  int32_t unk = -1;                  // tokenizer.ggml.unknown_token_id (required)
+  bool add_bos = true;               // tokenizer.ggml.add_bos_token
+  bool add_eos = false;              // tokenizer.ggml.add_eos_token
+  bool add_space_prefix = false;     // tokenizer.ggml.add_space_prefix (Gemma 3: false)
+  // End-of-turn token text; its id (if present) is looked up by text, as
+  // llama.cpp does. Empty: none.
+  std::string end_of_turn_text = "<end_of_turn>";
+  std::string start_of_turn_text = "<start_of_turn>";
+};
+
+struct EncodeOptions {
+  // Prepend BOS. nullopt: follow VocabData::add_bos. (Same for EOS.)
+  std::optional<bool> add_bos;
+  std::optional<bool> add_eos;
+  // Recognize CONTROL/UNKNOWN token text (e.g. "<start_of_turn>") in the input.
+  bool parse_special = false;
+};
+
+struct DecodeOptions {
+  // Emit the text of CONTROL/UNKNOWN/UNUSED tokens (e.g. "<end_of_turn>") instead
+  // of nothing.
+  bool render_special = false;
+  // Drop one leading space from the first text produced (SentencePiece's
+  // dummy-prefix removal). nullopt: follow VocabData::add_space_prefix.
+  std::optional<bool> strip_leading_space;
+};
+
+class Tokenizer {
+ public:
+  // Validates the vocabulary and builds the encoder. Throws kvshare::Error naming
+  // the offending field (sizes differ, empty or duplicate token text, bad type,
+  // special id out of range, byte token with malformed text, no unk id).
+  explicit Tokenizer(const VocabData& vocab);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // UTF-8 text → token ids. Invalid UTF-8 in the input is replaced by U+FFFD.
+  // A literal "▁" in the input decodes back as a space (as in SentencePiece).
+  std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
+
+  // Token ids → text. Invalid or truncated UTF-8 produced by byte tokens is replaced
+  // by U+FFFD, one per maximal ill-formed subsequence. Throws kvshare::Error for an
+  // id outside [0, vocab_size()).
+  std::string Decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
+
+  // Raw bytes one token contributes to the decoded text (may be part of a UTF-8
+  // character for byte tokens). Throws kvshare::Error for an id out of range.
+  std::string_view TokenBytes(int32_t id, bool render_special = false) const;
+
+  int32_t vocab_size() const;
+  std::string_view TokenText(int32_t id) const;  // the piece as stored
+  TokenType Type(int32_t id) const;
+  std::optional<int32_t> TokenId(std::string_view text) const;  // exact piece lookup
+
+  int32_t bos_id() const;  // -1 if none
+  int32_t eos_id() const;
+  int32_t pad_id() const;
+  int32_t unk_id() const;
+  int32_t start_of_turn_id() const;  // -1 if the vocabulary has no such token
+  int32_t end_of_turn_id() const;    // -1 if the vocabulary has no such token
+  bool add_space_prefix() const;
+  // True for eos and end_of_turn: generation should stop.
+  bool IsEndOfGeneration(int32_t id) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Incremental detokenizer. Feed ids one at a time; each call returns the text that
+// became complete. Bytes of an unfinished UTF-8 character are held back until the
+// character completes (or turns out ill-formed, then U+FFFD). For any id sequence,
+// the concatenation of all Feed() results followed by Flush() equals
+// Tokenizer::Decode(ids) with the same options. The tokenizer must outlive this.
+class TokenStreamDecoder {
+ public:
+  explicit TokenStreamDecoder(const Tokenizer& tokenizer, const DecodeOptions& options = {});
+  // Throws kvshare::Error for an id out of range (state unchanged).
+  std::string Feed(int32_t id);
+  // Ends the stream: held bytes become U+FFFD. The decoder is then reset.
+  std::string Flush();
+  void Reset();
+  // Bytes currently held back (0..3).
+  size_t pending_bytes() const { return pending_.size(); }
+
+ private:
+  const Tokenizer* tokenizer_;
+  DecodeOptions options_;
+  bool strip_;
+  bool at_start_ = true;
+  std::string pending_;
+};
+
+// ---- Chat template (Gemma; llama.cpp LLM_CHAT_TEMPLATE_GEMMA) ----
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" or "model"
+  std::string content;
+};
+
+struct ChatTemplateOptions {
+  // End with "<start_of_turn>model\n" so the model writes the next turn.
+  bool add_generation_prompt = true;
+  // Start the text with "<bos>". Leave false when the tokenizer adds BOS
+  // (EncodeChat does); true gives the HF jinja template's exact text.
+  bool bos_text = false;
+  // EncodeGemmaChat only: also recognize special-token text inside message
+  // contents. Off by default, so a user who types "<end_of_turn>" cannot end a
+  // turn; the markup around the messages is always parsed.
+  bool parse_special_in_content = false;
+};
+
+// Each turn is "<start_of_turn>{role}\n{trim(content)}<end_of_turn>\n", role
+// "assistant" written as "model". System messages form no turn: their trimmed text
+// (several joined directly) is prepended to the next non-model turn followed by
+// "\n\n". Throws kvshare::Error for an unknown role.
+std::string FormatGemmaChat(std::span<const ChatMessage> messages,
+                            const ChatTemplateOptions& options = {});
+
+// Token ids of FormatGemmaChat's text with exactly one BOS in front (when the
+// vocabulary has one; options.bos_text is ignored). Markup is encoded with
+// parse_special, message contents without it (see parse_special_in_content).
+std::vector<int32_t> EncodeGemmaChat(const Tokenizer& tokenizer,
+                                     std::span<const ChatMessage> messages,
+                                     const ChatTemplateOptions& options = {});
+
+}  // namespace kvshare

@@ -1,0 +1,168 @@
+#include "kvshare/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "kvshare/error.h"
+
+namespace kvshare {
+namespace {
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+void Validate(const SamplerOptions& o) {
+  if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature)) {
+    throw Error("temperature must be finite and >= 0 (0 selects greedy), got " + Num(o.temperature));
+  }
+  if (o.top_k < 0) {
+    throw Error("top_k must be >= 0 (0 disables it), got " + std::to_string(o.top_k));
+  }
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) {
+    throw Error("top_p must be in (0, 1], got " + Num(o.top_p));
+  }
+  if (!(o.min_p >= 0.0f && o.min_p <= 1.0f)) {
+    throw Error("min_p must be in [0, 1], got " + Num(o.min_p));
+  }
+  if (!(o.repetition_penalty > 0.0f) || !std::isfinite(o.repetition_penalty)) {
+    throw Error("repetition_penalty must be finite and > 0 (1 disables it), got " +
+                Num(o.repetition_penalty));
+  }
+  if (o.repeat_last_n < -1) {
+    throw Error("repeat_last_n must be >= -1 (-1: whole history, 0: off), got " +
+                std::to_string(o.repeat_last_n));
+  }
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
+  Validate(options_);
+}
+
+void Sampler::Reseed(uint64_t seed) {
+  options_.seed = seed;
+  rng_.seed(seed);
+}
+
+double Sampler::NextUniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const size_t n = logits.size();
+  if (n == 0) throw Error("Sampler::Sample: logits must not be empty");
+  if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    throw Error("Sampler::Sample: logits has more than 2^31-1 entries");
+  }
+  bool any_finite = false;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) {
+      throw Error("Sampler::Sample: logits[" + std::to_string(i) +
+                  "] must be finite or -inf, got " + Num(v));
+    }
+    any_finite |= std::isfinite(v);
+  }
+  if (!any_finite) throw Error("Sampler::Sample: all logits are -inf");
+  for (size_t i = 0; i < history.size(); ++i) {
+    if (history[i] < 0 || static_cast<size_t>(history[i]) >= n) {
+      throw Error("Sampler::Sample: history[" + std::to_string(i) + "] must be in [0, " +
+                  std::to_string(n) + "), got " + std::to_string(history[i]));
+    }
+  }
+
+  // 1. Repetition penalty on a copy.
+  std::span<const float> x = logits;
+  const size_t window = options_.repeat_last_n < 0
+                            ? history.size()
+                            : std::min(history.size(), static_cast<size_t>(options_.repeat_last_n));
+  if (options_.repetition_penalty != 1.0f && window > 0) {
+    scratch_.assign(logits.begin(), logits.end());
+    // Each distinct id is penalized once: mark by applying to the original value.
+    for (int32_t id : history.subspan(history.size() - window)) {
+      const float v = logits[id];
+      scratch_[id] = v > 0.0f ? v / options_.repetition_penalty : v * options_.repetition_penalty;
+    }
+    x = scratch_;
+  }
+
+  // 2. Greedy: argmax, lowest id on ties.
+  if (options_.temperature == 0.0f) {
+    int32_t best = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (x[i] > x[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  }
+
+  // 3. Candidates sorted by logit descending, id ascending.
+  candidates_.clear();
+  candidates_.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] != -std::numeric_limits<float>::infinity()) {
+      candidates_.push_back({x[i], static_cast<int32_t>(i)});
+    }
+  }
+  auto before = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  size_t keep = candidates_.size();
+  if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
+    keep = static_cast<size_t>(options_.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), before);
+    candidates_.resize(keep);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), before);
+  }
+
+  // Softmax of logit / temperature over the kept candidates (double).
+  const double inv_t = 1.0 / static_cast<double>(options_.temperature);
+  const double top = static_cast<double>(candidates_[0].logit) * inv_t;
+  probs_.resize(keep);
+  double sum = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs_[i] = std::exp(static_cast<double>(candidates_[i].logit) * inv_t - top);
+    sum += probs_[i];
+  }
+
+  // top_p: smallest prefix whose mass reaches top_p.
+  if (options_.top_p < 1.0f) {
+    const double target = static_cast<double>(options_.top_p) * sum;
+    double acc = 0.0;
+    size_t cut = keep;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += probs_[i];
+      if (acc >= target) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+  }
+  // min_p: relative to the largest probability (probs_[0] == 1 before normalizing).
+  if (options_.min_p > 0.0f) {
+    const double threshold = static_cast<double>(options_.min_p) * probs_[0];
+    size_t cut = 1;
+    while (cut < keep && probs_[cut] >= threshold) ++cut;
+    keep = cut;
+  }
+
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) total += probs_[i];
+  const double r = NextUniform() * total;
+  double acc = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += probs_[i];
+    if (r < acc) return candidates_[i].id;
+  }
+  return candidates_[keep - 1].id;  // rounding: r == total
+}
+
+}  // namespace kvshare
