@@ -77,6 +77,27 @@ TEST(Sampler, FiltersKeepTheRightSupport) {
             (std::set<int32_t>{1, 3}));
 }
 
+TEST(Sampler, TopPOnALargeVocabulary) {
+  // Decreasing logits, so the sorted order is the id order; the cut lies past the
+  // first 1024 candidates the sampler sorts.
+  const int n = 6000;
+  std::vector<float> logits(n);
+  std::vector<double> w(n);
+  double total = 0;
+  for (int i = 0; i < n; ++i) {
+    logits[i] = -0.0005f * static_cast<float>(i);
+    total += w[i] = std::exp(static_cast<double>(logits[i]) - logits[0]);
+  }
+  double acc = 0;
+  int cut = 0;
+  while (acc < static_cast<double>(0.8f) * total) acc += w[cut++];
+  ASSERT_GT(cut, 1024);
+  const auto seen = Support({.temperature = 1, .top_p = 0.8f, .seed = 8}, logits, 20000);
+  EXPECT_LT(*seen.rbegin(), cut);
+  EXPECT_GE(*seen.rbegin(), cut - 30);
+  EXPECT_EQ(*seen.begin(), 0);
+}
+
 TEST(Sampler, DrawsFollowTemperatureSoftmax) {
   const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f, -2.0f, 1.5f, 0.7f};
   for (float t : {0.5f, 1.0f, 2.0f}) {
@@ -147,7 +168,7 @@ TEST(Sampler, GoldenDrawsArePortable) {
   const auto logits = LogitsFor({0.1, 0.2, 0.3, 0.4});
   std::vector<int32_t> got;
   for (int i = 0; i < 16; ++i) got.push_back(s.Sample(logits));
-  EXPECT_EQ(got, (std::vector<int32_t>{3, 2, 2, 2, 2, 3, 3, 2, 2, 3, 3, 3, 2, 2, 1, 2}));
+  EXPECT_EQ(got, (std::vector<int32_t>{2, 2, 3, 2, 2, 1, 0, 3, 2, 1, 0, 0, 2, 3, 3, 2}));
 }
 
 void ExpectError(const SamplerOptions& o, const std::string& message) {

@@ -10,10 +10,15 @@
 //      candidates sorted by probability, descending then by id, whose mass reaches
 //      top_p; always at least one), min_p (drop tokens whose probability is below
 //      min_p × the largest), and a draw from the renormalized distribution.
+//      top_k and min_p are applied before top_p; as each keeps a most-likely
+//      prefix, the order among them does not change the result. The draw walks
+//      the candidates in id order unless top_k/top_p sorted them (then by
+//      descending probability); only as much is sorted as the filters need.
 //
 // Determinism: the draw uses std::mt19937_64 seeded with `seed` and a 53-bit
 // uniform made from its output by this code (no implementation-defined
-// distribution), so a seed gives the same tokens on every platform and build.
+// distribution), so a seed gives the same tokens for the same logits on every
+// platform (up to last-bit differences of std::exp between C libraries).
 #pragma once
 
 #include <cstdint>
@@ -60,9 +65,9 @@ class Sampler {
   struct Candidate {
     float logit;
     int32_t id;
+    double weight;  // exp((logit - max) / temperature)
   };
   std::vector<Candidate> candidates_;
-  std::vector<double> probs_;
 };
 
 }  // namespace kvshare

@@ -80,7 +80,7 @@ class Tokenizer {
   // Validates the vocabulary and builds the encoder. Throws kvshare::Error naming
   // the offending field (sizes differ, empty or duplicate token text, bad type,
   // special id out of range, byte token with malformed text, no unk id).
-  explicit Tokenizer(const VocabData& vocab);
+  explicit Tokenizer(VocabData vocab);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

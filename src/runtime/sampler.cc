@@ -102,67 +102,80 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
     return best;
   }
 
-  // 3. Candidates sorted by logit descending, id ascending.
-  candidates_.clear();
-  candidates_.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (x[i] != -std::numeric_limits<float>::infinity()) {
-      candidates_.push_back({x[i], static_cast<int32_t>(i)});
-    }
-  }
+  // 3. Weights w = exp((x - max) / T), so the most likely token has w = 1.
+  const double inv_t = 1.0 / static_cast<double>(options_.temperature);
+  float top = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) top = std::max(top, x[i]);
+  auto weight = [&](float v) { return std::exp((static_cast<double>(v) - top) * inv_t); };
   auto before = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
-  size_t keep = candidates_.size();
-  if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
-    keep = static_cast<size_t>(options_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), before);
-    candidates_.resize(keep);
-  } else {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  candidates_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] != kNegInf) candidates_.push_back({x[i], static_cast<int32_t>(i), 0.0});
+  }
+  // Prefix of candidates_ known to be in `before` order.
+  size_t sorted = 0;
+  if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < candidates_.size()) {
+    const auto k = static_cast<size_t>(options_.top_k);
+    std::nth_element(candidates_.begin(), candidates_.begin() + k, candidates_.end(), before);
+    candidates_.resize(k);
     std::sort(candidates_.begin(), candidates_.end(), before);
+    sorted = k;
+  }
+  double total = 0.0;  // mass before top_p / min_p, summed in candidate order
+  for (Candidate& c : candidates_) total += c.weight = weight(c.logit);
+
+  // min_p: keep w >= min_p · w_max (= min_p). Keeps the order; the max survives.
+  if (options_.min_p > 0.0f) {
+    const double threshold = static_cast<double>(options_.min_p);
+    std::erase_if(candidates_, [&](const Candidate& c) { return c.weight < threshold; });
+    sorted = std::min(sorted, candidates_.size());
   }
 
-  // Softmax of logit / temperature over the kept candidates (double).
-  const double inv_t = 1.0 / static_cast<double>(options_.temperature);
-  const double top = static_cast<double>(candidates_[0].logit) * inv_t;
-  probs_.resize(keep);
-  double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs_[i] = std::exp(static_cast<double>(candidates_[i].logit) * inv_t - top);
-    sum += probs_[i];
-  }
-
-  // top_p: smallest prefix whose mass reaches top_p.
+  // top_p: the smallest most-likely prefix whose mass reaches top_p · total. Sorts
+  // only as much of the candidates as the walk needs.
   if (options_.top_p < 1.0f) {
-    const double target = static_cast<double>(options_.top_p) * sum;
-    double acc = 0.0;
-    size_t cut = keep;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += probs_[i];
-      if (acc >= target) {
-        cut = i + 1;
+    const double target = static_cast<double>(options_.top_p) * total;
+    size_t k = std::min<size_t>(candidates_.size(), 1024);
+    while (true) {
+      if (sorted < k) {  // the k most likely, in order (nth_element + sort: O(n + k log k))
+        if (k < candidates_.size()) {
+          std::nth_element(candidates_.begin(), candidates_.begin() + k, candidates_.end(), before);
+        }
+        std::sort(candidates_.begin(), candidates_.begin() + k, before);
+        sorted = k;
+      }
+      double acc = 0.0;
+      size_t cut = 0;
+      for (size_t i = 0; i < k; ++i) {
+        acc += candidates_[i].weight;
+        if (acc >= target) {
+          cut = i + 1;
+          break;
+        }
+      }
+      if (cut > 0) {
+        candidates_.resize(cut);
         break;
       }
+      if (k == candidates_.size()) break;  // rounding: keep everything
+      k = std::min(candidates_.size(), k * 8);
     }
-    keep = cut;
-  }
-  // min_p: relative to the largest probability (probs_[0] == 1 before normalizing).
-  if (options_.min_p > 0.0f) {
-    const double threshold = static_cast<double>(options_.min_p) * probs_[0];
-    size_t cut = 1;
-    while (cut < keep && probs_[cut] >= threshold) ++cut;
-    keep = cut;
   }
 
-  double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) total += probs_[i];
-  const double r = NextUniform() * total;
+  // 4. One draw from the kept candidates, in their current order.
+  double sum = 0.0;
+  for (const Candidate& c : candidates_) sum += c.weight;
+  const double r = NextUniform() * sum;
   double acc = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += probs_[i];
-    if (r < acc) return candidates_[i].id;
+  for (const Candidate& c : candidates_) {
+    acc += c.weight;
+    if (r < acc) return c.id;
   }
-  return candidates_[keep - 1].id;  // rounding: r == total
+  return candidates_.back().id;  // rounding: r == sum
 }
 
 }  // namespace kvshare

@@ -195,8 +195,8 @@ void Tokenizer::Impl::EncodePlain(std::string_view text, std::vector<int32_t>* i
   ids->insert(ids->end(), out.begin(), out.end());
 }
 
-Tokenizer::Tokenizer(const VocabData& vocab) : impl_(std::make_unique<Impl>()) {
-  impl_->vocab = vocab;
+Tokenizer::Tokenizer(VocabData vocab) : impl_(std::make_unique<Impl>()) {
+  impl_->vocab = std::move(vocab);
   impl_->Validate();
   impl_->Build();
 }
