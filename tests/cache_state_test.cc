@@ -138,6 +138,9 @@ TEST(KvCacheState, AttendLayerErrors) {
   EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 5, a); }).find("layer 5: is KV-shared (reads layer 3's cache)"),
             std::string::npos);
   LayerAttendArgs no_kv{.query = q.View(), .attrs = {.num_heads = 4}, .output = out.Mut()};
+  // A shared layer before its source wrote this step's rows.
+  EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 5, no_kv); }).find("layer 3 has not written the tokens reserved"),
+            std::string::npos);
   EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 0, no_kv); }).find("owns its cache: key and value"), std::string::npos);
   Buffer q5 = RandomBuffer(DType::kFloat32, {2, 5, 4 * 16}, rng), o5(DType::kFloat32, {2, 5, 4 * 16});
   LayerAttendArgs long_step{.query = q5.View(), .attrs = {.num_heads = 4}, .output = o5.Mut()};

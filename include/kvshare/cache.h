@@ -136,6 +136,8 @@ struct LayerKvView {
   std::int64_t capacity = 0;
 };
 
+struct LayerAttendArgs;
+
 class KvCache {
  public:
   // Builds the plan and allocates zeroed buffers for the owning layers.
@@ -185,6 +187,7 @@ class KvCache {
   KvMemoryReport Memory() const;
 
  private:
+  friend void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& args);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -207,8 +210,9 @@ struct LayerAttendArgs {
 
 // Runs the GQA op for `layer` in static scatter mode on the cache's buffers:
 // owning layers write their reserved rows and attend; shared layers attend
-// read-only over their source's rows (the source layer must have run first in
-// this step). Throws kvshare::Error naming the layer on any mismatch.
+// read-only over their source's rows. Throws kvshare::Error naming the layer
+// on any mismatch, and when a shared layer runs before its source layer has
+// written the rows reserved since the last Reserve (run layers in order).
 void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& args);
 
 }  // namespace kvshare

@@ -2,6 +2,7 @@
 // static scatter mode (owning layers write, shared layers only read).
 #include <string>
 
+#include "cache/kv_cache_impl.h"
 #include "common/str.h"
 #include "kvshare/cache.h"
 #include "kvshare/error.h"
@@ -55,9 +56,15 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
 
   GqaInputs in;
   in.query = a.query;
+  KvCache::Impl& impl = *cache.impl_;
+  detail::KvSlot& slot = impl.slots[static_cast<std::size_t>(cache.Plan().layers[static_cast<std::size_t>(layer)].cache_slot)];
   if (view.shared) {
     if (a.key || a.value) {
       fail(Str("is KV-shared (reads layer ", view.source_layer, "'s cache) and never writes: pass no key/value"));
+    }
+    if (impl.AnyReserved() && slot.written_epoch != impl.reserve_epoch) {
+      fail(Str("is KV-shared and reads layer ", view.source_layer, "'s cache, but layer ", view.source_layer,
+               " has not written the tokens reserved in this step yet; run layer ", view.source_layer, " first"));
     }
   } else {
     if (!a.key || !a.value) fail("owns its cache: key and value (B, S, kv_heads * head_size) are required");
@@ -79,6 +86,7 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
   } catch (const Error& e) {
     fail(e.what());
   }
+  if (!view.shared) slot.written_epoch = impl.reserve_epoch;
 }
 
 }  // namespace kvshare

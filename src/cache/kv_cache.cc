@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/kv_cache_impl.h"
 #include "cache/kv_geometry.h"
 #include "common/str.h"
 #include "kvshare/cache.h"
@@ -14,49 +15,6 @@ namespace kvshare {
 
 using detail::Str;
 
-namespace {
-
-struct Slot {
-  int layer = 0;
-  detail::KvGeometry geometry;
-  std::vector<unsigned char> k, v;  // [max_batch, N_kv, C, H] or [max_batch, C, N_kv*H], zero-filled
-};
-
-struct RowState {
-  std::int64_t length = 0;       // committed positions [0, length)
-  std::int64_t reserved = 0;     // uncommitted n_new
-  std::int64_t written_end = 0;  // highest position written + 1 since the last Reset (rings lose < written_end - C)
-};
-
-}  // namespace
-
-struct KvCache::Impl {
-  ModelKvSpec spec;
-  KvCacheOptions options;
-  LayerPlan plan;
-  std::vector<Slot> slots;
-  std::vector<RowState> rows;
-  std::vector<std::int64_t> write_indices;  // [max_batch]
-  std::vector<std::int64_t> nonpad;         // [max_batch]
-
-  void CheckRow(int row, const char* fn) const {
-    if (row < 0 || row >= options.max_batch) {
-      throw Error(Str("KvCache::", fn, ": row ", row, " is out of range [0, max_batch = ", options.max_batch, ")"));
-    }
-  }
-  void Sync(int row) {
-    const RowState& r = rows[static_cast<std::size_t>(row)];
-    write_indices[static_cast<std::size_t>(row)] = r.length;
-    nonpad[static_cast<std::size_t>(row)] = r.length + r.reserved;
-  }
-  // Positions < LostBelow(slot, row) have been overwritten in the slot's ring.
-  std::int64_t LostBelow(const Slot& s, int row) const {
-    if (!s.geometry.ring) return 0;
-    return std::max<std::int64_t>(0, rows[static_cast<std::size_t>(row)].written_end - s.geometry.capacity);
-  }
-  int Window(const Slot& s) const { return spec.layers[static_cast<std::size_t>(s.layer)].window; }
-};
-
 KvCache::KvCache(const ModelKvSpec& spec, const KvCacheOptions& options) : impl_(std::make_unique<Impl>()) {
   detail::ValidateKvCacheOptions(options);
   impl_->plan = BuildLayerPlan(spec);
@@ -64,7 +22,7 @@ KvCache::KvCache(const ModelKvSpec& spec, const KvCacheOptions& options) : impl_
   impl_->options = options;
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     if (!impl_->plan.layers[i].owns_cache) continue;
-    Slot s;
+    detail::KvSlot s;
     s.layer = static_cast<int>(i);
     s.geometry = detail::LayerGeometry(spec.layers[i], options);
     const std::size_t half = detail::KvBytes(spec.layers[i], s.geometry.capacity, options) / 2;
@@ -73,7 +31,7 @@ KvCache::KvCache(const ModelKvSpec& spec, const KvCacheOptions& options) : impl_
     impl_->slots.push_back(std::move(s));
   }
   const auto B = static_cast<std::size_t>(options.max_batch);
-  impl_->rows.assign(B, RowState{});
+  impl_->rows.assign(B, detail::KvRowState{});
   impl_->write_indices.assign(B, 0);
   impl_->nonpad.assign(B, 0);
 }
@@ -89,7 +47,7 @@ const LayerPlan& KvCache::Plan() const { return impl_->plan; }
 std::int64_t KvCache::Reserve(int row, std::int64_t n_new) {
   Impl& m = *impl_;
   m.CheckRow(row, "Reserve");
-  RowState& r = m.rows[static_cast<std::size_t>(row)];
+  detail::KvRowState& r = m.rows[static_cast<std::size_t>(row)];
   if (n_new < 0) throw Error(Str("KvCache::Reserve: row ", row, ": n_new must be >= 0, got ", n_new));
   if (n_new > m.options.max_step) {
     throw Error(Str("KvCache::Reserve: row ", row, ": ", n_new, " new tokens exceed max_step ", m.options.max_step,
@@ -104,6 +62,7 @@ std::int64_t KvCache::Reserve(int row, std::int64_t n_new) {
                     "; increase max_seq to at least ", r.length + n_new));
   }
   r.reserved = n_new;
+  if (n_new > 0) ++m.reserve_epoch;
   // The op overwrites ring slots as soon as the step runs: account for it now.
   r.written_end = std::max(r.written_end, r.length + n_new);
   m.Sync(row);
@@ -112,7 +71,7 @@ std::int64_t KvCache::Reserve(int row, std::int64_t n_new) {
 
 void KvCache::Commit(int row) {
   impl_->CheckRow(row, "Commit");
-  RowState& r = impl_->rows[static_cast<std::size_t>(row)];
+  detail::KvRowState& r = impl_->rows[static_cast<std::size_t>(row)];
   r.length += r.reserved;
   r.reserved = 0;
   impl_->Sync(row);
@@ -125,13 +84,13 @@ void KvCache::CommitAll() {
 void KvCache::Rewind(int row, std::int64_t length) {
   Impl& m = *impl_;
   m.CheckRow(row, "Rewind");
-  RowState& r = m.rows[static_cast<std::size_t>(row)];
+  detail::KvRowState& r = m.rows[static_cast<std::size_t>(row)];
   if (length < 0 || length > r.length) {
     throw Error(Str("KvCache::Rewind: row ", row, ": length ", length, " is out of range [0, Length(row) = ", r.length,
                     "]"));
   }
   if (length > 0) {
-    for (const Slot& s : m.slots) {
+    for (const detail::KvSlot& s : m.slots) {
       const std::int64_t lost = m.LostBelow(s, row);
       const int W = m.Window(s);
       const std::int64_t need_from = std::max<std::int64_t>(0, length - W + 1);
@@ -152,7 +111,7 @@ void KvCache::Rewind(int row, std::int64_t length) {
 
 void KvCache::Reset(int row) {
   impl_->CheckRow(row, "Reset");
-  impl_->rows[static_cast<std::size_t>(row)] = RowState{};
+  impl_->rows[static_cast<std::size_t>(row)] = detail::KvRowState{};
   impl_->Sync(row);
 }
 
@@ -169,7 +128,7 @@ std::int64_t KvCache::Reserved(int row) const {
 std::int64_t KvCache::OldestRewindLength(int row) const {
   impl_->CheckRow(row, "OldestRewindLength");
   std::int64_t oldest = 1;
-  for (const Slot& s : impl_->slots) {
+  for (const detail::KvSlot& s : impl_->slots) {
     const std::int64_t lost = impl_->LostBelow(s, row);
     if (lost > 0) oldest = std::max(oldest, lost + impl_->Window(s) - 1);
   }
@@ -193,7 +152,7 @@ LayerKvView KvCache::Layer(int layer, int batch) {
     throw Error(Str("KvCache::Layer: batch ", batch, " is out of range [1, max_batch = ", m.options.max_batch, "]"));
   }
   const LayerPlanEntry& e = m.plan.layers[static_cast<std::size_t>(layer)];
-  Slot& s = m.slots[static_cast<std::size_t>(e.cache_slot)];
+  detail::KvSlot& s = m.slots[static_cast<std::size_t>(e.cache_slot)];
   const LayerSpec& l = m.spec.layers[static_cast<std::size_t>(s.layer)];
   const std::int64_t C = s.geometry.capacity;
   const Shape shape = m.options.layout == KvLayout::kBnsh
