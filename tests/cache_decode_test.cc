@@ -9,6 +9,7 @@
 #include "cache_model.h"
 #include "common/str.h"
 #include "kvshare/error.h"
+#include "kvshare/thread_pool.h"
 
 namespace kvshare::testing {
 namespace {
@@ -211,6 +212,26 @@ TEST(CacheBatch, RaggedBatchWithResetEqualsRowsAlone) {
       const TinyModel::Acts want = model.Reference(h, DType::kFloat32);
       EXPECT_LT(MaxRelDiff(got, Slice(want, P, nb)), StackTol(DType::kFloat32)) << "step " << step << " row " << b;
     }
+  }
+}
+
+// A batch step through the cache gives bitwise the same result for any thread count.
+TEST(CacheBatch, ThreadCountDoesNotChangeResults) {
+  const TinyModel model(MixedStackSpec(), kHeads, kWidth, kMaxPos, 13);
+  std::mt19937_64 rng(14);
+  const KvCacheOptions opt{.max_batch = 2, .max_seq = 24, .max_step = 4, .dtype = DType::kBFloat16};
+  KvCache one(MixedStackSpec(), opt), many(MixedStackSpec(), opt);
+  ThreadPool pool(3);
+  for (const auto& n : std::vector<std::vector<int>>{{4, 3}, {1, 1}, {0, 4}, {2, 1}, {1, 0}}) {
+    const int S = std::max(1, std::max(n[0], n[1]));
+    const TinyModel::Acts in = model.RandomTokens(2 * S, rng);
+    for (KvCache* c : {&one, &many})
+      for (int b = 0; b < 2; ++b) c->Reserve(b, n[static_cast<std::size_t>(b)]);
+    const auto a = model.Step(one, in, 2, S, GqaKernel::kOptimized, nullptr);
+    const auto b = model.Step(many, in, 2, S, GqaKernel::kOptimized, &pool);
+    EXPECT_EQ(a, b);
+    one.CommitAll();
+    many.CommitAll();
   }
 }
 

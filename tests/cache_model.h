@@ -107,7 +107,8 @@ class TinyModel {
   // One step through the cache. x is [B, S, D]; row b's first cache.Reserved(b)
   // tokens are real, the rest padding. Returns [B, S, D] (padding rows: x).
   // The caller Reserves before and Commits after.
-  Acts Step(KvCache& cache, const Acts& x, int B, int S, GqaKernel kernel = GqaKernel::kAuto) const {
+  Acts Step(KvCache& cache, const Acts& x, int B, int S, GqaKernel kernel = GqaKernel::kAuto,
+            ThreadPool* pool = nullptr) const {
     Acts h = x;
     for (std::size_t li = 0; li < spec_.layers.size(); ++li) {
       const LayerSpec& l = spec_.layers[li];
@@ -136,6 +137,7 @@ class TinyModel {
       args.attrs.do_rotary = 1;
       args.output = out.Mut();
       args.run.kernel = kernel;
+      args.run.pool = pool;
       AttendLayer(cache, static_cast<int>(li), args);
       for (int b = 0; b < B; ++b) {
         for (int s = 0; s < cache.Reserved(b); ++s) {
