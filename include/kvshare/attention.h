@@ -81,6 +81,12 @@
 // Query rows s >= n_b are padding: their output is zero and they write nothing.
 // kCircular requires causal = 1, local_window_size = W > 0 and C >= W + S - 1
 // (every key a query needs is still resident).
+// Read-only form (KV-shared layers, kvshare extension): key/value absent and the
+// query unpacked (last dim N*H, H taken from the cache: dim 3 of BNSH, or
+// kv_hidden / N_kv of 3-D). Same positions and visibility as above, Q-only RoPE
+// at write_indices[b] + s, and NOTHING is written: rows [write_indices[b],
+// nonpad_kv_seqlen[b]) must already hold this step's K/V (written by the source
+// layer's call). The cache is still bound as present_key/present_value.
 //
 // Blocked KV: the optimized kernel walks keys in blocks with an online softmax
 // (running max and denominator). kv_block_size (or num_kv_blocks) fixes the

@@ -160,8 +160,17 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
   std::int64_t H = 0;
   if (has_wi) {
     p.mode = KvMode::kStaticScatter;
-    p.packed = !has_key;
-    H = p.packed ? head_from_packed() : head_from_unpacked();
+    // Read-only form: key/value absent and the query unpacked (last dim N*H,
+    // H read from the cache), as in kBorrowedOmittedKv.
+    std::int64_t Hc = 0;
+    if (!has_key && has_prk) {
+      const Shape& cs = out.present_key->shape;
+      if (cs.rank == 4) Hc = cs[3];
+      if (cs.rank == 3 && cs[2] % Nkv == 0) Hc = cs[2] / Nkv;
+    }
+    p.scatter_read_only = Hc > 0 && D == static_cast<std::int64_t>(N) * Hc;
+    p.packed = !has_key && !p.scatter_read_only;
+    H = p.scatter_read_only ? Hc : p.packed ? head_from_packed() : head_from_unpacked();
   } else if (has_key) {
     H = head_from_unpacked();
     const ConstTensorView& k = *in.key;
@@ -306,7 +315,7 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
       p.q_offset[i] = wi[i];
       p.valid_q[i] = n;
       p.write_at[i] = wi[i];
-      p.n_write[i] = n;
+      p.n_write[i] = p.scatter_read_only ? 0 : n;
     }
     p.first_prompt = false;
     p.total_len = 0;

@@ -31,6 +31,7 @@ struct GqaPlan {
   std::int64_t present_len = 0;         // present / scatter cache capacity C (0 when none)
   std::int64_t ext_kv_len = 0;          // key dim 1 in kExternalKv
   bool scatter_bnsh = false;            // scatter cache layout: BNSH (true) or 3-D (false)
+  bool scatter_read_only = false;       // static scatter without key/value: nothing is written
   bool present_aliases_past = false;
 
   TokenSource q_src, k_src, v_src;  // k_src / v_src unused when there are no new rows
