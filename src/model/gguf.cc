@@ -21,7 +21,6 @@ constexpr std::uint32_t kMagic = 0x46554747u;  // "GGUF" little-endian
 constexpr std::uint64_t kMaxNameLen = 63;       // ggml: GGML_MAX_NAME = 64 incl. NUL
 constexpr std::uint64_t kMaxKeyLen = 65535;
 constexpr int kMaxArrayDepth = 8;
-constexpr std::uint32_t kDefaultAlignment = 32;
 
 struct Mapping {
   void* addr = nullptr;

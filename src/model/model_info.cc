@@ -24,7 +24,11 @@ std::string ValueToString(const GgufValue& v) {
       if (v.str.size() > 60) s += "...";
       return "\"" + s + "\"";
     }
-    case GgufType::kArray: return "[" + std::to_string(v.count) + " x " + GgufTypeName(v.elem_type) + "]";
+    case GgufType::kArray: {
+      std::string s = "[";
+      s.append(std::to_string(v.count)).append(" x ").append(GgufTypeName(v.elem_type)).append("]");
+      return s;
+    }
   }
   return "?";
 }

@@ -1,0 +1,73 @@
+// MatMul throughput on the model's shapes: weight bytes streamed per second
+// (bytes_per_second) and GFLOP/s, per kernel level and thread count.
+//   kvshare_bench --benchmark_filter=MatVec
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/float_convert.h"
+#include "model/quant.h"
+
+namespace kvshare {
+namespace {
+
+std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t nb = rows * cols / GgmlBlockSize(t);
+  const std::size_t bb = static_cast<std::size_t>(GgmlBlockBytes(t));
+  std::vector<std::uint8_t> w(static_cast<std::size_t>(nb) * bb);
+  std::mt19937 rng(1);
+  for (auto& v : w) v = static_cast<std::uint8_t>(rng());
+  const std::uint16_t h = detail::F32ToF16(0.01f);
+  const std::size_t at = t == GgmlType::kQ6_K ? 208 : 0;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    std::memcpy(w.data() + static_cast<std::size_t>(b) * bb + at, &h, 2);
+    if (t == GgmlType::kQ4_K) std::memcpy(w.data() + static_cast<std::size_t>(b) * bb + 2, &h, 2);
+  }
+  return w;
+}
+
+// args: ggml type id, rows, cols, m, threads, kernel level
+void BM_MatMul(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const std::int64_t rows = state.range(1), cols = state.range(2), m = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  const auto level = static_cast<KernelLevel>(state.range(5));
+  if (!KernelLevelAvailable(level)) {
+    state.SkipWithError("kernel level not available");
+    return;
+  }
+  const auto w = RandomWeights(type, rows, cols);
+  const WeightMatrix wm = WeightMatrix::Make(w.data(), type, rows, cols);
+  std::vector<float> x(static_cast<std::size_t>(m * cols), 0.5f), y(static_cast<std::size_t>(m * rows));
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  for (auto _ : state) {
+    MatMul(wm, {.x = x.data(), .m = m, .y = y.data(), .pool = pool.get(), .level = level});
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(w.size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * cols * m) * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(GgmlTypeName(type) + " " + KernelLevelName(level));
+}
+
+void Shapes(benchmark::internal::Benchmark* b) {
+  const std::int64_t q4k = static_cast<std::int64_t>(GgmlType::kQ4_K), q6k = static_cast<std::int64_t>(GgmlType::kQ6_K),
+                     q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0);
+  for (std::int64_t level : {0, 1, 2}) {
+    for (std::int64_t th : {1, 2}) {
+      b->Args({q4k, 640, 2048, 1, th, level});     // ffn_down (Q4_K layers)
+      b->Args({q6k, 640, 2048, 1, th, level});     // ffn_down (Q6_K layers)
+      b->Args({q50, 2048, 640, 1, th, level});     // ffn_gate / ffn_up
+      b->Args({q80, 262144, 640, 1, th, level});   // tied embedding as LM head
+    }
+  }
+  b->Args({q4k, 640, 2048, 64, 2, 2});  // prefill-like m = 64
+}
+
+BENCHMARK(BM_MatMul)->Apply(Shapes)->Name("MatVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace kvshare
