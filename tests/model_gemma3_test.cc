@@ -24,6 +24,12 @@ std::string ModelPath() {
   return std::string(src ? src : ".") + "/models/gemma-3-270m-q4_k_m.gguf";
 }
 
+EncodeOptions WithBos() {
+  EncodeOptions o;
+  o.add_bos = true;
+  return o;
+}
+
 class Gemma3Test : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -57,10 +63,14 @@ TEST_F(Gemma3Test, ConfigFromMetadata) {
   EXPECT_FALSE(c.is_sliding[17]);
 }
 
+// The GGUF is the pretrained (base) 270M model: after "The capital of France is"
+// its greedy continuation is " the capital of the country of France. ..." (a
+// numpy reference forward agrees: " the" 19.09 > " Paris" 18.27), so the
+// question form is used to check that the answer is Paris.
 TEST_F(Gemma3Test, GreedyCapitalOfFrance) {
   ThreadPool pool(2);
   Generator gen(*model_, *tok_, &pool, {.max_context = 64});
-  const auto ids = tok_->Encode("The capital of France is", {.add_bos = true});
+  const auto ids = tok_->Encode("Q: What is the capital of France?\nA:", WithBos());
   std::string text;
   GenerateOptions o;
   o.max_new_tokens = 16;
@@ -70,7 +80,7 @@ TEST_F(Gemma3Test, GreedyCapitalOfFrance) {
 
 TEST_F(Gemma3Test, CachedDecodeEqualsRecomputation) {
   ThreadPool pool(2);
-  std::vector<int32_t> seq = tok_->Encode("The capital of France is", {.add_bos = true});
+  std::vector<int32_t> seq = tok_->Encode("The capital of France is", WithBos());
   auto cached = model_->NewState({.max_context = 64});
   Sampler greedy(SamplerOptions{});
   std::span<const float> out = model_->Forward(*cached, seq, &pool);

@@ -88,7 +88,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   if (!o.chat) {
     std::vector<int32_t> ids;
     if (o.raw) {
-      ids = tok.Encode(o.prompt, {.add_bos = true});
+      ids = tok.Encode(o.prompt, EncodeOptions{.add_bos = true, .add_eos = std::nullopt, .parse_special = false});
     } else {
       const std::vector<ChatMessage> msgs = {{"user", o.prompt}};
       ids = EncodeGemmaChat(tok, msgs);
@@ -117,10 +117,10 @@ void RunGenerate(const GenerateCliOptions& o) {
       std::vector<int32_t> prefix;
       if (!last.last_token_in_cache && last.last_token >= 0) prefix.push_back(last.last_token);
       if (last.stop_reason != "end_of_turn") {
-        const auto eot = tok.Encode("<end_of_turn>", {.add_bos = false, .parse_special = true});
+        const auto eot = tok.Encode("<end_of_turn>", EncodeOptions{.add_bos = false, .add_eos = std::nullopt, .parse_special = true});
         prefix.insert(prefix.end(), eot.begin(), eot.end());
       }
-      const auto nl = tok.Encode("\n", {.add_bos = false});
+      const auto nl = tok.Encode("\n", EncodeOptions{.add_bos = false, .add_eos = std::nullopt, .parse_special = false});
       prefix.insert(prefix.end(), nl.begin(), nl.end());
       ids.insert(ids.begin(), prefix.begin(), prefix.end());
     }
