@@ -7,5 +7,9 @@ namespace kvshare::cli {
 
 // `kvshare demo`: GroupQueryAttention on random data, timed.
 void RegisterDemo(CLI::App& app);
+// `kvshare generate`: text generation with a GGUF model.
+void RegisterGenerate(CLI::App& app);
+// `kvshare info MODEL`: GGUF metadata and tensor summary.
+void RegisterInfo(CLI::App& app);
 
 }  // namespace kvshare::cli

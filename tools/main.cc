@@ -8,6 +8,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kvshare: GroupQueryAttention, KV caches and KV-shared layers for decoder LLMs"};
   app.require_subcommand(1);
   kvshare::cli::RegisterDemo(app);
+  kvshare::cli::RegisterGenerate(app);
+  kvshare::cli::RegisterInfo(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

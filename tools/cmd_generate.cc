@@ -1,0 +1,153 @@
+// `kvshare generate`: streams text from a GGUF model (one prompt, or an
+// interactive chat on stdin), then prints timing stats to stderr.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "kvshare/error.h"
+#include "kvshare/model.h"
+#include "kvshare/thread_pool.h"
+#include "kvshare/tokenizer.h"
+#include "runtime/generator.h"
+
+namespace kvshare::cli {
+namespace {
+
+constexpr const char* kDefaultModel = "models/gemma-3-270m-q4_k_m.gguf";
+
+struct GenerateCliOptions {
+  std::string model;
+  std::string prompt;
+  bool chat = false;
+  bool raw = false;
+  int n = 128;
+  float temp = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  std::uint64_t seed = 0;
+  int threads = 0;
+  int max_context = 4096;
+  bool verbose = false;
+};
+
+// The default model, fetched with scripts/fetch_model.py when missing.
+std::string ResolveModel(const std::string& given) {
+  if (!given.empty()) {
+    if (!std::filesystem::exists(given)) throw Error("model file '" + given + "' does not exist (check --model)");
+    return given;
+  }
+  if (std::filesystem::exists(kDefaultModel)) return kDefaultModel;
+  const std::string script = std::string(KVSHARE_SOURCE_DIR) + "/scripts/fetch_model.py";
+  const std::string out_dir = std::filesystem::absolute("models").string();
+  std::fprintf(stderr, "kvshare: %s not found; fetching it with %s --out %s\n", kDefaultModel, script.c_str(),
+               out_dir.c_str());
+  const std::string cmd = "python3 '" + script + "' --out '" + out_dir + "'";
+  if (std::system(cmd.c_str()) != 0 || !std::filesystem::exists(kDefaultModel)) {
+    throw Error("could not fetch the default model (ran: " + cmd + "); download it or pass --model PATH");
+  }
+  return kDefaultModel;
+}
+
+void PrintStats(const GenerateStats& s) {
+  const double pre = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
+  const double dec = s.decode_seconds > 0 ? s.decode_steps / s.decode_seconds : 0;
+  std::fprintf(stderr,
+               "\n[kvshare] prompt %lld tokens, prefill %.1f tok/s (%.3f s), decode %.1f tok/s (%lld steps), "
+               "generated %lld tokens (stop: %s), KV cache %.1f MiB\n",
+               static_cast<long long>(s.prompt_tokens), pre, s.prefill_seconds, dec,
+               static_cast<long long>(s.decode_steps), static_cast<long long>(s.generated_tokens),
+               s.stop_reason.c_str(), s.kv_bytes / (1024.0 * 1024.0));
+}
+
+void RunGenerate(const GenerateCliOptions& o) {
+  if (o.prompt.empty() && !o.chat) throw Error("give --prompt TEXT or --chat");
+  if (!o.prompt.empty() && o.chat) throw Error("--prompt and --chat are exclusive");
+  const std::string path = ResolveModel(o.model);
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::unique_ptr<Model> model = Model::Load(path);
+  Tokenizer tok(ReadVocab(model->gguf()));
+  ThreadPool pool(threads);
+  Generator gen(*model, tok, &pool, {.max_context = o.max_context});
+  GenerateOptions go;
+  go.max_new_tokens = o.n;
+  go.sampler.temperature = o.temp;
+  go.sampler.top_k = o.top_k;
+  go.sampler.top_p = o.top_p;
+  go.sampler.seed = o.seed;
+  auto print = [](std::string_view t) {
+    std::fwrite(t.data(), 1, t.size(), stdout);
+    std::fflush(stdout);
+  };
+
+  if (!o.chat) {
+    std::vector<int32_t> ids;
+    if (o.raw) {
+      ids = tok.Encode(o.prompt, EncodeOptions{.add_bos = true, .add_eos = std::nullopt, .parse_special = false});
+    } else {
+      const std::vector<ChatMessage> msgs = {{"user", o.prompt}};
+      ids = EncodeGemmaChat(tok, msgs);
+    }
+    if (o.verbose) {
+      std::fprintf(stderr, "[kvshare] prompt ids:");
+      for (int32_t id : ids) std::fprintf(stderr, " %d", id);
+      std::fprintf(stderr, "\n");
+    }
+    PrintStats(gen.Generate(ids, go, print));
+    return;
+  }
+  // Interactive chat: the cache keeps every turn.
+  std::fprintf(stderr, "kvshare chat (%s); empty line or EOF ends.\n", path.c_str());
+  GenerateStats last;
+  bool first = true;
+  std::string line;
+  while (true) {
+    std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    const std::vector<ChatMessage> msgs = {{"user", line}};
+    std::vector<int32_t> ids = EncodeGemmaChat(tok, msgs);
+    if (!first) {
+      if (!ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
+      // Close the previous model turn: "<end_of_turn>\n" unless already cached.
+      std::vector<int32_t> prefix;
+      if (!last.last_token_in_cache && last.last_token >= 0) prefix.push_back(last.last_token);
+      if (last.stop_reason != "end_of_turn") {
+        const auto eot = tok.Encode("<end_of_turn>", EncodeOptions{.add_bos = false, .add_eos = std::nullopt, .parse_special = true});
+        prefix.insert(prefix.end(), eot.begin(), eot.end());
+      }
+      const auto nl = tok.Encode("\n", EncodeOptions{.add_bos = false, .add_eos = std::nullopt, .parse_special = false});
+      prefix.insert(prefix.end(), nl.begin(), nl.end());
+      ids.insert(ids.begin(), prefix.begin(), prefix.end());
+    }
+    last = gen.Generate(ids, go, print);
+    first = false;
+    PrintStats(last);
+  }
+}
+
+}  // namespace
+
+void RegisterGenerate(CLI::App& app) {
+  static GenerateCliOptions o;
+  auto* cmd = app.add_subcommand("generate", "Generate text with a GGUF model (Gemma 3)");
+  cmd->add_option("--model", o.model, std::string("GGUF file (default: ") + kDefaultModel + ", fetched if missing)");
+  cmd->add_option("--prompt", o.prompt, "Prompt text (wrapped in the chat template unless --raw)");
+  cmd->add_flag("--chat", o.chat, "Interactive chat: one user turn per stdin line");
+  cmd->add_flag("--raw", o.raw, "Use --prompt as plain text (with <bos>), no chat template");
+  cmd->add_option("-n,--max-tokens", o.n, "Maximum new tokens")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--temp", o.temp, "Temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-k", o.top_k, "Top-k (0 = off)")->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--top-p", o.top_p, "Top-p in (0, 1]");
+  cmd->add_option("--seed", o.seed, "Random seed");
+  cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--max-context", o.max_context, "KV cache capacity in tokens")->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("-v,--verbose", o.verbose, "Print the prompt token ids to stderr");
+  cmd->callback([] { RunGenerate(o); });
+}
+
+}  // namespace kvshare::cli
