@@ -15,6 +15,7 @@
 //
 // Environment: KVSHARE_BENCH_BLOCK=n sets kv_block_size (default: kernel's choice).
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,9 +40,28 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kTriadFloats = std::size_t{64} << 20 >> 2;  // 64 MiB per array
 
+// Large buffers as an engine allocates its caches: 2 MiB aligned, with
+// transparent huge pages requested (both triad and KV get the same treatment).
+template <typename T>
+struct BigBuffer {
+  T* ptr = nullptr;
+  std::size_t n = 0;
+  explicit BigBuffer(std::size_t count, T fill = T{}) : n(count) {
+    constexpr std::size_t kAlign = std::size_t{2} << 20;
+    const std::size_t bytes = (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    ptr = static_cast<T*>(std::aligned_alloc(kAlign, bytes));
+    madvise(ptr, bytes, MADV_HUGEPAGE);
+    std::fill(ptr, ptr + count, fill);
+  }
+  ~BigBuffer() { std::free(ptr); }
+  BigBuffer(const BigBuffer&) = delete;
+  BigBuffer& operator=(const BigBuffer&) = delete;
+  T* data() { return ptr; }
+  T& operator[](std::size_t i) { return ptr[i]; }
+};
+
 struct TriadArrays {
-  std::vector<float> a, b, c;
-  TriadArrays() : a(kTriadFloats, 0.0f), b(kTriadFloats, 1.0f), c(kTriadFloats, 2.0f) {}
+  BigBuffer<float> a{kTriadFloats, 0.0f}, b{kTriadFloats, 1.0f}, c{kTriadFloats, 2.0f};
 };
 
 TriadArrays& Triad() {
@@ -104,8 +124,9 @@ struct AttnCase {
 // Owns a BNSH cache pair (capacity T), queries and output for one case.
 struct AttnProblem {
   std::vector<float> q;
-  std::vector<std::uint16_t> k16, v16;
-  std::vector<float> k32, v32, out;
+  std::unique_ptr<BigBuffer<std::uint16_t>> k16, v16;
+  std::unique_ptr<BigBuffer<float>> k32, v32;
+  std::vector<float> out;
   std::int64_t kv_len, q_offset, valid_q;
   kvshare::detail::AttendParams p;
 
@@ -116,15 +137,15 @@ struct AttnProblem {
     for (float& x : q) x = u(rng);
     const std::size_t n = static_cast<std::size_t>(c.Nkv) * c.T * c.H;
     if (c.kv_dtype == DType::kFloat32) {
-      k32.resize(n);
-      v32.resize(n);
-      for (std::size_t i = 0; i < n; ++i) k32[i] = u(rng), v32[i] = u(rng);
+      k32 = std::make_unique<BigBuffer<float>>(n);
+      v32 = std::make_unique<BigBuffer<float>>(n);
+      for (std::size_t i = 0; i < n; ++i) (*k32)[i] = u(rng), (*v32)[i] = u(rng);
     } else {
-      k16.resize(n);
-      v16.resize(n);
+      k16 = std::make_unique<BigBuffer<std::uint16_t>>(n);
+      v16 = std::make_unique<BigBuffer<std::uint16_t>>(n);
       for (std::size_t i = 0; i < n; ++i) {
-        k16[i] = kvshare::detail::F32ToF16(u(rng));
-        v16[i] = kvshare::detail::F32ToF16(u(rng));
+        (*k16)[i] = kvshare::detail::F32ToF16(u(rng));
+        (*v16)[i] = kvshare::detail::F32ToF16(u(rng));
       }
     }
     out.resize(q.size());
@@ -143,8 +164,8 @@ struct AttnProblem {
       s->head_stride = static_cast<std::int64_t>(c.T) * c.H;
       s->row_stride = c.H;
     }
-    p.k.data = c.kv_dtype == DType::kFloat32 ? static_cast<const void*>(k32.data()) : k16.data();
-    p.v.data = c.kv_dtype == DType::kFloat32 ? static_cast<const void*>(v32.data()) : v16.data();
+    p.k.data = c.kv_dtype == DType::kFloat32 ? static_cast<const void*>(k32->data()) : k16->data();
+    p.v.data = c.kv_dtype == DType::kFloat32 ? static_cast<const void*>(v32->data()) : v16->data();
     p.kv_len = &kv_len;
     p.q_offset = &q_offset;
     p.valid_q = &valid_q;

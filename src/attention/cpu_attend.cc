@@ -163,12 +163,6 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   if (!any) return false;
 
   const std::size_t nkp = RoundUp(nk, kKeyTile);
-  const std::int64_t pf_end = std::min<std::int64_t>(j1, kb + static_cast<std::int64_t>(cx.bs + nk));
-  const std::size_t row_bytes = H * DTypeSize(p.k.dtype);
-  for (std::int64_t j = kb + static_cast<std::int64_t>(cx.bs); j < pf_end; ++j) {
-    PrefetchRow(p.k, t.b, t.n, j, row_bytes);
-    PrefetchRow(p.v, t.b, t.n, j, row_bytes);
-  }
   if (p.k.dtype == DType::kFloat32) {
     const float* base = static_cast<const float*>(p.k.data);
     for (std::size_t j = 0; j < nk; ++j) s.kp[j] = base + KvOffset(p.k, t.b, t.n, kb + static_cast<std::int64_t>(j));
@@ -181,11 +175,28 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   }
   for (std::size_t j = nk; j < nkp; ++j) s.kp[j] = s.kp[0];
 
+  // Rows of the next block are prefetched while the first active row group
+  // computes, a few keys at a time, so the memory stream overlaps compute.
+  const std::int64_t pf0 = kb + static_cast<std::int64_t>(cx.bs);
+  const std::int64_t pf_end = std::min<std::int64_t>(j1, pf0 + static_cast<std::int64_t>(nk));
+  const std::size_t row_bytes = H * DTypeSize(p.k.dtype);
+  bool prefetch = pf0 < pf_end;
   const std::size_t nvec = RoundUp(nk, L);
   for (std::size_t g = 0; g < s.active.size(); ++g) {
     if (!s.active[g]) continue;
     float* x0 = s.sc + g * kRowTile * bsp;
-    DotRows(d, s.qs + g * kRowTile * H, H, s.kp.data(), nkp, x0, bsp);
+    const float* qg = s.qs + g * kRowTile * H;
+    for (std::size_t k = 0; k < nkp; k += kKeyTile) {
+      if (prefetch) {
+        const std::int64_t j_end = std::min<std::int64_t>(pf_end, pf0 + static_cast<std::int64_t>(k + kKeyTile));
+        for (std::int64_t j = pf0 + static_cast<std::int64_t>(k); j < j_end; ++j) {
+          PrefetchRow(p.k, t.b, t.n, j, row_bytes);
+          PrefetchRow(p.v, t.b, t.n, j, row_bytes);
+        }
+      }
+      DotTile<kKeyTile>(d, qg, H, s.kp.data() + k, x0 + k, bsp);
+    }
+    prefetch = false;
     for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
       float* x = s.sc + r * bsp;
       const KeyRange& k = s.rows[r].keys;
