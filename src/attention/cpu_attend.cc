@@ -175,28 +175,30 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   }
   for (std::size_t j = nk; j < nkp; ++j) s.kp[j] = s.kp[0];
 
-  // Rows of the next block are prefetched while the first active row group
-  // computes, a few keys at a time, so the memory stream overlaps compute.
+  // The 2 * nk K and V rows of the next block are prefetched evenly over all
+  // Q.K tiles of this block, so the memory stream overlaps compute without
+  // bursts that exhaust the miss buffers.
   const std::int64_t pf0 = kb + static_cast<std::int64_t>(cx.bs);
-  const std::int64_t pf_end = std::min<std::int64_t>(j1, pf0 + static_cast<std::int64_t>(nk));
+  const std::size_t pf_rows = pf0 < j1 ? 2 * static_cast<std::size_t>(std::min<std::int64_t>(j1 - pf0, static_cast<std::int64_t>(nk))) : 0;
   const std::size_t row_bytes = H * DTypeSize(p.k.dtype);
-  bool prefetch = pf0 < pf_end;
-  const std::size_t nvec = RoundUp(nk, L);
+  std::size_t n_active = 0;
+  for (char a : s.active) n_active += a ? 1 : 0;
+  const std::size_t tiles_total = n_active * (nkp / kKeyTile);
+  std::size_t tile_index = 0, pf_next = 0;
+  const std::size_t nvec = RoundUp(nkp, L);  // >= nkp, <= bsp
   for (std::size_t g = 0; g < s.active.size(); ++g) {
     if (!s.active[g]) continue;
     float* x0 = s.sc + g * kRowTile * bsp;
     const float* qg = s.qs + g * kRowTile * H;
     for (std::size_t k = 0; k < nkp; k += kKeyTile) {
-      if (prefetch) {
-        const std::int64_t j_end = std::min<std::int64_t>(pf_end, pf0 + static_cast<std::int64_t>(k + kKeyTile));
-        for (std::int64_t j = pf0 + static_cast<std::int64_t>(k); j < j_end; ++j) {
-          PrefetchRow(p.k, t.b, t.n, j, row_bytes);
-          PrefetchRow(p.v, t.b, t.n, j, row_bytes);
-        }
+      const std::size_t pf_until = pf_rows * (++tile_index) / tiles_total;
+      for (; pf_next < pf_until; ++pf_next) {
+        const std::size_t half = pf_rows / 2;
+        const bool is_v = pf_next >= half;
+        PrefetchRow(is_v ? p.v : p.k, t.b, t.n, pf0 + static_cast<std::int64_t>(is_v ? pf_next - half : pf_next), row_bytes);
       }
       DotTile<kKeyTile>(d, qg, H, s.kp.data() + k, x0 + k, bsp);
     }
-    prefetch = false;
     for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
       float* x = s.sc + r * bsp;
       const KeyRange& k = s.rows[r].keys;
