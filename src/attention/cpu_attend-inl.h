@@ -51,6 +51,51 @@ HWY_INLINE void ConvertRow(D d, const void* src, DType dtype, std::int64_t off, 
   }
 }
 
+// Adds the 128-bit blocks of v and stores the 4 lanes of the sum to out.
+#if HWY_TARGET != HWY_SCALAR
+template <class D>
+HWY_INLINE void FoldBlocksStore4(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
+  if constexpr (hn::MaxLanes(D()) <= 4) {
+    hn::StoreU(v, d, out);
+  } else {
+    const hn::Half<D> dh;
+    FoldBlocksStore4(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
+  }
+}
+
+// out[k] = sum of the lanes of a_k, k < 4 (a transposing reduction: 3
+// shuffles + 3 adds per 128-bit block instead of four full reductions).
+template <class D>
+HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3,
+                            float* HWY_RESTRICT out) {
+  if constexpr (hn::MaxLanes(D()) < 4) {
+    out[0] = hn::GetLane(hn::SumOfLanes(d, a0));
+    out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
+    out[2] = hn::GetLane(hn::SumOfLanes(d, a2));
+    out[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+  } else {
+    const hn::Repartition<std::uint64_t, D> d64;
+    // Per block: [a0_0 + a0_2, a1_0 + a1_2, a0_1 + a0_3, a1_1 + a1_3].
+    const auto u01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+    const auto u23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+    const auto b01 = hn::BitCast(d64, u01), b23 = hn::BitCast(d64, u23);
+    // Per block: [sum a0, sum a1, sum a2, sum a3] (partial over the block).
+    const auto w = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, b01, b23)),
+                           hn::BitCast(d, hn::InterleaveUpper(d64, b01, b23)));
+    FoldBlocksStore4(d, w, out);
+  }
+}
+#else
+template <class D>
+HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3,
+                            float* HWY_RESTRICT out) {
+  out[0] = hn::GetLane(hn::SumOfLanes(d, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(d, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+}
+#endif
+
 // out[r * ldo + k] = q_r . key_k for r < 4, k < KT; q rows are H floats apart.
 template <std::size_t KT, class D>
 HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const float* const* kp,
@@ -70,7 +115,11 @@ HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const f
     }
   }
   for (std::size_t r = 0; r < kRowTile; ++r) {
-    for (std::size_t k = 0; k < KT; ++k) out[r * ldo + k] = hn::GetLane(hn::SumOfLanes(d, acc[r][k]));
+    if constexpr (KT == 4) {
+      SumOfLanes4(d, acc[r][0], acc[r][1], acc[r][2], acc[r][3], out + r * ldo);
+    } else {
+      for (std::size_t k = 0; k < KT; ++k) out[r * ldo + k] = hn::GetLane(hn::SumOfLanes(d, acc[r][k]));
+    }
   }
 }
 

@@ -76,6 +76,13 @@ std::int64_t KvOffset(const KvSource& kv, int b, int n, std::int64_t j) {
   return b * kv.batch_stride + n * kv.head_stride + slot * kv.row_stride;
 }
 
+// Prefetches (into L2) the row of key j, one block ahead of its use, so the
+// memory stream overlaps the compute of the current block.
+void PrefetchRow(const KvSource& kv, int b, int n, std::int64_t j, std::size_t row_bytes) {
+  const char* row = static_cast<const char*>(kv.data) + KvOffset(kv, b, n, j) * static_cast<std::int64_t>(DTypeSize(kv.dtype));
+  for (std::size_t i = 0; i < row_bytes; i += 64) __builtin_prefetch(row + i, 0, 2);
+}
+
 // Lays out scratch for a tile and fills queries and row ranges clipped to
 // [j0, j1). Returns the number of real rows (the rest up to a multiple of
 // kRowTile are zero padding).
@@ -139,7 +146,7 @@ void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_
 // false when no row sees any key of the block.
 template <class D, bool kSoftcap, bool kBias>
 bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb,
-                std::size_t nk, Scratch& s) {
+                std::size_t nk, std::int64_t j1, Scratch& s) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp, L = hn::Lanes(d);
   const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
@@ -168,11 +175,30 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   }
   for (std::size_t j = nk; j < nkp; ++j) s.kp[j] = s.kp[0];
 
-  const std::size_t nvec = RoundUp(nk, L);
+  // The 2 * nk K and V rows of the next block are prefetched evenly over all
+  // Q.K tiles of this block, so the memory stream overlaps compute without
+  // bursts that exhaust the miss buffers.
+  const std::int64_t pf0 = kb + static_cast<std::int64_t>(cx.bs);
+  const std::size_t pf_rows = pf0 < j1 ? 2 * static_cast<std::size_t>(std::min<std::int64_t>(j1 - pf0, static_cast<std::int64_t>(nk))) : 0;
+  const std::size_t row_bytes = H * DTypeSize(p.k.dtype);
+  std::size_t n_active = 0;
+  for (char a : s.active) n_active += a ? 1 : 0;
+  const std::size_t tiles_total = n_active * (nkp / kKeyTile);
+  std::size_t tile_index = 0, pf_next = 0;
+  const std::size_t nvec = RoundUp(nkp, L);  // >= nkp, <= bsp
   for (std::size_t g = 0; g < s.active.size(); ++g) {
     if (!s.active[g]) continue;
     float* x0 = s.sc + g * kRowTile * bsp;
-    DotRows(d, s.qs + g * kRowTile * H, H, s.kp.data(), nkp, x0, bsp);
+    const float* qg = s.qs + g * kRowTile * H;
+    for (std::size_t k = 0; k < nkp; k += kKeyTile) {
+      const std::size_t pf_until = pf_rows * (++tile_index) / tiles_total;
+      for (; pf_next < pf_until; ++pf_next) {
+        const std::size_t half = pf_rows / 2;
+        const bool is_v = pf_next >= half;
+        PrefetchRow(is_v ? p.v : p.k, t.b, t.n, pf0 + static_cast<std::int64_t>(is_v ? pf_next - half : pf_next), row_bytes);
+      }
+      DotTile<kKeyTile>(d, qg, H, s.kp.data() + k, x0 + k, bsp);
+    }
     for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
       float* x = s.sc + r * bsp;
       const KeyRange& k = s.rows[r].keys;
@@ -238,9 +264,10 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
   const std::size_t rows = SetupTile(d, cx, t, sp.j0, sp.j1, s);
   const std::size_t H = cx.H, bsp = cx.bsp;
   std::fill(s.acc, s.acc + s.rows.size() * H, 0.0f);
+  const std::int64_t j1 = sp.j1;
   for (std::int64_t kb = sp.j0; kb < sp.j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), sp.j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s)) continue;
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, j1, s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t g = 0; g < s.active.size(); ++g) {
       if (!s.active[g]) continue;
@@ -333,7 +360,7 @@ void QkTile(D d, const Ctx& cx, std::size_t ti) {
   const std::size_t rows = SetupTile(d, cx, t, j0, j1, s);
   for (std::int64_t kb = j0; kb < j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s)) continue;
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, j1, s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t r = 0; r < rows; ++r) {
       const RowInfo& ri = s.rows[r];

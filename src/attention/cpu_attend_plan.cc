@@ -6,7 +6,7 @@ namespace kvshare::detail {
 
 int DefaultKvBlock(int head_size) {
   const int h = std::max(head_size, 1);
-  return std::clamp(8192 / h, 16, 256);
+  return std::clamp(32768 / h, 32, 256);
 }
 
 AttendPlan BuildAttendPlan(const AttendParams& p) {

@@ -60,7 +60,7 @@ struct AttendPlan {
   std::int64_t partial_floats = 0;
 };
 
-// Block length when p.kv_block_size == 0: about 32 KiB of fp32 keys.
+// Block length when p.kv_block_size == 0: about 128 KiB of fp32 keys (L2).
 int DefaultKvBlock(int head_size);
 
 // Builds the plan. kMaxTileRows query-head rows per tile; tiles that hold all
@@ -69,6 +69,6 @@ int DefaultKvBlock(int head_size);
 AttendPlan BuildAttendPlan(const AttendParams& p);
 
 inline constexpr int kMaxTileRows = 64;
-inline constexpr int kSplitKeys = 512;
+inline constexpr int kSplitKeys = 1024;
 
 }  // namespace kvshare::detail

@@ -1,0 +1,239 @@
+// Benchmarks of detail::AttendOptimized (decode and prefill at Gemma and Llama
+// shapes) against a STREAM-like triad measured in the same run.
+//
+// Counters:
+//   kv_bytes/s  bytes of K and V the call must read: T * H * N_kv * 2 * sizeof(cache
+//               dtype) per call (each cached row once; prefill re-reads hit cache).
+//   FLOPS       4 * N * H * (sum over queries of visible keys) per call
+//               (Q.K and P.V, one multiply-add = 2 flops).
+//   bw_ratio    kv_bytes/s divided by the triad bandwidth with the same number
+//               of threads (decode only; the triad is measured once per thread
+//               count and cached in a static).
+// Triad: a[i] = b[i] + s * c[i] over three 64 MiB float arrays; bytes counted
+// as 3 streams x 4 bytes per element (the write-allocate read of a is not
+// counted, as in STREAM).
+//
+// Environment: KVSHARE_BENCH_BLOCK=n sets kv_block_size (default: kernel's choice).
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/attend.h"
+#include "common/float_convert.h"
+#include "kvshare/thread_pool.h"
+
+namespace {
+
+using kvshare::DType;
+using kvshare::ThreadPool;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kTriadFloats = std::size_t{64} << 20 >> 2;  // 64 MiB per array
+
+// Large buffers as an engine allocates its caches: 2 MiB aligned, with
+// transparent huge pages requested (both triad and KV get the same treatment).
+template <typename T>
+struct BigBuffer {
+  T* ptr = nullptr;
+  std::size_t n = 0;
+  explicit BigBuffer(std::size_t count, T fill = T{}) : n(count) {
+    constexpr std::size_t kAlign = std::size_t{2} << 20;
+    const std::size_t bytes = (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    ptr = static_cast<T*>(std::aligned_alloc(kAlign, bytes));
+    madvise(ptr, bytes, MADV_HUGEPAGE);
+    std::fill(ptr, ptr + count, fill);
+  }
+  ~BigBuffer() { std::free(ptr); }
+  BigBuffer(const BigBuffer&) = delete;
+  BigBuffer& operator=(const BigBuffer&) = delete;
+  T* data() { return ptr; }
+  T& operator[](std::size_t i) { return ptr[i]; }
+};
+
+struct TriadArrays {
+  BigBuffer<float> a{kTriadFloats, 0.0f}, b{kTriadFloats, 1.0f}, c{kTriadFloats, 2.0f};
+};
+
+TriadArrays& Triad() {
+  static TriadArrays t;
+  return t;
+}
+
+void RunTriad(ThreadPool* pool, int chunks) {
+  TriadArrays& t = Triad();
+  const float s = 3.0f;
+  const std::size_t per = (kTriadFloats + static_cast<std::size_t>(chunks) - 1) / static_cast<std::size_t>(chunks);
+  kvshare::ParallelFor(pool, chunks, [&](std::int64_t i) {
+    const std::size_t lo = static_cast<std::size_t>(i) * per;
+    const std::size_t hi = std::min(kTriadFloats, lo + per);
+    float* __restrict a = t.a.data();
+    const float* __restrict b = t.b.data();
+    const float* __restrict c = t.c.data();
+    for (std::size_t j = lo; j < hi; ++j) a[j] = b[j] + s * c[j];
+  });
+}
+
+constexpr double kTriadBytesPerCall = 3.0 * 4.0 * static_cast<double>(kTriadFloats);
+
+// Best-of-7 triad bandwidth (bytes/s) with `threads` threads, measured once.
+double TriadBandwidth(int threads) {
+  static std::map<int, double> cache;
+  auto it = cache.find(threads);
+  if (it != cache.end()) return it->second;
+  ThreadPool pool(threads);
+  RunTriad(&pool, threads * 4);  // warm up, fault pages in
+  double best = 0.0;
+  for (int r = 0; r < 7; ++r) {
+    const auto t0 = Clock::now();
+    RunTriad(&pool, threads * 4);
+    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, kTriadBytesPerCall / sec);
+  }
+  cache[threads] = best;
+  return best;
+}
+
+void BM_Triad(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  ThreadPool pool(threads);
+  RunTriad(&pool, threads * 4);
+  for (auto _ : state) {
+    RunTriad(&pool, threads * 4);
+    benchmark::ClobberMemory();
+  }
+  state.counters["bytes/s"] = benchmark::Counter(kTriadBytesPerCall * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::OneK::kIs1024);
+}
+
+struct AttnCase {
+  int N, Nkv, H, S, T;
+  DType kv_dtype;
+  int threads;
+};
+
+// Owns a BNSH cache pair (capacity T), queries and output for one case.
+struct AttnProblem {
+  std::vector<float> q;
+  std::unique_ptr<BigBuffer<std::uint16_t>> k16, v16;
+  std::unique_ptr<BigBuffer<float>> k32, v32;
+  std::vector<float> out;
+  std::int64_t kv_len, q_offset, valid_q;
+  kvshare::detail::AttendParams p;
+
+  explicit AttnProblem(const AttnCase& c) {
+    std::mt19937 rng(1234);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    q.resize(static_cast<std::size_t>(c.S) * c.N * c.H);
+    for (float& x : q) x = u(rng);
+    const std::size_t n = static_cast<std::size_t>(c.Nkv) * c.T * c.H;
+    if (c.kv_dtype == DType::kFloat32) {
+      k32 = std::make_unique<BigBuffer<float>>(n);
+      v32 = std::make_unique<BigBuffer<float>>(n);
+      for (std::size_t i = 0; i < n; ++i) (*k32)[i] = u(rng), (*v32)[i] = u(rng);
+    } else {
+      k16 = std::make_unique<BigBuffer<std::uint16_t>>(n);
+      v16 = std::make_unique<BigBuffer<std::uint16_t>>(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        (*k16)[i] = kvshare::detail::F32ToF16(u(rng));
+        (*v16)[i] = kvshare::detail::F32ToF16(u(rng));
+      }
+    }
+    out.resize(q.size());
+    kv_len = c.T;
+    q_offset = c.T - c.S;
+    valid_q = c.S;
+    p.batch = 1;
+    p.q_len = c.S;
+    p.num_heads = c.N;
+    p.kv_heads = c.Nkv;
+    p.head_size = c.H;
+    p.q = q.data();
+    for (kvshare::detail::KvSource* s : {&p.k, &p.v}) {
+      s->dtype = c.kv_dtype;
+      s->batch_stride = static_cast<std::int64_t>(n);
+      s->head_stride = static_cast<std::int64_t>(c.T) * c.H;
+      s->row_stride = c.H;
+    }
+    p.k.data = c.kv_dtype == DType::kFloat32 ? static_cast<const void*>(k32->data()) : k16->data();
+    p.v.data = c.kv_dtype == DType::kFloat32 ? static_cast<const void*>(v32->data()) : v16->data();
+    p.kv_len = &kv_len;
+    p.q_offset = &q_offset;
+    p.valid_q = &valid_q;
+    p.causal = true;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.H));
+    p.out = out.data();
+    p.out_dtype = DType::kFloat32;
+    if (const char* e = std::getenv("KVSHARE_BENCH_BLOCK")) p.kv_block_size = std::atoi(e);
+  }
+};
+
+void BM_Attend(benchmark::State& state, AttnCase c) {
+  const double triad = c.S == 1 ? TriadBandwidth(c.threads) : 0.0;
+  AttnProblem pr(c);
+  ThreadPool pool(c.threads);
+  kvshare::detail::AttendOptimized(pr.p, &pool);  // warm up
+  const double kv_bytes = static_cast<double>(c.T) * c.H * c.Nkv * 2.0 * static_cast<double>(kvshare::DTypeSize(c.kv_dtype));
+  double visible = 0.0;  // causal, queries at T - S + s
+  for (int s = 0; s < c.S; ++s) visible += static_cast<double>(c.T - c.S + s + 1);
+  const double flops = 4.0 * c.N * c.H * visible;
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    kvshare::detail::AttendOptimized(pr.p, &pool);
+    benchmark::DoNotOptimize(pr.out.data());
+  }
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["kv_bytes/s"] =
+      benchmark::Counter(kv_bytes * iters, benchmark::Counter::kIsRate, benchmark::Counter::OneK::kIs1024);
+  state.counters["FLOPS"] = benchmark::Counter(flops * iters, benchmark::Counter::kIsRate);
+  if (triad > 0.0) state.counters["bw_ratio"] = kv_bytes * iters / sec / triad;
+}
+
+void RegisterAll() {
+  benchmark::RegisterBenchmark("triad/threads:1", BM_Triad)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("triad/threads:2", BM_Triad)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  struct Shape {
+    const char* name;
+    int N, Nkv, H;
+  };
+  const Shape shapes[] = {{"gemma_n4", 4, 1, 256}, {"gemma_n8", 8, 1, 256}, {"llama", 32, 8, 128}};
+  const std::pair<DType, const char*> dtypes[] = {{DType::kFloat32, "f32"}, {DType::kFloat16, "f16"}};
+  for (const bool decode : {true, false}) {
+    for (const int T : decode ? std::vector<int>{512, 4096, 32768} : std::vector<int>{512, 2048}) {
+      for (const Shape& sh : shapes) {
+        for (const auto& dt : dtypes) {
+          for (const int threads : {1, 2}) {
+            const AttnCase c{sh.N, sh.Nkv, sh.H, decode ? 1 : T, T, dt.first, threads};
+            const std::string name = std::string(decode ? "decode/" : "prefill/") + sh.name + "/T:" +
+                                     std::to_string(T) + "/" + dt.second + "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
+                ->UseRealTime()
+                ->Unit(decode ? benchmark::kMicrosecond : benchmark::kMillisecond)
+                ->MinTime(decode ? 0.3 : 0.5);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
