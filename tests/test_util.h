@@ -44,13 +44,13 @@ inline Buffer RandomBuffer(DType dt, Shape s, std::mt19937_64& rng, float stddev
 
 inline Buffer Int32Buffer(const std::vector<std::int32_t>& v, Shape s) {
   Buffer b(DType::kInt32, s);
-  std::memcpy(b.bytes.data(), v.data(), v.size() * 4);
+  if (!v.empty()) std::memcpy(b.bytes.data(), v.data(), v.size() * 4);
   return b;
 }
 
 inline Buffer Int64Buffer(const std::vector<std::int64_t>& v, Shape s) {
   Buffer b(DType::kInt64, s);
-  std::memcpy(b.bytes.data(), v.data(), v.size() * 8);
+  if (!v.empty()) std::memcpy(b.bytes.data(), v.data(), v.size() * 8);
   return b;
 }
 
