@@ -14,6 +14,8 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include "kvshare/gguf.h"
+#include "kvshare/model.h"
 #include "kvshare/tokenizer.h"
 #include "runtime_bpe_twin.h"
 
@@ -28,96 +30,12 @@ std::string ModelPath() {
   return "models/gemma-3-270m-q4_k_m.gguf";
 }
 
-// Reads the tokenizer.* metadata of a GGUF v2/v3 file (little-endian).
-class GgufVocabReader {
- public:
-  explicit GgufVocabReader(const std::string& path) : in_(path, std::ios::binary) {}
-
-  VocabData Read() {
-    VocabData v;
-    if (U32() != 0x46554747u) throw std::runtime_error("not a GGUF file");
-    const uint32_t version = U32();
-    if (version < 2 || version > 3) throw std::runtime_error("unsupported GGUF version");
-    U64();  // tensor count
-    const uint64_t n_kv = U64();
-    for (uint64_t i = 0; i < n_kv; ++i) {
-      const std::string key = Str();
-      const uint32_t type = U32();
-      if (key == "tokenizer.ggml.tokens") {
-        Expect(type == 9 && U32() == 8, key);
-        v.tokens.resize(U64());
-        for (auto& t : v.tokens) t = Str();
-      } else if (key == "tokenizer.ggml.scores") {
-        Expect(type == 9 && U32() == 6, key);
-        v.scores.resize(U64());
-        for (auto& s : v.scores) s = Raw<float>();
-      } else if (key == "tokenizer.ggml.token_type") {
-        Expect(type == 9 && U32() == 5, key);
-        v.token_types.resize(U64());
-        for (auto& t : v.token_types) t = Raw<int32_t>();
-      } else if (key == "tokenizer.ggml.bos_token_id" && type == 4) {
-        v.bos = static_cast<int32_t>(U32());
-      } else if (key == "tokenizer.ggml.eos_token_id" && type == 4) {
-        v.eos = static_cast<int32_t>(U32());
-      } else if (key == "tokenizer.ggml.unknown_token_id" && type == 4) {
-        v.unk = static_cast<int32_t>(U32());
-      } else if (key == "tokenizer.ggml.padding_token_id" && type == 4) {
-        v.pad = static_cast<int32_t>(U32());
-      } else if (key == "tokenizer.ggml.add_bos_token" && type == 7) {
-        v.add_bos = Raw<uint8_t>() != 0;
-      } else if (key == "tokenizer.ggml.add_eos_token" && type == 7) {
-        v.add_eos = Raw<uint8_t>() != 0;
-      } else if (key == "tokenizer.ggml.add_space_prefix" && type == 7) {
-        v.add_space_prefix = Raw<uint8_t>() != 0;
-      } else {
-        Skip(type);
-      }
-      if (!in_) throw std::runtime_error("truncated GGUF metadata at key " + key);
-    }
-    return v;
-  }
-
- private:
-  template <typename T>
-  T Raw() {
-    T x{};
-    in_.read(reinterpret_cast<char*>(&x), sizeof x);
-    return x;
-  }
-  uint32_t U32() { return Raw<uint32_t>(); }
-  uint64_t U64() { return Raw<uint64_t>(); }
-  std::string Str() {
-    const uint64_t n = U64();
-    if (n > (1u << 20)) throw std::runtime_error("implausible string length");
-    std::string s(n, '\0');
-    in_.read(s.data(), static_cast<std::streamsize>(n));
-    return s;
-  }
-  static void Expect(bool ok, const std::string& key) {
-    if (!ok) throw std::runtime_error("unexpected type for " + key);
-  }
-  void Skip(uint32_t type) {
-    static const int kSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    if (type > 12) throw std::runtime_error("bad GGUF value type");
-    if (type == 8) {
-      Str();
-    } else if (type == 9) {
-      const uint32_t elem = U32();
-      const uint64_t n = U64();
-      for (uint64_t i = 0; i < n && in_; ++i) Skip(elem);
-    } else {
-      in_.seekg(kSize[type], std::ios::cur);
-    }
-  }
-  std::ifstream in_;
-};
-
 class GemmaTokenizer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string path = ModelPath();
     if (!std::filesystem::exists(path)) return;
-    vocab_ = new VocabData(GgufVocabReader(path).Read());
+    vocab_ = new VocabData(ReadVocab(GgufFile::Open(path)));
     const auto t0 = std::chrono::steady_clock::now();
     tok_ = new Tokenizer(*vocab_);
     load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
