@@ -1,5 +1,323 @@
+// kvshare._core model bindings: Model (GGUF load, config, tokenizer, logits)
+// and streaming generation. Generation runs on a worker thread without the GIL;
+// the Python iterator waits (GIL released) for text pieces. Uses only the
+// public model / tokenizer / sampler API and the runtime Generator.
+#include <pybind11/stl.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arrays.h"
 #include "bind.h"
+#include "kvshare/error.h"
+#include "kvshare/model.h"
+#include "kvshare/thread_pool.h"
+#include "kvshare/tokenizer.h"
+#include "runtime/generator.h"
 
 namespace kvshare::python {
-void BindModel(pybind11::module_&) {}
+namespace {
+
+// Everything one Python Model owns; streams hold a shared_ptr so an abandoned
+// Model outlives its running generation.
+struct ModelCore {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Generator> generator;
+  std::mutex busy_mu;
+  bool busy = false;  // a generation stream is running
+  GenerateStats last;
+};
+
+struct Cancelled {};
+
+py::str Utf8(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+py::dict StatsDict(const GenerateStats& s) {
+  py::dict d;
+  d["prompt_tokens"] = s.prompt_tokens;
+  d["generated_tokens"] = s.generated_tokens;
+  d["prefill_seconds"] = s.prefill_seconds;
+  d["decode_seconds"] = s.decode_seconds;
+  d["decode_steps"] = s.decode_steps;
+  d["kv_bytes"] = s.kv_bytes;
+  d["stop_reason"] = s.stop_reason;
+  return d;
+}
+
+// One generation: a worker thread runs Generator::Generate and queues text.
+class Stream {
+ public:
+  Stream(std::shared_ptr<ModelCore> core, std::vector<int32_t> prompt, GenerateOptions options, bool reset)
+      : core_(std::move(core)) {
+    {
+      std::lock_guard<std::mutex> lock(core_->busy_mu);
+      if (core_->busy) {
+        throw Error("another generation is running on this Model; exhaust or close() it first");
+      }
+      core_->busy = true;
+    }
+    worker_ = std::thread([this, prompt = std::move(prompt), options, reset] {
+      try {
+        if (reset) core_->generator->Reset();
+        const GenerateStats stats = core_->generator->Generate(prompt, options, [this](std::string_view piece) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (cancel_) throw Cancelled{};
+          pieces_.emplace_back(piece);
+          cv_.notify_all();
+        });
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_ = stats;
+        core_->last = stats;
+      } catch (const Cancelled&) {
+        core_->generator->Reset();  // a half-finished turn is not kept
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        error_ = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(core_->busy_mu);
+        core_->busy = false;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+
+  ~Stream() { Close(); }
+
+  // Next piece, or nullopt at the end; rethrows the generator's error.
+  std::optional<std::string> Next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !pieces_.empty() || done_; });
+    if (!pieces_.empty()) {
+      std::string s = std::move(pieces_.front());
+      pieces_.pop_front();
+      return s;
+    }
+    if (error_) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+    return std::nullopt;
+  }
+
+  // Stops at the next piece and waits for the worker.
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancel_ = !done_;
+    }
+    if (worker_.joinable()) worker_.join();
+  }
+
+  std::optional<GenerateStats> Stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_ && !error_ && !cancel_ ? stats_ : std::nullopt;
+  }
+
+ private:
+  std::shared_ptr<ModelCore> core_;
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> pieces_;
+  bool done_ = false;
+  bool cancel_ = false;
+  std::exception_ptr error_;
+  std::optional<GenerateStats> stats_;
+};
+
+class PyModel {
+ public:
+  PyModel(const std::string& path, int max_context, int num_threads) : core_(std::make_shared<ModelCore>()) {
+    if (num_threads < 0) throw Error("num_threads must be >= 0 (0 = all cores), got " + std::to_string(num_threads));
+    const int threads =
+        num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    py::gil_scoped_release release;
+    core_->model = Model::Load(path);
+    core_->tokenizer = std::make_unique<Tokenizer>(ReadVocab(core_->model->gguf()));
+    core_->pool = std::make_unique<ThreadPool>(threads);
+    core_->generator = std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(),
+                                                   ModelStateOptions{.max_context = max_context});
+    max_context_ = max_context;
+  }
+
+  py::dict Config() const {
+    const ModelConfig& c = core_->model->config();
+    py::dict d;
+    d["architecture"] = c.architecture;
+    d["n_layer"] = c.n_layer;
+    d["n_embd"] = c.n_embd;
+    d["n_ff"] = c.n_ff;
+    d["n_head"] = c.n_head;
+    d["n_head_kv"] = c.n_head_kv;
+    d["head_dim"] = c.head_dim;
+    d["n_vocab"] = c.n_vocab;
+    d["context_length"] = c.context_length;
+    d["sliding_window"] = c.sliding_window;
+    d["rope_base_full"] = c.rope_base_full;
+    d["rope_base_sliding"] = c.rope_base_sliding;
+    d["is_sliding"] = c.is_sliding;
+    return d;
+  }
+
+  std::vector<int32_t> Tokenize(const std::string& text, std::optional<bool> add_bos, bool parse_special) const {
+    return core_->tokenizer->Encode(text, EncodeOptions{.add_bos = add_bos, .add_eos = std::nullopt,
+                                                        .parse_special = parse_special});
+  }
+
+  std::vector<int32_t> ChatTokens(const std::vector<std::pair<std::string, std::string>>& messages) const {
+    std::vector<ChatMessage> msgs;
+    for (const auto& [role, content] : messages) msgs.push_back({role, content});
+    return EncodeGemmaChat(*core_->tokenizer, msgs);
+  }
+
+  py::str Detokenize(const std::vector<int32_t>& ids) const { return Utf8(core_->tokenizer->Decode(ids)); }
+
+  py::array_t<float> Logits(const std::vector<int32_t>& tokens) const {
+    std::vector<float> out;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(core_->busy_mu);
+      if (core_->busy) throw Error("a generation is running on this Model; exhaust or close() it first");
+      auto state = core_->model->NewState(ModelStateOptions{.max_context = max_context_});
+      const std::span<const float> l = core_->model->Forward(*state, tokens, core_->pool.get());
+      out.assign(l.begin(), l.end());
+    }
+    return py::array_t<float>(static_cast<py::ssize_t>(out.size()), out.data());
+  }
+
+  std::unique_ptr<Stream> Generate(const py::object& prompt, int max_new_tokens, float temperature, int top_k,
+                                   float top_p, float min_p, float repetition_penalty, std::uint64_t seed, bool chat,
+                                   bool reset) {
+    std::vector<int32_t> ids;
+    if (py::isinstance<py::str>(prompt)) {
+      const std::string text = prompt.cast<std::string>();
+      if (chat) {
+        ids = ChatTokens({{"user", text}});
+      } else {
+        ids = Tokenize(text, true, false);
+      }
+      // Continuing a sequence: no second BOS.
+      if (!reset && core_->generator->state().length() > 0 && !ids.empty() && ids.front() == core_->tokenizer->bos_id()) {
+        ids.erase(ids.begin());
+      }
+    } else {
+      ids = prompt.cast<std::vector<int32_t>>();
+    }
+    GenerateOptions o;
+    o.max_new_tokens = max_new_tokens;
+    o.sampler = SamplerOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = min_p,
+                               .repetition_penalty = repetition_penalty, .repeat_last_n = 64, .seed = seed};
+    Sampler validate(o.sampler);  // option errors raise here, before the worker starts
+    return std::make_unique<Stream>(core_, std::move(ids), o, reset);
+  }
+
+  void Reset() {
+    std::lock_guard<std::mutex> lock(core_->busy_mu);
+    if (core_->busy) throw Error("a generation is running on this Model; exhaust or close() it first");
+    core_->generator->Reset();
+  }
+
+  std::int64_t CachedTokens() const { return core_->generator->state().length(); }
+  py::dict LastStats() const { return StatsDict(core_->last); }
+
+ private:
+  std::shared_ptr<ModelCore> core_;
+  int max_context_ = 0;
+};
+
+const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (today: Gemma 3), run on the CPU.
+
+Model(path, *, max_context=4096, num_threads=0)
+
+path: GGUF file; max_context: positions the KV cache holds (prompt + generated);
+num_threads: 0 = all cores. Raises kvshare.Error for a missing or invalid file.
+One generation at a time per Model.)";
+
+const char* kGenerateDoc = R"(Generates text; returns an iterator of str pieces (streamed as decoded).
+
+prompt: str (wrapped in the Gemma chat template unless chat=False, then encoded
+with <bos>) or a list of token ids (used as is). Sampling: temperature (0 = greedy),
+top_k (0 = off), top_p (1 = off), min_p (0 = off), repetition_penalty (1 = off), seed.
+reset=True starts a new sequence; reset=False appends to the cached one (no second
+<bos>). Generation stops at <eos> / <end_of_turn> or after max_new_tokens.
+Raises kvshare.Error at the call for bad sampling options, and from the first
+next() for errors of the run itself (e.g. a prompt that does not fit max_context).
+The iterator's close() (or dropping it) stops the generation;
+its .stats (a dict) is set once it has finished. The GIL is released while tokens
+are computed.)";
+
+}  // namespace
+
+void BindModel(py::module_& m) {
+  py::class_<Stream>(m, "GenerationStream", "Iterator of generated text pieces (see Model.generate).")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__",
+           [](Stream& s) {
+             std::optional<std::string> piece;
+             {
+               py::gil_scoped_release release;
+               piece = s.Next();
+             }
+             if (!piece) throw py::stop_iteration();
+             return Utf8(*piece);
+           })
+      .def(
+          "close",
+          [](Stream& s) {
+            py::gil_scoped_release release;
+            s.Close();
+          },
+          "Stops the generation (at the next token) and waits for it.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](Stream& s, const py::object&, const py::object&, const py::object&) {
+             py::gil_scoped_release release;
+             s.Close();
+           })
+      .def_property_readonly(
+          "stats",
+          [](Stream& s) -> py::object {
+            auto st = s.Stats();
+            if (!st) return py::none();
+            return StatsDict(*st);
+          },
+          "prompt_tokens, generated_tokens, prefill/decode seconds, decode_steps, kv_bytes, stop_reason; None "
+          "until the generation has finished.");
+
+  py::class_<PyModel>(m, "Model", kModelDoc)
+      .def(py::init<const std::string&, int, int>(), py::arg("path"), py::kw_only(), py::arg("max_context") = 4096,
+           py::arg("num_threads") = 0)
+      .def_property_readonly("config", &PyModel::Config, "Hyperparameters read from the GGUF metadata (a dict).")
+      .def("tokenize", &PyModel::Tokenize, py::arg("text"), py::kw_only(), py::arg("add_bos") = py::none(),
+           py::arg("parse_special") = false, "Token ids of text (list of int).")
+      .def("chat_tokens", &PyModel::ChatTokens, py::arg("messages"),
+           "Token ids of the Gemma chat template over [(role, content), ...], ending with the model turn.")
+      .def("detokenize", &PyModel::Detokenize, py::arg("ids"), "Text of token ids.")
+      .def("logits", &PyModel::Logits, py::arg("tokens"),
+           "float32 (n_vocab,) logits of the last token after running tokens through a fresh sequence.")
+      .def("generate", &PyModel::Generate, py::arg("prompt"), py::kw_only(), py::arg("max_new_tokens") = 128,
+           py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
+           py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = true,
+           py::arg("reset") = true, kGenerateDoc)
+      .def("reset", &PyModel::Reset, "Forgets the cached sequence.")
+      .def_property_readonly("cached_tokens", &PyModel::CachedTokens, "Tokens in the generator's KV cache.")
+      .def_property_readonly("last_stats", &PyModel::LastStats, "Stats of the last finished generation (a dict).");
+}
+
 }  // namespace kvshare::python

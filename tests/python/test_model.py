@@ -1,0 +1,103 @@
+"""kvshare.Model from Python on the real model (models/gemma-3-270m-q4_k_m.gguf;
+skipped when the file is absent): config, tokenizer, logits, streaming generation
+(greedy, deterministic, equal to the C++ CLI when it is built), early close, and
+errors."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from peers import need
+
+kvshare = need("kvshare")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = Path(os.environ.get("KVSHARE_MODEL", ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+CLI = ROOT / os.environ.get("KVSHARE_BUILD_DIR", "build") / "bin" / "kvshare"
+PROMPT = "What is the capital of France?"
+# The GGUF is the base model: the question form makes it answer (model_gemma3_test.cc).
+RAW = "Question: What is the capital of France? Answer:"
+
+if not MODEL.is_file():
+    pytest.skip(f"{MODEL} absent; run scripts/fetch_model.py", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return kvshare.Model(str(MODEL), max_context=512, num_threads=2)
+
+
+def test_config_and_tokenizer(model):
+    c = model.config
+    assert c["architecture"] == "gemma3" and c["n_layer"] == 18 and c["head_dim"] == 256
+    ids = model.tokenize("Hello world", add_bos=True)
+    assert ids[0] == model.tokenize("", add_bos=True)[0] and len(ids) >= 3
+    assert model.detokenize(ids[1:]) == "Hello world"
+    chat = model.chat_tokens([("user", PROMPT)])
+    assert model.detokenize(chat).count("<start_of_turn>") == 0  # control tokens are not rendered
+    assert len(chat) > len(model.tokenize(PROMPT))
+
+
+def test_greedy_generation_streams_and_is_deterministic(model):
+    stream = model.generate(RAW, chat=False, max_new_tokens=8)
+    pieces = list(stream)
+    assert all(isinstance(p, str) for p in pieces) and len(pieces) >= 2
+    text = "".join(pieces)
+    assert text.strip().startswith("Paris"), text
+    stats = stream.stats
+    assert stats["generated_tokens"] >= 1 and stats["prompt_tokens"] == len(model.tokenize(RAW, add_bos=True))
+    assert stats["stop_reason"] in ("eos", "end_of_turn", "max_tokens")
+    assert "".join(model.generate(RAW, chat=False, max_new_tokens=8)) == text
+    assert model.last_stats["generated_tokens"] == stats["generated_tokens"]
+
+
+def test_first_token_is_the_argmax_of_logits(model):
+    ids = model.tokenize("The capital of France is", add_bos=True)
+    logits = model.logits(ids)
+    assert logits.shape == (model.config["n_vocab"],) and logits.dtype == np.float32
+    first = "".join(model.generate(ids, max_new_tokens=1))
+    assert first == model.detokenize([int(np.argmax(logits))])
+
+
+@pytest.mark.skipif(not CLI.is_file(), reason="the kvshare CLI is not built")
+@pytest.mark.parametrize("chat", [True, False])
+def test_same_text_as_the_cli(model, chat):
+    prompt = PROMPT if chat else RAW
+    out = subprocess.run([str(CLI), "generate", "--model", str(MODEL), "--prompt", prompt, "-n", "12",
+                          "--threads", "2", "--max-context", "512"] + ([] if chat else ["--raw"]),
+                         check=True, capture_output=True, text=True)
+    assert "".join(model.generate(prompt, chat=chat, max_new_tokens=12)) == out.stdout
+
+
+def test_close_stops_early_and_frees_the_model(model):
+    stream = model.generate("Count from one to one hundred.", max_new_tokens=64)
+    next(stream)
+    with pytest.raises(kvshare.Error, match="another generation is running"):
+        model.generate(PROMPT, max_new_tokens=4)
+    stream.close()
+    assert stream.stats is None  # cancelled
+    assert "".join(model.generate(PROMPT, max_new_tokens=4))
+
+
+def test_continuing_a_sequence_keeps_the_cache(model):
+    list(model.generate(PROMPT, max_new_tokens=4))
+    cached = model.cached_tokens
+    assert cached > 0
+    list(model.generate(" More.", chat=False, reset=False, max_new_tokens=2))
+    assert model.cached_tokens > cached
+    model.reset()
+    assert model.cached_tokens == 0
+
+
+def test_errors(model):
+    with pytest.raises(ValueError, match="top_p"):
+        model.generate(PROMPT, top_p=1.5)
+    stream = model.generate(PROMPT, max_new_tokens=600)  # exceeds max_context = 512
+    with pytest.raises(kvshare.Error, match="max-context"):
+        next(stream)
+    with pytest.raises(kvshare.Error):
+        kvshare.Model(str(ROOT / "models" / "missing.gguf"))
