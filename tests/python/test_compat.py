@@ -1,8 +1,13 @@
 """Where kvshare and onnxruntime disagree (docs/compatibility.md): each test pins
-kvshare's behaviour and checks onnxruntime's documented behaviour on the same
-inputs, so a change on either side shows up here. Section numbers refer to
-docs/compatibility.md."""
+kvshare's behaviour (a failure) and checks onnxruntime's documented behaviour on
+the same inputs (a warning when it changes: the suite runs against whatever
+onnxruntime release is current, and a fix on their side must not turn CI red;
+the warning says which section of docs/compatibility.md to update). Section
+numbers refer to docs/compatibility.md."""
 from __future__ import annotations
+
+import contextlib
+import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +20,16 @@ need("onnx")
 from onnx import helper  # noqa: E402
 
 RNG = np.random.default_rng(2026)
+
+
+@contextlib.contextmanager
+def ort_documented(section):
+    """Checks of onnxruntime's documented behaviour: a mismatch warns (naming the
+    docs/compatibility.md section to revisit) instead of failing."""
+    try:
+        yield
+    except AssertionError as e:
+        warnings.warn(f"onnxruntime no longer behaves as docs/compatibility.md {section} says: {e}")
 
 
 def _normal(*shape, scale=1.0):
@@ -74,11 +89,13 @@ def test_2_padded_prompt_rows_with_a_window(ort_path):
         assert_close(theirs, ours, "float32", "onnxruntime flash path: the same rule")
         return
     # onnxruntime's unfused rule, row by row: keys [L - min(W, L), L), L = min(s + 1, T_b).
-    for s in range(S):
-        L = min(s + 1, total[1])
-        m = min(W, L)
-        row = reference_attention(_bsnh(q[1:2, s:s + 1], N), kk[1:2, :, L - m:L], vv[1:2, :, L - m:L], [m], [m - 1])
-        assert_close(theirs[1, s], row.reshape(N * H), "float32", f"onnxruntime unfused rule, row {s}")
+    with ort_documented("§2"):
+        for s in range(S):
+            L = min(s + 1, total[1])
+            m = min(W, L)
+            row = reference_attention(_bsnh(q[1:2, s:s + 1], N), kk[1:2, :, L - m:L], vv[1:2, :, L - m:L], [m],
+                                      [m - 1])
+            assert_close(theirs[1, s], row.reshape(N * H), "float32", f"onnxruntime unfused rule, row {s}")
 
 
 def test_3_borrowed_present_copy_keeps_rows_beyond_valid_length():
@@ -96,7 +113,8 @@ def test_3_borrowed_present_copy_keeps_rows_beyond_valid_length():
     theirs = ort_gqa(feeds, attrs)
     np.testing.assert_array_equal(ours.present_key, feeds["past_key"])
     np.testing.assert_array_equal(theirs["present_key"][1, :, :4], feeds["past_key"][1, :, :4])
-    assert not np.any(theirs["present_key"][1, :, 4:]), "onnxruntime zero-fills rows >= T_b"
+    with ort_documented("§3"):
+        assert not np.any(theirs["present_key"][1, :, 4:]), "onnxruntime zero-fills rows >= T_b"
     assert_close(ours.output, theirs["output"], "float32", "output")
 
 
@@ -120,7 +138,8 @@ def test_4_first_prompt_position_ids_per_row():
     row0_base = apply_rope(kb, np.broadcast_to(pos[0][None, :, None], (B, S, 1)), cos, sin, False) \
         .transpose(0, 2, 1, 3)
     assert_close(ours, per_row, "float32", "kvshare: position_ids[b, 0] + s")
-    assert_close(theirs, row0_base, "float32", "onnxruntime: position_ids[0, 0] + s")
+    with ort_documented("§4"):
+        assert_close(theirs, row0_base, "float32", "onnxruntime: position_ids[0, 0] + s")
 
 
 def test_5_past_without_present_outputs():
@@ -145,14 +164,16 @@ def test_5_past_without_present_outputs():
         vv[b, :, total[b] - S:total[b]] = _bsnh(v, Nkv)[b].transpose(1, 0, 2)
     want = reference_attention(_bsnh(q, N), kk, vv, total, total - S).reshape(B, S, N * H)
     assert_close(ours.output, want, "float32", "kvshare: past + new")
-    a = ort_gqa(feeds, attrs, ("output",))["output"]
-    b = ort_gqa(dict(feeds, past_key=pk * 3 + 1, past_value=pv * 3 + 1), attrs, ("output",))["output"]
-    np.testing.assert_array_equal(a, b, err_msg="onnxruntime: the past does not enter the result")
-    assert np.abs(a - want).max() > 0.1
+    # onnxruntime is run only where T_b == S: with T_b > S it reads beyond the
+    # S-row chunk (undefined memory), which a test must not do.
     one = dict(feeds, seqlens_k=np.zeros(B, np.int32))  # T_b == S: only the new rows exist
     new_only = reference_attention(_bsnh(q, N), _bsnh(k, Nkv).transpose(0, 2, 1, 3),
                                    _bsnh(v, Nkv).transpose(0, 2, 1, 3), [S] * B, [0] * B).reshape(B, S, N * H)
-    assert_close(ort_gqa(one, attrs, ("output",))["output"], new_only, "float32", "onnxruntime: new K/V only")
+    theirs = ort_gqa(one, attrs, ("output",))["output"]
+    with ort_documented("§5"):
+        assert_close(theirs, new_only, "float32", "onnxruntime: new K/V only, the past ignored")
+    ours_one = kvshare.group_query_attention(**one, **attrs, present=False).output
+    assert_close(ours_one, new_only, "float32", "kvshare at T_b = S: the new rows only, like onnxruntime")
 
 
 def test_6_static_scatter_query_alignment_vs_attention24():
