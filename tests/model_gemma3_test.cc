@@ -145,8 +145,8 @@ TEST_F(Gemma3Test, CachedDecodeEqualsRecomputation) {
   std::printf("[ measured ] 64 cached decode steps vs recompute: max |logit diff| %.3g\n", d);
 }
 
-// A prompt longer than the 512-token window, prefilled in chunks of 16 so the
-// sliding layers' rings (512 + 16 - 1 = 527 positions) wrap, then 4 decode
+// A prompt longer than the 512-token window, prefilled in chunks of 32 so the
+// sliding layers' rings (512 + 32 - 1 = 543 positions) wrap, then 4 decode
 // steps. Both sides run the reference attention kernel, which sums each
 // query's keys in position order in double whatever the chunking or ring
 // slot, so any difference is the cache's. (The optimized kernel's fp32
@@ -156,11 +156,11 @@ TEST_F(Gemma3Test, CachedDecodeEqualsRecomputation) {
 TEST_F(Gemma3Test, LongPromptRingsWrapEqualsRecomputation) {
   ThreadPool pool(2);
   std::string text;
-  for (int i = 0; text.size() < 1530; ++i) {
+  for (int i = 0; text.size() < 1620; ++i) {
     text += "Item " + std::to_string(i) + ": the number " + std::to_string(i * 7 % 13) + " is listed here. ";
   }
   std::vector<int32_t> seq = tok_->Encode(text, WithBos());
-  auto cached = model_->NewState({.max_context = 560, .max_step = 16, .attention_kernel = GqaKernel::kReference});
+  auto cached = model_->NewState({.max_context = 576, .max_step = 32, .attention_kernel = GqaKernel::kReference});
   ASSERT_LT(cached->kv_cache().Memory().layers[0].capacity, static_cast<std::int64_t>(seq.size()));
   const auto rows = CachedGreedy(*model_, *cached, seq, 4, &pool);
   const int T = static_cast<int>(seq.size());
@@ -197,7 +197,7 @@ TEST_F(Gemma3Test, Fp16KvKeepsConfidentPredictions) {
 // K+V per position and layer: 2 * 1 KV head * 256 * 4 bytes = 2 KiB (fp32).
 TEST_F(Gemma3Test, KvBytesWithRingsAndSharing) {
   const std::size_t per_pos = 2 * 256 * 4;
-  const std::size_t ring = per_pos * (512 + 512 - 1), full = per_pos * 4096;
+  const std::size_t ring = per_pos * (512 + 256 - 1), full = per_pos * 4096;  // default max_step 256
   EXPECT_EQ(MaxKvSharedLayers(model_->config()), 12);
   EXPECT_EQ(model_->NewState({.max_context = 4096})->kv_bytes(), 15 * ring + 3 * full);
   // 6 shared: layers 12..17 (five sliding, full layer 17) read layers 10 and 11.
