@@ -133,8 +133,11 @@ class Model {
   // default the last token's [n_vocab]), valid until the next call on state.
   // Throws kvshare::Error, leaving the state unchanged, if the cache would
   // overflow (length() + tokens.size() > max_context()), a token id is out of
-  // range, or num_logits is out of [1, tokens.size()]. Results do not depend
-  // on the thread count of `pool` (null: the calling thread).
+  // range, or num_logits is out of [1, tokens.size()]. An error while running
+  // (not expected once these checks pass) rewinds the state to its length
+  // before the call, or resets it (length 0) when a sliding ring no longer
+  // holds that length. Results do not depend on the thread count of `pool`
+  // (null: the calling thread).
   virtual std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens,
                                          ThreadPool* pool, const ForwardOptions& options = {}) const = 0;
 };
