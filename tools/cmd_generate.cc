@@ -33,6 +33,8 @@ struct GenerateCliOptions {
   std::uint64_t seed = 0;
   int threads = 0;
   int max_context = 4096;
+  int kv_shared_layers = -1;  // -1: the model's own (0 for Gemma 3)
+  std::string kv_dtype = "f32";
   bool verbose = false;
 };
 
@@ -59,10 +61,40 @@ void PrintStats(const GenerateStats& s) {
   const double dec = s.decode_seconds > 0 ? s.decode_steps / s.decode_seconds : 0;
   std::fprintf(stderr,
                "\n[kvshare] prompt %lld tokens, prefill %.1f tok/s (%.3f s), decode %.1f tok/s (%lld steps), "
-               "generated %lld tokens (stop: %s), KV cache %.1f MiB\n",
+               "generated %lld tokens (stop: %s), KV cache %.1f MiB",
                static_cast<long long>(s.prompt_tokens), pre, s.prefill_seconds, dec,
                static_cast<long long>(s.decode_steps), static_cast<long long>(s.generated_tokens),
                s.stop_reason.c_str(), s.kv_bytes / (1024.0 * 1024.0));
+  if (s.kv_bytes != s.kv_bytes_without_sharing) {
+    std::fprintf(stderr, " (%.1f MiB without KV sharing)", s.kv_bytes_without_sharing / (1024.0 * 1024.0));
+  }
+  std::fprintf(stderr, "\n");
+}
+
+// --kv-shared-layers and --kv-dtype as state options; throws kvshare::Error
+// naming the flag and the valid values.
+ModelStateOptions StateOptions(const GenerateCliOptions& o, const ModelConfig& config) {
+  ModelStateOptions so{.max_context = o.max_context};
+  if (o.kv_shared_layers >= 0) {
+    const int max_shared = MaxKvSharedLayers(config);
+    if (o.kv_shared_layers > max_shared) {
+      throw Error("--kv-shared-layers " + std::to_string(o.kv_shared_layers) + " is out of range for this model: " +
+                  "valid 0.." + std::to_string(max_shared) + " (" + std::to_string(config.n_layer) +
+                  " layers; every shared layer needs a non-shared layer of its type, sliding or full, before the "
+                  "first shared one)");
+    }
+    so.num_kv_shared_layers = o.kv_shared_layers;
+  }
+  if (o.kv_dtype == "f32") {
+    so.kv_dtype = DType::kFloat32;
+  } else if (o.kv_dtype == "f16") {
+    so.kv_dtype = DType::kFloat16;
+  } else if (o.kv_dtype == "bf16") {
+    so.kv_dtype = DType::kBFloat16;
+  } else {
+    throw Error("--kv-dtype '" + o.kv_dtype + "' is not one of f32, f16, bf16");
+  }
+  return so;
 }
 
 void RunGenerate(const GenerateCliOptions& o) {
@@ -73,7 +105,8 @@ void RunGenerate(const GenerateCliOptions& o) {
   std::unique_ptr<Model> model = Model::Load(path);
   Tokenizer tok(ReadVocab(model->gguf()));
   ThreadPool pool(threads);
-  Generator gen(*model, tok, &pool, {.max_context = o.max_context});
+  Generator gen(*model, tok, &pool, StateOptions(o, model->config()));
+  if (o.verbose) std::fprintf(stderr, "[kvshare] KV cache:\n%s", gen.state().kv_cache().Memory().ToString().c_str());
   GenerateOptions go;
   go.max_new_tokens = o.n;
   go.sampler.temperature = o.temp;
@@ -146,7 +179,13 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("--seed", o.seed, "Random seed");
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--max-context", o.max_context, "KV cache capacity in tokens")->check(CLI::Range(1, 1 << 20));
-  cmd->add_flag("-v,--verbose", o.verbose, "Print the prompt token ids to stderr");
+  cmd->add_option("--kv-shared-layers", o.kv_shared_layers,
+                  "Make the last N layers reuse the KV cache of the last earlier layer of their type (Gemma 3n/4 "
+                  "sharing; changes a Gemma 3 model's outputs, saves KV memory). Default: the model's own")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache storage: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_flag("-v,--verbose", o.verbose, "Print the prompt token ids and the KV cache layout to stderr");
   cmd->callback([] { RunGenerate(o); });
 }
 

@@ -1,13 +1,16 @@
 // Gemma 3 forward pass on the CPU: fp32 activations, quantized weights through
-// MatMul, attention through GroupQueryAttention in static-scatter mode over a
-// linear per-layer cache (sliding layers apply the window in the op).
+// MatMul, attention through GroupQueryAttention in static-scatter mode on the
+// state's KvCache (AttendLayer): full layers on linear buffers, sliding layers
+// on window rings, KV-shared layers on their source layer's buffers.
 #include "model/gemma3.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "kvshare/attention.h"
+#include "kvshare/cache.h"
 #include "kvshare/error.h"
 #include "kvshare/thread_pool.h"
 #include "model/quant.h"
@@ -41,25 +44,33 @@ float GeluTanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
 }
 
+// One sequence: a KvCache with one row (the layer plan's owning layers only)
+// and per-chunk scratch.
 class Gemma3State final : public ModelState {
  public:
-  Gemma3State(const ModelConfig& c, int max_context) : max_context_(max_context) {
-    const std::size_t per_layer = static_cast<std::size_t>(c.n_head_kv) * max_context * c.head_dim;
-    k_.assign(c.n_layer, std::vector<float>(per_layer, 0.0f));
-    v_.assign(c.n_layer, std::vector<float>(per_layer, 0.0f));
-    kv_bytes_ = 2 * static_cast<std::size_t>(c.n_layer) * per_layer * sizeof(float);
-  }
-  std::int64_t length() const override { return length_; }
+  Gemma3State(KvCache cache, int max_context, int max_step, GqaKernel kernel)
+      : cache(std::move(cache)), max_context_(max_context), max_step_(max_step), kernel_(kernel),
+        kv_bytes_(this->cache.Memory().total_bytes) {}
+  std::int64_t length() const override { return cache.Length(0); }
   int max_context() const override { return max_context_; }
   std::size_t kv_bytes() const override { return kv_bytes_; }
-  void Reset() override { length_ = 0; }
+  const KvCache& kv_cache() const override { return cache; }
+  void Reset() override { cache.Reset(0); }
 
+  KvCache cache;
   int max_context_;
-  std::int64_t length_ = 0;
-  std::size_t kv_bytes_ = 0;
-  std::vector<std::vector<float>> k_, v_;
-  // Scratch.
-  std::vector<float> x, h, q, k, v, attn, o, g, u, logits;
+  int max_step_;  // S_max: tokens per chunk
+  GqaKernel kernel_;
+  std::size_t kv_bytes_;
+  // Scratch for one chunk of n <= max_step tokens (row-major, one row per token).
+  std::vector<float> x;     // [n, n_embd] residual stream
+  std::vector<float> h;     // [n, n_embd] normed input
+  std::vector<float> q;     // [n, n_head * head_dim]
+  std::vector<float> k, v;  // [n, n_head_kv * head_dim] (owning layers only)
+  std::vector<float> attn;  // [n, n_head * head_dim]
+  std::vector<float> o;     // [n, n_embd]
+  std::vector<float> g, u;  // [n, n_ff]
+  std::vector<float> logits;  // [num_logits, n_vocab]
 };
 
 class Gemma3 final : public Model {
@@ -85,6 +96,12 @@ class Gemma3 final : public Model {
     const int pattern = static_cast<int>(f.GetU32Or(a + "attention.sliding_window_pattern", 6));
     c.is_sliding.resize(c.n_layer);
     for (int i = 0; i < c.n_layer; ++i) c.is_sliding[i] = c.sliding_window > 0 && ((i + 1) % pattern) != 0;
+    c.num_kv_shared_layers = static_cast<int>(f.GetU32Or(a + "attention.shared_kv_layers", 0));
+    if (c.num_kv_shared_layers > MaxKvSharedLayers(c)) {
+      throw Error(a + "attention.shared_kv_layers = " + std::to_string(c.num_kv_shared_layers) +
+                  " is not a valid layer plan for this model (valid: 0.." + std::to_string(MaxKvSharedLayers(c)) +
+                  "): " + PlanError(c, c.num_kv_shared_layers));
+    }
 
     embd_ = &f.Tensor("token_embd.weight");
     embd_w_ = WeightMatrix::FromTensor(*embd_);
@@ -122,12 +139,28 @@ class Gemma3 final : public Model {
 
   std::unique_ptr<ModelState> NewState(const ModelStateOptions& o) const override {
     if (o.max_context < 1) throw Error("max_context must be >= 1, got " + std::to_string(o.max_context));
+    if (o.max_step < 1) throw Error("max_step must be >= 1 (tokens per chunk), got " + std::to_string(o.max_step));
+    if (!IsFloatingPoint(o.kv_dtype)) {
+      throw Error(std::string("kv_dtype must be float32, float16 or bfloat16, got ") + DTypeName(o.kv_dtype));
+    }
+    const int shared = o.num_kv_shared_layers.value_or(cfg_.num_kv_shared_layers);
+    const int max_shared = MaxKvSharedLayers(cfg_);
+    if (shared < 0 || shared > max_shared) {
+      std::string why = shared < 0 ? "it must be >= 0 (0 means no sharing)" : PlanError(cfg_, shared);
+      throw Error("num_kv_shared_layers = " + std::to_string(shared) + " is out of range for this model: valid 0.." +
+                  std::to_string(max_shared) + " (" + std::to_string(cfg_.n_layer) + " layers); " + why);
+    }
+    const int step = std::min(o.max_step, o.max_context);
     EnsureRope(o.max_context);
-    return std::make_unique<Gemma3State>(cfg_, o.max_context);
+    KvCache cache(KvSpecOf(cfg_, shared), KvCacheOptions{.max_batch = 1,
+                                                          .max_seq = o.max_context,
+                                                          .max_step = step,
+                                                          .dtype = o.kv_dtype});
+    return std::make_unique<Gemma3State>(std::move(cache), o.max_context, step, o.attention_kernel);
   }
 
-  std::span<const float> Forward(ModelState& base, std::span<const std::int32_t> tokens,
-                                 ThreadPool* pool) const override;
+  std::span<const float> Forward(ModelState& base, std::span<const std::int32_t> tokens, ThreadPool* pool,
+                                 const ForwardOptions& options) const override;
 
  private:
   WeightMatrix Mat(const std::string& name, std::int64_t rows, std::int64_t cols) const {
@@ -166,6 +199,20 @@ class Gemma3 final : public Model {
     rope_len_ = max_pos;
   }
 
+  // Runs one chunk (n <= max_step tokens) through every layer and commits it
+  // to the cache; leaves the final residual stream in st.x ([n, n_embd]).
+  void RunChunk(Gemma3State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const;
+
+  // BuildLayerPlan's message for n shared layers ("" when the plan is valid).
+  static std::string PlanError(const ModelConfig& c, int n) {
+    try {
+      BuildLayerPlan(KvSpecOf(c, n));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
   GgufFile file_;
   ModelConfig cfg_;
   const GgufTensor* embd_ = nullptr;
@@ -180,21 +227,59 @@ void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y,
   MatMul(w, MatMulParams{.x = x, .m = m, .y = y, .pool = pool});
 }
 
-std::span<const float> Gemma3::Forward(ModelState& base, std::span<const std::int32_t> tokens,
-                                       ThreadPool* pool) const {
-  auto& st = static_cast<Gemma3State&>(base);
+std::span<const float> Gemma3::Forward(ModelState& base, std::span<const std::int32_t> tokens, ThreadPool* pool,
+                                       const ForwardOptions& options) const {
+  auto* state = dynamic_cast<Gemma3State*>(&base);
+  if (state == nullptr) throw Error("Forward: the state was not made by this model's NewState");
+  Gemma3State& st = *state;
   const ModelConfig& c = cfg_;
   const std::int64_t S = static_cast<std::int64_t>(tokens.size());
   if (S == 0) throw Error("Forward: tokens is empty");
-  if (st.length_ + S > st.max_context_) {
-    throw Error("KV cache overflow: " + std::to_string(st.length_) + " cached + " + std::to_string(S) +
-                " new tokens exceed max_context " + std::to_string(st.max_context_));
+  const std::int64_t start = st.length();
+  if (start + S > st.max_context_) {
+    throw Error("KV cache overflow: " + std::to_string(start) + " cached + " + std::to_string(S) +
+                " new tokens exceed max_context " + std::to_string(st.max_context_) +
+                "; increase max_context to at least " + std::to_string(start + S));
   }
   for (std::int32_t t : tokens) {
     if (t < 0 || t >= c.n_vocab) {
       throw Error("token id " + std::to_string(t) + " out of range [0, " + std::to_string(c.n_vocab) + ")");
     }
   }
+  if (options.num_logits < 1 || options.num_logits > S) {
+    throw Error("Forward: num_logits " + std::to_string(options.num_logits) + " is out of range [1, " +
+                std::to_string(S) + "] (the number of tokens)");
+  }
+  const int E = c.n_embd;
+  const std::int64_t first_logit = S - options.num_logits;  // token index of the first returned row
+  st.logits.resize(static_cast<std::size_t>(options.num_logits) * static_cast<std::size_t>(c.n_vocab));
+  try {
+    for (std::int64_t c0 = 0; c0 < S; c0 += st.max_step_) {
+      const std::int64_t n = std::min<std::int64_t>(st.max_step_, S - c0);
+      RunChunk(st, tokens.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), pool);
+      // Final norm and the (tied) output projection for the requested rows.
+      const std::int64_t lo = std::max(c0, first_logit), hi = c0 + n;
+      if (lo < hi) {
+        float* rows = st.x.data() + (lo - c0) * E;
+        RmsNorm(rows, hi - lo, E, out_norm_, c.rms_eps);
+        MatMulRows(out_w_, rows, hi - lo, st.logits.data() + (lo - first_logit) * c.n_vocab, pool);
+      }
+    }
+  } catch (...) {
+    // Not expected once the inputs are validated; put the sequence back.
+    try {
+      st.cache.Rewind(0, start);
+    } catch (const Error&) {
+      st.cache.Reset(0);  // a ring no longer holds `start`
+    }
+    throw;
+  }
+  return st.logits;
+}
+
+void Gemma3::RunChunk(Gemma3State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const {
+  const ModelConfig& c = cfg_;
+  const std::int64_t S = static_cast<std::int64_t>(tokens.size());
   const int E = c.n_embd, Hd = c.head_dim, qd = c.n_head * Hd, kvd = c.n_head_kv * Hd;
   const auto sz = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
   st.x.resize(sz(S, E));
@@ -215,43 +300,40 @@ std::span<const float> Gemma3::Forward(ModelState& base, std::span<const std::in
     for (int i = 0; i < E; ++i) row[i] *= emb_scale;
   }
 
-  const std::int64_t start = st.length_;
-  std::int64_t write_index = start, nonpad = start + S;
-  const int C = st.max_context_;
+  st.cache.Reserve(0, S);
+  const LayerPlan& plan = st.cache.Plan();
   for (int l = 0; l < c.n_layer; ++l) {
     const Layer& L = layers_[l];
+    const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
     std::copy(st.x.begin(), st.x.end(), st.h.begin());
     RmsNorm(st.h.data(), S, E, L.attn_norm, c.rms_eps);
     MatMulRows(L.q, st.h.data(), S, st.q.data(), pool);
-    MatMulRows(L.k, st.h.data(), S, st.k.data(), pool);
-    MatMulRows(L.v, st.h.data(), S, st.v.data(), pool);
     RmsNorm(st.q.data(), S * c.n_head, Hd, L.q_norm, c.rms_eps);
-    RmsNorm(st.k.data(), S * c.n_head_kv, Hd, L.k_norm, c.rms_eps);
+    if (owns) {  // a KV-shared layer reads its source's K/V and computes none
+      MatMulRows(L.k, st.h.data(), S, st.k.data(), pool);
+      MatMulRows(L.v, st.h.data(), S, st.v.data(), pool);
+      RmsNorm(st.k.data(), S * c.n_head_kv, Hd, L.k_norm, c.rms_eps);
+    }
 
     const bool swa = c.is_sliding[l];
-    GqaAttributes attrs;
-    attrs.num_heads = c.n_head;
-    attrs.kv_num_heads = c.n_head_kv;
-    attrs.scale = c.attn_scale;
-    attrs.local_window_size = swa ? c.sliding_window : -1;
-    attrs.do_rotary = 1;
-    attrs.rotary_interleaved = 0;
-    attrs.scatter_mode = GqaAttributes::ScatterMode::kLinear;
     const auto& cs = swa ? cos_swa_ : cos_full_;
     const auto& sn = swa ? sin_swa_ : sin_full_;
-    GqaInputs in;
-    in.query = {st.q.data(), DType::kFloat32, {1, S, qd}};
-    in.key = ConstTensorView{st.k.data(), DType::kFloat32, {1, S, kvd}};
-    in.value = ConstTensorView{st.v.data(), DType::kFloat32, {1, S, kvd}};
-    in.cos_cache = ConstTensorView{cs.data(), DType::kFloat32, {rope_len_, Hd / 2}};
-    in.sin_cache = ConstTensorView{sn.data(), DType::kFloat32, {rope_len_, Hd / 2}};
-    in.write_indices = ConstTensorView{&write_index, DType::kInt64, {1}};
-    in.nonpad_kv_seqlen = ConstTensorView{&nonpad, DType::kInt64, {1}};
-    GqaOutputs out;
-    out.output = {st.attn.data(), DType::kFloat32, {1, S, qd}};
-    out.present_key = TensorView{st.k_[l].data(), DType::kFloat32, {1, c.n_head_kv, C, Hd}};
-    out.present_value = TensorView{st.v_[l].data(), DType::kFloat32, {1, c.n_head_kv, C, Hd}};
-    GroupQueryAttention(attrs, in, out, {.pool = pool});
+    LayerAttendArgs args;
+    args.query = ConstTensorView{st.q.data(), DType::kFloat32, {1, S, qd}};
+    if (owns) {
+      args.key = ConstTensorView{st.k.data(), DType::kFloat32, {1, S, kvd}};
+      args.value = ConstTensorView{st.v.data(), DType::kFloat32, {1, S, kvd}};
+    }
+    args.cos_cache = ConstTensorView{cs.data(), DType::kFloat32, {rope_len_, Hd / 2}};
+    args.sin_cache = ConstTensorView{sn.data(), DType::kFloat32, {rope_len_, Hd / 2}};
+    args.attrs.num_heads = c.n_head;
+    args.attrs.scale = c.attn_scale;
+    args.attrs.do_rotary = 1;
+    args.attrs.rotary_interleaved = 0;  // NeoX half split
+    args.output = TensorView{st.attn.data(), DType::kFloat32, {1, S, qd}};
+    args.run.pool = pool;
+    args.run.kernel = st.kernel_;
+    AttendLayer(st.cache, l, args);  // window, ring / linear scatter and KV source from the cache
 
     MatMulRows(L.o, st.attn.data(), S, st.o.data(), pool);
     RmsNorm(st.o.data(), S, E, L.post_attn_norm, c.rms_eps);
@@ -266,14 +348,7 @@ std::span<const float> Gemma3::Forward(ModelState& base, std::span<const std::in
     RmsNorm(st.o.data(), S, E, L.post_ffw_norm, c.rms_eps);
     for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
   }
-  st.length_ += S;
-
-  // Last token only: final norm and the (tied) output projection.
-  float* last = st.x.data() + (S - 1) * E;
-  RmsNorm(last, 1, E, out_norm_, c.rms_eps);
-  st.logits.resize(static_cast<std::size_t>(c.n_vocab));
-  MatMulRows(out_w_, last, 1, st.logits.data(), pool);
-  return st.logits;
+  st.cache.Commit(0);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Model::Load (architecture dispatch) and ReadVocab.
+// Model::Load (architecture dispatch), the cache spec of a config, and ReadVocab.
 #include "kvshare/model.h"
 
 #include "kvshare/error.h"
@@ -12,6 +12,36 @@ std::unique_ptr<Model> Model::Load(const std::string& path) {
   if (arch == "gemma3") return LoadGemma3(std::move(file));
   throw Error("model " + path + ": architecture '" + arch +
               "' is not supported (supported: gemma3)");
+}
+
+ModelKvSpec KvSpecOf(const ModelConfig& c, int num_kv_shared_layers) {
+  ModelKvSpec spec;
+  spec.num_kv_shared_layers = num_kv_shared_layers;
+  for (int i = 0; i < c.n_layer; ++i) {
+    const bool swa = c.is_sliding[static_cast<std::size_t>(i)];
+    spec.layers.push_back(LayerSpec{.type = swa ? AttentionType::kSliding : AttentionType::kFull,
+                                    .window = swa ? c.sliding_window : 0,
+                                    .kv_heads = c.n_head_kv,
+                                    .head_size = c.head_dim,
+                                    .rope_base = swa ? c.rope_base_sliding : c.rope_base_full});
+  }
+  return spec;
+}
+
+int MaxKvSharedLayers(const ModelConfig& c) {
+  // Valid n form a prefix [0, max]: raising n only moves the first shared
+  // layer down, so a source that is missing for n stays missing for n + 1
+  // (and every layer of a ModelConfig has the same N_kv and H).
+  int best = 0;
+  for (int n = 1; n < c.n_layer; ++n) {
+    try {
+      BuildLayerPlan(KvSpecOf(c, n));
+    } catch (const Error&) {
+      break;
+    }
+    best = n;
+  }
+  return best;
 }
 
 VocabData ReadVocab(const GgufFile& file) {

@@ -68,6 +68,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
     if (!rest.empty()) on_text(rest);
   }
   stats.kv_bytes = state_->kv_bytes();
+  stats.kv_bytes_without_sharing = state_->kv_cache().Memory().bytes_without_sharing;
   return stats;
 }
 

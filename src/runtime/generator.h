@@ -29,7 +29,8 @@ struct GenerateStats {
   double prefill_seconds = 0;
   double decode_seconds = 0;          // Forward time of decode steps
   std::int64_t decode_steps = 0;
-  std::size_t kv_bytes = 0;
+  std::size_t kv_bytes = 0;                  // KV cache buffers as allocated
+  std::size_t kv_bytes_without_sharing = 0;  // the same cache with no KV-shared layers
   std::string stop_reason;            // "eos", "end_of_turn", "max_tokens"
   int32_t last_token = -1;
   bool last_token_in_cache = false;   // false when generation stopped on the last sample

@@ -1,0 +1,287 @@
+// Test helpers: a tiny random gemma3-architecture GGUF file (written with
+// model_gguf_writer.h) and an independent no-cache reference forward pass in
+// double precision that reads the same file through the reference dequantizer.
+//
+// The file: n_layer layers with every `pattern`-th layer full and the others
+// sliding (window W), q/k RMSNorm, GeGLU, four norms per layer, tied
+// embeddings; `<arch>.attention.shared_kv_layers` when shared_kv_layers > 0.
+// Weight types rotate through TinyGemmaSpec::types so one file mixes them.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/float_convert.h"
+#include "kvshare/cache.h"
+#include "kvshare/gguf.h"
+#include "kvshare/model.h"
+#include "model/quant.h"
+#include "model_gguf_writer.h"
+
+namespace kvshare::testing {
+
+struct TinyGemmaSpec {
+  int n_layer = 6;
+  int n_embd = 64;
+  int n_ff = 96;
+  int n_head = 2;
+  int n_head_kv = 1;
+  int head_dim = 16;
+  int n_vocab = 50;
+  int window = 5;
+  int pattern = 3;           // layers 2, 5, ... are full
+  int shared_kv_layers = 0;  // written to the metadata when > 0
+  std::vector<GgmlType> types = {GgmlType::kF32};  // matrix types, used in turn
+  std::uint64_t seed = 1;
+};
+
+// Encodes n floats (one row, n % 32 == 0 for block types) as `type`.
+inline std::vector<std::uint8_t> EncodeRow(GgmlType type, const float* x, int n) {
+  std::vector<std::uint8_t> out;
+  auto put = [&](const void* p, std::size_t b) {
+    const auto* c = static_cast<const std::uint8_t*>(p);
+    out.insert(out.end(), c, c + b);
+  };
+  switch (type) {
+    case GgmlType::kF32:
+      put(x, 4 * static_cast<std::size_t>(n));
+      break;
+    case GgmlType::kF16:
+      for (int i = 0; i < n; ++i) {
+        const std::uint16_t h = detail::F32ToF16(x[i]);
+        put(&h, 2);
+      }
+      break;
+    case GgmlType::kQ8_0:
+      for (int b = 0; b < n / 32; ++b) {
+        BlockQ8_0 blk{};
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+        const float d = amax / 127.0f;
+        blk.d = detail::F32ToF16(d);
+        for (int j = 0; j < 32; ++j) {
+          blk.qs[j] = static_cast<std::int8_t>(d > 0 ? std::lround(x[32 * b + j] / d) : 0);
+        }
+        put(&blk, sizeof blk);
+      }
+      break;
+    case GgmlType::kQ4_0:
+      for (int b = 0; b < n / 32; ++b) {
+        BlockQ4_0 blk{};
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+        const float d = amax / 7.0f;
+        blk.d = detail::F32ToF16(d);
+        auto q = [&](int j) {
+          const long v = d > 0 ? std::lround(x[32 * b + j] / d) + 8 : 8;
+          return static_cast<std::uint8_t>(std::clamp<long>(v, 0, 15));
+        };
+        for (int j = 0; j < 16; ++j) blk.qs[j] = static_cast<std::uint8_t>(q(j) | (q(j + 16) << 4));
+        put(&blk, sizeof blk);
+      }
+      break;
+    default:
+      throw std::runtime_error("EncodeRow: unsupported type");
+  }
+  return out;
+}
+
+// Writes the file to `path`.
+inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) {
+  std::mt19937_64 rng(m.seed);
+  GgufSpec g;
+  const std::string a = "gemma3.";
+  g.kvs.push_back(GgufKv::Str("general.architecture", "gemma3"));
+  g.kvs.push_back(GgufKv::U32(a + "block_count", static_cast<std::uint32_t>(m.n_layer)));
+  g.kvs.push_back(GgufKv::U32(a + "embedding_length", static_cast<std::uint32_t>(m.n_embd)));
+  g.kvs.push_back(GgufKv::U32(a + "feed_forward_length", static_cast<std::uint32_t>(m.n_ff)));
+  g.kvs.push_back(GgufKv::U32(a + "attention.head_count", static_cast<std::uint32_t>(m.n_head)));
+  g.kvs.push_back(GgufKv::U32(a + "attention.head_count_kv", static_cast<std::uint32_t>(m.n_head_kv)));
+  g.kvs.push_back(GgufKv::U32(a + "attention.key_length", static_cast<std::uint32_t>(m.head_dim)));
+  g.kvs.push_back(GgufKv::U32(a + "attention.value_length", static_cast<std::uint32_t>(m.head_dim)));
+  g.kvs.push_back(GgufKv::U32(a + "context_length", 4096));
+  g.kvs.push_back(GgufKv::F32(a + "attention.layer_norm_rms_epsilon", 1e-6f));
+  g.kvs.push_back(GgufKv::U32(a + "attention.sliding_window", static_cast<std::uint32_t>(m.window)));
+  g.kvs.push_back(GgufKv::U32(a + "attention.sliding_window_pattern", static_cast<std::uint32_t>(m.pattern)));
+  g.kvs.push_back(GgufKv::F32(a + "rope.freq_base", 1e6f));
+  if (m.shared_kv_layers > 0) {
+    g.kvs.push_back(GgufKv::U32(a + "attention.shared_kv_layers", static_cast<std::uint32_t>(m.shared_kv_layers)));
+  }
+  std::size_t type_i = 0;
+  auto matrix = [&](const std::string& name, int rows, int cols, float stddev) {
+    const GgmlType t = m.types[type_i++ % m.types.size()];
+    std::normal_distribution<float> d(0.f, stddev);
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    GgufTensorSpec ts{name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)},
+                      static_cast<std::uint32_t>(t), {}, std::nullopt};
+    for (int r = 0; r < rows; ++r) {
+      for (float& e : row) e = d(rng);
+      const auto bytes = EncodeRow(t, row.data(), cols);
+      ts.data.insert(ts.data.end(), bytes.begin(), bytes.end());
+    }
+    g.tensors.push_back(std::move(ts));
+  };
+  auto norm = [&](const std::string& name, int n) {  // weights around 1 (GGUF stores 1 + w)
+    std::normal_distribution<float> d(1.f, 0.2f);
+    std::vector<float> w(static_cast<std::size_t>(n));
+    for (float& e : w) e = d(rng);
+    g.tensors.push_back(GgufTensorSpec{name, {static_cast<std::uint64_t>(n)}, 0, EncodeRow(GgmlType::kF32, w.data(), n),
+                                       std::nullopt});
+  };
+  const int E = m.n_embd, qd = m.n_head * m.head_dim, kvd = m.n_head_kv * m.head_dim;
+  const float in_s = 1.0f / std::sqrt(static_cast<float>(E));
+  matrix("token_embd.weight", m.n_vocab, E, 0.5f);
+  norm("output_norm.weight", E);
+  for (int i = 0; i < m.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    norm(p + "attn_norm.weight", E);
+    matrix(p + "attn_q.weight", qd, E, in_s);
+    matrix(p + "attn_k.weight", kvd, E, in_s);
+    matrix(p + "attn_v.weight", kvd, E, in_s);
+    norm(p + "attn_q_norm.weight", m.head_dim);
+    norm(p + "attn_k_norm.weight", m.head_dim);
+    matrix(p + "attn_output.weight", E, qd, 1.0f / std::sqrt(static_cast<float>(qd)));
+    norm(p + "post_attention_norm.weight", E);
+    norm(p + "ffn_norm.weight", E);
+    matrix(p + "ffn_gate.weight", m.n_ff, E, in_s);
+    matrix(p + "ffn_up.weight", m.n_ff, E, in_s);
+    matrix(p + "ffn_down.weight", E, m.n_ff, 1.0f / std::sqrt(static_cast<float>(m.n_ff)));
+    norm(p + "post_ffw_norm.weight", E);
+  }
+  const std::vector<std::uint8_t> bytes = g.Build();
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("could not write " + path);
+}
+
+// A file under the test temp directory, removed on destruction.
+struct TempGguf {
+  std::string path;
+  explicit TempGguf(const TinyGemmaSpec& spec, const std::string& tag) {
+    path = (std::filesystem::temp_directory_path() /
+            ("kvshare_tiny_gemma_" + tag + "_" + std::to_string(::getpid()) + ".gguf"))
+               .string();
+    WriteTinyGemma(path, spec);
+  }
+  ~TempGguf() { std::filesystem::remove(path); }
+};
+
+// No-cache reference: every position of `tokens` from scratch, plain double
+// loops, weights through DequantizeRow (not MatMul), attention over all
+// visible keys (j <= t, t - j < W on sliding layers) of the layer's KV source
+// (its own, or for the last n_shared layers the last earlier non-shared layer
+// of its type). Returns logits [T, n_vocab].
+inline std::vector<double> ReferenceLogits(const Model& model, const std::vector<std::int32_t>& tokens, int n_shared) {
+  const ModelConfig& c = model.config();
+  const GgufFile& f = model.gguf();
+  const LayerPlan plan = BuildLayerPlan(KvSpecOf(c, n_shared));
+  const int T = static_cast<int>(tokens.size()), E = c.n_embd, H = c.head_dim;
+  const int N = c.n_head, Nkv = c.n_head_kv, G = N / Nkv;
+  auto load = [&](const std::string& name) {
+    const GgufTensor& t = f.Tensor(name);
+    std::vector<float> w(static_cast<std::size_t>(t.NumElements()));
+    for (std::int64_t r = 0; r < t.NumRows(); ++r) {
+      DequantizeRow(t.type, t.data + r * t.RowBytes(), w.data() + r * t.ne[0], t.ne[0]);
+    }
+    return w;
+  };
+  // y[t, r] = sum_c W[r, c] x[t, c]
+  auto matmul = [](const std::vector<float>& w, const std::vector<double>& x, int rows, int cols) {
+    const int n = static_cast<int>(x.size()) / cols;
+    std::vector<double> y(static_cast<std::size_t>(n) * rows, 0.0);
+    for (int t = 0; t < n; ++t)
+      for (int r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int k = 0; k < cols; ++k) s += static_cast<double>(w[static_cast<std::size_t>(r) * cols + k]) * x[static_cast<std::size_t>(t) * cols + k];
+        y[static_cast<std::size_t>(t) * rows + r] = s;
+      }
+    return y;
+  };
+  auto rmsnorm = [&](std::vector<double> x, int n, const std::vector<float>& w) {
+    for (std::size_t r = 0; r < x.size() / n; ++r) {
+      double ss = 0;
+      for (int i = 0; i < n; ++i) ss += x[r * n + i] * x[r * n + i];
+      const double inv = 1.0 / std::sqrt(ss / n + c.rms_eps);
+      for (int i = 0; i < n; ++i) x[r * n + i] *= inv * w[static_cast<std::size_t>(i)];
+    }
+    return x;
+  };
+  auto rope = [&](std::vector<double>& x, int heads, double base) {  // NeoX pairs (i, i + H/2)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < heads; ++h) {
+        double* p = &x[(static_cast<std::size_t>(t) * heads + h) * H];
+        for (int i = 0; i < H / 2; ++i) {
+          const double th = t * std::pow(base, -2.0 * i / H);
+          const double a = p[i], b = p[i + H / 2];
+          p[i] = a * std::cos(th) - b * std::sin(th);
+          p[i + H / 2] = b * std::cos(th) + a * std::sin(th);
+        }
+      }
+  };
+  const std::vector<float> embd = load("token_embd.weight");
+  std::vector<double> x(static_cast<std::size_t>(T) * E);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < E; ++i)
+      x[static_cast<std::size_t>(t) * E + i] = embd[static_cast<std::size_t>(tokens[t]) * E + i] * std::sqrt(static_cast<double>(E));
+  std::vector<std::vector<double>> ks(c.n_layer), vs(c.n_layer);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const bool swa = c.is_sliding[l];
+    const double base = swa ? c.rope_base_sliding : c.rope_base_full;
+    const std::vector<double> h = rmsnorm(x, E, load(p + "attn_norm.weight"));
+    std::vector<double> q = rmsnorm(matmul(load(p + "attn_q.weight"), h, N * H, E), H, load(p + "attn_q_norm.weight"));
+    rope(q, N, base);
+    if (plan.layers[l].owns_cache) {
+      ks[l] = rmsnorm(matmul(load(p + "attn_k.weight"), h, Nkv * H, E), H, load(p + "attn_k_norm.weight"));
+      rope(ks[l], Nkv, base);
+      vs[l] = matmul(load(p + "attn_v.weight"), h, Nkv * H, E);
+    }
+    const std::vector<double>& K = ks[plan.layers[l].source_layer];
+    const std::vector<double>& V = vs[plan.layers[l].source_layer];
+    std::vector<double> att(static_cast<std::size_t>(T) * N * H, 0.0);
+    for (int t = 0; t < T; ++t)
+      for (int hq = 0; hq < N; ++hq) {
+        const int hk = hq / G;
+        std::vector<double> s;
+        std::vector<int> js;
+        for (int j = 0; j <= t; ++j) {
+          if (swa && t - j >= c.sliding_window) continue;
+          double d = 0;
+          for (int i = 0; i < H; ++i)
+            d += q[(static_cast<std::size_t>(t) * N + hq) * H + i] * K[(static_cast<std::size_t>(j) * Nkv + hk) * H + i];
+          s.push_back(d * c.attn_scale);
+          js.push_back(j);
+        }
+        double mx = -1e300, den = 0;
+        for (double e : s) mx = std::max(mx, e);
+        for (double& e : s) den += (e = std::exp(e - mx));
+        for (std::size_t k = 0; k < s.size(); ++k)
+          for (int i = 0; i < H; ++i)
+            att[(static_cast<std::size_t>(t) * N + hq) * H + i] += s[k] / den * V[(static_cast<std::size_t>(js[k]) * Nkv + hk) * H + i];
+      }
+    const std::vector<double> o = rmsnorm(matmul(load(p + "attn_output.weight"), att, E, N * H), E, load(p + "post_attention_norm.weight"));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    const std::vector<double> h2 = rmsnorm(x, E, load(p + "ffn_norm.weight"));
+    std::vector<double> gt = matmul(load(p + "ffn_gate.weight"), h2, c.n_ff, E);
+    const std::vector<double> up = matmul(load(p + "ffn_up.weight"), h2, c.n_ff, E);
+    for (std::size_t i = 0; i < gt.size(); ++i) {
+      const double v = gt[i];
+      gt[i] = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))) * up[i];
+    }
+    const std::vector<double> dn = rmsnorm(matmul(load(p + "ffn_down.weight"), gt, E, c.n_ff), E, load(p + "post_ffw_norm.weight"));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += dn[i];
+  }
+  return matmul(embd, rmsnorm(x, E, load("output_norm.weight")), c.n_vocab, E);
+}
+
+}  // namespace kvshare::testing

@@ -1,0 +1,275 @@
+// The model's KV cache on a tiny random gemma3 GGUF written by the test
+// (model_tiny_gemma.h): 6 layers S S F S S F, window 5, one KV head of 16.
+// - Forward equals an independent double-precision no-cache reference, with
+//   and without KV-shared layers, in one chunk and in many;
+// - cached generation (chunked prefill, then token by token, rings wrapping
+//   several times) equals a no-cache full recomputation of the same tokens;
+// - sharing changes the outputs and saves exactly the shared layers' bytes;
+// - bad options and inputs throw and leave the state unchanged.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvshare/error.h"
+#include "kvshare/model.h"
+#include "kvshare/thread_pool.h"
+#include "model_tiny_gemma.h"
+#include "test_util.h"
+
+namespace kvshare {
+namespace {
+
+using testing::MaxRelDiff;
+using testing::TempGguf;
+using testing::TinyGemmaSpec;
+
+// fp32 everywhere (float weights, fp32 KV): rounding of ~100-term fp32 dot
+// products (~sqrt(n) * 6e-8 each) through 6 layers stays far below this.
+constexpr double kFp32Tol = 1e-5;
+
+std::vector<std::int32_t> Tokens(int n, int vocab, unsigned seed) {
+  std::vector<std::int32_t> t;
+  std::uint64_t s = seed;
+  for (int i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
+  }
+  return t;
+}
+
+std::vector<float> Slice(std::span<const float> v, std::size_t row, std::size_t width) {
+  return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(row * width),
+                            v.begin() + static_cast<std::ptrdiff_t>((row + 1) * width));
+}
+
+std::int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Every position's logits [T * n_vocab] of `tokens` on a fresh state.
+std::vector<float> AllLogits(const Model& m, const std::vector<std::int32_t>& tokens, ModelStateOptions o,
+                             ThreadPool* pool = nullptr) {
+  auto st = m.NewState(o);
+  std::span<const float> l =
+      m.Forward(*st, tokens, pool, {.num_logits = static_cast<std::int64_t>(tokens.size())});
+  return std::vector<float>(l.begin(), l.end());
+}
+
+std::vector<float> AsFloat(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+TinyGemmaSpec FloatSpec() {
+  TinyGemmaSpec s;
+  s.types = {GgmlType::kF32, GgmlType::kF16};
+  return s;
+}
+
+TinyGemmaSpec QuantSpec() {
+  TinyGemmaSpec s;
+  s.types = {GgmlType::kQ8_0, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kF32};
+  s.seed = 7;
+  return s;
+}
+
+TEST(TinyGemma, ConfigAndPlanFromMetadata) {
+  TinyGemmaSpec spec = FloatSpec();
+  spec.shared_kv_layers = 2;
+  TempGguf file(spec, "meta");
+  auto m = Model::Load(file.path);
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.n_layer, 6);
+  EXPECT_EQ(c.num_kv_shared_layers, 2);
+  EXPECT_EQ(MaxKvSharedLayers(c), 3);  // layer 2 is the first full layer: shared layers start at >= 3
+  auto st = m->NewState({.max_context = 32});
+  const LayerPlan& plan = st->kv_cache().Plan();
+  EXPECT_EQ(plan.num_slots, 4);
+  EXPECT_FALSE(plan.layers[4].owns_cache);
+  EXPECT_EQ(plan.layers[4].source_layer, 3);  // sliding -> last non-shared sliding
+  EXPECT_EQ(plan.layers[5].source_layer, 2);  // full -> last non-shared full
+  // The metadata default and the explicit override agree; 0 turns sharing off.
+  const auto t = Tokens(12, c.n_vocab, 3);
+  const auto by_meta = AllLogits(*m, t, {.max_context = 32});
+  const auto explicit2 = AllLogits(*m, t, {.max_context = 32, .num_kv_shared_layers = 2});
+  const auto off = AllLogits(*m, t, {.max_context = 32, .num_kv_shared_layers = 0});
+  EXPECT_EQ(by_meta, explicit2);
+  EXPECT_GT(MaxRelDiff(off, by_meta), 1e-2);
+  EXPECT_LT(MaxRelDiff(by_meta, AsFloat(testing::ReferenceLogits(*m, t, 2))), kFp32Tol);
+  EXPECT_LT(MaxRelDiff(off, AsFloat(testing::ReferenceLogits(*m, t, 0))), kFp32Tol);
+}
+
+TEST(TinyGemma, InvalidSharedLayersInMetadataIsRejected) {
+  TinyGemmaSpec spec = FloatSpec();
+  spec.shared_kv_layers = 4;  // layers 2..5 shared: the full ones have no source
+  TempGguf file(spec, "badmeta");
+  try {
+    Model::Load(file.path);
+    FAIL() << "expected kvshare::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared_kv_layers = 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("valid: 0..3"), std::string::npos) << e.what();
+  }
+}
+
+// Forward against the independent reference, for every sharing level, in one
+// chunk and in chunks of 1 and 4 (logits of every position, across chunks).
+TEST(TinyGemma, ForwardEqualsReference) {
+  TempGguf file(FloatSpec(), "ref");
+  auto m = Model::Load(file.path);
+  const auto t = Tokens(23, m->config().n_vocab, 5);
+  std::vector<std::vector<float>> refs;
+  for (int shared = 0; shared <= 3; ++shared) {
+    refs.push_back(AsFloat(testing::ReferenceLogits(*m, t, shared)));
+    for (int step : {512, 4, 1}) {
+      const auto got = AllLogits(*m, t, {.max_context = 30, .max_step = step, .num_kv_shared_layers = shared});
+      EXPECT_LT(MaxRelDiff(got, refs.back()), kFp32Tol) << "shared " << shared << " max_step " << step;
+    }
+  }
+  // Sharing is visible in the results (this test would notice it being ignored).
+  for (int shared = 1; shared <= 3; ++shared) EXPECT_GT(MaxRelDiff(refs[shared], refs[0]), 1e-2) << shared;
+}
+
+struct CacheCase {
+  int shared;
+  int max_step;
+  DType kv;
+};
+void PrintTo(const CacheCase& c, std::ostream* os) {
+  *os << "{shared " << c.shared << ", max_step " << c.max_step << ", " << DTypeName(c.kv) << "}";
+}
+
+class TinyGemmaCache : public ::testing::TestWithParam<CacheCase> {};
+
+// Prefill 11 tokens in chunks of max_step, then 20 greedy decode steps: every
+// step's logits equal a no-cache recomputation (one chunk over the whole
+// sequence, linear buffers) of the same tokens. Window 5 with rings of
+// 5 + max_step - 1 positions: the rings wrap several times.
+TEST_P(TinyGemmaCache, CachedGenerationEqualsRecompute) {
+  const CacheCase p = GetParam();
+  TempGguf file(QuantSpec(), "cache");
+  auto m = Model::Load(file.path);
+  const int V = m->config().n_vocab, P = 11, steps = 20;
+  ThreadPool pool(2);
+  const ModelStateOptions o{.max_context = 40, .max_step = p.max_step, .kv_dtype = p.kv,
+                            .num_kv_shared_layers = p.shared};
+  auto st = m->NewState(o);
+  EXPECT_LT(st->kv_cache().Memory().layers[0].capacity, P + steps);  // the sliding ring wraps
+  std::vector<std::int32_t> seq = Tokens(P, V, 11);
+  std::vector<std::vector<float>> cached;
+  std::span<const float> l = m->Forward(*st, seq, &pool);
+  cached.emplace_back(l.begin(), l.end());
+  for (int i = 0; i < steps; ++i) {
+    const std::int32_t next = Argmax(cached.back());
+    seq.push_back(next);
+    l = m->Forward(*st, std::span<const std::int32_t>(&next, 1), &pool);
+    cached.emplace_back(l.begin(), l.end());
+  }
+  ASSERT_EQ(st->length(), P + steps);
+  const int T = P + steps;
+  const auto full = AllLogits(*m, seq, {.max_context = T, .max_step = T, .kv_dtype = p.kv,
+                                        .num_kv_shared_layers = p.shared}, &pool);
+  for (int i = 0; i <= steps; ++i) {
+    EXPECT_LT(MaxRelDiff(cached[static_cast<std::size_t>(i)], Slice(full, static_cast<std::size_t>(P - 1 + i), V)),
+              kFp32Tol)
+        << "step " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TinyGemmaCache,
+    ::testing::Values(CacheCase{0, 16, DType::kFloat32}, CacheCase{0, 3, DType::kFloat32},
+                      CacheCase{0, 1, DType::kFloat32}, CacheCase{2, 3, DType::kFloat32},
+                      CacheCase{3, 4, DType::kFloat32}, CacheCase{3, 1, DType::kFloat32},
+                      CacheCase{2, 3, DType::kFloat16}, CacheCase{3, 4, DType::kBFloat16}),
+    [](const ::testing::TestParamInfo<CacheCase>& i) {
+      return "shared" + std::to_string(i.param.shared) + "_step" + std::to_string(i.param.max_step) + "_" +
+             DTypeName(i.param.kv);
+    });
+
+// K+V bytes per layer: 2 * N_kv * H * C * sizeof(dtype); sliding C = W + S_max - 1.
+TEST(TinyGemma, SharingSavesTheSharedLayersBytes) {
+  TempGguf file(FloatSpec(), "bytes");
+  auto m = Model::Load(file.path);
+  const std::size_t per_pos = 2 * 1 * 16 * sizeof(float);
+  const std::size_t sliding = per_pos * (5 + 3 - 1), full = per_pos * 40;
+  // Layers S S F S S F.
+  auto own = m->NewState({.max_context = 40, .max_step = 3, .num_kv_shared_layers = 0});
+  EXPECT_EQ(own->kv_bytes(), 4 * sliding + 2 * full);
+  auto sh = m->NewState({.max_context = 40, .max_step = 3, .num_kv_shared_layers = 3});  // 3 S, 4 S, 5 F shared
+  EXPECT_EQ(sh->kv_bytes(), 2 * sliding + 1 * full);
+  EXPECT_EQ(sh->kv_cache().Memory().bytes_without_sharing, own->kv_bytes());
+  EXPECT_EQ(sh->kv_cache().Memory().saved_by_sharing, 2 * sliding + 1 * full);
+  auto half = m->NewState({.max_context = 40, .max_step = 3, .kv_dtype = DType::kFloat16, .num_kv_shared_layers = 3});
+  EXPECT_EQ(half->kv_bytes(), sh->kv_bytes() / 2);
+  // max_step is clamped to max_context; rings never exceed a linear buffer.
+  auto tiny = m->NewState({.max_context = 4, .max_step = 512, .num_kv_shared_layers = 0});
+  EXPECT_EQ(tiny->kv_bytes(), 6 * per_pos * 4);
+}
+
+TEST(TinyGemma, ResultsDoNotDependOnThreads) {
+  TempGguf file(QuantSpec(), "threads");
+  auto m = Model::Load(file.path);
+  const auto t = Tokens(17, m->config().n_vocab, 2);
+  ThreadPool pool(3);
+  const ModelStateOptions o{.max_context = 20, .max_step = 4, .num_kv_shared_layers = 2};
+  EXPECT_EQ(AllLogits(*m, t, o, nullptr), AllLogits(*m, t, o, &pool));
+}
+
+TEST(TinyGemma, BadStateOptionsThrow) {
+  TempGguf file(FloatSpec(), "opts");
+  auto m = Model::Load(file.path);
+  auto message = [&](const ModelStateOptions& o) {
+    try {
+      m->NewState(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({.num_kv_shared_layers = 4}).find("valid 0..3"), std::string::npos)
+      << message({.num_kv_shared_layers = 4});
+  EXPECT_NE(message({.num_kv_shared_layers = 6}).find("valid 0..3"), std::string::npos);
+  EXPECT_NE(message({.num_kv_shared_layers = -1}).find(">= 0"), std::string::npos);
+  EXPECT_NE(message({.max_context = 0}).find("max_context"), std::string::npos);
+  EXPECT_NE(message({.max_step = 0}).find("max_step"), std::string::npos);
+  EXPECT_NE(message({.kv_dtype = DType::kInt32}).find("kv_dtype"), std::string::npos);
+}
+
+// Overflow, a bad token id (in the last chunk) and a bad num_logits throw
+// before anything runs: the sequence then goes on as if they never happened.
+TEST(TinyGemma, FailedForwardLeavesStateUnchanged) {
+  TempGguf file(QuantSpec(), "errors");
+  auto m = Model::Load(file.path);
+  const int V = m->config().n_vocab;
+  const auto t = Tokens(20, V, 9);
+  const ModelStateOptions o{.max_context = 20, .max_step = 3, .num_kv_shared_layers = 2};
+  auto st = m->NewState(o);
+  const std::span<const std::int32_t> all(t);
+  m->Forward(*st, all.subspan(0, 13), nullptr);
+  ASSERT_EQ(st->length(), 13);
+  EXPECT_THROW(m->Forward(*st, all.subspan(0, 8), nullptr), Error);  // 13 + 8 > 20
+  std::vector<std::int32_t> bad(t.begin() + 13, t.end());
+  bad.back() = V;
+  EXPECT_THROW(m->Forward(*st, bad, nullptr), Error);
+  bad.back() = -1;
+  EXPECT_THROW(m->Forward(*st, bad, nullptr), Error);
+  EXPECT_THROW(m->Forward(*st, all.subspan(13, 7), nullptr, {.num_logits = 0}), Error);
+  EXPECT_THROW(m->Forward(*st, all.subspan(13, 7), nullptr, {.num_logits = 8}), Error);
+  EXPECT_THROW(m->Forward(*st, {}, nullptr), Error);
+  EXPECT_EQ(st->length(), 13);
+  std::span<const float> l = m->Forward(*st, all.subspan(13, 7), nullptr, {.num_logits = 7});
+  const std::vector<float> got(l.begin(), l.end());
+  const auto full = AllLogits(*m, t, {.max_context = 20, .max_step = 20, .num_kv_shared_layers = 2});
+  const std::vector<float> want(full.begin() + 13 * V, full.end());
+  EXPECT_LT(MaxRelDiff(got, want), 1e-4);
+  // Reset starts over: the same tokens give the same logits.
+  st->Reset();
+  EXPECT_EQ(st->length(), 0);
+  l = m->Forward(*st, t, nullptr, {.num_logits = 20});
+  EXPECT_EQ(std::vector<float>(l.begin(), l.end()), AllLogits(*m, t, o));
+}
+
+}  // namespace
+}  // namespace kvshare
