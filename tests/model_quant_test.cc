@@ -157,7 +157,9 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
   std::vector<float> y(static_cast<std::size_t>(s.m * s.rows), NAN);
   MatMul(w, {.x = x.data(), .m = s.m, .y = y.data(), .pool = pool, .level = level});
 
-  const bool float_w = s.type == GgmlType::kF32 || s.type == GgmlType::kF16 || s.type == GgmlType::kBF16;
+  // Float weights, and every weight type on the kFloat level, see unrounded activations.
+  const bool float_w = s.type == GgmlType::kF32 || s.type == GgmlType::kF16 || s.type == GgmlType::kBF16 ||
+                       level == KernelLevel::kFloat;
   // Activations are quantized per block of qb with step amax/127: each x_i moves
   // by at most amax_b/254, so |err| <= sum_b amax_b/254 * sum_{i in b} |w_i|,
   // plus fp32 accumulation (relative 1e-5 of sum |w_i x_i| and of the scale-sum terms).
@@ -195,7 +197,7 @@ TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::mt19937 rng(1234);
   ThreadPool pool(3);
   int levels = 0;
-  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
     if (!KernelLevelAvailable(level)) continue;
     ++levels;
     for (GgmlType t : kTypes) {

@@ -97,11 +97,18 @@ struct WeightMatrix {
   static WeightMatrix Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols);
 };
 
-enum class KernelLevel { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2 };
+// kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block for
+// Q4_0/Q5_0/Q8_0 weights, per 256-block for Q4_K/Q6_K) and compute integer
+// block dot products. kFloat is their plain twin without activation rounding:
+// it dequantizes each weight row to fp32 (DequantizeRow) and multiplies it with
+// the fp32 activations. It is slow and never the default; it exists to check a
+// forward pass against a float reference (KVSHARE_KERNEL=float).
+enum class KernelLevel { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kFloat = 3 };
 const char* KernelLevelName(KernelLevel level);
 // Whether this build and this CPU can run `level`.
 bool KernelLevelAvailable(KernelLevel level);
-// The level MatMul uses: the best available, or KVSHARE_KERNEL if set.
+// The level MatMul uses: the best available int8 level, or KVSHARE_KERNEL if set
+// ("scalar", "avx2", "avx512vnni" or "avx512", "float"; unavailable names are ignored).
 KernelLevel DefaultKernelLevel();
 
 struct MatMulParams {

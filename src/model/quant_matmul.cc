@@ -1,4 +1,5 @@
 // Kernel-level selection and the threaded MatMul driver.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -15,6 +16,7 @@ const char* KernelLevelName(KernelLevel level) {
     case KernelLevel::kScalar: return "scalar";
     case KernelLevel::kAvx2: return "avx2";
     case KernelLevel::kAvx512Vnni: return "avx512vnni";
+    case KernelLevel::kFloat: return "float";
   }
   return "?";
 }
@@ -22,6 +24,7 @@ const char* KernelLevelName(KernelLevel level) {
 bool KernelLevelAvailable(KernelLevel level) {
   switch (level) {
     case KernelLevel::kScalar: return true;
+    case KernelLevel::kFloat: return true;
 #if defined(KVSHARE_HAVE_X86_KERNELS) && defined(__GNUC__)
     case KernelLevel::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -37,7 +40,7 @@ bool KernelLevelAvailable(KernelLevel level) {
 KernelLevel DefaultKernelLevel() {
   static const KernelLevel level = [] {
     if (const char* env = std::getenv("KVSHARE_KERNEL")) {
-      for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+      for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
         if (std::strcmp(env, KernelLevelName(l)) == 0 && KernelLevelAvailable(l)) return l;
       }
       if (std::strcmp(env, "avx512") == 0 && KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
@@ -77,6 +80,25 @@ const detail::QuantKernels& Kernels(KernelLevel level) {
 
 constexpr std::int64_t kRowsPerTask = 16;
 
+// KernelLevel::kFloat: each task dequantizes its weight rows once, then takes
+// fp32 dot products with every activation row.
+void MatMulFloat(const WeightMatrix& w, const MatMulParams& p) {
+  const std::int64_t cols = w.cols, rows = w.rows, m = p.m;
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  const std::int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  ParallelFor(p.pool, tasks, [&](std::int64_t t) {
+    const std::int64_t r0 = t * kRowsPerTask;
+    const std::int64_t r1 = std::min(rows, r0 + kRowsPerTask);
+    std::vector<float> wf(static_cast<std::size_t>((r1 - r0) * cols));  // [r1 - r0, cols]
+    for (std::int64_t r = r0; r < r1; ++r) {
+      DequantizeRow(w.type, base + static_cast<std::size_t>(r) * w.row_bytes, wf.data() + (r - r0) * cols, cols);
+    }
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t r = r0; r < r1; ++r) p.y[i * rows + r] = detail::DotF32(wf.data() + (r - r0) * cols, p.x + i * cols, cols);
+    }
+  });
+}
+
 }  // namespace
 
 void MatMul(const WeightMatrix& w, const MatMulParams& p) {
@@ -86,6 +108,10 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p) {
   if (p.x == nullptr || p.y == nullptr || (w.data == nullptr && w.cols > 0)) throw Error("MatMul: null x, y or weight data");
   if (!KernelLevelAvailable(p.level)) {
     throw Error(std::string("MatMul: kernel level ") + KernelLevelName(p.level) + " is not available on this CPU/build");
+  }
+  if (p.level == KernelLevel::kFloat) {
+    MatMulFloat(w, p);
+    return;
   }
   const detail::QuantKernels& k = Kernels(p.level);
   const std::int64_t cols = w.cols, rows = w.rows, m = p.m;
