@@ -1,0 +1,87 @@
+// Test helper: runs kvshare's model forward pass and dumps logits, for the
+// float64 NumPy reference in tests/python/test_gemma3_logits.py.
+//   gemma3_logits_dump MODEL --tokenize TEXT
+//       -> the token ids of TEXT (with <bos>, no special-token parsing), one
+//          line, space-separated
+//   gemma3_logits_dump MODEL OUT.f32 PROMPT_IDS [DECODE_ID ...]
+//       -> PROMPT_IDS (comma-separated) in one prefill Forward, then one decode
+//          Forward per DECODE_ID; OUT gets the logits returned by each call,
+//          [1 + #DECODE_IDS, n_vocab] little-endian float32, row by row.
+// Threads: 2 (results do not depend on the thread count).
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvshare/error.h"
+#include "kvshare/model.h"
+#include "kvshare/thread_pool.h"
+#include "kvshare/tokenizer.h"
+
+namespace {
+
+std::int32_t ParseId(const std::string& s) {
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0') throw kvshare::Error("token id '" + s + "' is not an integer");
+  return static_cast<std::int32_t>(v);
+}
+
+std::vector<std::int32_t> ParseIds(const std::string& list) {
+  std::vector<std::int32_t> ids;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = list.find(',', start);
+    const std::size_t end = comma == std::string::npos ? list.size() : comma;
+    ids.push_back(ParseId(list.substr(start, end - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+void Write(std::FILE* out, std::span<const float> logits) {
+  if (std::fwrite(logits.data(), sizeof(float), logits.size(), out) != logits.size()) {
+    throw kvshare::Error("short write of logits");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s MODEL --tokenize TEXT | MODEL OUT.f32 ID,ID,... [DECODE_ID ...]\n", argv[0]);
+    return 2;
+  }
+  try {
+    const std::unique_ptr<kvshare::Model> model = kvshare::Model::Load(argv[1]);
+    if (std::string(argv[2]) == "--tokenize") {
+      const kvshare::Tokenizer tok(kvshare::ReadVocab(model->gguf()));
+      const std::vector<std::int32_t> ids = tok.Encode(argv[3], kvshare::EncodeOptions{.add_bos = true});
+      for (std::size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+      std::printf("\n");
+      return 0;
+    }
+    const std::vector<std::int32_t> prompt = ParseIds(argv[3]);
+    std::vector<std::int32_t> decode;
+    for (int i = 4; i < argc; ++i) decode.push_back(ParseId(argv[i]));
+    kvshare::ThreadPool pool(2);
+    const int context = static_cast<int>(prompt.size() + decode.size());
+    const std::unique_ptr<kvshare::ModelState> state = model->NewState({.max_context = context});
+    std::FILE* out = std::fopen(argv[2], "wb");
+    if (out == nullptr) throw kvshare::Error(std::string("cannot write ") + argv[2]);
+    Write(out, model->Forward(*state, prompt, &pool));
+    for (const std::int32_t id : decode) {
+      const std::int32_t one[1] = {id};
+      Write(out, model->Forward(*state, one, &pool));
+    }
+    if (std::fclose(out) != 0) throw kvshare::Error(std::string("cannot close ") + argv[2]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
