@@ -2,8 +2,6 @@
 // interactive chat on stdin), then prints timing stats to stderr.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -14,12 +12,11 @@
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
+#include "model_path.h"
 #include "runtime/generator.h"
 
 namespace kvshare::cli {
 namespace {
-
-constexpr const char* kDefaultModel = "models/gemma-3-270m-q4_k_m.gguf";
 
 struct GenerateCliOptions {
   std::string model;
@@ -37,24 +34,6 @@ struct GenerateCliOptions {
   std::string kv_dtype = "f32";
   bool verbose = false;
 };
-
-// The default model, fetched with scripts/fetch_model.py when missing.
-std::string ResolveModel(const std::string& given) {
-  if (!given.empty()) {
-    if (!std::filesystem::exists(given)) throw Error("model file '" + given + "' does not exist (check --model)");
-    return given;
-  }
-  if (std::filesystem::exists(kDefaultModel)) return kDefaultModel;
-  const std::string script = std::string(KVSHARE_SOURCE_DIR) + "/scripts/fetch_model.py";
-  const std::string out_dir = std::filesystem::absolute("models").string();
-  std::fprintf(stderr, "kvshare: %s not found; fetching it with %s --out %s\n", kDefaultModel, script.c_str(),
-               out_dir.c_str());
-  const std::string cmd = "python3 '" + script + "' --out '" + out_dir + "'";
-  if (std::system(cmd.c_str()) != 0 || !std::filesystem::exists(kDefaultModel)) {
-    throw Error("could not fetch the default model (ran: " + cmd + "); download it or pass --model PATH");
-  }
-  return kDefaultModel;
-}
 
 void PrintStats(const GenerateStats& s) {
   const double pre = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;

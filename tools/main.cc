@@ -7,6 +7,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"kvshare: GroupQueryAttention, KV caches and KV-shared layers for decoder LLMs"};
   app.require_subcommand(1);
+  kvshare::cli::RegisterBench(app);
   kvshare::cli::RegisterDemo(app);
   kvshare::cli::RegisterGenerate(app);
   kvshare::cli::RegisterInfo(app);

@@ -1,0 +1,228 @@
+// `kvshare bench`: prefill and decode speed of a GGUF model, llama-bench style
+// (pp512: a 512-token prompt in one Forward; tg128: 128 single-token decode
+// steps after it), for each thread count, as the median and range over
+// repetitions. Prints a table; --json writes the numbers and the machine.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kvshare/error.h"
+#include "kvshare/model.h"
+#include "kvshare/sampler.h"
+#include "kvshare/thread_pool.h"
+#include "kvshare/tokenizer.h"
+#include "model/quant.h"
+#include "model_path.h"
+
+namespace kvshare::cli {
+namespace {
+
+struct BenchCliOptions {
+  std::string model;
+  int prompt_tokens = 512;
+  int gen_tokens = 128;
+  std::vector<int> threads = {1, 2};
+  int repetitions = 3;
+  std::string json;
+};
+
+// Prompt text, repeated until the prompt is long enough: ordinary prose, so the
+// ids are typical ones (the speed does not depend on them).
+constexpr const char* kPromptText =
+    "The history of the printing press begins in the fifteenth century, when movable metal type made books "
+    "cheaper to produce. Within fifty years printers worked in more than two hundred cities, and the number of "
+    "books in Europe grew from thousands to millions. Scholars exchanged corrected editions, merchants printed "
+    "price lists, and governments published laws that anyone who could read was able to check. ";
+
+// Exactly n ids: <bos>, then kPromptText tokenized and repeated.
+std::vector<std::int32_t> BenchPrompt(const Tokenizer& tok, int n) {
+  const std::vector<std::int32_t> piece = tok.Encode(kPromptText, EncodeOptions{.add_bos = false});
+  std::vector<std::int32_t> ids;
+  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  while (static_cast<int>(ids.size()) < n) ids.insert(ids.end(), piece.begin(), piece.end());
+  ids.resize(static_cast<std::size_t>(n));
+  return ids;
+}
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct RunTimes {
+  double prefill_seconds = 0;  // one Forward over the prompt
+  double decode_seconds = 0;   // gen Forward calls of one token, greedy sampling included
+};
+
+// Prefill, then `gen` greedy decode steps (end-of-generation tokens are fed
+// back like any other, so every run does the same work).
+RunTimes RunOnce(const Model& model, ModelState& state, const std::vector<std::int32_t>& prompt, int gen,
+                 ThreadPool* pool) {
+  state.Reset();
+  Sampler greedy(SamplerOptions{});
+  RunTimes t;
+  auto t0 = std::chrono::steady_clock::now();
+  std::int32_t next = greedy.Sample(model.Forward(state, prompt, pool));
+  t.prefill_seconds = Seconds(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < gen; ++i) {
+    const std::int32_t one[1] = {next};
+    next = greedy.Sample(model.Forward(state, one, pool));
+  }
+  t.decode_seconds = Seconds(t0);
+  return t;
+}
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+
+Stat Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const std::size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::array<double, 3> LoadAverage() {
+  std::array<double, 3> la{-1, -1, -1};
+  if (getloadavg(la.data(), 3) != 3) la = {-1, -1, -1};
+  return la;
+}
+
+// `git rev-parse --short HEAD` of the source tree, or "unknown".
+std::string Revision() {
+  const std::string cmd = std::string("git -C '") + KVSHARE_SOURCE_DIR + "' rev-parse --short HEAD 2>/dev/null";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return "unknown";
+  char buf[64] = {};
+  const bool ok = std::fgets(buf, sizeof buf, p) != nullptr;
+  const int rc = pclose(p);
+  std::string rev = ok && rc == 0 ? std::string(buf) : "unknown";
+  while (!rev.empty() && (rev.back() == '\n' || rev.back() == '\r')) rev.pop_back();
+  return rev.empty() ? "unknown" : rev;
+}
+
+void RunBench(const BenchCliOptions& o) {
+  if (o.threads.empty()) throw Error("--threads needs at least one thread count, e.g. --threads 1,2");
+  for (int t : o.threads) {
+    if (t < 1 || t > 1024) throw Error("--threads entries must be in [1, 1024], got " + std::to_string(t));
+  }
+  const std::string path = ResolveModel(o.model);
+  const std::unique_ptr<Model> model = Model::Load(path);
+  const Tokenizer tok(ReadVocab(model->gguf()));
+  const std::vector<std::int32_t> prompt = BenchPrompt(tok, o.prompt_tokens);
+  const int context = o.prompt_tokens + o.gen_tokens;
+  if (context > model->config().context_length) {
+    throw Error("--prompt-tokens + --gen-tokens = " + std::to_string(context) + " exceeds the model's context length " +
+                std::to_string(model->config().context_length));
+  }
+  const std::unique_ptr<ModelState> state = model->NewState({.max_context = context});
+  const std::string pp = "pp" + std::to_string(o.prompt_tokens), tg = "tg" + std::to_string(o.gen_tokens);
+  const std::string name(model->gguf().GetStringOpt("general.name").value_or(model->config().architecture));
+  const auto load_before = LoadAverage();
+  const std::string kernel = KernelLevelName(DefaultKernelLevel());
+  const std::string revision = Revision();
+  const unsigned cpus = std::thread::hardware_concurrency();
+
+  std::printf("kvshare bench  model %s (%s)  kvshare %s\n", path.c_str(), name.c_str(), revision.c_str());
+  std::printf("cpu %s, %u logical CPUs, matmul kernel %s, load average %.2f %.2f %.2f\n", CpuModel().c_str(), cpus,
+              kernel.c_str(), load_before[0], load_before[1], load_before[2]);
+  std::printf("%s: prompt of %d tokens in one Forward; %s: %d greedy decode steps after it\n", pp.c_str(),
+              o.prompt_tokens, tg.c_str(), o.gen_tokens);
+  std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
+  std::printf("%7s  %-7s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");
+  std::fflush(stdout);
+
+  nlohmann::json results = nlohmann::json::array();
+  for (int threads : o.threads) {
+    ThreadPool pool(threads);
+    // Warm-up: a short run faults in the weights and the cache buffers.
+    RunOnce(*model, *state, std::vector<std::int32_t>(prompt.begin(), prompt.begin() + std::min(o.prompt_tokens, 64)),
+            std::min(o.gen_tokens, 8), &pool);
+    std::vector<double> pre, dec;
+    for (int r = 0; r < o.repetitions; ++r) {
+      const RunTimes t = RunOnce(*model, *state, prompt, o.gen_tokens, &pool);
+      pre.push_back(o.prompt_tokens / t.prefill_seconds);
+      dec.push_back(o.gen_tokens / t.decode_seconds);
+    }
+    for (const auto& [test, tokens, rates] : {std::tuple{pp, o.prompt_tokens, pre}, std::tuple{tg, o.gen_tokens, dec}}) {
+      const Stat s = Summarize(rates);
+      std::printf("%7d  %-7s %10.1f %10.1f %10.1f\n", threads, test.c_str(), s.median, s.min, s.max);
+      std::fflush(stdout);
+      results.push_back({{"threads", threads}, {"test", test}, {"tokens", tokens}, {"tok_s_median", s.median},
+                         {"tok_s_min", s.min}, {"tok_s_max", s.max}, {"tok_s", rates}});
+    }
+  }
+  const auto load_after = LoadAverage();
+  std::printf("\nload average after: %.2f %.2f %.2f\n", load_after[0], load_after[1], load_after[2]);
+
+  if (!o.json.empty()) {
+    const nlohmann::json doc = {
+        {"model", path},
+        {"model_name", name},
+        {"architecture", model->config().architecture},
+        {"kvshare_revision", revision},
+        {"cpu_model", CpuModel()},
+        {"cpu_count", cpus},
+        {"matmul_kernel", kernel},
+        {"load_average_before", load_before},
+        {"load_average_after", load_after},
+        {"prompt_tokens", o.prompt_tokens},
+        {"gen_tokens", o.gen_tokens},
+        {"repetitions", o.repetitions},
+        {"results", results},
+    };
+    std::ofstream out(o.json);
+    out << doc.dump(2) << "\n";
+    if (!out) throw Error("could not write --json file '" + o.json + "'");
+    std::printf("wrote %s\n", o.json.c_str());
+  }
+}
+
+}  // namespace
+
+void RegisterBench(CLI::App& app) {
+  static BenchCliOptions o;
+  auto* cmd = app.add_subcommand("bench", "Prefill and decode speed (tok/s) of a GGUF model per thread count");
+  cmd->add_option("--model", o.model, std::string("GGUF file (default: ") + kDefaultModel + ", fetched if missing)");
+  cmd->add_option("--prompt-tokens", o.prompt_tokens, "Prompt length for the prefill test")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--gen-tokens", o.gen_tokens, "Decode steps for the generation test")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Comma-separated thread counts, each run in turn")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--repetitions", o.repetitions, "Timed runs per thread count (median, min and max reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--json", o.json, "Also write the results and machine info to this JSON file");
+  cmd->callback([] { RunBench(o); });
+}
+
+}  // namespace kvshare::cli
