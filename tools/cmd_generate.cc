@@ -14,6 +14,7 @@
 #include "kvshare/tokenizer.h"
 #include "model_path.h"
 #include "runtime/generator.h"
+#include "sampler_flags.h"
 
 namespace kvshare::cli {
 namespace {
@@ -24,10 +25,7 @@ struct GenerateCliOptions {
   bool chat = false;
   bool raw = false;
   int n = 128;
-  float temp = 0.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  std::uint64_t seed = 0;
+  SamplerFlags sampling;
   int threads = 0;
   int max_context = 4096;
   int kv_shared_layers = -1;  // -1: the model's own (0 for Gemma 3)
@@ -88,10 +86,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   if (o.verbose) std::fprintf(stderr, "[kvshare] KV cache:\n%s", gen.state().kv_cache().Memory().ToString().c_str());
   GenerateOptions go;
   go.max_new_tokens = o.n;
-  go.sampler.temperature = o.temp;
-  go.sampler.top_k = o.top_k;
-  go.sampler.top_p = o.top_p;
-  go.sampler.seed = o.seed;
+  go.sampler = ToSamplerOptions(o.sampling);
   auto print = [](std::string_view t) {
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
@@ -152,10 +147,7 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_flag("--chat", o.chat, "Interactive chat: one user turn per stdin line");
   cmd->add_flag("--raw", o.raw, "Use --prompt as plain text (with <bos>), no chat template");
   cmd->add_option("-n,--max-tokens", o.n, "Maximum new tokens")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temp", o.temp, "Temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-k", o.top_k, "Top-k (0 = off)")->check(CLI::Range(0, 1 << 30));
-  cmd->add_option("--top-p", o.top_p, "Top-p in (0, 1]");
-  cmd->add_option("--seed", o.seed, "Random seed");
+  AddSamplerFlags(*cmd, o.sampling);
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--max-context", o.max_context, "KV cache capacity in tokens")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--kv-shared-layers", o.kv_shared_layers,
