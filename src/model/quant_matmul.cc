@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvshare/error.h"
+#include "kvshare/thread_pool.h"
 #include "model/quant.h"
 #include "model/quant_kernels.h"
 
@@ -78,23 +79,40 @@ const detail::QuantKernels& Kernels(KernelLevel level) {
   return detail::kScalarKernels;
 }
 
-constexpr std::int64_t kRowsPerTask = 16;
+// Output rows per pool task: about kTasksPerThread tasks per thread, at least
+// kMinRowsPerTask rows each. The pool takes a mutex per task, so fixed 16-row
+// tasks made the 262144-row tied LM head cost ~16k lock handoffs per decoded
+// token: Gemma 3 270M decoded slower on 2 threads than on 1 (43 vs 65 tok/s,
+// `kvshare bench`); with this split, 69 vs 66. Each row's result does not
+// depend on the split, so outputs stay identical for any thread count.
+constexpr std::int64_t kMinRowsPerTask = 16;
+constexpr std::int64_t kTasksPerThread = 4;
 
-// KernelLevel::kFloat: each task dequantizes its weight rows once, then takes
-// fp32 dot products with every activation row.
+std::int64_t RowsPerTask(std::int64_t rows, const ThreadPool* pool) {
+  const std::int64_t tasks = kTasksPerThread * (pool != nullptr ? pool->NumThreads() : 1);
+  return std::max(kMinRowsPerTask, (rows + tasks - 1) / tasks);
+}
+
+// KernelLevel::kFloat: each task dequantizes its weight rows, kMinRowsPerTask
+// at a time, and takes fp32 dot products of them with every activation row.
 void MatMulFloat(const WeightMatrix& w, const MatMulParams& p) {
   const std::int64_t cols = w.cols, rows = w.rows, m = p.m;
   const auto* base = static_cast<const std::uint8_t*>(w.data);
-  const std::int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  const std::int64_t rows_per_task = RowsPerTask(rows, p.pool);
+  const std::int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
   ParallelFor(p.pool, tasks, [&](std::int64_t t) {
-    const std::int64_t r0 = t * kRowsPerTask;
-    const std::int64_t r1 = std::min(rows, r0 + kRowsPerTask);
-    std::vector<float> wf(static_cast<std::size_t>((r1 - r0) * cols));  // [r1 - r0, cols]
-    for (std::int64_t r = r0; r < r1; ++r) {
-      DequantizeRow(w.type, base + static_cast<std::size_t>(r) * w.row_bytes, wf.data() + (r - r0) * cols, cols);
-    }
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t r = r0; r < r1; ++r) p.y[i * rows + r] = detail::DotF32(wf.data() + (r - r0) * cols, p.x + i * cols, cols);
+    const std::int64_t task_end = std::min(rows, (t + 1) * rows_per_task);
+    std::vector<float> wf(static_cast<std::size_t>(kMinRowsPerTask * cols));  // [kMinRowsPerTask, cols]
+    for (std::int64_t r0 = t * rows_per_task; r0 < task_end; r0 += kMinRowsPerTask) {
+      const std::int64_t r1 = std::min(task_end, r0 + kMinRowsPerTask);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        DequantizeRow(w.type, base + static_cast<std::size_t>(r) * w.row_bytes, wf.data() + (r - r0) * cols, cols);
+      }
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          p.y[i * rows + r] = detail::DotF32(wf.data() + (r - r0) * cols, p.x + i * cols, cols);
+        }
+      }
     }
   });
 }
@@ -145,10 +163,11 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p) {
       default: return 0.0f;
     }
   };
-  const std::int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  const std::int64_t rows_per_task = RowsPerTask(rows, p.pool);
+  const std::int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
   ParallelFor(p.pool, tasks, [&](std::int64_t t) {
-    const std::int64_t r0 = t * kRowsPerTask;
-    const std::int64_t r1 = std::min(rows, r0 + kRowsPerTask);
+    const std::int64_t r0 = t * rows_per_task;
+    const std::int64_t r1 = std::min(rows, r0 + rows_per_task);
     for (std::int64_t i = 0; i < m; ++i) {
       for (std::int64_t r = r0; r < r1; ++r) p.y[i * rows + r] = dot(r, i);
     }
