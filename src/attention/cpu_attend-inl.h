@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -32,22 +33,14 @@ inline constexpr std::size_t kPvVecs = 4;
 inline constexpr std::size_t kRowTile = 4;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// dst[0, H) = float(src[off + i]). H is a multiple of Lanes(d).
-template <class D>
-HWY_INLINE void ConvertRow(D d, const void* src, DType dtype, std::int64_t off, std::size_t H,
-                           float* HWY_RESTRICT dst) {
-  const std::size_t L = hn::Lanes(d);
-  if (dtype == DType::kFloat16) {
-    const hn::Rebind<hwy::float16_t, D> dh;
-    const hwy::float16_t* s = static_cast<const hwy::float16_t*>(src) + off;
-    for (std::size_t c = 0; c < H; c += L) hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, s + c)), d, dst + c);
-  } else if (dtype == DType::kBFloat16) {
-    const hn::Rebind<hwy::bfloat16_t, D> db;
-    const hwy::bfloat16_t* s = static_cast<const hwy::bfloat16_t*>(src) + off;
-    for (std::size_t c = 0; c < H; c += L) hn::StoreU(hn::PromoteTo(d, hn::LoadU(db, s + c)), d, dst + c);
+// Lanes(d) elements of a K/V row at p, widened to float in registers
+// (T = float, hwy::float16_t or hwy::bfloat16_t).
+template <class D, typename T>
+HWY_INLINE hn::Vec<D> LoadKv(D d, const T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(d, p);
   } else {
-    const float* s = static_cast<const float*>(src) + off;
-    for (std::size_t c = 0; c < H; c += L) hn::StoreU(hn::LoadU(d, s + c), d, dst + c);
+    return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p));
   }
 }
 
@@ -96,22 +89,25 @@ HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn
 }
 #endif
 
-// out[r * ldo + k] = q_r . key_k for r < 4, k < KT; q rows are H floats apart.
-template <std::size_t KT, class D>
-HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const float* const* kp,
-                        float* HWY_RESTRICT out, std::size_t ldo) {
+// out[r * ldo + k] = q_r . key_k for r < 4, k < KT; q rows are H floats apart,
+// key k is the row at kv + off[k].
+template <std::size_t KT, class D, typename T>
+HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const T* HWY_RESTRICT kv,
+                        const std::int64_t* off, float* HWY_RESTRICT out, std::size_t ldo) {
   using V = hn::Vec<D>;
   const std::size_t L = hn::Lanes(d);
   V acc[kRowTile][KT];
   for (std::size_t r = 0; r < kRowTile; ++r) {
     for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::Zero(d);
   }
+  const T* kp[KT];
+  for (std::size_t k = 0; k < KT; ++k) kp[k] = kv + off[k];
   for (std::size_t c = 0; c < H; c += L) {
-    V kv[KT];
-    for (std::size_t k = 0; k < KT; ++k) kv[k] = hn::LoadU(d, kp[k] + c);
+    V kc[KT];
+    for (std::size_t k = 0; k < KT; ++k) kc[k] = LoadKv(d, kp[k] + c);
     for (std::size_t r = 0; r < kRowTile; ++r) {
       const V qv = hn::LoadU(d, q + r * H + c);
-      for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kv[k], acc[r][k]);
+      for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kc[k], acc[r][k]);
     }
   }
   for (std::size_t r = 0; r < kRowTile; ++r) {
@@ -123,19 +119,13 @@ HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const f
   }
 }
 
-// Scores of 4 rows against nk_pad keys (a multiple of kKeyTile).
-template <class D>
-HWY_INLINE void DotRows(D d, const float* HWY_RESTRICT q, std::size_t H, const float* const* kp,
-                        std::size_t nk_pad, float* HWY_RESTRICT out, std::size_t ldo) {
-  for (std::size_t k = 0; k < nk_pad; k += kKeyTile) DotTile<kKeyTile>(d, q, H, kp + k, out + k, ldo);
-}
-
 // acc[r] = alpha[r] * acc[r] + sum_{j < nk} p[r * ldp + j] * v_j over the NV
-// vectors at column c, for the 4 rows of a row group.
-template <std::size_t NV, class D>
+// vectors at column c, for the 4 rows of a row group; v_j is the row at
+// vv + off[j].
+template <std::size_t NV, class D, typename T>
 HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
-                        const float* HWY_RESTRICT p, std::size_t ldp, const float* const* vp,
-                        std::size_t nk, std::size_t c) {
+                        const float* HWY_RESTRICT p, std::size_t ldp, const T* HWY_RESTRICT vv,
+                        const std::int64_t* off, std::size_t nk, std::size_t c) {
   using V = hn::Vec<D>;
   const std::size_t L = hn::Lanes(d);
   V a[kRowTile][NV];
@@ -144,8 +134,9 @@ HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float
     for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::Mul(hn::LoadU(d, acc + r * H + c + i * L), s);
   }
   for (std::size_t j = 0; j < nk; ++j) {
+    const T* row = vv + off[j] + c;
     V v[NV];
-    for (std::size_t i = 0; i < NV; ++i) v[i] = hn::LoadU(d, vp[j] + c + i * L);
+    for (std::size_t i = 0; i < NV; ++i) v[i] = LoadKv(d, row + i * L);
     for (std::size_t r = 0; r < kRowTile; ++r) {
       const V pr = hn::Set(d, p[r * ldp + j]);
       for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::MulAdd(pr, v[i], a[r][i]);
@@ -156,14 +147,14 @@ HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float
   }
 }
 
-template <class D>
+template <class D, typename T>
 HWY_INLINE void PvRows(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
-                       const float* HWY_RESTRICT p, std::size_t ldp, const float* const* vp,
-                       std::size_t nk) {
+                       const float* HWY_RESTRICT p, std::size_t ldp, const T* HWY_RESTRICT vv,
+                       const std::int64_t* off, std::size_t nk) {
   const std::size_t L = hn::Lanes(d);
   std::size_t c = 0;
-  for (; c + kPvVecs * L <= H; c += kPvVecs * L) PvChunk<kPvVecs>(d, acc, H, alpha, p, ldp, vp, nk, c);
-  for (; c < H; c += L) PvChunk<1>(d, acc, H, alpha, p, ldp, vp, nk, c);
+  for (; c + kPvVecs * L <= H; c += kPvVecs * L) PvChunk<kPvVecs>(d, acc, H, alpha, p, ldp, vv, off, nk, c);
+  for (; c < H; c += L) PvChunk<1>(d, acc, H, alpha, p, ldp, vv, off, nk, c);
 }
 
 // x[0, n) = cap * tanh(x / cap); n is a multiple of Lanes(d).

@@ -1,11 +1,11 @@
 // Blocked online-softmax attention: detail::AttendOptimized (attend.h).
 //
 // Work items are (row b, KV head n, query tile, KV split) from
-// cpu_attend_plan.h. An item walks its keys in blocks: the K block is
-// converted to fp32 once (or read in place for float32) and scored against all
-// query-head rows of the tile (tile queries x the G heads sharing the KV head),
-// then the online softmax (running max m, denominator l) rescales the fp32
-// accumulators and the V block is added in. Split partials are combined in
+// cpu_attend_plan.h. An item walks its keys in blocks: the K block is read in
+// place (fp16 / bf16 rows widened to fp32 in registers, never copied) and
+// scored against all query-head rows of the tile (tile queries x the G heads
+// sharing the KV head), then the online softmax (running max m, denominator l)
+// rescales the fp32 accumulators and the V block is added in. Split partials are combined in
 // split order, so results never depend on the thread count. The optional
 // qk output is a second pass that recomputes the scores.
 //
@@ -55,14 +55,12 @@ struct RowInfo {
 struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> buf;
   std::size_t cap = 0;
-  std::vector<const float*> kp, vp;
+  std::vector<std::int64_t> koff, voff;  // element offsets of a block's K / V rows
   std::vector<RowInfo> rows;
   std::vector<float> m, l, alpha;
   std::vector<char> active;  // per row group of kRowTile rows
   float* qs = nullptr;       // [rp, H] scaled queries
   float* sc = nullptr;       // [rp, bsp] scores / probabilities
-  float* kbuf = nullptr;     // [bs, H] converted keys
-  float* vbuf = nullptr;     // [bs, H] converted values
   float* acc = nullptr;      // [rp, H] output accumulators
 };
 
@@ -74,6 +72,19 @@ Scratch& ThreadScratch() {
 std::int64_t KvOffset(const KvSource& kv, int b, int n, std::int64_t j) {
   const std::int64_t slot = kv.ring_capacity > 0 ? j % kv.ring_capacity : j;
   return b * kv.batch_stride + n * kv.head_stride + slot * kv.row_stride;
+}
+
+// Calls f(T{}) with T the element type of a K/V dtype (float32, float16 or
+// bfloat16), so the SIMD loops widen K/V rows in registers.
+template <class F>
+void WithKvType(DType dtype, F&& f) {
+  if (dtype == DType::kFloat16) {
+    f(hwy::float16_t{});
+  } else if (dtype == DType::kBFloat16) {
+    f(hwy::bfloat16_t{});
+  } else {
+    f(float{});
+  }
 }
 
 // Prefetches (into L2) the row of key j, one block ahead of its use, so the
@@ -93,7 +104,7 @@ std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, 
   const std::size_t H = cx.H, G = cx.G;
   const std::size_t rows = static_cast<std::size_t>(t.s1 - t.s0) * G;
   const std::size_t rp = RoundUp(rows, kRowTile);
-  const std::size_t need = 2 * rp * H + rp * cx.bsp + 2 * cx.bs * H;
+  const std::size_t need = 2 * rp * H + rp * cx.bsp;
   if (need > s.cap) {
     s.buf = hwy::AllocateAligned<float>(need);
     s.cap = need;
@@ -101,15 +112,13 @@ std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, 
   s.qs = s.buf.get();
   s.acc = s.qs + rp * H;
   s.sc = s.acc + rp * H;
-  s.kbuf = s.sc + rp * cx.bsp;
-  s.vbuf = s.kbuf + cx.bs * H;
   s.rows.assign(rp, RowInfo{});
   s.m.assign(rp, kNegInf);
   s.l.assign(rp, 0.0f);
   s.alpha.assign(rp, 1.0f);
   s.active.assign(rp / kRowTile, 0);
-  s.kp.resize(RoundUp(cx.bs, kKeyTile));
-  s.vp.resize(cx.bs);
+  s.koff.resize(RoundUp(cx.bs, kKeyTile));
+  s.voff.resize(cx.bs);
   std::fill(s.qs + rows * H, s.qs + rp * H, 0.0f);
   for (std::size_t r = 0; r < rows; ++r) {
     RowInfo& ri = s.rows[r];
@@ -163,17 +172,8 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   if (!any) return false;
 
   const std::size_t nkp = RoundUp(nk, kKeyTile);
-  if (p.k.dtype == DType::kFloat32) {
-    const float* base = static_cast<const float*>(p.k.data);
-    for (std::size_t j = 0; j < nk; ++j) s.kp[j] = base + KvOffset(p.k, t.b, t.n, kb + static_cast<std::int64_t>(j));
-  } else {
-    for (std::size_t j = 0; j < nk; ++j) {
-      ConvertRow(d, p.k.data, p.k.dtype, KvOffset(p.k, t.b, t.n, kb + static_cast<std::int64_t>(j)), H,
-                 s.kbuf + j * H);
-      s.kp[j] = s.kbuf + j * H;
-    }
-  }
-  for (std::size_t j = nk; j < nkp; ++j) s.kp[j] = s.kp[0];
+  for (std::size_t j = 0; j < nk; ++j) s.koff[j] = KvOffset(p.k, t.b, t.n, kb + static_cast<std::int64_t>(j));
+  for (std::size_t j = nk; j < nkp; ++j) s.koff[j] = s.koff[0];
 
   // The 2 * nk K and V rows of the next block are prefetched evenly over all
   // Q.K tiles of this block, so the memory stream overlaps compute without
@@ -190,15 +190,20 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
     if (!s.active[g]) continue;
     float* x0 = s.sc + g * kRowTile * bsp;
     const float* qg = s.qs + g * kRowTile * H;
-    for (std::size_t k = 0; k < nkp; k += kKeyTile) {
-      const std::size_t pf_until = pf_rows * (++tile_index) / tiles_total;
-      for (; pf_next < pf_until; ++pf_next) {
-        const std::size_t half = pf_rows / 2;
-        const bool is_v = pf_next >= half;
-        PrefetchRow(is_v ? p.v : p.k, t.b, t.n, pf0 + static_cast<std::int64_t>(is_v ? pf_next - half : pf_next), row_bytes);
+    WithKvType(p.k.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* kv = static_cast<const T*>(p.k.data);
+      for (std::size_t k = 0; k < nkp; k += kKeyTile) {
+        const std::size_t pf_until = pf_rows * (++tile_index) / tiles_total;
+        for (; pf_next < pf_until; ++pf_next) {
+          const std::size_t half = pf_rows / 2;
+          const bool is_v = pf_next >= half;
+          PrefetchRow(is_v ? p.v : p.k, t.b, t.n, pf0 + static_cast<std::int64_t>(is_v ? pf_next - half : pf_next),
+                      row_bytes);
+        }
+        DotTile<kKeyTile>(d, qg, H, kv, s.koff.data() + k, x0 + k, bsp);
       }
-      DotTile<kKeyTile>(d, qg, H, s.kp.data() + k, x0 + k, bsp);
-    }
+    });
     for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
       float* x = s.sc + r * bsp;
       const KeyRange& k = s.rows[r].keys;
@@ -291,21 +296,16 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
       }
     }
     const AttendParams& p = *cx.p;
-    if (p.v.dtype == DType::kFloat32) {
-      const float* base = static_cast<const float*>(p.v.data);
-      for (std::size_t j = 0; j < nk; ++j) s.vp[j] = base + KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
-    } else {
-      for (std::size_t j = 0; j < nk; ++j) {
-        ConvertRow(d, p.v.data, p.v.dtype, KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j)), H,
-                   s.vbuf + j * H);
-        s.vp[j] = s.vbuf + j * H;
+    for (std::size_t j = 0; j < nk; ++j) s.voff[j] = KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
+    WithKvType(p.v.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* vv = static_cast<const T*>(p.v.data);
+      for (std::size_t g = 0; g < s.active.size(); ++g) {
+        if (!s.active[g]) continue;
+        const std::size_t r0 = g * kRowTile;
+        PvRows(d, s.acc + r0 * H, H, s.alpha.data() + r0, s.sc + r0 * bsp, bsp, vv, s.voff.data(), nk);
       }
-    }
-    for (std::size_t g = 0; g < s.active.size(); ++g) {
-      if (!s.active[g]) continue;
-      const std::size_t r0 = g * kRowTile;
-      PvRows(d, s.acc + r0 * H, H, s.alpha.data() + r0, s.sc + r0 * bsp, bsp, s.vp.data(), nk);
-    }
+    });
   }
   if (t.num_splits == 1) {
     Finalize(d, cx, t, rows, s.m.data(), s.l.data(), s.acc, s.rows);
