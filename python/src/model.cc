@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,7 @@ py::dict StatsDict(const GenerateStats& s) {
   d["decode_seconds"] = s.decode_seconds;
   d["decode_steps"] = s.decode_steps;
   d["kv_bytes"] = s.kv_bytes;
+  d["kv_bytes_without_sharing"] = s.kv_bytes_without_sharing;
   d["stop_reason"] = s.stop_reason;
   return d;
 }
@@ -143,8 +145,13 @@ class Stream {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, int max_context, int num_threads) : core_(std::make_shared<ModelCore>()) {
+  PyModel(const std::string& path, int max_context, int num_threads, const std::string& kv_dtype,
+          std::optional<int> kv_shared_layers)
+      : core_(std::make_shared<ModelCore>()) {
     if (num_threads < 0) throw Error("num_threads must be >= 0 (0 = all cores), got " + std::to_string(num_threads));
+    state_options_.max_context = max_context;
+    state_options_.kv_dtype = KvDTypeFromName(kv_dtype);
+    state_options_.num_kv_shared_layers = kv_shared_layers;
     const int threads =
         num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     py::gil_scoped_release release;
@@ -152,8 +159,7 @@ class PyModel {
     core_->tokenizer = std::make_unique<Tokenizer>(ReadVocab(core_->model->gguf()));
     core_->pool = std::make_unique<ThreadPool>(threads);
     core_->generator = std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(),
-                                                   ModelStateOptions{.max_context = max_context});
-    max_context_ = max_context;
+                                                   state_options_);
   }
 
   py::dict Config() const {
@@ -194,7 +200,7 @@ class PyModel {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(core_->busy_mu);
       if (core_->busy) throw Error("a generation is running on this Model; exhaust or close() it first");
-      auto state = core_->model->NewState(ModelStateOptions{.max_context = max_context_});
+      auto state = core_->model->NewState(state_options_);
       const std::span<const float> l = core_->model->Forward(*state, tokens, core_->pool.get());
       out.assign(l.begin(), l.end());
     }
@@ -237,16 +243,28 @@ class PyModel {
   py::dict LastStats() const { return StatsDict(core_->last); }
 
  private:
+  // "float32" / "float16" / "bfloat16" (or f32 / f16 / bf16) as a DType.
+  static DType KvDTypeFromName(const std::string& name) {
+    if (name == "float32" || name == "f32") return DType::kFloat32;
+    if (name == "float16" || name == "f16") return DType::kFloat16;
+    if (name == "bfloat16" || name == "bf16") return DType::kBFloat16;
+    throw Error("kv_dtype must be \"float32\", \"float16\" or \"bfloat16\", got \"" + name + "\"");
+  }
+
   std::shared_ptr<ModelCore> core_;
-  int max_context_ = 0;
+  ModelStateOptions state_options_;
 };
 
 const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (today: Gemma 3), run on the CPU.
 
-Model(path, *, max_context=4096, num_threads=0)
+Model(path, *, max_context=4096, num_threads=0, kv_dtype="float32", kv_shared_layers=None)
 
 path: GGUF file; max_context: positions the KV cache holds (prompt + generated);
-num_threads: 0 = all cores. Raises kvshare.Error for a missing or invalid file.
+num_threads: 0 = all cores; kv_dtype: KV cache storage ("float32", "float16",
+"bfloat16"); kv_shared_layers: trailing layers that reuse an earlier layer's K/V
+(None = the file's own setting; overriding it on a model trained without sharing
+changes its outputs). Raises kvshare.Error for a missing or invalid file or a bad
+option (kv_shared_layers out of range names the valid range).
 One generation at a time per Model.)";
 
 const char* kGenerateDoc = R"(Generates text; returns an iterator of str pieces (streamed as decoded).
@@ -301,8 +319,9 @@ void BindModel(py::module_& m) {
           "until the generation has finished.");
 
   py::class_<PyModel>(m, "Model", kModelDoc)
-      .def(py::init<const std::string&, int, int>(), py::arg("path"), py::kw_only(), py::arg("max_context") = 4096,
-           py::arg("num_threads") = 0)
+      .def(py::init<const std::string&, int, int, const std::string&, std::optional<int>>(), py::arg("path"),
+           py::kw_only(), py::arg("max_context") = 4096, py::arg("num_threads") = 0, py::arg("kv_dtype") = "float32",
+           py::arg("kv_shared_layers") = py::none())
       .def_property_readonly("config", &PyModel::Config, "Hyperparameters read from the GGUF metadata (a dict).")
       .def("tokenize", &PyModel::Tokenize, py::arg("text"), py::kw_only(), py::arg("add_bos") = py::none(),
            py::arg("parse_special") = false, "Token ids of text (list of int).")

@@ -101,3 +101,26 @@ def test_errors(model):
         next(stream)
     with pytest.raises(kvshare.Error):
         kvshare.Model(str(ROOT / "models" / "missing.gguf"))
+
+
+def test_kv_cache_options_change_its_bytes():
+    """kv_dtype and kv_shared_layers reach the model state: float16 halves the KV
+    bytes, sharing the last 6 of 18 layers drops their K/V (the stats say what the
+    cache would hold without sharing), and an out-of-range count names the range."""
+    def run(**kw):
+        m = kvshare.Model(str(MODEL), max_context=512, num_threads=2, **kw)
+        stream = m.generate(RAW, chat=False, max_new_tokens=2)
+        text = "".join(stream)
+        return text, stream.stats
+
+    _, base = run()
+    _, half = run(kv_dtype="float16")
+    _, shared = run(kv_shared_layers=6)
+    assert half["kv_bytes"] * 2 == base["kv_bytes"]
+    assert base["kv_bytes_without_sharing"] == base["kv_bytes"]
+    assert shared["kv_bytes_without_sharing"] == base["kv_bytes"]
+    assert 0 < shared["kv_bytes"] < base["kv_bytes"]
+    with pytest.raises(ValueError, match="kv_dtype"):
+        kvshare.Model(str(MODEL), kv_dtype="int8")
+    with pytest.raises(ValueError, match="out of range"):
+        kvshare.Model(str(MODEL), kv_shared_layers=18)
