@@ -4,11 +4,9 @@ so this file notices when onnxruntime starts supporting a case.
 
 - omitted key/value with a past (borrowed KV, ORT issue #28318): ORT reads the
   query as packed QKV and fails on the head size;
-- external K/V with a local window: ONNX Attention-24 has no window and ORT's
-  schema does not know Attention-25's left_window_size;
-- batch > 1 static scatter with right-padded query rows, RoPE and windows: ONNX
-  Attention-24 aligns the queries bottom-right (offset nonpad_kv_seqlen - S) and has
-  no window, so a right-padded chunk cannot be expressed; and the read-only scatter
+- batch > 1 static scatter with right-padded query rows and RoPE: ONNX Attention
+  aligns the queries bottom-right (offset nonpad_kv_seqlen - S) and has no RoPE,
+  so a right-padded chunk cannot be expressed; and the read-only scatter
   form of KV-shared layers, which has no ONNX counterpart.
 """
 from __future__ import annotations
@@ -18,12 +16,11 @@ import itertools
 import numpy as np
 import pytest
 
-from peers import NP_DTYPE, apply_rope, assert_close, make_session, need, ort_gqa, reference_attention, rope_cache
+from peers import NP_DTYPE, apply_rope, assert_close, need, ort_gqa, reference_attention, rope_cache
 
 kvshare = need("kvshare")
 need("onnxruntime")
 need("onnx")
-from onnx import helper  # noqa: E402
 
 
 def _bsnh(x, heads):
@@ -61,30 +58,6 @@ def test_borrowed_omitted_kv_vs_numpy_ort_rejects(dtype, S, rotary):
     feeds = {k: v for k, v in kw.items() if k not in attrs}
     with pytest.raises(Exception, match="head_size|packed|dimension"):
         ort_gqa(dict(query=q, past_key=pk, past_value=pv, **feeds), attrs)
-
-
-@pytest.mark.parametrize("dtype,S,window", list(itertools.product(["float32", "float16"], [1, 4], [1, 3, 8])))
-def test_external_kv_window_vs_numpy_ort_has_no_window(dtype, S, window):
-    rng = np.random.default_rng(10 * S + window)
-    dt = NP_DTYPE[dtype]
-    B, N, Nkv, H, T = 3, 8, 2, 32, 20
-    total = np.array([20, 7, 13])
-    q = (rng.standard_normal((B, S, N * H)) * 2).astype(dt)
-    k = rng.standard_normal((B, T, Nkv * H)).astype(dt)
-    v = rng.standard_normal((B, T, Nkv * H)).astype(dt)
-    kw = dict(seqlens_k=(total - 1).astype(np.int32), total_sequence_length=np.array(T, np.int32), num_heads=N,
-              kv_num_heads=Nkv, local_window_size=window)
-    assert kvshare.detect_kv_mode(q, k, v, **kw) == "external_kv"
-    ours = kvshare.group_query_attention(q, k, v, **kw)
-    kk = _bsnh(k, Nkv).transpose(0, 2, 1, 3)
-    vv = _bsnh(v, Nkv).transpose(0, 2, 1, 3)
-    want = reference_attention(_bsnh(q, N), kk, vv, total, total - S, window=window)
-    assert_close(ours.output, want.reshape(B, S, N * H), dtype, "output vs NumPy")
-    # ONNX Attention-25's window attributes are unknown to onnxruntime's schema.
-    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "nonpad"], ["y"], is_causal=1,
-                            q_num_heads=N, kv_num_heads=Nkv, left_window_size=window - 1, right_window_size=0)
-    with pytest.raises(Exception, match="left_window_size"):
-        make_session([node], {"q": dt, "k": dt, "v": dt, "nonpad": np.int64}, {"y": dt}, opset=25)
 
 
 SCATTER = list(itertools.product(["float32", "float16"], ["3d", "bnsh"], [False, True], [-1, 5]))

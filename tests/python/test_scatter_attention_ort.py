@@ -13,7 +13,8 @@ nonpad_kv_seqlen = resident count); for S = 1 with C = W every resident key is
 visible and nonpad_kv_seqlen alone is the whole mask, which is tested too.
 
 Also here: kvshare's external K/V mode (key/value are the whole cache, no past)
-against Attention-24 with nonpad_kv_seqlen on the same cache.
+against Attention with nonpad_kv_seqlen on the same cache: opset 24, and opset 25's
+left_window_size for local windows (onnxruntime >= 1.32 runs it).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from peers import NP_DTYPE, assert_close, make_session, need
+from peers import NP_DTYPE, assert_close, make_session, need, reference_attention
 
 kvshare = need("kvshare")
 need("onnxruntime")
@@ -158,30 +159,42 @@ def test_static_scatter_vs_tensorscatter_attention(cfg: ScatterCfg):
 # ---------------------------------------------------------------------------
 # External K/V mode (kvshare) == Attention-24 with nonpad_kv_seqlen over the cache.
 
-EXTERNAL = [dict(dtype=dt, S=s, heads=h, seed=i) for i, (dt, s, h) in enumerate(
-    itertools.product(["float32", "float16"], [1, 4], [(4, 2), (8, 1)]))]
+EXTERNAL = [dict(dtype=dt, S=s, heads=h, window=w, seed=i) for i, (dt, s, h, w) in enumerate(
+    itertools.product(["float32", "float16"], [1, 4], [(4, 2), (8, 1)], [-1, 1, 3, 8]))]
 
 
-@pytest.mark.parametrize("p", EXTERNAL, ids=[f"{p['dtype']}-S{p['S']}-N{p['heads'][0]}K{p['heads'][1]}"
+@pytest.mark.parametrize("p", EXTERNAL, ids=[f"{p['dtype']}-S{p['S']}-N{p['heads'][0]}K{p['heads'][1]}-W{p['window']}"
                                               for p in EXTERNAL])
 def test_external_kv_vs_attention_nonpad(p):
+    """External K/V against Attention with nonpad_kv_seqlen: opset 24 without a
+    window; with local_window_size = W, opset 25 with left_window_size = W - 1,
+    right_window_size = 0 (W keys including the current one). Also checked
+    against the float64 NumPy reference."""
     rng = np.random.default_rng(p["seed"])
     dt = NP_DTYPE[p["dtype"]]
     B, S, T, H = 3, p["S"], 20, 32
     N, Nkv = p["heads"]
+    W = p["window"]
     total = np.array([20, 7, 13], np.int64)
     q = (rng.standard_normal((B, S, N * H)) * 2).astype(dt)
     k = rng.standard_normal((B, T, Nkv * H)).astype(dt)
     v = rng.standard_normal((B, T, Nkv * H)).astype(dt)
     kw = dict(seqlens_k=(total - 1).astype(np.int32), total_sequence_length=np.array(T, np.int32), num_heads=N,
-              kv_num_heads=Nkv)
+              kv_num_heads=Nkv, local_window_size=W)
     assert kvshare.detect_kv_mode(q, k, v, **kw) == "external_kv"
     ours = kvshare.group_query_attention(q, k, v, **kw)
-    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "nonpad"], ["y"], is_causal=1, q_num_heads=N,
-                            kv_num_heads=Nkv)
-    sess = make_session([node], {"q": dt, "k": dt, "v": dt, "nonpad": np.int64}, {"y": dt}, opset=24)
+    kk = np.asarray(k, np.float64).reshape(B, T, Nkv, H).transpose(0, 2, 1, 3)
+    vv = np.asarray(v, np.float64).reshape(B, T, Nkv, H).transpose(0, 2, 1, 3)
+    want = reference_attention(np.asarray(q, np.float64).reshape(B, S, N, H), kk, vv, total, total - S, window=W)
+    assert_close(ours.output, want.reshape(B, S, N * H), p["dtype"], "output vs NumPy")
+    attrs = dict(is_causal=1, q_num_heads=N, kv_num_heads=Nkv)
+    if W > 0:
+        attrs.update(left_window_size=W - 1, right_window_size=0)
+    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "nonpad"], ["y"], **attrs)
+    sess = make_session([node], {"q": dt, "k": dt, "v": dt, "nonpad": np.int64}, {"y": dt},
+                        opset=25 if W > 0 else 24)
     (y,) = sess.run(None, dict(q=q, k=k, v=v, nonpad=total))
-    assert_close(ours.output, y, p["dtype"], "output")
+    assert_close(ours.output, y, p["dtype"], "output vs onnxruntime Attention")
     # present: a BNSH copy of key/value.
     np.testing.assert_array_equal(ours.present_key, k.reshape(B, T, Nkv, H).transpose(0, 2, 1, 3))
 
