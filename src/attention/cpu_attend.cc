@@ -36,6 +36,10 @@ namespace {
 
 std::size_t RoundUp(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
 
+// Runs of consecutive splits per pool thread in the split phase: more runs
+// balance load, fewer keep the prefetch stream unbroken.
+constexpr std::int64_t kRunsPerThread = 4;
+
 struct Ctx {
   const AttendParams* p = nullptr;
   const AttendPlan* plan = nullptr;
@@ -152,10 +156,11 @@ void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_
 
 // Scores of block [kb, kb + nk) for the tile's active row groups: x after
 // scale, softcap and bias, -inf outside each row's visible range. Returns
-// false when no row sees any key of the block.
+// false when no row sees any key of the block. Also prefetches the K and V
+// rows of the next block, up to key pf_end (exclusive).
 template <class D, bool kSoftcap, bool kBias>
 bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb,
-                std::size_t nk, std::int64_t j1, Scratch& s) {
+                std::size_t nk, std::int64_t pf_end, Scratch& s) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp, L = hn::Lanes(d);
   const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
@@ -179,7 +184,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   // Q.K tiles of this block, so the memory stream overlaps compute without
   // bursts that exhaust the miss buffers.
   const std::int64_t pf0 = kb + static_cast<std::int64_t>(cx.bs);
-  const std::size_t pf_rows = pf0 < j1 ? 2 * static_cast<std::size_t>(std::min<std::int64_t>(j1 - pf0, static_cast<std::int64_t>(nk))) : 0;
+  const std::size_t pf_rows = pf0 < pf_end ? 2 * static_cast<std::size_t>(std::min<std::int64_t>(pf_end - pf0, static_cast<std::int64_t>(nk))) : 0;
   const std::size_t row_bytes = H * DTypeSize(p.k.dtype);
   std::size_t n_active = 0;
   for (char a : s.active) n_active += a ? 1 : 0;
@@ -262,17 +267,18 @@ void Finalize(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, const f
   }
 }
 
+// Runs split sp; its last block prefetches up to key pf_end (the next split
+// of the same tile when the same thread runs it next).
 template <class D, bool kSoftcap, bool kBias>
-void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
+void RunSplit(D d, const Ctx& cx, const AttendSplit& sp, std::int64_t pf_end) {
   const AttendTile& t = cx.plan->tiles[static_cast<std::size_t>(sp.tile)];
   Scratch& s = ThreadScratch();
   const std::size_t rows = SetupTile(d, cx, t, sp.j0, sp.j1, s);
   const std::size_t H = cx.H, bsp = cx.bsp;
   std::fill(s.acc, s.acc + s.rows.size() * H, 0.0f);
-  const std::int64_t j1 = sp.j1;
   for (std::int64_t kb = sp.j0; kb < sp.j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), sp.j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, j1, s)) continue;
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, pf_end, s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t g = 0; g < s.active.size(); ++g) {
       if (!s.active[g]) continue;
@@ -412,8 +418,20 @@ void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
     }
   }
 
-  ParallelFor(pool, static_cast<std::int64_t>(plan.splits.size()), [&](std::int64_t i) {
-    RunSplit<D, kSoftcap, kBias>(d, cx, plan.splits[static_cast<std::size_t>(i)]);
+  // Each pool thread runs a few runs of consecutive splits, so the prefetch
+  // stream crosses from one split into the next (which split runs on which
+  // thread never changes a result).
+  const std::int64_t num_splits = static_cast<std::int64_t>(plan.splits.size());
+  const std::int64_t runs = std::min<std::int64_t>(
+      num_splits, static_cast<std::int64_t>(pool != nullptr ? pool->NumThreads() : 1) * kRunsPerThread);
+  ParallelFor(pool, runs, [&](std::int64_t r) {
+    const std::int64_t i0 = r * num_splits / runs, i1 = (r + 1) * num_splits / runs;
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const AttendSplit& sp = plan.splits[static_cast<std::size_t>(i)];
+      const AttendSplit* next = i + 1 < i1 ? &plan.splits[static_cast<std::size_t>(i + 1)] : nullptr;
+      const bool chained = next != nullptr && next->tile == sp.tile;
+      RunSplit<D, kSoftcap, kBias>(d, cx, sp, chained ? next->j1 : sp.j1);
+    }
   });
   std::vector<std::size_t> split_tiles;
   for (std::size_t i = 0; i < plan.tiles.size(); ++i) {
