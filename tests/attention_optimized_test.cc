@@ -453,7 +453,9 @@ TEST(AttendOptimized, BitwiseIdenticalAcrossThreadCounts) {
     AttendOptimized(d.p, &two);
     EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size())) << c.Describe();
     EXPECT_EQ(0, std::memcmp(a.out.data(), d.out.data(), a.out.size())) << c.Describe();
-    if (!a.qk.empty()) EXPECT_EQ(0, std::memcmp(a.qk.data(), d.qk.data(), a.qk.size())) << c.Describe();
+    if (!a.qk.empty()) {
+      EXPECT_EQ(0, std::memcmp(a.qk.data(), d.qk.data(), a.qk.size())) << c.Describe();
+    }
   }
 }
 

@@ -3,10 +3,16 @@
 // One pool per session. Kernels split work into items whose results do not
 // depend on which thread runs them, so outputs are bitwise identical for any
 // thread count.
+//
+// Between jobs, workers spin for a short while (ThreadPoolOptions::spin_us)
+// before they sleep: waking a sleeping thread costs tens of microseconds
+// (more under a hypervisor), which is the size of one decode step's matmul.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -14,11 +20,17 @@
 
 namespace kvshare {
 
+struct ThreadPoolOptions {
+  // How long an idle worker polls for the next job before it blocks, in
+  // microseconds (0: block at once). Spinning burns the core meanwhile.
+  int spin_us = 200;
+};
+
 class ThreadPool {
  public:
   // num_threads >= 1 counts the calling thread: a pool of 1 spawns no thread.
-  // Throws kvshare::Error if num_threads < 1.
-  explicit ThreadPool(int num_threads);
+  // Throws kvshare::Error if num_threads < 1 or options.spin_us < 0.
+  explicit ThreadPool(int num_threads, ThreadPoolOptions options = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -27,24 +39,31 @@ class ThreadPool {
 
   // Calls fn(i) for every i in [0, n), spread over the threads (the caller
   // included), and returns when all calls are done. Not reentrant: fn must not
-  // call ParallelFor on the same pool. Exceptions thrown by fn are rethrown
-  // (the first one) after all items finish.
+  // call ParallelFor on the same pool, and one thread at a time may call it.
+  // Exceptions thrown by fn are rethrown (the first one) after all items
+  // finish.
   void ParallelFor(std::int64_t n, const std::function<void(std::int64_t)>& fn);
 
  private:
   void WorkerLoop();
-  void RunItems();
+  // Claims and runs items of job `job` until none is left.
+  void RunItems(std::uint32_t job);
+  // Blocks (after spinning) until the job counter moves past `seen`; returns
+  // false when the pool stops.
+  bool WaitForJob(std::uint32_t seen);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  ThreadPoolOptions options_;
+  // (job number << 32) | next item index: a worker claims an item with a
+  // compare-and-swap that fails once the caller has moved on to a new job.
+  std::atomic<std::uint64_t> next_{0};
+  std::atomic<std::int64_t> n_{0};
+  std::atomic<const std::function<void(std::int64_t)>*> fn_{nullptr};
+  std::atomic<std::int64_t> remaining_{0};  // items of the current job not yet finished
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;  // guards sleeping, waking and error_
   std::condition_variable cv_work_;
-  std::condition_variable cv_done_;
-  const std::function<void(std::int64_t)>* fn_ = nullptr;
-  std::int64_t n_ = 0;
-  std::int64_t next_ = 0;
-  int active_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
   std::exception_ptr error_;
 };
 

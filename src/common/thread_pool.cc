@@ -1,14 +1,36 @@
 #include "kvshare/thread_pool.h"
 
+#include <chrono>
 #include <string>
 
 #include "kvshare/error.h"
 
 namespace kvshare {
+namespace {
 
-ThreadPool::ThreadPool(int num_threads) {
+constexpr std::uint64_t kIndexMask = 0xffffffffu;
+
+// Job numbers: even = published and ready, odd = the caller is writing the
+// next job's fn / n. Workers run only even jobs.
+std::uint32_t JobOf(std::uint64_t v) { return static_cast<std::uint32_t>(v >> 32); }
+bool Ready(std::uint32_t job) { return (job & 1u) == 0; }
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads, ThreadPoolOptions options) : options_(options) {
   if (num_threads < 1) {
     throw Error("ThreadPool: num_threads must be >= 1, got " + std::to_string(num_threads));
+  }
+  if (options.spin_us < 0) {
+    throw Error("ThreadPool: spin_us must be >= 0 (0 blocks at once), got " + std::to_string(options.spin_us));
   }
   workers_.reserve(static_cast<std::size_t>(num_threads - 1));
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -17,45 +39,58 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   cv_work_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunItems() {
+void ThreadPool::RunItems(std::uint32_t job) {
+  // fn and n are read after `job` was seen ready. Were they already the next
+  // job's, the caller would have moved next_ to an odd job first, so every
+  // swap below fails: they are used only while `job` is current.
+  const std::function<void(std::int64_t)>* fn = fn_.load(std::memory_order_acquire);
+  const std::int64_t n = n_.load(std::memory_order_acquire);
+  std::uint64_t v = next_.load(std::memory_order_acquire);
   for (;;) {
-    std::int64_t i;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (next_ >= n_) return;
-      i = next_++;
-    }
+    // A failed swap reloads v; a new job or an exhausted one ends the loop.
+    if (JobOf(v) != job || static_cast<std::int64_t>(v & kIndexMask) >= n) return;
+    if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
     try {
-      (*fn_)(i);
+      (*fn)(static_cast<std::int64_t>(v & kIndexMask));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
     }
+    remaining_.fetch_sub(1, std::memory_order_acq_rel);
+    v = next_.load(std::memory_order_acquire);
   }
 }
 
+bool ThreadPool::WaitForJob(std::uint32_t seen) {
+  const auto moved = [&] {
+    const std::uint32_t job = JobOf(next_.load());
+    return stop_.load() || (job != seen && Ready(job));
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
+  for (int i = 0; options_.spin_us > 0 && !moved(); ++i) {
+    CpuRelax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) break;
+  }
+  if (!moved()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    sleepers_.fetch_add(1);
+    cv_work_.wait(lock, moved);
+    sleepers_.fetch_sub(1);
+  }
+  return !stop_.load();
+}
+
 void ThreadPool::WorkerLoop() {
-  std::uint64_t seen = 0;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_work_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      ++active_;
-    }
-    RunItems();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --active_;
-    }
-    cv_done_.notify_all();
+  std::uint32_t seen = JobOf(next_.load());
+  while (WaitForJob(seen)) {
+    seen = JobOf(next_.load(std::memory_order_acquire));
+    if (Ready(seen)) RunItems(seen);
   }
 }
 
@@ -65,21 +100,33 @@ void ThreadPool::ParallelFor(std::int64_t n, const std::function<void(std::int64
     for (std::int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_ = 0;
-    error_ = nullptr;
-    ++generation_;
+  if (n > static_cast<std::int64_t>(kIndexMask)) {
+    throw Error("ThreadPool::ParallelFor: at most 2^32 - 1 items per call, got " + std::to_string(n));
   }
-  cv_work_.notify_all();
-  RunItems();
+  // Publish the job: an odd job number first (stale claims now fail), then its
+  // data, then the next even number.
+  const std::uint32_t job = JobOf(next_.load()) + 2;
+  next_.store(static_cast<std::uint64_t>(job - 1) << 32);
+  fn_.store(&fn, std::memory_order_release);
+  n_.store(n, std::memory_order_release);
+  remaining_.store(n, std::memory_order_release);
+  next_.store(static_cast<std::uint64_t>(job) << 32);
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_work_.notify_all();
+  }
+  RunItems(job);
+  // Items claimed by workers are still running: wait for them.
+  for (int i = 0; remaining_.load(std::memory_order_acquire) > 0; ++i) {
+    if (i < 4096) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   std::exception_ptr error;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_done_.wait(lock, [&] { return active_ == 0 && next_ >= n_; });
-    fn_ = nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
     error = error_;
     error_ = nullptr;
   }
