@@ -37,26 +37,16 @@ gemma3_logits_dump binary (KVSHARE_LOGITS_DUMP, or $KVSHARE_BUILD_DIR/tests/, de
 build/tests/).
 Skips cleanly when any of these is missing.
 """
-import os
-import subprocess
-import tempfile
 import zlib
-from pathlib import Path
 
 import pytest
 
 np = pytest.importorskip("numpy")
 gguf = pytest.importorskip("gguf")
 
-ROOT = Path(os.environ.get("KVSHARE_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-MODEL = Path(os.environ.get("KVSHARE_MODEL", ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
-DUMP = Path(os.environ.get("KVSHARE_LOGITS_DUMP",
-                           ROOT / os.environ.get("KVSHARE_BUILD_DIR", "build") / "tests" / "gemma3_logits_dump"))
+from gemma3_dump import MODEL, logits as _ours, skip_if_missing, tokenize as _tokenize  # noqa: E402
 
-if not MODEL.is_file():
-    pytest.skip(f"{MODEL} absent; run scripts/fetch_model.py", allow_module_level=True)
-if not DUMP.is_file():
-    pytest.skip(f"{DUMP} absent; build the project first", allow_module_level=True)
+skip_if_missing()
 
 # Bounds on max |ours - reference| over the whole vocabulary, per compared
 # position (last prompt position, and one decode step).
@@ -233,31 +223,6 @@ class Reference:
         if self.softcap:
             logits = self.softcap * np.tanh(logits / self.softcap)
         return logits.reshape(len(seqs), last, -1)
-
-
-# ------------------------------------------------------------------- kvshare
-
-def _run(args, **kw):
-    r = subprocess.run([str(DUMP), str(MODEL), *args], capture_output=True, **kw)
-    assert r.returncode == 0, f"{DUMP.name} {' '.join(args)[:200]} failed: {r.stderr}"
-    return r
-
-
-def _tokenize(text):
-    return [int(t) for t in _run(["--tokenize", text], text=True).stdout.split()]
-
-
-def _ours(ids, decode, kernel=None):
-    """kvshare's logits [1 + len(decode), n_vocab]: the prompt's last position,
-    then each decode step. kernel: KVSHARE_KERNEL (None: the default level)."""
-    env = dict(os.environ)
-    env.pop("KVSHARE_KERNEL", None)
-    if kernel:
-        env["KVSHARE_KERNEL"] = kernel
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "logits.f32"
-        _run([str(out), ",".join(map(str, ids)), *map(str, decode)], env=env)
-        return np.fromfile(out, dtype="<f4").reshape(1 + len(decode), -1).astype(np.float64)
 
 
 def _log_softmax(x):
