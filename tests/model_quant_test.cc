@@ -203,11 +203,12 @@ TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
     for (GgmlType t : kTypes) {
       const bool k = t == GgmlType::kQ4_K || t == GgmlType::kQ6_K;
       const std::int64_t bs = GgmlBlockSize(t);
-      // Odd block counts (1, 3, 5 blocks: the AVX-512 pair loop's tail), odd rows, m = 1 and m > 1.
+      // Odd block counts (1, 3, 5 blocks: the AVX-512 pair loop's tail), odd
+      // rows, m = 1 and m = 3, 6 (activation-row groups of 3, and of 4 + 2).
       for (std::int64_t nblk : {std::int64_t{1}, std::int64_t{3}, k ? std::int64_t{5} : std::int64_t{20}}) {
         const std::int64_t cols = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ? 32 * nblk + 7 : bs * nblk;
         for (std::int64_t rows : {1, 7, 33}) {
-          for (std::int64_t m : {1, 3}) {
+          for (std::int64_t m : {1, 3, 6}) {
             CheckMatMul({t, rows, cols, m}, level, rows == 33 ? &pool : nullptr, rng);
           }
         }
@@ -232,6 +233,31 @@ TEST(MatMul, IndependentOfThreadCount) {
     ThreadPool pool(4);
     MatMul(w, {.x = x.data(), .m = m, .y = y4.data(), .pool = &pool});
     EXPECT_EQ(0, std::memcmp(y1.data(), y4.data(), y1.size() * 4)) << GgmlTypeName(t);
+  }
+}
+
+// The kernels take activation rows in groups (detail::kMaxActRows): a row's
+// result must not depend on the group it lands in. m = 9 (groups 4, 4, 1)
+// against each row alone (m = 1), bit for bit, on every level.
+TEST(MatMul, RowResultIndependentOfActivationGroup) {
+  std::mt19937 rng(11);
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
+    if (!KernelLevelAvailable(level)) continue;
+    for (GgmlType t : kTypes) {
+      const std::int64_t rows = 13, cols = 768, m = 9;
+      const auto wbytes = RandomWeights(t, rows, cols, rng);
+      const WeightMatrix w = WeightMatrix::Make(wbytes.data(), t, rows, cols);
+      std::vector<float> x(static_cast<std::size_t>(m * cols));
+      std::normal_distribution<float> nd;
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> all(static_cast<std::size_t>(m * rows)), one(static_cast<std::size_t>(rows));
+      MatMul(w, {.x = x.data(), .m = m, .y = all.data(), .level = level});
+      for (std::int64_t i = 0; i < m; ++i) {
+        MatMul(w, {.x = x.data() + i * cols, .m = 1, .y = one.data(), .level = level});
+        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * rows, one.size() * 4))
+            << GgmlTypeName(t) << " level " << KernelLevelName(level) << " activation row " << i;
+      }
+    }
   }
 }
 

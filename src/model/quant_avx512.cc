@@ -1,7 +1,9 @@
 // AVX-512 VNNI integer dot kernels (_mm512_dpbusd_epi32: u8 x s8 -> int32),
 // compiled with -mavx512{f,bw,vl,vnni}; entered only when the CPU reports
 // those features (quant_matmul.cc). 32-element block types take two blocks per
-// 512-bit step; K-quants take 64 elements per step.
+// 512-bit step; K-quants take 64 elements per step. Each kernel takes R
+// activation rows at once (weights unpacked once); each row's arithmetic is
+// exactly that of R = 1.
 #include <immintrin.h>
 
 #include <cstring>
@@ -16,121 +18,160 @@ inline __m512i Join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_c
 inline __m512 Scales2(float a, float b) { return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b)); }
 inline __m512i Dpbusd(__m512i u, __m512i s) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s); }
 inline __m256i Dpbusd256(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
-// Signed x signed: |w| times x with the sign of w moved onto x.
-inline __m512i DotS8S8_512(__m512i w, __m512i x) {
-  const __mmask64 neg = _mm512_movepi8_mask(w);
-  return Dpbusd(_mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x));
-}
-inline __m256i DotS8S8_256(__m256i w, __m256i x) {
-  return Dpbusd256(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-}
 inline float HSum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-float DotQ8_0(const BlockQ8_0* w, const ActQ8* x, std::int64_t nb) {
-  __m512 acc = _mm512_setzero_ps();
+// Signed x signed: |w| times x with the sign of w moved onto x.
+template <int R>
+void DotQ8_0R(const BlockQ8_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   std::int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512i p = DotS8S8_512(Join(Load32(w[b].qs), Load32(w[b + 1].qs)), Join(Load32(x[b].qs), Load32(x[b + 1].qs)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), Scales2(H2F(w[b].d) * x[b].d, H2F(w[b + 1].d) * x[b + 1].d), acc);
+    const __m512i q = Join(Load32(w[b].qs), Load32(w[b + 1].qs));
+    const __mmask64 neg = _mm512_movepi8_mask(q);
+    const __m512i aq = _mm512_abs_epi8(q);
+    const float dw0 = H2F(w[b].d), dw1 = H2F(w[b + 1].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8* a = x + r * xs + b;
+      const __m512i xv = Join(Load32(a[0].qs), Load32(a[1].qs));
+      const __m512i p = Dpbusd(aq, _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), Scales2(dw0 * a[0].d, dw1 * a[1].d), acc[r]);
+    }
   }
-  float s = HSum512(acc);
-  if (b < nb) {
-    const __m256i p = DotS8S8_256(Load32(w[b].qs), Load32(x[b].qs));
-    s += HSum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(w[b].d) * x[b].d)));
+  for (int r = 0; r < R; ++r) {
+    float s = HSum512(acc[r]);
+    if (b < nb) {
+      const ActQ8& a = x[r * xs + b];
+      const __m256i q = Load32(w[b].qs);
+      const __m256i p = Dpbusd256(_mm256_sign_epi8(q, q), _mm256_sign_epi8(Load32(a.qs), q));
+      s += HSum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(w[b].d) * a.d)));
+    }
+    out[r] = s;
   }
-  return s;
 }
 
-// Shared body for Q4_0 / Q5_0: unsigned codes q(block) with offset `bias`.
-template <typename Block, typename Codes>
-float DotQ32Unsigned(const Block* w, const ActQ8* x, std::int64_t nb, int bias, Codes codes) {
-  __m512 acc = _mm512_setzero_ps();
-  float corr = 0.0f;
+// Q4_0 / Q5_0: unsigned codes q (codes(block)) with offset `bias`.
+template <int R, typename Block, typename Codes>
+void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, int bias, Codes codes,
+                     float* out) {
+  __m512 acc[R];
+  float corr[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), corr[r] = 0.0f;
   std::int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const float d0 = H2F(w[b].d) * x[b].d, d1 = H2F(w[b + 1].d) * x[b + 1].d;
-    const __m512i p = Dpbusd(Join(codes(w[b]), codes(w[b + 1])), Join(Load32(x[b].qs), Load32(x[b + 1].qs)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), Scales2(d0, d1), acc);
-    corr += d0 * static_cast<float>(bias * x[b].sum) + d1 * static_cast<float>(bias * x[b + 1].sum);
+    const __m512i q = Join(codes(w[b]), codes(w[b + 1]));
+    const float dw0 = H2F(w[b].d), dw1 = H2F(w[b + 1].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8* a = x + r * xs + b;
+      const float d0 = dw0 * a[0].d, d1 = dw1 * a[1].d;
+      const __m512i p = Dpbusd(q, Join(Load32(a[0].qs), Load32(a[1].qs)));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), Scales2(d0, d1), acc[r]);
+      corr[r] += d0 * static_cast<float>(bias * a[0].sum) + d1 * static_cast<float>(bias * a[1].sum);
+    }
   }
-  float s = HSum512(acc);
-  if (b < nb) {
-    const float d = H2F(w[b].d) * x[b].d;
-    const __m256i p = Dpbusd256(codes(w[b]), Load32(x[b].qs));
-    s += HSum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d)));
-    corr += d * static_cast<float>(bias * x[b].sum);
+  for (int r = 0; r < R; ++r) {
+    float s = HSum512(acc[r]);
+    if (b < nb) {
+      const ActQ8& a = x[r * xs + b];
+      const float d = H2F(w[b].d) * a.d;
+      const __m256i p = Dpbusd256(codes(w[b]), Load32(a.qs));
+      s += HSum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d)));
+      corr[r] += d * static_cast<float>(bias * a.sum);
+    }
+    out[r] = s - corr[r];
   }
-  return s - corr;
 }
 
-float DotQ4_0(const BlockQ4_0* w, const ActQ8* x, std::int64_t nb) {
-  return DotQ32Unsigned(w, x, nb, 8, [](const BlockQ4_0& bl) { return Nibbles(bl.qs); });
+template <int R>
+void DotQ4_0R(const BlockQ4_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  DotQ32UnsignedR<R>(w, x, xs, nb, 8, [](const BlockQ4_0& bl) { return Nibbles(bl.qs); }, out);
 }
 
-float DotQ5_0(const BlockQ5_0* w, const ActQ8* x, std::int64_t nb) {
-  return DotQ32Unsigned(w, x, nb, 16, [](const BlockQ5_0& bl) {
+template <int R>
+void DotQ5_0R(const BlockQ5_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  DotQ32UnsignedR<R>(w, x, xs, nb, 16, [](const BlockQ5_0& bl) {
     std::uint32_t h;
     std::memcpy(&h, bl.qh, 4);
     return _mm256_or_si256(Nibbles(bl.qs), BitsToBytes(h));
-  });
+  }, out);
 }
 
-float DotQ4_K(const BlockQ4_K* w, const ActQ8K* x, std::int64_t nb) {
-  __m512 acc = _mm512_setzero_ps();
-  float mins = 0.0f;
+template <int R>
+void DotQ4_KR(const BlockQ4_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  __m512 acc[R];
+  float mins[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = 0.0f;
   const __m256i m4 = _mm256_set1_epi8(0xF);
   for (std::int64_t b = 0; b < nb; ++b) {
     std::uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; ++j) Q4KScaleMin(j, w[b].scales, &sc[j], &mn[j]);
-    int summ = 0;
-    for (int j = 0; j < 8; ++j) summ += mn[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-    __m512i sumi = _mm512_setzero_si512();
+    __m512i codes[4], s[4];
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load32(w[b].qs + 32 * c);
-      const __m512i codes = Join(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-      const __m512i p = Dpbusd(codes, _mm512_loadu_si512(x[b].qs + 64 * c));
-      const __m512i s = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[2 * c]), _mm512_set1_epi32(sc[2 * c + 1]));
-      sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, s));
+      codes[c] = Join(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+      s[c] = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[2 * c]), _mm512_set1_epi32(sc[2 * c + 1]));
     }
-    const float dx = x[b].d;
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(H2F(w[b].d) * dx), acc);
-    mins += H2F(w[b].dmin) * dx * static_cast<float>(summ);
+    const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8K& a = x[r * xs + b];
+      int summ = 0;
+      for (int j = 0; j < 8; ++j) summ += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+      __m512i sumi = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(codes[c], _mm512_loadu_si512(a.qs + 64 * c)), s[c]));
+      }
+      const float dx = a.d;
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(dw * dx), acc[r]);
+      mins[r] += dmin * dx * static_cast<float>(summ);
+    }
   }
-  return HSum512(acc) - mins;
+  for (int r = 0; r < R; ++r) out[r] = HSum512(acc[r]) - mins[r];
 }
 
-float DotQ6_K(const BlockQ6_K* w, const ActQ8K* x, std::int64_t nb) {
-  __m512 acc = _mm512_setzero_ps();
-  float corr = 0.0f;
+template <int R>
+void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  __m512 acc[R];
+  float corr[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), corr[r] = 0.0f;
   const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3), m30 = _mm512_set1_epi8(0x30);
   // int32 lane l of a 64-element step belongs to 16-element group l / 4.
   const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::int8_t* sc = w[b].scales;
-    int off = 0;
-    for (int g = 0; g < 16; ++g) off += sc[g] * x[b].bsums[g];
-    __m512i sumi = _mm512_setzero_si512();
+    __m512i q01[2], q23[2], s01[2], s23[2];
     for (int n = 0; n < 2; ++n) {
       const __m512i ql = _mm512_loadu_si512(w[b].ql + 64 * n);  // [ql0 | ql1]
       const __m256i qh = Load32(w[b].qh + 32 * n);
       const __m512i qh2 = Join(qh, _mm256_srli_epi16(qh, 2));    // [qh | qh >> 2]
-      const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh2, m3), 4));
-      const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, m30));
-      const std::int8_t* a = x[b].qs + 128 * n;
-      const __m512i s01 = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_cvtepi8_epi32(_mm_loadu_si32(sc + 8 * n))));
-      const __m512i s23 = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_cvtepi8_epi32(_mm_loadu_si32(sc + 8 * n + 4))));
-      sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(q01, _mm512_loadu_si512(a)), s01));
-      sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(q23, _mm512_loadu_si512(a + 64)), s23));
+      q01[n] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh2, m3), 4));
+      q23[n] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, m30));
+      s01[n] = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_cvtepi8_epi32(_mm_loadu_si32(sc + 8 * n))));
+      s23[n] = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_cvtepi8_epi32(_mm_loadu_si32(sc + 8 * n + 4))));
     }
-    const float d = H2F(w[b].d) * x[b].d;
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d), acc);
-    corr += d * static_cast<float>(32 * off);
+    const float dw = H2F(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8K& a8 = x[r * xs + b];
+      int off = 0;
+      for (int g = 0; g < 16; ++g) off += sc[g] * a8.bsums[g];
+      __m512i sumi = _mm512_setzero_si512();
+      for (int n = 0; n < 2; ++n) {
+        const std::int8_t* a = a8.qs + 128 * n;
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(q01[n], _mm512_loadu_si512(a)), s01[n]));
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(q23[n], _mm512_loadu_si512(a + 64)), s23[n]));
+      }
+      const float d = dw * a8.d;
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d), acc[r]);
+      corr[r] += d * static_cast<float>(32 * off);
+    }
   }
-  return HSum512(acc) - corr;
+  for (int r = 0; r < R; ++r) out[r] = HSum512(acc[r]) - corr[r];
 }
 
 }  // namespace
 
-const QuantKernels kAvx512VnniKernels = {DotQ8_0, DotQ4_0, DotQ5_0, DotQ4_K, DotQ6_K};
+const QuantKernels kAvx512VnniKernels = {
+    KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_0R, BlockQ4_0, ActQ8),
+    KVSHARE_ROWS_KERNEL(DotQ5_0R, BlockQ5_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_KR, BlockQ4_K, ActQ8K),
+    KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K)};
 
 }  // namespace kvshare::detail

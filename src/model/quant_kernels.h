@@ -1,6 +1,9 @@
 // Per-ISA dot-product kernels behind one table (internal to src/model).
-// Each returns the dot product of one weight row (nb blocks) with one
-// quantized activation row.
+// Each computes out[r] = dot(weight row w (nb blocks), activation row r) for
+// r < rows (1 <= rows <= kMaxActRows), activation row r at x + r * x_stride
+// (in blocks). The SIMD kernels unpack each weight block once for all rows;
+// a row's result is the same, bit for bit, whether it is computed alone or
+// in a group.
 #pragma once
 
 #include <cstdint>
@@ -9,13 +12,31 @@
 
 namespace kvshare::detail {
 
+inline constexpr int kMaxActRows = 4;
+
+template <typename Block, typename Act>
+using DotRowsFn = void (*)(const Block* w, const Act* x, std::int64_t x_stride, std::int64_t nb, int rows,
+                           float* out);
+
 struct QuantKernels {
-  float (*q8_0)(const BlockQ8_0* w, const ActQ8* x, std::int64_t nb);
-  float (*q4_0)(const BlockQ4_0* w, const ActQ8* x, std::int64_t nb);
-  float (*q5_0)(const BlockQ5_0* w, const ActQ8* x, std::int64_t nb);
-  float (*q4_k)(const BlockQ4_K* w, const ActQ8K* x, std::int64_t nb);
-  float (*q6_k)(const BlockQ6_K* w, const ActQ8K* x, std::int64_t nb);
+  DotRowsFn<BlockQ8_0, ActQ8> q8_0;
+  DotRowsFn<BlockQ4_0, ActQ8> q4_0;
+  DotRowsFn<BlockQ5_0, ActQ8> q5_0;
+  DotRowsFn<BlockQ4_K, ActQ8K> q4_k;
+  DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
 };
+
+// A DotRowsFn from a kernel template F<R>(w, x, x_stride, nb, out) over R
+// activation rows, instantiated for R = 1 .. kMaxActRows.
+#define KVSHARE_ROWS_KERNEL(F, Block, Act)                                                            \
+  +[](const Block* w, const Act* x, std::int64_t xs, std::int64_t nb, int rows, float* out) {       \
+    switch (rows) {                                                                                  \
+      case 1: F<1>(w, x, xs, nb, out); break;                                                        \
+      case 2: F<2>(w, x, xs, nb, out); break;                                                        \
+      case 3: F<3>(w, x, xs, nb, out); break;                                                        \
+      default: F<4>(w, x, xs, nb, out); break;                                                       \
+    }                                                                                                \
+  }
 
 extern const QuantKernels kScalarKernels;
 #if defined(__x86_64__) || defined(_M_X64)

@@ -149,27 +149,41 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p) {
     for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8K(p.x + i * cols, a8k.data() + i * nb, cols);
   }
 
-  auto dot = [&](std::int64_t r, std::int64_t i) -> float {
+  // out[j] = W[r] . X[i + j] for j < n (n <= kMaxActRows).
+  auto dot_rows = [&](std::int64_t r, std::int64_t i, int n, float* out) {
     const void* wr = base + static_cast<std::size_t>(r) * w.row_bytes;
     switch (w.type) {
-      case GgmlType::kQ8_0: return k.q8_0(static_cast<const BlockQ8_0*>(wr), a8.data() + i * nb, nb);
-      case GgmlType::kQ4_0: return k.q4_0(static_cast<const BlockQ4_0*>(wr), a8.data() + i * nb, nb);
-      case GgmlType::kQ5_0: return k.q5_0(static_cast<const BlockQ5_0*>(wr), a8.data() + i * nb, nb);
-      case GgmlType::kQ4_K: return k.q4_k(static_cast<const BlockQ4_K*>(wr), a8k.data() + i * nb, nb);
-      case GgmlType::kQ6_K: return k.q6_k(static_cast<const BlockQ6_K*>(wr), a8k.data() + i * nb, nb);
-      case GgmlType::kF32: return detail::DotF32(static_cast<const float*>(wr), p.x + i * cols, cols);
-      case GgmlType::kF16: return detail::DotF16(static_cast<const std::uint16_t*>(wr), p.x + i * cols, cols);
-      case GgmlType::kBF16: return detail::DotBF16(static_cast<const std::uint16_t*>(wr), p.x + i * cols, cols);
-      default: return 0.0f;
+      case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
+      default: break;
+    }
+    for (int j = 0; j < n; ++j) {
+      const float* x = p.x + (i + j) * cols;
+      switch (w.type) {
+        case GgmlType::kF32: out[j] = detail::DotF32(static_cast<const float*>(wr), x, cols); break;
+        case GgmlType::kF16: out[j] = detail::DotF16(static_cast<const std::uint16_t*>(wr), x, cols); break;
+        case GgmlType::kBF16: out[j] = detail::DotBF16(static_cast<const std::uint16_t*>(wr), x, cols); break;
+        default: out[j] = 0.0f; break;
+      }
     }
   };
+  // A task's weight rows meet the activation rows kMaxActRows at a time: each
+  // weight block is unpacked (and read from cache) once per group of rows.
   const std::int64_t rows_per_task = RowsPerTask(rows, p.pool);
   const std::int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
   ParallelFor(p.pool, tasks, [&](std::int64_t t) {
     const std::int64_t r0 = t * rows_per_task;
     const std::int64_t r1 = std::min(rows, r0 + rows_per_task);
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t r = r0; r < r1; ++r) p.y[i * rows + r] = dot(r, i);
+    float out[detail::kMaxActRows];
+    for (std::int64_t i = 0; i < m; i += detail::kMaxActRows) {
+      const int n = static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        dot_rows(r, i, n, out);
+        for (int j = 0; j < n; ++j) p.y[(i + j) * rows + r] = out[j];
+      }
     }
   });
 }

@@ -97,8 +97,16 @@ float DotQ6_K(const BlockQ6_K* w, const ActQ8K* x, std::int64_t nb) {
   return acc;
 }
 
+// One row at a time: the scalar twin has nothing to share between rows.
+template <typename Block, typename Act, float (*Dot)(const Block*, const Act*, std::int64_t)>
+void Rows(const Block* w, const Act* x, std::int64_t xs, std::int64_t nb, int rows, float* out) {
+  for (int r = 0; r < rows; ++r) out[r] = Dot(w, x + r * xs, nb);
+}
+
 }  // namespace
 
-const QuantKernels kScalarKernels = {DotQ8_0, DotQ4_0, DotQ5_0, DotQ4_K, DotQ6_K};
+const QuantKernels kScalarKernels = {Rows<BlockQ8_0, ActQ8, DotQ8_0>, Rows<BlockQ4_0, ActQ8, DotQ4_0>,
+                                     Rows<BlockQ5_0, ActQ8, DotQ5_0>, Rows<BlockQ4_K, ActQ8K, DotQ4_K>,
+                                     Rows<BlockQ6_K, ActQ8K, DotQ6_K>};
 
 }  // namespace kvshare::detail
