@@ -123,15 +123,24 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
 }
 
 namespace {
-// d = amax/127; q = round(x/d) in [-127, 127]. Returns d.
+// d = amax/127; q = round(x/d) in [-127, 127], ties to even. Returns d.
+// Written without libm calls (the compiler inlines and vectorizes it); same
+// results as fmax / nearbyint / fmin, NaN included (ignored by amax, 127).
 float QuantizeBlock(const float* x, std::int8_t* q, int n) {
   float amax = 0.0f;
-  for (int j = 0; j < n; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  for (int j = 0; j < n; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+  }
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  // |x * id| <= 127 (+ rounding) < 2^22: adding and subtracting 1.5 * 2^23
+  // rounds to the nearest integer, ties to even, like nearbyint.
+  constexpr float kRound = 12582912.0f;
   for (int j = 0; j < n; ++j) {
-    const float v = std::nearbyint(x[j] * id);
-    q[j] = static_cast<std::int8_t>(std::fmax(-127.0f, std::fmin(127.0f, v)));
+    const float v = (x[j] * id + kRound) - kRound;
+    const float c = v < 127.0f ? v : 127.0f;
+    q[j] = static_cast<std::int8_t>(c > -127.0f ? c : -127.0f);
   }
   return d;
 }
