@@ -13,6 +13,7 @@
 #include "kvshare/cache.h"
 #include "kvshare/error.h"
 #include "kvshare/thread_pool.h"
+#include "model/activations.h"
 #include "model/quant.h"
 
 namespace kvshare {
@@ -37,11 +38,6 @@ void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps) {
     const float inv = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
     for (int i = 0; i < n; ++i) p[i] = p[i] * inv * w[i];
   }
-}
-
-float GeluTanh(float x) {
-  const float c = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
 }
 
 // One sequence: a KvCache with one row (the layer plan's owning layers only)
@@ -343,7 +339,7 @@ void Gemma3::RunChunk(Gemma3State& st, std::span<const std::int32_t> tokens, Thr
     RmsNorm(st.h.data(), S, E, L.ffn_norm, c.rms_eps);
     MatMulRows(L.gate, st.h.data(), S, st.g.data(), pool);
     MatMulRows(L.up, st.h.data(), S, st.u.data(), pool);
-    for (std::size_t i = 0; i < st.g.size(); ++i) st.g[i] = GeluTanh(st.g[i]) * st.u[i];
+    detail::GeluTanhMul(st.g.data(), st.u.data(), st.g.data(), static_cast<std::int64_t>(st.g.size()));
     MatMulRows(L.down, st.g.data(), S, st.o.data(), pool);
     RmsNorm(st.o.data(), S, E, L.post_ffw_norm, c.rms_eps);
     for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
