@@ -219,19 +219,28 @@ TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::printf("kernel levels tested: %d (default %s)\n", levels, KernelLevelName(DefaultKernelLevel()));
 }
 
+// Random weights [rows, cols] of a type and activations [m, cols] (normal).
+struct RandomMatMul {
+  std::vector<std::uint8_t> wbytes;
+  WeightMatrix w;
+  std::vector<float> x;
+  RandomMatMul(GgmlType t, std::int64_t rows, std::int64_t cols, std::int64_t m, std::mt19937& rng)
+      : wbytes(RandomWeights(t, rows, cols, rng)), w(WeightMatrix::Make(wbytes.data(), t, rows, cols)),
+        x(static_cast<std::size_t>(m * cols)) {
+    std::normal_distribution<float> nd;
+    for (auto& v : x) v = nd(rng);
+  }
+};
+
 TEST(MatMul, IndependentOfThreadCount) {
   std::mt19937 rng(7);
   for (GgmlType t : kTypes) {
     const std::int64_t rows = 97, cols = 512, m = 2;
-    const auto wbytes = RandomWeights(t, rows, cols, rng);
-    const WeightMatrix w = WeightMatrix::Make(wbytes.data(), t, rows, cols);
-    std::vector<float> x(static_cast<std::size_t>(m * cols));
-    std::normal_distribution<float> nd;
-    for (auto& v : x) v = nd(rng);
+    const RandomMatMul c(t, rows, cols, m, rng);
     std::vector<float> y1(static_cast<std::size_t>(m * rows)), y4(y1.size());
-    MatMul(w, {.x = x.data(), .m = m, .y = y1.data()});
+    MatMul(c.w, {.x = c.x.data(), .m = m, .y = y1.data()});
     ThreadPool pool(4);
-    MatMul(w, {.x = x.data(), .m = m, .y = y4.data(), .pool = &pool});
+    MatMul(c.w, {.x = c.x.data(), .m = m, .y = y4.data(), .pool = &pool});
     EXPECT_EQ(0, std::memcmp(y1.data(), y4.data(), y1.size() * 4)) << GgmlTypeName(t);
   }
 }
@@ -245,15 +254,11 @@ TEST(MatMul, RowResultIndependentOfActivationGroup) {
     if (!KernelLevelAvailable(level)) continue;
     for (GgmlType t : kTypes) {
       const std::int64_t rows = 13, cols = 768, m = 9;
-      const auto wbytes = RandomWeights(t, rows, cols, rng);
-      const WeightMatrix w = WeightMatrix::Make(wbytes.data(), t, rows, cols);
-      std::vector<float> x(static_cast<std::size_t>(m * cols));
-      std::normal_distribution<float> nd;
-      for (auto& v : x) v = nd(rng);
+      const RandomMatMul c(t, rows, cols, m, rng);
       std::vector<float> all(static_cast<std::size_t>(m * rows)), one(static_cast<std::size_t>(rows));
-      MatMul(w, {.x = x.data(), .m = m, .y = all.data(), .level = level});
+      MatMul(c.w, {.x = c.x.data(), .m = m, .y = all.data(), .level = level});
       for (std::int64_t i = 0; i < m; ++i) {
-        MatMul(w, {.x = x.data() + i * cols, .m = 1, .y = one.data(), .level = level});
+        MatMul(c.w, {.x = c.x.data() + i * cols, .m = 1, .y = one.data(), .level = level});
         EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * rows, one.size() * 4))
             << GgmlTypeName(t) << " level " << KernelLevelName(level) << " activation row " << i;
       }

@@ -4,8 +4,6 @@
 // with every row; each row's arithmetic is exactly that of R = 1.
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "model/quant_kernels.h"
 #include "model/quant_x86.h"
 
@@ -53,16 +51,12 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
 
 template <int R>
 void DotQ4_0R(const BlockQ4_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
-  DotQ32UnsignedR<R>(w, x, xs, nb, 8, [](const BlockQ4_0& bl) { return Nibbles(bl.qs); }, out);
+  DotQ32UnsignedR<R>(w, x, xs, nb, 8, CodesQ4_0, out);
 }
 
 template <int R>
 void DotQ5_0R(const BlockQ5_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
-  DotQ32UnsignedR<R>(w, x, xs, nb, 16, [](const BlockQ5_0& bl) {
-    std::uint32_t h;
-    std::memcpy(&h, bl.qh, 4);
-    return _mm256_or_si256(Nibbles(bl.qs), BitsToBytes(h));
-  }, out);
+  DotQ32UnsignedR<R>(w, x, xs, nb, 16, CodesQ5_0, out);
 }
 
 template <int R>

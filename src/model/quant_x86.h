@@ -6,6 +6,9 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
+
+#include "model/quant.h"
 
 namespace kvshare::detail {
 namespace {
@@ -42,6 +45,16 @@ inline __m256i BitsToBytes(std::uint32_t bits) {
   __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
   v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// Unsigned 4-bit codes of a Q4_0 block (offset 8), low nibbles first.
+inline __m256i CodesQ4_0(const BlockQ4_0& b) { return Nibbles(b.qs); }
+
+// Unsigned 5-bit codes of a Q5_0 block (offset 16): nibbles plus qh bit i as 0x10.
+inline __m256i CodesQ5_0(const BlockQ5_0& b) {
+  std::uint32_t h;
+  std::memcpy(&h, b.qh, 4);
+  return _mm256_or_si256(Nibbles(b.qs), BitsToBytes(h));
 }
 
 }  // namespace
