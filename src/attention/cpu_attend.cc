@@ -154,16 +154,19 @@ void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_
   }
 }
 
+enum class PrefetchV : bool { kNo, kYes };
+
 // Scores of block [kb, kb + nk) for the tile's active row groups: x after
 // scale, softcap and bias, -inf outside each row's visible range. Returns
-// false when no row sees any key of the block. While the K rows of a tile are
-// read, the V rows of the same keys are prefetched: V then streams from DRAM
-// in step with K (as kKeyTile sequential streams) and is in L2 when P.V sweeps
-// it column by column. (Prefetching whole blocks ahead, or not prefetching V,
-// measured slower on Zen 3.)
+// false when no row sees any key of the block. With PrefetchV::kYes, while the K
+// rows of a tile are read, the V rows of the same keys are prefetched: V then
+// streams from DRAM
+// in step with K (as kKeyTile sequential streams) and is in L2 when P.V
+// sweeps it column by column. (Prefetching whole blocks ahead, or not
+// prefetching V, measured slower on Zen 3.)
 template <class D, bool kSoftcap, bool kBias>
 bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb,
-                std::size_t nk, Scratch& s) {
+                std::size_t nk, PrefetchV prefetch_v, Scratch& s) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp, L = hn::Lanes(d);
   const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
@@ -194,6 +197,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
         if (!s.active[g]) continue;
         DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, kv, s.koff.data() + k, part, s.sc + g * kRowTile * bsp + k, bsp);
       }
+      if (prefetch_v == PrefetchV::kNo) continue;
       for (std::size_t j = k; j < nk; j += part) PrefetchRow(p.v, v_row_bytes, t.b, t.n, kb + static_cast<std::int64_t>(j));
     }
   });
@@ -269,7 +273,7 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
   std::fill(s.acc, s.acc + s.rows.size() * H, 0.0f);
   for (std::int64_t kb = sp.j0; kb < sp.j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), sp.j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s)) continue;
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, PrefetchV::kYes, s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t g = 0; g < s.active.size(); ++g) {
       if (!s.active[g]) continue;
@@ -353,7 +357,7 @@ void QkTile(D d, const Ctx& cx, std::size_t ti) {
   const std::size_t rows = SetupTile(d, cx, t, j0, j1, s);
   for (std::int64_t kb = j0; kb < j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s)) continue;
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, PrefetchV::kNo, s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t r = 0; r < rows; ++r) {
       const RowInfo& ri = s.rows[r];
