@@ -158,12 +158,11 @@ enum class PrefetchV : bool { kNo, kYes };
 
 // Scores of block [kb, kb + nk) for the tile's active row groups: x after
 // scale, softcap and bias, -inf outside each row's visible range. Returns
-// false when no row sees any key of the block. With PrefetchV::kYes, while the K
-// rows of a tile are read, the V rows of the same keys are prefetched: V then
-// streams from DRAM
-// in step with K (as kKeyTile sequential streams) and is in L2 when P.V
-// sweeps it column by column. (Prefetching whole blocks ahead, or not
-// prefetching V, measured slower on Zen 3.)
+// false when no row sees any key of the block. With PrefetchV::kYes, while
+// the K rows of a tile are read, the V rows of the same keys are prefetched:
+// V then streams from DRAM in step with K (as kKeyTile sequential streams)
+// and is in L2 when P.V sweeps it column by column. (Prefetching whole blocks
+// ahead, or not prefetching V, measured slower on Zen 3.)
 template <class D, bool kSoftcap, bool kBias>
 bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb,
                 std::size_t nk, PrefetchV prefetch_v, Scratch& s) {
