@@ -9,6 +9,14 @@
 //   bw_ratio    kv_bytes/s divided by the triad bandwidth with the same pool
 //               (decode only; best of 3 triads right before and right after
 //               the timed loop, the larger of the two: triad_bytes/s).
+//   fma_ratio   FLOPS divided by the peak fp32 FMA rate of the same pool,
+//               measured right before the timed loop (fma_peak.h: fma_flops).
+//   roof_ratio  FLOPS divided by the roofline min(fma_flops, FLOPS/kv_bytes
+//               x triad_bytes/s): the fraction of what the slower of compute
+//               and memory allows (decode only). Decode with N / N_kv = 8
+//               and an fp16 cache does 8 flops per cache byte: at DRAM speed
+//               that is about the whole FMA peak of a 2-core AVX2 machine, so
+//               there compute, not memory, is the roof.
 // Triad: a[i] = b[i] + s * c[i] over three 64 MiB float arrays; bytes counted
 // as 3 streams x 4 bytes per element (the write-allocate read of a is not
 // counted, as in STREAM).
@@ -30,6 +38,7 @@
 
 #include "attention/attend.h"
 #include "common/float_convert.h"
+#include "fma_peak.h"
 #include "kvshare/thread_pool.h"
 
 namespace {
@@ -211,6 +220,7 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
   // Decode: the triad right before and right after the timed loop (the
   // machine's bandwidth drifts when it is shared); the ratio uses the larger.
   const double triad_before = c.S == 1 ? TriadBandwidth(&pool, 3) : 0.0;
+  const double fma_peak = kvshare::bench::FmaPeakFlops(&pool, 3);
   kvshare::detail::AttendOptimized(pr.p, &pool);  // warm up
   const double kv_bytes = static_cast<double>(c.T) * c.H * c.Nkv * 2.0 * static_cast<double>(kvshare::DTypeSize(c.kv_dtype));
   double visible = 0.0;  // causal, queries at T - S + s
@@ -228,8 +238,11 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
   state.counters["kv_bytes/s"] =
       benchmark::Counter(kv_bytes * iters, benchmark::Counter::kIsRate, benchmark::Counter::OneK::kIs1024);
   state.counters["FLOPS"] = benchmark::Counter(flops * iters, benchmark::Counter::kIsRate);
+  state.counters["fma_flops"] = fma_peak;
+  state.counters["fma_ratio"] = flops * iters / sec / fma_peak;
   if (triad > 0.0) {
     state.counters["bw_ratio"] = kv_bytes * iters / sec / triad;
+    state.counters["roof_ratio"] = flops * iters / sec / std::min(fma_peak, flops / kv_bytes * triad);
     state.counters["triad_bytes/s"] = benchmark::Counter(triad, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
   }
 }

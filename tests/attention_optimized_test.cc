@@ -278,7 +278,7 @@ void FillRows(std::mt19937_64& rng, Case& c) {
 Case RandomCase(std::mt19937_64& rng, double budget) {
   Case c;
   c.seed = rng();
-  const auto heads = Pick<std::pair<int, int>>(rng, {{4, 1}, {8, 8}, {8, 2}, {16, 4}, {32, 8}});
+  const auto heads = Pick<std::pair<int, int>>(rng, {{4, 1}, {8, 1}, {8, 8}, {8, 2}, {16, 4}, {32, 8}});
   c.N = heads.first;
   c.Nkv = heads.second;
   c.H = Pick(rng, {32, 40, 64, 80, 96, 128, 256, 512});
@@ -375,6 +375,32 @@ TEST(AttendOptimized, AllHeadSizes) {
       c.H = H;
       c.scale = 2.0f / std::sqrt(static_cast<float>(H));
       c.kv_dtype = S == 1 ? DType::kFloat16 : DType::kFloat32;
+      c.qk_mode = 2;
+      FillRows(rng, c);
+      Problem pr(c);
+      AttendOptimized(pr.p, nullptr);
+      ExpectMatches(pr, Reference(pr.p, c.T));
+    }
+  }
+}
+
+// Every tile row count 1..48 (rows = S x G): the 4-row tile, the 8-row tile
+// of 16-register targets (with and without padding rows) and their groups.
+TEST(AttendOptimized, EveryRowCount) {
+  std::mt19937_64 rng(11);
+  for (int G : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}) {
+    for (int S : {1, 2, 3}) {
+      Case c;
+      c.seed = rng();
+      c.B = 1;
+      c.S = S;
+      c.T = 70;
+      c.N = G;
+      c.Nkv = 1;
+      c.H = 64;
+      c.scale = 2.0f / std::sqrt(64.0f);
+      c.kv_dtype = DType::kFloat16;
+      c.block = 16;
       c.qk_mode = 2;
       FillRows(rng, c);
       Problem pr(c);
