@@ -384,8 +384,9 @@ TEST(AttendOptimized, AllHeadSizes) {
   }
 }
 
-// Every tile row count 1..48 (rows = S x G): the 4-row tile, the 8-row tile
-// of 16-register targets (with and without padding rows) and their groups.
+// Tiles of 1 to 48 query rows (rows = S x G, G up to 16): row counts that are
+// and are not multiples of the row tile (zero padding rows), one and several
+// row groups.
 TEST(AttendOptimized, EveryRowCount) {
   std::mt19937_64 rng(11);
   for (int G : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}) {
