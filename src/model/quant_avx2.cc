@@ -77,8 +77,7 @@ void DotQ4_KR(const BlockQ4_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
     const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a = x[r * xs + b];
-      int summ = 0;
-      for (int j = 0; j < 8; ++j) summ += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+      const int summ = Q4KMinSum(mn, a);
       __m256i sumi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i plo = _mm256_maddubs_epi16(lo[c], Load32(a.qs + 64 * c));
@@ -123,8 +122,7 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a8 = x[r * xs + b];
-      int off = 0;
-      for (int g = 0; g < 16; ++g) off += sc[g] * a8.bsums[g];
+      const int off = Q6KScaleSum(sc, a8);
       __m256i sumi = _mm256_setzero_si256();
       for (int n = 0; n < 2; ++n) {
         const std::int8_t* a = a8.qs + 128 * n;

@@ -108,8 +108,7 @@ void DotQ4_KR(const BlockQ4_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
     const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a = x[r * xs + b];
-      int summ = 0;
-      for (int j = 0; j < 8; ++j) summ += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+      const int summ = Q4KMinSum(mn, a);
       __m512i sumi = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(codes[c], _mm512_loadu_si512(a.qs + 64 * c)), s[c]));
@@ -145,8 +144,7 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a8 = x[r * xs + b];
-      int off = 0;
-      for (int g = 0; g < 16; ++g) off += sc[g] * a8.bsums[g];
+      const int off = Q6KScaleSum(sc, a8);
       __m512i sumi = _mm512_setzero_si512();
       for (int n = 0; n < 2; ++n) {
         const std::int8_t* a = a8.qs + 128 * n;

@@ -57,5 +57,21 @@ inline __m256i CodesQ5_0(const BlockQ5_0& b) {
   return _mm256_or_si256(Nibbles(b.qs), BitsToBytes(h));
 }
 
+// sum_j mn[j] * (sum of activation sub-block j of 32): the Q4_K min term of
+// one super-block, from the activation's 16-element bsums.
+inline int Q4KMinSum(const std::uint8_t* mn, const ActQ8K& a) {
+  int s = 0;
+  for (int j = 0; j < 8; ++j) s += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+  return s;
+}
+
+// sum_g sc[g] * bsums[g]: the Q6_K offset term (codes stored + 32) of one
+// super-block.
+inline int Q6KScaleSum(const std::int8_t* sc, const ActQ8K& a) {
+  int s = 0;
+  for (int g = 0; g < 16; ++g) s += sc[g] * a.bsums[g];
+  return s;
+}
+
 }  // namespace
 }  // namespace kvshare::detail
