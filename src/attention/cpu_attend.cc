@@ -384,7 +384,7 @@ void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
   cx.H = static_cast<std::size_t>(p.head_size);
   cx.G = static_cast<std::size_t>(plan.group);
   cx.bs = static_cast<std::size_t>(plan.block);
-  cx.bsp = RoundUp(cx.bs, std::max<std::size_t>(hn::Lanes(d), kKeyTile));
+  cx.bsp = RoundUp(RoundUp(cx.bs, kKeyTile), hn::Lanes(d));
   hwy::AlignedFreeUniquePtr<float[]> partial;
   if (plan.partial_floats > 0) {
     partial = hwy::AllocateAligned<float>(static_cast<std::size_t>(plan.partial_floats));
