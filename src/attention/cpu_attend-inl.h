@@ -152,14 +152,40 @@ HWY_INLINE float MaxRow(D d, const float* HWY_RESTRICT x, std::size_t n) {
   return hn::GetLane(hn::MaxOfLanes(d, m));
 }
 
-// x[i] = exp(x[i] - m) (0 for x = -inf); returns the sum. m is finite.
+// exp(y) for y <= 0 (0 for y < -87, where exp(y) < 2^-125, and for -inf):
+// y = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite, ln2 split in two), exp(r)
+// from its degree-7 Taylor polynomial (truncation < 2^-27 relative), 2^n
+// built in the exponent bits (n >= -126: normal). About half the operations
+// of the general hn::Exp, which handles any y.
+template <class D>
+HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> y) {
+  const hn::RebindToSigned<D> di;
+  const auto live = hn::Gt(y, hn::Set(d, -87.0f));
+  y = hn::Max(y, hn::Set(d, -87.0f));
+  const auto n = hn::Round(hn::Mul(y, hn::Set(d, 1.44269504088896341f)));
+  auto r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), y);
+  r = hn::NegMulAdd(n, hn::Set(d, 1.4286068203094172e-06f), r);
+  auto p = hn::Set(d, 1.0f / 5040.0f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 720.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  const auto scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::IfThenElseZero(live, hn::Mul(p, scale));
+}
+
+// x[i] = exp(x[i] - m) (0 for x = -inf); returns the sum. m is finite and
+// >= every x[i].
 template <class D>
 HWY_INLINE float ExpRow(D d, float* HWY_RESTRICT x, std::size_t n, float m) {
   const std::size_t L = hn::Lanes(d);
   const auto vm = hn::Set(d, m);
   auto sum = hn::Zero(d);
   for (std::size_t i = 0; i < n; i += L) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm));
+    const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + i), vm));
     sum = hn::Add(sum, e);
     hn::StoreU(e, d, x + i);
   }
