@@ -27,7 +27,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // chains. x86 targets below AVX-512 have 16 vector registers: 3 gives 12
 // accumulators plus 3 K (V) registers. Two FMA ports of latency 4 (Zen 3,
 // Skylake) need 8 chains in flight; with exactly 8 (the 4 x 2 tiles this
-// replaced) any late operand stalls a port, and 4 x 3 measured 6-10% faster
+// replaced) any late operand stalls a port, and 4 x 3 measured 5-10% faster
 // fp16 decode at 8 heads per KV head. HWY_SCALAR keeps the wide tiles:
 // registers do not matter there, and it runs that code on machines without
 // AVX-512.
