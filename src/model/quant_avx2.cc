@@ -27,16 +27,17 @@ void DotQ8_0R(const BlockQ8_0* w, const ActQ8* x, std::int64_t xs, std::int64_t 
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
-// Q4_0 / Q5_0: unsigned codes q (codes(block)) with offset `bias`:
+// Q4_0 / Q5_0: unsigned codes q (UnsignedCodes<Block>) with offset bias:
 // dot = sum(q*x) - bias*sum(x).
-template <int R, typename Block, typename Codes>
-void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, int bias, Codes codes,
-                     float* out) {
+template <int R, typename Block>
+void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  using Codes = UnsignedCodes<Block>;
+  constexpr int bias = Codes::kOffset;
   __m256 acc[R];
   float corr[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
-    const __m256i q = codes(w[b]);
+    const __m256i q = Codes::Get(w[b]);
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
       const ActQ8& a = x[r * xs + b];
@@ -47,16 +48,6 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
     }
   }
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - corr[r];
-}
-
-template <int R>
-void DotQ4_0R(const BlockQ4_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
-  DotQ32UnsignedR<R>(w, x, xs, nb, 8, CodesQ4_0, out);
-}
-
-template <int R>
-void DotQ5_0R(const BlockQ5_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
-  DotQ32UnsignedR<R>(w, x, xs, nb, 16, CodesQ5_0, out);
 }
 
 template <int R>
@@ -143,8 +134,8 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
 }  // namespace
 
 const QuantKernels kAvx2Kernels = {
-    KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_0R, BlockQ4_0, ActQ8),
-    KVSHARE_ROWS_KERNEL(DotQ5_0R, BlockQ5_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_KR, BlockQ4_K, ActQ8K),
+    KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_0, ActQ8),
+    KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_KR, BlockQ4_K, ActQ8K),
     KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K)};
 
 }  // namespace kvshare::detail

@@ -48,16 +48,18 @@ void DotQ8_0R(const BlockQ8_0* w, const ActQ8* x, std::int64_t xs, std::int64_t 
   }
 }
 
-// Q4_0 / Q5_0: unsigned codes q (codes(block)) with offset `bias`.
-template <int R, typename Block, typename Codes>
-void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, int bias, Codes codes,
-                     float* out) {
+// Q4_0 / Q5_0: unsigned codes q (UnsignedCodes<Block>) with offset bias:
+// dot = sum(q*x) - bias*sum(x).
+template <int R, typename Block>
+void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  using Codes = UnsignedCodes<Block>;
+  constexpr int bias = Codes::kOffset;
   __m512 acc[R];
   float corr[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), corr[r] = 0.0f;
   std::int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512i q = Join(codes(w[b]), codes(w[b + 1]));
+    const __m512i q = Join(Codes::Get(w[b]), Codes::Get(w[b + 1]));
     const float dw0 = H2F(w[b].d), dw1 = H2F(w[b + 1].d);
     for (int r = 0; r < R; ++r) {
       const ActQ8* a = x + r * xs + b;
@@ -72,22 +74,12 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
     if (b < nb) {
       const ActQ8& a = x[r * xs + b];
       const float d = H2F(w[b].d) * a.d;
-      const __m256i p = Dpbusd256(codes(w[b]), Load32(a.qs));
+      const __m256i p = Dpbusd256(Codes::Get(w[b]), Load32(a.qs));
       s += HSum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d)));
       corr[r] += d * static_cast<float>(bias * a.sum);
     }
     out[r] = s - corr[r];
   }
-}
-
-template <int R>
-void DotQ4_0R(const BlockQ4_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
-  DotQ32UnsignedR<R>(w, x, xs, nb, 8, CodesQ4_0, out);
-}
-
-template <int R>
-void DotQ5_0R(const BlockQ5_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
-  DotQ32UnsignedR<R>(w, x, xs, nb, 16, CodesQ5_0, out);
 }
 
 template <int R>
@@ -162,8 +154,8 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
 }  // namespace
 
 const QuantKernels kAvx512VnniKernels = {
-    KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_0R, BlockQ4_0, ActQ8),
-    KVSHARE_ROWS_KERNEL(DotQ5_0R, BlockQ5_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_KR, BlockQ4_K, ActQ8K),
+    KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_0, ActQ8),
+    KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_KR, BlockQ4_K, ActQ8K),
     KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K)};
 
 }  // namespace kvshare::detail

@@ -47,15 +47,27 @@ inline __m256i BitsToBytes(std::uint32_t bits) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-// Unsigned 4-bit codes of a Q4_0 block (offset 8), low nibbles first.
-inline __m256i CodesQ4_0(const BlockQ4_0& b) { return Nibbles(b.qs); }
+// Unsigned codes of a Q4_0 / Q5_0 block as 32 bytes (low nibbles first) and
+// their offset: value = d * (code - kOffset).
+template <typename Block>
+struct UnsignedCodes;
 
-// Unsigned 5-bit codes of a Q5_0 block (offset 16): nibbles plus qh bit i as 0x10.
-inline __m256i CodesQ5_0(const BlockQ5_0& b) {
-  std::uint32_t h;
-  std::memcpy(&h, b.qh, 4);
-  return _mm256_or_si256(Nibbles(b.qs), BitsToBytes(h));
-}
+template <>
+struct UnsignedCodes<BlockQ4_0> {
+  static constexpr int kOffset = 8;
+  static __m256i Get(const BlockQ4_0& b) { return Nibbles(b.qs); }
+};
+
+// Q5_0: nibbles plus qh bit i as 0x10.
+template <>
+struct UnsignedCodes<BlockQ5_0> {
+  static constexpr int kOffset = 16;
+  static __m256i Get(const BlockQ5_0& b) {
+    std::uint32_t h;
+    std::memcpy(&h, b.qh, 4);
+    return _mm256_or_si256(Nibbles(b.qs), BitsToBytes(h));
+  }
+};
 
 // sum_j mn[j] * (sum of activation sub-block j of 32): the Q4_K min term of
 // one super-block, from the activation's 16-element bsums.
