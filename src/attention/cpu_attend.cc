@@ -92,9 +92,8 @@ void WithKvType(DType dtype, F&& f) {
   }
 }
 
-// Prefetches (into L2) the row of key j.
-void PrefetchRow(const KvSource& kv, std::size_t row_bytes, int b, int n, std::int64_t j) {
-  const char* row = static_cast<const char*>(kv.data) + KvOffset(kv, b, n, j) * static_cast<std::int64_t>(DTypeSize(kv.dtype));
+// Prefetches (into L2) the row_bytes bytes at row.
+void PrefetchRow(const char* row, std::size_t row_bytes) {
   for (std::size_t i = 0; i < row_bytes; i += 64) __builtin_prefetch(row + i, 0, 2);
 }
 
@@ -158,7 +157,8 @@ enum class PrefetchV : bool { kNo, kYes };
 
 // Scores of block [kb, kb + nk) for the tile's active row groups: x after
 // scale, softcap and bias, -inf outside each row's visible range. Returns
-// false when no row sees any key of the block. With PrefetchV::kYes, while
+// false when no row sees any key of the block. With PrefetchV::kYes it also
+// fills s.voff (the block's V row offsets, for P.V) and, while
 // the K rows of a tile are read, the V rows of the same keys are prefetched:
 // V then streams from DRAM in step with K (as kKeyTile sequential streams)
 // and is in L2 when P.V sweeps it column by column. (Prefetching whole blocks
@@ -187,7 +187,11 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
 
   // Each K tile is scored against every active row group while it is in L1.
   const std::size_t part = nkp / kKeyTile;
-  const std::size_t v_row_bytes = H * DTypeSize(p.v.dtype);
+  const std::size_t v_elem = DTypeSize(p.v.dtype), v_row_bytes = H * v_elem;
+  const char* v_base = static_cast<const char*>(p.v.data);
+  if (prefetch_v == PrefetchV::kYes) {
+    for (std::size_t j = 0; j < nk; ++j) s.voff[j] = KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
+  }
   WithKvType(p.k.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* kv = static_cast<const T*>(p.k.data);
@@ -197,7 +201,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
         DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, kv, s.koff.data() + k, part, s.sc + g * kRowTile * bsp + k, bsp);
       }
       if (prefetch_v == PrefetchV::kNo) continue;
-      for (std::size_t j = k; j < nk; j += part) PrefetchRow(p.v, v_row_bytes, t.b, t.n, kb + static_cast<std::int64_t>(j));
+      for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + s.voff[j] * static_cast<std::int64_t>(v_elem), v_row_bytes);
     }
   });
   const std::size_t nvec = RoundUp(nkp, L);  // >= nkp, <= bsp
@@ -296,7 +300,6 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
       }
     }
     const AttendParams& p = *cx.p;
-    for (std::size_t j = 0; j < nk; ++j) s.voff[j] = KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
     WithKvType(p.v.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* vv = static_cast<const T*>(p.v.data);
