@@ -1,10 +1,11 @@
 // ThreadPool: every item runs exactly once, across many back-to-back jobs of
 // varied sizes (the path where a late worker could claim a stale job), with
-// and without spinning; exceptions come back to the caller; bad options
-// throw.
+// and without spinning; workers really run items, the first job of a new
+// pool included; exceptions come back to the caller; bad options throw.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -43,19 +44,38 @@ TEST(ThreadPool, EveryItemRunsOnceOverManyJobs) {
   }
 }
 
-TEST(ThreadPool, WorkersShareTheItems) {
-  // Items that wait until a second thread has joined: finishes only if a
-  // worker really runs items (the caller alone would wait forever; the wait
-  // is bounded, so a broken pool fails instead of hanging).
-  ThreadPool pool(2, {.spin_us = 0});
+// Runs a 2-item job whose first-started item waits (up to 2 s) for the other
+// item to start: true when it did, i.e. a second thread ran an item while the
+// first was still running. (A caller running both items alone starts the
+// second only after the first returns.)
+bool TwoItemsOverlap(ThreadPool& pool) {
   std::atomic<int> started{0};
-  std::atomic<bool> both{false};
+  std::atomic<bool> overlap{false};
   pool.ParallelFor(2, [&](std::int64_t) {
-    started.fetch_add(1);
+    if (started.fetch_add(1) != 0) return;
     for (int i = 0; i < 2000 && started.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (started.load() == 2) both.store(true);
+    overlap.store(started.load() == 2);
   });
-  EXPECT_TRUE(both.load());
+  return overlap.load();
+}
+
+TEST(ThreadPool, WorkersShareTheItems) {
+  for (int spin_us : {0, 200}) {
+    ThreadPool pool(2, {.spin_us = spin_us});
+    CheckEveryItemOnce(pool, 10);  // a later job, workers already waiting
+    EXPECT_TRUE(TwoItemsOverlap(pool)) << "spin_us " << spin_us;
+  }
+}
+
+TEST(ThreadPool, FirstJobReachesWorkersThatStartLate) {
+  // The first ParallelFor right after construction is usually published
+  // before the new worker thread runs; the worker must still take part (it
+  // once took the published job for an old one and slept through it, so a
+  // pool made per call ran everything on the caller).
+  for (int trial = 0; trial < 20; ++trial) {
+    ThreadPool pool(2, {.spin_us = trial % 2 == 0 ? 0 : 200});
+    ASSERT_TRUE(TwoItemsOverlap(pool)) << "trial " << trial;
+  }
 }
 
 TEST(ThreadPool, FirstExceptionIsRethrownAfterAllItems) {

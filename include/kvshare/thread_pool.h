@@ -45,7 +45,8 @@ class ThreadPool {
   void ParallelFor(std::int64_t n, const std::function<void(std::int64_t)>& fn);
 
  private:
-  void WorkerLoop();
+  // Runs every job published after job `seen` until the pool stops.
+  void WorkerLoop(std::uint32_t seen);
   // Claims and runs items of job `job` until none is left.
   void RunItems(std::uint32_t job);
   // Blocks (after spinning) until the job counter moves past `seen`; returns

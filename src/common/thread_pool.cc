@@ -33,7 +33,11 @@ ThreadPool::ThreadPool(int num_threads, ThreadPoolOptions options) : options_(op
     throw Error("ThreadPool: spin_us must be >= 0 (0 blocks at once), got " + std::to_string(options.spin_us));
   }
   workers_.reserve(static_cast<std::size_t>(num_threads - 1));
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  // The job number as of construction, read here and not by the worker when it
+  // starts: a worker that starts after the first ParallelFor was published
+  // must still see that job as new.
+  const std::uint32_t start = JobOf(next_.load());
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, start] { WorkerLoop(start); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -86,8 +90,7 @@ bool ThreadPool::WaitForJob(std::uint32_t seen) {
   return !stop_.load();
 }
 
-void ThreadPool::WorkerLoop() {
-  std::uint32_t seen = JobOf(next_.load());
+void ThreadPool::WorkerLoop(std::uint32_t seen) {
   while (WaitForJob(seen)) {
     seen = JobOf(next_.load(std::memory_order_acquire));
     if (Ready(seen)) RunItems(seen);
