@@ -208,12 +208,9 @@ void BindCache(py::module_& m) {
             if (q.ndim() != 3) throw Error("query must be (B, S, num_heads * head_size)");
             py::array out(q.dtype(), std::vector<py::ssize_t>{q.shape(0), q.shape(1), q.shape(2)});
             a.output = Mutable(out, "output", bfloat16);
-            if (num_threads < 1) throw Error("num_threads must be >= 1, got " + std::to_string(num_threads));
+            a.run.pool = CallPool(num_threads);
             {
               py::gil_scoped_release release;
-              std::unique_ptr<ThreadPool> pool;
-              if (num_threads > 1) pool = std::make_unique<ThreadPool>(num_threads);
-              a.run.pool = pool.get();
               AttendLayer(c, layer, a);
             }
             return out;

@@ -1,7 +1,6 @@
 // kvshare._core.gqa: the GroupQueryAttention op on NumPy arrays. The public,
 // documented entry point is kvshare.group_query_attention (python/kvshare/op.py),
 // which allocates the outputs and calls this.
-#include <memory>
 #include <set>
 #include <string>
 
@@ -108,13 +107,11 @@ std::string Gqa(const py::dict& inputs, const py::dict& outputs, const py::dict&
   go.present_value = out("present_value");
   go.output_qk = out("output_qk");
   const GqaKernel k = ParseKernel(kernel);
-  if (num_threads < 1) throw Error("num_threads must be >= 1, got " + std::to_string(num_threads));
+  ThreadPool* pool = CallPool(num_threads);
 
   py::gil_scoped_release release;
   if (detect_only) return KvModeName(DetectKvMode(attrs, gi, go));
-  std::unique_ptr<ThreadPool> pool;
-  if (num_threads > 1) pool = std::make_unique<ThreadPool>(num_threads);
-  GroupQueryAttention(attrs, gi, go, GqaRunOptions{.kernel = k, .pool = pool.get()});
+  GroupQueryAttention(attrs, gi, go, GqaRunOptions{.kernel = k, .pool = pool});
   return "";
 }
 
