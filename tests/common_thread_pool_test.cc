@@ -62,7 +62,7 @@ bool TwoItemsOverlap(ThreadPool& pool) {
 TEST(ThreadPool, WorkersShareTheItems) {
   for (int spin_us : {0, 200}) {
     ThreadPool pool(2, {.spin_us = spin_us});
-    CheckEveryItemOnce(pool, 10);  // a later job, workers already waiting
+    CheckEveryItemOnce(pool, 10);  // not the pool's first job
     EXPECT_TRUE(TwoItemsOverlap(pool)) << "spin_us " << spin_us;
   }
 }
