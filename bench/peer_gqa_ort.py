@@ -121,10 +121,9 @@ def run_case(name, t_len, dtype, threads, footprint_mib, seconds):
         ort_s.append(timed(ort_call))
         kvs_s.append(timed(kvs_call))
     ort_t, kvs_t = statistics.mean(ort_s), statistics.mean(kvs_s)
-    kv_bytes = pair_bytes
     return {"case": f"decode/{name}/T:{t_len}/{np.dtype(dtype).name}/threads:{threads}",
             "kvshare_s": kvs_t, "ort_s": ort_t, "speedup": ort_t / kvs_t,
-            "kvshare_kv_bytes_per_s": kv_bytes / kvs_t, "ort_kv_bytes_per_s": kv_bytes / ort_t,
+            "kvshare_kv_bytes_per_s": pair_bytes / kvs_t, "ort_kv_bytes_per_s": pair_bytes / ort_t,
             "onnxruntime": ort.__version__}
 
 

@@ -153,19 +153,17 @@ void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_
   }
 }
 
-enum class PrefetchV : bool { kNo, kYes };
-
 // Scores of block [kb, kb + nk) for the tile's active row groups: x after
 // scale, softcap and bias, -inf outside each row's visible range. Returns
-// false when no row sees any key of the block. With PrefetchV::kYes it also
-// fills s.voff (the block's V row offsets, for P.V) and, while
+// false when no row sees any key of the block. With voff (element offsets of
+// the block's V rows; null: no prefetch), while
 // the K rows of a tile are read, the V rows of the same keys are prefetched:
 // V then streams from DRAM in step with K (as kKeyTile sequential streams)
 // and is in L2 when P.V sweeps it column by column. (Prefetching whole blocks
 // ahead, or not prefetching V, measured slower on Zen 3.)
 template <class D, bool kSoftcap, bool kBias>
 bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb,
-                std::size_t nk, PrefetchV prefetch_v, Scratch& s) {
+                std::size_t nk, const std::int64_t* voff, Scratch& s) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp, L = hn::Lanes(d);
   const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
@@ -189,9 +187,6 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   const std::size_t part = nkp / kKeyTile;
   const std::size_t v_elem = DTypeSize(p.v.dtype), v_row_bytes = H * v_elem;
   const char* v_base = static_cast<const char*>(p.v.data);
-  if (prefetch_v == PrefetchV::kYes) {
-    for (std::size_t j = 0; j < nk; ++j) s.voff[j] = KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
-  }
   WithKvType(p.k.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* kv = static_cast<const T*>(p.k.data);
@@ -200,8 +195,8 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
         if (!s.active[g]) continue;
         DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, kv, s.koff.data() + k, part, s.sc + g * kRowTile * bsp + k, bsp);
       }
-      if (prefetch_v == PrefetchV::kNo) continue;
-      for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + s.voff[j] * static_cast<std::int64_t>(v_elem), v_row_bytes);
+      if (voff == nullptr) continue;
+      for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + voff[j] * static_cast<std::int64_t>(v_elem), v_row_bytes);
     }
   });
   const std::size_t nvec = RoundUp(nkp, L);  // >= nkp, <= bsp
@@ -272,11 +267,14 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
   const AttendTile& t = cx.plan->tiles[static_cast<std::size_t>(sp.tile)];
   Scratch& s = ThreadScratch();
   const std::size_t rows = SetupTile(d, cx, t, sp.j0, sp.j1, s);
+  const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp;
   std::fill(s.acc, s.acc + s.rows.size() * H, 0.0f);
   for (std::int64_t kb = sp.j0; kb < sp.j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), sp.j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, PrefetchV::kYes, s)) continue;
+    // V row offsets: the prefetch during Q.K and P.V both use them.
+    for (std::size_t j = 0; j < nk; ++j) s.voff[j] = KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s.voff.data(), s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t g = 0; g < s.active.size(); ++g) {
       if (!s.active[g]) continue;
@@ -299,7 +297,6 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
         s.m[r] = m_new;
       }
     }
-    const AttendParams& p = *cx.p;
     WithKvType(p.v.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* vv = static_cast<const T*>(p.v.data);
@@ -359,7 +356,7 @@ void QkTile(D d, const Ctx& cx, std::size_t ti) {
   const std::size_t rows = SetupTile(d, cx, t, j0, j1, s);
   for (std::int64_t kb = j0; kb < j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, PrefetchV::kNo, s)) continue;
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, nullptr, s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t r = 0; r < rows; ++r) {
       const RowInfo& ri = s.rows[r];
