@@ -24,37 +24,27 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pathlib
 import statistics
 import sys
 import time
 
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "python"))
+import peers  # noqa: E402  (the ONNX graph builder shared with the peer tests)
+
 SHAPES = {"gemma_n4": (4, 1, 256), "gemma_n8": (8, 1, 256), "llama": (32, 8, 128)}  # N, N_kv, H
+_GQA_IN = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
 
 
 def ort_session(n, n_kv, dtype, threads):
-    import onnxruntime as ort
     from onnx import helper
-    tt = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    i32 = helper.np_dtype_to_tensor_dtype(np.dtype(np.int32))
-    node = helper.make_node("GroupQueryAttention",
-                            ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"],
-                            ["output", "present_key", "present_value"], domain="com.microsoft", num_heads=n,
-                            kv_num_heads=n_kv)
-    vi = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        [node], "gqa",
-        [vi("query", tt, None), vi("key", tt, None), vi("value", tt, None), vi("past_key", tt, None),
-         vi("past_value", tt, None), vi("seqlens_k", i32, None), vi("total_sequence_length", i32, None)],
-        [vi("output", tt, None), vi("present_key", tt, None), vi("present_value", tt, None)])
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21),
-                                                                   helper.make_opsetid("com.microsoft", 1)])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    node = helper.make_node("GroupQueryAttention", _GQA_IN, ["output", "present_key", "present_value"],
+                            domain="com.microsoft", num_heads=n, kv_num_heads=n_kv)
+    inputs = {nm: (np.int32 if nm in ("seqlens_k", "total_sequence_length") else dtype) for nm in _GQA_IN}
+    return peers.make_session([node], inputs, {nm: dtype for nm in ("output", "present_key", "present_value")},
+                              threads=threads)
 
 
 def run_case(name, t_len, dtype, threads, footprint_mib, seconds):

@@ -11,7 +11,6 @@ import importlib
 import os
 
 import numpy as np
-import pytest
 
 REQUIRE = os.environ.get("KVSHARE_REQUIRE_PEERS") == "1"
 
@@ -21,6 +20,7 @@ def need(module: str):
     (fails instead under KVSHARE_REQUIRE_PEERS=1)."""
     if REQUIRE:
         return importlib.import_module(module)
+    import pytest  # here, so that bench/peer_gqa_ort.py can import this module without pytest
     return pytest.importorskip(module)
 
 
@@ -50,9 +50,9 @@ def _tensor_type(dtype):
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def make_session(nodes, inputs: dict, outputs: dict, opset: int = 24):
+def make_session(nodes, inputs: dict, outputs: dict, opset: int = 24, threads: int = 1):
     """An onnxruntime CPU session of a one-graph model. inputs / outputs map names
-    to NumPy dtypes; shapes are left dynamic."""
+    to NumPy dtypes; shapes are left dynamic. threads: intra-op threads (inter-op: 1)."""
     import onnxruntime as ort
     from onnx import helper
     graph = helper.make_graph(
@@ -62,7 +62,8 @@ def make_session(nodes, inputs: dict, outputs: dict, opset: int = 24):
         helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
