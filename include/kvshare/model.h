@@ -50,6 +50,14 @@ struct ModelConfig {
   float rope_base_sliding = 1e4f;
   float attn_scale = 0.0f;      // query scale
   std::vector<bool> is_sliding; // [n_layer]
+  // Per layer [n_layer]: head size H, KV heads N_kv and dense FFN width (0: the
+  // layer has no dense FFN). Gemma 3: the scalars above, repeated; Gemma 4 mixes
+  // them by layer type (sliding key_length_swa / full key_length; per-layer
+  // head_count_kv and feed_forward_length arrays). The scalars n_ff, n_head_kv
+  // and head_dim are layer 0's.
+  std::vector<int> layer_head_dim;
+  std::vector<int> layer_n_head_kv;
+  std::vector<int> layer_n_ff;
   // Trailing layers that reuse an earlier layer's K/V (`<arch>.attention.
   // shared_kv_layers`, Gemma 3n / Gemma 4); 0 when the file has no such key.
   int num_kv_shared_layers = 0;
@@ -123,6 +131,10 @@ class Model {
 
   virtual const ModelConfig& config() const = 0;
   virtual const GgufFile& gguf() const = 0;
+  // What the loader noticed that does not stop the model, one sentence each
+  // (e.g. that llama.cpp's fixed KV-sharing rule would read this file's shared
+  // layers from other layers than HF's, which kvshare follows). Frontends print them.
+  virtual const std::vector<std::string>& warnings() const = 0;
   // A state with an empty cache. Throws kvshare::Error when max_context or
   // max_step < 1, kv_dtype is not a float type, or num_kv_shared_layers is
   // outside [0, MaxKvSharedLayers(config())] (the message gives the range).

@@ -21,8 +21,8 @@ ModelKvSpec KvSpecOf(const ModelConfig& c, int num_kv_shared_layers) {
     const bool swa = c.is_sliding[static_cast<std::size_t>(i)];
     spec.layers.push_back(LayerSpec{.type = swa ? AttentionType::kSliding : AttentionType::kFull,
                                     .window = swa ? c.sliding_window : 0,
-                                    .kv_heads = c.n_head_kv,
-                                    .head_size = c.head_dim,
+                                    .kv_heads = c.layer_n_head_kv[static_cast<std::size_t>(i)],
+                                    .head_size = c.layer_head_dim[static_cast<std::size_t>(i)],
                                     .rope_base = swa ? c.rope_base_sliding : c.rope_base_full});
   }
   return spec;
@@ -31,7 +31,7 @@ ModelKvSpec KvSpecOf(const ModelConfig& c, int num_kv_shared_layers) {
 int MaxKvSharedLayers(const ModelConfig& c) {
   // Valid n form a prefix [0, max]: raising n only moves the first shared
   // layer down, so a source that is missing for n stays missing for n + 1
-  // (and every layer of a ModelConfig has the same N_kv and H).
+  // (layers of one type share N_kv and H in the families supported).
   int best = 0;
   for (int n = 1; n < c.n_layer; ++n) {
     try {

@@ -1,0 +1,260 @@
+// Pieces shared by the decoder forward passes (decoder.h).
+#include "model/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/str.h"
+#include "kvshare/attention.h"
+#include "kvshare/error.h"
+#include "model/activations.h"
+
+namespace kvshare::detail {
+
+void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* p = x + r * n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += static_cast<double>(p[i]) * p[i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+    if (w != nullptr) {
+      for (int i = 0; i < n; ++i) p[i] = p[i] * inv * w[i];
+    } else {
+      for (int i = 0; i < n; ++i) p[i] = p[i] * inv;
+    }
+  }
+}
+
+void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool* pool) {
+  MatMul(w, MatMulParams{.x = x, .m = m, .y = y, .pool = pool});
+}
+
+// ---- TensorLookup ----
+
+namespace {
+std::string Dims(std::int64_t a, std::int64_t b) { return Str("[", a, ", ", b, "]"); }
+}  // namespace
+
+std::optional<WeightMatrix> TensorLookup::MatOpt(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+  const GgufTensor* t = file_.FindTensor(name);
+  if (t == nullptr) return std::nullopt;
+  if (t->n_dims > 2) throw Error(Str("tensor '", name, "' is ", t->DimsString(), ", expected 2-D ", Dims(cols, rows)));
+  WeightMatrix w = WeightMatrix::FromTensor(*t);
+  if (w.rows != rows || w.cols != cols) {
+    throw Error(Str("tensor '", name, "' is ", Dims(w.cols, w.rows), " (ne0, ne1), expected ", Dims(cols, rows)));
+  }
+  return w;
+}
+
+WeightMatrix TensorLookup::Mat(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+  if (auto w = MatOpt(name, rows, cols)) return *w;
+  file_.Tensor(name);  // throws "tensor 'x' not found in <file>"
+  throw Error(Str("tensor '", name, "' not found"));
+}
+
+std::vector<WeightMatrix> TensorLookup::MatStack(const std::string& name, std::int64_t rows, std::int64_t cols,
+                                                 std::int64_t count) const {
+  const GgufTensor& t = file_.Tensor(name);
+  if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != count) {
+    throw Error(Str("tensor '", name, "' is ", t.DimsString(), ", expected [", cols, ", ", rows, ", ", count, "]"));
+  }
+  if (!IsSupportedWeightType(t.type)) {
+    throw Error(Str("tensor '", name, "' has type ", GgmlTypeName(t.type), ", which kvshare does not support"));
+  }
+  const std::size_t per = t.nbytes / static_cast<std::size_t>(count);
+  std::vector<WeightMatrix> out;
+  for (std::int64_t e = 0; e < count; ++e) out.push_back(WeightMatrix::Make(t.data + e * per, t.type, rows, cols));
+  return out;
+}
+
+const float* TensorLookup::VecOpt(const std::string& name, std::int64_t n) const {
+  const GgufTensor* t = file_.FindTensor(name);
+  if (t == nullptr) return nullptr;
+  if (t->type != GgmlType::kF32 || t->NumElements() != n) {
+    throw Error(Str("tensor '", name, "' must be F32 with ", n, " elements, got ", GgmlTypeName(t->type), " ",
+                    t->DimsString()));
+  }
+  return reinterpret_cast<const float*>(t->data);
+}
+
+const float* TensorLookup::Vec(const std::string& name, std::int64_t n) const {
+  if (const float* p = VecOpt(name, n)) return p;
+  file_.Tensor(name);
+  throw Error(Str("tensor '", name, "' not found"));
+}
+
+// ---- RoPE ----
+
+RopeTable BuildRopeTable(const RopeFamily& f, std::int64_t max_pos) {
+  RopeTable t;
+  t.max_pos = max_pos;
+  t.half = f.rotary_dim / 2;
+  t.cos.resize(static_cast<std::size_t>(max_pos * t.half));
+  t.sin.resize(t.cos.size());
+  for (int i = 0; i < t.half; ++i) {
+    const double factor = f.factors.empty() ? 1.0 : f.factors[static_cast<std::size_t>(i)];
+    const bool still = factor >= 1e29;
+    const double freq = std::pow(static_cast<double>(f.base), -2.0 * i / f.rotary_dim) / factor;
+    for (std::int64_t p = 0; p < max_pos; ++p) {
+      const double theta = static_cast<double>(p) * freq;
+      const std::size_t at = static_cast<std::size_t>(p * t.half + i);
+      t.cos[at] = still ? 1.0f : static_cast<float>(std::cos(theta));
+      t.sin[at] = still ? 0.0f : static_cast<float>(std::sin(theta));
+    }
+  }
+  return t;
+}
+
+// ---- State and layer pieces ----
+
+DecoderState::DecoderState(KvCache c, int max_context, int max_step, GqaKernel kernel,
+                           std::shared_ptr<const RopeSet> r)
+    : cache(std::move(c)), max_context_(max_context), max_step_(max_step), kernel_(kernel),
+      kv_bytes_(cache.Memory().total_bytes), rope(std::move(r)) {}
+
+void Attend(DecoderState& st, int layer, const AttentionCall& c, ThreadPool* pool) {
+  const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * c.head_dim;
+  LayerAttendArgs args;
+  args.query = ConstTensorView{c.q, DType::kFloat32, {1, c.S, qd}};
+  if (c.k != nullptr) {
+    args.key = ConstTensorView{c.k, DType::kFloat32, {1, c.S, c.kv_dim}};
+    args.value = ConstTensorView{c.v, DType::kFloat32, {1, c.S, c.kv_dim}};
+  }
+  args.cos_cache = ConstTensorView{c.rope->cos.data(), DType::kFloat32, {c.rope->max_pos, c.rope->half}};
+  args.sin_cache = ConstTensorView{c.rope->sin.data(), DType::kFloat32, {c.rope->max_pos, c.rope->half}};
+  args.attrs.num_heads = c.n_head;
+  args.attrs.scale = c.scale;
+  args.attrs.do_rotary = 1;
+  args.attrs.rotary_interleaved = 0;  // NeoX half split
+  args.output = TensorView{c.out, DType::kFloat32, {1, c.S, qd}};
+  args.run.pool = pool;
+  args.run.kernel = st.kernel_;
+  AttendLayer(st.cache, layer, args);
+}
+
+void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const float* x,
+              std::int64_t S, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool) {
+  const std::size_t n = static_cast<std::size_t>(S * gate.rows);
+  if (g.size() < n) g.resize(n);
+  if (u.size() < n) u.resize(n);
+  MatMulRows(gate, x, S, g.data(), pool);
+  MatMulRows(up, x, S, u.data(), pool);
+  GeluTanhMul(g.data(), u.data(), g.data(), static_cast<std::int64_t>(n));
+  MatMulRows(down, g.data(), S, out, pool);
+}
+
+void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, float scale, float* out) {
+  const std::int64_t E = table.cols;
+  for (std::size_t s = 0; s < tokens.size(); ++s) {
+    float* row = out + static_cast<std::int64_t>(s) * E;
+    DequantizeRow(table.type, static_cast<const std::uint8_t*>(table.data) + tokens[s] * table.row_bytes, row, E);
+    for (std::int64_t i = 0; i < E; ++i) row[i] *= scale;
+  }
+}
+
+// ---- DecoderModel ----
+
+std::string DecoderModel::PlanError(int n) const {
+  try {
+    BuildLayerPlan(KvSpecOf(cfg_, n));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void DecoderModel::ValidateSharing(const std::string& key) const {
+  const int n = cfg_.num_kv_shared_layers;
+  if (n == 0) return;
+  if (n < 0 || n >= cfg_.n_layer) {
+    throw Error(Str(key, " = ", n, " is out of range for ", cfg_.n_layer, " layers (valid: 0..", cfg_.n_layer - 1, ")"));
+  }
+  const std::string why = PlanError(n);
+  if (!why.empty()) {
+    throw Error(Str(key, " = ", n, " is not a valid layer plan for this model (valid: 0..", MaxKvSharedLayers(cfg_),
+                    "): ", why));
+  }
+}
+
+std::shared_ptr<const RopeSet> DecoderModel::RopeFor(std::int64_t max_pos) const {
+  std::lock_guard<std::mutex> lock(rope_mu_);
+  if (!rope_ || rope_->max_pos < max_pos) {
+    auto set = std::make_shared<RopeSet>();
+    set->max_pos = max_pos;
+    for (const RopeFamily& f : rope_families_) set->tables.push_back(BuildRopeTable(f, max_pos));
+    rope_ = std::move(set);
+  }
+  return rope_;
+}
+
+std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) const {
+  if (o.max_context < 1) throw Error(Str("max_context must be >= 1, got ", o.max_context));
+  if (o.max_step < 1) throw Error(Str("max_step must be >= 1 (tokens per chunk), got ", o.max_step));
+  if (!IsFloatingPoint(o.kv_dtype)) {
+    throw Error(Str("kv_dtype must be float32, float16 or bfloat16, got ", DTypeName(o.kv_dtype)));
+  }
+  const int shared = o.num_kv_shared_layers.value_or(cfg_.num_kv_shared_layers);
+  const int max_shared = MaxKvSharedLayers(cfg_);
+  if (shared < 0 || shared > max_shared) {
+    const std::string why = shared < 0 ? "it must be >= 0 (0 means no sharing)" : PlanError(shared);
+    throw Error(Str("num_kv_shared_layers = ", shared, " is out of range for this model: valid 0..", max_shared, " (",
+                    cfg_.n_layer, " layers); ", why));
+  }
+  const int step = std::min(o.max_step, o.max_context);
+  KvCache cache(KvSpecOf(cfg_, shared),
+                KvCacheOptions{.max_batch = 1, .max_seq = o.max_context, .max_step = step, .dtype = o.kv_dtype});
+  return MakeState(std::move(cache), o.max_context, step, o.attention_kernel, RopeFor(o.max_context));
+}
+
+std::span<const float> DecoderModel::Forward(ModelState& base, std::span<const std::int32_t> tokens, ThreadPool* pool,
+                                             const ForwardOptions& options) const {
+  auto* state = dynamic_cast<DecoderState*>(&base);
+  if (state == nullptr) throw Error("Forward: the state was not made by this model's NewState");
+  DecoderState& st = *state;
+  const ModelConfig& c = cfg_;
+  const std::int64_t S = static_cast<std::int64_t>(tokens.size());
+  if (S == 0) throw Error("Forward: tokens is empty");
+  const std::int64_t start = st.length();
+  if (start + S > st.max_context_) {
+    throw Error(Str("KV cache overflow: ", start, " cached + ", S, " new tokens exceed max_context ", st.max_context_,
+                    "; increase max_context to at least ", start + S));
+  }
+  for (std::int32_t t : tokens) {
+    if (t < 0 || t >= c.n_vocab) throw Error(Str("token id ", t, " out of range [0, ", c.n_vocab, ")"));
+  }
+  if (options.num_logits < 1 || options.num_logits > S) {
+    throw Error(Str("Forward: num_logits ", options.num_logits, " is out of range [1, ", S,
+                    "] (the number of tokens)"));
+  }
+  const int E = c.n_embd;
+  const std::int64_t first_logit = S - options.num_logits;  // token index of the first returned row
+  st.logits.resize(static_cast<std::size_t>(options.num_logits) * static_cast<std::size_t>(c.n_vocab));
+  try {
+    for (std::int64_t c0 = 0; c0 < S; c0 += st.max_step_) {
+      const std::int64_t n = std::min<std::int64_t>(st.max_step_, S - c0);
+      const std::int64_t lo = std::max(c0, first_logit), hi = c0 + n;  // rows whose logits are asked for
+      const std::int64_t keep = std::max<std::int64_t>(0, hi - lo);
+      float* rows = RunChunk(st, tokens.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), keep, pool);
+      if (keep > 0) {
+        RmsNorm(rows, keep, E, out_norm_, c.rms_eps);
+        float* out = st.logits.data() + (lo - first_logit) * c.n_vocab;
+        MatMulRows(out_w_, rows, keep, out, pool);
+        if (final_softcap_ > 0) {
+          const float cap = final_softcap_;
+          for (std::int64_t i = 0; i < keep * c.n_vocab; ++i) out[i] = cap * std::tanh(out[i] / cap);
+        }
+      }
+    }
+  } catch (...) {
+    // Not expected once the inputs are validated; put the sequence back.
+    try {
+      st.cache.Rewind(0, start);
+    } catch (const Error&) {
+      st.cache.Reset(0);  // a ring no longer holds `start`
+    }
+    throw;
+  }
+  return st.logits;
+}
+
+}  // namespace kvshare::detail

@@ -1,0 +1,166 @@
+// What the Gemma 3 and Gemma 4 forward passes share: RMSNorm, tensor lookup with
+// shape checks, NeoX RoPE tables, the attention call on the state's KvCache,
+// the GeGLU MLP, embedding rows, and DecoderModel — the Model that validates a
+// Forward call, runs it in chunks (RunChunk, per architecture), rolls the cache
+// back on failure and produces the logits (final norm, LM head, softcap).
+// Internal to src/model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvshare/cache.h"
+#include "kvshare/gguf.h"
+#include "kvshare/model.h"
+#include "model/quant.h"
+
+namespace kvshare::detail {
+
+// y = x / sqrt(mean(x^2) + eps) * w over each of `rows` rows of n, in place;
+// w == nullptr: the scale-free norm (Gemma 4's V norm, its router input).
+// Sum of squares in double.
+void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps);
+
+// Y[m, w.rows] = X[m, w.cols] W^T (MatMul with default options).
+void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool* pool);
+
+// Tensors of a GGUF file by name, with their expected shapes. Every error is a
+// kvshare::Error naming the tensor, the expected and the actual shape / type.
+class TensorLookup {
+ public:
+  explicit TensorLookup(const GgufFile& file) : file_(file) {}
+  // A 2-D weight [rows, cols] (GGUF ne = {cols, rows}) of a supported type.
+  WeightMatrix Mat(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  std::optional<WeightMatrix> MatOpt(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  // A 3-D stack of `count` weights [rows, cols] (GGUF ne = {cols, rows, count}),
+  // one WeightMatrix per entry of the last dimension (MoE experts).
+  std::vector<WeightMatrix> MatStack(const std::string& name, std::int64_t rows, std::int64_t cols,
+                                     std::int64_t count) const;
+  // An F32 vector of n elements (norm weights, scales).
+  const float* Vec(const std::string& name, std::int64_t n) const;
+  const float* VecOpt(const std::string& name, std::int64_t n) const;
+  const GgufFile& file() const { return file_; }
+
+ private:
+  const GgufFile& file_;
+};
+
+// NeoX RoPE cos/sin tables [max_pos, R/2] for one layer family: pair i of the
+// first R dims (i, i + R/2) turns by theta_i = p * base^(-2i/R) / factor_i.
+// factors empty: all 1. A factor >= 1e29 marks a pair that does not turn (the
+// GGUF converter's `rope_freqs` encoding of Gemma 4's proportional RoPE, whose
+// HF frequency is exactly 0): cos = 1, sin = 0 exactly. Computed in double.
+struct RopeFamily {
+  float base = 10000.f;
+  int rotary_dim = 0;          // R: dims rotated (<= H, R/2 a multiple of 8)
+  std::vector<float> factors;  // [R/2] or empty
+};
+struct RopeTable {
+  std::int64_t max_pos = 0;
+  int half = 0;  // R/2
+  std::vector<float> cos, sin;
+};
+RopeTable BuildRopeTable(const RopeFamily& family, std::int64_t max_pos);
+
+// Tables for a set of families at one max_pos; immutable once built.
+struct RopeSet {
+  std::int64_t max_pos = 0;
+  std::vector<RopeTable> tables;  // one per family
+};
+
+// One sequence: a KvCache with one row, its RoPE tables, and the logits of the
+// last Forward. Architectures derive their scratch from it.
+class DecoderState : public ModelState {
+ public:
+  DecoderState(KvCache cache, int max_context, int max_step, GqaKernel kernel, std::shared_ptr<const RopeSet> rope);
+  std::int64_t length() const override { return cache.Length(0); }
+  int max_context() const override { return max_context_; }
+  std::size_t kv_bytes() const override { return kv_bytes_; }
+  const KvCache& kv_cache() const override { return cache; }
+  void Reset() override { cache.Reset(0); }
+
+  KvCache cache;
+  int max_context_;
+  int max_step_;  // S_max: tokens per chunk
+  GqaKernel kernel_;
+  std::size_t kv_bytes_;
+  std::shared_ptr<const RopeSet> rope;
+  std::vector<float> logits;  // [num_logits, n_vocab]
+};
+
+// One attention layer on the state's cache (AttendLayer: static scatter mode,
+// window / ring / KV source from the layer plan). q: [S, n_head * H]; k, v:
+// [S, N_kv * H] for owning layers, null for KV-shared ones; out: [S, n_head * H].
+struct AttentionCall {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+  std::int64_t S = 0;
+  int n_head = 0;
+  int head_dim = 0;
+  int kv_dim = 0;  // N_kv * H
+  const RopeTable* rope = nullptr;
+  float scale = 1.0f;
+};
+void Attend(DecoderState& st, int layer, const AttentionCall& call, ThreadPool* pool);
+
+// out[S, E] = down(gelu_tanh(gate x) * up x), x: [S, E]; g, u: scratch grown to
+// [S, n_ff]. out may not alias x.
+void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const float* x,
+              std::int64_t S, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool);
+
+// out[s, :] = row tokens[s] of `table` (dequantized) * scale.
+void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, float scale, float* out);
+
+// The Model of a decoder-only family. Derived classes fill cfg_, the LM head
+// (out_w_, out_norm_, final_softcap_), the RoPE families and their layer map,
+// and implement MakeState / RunChunk.
+class DecoderModel : public Model {
+ public:
+  const ModelConfig& config() const override { return cfg_; }
+  const GgufFile& gguf() const override { return file_; }
+  const std::vector<std::string>& warnings() const override { return warnings_; }
+  std::unique_ptr<ModelState> NewState(const ModelStateOptions& options) const override;
+  std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
+                                 const ForwardOptions& options) const override;
+
+ protected:
+  explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
+
+  // A state over `cache` (the architecture adds its scratch).
+  virtual std::unique_ptr<DecoderState> MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
+                                                  std::shared_ptr<const RopeSet> rope) const = 0;
+  // Runs one chunk of tokens (<= max_step) through every layer and commits it to
+  // the cache. Returns the final residual rows ([keep, n_embd], before the
+  // output norm) of the chunk's last `keep` tokens (0 <= keep <= tokens.size();
+  // null when keep = 0); they stay valid until the next call on st.
+  virtual float* RunChunk(DecoderState& st, std::span<const std::int32_t> tokens, std::int64_t keep,
+                          ThreadPool* pool) const = 0;
+
+  // BuildLayerPlan's message for n shared layers ("" when the plan is valid).
+  std::string PlanError(int n) const;
+  // Throws when the file's own num_kv_shared_layers gives no valid plan.
+  void ValidateSharing(const std::string& key) const;
+
+  GgufFile file_;
+  ModelConfig cfg_;
+  WeightMatrix out_w_;
+  const float* out_norm_ = nullptr;
+  float final_softcap_ = 0.0f;     // 0: off
+  std::vector<RopeFamily> rope_families_;
+  std::vector<int> layer_rope_;    // [n_layer]: index into rope_families_
+  std::vector<std::string> warnings_;
+
+ private:
+  std::shared_ptr<const RopeSet> RopeFor(std::int64_t max_pos) const;
+  mutable std::mutex rope_mu_;
+  mutable std::shared_ptr<const RopeSet> rope_;
+};
+
+}  // namespace kvshare::detail
