@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <stdexcept>
 #include <optional>
 #include <string>
 #include <vector>
@@ -122,6 +124,13 @@ struct GgufSpec {
     return w.bytes;
   }
 };
+
+// Writes `bytes` to `path`; throws std::runtime_error when it cannot.
+inline void WriteFile(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("could not write " + path);
+}
 
 // A small valid file: a few metadata kinds plus an F32 [8, 2] and a Q8_0 [32, 3] tensor.
 inline GgufSpec ValidSpec() {

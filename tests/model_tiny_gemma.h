@@ -158,21 +158,23 @@ inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) {
     matrix(p + "ffn_down.weight", E, m.n_ff, 1.0f / std::sqrt(static_cast<float>(m.n_ff)));
     norm(p + "post_ffw_norm.weight", E);
   }
-  const std::vector<std::uint8_t> bytes = g.Build();
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!f) throw std::runtime_error("could not write " + path);
+  WriteFile(path, g.Build());
 }
 
-// A file under the test temp directory, removed on destruction.
+// A file under the test temp directory, written by write(path), removed on destruction.
 struct TempGguf {
   std::string path;
-  explicit TempGguf(const TinyGemmaSpec& spec, const std::string& tag) {
+  template <typename Write>
+  TempGguf(const std::string& tag, Write write) {
     path = (std::filesystem::temp_directory_path() /
-            ("kvshare_tiny_gemma_" + tag + "_" + std::to_string(::getpid()) + ".gguf"))
+            ("kvshare_tiny_" + tag + "_" + std::to_string(::getpid()) + ".gguf"))
                .string();
-    WriteTinyGemma(path, spec);
+    write(path);
   }
+  TempGguf(const TinyGemmaSpec& spec, const std::string& tag)
+      : TempGguf("gemma_" + tag, [&](const std::string& p) { WriteTinyGemma(p, spec); }) {}
+  TempGguf(const TempGguf&) = delete;
+  TempGguf& operator=(const TempGguf&) = delete;
   ~TempGguf() { std::filesystem::remove(path); }
 };
 

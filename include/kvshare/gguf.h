@@ -128,6 +128,11 @@ class GgufFile {
   std::vector<std::string_view> GetStringArray(std::string_view key) const;
   std::vector<float> GetF32Array(std::string_view key) const;     // float32/float64 elements
   std::vector<std::int32_t> GetI32Array(std::string_view key) const;  // integer elements that fit
+  std::vector<bool> GetBoolArray(std::string_view key) const;
+  // n values from a key that is either an integer scalar (repeated n times) or an
+  // integer array of exactly n elements (llama.cpp's get_key_or_arr: per-layer
+  // `head_count_kv`, `feed_forward_length`); another length is an Error naming it.
+  std::vector<std::int32_t> GetI32OrArray(std::string_view key, std::size_t n) const;
 
   // Optional variants: nullopt if absent; still throw on a type mismatch.
   std::optional<std::uint32_t> GetU32Opt(std::string_view key) const;

@@ -129,6 +129,7 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, ThreadPool* poo
   args.output = TensorView{c.out, DType::kFloat32, {1, c.S, qd}};
   args.run.pool = pool;
   args.run.kernel = st.kernel_;
+  args.query_offset = c.query_offset;
   AttendLayer(st.cache, layer, args);
 }
 

@@ -107,6 +107,7 @@ struct AttentionCall {
   int kv_dim = 0;  // N_kv * H
   const RopeTable* rope = nullptr;
   float scale = 1.0f;
+  std::int64_t query_offset = 0;  // LayerAttendArgs::query_offset (KV-shared layers)
 };
 void Attend(DecoderState& st, int layer, const AttentionCall& call, ThreadPool* pool);
 

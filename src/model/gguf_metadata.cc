@@ -197,6 +197,24 @@ std::vector<std::int32_t> GgufFile::GetI32Array(std::string_view key) const {
   return out;
 }
 
+std::vector<bool> GgufFile::GetBoolArray(std::string_view key) const {
+  const GgufValue& v = Require(*this, key);
+  if (v.type != GgufType::kArray || v.elem_type != GgufType::kBool) Mismatch(name_, key, "array of bool", v);
+  std::vector<bool> out(static_cast<std::size_t>(v.count));
+  for (std::uint64_t k = 0; k < v.count; ++k) out[k] = ArrayElement(v, k).u != 0;
+  return out;
+}
+std::vector<std::int32_t> GgufFile::GetI32OrArray(std::string_view key, std::size_t n) const {
+  const GgufValue& v = Require(*this, key);
+  if (v.type != GgufType::kArray) return std::vector<std::int32_t>(n, GetI32(key));
+  std::vector<std::int32_t> out = GetI32Array(key);
+  if (out.size() != n) {
+    throw Error("GGUF " + name_ + ": metadata key '" + std::string(key) + "' is an array of " +
+                std::to_string(out.size()) + " values, expected " + std::to_string(n) + " (one per layer) or a scalar");
+  }
+  return out;
+}
+
 std::optional<std::uint32_t> GgufFile::GetU32Opt(std::string_view key) const {
   return Has(key) ? std::optional<std::uint32_t>(GetU32(key)) : std::nullopt;
 }

@@ -3,6 +3,7 @@
 
 #include "kvshare/error.h"
 #include "model/gemma3.h"
+#include "model/gemma4.h"
 
 namespace kvshare {
 
@@ -10,8 +11,9 @@ std::unique_ptr<Model> Model::Load(const std::string& path) {
   GgufFile file = GgufFile::Open(path);
   const std::string arch(file.GetStringOpt("general.architecture").value_or(""));
   if (arch == "gemma3") return LoadGemma3(std::move(file));
+  if (arch == "gemma4") return LoadGemma4(std::move(file));
   throw Error("model " + path + ": architecture '" + arch +
-              "' is not supported (supported: gemma3)");
+              "' is not supported (supported: gemma3, gemma4)");
 }
 
 ModelKvSpec KvSpecOf(const ModelConfig& c, int num_kv_shared_layers) {

@@ -1,0 +1,410 @@
+// Gemma 4 forward pass on the CPU (reference/gemma4_gguf.md §2, HF
+// transformers Gemma4ForCausalLM): fp32 activations, quantized weights through
+// MatMul, attention through GroupQueryAttention on the state's KvCache with
+// per-layer head size and KV heads, scale 1, NeoX RoPE (proportional on full
+// layers), scale-free V norm, KV-shared trailing layers that read their
+// source's cache, per-layer embeddings, MoE layers (gemma4_moe.cc).
+#include "model/gemma4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/str.h"
+#include "kvshare/cache.h"
+#include "kvshare/error.h"
+#include "kvshare/thread_pool.h"
+#include "model/activations.h"
+#include "model/decoder.h"
+#include "model/gemma4_moe.h"
+#include "model/quant.h"
+
+namespace kvshare {
+namespace {
+
+using detail::AttentionCall;
+using detail::DecoderState;
+using detail::RmsNorm;
+using detail::Str;
+
+struct Layer {
+  bool sliding = false;
+  int hd = 0;    // head size
+  int n_kv = 0;  // KV heads
+  WeightMatrix q, o;
+  std::optional<WeightMatrix> k, v;  // k: absent on layers whose KV is shared; v: absent => V = raw K (k_eq_v)
+  const float* attn_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* post_ffw_norm = nullptr;
+  std::optional<WeightMatrix> gate, up, down;  // dense MLP (n_ff > 0)
+  std::optional<detail::Gemma4Moe> moe;
+  // Per-layer embedding block (ple > 0).
+  WeightMatrix inp_gate, proj;
+  const float* post_norm = nullptr;
+  float out_scale = 1.0f;  // layer_output_scale
+  bool has_out_scale = false;
+};
+
+// Scratch for one chunk of S <= max_step tokens (row-major, one row per token).
+class Gemma4State final : public DecoderState {
+ public:
+  using DecoderState::DecoderState;
+  std::vector<float> x, h, o, f;  // [S, E]
+  std::vector<float> q, attn;     // [S, n_head * H]
+  std::vector<float> k, v;        // [S, N_kv * H]
+  std::vector<float> g, u;        // MLP scratch
+  std::vector<float> ple;         // [S, L * ple] per-layer inputs
+  std::vector<float> ple_tok;     // [L * ple] one token's table row
+  detail::MoeScratch moe;
+};
+
+class Gemma4 final : public detail::DecoderModel {
+ public:
+  explicit Gemma4(GgufFile file);
+
+ private:
+  std::unique_ptr<DecoderState> MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
+                                          std::shared_ptr<const detail::RopeSet> rope) const override;
+  float* RunChunk(DecoderState& st, std::span<const std::int32_t> tokens, std::int64_t keep,
+                  ThreadPool* pool) const override;
+  void PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const;
+  void RunLayer(Gemma4State& st, int l, std::int64_t S, std::int64_t ple_row0, bool owns, ThreadPool* pool) const;
+  void WarnIfLlamaCppSharesDifferently();
+
+  WeightMatrix embd_w_;
+  int ple_ = 0;  // embedding_length_per_layer_input (0: no per-layer embeddings)
+  WeightMatrix ple_table_, ple_proj_;
+  const float* ple_proj_norm_ = nullptr;
+  std::vector<Layer> layers_;
+};
+
+Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
+  const GgufFile& f = file_;
+  const detail::TensorLookup t(f);
+  ModelConfig& c = cfg_;
+  c.architecture = "gemma4";
+  const std::string a = "gemma4.";
+  c.n_layer = static_cast<int>(f.GetU32(a + "block_count"));
+  if (c.n_layer < 1) throw Error(Str(a, "block_count must be >= 1, got ", c.n_layer));
+  const std::size_t L = static_cast<std::size_t>(c.n_layer);
+  c.n_embd = static_cast<int>(f.GetU32(a + "embedding_length"));
+  c.n_head = static_cast<int>(f.GetU32(a + "attention.head_count"));
+  c.context_length = static_cast<int>(f.GetU32Or(a + "context_length", 131072));
+  c.rms_eps = f.GetF32(a + "attention.layer_norm_rms_epsilon");
+  if (f.GetBoolOr(a + "attention.causal", true) == false) {
+    throw Error(Str(a, "attention.causal is false (bidirectional attention): not supported for text generation"));
+  }
+  // Layer pattern: a bool per layer, true = sliding window.
+  c.is_sliding = f.GetBoolArray(a + "attention.sliding_window_pattern");
+  if (c.is_sliding.size() != L) {
+    throw Error(Str("metadata key '", a, "attention.sliding_window_pattern' has ", c.is_sliding.size(),
+                    " entries, expected block_count = ", L));
+  }
+  const bool any_sliding = std::find(c.is_sliding.begin(), c.is_sliding.end(), true) != c.is_sliding.end();
+  c.sliding_window = any_sliding ? static_cast<int>(f.GetU32(a + "attention.sliding_window")) : 0;
+  // Head sizes: key_length is the full (global) layers', key_length_swa the sliding layers'.
+  const int hd_full = static_cast<int>(f.GetU32(a + "attention.key_length"));
+  const int hd_swa = static_cast<int>(f.GetU32Or(a + "attention.key_length_swa", static_cast<std::uint32_t>(hd_full)));
+  for (const auto& [k_key, v_key, want] : {std::tuple{"attention.key_length", "attention.value_length", hd_full},
+                                           std::tuple{"attention.key_length_swa", "attention.value_length_swa", hd_swa}}) {
+    const auto v_len = f.GetU32Opt(a + v_key);
+    if (v_len && static_cast<int>(*v_len) != want) {
+      throw Error(Str(a, v_key, " = ", *v_len, " differs from ", a, k_key, " = ", want,
+                      ": different K and V head sizes are not supported"));
+    }
+  }
+  c.layer_n_head_kv = f.GetI32OrArray(a + "attention.head_count_kv", L);
+  c.layer_n_ff = f.GetI32OrArray(a + "feed_forward_length", L);
+  c.layer_head_dim.resize(L);
+  for (std::size_t i = 0; i < L; ++i) {
+    c.layer_head_dim[i] = c.is_sliding[i] ? hd_swa : hd_full;
+    if (c.layer_n_head_kv[i] < 1 || c.n_head % c.layer_n_head_kv[i] != 0) {
+      throw Error(Str(a, "attention.head_count_kv[", i, "] = ", c.layer_n_head_kv[i],
+                      " must be >= 1 and divide attention.head_count = ", c.n_head));
+    }
+    if (c.layer_n_ff[i] < 0) throw Error(Str(a, "feed_forward_length[", i, "] = ", c.layer_n_ff[i], " is negative"));
+  }
+  c.head_dim = c.layer_head_dim[0];
+  c.n_head_kv = c.layer_n_head_kv[0];
+  c.n_ff = c.layer_n_ff[0];
+  c.rope_base_full = f.GetF32Or(a + "rope.freq_base", 1e6f);
+  c.rope_base_sliding = f.GetF32Or(a + "rope.freq_base_swa", 1e4f);
+  c.attn_scale = 1.0f;  // Gemma 4: q_norm / k_norm instead of a query scale (not stored in GGUF)
+  final_softcap_ = f.GetF32Or(a + "final_logit_softcapping", 0.0f);
+  c.num_kv_shared_layers = static_cast<int>(f.GetU32Or(a + "attention.shared_kv_layers", 0));
+  ValidateSharing(a + "attention.shared_kv_layers");
+  ple_ = static_cast<int>(f.GetU32Or(a + "embedding_length_per_layer_input", 0));
+
+  // RoPE: NeoX over rope.dimension_count(_swa) dims; full layers turn by rope_freqs
+  // (proportional RoPE: a factor >= 1e29 marks a pair that does not turn).
+  const int rot_full = static_cast<int>(f.GetU32Or(a + "rope.dimension_count", static_cast<std::uint32_t>(hd_full)));
+  const int rot_swa = static_cast<int>(f.GetU32Or(a + "rope.dimension_count_swa", static_cast<std::uint32_t>(hd_swa)));
+  detail::RopeFamily full{.base = c.rope_base_full, .rotary_dim = rot_full};
+  if (const GgufTensor* rf = f.FindTensor("rope_freqs.weight")) {
+    if (rf->type != GgmlType::kF32 || rf->NumElements() < rot_full / 2) {
+      throw Error(Str("tensor 'rope_freqs.weight' must be F32 with at least rope.dimension_count / 2 = ", rot_full / 2,
+                      " elements, got ", GgmlTypeName(rf->type), " ", rf->DimsString()));
+    }
+    const float* p = reinterpret_cast<const float*>(rf->data);
+    full.factors.assign(p, p + rot_full / 2);
+  }
+  for (const auto& [key, rot, hd] : {std::tuple{"rope.dimension_count", rot_full, hd_full},
+                                     std::tuple{"rope.dimension_count_swa", rot_swa, hd_swa}}) {
+    if (rot < 16 || rot > hd || rot % 16 != 0) {
+      throw Error(Str(a, key, " = ", rot, " is not supported: the rotated dims must be a multiple of 16 in [16, ", hd,
+                      "] (the head size)"));
+    }
+  }
+  rope_families_ = {full, {.base = c.rope_base_sliding, .rotary_dim = rot_swa}};
+  for (std::size_t i = 0; i < L; ++i) layer_rope_.push_back(c.is_sliding[i] ? 1 : 0);
+
+  // Embeddings, LM head, per-layer embeddings.
+  embd_w_ = WeightMatrix::FromTensor(f.Tensor("token_embd.weight"));
+  c.n_vocab = static_cast<int>(embd_w_.rows);
+  if (embd_w_.cols != c.n_embd) {
+    throw Error(Str("tensor 'token_embd.weight' has ", embd_w_.cols, " columns, expected embedding_length ", c.n_embd));
+  }
+  out_w_ = t.MatOpt("output.weight", c.n_vocab, c.n_embd).value_or(embd_w_);
+  out_norm_ = t.Vec("output_norm.weight", c.n_embd);
+  const std::int64_t E = c.n_embd;
+  if (ple_ > 0) {
+    // Rows are gathered per step from the mapping (never dequantized whole).
+    ple_table_ = t.Mat("per_layer_token_embd.weight", c.n_vocab, static_cast<std::int64_t>(ple_) * c.n_layer);
+    ple_proj_ = t.Mat("per_layer_model_proj.weight", static_cast<std::int64_t>(ple_) * c.n_layer, E);
+    ple_proj_norm_ = t.Vec("per_layer_proj_norm.weight", ple_);
+  }
+  if (f.FindTensor("blk.0.attn_qkv.weight") != nullptr) {
+    throw Error("tensor 'blk.0.attn_qkv.weight': fused QKV (convert_hf_to_gguf.py --fuse-qkv) is not supported; "
+                "convert without --fuse-qkv");
+  }
+
+  const int first_shared = c.n_layer - c.num_kv_shared_layers;
+  const auto expert_count = f.GetU32Opt(a + "expert_count");
+  for (int i = 0; i < c.n_layer; ++i) {
+    const std::string p = Str("blk.", i, ".");
+    const std::size_t li = static_cast<std::size_t>(i);
+    Layer Ly;
+    Ly.sliding = c.is_sliding[li];
+    Ly.hd = c.layer_head_dim[li];
+    Ly.n_kv = c.layer_n_head_kv[li];
+    const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Ly.hd, kvd = static_cast<std::int64_t>(Ly.n_kv) * Ly.hd;
+    Ly.attn_norm = t.Vec(p + "attn_norm.weight", E);
+    Ly.q = t.Mat(p + "attn_q.weight", qd, E);
+    Ly.q_norm = t.Vec(p + "attn_q_norm.weight", Ly.hd);
+    // K is required where the layer computes its own KV; on KV-shared layers any K/V
+    // tensors the file carries are loaded (a state with less sharing may use them).
+    Ly.k = i < first_shared ? std::optional(t.Mat(p + "attn_k.weight", kvd, E)) : t.MatOpt(p + "attn_k.weight", kvd, E);
+    Ly.k_norm = i < first_shared ? t.Vec(p + "attn_k_norm.weight", Ly.hd) : t.VecOpt(p + "attn_k_norm.weight", Ly.hd);
+    if (Ly.k && Ly.k_norm == nullptr) t.Vec(p + "attn_k_norm.weight", Ly.hd);  // throws: K without its norm
+    Ly.v = t.MatOpt(p + "attn_v.weight", kvd, E);
+    Ly.o = t.Mat(p + "attn_output.weight", E, qd);
+    Ly.post_attn_norm = t.Vec(p + "post_attention_norm.weight", E);
+    Ly.ffn_norm = t.Vec(p + "ffn_norm.weight", E);
+    Ly.post_ffw_norm = t.Vec(p + "post_ffw_norm.weight", E);
+    const int n_ff = c.layer_n_ff[li];
+    if (n_ff > 0) {
+      Ly.gate = t.Mat(p + "ffn_gate.weight", n_ff, E);
+      Ly.up = t.Mat(p + "ffn_up.weight", n_ff, E);
+      Ly.down = t.Mat(p + "ffn_down.weight", E, n_ff);
+    }
+    if (f.FindTensor(p + "ffn_gate_inp.weight") != nullptr) {
+      if (!expert_count) throw Error(Str("tensor '", p, "ffn_gate_inp.weight' marks an MoE layer but metadata key '", a,
+                                         "expert_count' is missing"));
+      Ly.moe = detail::LoadGemma4Moe(t, p, a, E);
+    } else if (n_ff == 0) {
+      throw Error(Str("layer ", i, " has neither a dense FFN (", a, "feed_forward_length[", i, "] = 0) nor MoE tensors"));
+    }
+    if (ple_ > 0) {
+      Ly.inp_gate = t.Mat(p + "inp_gate.weight", ple_, E);
+      Ly.proj = t.Mat(p + "proj.weight", E, ple_);
+      Ly.post_norm = t.Vec(p + "post_norm.weight", E);
+    }
+    if (const float* s = t.VecOpt(p + "layer_output_scale.weight", 1)) {
+      Ly.out_scale = *s;
+      Ly.has_out_scale = true;
+    }
+    layers_.push_back(std::move(Ly));
+  }
+  WarnIfLlamaCppSharesDifferently();
+}
+
+// llama.cpp maps every shared layer il >= n_kv = L - N to layer n_kv - 2 (sliding)
+// or n_kv - 1 (full); HF (and kvshare) take the last owning layer of the same type.
+void Gemma4::WarnIfLlamaCppSharesDifferently() {
+  const int n = cfg_.num_kv_shared_layers;
+  if (n == 0) return;
+  const LayerPlan plan = BuildLayerPlan(KvSpecOf(cfg_, n));
+  const int n_kv = cfg_.n_layer - n;
+  std::string diffs;
+  for (int il = n_kv; il < cfg_.n_layer; ++il) {
+    const int llama_src = n_kv - (cfg_.is_sliding[static_cast<std::size_t>(il)] ? 2 : 1);
+    const int src = plan.layers[static_cast<std::size_t>(il)].source_layer;
+    if (llama_src != src) diffs += Str(diffs.empty() ? "" : ", ", "layer ", il, " reads ", src, " (llama.cpp: ", llama_src, ")");
+  }
+  if (!diffs.empty()) {
+    warnings_.push_back(Str("KV sharing: this file's layer pattern makes llama.cpp's fixed rule (n_kv - 2 for sliding, ",
+                            "n_kv - 1 for full layers) pick other source layers than HF's rule (the last owning layer ",
+                            "of the same type), which kvshare follows: ", diffs,
+                            ". llama.cpp computes this model differently from HF transformers."));
+  }
+}
+
+std::unique_ptr<DecoderState> Gemma4::MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
+                                                std::shared_ptr<const detail::RopeSet> rope) const {
+  const LayerPlan& plan = cache.Plan();
+  for (int l = 0; l < plan.first_shared; ++l) {
+    if (!layers_[static_cast<std::size_t>(l)].k) {
+      throw Error(Str("num_kv_shared_layers = ", cfg_.n_layer - plan.first_shared, " makes layer ", l,
+                      " compute its own K/V, but the file has no blk.", l, ".attn_k.weight (the file shares that ",
+                      "layer's KV); use at least ", cfg_.n_layer - l, " shared layers (the file's own: ",
+                      cfg_.num_kv_shared_layers, ")"));
+    }
+  }
+  return std::make_unique<Gemma4State>(std::move(cache), max_context, max_step, kernel, std::move(rope));
+}
+
+// st.ple[s, l, :] = (RMSNorm(W_proj x_s / sqrt(E), proj_norm)[l] + table[token_s][l] * sqrt(ple)) / sqrt(2),
+// x_s the scaled embedding of token s (in st.x).
+void Gemma4::PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const {
+  const std::int64_t S = static_cast<std::int64_t>(tokens.size()), LP = ple_table_.cols;
+  st.ple.resize(static_cast<std::size_t>(S * LP));
+  st.ple_tok.resize(static_cast<std::size_t>(LP));
+  detail::MatMulRows(ple_proj_, st.x.data(), S, st.ple.data(), pool);
+  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(cfg_.n_embd));
+  for (float& e : st.ple) e *= proj_scale;
+  RmsNorm(st.ple.data(), S * cfg_.n_layer, ple_, ple_proj_norm_, cfg_.rms_eps);
+  const float tok_scale = std::sqrt(static_cast<float>(ple_)), mix = 1.0f / std::sqrt(2.0f);
+  for (std::int64_t s = 0; s < S; ++s) {
+    detail::EmbedRows(ple_table_, tokens.subspan(static_cast<std::size_t>(s), 1), tok_scale, st.ple_tok.data());
+    float* row = st.ple.data() + s * LP;
+    for (std::int64_t i = 0; i < LP; ++i) row[i] = (row[i] + st.ple_tok[static_cast<std::size_t>(i)]) * mix;
+  }
+}
+
+float* Gemma4::RunChunk(DecoderState& base, std::span<const std::int32_t> tokens, std::int64_t keep,
+                        ThreadPool* pool) const {
+  auto& st = static_cast<Gemma4State&>(base);
+  const ModelConfig& c = cfg_;
+  const std::int64_t S = static_cast<std::int64_t>(tokens.size());
+  const int E = c.n_embd;
+  st.x.resize(static_cast<std::size_t>(S * E));
+  detail::EmbedRows(embd_w_, tokens, std::sqrt(static_cast<float>(E)), st.x.data());
+  if (ple_ > 0) PerLayerInputs(st, tokens, pool);
+
+  st.cache.Reserve(0, S);
+  const LayerPlan& plan = st.cache.Plan();
+  std::int64_t rows = S, row0 = 0;  // rows of st.x in use; token index of st.x row 0
+  for (int l = 0; l < c.n_layer; ++l) {
+    const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
+    if (l == plan.first_shared && keep < rows) {
+      // KV-shared layers write nothing: only the rows whose outputs are read run on.
+      if (keep == 0) break;
+      std::copy(st.x.begin() + (rows - keep) * E, st.x.begin() + rows * E, st.x.begin());
+      row0 = rows - keep;
+      rows = keep;
+    }
+    RunLayer(st, l, rows, row0, owns, pool);
+  }
+  st.cache.Commit(0);
+  return keep > 0 ? st.x.data() + (rows - keep) * E : nullptr;
+}
+
+// One layer over S rows of st.x (token indices row0 .. row0 + S - 1 of the chunk).
+void Gemma4::RunLayer(Gemma4State& st, int l, std::int64_t S, std::int64_t row0, bool owns, ThreadPool* pool) const {
+  const ModelConfig& c = cfg_;
+  const Layer& Ly = layers_[static_cast<std::size_t>(l)];
+  const int E = c.n_embd, Hd = Ly.hd;
+  const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Hd, kvd = static_cast<std::int64_t>(Ly.n_kv) * Hd;
+  const auto grow = [](std::vector<float>& v, std::int64_t n) {
+    if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
+  };
+  grow(st.h, S * E);
+  grow(st.o, S * E);
+  grow(st.f, S * E);
+  grow(st.q, S * qd);
+  grow(st.attn, S * qd);
+  float* x = st.x.data();
+
+  // Attention.
+  std::copy(x, x + S * E, st.h.data());
+  RmsNorm(st.h.data(), S, E, Ly.attn_norm, c.rms_eps);
+  detail::MatMulRows(Ly.q, st.h.data(), S, st.q.data(), pool);
+  RmsNorm(st.q.data(), S * c.n_head, Hd, Ly.q_norm, c.rms_eps);
+  if (owns) {
+    grow(st.k, S * kvd);
+    grow(st.v, S * kvd);
+    detail::MatMulRows(*Ly.k, st.h.data(), S, st.k.data(), pool);
+    if (Ly.v) {
+      detail::MatMulRows(*Ly.v, st.h.data(), S, st.v.data(), pool);
+    } else {
+      std::copy(st.k.begin(), st.k.begin() + S * kvd, st.v.begin());  // k_eq_v: V is the raw K projection
+    }
+    RmsNorm(st.k.data(), S * Ly.n_kv, Hd, Ly.k_norm, c.rms_eps);
+    RmsNorm(st.v.data(), S * Ly.n_kv, Hd, nullptr, c.rms_eps);  // scale-free V norm
+  }
+  const std::int64_t skip = st.cache.Reserved(0) - S;  // > 0 only on shared layers past the prefill short-cut
+  detail::Attend(st, l,
+                 AttentionCall{.q = st.q.data(),
+                               .k = owns ? st.k.data() : nullptr,
+                               .v = owns ? st.v.data() : nullptr,
+                               .out = st.attn.data(),
+                               .S = S,
+                               .n_head = c.n_head,
+                               .head_dim = Hd,
+                               .kv_dim = static_cast<int>(kvd),
+                               .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[static_cast<std::size_t>(l)])],
+                               .scale = c.attn_scale,
+                               .query_offset = skip},
+                 pool);
+  detail::MatMulRows(Ly.o, st.attn.data(), S, st.o.data(), pool);
+  RmsNorm(st.o.data(), S, E, Ly.post_attn_norm, c.rms_eps);
+  for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
+
+  // FFN: dense GeGLU, and on MoE layers its normed output plus the experts'.
+  std::copy(x, x + S * E, st.h.data());
+  RmsNorm(st.h.data(), S, E, Ly.ffn_norm, c.rms_eps);
+  if (Ly.gate) detail::GegluMlp(*Ly.gate, *Ly.up, *Ly.down, st.h.data(), S, st.f.data(), st.g, st.u, pool);
+  if (Ly.moe) {
+    if (Ly.gate) RmsNorm(st.f.data(), S, E, Ly.moe->post_ffw_norm_1, c.rms_eps);
+    grow(st.o, S * E);
+    detail::RunGemma4Moe(*Ly.moe, x, S, E, c.rms_eps, st.o.data(), st.moe, pool);
+    if (Ly.gate) {
+      for (std::int64_t i = 0; i < S * E; ++i) st.f[static_cast<std::size_t>(i)] += st.o[static_cast<std::size_t>(i)];
+    } else {
+      std::copy(st.o.begin(), st.o.begin() + S * E, st.f.begin());
+    }
+  }
+  RmsNorm(st.f.data(), S, E, Ly.post_ffw_norm, c.rms_eps);
+  for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.f[static_cast<std::size_t>(i)];
+
+  // Per-layer embedding: x += RMSNorm(proj(gelu_tanh(inp_gate x) * ple[:, l]), post_norm).
+  if (ple_ > 0) {
+    grow(st.g, S * ple_);
+    grow(st.u, S * ple_);
+    detail::MatMulRows(Ly.inp_gate, x, S, st.g.data(), pool);
+    const std::int64_t LP = static_cast<std::int64_t>(ple_) * c.n_layer;
+    for (std::int64_t s = 0; s < S; ++s) {
+      const float* src = st.ple.data() + (row0 + s) * LP + static_cast<std::int64_t>(l) * ple_;
+      std::copy(src, src + ple_, st.u.data() + s * ple_);
+    }
+    detail::GeluTanhMul(st.g.data(), st.u.data(), st.g.data(), S * ple_);
+    detail::MatMulRows(Ly.proj, st.g.data(), S, st.o.data(), pool);
+    RmsNorm(st.o.data(), S, E, Ly.post_norm, c.rms_eps);
+    for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
+  }
+  if (Ly.has_out_scale) {
+    for (std::int64_t i = 0; i < S * E; ++i) x[i] *= Ly.out_scale;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> LoadGemma4(GgufFile file) { return std::make_unique<Gemma4>(std::move(file)); }
+
+}  // namespace kvshare
