@@ -22,7 +22,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from gemma3_dump import ROOT, logits, skip_if_missing, tokenize  # noqa: E402
+from logits_dump import ROOT, logits, skip_if_missing, tokenize  # noqa: E402
 
 skip_if_missing()
 

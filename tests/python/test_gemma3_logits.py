@@ -24,7 +24,7 @@ GGUF with the PyPI `gguf` package, dequantizes every weight with
 RMSNorm(x) = x / sqrt(mean(x^2) + eps); the GGUF norm weights already include
 Gemma's "+1" (the converter adds it; checked in test_norm_weights_include_plus_one).
 
-kvshare's side comes from tests/tools/gemma3_logits_dump.cc (a prefill of the
+kvshare's side comes from tests/tools/logits_dump.cc (a prefill of the
 prompt, then one cached decode step), run twice: with KVSHARE_KERNEL=float
 (weights dequantized to fp32, so only fp32 rounding separates it from the
 reference: FLOAT_MAX_ABS_DIFF) and with the default kernels, which round every
@@ -33,7 +33,7 @@ Q4_K/Q6_K): INT8_* bounds. The comments at the bounds give the measured values
 and the error analysis; the test prints the differences (pytest -s).
 
 Needs: pip install gguf numpy pytest; the model (scripts/fetch_model.py); the
-gemma3_logits_dump binary (KVSHARE_LOGITS_DUMP, or $KVSHARE_BUILD_DIR/tests/, default
+logits_dump binary (KVSHARE_LOGITS_DUMP, or $KVSHARE_BUILD_DIR/tests/, default
 build/tests/).
 Skips cleanly when any of these is missing.
 """
@@ -44,7 +44,7 @@ import pytest
 np = pytest.importorskip("numpy")
 gguf = pytest.importorskip("gguf")
 
-from gemma3_dump import MODEL, logits as _ours, skip_if_missing, tokenize as _tokenize  # noqa: E402
+from logits_dump import MODEL, logits as _ours, skip_if_missing, tokenize as _tokenize  # noqa: E402
 
 skip_if_missing()
 

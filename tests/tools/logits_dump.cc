@@ -1,12 +1,14 @@
-// Test helper: runs kvshare's model forward pass and dumps logits, for the
-// float64 NumPy reference in tests/python/test_gemma3_logits.py.
-//   gemma3_logits_dump MODEL --tokenize TEXT
+// Test helper: runs kvshare's model forward pass (any architecture Model::Load
+// reads) and dumps logits, for the Python peers in tests/python/
+// (test_gemma3_logits.py, test_gemma3_llamacpp.py, test_gemma4_fixtures.py).
+//   logits_dump MODEL --tokenize TEXT
 //       -> the token ids of TEXT (with <bos>, no special-token parsing), one
 //          line, space-separated
-//   gemma3_logits_dump MODEL OUT.f32 PROMPT_IDS [DECODE_ID ...]
+//   logits_dump [--all] MODEL OUT.f32 PROMPT_IDS [DECODE_ID ...]
 //       -> PROMPT_IDS (comma-separated) in one prefill Forward, then one decode
 //          Forward per DECODE_ID; OUT gets the logits returned by each call,
-//          [1 + #DECODE_IDS, n_vocab] little-endian float32, row by row.
+//          row by row, little-endian float32 [rows, n_vocab]: the prefill's last
+//          row (with --all: every prompt position's row), then one per decode id.
 // Threads: 2 (results do not depend on the thread count).
 #include <cstdio>
 #include <cstdlib>
@@ -52,8 +54,14 @@ void Write(std::FILE* out, std::span<const float> logits) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool all = argc > 1 && std::string(argv[1]) == "--all";
+  if (all) {
+    --argc;
+    ++argv;
+  }
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL --tokenize TEXT | MODEL OUT.f32 ID,ID,... [DECODE_ID ...]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL --tokenize TEXT | [--all] MODEL OUT.f32 ID,ID,... [DECODE_ID ...]\n",
+                 argv[0]);
     return 2;
   }
   try {
@@ -73,7 +81,8 @@ int main(int argc, char** argv) {
     const std::unique_ptr<kvshare::ModelState> state = model->NewState({.max_context = context});
     std::FILE* out = std::fopen(argv[2], "wb");
     if (out == nullptr) throw kvshare::Error(std::string("cannot write ") + argv[2]);
-    Write(out, model->Forward(*state, prompt, &pool));
+    const std::int64_t rows = all ? static_cast<std::int64_t>(prompt.size()) : 1;
+    Write(out, model->Forward(*state, prompt, &pool, {.num_logits = rows}));
     for (const std::int32_t id : decode) {
       const std::int32_t one[1] = {id};
       Write(out, model->Forward(*state, one, &pool));
