@@ -157,6 +157,52 @@ TEST(KvCacheState, AttendLayerErrors) {
   // Full layer query with the sliding head size.
   EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 6, no_kv); }).find("must be num_heads (4) * head_size (32) = 128"),
             std::string::npos);
+  // query_offsets: shared layers only, one per row, within the row's reservation.
+  const std::vector<std::int64_t> offs2 = {0, 2}, offs1 = {1};
+  LayerAttendArgs owner_offs = a;
+  owner_offs.query_offsets = offs2;
+  EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 0, owner_offs); }).find("query_offsets are for KV-shared layers only"),
+            std::string::npos);
+  LayerAttendArgs few = no_kv;
+  few.query_offsets = offs1;
+  EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 5, few); }).find("query_offsets has 1 values, expected B = 2"),
+            std::string::npos);
+  LayerAttendArgs past = no_kv;
+  past.query_offsets = offs2;  // row 1 reserved 1
+  EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 5, past); }).find("query_offsets[1] = 2 is out of range [0, 1]"),
+            std::string::npos);
+}
+
+// A KV-shared layer run on the last rows of a step only (query_offsets) gives
+// those rows' outputs exactly as when it runs on every reserved row.
+TEST(KvCacheState, SharedLayerQueryOffsetsMatchTheFullQuery) {
+  const TinyModel model(MixedStackSpec(), 4, 24, 64, 31);
+  std::mt19937_64 rng(32);
+  KvCache cache(MixedStackSpec(), {.max_batch = 2, .max_seq = 16, .max_step = 4});
+  model.StepRow(cache, 0, model.RandomTokens(5, rng), 0, 4);
+  cache.Reserve(0, 4);
+  cache.Reserve(1, 3);
+  model.Step(cache, model.RandomTokens(2 * 4, rng), 2, 4);  // every layer; owners write rows 4..7 / 0..2
+  // Layer 5 is shared (reads layer 3): all 4 + 3 query rows, then only the last 1 / 2.
+  Buffer q = RandomBuffer(DType::kFloat32, {2, 4, 4 * 16}, rng), full(DType::kFloat32, {2, 4, 4 * 16});
+  AttendLayer(cache, 5, {.query = q.View(), .attrs = {.num_heads = 4}, .output = full.Mut()});
+  Buffer q_tail(DType::kFloat32, {2, 2, 4 * 16}), tail(DType::kFloat32, {2, 2, 4 * 16});
+  const std::int64_t w = 4 * 16;
+  for (int i = 0; i < w; ++i) {
+    q_tail.Set(0 * 2 * w + i, q.Get(0 * 4 * w + 3 * w + i));      // row 0: its 4th query row
+    q_tail.Set(1 * 2 * w + i, q.Get(1 * 4 * w + 1 * w + i));      // row 1: its 2nd and 3rd
+    q_tail.Set(1 * 2 * w + w + i, q.Get(1 * 4 * w + 2 * w + i));
+  }
+  const std::vector<std::int64_t> offs = {3, 1};
+  LayerAttendArgs cut{.query = q_tail.View(), .attrs = {.num_heads = 4}, .output = tail.Mut()};
+  cut.query_offsets = offs;
+  AttendLayer(cache, 5, cut);
+  for (int i = 0; i < w; ++i) {
+    EXPECT_EQ(tail.Get(0 * 2 * w + i), full.Get(0 * 4 * w + 3 * w + i)) << i;
+    EXPECT_EQ(tail.Get(1 * 2 * w + i), full.Get(1 * 4 * w + 1 * w + i)) << i;
+    EXPECT_EQ(tail.Get(1 * 2 * w + w + i), full.Get(1 * 4 * w + 2 * w + i)) << i;
+  }
+  cache.CommitAll();
 }
 
 TEST(KvCacheState, OptionErrorsSayWhatToChange) {

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <span>
 #include <string>
 #include <vector>
@@ -192,6 +194,87 @@ TEST(Gemma4, LessSharingThanTheFileNeedsItsKTensors) {
   auto st = m2->NewState({.max_context = 16, .num_kv_shared_layers = 0});
   EXPECT_EQ(st->kv_cache().Plan().num_slots, 8);
   EXPECT_NO_THROW(m2->Forward(*st, Tokens(6, m2->config().n_vocab, 1), nullptr));
+}
+
+// Several sequences in one state: ragged prompts prefilled together (in lock-step
+// chunks), then steps mixing decode rows with a row that prefills, entries in any
+// order, on 2 threads. Every row's logits equal, bitwise, the same tokens run
+// alone in a one-row state on the calling thread (matmuls and attention compute
+// each row on its own).
+TEST(Gemma4, BatchOfRaggedRowsEqualsRowsAlone) {
+  auto file = TempGemma4(TinyGemma4Spec{}, "batch");
+  auto m = Model::Load(file.path);
+  const int V = m->config().n_vocab;
+  const std::vector<std::vector<std::int32_t>> prompts = {Tokens(7, V, 1), Tokens(12, V, 2), Tokens(3, V, 3)};
+  const ModelStateOptions opt{.max_context = 48, .max_step = 4, .max_batch = 3};
+  auto batch = m->NewState(opt);
+  std::vector<std::unique_ptr<ModelState>> alone;
+  for (int r = 0; r < 3; ++r) alone.push_back(m->NewState({.max_context = 48, .max_step = 4}));
+  // Prefill of all three (row 2 first), every prompt position's logits.
+  std::vector<BatchEntry> entries;
+  for (int r : {2, 0, 1}) {
+    entries.push_back({.row = r, .tokens = prompts[static_cast<std::size_t>(r)],
+                       .num_logits = static_cast<std::int64_t>(prompts[static_cast<std::size_t>(r)].size())});
+  }
+  ThreadPool pool(2);
+  std::span<const float> got = m->ForwardBatch(*batch, entries, &pool);
+  std::size_t at = 0;
+  for (const BatchEntry& e : entries) {
+    const std::vector<float> want = Logits(*m, *alone[static_cast<std::size_t>(e.row)], prompts[static_cast<std::size_t>(e.row)],
+                                           e.num_logits);
+    const std::vector<float> part(got.begin() + static_cast<std::ptrdiff_t>(at), got.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
+    EXPECT_EQ(part, want) << "prefill row " << e.row;
+    at += want.size();
+  }
+  EXPECT_EQ(at, got.size());
+  // Decode steps: rows 0 and 1 decode while row 2 takes a 5-token chunk, then all decode.
+  for (int step = 0; step < 6; ++step) {
+    std::vector<std::vector<std::int32_t>> toks = {{static_cast<std::int32_t>((step * 7 + 1) % V)},
+                                                   {static_cast<std::int32_t>((step * 5 + 2) % V)},
+                                                   step == 1 ? Tokens(5, V, 9) : std::vector<std::int32_t>{4}};
+    entries.clear();
+    for (int r : {1, 2, 0}) entries.push_back({.row = r, .tokens = toks[static_cast<std::size_t>(r)], .num_logits = 1});
+    got = m->ForwardBatch(*batch, entries, &pool);
+    ASSERT_EQ(got.size(), 3u * static_cast<std::size_t>(V));
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const int r = entries[i].row;
+      const std::vector<float> want = Logits(*m, *alone[static_cast<std::size_t>(r)], toks[static_cast<std::size_t>(r)], 1);
+      const std::vector<float> part(got.begin() + static_cast<std::ptrdiff_t>(i * V),
+                                    got.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
+      EXPECT_EQ(part, want) << "step " << step << " row " << r;
+    }
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(batch->length(r), alone[static_cast<std::size_t>(r)]->length());
+}
+
+TEST(Gemma4, BatchErrorsChangeNoRow) {
+  auto file = TempGemma4(TinyGemma4Spec{}, "batcherr");
+  auto m = Model::Load(file.path);
+  auto st = m->NewState({.max_context = 8, .max_batch = 2});
+  const std::vector<std::int32_t> a = {1, 2, 3}, big = Tokens(7, m->config().n_vocab, 4);
+  m->ForwardBatch(*st, std::vector<BatchEntry>{{.row = 0, .tokens = a}, {.row = 1, .tokens = a}}, nullptr);
+  const std::vector<std::pair<std::vector<BatchEntry>, std::string>> bad = {
+      {{{.row = 0, .tokens = a}, {.row = 0, .tokens = a}}, "row 0 appears twice"},
+      {{{.row = 2, .tokens = a}}, "row 2 is out of range [0, max_batch = 2)"},
+      {{{.row = 0, .tokens = a}, {.row = 1, .tokens = big}}, "3 cached + 7 new tokens exceed max_context 8 in row 1"},
+      {{{.row = 1, .tokens = a, .num_logits = 4}}, "num_logits 4 is out of range [1, 3]"},
+      {{}, "no entries"},
+  };
+  for (const auto& [entries, want] : bad) {
+    const std::string e = ErrorOf([&] { m->ForwardBatch(*st, entries, nullptr); });
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+    EXPECT_EQ(st->length(0), 3);
+    EXPECT_EQ(st->length(1), 3);
+  }
+  // Rewind a row and continue: equals a fresh run of the same tokens.
+  st->Rewind(1, 1);
+  EXPECT_EQ(st->length(1), 1);
+  const std::vector<std::int32_t> tail = {5, 6};
+  std::span<const float> l = m->ForwardBatch(*st, std::vector<BatchEntry>{{.row = 1, .tokens = tail}}, nullptr);
+  const std::vector<float> after(l.begin(), l.end());
+  auto fresh = m->NewState({.max_context = 8});
+  EXPECT_LT(MaxRelDiff(after, Logits(*m, *fresh, {1, 5, 6}, 1)), kFp32Tol);
+  EXPECT_EQ(st->length(0), 3);
 }
 
 // Removes tensor `name` from the file description.

@@ -271,5 +271,36 @@ TEST(TinyGemma, FailedForwardLeavesStateUnchanged) {
   EXPECT_EQ(std::vector<float>(l.begin(), l.end()), AllLogits(*m, t, o));
 }
 
+// Two sequences of different lengths in one state (quantized weights, shared
+// layers, chunks of 3): prefill together, then decode together; each row's
+// logits equal, bitwise, the same tokens run alone.
+TEST(TinyGemma, BatchRowsEqualRowsAlone) {
+  TempGguf file(QuantSpec(), "batch");
+  auto m = Model::Load(file.path);
+  const int V = m->config().n_vocab;
+  const std::vector<std::vector<std::int32_t>> prompts = {Tokens(8, V, 4), Tokens(5, V, 6)};
+  const ModelStateOptions one{.max_context = 24, .max_step = 3, .num_kv_shared_layers = 2};
+  ModelStateOptions two = one;
+  two.max_batch = 2;
+  auto batch = m->NewState(two);
+  auto a = m->NewState(one), b = m->NewState(one);
+  ThreadPool pool(2);
+  std::vector<std::int32_t> next = {3, 4};
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<std::int32_t> t0 = step == 0 ? prompts[0] : std::vector<std::int32_t>{next[0]};
+    const std::vector<std::int32_t> t1 = step == 0 ? prompts[1] : std::vector<std::int32_t>{next[1]};
+    std::span<const float> l =
+        m->ForwardBatch(*batch, std::vector<BatchEntry>{{.row = 1, .tokens = t1}, {.row = 0, .tokens = t0}}, &pool);
+    const std::vector<float> got(l.begin(), l.end());
+    std::span<const float> la = m->Forward(*a, t0, nullptr);
+    const std::vector<float> want0(la.begin(), la.end());
+    std::span<const float> lb = m->Forward(*b, t1, nullptr);
+    const std::vector<float> want1(lb.begin(), lb.end());
+    EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + V), want1) << "step " << step;
+    EXPECT_EQ(std::vector<float>(got.begin() + V, got.end()), want0) << "step " << step;
+    next = {Argmax(want0), Argmax(want1)};
+  }
+}
+
 }  // namespace
 }  // namespace kvshare

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -206,12 +207,13 @@ struct LayerAttendArgs {
   GqaAttributes attrs;
   TensorView output;                    // (B, S, N*H)
   GqaRunOptions run;
-  // KV-shared layers only, batch 1: the query holds the reserved rows from
-  // query_offset on (positions write_index + query_offset + s); the first
-  // query_offset rows are not computed. Shared layers write nothing, so a prefill
-  // needs them only for the rows whose outputs are read (HF's
-  // _maybe_slice_kv_shared_inputs, vLLM's kv_sharing_fast_prefill).
-  std::int64_t query_offset = 0;
+  // KV-shared layers only: int64 values, one per row b < B (empty: all 0). Row
+  // b's query holds its reserved rows from query_offsets[b] on (positions
+  // write_index + query_offsets[b] + s); the rows before are not computed.
+  // Shared layers write nothing, so a prefill needs them only for the rows
+  // whose outputs are read (HF's _maybe_slice_kv_shared_inputs, vLLM's
+  // kv_sharing_fast_prefill).
+  std::span<const std::int64_t> query_offsets;
 };
 
 // Runs the GQA op for `layer` in static scatter mode on the cache's buffers:
@@ -219,8 +221,8 @@ struct LayerAttendArgs {
 // read-only over their source's rows. Throws kvshare::Error naming the layer
 // on any mismatch, and when a shared layer runs before its source layer has
 // written the rows reserved since the last Reserve (run layers in order), and
-// when query_offset is set on an owning layer, with B > 1, or past the row's
-// reservation.
+// when query_offsets are given for an owning layer, for other than B rows, or
+// outside [0, reserved] of their row.
 void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& args);
 
 }  // namespace kvshare

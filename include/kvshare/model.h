@@ -97,6 +97,9 @@ struct ModelStateOptions {
   // chunking, ring wrap or step; tests use it to compare cache layouts
   // without kernel rounding differences.
   GqaKernel attention_kernel = GqaKernel::kAuto;
+  // Rows (sequences) of the state's cache, >= 1: ForwardBatch runs up to this
+  // many sequences in one step. Every row gets max_context positions.
+  int max_batch = 1;
 };
 
 // Options of one Forward call.
@@ -106,20 +109,35 @@ struct ForwardOptions {
   std::int64_t num_logits = 1;
 };
 
-// One sequence's KV cache (a KvCache with one row) and scratch buffers.
+// One row's part of a batched step (Model::ForwardBatch).
+struct BatchEntry {
+  int row = 0;                            // the state's row, in [0, max_batch)
+  std::span<const std::int32_t> tokens;   // appended to the row; non-empty
+  std::int64_t num_logits = 1;            // logits of the last num_logits tokens, [1, tokens.size()]
+};
+
+// The KV cache of up to max_batch sequences (a KvCache with one row each) and
+// scratch buffers. The row-less calls are row 0's.
 class ModelState {
  public:
   virtual ~ModelState() = default;
-  // Tokens already in the cache.
-  virtual std::int64_t length() const = 0;
+  virtual int max_batch() const = 0;
+  // Tokens already in the cache of `row`.
+  virtual std::int64_t length(int row) const = 0;
+  std::int64_t length() const { return length(0); }
   virtual int max_context() const = 0;
   // Bytes held by the KV cache buffers (kv_cache().Memory().total_bytes).
   virtual std::size_t kv_bytes() const = 0;
   // The cache: its layer plan (Plan()), options and memory report (Memory():
   // bytes per layer, saved by sharing and by rings).
   virtual const KvCache& kv_cache() const = 0;
-  // Forget the sequence (length 0); buffers are kept.
-  virtual void Reset() = 0;
+  // Forget the sequence of `row` (length 0); buffers are kept.
+  virtual void Reset(int row) = 0;
+  void Reset() { Reset(0); }
+  // Drop the positions >= length of `row` (KvCache::Rewind: sliding rings can
+  // only go back while the window still holds what decoding needs; the error
+  // says which lengths work). Throws kvshare::Error, changing nothing.
+  virtual void Rewind(int row, std::int64_t length) = 0;
 };
 
 class Model {
@@ -152,6 +170,20 @@ class Model {
   // (null: the calling thread).
   virtual std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens,
                                          ThreadPool* pool, const ForwardOptions& options = {}) const = 0;
+
+  // Runs several rows of `state` in one step: every entry appends its tokens to
+  // its row (decode rows 1 token, prefill rows a chunk or a whole prompt; rows
+  // distinct, any order), and every weight matrix is read once per internal step
+  // for all of them (inputs longer than max_step run in lock-step chunks).
+  // Returns [sum of num_logits, n_vocab]: entry by entry, in the given order,
+  // each its last num_logits tokens' logits; valid until the next call on state.
+  // A row's logits do not depend on which other rows share its step (equal to
+  // running its tokens alone through Forward, to fp32 rounding of the attention
+  // kernel's split; matmuls are row by row). Throws kvshare::Error, changing no
+  // row, for an empty entry list, a row out of range or repeated, and for what
+  // Forward checks per row (overflow of max_context, token ids, num_logits).
+  virtual std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
+                                              ThreadPool* pool) const = 0;
 };
 
 // The tokenizer.ggml.* metadata as a VocabData. Throws kvshare::Error if the

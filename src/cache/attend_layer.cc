@@ -1,6 +1,7 @@
 // AttendLayer: one attention layer run through the cache with the GQA op's
 // static scatter mode (owning layers write, shared layers only read).
 #include <string>
+#include <vector>
 
 #include "cache/kv_cache_impl.h"
 #include "common/str.h"
@@ -31,18 +32,21 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
     fail(Str("query last dim ", qs[2], " must be num_heads (", a.attrs.num_heads, ") * head_size (", spec.head_size,
              ") = ", want_d));
   }
-  const std::int64_t off = a.query_offset;
-  if (off != 0) {
+  const std::span<const std::int64_t> offs = a.query_offsets;
+  if (!offs.empty()) {
     if (cache.Plan().layers[static_cast<std::size_t>(layer)].owns_cache) {
-      fail(Str("query_offset ", off, " is for KV-shared layers only (an owning layer writes every reserved row)"));
+      fail("query_offsets are for KV-shared layers only (an owning layer writes every reserved row)");
     }
-    if (B != 1) fail(Str("query_offset needs batch 1, got B = ", B));
-    if (off < 0 || off > cache.Reserved(0)) {
-      fail(Str("query_offset ", off, " is out of range [0, ", cache.Reserved(0), "] (the row's reserved tokens)"));
+    if (static_cast<std::int64_t>(offs.size()) != B) fail(Str("query_offsets has ", offs.size(), " values, expected B = ", B));
+    for (int b = 0; b < B; ++b) {
+      if (offs[b] < 0 || offs[b] > cache.Reserved(b)) {
+        fail(Str("query_offsets[", b, "] = ", offs[b], " is out of range [0, ", cache.Reserved(b),
+                 "] (the row's reserved tokens)"));
+      }
     }
   }
   for (int b = 0; b < opt.max_batch; ++b) {
-    const std::int64_t r = cache.Reserved(b) - (b == 0 ? off : 0);
+    const std::int64_t r = cache.Reserved(b) - (offs.empty() || b >= B ? 0 : offs[b]);
     if (b >= B && r > 0) {
       fail(Str("row ", b, " has ", r, " reserved tokens but the query batch is ", B,
                "; pass every reserved row (padding rows reserve 0)"));
@@ -84,11 +88,12 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
   in.cos_cache = a.cos_cache;
   in.sin_cache = a.sin_cache;
   in.head_sink = a.head_sink;
-  std::int64_t shifted_write_index = 0;  // row 0's write index + query_offset
+  std::vector<std::int64_t> shifted;  // write indices + query_offsets
   in.write_indices = view.write_indices;
-  if (off != 0) {
-    shifted_write_index = static_cast<const std::int64_t*>(view.write_indices.data)[0] + off;
-    in.write_indices = ConstTensorView{&shifted_write_index, DType::kInt64, {1}};
+  if (!offs.empty()) {
+    const auto* w = static_cast<const std::int64_t*>(view.write_indices.data);
+    for (int b = 0; b < B; ++b) shifted.push_back(w[b] + offs[b]);
+    in.write_indices = ConstTensorView{shifted.data(), DType::kInt64, {B}};
   }
   in.nonpad_kv_seqlen = view.nonpad_kv_seqlen;
 

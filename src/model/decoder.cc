@@ -112,25 +112,70 @@ DecoderState::DecoderState(KvCache c, int max_context, int max_step, GqaKernel k
     : cache(std::move(c)), max_context_(max_context), max_step_(max_step), kernel_(kernel),
       kv_bytes_(cache.Memory().total_bytes), rope(std::move(r)) {}
 
-void Attend(DecoderState& st, int layer, const AttentionCall& c, ThreadPool* pool) {
+void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const QuerySpan> spans, ThreadPool* pool) {
   const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * c.head_dim;
+  const bool owns = c.k != nullptr;
   LayerAttendArgs args;
-  args.query = ConstTensorView{c.q, DType::kFloat32, {1, c.S, qd}};
-  if (c.k != nullptr) {
-    args.key = ConstTensorView{c.k, DType::kFloat32, {1, c.S, c.kv_dim}};
-    args.value = ConstTensorView{c.v, DType::kFloat32, {1, c.S, c.kv_dim}};
-  }
   args.cos_cache = ConstTensorView{c.rope->cos.data(), DType::kFloat32, {c.rope->max_pos, c.rope->half}};
   args.sin_cache = ConstTensorView{c.rope->sin.data(), DType::kFloat32, {c.rope->max_pos, c.rope->half}};
   args.attrs.num_heads = c.n_head;
   args.attrs.scale = c.scale;
   args.attrs.do_rotary = 1;
   args.attrs.rotary_interleaved = 0;  // NeoX half split
-  args.output = TensorView{c.out, DType::kFloat32, {1, c.S, qd}};
   args.run.pool = pool;
   args.run.kernel = st.kernel_;
-  args.query_offset = c.query_offset;
+  if (spans.size() == 1 && spans[0].row == 0) {  // one sequence: in place
+    const QuerySpan& sp = spans[0];
+    const std::int64_t S = sp.n;
+    args.query = ConstTensorView{c.q + sp.begin * qd, DType::kFloat32, {1, S, qd}};
+    if (owns) {
+      args.key = ConstTensorView{c.k + sp.begin * c.kv_dim, DType::kFloat32, {1, S, c.kv_dim}};
+      args.value = ConstTensorView{c.v + sp.begin * c.kv_dim, DType::kFloat32, {1, S, c.kv_dim}};
+    }
+    args.output = TensorView{c.out + sp.begin * qd, DType::kFloat32, {1, S, qd}};
+    if (sp.skip > 0) {
+      st.query_offsets.assign(1, sp.skip);
+      args.query_offsets = st.query_offsets;
+    }
+    AttendLayer(st.cache, layer, args);
+    return;
+  }
+  // Several rows: pack them into (B, S_max, ...), rows without tokens padded.
+  int B = 1;
+  std::int64_t S = 1;
+  for (const QuerySpan& sp : spans) {
+    B = std::max(B, sp.row + 1);
+    S = std::max(S, sp.n);
+  }
+  const auto fill = [&](std::vector<float>& pad, const float* src, std::int64_t width) {
+    pad.assign(static_cast<std::size_t>(B * S * width), 0.0f);
+    if (src == nullptr) return;
+    for (const QuerySpan& sp : spans) {
+      std::copy(src + sp.begin * width, src + (sp.begin + sp.n) * width, pad.begin() + sp.row * S * width);
+    }
+  };
+  fill(st.pad_q, c.q, qd);
+  fill(st.pad_out, nullptr, qd);
+  args.query = ConstTensorView{st.pad_q.data(), DType::kFloat32, {B, S, qd}};
+  args.output = TensorView{st.pad_out.data(), DType::kFloat32, {B, S, qd}};
+  if (owns) {
+    fill(st.pad_k, c.k, c.kv_dim);
+    fill(st.pad_v, c.v, c.kv_dim);
+    args.key = ConstTensorView{st.pad_k.data(), DType::kFloat32, {B, S, c.kv_dim}};
+    args.value = ConstTensorView{st.pad_v.data(), DType::kFloat32, {B, S, c.kv_dim}};
+  }
+  bool any_skip = false;
+  for (const QuerySpan& sp : spans) any_skip = any_skip || sp.skip > 0;
+  if (any_skip) {
+    st.query_offsets.assign(static_cast<std::size_t>(B), 0);
+    for (const QuerySpan& sp : spans) st.query_offsets[static_cast<std::size_t>(sp.row)] = sp.skip;
+    args.query_offsets = st.query_offsets;
+  }
   AttendLayer(st.cache, layer, args);
+  for (const QuerySpan& sp : spans) {
+    const auto from = st.pad_out.begin() + sp.row * S * qd;
+    std::copy(from, from + sp.n * qd, c.out + sp.begin * qd);
+  }
 }
 
 void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const float* x,
@@ -188,9 +233,16 @@ std::shared_ptr<const RopeSet> DecoderModel::RopeFor(std::int64_t max_pos) const
   return rope_;
 }
 
+std::vector<QuerySpan> DecoderModel::FullSpans(const Step& step) {
+  std::vector<QuerySpan> spans;
+  for (const StepRow& r : step.rows) spans.push_back({.row = r.row, .begin = r.begin, .n = r.n, .skip = 0});
+  return spans;
+}
+
 std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) const {
   if (o.max_context < 1) throw Error(Str("max_context must be >= 1, got ", o.max_context));
   if (o.max_step < 1) throw Error(Str("max_step must be >= 1 (tokens per chunk), got ", o.max_step));
+  if (o.max_batch < 1) throw Error(Str("max_batch must be >= 1 (rows), got ", o.max_batch));
   if (!IsFloatingPoint(o.kv_dtype)) {
     throw Error(Str("kv_dtype must be float32, float16 or bfloat16, got ", DTypeName(o.kv_dtype)));
   }
@@ -202,56 +254,117 @@ std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) c
                     cfg_.n_layer, " layers); ", why));
   }
   const int step = std::min(o.max_step, o.max_context);
-  KvCache cache(KvSpecOf(cfg_, shared),
-                KvCacheOptions{.max_batch = 1, .max_seq = o.max_context, .max_step = step, .dtype = o.kv_dtype});
+  KvCache cache(KvSpecOf(cfg_, shared), KvCacheOptions{.max_batch = o.max_batch,
+                                                        .max_seq = o.max_context,
+                                                        .max_step = step,
+                                                        .dtype = o.kv_dtype});
   return MakeState(std::move(cache), o.max_context, step, o.attention_kernel, RopeFor(o.max_context));
 }
 
-std::span<const float> DecoderModel::Forward(ModelState& base, std::span<const std::int32_t> tokens, ThreadPool* pool,
+std::span<const float> DecoderModel::Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
                                              const ForwardOptions& options) const {
+  if (tokens.empty()) throw Error("Forward: tokens is empty");
+  const BatchEntry one{.row = 0, .tokens = tokens, .num_logits = options.num_logits};
+  return ForwardBatch(state, std::span<const BatchEntry>(&one, 1), pool);
+}
+
+std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<const BatchEntry> entries,
+                                                  ThreadPool* pool) const {
   auto* state = dynamic_cast<DecoderState*>(&base);
   if (state == nullptr) throw Error("Forward: the state was not made by this model's NewState");
   DecoderState& st = *state;
   const ModelConfig& c = cfg_;
-  const std::int64_t S = static_cast<std::int64_t>(tokens.size());
-  if (S == 0) throw Error("Forward: tokens is empty");
-  const std::int64_t start = st.length();
-  if (start + S > st.max_context_) {
-    throw Error(Str("KV cache overflow: ", start, " cached + ", S, " new tokens exceed max_context ", st.max_context_,
-                    "; increase max_context to at least ", start + S));
-  }
-  for (std::int32_t t : tokens) {
-    if (t < 0 || t >= c.n_vocab) throw Error(Str("token id ", t, " out of range [0, ", c.n_vocab, ")"));
-  }
-  if (options.num_logits < 1 || options.num_logits > S) {
-    throw Error(Str("Forward: num_logits ", options.num_logits, " is out of range [1, ", S,
-                    "] (the number of tokens)"));
+  if (entries.empty()) throw Error("ForwardBatch: no entries");
+  std::vector<bool> seen(static_cast<std::size_t>(st.max_batch()), false);
+  std::vector<std::int64_t> start, first_logit, out_at;  // per entry
+  std::int64_t total_logits = 0, longest = 0;
+  for (const BatchEntry& e : entries) {
+    if (e.row < 0 || e.row >= st.max_batch()) {
+      throw Error(Str("ForwardBatch: row ", e.row, " is out of range [0, max_batch = ", st.max_batch(), ")"));
+    }
+    if (seen[static_cast<std::size_t>(e.row)]) throw Error(Str("ForwardBatch: row ", e.row, " appears twice"));
+    seen[static_cast<std::size_t>(e.row)] = true;
+    const std::int64_t S = static_cast<std::int64_t>(e.tokens.size());
+    if (S == 0) throw Error(Str("Forward: row ", e.row, ": tokens is empty"));
+    const std::int64_t len = st.length(e.row);
+    if (len + S > st.max_context_) {
+      throw Error(Str("KV cache overflow: ", len, " cached + ", S, " new tokens exceed max_context ", st.max_context_,
+                      entries.size() > 1 ? Str(" in row ", e.row) : std::string(), "; increase max_context to at least ",
+                      len + S));
+    }
+    for (std::int32_t t : e.tokens) {
+      if (t < 0 || t >= c.n_vocab) throw Error(Str("token id ", t, " out of range [0, ", c.n_vocab, ")"));
+    }
+    if (e.num_logits < 1 || e.num_logits > S) {
+      throw Error(Str("Forward: num_logits ", e.num_logits, " is out of range [1, ", S, "] (the number of tokens)"));
+    }
+    start.push_back(len);
+    first_logit.push_back(S - e.num_logits);  // token index of the entry's first returned row
+    out_at.push_back(total_logits);
+    total_logits += e.num_logits;
+    longest = std::max(longest, S);
   }
   const int E = c.n_embd;
-  const std::int64_t first_logit = S - options.num_logits;  // token index of the first returned row
-  st.logits.resize(static_cast<std::size_t>(options.num_logits) * static_cast<std::size_t>(c.n_vocab));
+  const std::int64_t V = c.n_vocab;
+  st.logits.resize(static_cast<std::size_t>(total_logits * V));
   try {
-    for (std::int64_t c0 = 0; c0 < S; c0 += st.max_step_) {
-      const std::int64_t n = std::min<std::int64_t>(st.max_step_, S - c0);
-      const std::int64_t lo = std::max(c0, first_logit), hi = c0 + n;  // rows whose logits are asked for
-      const std::int64_t keep = std::max<std::int64_t>(0, hi - lo);
-      float* rows = RunChunk(st, tokens.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), keep, pool);
-      if (keep > 0) {
-        RmsNorm(rows, keep, E, out_norm_, c.rms_eps);
-        float* out = st.logits.data() + (lo - first_logit) * c.n_vocab;
-        MatMulRows(out_w_, rows, keep, out, pool);
-        if (final_softcap_ > 0) {
-          const float cap = final_softcap_;
-          for (std::int64_t i = 0; i < keep * c.n_vocab; ++i) out[i] = cap * std::tanh(out[i] / cap);
+    Step step;
+    for (std::int64_t c0 = 0; c0 < longest; c0 += st.max_step_) {
+      // Chunk c0 of every entry that still has tokens, in lock-step.
+      step.tokens.clear();
+      step.rows.clear();
+      std::vector<std::size_t> entry_of;  // step row -> entry
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        const std::int64_t S = static_cast<std::int64_t>(entries[i].tokens.size());
+        if (c0 >= S) continue;
+        const std::int64_t n = std::min<std::int64_t>(st.max_step_, S - c0);
+        const std::int64_t lo = std::max(c0, first_logit[i]), hi = c0 + n;  // rows whose logits are asked for
+        step.rows.push_back(StepRow{.row = entries[i].row,
+                                    .begin = static_cast<std::int64_t>(step.tokens.size()),
+                                    .n = n,
+                                    .keep = std::max<std::int64_t>(0, hi - lo)});
+        step.tokens.insert(step.tokens.end(), entries[i].tokens.begin() + c0, entries[i].tokens.begin() + c0 + n);
+        entry_of.push_back(i);
+      }
+      std::int64_t kept = 0;
+      for (const StepRow& r : step.rows) kept += r.keep;
+      float* rows = RunStep(st, step, pool);
+      if (kept == 0) continue;
+      // Final norm and the (tied) output projection of every kept row at once.
+      RmsNorm(rows, kept, E, out_norm_, c.rms_eps);
+      const bool direct = step.rows.size() == 1;  // one entry: its rows are contiguous in st.logits
+      float* out = nullptr;
+      if (direct) {
+        const std::size_t i = entry_of[0];
+        const std::int64_t lo = std::max(c0, first_logit[i]);
+        out = st.logits.data() + (out_at[i] + lo - first_logit[i]) * V;
+      } else {
+        st.head_out.resize(static_cast<std::size_t>(kept * V));
+        out = st.head_out.data();
+      }
+      MatMulRows(out_w_, rows, kept, out, pool);
+      if (final_softcap_ > 0) {
+        const float cap = final_softcap_;
+        for (std::int64_t i = 0; i < kept * V; ++i) out[i] = cap * std::tanh(out[i] / cap);
+      }
+      if (!direct) {
+        std::int64_t at = 0;
+        for (std::size_t r = 0; r < step.rows.size(); ++r) {
+          const std::size_t i = entry_of[r];
+          const std::int64_t lo = std::max(c0, first_logit[i]), keep = step.rows[r].keep;
+          std::copy(out + at * V, out + (at + keep) * V, st.logits.begin() + (out_at[i] + lo - first_logit[i]) * V);
+          at += keep;
         }
       }
     }
   } catch (...) {
-    // Not expected once the inputs are validated; put the sequence back.
-    try {
-      st.cache.Rewind(0, start);
-    } catch (const Error&) {
-      st.cache.Reset(0);  // a ring no longer holds `start`
+    // Not expected once the inputs are validated; put the sequences back.
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      try {
+        st.cache.Rewind(entries[i].row, start[i]);
+      } catch (const Error&) {
+        st.cache.Reset(entries[i].row);  // a ring no longer holds `start`
+      }
     }
     throw;
   }

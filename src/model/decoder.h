@@ -73,16 +73,21 @@ struct RopeSet {
   std::vector<RopeTable> tables;  // one per family
 };
 
-// One sequence: a KvCache with one row, its RoPE tables, and the logits of the
-// last Forward. Architectures derive their scratch from it.
+// The KV caches of up to max_batch sequences (a KvCache row each), their RoPE
+// tables, the logits of the last Forward, and the scratch of packed attention
+// inputs. Architectures derive their scratch from it.
 class DecoderState : public ModelState {
  public:
   DecoderState(KvCache cache, int max_context, int max_step, GqaKernel kernel, std::shared_ptr<const RopeSet> rope);
-  std::int64_t length() const override { return cache.Length(0); }
+  using ModelState::length;
+  using ModelState::Reset;
+  int max_batch() const override { return cache.Options().max_batch; }
+  std::int64_t length(int row) const override { return cache.Length(row); }
   int max_context() const override { return max_context_; }
   std::size_t kv_bytes() const override { return kv_bytes_; }
   const KvCache& kv_cache() const override { return cache; }
-  void Reset() override { cache.Reset(0); }
+  void Reset(int row) override { cache.Reset(row); }
+  void Rewind(int row, std::int64_t length) override { cache.Rewind(row, length); }
 
   KvCache cache;
   int max_context_;
@@ -90,26 +95,52 @@ class DecoderState : public ModelState {
   GqaKernel kernel_;
   std::size_t kv_bytes_;
   std::shared_ptr<const RopeSet> rope;
-  std::vector<float> logits;  // [num_logits, n_vocab]
+  std::vector<float> logits;     // [sum num_logits, n_vocab]
+  std::vector<float> head_out;   // [rows, n_vocab] LM head output of a multi-entry step
+  std::vector<float> pad_q, pad_k, pad_v, pad_out;  // [B, S_max, ...] packed attention inputs
+  std::vector<std::int64_t> query_offsets;
+};
+
+// One step of a batched forward: tokens of several cache rows, flat.
+struct StepRow {
+  int row = 0;             // cache row
+  std::int64_t begin = 0;  // its first token's index in Step::tokens
+  std::int64_t n = 0;      // its tokens in this step (its reservation)
+  std::int64_t keep = 0;   // the last `keep` of them are read at the output (logits)
+};
+struct Step {
+  std::vector<std::int32_t> tokens;  // [T] row by row
+  std::vector<StepRow> rows;
+};
+
+// A row's query rows in the flat activations of one attention layer: n rows
+// from `begin`, the row's reserved tokens after the first `skip` (skip > 0 only
+// on KV-shared layers, LayerAttendArgs::query_offsets).
+struct QuerySpan {
+  int row = 0;
+  std::int64_t begin = 0;
+  std::int64_t n = 0;
+  std::int64_t skip = 0;
 };
 
 // One attention layer on the state's cache (AttendLayer: static scatter mode,
-// window / ring / KV source from the layer plan). q: [S, n_head * H]; k, v:
-// [S, N_kv * H] for owning layers, null for KV-shared ones; out: [S, n_head * H].
+// window / ring / KV source from the layer plan) for the rows of `spans`. q:
+// [T, n_head * H] flat rows; k, v: [T, N_kv * H] for owning layers, null for
+// KV-shared ones; out: [T, n_head * H]. A single span of row 0 runs in place;
+// otherwise rows are packed into (B, S_max, ...) with B = 1 + the largest row.
 struct AttentionCall {
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
   float* out = nullptr;
-  std::int64_t S = 0;
   int n_head = 0;
   int head_dim = 0;
   int kv_dim = 0;  // N_kv * H
   const RopeTable* rope = nullptr;
   float scale = 1.0f;
-  std::int64_t query_offset = 0;  // LayerAttendArgs::query_offset (KV-shared layers)
 };
-void Attend(DecoderState& st, int layer, const AttentionCall& call, ThreadPool* pool);
+void Attend(DecoderState& st, int layer, const AttentionCall& call, std::span<const QuerySpan> spans,
+            ThreadPool* pool);
 
 // out[S, E] = down(gelu_tanh(gate x) * up x), x: [S, E]; g, u: scratch grown to
 // [S, n_ff]. out may not alias x.
@@ -121,7 +152,7 @@ void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, 
 
 // The Model of a decoder-only family. Derived classes fill cfg_, the LM head
 // (out_w_, out_norm_, final_softcap_), the RoPE families and their layer map,
-// and implement MakeState / RunChunk.
+// and implement MakeState / RunStep.
 class DecoderModel : public Model {
  public:
   const ModelConfig& config() const override { return cfg_; }
@@ -130,6 +161,8 @@ class DecoderModel : public Model {
   std::unique_ptr<ModelState> NewState(const ModelStateOptions& options) const override;
   std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
                                  const ForwardOptions& options) const override;
+  std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
+                                      ThreadPool* pool) const override;
 
  protected:
   explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
@@ -137,13 +170,15 @@ class DecoderModel : public Model {
   // A state over `cache` (the architecture adds its scratch).
   virtual std::unique_ptr<DecoderState> MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
                                                   std::shared_ptr<const RopeSet> rope) const = 0;
-  // Runs one chunk of tokens (<= max_step) through every layer and commits it to
-  // the cache. Returns the final residual rows ([keep, n_embd], before the
-  // output norm) of the chunk's last `keep` tokens (0 <= keep <= tokens.size();
-  // null when keep = 0); they stay valid until the next call on st.
-  virtual float* RunChunk(DecoderState& st, std::span<const std::int32_t> tokens, std::int64_t keep,
-                          ThreadPool* pool) const = 0;
+  // Runs one step (every row <= max_step tokens) through every layer: reserves
+  // each row's tokens, runs the layers, commits. Returns the final residual rows
+  // ([sum keep, n_embd], before the output norm) of each row's last `keep`
+  // tokens, row after row in step.rows order (null when no row keeps any); they
+  // stay valid until the next call on st.
+  virtual float* RunStep(DecoderState& st, const Step& step, ThreadPool* pool) const = 0;
 
+  // The QuerySpans of a step's rows, every token computed.
+  static std::vector<QuerySpan> FullSpans(const Step& step);
   // BuildLayerPlan's message for n shared layers ("" when the plan is valid).
   std::string PlanError(int n) const;
   // Throws when the file's own num_kv_shared_layers gives no valid plan.

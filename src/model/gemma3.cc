@@ -114,18 +114,16 @@ class Gemma3 final : public detail::DecoderModel {
                                           std::shared_ptr<const detail::RopeSet> rope) const override {
     return std::make_unique<Gemma3State>(std::move(cache), max_context, max_step, kernel, std::move(rope));
   }
-  float* RunChunk(DecoderState& st, std::span<const std::int32_t> tokens, std::int64_t keep,
-                  ThreadPool* pool) const override;
+  float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
 
   WeightMatrix embd_w_;
   std::vector<Layer> layers_;
 };
 
-float* Gemma3::RunChunk(DecoderState& base, std::span<const std::int32_t> tokens, std::int64_t keep,
-                        ThreadPool* pool) const {
+float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool* pool) const {
   auto& st = static_cast<Gemma3State&>(base);
   const ModelConfig& c = cfg_;
-  const std::int64_t S = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t S = static_cast<std::int64_t>(step.tokens.size());  // tokens of all rows
   const int E = c.n_embd, Hd = c.head_dim, qd = c.n_head * Hd, kvd = c.n_head_kv * Hd;
   const auto sz = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
   st.x.resize(sz(S, E));
@@ -137,9 +135,10 @@ float* Gemma3::RunChunk(DecoderState& base, std::span<const std::int32_t> tokens
   st.o.resize(sz(S, E));
 
   // Embeddings scaled by sqrt(n_embd).
-  detail::EmbedRows(embd_w_, tokens, std::sqrt(static_cast<float>(E)), st.x.data());
+  detail::EmbedRows(embd_w_, step.tokens, std::sqrt(static_cast<float>(E)), st.x.data());
 
-  st.cache.Reserve(0, S);
+  for (const detail::StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
+  const std::vector<detail::QuerySpan> spans = FullSpans(step);
   const LayerPlan& plan = st.cache.Plan();
   for (int l = 0; l < c.n_layer; ++l) {
     const Layer& L = layers_[l];
@@ -158,13 +157,12 @@ float* Gemma3::RunChunk(DecoderState& base, std::span<const std::int32_t> tokens
                                  .k = owns ? st.k.data() : nullptr,
                                  .v = owns ? st.v.data() : nullptr,
                                  .out = st.attn.data(),
-                                 .S = S,
                                  .n_head = c.n_head,
                                  .head_dim = Hd,
                                  .kv_dim = kvd,
                                  .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[l])],
                                  .scale = c.attn_scale},
-                   pool);
+                   spans, pool);
 
     detail::MatMulRows(L.o, st.attn.data(), S, st.o.data(), pool);
     RmsNorm(st.o.data(), S, E, L.post_attn_norm, c.rms_eps);
@@ -176,8 +174,15 @@ float* Gemma3::RunChunk(DecoderState& base, std::span<const std::int32_t> tokens
     RmsNorm(st.o.data(), S, E, L.post_ffw_norm, c.rms_eps);
     for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
   }
-  st.cache.Commit(0);
-  return keep > 0 ? st.x.data() + (S - keep) * E : nullptr;
+  for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
+  // The kept rows of every row, packed to the front in row order.
+  std::int64_t kept = 0;
+  for (const detail::StepRow& r : step.rows) {
+    std::copy(st.x.begin() + (r.begin + r.n - r.keep) * E, st.x.begin() + (r.begin + r.n) * E,
+              st.x.begin() + kept * E);
+    kept += r.keep;
+  }
+  return kept > 0 ? st.x.data() : nullptr;
 }
 
 }  // namespace

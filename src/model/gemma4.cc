@@ -61,6 +61,7 @@ class Gemma4State final : public DecoderState {
   std::vector<float> g, u;        // MLP scratch
   std::vector<float> ple;         // [S, L * ple] per-layer inputs
   std::vector<float> ple_tok;     // [L * ple] one token's table row
+  std::vector<std::int64_t> src;  // [rows of x] the step token each row of x belongs to
   detail::MoeScratch moe;
 };
 
@@ -71,10 +72,9 @@ class Gemma4 final : public detail::DecoderModel {
  private:
   std::unique_ptr<DecoderState> MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
                                           std::shared_ptr<const detail::RopeSet> rope) const override;
-  float* RunChunk(DecoderState& st, std::span<const std::int32_t> tokens, std::int64_t keep,
-                  ThreadPool* pool) const override;
+  float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
   void PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const;
-  void RunLayer(Gemma4State& st, int l, std::int64_t S, std::int64_t ple_row0, bool owns, ThreadPool* pool) const;
+  void RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan> spans, bool owns, ThreadPool* pool) const;
   void WarnIfLlamaCppSharesDifferently();
 
   WeightMatrix embd_w_;
@@ -287,39 +287,61 @@ void Gemma4::PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> token
   }
 }
 
-float* Gemma4::RunChunk(DecoderState& base, std::span<const std::int32_t> tokens, std::int64_t keep,
-                        ThreadPool* pool) const {
+float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool* pool) const {
   auto& st = static_cast<Gemma4State&>(base);
   const ModelConfig& c = cfg_;
-  const std::int64_t S = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t T = static_cast<std::int64_t>(step.tokens.size());
   const int E = c.n_embd;
-  st.x.resize(static_cast<std::size_t>(S * E));
-  detail::EmbedRows(embd_w_, tokens, std::sqrt(static_cast<float>(E)), st.x.data());
-  if (ple_ > 0) PerLayerInputs(st, tokens, pool);
+  st.x.resize(static_cast<std::size_t>(T * E));
+  detail::EmbedRows(embd_w_, step.tokens, std::sqrt(static_cast<float>(E)), st.x.data());
+  if (ple_ > 0) PerLayerInputs(st, step.tokens, pool);
+  st.src.resize(static_cast<std::size_t>(T));
+  for (std::int64_t i = 0; i < T; ++i) st.src[static_cast<std::size_t>(i)] = i;
 
-  st.cache.Reserve(0, S);
+  for (const detail::StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
   const LayerPlan& plan = st.cache.Plan();
-  std::int64_t rows = S, row0 = 0;  // rows of st.x in use; token index of st.x row 0
+  std::vector<detail::QuerySpan> spans = FullSpans(step);
+  std::int64_t kept = 0;
+  for (const detail::StepRow& r : step.rows) kept += r.keep;
+  bool packed = false;  // st.x holds only the kept rows, packed to the front
   for (int l = 0; l < c.n_layer; ++l) {
-    const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
-    if (l == plan.first_shared && keep < rows) {
+    if (l == plan.first_shared && kept < T) {
       // KV-shared layers write nothing: only the rows whose outputs are read run on.
-      if (keep == 0) break;
-      std::copy(st.x.begin() + (rows - keep) * E, st.x.begin() + rows * E, st.x.begin());
-      row0 = rows - keep;
-      rows = keep;
+      if (kept == 0) break;
+      std::int64_t at = 0;
+      for (std::size_t i = 0; i < step.rows.size(); ++i) {
+        const detail::StepRow& r = step.rows[i];
+        const std::int64_t from = r.begin + r.n - r.keep;
+        std::copy(st.x.begin() + from * E, st.x.begin() + (from + r.keep) * E, st.x.begin() + at * E);
+        for (std::int64_t j = 0; j < r.keep; ++j) st.src[static_cast<std::size_t>(at + j)] = from + j;
+        spans[i] = detail::QuerySpan{.row = r.row, .begin = at, .n = r.keep, .skip = r.n - r.keep};
+        at += r.keep;
+      }
+      packed = true;
     }
-    RunLayer(st, l, rows, row0, owns, pool);
+    RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, pool);
   }
-  st.cache.Commit(0);
-  return keep > 0 ? st.x.data() + (rows - keep) * E : nullptr;
+  for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
+  if (kept == 0) return nullptr;
+  if (packed) return st.x.data();
+  // The kept rows of every row, packed to the front in row order.
+  std::int64_t at = 0;
+  for (const detail::StepRow& r : step.rows) {
+    std::copy(st.x.begin() + (r.begin + r.n - r.keep) * E, st.x.begin() + (r.begin + r.n) * E, st.x.begin() + at * E);
+    at += r.keep;
+  }
+  return st.x.data();
 }
 
-// One layer over S rows of st.x (token indices row0 .. row0 + S - 1 of the chunk).
-void Gemma4::RunLayer(Gemma4State& st, int l, std::int64_t S, std::int64_t row0, bool owns, ThreadPool* pool) const {
+// One layer over the rows of st.x that `spans` cover (row i of st.x is step token
+// st.src[i]).
+void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan> spans, bool owns,
+                      ThreadPool* pool) const {
   const ModelConfig& c = cfg_;
   const Layer& Ly = layers_[static_cast<std::size_t>(l)];
   const int E = c.n_embd, Hd = Ly.hd;
+  std::int64_t S = 0;
+  for (const detail::QuerySpan& sp : spans) S += sp.n;
   const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Hd, kvd = static_cast<std::int64_t>(Ly.n_kv) * Hd;
   const auto grow = [](std::vector<float>& v, std::int64_t n) {
     if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
@@ -348,20 +370,17 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::int64_t S, std::int64_t row0,
     RmsNorm(st.k.data(), S * Ly.n_kv, Hd, Ly.k_norm, c.rms_eps);
     RmsNorm(st.v.data(), S * Ly.n_kv, Hd, nullptr, c.rms_eps);  // scale-free V norm
   }
-  const std::int64_t skip = st.cache.Reserved(0) - S;  // > 0 only on shared layers past the prefill short-cut
   detail::Attend(st, l,
                  AttentionCall{.q = st.q.data(),
                                .k = owns ? st.k.data() : nullptr,
                                .v = owns ? st.v.data() : nullptr,
                                .out = st.attn.data(),
-                               .S = S,
                                .n_head = c.n_head,
                                .head_dim = Hd,
                                .kv_dim = static_cast<int>(kvd),
                                .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[static_cast<std::size_t>(l)])],
-                               .scale = c.attn_scale,
-                               .query_offset = skip},
-                 pool);
+                               .scale = c.attn_scale},
+                 spans, pool);
   detail::MatMulRows(Ly.o, st.attn.data(), S, st.o.data(), pool);
   RmsNorm(st.o.data(), S, E, Ly.post_attn_norm, c.rms_eps);
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
@@ -390,7 +409,7 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::int64_t S, std::int64_t row0,
     detail::MatMulRows(Ly.inp_gate, x, S, st.g.data(), pool);
     const std::int64_t LP = static_cast<std::int64_t>(ple_) * c.n_layer;
     for (std::int64_t s = 0; s < S; ++s) {
-      const float* src = st.ple.data() + (row0 + s) * LP + static_cast<std::int64_t>(l) * ple_;
+      const float* src = st.ple.data() + st.src[static_cast<std::size_t>(s)] * LP + static_cast<std::int64_t>(l) * ple_;
       std::copy(src, src + ple_, st.u.data() + s * ple_);
     }
     detail::GeluTanhMul(st.g.data(), st.u.data(), st.g.data(), S * ple_);
