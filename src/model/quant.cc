@@ -26,6 +26,13 @@ bool IsSupportedWeightType(GgmlType type) {
 
 const char* SupportedWeightTypesString() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"; }
 
+void CheckWeightType(const GgufTensor& t) {
+  if (IsSupportedWeightType(t.type)) return;
+  throw Error("tensor '" + t.name + "' has type " + GgmlTypeName(t.type) +
+              ", which kvshare does not support (supported: " + SupportedWeightTypesString() +
+              "); use a GGUF quantized to one of these (llama.cpp presets Q4_K_M, Q5_K_M, Q6_K, Q8_0, F16, BF16)");
+}
+
 bool UsesSuperBlockActivations(GgmlType type) {
   return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
 }

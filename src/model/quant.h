@@ -97,6 +97,12 @@ inline void Q4KScaleMin(int j, const std::uint8_t* s, std::uint8_t* sc, std::uin
 bool IsSupportedWeightType(GgmlType type);
 // "F32, F16, ..., Q6_K": the list above, for error messages.
 const char* SupportedWeightTypesString();
+// Throws kvshare::Error naming the tensor and its type unless `t`'s type is
+// one of the above, e.g. "tensor 'blk.0.attn_q.weight' has type IQ4_XS, which
+// kvshare does not support (supported: ...)": model loaders call it (through
+// WeightMatrix::FromTensor) for every weight they use, so such a file is
+// refused at load rather than at the first forward pass.
+void CheckWeightType(const GgufTensor& t);
 // Whether MatMul quantizes activations for `type` per 256 (ActQ8K: the
 // K-quants) rather than per 32 (ActQ8); false for float types.
 bool UsesSuperBlockActivations(GgmlType type);
@@ -119,7 +125,7 @@ struct WeightMatrix {
   std::size_t row_bytes = 0;
 
   // 2-D tensor view (ne[1] rows of ne[0]); throws kvshare::Error on rank > 2
-  // or an unsupported type.
+  // or an unsupported type (CheckWeightType).
   static WeightMatrix FromTensor(const GgufTensor& t);
   // Builds a view over packed rows of `type`.
   static WeightMatrix Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols);

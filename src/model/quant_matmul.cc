@@ -64,6 +64,7 @@ WeightMatrix WeightMatrix::Make(const void* data, GgmlType type, std::int64_t ro
 }
 
 WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
+  CheckWeightType(t);
   if (t.n_dims > 2) throw Error("WeightMatrix: tensor '" + t.name + "' has rank " + std::to_string(t.n_dims) + ", expected <= 2");
   return Make(t.data, t.type, t.ne[1], t.ne[0]);
 }
