@@ -7,7 +7,11 @@
   gguf.quants.quantize makes from normal floats where gguf can quantize the
   type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BF16);
 - the real model file: at least one tensor of every ggml type in it (several
-  per type, and the first rows of token_embd).
+  per type, and the first rows of token_embd);
+- the reader's type table (names, block sizes and bytes of every ggml type id)
+  against gguf's GGML_QUANT_SIZES, and gguf-written tensors of types kvshare
+  does not compute with (IQ*, TQ*, MXFP4, Q2_K, Q3_K): read, then refused
+  with an error naming the tensor and the type.
 
 Needs: pip install gguf numpy pytest; the gguf_dequant_dump binary
 (KVSHARE_DEQUANT_DUMP, or build/tests/gguf_dequant_dump); the real-model
@@ -17,6 +21,7 @@ these is missing.
 import os
 import subprocess
 import tempfile
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -123,6 +128,58 @@ def test_random_blocks_match_gguf(random_file, name):
     qtype, rows = tensors[name]
     ref = gguf.quants.dequantize(rows, qtype).astype(np.float32).ravel()
     _assert_bit_equal(_dump(path, name), ref)
+
+
+# ---- type table and types kvshare does not compute with ----
+# gguf-py's GGML_QUANT_SIZES still lists Q8_1 as (32, 40), from when its d and s
+# were float32; ggml-common.h's block_q8_1 is two halves + 32 int8 = 36 bytes.
+STALE_IN_GGUF_PY = {"Q8_1": (32, 36)}
+
+
+def _our_types():
+    out = subprocess.run([str(DUMP), "--types"], check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        tid, name, block, size, supported = line.split()
+        rows[int(tid)] = (name, int(block), int(size), supported == "1")
+    return rows
+
+
+def test_type_table_matches_gguf():
+    ours = _our_types()
+    theirs = {int(t.value): t for t in Q}
+    assert set(ours) <= set(theirs), f"ids gguf does not know: {sorted(set(ours) - set(theirs))}"
+    if newer := sorted(t.name for tid, t in theirs.items() if tid not in ours):
+        warnings.warn(f"the installed gguf knows types the reader does not (add them to "
+                      f"src/model/gguf_metadata.cc so errors can name them): {newer}")
+    for tid, (name, block, size, _) in ours.items():
+        t = theirs[tid]
+        assert name == t.name
+        assert (block, size) == STALE_IN_GGUF_PY.get(name, gguf.GGML_QUANT_SIZES[t]), name
+    supported = {name for name, _, _, s in ours.values() if s}
+    assert supported == {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
+
+
+@pytest.mark.parametrize("qtype", [Q.IQ4_XS, Q.IQ2_XXS, Q.IQ4_NL, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.Q2_K, Q.Q3_K])
+def test_unsupported_type_is_read_and_refused(tmp_path, qtype):
+    """A gguf-written file with such a tensor is read (sizes agree with gguf's
+    writer) and refused with an error naming the tensor and the type."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    rows = np.random.default_rng(1).integers(0, 256, size=(4, 256 // block * size), dtype=np.uint8)
+    path = tmp_path / "t.gguf"
+    w = gguf.GGUFWriter(str(path), "kvshare-test")
+    w.add_tensor("blk.0.ffn_up.weight", rows, raw_dtype=qtype)
+    w.add_tensor("ok.weight", np.ones((4, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    listed = subprocess.run([str(DUMP), str(path), "--list"], check=True, capture_output=True, text=True).stdout
+    assert f"blk.0.ffn_up.weight {qtype.name} 256 4" in listed.splitlines()
+    r = subprocess.run([str(DUMP), str(path), "blk.0.ffn_up.weight", str(tmp_path / "o.f32")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert f"tensor 'blk.0.ffn_up.weight' has type {qtype.name}, which kvshare does not support" in r.stderr
 
 
 # ---- the real model file ----
