@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <span>
 #include <random>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "model/quant.h"
 #include "model_gguf_writer.h"
 #include "model_tiny_gemma.h"
+#include "model_tiny_gemma4.h"
 
 namespace kvshare {
 namespace {
@@ -140,6 +142,46 @@ TEST(WeightTypes, ModelLoadRefusesUnsupportedWeightTypes) {
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), AllOf(HasSubstr("tensor '" + name + "' has type " + t.name),
                                   HasSubstr("(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")));
+    }
+  }
+}
+
+// Gives tensor `name` type t (random bytes of the right size).
+std::function<void(GgufSpec&)> Retype(const std::string& name, const TypeFacts& t) {
+  return [name, t](GgufSpec& g) {
+    for (GgufTensorSpec& ts : g.tensors) {
+      if (ts.name != name) continue;
+      std::int64_t rows = 1;
+      for (std::size_t d = 1; d < ts.ne.size(); ++d) rows *= static_cast<std::int64_t>(ts.ne[d]);
+      ts.type = static_cast<std::uint32_t>(t.type);
+      ts.data = RandomBytes(TensorBytes(t, rows, static_cast<std::int64_t>(ts.ne[0])), 3);
+    }
+  };
+}
+
+// Gemma 4 takes weights through the same check: a 2-D matrix, the per-layer
+// embedding table and a 3-D expert stack (MXFP4 is what gpt-oss-style MoE
+// files use for experts).
+TEST(WeightTypes, Gemma4LoadRefusesUnsupportedWeightTypes) {
+  const TypeFacts iq4_nl{GgmlType::kIQ4_NL, "IQ4_NL", 32, 18}, mxfp4{GgmlType::kMXFP4, "MXFP4", 32, 17};
+  const struct {
+    std::string tensor;
+    TypeFacts type;
+    int experts;
+  } cases[] = {{"blk.1.attn_q.weight", iq4_nl, 0},
+               {"per_layer_token_embd.weight", iq4_nl, 0},
+               {"blk.0.ffn_gate_up_exps.weight", mxfp4, 4}};
+  for (const auto& c : cases) {
+    testing::TinyGemma4Spec spec;
+    spec.experts = c.experts;
+    spec.edit = Retype(c.tensor, c.type);
+    const testing::TempGguf file = testing::TempGemma4(spec, std::string("unsupported_") + c.type.name);
+    try {
+      Model::Load(file.path);
+      ADD_FAILURE() << c.tensor << " as " << c.type.name << " loaded";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("tensor '" + c.tensor + "' has type " + c.type.name),
+                                  HasSubstr("does not support (supported: F32, F16, BF16,")));
     }
   }
 }
