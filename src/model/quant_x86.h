@@ -40,11 +40,15 @@ inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 
 // Byte i = 0x10 if bit i of the 32-bit mask is set, else 0.
 inline __m256i BitsToBytes(std::uint32_t bits) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)  // quant_avx512.cc: the bits are a byte mask
+  return _mm256_maskz_mov_epi8(static_cast<__mmask32>(bits), _mm256_set1_epi8(0x10));
+#else
   const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
   const __m256i sel = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
   v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+#endif
 }
 
 // 16 nibble bytes plus the 32 fifth bits of a little-endian u32 (as 0x10).
