@@ -1,6 +1,9 @@
 // MatMul throughput on the model's shapes: weight bytes streamed per second
 // (bytes_per_second) and GFLOP/s, per kernel level and thread count.
 //   kvshare_bench --benchmark_filter=MatVec
+// Weight types side by side on one shape (every int8 type, 2048 x 2048, m = 1
+// and m = 64, on 1 thread): compare a type's time with Q4_K / Q6_K in the same run.
+//   kvshare_bench --benchmark_filter=MatTypes
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -22,9 +25,11 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
   for (auto& v : w) v = static_cast<std::uint8_t>(rng());
   const std::uint16_t h = detail::F32ToF16(0.01f);
   const std::size_t at = t == GgmlType::kQ6_K ? 208 : 0;
+  // Types with a second fp16 field after d: dmin (Q4_K, Q5_K) or m (Q4_1, Q5_1).
+  const bool two = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1;
   for (std::int64_t b = 0; b < nb; ++b) {
     std::memcpy(w.data() + static_cast<std::size_t>(b) * bb + at, &h, 2);
-    if (t == GgmlType::kQ4_K) std::memcpy(w.data() + static_cast<std::size_t>(b) * bb + 2, &h, 2);
+    if (two) std::memcpy(w.data() + static_cast<std::size_t>(b) * bb + 2, &h, 2);
   }
   return w;
 }
@@ -67,7 +72,19 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->Args({q4k, 640, 2048, 64, 2, 2});  // prefill-like m = 64
 }
 
+void TypeShapes(benchmark::internal::Benchmark* b) {
+  for (std::int64_t level : {1, 2}) {
+    for (std::int64_t m : {1, 64}) {
+      for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                         GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0}) {
+        b->Args({static_cast<std::int64_t>(t), 2048, 2048, m, 1, level});
+      }
+    }
+  }
+}
+
 BENCHMARK(BM_MatMul)->Apply(Shapes)->Name("MatVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatMul)->Apply(TypeShapes)->Name("MatTypes")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace kvshare

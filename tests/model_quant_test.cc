@@ -1,6 +1,7 @@
 // Quantized weights: dequantization of hand-built blocks against hand-computed
 // values; MatMul on every compiled kernel level against dequantize + double
-// matmul, with a tolerance from the int8 activation quantization error.
+// matmul, with a tolerance from the int8 activation quantization error, and
+// each SIMD level against the scalar twin on the same int8 activations.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +59,32 @@ TEST(Dequant, Q5_0) {
   EXPECT_EQ(y[31], 7.0f);   // (7 | 16) - 16
 }
 
+TEST(Dequant, Q4_1) {
+  BlockQ4_1 b{};
+  b.d = F32ToF16(2.0f);
+  b.m = F32ToF16(-3.0f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+  const auto y = Dequant(GgmlType::kQ4_1, &b, 32);
+  EXPECT_EQ(y[0], -3.0f);   // 2 * 0 - 3
+  EXPECT_EQ(y[15], 27.0f);  // 2 * 15 - 3
+  EXPECT_EQ(y[16], 27.0f);  // high nibble of qs[0] = 15
+  EXPECT_EQ(y[31], -3.0f);  // high nibble of qs[15] = 0
+}
+
+TEST(Dequant, Q5_1) {
+  BlockQ5_1 b{};
+  b.d = F32ToF16(1.0f);
+  b.m = F32ToF16(0.5f);
+  const std::uint32_t h = 0x80000001u;  // 5th bit set for elements 0 and 31
+  std::memcpy(b.qh, &h, 4);
+  for (int j = 0; j < 16; ++j) b.qs[j] = 0x73;  // low 3, high 7
+  const auto y = Dequant(GgmlType::kQ5_1, &b, 32);
+  EXPECT_EQ(y[0], 19.5f);   // (3 | 16) + 0.5
+  EXPECT_EQ(y[1], 3.5f);    // 3 + 0.5
+  EXPECT_EQ(y[16], 7.5f);   // 7 + 0.5
+  EXPECT_EQ(y[31], 23.5f);  // (7 | 16) + 0.5
+}
+
 TEST(Dequant, Q4_K) {
   BlockQ4_K b{};
   b.d = F32ToF16(1.0f);
@@ -74,6 +101,30 @@ TEST(Dequant, Q4_K) {
   EXPECT_EQ(y[32], 8.0f);     // 1*1*9 - 0.5*2
   EXPECT_EQ(y[128], 145.5f);  // sc = 5 | 1<<4 = 21: 21*7 - 0.5*3
   EXPECT_EQ(y[255], 187.5f);  // 21*9 - 1.5
+}
+
+// The Q4_K block above plus 5th bits: qh[l] bit j goes to element 32j + l.
+TEST(Dequant, Q5_K) {
+  BlockQ5_K b{};
+  b.d = F32ToF16(1.0f);
+  b.dmin = F32ToF16(0.5f);
+  for (int j = 0; j < 4; ++j) {
+    b.scales[j] = 0x41;
+    b.scales[j + 4] = 0x02;
+    b.scales[j + 8] = 0x35;
+  }
+  std::memset(b.qs, 0x97, sizeof b.qs);  // low nibble 7, high nibble 9
+  b.qh[0] = 0x01;   // element 0 (sub-block 0)
+  b.qh[1] = 0x02;   // element 33 (sub-block 1)
+  b.qh[31] = 0x80;  // element 255 (sub-block 7)
+  const auto y = Dequant(GgmlType::kQ5_K, &b, 256);
+  EXPECT_EQ(y[0], 22.0f);     // 1*1*(7+16) - 0.5*2
+  EXPECT_EQ(y[1], 6.0f);      // 1*1*7 - 1
+  EXPECT_EQ(y[32], 8.0f);     // 1*1*9 - 1
+  EXPECT_EQ(y[33], 24.0f);    // 1*1*(9+16) - 1
+  EXPECT_EQ(y[128], 145.5f);  // sc = 21: 21*7 - 0.5*3
+  EXPECT_EQ(y[254], 187.5f);  // 21*9 - 1.5
+  EXPECT_EQ(y[255], 523.5f);  // 21*(9+16) - 1.5
 }
 
 TEST(Dequant, Q6_K) {
@@ -98,7 +149,7 @@ TEST(Dequant, FloatTypes) {
   EXPECT_EQ(Dequant(GgmlType::kBF16, bf, 2), (std::vector<float>{3.0f, -2.0f}));
   EXPECT_EQ(Dequant(GgmlType::kF32, f, 2), (std::vector<float>{7.0f, -1.0f}));
   EXPECT_THROW(Dequant(GgmlType::kQ8_0, f, 16), Error);
-  EXPECT_THROW(Dequant(GgmlType::kQ4_1, f, 32), Error);
+  EXPECT_THROW(Dequant(GgmlType::kQ2_K, f, 256), Error);
 }
 
 // Random but valid weight bytes: fp16 scale fields are set to small finite values.
@@ -132,9 +183,12 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
     const std::size_t at = static_cast<std::size_t>(b) * bb;
     if (t == GgmlType::kQ6_K) {
       put16(at + 208, scale(rng));
-    } else if (t == GgmlType::kQ4_K) {
+    } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
       put16(at, std::fabs(scale(rng)));
       put16(at + 2, std::fabs(scale(rng)));
+    } else if (t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1) {
+      put16(at, scale(rng));
+      put16(at + 2, scale(rng) * 4);  // the block minimum, of either sign
     } else {
       put16(at, scale(rng));
     }
@@ -163,7 +217,7 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
   // Activations are quantized per block of qb with step amax/127: each x_i moves
   // by at most amax_b/254, so |err| <= sum_b amax_b/254 * sum_{i in b} |w_i|,
   // plus fp32 accumulation (relative 1e-5 of sum |w_i x_i| and of the scale-sum terms).
-  const std::int64_t qb = float_w ? s.cols : (s.type == GgmlType::kQ4_K || s.type == GgmlType::kQ6_K) ? 256 : 32;
+  const std::int64_t qb = float_w ? s.cols : UsesSuperBlockActivations(s.type) ? 256 : 32;
   std::vector<float> wrow(static_cast<std::size_t>(s.cols));
   for (std::int64_t r = 0; r < s.rows; ++r) {
     DequantizeRow(s.type, wbytes.data() + static_cast<std::size_t>(r) * w.row_bytes, wrow.data(), s.cols);
@@ -190,8 +244,11 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
   }
 }
 
-const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K,
-                           GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16};
+const GgmlType kIntTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                              GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                           GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                           GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16};
 
 TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::mt19937 rng(1234);
@@ -201,7 +258,7 @@ TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
     if (!KernelLevelAvailable(level)) continue;
     ++levels;
     for (GgmlType t : kTypes) {
-      const bool k = t == GgmlType::kQ4_K || t == GgmlType::kQ6_K;
+      const bool k = UsesSuperBlockActivations(t);
       const std::int64_t bs = GgmlBlockSize(t);
       // Odd block counts (1, 3, 5 blocks: the AVX-512 pair loop's tail), odd
       // rows, m = 1 and m = 3, 6 (activation-row groups of 3, and of 4 + 2).
@@ -266,9 +323,53 @@ TEST(MatMul, RowResultIndependentOfActivationGroup) {
   }
 }
 
+// Each SIMD level against the scalar twin: both see the same int8
+// activations and form the same exact integer block sums, so they differ only
+// by fp32 rounding of the per-block products and of their sum (at most ~nb
+// ulps of sum |w_i x_i|; allowed 1e-5 of it). Shapes: 1, 2, 3, 9 blocks (the
+// AVX-512 pair loop's tail), rows not a multiple of the 16-row task or of the
+// 4-row activation group, and m = 1, 2, 5, 9.
+TEST(MatMul, SimdMatchesScalarTwin) {
+  std::mt19937 rng(99);
+  ThreadPool pool(2);
+  int compared = 0;
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+    if (!KernelLevelAvailable(level)) continue;
+    for (GgmlType t : kIntTypes) {
+      for (std::int64_t nblk : {1, 2, 3, 9}) {
+        const std::int64_t cols = GgmlBlockSize(t) * nblk;
+        for (std::int64_t rows : {1, 5, 17, 33}) {
+          for (std::int64_t m : {1, 2, 5, 9}) {
+            const RandomMatMul c(t, rows, cols, m, rng);
+            std::vector<float> ys(static_cast<std::size_t>(m * rows)), yv(ys.size());
+            MatMul(c.w, {.x = c.x.data(), .m = m, .y = ys.data(), .pool = &pool, .level = KernelLevel::kScalar});
+            MatMul(c.w, {.x = c.x.data(), .m = m, .y = yv.data(), .pool = rows > 16 ? &pool : nullptr, .level = level});
+            std::vector<float> wrow(static_cast<std::size_t>(cols));
+            for (std::int64_t r = 0; r < rows; ++r) {
+              DequantizeRow(t, c.wbytes.data() + static_cast<std::size_t>(r) * c.w.row_bytes, wrow.data(), cols);
+              float wmax = 0.0f;
+              for (float v : wrow) wmax = std::fmax(wmax, std::fabs(v));
+              for (std::int64_t i = 0; i < m; ++i) {
+                double mag = 0.0;
+                for (std::int64_t k = 0; k < cols; ++k) mag += std::fabs(c.x[i * cols + k]) * (std::fabs(wrow[k]) + wmax);
+                const std::size_t at = static_cast<std::size_t>(i * rows + r);
+                ASSERT_NEAR(yv[at], ys[at], 1e-5 * mag + 1e-6)
+                    << GgmlTypeName(t) << " level " << KernelLevelName(level) << " rows " << rows << " cols " << cols
+                    << " m " << m << " at row " << r << " x-row " << i;
+                ++compared;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("outputs compared with the scalar twin: %d\n", compared);
+}
+
 TEST(MatMul, RejectsBadInput) {
   std::vector<std::uint8_t> w(34);
-  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ4_1, 1, 32), Error);
+  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ2_K, 1, 256), Error);
   EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 48), Error);
   const WeightMatrix wm = WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 32);
   EXPECT_THROW(MatMul(wm, {.x = nullptr, .m = 1, .y = nullptr}), Error);

@@ -45,7 +45,46 @@ struct TinyGemmaSpec {
   std::uint64_t seed = 1;
 };
 
-// Encodes n floats (one row, n % 32 == 0 for block types) as `type`.
+// One Q5_K super-block of x[256] at out (176 bytes): per sub-block j of 32,
+// min_j = max(0, -min x) and step_j = (max x + min_j) / 31; d = max step / 63,
+// dmin = max min / 63, 6-bit sc_j = round(step_j / d), m_j = round(min_j / dmin);
+// codes round((x + dmin m_j) / (d sc_j)) in [0, 31].
+inline void EncodeQ5K(const float* x, std::uint8_t* out) {
+  float step[8], mn[8], max_step = 0, max_mn = 0;
+  for (int j = 0; j < 8; ++j) {
+    const float* v = x + 32 * j;
+    mn[j] = std::max(0.0f, -*std::min_element(v, v + 32));
+    step[j] = (*std::max_element(v, v + 32) + mn[j]) / 31.0f;
+    max_step = std::max(max_step, step[j]);
+    max_mn = std::max(max_mn, mn[j]);
+  }
+  BlockQ5_K blk{};
+  const float d = detail::F16ToF32(blk.d = detail::F32ToF16(max_step / 63.0f));
+  const float dmin = detail::F16ToF32(blk.dmin = detail::F32ToF16(max_mn / 63.0f));
+  std::uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<std::uint8_t>(d > 0 ? std::clamp(std::lround(step[j] / d), 0L, 63L) : 0);
+    m[j] = static_cast<std::uint8_t>(dmin > 0 ? std::clamp(std::lround(mn[j] / dmin), 0L, 63L) : 0);
+  }
+  for (int j = 0; j < 4; ++j) {  // the Q4_K packing (Q4KScaleMin reads it back)
+    blk.scales[j] = static_cast<std::uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    blk.scales[j + 4] = static_cast<std::uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+    blk.scales[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+  for (int j = 0; j < 8; ++j) {
+    const float step_q = d * sc[j], off = dmin * m[j];
+    for (int l = 0; l < 32; ++l) {
+      const long q = step_q > 0 ? std::clamp(std::lround((x[32 * j + l] + off) / step_q), 0L, 31L) : 0;
+      std::uint8_t& nib = blk.qs[32 * (j / 2) + l];
+      nib = static_cast<std::uint8_t>(nib | (j % 2 == 0 ? (q & 0xF) : (q & 0xF) << 4));
+      blk.qh[l] = static_cast<std::uint8_t>(blk.qh[l] | ((q >> 4) << j));
+    }
+  }
+  std::memcpy(out, &blk, sizeof blk);
+}
+
+// Encodes n floats (one row, n % 32 == 0 for block types, n % 256 == 0 for
+// Q5_K) as `type`.
 inline std::vector<std::uint8_t> EncodeRow(GgmlType type, const float* x, int n) {
   std::vector<std::uint8_t> out;
   auto put = [&](const void* p, std::size_t b) {
@@ -90,14 +129,44 @@ inline std::vector<std::uint8_t> EncodeRow(GgmlType type, const float* x, int n)
         put(&blk, sizeof blk);
       }
       break;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1: {  // d = (max - min) / (2^bits - 1), m = min, code = round((x - m) / d)
+      const bool five = type == GgmlType::kQ5_1;
+      const float top = five ? 31.0f : 15.0f;
+      for (int b = 0; b < n / 32; ++b) {
+        const float* v = x + 32 * b;
+        const float lo = *std::min_element(v, v + 32), hi = *std::max_element(v, v + 32);
+        const float d = (hi - lo) / top;
+        std::uint8_t q[32];
+        for (int j = 0; j < 32; ++j) {
+          q[j] = static_cast<std::uint8_t>(d > 0 ? std::clamp(std::lround((v[j] - lo) / d), 0L, static_cast<long>(top)) : 0);
+        }
+        std::uint8_t qs[16];
+        std::uint32_t qh = 0;
+        for (int j = 0; j < 16; ++j) qs[j] = static_cast<std::uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+        for (int j = 0; j < 32; ++j) qh |= static_cast<std::uint32_t>(q[j] >> 4) << j;
+        const std::uint16_t dh = detail::F32ToF16(d), mh = detail::F32ToF16(lo);
+        put(&dh, 2);
+        put(&mh, 2);
+        if (five) put(&qh, 4);
+        put(qs, 16);
+      }
+      break;
+    }
+    case GgmlType::kQ5_K:
+      for (int b = 0; b < n / 256; ++b) {
+        out.resize(out.size() + sizeof(BlockQ5_K));
+        EncodeQ5K(x + 256 * b, out.data() + out.size() - sizeof(BlockQ5_K));
+      }
+      break;
     default:
       throw std::runtime_error("EncodeRow: unsupported type");
   }
   return out;
 }
 
-// Writes the file to `path`.
-inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) {
+// The file's contents (tests may edit a tensor before writing them).
+inline GgufSpec TinyGemmaGguf(const TinyGemmaSpec& m) {
   std::mt19937_64 rng(m.seed);
   GgufSpec g;
   const std::string a = "gemma3.";
@@ -158,8 +227,11 @@ inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) {
     matrix(p + "ffn_down.weight", E, m.n_ff, 1.0f / std::sqrt(static_cast<float>(m.n_ff)));
     norm(p + "post_ffw_norm.weight", E);
   }
-  WriteFile(path, g.Build());
+  return g;
 }
+
+// Writes the file to `path`.
+inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) { WriteFile(path, TinyGemmaGguf(m).Build()); }
 
 // A file under the test temp directory, written by write(path), removed on destruction.
 struct TempGguf {

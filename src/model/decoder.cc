@@ -58,9 +58,7 @@ std::vector<WeightMatrix> TensorLookup::MatStack(const std::string& name, std::i
   if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != count) {
     throw Error(Str("tensor '", name, "' is ", t.DimsString(), ", expected [", cols, ", ", rows, ", ", count, "]"));
   }
-  if (!IsSupportedWeightType(t.type)) {
-    throw Error(Str("tensor '", name, "' has type ", GgmlTypeName(t.type), ", which kvshare does not support"));
-  }
+  CheckWeightType(t);
   const std::size_t per = t.nbytes / static_cast<std::size_t>(count);
   std::vector<WeightMatrix> out;
   for (std::int64_t e = 0; e < count; ++e) out.push_back(WeightMatrix::Make(t.data + e * per, t.type, rows, cols));

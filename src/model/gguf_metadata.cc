@@ -11,40 +11,32 @@ namespace kvshare {
 namespace {
 
 struct TypeInfo {
+  std::uint32_t id;
   const char* name;
   std::int64_t block;
   std::int64_t bytes;
 };
 
+// Block sizes and bytes of ggml-common.h's block structs (model_perf.md §3 for
+// the types we compute with). tests/python/test_gguf_dequant.py checks the
+// table against the PyPI gguf package's GGML_QUANT_SIZES.
+constexpr TypeInfo kTypes[] = {
+    {0, "F32", 1, 4},          {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},     {3, "Q4_1", 32, 20},
+    {6, "Q5_0", 32, 22},       {7, "Q5_1", 32, 24},      {8, "Q8_0", 32, 34},     {9, "Q8_1", 32, 36},
+    {10, "Q2_K", 256, 84},     {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176},
+    {14, "Q6_K", 256, 210},    {15, "Q8_K", 256, 292},   {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
+    {18, "IQ3_XXS", 256, 98},  {19, "IQ1_S", 256, 50},   {20, "IQ4_NL", 32, 18},  {21, "IQ3_S", 256, 110},
+    {22, "IQ2_S", 256, 82},    {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},        {25, "I16", 1, 2},
+    {26, "I32", 1, 4},         {27, "I64", 1, 8},        {28, "F64", 1, 8},       {29, "IQ1_M", 256, 56},
+    {30, "BF16", 1, 2},        {34, "TQ1_0", 256, 54},   {35, "TQ2_0", 256, 66},  {39, "MXFP4", 32, 17},
+    {40, "NVFP4", 64, 36},     {41, "Q1_0", 128, 18},
+};
+
 const TypeInfo* Info(std::uint32_t id) {
-  static const TypeInfo kF32{"F32", 1, 4}, kF16{"F16", 1, 2}, kQ4_0{"Q4_0", 32, 18}, kQ4_1{"Q4_1", 32, 20},
-      kQ5_0{"Q5_0", 32, 22}, kQ5_1{"Q5_1", 32, 24}, kQ8_0{"Q8_0", 32, 34}, kQ8_1{"Q8_1", 32, 36},
-      kQ2_K{"Q2_K", 256, 84}, kQ3_K{"Q3_K", 256, 110}, kQ4_K{"Q4_K", 256, 144}, kQ5_K{"Q5_K", 256, 176},
-      kQ6_K{"Q6_K", 256, 210}, kQ8_K{"Q8_K", 256, 292}, kI8{"I8", 1, 1}, kI16{"I16", 1, 2}, kI32{"I32", 1, 4},
-      kI64{"I64", 1, 8}, kF64{"F64", 1, 8}, kBF16{"BF16", 1, 2};
-  switch (id) {
-    case 0: return &kF32;
-    case 1: return &kF16;
-    case 2: return &kQ4_0;
-    case 3: return &kQ4_1;
-    case 6: return &kQ5_0;
-    case 7: return &kQ5_1;
-    case 8: return &kQ8_0;
-    case 9: return &kQ8_1;
-    case 10: return &kQ2_K;
-    case 11: return &kQ3_K;
-    case 12: return &kQ4_K;
-    case 13: return &kQ5_K;
-    case 14: return &kQ6_K;
-    case 15: return &kQ8_K;
-    case 24: return &kI8;
-    case 25: return &kI16;
-    case 26: return &kI32;
-    case 27: return &kI64;
-    case 28: return &kF64;
-    case 30: return &kBF16;
-    default: return nullptr;
+  for (const TypeInfo& t : kTypes) {
+    if (t.id == id) return &t;
   }
+  return nullptr;
 }
 
 bool IsInteger(GgufType t) {

@@ -16,11 +16,25 @@ using detail::F16ToF32;
 bool IsSupportedWeightType(GgmlType type) {
   switch (type) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ4_K: case GgmlType::kQ6_K:
+    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
       return true;
     default:
       return false;
   }
+}
+
+const char* SupportedWeightTypesString() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"; }
+
+void CheckWeightType(const GgufTensor& t) {
+  if (IsSupportedWeightType(t.type)) return;
+  throw Error("tensor '" + t.name + "' has type " + GgmlTypeName(t.type) +
+              ", which kvshare does not support (supported: " + SupportedWeightTypesString() +
+              "); use a GGUF quantized to one of these (llama.cpp presets Q4_K_M, Q5_K_M, Q6_K, Q8_0, F16, BF16)");
+}
+
+bool UsesSuperBlockActivations(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
 }
 
 namespace {
@@ -49,6 +63,31 @@ void DequantQ5_0(const BlockQ5_0* b, float* y, std::int64_t nb) {
   }
 }
 
+// Q4_1 / Q5_1: d * code + m, in that order (ggml and gguf-py round d * code first).
+void DequantQ4_1(const BlockQ4_1* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(b[i].d), m = F16ToF32(b[i].m);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>(b[i].qs[j] & 0xF) * d + m;
+      y[j + 16] = static_cast<float>(b[i].qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+void DequantQ5_1(const BlockQ5_1* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(b[i].d), m = F16ToF32(b[i].m);
+    std::uint32_t h;
+    std::memcpy(&h, b[i].qh, 4);
+    for (int j = 0; j < 16; ++j) {
+      const unsigned x0 = (b[i].qs[j] & 0xFu) | (((h >> j) & 1u) << 4);
+      const unsigned x1 = (b[i].qs[j] >> 4) | (((h >> (j + 16)) & 1u) << 4);
+      y[j] = static_cast<float>(x0) * d + m;
+      y[j + 16] = static_cast<float>(x1) * d + m;
+    }
+  }
+}
+
 void DequantQ8_0(const BlockQ8_0* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, y += 32) {
     const float d = F16ToF32(b[i].d);
@@ -69,6 +108,30 @@ void DequantQ4_K(const BlockQ4_K* b, float* y, std::int64_t nb) {
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    }
+  }
+}
+
+// As Q4_K; sub-block j's 5th bits are bit j of qh[0..31].
+void DequantQ5_K(const BlockQ5_K* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    const float dmin = F16ToF32(b[i].dmin);
+    const std::uint8_t* q = b[i].qs;
+    const std::uint8_t* qh = b[i].qh;
+    for (int c = 0; c < 4; ++c, q += 32) {
+      std::uint8_t sc, m;
+      Q4KScaleMin(2 * c, b[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      Q4KScaleMin(2 * c + 1, b[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      const int lo_bit = 2 * c, hi_bit = 2 * c + 1;
+      for (int l = 0; l < 32; ++l) {
+        *y++ = d1 * static_cast<float>((q[l] & 0xF) | (((qh[l] >> lo_bit) & 1) << 4)) - m1;
+      }
+      for (int l = 0; l < 32; ++l) {
+        *y++ = d2 * static_cast<float>((q[l] >> 4) | (((qh[l] >> hi_bit) & 1) << 4)) - m2;
+      }
     }
   }
 }
@@ -114,9 +177,12 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
       for (std::int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(static_cast<const std::uint16_t*>(src)[i]);
       return;
     case GgmlType::kQ4_0: DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
+    case GgmlType::kQ4_1: DequantQ4_1(static_cast<const BlockQ4_1*>(src), dst, nb); return;
     case GgmlType::kQ5_0: DequantQ5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return;
+    case GgmlType::kQ5_1: DequantQ5_1(static_cast<const BlockQ5_1*>(src), dst, nb); return;
     case GgmlType::kQ8_0: DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return;
     case GgmlType::kQ4_K: DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb); return;
+    case GgmlType::kQ5_K: DequantQ5_K(static_cast<const BlockQ5_K*>(src), dst, nb); return;
     case GgmlType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return;
     default: return;
   }

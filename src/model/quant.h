@@ -1,8 +1,8 @@
 // Quantized weight formats (ggml block layouts, reference/model_perf.md §3),
 // reference dequantization, and matrix products against float activations.
 //
-// MatMul quantizes activations to int8 blocks (per 32 for Q4_0/Q5_0/Q8_0
-// weights, per 256 with 16-element sums for Q4_K/Q6_K) and runs integer dot
+// MatMul quantizes activations to int8 blocks (per 32 for Q4_0/Q4_1/Q5_0/
+// Q5_1/Q8_0 weights, per 256 with 16-element sums for Q4_K/Q5_K/Q6_K) and runs integer dot
 // products; F32/F16/BF16 weights use float dot products. The SIMD level is
 // chosen once at run time from the CPU (AVX-512 VNNI, AVX2, or the scalar
 // twin that is always compiled); KVSHARE_KERNEL=scalar|avx2|avx512 overrides.
@@ -21,9 +21,22 @@ struct BlockQ4_0 {
   std::uint16_t d;
   std::uint8_t qs[16];  // element j: low nibble of qs[j]; element j+16: high nibble
 };
+// Q4_1: element = d * code + m, code in [0, 15] (nibbles as in Q4_0).
+struct BlockQ4_1 {
+  std::uint16_t d;
+  std::uint16_t m;
+  std::uint8_t qs[16];
+};
 struct BlockQ5_0 {
   std::uint16_t d;
   std::uint8_t qh[4];  // bit j = 5th bit of element j (little-endian u32)
+  std::uint8_t qs[16];
+};
+// Q5_1: element = d * code + m, code in [0, 31] (qh and qs as in Q5_0).
+struct BlockQ5_1 {
+  std::uint16_t d;
+  std::uint16_t m;
+  std::uint8_t qh[4];
   std::uint8_t qs[16];
 };
 struct BlockQ8_0 {
@@ -36,14 +49,24 @@ struct BlockQ4_K {
   std::uint8_t scales[12];  // 8 x (6-bit scale, 6-bit min), packed
   std::uint8_t qs[128];
 };
+// Q5_K: Q4_K plus a 5th bit per element: bit j of qh[l] belongs to element
+// 32j + l (j = sub-block), so element = d * sc_j * (nibble + 16 * bit) - dmin * m_j.
+struct BlockQ5_K {
+  std::uint16_t d;
+  std::uint16_t dmin;
+  std::uint8_t scales[12];  // as in Q4_K
+  std::uint8_t qh[32];
+  std::uint8_t qs[128];     // as in Q4_K
+};
 struct BlockQ6_K {
   std::uint8_t ql[128];
   std::uint8_t qh[64];
   std::int8_t scales[16];
   std::uint16_t d;
 };
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 // ---- activation blocks (kvshare-internal; not a file format) ----
 // x[i] ~= d * qs[i]; sum = sum(qs).
@@ -59,7 +82,7 @@ struct ActQ8K {
   std::int8_t qs[256];
 };
 
-// The (sc, m) pair of Q4_K sub-block j (0..7) from the 12 packed scale bytes.
+// The (sc, m) pair of Q4_K / Q5_K sub-block j (0..7) from the 12 packed scale bytes.
 inline void Q4KScaleMin(int j, const std::uint8_t* s, std::uint8_t* sc, std::uint8_t* m) {
   if (j < 4) {
     *sc = s[j] & 63;
@@ -70,8 +93,19 @@ inline void Q4KScaleMin(int j, const std::uint8_t* s, std::uint8_t* sc, std::uin
   }
 }
 
-// True for F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K.
+// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool IsSupportedWeightType(GgmlType type);
+// "F32, F16, ..., Q6_K": the list above, for error messages.
+const char* SupportedWeightTypesString();
+// Throws kvshare::Error naming the tensor and its type unless `t`'s type is
+// one of the above, e.g. "tensor 'blk.0.attn_q.weight' has type IQ4_XS, which
+// kvshare does not support (supported: ...)": model loaders call it (through
+// WeightMatrix::FromTensor) for every weight they use, so such a file is
+// refused at load rather than at the first forward pass.
+void CheckWeightType(const GgufTensor& t);
+// Whether MatMul quantizes activations for `type` per 256 (ActQ8K: the
+// K-quants) rather than per 32 (ActQ8); false for float types.
+bool UsesSuperBlockActivations(GgmlType type);
 
 // Reference dequantization of one row of n elements (n a multiple of the
 // block size) in fp32 math, element by element as ggml does. Throws
@@ -91,14 +125,14 @@ struct WeightMatrix {
   std::size_t row_bytes = 0;
 
   // 2-D tensor view (ne[1] rows of ne[0]); throws kvshare::Error on rank > 2
-  // or an unsupported type.
+  // or an unsupported type (CheckWeightType).
   static WeightMatrix FromTensor(const GgufTensor& t);
   // Builds a view over packed rows of `type`.
   static WeightMatrix Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols);
 };
 
 // kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block for
-// Q4_0/Q5_0/Q8_0 weights, per 256-block for Q4_K/Q6_K) and compute integer
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights, per 256-block for Q4_K/Q5_K/Q6_K) and compute integer
 // block dot products. kFloat is their plain twin without activation rounding:
 // it dequantizes each weight row to fp32 (DequantizeRow) and multiplies it with
 // the fp32 activations. It is slow and never the default; it exists to check a

@@ -27,12 +27,11 @@ void DotQ8_0R(const BlockQ8_0* w, const ActQ8* x, std::int64_t xs, std::int64_t 
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
-// Q4_0 / Q5_0: unsigned codes q (UnsignedCodes<Block>) with offset bias:
-// dot = sum(q*x) - bias*sum(x).
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: unsigned codes q (UnsignedCodes<Block>):
+// dot = dw dx sum(q*x) - Offset (the code bias or the block minimum).
 template <int R, typename Block>
 void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
   using Codes = UnsignedCodes<Block>;
-  constexpr int bias = Codes::kOffset;
   __m256 acc[R];
   float corr[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.0f;
@@ -44,27 +43,24 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
       const float d = dw * a.d;
       const __m256i p = DotU8S8(q, Load32(a.qs));
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc[r]);
-      corr[r] += d * static_cast<float>(bias * a.sum);
+      corr[r] += Codes::Offset(w[b], a, d);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - corr[r];
 }
 
-template <int R>
-void DotQ4_KR(const BlockQ4_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+// Q4_K / Q5_K: codes (KCodes<Block>) times 6-bit sub-block scales, minus the
+// min term dmin dx sum_j m_j (sum of activation sub-block j).
+template <int R, typename Block>
+void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
   __m256 acc[R];
   float mins[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0.0f;
-  const __m256i m4 = _mm256_set1_epi8(0xF);
   for (std::int64_t b = 0; b < nb; ++b) {
     std::uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; ++j) Q4KScaleMin(j, w[b].scales, &sc[j], &mn[j]);
     __m256i lo[4], hi[4];
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = Load32(w[b].qs + 32 * c);
-      lo[c] = _mm256_and_si256(q, m4);
-      hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    }
+    KCodes<Block>::Get(w[b], lo, hi);
     const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a = x[r * xs + b];
@@ -133,9 +129,13 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
 
 }  // namespace
 
-const QuantKernels kAvx2Kernels = {
-    KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_0, ActQ8),
-    KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_KR, BlockQ4_K, ActQ8K),
-    KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K)};
+const QuantKernels kAvx2Kernels = {.q8_0 = KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8),
+                                   .q4_0 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_0, ActQ8),
+                                   .q4_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_1, ActQ8),
+                                   .q5_0 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_0, ActQ8),
+                                   .q5_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_1, ActQ8),
+                                   .q4_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ4_K, ActQ8K),
+                                   .q5_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ5_K, ActQ8K),
+                                   .q6_k = KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K)};
 
 }  // namespace kvshare::detail

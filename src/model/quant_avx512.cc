@@ -48,12 +48,11 @@ void DotQ8_0R(const BlockQ8_0* w, const ActQ8* x, std::int64_t xs, std::int64_t 
   }
 }
 
-// Q4_0 / Q5_0: unsigned codes q (UnsignedCodes<Block>) with offset bias:
-// dot = sum(q*x) - bias*sum(x).
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: unsigned codes q (UnsignedCodes<Block>):
+// dot = dw dx sum(q*x) - Offset (the code bias or the block minimum).
 template <int R, typename Block>
 void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
   using Codes = UnsignedCodes<Block>;
-  constexpr int bias = Codes::kOffset;
   __m512 acc[R];
   float corr[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), corr[r] = 0.0f;
@@ -66,7 +65,7 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
       const float d0 = dw0 * a[0].d, d1 = dw1 * a[1].d;
       const __m512i p = Dpbusd(q, Join(Load32(a[0].qs), Load32(a[1].qs)));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), Scales2(d0, d1), acc[r]);
-      corr[r] += d0 * static_cast<float>(bias * a[0].sum) + d1 * static_cast<float>(bias * a[1].sum);
+      corr[r] += Codes::Offset(w[b], a[0], d0) + Codes::Offset(w[b + 1], a[1], d1);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -76,25 +75,27 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
       const float d = H2F(w[b].d) * a.d;
       const __m256i p = Dpbusd256(Codes::Get(w[b]), Load32(a.qs));
       s += HSum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d)));
-      corr[r] += d * static_cast<float>(bias * a.sum);
+      corr[r] += Codes::Offset(w[b], a, d);
     }
     out[r] = s - corr[r];
   }
 }
 
-template <int R>
-void DotQ4_KR(const BlockQ4_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+// Q4_K / Q5_K: codes (KCodes<Block>) times 6-bit sub-block scales, minus the
+// min term dmin dx sum_j m_j (sum of activation sub-block j).
+template <int R, typename Block>
+void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
   __m512 acc[R];
   float mins[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = 0.0f;
-  const __m256i m4 = _mm256_set1_epi8(0xF);
   for (std::int64_t b = 0; b < nb; ++b) {
     std::uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; ++j) Q4KScaleMin(j, w[b].scales, &sc[j], &mn[j]);
+    __m256i lo[4], hi[4];
+    KCodes<Block>::Get(w[b], lo, hi);
     __m512i codes[4], s[4];
     for (int c = 0; c < 4; ++c) {
-      const __m256i q = Load32(w[b].qs + 32 * c);
-      codes[c] = Join(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+      codes[c] = Join(lo[c], hi[c]);
       s[c] = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[2 * c]), _mm512_set1_epi32(sc[2 * c + 1]));
     }
     const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
@@ -153,9 +154,13 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
 
 }  // namespace
 
-const QuantKernels kAvx512VnniKernels = {
-    KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_0, ActQ8),
-    KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_0, ActQ8), KVSHARE_ROWS_KERNEL(DotQ4_KR, BlockQ4_K, ActQ8K),
-    KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K)};
+const QuantKernels kAvx512VnniKernels = {.q8_0 = KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8),
+                                         .q4_0 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_0, ActQ8),
+                                         .q4_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_1, ActQ8),
+                                         .q5_0 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_0, ActQ8),
+                                         .q5_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_1, ActQ8),
+                                         .q4_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ4_K, ActQ8K),
+                                         .q5_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ5_K, ActQ8K),
+                                         .q6_k = KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K)};
 
 }  // namespace kvshare::detail

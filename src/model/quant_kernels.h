@@ -21,8 +21,11 @@ using DotRowsFn = void (*)(const Block* w, const Act* x, std::int64_t x_stride, 
 struct QuantKernels {
   DotRowsFn<BlockQ8_0, ActQ8> q8_0;
   DotRowsFn<BlockQ4_0, ActQ8> q4_0;
+  DotRowsFn<BlockQ4_1, ActQ8> q4_1;
   DotRowsFn<BlockQ5_0, ActQ8> q5_0;
+  DotRowsFn<BlockQ5_1, ActQ8> q5_1;
   DotRowsFn<BlockQ4_K, ActQ8K> q4_k;
+  DotRowsFn<BlockQ5_K, ActQ8K> q5_k;
   DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
 };
 

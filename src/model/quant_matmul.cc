@@ -64,6 +64,7 @@ WeightMatrix WeightMatrix::Make(const void* data, GgmlType type, std::int64_t ro
 }
 
 WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
+  CheckWeightType(t);
   if (t.n_dims > 2) throw Error("WeightMatrix: tensor '" + t.name + "' has rank " + std::to_string(t.n_dims) + ", expected <= 2");
   return Make(t.data, t.type, t.ne[1], t.ne[0]);
 }
@@ -138,8 +139,8 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p) {
   // Quantize the activations once (row i -> its own blocks).
   std::vector<ActQ8> a8;
   std::vector<ActQ8K> a8k;
-  const bool kquant = w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ6_K;
-  const bool q32 = w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0 || w.type == GgmlType::kQ5_0;
+  const bool kquant = UsesSuperBlockActivations(w.type);
+  const bool q32 = !kquant && GgmlBlockSize(w.type) == 32;
   const std::int64_t nb = cols / GgmlBlockSize(w.type);
   if (q32) {
     a8.resize(static_cast<std::size_t>(m * nb));
@@ -155,8 +156,11 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p) {
     switch (w.type) {
       case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
       case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ4_1: k.q4_1(static_cast<const BlockQ4_1*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
       case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ5_1: k.q5_1(static_cast<const BlockQ5_1*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
       case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
       case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
       default: break;
     }

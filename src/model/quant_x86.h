@@ -40,36 +40,93 @@ inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 
 // Byte i = 0x10 if bit i of the 32-bit mask is set, else 0.
 inline __m256i BitsToBytes(std::uint32_t bits) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)  // quant_avx512.cc: the bits are a byte mask
+  return _mm256_maskz_mov_epi8(static_cast<__mmask32>(bits), _mm256_set1_epi8(0x10));
+#else
   const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
   const __m256i sel = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
   v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+#endif
 }
 
-// Unsigned codes of a Q4_0 / Q5_0 block as 32 bytes (low nibbles first) and
-// their offset: value = d * (code - kOffset).
+// 16 nibble bytes plus the 32 fifth bits of a little-endian u32 (as 0x10).
+inline __m256i FiveBitCodes(const std::uint8_t* qh, const std::uint8_t* qs) {
+  std::uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return _mm256_or_si256(Nibbles(qs), BitsToBytes(h));
+}
+
+// Unsigned codes of a 32-element block (Q4_0 / Q4_1 / Q5_0 / Q5_1) as 32
+// bytes, low nibbles first, and its offset: with dw = the block's d and
+// dx = a.d, dot(block, a) = dw * dx * sum_j code_j * a.qs[j] - Offset(block, a, dw * dx).
+//   _0 types: value = d * (code - bias), Offset = d dx * bias * sum(a.qs);
+//   _1 types: value = d * code + m,      Offset = -m * dx * sum(a.qs).
 template <typename Block>
 struct UnsignedCodes;
 
 template <>
 struct UnsignedCodes<BlockQ4_0> {
-  static constexpr int kOffset = 8;
   static __m256i Get(const BlockQ4_0& b) { return Nibbles(b.qs); }
+  static float Offset(const BlockQ4_0&, const ActQ8& a, float d) { return d * static_cast<float>(8 * a.sum); }
 };
 
-// Q5_0: nibbles plus qh bit i as 0x10.
 template <>
 struct UnsignedCodes<BlockQ5_0> {
-  static constexpr int kOffset = 16;
-  static __m256i Get(const BlockQ5_0& b) {
-    std::uint32_t h;
-    std::memcpy(&h, b.qh, 4);
-    return _mm256_or_si256(Nibbles(b.qs), BitsToBytes(h));
+  static __m256i Get(const BlockQ5_0& b) { return FiveBitCodes(b.qh, b.qs); }
+  static float Offset(const BlockQ5_0&, const ActQ8& a, float d) { return d * static_cast<float>(16 * a.sum); }
+};
+
+template <>
+struct UnsignedCodes<BlockQ4_1> {
+  static __m256i Get(const BlockQ4_1& b) { return Nibbles(b.qs); }
+  static float Offset(const BlockQ4_1& b, const ActQ8& a, float) { return -(H2F(b.m) * a.d) * static_cast<float>(a.sum); }
+};
+
+template <>
+struct UnsignedCodes<BlockQ5_1> {
+  static __m256i Get(const BlockQ5_1& b) { return FiveBitCodes(b.qh, b.qs); }
+  static float Offset(const BlockQ5_1& b, const ActQ8& a, float) { return -(H2F(b.m) * a.d) * static_cast<float>(a.sum); }
+};
+
+// Codes of a Q4_K / Q5_K super-block in 4 chunks of 64 elements: lo[c] holds
+// elements 64c .. 64c+31 (sub-block 2c), hi[c] elements 64c+32 .. 64c+63
+// (sub-block 2c+1), one code (0..15, resp. 0..31) per byte.
+template <typename Block>
+struct KCodes;
+
+template <>
+struct KCodes<BlockQ4_K> {
+  static void Get(const BlockQ4_K& b, __m256i lo[4], __m256i hi[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load32(b.qs + 32 * c);
+      lo[c] = _mm256_and_si256(q, m4);
+      hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
   }
 };
 
-// sum_j mn[j] * (sum of activation sub-block j of 32): the Q4_K min term of
+// Bit j of qh[l] is the 5th bit of sub-block j's element l: chunk c takes
+// bits 2c (lo) and 2c + 1 (hi). The 16-bit shifts (by at most 7) move bits
+// of a high byte into the low byte only above its bit 0, the one bit read.
+template <>
+struct KCodes<BlockQ5_K> {
+  static void Get(const BlockQ5_K& b, __m256i lo[4], __m256i hi[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    __m256i h = Load32(b.qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load32(b.qs + 32 * c);
+      lo[c] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+      hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+      h = _mm256_srli_epi16(h, 2);
+    }
+  }
+};
+
+// sum_j mn[j] * (sum of activation sub-block j of 32): the Q4_K / Q5_K min term of
 // one super-block, from the activation's 16-element bsums.
 inline int Q4KMinSum(const std::uint8_t* mn, const ActQ8K& a) {
   int s = 0;

@@ -1,7 +1,11 @@
 // Test helper: dequantizes GGUF tensors with kvshare's reference dequantizer.
+//   gguf_dequant_dump --types                      -> "id name block_size block_bytes supported"
+//                                                     for every ggml type id the reader knows
 //   gguf_dequant_dump MODEL --list                 -> "name type ne0 nrows" lines
 //   gguf_dequant_dump MODEL TENSOR OUT [MAX_ROWS]  -> raw little-endian float32
 //                                                     of the first MAX_ROWS rows
+// A tensor of a type kvshare does not compute with fails (exit 1) with the
+// model loader's error, naming the tensor and the type.
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
@@ -14,8 +18,18 @@
 #include "model/quant.h"
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--types") {
+    for (std::uint32_t id = 0; id < 256; ++id) {
+      if (!kvshare::IsKnownGgmlType(id)) continue;
+      const auto t = static_cast<kvshare::GgmlType>(id);
+      std::printf("%u %s %lld %lld %d\n", id, kvshare::GgmlTypeName(t).c_str(),
+                  static_cast<long long>(kvshare::GgmlBlockSize(t)), static_cast<long long>(kvshare::GgmlBlockBytes(t)),
+                  kvshare::IsSupportedWeightType(t) ? 1 : 0);
+    }
+    return 0;
+  }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s MODEL --list | MODEL TENSOR OUT.f32 [MAX_ROWS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s --types | MODEL --list | MODEL TENSOR OUT.f32 [MAX_ROWS]\n", argv[0]);
     return 2;
   }
   try {
@@ -29,6 +43,7 @@ int main(int argc, char** argv) {
     }
     if (argc < 4) throw kvshare::Error("missing OUT path");
     const kvshare::GgufTensor& t = f.Tensor(argv[2]);
+    kvshare::CheckWeightType(t);
     std::int64_t rows = t.NumRows();
     if (argc > 4) rows = std::min<std::int64_t>(rows, std::atoll(argv[4]));
     std::vector<float> row(static_cast<std::size_t>(t.ne[0]));
