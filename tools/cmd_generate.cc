@@ -142,7 +142,7 @@ void RunGenerate(const GenerateCliOptions& o) {
 void RegisterGenerate(CLI::App& app) {
   static GenerateCliOptions o;
   auto* cmd = app.add_subcommand("generate", "Generate text with a GGUF model (Gemma 3)");
-  cmd->add_option("--model", o.model, std::string("GGUF file (default: ") + kDefaultModel + ", fetched if missing)");
+  AddModelOption(*cmd, o.model);
   cmd->add_option("--prompt", o.prompt, "Prompt text (wrapped in the chat template unless --raw)");
   cmd->add_flag("--chat", o.chat, "Interactive chat: one user turn per stdin line");
   cmd->add_flag("--raw", o.raw, "Use --prompt as plain text (with <bos>), no chat template");
