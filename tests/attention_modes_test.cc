@@ -177,6 +177,90 @@ TEST(GqaModes, ShareBufferWritesInPlace) {
   EXPECT_EQ(c.past_value.ToFloat(), want_v.ToFloat());
 }
 
+// A right-padded first prompt (S == total_sequence_length) writes all S new
+// rows of every row into present, the padding rows s >= T_b included, as ORT
+// does (checked against onnxruntime 1.32 on this case): present is not zero
+// beyond T_b here.
+TEST(GqaModes, AppendRightPaddedFirstPromptWritesAllRows) {
+  const int B = 3, S = 16, N = 4, Nkv = 2, H = 16;
+  std::mt19937_64 rng(21);
+  GqaCase c;
+  c.attrs.num_heads = N;
+  c.attrs.kv_num_heads = Nkv;
+  c.query = RandomBuffer(DType::kFloat32, {B, S, N * H}, rng);
+  c.key = RandomBuffer(DType::kFloat32, {B, S, Nkv * H}, rng);
+  c.value = RandomBuffer(DType::kFloat32, {B, S, Nkv * H}, rng);
+  c.has_key = true;
+  c.seqlens_k = Int32Buffer({2, 15, 8}, {B});
+  c.total_len = Int32Buffer({S}, {1});
+  c.has_seqlens = true;
+  c.output = Buffer(DType::kFloat32, {B, S, N * H});
+  c.present_key = Buffer(DType::kFloat32, {B, Nkv, S, H});
+  c.present_value = Buffer(DType::kFloat32, {B, Nkv, S, H});
+  c.has_present = true;
+  ASSERT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()), KvMode::kAppend);
+  c.Run();
+  for (int b = 0; b < B; ++b)
+    for (int n = 0; n < Nkv; ++n)
+      for (int s = 0; s < S; ++s)
+        for (int e = 0; e < H; ++e) {
+          const std::int64_t src = ((static_cast<std::int64_t>(b) * S + s) * Nkv + n) * H + e;
+          const std::int64_t dst = ((static_cast<std::int64_t>(b) * Nkv + n) * S + s) * H + e;
+          ASSERT_EQ(c.present_key.Get(dst), c.key.Get(src)) << "b=" << b << " n=" << n << " s=" << s;
+          ASSERT_EQ(c.present_value.Get(dst), c.value.Get(src)) << "b=" << b << " n=" << n << " s=" << s;
+        }
+}
+
+// Packed QKV (key/value absent, query (B, S, (N + 2 N_kv) H)) with a past is
+// accepted, in the append and the share-buffer mode, and gives exactly the
+// unpacked op's results (as ORT does; checked against onnxruntime 1.32).
+TEST(GqaModes, PackedQkvWithPastEqualsUnpacked) {
+  for (bool share : {false, true}) {
+    History h(2, 3, 4, 2, 32, {7, 3}, 22);
+    std::vector<std::int64_t> past;
+    for (auto t : h.T) past.push_back(t - h.S);
+    auto make = [&](bool packed) {
+      GqaCase c;
+      c.attrs = Attrs(h);
+      h.FillBnsh(c.past_key, c.past_value, 8, past);
+      h.FillBsnh(c.key, c.value, h.S, past);
+      c.query = h.Query();
+      if (packed) {
+        const std::int64_t qh = h.N * h.H, kh = h.Nkv * h.H, width = qh + 2 * kh;
+        Buffer qkv(DType::kFloat32, {h.B, h.S, width});
+        for (std::int64_t t = 0; t < h.B * h.S; ++t) {
+          for (std::int64_t i = 0; i < qh; ++i) qkv.Set(t * width + i, c.query.Get(t * qh + i));
+          for (std::int64_t i = 0; i < kh; ++i) {
+            qkv.Set(t * width + qh + i, c.key.Get(t * kh + i));
+            qkv.Set(t * width + qh + kh + i, c.value.Get(t * kh + i));
+          }
+        }
+        c.query = qkv;
+      }
+      c.has_key = !packed;
+      c.has_past = true;
+      c.alias_present = share;
+      c.has_present = !share;
+      c.present_key = Buffer(DType::kFloat32, {h.B, h.Nkv, 8, h.H});
+      c.present_value = Buffer(DType::kFloat32, {h.B, h.Nkv, 8, h.H});
+      h.SetSeqlens(c);
+      c.output = Buffer(DType::kFloat32, {h.B, h.S, h.N * h.H});
+      EXPECT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()), share ? KvMode::kShareBuffer : KvMode::kAppend);
+      c.Run();
+      return c;
+    };
+    GqaCase unpacked = make(false), packed = make(true);
+    EXPECT_LT(MaxRelDiff(packed.output.ToFloat(), h.Expected(packed.attrs)), kTol) << "share=" << share;
+    EXPECT_EQ(packed.output.ToFloat(), unpacked.output.ToFloat()) << "share=" << share;
+    const Buffer& pk = share ? packed.past_key : packed.present_key;
+    const Buffer& uk = share ? unpacked.past_key : unpacked.present_key;
+    EXPECT_EQ(pk.ToFloat(), uk.ToFloat()) << "share=" << share;
+    Buffer want_k, want_v;
+    h.FillBnsh(want_k, want_v, 8, h.T);
+    EXPECT_EQ(pk.ToFloat(), want_k.ToFloat()) << "share=" << share;
+  }
+}
+
 // Borrowed modes: exact attention over the source layer's KV, no append.
 TEST(GqaModes, BorrowedEmptyAndOmittedKvAreExact) {
   for (bool omitted : {false, true}) {

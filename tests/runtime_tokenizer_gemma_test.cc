@@ -14,6 +14,8 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include "kvshare/chat_template.h"
+#include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
 #include "kvshare/tokenizer.h"
@@ -76,8 +78,10 @@ TEST_F(GemmaTokenizer, KnownIds) {
 }
 
 TEST_F(GemmaTokenizer, ChatPrompt) {
+  const ChatTemplate tmpl(ChatFormat::kGemma, *tok_);
+  EXPECT_EQ(tmpl.end_of_turn_id(), 106);
   const std::vector<ChatMessage> msgs = {{"user", "Hello!"}};
-  const auto ids = EncodeGemmaChat(*tok_, msgs);
+  const auto ids = tmpl.Encode(msgs);
   ASSERT_GE(ids.size(), 8u);
   EXPECT_EQ((std::vector<int32_t>(ids.begin(), ids.begin() + 2)), (std::vector<int32_t>{2, 105}));
   // ... <end_of_turn> "\n" <start_of_turn> "model" "\n"
@@ -86,7 +90,17 @@ TEST_F(GemmaTokenizer, ChatPrompt) {
   EXPECT_EQ(ids[ids.size() - 3], 105);
   EXPECT_EQ(tok_->TokenText(ids[ids.size() - 2]), "model");
   EXPECT_EQ(ids.back(), 107);
-  EXPECT_EQ(tok_->Decode(ids, {.render_special = true}), "<bos>" + FormatGemmaChat(msgs));
+  EXPECT_EQ(tok_->Decode(ids, {.render_special = true}), "<bos>" + FormatChat(ChatFormat::kGemma, msgs));
+  // Gemma 3's vocabulary has no Gemma 4 turn markers.
+  EXPECT_THROW(ChatTemplate(ChatFormat::kGemma4, *tok_), Error);
+}
+
+// The default model is the base model: its file has no chat template, so the
+// prompt is used as is (plain completion).
+TEST_F(GemmaTokenizer, DefaultModelHasNoChatTemplate) {
+  const ChatFormatChoice c = ChooseChatFormat(GgufFile::Open(ModelPath()));
+  EXPECT_EQ(c.format, ChatFormat::kNone);
+  EXPECT_EQ(c.source, ChatFormatSource::kFileHasNone);
 }
 
 TEST_F(GemmaTokenizer, MatchesPlainTwinAndRoundTrips) {

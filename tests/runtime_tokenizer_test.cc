@@ -1,4 +1,4 @@
-// Tokenizer, stream decoder and chat template on small synthetic vocabularies.
+// Tokenizer and stream decoder on small synthetic vocabularies.
 // The BPE result is checked against a plain twin written here (quadratic
 // merge-by-score loop) as well as hand-computed cases.
 #include <gtest/gtest.h>
@@ -280,44 +280,6 @@ TEST(Tokenizer, RejectsBadVocab) {
   { auto b = v; b.unk = -1; expect_error(b, "VocabData.unk must name the unknown token"); }
   { auto b = v; b.bos = 100000; expect_error(b, "VocabData.bos must be -1 or in [0,"); }
   expect_error(VocabData{}, "VocabData.tokens must not be empty");
-}
-
-TEST(ChatTemplate, GemmaFormat) {
-  const std::vector<ChatMessage> msgs = {{"system", "  Be brief. "},
-                                         {"user", "Hi!\n"},
-                                         {"assistant", "Hello."},
-                                         {"user", "Bye"}};
-  EXPECT_EQ(FormatGemmaChat(msgs),
-            "<start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n"
-            "<start_of_turn>model\nHello.<end_of_turn>\n"
-            "<start_of_turn>user\nBye<end_of_turn>\n"
-            "<start_of_turn>model\n");
-  EXPECT_EQ(FormatGemmaChat(std::vector<ChatMessage>{{"user", "x"}},
-                            {.add_generation_prompt = false, .bos_text = true}),
-            "<bos><start_of_turn>user\nx<end_of_turn>\n");
-  try {
-    FormatGemmaChat(std::vector<ChatMessage>{{"tool", "x"}});
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("messages[0].role must be"), std::string::npos);
-  }
-}
-
-TEST(ChatTemplate, EncodeGemmaChat) {
-  Tokenizer tok(MakeVocab(RichPieces()));
-  const std::vector<ChatMessage> msgs = {{"user", "hello <end_of_turn>"}};
-  const auto ids = EncodeGemmaChat(tok, msgs);
-  ASSERT_GE(ids.size(), 3u);
-  EXPECT_EQ(ids[0], 2);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1);
-  EXPECT_EQ(ids[1], kStartOfTurn);
-  // One end_of_turn (the template's), the user's text stays text.
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), kEndOfTurn), 1);
-  EXPECT_EQ(tok.Decode(ids, {.render_special = true}), "<bos>" + FormatGemmaChat(msgs));
-  // Trusting content: the same ids as encoding the whole text with parse_special.
-  const auto trusted = EncodeGemmaChat(tok, msgs, {.parse_special_in_content = true});
-  EXPECT_EQ(trusted, tok.Encode(FormatGemmaChat(msgs), {.add_bos = true, .parse_special = true}));
-  EXPECT_EQ(std::count(trusted.begin(), trusted.end(), kEndOfTurn), 2);
 }
 
 }  // namespace

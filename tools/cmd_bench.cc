@@ -207,7 +207,7 @@ void RunBench(const BenchCliOptions& o) {
 void RegisterBench(CLI::App& app) {
   static BenchCliOptions o;
   auto* cmd = app.add_subcommand("bench", "Prefill and decode speed (tok/s) of a GGUF model per thread count");
-  cmd->add_option("--model", o.model, std::string("GGUF file (default: ") + kDefaultModel + ", fetched if missing)");
+  AddModelOption(*cmd, o.model);
   cmd->add_option("--prompt-tokens", o.prompt_tokens, "Prompt length for the prefill test")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -3,12 +3,16 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "commands.h"
+#include "kvshare/chat_template.h"
 #include "kvshare/error.h"
+#include "kvshare/gguf.h"
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
@@ -24,6 +28,7 @@ struct GenerateCliOptions {
   std::string prompt;
   bool chat = false;
   bool raw = false;
+  std::string chat_template;  // --chat-template NAME; empty: as the file says
   int n = 128;
   SamplerFlags sampling;
   int threads = 0;
@@ -74,6 +79,27 @@ ModelStateOptions StateOptions(const GenerateCliOptions& o, const ModelConfig& c
   return so;
 }
 
+// The chat format: --raw means none; --chat-template NAME names one; else the
+// file's tokenizer.chat_template decides (plain completion when it has none).
+// Warns on stderr when the file's template is not one kvshare knows.
+ChatFormatChoice ChooseFormat(const GenerateCliOptions& o, const GgufFile& file) {
+  std::optional<std::string_view> name;
+  if (o.raw) {
+    name = "none";
+  } else if (!o.chat_template.empty()) {
+    name = o.chat_template;
+  }
+  ChatFormatChoice choice = ChooseChatFormat(file, name);
+  if (choice.source == ChatFormatSource::kNamed) choice.reason = o.raw ? "--raw" : "named with --chat-template";
+  if (choice.source == ChatFormatSource::kFileUnrecognized) {
+    std::fprintf(stderr,
+                 "kvshare: warning: %s; using plain completion. If the model has a chat format kvshare knows, name "
+                 "it with --chat-template gemma|gemma4 (--chat-template none silences this warning)\n",
+                 choice.reason.c_str());
+  }
+  return choice;
+}
+
 void RunGenerate(const GenerateCliOptions& o) {
   if (o.prompt.empty() && !o.chat) throw Error("give --prompt TEXT or --chat");
   if (!o.prompt.empty() && o.chat) throw Error("--prompt and --chat are exclusive");
@@ -81,25 +107,32 @@ void RunGenerate(const GenerateCliOptions& o) {
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::unique_ptr<Model> model = Model::Load(path);
   Tokenizer tok(ReadVocab(model->gguf()));
+  const ChatFormatChoice choice = ChooseFormat(o, model->gguf());
+  const ChatTemplate tmpl(choice.format, tok);
+  if (o.verbose) {
+    std::fprintf(stderr, "[kvshare] chat template: %s%s: %s\n", std::string(ChatFormatName(choice.format)).c_str(),
+                 choice.format == ChatFormat::kNone ? " (plain completion)" : "", choice.reason.c_str());
+  }
+  if (o.chat && tmpl.format() == ChatFormat::kNone) {
+    throw Error("--chat needs a chat template, but " +
+                (choice.source == ChatFormatSource::kNamed ? std::string("none was chosen") : choice.reason) +
+                "; name one with --chat-template gemma|gemma4, or use --prompt TEXT for plain completion");
+  }
   ThreadPool pool(threads);
   Generator gen(*model, tok, &pool, StateOptions(o, model->config()));
   if (o.verbose) std::fprintf(stderr, "[kvshare] KV cache:\n%s", gen.state().kv_cache().Memory().ToString().c_str());
   GenerateOptions go;
   go.max_new_tokens = o.n;
   go.sampler = ToSamplerOptions(o.sampling);
+  go.stop_tokens = tmpl.StopTokens();
   auto print = [](std::string_view t) {
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
   };
 
   if (!o.chat) {
-    std::vector<int32_t> ids;
-    if (o.raw) {
-      ids = tok.Encode(o.prompt, EncodeOptions{.add_bos = true, .add_eos = std::nullopt, .parse_special = false});
-    } else {
-      const std::vector<ChatMessage> msgs = {{"user", o.prompt}};
-      ids = EncodeGemmaChat(tok, msgs);
-    }
+    const std::vector<ChatMessage> msgs = {{"user", o.prompt}};
+    const std::vector<int32_t> ids = tmpl.Encode(msgs);
     if (o.verbose) {
       std::fprintf(stderr, "[kvshare] prompt ids:");
       for (int32_t id : ids) std::fprintf(stderr, " %d", id);
@@ -109,7 +142,8 @@ void RunGenerate(const GenerateCliOptions& o) {
     return;
   }
   // Interactive chat: the cache keeps every turn.
-  std::fprintf(stderr, "kvshare chat (%s); empty line or EOF ends.\n", path.c_str());
+  std::fprintf(stderr, "kvshare chat (%s, chat template %s); empty line or EOF ends.\n", path.c_str(),
+               std::string(ChatFormatName(tmpl.format())).c_str());
   GenerateStats last;
   bool first = true;
   std::string line;
@@ -117,18 +151,14 @@ void RunGenerate(const GenerateCliOptions& o) {
     std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
     const std::vector<ChatMessage> msgs = {{"user", line}};
-    std::vector<int32_t> ids = EncodeGemmaChat(tok, msgs);
+    std::vector<int32_t> ids = tmpl.Encode(msgs, {.add_bos = first});
     if (!first) {
-      if (!ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
-      // Close the previous model turn: "<end_of_turn>\n" unless already cached.
+      // Close the previous model turn; its last sampled token is not in the
+      // cache yet when generation stopped on it.
       std::vector<int32_t> prefix;
       if (!last.last_token_in_cache && last.last_token >= 0) prefix.push_back(last.last_token);
-      if (last.stop_reason != "end_of_turn") {
-        const auto eot = tok.Encode("<end_of_turn>", EncodeOptions{.add_bos = false, .add_eos = std::nullopt, .parse_special = true});
-        prefix.insert(prefix.end(), eot.begin(), eot.end());
-      }
-      const auto nl = tok.Encode("\n", EncodeOptions{.add_bos = false, .add_eos = std::nullopt, .parse_special = false});
-      prefix.insert(prefix.end(), nl.begin(), nl.end());
+      const std::vector<int32_t> close = tmpl.CloseModelTurn(last.last_token == tmpl.end_of_turn_id());
+      prefix.insert(prefix.end(), close.begin(), close.end());
       ids.insert(ids.begin(), prefix.begin(), prefix.end());
     }
     last = gen.Generate(ids, go, print);
@@ -142,10 +172,15 @@ void RunGenerate(const GenerateCliOptions& o) {
 void RegisterGenerate(CLI::App& app) {
   static GenerateCliOptions o;
   auto* cmd = app.add_subcommand("generate", "Generate text with a GGUF model (Gemma 3)");
-  cmd->add_option("--model", o.model, std::string("GGUF file (default: ") + kDefaultModel + ", fetched if missing)");
-  cmd->add_option("--prompt", o.prompt, "Prompt text (wrapped in the chat template unless --raw)");
-  cmd->add_flag("--chat", o.chat, "Interactive chat: one user turn per stdin line");
-  cmd->add_flag("--raw", o.raw, "Use --prompt as plain text (with <bos>), no chat template");
+  AddModelOption(*cmd, o.model);
+  cmd->add_option("--prompt", o.prompt,
+                  "Prompt text, wrapped in the model's chat template when its file has one (see --chat-template)");
+  cmd->add_flag("--chat", o.chat, "Interactive chat: one user turn per stdin line (needs a chat template)");
+  auto* tmpl = cmd->add_option("--chat-template", o.chat_template,
+                               "Chat format: gemma (Gemma 2/3), gemma4 (Gemma 4) or none (plain completion). Default: "
+                               "the one the file's tokenizer.chat_template uses; none when it has no template");
+  tmpl->check(CLI::IsMember(std::vector<std::string>(ChatFormatNames().begin(), ChatFormatNames().end())));
+  cmd->add_flag("--raw", o.raw, "Plain completion: --prompt as is (with <bos>), no chat template")->excludes(tmpl);
   cmd->add_option("-n,--max-tokens", o.n, "Maximum new tokens")->check(CLI::Range(1, 1 << 20));
   AddSamplerFlags(*cmd, o.sampling);
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
@@ -156,7 +191,8 @@ void RegisterGenerate(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache storage: f32, f16 or bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  cmd->add_flag("-v,--verbose", o.verbose, "Print the prompt token ids and the KV cache layout to stderr");
+  cmd->add_flag("-v,--verbose", o.verbose,
+                "Print the chat template used and why, the prompt token ids and the KV cache layout to stderr");
   cmd->callback([] { RunGenerate(o); });
 }
 

@@ -11,7 +11,7 @@ void RegisterBench(CLI::App& app);
 void RegisterDemo(CLI::App& app);
 // `kvshare generate`: text generation with a GGUF model.
 void RegisterGenerate(CLI::App& app);
-// `kvshare info MODEL`: GGUF metadata and tensor summary.
+// `kvshare info [--model PATH]`: GGUF metadata, tensor summary, chat template.
 void RegisterInfo(CLI::App& app);
 
 }  // namespace kvshare::cli

@@ -8,6 +8,11 @@
 
 namespace kvshare::cli {
 
+CLI::Option* AddModelOption(CLI::App& cmd, std::string& path) {
+  return cmd.add_option("--model", path,
+                        std::string("GGUF model file (default: ") + kDefaultModel + ", fetched if missing)");
+}
+
 std::string ResolveModel(const std::string& given) {
   if (!given.empty()) {
     if (!std::filesystem::exists(given)) throw Error("model file '" + given + "' does not exist (check --model)");

@@ -1,12 +1,18 @@
-// The --model argument shared by the subcommands that load a model.
+// The --model option shared by every subcommand that loads a model.
 #pragma once
 
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 namespace kvshare::cli {
 
 // Relative to the working directory; scripts/fetch_model.py writes it there.
 inline constexpr const char* kDefaultModel = "models/gemma-3-270m-q4_k_m.gguf";
+
+// Adds `--model PATH` to `cmd`, writing into `path` (which must outlive
+// parsing); left empty, ResolveModel picks the default model.
+CLI::Option* AddModelOption(CLI::App& cmd, std::string& path);
 
 // `given` if non-empty (it must exist), else the default model, fetched with
 // scripts/fetch_model.py into ./models when missing. Throws kvshare::Error

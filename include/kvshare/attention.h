@@ -39,11 +39,15 @@
 // KV sources. The op recognizes six modes from which inputs are present
 // (`DetectKvMode` reports the choice):
 //
-//  kAppend       key/value (B, S, kv_hidden) given; past absent, or past given
-//                and present a different buffer. present = past rows [0, P_b)
-//                followed by the S new rows, P_b = T_b - S (0 on a first prompt,
-//                i.e. S == total_sequence_length). present is (B, N_kv,
-//                max(total_sequence_length, past.dim2), H), zero beyond T_b.
+//  kAppend       key/value (B, S, kv_hidden) (or packed QKV) given; past
+//                absent, or past given and present a different buffer. present
+//                = past rows [0, P_b) followed by the S new rows, P_b = T_b - S
+//                (0 on a first prompt, i.e. S == total_sequence_length). present
+//                is (B, N_kv, max(total_sequence_length, past.dim2), H), zero
+//                beyond row P_b + S. On a right-padded first prompt that is
+//                every row [0, S): the padding rows s >= T_b are written too (as
+//                ORT does), e.g. seqlens_k = [2, 15, 8], S = 16 fills all 16
+//                rows of each batch row; attention still sees keys j < T_b only.
 //                With past given and present omitted the op attends over
 //                past + new without writing anything (kvshare definition; ORT
 //                leaves this undefined).
@@ -132,8 +136,10 @@ struct GqaAttributes {
 // Inputs. Absent optional inputs are std::nullopt; a present input may have
 // zero elements (the empty K/V of kBorrowedEmptyKv).
 struct GqaInputs {
-  // (B, S, N*H), or packed QKV (B, S, (N + 2*N_kv)*H) when key/value are absent
-  // and past is absent. float32, float16 or bfloat16 (call it T).
+  // (B, S, N*H), or packed QKV (B, S, (N + 2*N_kv)*H), per token [Q | K | V],
+  // when key/value are absent, with or without past (append and share-buffer
+  // modes; with past, a last dim of N*H instead means kBorrowedOmittedKv).
+  // float32, float16 or bfloat16 (call it T).
   ConstTensorView query;
   std::optional<ConstTensorView> key;    // (B, S_kv, N_kv*H), T
   std::optional<ConstTensorView> value;  // (B, S_kv, N_kv*H), T

@@ -1,5 +1,5 @@
 // kvshare/tokenizer.h — SentencePiece-style BPE tokenizer built from GGUF vocabulary
-// arrays, a streaming detokenizer, and the Gemma chat template.
+// arrays and a streaming detokenizer (chat formats: kvshare/chat_template.h).
 //
 // The vocabulary comes in as plain vectors (the GGUF reader lives in model/):
 // `tokenizer.ggml.tokens`, `.scores`, `.token_type` and the special ids. Encoding
@@ -143,38 +143,5 @@ class TokenStreamDecoder {
   bool at_start_ = true;
   std::string pending_;
 };
-
-// ---- Chat template (Gemma; llama.cpp LLM_CHAT_TEMPLATE_GEMMA) ----
-
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" or "model"
-  std::string content;
-};
-
-struct ChatTemplateOptions {
-  // End with "<start_of_turn>model\n" so the model writes the next turn.
-  bool add_generation_prompt = true;
-  // Start the text with "<bos>". Leave false when the tokenizer adds BOS
-  // (EncodeChat does); true gives the HF jinja template's exact text.
-  bool bos_text = false;
-  // EncodeGemmaChat only: also recognize special-token text inside message
-  // contents. Off by default, so a user who types "<end_of_turn>" cannot end a
-  // turn; the markup around the messages is always parsed.
-  bool parse_special_in_content = false;
-};
-
-// Each turn is "<start_of_turn>{role}\n{trim(content)}<end_of_turn>\n", role
-// "assistant" written as "model". System messages form no turn: their trimmed text
-// (several joined directly) is prepended to the next non-model turn followed by
-// "\n\n". Throws kvshare::Error for an unknown role.
-std::string FormatGemmaChat(std::span<const ChatMessage> messages,
-                            const ChatTemplateOptions& options = {});
-
-// Token ids of FormatGemmaChat's text with exactly one BOS in front (when the
-// vocabulary has one; options.bos_text is ignored). Markup is encoded with
-// parse_special, message contents without it (see parse_special_in_content).
-std::vector<int32_t> EncodeGemmaChat(const Tokenizer& tokenizer,
-                                     std::span<const ChatMessage> messages,
-                                     const ChatTemplateOptions& options = {});
 
 }  // namespace kvshare

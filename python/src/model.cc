@@ -16,6 +16,7 @@
 
 #include "arrays.h"
 #include "bind.h"
+#include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
@@ -186,10 +187,15 @@ class PyModel {
                                                         .parse_special = parse_special});
   }
 
-  std::vector<int32_t> ChatTokens(const std::vector<std::pair<std::string, std::string>>& messages) const {
+  std::vector<int32_t> ChatTokens(const std::vector<std::pair<std::string, std::string>>& messages,
+                                  const std::optional<std::string>& template_name) const {
+    ChatFormatChoice choice = ChooseChatFormat(core_->model->gguf(), template_name);
+    if (choice.format == ChatFormat::kNone && choice.source != ChatFormatSource::kNamed) {
+      throw Error("chat_tokens: " + choice.reason + "; name a chat format: template=\"gemma\" or \"gemma4\"");
+    }
     std::vector<ChatMessage> msgs;
     for (const auto& [role, content] : messages) msgs.push_back({role, content});
-    return EncodeGemmaChat(*core_->tokenizer, msgs);
+    return ChatTemplate(choice.format, *core_->tokenizer).Encode(msgs);
   }
 
   py::str Detokenize(const std::vector<int32_t>& ids) const { return Utf8(core_->tokenizer->Decode(ids)); }
@@ -208,20 +214,15 @@ class PyModel {
   }
 
   std::unique_ptr<Stream> Generate(const py::object& prompt, int max_new_tokens, float temperature, int top_k,
-                                   float top_p, float min_p, float repetition_penalty, std::uint64_t seed, bool chat,
-                                   bool reset) {
+                                   float top_p, float min_p, float repetition_penalty, std::uint64_t seed,
+                                   const py::object& chat, bool reset) {
+    const ChatTemplate tmpl(FormatFor(chat), *core_->tokenizer);
     std::vector<int32_t> ids;
     if (py::isinstance<py::str>(prompt)) {
-      const std::string text = prompt.cast<std::string>();
-      if (chat) {
-        ids = ChatTokens({{"user", text}});
-      } else {
-        ids = Tokenize(text, true, false);
-      }
       // Continuing a sequence: no second BOS.
-      if (!reset && core_->generator->state().length() > 0 && !ids.empty() && ids.front() == core_->tokenizer->bos_id()) {
-        ids.erase(ids.begin());
-      }
+      const bool continuing = !reset && core_->generator->state().length() > 0;
+      const std::vector<ChatMessage> msgs = {{"user", prompt.cast<std::string>()}};
+      ids = tmpl.Encode(msgs, {.add_bos = !continuing});
     } else {
       ids = prompt.cast<std::vector<int32_t>>();
     }
@@ -229,6 +230,7 @@ class PyModel {
     o.max_new_tokens = max_new_tokens;
     o.sampler = SamplerOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = min_p,
                                .repetition_penalty = repetition_penalty, .repeat_last_n = 64, .seed = seed};
+    o.stop_tokens = tmpl.StopTokens();
     Sampler validate(o.sampler);  // option errors raise here, before the worker starts
     return std::make_unique<Stream>(core_, std::move(ids), o, reset);
   }
@@ -243,6 +245,29 @@ class PyModel {
   py::dict LastStats() const { return StatsDict(core_->last); }
 
  private:
+  // generate()'s chat argument as a format: None = as the file says (plain
+  // completion without a template; a UserWarning when the file's template is
+  // unknown), False = none, True = the file's (an error when it has none
+  // kvshare knows), a str = that format by name.
+  ChatFormat FormatFor(const py::object& chat) const {
+    if (py::isinstance<py::str>(chat)) return ChooseChatFormat(core_->model->gguf(), chat.cast<std::string>()).format;
+    if (!chat.is_none() && !py::isinstance<py::bool_>(chat)) {
+      throw py::type_error("chat must be None, a bool or a chat format name (\"gemma\", \"gemma4\", \"none\")");
+    }
+    if (!chat.is_none() && !chat.cast<bool>()) return ChatFormat::kNone;
+    const ChatFormatChoice choice = ChooseChatFormat(core_->model->gguf());
+    if (chat.is_none() && choice.source == ChatFormatSource::kFileUnrecognized) {
+      const std::string msg = choice.reason + "; using plain completion. Name a format with chat=\"gemma\" or "
+                              "\"gemma4\" (chat=False silences this warning)";
+      if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
+    }
+    if (!chat.is_none() && choice.format == ChatFormat::kNone) {
+      throw Error("chat=True needs a chat template, but " + choice.reason +
+                  "; name a format with chat=\"gemma\" or \"gemma4\", or pass chat=None for plain completion");
+    }
+    return choice.format;
+  }
+
   // "float32" / "float16" / "bfloat16" (or f32 / f16 / bf16) as a DType.
   static DType KvDTypeFromName(const std::string& name) {
     if (name == "float32" || name == "f32") return DType::kFloat32;
@@ -269,11 +294,17 @@ One generation at a time per Model.)";
 
 const char* kGenerateDoc = R"(Generates text; returns an iterator of str pieces (streamed as decoded).
 
-prompt: str (wrapped in the Gemma chat template unless chat=False, then encoded
-with <bos>) or a list of token ids (used as is). Sampling: temperature (0 = greedy),
+prompt: str or a list of token ids (used as is). chat picks how a str prompt is
+wrapped, as the kvshare CLI does: None = as the file says (its
+tokenizer.chat_template in the Gemma 3 or Gemma 4 format; plain completion, the
+prompt as is after <bos>, when the file has none, and with a UserWarning when
+its template is one kvshare does not know); False = plain completion; True = the
+file's chat template (kvshare.Error when it has none kvshare knows); "gemma",
+"gemma4" or "none" = that format. Sampling: temperature (0 = greedy),
 top_k (0 = off), top_p (1 = off), min_p (0 = off), repetition_penalty (1 = off), seed.
 reset=True starts a new sequence; reset=False appends to the cached one (no second
-<bos>). Generation stops at <eos> / <end_of_turn> or after max_new_tokens.
+<bos>). Generation stops at <eos>, at the chat format's end of turn (<end_of_turn>,
+<turn|>) or after max_new_tokens.
 Raises kvshare.Error at the call for bad sampling options, and from the first
 next() for errors of the run itself (e.g. a prompt that does not fit max_context).
 The iterator's close() (or dropping it) stops the generation;
@@ -325,14 +356,16 @@ void BindModel(py::module_& m) {
       .def_property_readonly("config", &PyModel::Config, "Hyperparameters read from the GGUF metadata (a dict).")
       .def("tokenize", &PyModel::Tokenize, py::arg("text"), py::kw_only(), py::arg("add_bos") = py::none(),
            py::arg("parse_special") = false, "Token ids of text (list of int).")
-      .def("chat_tokens", &PyModel::ChatTokens, py::arg("messages"),
-           "Token ids of the Gemma chat template over [(role, content), ...], ending with the model turn.")
+      .def("chat_tokens", &PyModel::ChatTokens, py::arg("messages"), py::kw_only(), py::arg("template") = py::none(),
+           "Token ids of a chat over [(role, content), ...], <bos> first, ending with the model's turn. template: "
+           "None = the file's tokenizer.chat_template (kvshare.Error when it has none kvshare knows), or "
+           "\"gemma\", \"gemma4\", \"none\".")
       .def("detokenize", &PyModel::Detokenize, py::arg("ids"), "Text of token ids.")
       .def("logits", &PyModel::Logits, py::arg("tokens"),
            "float32 (n_vocab,) logits of the last token after running tokens through a fresh sequence.")
       .def("generate", &PyModel::Generate, py::arg("prompt"), py::kw_only(), py::arg("max_new_tokens") = 128,
            py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
-           py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = true,
+           py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),
            py::arg("reset") = true, kGenerateDoc)
       .def("reset", &PyModel::Reset, "Forgets the cached sequence.")
       .def_property_readonly("cached_tokens", &PyModel::CachedTokens, "Tokens in the generator's KV cache.")

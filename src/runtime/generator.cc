@@ -1,5 +1,6 @@
 #include "runtime/generator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "kvshare/error.h"
@@ -47,8 +48,9 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
     ++stats.generated_tokens;
     stats.last_token = tok;
     stats.last_token_in_cache = false;
-    if (tokenizer_.IsEndOfGeneration(tok)) {
-      stats.stop_reason = tok == tokenizer_.end_of_turn_id() ? "end_of_turn" : "eos";
+    if (tokenizer_.IsEndOfGeneration(tok) ||
+        std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) != options.stop_tokens.end()) {
+      stats.stop_reason = tok == tokenizer_.eos_id() ? "eos" : "end_of_turn";
       break;
     }
     if (on_text) {

@@ -21,6 +21,10 @@ class ThreadPool;
 struct GenerateOptions {
   int max_new_tokens = 128;
   SamplerOptions sampler;
+  // Tokens that end generation besides the tokenizer's end-of-generation ones
+  // (Tokenizer::IsEndOfGeneration): the chat format's end of turn
+  // (ChatTemplate::StopTokens()).
+  std::vector<int32_t> stop_tokens;
 };
 
 struct GenerateStats {
@@ -31,7 +35,7 @@ struct GenerateStats {
   std::int64_t decode_steps = 0;
   std::size_t kv_bytes = 0;                  // KV cache buffers as allocated
   std::size_t kv_bytes_without_sharing = 0;  // the same cache with no KV-shared layers
-  std::string stop_reason;            // "eos", "end_of_turn", "max_tokens"
+  std::string stop_reason;            // "eos", "end_of_turn" (any other stop token), "max_tokens"
   int32_t last_token = -1;
   bool last_token_in_cache = false;   // false when generation stopped on the last sample
 };

@@ -37,9 +37,11 @@ def test_config_and_tokenizer(model):
     ids = model.tokenize("Hello world", add_bos=True)
     assert ids[0] == model.tokenize("", add_bos=True)[0] and len(ids) >= 3
     assert model.detokenize(ids[1:]) == "Hello world"
-    chat = model.chat_tokens([("user", PROMPT)])
+    chat = model.chat_tokens([("user", PROMPT)], template="gemma")
     assert model.detokenize(chat).count("<start_of_turn>") == 0  # control tokens are not rendered
     assert len(chat) > len(model.tokenize(PROMPT))
+    with pytest.raises(kvshare.Error, match="no tokenizer.chat_template"):  # the base model has none
+        model.chat_tokens([("user", PROMPT)])
 
 
 def test_greedy_generation_streams_and_is_deterministic(model):
@@ -64,13 +66,32 @@ def test_first_token_is_the_argmax_of_logits(model):
 
 
 @pytest.mark.skipif(not CLI.is_file(), reason="the kvshare CLI is not built")
-@pytest.mark.parametrize("chat", [True, False])
-def test_same_text_as_the_cli(model, chat):
-    prompt = PROMPT if chat else RAW
+@pytest.mark.parametrize("chat, flags", [(None, []), (False, ["--raw"]), ("none", ["--chat-template", "none"]),
+                                         ("gemma", ["--chat-template", "gemma"])])
+def test_same_text_as_the_cli(model, chat, flags):
+    prompt = PROMPT if chat == "gemma" else RAW
     out = subprocess.run([str(CLI), "generate", "--model", str(MODEL), "--prompt", prompt, "-n", "12",
-                          "--threads", "2", "--max-context", "512"] + ([] if chat else ["--raw"]),
+                          "--threads", "2", "--max-context", "512"] + flags,
                          check=True, capture_output=True, text=True)
     assert "".join(model.generate(prompt, chat=chat, max_new_tokens=12)) == out.stdout
+
+
+def test_chat_follows_the_file(model):
+    """The default model's file has no chat template: chat=None (the default) is
+    plain completion, the same as chat=False; chat=True asks for the file's
+    template and fails; a named format must exist in the vocabulary."""
+    plain = "".join(model.generate(RAW, chat=False, max_new_tokens=6))
+    assert "".join(model.generate(RAW, max_new_tokens=6)) == plain
+    assert model.last_stats["prompt_tokens"] == len(model.tokenize(RAW, add_bos=True))
+    assert "".join(model.generate(RAW, chat="gemma", max_new_tokens=6)) != plain
+    with pytest.raises(kvshare.Error, match="chat=True needs a chat template.*no tokenizer.chat_template"):
+        model.generate(RAW, chat=True)
+    with pytest.raises(kvshare.Error, match='gemma4 needs the token "<turn\\|>"'):
+        model.generate(RAW, chat="gemma4")
+    with pytest.raises(kvshare.Error, match='unknown chat template "chatml"'):
+        model.generate(RAW, chat="chatml")
+    with pytest.raises(TypeError, match="chat must be"):
+        model.generate(RAW, chat=1)
 
 
 def test_close_stops_early_and_frees_the_model(model):
