@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh run
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target kvshare_cli >/dev/null
-if [ $# -eq 0 ]; then set -- generate --raw --prompt "The capital of France is Paris. The capital of Germany is" -n 48 --threads "$(nproc)"; fi
+if [ $# -eq 0 ]; then set -- generate --prompt "The capital of France is Paris. The capital of Germany is" -n 48 --threads "$(nproc)"; fi
 exec ./build/bin/kvshare "$@"
