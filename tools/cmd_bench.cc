@@ -131,7 +131,7 @@ void RunBench(const BenchCliOptions& o) {
     if (t < 1 || t > 1024) throw Error("--threads entries must be in [1, 1024], got " + std::to_string(t));
   }
   const std::string path = ResolveModel(o.model);
-  const std::unique_ptr<Model> model = Model::Load(path);
+  const std::unique_ptr<Model> model = LoadModel(path);
   const Tokenizer tok(ReadVocab(model->gguf()));
   const std::vector<std::int32_t> prompt = BenchPrompt(tok, o.prompt_tokens);
   const int context = o.prompt_tokens + o.gen_tokens;

@@ -16,6 +16,7 @@
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
+#include "kv_options.h"
 #include "model_path.h"
 #include "runtime/generator.h"
 #include "sampler_flags.h"
@@ -67,15 +68,7 @@ ModelStateOptions StateOptions(const GenerateCliOptions& o, const ModelConfig& c
     }
     so.num_kv_shared_layers = o.kv_shared_layers;
   }
-  if (o.kv_dtype == "f32") {
-    so.kv_dtype = DType::kFloat32;
-  } else if (o.kv_dtype == "f16") {
-    so.kv_dtype = DType::kFloat16;
-  } else if (o.kv_dtype == "bf16") {
-    so.kv_dtype = DType::kBFloat16;
-  } else {
-    throw Error("--kv-dtype '" + o.kv_dtype + "' is not one of f32, f16, bf16");
-  }
+  so.kv_dtype = ParseKvDtype(o.kv_dtype);
   return so;
 }
 
@@ -105,7 +98,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   if (!o.prompt.empty() && o.chat) throw Error("--prompt and --chat are exclusive");
   const std::string path = ResolveModel(o.model);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::unique_ptr<Model> model = Model::Load(path);
+  std::unique_ptr<Model> model = LoadModel(path);
   Tokenizer tok(ReadVocab(model->gguf()));
   const ChatFormatChoice choice = ChooseFormat(o, model->gguf());
   const ChatTemplate tmpl(choice.format, tok);
@@ -189,8 +182,7 @@ void RegisterGenerate(CLI::App& app) {
                   "Make the last N layers reuse the KV cache of the last earlier layer of their type (Gemma 3n/4 "
                   "sharing; changes a Gemma 3 model's outputs, saves KV memory). Default: the model's own")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache storage: f32, f16 or bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  AddKvDtypeOption(*cmd, o.kv_dtype);
   cmd->add_flag("-v,--verbose", o.verbose,
                 "Print the chat template used and why, the prompt token ids and the KV cache layout to stderr");
   cmd->callback([] { RunGenerate(o); });

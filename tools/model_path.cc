@@ -30,4 +30,10 @@ std::string ResolveModel(const std::string& given) {
   return kDefaultModel;
 }
 
+std::unique_ptr<Model> LoadModel(const std::string& path) {
+  std::unique_ptr<Model> model = Model::Load(path);
+  for (const std::string& w : model->warnings()) std::fprintf(stderr, "kvshare: warning: %s\n", w.c_str());
+  return model;
+}
+
 }  // namespace kvshare::cli

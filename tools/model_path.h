@@ -1,9 +1,12 @@
-// The --model option shared by every subcommand that loads a model.
+// The --model option shared by every subcommand that loads a model, and the load itself.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "kvshare/model.h"
 
 namespace kvshare::cli {
 
@@ -18,5 +21,8 @@ CLI::Option* AddModelOption(CLI::App& cmd, std::string& path);
 // scripts/fetch_model.py into ./models when missing. Throws kvshare::Error
 // naming the path and what to do when there is no model file.
 std::string ResolveModel(const std::string& given);
+
+// Model::Load(path), then its warnings() on stderr ("kvshare: warning: ...").
+std::unique_ptr<Model> LoadModel(const std::string& path);
 
 }  // namespace kvshare::cli

@@ -101,6 +101,8 @@ struct KvCacheOptions {
 struct LayerMemory {
   int layer = 0;
   AttentionType type = AttentionType::kFull;
+  int kv_heads = 0;   // N_kv
+  int head_size = 0;  // H
   bool owns_cache = true;
   int source_layer = 0;
   std::int64_t capacity = 0;  // C positions per row (of the source for a shared layer)

@@ -155,13 +155,21 @@ class PyModel {
     state_options_.num_kv_shared_layers = kv_shared_layers;
     const int threads =
         num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    py::gil_scoped_release release;
-    core_->model = Model::Load(path);
-    core_->tokenizer = std::make_unique<Tokenizer>(ReadVocab(core_->model->gguf()));
-    core_->pool = std::make_unique<ThreadPool>(threads);
-    core_->generator = std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(),
-                                                   state_options_);
+    {
+      py::gil_scoped_release release;
+      core_->model = Model::Load(path);
+      core_->tokenizer = std::make_unique<Tokenizer>(ReadVocab(core_->model->gguf()));
+      core_->pool = std::make_unique<ThreadPool>(threads);
+      core_->generator = std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(),
+                                                     state_options_);
+    }
+    // What the loader noticed (e.g. llama.cpp would share KV differently): Python warnings.
+    for (const std::string& w : core_->model->warnings()) {
+      py::module_::import("warnings").attr("warn")(w, py::module_::import("builtins").attr("UserWarning"), 2);
+    }
   }
+
+  std::vector<std::string> Warnings() const { return core_->model->warnings(); }
 
   py::dict Config() const {
     const ModelConfig& c = core_->model->config();
@@ -179,6 +187,10 @@ class PyModel {
     d["rope_base_full"] = c.rope_base_full;
     d["rope_base_sliding"] = c.rope_base_sliding;
     d["is_sliding"] = c.is_sliding;
+    d["layer_head_dim"] = c.layer_head_dim;
+    d["layer_n_head_kv"] = c.layer_n_head_kv;
+    d["layer_n_ff"] = c.layer_n_ff;
+    d["num_kv_shared_layers"] = c.num_kv_shared_layers;
     return d;
   }
 
@@ -354,6 +366,8 @@ void BindModel(py::module_& m) {
            py::kw_only(), py::arg("max_context") = 4096, py::arg("num_threads") = 0, py::arg("kv_dtype") = "float32",
            py::arg("kv_shared_layers") = py::none())
       .def_property_readonly("config", &PyModel::Config, "Hyperparameters read from the GGUF metadata (a dict).")
+      .def_property_readonly("warnings", &PyModel::Warnings,
+                             "What the loader noticed that does not stop the model (also issued as UserWarning).")
       .def("tokenize", &PyModel::Tokenize, py::arg("text"), py::kw_only(), py::arg("add_bos") = py::none(),
            py::arg("parse_special") = false, "Token ids of text (list of int).")
       .def("chat_tokens", &PyModel::ChatTokens, py::arg("messages"), py::kw_only(), py::arg("template") = py::none(),

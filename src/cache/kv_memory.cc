@@ -61,6 +61,8 @@ KvMemoryReport EstimateKvMemory(const ModelKvSpec& spec, const KvCacheOptions& o
     LayerMemory m;
     m.layer = static_cast<int>(i);
     m.type = l.type;
+    m.kv_heads = l.kv_heads;
+    m.head_size = l.head_size;
     m.owns_cache = e.owns_cache;
     m.source_layer = e.source_layer;
     m.capacity = src.capacity;
@@ -79,7 +81,7 @@ KvMemoryReport EstimateKvMemory(const ModelKvSpec& spec, const KvCacheOptions& o
 
 std::string KvMemoryReport::ToString() const {
   std::ostringstream os;
-  os << "layer  type     kv source  positions  ring  bytes\n";
+  os << "layer  type     H    N_kv  kv source  positions  ring  bytes\n";
   for (const LayerMemory& m : layers) {
     char owner[24], line[160];
     if (m.owns_cache) {
@@ -87,8 +89,9 @@ std::string KvMemoryReport::ToString() const {
     } else {
       std::snprintf(owner, sizeof(owner), "layer %d", m.source_layer);
     }
-    std::snprintf(line, sizeof(line), "%5d  %-7s  %-9s  %9lld  %-4s  %zu\n", m.layer, AttentionTypeName(m.type), owner,
-                  static_cast<long long>(m.capacity), m.ring ? "yes" : "no", m.bytes);
+    std::snprintf(line, sizeof(line), "%5d  %-7s  %-3d  %4d  %-9s  %9lld  %-4s  %zu\n", m.layer,
+                  AttentionTypeName(m.type), m.head_size, m.kv_heads, owner, static_cast<long long>(m.capacity),
+                  m.ring ? "yes" : "no", m.bytes);
     os << line;
   }
   const double pct = bytes_without_sharing == 0
