@@ -142,8 +142,11 @@ class Model {
                                          ThreadPool* pool, const ForwardOptions& options = {}) const = 0;
 };
 
-// The tokenizer.ggml.* metadata as a VocabData. Throws kvshare::Error if the
-// vocabulary arrays are missing.
+// The tokenizer.ggml.* metadata as a VocabData. `tokenizer.ggml.model` must be
+// "llama" (also when absent) or "gemma4"; "gemma4" requires
+// `tokenizer.ggml.merges` and, as llama.cpp loads it, always adds BOS and never a
+// space prefix. Throws kvshare::Error if the vocabulary arrays are missing, or
+// naming the key and its value for an unsupported tokenizer model.
 VocabData ReadVocab(const GgufFile& file);
 
 }  // namespace kvshare
