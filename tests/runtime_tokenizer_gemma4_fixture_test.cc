@@ -112,6 +112,9 @@ TEST_F(Gemma4Fixture, ReadsTheConvertedVocabulary) {
   EXPECT_EQ(tok_->Type(*tok_->TokenId("<|turn>")), TokenType::kControl);
   EXPECT_EQ(tok_->Type(*tok_->TokenId("<|channel>")), TokenType::kUserDefined);
   EXPECT_EQ(tok_->Type(*tok_->TokenId("<|\"|>")), TokenType::kUserDefined);
+  // USER_DEFINED in the file, CONTROL once loaded (llama.cpp's end-of-generation rule).
+  EXPECT_EQ(g["tokenizer.ggml.token_type"][*tok_->TokenId("<|tool_response>")], 4);
+  EXPECT_EQ(tok_->Type(*tok_->TokenId("<|tool_response>")), TokenType::kControl);
   EXPECT_EQ(tok_->Type(*tok_->TokenId("<0x41>")), TokenType::kByte);
 }
 
@@ -222,6 +225,64 @@ TEST_F(Gemma4Fixture, LongRunIsFast) {
   std::printf("1 MiB in one run: %zu tokens in %.3f s\n", ids.size(), s);
   EXPECT_LT(s, 10.0);
   EXPECT_EQ(tok_->Decode(ids, {.render_special = true}), text);
+}
+
+
+// The tiny Gemma 4 models' own vocabulary (tests/fixtures/gemma4/, written by
+// tests/tools/gemma4_fixtures.py with HF tokenizers and llama.cpp's converter):
+// its GGUF read with our reader, and its tokenizer_cases.json, which holds HF's
+// and llama.cpp's ids for each string and both decoders' text. Skipped where
+// those files are absent. KVSHARE_GEMMA4_FIXTURE_DIR overrides the folder.
+class Gemma4TinyModelCases : public ::testing::Test {
+ protected:
+  static std::string Dir() {
+    if (const char* d = std::getenv("KVSHARE_GEMMA4_FIXTURE_DIR")) return d;
+    return SourcePath("tests/fixtures/gemma4");
+  }
+  static void SetUpTestSuite() {
+    std::ifstream in(Dir() + "/tokenizer_cases.json");
+    if (!in) return;
+    cases_ = new json(json::parse(in));
+    tok_ = new Tokenizer(ReadVocab(GgufFile::Open(Dir() + "/" + (*cases_)["gguf"].get<std::string>())));
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete cases_;
+  }
+  void SetUp() override {
+    if (tok_ == nullptr) GTEST_SKIP() << "no " << Dir() << "/tokenizer_cases.json";
+  }
+  static inline json* cases_ = nullptr;
+  static inline Tokenizer* tok_ = nullptr;
+};
+
+TEST_F(Gemma4TinyModelCases, EncodeMatchesHfAndLlamaCpp) {
+  int checked = 0;
+  for (const json& c : (*cases_)["cases"]) {
+    const std::string text = c["text"];
+    const auto ids = [&](bool bos, bool special) {
+      return tok_->Encode(text, {.add_bos = bos, .parse_special = special});
+    };
+    EXPECT_EQ(ids(false, true), c["hf"].get<std::vector<int32_t>>()) << Show(text);
+    EXPECT_EQ(ids(false, true), c["llama"].get<std::vector<int32_t>>()) << Show(text);
+    EXPECT_EQ(ids(true, true), c["hf_bos"].get<std::vector<int32_t>>()) << Show(text);
+    EXPECT_EQ(ids(true, true), c["llama_bos"].get<std::vector<int32_t>>()) << Show(text);
+    EXPECT_EQ(ids(false, false), c["llama_nospecial"].get<std::vector<int32_t>>()) << Show(text);
+    ++checked;
+  }
+  std::printf("tiny-model tokenizer cases: %d strings x 5 modes\n", checked);
+  EXPECT_GT(checked, 0);
+}
+
+TEST_F(Gemma4TinyModelCases, DecodeMatchesLlamaCpp) {
+  int checked = 0;
+  for (const json& c : (*cases_)["decode"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok_->Decode(ids), c["llama"].get<std::string>()) << c.dump();
+    EXPECT_EQ(tok_->Decode(ids, {.render_special = true}), c["llama_special"].get<std::string>()) << c.dump();
+    ++checked;
+  }
+  std::printf("tiny-model decode cases: %d\n", checked);
 }
 
 }  // namespace

@@ -216,9 +216,10 @@ testing::GgufSpec VocabSpec(const char* model, bool with_merges) {
   testing::GgufSpec s;
   s.kvs.push_back(GgufKv::Str("general.architecture", "gemma4"));
   if (model != nullptr) s.kvs.push_back(GgufKv::Str("tokenizer.ggml.model", model));
-  s.kvs.push_back(GgufKv::StrArray("tokenizer.ggml.tokens", {"<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab"}));
-  s.kvs.push_back(GgufKv::F32Array("tokenizer.ggml.scores", std::vector<float>(7, -1000.0f)));
-  s.kvs.push_back(GgufKv::I32Array("tokenizer.ggml.token_type", {3, 3, 3, 3, 1, 1, 1}));
+  s.kvs.push_back(GgufKv::StrArray("tokenizer.ggml.tokens",
+                                    {"<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "<|tool_response>"}));
+  s.kvs.push_back(GgufKv::F32Array("tokenizer.ggml.scores", std::vector<float>(8, -1000.0f)));
+  s.kvs.push_back(GgufKv::I32Array("tokenizer.ggml.token_type", {3, 3, 3, 3, 1, 1, 1, 4}));
   if (with_merges) s.kvs.push_back(GgufKv::StrArray("tokenizer.ggml.merges", {"a b"}));
   s.kvs.push_back(GgufKv::U32("tokenizer.ggml.bos_token_id", 2));
   s.kvs.push_back(GgufKv::U32("tokenizer.ggml.unknown_token_id", 3));
@@ -244,6 +245,7 @@ TEST(Gemma4ReadVocab, ReadsModelAndMerges) {
   EXPECT_EQ(v.merges, (Strings{"a b"}));
   EXPECT_TRUE(v.add_bos);             // forced, as llama.cpp does for gemma4
   EXPECT_FALSE(v.add_space_prefix);   // BPE: never a space prefix
+  EXPECT_EQ(v.token_types[7], kControl);  // end of generation in llama.cpp: CONTROL
   Tokenizer tok(v);
   EXPECT_EQ(tok.Encode("ab"), (std::vector<int32_t>{2, 6}));
 }
@@ -256,6 +258,7 @@ TEST(Gemma4ReadVocab, LlamaAndAbsentModel) {
     EXPECT_TRUE(v.merges.empty());
     EXPECT_FALSE(v.add_bos);  // as stored
     EXPECT_TRUE(v.add_space_prefix);
+    EXPECT_EQ(v.token_types[7], kUserDefined);
   }
 }
 

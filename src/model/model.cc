@@ -68,9 +68,18 @@ VocabData ReadVocab(const GgufFile& file) {
                   "\"gemma4\"");
     }
     for (std::string_view m : file.GetStringArray("tokenizer.ggml.merges")) v.merges.emplace_back(m);
-    // As llama.cpp loads it: BOS always (PR 21500), no space prefix (BPE).
+    // As llama.cpp loads it: BOS always (PR 21500), no space prefix (BPE), and
+    // its Gemma 4 end-of-generation tokens are CONTROL: the converter makes
+    // <|tool_response> USER_DEFINED, llama.cpp then parses it only as special
+    // text and hides it when decoding without special tokens.
     v.add_bos = true;
     v.add_space_prefix = false;
+    for (std::size_t i = 0; i < v.tokens.size() && i < v.token_types.size(); ++i) {
+      const std::string& t = v.tokens[i];
+      if (t == "<eos>" || t == "<turn|>" || t == "<|tool_response>") {
+        v.token_types[i] = static_cast<std::int32_t>(TokenType::kControl);
+      }
+    }
   } else if (v.model != "llama") {
     throw Error("tokenizer.ggml.model = \"" + v.model +
                 "\" is not supported (supported: \"llama\", \"gemma4\")");

@@ -35,6 +35,11 @@ special ids, else NORMAL; then the seven "visible" tokens forced to
 USER_DEFINED). --check-converter (needs `transformers`) also runs the real
 LlamaHfVocab on the saved tokenizer.json and checks the mirror against it.
 
+Loading (llama.cpp, and kvshare's ReadVocab): BOS is always added, and the
+end-of-generation tokens <eos>, <turn|>, <|tool_response> are CONTROL (llama.cpp
+ORs CONTROL into its EOG tokens; the converter wrote <|tool_response>
+USER_DEFINED). The rules below use these load-time types.
+
 Cases. "encode": {text, parse_special, add_bos, ids}.
   parse_special = true: HF `encode(text, add_special_tokens=add_bos)`, special
     tokens recognized (HF's default).
@@ -71,6 +76,8 @@ OUT = ROOT / "tests" / "fixtures" / "gemma4_tokenizer.json"
 CONTROL_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
 GEMMA4_SPECIALS = ["<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
                    "<|tool_response>", "<tool_response|>", '<|"|>']
+# llama.cpp's end-of-generation tokens for Gemma 4 (llama-vocab.cpp): CONTROL on load.
+EOG_TOKENS = {"<eos>", "<turn|>", "<|tool_response>"}
 # Gemma4Model.set_vocab's visible_tokens: forced to USER_DEFINED.
 VISIBLE_TOKENS = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>",
                   "<tool_response|>", '<|"|>'}
@@ -395,6 +402,7 @@ def main():
             check_converter(d, tokens, types)
         tok = Tokenizer.from_file(str(d / "tokenizer.json"))  # exactly what was saved
 
+    types = [int(gguf.TokenType.CONTROL) if t in EOG_TOKENS else ty for t, ty in zip(tokens, types)]  # on load
     user_defined = {t: i for i, t in enumerate(tokens) if types[i] == int(gguf.TokenType.USER_DEFINED)}
     rng = random.Random(2024)
     encoded = encode_cases(tok, user_defined, rng)
