@@ -186,8 +186,12 @@ class Model {
                                               ThreadPool* pool) const = 0;
 };
 
-// The tokenizer.ggml.* metadata as a VocabData. Throws kvshare::Error if the
-// vocabulary arrays are missing.
+// The tokenizer.ggml.* metadata as a VocabData. `tokenizer.ggml.model` must be
+// "llama" (also when absent) or "gemma4"; "gemma4" requires
+// `tokenizer.ggml.merges` and, as llama.cpp loads it, always adds BOS, never a
+// space prefix, and makes its end-of-generation tokens <eos>, <turn|> and
+// <|tool_response> CONTROL (the converter writes the last USER_DEFINED). Throws kvshare::Error if the vocabulary arrays are missing, or
+// naming the key and its value for an unsupported tokenizer model.
 VocabData ReadVocab(const GgufFile& file);
 
 }  // namespace kvshare

@@ -2,17 +2,25 @@
 // arrays and a streaming detokenizer (chat formats: kvshare/chat_template.h).
 //
 // The vocabulary comes in as plain vectors (the GGUF reader lives in model/):
-// `tokenizer.ggml.tokens`, `.scores`, `.token_type` and the special ids. Encoding
-// follows SentencePiece BPE ("tokenizer.ggml.model" = "llama"): text → ' ' replaced
-// by U+2581 "▁" → UTF-8 characters → adjacent pairs merged greedily by the score of
-// the merged piece (highest first, leftmost on ties) → characters missing from the
-// vocabulary emitted as byte tokens `<0xNN>` (byte fallback).
+// `tokenizer.ggml.tokens`, `.scores`, `.token_type`, `.merges` and the special ids.
+// Two encoders, chosen by VocabData::model ("tokenizer.ggml.model"):
+//  - "llama" (Gemma 3): SentencePiece BPE. Text → ' ' replaced by U+2581 "▁" →
+//    UTF-8 characters → adjacent pairs merged greedily by the score of the merged
+//    piece (highest first, leftmost on ties) → characters missing from the
+//    vocabulary emitted as byte tokens `<0xNN>` (byte fallback).
+//  - "gemma4": BPE with explicit merges, HF `tokenizers`' BPE model as Gemma 4's
+//    tokenizer.json configures it and llama.cpp runs it. Text → split into runs of
+//    '\n' and runs of other characters (no merge crosses them; a newline run that
+//    is itself a token is emitted whole) → ' ' replaced by "▁" → characters, those
+//    missing from the vocabulary as `<0xNN>` byte tokens → adjacent pairs merged by
+//    merge rank (VocabData::merges order, lowest first, leftmost on ties) until no
+//    listed pair is left. Merges may produce a token of any type.
 //
 // Special tokens. USER_DEFINED tokens (e.g. Gemma's "\n\n", "  ") are always cut
 // out of the input as whole tokens, longest match first, before BPE (llama.cpp's
 // rule). CONTROL and UNKNOWN tokens (`<bos>`, `<start_of_turn>`, …) are cut out only
 // with EncodeOptions::parse_special; otherwise their text is tokenized as plain
-// characters. BPE merges never produce a CONTROL, UNKNOWN, USER_DEFINED or UNUSED
+// characters. "llama" merges never produce a CONTROL, UNKNOWN, USER_DEFINED or UNUSED
 // token.
 //
 // Thread safety: a Tokenizer is immutable after construction; Encode/Decode may be
@@ -45,6 +53,12 @@ struct VocabData {
   std::vector<std::string> tokens;   // [n_vocab] piece text, UTF-8, non-empty, unique
   std::vector<float> scores;         // [n_vocab] merge priority (higher merges first)
   std::vector<int32_t> token_types;  // [n_vocab] TokenType values 1..6
+  // tokenizer.ggml.model: "llama" (SentencePiece BPE by scores) or "gemma4" (BPE
+  // by merge rank; see the top of this file).
+  std::string model = "llama";
+  // tokenizer.ggml.merges, "gemma4" only (required there, ignored for "llama"):
+  // "left right", the two token texts separated by one space; rank = index.
+  std::vector<std::string> merges;
   int32_t bos = -1;                  // tokenizer.ggml.bos_token_id (-1: none)
   int32_t eos = -1;                  // tokenizer.ggml.eos_token_id (-1: none)
   int32_t pad = -1;                  // tokenizer.ggml.padding_token_id (-1: none)
@@ -79,7 +93,9 @@ class Tokenizer {
  public:
   // Validates the vocabulary and builds the encoder. Throws kvshare::Error naming
   // the offending field (sizes differ, empty or duplicate token text, bad type,
-  // special id out of range, byte token with malformed text, no unk id).
+  // special id out of range, byte token with malformed text, no unk id, unknown
+  // model; for "gemma4": no merges, or a merge that is not two tokens separated by
+  // a space, whose concatenation is not a token, or that repeats an earlier one).
   explicit Tokenizer(VocabData vocab);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;

@@ -63,6 +63,29 @@ VocabData ReadVocab(const GgufFile& file) {
   v.add_bos = file.GetBoolOr("tokenizer.ggml.add_bos_token", true);
   v.add_eos = file.GetBoolOr("tokenizer.ggml.add_eos_token", false);
   v.add_space_prefix = file.GetBoolOr("tokenizer.ggml.add_space_prefix", false);
+  v.model = std::string(file.GetStringOpt("tokenizer.ggml.model").value_or("llama"));
+  if (v.model == "gemma4") {
+    if (!file.Has("tokenizer.ggml.merges")) {
+      throw Error("tokenizer.ggml.merges is missing; it is required for tokenizer.ggml.model = "
+                  "\"gemma4\"");
+    }
+    for (std::string_view m : file.GetStringArray("tokenizer.ggml.merges")) v.merges.emplace_back(m);
+    // As llama.cpp loads it: BOS always (PR 21500), no space prefix (BPE), and
+    // its Gemma 4 end-of-generation tokens are CONTROL: the converter makes
+    // <|tool_response> USER_DEFINED, llama.cpp then parses it only as special
+    // text and hides it when decoding without special tokens.
+    v.add_bos = true;
+    v.add_space_prefix = false;
+    for (std::size_t i = 0; i < v.tokens.size() && i < v.token_types.size(); ++i) {
+      const std::string& t = v.tokens[i];
+      if (t == "<eos>" || t == "<turn|>" || t == "<|tool_response>") {
+        v.token_types[i] = static_cast<std::int32_t>(TokenType::kControl);
+      }
+    }
+  } else if (v.model != "llama") {
+    throw Error("tokenizer.ggml.model = \"" + v.model +
+                "\" is not supported (supported: \"llama\", \"gemma4\")");
+  }
   return v;
 }
 

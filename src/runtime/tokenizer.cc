@@ -1,5 +1,6 @@
 // Tokenizer: vocabulary validation, special-token partitioning, BPE through the
-// sentencepiece library (model built in memory from the GGUF arrays), decoding.
+// sentencepiece library (model built in memory from the GGUF arrays; "llama") or
+// by merge rank (runtime/merge_bpe; "gemma4"), decoding.
 #include "kvshare/tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "kvshare/error.h"
+#include "runtime/merge_bpe.h"
 #include "runtime/spm_model_proto.h"
 #include "runtime/utf8.h"
 
@@ -63,7 +65,8 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string_view, std::pair<int32_t, bool>> specials;
   std::array<std::vector<uint32_t>, 256> special_lengths;
   int32_t start_of_turn = -1, end_of_turn = -1;
-  sentencepiece::SentencePieceProcessor spm;
+  sentencepiece::SentencePieceProcessor spm;  // model "llama"
+  std::unique_ptr<runtime::MergeBpe> bpe;     // model "gemma4"
 
   int32_t n() const { return static_cast<int32_t>(vocab.tokens.size()); }
 
@@ -105,6 +108,12 @@ void Tokenizer::Impl::Validate() const {
   CheckId(vocab.pad, n(), "pad");
   CheckId(vocab.unk, n(), "unk");
   if (vocab.unk < 0) throw Error("VocabData.unk must name the unknown token, got -1");
+  if (vocab.model != "llama" && vocab.model != "gemma4") {
+    throw Error("VocabData.model must be \"llama\" or \"gemma4\", got \"" + vocab.model + "\"");
+  }
+  if (vocab.model == "gemma4" && vocab.merges.empty()) {
+    throw Error("VocabData.merges must not be empty for model \"gemma4\" (tokenizer.ggml.merges)");
+  }
 }
 
 void Tokenizer::Impl::Build() {
@@ -171,6 +180,16 @@ void Tokenizer::Impl::Build() {
     end_of_turn = it->second;
   }
 
+  if (vocab.model == "gemma4") {
+    std::array<int32_t, 256> byte_ids;
+    byte_ids.fill(-1);
+    for (int32_t i = 0; i < nt; ++i) {
+      if (types[i] == TokenType::kByte) byte_ids[ParseByteToken(vocab.tokens[i])] = i;
+    }
+    bpe = std::make_unique<runtime::MergeBpe>(&piece_to_id, byte_ids, vocab.unk, vocab.merges);
+    return;
+  }
+
   const std::string proto = runtime::SerializeSpmBpeModel({
       .pieces = vocab.tokens,
       .scores = vocab.scores,
@@ -189,6 +208,10 @@ void Tokenizer::Impl::Build() {
 
 void Tokenizer::Impl::EncodePlain(std::string_view text, std::vector<int32_t>* ids) const {
   if (text.empty()) return;
+  if (bpe) {
+    bpe->Encode(text, ids);
+    return;
+  }
   std::vector<int> out;
   const auto status = spm.Encode(text, &out);
   if (!status.ok()) throw Error("Tokenizer::Encode: sentencepiece failed: " + status.ToString());
