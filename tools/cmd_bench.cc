@@ -1,6 +1,7 @@
 // `kvshare bench`: prefill and decode speed of a GGUF model, llama-bench style
 // (pp512: a 512-token prompt in one Forward; tg128: 128 single-token decode
-// steps after it), for each thread count, as the median and range over
+// steps after it; with --depth d, both run after d tokens of context, as
+// llama-bench -d), for each thread count, as the median and range over
 // repetitions. Prints a table; --json writes the numbers and the machine.
 #include <algorithm>
 #include <array>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -24,6 +26,7 @@
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
 #include "model/quant.h"
+#include "kv_options.h"
 #include "model_path.h"
 
 namespace kvshare::cli {
@@ -34,7 +37,10 @@ struct BenchCliOptions {
   int prompt_tokens = 512;
   int gen_tokens = 128;
   std::vector<int> threads = {1, 2};
+  std::vector<int> depths = {0};
   int repetitions = 3;
+  std::string kv_dtype = "f32";
+  bool no_prefill_shortcut = false;
   std::string json;
 };
 
@@ -65,16 +71,18 @@ struct RunTimes {
   double decode_seconds = 0;   // gen Forward calls of one token, greedy sampling included
 };
 
-// Prefill, then `gen` greedy decode steps (end-of-generation tokens are fed
-// back like any other, so every run does the same work).
-RunTimes RunOnce(const Model& model, ModelState& state, const std::vector<std::int32_t>& prompt, int gen,
-                 ThreadPool* pool) {
-  state.Reset();
+// From `depth` tokens of context (the state is rewound to it): the prompt in one
+// Forward, then back to `depth` and `gen` greedy decode steps (end-of-generation
+// tokens are fed back like any other, so every run does the same work).
+RunTimes RunOnce(const Model& model, ModelState& state, std::int64_t depth, const std::vector<std::int32_t>& prompt,
+                 int gen, ThreadPool* pool) {
   Sampler greedy(SamplerOptions{});
   RunTimes t;
+  state.Rewind(0, depth);
   auto t0 = std::chrono::steady_clock::now();
   std::int32_t next = greedy.Sample(model.Forward(state, prompt, pool));
   t.prefill_seconds = Seconds(t0);
+  state.Rewind(0, depth);
   t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < gen; ++i) {
     const std::int32_t one[1] = {next};
@@ -134,46 +142,66 @@ void RunBench(const BenchCliOptions& o) {
   const std::unique_ptr<Model> model = LoadModel(path);
   const Tokenizer tok(ReadVocab(model->gguf()));
   const std::vector<std::int32_t> prompt = BenchPrompt(tok, o.prompt_tokens);
-  const int context = o.prompt_tokens + o.gen_tokens;
+  const int max_depth = *std::max_element(o.depths.begin(), o.depths.end());
+  const int context = max_depth + std::max(o.prompt_tokens, o.gen_tokens);
   if (context > model->config().context_length) {
-    throw Error("--prompt-tokens + --gen-tokens = " + std::to_string(context) + " exceeds the model's context length " +
-                std::to_string(model->config().context_length));
+    throw Error("the deepest --depth plus the longer of --prompt-tokens and --gen-tokens is " + std::to_string(context) +
+                " tokens, more than the model's context length " + std::to_string(model->config().context_length));
   }
-  const std::unique_ptr<ModelState> state = model->NewState({.max_context = context});
-  const std::string pp = "pp" + std::to_string(o.prompt_tokens), tg = "tg" + std::to_string(o.gen_tokens);
+  // Sliding layers keep every position when there is depth, so each test starts
+  // from the same context by a Rewind instead of a new fill.
+  const ModelStateOptions so{.max_context = context,
+                             .kv_dtype = ParseKvDtype(o.kv_dtype),
+                             .exact_rewind = max_depth > 0,
+                             .kv_shared_prefill_shortcut = !o.no_prefill_shortcut};
+  const std::unique_ptr<ModelState> state = model->NewState(so);
   const std::string name(model->gguf().GetStringOpt("general.name").value_or(model->config().architecture));
   const auto load_before = LoadAverage();
   const std::string kernel = KernelLevelName(DefaultKernelLevel());
   const std::string revision = Revision();
   const unsigned cpus = std::thread::hardware_concurrency();
+  const std::string pp = "pp" + std::to_string(o.prompt_tokens), tg = "tg" + std::to_string(o.gen_tokens);
 
   std::printf("kvshare bench  model %s (%s)  kvshare %s\n", path.c_str(), name.c_str(), revision.c_str());
   std::printf("cpu %s, %u logical CPUs, matmul kernel %s, load average %.2f %.2f %.2f\n", CpuModel().c_str(), cpus,
               kernel.c_str(), load_before[0], load_before[1], load_before[2]);
-  std::printf("%s: prompt of %d tokens in one Forward; %s: %d greedy decode steps after it\n", pp.c_str(),
-              o.prompt_tokens, tg.c_str(), o.gen_tokens);
+  std::printf("%s: prompt of %d tokens in one Forward; %s: %d greedy decode steps; each after d tokens of context\n",
+              pp.c_str(), o.prompt_tokens, tg.c_str(), o.gen_tokens);
+  std::printf("KV cache %s, %zu bytes (%zu without KV sharing)%s%s\n", o.kv_dtype.c_str(), state->kv_bytes(),
+              state->kv_cache().Memory().bytes_without_sharing, max_depth > 0 ? ", sliding layers full length" : "",
+              o.no_prefill_shortcut ? ", shared-layer prefill short-cut off" : "");
   std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
-  std::printf("%7s  %-7s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");
+  std::printf("%7s  %-16s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");
   std::fflush(stdout);
 
   nlohmann::json results = nlohmann::json::array();
+  std::vector<std::int32_t> filler;  // context for the depths: the prompt text, repeated
+  for (std::size_t i = 0; static_cast<int>(filler.size()) < max_depth; ++i) filler.push_back(prompt[i % prompt.size()]);
   for (int threads : o.threads) {
     ThreadPool pool(threads);
-    // Warm-up: a short run faults in the weights and the cache buffers.
-    RunOnce(*model, *state, std::vector<std::int32_t>(prompt.begin(), prompt.begin() + std::min(o.prompt_tokens, 64)),
-            std::min(o.gen_tokens, 8), &pool);
-    std::vector<double> pre, dec;
-    for (int r = 0; r < o.repetitions; ++r) {
-      const RunTimes t = RunOnce(*model, *state, prompt, o.gen_tokens, &pool);
-      pre.push_back(o.prompt_tokens / t.prefill_seconds);
-      dec.push_back(o.gen_tokens / t.decode_seconds);
-    }
-    for (const auto& [test, tokens, rates] : {std::tuple{pp, o.prompt_tokens, pre}, std::tuple{tg, o.gen_tokens, dec}}) {
-      const Stat s = Summarize(rates);
-      std::printf("%7d  %-7s %10.1f %10.1f %10.1f\n", threads, test.c_str(), s.median, s.min, s.max);
-      std::fflush(stdout);
-      results.push_back({{"threads", threads}, {"test", test}, {"tokens", tokens}, {"tok_s_median", s.median},
-                         {"tok_s_min", s.min}, {"tok_s_max", s.max}, {"tok_s", rates}});
+    for (int depth : o.depths) {
+      // The context (untimed; the same for every thread count), then a warm-up
+      // that faults in the weights and the cache buffers.
+      state->Reset();
+      if (depth > 0) model->Forward(*state, std::span<const std::int32_t>(filler).first(static_cast<std::size_t>(depth)), &pool);
+      RunOnce(*model, *state, depth,
+              std::vector<std::int32_t>(prompt.begin(), prompt.begin() + std::min(o.prompt_tokens, 64)),
+              std::min(o.gen_tokens, 8), &pool);
+      std::vector<double> pre, dec;
+      for (int r = 0; r < o.repetitions; ++r) {
+        const RunTimes t = RunOnce(*model, *state, depth, prompt, o.gen_tokens, &pool);
+        pre.push_back(o.prompt_tokens / t.prefill_seconds);
+        dec.push_back(o.gen_tokens / t.decode_seconds);
+      }
+      const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
+      for (const auto& [test, tokens, rates] :
+           {std::tuple{pp + at, o.prompt_tokens, pre}, std::tuple{tg + at, o.gen_tokens, dec}}) {
+        const Stat s = Summarize(rates);
+        std::printf("%7d  %-16s %10.1f %10.1f %10.1f\n", threads, test.c_str(), s.median, s.min, s.max);
+        std::fflush(stdout);
+        results.push_back({{"threads", threads}, {"test", test}, {"depth", depth}, {"tokens", tokens},
+                           {"tok_s_median", s.median}, {"tok_s_min", s.min}, {"tok_s_max", s.max}, {"tok_s", rates}});
+      }
     }
   }
   const auto load_after = LoadAverage();
@@ -192,6 +220,11 @@ void RunBench(const BenchCliOptions& o) {
         {"load_average_after", load_after},
         {"prompt_tokens", o.prompt_tokens},
         {"gen_tokens", o.gen_tokens},
+        {"depths", o.depths},
+        {"kv_dtype", o.kv_dtype},
+        {"kv_bytes", state->kv_bytes()},
+        {"kv_bytes_without_sharing", state->kv_cache().Memory().bytes_without_sharing},
+        {"kv_shared_prefill_shortcut", !o.no_prefill_shortcut},
         {"repetitions", o.repetitions},
         {"results", results},
     };
@@ -221,6 +254,14 @@ void RegisterBench(CLI::App& app) {
   cmd->add_option("--repetitions", o.repetitions, "Timed runs per thread count (median, min and max reported)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  cmd->add_option("--depth", o.depths,
+                  "Comma-separated context depths: each test runs after d tokens of context (llama-bench -d)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 22))
+      ->capture_default_str();
+  AddKvDtypeOption(*cmd, o.kv_dtype);
+  cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,
+                "Run KV-shared layers on every prompt token (to measure what the short-cut saves)");
   cmd->add_option("--json", o.json, "Also write the results and machine info to this JSON file");
   cmd->callback([] { RunBench(o); });
 }

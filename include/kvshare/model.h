@@ -100,6 +100,15 @@ struct ModelStateOptions {
   // Rows (sequences) of the state's cache, >= 1: ForwardBatch runs up to this
   // many sequences in one step. Every row gets max_context positions.
   int max_batch = 1;
+  // Sliding layers keep every position (linear buffers of max_context, as
+  // llama.cpp's --swa-full) instead of window rings, so Rewind works to any
+  // length; costs the rings' savings (KvMemoryReport::saved_by_rings).
+  bool exact_rewind = false;
+  // In a prefill, run the trailing KV-shared layers only for the tokens whose
+  // logits are returned (they write no K/V, so the rest is never read; HF's
+  // _maybe_slice_kv_shared_inputs, vLLM's kv_sharing_fast_prefill). Exact:
+  // off gives the same logits; off exists to measure what it saves.
+  bool kv_shared_prefill_shortcut = true;
 };
 
 // Options of one Forward call.

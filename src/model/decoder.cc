@@ -105,9 +105,9 @@ RopeTable BuildRopeTable(const RopeFamily& f, std::int64_t max_pos) {
 
 // ---- State and layer pieces ----
 
-DecoderState::DecoderState(KvCache c, int max_context, int max_step, GqaKernel kernel,
-                           std::shared_ptr<const RopeSet> r)
-    : cache(std::move(c)), max_context_(max_context), max_step_(max_step), kernel_(kernel),
+DecoderState::DecoderState(KvCache c, const ModelStateOptions& o, std::shared_ptr<const RopeSet> r)
+    : cache(std::move(c)), max_context_(o.max_context), max_step_(static_cast<int>(cache.Options().max_step)),
+      kernel_(o.attention_kernel), shared_prefill_shortcut_(o.kv_shared_prefill_shortcut),
       kv_bytes_(cache.Memory().total_bytes), rope(std::move(r)) {}
 
 void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const QuerySpan> spans, ThreadPool* pool) {
@@ -255,8 +255,9 @@ std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) c
   KvCache cache(KvSpecOf(cfg_, shared), KvCacheOptions{.max_batch = o.max_batch,
                                                         .max_seq = o.max_context,
                                                         .max_step = step,
-                                                        .dtype = o.kv_dtype});
-  return MakeState(std::move(cache), o.max_context, step, o.attention_kernel, RopeFor(o.max_context));
+                                                        .dtype = o.kv_dtype,
+                                                        .exact_rewind = o.exact_rewind});
+  return MakeState(std::move(cache), o, RopeFor(o.max_context));
 }
 
 std::span<const float> DecoderModel::Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,

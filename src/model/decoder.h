@@ -78,7 +78,7 @@ struct RopeSet {
 // inputs. Architectures derive their scratch from it.
 class DecoderState : public ModelState {
  public:
-  DecoderState(KvCache cache, int max_context, int max_step, GqaKernel kernel, std::shared_ptr<const RopeSet> rope);
+  DecoderState(KvCache cache, const ModelStateOptions& options, std::shared_ptr<const RopeSet> rope);
   using ModelState::length;
   using ModelState::Reset;
   int max_batch() const override { return cache.Options().max_batch; }
@@ -93,6 +93,7 @@ class DecoderState : public ModelState {
   int max_context_;
   int max_step_;  // S_max: tokens per chunk
   GqaKernel kernel_;
+  bool shared_prefill_shortcut_;
   std::size_t kv_bytes_;
   std::shared_ptr<const RopeSet> rope;
   std::vector<float> logits;     // [sum num_logits, n_vocab]
@@ -168,7 +169,7 @@ class DecoderModel : public Model {
   explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
 
   // A state over `cache` (the architecture adds its scratch).
-  virtual std::unique_ptr<DecoderState> MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
+  virtual std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
                                                   std::shared_ptr<const RopeSet> rope) const = 0;
   // Runs one step (every row <= max_step tokens) through every layer: reserves
   // each row's tokens, runs the layers, commits. Returns the final residual rows

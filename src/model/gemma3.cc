@@ -110,9 +110,9 @@ class Gemma3 final : public detail::DecoderModel {
   }
 
  private:
-  std::unique_ptr<DecoderState> MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
+  std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
                                           std::shared_ptr<const detail::RopeSet> rope) const override {
-    return std::make_unique<Gemma3State>(std::move(cache), max_context, max_step, kernel, std::move(rope));
+    return std::make_unique<Gemma3State>(std::move(cache), options, std::move(rope));
   }
   float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
 

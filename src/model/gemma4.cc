@@ -70,7 +70,7 @@ class Gemma4 final : public detail::DecoderModel {
   explicit Gemma4(GgufFile file);
 
  private:
-  std::unique_ptr<DecoderState> MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
+  std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
                                           std::shared_ptr<const detail::RopeSet> rope) const override;
   float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
   void PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const;
@@ -255,7 +255,7 @@ void Gemma4::WarnIfLlamaCppSharesDifferently() {
   }
 }
 
-std::unique_ptr<DecoderState> Gemma4::MakeState(KvCache cache, int max_context, int max_step, GqaKernel kernel,
+std::unique_ptr<DecoderState> Gemma4::MakeState(KvCache cache, const ModelStateOptions& options,
                                                 std::shared_ptr<const detail::RopeSet> rope) const {
   const LayerPlan& plan = cache.Plan();
   for (int l = 0; l < plan.first_shared; ++l) {
@@ -266,7 +266,7 @@ std::unique_ptr<DecoderState> Gemma4::MakeState(KvCache cache, int max_context, 
                       cfg_.num_kv_shared_layers, ")"));
     }
   }
-  return std::make_unique<Gemma4State>(std::move(cache), max_context, max_step, kernel, std::move(rope));
+  return std::make_unique<Gemma4State>(std::move(cache), options, std::move(rope));
 }
 
 // st.ple[s, l, :] = (RMSNorm(W_proj x_s / sqrt(E), proj_norm)[l] + table[token_s][l] * sqrt(ple)) / sqrt(2),
@@ -305,7 +305,7 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   for (const detail::StepRow& r : step.rows) kept += r.keep;
   bool packed = false;  // st.x holds only the kept rows, packed to the front
   for (int l = 0; l < c.n_layer; ++l) {
-    if (l == plan.first_shared && kept < T) {
+    if (l == plan.first_shared && kept < T && st.shared_prefill_shortcut_) {
       // KV-shared layers write nothing: only the rows whose outputs are read run on.
       if (kept == 0) break;
       std::int64_t at = 0;
