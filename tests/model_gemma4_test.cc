@@ -32,15 +32,7 @@ using testing::TinyGemma4Spec;
 // kernels' summation order over ~100-term dot products through 8 layers.
 constexpr double kFp32Tol = 1e-5;
 
-std::vector<std::int32_t> Tokens(int n, int vocab, unsigned seed) {
-  std::vector<std::int32_t> t;
-  std::uint64_t s = seed;
-  for (int i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    t.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
-  }
-  return t;
-}
+using testing::Tokens;
 
 std::vector<float> Logits(const Model& m, ModelState& st, const std::vector<std::int32_t>& t, std::int64_t num_logits,
                           ThreadPool* pool = nullptr) {

@@ -230,6 +230,17 @@ inline GgufSpec TinyGemmaGguf(const TinyGemmaSpec& m) {
   return g;
 }
 
+// n token ids in [0, vocab), a fixed pseudo-random sequence per seed (64-bit LCG).
+inline std::vector<std::int32_t> Tokens(int n, int vocab, unsigned seed) {
+  std::vector<std::int32_t> t;
+  std::uint64_t s = seed;
+  for (int i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
+  }
+  return t;
+}
+
 // Writes the file to `path`.
 inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) { WriteFile(path, TinyGemmaGguf(m).Build()); }
 

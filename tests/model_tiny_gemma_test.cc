@@ -31,15 +31,7 @@ using testing::TinyGemmaSpec;
 // products (~sqrt(n) * 6e-8 each) through 6 layers stays far below this.
 constexpr double kFp32Tol = 1e-5;
 
-std::vector<std::int32_t> Tokens(int n, int vocab, unsigned seed) {
-  std::vector<std::int32_t> t;
-  std::uint64_t s = seed;
-  for (int i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    t.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
-  }
-  return t;
-}
+using testing::Tokens;
 
 std::vector<float> Slice(std::span<const float> v, std::size_t row, std::size_t width) {
   return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(row * width),
