@@ -4,6 +4,8 @@
 // Weight types side by side on one shape (every int8 type, 2048 x 2048, m = 1
 // and m = 64, on 1 thread): compare a type's time with Q4_K / Q6_K in the same run.
 //   kvshare_bench --benchmark_filter=MatTypes
+// Gemma 4 E2B decode shapes, from DRAM:
+//   kvshare_bench --benchmark_filter=E2bVec
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -83,8 +85,22 @@ void TypeShapes(benchmark::internal::Benchmark* b) {
   }
 }
 
+// Gemma 4 E2B decode shapes (Q4_K_M file): the double-wide FFN of a shared layer
+// and the tied embedding as LM head, from DRAM (each matrix 10-330 MB).
+void E2bShapes(benchmark::internal::Benchmark* b) {
+  const std::int64_t q4k = static_cast<std::int64_t>(GgmlType::kQ4_K), q6k = static_cast<std::int64_t>(GgmlType::kQ6_K);
+  for (std::int64_t level : {1, 2}) {
+    for (std::int64_t th : {1, 2}) {
+      b->Args({q4k, 12288, 1536, 1, th, level});   // ffn_gate / ffn_up
+      b->Args({q4k, 1536, 12288, 1, th, level});   // ffn_down
+      b->Args({q6k, 262144, 1536, 1, th, level});  // LM head
+    }
+  }
+}
+
 BENCHMARK(BM_MatMul)->Apply(Shapes)->Name("MatVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMul)->Apply(TypeShapes)->Name("MatTypes")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatMul)->Apply(E2bShapes)->Name("E2bVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace kvshare
