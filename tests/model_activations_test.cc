@@ -1,5 +1,5 @@
-// GeluTanhMul (src/model/activations.h) against the formula in double, on
-// every compiled SIMD target this CPU runs.
+// GeluTanhMul and Softcap (src/model/activations.h) against their formulas in
+// double, on every compiled SIMD target this CPU runs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,6 +79,35 @@ TEST(GeluTanhMul, KnownValues) {
   EXPECT_NEAR(out[1], -0.158808, 1e-6);
   EXPECT_FLOAT_EQ(out[2], 20.0f);
   EXPECT_NEAR(out[3], 0.0, 1e-6);
+}
+
+// cap * tanh(x / cap): relative 1e-6 of |result| plus 1e-6 cap absolute (tanh
+// to a few ulp; x / cap is one rounding away from the exact quotient), on
+// logits of every scale, each element alone equal to inside a vector.
+TEST(Softcap, MatchesFormulaOnEveryCompiledTarget) {
+  int targets = 0;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    ++targets;
+    std::mt19937 rng(9);
+    detail::Softcap(nullptr, 0, 30.0f);
+    for (std::size_t n : {std::size_t{1}, std::size_t{13}, std::size_t{1000}}) {
+      std::vector<float> x = Inputs(n, rng);
+      for (float& e : x) e *= 4.0f;  // logits of +-100 and beyond saturate
+      std::vector<float> out = x;
+      detail::Softcap(out.data(), static_cast<std::int64_t>(n), 30.0f);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double want = 30.0 * std::tanh(static_cast<double>(x[i]) / 30.0);
+        EXPECT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 30e-6) << "x = " << x[i];
+        float one = x[i];
+        detail::Softcap(&one, 1, 30.0f);
+        EXPECT_EQ(0, std::memcmp(&one, &out[i], sizeof(float))) << "element " << i << " n " << n;
+      }
+    }
+    if (HasFailure()) ADD_FAILURE() << "target " << hwy::TargetName(target);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(targets, 1);
 }
 
 }  // namespace

@@ -13,4 +13,10 @@ namespace kvshare::detail {
 // or its index. out may alias g or u.
 void GeluTanhMul(const float* g, const float* u, float* out, std::int64_t n);
 
+// x[i] = cap * tanh(x[i] / cap) for i < n, in place (Gemma's final logit
+// softcap; cap > 0). The division is a multiplication by 1/cap, tanh Highway's
+// polynomial (a few ulp); every element gets the same arithmetic whatever n or
+// its index.
+void Softcap(float* x, std::int64_t n, float cap);
+
 }  // namespace kvshare::detail

@@ -342,10 +342,7 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
         out = st.head_out.data();
       }
       MatMulRows(out_w_, rows, kept, out, pool);
-      if (final_softcap_ > 0) {
-        const float cap = final_softcap_;
-        for (std::int64_t i = 0; i < kept * V; ++i) out[i] = cap * std::tanh(out[i] / cap);
-      }
+      if (final_softcap_ > 0) Softcap(out, kept * V, final_softcap_);
       if (!direct) {
         std::int64_t at = 0;
         for (std::size_t r = 0; r < step.rows.size(); ++r) {
