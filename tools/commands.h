@@ -13,5 +13,7 @@ void RegisterDemo(CLI::App& app);
 void RegisterGenerate(CLI::App& app);
 // `kvshare info [--model PATH]`: GGUF metadata, tensor summary, chat template.
 void RegisterInfo(CLI::App& app);
+// `kvshare perplexity`: perplexity of a model over a text file.
+void RegisterPerplexity(CLI::App& app);
 
 }  // namespace kvshare::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   kvshare::cli::RegisterDemo(app);
   kvshare::cli::RegisterGenerate(app);
   kvshare::cli::RegisterInfo(app);
+  kvshare::cli::RegisterPerplexity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
