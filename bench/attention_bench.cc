@@ -22,9 +22,9 @@
 // counted, as in STREAM).
 //
 // Environment: KVSHARE_BENCH_BLOCK=n sets kv_block_size (default: kernel's choice);
-// KVSHARE_BENCH_FOOTPRINT_MIB=n the bytes decode cycles through (DecodeFootprint).
+// KVSHARE_BENCH_FOOTPRINT_MIB=n the bytes decode cycles through
+// (bandwidth.h: DramFootprintBytes).
 #include <benchmark/benchmark.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +38,7 @@
 
 #include "attention/attend.h"
 #include "common/float_convert.h"
+#include "bandwidth.h"
 #include "fma_peak.h"
 #include "kvshare/thread_pool.h"
 
@@ -47,94 +48,14 @@ using kvshare::DType;
 using kvshare::ThreadPool;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::size_t kTriadFloats = std::size_t{64} << 20 >> 2;  // 64 MiB per array
-
-// Large buffers as an engine allocates its caches: 2 MiB aligned, with
-// transparent huge pages requested (both triad and KV get the same treatment).
-template <typename T>
-struct BigBuffer {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit BigBuffer(std::size_t count, T fill = T{}) : n(count) {
-    constexpr std::size_t kAlign = std::size_t{2} << 20;
-    const std::size_t bytes = (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
-    ptr = static_cast<T*>(std::aligned_alloc(kAlign, bytes));
-    madvise(ptr, bytes, MADV_HUGEPAGE);
-    std::fill(ptr, ptr + count, fill);
-  }
-  ~BigBuffer() { std::free(ptr); }
-  BigBuffer(const BigBuffer&) = delete;
-  BigBuffer& operator=(const BigBuffer&) = delete;
-  T* data() { return ptr; }
-  T& operator[](std::size_t i) { return ptr[i]; }
-};
-
-struct TriadArrays {
-  BigBuffer<float> a{kTriadFloats, 0.0f}, b{kTriadFloats, 1.0f}, c{kTriadFloats, 2.0f};
-};
-
-TriadArrays& Triad() {
-  static TriadArrays t;
-  return t;
-}
-
-void RunTriad(ThreadPool* pool, int chunks) {
-  TriadArrays& t = Triad();
-  const float s = 3.0f;
-  const std::size_t per = (kTriadFloats + static_cast<std::size_t>(chunks) - 1) / static_cast<std::size_t>(chunks);
-  kvshare::ParallelFor(pool, chunks, [&](std::int64_t i) {
-    const std::size_t lo = static_cast<std::size_t>(i) * per;
-    const std::size_t hi = std::min(kTriadFloats, lo + per);
-    float* __restrict a = t.a.data();
-    const float* __restrict b = t.b.data();
-    const float* __restrict c = t.c.data();
-    for (std::size_t j = lo; j < hi; ++j) a[j] = b[j] + s * c[j];
-  });
-}
-
-constexpr double kTriadBytesPerCall = 3.0 * 4.0 * static_cast<double>(kTriadFloats);
-
-// Best-of-`reps` triad bandwidth (bytes/s) on `pool`.
-double TriadBandwidth(ThreadPool* pool, int reps) {
-  const int chunks = pool->NumThreads() * 4;
-  RunTriad(pool, chunks);  // warm up, fault pages in
-  double best = 0.0;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    RunTriad(pool, chunks);
-    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, kTriadBytesPerCall / sec);
-  }
-  return best;
-}
-
-void BM_Triad(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-  ThreadPool pool(threads);
-  RunTriad(&pool, threads * 4);
-  for (auto _ : state) {
-    RunTriad(&pool, threads * 4);
-    benchmark::ClobberMemory();
-  }
-  state.counters["bytes/s"] = benchmark::Counter(kTriadBytesPerCall * static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::OneK::kIs1024);
-}
+using kvshare::bench::BigBuffer;
+using kvshare::bench::TriadBandwidth;
 
 struct AttnCase {
   int N, Nkv, H, S, T;
   DType kv_dtype;
   int threads;
 };
-
-// Decode reads each cache once per call; so that it comes from DRAM and not
-// from a last-level cache that holds a small one (32 MiB here), decode
-// cycles through enough copies of the cache to span this many bytes
-// (KVSHARE_BENCH_FOOTPRINT_MIB, default 512; 0: one copy, cache-resident
-// when it fits).
-double DecodeFootprint() {
-  const char* e = std::getenv("KVSHARE_BENCH_FOOTPRINT_MIB");
-  return (e != nullptr ? std::atof(e) : 512.0) * (1 << 20);
-}
 
 // Owns BNSH cache pairs (capacity T; `copies` of them, one per call in
 // turn), queries and output for one case.
@@ -165,7 +86,7 @@ struct AttnProblem {
     const std::size_t n = static_cast<std::size_t>(c.Nkv) * c.T * c.H;
     copy_bytes = n * kvshare::DTypeSize(c.kv_dtype);
     if (c.S == 1) {
-      copies = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(DecodeFootprint() / (2.0 * static_cast<double>(copy_bytes)))));
+      copies = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(kvshare::bench::DramFootprintBytes() / (2.0 * static_cast<double>(copy_bytes)))));
     }
     if (c.kv_dtype == DType::kFloat32) {
       k32 = RandomCopies<float>(n, copies, [&] { return u(rng); });
@@ -248,8 +169,6 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
 }
 
 void RegisterAll() {
-  benchmark::RegisterBenchmark("triad/threads:1", BM_Triad)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("triad/threads:2", BM_Triad)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
   struct Shape {
     const char* name;
     int N, Nkv, H;

@@ -4,15 +4,24 @@
 // Weight types side by side on one shape (every int8 type, 2048 x 2048, m = 1
 // and m = 64, on 1 thread): compare a type's time with Q4_K / Q6_K in the same run.
 //   kvshare_bench --benchmark_filter=MatTypes
-// Gemma 4 E2B decode shapes, from DRAM:
-//   kvshare_bench --benchmark_filter=E2bVec
+// Gemma 4 E2B decode shapes, from DRAM, against the memory roofs measured with
+// the same threads right before and after (the larger of the two):
+//   kvshare_bench --benchmark_filter='E2bVec|triad|read'
+// Counters there: triad_bytes/s and read_bytes/s (bandwidth.h), bw_ratio =
+// weight bytes per second over the triad, read_ratio = over the read stream
+// (a matrix-vector product only reads its weights, so the read stream is its
+// roof; the triad is the usual yardstick).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "bandwidth.h"
 #include "common/float_convert.h"
 #include "model/quant.h"
 
@@ -36,8 +45,10 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
   return w;
 }
 
-// args: ggml type id, rows, cols, m, threads, kernel level
-void BM_MatMul(benchmark::State& state) {
+// args: ggml type id, rows, cols, m, threads, kernel level. With `dram`, the
+// calls cycle through copies of the weights spanning DramFootprintBytes()
+// (the whole model streams from DRAM in a decode step) and the roofs are measured.
+void RunMatMul(benchmark::State& state, bool dram) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const std::int64_t rows = state.range(1), cols = state.range(2), m = state.range(3);
   const int threads = static_cast<int>(state.range(4));
@@ -47,18 +58,41 @@ void BM_MatMul(benchmark::State& state) {
     return;
   }
   const auto w = RandomWeights(type, rows, cols);
-  const WeightMatrix wm = WeightMatrix::Make(w.data(), type, rows, cols);
+  const std::size_t copies =
+      dram ? std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(bench::DramFootprintBytes() / static_cast<double>(w.size()))))
+           : 1;
+  bench::BigBuffer<std::uint8_t> all(w.size() * copies);
+  for (std::size_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * w.size(), w.data(), w.size());
   std::vector<float> x(static_cast<std::size_t>(m * cols), 0.5f), y(static_cast<std::size_t>(m * rows));
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  const double triad_before = dram ? bench::TriadBandwidth(pool.get(), 3) : 0.0;
+  const double read_before = dram ? bench::ReadBandwidth(pool.get(), 3) : 0.0;
+  std::size_t next = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
+    const WeightMatrix wm = WeightMatrix::Make(all.data() + next * w.size(), type, rows, cols);
+    next = (next + 1) % copies;
     MatMul(wm, {.x = x.data(), .m = m, .y = y.data(), .pool = pool.get(), .level = level});
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(w.size()));
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(w.size());
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * cols * m) * static_cast<double>(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  if (dram) {
+    const double triad = std::max(triad_before, bench::TriadBandwidth(pool.get(), 3));
+    const double read = std::max(read_before, bench::ReadBandwidth(pool.get(), 3));
+    state.counters["triad_bytes/s"] = benchmark::Counter(triad, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+    state.counters["read_bytes/s"] = benchmark::Counter(read, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+    state.counters["bw_ratio"] = bytes / sec / triad;
+    state.counters["read_ratio"] = bytes / sec / read;
+  }
   state.SetLabel(GgmlTypeName(type) + " " + KernelLevelName(level));
 }
+
+void BM_MatMul(benchmark::State& state) { RunMatMul(state, false); }
+void BM_MatMulDram(benchmark::State& state) { RunMatMul(state, true); }
 
 void Shapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q4k = static_cast<std::int64_t>(GgmlType::kQ4_K), q6k = static_cast<std::int64_t>(GgmlType::kQ6_K),
@@ -86,13 +120,14 @@ void TypeShapes(benchmark::internal::Benchmark* b) {
 }
 
 // Gemma 4 E2B decode shapes (Q4_K_M file): the double-wide FFN of a shared layer
-// and the tied embedding as LM head, from DRAM (each matrix 10-330 MB).
+// and the tied embedding as LM head (each matrix 10-330 MB), from DRAM (RunMatMul).
 void E2bShapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q4k = static_cast<std::int64_t>(GgmlType::kQ4_K), q6k = static_cast<std::int64_t>(GgmlType::kQ6_K);
   for (std::int64_t level : {1, 2}) {
     for (std::int64_t th : {1, 2}) {
       b->Args({q4k, 12288, 1536, 1, th, level});   // ffn_gate / ffn_up
-      b->Args({q4k, 1536, 12288, 1, th, level});   // ffn_down
+      b->Args({q4k, 1536, 12288, 1, th, level});   // ffn_down (Q4_K layers)
+      b->Args({q6k, 1536, 12288, 1, th, level});   // ffn_down (Q6_K layers)
       b->Args({q6k, 262144, 1536, 1, th, level});  // LM head
     }
   }
@@ -100,7 +135,7 @@ void E2bShapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_MatMul)->Apply(Shapes)->Name("MatVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMul)->Apply(TypeShapes)->Name("MatTypes")->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_MatMul)->Apply(E2bShapes)->Name("E2bVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatMulDram)->Apply(E2bShapes)->Name("E2bVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace kvshare
