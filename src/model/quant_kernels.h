@@ -1,9 +1,10 @@
 // Per-ISA dot-product kernels behind one table (internal to src/model).
-// Each computes out[r] = dot(weight row w (nb blocks), activation row r) for
-// r < rows (1 <= rows <= kMaxActRows), activation row r at x + r * x_stride
-// (in blocks). The SIMD kernels unpack each weight block once for all rows;
-// a row's result is the same, bit for bit, whether it is computed alone or
-// in a group.
+// Each computes y[j * y_stride + r] = dot(weight row r, activation row j) for
+// the weight rows r < nrows (row r at w + r * nb: nb blocks each, rows packed)
+// and the activation rows j < acts (1 <= acts <= kMaxActRows; row j at
+// x + j * x_stride, in blocks). The SIMD kernels unpack each weight block once
+// for all activation rows; a row's result is the same, bit for bit, whether it
+// is computed alone or in a group, and whatever nrows is.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,8 @@ namespace kvshare::detail {
 inline constexpr int kMaxActRows = 4;
 
 template <typename Block, typename Act>
-using DotRowsFn = void (*)(const Block* w, const Act* x, std::int64_t x_stride, std::int64_t nb, int rows,
-                           float* out);
+using DotRowsFn = void (*)(const Block* w, std::int64_t nrows, const Act* x, std::int64_t x_stride, std::int64_t nb,
+                           int acts, float* y, std::int64_t y_stride);
 
 struct QuantKernels {
   DotRowsFn<BlockQ8_0, ActQ8> q8_0;
@@ -29,16 +30,29 @@ struct QuantKernels {
   DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
 };
 
-// A DotRowsFn from a kernel template F<R>(w, x, x_stride, nb, out) over R
-// activation rows, instantiated for R = 1 .. kMaxActRows.
-#define KVSHARE_ROWS_KERNEL(F, Block, Act)                                                            \
-  +[](const Block* w, const Act* x, std::int64_t xs, std::int64_t nb, int rows, float* out) {       \
-    switch (rows) {                                                                                  \
-      case 1: F<1>(w, x, xs, nb, out); break;                                                        \
-      case 2: F<2>(w, x, xs, nb, out); break;                                                        \
-      case 3: F<3>(w, x, xs, nb, out); break;                                                        \
-      default: F<4>(w, x, xs, nb, out); break;                                                       \
-    }                                                                                                \
+// The weight-row loop around a one-row kernel Dot(w, x, x_stride, nb, out[R])
+// over R activation rows.
+template <int R, typename Block, typename Act, void (*Dot)(const Block*, const Act*, std::int64_t, std::int64_t, float*)>
+void ForWeightRows(const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, float* y,
+                   std::int64_t ys) {
+  float out[R];
+  for (std::int64_t r = 0; r < nrows; ++r) {
+    Dot(w + r * nb, x, xs, nb, out);
+    for (int j = 0; j < R; ++j) y[j * ys + r] = out[j];
+  }
+}
+
+// A DotRowsFn from a one-row kernel template F<R>(w, x, x_stride, nb, out)
+// over R activation rows, instantiated for R = 1 .. kMaxActRows.
+#define KVSHARE_ROWS_KERNEL(F, Block, Act)                                                                         \
+  +[](const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,      \
+      std::int64_t ys) {                                                                                           \
+    switch (acts) {                                                                                               \
+      case 1: ForWeightRows<1, Block, Act, F<1>>(w, nrows, x, xs, nb, y, ys); break;                               \
+      case 2: ForWeightRows<2, Block, Act, F<2>>(w, nrows, x, xs, nb, y, ys); break;                               \
+      case 3: ForWeightRows<3, Block, Act, F<3>>(w, nrows, x, xs, nb, y, ys); break;                               \
+      default: ForWeightRows<4, Block, Act, F<4>>(w, nrows, x, xs, nb, y, ys); break;                              \
+    }                                                                                                             \
   }
 
 extern const QuantKernels kScalarKernels;

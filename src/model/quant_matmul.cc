@@ -150,27 +150,33 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p) {
     for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8K(p.x + i * cols, a8k.data() + i * nb, cols);
   }
 
-  // out[j] = W[r] . X[i + j] for j < n (n <= kMaxActRows).
-  auto dot_rows = [&](std::int64_t r, std::int64_t i, int n, float* out) {
-    const void* wr = base + static_cast<std::size_t>(r) * w.row_bytes;
+  // Y[i + j, r] = W[r] . X[i + j] for r in [r0, r1), j < n (n <= kMaxActRows).
+  auto dot_rows = [&](std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
+    const void* wr = base + static_cast<std::size_t>(r0) * w.row_bytes;
+    const std::int64_t nr = r1 - r0;
+    float* y = p.y + i * rows + r0;
     switch (w.type) {
-      case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
-      case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
-      case GgmlType::kQ4_1: k.q4_1(static_cast<const BlockQ4_1*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
-      case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
-      case GgmlType::kQ5_1: k.q5_1(static_cast<const BlockQ5_1*>(wr), a8.data() + i * nb, nb, nb, n, out); return;
-      case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
-      case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
-      case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), a8k.data() + i * nb, nb, nb, n, out); return;
+      case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
+      case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
+      case GgmlType::kQ4_1: k.q4_1(static_cast<const BlockQ4_1*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
+      case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
+      case GgmlType::kQ5_1: k.q5_1(static_cast<const BlockQ5_1*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
+      case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), nr, a8k.data() + i * nb, nb, nb, n, y, rows); return;
+      case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), nr, a8k.data() + i * nb, nb, nb, n, y, rows); return;
+      case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), nr, a8k.data() + i * nb, nb, nb, n, y, rows); return;
       default: break;
     }
-    for (int j = 0; j < n; ++j) {
-      const float* x = p.x + (i + j) * cols;
-      switch (w.type) {
-        case GgmlType::kF32: out[j] = detail::DotF32(static_cast<const float*>(wr), x, cols); break;
-        case GgmlType::kF16: out[j] = detail::DotF16(static_cast<const std::uint16_t*>(wr), x, cols); break;
-        case GgmlType::kBF16: out[j] = detail::DotBF16(static_cast<const std::uint16_t*>(wr), x, cols); break;
-        default: out[j] = 0.0f; break;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const void* wrow = base + static_cast<std::size_t>(r) * w.row_bytes;
+      for (int j = 0; j < n; ++j) {
+        const float* x = p.x + (i + j) * cols;
+        float& out = p.y[(i + j) * rows + r];
+        switch (w.type) {
+          case GgmlType::kF32: out = detail::DotF32(static_cast<const float*>(wrow), x, cols); break;
+          case GgmlType::kF16: out = detail::DotF16(static_cast<const std::uint16_t*>(wrow), x, cols); break;
+          case GgmlType::kBF16: out = detail::DotBF16(static_cast<const std::uint16_t*>(wrow), x, cols); break;
+          default: out = 0.0f; break;
+        }
       }
     }
   };
@@ -181,13 +187,8 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p) {
   ParallelFor(p.pool, tasks, [&](std::int64_t t) {
     const std::int64_t r0 = t * rows_per_task;
     const std::int64_t r1 = std::min(rows, r0 + rows_per_task);
-    float out[detail::kMaxActRows];
     for (std::int64_t i = 0; i < m; i += detail::kMaxActRows) {
-      const int n = static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i));
-      for (std::int64_t r = r0; r < r1; ++r) {
-        dot_rows(r, i, n, out);
-        for (int j = 0; j < n; ++j) p.y[(i + j) * rows + r] = out[j];
-      }
+      dot_rows(r0, r1, i, static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i)));
     }
   });
 }

@@ -151,10 +151,13 @@ float DotQ6_K(const BlockQ6_K* w, const ActQ8K* x, std::int64_t nb) {
   return acc;
 }
 
-// One row at a time: the scalar twin has nothing to share between rows.
+// One dot product at a time: the scalar twin has nothing to share between rows.
 template <typename Block, typename Act, float (*Dot)(const Block*, const Act*, std::int64_t)>
-void Rows(const Block* w, const Act* x, std::int64_t xs, std::int64_t nb, int rows, float* out) {
-  for (int r = 0; r < rows; ++r) out[r] = Dot(w, x + r * xs, nb);
+void Rows(const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
+          std::int64_t ys) {
+  for (std::int64_t r = 0; r < nrows; ++r) {
+    for (int j = 0; j < acts; ++j) y[j * ys + r] = Dot(w + r * nb, x + j * xs, nb);
+  }
 }
 
 }  // namespace
