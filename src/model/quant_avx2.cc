@@ -49,35 +49,39 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - corr[r];
 }
 
-// Q4_K / Q5_K: codes (KCodes<Block>) times 6-bit sub-block scales, minus the
-// min term dmin dx sum_j m_j (sum of activation sub-block j).
+// Q4_K / Q5_K: codes (KCodes<Block>) times the 6-bit sub-block scales
+// (maddubs, then madd_epi16 against the int16 scale), times dw dx; minus the
+// min term dmin dx sum_j m_j (sum of activation sub-block j), from the bsums
+// in one madd_epi16.
 template <int R, typename Block>
 void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
-  __m256 acc[R];
-  float mins[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0.0f;
+  const __m256i min_pairs = Q4KMinPairsControl();
+  __m256 acc[R], accm[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
-    std::uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) Q4KScaleMin(j, w[b].scales, &sc[j], &mn[j]);
-    __m256i lo[4], hi[4];
+    const __m256i sm = _mm256_broadcastsi128_si256(Q4KScalesMins(w[b].scales));
+    __m256i lo[4], hi[4], sc[8];
     KCodes<Block>::Get(w[b], lo, hi);
-    const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
+    for (int j = 0; j < 8; ++j) sc[j] = _mm256_shuffle_epi8(sm, _mm256_set1_epi16(static_cast<short>(0xFF00 | j)));
+    const __m256i mins = _mm256_shuffle_epi8(sm, min_pairs);
+    std::uint32_t dd;  // d, dmin: the block's first 4 bytes
+    std::memcpy(&dd, &w[b], 4);
+    const __m128 dwm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a = x[r * xs + b];
-      const int summ = Q4KMinSum(mn, a);
       __m256i sumi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i plo = _mm256_maddubs_epi16(lo[c], Load32(a.qs + 64 * c));
         const __m256i phi = _mm256_maddubs_epi16(hi[c], Load32(a.qs + 64 * c + 32));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(plo, sc[2 * c]), _mm256_madd_epi16(phi, sc[2 * c + 1])));
       }
-      const float dx = a.d;
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dw * dx), acc[r]);
-      mins[r] += dmin * dx * static_cast<float>(summ);
+      const __m256i summ = _mm256_madd_epi16(mins, LoadBsums(a));
+      const __m128 d = _mm_mul_ps(dwm, _mm_set1_ps(a.d));  // dw dx, dmin dx
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_broadcastss_ps(d), acc[r]);
+      accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_broadcastss_ps(_mm_movehdup_ps(d)), accm[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - mins[r];
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - HSum(accm[r]);
 }
 
 // int16 lanes 0..7 = a, 8..15 = b.

@@ -81,37 +81,81 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
   }
 }
 
-// Q4_K / Q5_K: codes (KCodes<Block>) times 6-bit sub-block scales, minus the
-// min term dmin dx sum_j m_j (sum of activation sub-block j).
-template <int R, typename Block>
-void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
-  __m512 acc[R];
-  float mins[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = 0.0f;
-  for (std::int64_t b = 0; b < nb; ++b) {
-    std::uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) Q4KScaleMin(j, w[b].scales, &sc[j], &mn[j]);
-    __m256i lo[4], hi[4];
-    KCodes<Block>::Get(w[b], lo, hi);
-    __m512i codes[4], s[4];
+// Codes of a Q4_K / Q5_K super-block in the order of the activations:
+// codes[c] holds elements 64c .. 64c+63 (sub-blocks 2c and 2c+1), one code
+// (0..15, resp. 0..31) per byte. The 32 qs bytes of chunk c are broadcast to
+// both 256-bit halves and shifted by 0 (low nibbles: sub-block 2c) in the low
+// half and by 4 (high nibbles: 2c+1) in the high half.
+template <typename Block>
+struct KCodes512;
+
+template <>
+struct KCodes512<BlockQ4_K> {
+  static void Get(const BlockQ4_K& b, __m512i codes[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     for (int c = 0; c < 4; ++c) {
-      codes[c] = Join(lo[c], hi[c]);
-      s[c] = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[2 * c]), _mm512_set1_epi32(sc[2 * c + 1]));
-    }
-    const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
-    for (int r = 0; r < R; ++r) {
-      const ActQ8K& a = x[r * xs + b];
-      const int summ = Q4KMinSum(mn, a);
-      __m512i sumi = _mm512_setzero_si512();
-      for (int c = 0; c < 4; ++c) {
-        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(codes[c], _mm512_loadu_si512(a.qs + 64 * c)), s[c]));
-      }
-      const float dx = a.d;
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(dw * dx), acc[r]);
-      mins[r] += dmin * dx * static_cast<float>(summ);
+      codes[c] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(Load32(b.qs + 32 * c)), shift), m4);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = HSum512(acc[r]) - mins[r];
+};
+
+// Bit j of qh[l] is the 5th bit of sub-block j's element l: a 64-bit rotate
+// by 4 - j (mod 64) puts bit j of every byte at bit 4 of the same byte.
+template <>
+struct KCodes512<BlockQ5_K> {
+  static void Get(const BlockQ5_K& b, __m512i codes[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), m10 = _mm512_set1_epi8(0x10);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i h = _mm512_broadcast_i64x4(Load32(b.qh));
+    for (int c = 0; c < 4; ++c) {
+      const long long lo = (4 - 2 * c) & 63, hi = (3 - 2 * c) & 63;
+      const __m512i hb = _mm512_rolv_epi64(h, _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi));
+      const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(Load32(b.qs + 32 * c)), shift), m4);
+      codes[c] = _mm512_or_si512(q, _mm512_and_si512(hb, m10));
+    }
+  }
+};
+
+// Q4_K / Q5_K: sum_j sc_j * (codes . x over sub-block j) with maddubs (u8 x s8
+// pairs -> int16; at most 2 * 31 * 127) and vpdpwssd against the int16 scales
+// (one per 256-bit half), times dw dx; minus the min term dmin dx sum_j m_j
+// (sum of activation sub-block j), from the bsums in one madd_epi16.
+template <int R, typename Block>
+void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  // pshufb controls on the scales/mins broadcast to every 128-bit lane: int16
+  // sc_{2c} in the low 256-bit half, sc_{2c+1} in the high half.
+  __m512i sel[4];
+  for (int c = 0; c < 4; ++c) {
+    const int lo = 0xFF00 | (2 * c), hi = 0xFF00 | (2 * c + 1);  // int16 lanes: byte k, then a zero byte
+    sel[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(lo))),
+                                _mm256_set1_epi16(static_cast<short>(hi)), 1);
+  }
+  const __m256i min_pairs = Q4KMinPairsControl();
+  __m512 acc[R];
+  __m256 accm[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const __m512i sm = _mm512_broadcast_i32x4(Q4KScalesMins(w[b].scales));
+    __m512i codes[4], sc[4];
+    KCodes512<Block>::Get(w[b], codes);
+    for (int c = 0; c < 4; ++c) sc[c] = _mm512_shuffle_epi8(sm, sel[c]);
+    const __m256i mins = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm), min_pairs);
+    std::uint32_t dd;  // d, dmin: the block's first 4 bytes
+    std::memcpy(&dd, &w[b], 4);
+    const __m128 dwm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
+    for (int r = 0; r < R; ++r) {
+      const ActQ8K& a = x[r * xs + b];
+      __m512i sumi = _mm512_madd_epi16(_mm512_maddubs_epi16(codes[0], _mm512_loadu_si512(a.qs)), sc[0]);
+      for (int c = 1; c < 4; ++c) {
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(codes[c], _mm512_loadu_si512(a.qs + 64 * c)), sc[c]);
+      }
+      const __m256i summ = _mm256_madd_epi16(mins, LoadBsums(a));
+      const __m128 d = _mm_mul_ps(dwm, _mm_set1_ps(a.d));  // dw dx, dmin dx
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(d), acc[r]);
+      accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_broadcastss_ps(_mm_movehdup_ps(d)), accm[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum512(acc[r]) - HSum(accm[r]);
 }
 
 template <int R>

@@ -126,13 +126,30 @@ struct KCodes<BlockQ5_K> {
   }
 };
 
-// sum_j mn[j] * (sum of activation sub-block j of 32): the Q4_K / Q5_K min term of
-// one super-block, from the activation's 16-element bsums.
-inline int Q4KMinSum(const std::uint8_t* mn, const ActQ8K& a) {
-  int s = 0;
-  for (int j = 0; j < 8; ++j) s += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
-  return s;
+// The 8 (scale, min) pairs of a Q4_K / Q5_K block (Q4KScaleMin for every j at
+// once): bytes 0..7 = sc0..7, bytes 8..15 = m0..7. Reads 16 bytes at s, the 12
+// scale bytes and the 4 block bytes after them.
+inline __m128i Q4KScalesMins(const std::uint8_t* s) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  // Low bits: sc0..3 = s0..3 & 63, sc4..7 = s8..11 & 15, m0..3 = s4..7 & 63, m4..7 = s8..11 >> 4.
+  const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i lo = _mm_or_si128(
+      _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
+      _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
+  // Bits 4, 5 of sc4..7 and m4..7: the top two bits of s0..3 and s4..7.
+  const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
 }
+
+// pshufb control that turns Q4KScalesMins (in each 128-bit lane) into int16
+// [m0, m0, m1, m1, ..., m3, m3 | m4, m4, ..., m7, m7]: madd_epi16 with an
+// activation's 16 bsums then gives m_j * (sum of sub-block j), j = 0..7.
+inline __m256i Q4KMinPairsControl() {
+  return _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,  //
+                          12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
+}
+
+inline __m256i LoadBsums(const ActQ8K& a) { return Load32(a.bsums); }
 
 // sum_g sc[g] * bsums[g]: the Q6_K offset term (codes stored + 32) of one
 // super-block.
