@@ -84,19 +84,22 @@ void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - HSum(accm[r]);
 }
 
-// int16 lanes 0..7 = a, 8..15 = b.
-inline __m256i Scale2(int a, int b) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(b)), _mm_set1_epi16(static_cast<short>(a)));
-}
-
+// Q6_K: codes stored + 32 (0..63) through maddubs and madd_epi16 against the
+// sign-extended int16 group scales (one per 128-bit lane: 16 elements), then
+// the offset 32 sum_g sc_g bsums_g subtracted in int32 (one madd_epi16).
 template <int R>
 void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
   __m256 acc[R];
-  float corr[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.0f;
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m30 = _mm256_set1_epi8(0x30);
+  // pshufb controls: int16 scale 2k in the low 128-bit lane, 2k + 1 in the high one.
+  __m256i sel[4];
+  for (int k = 0; k < 4; ++k) {
+    sel[k] = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(((4 * k + 3) << 8) | (4 * k + 2))),
+                              _mm_set1_epi16(static_cast<short>(((4 * k + 1) << 8) | (4 * k))));
+  }
   for (std::int64_t b = 0; b < nb; ++b) {
-    const std::int8_t* sc = w[b].scales;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
     __m256i q[2][4], s[2][4];
     for (int n = 0; n < 2; ++n) {
       const __m256i ql0 = Load32(w[b].ql + 64 * n);
@@ -108,13 +111,15 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
       q[n][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
       q[n][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-      for (int k = 0; k < 4; ++k) s[n][k] = Scale2(sc[8 * n + 2 * k], sc[8 * n + 2 * k + 1]);
+      // Scales 8n .. 8n + 7 in both lanes; q[n][k] covers groups 8n + 2k (low lane) and 8n + 2k + 1.
+      const __m256i half = _mm256_permute4x64_epi64(sc16, n == 0 ? 0x44 : 0xEE);
+      for (int k = 0; k < 4; ++k) s[n][k] = _mm256_shuffle_epi8(half, sel[k]);
     }
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a8 = x[r * xs + b];
-      const int off = Q6KScaleSum(sc, a8);
-      __m256i sumi = _mm256_setzero_si256();
+      __m256i sumi = _mm256_slli_epi32(_mm256_madd_epi16(sc16, LoadBsums(a8)), 5);
+      sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
       for (int n = 0; n < 2; ++n) {
         const std::int8_t* a = a8.qs + 128 * n;
         const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[n][0], Load32(a)), s[n][0]);
@@ -123,12 +128,10 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
         const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[n][3], Load32(a + 96)), s[n][3]);
         sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
       }
-      const float d = dw * a8.d;
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc[r]);
-      corr[r] += d * static_cast<float>(32 * off);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dw * a8.d), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - corr[r];
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
 }  // namespace

@@ -158,42 +158,45 @@ void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb
   for (int r = 0; r < R; ++r) out[r] = HSum512(acc[r]) - HSum(accm[r]);
 }
 
+// Q6_K: codes stored + 32 (0..63) through maddubs and vpdpwssd against the
+// sign-extended int16 group scales (one per 128-bit lane: 16 elements), then
+// the offset 32 sum_g sc_g bsums_g subtracted in int32 (one madd_epi16).
 template <int R>
 void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
-  __m512 acc[R];
-  float corr[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), corr[r] = 0.0f;
   const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3), m30 = _mm512_set1_epi8(0x30);
-  // int32 lane l of a 64-element step belongs to 16-element group l / 4.
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i qh_shift = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+  // vpermw indices: int16 lane i of 64-element step k takes group scale 4k + i / 8.
+  __m512i idx[4];
+  for (int k = 0; k < 4; ++k) {
+    alignas(64) std::int16_t v[32];
+    for (int i = 0; i < 32; ++i) v[i] = static_cast<std::int16_t>(4 * k + i / 8);
+    idx[k] = _mm512_load_si512(v);
+  }
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
-    const std::int8_t* sc = w[b].scales;
-    __m512i q01[2], q23[2], s01[2], s23[2];
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
+    __m512i q[4], s[4];
+    for (int k = 0; k < 4; ++k) s[k] = _mm512_permutexvar_epi16(idx[k], _mm512_castsi256_si512(sc16));
     for (int n = 0; n < 2; ++n) {
-      const __m512i ql = _mm512_loadu_si512(w[b].ql + 64 * n);  // [ql0 | ql1]
-      const __m256i qh = Load32(w[b].qh + 32 * n);
-      const __m512i qh2 = Join(qh, _mm256_srli_epi16(qh, 2));    // [qh | qh >> 2]
-      q01[n] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh2, m3), 4));
-      q23[n] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, m30));
-      s01[n] = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_cvtepi8_epi32(_mm_loadu_si32(sc + 8 * n))));
-      s23[n] = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_cvtepi8_epi32(_mm_loadu_si32(sc + 8 * n + 4))));
+      const __m512i ql = _mm512_loadu_si512(w[b].ql + 64 * n);  // elements 128n + [0, 64) low nibbles, + [64, 128) high
+      const __m512i qh2 = _mm512_srlv_epi64(_mm512_broadcast_i64x4(Load32(w[b].qh + 32 * n)), qh_shift);  // [qh | qh >> 2]
+      q[2 * n] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh2, m3), 4));
+      q[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, m30));
     }
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
-      const ActQ8K& a8 = x[r * xs + b];
-      const int off = Q6KScaleSum(sc, a8);
-      __m512i sumi = _mm512_setzero_si512();
-      for (int n = 0; n < 2; ++n) {
-        const std::int8_t* a = a8.qs + 128 * n;
-        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(q01[n], _mm512_loadu_si512(a)), s01[n]));
-        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(Dpbusd(q23[n], _mm512_loadu_si512(a + 64)), s23[n]));
+      const ActQ8K& a = x[r * xs + b];
+      __m512i sumi = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_loadu_si512(a.qs)), s[0]);
+      for (int k = 1; k < 4; ++k) {
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[k], _mm512_loadu_si512(a.qs + 64 * k)), s[k]);
       }
-      const float d = dw * a8.d;
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d), acc[r]);
-      corr[r] += d * static_cast<float>(32 * off);
+      const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, LoadBsums(a)), 5);
+      sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(off));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(dw * a.d), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = HSum512(acc[r]) - corr[r];
+  for (int r = 0; r < R; ++r) out[r] = HSum512(acc[r]);
 }
 
 }  // namespace

@@ -151,13 +151,5 @@ inline __m256i Q4KMinPairsControl() {
 
 inline __m256i LoadBsums(const ActQ8K& a) { return Load32(a.bsums); }
 
-// sum_g sc[g] * bsums[g]: the Q6_K offset term (codes stored + 32) of one
-// super-block.
-inline int Q6KScaleSum(const std::int8_t* sc, const ActQ8K& a) {
-  int s = 0;
-  for (int g = 0; g < 16; ++g) s += sc[g] * a.bsums[g];
-  return s;
-}
-
 }  // namespace
 }  // namespace kvshare::detail
