@@ -323,12 +323,40 @@ TEST(MatMul, RowResultIndependentOfActivationGroup) {
   }
 }
 
-// Each SIMD level against the scalar twin: both see the same int8
-// activations and form the same exact integer block sums, so they differ only
-// by fp32 rounding of the per-block products and of their sum (at most ~nb
-// ulps of sum |w_i x_i|; allowed 1e-5 of it). Shapes: 1, 2, 3, 9 blocks (the
-// AVX-512 pair loop's tail), rows not a multiple of the 16-row task or of the
-// 4-row activation group, and m = 1, 2, 5, 9.
+// One SIMD level against the scalar twin on random weights and activations:
+// both see the same int8 activations and form the same exact integer block
+// sums, so they differ only by fp32 rounding of the per-block products and of
+// their sum (at most ~nb ulps of sum |w_i x_i|; allowed 1e-5 of it). Returns
+// the number of outputs compared.
+int CompareWithScalarTwin(GgmlType t, std::int64_t rows, std::int64_t cols, std::int64_t m, KernelLevel level,
+                          ThreadPool* pool, std::mt19937& rng) {
+  const RandomMatMul c(t, rows, cols, m, rng);
+  std::vector<float> ys(static_cast<std::size_t>(m * rows)), yv(ys.size());
+  MatMul(c.w, {.x = c.x.data(), .m = m, .y = ys.data(), .pool = pool, .level = KernelLevel::kScalar});
+  MatMul(c.w, {.x = c.x.data(), .m = m, .y = yv.data(), .pool = rows > 16 ? pool : nullptr, .level = level});
+  std::vector<float> wrow(static_cast<std::size_t>(cols));
+  int compared = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(t, c.wbytes.data() + static_cast<std::size_t>(r) * c.w.row_bytes, wrow.data(), cols);
+    float wmax = 0.0f;
+    for (float v : wrow) wmax = std::fmax(wmax, std::fabs(v));
+    for (std::int64_t i = 0; i < m; ++i) {
+      double mag = 0.0;
+      for (std::int64_t k = 0; k < cols; ++k) mag += std::fabs(c.x[i * cols + k]) * (std::fabs(wrow[k]) + wmax);
+      const std::size_t at = static_cast<std::size_t>(i * rows + r);
+      EXPECT_NEAR(yv[at], ys[at], 1e-5 * mag + 1e-6)
+          << GgmlTypeName(t) << " level " << KernelLevelName(level) << " rows " << rows << " cols " << cols << " m " << m
+          << " at row " << r << " x-row " << i;
+      if (std::fabs(yv[at] - ys[at]) > 1e-5 * mag + 1e-6) return compared;  // one report per shape
+      ++compared;
+    }
+  }
+  return compared;
+}
+
+// Shapes: 1, 2, 3, 9 blocks (the AVX-512 pair loop's tail), rows not a
+// multiple of the 16-row task or of the 4-row activation group, and m = 1, 2,
+// 5, 9.
 TEST(MatMul, SimdMatchesScalarTwin) {
   std::mt19937 rng(99);
   ThreadPool pool(2);
@@ -337,34 +365,72 @@ TEST(MatMul, SimdMatchesScalarTwin) {
     if (!KernelLevelAvailable(level)) continue;
     for (GgmlType t : kIntTypes) {
       for (std::int64_t nblk : {1, 2, 3, 9}) {
-        const std::int64_t cols = GgmlBlockSize(t) * nblk;
         for (std::int64_t rows : {1, 5, 17, 33}) {
-          for (std::int64_t m : {1, 2, 5, 9}) {
-            const RandomMatMul c(t, rows, cols, m, rng);
-            std::vector<float> ys(static_cast<std::size_t>(m * rows)), yv(ys.size());
-            MatMul(c.w, {.x = c.x.data(), .m = m, .y = ys.data(), .pool = &pool, .level = KernelLevel::kScalar});
-            MatMul(c.w, {.x = c.x.data(), .m = m, .y = yv.data(), .pool = rows > 16 ? &pool : nullptr, .level = level});
-            std::vector<float> wrow(static_cast<std::size_t>(cols));
-            for (std::int64_t r = 0; r < rows; ++r) {
-              DequantizeRow(t, c.wbytes.data() + static_cast<std::size_t>(r) * c.w.row_bytes, wrow.data(), cols);
-              float wmax = 0.0f;
-              for (float v : wrow) wmax = std::fmax(wmax, std::fabs(v));
-              for (std::int64_t i = 0; i < m; ++i) {
-                double mag = 0.0;
-                for (std::int64_t k = 0; k < cols; ++k) mag += std::fabs(c.x[i * cols + k]) * (std::fabs(wrow[k]) + wmax);
-                const std::size_t at = static_cast<std::size_t>(i * rows + r);
-                ASSERT_NEAR(yv[at], ys[at], 1e-5 * mag + 1e-6)
-                    << GgmlTypeName(t) << " level " << KernelLevelName(level) << " rows " << rows << " cols " << cols
-                    << " m " << m << " at row " << r << " x-row " << i;
-                ++compared;
-              }
-            }
-          }
+          for (std::int64_t m : {1, 2, 5, 9}) compared += CompareWithScalarTwin(t, rows, GgmlBlockSize(t) * nblk, m, level, &pool, rng);
         }
       }
     }
   }
   std::printf("outputs compared with the scalar twin: %d\n", compared);
+}
+
+// The row lengths of Gemma 4 E2B's matrices (1536: q / k / v / gate / up /
+// inp_gate / the LM head; 2048 and 4096: attn_output; 6144 and 12288:
+// ffn_down; 256: proj), in the K-quant types of its Q4_K_M file and the
+// 32-element types, decode (m = 1) and a prefill-like m = 6.
+TEST(MatMul, SimdMatchesScalarTwinOnE2bRowLengths) {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  int compared = 0;
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+    if (!KernelLevelAvailable(level)) continue;
+    for (GgmlType t : kIntTypes) {
+      for (std::int64_t cols : {256, 1536, 2048, 4096, 6144, 12288}) {
+        for (std::int64_t m : {1, 6}) compared += CompareWithScalarTwin(t, 19, cols, m, level, &pool, rng);
+      }
+    }
+  }
+  std::printf("outputs compared with the scalar twin: %d\n", compared);
+}
+
+// MatMulMany: every target's output bitwise equal to MatMul on its own, on
+// every level, for targets of mixed types (both activation formats and a float
+// type at once), 1 and 3 threads; mismatched column counts are refused.
+TEST(MatMul, ManyMatchesOneAtATime) {
+  std::mt19937 rng(21);
+  ThreadPool pool(3);
+  const std::int64_t cols = 512;
+  const GgmlType types[] = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kF16, GgmlType::kQ5_K};
+  const std::int64_t rows[] = {40, 7, 33, 5, 64};
+  std::vector<RandomMatMul> mats;
+  for (std::size_t k = 0; k < std::size(types); ++k) mats.emplace_back(types[k], rows[k], cols, 0, rng);
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
+    if (!KernelLevelAvailable(level)) continue;
+    for (std::int64_t m : {1, 5}) {
+      std::vector<float> x(static_cast<std::size_t>(m * cols));
+      std::normal_distribution<float> nd;
+      for (auto& v : x) v = nd(rng);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<std::vector<float>> one(mats.size()), many(mats.size());
+        std::vector<MatMulTarget> targets;
+        for (std::size_t k = 0; k < mats.size(); ++k) {
+          one[k].resize(static_cast<std::size_t>(m * rows[k]));
+          many[k].assign(one[k].size(), NAN);
+          MatMul(mats[k].w, {.x = x.data(), .m = m, .y = one[k].data(), .level = level});
+          targets.push_back({.w = mats[k].w, .y = many[k].data()});
+        }
+        MatMulMany({.x = x.data(), .m = m, .targets = targets, .pool = p, .level = level});
+        for (std::size_t k = 0; k < mats.size(); ++k) {
+          EXPECT_EQ(0, std::memcmp(one[k].data(), many[k].data(), one[k].size() * 4))
+              << GgmlTypeName(types[k]) << " level " << KernelLevelName(level) << " m " << m;
+        }
+      }
+    }
+  }
+  const RandomMatMul other(GgmlType::kQ4_K, 3, 256, 0, rng);
+  std::vector<float> x(cols), y0(40), y1(3);
+  const MatMulTarget bad[] = {{.w = mats[0].w, .y = y0.data()}, {.w = other.w, .y = y1.data()}};
+  EXPECT_THROW(MatMulMany({.x = x.data(), .m = 1, .targets = bad}), Error);
 }
 
 TEST(MatMul, RejectsBadInput) {

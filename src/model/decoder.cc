@@ -29,6 +29,10 @@ void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y,
   MatMul(w, MatMulParams{.x = x, .m = m, .y = y, .pool = pool});
 }
 
+void MatMulRowsMany(std::span<const MatMulTarget> targets, const float* x, std::int64_t m, ThreadPool* pool) {
+  MatMulMany(MatMulManyParams{.x = x, .m = m, .targets = targets, .pool = pool});
+}
+
 // ---- TensorLookup ----
 
 namespace {
@@ -181,8 +185,8 @@ void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatr
   const std::size_t n = static_cast<std::size_t>(S * gate.rows);
   if (g.size() < n) g.resize(n);
   if (u.size() < n) u.resize(n);
-  MatMulRows(gate, x, S, g.data(), pool);
-  MatMulRows(up, x, S, u.data(), pool);
+  const MatMulTarget gate_up[] = {{.w = gate, .y = g.data()}, {.w = up, .y = u.data()}};
+  MatMulRowsMany(gate_up, x, S, pool);
   GeluTanhMul(g.data(), u.data(), g.data(), static_cast<std::int64_t>(n));
   MatMulRows(down, g.data(), S, out, pool);
 }

@@ -28,6 +28,9 @@ void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps);
 
 // Y[m, w.rows] = X[m, w.cols] W^T (MatMul with default options).
 void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool* pool);
+// The same for several weights that share X (MatMulMany: one pool job, X
+// quantized once); each y as MatMulRows gives it, bit for bit.
+void MatMulRowsMany(std::span<const MatMulTarget> targets, const float* x, std::int64_t m, ThreadPool* pool);
 
 // Tensors of a GGUF file by name, with their expected shapes. Every error is a
 // kvshare::Error naming the tensor, the expected and the actual shape / type.

@@ -145,13 +145,14 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
     const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
     std::copy(st.x.begin(), st.x.end(), st.h.begin());
     RmsNorm(st.h.data(), S, E, L.attn_norm, c.rms_eps);
-    detail::MatMulRows(L.q, st.h.data(), S, st.q.data(), pool);
-    RmsNorm(st.q.data(), S * c.n_head, Hd, L.q_norm, c.rms_eps);
     if (owns) {  // a KV-shared layer reads its source's K/V and computes none
-      detail::MatMulRows(L.k, st.h.data(), S, st.k.data(), pool);
-      detail::MatMulRows(L.v, st.h.data(), S, st.v.data(), pool);
+      const MatMulTarget qkv[] = {{.w = L.q, .y = st.q.data()}, {.w = L.k, .y = st.k.data()}, {.w = L.v, .y = st.v.data()}};
+      detail::MatMulRowsMany(qkv, st.h.data(), S, pool);
       RmsNorm(st.k.data(), S * c.n_head_kv, Hd, L.k_norm, c.rms_eps);
+    } else {
+      detail::MatMulRows(L.q, st.h.data(), S, st.q.data(), pool);
     }
+    RmsNorm(st.q.data(), S * c.n_head, Hd, L.q_norm, c.rms_eps);
     detail::Attend(st, l,
                    AttentionCall{.q = st.q.data(),
                                  .k = owns ? st.k.data() : nullptr,

@@ -356,17 +356,19 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
   // Attention.
   std::copy(x, x + S * E, st.h.data());
   RmsNorm(st.h.data(), S, E, Ly.attn_norm, c.rms_eps);
-  detail::MatMulRows(Ly.q, st.h.data(), S, st.q.data(), pool);
-  RmsNorm(st.q.data(), S * c.n_head, Hd, Ly.q_norm, c.rms_eps);
   if (owns) {
     grow(st.k, S * kvd);
     grow(st.v, S * kvd);
-    detail::MatMulRows(*Ly.k, st.h.data(), S, st.k.data(), pool);
-    if (Ly.v) {
-      detail::MatMulRows(*Ly.v, st.h.data(), S, st.v.data(), pool);
-    } else {
-      std::copy(st.k.begin(), st.k.begin() + S * kvd, st.v.begin());  // k_eq_v: V is the raw K projection
-    }
+    const MatMulTarget qkv[] = {{.w = Ly.q, .y = st.q.data()},
+                                {.w = *Ly.k, .y = st.k.data()},
+                                {.w = Ly.v ? *Ly.v : WeightMatrix{}, .y = st.v.data()}};
+    detail::MatMulRowsMany(std::span<const MatMulTarget>(qkv, Ly.v ? 3 : 2), st.h.data(), S, pool);
+    if (!Ly.v) std::copy(st.k.begin(), st.k.begin() + S * kvd, st.v.begin());  // k_eq_v: V is the raw K projection
+  } else {
+    detail::MatMulRows(Ly.q, st.h.data(), S, st.q.data(), pool);
+  }
+  RmsNorm(st.q.data(), S * c.n_head, Hd, Ly.q_norm, c.rms_eps);
+  if (owns) {
     RmsNorm(st.k.data(), S * Ly.n_kv, Hd, Ly.k_norm, c.rms_eps);
     RmsNorm(st.v.data(), S * Ly.n_kv, Hd, nullptr, c.rms_eps);  // scale-free V norm
   }

@@ -100,8 +100,9 @@ void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, flo
       }
     } else {
       s.gu.resize(static_cast<std::size_t>(n) * F);
-      MatMulRows(m.gate[static_cast<std::size_t>(e)], s.rows.data(), n, s.act.data(), pool);
-      MatMulRows(m.up[static_cast<std::size_t>(e)], s.rows.data(), n, s.gu.data(), pool);
+      const MatMulTarget gate_up[] = {{.w = m.gate[static_cast<std::size_t>(e)], .y = s.act.data()},
+                                      {.w = m.up[static_cast<std::size_t>(e)], .y = s.gu.data()}};
+      MatMulRowsMany(gate_up, s.rows.data(), n, pool);
       GeluTanhMul(s.act.data(), s.gu.data(), s.act.data(), n * F);
     }
     s.y.resize(static_cast<std::size_t>(n) * E);

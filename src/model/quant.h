@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kvshare/gguf.h"
 #include "kvshare/thread_pool.h"
@@ -158,5 +159,27 @@ struct MatMulParams {
 // writing y) for an unsupported type, a level not available here, or null
 // pointers with m > 0.
 void MatMul(const WeightMatrix& w, const MatMulParams& p);
+
+// One product of several that share their input (q / k / v, gate / up).
+struct MatMulTarget {
+  WeightMatrix w;
+  float* y = nullptr;  // [m, w.rows]
+};
+
+struct MatMulManyParams {
+  const float* x = nullptr;  // [m, cols]: the input of every target
+  std::int64_t m = 0;
+  std::span<const MatMulTarget> targets;  // every w.cols == cols; types may differ
+  ThreadPool* pool = nullptr;  // null: run on the calling thread
+  KernelLevel level = DefaultKernelLevel();
+};
+
+// For every target: y[i, r] = sum_c w[r, c] * x[i, c], each output row
+// bitwise equal to what MatMul(w, ...) gives it, as one pool job with the
+// activations quantized once per format (per 32, per 256) instead of once per
+// matrix: one wake-up and one wait for all of them. Throws kvshare::Error
+// (before writing any y) as MatMul does, and for targets of different column
+// counts.
+void MatMulMany(const MatMulManyParams& p);
 
 }  // namespace kvshare

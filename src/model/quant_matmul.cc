@@ -1,7 +1,9 @@
 // Kernel-level selection and the threaded MatMul driver.
 #include <algorithm>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,117 +82,173 @@ const detail::QuantKernels& Kernels(KernelLevel level) {
   return detail::kScalarKernels;
 }
 
-// Output rows per pool task: about kTasksPerThread tasks per thread, at least
-// kMinRowsPerTask rows each. The pool takes a mutex per task, so fixed 16-row
-// tasks made the 262144-row tied LM head cost ~16k lock handoffs per decoded
-// token: Gemma 3 270M decoded slower on 2 threads than on 1 (43 vs 65 tok/s,
-// `kvshare bench`); with this split, 69 vs 66. Each row's result does not
-// depend on the split, so outputs stay identical for any thread count.
+// The work split: tasks of whole output rows of one target, about
+// kTasksPerThread tasks per thread over all targets (each target's share by
+// its weight bytes), at least kMinRowsPerTask rows each. Smaller tasks (fixed
+// 64-256 KiB of weights) streamed 10-25% slower from DRAM on 2 threads
+// (E2bVec): each new task restarts the hardware prefetchers' streams. Each
+// row's result does not depend on the split, so outputs stay identical for any
+// thread count.
 constexpr std::int64_t kMinRowsPerTask = 16;
 constexpr std::int64_t kTasksPerThread = 4;
 
-std::int64_t RowsPerTask(std::int64_t rows, const ThreadPool* pool) {
-  const std::int64_t tasks = kTasksPerThread * (pool != nullptr ? pool->NumThreads() : 1);
-  return std::max(kMinRowsPerTask, (rows + tasks - 1) / tasks);
+// first[k] = index of target k's first task (first.back() = all tasks);
+// rows_per_task[k] = its task size.
+struct TaskSplit {
+  std::vector<std::int64_t> first, rows_per_task;
+};
+
+TaskSplit SplitTasks(std::span<const MatMulTarget> targets, const ThreadPool* pool) {
+  double total = 0.0;
+  for (const MatMulTarget& t : targets) total += static_cast<double>(t.w.rows) * static_cast<double>(t.w.row_bytes);
+  const int threads = pool != nullptr ? pool->NumThreads() : 1;
+  const double per_task = std::max(1.0, total / (kTasksPerThread * threads));
+  TaskSplit s;
+  s.first.push_back(0);
+  for (const MatMulTarget& t : targets) {
+    const double bytes = static_cast<double>(t.w.rows) * static_cast<double>(t.w.row_bytes);
+    const std::int64_t want = std::max<std::int64_t>(1, std::llround(bytes / per_task));
+    const std::int64_t rpt = std::max(kMinRowsPerTask, (t.w.rows + want - 1) / want);
+    s.rows_per_task.push_back(rpt);
+    s.first.push_back(s.first.back() + (t.w.rows + rpt - 1) / rpt);
+  }
+  return s;
 }
 
-// KernelLevel::kFloat: each task dequantizes its weight rows, kMinRowsPerTask
-// at a time, and takes fp32 dot products of them with every activation row.
-void MatMulFloat(const WeightMatrix& w, const MatMulParams& p) {
-  const std::int64_t cols = w.cols, rows = w.rows, m = p.m;
+// Runs fn(k, r0, r1) for every task (rows [r0, r1) of target k) on the pool.
+template <class Fn>
+void ForEachTask(std::span<const MatMulTarget> targets, ThreadPool* pool, const Fn& fn) {
+  const TaskSplit s = SplitTasks(targets, pool);
+  ParallelFor(pool, s.first.back(), [&](std::int64_t task) {
+    std::size_t k = 0;
+    while (task >= s.first[k + 1]) ++k;
+    const std::int64_t r0 = (task - s.first[k]) * s.rows_per_task[k];
+    fn(k, r0, std::min(targets[k].w.rows, r0 + s.rows_per_task[k]));
+  });
+}
+
+// KernelLevel::kFloat, rows [r0, r1) of one target: dequantizes the weight
+// rows kMinRowsPerTask at a time and takes fp32 dot products of them with
+// every activation row.
+void MatMulFloatRows(const MatMulTarget& t, const float* x, std::int64_t m, std::int64_t r0, std::int64_t r1) {
+  const WeightMatrix& w = t.w;
+  const std::int64_t cols = w.cols;
   const auto* base = static_cast<const std::uint8_t*>(w.data);
-  const std::int64_t rows_per_task = RowsPerTask(rows, p.pool);
-  const std::int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
-  ParallelFor(p.pool, tasks, [&](std::int64_t t) {
-    const std::int64_t task_end = std::min(rows, (t + 1) * rows_per_task);
-    std::vector<float> wf(static_cast<std::size_t>(kMinRowsPerTask * cols));  // [kMinRowsPerTask, cols]
-    for (std::int64_t r0 = t * rows_per_task; r0 < task_end; r0 += kMinRowsPerTask) {
-      const std::int64_t r1 = std::min(task_end, r0 + kMinRowsPerTask);
-      for (std::int64_t r = r0; r < r1; ++r) {
-        DequantizeRow(w.type, base + static_cast<std::size_t>(r) * w.row_bytes, wf.data() + (r - r0) * cols, cols);
-      }
-      for (std::int64_t i = 0; i < m; ++i) {
-        for (std::int64_t r = r0; r < r1; ++r) {
-          p.y[i * rows + r] = detail::DotF32(wf.data() + (r - r0) * cols, p.x + i * cols, cols);
-        }
+  std::vector<float> wf(static_cast<std::size_t>(kMinRowsPerTask * cols));  // [kMinRowsPerTask, cols]
+  for (std::int64_t c0 = r0; c0 < r1; c0 += kMinRowsPerTask) {
+    const std::int64_t c1 = std::min(r1, c0 + kMinRowsPerTask);
+    for (std::int64_t r = c0; r < c1; ++r) {
+      DequantizeRow(w.type, base + static_cast<std::size_t>(r) * w.row_bytes, wf.data() + (r - c0) * cols, cols);
+    }
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t r = c0; r < c1; ++r) t.y[i * w.rows + r] = detail::DotF32(wf.data() + (r - c0) * cols, x + i * cols, cols);
+    }
+  }
+}
+
+// Integer levels, rows [r0, r1) of one target against activation rows
+// [i, i + n) (n <= kMaxActRows), quantized in a8 (per 32) or a8k (per 256).
+void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const float* x, const ActQ8* a8,
+                     const ActQ8K* a8k, std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
+  const WeightMatrix& w = t.w;
+  const std::int64_t cols = w.cols, rows = w.rows, nb = cols / GgmlBlockSize(w.type), nr = r1 - r0;
+  const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
+  float* y = t.y + i * rows + r0;
+  switch (w.type) {
+    case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ4_1: k.q4_1(static_cast<const BlockQ4_1*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ5_1: k.q5_1(static_cast<const BlockQ5_1*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    default: break;
+  }
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const void* wrow = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r) * w.row_bytes;
+    for (int j = 0; j < n; ++j) {
+      const float* xj = x + (i + j) * cols;
+      float& out = t.y[(i + j) * rows + r];
+      switch (w.type) {
+        case GgmlType::kF32: out = detail::DotF32(static_cast<const float*>(wrow), xj, cols); break;
+        case GgmlType::kF16: out = detail::DotF16(static_cast<const std::uint16_t*>(wrow), xj, cols); break;
+        case GgmlType::kBF16: out = detail::DotBF16(static_cast<const std::uint16_t*>(wrow), xj, cols); break;
+        default: out = 0.0f; break;
       }
     }
-  });
+  }
 }
 
 }  // namespace
 
-void MatMul(const WeightMatrix& w, const MatMulParams& p) {
-  if (!IsSupportedWeightType(w.type)) throw Error("MatMul: unsupported weight type " + GgmlTypeName(w.type));
+void MatMulMany(const MatMulManyParams& p) {
   if (p.m < 0) throw Error("MatMul: m = " + std::to_string(p.m) + " must be >= 0");
-  if (p.m == 0 || w.rows == 0) return;
-  if (p.x == nullptr || p.y == nullptr || (w.data == nullptr && w.cols > 0)) throw Error("MatMul: null x, y or weight data");
+  const std::int64_t cols = p.targets.empty() ? 0 : p.targets[0].w.cols;
+  for (const MatMulTarget& t : p.targets) {
+    if (!IsSupportedWeightType(t.w.type)) throw Error("MatMul: unsupported weight type " + GgmlTypeName(t.w.type));
+    if (t.w.cols != cols) {
+      throw Error("MatMulMany: every target must have the input length of the first (" + std::to_string(cols) +
+                  " columns), got " + std::to_string(t.w.cols));
+    }
+  }
+  std::int64_t rows = 0;
+  for (const MatMulTarget& t : p.targets) rows += t.w.rows;
+  if (p.m == 0 || rows == 0) return;
+  if (p.x == nullptr) throw Error("MatMul: null x, y or weight data");
+  for (const MatMulTarget& t : p.targets) {
+    if (t.w.rows > 0 && (t.y == nullptr || (t.w.data == nullptr && t.w.cols > 0))) throw Error("MatMul: null x, y or weight data");
+  }
   if (!KernelLevelAvailable(p.level)) {
     throw Error(std::string("MatMul: kernel level ") + KernelLevelName(p.level) + " is not available on this CPU/build");
   }
+  const std::int64_t m = p.m;
   if (p.level == KernelLevel::kFloat) {
-    MatMulFloat(w, p);
+    ForEachTask(p.targets, p.pool, [&](std::size_t k, std::int64_t r0, std::int64_t r1) {
+      MatMulFloatRows(p.targets[k], p.x, m, r0, r1);
+    });
     return;
   }
   const detail::QuantKernels& k = Kernels(p.level);
-  const std::int64_t cols = w.cols, rows = w.rows, m = p.m;
-  const auto* base = static_cast<const std::uint8_t*>(w.data);
 
-  // Quantize the activations once (row i -> its own blocks).
-  std::vector<ActQ8> a8;
-  std::vector<ActQ8K> a8k;
-  const bool kquant = UsesSuperBlockActivations(w.type);
-  const bool q32 = !kquant && GgmlBlockSize(w.type) == 32;
-  const std::int64_t nb = cols / GgmlBlockSize(w.type);
-  if (q32) {
-    a8.resize(static_cast<std::size_t>(m * nb));
-    for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8(p.x + i * cols, a8.data() + i * nb, cols);
-  } else if (kquant) {
-    a8k.resize(static_cast<std::size_t>(m * nb));
-    for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8K(p.x + i * cols, a8k.data() + i * nb, cols);
+  // Quantize the activations once per format the targets use (row i -> its
+  // own blocks), into this thread's scratch.
+  thread_local std::vector<ActQ8> a8_scratch;
+  thread_local std::vector<ActQ8K> a8k_scratch;
+  bool q32 = false, kquant = false;
+  for (const MatMulTarget& t : p.targets) {
+    if (UsesSuperBlockActivations(t.w.type)) {
+      kquant = true;
+    } else if (GgmlBlockSize(t.w.type) == 32) {
+      q32 = true;
+    }
   }
-
-  // Y[i + j, r] = W[r] . X[i + j] for r in [r0, r1), j < n (n <= kMaxActRows).
-  auto dot_rows = [&](std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
-    const void* wr = base + static_cast<std::size_t>(r0) * w.row_bytes;
-    const std::int64_t nr = r1 - r0;
-    float* y = p.y + i * rows + r0;
-    switch (w.type) {
-      case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
-      case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
-      case GgmlType::kQ4_1: k.q4_1(static_cast<const BlockQ4_1*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
-      case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
-      case GgmlType::kQ5_1: k.q5_1(static_cast<const BlockQ5_1*>(wr), nr, a8.data() + i * nb, nb, nb, n, y, rows); return;
-      case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), nr, a8k.data() + i * nb, nb, nb, n, y, rows); return;
-      case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), nr, a8k.data() + i * nb, nb, nb, n, y, rows); return;
-      case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), nr, a8k.data() + i * nb, nb, nb, n, y, rows); return;
-      default: break;
-    }
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const void* wrow = base + static_cast<std::size_t>(r) * w.row_bytes;
-      for (int j = 0; j < n; ++j) {
-        const float* x = p.x + (i + j) * cols;
-        float& out = p.y[(i + j) * rows + r];
-        switch (w.type) {
-          case GgmlType::kF32: out = detail::DotF32(static_cast<const float*>(wrow), x, cols); break;
-          case GgmlType::kF16: out = detail::DotF16(static_cast<const std::uint16_t*>(wrow), x, cols); break;
-          case GgmlType::kBF16: out = detail::DotBF16(static_cast<const std::uint16_t*>(wrow), x, cols); break;
-          default: out = 0.0f; break;
-        }
-      }
-    }
-  };
+  if (q32) {
+    const std::int64_t nb = cols / 32;
+    a8_scratch.resize(static_cast<std::size_t>(m * nb));
+    for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8(p.x + i * cols, a8_scratch.data() + i * nb, cols);
+  }
+  if (kquant) {
+    const std::int64_t nb = cols / 256;
+    a8k_scratch.resize(static_cast<std::size_t>(m * nb));
+    for (std::int64_t i = 0; i < m; ++i) QuantizeRowQ8K(p.x + i * cols, a8k_scratch.data() + i * nb, cols);
+  }
+  // Pointers, not the thread_local names: the tasks run on other threads too.
+  const ActQ8* a8 = a8_scratch.data();
+  const ActQ8K* a8k = a8k_scratch.data();
   // A task's weight rows meet the activation rows kMaxActRows at a time: each
   // weight block is unpacked (and read from cache) once per group of rows.
-  const std::int64_t rows_per_task = RowsPerTask(rows, p.pool);
-  const std::int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
-  ParallelFor(p.pool, tasks, [&](std::int64_t t) {
-    const std::int64_t r0 = t * rows_per_task;
-    const std::int64_t r1 = std::min(rows, r0 + rows_per_task);
+  ForEachTask(p.targets, p.pool, [&](std::size_t t, std::int64_t r0, std::int64_t r1) {
     for (std::int64_t i = 0; i < m; i += detail::kMaxActRows) {
-      dot_rows(r0, r1, i, static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i)));
+      const int n = static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i));
+      MatMulQuantRows(k, p.targets[t], p.x, a8, a8k, r0, r1, i, n);
     }
   });
+}
+
+void MatMul(const WeightMatrix& w, const MatMulParams& p) {
+  const MatMulTarget t{.w = w, .y = p.y};
+  MatMulMany({.x = p.x, .m = p.m, .targets = std::span<const MatMulTarget>(&t, 1), .pool = p.pool, .level = p.level});
 }
 
 }  // namespace kvshare
