@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/float_convert.h"
+#include "common/q8_0.h"
 #include "kvshare/tensor.h"
 
 namespace kvshare::testing {
@@ -20,7 +21,7 @@ struct Buffer {
 
   Buffer() = default;
   Buffer(DType dt, Shape s) : dtype(dt), shape(s) {
-    bytes.assign(static_cast<std::size_t>(shape.NumElements()) * DTypeSize(dt) + 1, 0);
+    bytes.assign(DTypeBytes(dt, shape.NumElements()) + 1, 0);
   }
   ConstTensorView View() const { return ConstTensorView{bytes.data(), dtype, shape}; }
   TensorView Mut() { return TensorView{bytes.data(), dtype, shape}; }
@@ -35,11 +36,23 @@ struct Buffer {
   }
 };
 
+inline Buffer QuantizedQ8_0(const Buffer& f);
+
+// Normal(0, stddev) values in dt (q8_0: drawn in float32, then quantized).
 inline Buffer RandomBuffer(DType dt, Shape s, std::mt19937_64& rng, float stddev = 1.0f) {
+  if (dt == DType::kQ8_0) return QuantizedQ8_0(RandomBuffer(DType::kFloat32, s, rng, stddev));
   Buffer b(dt, s);
   std::normal_distribution<float> dist(0.0f, stddev);
   for (std::int64_t i = 0; i < b.Size(); ++i) b.Set(i, dist(rng));
   return b;
+}
+
+// The q8_0 quantization of a float buffer (same shape; last dim a multiple of 32).
+inline Buffer QuantizedQ8_0(const Buffer& f) {
+  Buffer q(DType::kQ8_0, f.shape);
+  const std::vector<float> x = f.ToFloat();
+  detail::QuantizeRowQ8_0(x.data(), f.Size(), q.bytes.data());
+  return q;
 }
 
 inline Buffer Int32Buffer(const std::vector<std::int32_t>& v, Shape s) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kvshare/error.h"
 #include "kvshare/tensor.h"
 
 namespace kvshare::detail {
@@ -75,20 +76,32 @@ inline std::uint16_t F32ToBF16(float f) {
   return static_cast<std::uint16_t>(x >> 16);
 }
 
-// Loads element i of a float32 / float16 / bfloat16 array as float.
+// Element i of a q8_0 array (tensor.h: 34-byte blocks {fp16 d, int8 q[32]}):
+// d * q[i mod 32] of block i / 32.
+inline float LoadQ8_0AsFloat(const void* data, std::int64_t i) {
+  const auto* blk = static_cast<const unsigned char*>(data) + (i / kQ8_0BlockSize) * kQ8_0BlockBytes;
+  std::uint16_t d;
+  std::memcpy(&d, blk, 2);
+  return F16ToF32(d) * static_cast<float>(reinterpret_cast<const std::int8_t*>(blk + 2)[i % kQ8_0BlockSize]);
+}
+
+// Loads element i of a float32 / float16 / bfloat16 / q8_0 array as float.
 inline float LoadAsFloat(const void* data, DType dtype, std::int64_t i) {
   switch (dtype) {
     case DType::kFloat16: return F16ToF32(static_cast<const std::uint16_t*>(data)[i]);
     case DType::kBFloat16: return BF16ToF32(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::kQ8_0: return LoadQ8_0AsFloat(data, i);
     default: return static_cast<const float*>(data)[i];
   }
 }
 
-// Stores v as element i of a float32 / float16 / bfloat16 array.
+// Stores v as element i of a float32 / float16 / bfloat16 array. (q8_0 has no
+// element stores: whole rows are quantized with QuantizeRowQ8_0, common/q8_0.h.)
 inline void StoreFromFloat(void* data, DType dtype, std::int64_t i, float v) {
   switch (dtype) {
     case DType::kFloat16: static_cast<std::uint16_t*>(data)[i] = F32ToF16(v); break;
     case DType::kBFloat16: static_cast<std::uint16_t*>(data)[i] = F32ToBF16(v); break;
+    case DType::kQ8_0: throw Error("StoreFromFloat: q8_0 has no element stores; quantize whole rows (QuantizeRowQ8_0)");
     default: static_cast<float*>(data)[i] = v; break;
   }
 }

@@ -13,10 +13,26 @@ std::size_t DTypeSize(DType dtype) {
     case DType::kBFloat16: return 2;
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
+    case DType::kQ8_0:
+      throw Error("DTypeSize: q8_0 is block-quantized (32 elements in 34 bytes) and has no per-element size; "
+                  "use DTypeBytes(dtype, n)");
   }
   return 0;
 }
 
+std::int64_t DTypeBlockSize(DType dtype) { return dtype == DType::kQ8_0 ? kQ8_0BlockSize : 1; }
+
+std::size_t DTypeBytes(DType dtype, std::int64_t n) {
+  if (n < 0) throw Error("DTypeBytes: element count must be >= 0, got " + std::to_string(n));
+  if (dtype == DType::kQ8_0) {
+    if (n % kQ8_0BlockSize != 0) {
+      throw Error("DTypeBytes: q8_0 stores blocks of " + std::to_string(kQ8_0BlockSize) + " elements; " +
+                  std::to_string(n) + " elements is not a multiple of " + std::to_string(kQ8_0BlockSize));
+    }
+    return static_cast<std::size_t>(n / kQ8_0BlockSize) * kQ8_0BlockBytes;
+  }
+  return static_cast<std::size_t>(n) * DTypeSize(dtype);
+}
 const char* DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return "float32";
@@ -24,6 +40,7 @@ const char* DTypeName(DType dtype) {
     case DType::kBFloat16: return "bfloat16";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kQ8_0: return "q8_0";
   }
   return "unknown";
 }
@@ -31,6 +48,10 @@ const char* DTypeName(DType dtype) {
 bool IsFloatingPoint(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
 }
+
+bool IsQuantized(DType dtype) { return dtype == DType::kQ8_0; }
+
+bool IsKvCacheDType(DType dtype) { return IsFloatingPoint(dtype) || dtype == DType::kQ8_0; }
 
 Shape::Shape(std::initializer_list<std::int64_t> d) {
   if (d.size() > static_cast<std::size_t>(kMaxRank)) {
