@@ -17,6 +17,7 @@
 #include "attention/attend.h"
 #include "hwy/targets.h"
 #include "common/float_convert.h"
+#include "common/q8_0.h"
 #include "kvshare/thread_pool.h"
 
 namespace kvshare::detail {
@@ -87,11 +88,21 @@ struct Problem {
     q.resize(static_cast<std::size_t>(c.B) * c.S * c.N * c.H);
     for (float& x : q) x = u(rng);
     const std::size_t kv_elems = static_cast<std::size_t>(c.B) * c.Nkv * cap * c.H;
-    k.resize(kv_elems * DTypeSize(c.kv_dtype));
-    v.resize(kv_elems * DTypeSize(c.kv_dtype));
+    std::vector<float> kf(kv_elems), vf(kv_elems);
     for (std::size_t i = 0; i < kv_elems; ++i) {
-      StoreFromFloat(k.data(), c.kv_dtype, static_cast<std::int64_t>(i), u(rng));
-      StoreFromFloat(v.data(), c.kv_dtype, static_cast<std::int64_t>(i), u(rng));
+      kf[i] = u(rng);
+      vf[i] = u(rng);
+    }
+    k.resize(DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(kv_elems)));
+    v.resize(k.size());
+    if (c.kv_dtype == DType::kQ8_0) {  // rows of H (a multiple of 32) quantized per block
+      QuantizeRowQ8_0(kf.data(), static_cast<std::int64_t>(kv_elems), k.data());
+      QuantizeRowQ8_0(vf.data(), static_cast<std::int64_t>(kv_elems), v.data());
+    } else {
+      for (std::size_t i = 0; i < kv_elems; ++i) {
+        StoreFromFloat(k.data(), c.kv_dtype, static_cast<std::int64_t>(i), kf[i]);
+        StoreFromFloat(v.data(), c.kv_dtype, static_cast<std::int64_t>(i), vf[i]);
+      }
     }
     p.batch = c.B;
     p.q_len = c.S;
@@ -311,7 +322,8 @@ Case RandomCase(std::mt19937_64& rng, double budget) {
   c.bias_dtype = Pick(rng, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
   c.sink = Uniform(rng, 0, 3) == 0;
   c.qk_mode = Pick(rng, {0, 0, 1, 2});
-  c.kv_dtype = Pick(rng, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  c.kv_dtype = Pick(rng, {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kQ8_0});
+  if (c.kv_dtype == DType::kQ8_0 && c.H % kQ8_0BlockSize != 0) c.kv_dtype = DType::kFloat16;
   c.out_dtype = Pick(rng, {DType::kFloat32, DType::kFloat32, DType::kFloat16, DType::kBFloat16});
   c.qk_dtype = Pick(rng, {DType::kFloat32, DType::kFloat32, DType::kFloat16});
   c.bsnh = Uniform(rng, 0, 1);
@@ -380,6 +392,13 @@ TEST(AttendOptimized, AllHeadSizes) {
       Problem pr(c);
       AttendOptimized(pr.p, nullptr);
       ExpectMatches(pr, Reference(pr.p, c.T));
+      if (H % kQ8_0BlockSize == 0 && H <= 256) {  // and the same shapes on q8_0 blocks
+        Case q8 = c;
+        q8.kv_dtype = DType::kQ8_0;
+        Problem pq(q8);
+        AttendOptimized(pq.p, nullptr);
+        ExpectMatches(pq, Reference(pq.p, q8.T));
+      }
     }
   }
 }
@@ -400,7 +419,7 @@ TEST(AttendOptimized, EveryRowCount) {
       c.Nkv = 1;
       c.H = 64;
       c.scale = 2.0f / std::sqrt(64.0f);
-      c.kv_dtype = DType::kFloat16;
+      c.kv_dtype = S == 2 ? DType::kQ8_0 : DType::kFloat16;
       c.block = 16;
       c.qk_mode = 2;
       FillRows(rng, c);
@@ -440,6 +459,8 @@ std::vector<Case> BlockingCases() {
   add(2, 17, 500, 16, 4, 40, false, 33, true, true, 5.0f, DType::kFloat16);
   add(1, 300, 300, 4, 1, 32, true, 0, false, false, 0.0f, DType::kFloat32);
   cases[5].q_offset[0] = -20;  // leading queries see nothing
+  add(1, 1, 4096, 8, 1, 256, true, 0, true, false, 0.0f, DType::kQ8_0);
+  add(2, 9, 700, 8, 2, 64, true, 300, false, true, 30.0f, DType::kQ8_0);
   return cases;
 }
 

@@ -37,7 +37,8 @@ GqaCase RandomCase(Rng& r, KvMode mode, std::string* desc) {
   const int N = heads.first, Nkv = heads.second;
   const int H = r.Pick({32, 64, 80, 128, 256, 512});
   const DType dt = r.Pick({DType::kFloat32, DType::kFloat16, DType::kBFloat16});
-  const DType cdt = r.Coin(0.6) ? dt : r.Pick({DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  DType cdt = r.Coin(0.6) ? dt : r.Pick({DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  if (H % kQ8_0BlockSize == 0 && r.Coin(0.25)) cdt = DType::kQ8_0;  // quantized past / present / cache
   int B = r.Int(1, 5);
   int S = r.Coin(0.4) ? 1 : r.Pick({r.Int(2, 8), r.Int(9, 64), r.Int(65, 300)});
   int maxT = r.Pick({r.Int(1, 64), r.Int(65, 512), r.Int(513, 4096)});
@@ -126,9 +127,16 @@ GqaCase RandomCase(Rng& r, KvMode mode, std::string* desc) {
     case KvMode::kExternalKv: {
       cap = maxT + r.Int(0, 3);
       if (cap == S) ++cap;
-      c.key = RandomBuffer(dt, {B, cap, kvh}, g);
-      c.value = RandomBuffer(dt, {B, cap, kvh}, g);
+      // The external cache in the query's dtype, or in q8_0.
+      const DType edt = cdt == DType::kQ8_0 && r.Coin(0.7) ? DType::kQ8_0 : dt;
+      c.key = RandomBuffer(edt, {B, cap, kvh}, g);
+      c.value = RandomBuffer(edt, {B, cap, kvh}, g);
       c.has_key = true;
+      if (edt == DType::kQ8_0 && r.Coin(0.5)) {  // a present copy: the same blocks
+        c.present_key = Buffer(DType::kQ8_0, {B, Nkv, cap, H});
+        c.present_value = Buffer(DType::kQ8_0, {B, Nkv, cap, H});
+        c.has_present = true;
+      }
       break;
     }
     case KvMode::kStaticScatter: {
@@ -144,26 +152,16 @@ GqaCase RandomCase(Rng& r, KvMode mode, std::string* desc) {
       c.present_value = RandomBuffer(cdt, cs, g);
       c.has_present = true;
       if (circular) a.scatter_mode = GqaAttributes::ScatterMode::kCircular;
-      std::vector<std::int64_t> wi, np;
+      std::vector<std::int64_t> n, end;
       for (int b = 0; b < B; ++b) {
-        const std::int64_t n = r.Coin(0.3) ? r.Int(0, S) : S;
-        const std::int64_t end = circular ? T[static_cast<std::size_t>(b)] + r.Int(0, 50) : T[static_cast<std::size_t>(b)];
-        wi.push_back(std::max<std::int64_t>(0, end - n));
-        np.push_back(std::max<std::int64_t>(0, end - n) + n);
+        n.push_back(r.Coin(0.3) ? r.Int(0, S) : S);
+        end.push_back(circular ? T[static_cast<std::size_t>(b)] + r.Int(0, 50) : T[static_cast<std::size_t>(b)]);
       }
-      c.write_indices = Int64Buffer(wi, {B});
-      c.nonpad = Int64Buffer(np, {B});
-      c.has_scatter = true;
+      c.SetScatter(n, end);
       break;
     }
   }
-  if (mode != KvMode::kStaticScatter) {
-    std::vector<std::int32_t> sl;
-    for (auto t : T) sl.push_back(static_cast<std::int32_t>(t - 1));
-    c.seqlens_k = Int32Buffer(sl, {B});
-    c.total_len = Int32Buffer({static_cast<std::int32_t>(tsl)}, {1});
-    c.has_seqlens = true;
-  }
+  if (mode != KvMode::kStaticScatter) c.SetSeqlens(T, tsl);
   const std::int64_t cols = mode == KvMode::kStaticScatter ? cap : tsl;
   if (r.Coin(0.3) && !circular) {
     const std::int64_t d0 = r.Coin() ? B : 1, d1 = r.Coin() ? N : 1;

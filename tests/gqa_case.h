@@ -3,6 +3,7 @@
 // full K/V sequences.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -75,6 +76,29 @@ struct GqaCase {
     if (drop_present_value) out.present_value.reset();
     if (has_qk) out.output_qk = qk.Mut();
     return out;
+  }
+
+  // Static scatter inputs: row b writes n[b] rows ending at end[b]
+  // (write_indices max(0, end - n), nonpad_kv_seqlen write_indices + n).
+  void SetScatter(const std::vector<std::int64_t>& n, const std::vector<std::int64_t>& end) {
+    std::vector<std::int64_t> wi, np;
+    for (std::size_t b = 0; b < n.size(); ++b) {
+      wi.push_back(std::max<std::int64_t>(0, end[b] - n[b]));
+      np.push_back(wi.back() + n[b]);
+    }
+    const auto B = static_cast<std::int64_t>(n.size());
+    write_indices = Int64Buffer(wi, {B});
+    nonpad = Int64Buffer(np, {B});
+    has_scatter = true;
+  }
+
+  // seqlens_k = T[b] - 1 and total_sequence_length = total.
+  void SetSeqlens(const std::vector<std::int64_t>& T, std::int64_t total) {
+    std::vector<std::int32_t> sl;
+    for (auto t : T) sl.push_back(static_cast<std::int32_t>(t - 1));
+    seqlens_k = Int32Buffer(sl, {static_cast<std::int64_t>(T.size())});
+    total_len = Int32Buffer({static_cast<std::int32_t>(total)}, {1});
+    has_seqlens = true;
   }
 
   void Run(GqaKernel kernel = GqaKernel::kAuto, ThreadPool* pool = nullptr) {

@@ -98,6 +98,27 @@
 // rounding. Results are bitwise identical for any thread count.
 //
 // ---------------------------------------------------------------------------
+// q8_0 caches (DType::kQ8_0, tensor.h; llama.cpp's -ctk q8_0 -ctv q8_0). Past,
+// present and scatter caches (and external K/V) may be q8_0: per row of H
+// values, H / 32 blocks of {fp16 scale d, int8 q[32]}, 34 bytes per 32 values;
+// shapes stay in elements, and H must be a multiple of 32 (else kvshare::Error
+// naming the input and head_size). New K/V rows (K after RoPE) are quantized
+// per block when written: d = max|x| / 127 rounded to fp16, q = round(x / d),
+// element error e <= (1 + 2^-10) * max|x| / 254 + 2^-17 (common/q8_0.h). Both
+// kernels read the blocks in place (the reference dequantizes element by
+// element and accumulates in double; the optimized kernel widens codes in
+// registers). Error against the same op on a float32 cache holding the
+// unquantized K/V, for query head h, query s (scores x_j, weights p_j):
+//   |dx_j| <= scale * sum over blocks c of ||q_c||_1 * eK_{j,c} =: eps_j
+//   (softcap is 1-Lipschitz, bias is exact),
+//   |d out_i| <= (exp(2 eps) - 1) * max_j |v_{j,i}| + max_j eV_{j,i},
+// eps = max over visible j of eps_j, eK / eV the element bounds of the K / V
+// blocks. (Each p_j moves by a factor within exp(+-2 eps): the numerator by
+// exp(+-eps), the normalizer, a weighted mean of exp(dx), by exp(+-eps); the V
+// error enters through weights summing to <= 1.) tests/attention_q8_test.cc
+// checks this bound per output element.
+//
+// ---------------------------------------------------------------------------
 // Errors: every bad shape, dtype, range or combination raises kvshare::Error
 // naming the input, the expected and the actual value (ORT's wording where one
 // exists). Out-of-range seqlens_k, write_indices, nonpad_kv_seqlen and
@@ -141,10 +162,13 @@ struct GqaInputs {
   // modes; with past, a last dim of N*H instead means kBorrowedOmittedKv).
   // float32, float16 or bfloat16 (call it T).
   ConstTensorView query;
-  std::optional<ConstTensorView> key;    // (B, S_kv, N_kv*H), T
-  std::optional<ConstTensorView> value;  // (B, S_kv, N_kv*H), T
-  // BNSH (B, N_kv, P, H); float32, float16 or bfloat16 (the cache dtype; K and V
-  // caches share one dtype, which may differ from T).
+  // (B, S_kv, N_kv*H), T; in kExternalKv (the whole borrowed cache) T or q8_0
+  // (key and value alike).
+  std::optional<ConstTensorView> key;
+  std::optional<ConstTensorView> value;  // (B, S_kv, N_kv*H), as key
+  // BNSH (B, N_kv, P, H); float32, float16, bfloat16 or q8_0 (the cache dtype;
+  // K and V caches share one dtype, which may differ from T). See "q8_0 caches"
+  // above for the block layout, the head-size rule and the error bound.
   std::optional<ConstTensorView> past_key;
   std::optional<ConstTensorView> past_value;
   std::optional<ConstTensorView> seqlens_k;              // int32 [B] ([B,1], [1,B] accepted)
@@ -162,7 +186,9 @@ struct GqaInputs {
 // Outputs. The caller allocates every buffer.
 struct GqaOutputs {
   TensorView output;                          // (B, S, N*H), dtype T
-  std::optional<TensorView> present_key;      // BNSH (B, N_kv, C, H) (or 3-D in scatter mode)
+  // BNSH (B, N_kv, C, H) (or 3-D in scatter mode), a KV cache dtype (float or
+  // q8_0): the past's dtype when past is given.
+  std::optional<TensorView> present_key;
   std::optional<TensorView> present_value;
   std::optional<TensorView> output_qk;        // (B, N, S, T_cols), float32 or T
 };

@@ -20,7 +20,9 @@ namespace kvshare::detail {
 //   b * batch_stride + n * head_stride + slot(j) * row_stride + h
 // where slot(j) = j, or j mod ring_capacity when ring_capacity > 0 (circular
 // static cache). BNSH: head_stride = C*H, row_stride = H. BSNH / 3-D:
-// head_stride = H, row_stride = N_kv*H. dtype is float32, float16 or bfloat16.
+// head_stride = H, row_stride = N_kv*H. dtype is float32, float16, bfloat16 or
+// q8_0; for q8_0 offsets stay in elements (H, and so every stride, a multiple of
+// 32) and element e lives in the 34-byte block e / 32 (tensor.h).
 struct KvSource {
   const void* data = nullptr;
   DType dtype = DType::kFloat32;

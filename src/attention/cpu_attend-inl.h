@@ -59,6 +59,45 @@ HWY_INLINE hn::Vec<D> LoadKv(D d, const T* HWY_RESTRICT p) {
   }
 }
 
+// q8_0 K/V rows (tensor.h: 34-byte blocks {fp16 d, int8 q[32]}). A
+// `const Q8_0Row*` is the byte address of a q8_0 cache; element offsets (row
+// starts, multiples of 32) map to block addresses. Rows are read in place and
+// dequantized in registers, a block (or a part of it) at a time.
+struct Q8_0Row {};
+
+template <typename T>
+HWY_INLINE const T* KvRowAt(const T* base, std::int64_t off) {
+  return base + off;
+}
+HWY_INLINE const unsigned char* KvRowAt(const Q8_0Row* base, std::int64_t off) {
+  return reinterpret_cast<const unsigned char*>(base) + off / kQ8_0BlockSize * kQ8_0BlockBytes;
+}
+
+// Bytes of one K/V row of H elements.
+template <typename T>
+constexpr std::size_t KvRowBytes(std::size_t H) {
+  if constexpr (std::is_same_v<T, Q8_0Row>) {
+    return H / kQ8_0BlockSize * kQ8_0BlockBytes;
+  } else {
+    return H * sizeof(T);
+  }
+}
+
+// The scale d of the q8_0 block at blk (its fp16 bits widened in a register).
+HWY_INLINE float Q8_0Scale(const unsigned char* HWY_RESTRICT blk) {
+  const hn::CappedTag<float, 1> d1;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(hn::Rebind<hwy::float16_t, decltype(d1)>(),
+                                                 reinterpret_cast<const hwy::float16_t*>(blk))));
+}
+
+// Lanes(d) int8 codes at q as float (not yet scaled).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadQ8_0Codes(D d, const unsigned char* HWY_RESTRICT q) {
+  const hn::RebindToSigned<D> di;
+  return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, D>(),
+                                                      reinterpret_cast<const std::int8_t*>(q))));
+}
+
 // Adds the 128-bit blocks of v and stores the 4 lanes of the sum to out.
 #if HWY_TARGET != HWY_SCALAR
 template <class D>
@@ -104,6 +143,18 @@ HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn
 }
 #endif
 
+// out[r * ldo + k * ks] = the lane sum of acc[r][k] (the dot products of a tile).
+template <std::size_t KT, class D>
+HWY_INLINE void StoreDotSums(D d, const hn::Vec<D> (&acc)[kRowTile][KT], std::size_t ks, float* HWY_RESTRICT out,
+                             std::size_t ldo) {
+  static_assert(kRowTile == 4, "SumOfLanes4 reduces the 4 rows of a key together");
+  for (std::size_t k = 0; k < KT; ++k) {
+    alignas(16) float sums[kRowTile];
+    SumOfLanes4(d, acc[0][k], acc[1][k], acc[2][k], acc[3][k], sums);
+    for (std::size_t r = 0; r < kRowTile; ++r) out[r * ldo + k * ks] = sums[r];
+  }
+}
+
 // out[r * ldo + k * ks] = q_r . key_k for r < 4, k < KT; q rows are H floats
 // apart, key k is the row at kv + off[k * ks].
 template <std::size_t KT, class D, typename T>
@@ -125,12 +176,38 @@ HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const T
       for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kc[k], acc[r][k]);
     }
   }
-  static_assert(kRowTile == 4, "SumOfLanes4 reduces the 4 rows of a key together");
-  for (std::size_t k = 0; k < KT; ++k) {
-    alignas(16) float sums[kRowTile];
-    SumOfLanes4(d, acc[0][k], acc[1][k], acc[2][k], acc[3][k], sums);
-    for (std::size_t r = 0; r < kRowTile; ++r) out[r * ldo + k * ks] = sums[r];
+  StoreDotSums<KT>(d, acc, ks, out, ldo);
+}
+
+// DotTile over q8_0 keys: per block, each key's codes are widened to float and
+// multiplied by its block scale in registers (Lanes(d) divides 32).
+template <std::size_t KT, class D>
+HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const Q8_0Row* HWY_RESTRICT kv,
+                        const std::int64_t* off, std::size_t ks, float* HWY_RESTRICT out, std::size_t ldo) {
+  using V = hn::Vec<D>;
+  const std::size_t L = hn::Lanes(d);
+  V acc[kRowTile][KT];
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::Zero(d);
   }
+  const unsigned char* kp[KT];
+  for (std::size_t k = 0; k < KT; ++k) kp[k] = KvRowAt(kv, off[k * ks]);
+  for (std::size_t c0 = 0; c0 < H; c0 += kQ8_0BlockSize) {
+    float scale[KT];
+    for (std::size_t k = 0; k < KT; ++k) {
+      kp[k] += c0 == 0 ? 0 : kQ8_0BlockBytes;
+      scale[k] = Q8_0Scale(kp[k]);
+    }
+    for (std::size_t c = 0; c < static_cast<std::size_t>(kQ8_0BlockSize); c += L) {
+      V kc[KT];
+      for (std::size_t k = 0; k < KT; ++k) kc[k] = hn::Mul(LoadQ8_0Codes(d, kp[k] + 2 + c), hn::Set(d, scale[k]));
+      for (std::size_t r = 0; r < kRowTile; ++r) {
+        const V qv = hn::LoadU(d, q + r * H + c0 + c);
+        for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kc[k], acc[r][k]);
+      }
+    }
+  }
+  StoreDotSums<KT>(d, acc, ks, out, ldo);
 }
 
 // x[0, n) = cap * tanh(x / cap); n is a multiple of Lanes(d).
@@ -210,6 +287,30 @@ HWY_INLINE void AxpyRow(D d, const float* HWY_RESTRICT src, std::size_t H, float
   }
 }
 
+// a[r][i] = alpha[r] * the accumulator vector i at column c of row r (alpha
+// null: no rescale), for the 4 rows of a row group.
+template <std::size_t NV, class D>
+HWY_INLINE void LoadPvAcc(D d, const float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
+                          std::size_t c, hn::Vec<D> (&a)[kRowTile][NV]) {
+  const std::size_t L = hn::Lanes(d);
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::LoadU(d, acc + r * H + c + i * L);
+    if (alpha != nullptr) {
+      const auto s = hn::Set(d, alpha[r]);
+      for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::Mul(a[r][i], s);
+    }
+  }
+}
+
+template <std::size_t NV, class D>
+HWY_INLINE void StorePvAcc(D d, const hn::Vec<D> (&a)[kRowTile][NV], std::size_t H, std::size_t c,
+                           float* HWY_RESTRICT acc) {
+  const std::size_t L = hn::Lanes(d);
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    for (std::size_t i = 0; i < NV; ++i) hn::StoreU(a[r][i], d, acc + r * H + c + i * L);
+  }
+}
+
 // acc[r] = alpha[r] * acc[r] + sum_{j < nk} p[r * ldp + j] * v_j over the NV
 // vectors at column c, for the 4 rows of a row group (alpha null: no
 // rescale); v_j is the row at vv + off[j].
@@ -220,13 +321,7 @@ HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float
   using V = hn::Vec<D>;
   const std::size_t L = hn::Lanes(d);
   V a[kRowTile][NV];
-  for (std::size_t r = 0; r < kRowTile; ++r) {
-    for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::LoadU(d, acc + r * H + c + i * L);
-    if (alpha != nullptr) {
-      const V s = hn::Set(d, alpha[r]);
-      for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::Mul(a[r][i], s);
-    }
-  }
+  LoadPvAcc<NV>(d, acc, H, alpha, c, a);
   for (std::size_t j = 0; j < nk; ++j) {
     const T* row = vv + off[j] + c;
     V v[NV];
@@ -236,10 +331,37 @@ HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float
       for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::MulAdd(pr, v[i], a[r][i]);
     }
   }
-  for (std::size_t r = 0; r < kRowTile; ++r) {
-    for (std::size_t i = 0; i < NV; ++i) hn::StoreU(a[r][i], d, acc + r * H + c + i * L);
-  }
+  StorePvAcc<NV>(d, a, H, c, acc);
 }
+
+// PvChunk over q8_0 values: the NV vectors at column c lie in one block
+// (NV * Lanes(d) divides 32), so the block scale folds into each row's weight
+// p * d and the codes are only widened.
+template <std::size_t NV, class D>
+HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
+                        const float* HWY_RESTRICT p, std::size_t ldp, const Q8_0Row* HWY_RESTRICT vv,
+                        const std::int64_t* off, std::size_t nk, std::size_t c) {
+  using V = hn::Vec<D>;
+  const std::size_t L = hn::Lanes(d);
+  V a[kRowTile][NV];
+  LoadPvAcc<NV>(d, acc, H, alpha, c, a);
+  const std::size_t blk = c / kQ8_0BlockSize * kQ8_0BlockBytes, in_blk = 2 + c % kQ8_0BlockSize;
+  for (std::size_t j = 0; j < nk; ++j) {
+    const unsigned char* row = KvRowAt(vv, off[j]) + blk;
+    const float scale = Q8_0Scale(row);
+    V v[NV];
+    for (std::size_t i = 0; i < NV; ++i) v[i] = LoadQ8_0Codes(d, row + in_blk + i * L);
+    for (std::size_t r = 0; r < kRowTile; ++r) {
+      const V pr = hn::Set(d, p[r * ldp + j] * scale);
+      for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::MulAdd(pr, v[i], a[r][i]);
+    }
+  }
+  StorePvAcc<NV>(d, a, H, c, acc);
+}
+
+// Vectors per q8_0 P.V chunk: 2 (8 accumulators), within one block when
+// 2 * Lanes(d) divides 32 (every x86 target); 1 otherwise.
+inline constexpr std::size_t kPvVecsQ8 = 2;
 
 // V bytes per key sub-block of PvRows: the rows of a sub-block stay in L1
 // while its column chunks are swept (a chunk uses part of each cache line).
@@ -257,7 +379,7 @@ HWY_INLINE void PvRows(D d, float* HWY_RESTRICT acc, std::size_t H, const float*
                        const float* HWY_RESTRICT p, std::size_t ldp, const T* HWY_RESTRICT vv,
                        const std::int64_t* off, std::size_t nk, const char* active, std::size_t groups) {
   const std::size_t L = hn::Lanes(d);
-  const std::size_t sub = std::max<std::size_t>(4, kPvSubBlockBytes / (H * sizeof(T)));
+  const std::size_t sub = std::max<std::size_t>(4, kPvSubBlockBytes / KvRowBytes<T>(H));
   for (std::size_t j0 = 0; j0 < nk; j0 += sub) {
     const std::size_t n = std::min(sub, nk - j0);
     for (std::size_t g = 0; g < groups; ++g) {
@@ -267,9 +389,15 @@ HWY_INLINE void PvRows(D d, float* HWY_RESTRICT acc, std::size_t H, const float*
       const float* al = j0 == 0 ? alpha + r0 : nullptr;
       const float* pg = p + r0 * ldp + j0;
       std::size_t c = 0;
-      for (; c + kPvVecs * L <= H; c += kPvVecs * L) PvChunk<kPvVecs>(d, a, H, al, pg, ldp, vv, off + j0, n, c);
-      if constexpr (kPvVecs > 2) {
-        for (; c + 2 * L <= H; c += 2 * L) PvChunk<2>(d, a, H, al, pg, ldp, vv, off + j0, n, c);
+      if constexpr (std::is_same_v<T, Q8_0Row>) {
+        if (kQ8_0BlockSize % (kPvVecsQ8 * L) == 0) {
+          for (; c < H; c += kPvVecsQ8 * L) PvChunk<kPvVecsQ8>(d, a, H, al, pg, ldp, vv, off + j0, n, c);
+        }
+      } else {
+        for (; c + kPvVecs * L <= H; c += kPvVecs * L) PvChunk<kPvVecs>(d, a, H, al, pg, ldp, vv, off + j0, n, c);
+        if constexpr (kPvVecs > 2) {
+          for (; c + 2 * L <= H; c += 2 * L) PvChunk<2>(d, a, H, al, pg, ldp, vv, off + j0, n, c);
+        }
       }
       for (; c < H; c += L) PvChunk<1>(d, a, H, al, pg, ldp, vv, off + j0, n, c);
     }

@@ -79,14 +79,17 @@ std::int64_t KvOffset(const KvSource& kv, int b, int n, std::int64_t j) {
   return b * kv.batch_stride + n * kv.head_stride + slot * kv.row_stride;
 }
 
-// Calls f(T{}) with T the element type of a K/V dtype (float32, float16 or
-// bfloat16), so the SIMD loops widen K/V rows in registers.
+// Calls f(T{}) with T the element type of a K/V dtype (float32, float16,
+// bfloat16, or the Q8_0Row tag of q8_0 blocks), so the SIMD loops widen
+// (dequantize) K/V rows in registers.
 template <class F>
 void WithKvType(DType dtype, F&& f) {
   if (dtype == DType::kFloat16) {
     f(hwy::float16_t{});
   } else if (dtype == DType::kBFloat16) {
     f(hwy::bfloat16_t{});
+  } else if (dtype == DType::kQ8_0) {
+    f(Q8_0Row{});
   } else {
     f(float{});
   }
@@ -185,7 +188,9 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
 
   // Each K tile is scored against every active row group while it is in L1.
   const std::size_t part = nkp / kKeyTile;
-  const std::size_t v_elem = DTypeSize(p.v.dtype), v_row_bytes = H * v_elem;
+  const std::size_t v_row_bytes = DTypeBytes(p.v.dtype, static_cast<std::int64_t>(H));
+  const std::int64_t v_block = DTypeBlockSize(p.v.dtype);
+  const auto v_block_bytes = static_cast<std::int64_t>(DTypeBytes(p.v.dtype, v_block));
   const char* v_base = static_cast<const char*>(p.v.data);
   WithKvType(p.k.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -196,7 +201,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
         DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, kv, s.koff.data() + k, part, s.sc + g * kRowTile * bsp + k, bsp);
       }
       if (voff == nullptr) continue;
-      for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + voff[j] * static_cast<std::int64_t>(v_elem), v_row_bytes);
+      for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + voff[j] / v_block * v_block_bytes, v_row_bytes);
     }
   });
   const std::size_t nvec = RoundUp(nkp, L);  // >= nkp, <= bsp

@@ -6,6 +6,7 @@
 #include "attention/attend.h"
 #include "attention/gqa_plan.h"
 #include "common/float_convert.h"
+#include "common/q8_0.h"
 #include "kvshare/attention.h"
 #include "kvshare/error.h"
 
@@ -45,7 +46,14 @@ void LoadHead(const TokenSource& src, std::int64_t b, std::int64_t s, std::int64
   for (int d = 0; d < H; ++d) dst[d] = LoadAsFloat(src.data, src.dtype, base + d);
 }
 
+// Byte address of element `elem` of a cache of dtype (for q8_0, elem is a
+// multiple of 32: the start of a block).
+char* ElemAddress(void* data, DType dtype, std::int64_t elem) {
+  return static_cast<char*>(data) + DTypeBytes(dtype, elem);
+}
+
 // A writable strided cache: element (b, n, row, h) at b*bs + n*hs + row*rs + h.
+// A q8_0 row (H a multiple of 32, strides multiples of H) is quantized per block.
 struct CacheDst {
   void* data = nullptr;
   DType dtype = DType::kFloat32;
@@ -53,6 +61,10 @@ struct CacheDst {
 
   void StoreRow(std::int64_t b, std::int64_t n, std::int64_t row, const float* x, int H) const {
     const std::int64_t base = b * bs + n * hs + row * rs;
+    if (dtype == DType::kQ8_0) {
+      detail::QuantizeRowQ8_0(x, H, ElemAddress(data, dtype, base));
+      return;
+    }
     for (int d = 0; d < H; ++d) StoreFromFloat(data, dtype, base + d, x[d]);
   }
   KvSource AsSource() const { return KvSource{data, dtype, bs, hs, rs, 0}; }
@@ -85,18 +97,18 @@ void WriteNewRows(const GqaPlan& p, const Rope* rope, const CacheDst& k, const C
 }
 
 // present (B, N_kv, C, H) = zeros, then rows [0, past_rows[b]) copied from past.
+// (Byte counts through DTypeBytes: whole rows of H elements, q8_0 included.)
 void CopyPastIntoPresent(const GqaPlan& p, const ConstTensorView& past, void* present, std::int64_t capacity) {
-  const std::size_t esize = DTypeSize(p.cache_dtype);
+  const DType dt = p.cache_dtype;
   const std::int64_t H = p.head_size;
-  std::memset(present, 0, static_cast<std::size_t>(p.batch * p.kv_heads * capacity * H) * esize);
+  std::memset(present, 0, DTypeBytes(dt, p.batch * p.kv_heads * capacity * H));
   for (int b = 0; b < p.batch; ++b) {
     const std::int64_t rows = p.past_rows[static_cast<std::size_t>(b)];
     if (rows == 0) continue;
     for (int n = 0; n < p.kv_heads; ++n) {
       const std::int64_t bn = static_cast<std::int64_t>(b) * p.kv_heads + n;
-      std::memcpy(static_cast<char*>(present) + static_cast<std::size_t>(bn * capacity * H) * esize,
-                  static_cast<const char*>(past.data) + static_cast<std::size_t>(bn * p.past_len * H) * esize,
-                  static_cast<std::size_t>(rows * H) * esize);
+      std::memcpy(static_cast<char*>(present) + DTypeBytes(dt, bn * capacity * H),
+                  static_cast<const char*>(past.data) + DTypeBytes(dt, bn * p.past_len * H), DTypeBytes(dt, rows * H));
     }
   }
 }
@@ -155,7 +167,7 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
         pk = out.present_key->data;
         pv = out.present_value->data;
       } else {
-        const std::size_t bytes = static_cast<std::size_t>(B * p.kv_heads * p.present_len * H) * DTypeSize(p.cache_dtype);
+        const std::size_t bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * p.kv_heads * p.present_len * H);
         scratch_k.resize(bytes);
         scratch_v.resize(bytes);
         pk = scratch_k.data();
@@ -165,7 +177,7 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
         CopyPastIntoPresent(p, *in.past_key, pk, p.present_len);
         CopyPastIntoPresent(p, *in.past_value, pv, p.present_len);
       } else {
-        const std::size_t bytes = static_cast<std::size_t>(B * p.kv_heads * p.present_len * H) * DTypeSize(p.cache_dtype);
+        const std::size_t bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * p.kv_heads * p.present_len * H);
         std::memset(pk, 0, bytes);
         std::memset(pv, 0, bytes);
       }
@@ -200,14 +212,25 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
       if (out.present_key) {
         const CacheDst kd = Bnsh(out.present_key->data, out.present_key->dtype, p, p.ext_kv_len);
         const CacheDst vd = Bnsh(out.present_value->data, out.present_value->dtype, p, p.ext_kv_len);
+        // Same dtype: the rows' bytes (exact, q8_0 blocks included); else converted.
+        const bool same = out.present_key->dtype == p.k_src.dtype;
+        const std::size_t row_bytes = same ? DTypeBytes(p.k_src.dtype, H) : 0;
         std::vector<float> buf(static_cast<std::size_t>(H));
+        auto copy_row = [&](const TokenSource& src, const CacheDst& dst, int b, std::int64_t j, int n) {
+          if (same) {
+            const std::int64_t from = b * src.batch_stride + j * src.token_stride + src.offset + n * H;
+            std::memcpy(ElemAddress(dst.data, dst.dtype, b * dst.bs + n * dst.hs + j * dst.rs),
+                        ElemAddress(const_cast<void*>(src.data), src.dtype, from), row_bytes);
+            return;
+          }
+          LoadHead(src, b, j, n, H, buf.data());
+          dst.StoreRow(b, n, j, buf.data(), H);
+        };
         for (int b = 0; b < B; ++b) {
           for (std::int64_t j = 0; j < p.ext_kv_len; ++j) {
             for (int n = 0; n < p.kv_heads; ++n) {
-              LoadHead(p.k_src, b, j, n, H, buf.data());
-              kd.StoreRow(b, n, j, buf.data(), H);
-              LoadHead(p.v_src, b, j, n, H, buf.data());
-              vd.StoreRow(b, n, j, buf.data(), H);
+              copy_row(p.k_src, kd, b, j, n);
+              copy_row(p.v_src, vd, b, j, n);
             }
           }
         }

@@ -25,6 +25,19 @@ void RequireFloat(const ConstTensorView& t, const char* name) {
   KVS_CHECK(IsFloatingPoint(t.dtype), "Input '", name, "' must be float32, float16 or bfloat16, got ", DTypeName(t.dtype));
 }
 
+// A KV cache tensor (past / present / external K/V): float or q8_0.
+void RequireKvCacheDType(DType dtype, const char* name) {
+  KVS_CHECK(IsKvCacheDType(dtype), "Input '", name, "' must be float32, float16, bfloat16 or q8_0 (a KV cache dtype), got ",
+            DTypeName(dtype));
+}
+
+// q8_0 stores blocks of 32 values along the head dimension.
+void RequireQ8HeadSize(DType dtype, std::int64_t H, const char* name) {
+  KVS_CHECK(dtype != DType::kQ8_0 || H % kQ8_0BlockSize == 0, "'", name, "' is q8_0, which stores blocks of ",
+            kQ8_0BlockSize, " values along head_size: head_size must be a multiple of ", kQ8_0BlockSize, ", got ", H,
+            " (use a float16 or bfloat16 cache for this head size)");
+}
+
 void RequireData(const ConstTensorView& t, const char* name) {
   KVS_CHECK(t.data != nullptr || t.NumElements() == 0, "Input '", name, "' has a null data pointer");
 }
@@ -126,8 +139,8 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
   KVS_CHECK(has_prk == has_prv, "Output 'present_key' and 'present_value' shall be both present or both absent.");
 
   if (has_pk) {
-    RequireFloat(*in.past_key, "past_key");
-    RequireFloat(*in.past_value, "past_value");
+    RequireKvCacheDType(in.past_key->dtype, "past_key");
+    RequireKvCacheDType(in.past_value->dtype, "past_value");
     RequireData(*in.past_key, "past_key");
     RequireData(*in.past_value, "past_value");
     KVS_CHECK(in.past_key->dtype == in.past_value->dtype, "Input 'past_key' and 'past_value' must have the same dtype, got ", DTypeName(in.past_key->dtype),
@@ -138,7 +151,7 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
   if (has_prk) {
     KVS_CHECK(out.present_key->data != nullptr || out.present_key->NumElements() == 0, "Output 'present_key' has a null data pointer");
     KVS_CHECK(out.present_value->data != nullptr || out.present_value->NumElements() == 0, "Output 'present_value' has a null data pointer");
-    KVS_CHECK(IsFloatingPoint(out.present_key->dtype) && out.present_key->dtype == out.present_value->dtype, "Output 'present_key' and 'present_value' must share one float dtype, got ",
+    KVS_CHECK(IsKvCacheDType(out.present_key->dtype) && out.present_key->dtype == out.present_value->dtype, "Output 'present_key' and 'present_value' must share one KV cache dtype (float32, float16, bfloat16 or q8_0), got ",
                 DTypeName(out.present_key->dtype), " and ", DTypeName(out.present_value->dtype));
   }
   p.present_aliases_past = has_pk && has_prk && in.past_key->data == out.present_key->data &&
@@ -217,10 +230,13 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
     RequireRank(v, "value", 3);
     RequireData(k, "key");
     RequireData(v, "value");
-    KVS_CHECK(k.dtype == q.dtype, "Input 'key' must have the dtype of 'query' (", DTypeName(q.dtype), "), got ",
-                                    DTypeName(k.dtype));
-    KVS_CHECK(v.dtype == q.dtype, "Input 'value' must have the dtype of 'query' (", DTypeName(q.dtype), "), got ",
-                                    DTypeName(v.dtype));
+    // External K/V is a borrowed cache: it may also be q8_0 (both or neither).
+    const bool q8_ext = p.mode == KvMode::kExternalKv && k.dtype == DType::kQ8_0;
+    KVS_CHECK(k.dtype == q.dtype || q8_ext, "Input 'key' must have the dtype of 'query' (", DTypeName(q.dtype),
+              p.mode == KvMode::kExternalKv ? ", or q8_0 as an external cache" : "", "), got ", DTypeName(k.dtype));
+    KVS_CHECK(v.dtype == k.dtype, "Input 'value' must have the dtype of ", q8_ext ? "'key'" : "'query'", " (",
+              DTypeName(k.dtype), "), got ", DTypeName(v.dtype));
+    RequireQ8HeadSize(k.dtype, H, "key");
     KVS_CHECK(k.shape[0] == p.batch, "Input 'query' and 'key' shall have same dim 0 (batch size)");
     KVS_CHECK(v.shape[0] == p.batch, "Input 'query' and 'value' shall have same dim 0 (batch size)");
     if (p.mode != KvMode::kExternalKv && p.mode != KvMode::kBorrowedEmptyKv) {
@@ -245,12 +261,14 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
                 "sequence length), got ", in.past_key->shape[2], " and ", in.past_value->shape[2]);
     p.past_len = in.past_key->shape[2];
     p.cache_dtype = in.past_key->dtype;
+    RequireQ8HeadSize(p.cache_dtype, p.head_size, "past_key");
     if (has_prk) {
       KVS_CHECK(out.present_key->dtype == p.cache_dtype, "Output 'present_key' must have the dtype of 'past_key' (", DTypeName(p.cache_dtype), "), got ",
                   DTypeName(out.present_key->dtype));
     }
   } else if (has_prk) {
     p.cache_dtype = out.present_key->dtype;
+    RequireQ8HeadSize(p.cache_dtype, p.head_size, "present_key");
   } else {
     p.cache_dtype = p.dtype;
   }
@@ -290,6 +308,7 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
     const std::int64_t C = p.present_len;
     KVS_CHECK(C >= 1, "static scatter mode: cache capacity C must be >= 1, got ", C);
     p.cache_dtype = out.present_key->dtype;
+    RequireQ8HeadSize(p.cache_dtype, H, "present_key");
     const bool circular = a.scatter_mode == GqaAttributes::ScatterMode::kCircular;
     if (circular) {
       KVS_CHECK(a.causal == 1 && a.local_window_size > 0, "circular scatter mode needs causal = 1 and local_window_size > 0 (a window-sized ring), got causal ",
