@@ -17,7 +17,12 @@ namespace {
 constexpr int kHeads = 4, kWidth = 24, kMaxPos = 64;
 
 // Stacked layers: the per-dtype table (test_util.h) with headroom for 8 layers.
+// (q8_0: the oracle holds the same dequantized K/V, so only fp32 rounding
+// differs; a rounding flip of one code moves one value by one step d.)
 double StackTol(DType dt) { return dt == DType::kFloat32 ? 1e-4 : 2e-2; }
+
+// The test stack for a cache dtype: q8_0 needs head sizes that are multiples of 32.
+ModelKvSpec SpecFor(DType dt) { return dt == DType::kQ8_0 ? MixedStackSpec(32, 64) : MixedStackSpec(); }
 
 // Slice of tokens [from, from + n) of a [T, D] activation array.
 TinyModel::Acts Slice(const TinyModel::Acts& x, int from, int n) {
@@ -34,7 +39,7 @@ class CacheDecode : public ::testing::TestWithParam<std::tuple<DType, bool, KvLa
 
 TEST_P(CacheDecode, IncrementalEqualsFullRecompute) {
   const auto [dtype, exact, layout] = GetParam();
-  const TinyModel model(MixedStackSpec(), kHeads, kWidth, kMaxPos, 1);
+  const TinyModel model(SpecFor(dtype), kHeads, kWidth, kMaxPos, 1);
   std::mt19937_64 rng(2);
   // Prefill 7, 9 single tokens, a chunk of 5, a chunk of 3, 3 single tokens:
   // 27 positions through rings of 5 + 7 - 1 = 11.
@@ -43,7 +48,7 @@ TEST_P(CacheDecode, IncrementalEqualsFullRecompute) {
   for (int n : steps) T += n;
   const TinyModel::Acts x = model.RandomTokens(T, rng);
   const TinyModel::Acts want = model.Reference(x, dtype);
-  KvCache cache(MixedStackSpec(),
+  KvCache cache(SpecFor(dtype),
                 {.max_batch = 1, .max_seq = 32, .max_step = 7, .dtype = dtype, .exact_rewind = exact, .layout = layout});
   EXPECT_EQ(cache.Layer(0).scatter_mode,
             exact ? GqaAttributes::ScatterMode::kLinear : GqaAttributes::ScatterMode::kCircular);
@@ -57,7 +62,8 @@ TEST_P(CacheDecode, IncrementalEqualsFullRecompute) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesRingsLayouts, CacheDecode,
-                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
+                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                                                                              DType::kQ8_0),
                                             ::testing::Bool(), ::testing::Values(KvLayout::kBnsh, KvLayout::kTokenMajor)));
 
 TEST(CacheDecode, ReferenceAndOptimizedKernelsAgree) {
@@ -105,6 +111,24 @@ TEST(CacheRewind, ExactRewindToAnyLengthThenDecodeEqualsFreshRun) {
     EXPECT_EQ(cache.OldestRewindLength(0), 1);
     cache.Rewind(0, r);
     DecodeAndCheck(model, cache, Slice(x, 0, r), model.RandomTokens(5, rng), "rewind to " + std::to_string(r));
+  }
+}
+
+// q8_0 rows are quantized once when written: rewinding drops them exactly, on
+// full-length buffers and on rings (within what the ring holds).
+TEST(CacheRewind, Q8_0ExactAndRingRewindThenDecodeEqualsFreshRun) {
+  const ModelKvSpec spec = SpecFor(DType::kQ8_0);
+  const TinyModel model(spec, kHeads, kWidth, kMaxPos, 15);
+  std::mt19937_64 rng(16);
+  const TinyModel::Acts x = model.RandomTokens(20, rng);
+  for (const bool exact : {true, false}) {
+    for (int r : exact ? std::vector<int>{0, 1, 7, 13, 20} : std::vector<int>{0, 16, 19}) {
+      KvCache cache(spec, {.max_seq = 32, .max_step = 4, .dtype = DType::kQ8_0, .exact_rewind = exact});
+      Prefill(model, cache, x, 20, 4);
+      cache.Rewind(0, r);
+      DecodeAndCheck(model, cache, Slice(x, 0, r), model.RandomTokens(5, rng),
+                     detail::Str(exact ? "exact" : "ring", " q8_0 rewind to ", r));
+    }
   }
 }
 
@@ -163,14 +187,15 @@ TEST(CacheRewind, RingRewindWithinWhatItHoldsIsExactBeyondIsTheDocumentedError) 
 // Ragged batch: 3 rows with different prompt lengths and chunks, idle steps,
 // row 1 reset mid-way and starting a new sequence. Every row's outputs equal
 // the row run alone (its own cache, same chunks) and the full recompute.
-TEST(CacheBatch, RaggedBatchWithResetEqualsRowsAlone) {
-  const TinyModel model(MixedStackSpec(), kHeads, kWidth, kMaxPos, 11);
+void RaggedBatchWithResetEqualsRowsAlone(DType dtype) {
+  const ModelKvSpec spec = SpecFor(dtype);
+  const TinyModel model(spec, kHeads, kWidth, kMaxPos, 11);
   std::mt19937_64 rng(12);
   constexpr int B = 3;
-  const KvCacheOptions opt{.max_batch = B, .max_seq = 30, .max_step = 4};
-  KvCache batch(MixedStackSpec(), opt);
+  const KvCacheOptions opt{.max_batch = B, .max_seq = 30, .max_step = 4, .dtype = dtype};
+  KvCache batch(spec, opt);
   std::vector<KvCache> alone;
-  for (int b = 0; b < B; ++b) alone.emplace_back(MixedStackSpec(), KvCacheOptions{.max_seq = 30, .max_step = 4});
+  for (int b = 0; b < B; ++b) alone.emplace_back(spec, KvCacheOptions{.max_seq = 30, .max_step = 4, .dtype = dtype});
   // n_new per step and row; -1 = reset the row before this step.
   const std::vector<std::vector<int>> plan = {
       {4, 2, 3}, {1, 4, 0}, {1, 1, 1}, {0, 3, 1}, {4, -1, 1}, {1, 4, 2}, {2, 1, 0}, {1, 1, 4}, {1, 2, 1}, {3, 1, 1}};
@@ -209,18 +234,23 @@ TEST(CacheBatch, RaggedBatchWithResetEqualsRowsAlone) {
                                 out.begin() + (static_cast<std::ptrdiff_t>(b) * S + nb) * kWidth);
       const TinyModel::Acts solo = model.StepRow(alone[static_cast<std::size_t>(b)], 0, h, P, nb);
       EXPECT_LT(MaxRelDiff(got, solo), 1e-6) << "step " << step << " row " << b;
-      const TinyModel::Acts want = model.Reference(h, DType::kFloat32);
-      EXPECT_LT(MaxRelDiff(got, Slice(want, P, nb)), StackTol(DType::kFloat32)) << "step " << step << " row " << b;
+      const TinyModel::Acts want = model.Reference(h, dtype);
+      EXPECT_LT(MaxRelDiff(got, Slice(want, P, nb)), StackTol(dtype)) << "step " << step << " row " << b;
     }
   }
 }
 
+TEST(CacheBatch, RaggedBatchWithResetEqualsRowsAlone) { RaggedBatchWithResetEqualsRowsAlone(DType::kFloat32); }
+TEST(CacheBatch, RaggedBatchWithResetEqualsRowsAloneQ8_0) { RaggedBatchWithResetEqualsRowsAlone(DType::kQ8_0); }
+
 // A batch step through the cache gives bitwise the same result for any thread count.
 TEST(CacheBatch, ThreadCountDoesNotChangeResults) {
-  const TinyModel model(MixedStackSpec(), kHeads, kWidth, kMaxPos, 13);
+ for (const DType dtype : {DType::kBFloat16, DType::kQ8_0}) {
+  const ModelKvSpec spec = SpecFor(dtype);
+  const TinyModel model(spec, kHeads, kWidth, kMaxPos, 13);
   std::mt19937_64 rng(14);
-  const KvCacheOptions opt{.max_batch = 2, .max_seq = 24, .max_step = 4, .dtype = DType::kBFloat16};
-  KvCache one(MixedStackSpec(), opt), many(MixedStackSpec(), opt);
+  const KvCacheOptions opt{.max_batch = 2, .max_seq = 24, .max_step = 4, .dtype = dtype};
+  KvCache one(spec, opt), many(spec, opt);
   ThreadPool pool(3);
   for (const auto& n : std::vector<std::vector<int>>{{4, 3}, {1, 1}, {0, 4}, {2, 1}, {1, 0}}) {
     const int S = std::max(1, std::max(n[0], n[1]));
@@ -229,10 +259,11 @@ TEST(CacheBatch, ThreadCountDoesNotChangeResults) {
       for (int b = 0; b < 2; ++b) c->Reserve(b, n[static_cast<std::size_t>(b)]);
     const auto a = model.Step(one, in, 2, S, GqaKernel::kOptimized, nullptr);
     const auto b = model.Step(many, in, 2, S, GqaKernel::kOptimized, &pool);
-    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, b) << DTypeName(dtype);
     one.CommitAll();
     many.CommitAll();
   }
+ }
 }
 
 }  // namespace

@@ -32,6 +32,18 @@ TEST(KvMemory, Gemma4E2bAt32kIs207MbAgainst484MbWithoutSharing) {
   EXPECT_NE(s.find("57.1%"), std::string::npos) << s;
 }
 
+// q8_0: 34 bytes per 32 values, 17/32 of bf16's bytes, layer by layer.
+TEST(KvMemory, Q8_0TakesThirtyFourBytesPerThirtyTwoValues) {
+  const KvCacheOptions bf{.max_seq = 32768, .dtype = DType::kBFloat16};
+  KvCacheOptions q8 = bf;
+  q8.dtype = DType::kQ8_0;
+  const KvMemoryReport a = EstimateKvMemory(Gemma4E2bSpec(), bf), b = EstimateKvMemory(Gemma4E2bSpec(), q8);
+  EXPECT_EQ(b.total_bytes * 64, a.total_bytes * 34);
+  EXPECT_EQ(b.bytes_without_sharing * 64, a.bytes_without_sharing * 34);
+  EXPECT_EQ(b.layers[14].bytes, 2ull * 512 / 32 * 34 * 32768);  // K + V, H 512 = 16 blocks per position
+  EXPECT_EQ(b.total_bytes, 110297088u);
+}
+
 TEST(KvMemory, ExactRewindKeepsFullLengthSlidingBuffers) {
   const KvMemoryReport r =
       EstimateKvMemory(Gemma4E2bSpec(), KvCacheOptions{.max_seq = 32768, .dtype = DType::kBFloat16, .exact_rewind = true});

@@ -86,8 +86,10 @@ class TinyModel {
         if (plan_.layers[li].owns_cache) {
           std::vector<float> k = MatVec(a, w.wk, Nkv * H), v = MatVec(a, w.wv, Nkv * H);
           for (int n = 0; n < Nkv; ++n) Rope(w, &k[static_cast<std::size_t>(n) * H], H, t);
-          for (float e : k) ks[li].push_back(RoundTo(e, cache_dtype));
-          for (float e : v) vs[li].push_back(RoundTo(e, cache_dtype));
+          RoundRows(k, H, cache_dtype);
+          RoundRows(v, H, cache_dtype);
+          ks[li].insert(ks[li].end(), k.begin(), k.end());
+          vs[li].insert(vs[li].end(), v.begin(), v.end());
         }
       }
       const auto src = static_cast<std::size_t>(plan_.layers[li].source_layer);
@@ -197,10 +199,22 @@ class TinyModel {
       x[i + half] = x1 * c + x0 * s;
     }
   }
-  static float RoundTo(float x, DType dt) {
-    std::uint32_t buf = 0;
-    detail::StoreFromFloat(&buf, dt, 0, x);
-    return detail::LoadAsFloat(&buf, dt, 0);
+  // x (heads of H values) as the cache stores it: each element rounded to dt,
+  // or, for q8_0, each head's row quantized per block of 32 and dequantized.
+  static void RoundRows(std::vector<float>& x, int H, DType dt) {
+    if (dt == DType::kQ8_0) {
+      std::vector<unsigned char> blocks(DTypeBytes(dt, H));
+      for (std::size_t at = 0; at < x.size(); at += static_cast<std::size_t>(H)) {
+        detail::QuantizeRowQ8_0(&x[at], H, blocks.data());
+        detail::DequantizeRowQ8_0(blocks.data(), H, &x[at]);
+      }
+      return;
+    }
+    for (float& e : x) {
+      std::uint32_t buf = 0;
+      detail::StoreFromFloat(&buf, dt, 0, e);
+      e = detail::LoadAsFloat(&buf, dt, 0);
+    }
   }
   static void Put(Buffer& b, int row, const std::vector<float>& v) {
     for (std::size_t i = 0; i < v.size(); ++i) b.Set(static_cast<std::int64_t>(row) * static_cast<std::int64_t>(v.size()) + static_cast<std::int64_t>(i), v[i]);
@@ -214,9 +228,10 @@ class TinyModel {
 
 // Test stack: sliding (H 16, N_kv 2, W 5) and full (H 32, N_kv 1) layers, the
 // last three KV-shared: 0 S, 1 F, 2 S, 3 S, 4 F | 5 S->3, 6 F->4, 7 S->3.
-inline ModelKvSpec MixedStackSpec() {
-  const LayerSpec s{AttentionType::kSliding, 5, 2, 16, 1e4f};
-  const LayerSpec f{AttentionType::kFull, 0, 1, 32, 1e6f};
+// (Head sizes are parameters: q8_0 caches need multiples of 32.)
+inline ModelKvSpec MixedStackSpec(int sliding_h = 16, int full_h = 32) {
+  const LayerSpec s{AttentionType::kSliding, 5, 2, sliding_h, 1e4f};
+  const LayerSpec f{AttentionType::kFull, 0, 1, full_h, 1e6f};
   return ModelKvSpec{{s, f, s, s, f, s, f, s}, 3};
 }
 

@@ -128,6 +128,33 @@ TEST(KvCacheState, SharedLayerStepWritesNothing) {
   cache.Commit(0);
 }
 
+// q8_0: views keep element shapes over 34-byte blocks, shared layers alias
+// their source's blocks, and a shared layer's step writes nothing.
+TEST(KvCacheState, Q8_0SharedLayersAliasTheirSourceAndWriteNothing) {
+  const ModelKvSpec spec = MixedStackSpec(32, 64);
+  const TinyModel model(spec, 4, 24, 64, 27);
+  std::mt19937_64 rng(28);
+  KvCache cache(spec, {.max_seq = 16, .max_step = 4, .dtype = DType::kQ8_0});
+  const LayerKvView s5 = cache.Layer(5), s3 = cache.Layer(3), f6 = cache.Layer(6), f4 = cache.Layer(4);
+  EXPECT_EQ(s5.key.data, s3.key.data);
+  EXPECT_EQ(f6.value.data, f4.value.data);
+  EXPECT_EQ(s5.key.dtype, DType::kQ8_0);
+  EXPECT_EQ(s5.key.shape, (Shape{1, 2, 5 + 4 - 1, 32}));
+  EXPECT_EQ(s5.key.NumBytes(), 2u * 8 * 34);  // 2 heads x 8 positions x one block
+  EXPECT_EQ(f6.key.NumBytes(), 16u * 2 * 34);  // 16 positions x two blocks
+  EXPECT_EQ(cache.Memory().total_bytes, 2u * (s3.key.NumBytes() * 3 + f4.key.NumBytes() * 2));
+  const TinyModel::Acts x = model.RandomTokens(6, rng);
+  model.StepRow(cache, 0, x, 0, 4);
+  cache.Reserve(0, 2);
+  model.Step(cache, TinyModel::Acts(x.begin() + 4 * 24, x.end()), 1, 2);
+  const auto bytes = Snapshot(cache);
+  Buffer q = RandomBuffer(DType::kFloat32, {1, 2, 4 * 32}, rng), out(DType::kFloat32, {1, 2, 4 * 32});
+  LayerAttendArgs a{.query = q.View(), .attrs = {.num_heads = 4}, .output = out.Mut()};
+  AttendLayer(cache, 5, a);
+  EXPECT_EQ(Snapshot(cache), bytes);
+  cache.Commit(0);
+}
+
 TEST(KvCacheState, AttendLayerErrors) {
   KvCache cache(MixedStackSpec(), {.max_batch = 2, .max_seq = 16, .max_step = 4});
   std::mt19937_64 rng(25);
@@ -211,8 +238,16 @@ TEST(KvCacheState, OptionErrorsSayWhatToChange) {
                 .find("max_step 8 exceeds max_seq 4"),
             std::string::npos);
   EXPECT_NE(ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kInt32}); })
-                .find("dtype must be float32, float16 or bfloat16"),
+                .find("dtype must be float32, float16, bfloat16 or q8_0"),
             std::string::npos);
+  // q8_0 stores blocks of 32 along H: the stack's sliding layers have H = 16.
+  const std::string q8 = ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kQ8_0}); });
+  EXPECT_NE(q8.find("layer 0 has head_size 16, not a multiple of 32"), std::string::npos) << q8;
+  EXPECT_NE(q8.find("use float16 or bfloat16"), std::string::npos) << q8;
+  EXPECT_NE(ErrorOf([] { EstimateKvMemory(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kQ8_0}); })
+                .find("not a multiple of 32"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf([] { KvCache c(MixedStackSpec(32, 64), {.max_seq = 4, .dtype = DType::kQ8_0}); }), "");
   EXPECT_NE(ErrorOf([] { KvCache c(MixedStackSpec(), {.max_batch = 0, .max_seq = 4}); }).find("max_batch must be >= 1"),
             std::string::npos);
 }

@@ -92,7 +92,11 @@ struct KvCacheOptions {
   int max_batch = 1;           // rows B
   std::int64_t max_seq = 0;    // positions per row (> 0)
   int max_step = 1;            // S_max: most new tokens per row and per step (chunk size)
-  DType dtype = DType::kFloat32;  // float32, float16 or bfloat16 storage
+  // Storage: float32, float16, bfloat16, or q8_0 (blocks of 32 int8 values
+  // along H with an fp16 scale, 34 bytes per 32 values: 1.0625 bytes per
+  // value; every layer's head_size must then be a multiple of 32). K/V rows
+  // are rounded / quantized to it when written; attention accumulates in fp32.
+  DType dtype = DType::kFloat32;
   bool exact_rewind = false;   // sliding layers keep every position (linear max_seq buffers)
   KvLayout layout = KvLayout::kBnsh;
 };
@@ -130,7 +134,9 @@ struct LayerKvView {
   int layer = 0;
   int source_layer = 0;    // == layer when the layer owns its cache
   bool shared = false;     // true: read-only, pass no key/value to the op
-  TensorView key;          // the source's K buffer, BNSH [B, N_kv, C, H] or 3-D [B, C, kv_hidden]
+  // The source's K buffer, BNSH [B, N_kv, C, H] or 3-D [B, C, kv_hidden], in
+  // KvCacheOptions::dtype (shape in elements; a q8_0 row of H takes H / 32 * 34 bytes).
+  TensorView key;
   TensorView value;        // likewise V
   ConstTensorView write_indices;     // int64 [B]: Length(row)
   ConstTensorView nonpad_kv_seqlen;  // int64 [B]: Length(row) + reserved n_new
@@ -145,7 +151,9 @@ class KvCache {
  public:
   // Builds the plan and allocates zeroed buffers for the owning layers.
   // Throws kvshare::Error on a bad spec (see BuildLayerPlan) or options
-  // (max_batch, max_seq, max_step >= 1, max_step <= max_seq, float dtype).
+  // (max_batch, max_seq, max_step >= 1, max_step <= max_seq, a KV cache dtype:
+  // float32 / float16 / bfloat16 / q8_0, q8_0 only when every head_size is a
+  // multiple of 32).
   KvCache(const ModelKvSpec& spec, const KvCacheOptions& options);
   ~KvCache();
   KvCache(KvCache&&) noexcept;

@@ -18,6 +18,7 @@ using detail::Str;
 KvCache::KvCache(const ModelKvSpec& spec, const KvCacheOptions& options) : impl_(std::make_unique<Impl>()) {
   detail::ValidateKvCacheOptions(options);
   impl_->plan = BuildLayerPlan(spec);
+  detail::ValidateKvDtypeForSpec(spec, options);
   impl_->spec = spec;
   impl_->options = options;
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {

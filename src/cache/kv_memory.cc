@@ -18,8 +18,20 @@ void ValidateKvCacheOptions(const KvCacheOptions& o) {
   if (o.max_step > o.max_seq) {
     fail(Str("max_step ", o.max_step, " exceeds max_seq ", o.max_seq, "; lower max_step to at most ", o.max_seq));
   }
-  if (!IsFloatingPoint(o.dtype)) {
-    fail(Str("dtype must be float32, float16 or bfloat16, got ", DTypeName(o.dtype)));
+  if (!IsKvCacheDType(o.dtype)) {
+    fail(Str("dtype must be float32, float16, bfloat16 or q8_0, got ", DTypeName(o.dtype)));
+  }
+}
+
+void ValidateKvDtypeForSpec(const ModelKvSpec& spec, const KvCacheOptions& o) {
+  if (o.dtype != DType::kQ8_0) return;
+  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
+    const int H = spec.layers[i].head_size;
+    if (H % kQ8_0BlockSize != 0) {
+      throw Error(Str("KvCacheOptions: dtype q8_0 stores blocks of ", kQ8_0BlockSize, " values along the head dimension, "
+                      "but layer ", i, " has head_size ", H, ", not a multiple of ", kQ8_0BlockSize,
+                      "; use float16 or bfloat16 for this model"));
+    }
   }
 }
 
@@ -32,8 +44,7 @@ KvGeometry LayerGeometry(const LayerSpec& l, const KvCacheOptions& o) {
 }
 
 std::size_t KvBytes(const LayerSpec& l, std::int64_t capacity, const KvCacheOptions& o) {
-  return 2 * static_cast<std::size_t>(o.max_batch) * static_cast<std::size_t>(l.kv_heads) *
-         static_cast<std::size_t>(l.head_size) * static_cast<std::size_t>(capacity) * DTypeSize(o.dtype);
+  return 2 * DTypeBytes(o.dtype, static_cast<std::int64_t>(o.max_batch) * l.kv_heads * l.head_size * capacity);
 }
 
 }  // namespace detail
@@ -51,6 +62,7 @@ std::string Mb(std::size_t bytes) {
 KvMemoryReport EstimateKvMemory(const ModelKvSpec& spec, const KvCacheOptions& options) {
   detail::ValidateKvCacheOptions(options);
   const LayerPlan plan = BuildLayerPlan(spec);
+  detail::ValidateKvDtypeForSpec(spec, options);
   KvMemoryReport r;
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
