@@ -49,6 +49,9 @@ class Gemma3Test : public ::testing::Test {
   void SetUp() override {
     if (model_ == nullptr) GTEST_SKIP() << "model not found at " << ModelPath();
   }
+  // fp32 vs a `kv` cache fed the same tokens: confident greedy steps agree and
+  // no logit moves by max_logit_diff or more.
+  void LowPrecisionKvKeepsConfidentPredictions(DType kv, float max_logit_diff);
   static Model* model_;
   static Tokenizer* tok_;
 };
@@ -182,15 +185,20 @@ TEST_F(Gemma3Test, LongPromptRingsWrapEqualsRecomputation) {
 // fed the same tokens (fp32's greedy choices), and wherever fp32's top-1 leads
 // by at least kConfident (about twice the largest logit difference, measured
 // 1.3-1.4), fp16 must pick the same token.
-TEST_F(Gemma3Test, Fp16KvKeepsConfidentPredictions) {
+// The same for a q8_0 cache (blocks of 32 int8 along H with an fp16 scale).
+void Gemma3Test::LowPrecisionKvKeepsConfidentPredictions(DType kv, float max_logit_diff) {
   constexpr int kSteps = 24;
   constexpr float kConfident = 3.0f;
   ThreadPool pool(2);
   std::vector<int32_t> seq = tok_->Encode("The capital of France is Paris. The capital of Germany is", WithBos());
   const std::size_t prompt_len = seq.size();
   auto s32 = model_->NewState({.max_context = 128});
-  auto s16 = model_->NewState({.max_context = 128, .kv_dtype = DType::kFloat16});
-  EXPECT_EQ(s16->kv_bytes() * 2, s32->kv_bytes());
+  auto s16 = model_->NewState({.max_context = 128, .kv_dtype = kv});
+  if (kv == DType::kQ8_0) {
+    EXPECT_EQ(s16->kv_bytes() * 128, s32->kv_bytes() * 34);  // 34 bytes per 32 values
+  } else {
+    EXPECT_EQ(s16->kv_bytes() * 2, s32->kv_bytes());
+  }
   const auto r32 = CachedGreedy(*model_, *s32, seq, kSteps, &pool);
   std::vector<std::vector<float>> r16;
   std::span<const float> out = model_->Forward(*s16, std::span<const int32_t>(seq.data(), prompt_len), &pool);
@@ -213,10 +221,13 @@ TEST_F(Gemma3Test, Fp16KvKeepsConfidentPredictions) {
     EXPECT_EQ(a16, a32) << "step " << i << ": fp32 leads by " << top[0] - top[1];
   }
   EXPECT_GE(confident, kSteps / 4) << "too few confident steps to compare";  // measured 8
-  EXPECT_LT(max_diff, 4.0f);
-  std::printf("[ measured ] fp16 vs fp32 KV, same %d tokens: max |logit diff| %.3g, %d confident steps agree\n",
-              kSteps + 1, max_diff, confident);
+  EXPECT_LT(max_diff, max_logit_diff);
+  std::printf("[ measured ] %s vs fp32 KV, same %d tokens: max |logit diff| %.3g, %d confident steps agree\n",
+              DTypeName(kv), kSteps + 1, max_diff, confident);
 }
+
+TEST_F(Gemma3Test, Fp16KvKeepsConfidentPredictions) { LowPrecisionKvKeepsConfidentPredictions(DType::kFloat16, 4.0f); }
+TEST_F(Gemma3Test, Q8_0KvKeepsConfidentPredictions) { LowPrecisionKvKeepsConfidentPredictions(DType::kQ8_0, 4.0f); }
 
 // K+V per position and layer: 2 * 1 KV head * 256 * 4 bytes = 2 KiB (fp32).
 TEST_F(Gemma3Test, KvBytesWithRingsAndSharing) {

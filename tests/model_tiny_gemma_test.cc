@@ -127,9 +127,11 @@ struct CacheCase {
   int shared;
   int max_step;
   DType kv;
+  int head_dim = 16;  // q8_0 caches need a multiple of 32
 };
 void PrintTo(const CacheCase& c, std::ostream* os) {
-  *os << "{shared " << c.shared << ", max_step " << c.max_step << ", " << DTypeName(c.kv) << "}";
+  *os << "{shared " << c.shared << ", max_step " << c.max_step << ", " << DTypeName(c.kv) << ", H " << c.head_dim
+      << "}";
 }
 
 class TinyGemmaCache : public ::testing::TestWithParam<CacheCase> {};
@@ -140,7 +142,9 @@ class TinyGemmaCache : public ::testing::TestWithParam<CacheCase> {};
 // 5 + max_step - 1 positions: the rings wrap several times.
 TEST_P(TinyGemmaCache, CachedGenerationEqualsRecompute) {
   const CacheCase p = GetParam();
-  TempGguf file(QuantSpec(), "cache");
+  TinyGemmaSpec spec = QuantSpec();
+  spec.head_dim = p.head_dim;
+  TempGguf file(spec, "cache");
   auto m = Model::Load(file.path);
   const int V = m->config().n_vocab, P = 11, steps = 20;
   ThreadPool pool(2);
@@ -174,11 +178,45 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(CacheCase{0, 16, DType::kFloat32}, CacheCase{0, 3, DType::kFloat32},
                       CacheCase{0, 1, DType::kFloat32}, CacheCase{2, 3, DType::kFloat32},
                       CacheCase{3, 4, DType::kFloat32}, CacheCase{3, 1, DType::kFloat32},
-                      CacheCase{2, 3, DType::kFloat16}, CacheCase{3, 4, DType::kBFloat16}),
+                      CacheCase{2, 3, DType::kFloat16}, CacheCase{3, 4, DType::kBFloat16},
+                      CacheCase{0, 3, DType::kQ8_0, 32}, CacheCase{3, 1, DType::kQ8_0, 32},
+                      CacheCase{2, 16, DType::kQ8_0, 64}),
     [](const ::testing::TestParamInfo<CacheCase>& i) {
       return "shared" + std::to_string(i.param.shared) + "_step" + std::to_string(i.param.max_step) + "_" +
-             DTypeName(i.param.kv);
+             DTypeName(i.param.kv) + "_h" + std::to_string(i.param.head_dim);
     });
+
+// Greedy generation on a q8_0 cache stays close to float32: every step's
+// logits (fed the float32 run's tokens) within kQ8_0LogitTol relative, and the
+// greedy tokens agree. float16 is shown for scale.
+TEST(TinyGemma, Q8_0CacheStaysCloseToFloat32) {
+  TinyGemmaSpec spec = QuantSpec();
+  spec.head_dim = 32;
+  TempGguf file(spec, "q8close");
+  auto m = Model::Load(file.path);
+  const int V = m->config().n_vocab, P = 11, steps = 20;
+  std::vector<std::int32_t> seq = Tokens(P, V, 12);
+  auto f32 = m->NewState({.max_context = 40, .max_step = 4});
+  std::span<const float> l = m->Forward(*f32, seq, nullptr);
+  for (int i = 0; i < steps; ++i) {
+    const std::int32_t next = Argmax(std::vector<float>(l.begin(), l.end()));
+    seq.push_back(next);
+    l = m->Forward(*f32, std::span<const std::int32_t>(&next, 1), nullptr);
+  }
+  const auto want = AllLogits(*m, seq, {.max_context = 40, .max_step = 4}, nullptr);
+  const auto q8 = AllLogits(*m, seq, {.max_context = 40, .max_step = 4, .kv_dtype = DType::kQ8_0}, nullptr);
+  const auto f16 = AllLogits(*m, seq, {.max_context = 40, .max_step = 4, .kv_dtype = DType::kFloat16}, nullptr);
+  const double d_q8 = MaxRelDiff(q8, want), d_f16 = MaxRelDiff(f16, want);
+  std::printf("tiny gemma logits vs f32 cache: q8_0 %.2e, f16 %.2e (max rel)\n", d_q8, d_f16);
+  constexpr double kQ8_0LogitTol = 2e-2;
+  EXPECT_LT(d_q8, kQ8_0LogitTol);
+  EXPECT_GT(d_q8, 0.0);  // the cache really is quantized
+  int same = 0;
+  for (int t = P - 1; t < P + steps - 1; ++t) {
+    same += Argmax(Slice(q8, static_cast<std::size_t>(t), V)) == seq[static_cast<std::size_t>(t) + 1];
+  }
+  EXPECT_GE(same, steps - 1);
+}
 
 // K+V bytes per layer: 2 * N_kv * H * C * sizeof(dtype); sliding C = W + S_max - 1.
 TEST(TinyGemma, SharingSavesTheSharedLayersBytes) {
@@ -227,6 +265,9 @@ TEST(TinyGemma, BadStateOptionsThrow) {
   EXPECT_NE(message({.max_context = 0}).find("max_context"), std::string::npos);
   EXPECT_NE(message({.max_step = 0}).find("max_step"), std::string::npos);
   EXPECT_NE(message({.kv_dtype = DType::kInt32}).find("kv_dtype"), std::string::npos);
+  // head_dim 16: q8_0 blocks of 32 do not fit.
+  EXPECT_NE(message({.kv_dtype = DType::kQ8_0}).find("head_size 16, not a multiple of 32"), std::string::npos)
+      << message({.kv_dtype = DType::kQ8_0});
 }
 
 // Overflow, a bad token id (in the last chunk) and a bad num_logits throw

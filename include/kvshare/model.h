@@ -83,8 +83,10 @@ struct ModelStateOptions {
   // flat from 64 to 2048 on the 270M model (one CPU thread); 256 keeps the
   // rings small (Gemma 3 270M at 4096 positions: 46.5 MiB fp32 vs 54 MiB at 512).
   int max_step = 256;
-  // KV cache storage: float32, float16 or bfloat16 (K/V are rounded to it when
-  // written; attention accumulates in fp32).
+  // KV cache storage: float32, float16, bfloat16 or q8_0 (K/V are rounded to
+  // it when written; attention accumulates in fp32). q8_0 (llama.cpp's
+  // -ctk q8_0 -ctv q8_0: 32 int8 values along H per fp16 scale, 1.0625 bytes
+  // per value) needs every layer's head size to be a multiple of 32.
   DType kv_dtype = DType::kFloat32;
   // KV-shared trailing layers; nullopt: the model's own
   // (ModelConfig::num_kv_shared_layers). Must be in [0, MaxKvSharedLayers].
@@ -163,7 +165,8 @@ class Model {
   // layers from other layers than HF's, which kvshare follows). Frontends print them.
   virtual const std::vector<std::string>& warnings() const = 0;
   // A state with an empty cache. Throws kvshare::Error when max_context or
-  // max_step < 1, kv_dtype is not a float type, or num_kv_shared_layers is
+  // max_step < 1, kv_dtype is not a KV cache dtype (or q8_0 with a head size
+  // that is not a multiple of 32), or num_kv_shared_layers is
   // outside [0, MaxKvSharedLayers(config())] (the message gives the range).
   virtual std::unique_ptr<ModelState> NewState(const ModelStateOptions& options = {}) const = 0;
 

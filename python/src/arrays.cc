@@ -68,6 +68,7 @@ py::dtype NumpyDType(DType dtype) {
     case DType::kBFloat16: return py::dtype("uint16");
     case DType::kInt32: return py::dtype("int32");
     case DType::kInt64: return py::dtype("int64");
+    case DType::kQ8_0: return py::dtype("uint8");  // raw 34-byte blocks (see ViewOf in cache.cc)
   }
   throw Error("unknown dtype");
 }

@@ -21,11 +21,12 @@ AttentionType ParseType(const std::string& s) {
   throw Error("attention type must be 'full' or 'sliding', got '" + s + "'");
 }
 
-DType ParseFloatDType(const std::string& s) {
+DType ParseCacheDType(const std::string& s) {
   if (s == "float32") return DType::kFloat32;
   if (s == "float16") return DType::kFloat16;
   if (s == "bfloat16") return DType::kBFloat16;
-  throw Error("dtype must be 'float32', 'float16' or 'bfloat16', got '" + s + "'");
+  if (s == "q8_0") return DType::kQ8_0;
+  throw Error("dtype must be 'float32', 'float16', 'bfloat16' or 'q8_0', got '" + s + "'");
 }
 
 KvLayout ParseLayout(const std::string& s) {
@@ -37,12 +38,14 @@ KvLayout ParseLayout(const std::string& s) {
 KvCacheOptions MakeOptions(int max_batch, std::int64_t max_seq, int max_step, const std::string& dtype,
                            bool exact_rewind, const std::string& layout) {
   return KvCacheOptions{.max_batch = max_batch, .max_seq = max_seq, .max_step = max_step,
-                        .dtype = ParseFloatDType(dtype), .exact_rewind = exact_rewind, .layout = ParseLayout(layout)};
+                        .dtype = ParseCacheDType(dtype), .exact_rewind = exact_rewind, .layout = ParseLayout(layout)};
 }
 
 // A NumPy array over cache memory, keeping the cache alive through `owner`.
+// q8_0 buffers are their raw blocks: uint8 with a last dim of H / 32 * 34 bytes.
 py::array ViewOf(const TensorView& t, py::handle owner) {
   std::vector<py::ssize_t> shape(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.rank);
+  if (t.dtype == DType::kQ8_0) shape.back() = static_cast<py::ssize_t>(DTypeBytes(t.dtype, shape.back()));
   return py::array(NumpyDType(t.dtype), shape, t.data, owner);
 }
 
@@ -66,7 +69,9 @@ spec: ModelKvSpec (layers + num_kv_shared_layers; the last n layers borrow the K
 the last earlier layer of the same type, HF Gemma 3n / Gemma 4 rule). Full layers get
 max_seq positions per row; sliding layers a ring of W + max_step - 1 positions unless
 exact_rewind. Buffers are zero-filled, allocated only for owning layers, laid out
-BNSH (max_batch, N_kv, C, H) or token-major (max_batch, C, N_kv*H).
+BNSH (max_batch, N_kv, C, H) or token-major (max_batch, C, N_kv*H). dtype: "float32",
+"float16", "bfloat16" or "q8_0" (32 int8 values along H per fp16 scale; every
+head_size a multiple of 32).
 
 One step: w = reserve(row, n_new) for each row taking part; attend(layer, ...) for
 every layer in order; commit_all(). Errors raise kvshare.Error (a ValueError) and leave
@@ -178,7 +183,8 @@ void BindCache(py::module_& m) {
           },
           py::arg("layer"), py::arg("batch") = 0,
           "Zero-copy NumPy views of layer's K and V buffers (its source's for a shared layer) for the first batch "
-          "rows (0 = max_batch): BNSH (B, N_kv, C, H) or token-major (B, C, N_kv*H); bfloat16 as uint16 bits. "
+          "rows (0 = max_batch): BNSH (B, N_kv, C, H) or token-major (B, C, N_kv*H); bfloat16 as uint16 bits, "
+          "q8_0 as its raw blocks (uint8, last dim H / 32 * 34: per 32 values fp16 scale bits then 32 int8). "
           "Plus source_layer, shared, capacity, window, circular.")
       .def(
           "attend",

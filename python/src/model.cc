@@ -280,12 +280,13 @@ class PyModel {
     return choice.format;
   }
 
-  // "float32" / "float16" / "bfloat16" (or f32 / f16 / bf16) as a DType.
+  // "float32" / "float16" / "bfloat16" (or f32 / f16 / bf16) / "q8_0" as a DType.
   static DType KvDTypeFromName(const std::string& name) {
     if (name == "float32" || name == "f32") return DType::kFloat32;
     if (name == "float16" || name == "f16") return DType::kFloat16;
     if (name == "bfloat16" || name == "bf16") return DType::kBFloat16;
-    throw Error("kv_dtype must be \"float32\", \"float16\" or \"bfloat16\", got \"" + name + "\"");
+    if (name == "q8_0") return DType::kQ8_0;
+    throw Error("kv_dtype must be \"float32\", \"float16\", \"bfloat16\" or \"q8_0\", got \"" + name + "\"");
   }
 
   std::shared_ptr<ModelCore> core_;
@@ -298,7 +299,8 @@ Model(path, *, max_context=4096, num_threads=0, kv_dtype="float32", kv_shared_la
 
 path: GGUF file; max_context: positions the KV cache holds (prompt + generated);
 num_threads: 0 = all cores; kv_dtype: KV cache storage ("float32", "float16",
-"bfloat16"); kv_shared_layers: trailing layers that reuse an earlier layer's K/V
+"bfloat16", or "q8_0": 32 int8 values per fp16 scale, 1.0625 bytes per value, as
+llama.cpp's -ctk q8_0 -ctv q8_0); kv_shared_layers: trailing layers that reuse an earlier layer's K/V
 (None = the file's own setting; overriding it on a model trained without sharing
 changes its outputs). Raises kvshare.Error for a missing or invalid file or a bad
 option (kv_shared_layers out of range names the valid range).

@@ -245,8 +245,8 @@ std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) c
   if (o.max_context < 1) throw Error(Str("max_context must be >= 1, got ", o.max_context));
   if (o.max_step < 1) throw Error(Str("max_step must be >= 1 (tokens per chunk), got ", o.max_step));
   if (o.max_batch < 1) throw Error(Str("max_batch must be >= 1 (rows), got ", o.max_batch));
-  if (!IsFloatingPoint(o.kv_dtype)) {
-    throw Error(Str("kv_dtype must be float32, float16 or bfloat16, got ", DTypeName(o.kv_dtype)));
+  if (!IsKvCacheDType(o.kv_dtype)) {
+    throw Error(Str("kv_dtype must be float32, float16, bfloat16 or q8_0, got ", DTypeName(o.kv_dtype)));
   }
   const int shared = o.num_kv_shared_layers.value_or(cfg_.num_kv_shared_layers);
   const int max_shared = MaxKvSharedLayers(cfg_);

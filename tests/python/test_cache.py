@@ -146,3 +146,54 @@ def test_rewind_then_decode_equals_fresh_run():
     again = run(a, toks[3:])
     for x, y in zip(first[3:], again):
         np.testing.assert_array_equal(x, y)
+
+
+def _dequantize_q8_0(raw, H):
+    """NumPy decode of a q8_0 view (uint8, last dim H / 32 * 34): per block the
+    fp16 scale bits, then 32 int8 codes (llama.cpp's block_q8_0)."""
+    blocks = raw.reshape(*raw.shape[:-1], H // 32, 34)
+    d = blocks[..., :2].copy().view(np.float16).astype(np.float32)
+    q = blocks[..., 2:].copy().view(np.int8).astype(np.float32)
+    return (d * q).reshape(*raw.shape[:-1], H)
+
+
+def test_q8_0_cache_views_memory_and_attend():
+    """A q8_0 cache: raw block views (34 bytes per 32 values) whose decode is the
+    rotated K within the per-block bound max|x|/254 (+ fp16 scale rounding), the
+    memory report counts those bytes, and attend() stays close to a float32 cache."""
+    rng = np.random.default_rng(11)
+    spec = _spec()
+    q8 = kvshare.KvCache(spec, max_batch=2, max_seq=16, max_step=3, dtype="q8_0")
+    f32 = kvshare.KvCache(spec, max_batch=2, max_seq=16, max_step=3, dtype="float32")
+    ring = W + 3 - 1
+    assert q8.layer_buffers(0)["key"].shape == (2, NKV, ring, H // 32 * 34)
+    assert q8.layer_buffers(0)["key"].dtype == np.uint8
+    owned = sum(q8.layer_buffers(l)["key"].nbytes * 2 for l in range(3))
+    assert owned == q8.memory().total_bytes == f32.memory().total_bytes * 34 // 128
+    cos, sin = rope_cache(32, H, np.float32)
+    worst = 0.0
+    for step in range(4):
+        for c in (q8, f32):
+            c.reserve(0, 3 if step == 0 else 1)
+            c.reserve(1, 2 if step == 0 else 1)
+        S = 3 if step == 0 else 1
+        for layer in range(5):
+            q = rng.standard_normal((2, S, N * H)).astype(np.float32)
+            kw = dict(num_heads=N, do_rotary=1, cos_cache=cos, sin_cache=sin)
+            args = (q,)
+            if layer < 3:
+                args += (rng.standard_normal((2, S, NKV * H)).astype(np.float32),
+                         rng.standard_normal((2, S, NKV * H)).astype(np.float32))
+            a, b = q8.attend(layer, *args, **kw), f32.attend(layer, *args, **kw)
+            worst = max(worst, float(np.max(np.abs(a - b))))
+        for c in (q8, f32):
+            c.commit_all()
+    assert 0 < worst < 0.05
+    kf = f32.layer_buffers(2)["key"][:, :, :5]
+    kq = _dequantize_q8_0(q8.layer_buffers(2)["key"][:, :, :5], H)
+    amax = np.abs(kf.reshape(*kf.shape[:-1], H // 32, 32)).max(axis=-1, keepdims=True)
+    bound = (1 + 2.0 ** -10) * amax / 254 + 2.0 ** -17
+    assert np.all(np.abs(kq - kf).reshape(bound.shape[:-1] + (32,)) <= bound)
+    with pytest.raises(kvshare.Error, match="multiple of 32"):
+        kvshare.KvCache(kvshare.ModelKvSpec([kvshare.LayerSpec(type="full", kv_heads=1, head_size=16)]),
+                        max_seq=4, dtype="q8_0")

@@ -136,8 +136,11 @@ def test_kv_cache_options_change_its_bytes():
 
     _, base = run()
     _, half = run(kv_dtype="float16")
+    q8_text, q8 = run(kv_dtype="q8_0")
     _, shared = run(kv_shared_layers=6)
     assert half["kv_bytes"] * 2 == base["kv_bytes"]
+    assert q8["kv_bytes"] * 128 == base["kv_bytes"] * 34  # 34 bytes per 32 values
+    assert q8_text
     assert base["kv_bytes_without_sharing"] == base["kv_bytes"]
     assert shared["kv_bytes_without_sharing"] == base["kv_bytes"]
     assert 0 < shared["kv_bytes"] < base["kv_bytes"]
