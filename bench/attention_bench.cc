@@ -38,6 +38,7 @@
 
 #include "attention/attend.h"
 #include "common/float_convert.h"
+#include "common/q8_0.h"
 #include "bandwidth.h"
 #include "fma_peak.h"
 #include "kvshare/thread_pool.h"
@@ -63,6 +64,7 @@ struct AttnProblem {
   std::vector<float> q;
   std::unique_ptr<BigBuffer<std::uint16_t>> k16, v16;
   std::unique_ptr<BigBuffer<float>> k32, v32;
+  std::unique_ptr<BigBuffer<unsigned char>> k8, v8;  // q8_0 blocks
   std::vector<float> out;
   std::int64_t kv_len, q_offset, valid_q;
   std::size_t copies = 1, copy_bytes = 0, next_copy = 0;
@@ -84,13 +86,23 @@ struct AttnProblem {
     q.resize(static_cast<std::size_t>(c.S) * c.N * c.H);
     for (float& x : q) x = u(rng);
     const std::size_t n = static_cast<std::size_t>(c.Nkv) * c.T * c.H;
-    copy_bytes = n * kvshare::DTypeSize(c.kv_dtype);
+    copy_bytes = kvshare::DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(n));
     if (c.S == 1) {
       copies = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(kvshare::bench::DramFootprintBytes() / (2.0 * static_cast<double>(copy_bytes)))));
     }
     if (c.kv_dtype == DType::kFloat32) {
       k32 = RandomCopies<float>(n, copies, [&] { return u(rng); });
       v32 = RandomCopies<float>(n, copies, [&] { return u(rng); });
+    } else if (c.kv_dtype == DType::kQ8_0) {
+      for (auto* buf : {&k8, &v8}) {
+        std::vector<float> x(n);
+        for (float& e : x) e = u(rng);
+        *buf = std::make_unique<BigBuffer<unsigned char>>(copy_bytes * copies);
+        kvshare::detail::QuantizeRowQ8_0(x.data(), static_cast<std::int64_t>(n), (*buf)->data());
+        for (std::size_t cp = 1; cp < copies; ++cp) {
+          std::copy((*buf)->data(), (*buf)->data() + copy_bytes, (*buf)->data() + cp * copy_bytes);
+        }
+      }
     } else {
       const auto gen = [&] { return kvshare::detail::F32ToF16(u(rng)); };
       k16 = RandomCopies<std::uint16_t>(n, copies, gen);
@@ -112,10 +124,15 @@ struct AttnProblem {
       s->head_stride = static_cast<std::int64_t>(c.T) * c.H;
       s->row_stride = c.H;
     }
-    k_base = c.kv_dtype == DType::kFloat32 ? reinterpret_cast<const char*>(k32->data())
-                                           : reinterpret_cast<const char*>(k16->data());
-    v_base = c.kv_dtype == DType::kFloat32 ? reinterpret_cast<const char*>(v32->data())
-                                           : reinterpret_cast<const char*>(v16->data());
+    if (c.kv_dtype == DType::kQ8_0) {
+      k_base = reinterpret_cast<const char*>(k8->data());
+      v_base = reinterpret_cast<const char*>(v8->data());
+    } else {
+      k_base = c.kv_dtype == DType::kFloat32 ? reinterpret_cast<const char*>(k32->data())
+                                             : reinterpret_cast<const char*>(k16->data());
+      v_base = c.kv_dtype == DType::kFloat32 ? reinterpret_cast<const char*>(v32->data())
+                                             : reinterpret_cast<const char*>(v16->data());
+    }
     NextCopy();
     p.kv_len = &kv_len;
     p.q_offset = &q_offset;
@@ -143,7 +160,7 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
   const double triad_before = c.S == 1 ? TriadBandwidth(&pool, 3) : 0.0;
   const double fma_peak = kvshare::bench::FmaPeakFlops(&pool, 3);
   kvshare::detail::AttendOptimized(pr.p, &pool);  // warm up
-  const double kv_bytes = static_cast<double>(c.T) * c.H * c.Nkv * 2.0 * static_cast<double>(kvshare::DTypeSize(c.kv_dtype));
+  const double kv_bytes = 2.0 * static_cast<double>(kvshare::DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(c.T) * c.H * c.Nkv));
   double visible = 0.0;  // causal, queries at T - S + s
   for (int s = 0; s < c.S; ++s) visible += static_cast<double>(c.T - c.S + s + 1);
   const double flops = 4.0 * c.N * c.H * visible;
@@ -174,7 +191,8 @@ void RegisterAll() {
     int N, Nkv, H;
   };
   const Shape shapes[] = {{"gemma_n4", 4, 1, 256}, {"gemma_n8", 8, 1, 256}, {"llama", 32, 8, 128}};
-  const std::pair<DType, const char*> dtypes[] = {{DType::kFloat32, "f32"}, {DType::kFloat16, "f16"}};
+  const std::pair<DType, const char*> dtypes[] = {
+      {DType::kFloat32, "f32"}, {DType::kFloat16, "f16"}, {DType::kQ8_0, "q8_0"}};
   for (const bool decode : {true, false}) {
     for (const int T : decode ? std::vector<int>{512, 4096, 32768} : std::vector<int>{512, 2048}) {
       for (const Shape& sh : shapes) {

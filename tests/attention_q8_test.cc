@@ -76,17 +76,17 @@ Twin MakeTwin(std::mt19937_64& g, KvMode mode, int variant) {
     c.past_value = RandomBuffer(DType::kFloat32, {B, Nkv, rows, H}, g, 2.0f);
     c.has_past = true;
   };
+  auto present = [&](std::int64_t rows) {  // zeroed BNSH present buffers
+    c.present_key = Buffer(DType::kFloat32, {B, Nkv, rows, H});
+    c.present_value = Buffer(DType::kFloat32, {B, Nkv, rows, H});
+    c.has_present = true;
+  };
   switch (mode) {
     case KvMode::kAppend: {
       new_kv();
       cap = first ? 0 : maxT - S + Int(g, 0, 3);
       if (!first) past(cap);
-      if (variant != 2) {
-        const std::int64_t pl = std::max(tsl, cap);
-        c.present_key = Buffer(DType::kFloat32, {B, Nkv, pl, H});
-        c.present_value = Buffer(DType::kFloat32, {B, Nkv, pl, H});
-        c.has_present = true;
-      }
+      if (variant != 2) present(std::max(tsl, cap));
       break;
     }
     case KvMode::kShareBuffer:
@@ -104,11 +104,7 @@ Twin MakeTwin(std::mt19937_64& g, KvMode mode, int variant) {
         c.value = Buffer(DType::kFloat32, {B, 0, kvh});
         c.has_key = true;
       }
-      if (variant == 1) {
-        c.present_key = Buffer(DType::kFloat32, {B, Nkv, cap, H});
-        c.present_value = Buffer(DType::kFloat32, {B, Nkv, cap, H});
-        c.has_present = true;
-      }
+      if (variant == 1) present(cap);
       break;
     case KvMode::kExternalKv:
       cap = maxT + Int(g, 0, 3);
@@ -116,11 +112,7 @@ Twin MakeTwin(std::mt19937_64& g, KvMode mode, int variant) {
       c.key = RandomBuffer(DType::kFloat32, {B, cap, kvh}, g);
       c.value = RandomBuffer(DType::kFloat32, {B, cap, kvh}, g, 2.0f);
       c.has_key = true;
-      if (variant == 1) {
-        c.present_key = Buffer(DType::kFloat32, {B, Nkv, cap, H});
-        c.present_value = Buffer(DType::kFloat32, {B, Nkv, cap, H});
-        c.has_present = true;
-      }
+      if (variant == 1) present(cap);
       break;
     case KvMode::kStaticScatter: {
       const bool read_only = variant == 3;

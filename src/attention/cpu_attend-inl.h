@@ -98,6 +98,19 @@ HWY_INLINE hn::Vec<D> LoadQ8_0Codes(D d, const unsigned char* HWY_RESTRICT q) {
                                                       reinterpret_cast<const std::int8_t*>(q))));
 }
 
+// out[0, H) = the q8_0 row at row, dequantized (the same products as the
+// in-register path: code * scale in fp32, exact).
+template <class D>
+HWY_INLINE void DequantizeQ8_0Row(D d, const unsigned char* HWY_RESTRICT row, std::size_t H, float* HWY_RESTRICT out) {
+  const std::size_t L = hn::Lanes(d);
+  for (std::size_t c0 = 0; c0 < H; c0 += kQ8_0BlockSize, row += kQ8_0BlockBytes) {
+    const auto scale = hn::Set(d, Q8_0Scale(row));
+    for (std::size_t c = 0; c < static_cast<std::size_t>(kQ8_0BlockSize); c += L) {
+      hn::StoreU(hn::Mul(LoadQ8_0Codes(d, row + 2 + c), scale), d, out + c0 + c);
+    }
+  }
+}
+
 // Adds the 128-bit blocks of v and stores the 4 lanes of the sum to out.
 #if HWY_TARGET != HWY_SCALAR
 template <class D>
@@ -143,6 +156,23 @@ HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn
 }
 #endif
 
+template <std::size_t KT, class D>
+HWY_INLINE void ZeroDotTile(D d, hn::Vec<D> (&acc)[kRowTile][KT]) {
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::Zero(d);
+  }
+}
+
+// acc[r][k] += q_r[c, c + Lanes) * kc[k] for the 4 query rows (H floats apart).
+template <std::size_t KT, class D>
+HWY_INLINE void AccumulateDotTile(D d, const float* HWY_RESTRICT q, std::size_t H, std::size_t c,
+                                  const hn::Vec<D> (&kc)[KT], hn::Vec<D> (&acc)[kRowTile][KT]) {
+  for (std::size_t r = 0; r < kRowTile; ++r) {
+    const auto qv = hn::LoadU(d, q + r * H + c);
+    for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kc[k], acc[r][k]);
+  }
+}
+
 // out[r * ldo + k * ks] = the lane sum of acc[r][k] (the dot products of a tile).
 template <std::size_t KT, class D>
 HWY_INLINE void StoreDotSums(D d, const hn::Vec<D> (&acc)[kRowTile][KT], std::size_t ks, float* HWY_RESTRICT out,
@@ -163,18 +193,13 @@ HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const T
   using V = hn::Vec<D>;
   const std::size_t L = hn::Lanes(d);
   V acc[kRowTile][KT];
-  for (std::size_t r = 0; r < kRowTile; ++r) {
-    for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::Zero(d);
-  }
+  ZeroDotTile<KT>(d, acc);
   const T* kp[KT];
   for (std::size_t k = 0; k < KT; ++k) kp[k] = kv + off[k * ks];
   for (std::size_t c = 0; c < H; c += L) {
     V kc[KT];
     for (std::size_t k = 0; k < KT; ++k) kc[k] = LoadKv(d, kp[k] + c);
-    for (std::size_t r = 0; r < kRowTile; ++r) {
-      const V qv = hn::LoadU(d, q + r * H + c);
-      for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kc[k], acc[r][k]);
-    }
+    AccumulateDotTile<KT>(d, q, H, c, kc, acc);
   }
   StoreDotSums<KT>(d, acc, ks, out, ldo);
 }
@@ -187,9 +212,7 @@ HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const Q
   using V = hn::Vec<D>;
   const std::size_t L = hn::Lanes(d);
   V acc[kRowTile][KT];
-  for (std::size_t r = 0; r < kRowTile; ++r) {
-    for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::Zero(d);
-  }
+  ZeroDotTile<KT>(d, acc);
   const unsigned char* kp[KT];
   for (std::size_t k = 0; k < KT; ++k) kp[k] = KvRowAt(kv, off[k * ks]);
   for (std::size_t c0 = 0; c0 < H; c0 += kQ8_0BlockSize) {
@@ -201,10 +224,7 @@ HWY_INLINE void DotTile(D d, const float* HWY_RESTRICT q, std::size_t H, const Q
     for (std::size_t c = 0; c < static_cast<std::size_t>(kQ8_0BlockSize); c += L) {
       V kc[KT];
       for (std::size_t k = 0; k < KT; ++k) kc[k] = hn::Mul(LoadQ8_0Codes(d, kp[k] + 2 + c), hn::Set(d, scale[k]));
-      for (std::size_t r = 0; r < kRowTile; ++r) {
-        const V qv = hn::LoadU(d, q + r * H + c0 + c);
-        for (std::size_t k = 0; k < KT; ++k) acc[r][k] = hn::MulAdd(qv, kc[k], acc[r][k]);
-      }
+      AccumulateDotTile<KT>(d, q, H, c0 + c, kc, acc);
     }
   }
   StoreDotSums<KT>(d, acc, ks, out, ldo);
@@ -335,8 +355,8 @@ HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float
 }
 
 // PvChunk over q8_0 values: the NV vectors at column c lie in one block
-// (NV * Lanes(d) divides 32), so the block scale folds into each row's weight
-// p * d and the codes are only widened.
+// (NV * Lanes(d) divides 32) and share its scale: each is widened and scaled
+// once in registers, then used by the 4 rows.
 template <std::size_t NV, class D>
 HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
                         const float* HWY_RESTRICT p, std::size_t ldp, const Q8_0Row* HWY_RESTRICT vv,
@@ -348,11 +368,11 @@ HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float
   const std::size_t blk = c / kQ8_0BlockSize * kQ8_0BlockBytes, in_blk = 2 + c % kQ8_0BlockSize;
   for (std::size_t j = 0; j < nk; ++j) {
     const unsigned char* row = KvRowAt(vv, off[j]) + blk;
-    const float scale = Q8_0Scale(row);
+    const V scale = hn::Set(d, Q8_0Scale(row));
     V v[NV];
-    for (std::size_t i = 0; i < NV; ++i) v[i] = LoadQ8_0Codes(d, row + in_blk + i * L);
+    for (std::size_t i = 0; i < NV; ++i) v[i] = hn::Mul(LoadQ8_0Codes(d, row + in_blk + i * L), scale);
     for (std::size_t r = 0; r < kRowTile; ++r) {
-      const V pr = hn::Set(d, p[r * ldp + j] * scale);
+      const V pr = hn::Set(d, p[r * ldp + j]);
       for (std::size_t i = 0; i < NV; ++i) a[r][i] = hn::MulAdd(pr, v[i], a[r][i]);
     }
   }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -61,6 +62,9 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> buf;
   std::size_t cap = 0;
   std::vector<std::int64_t> koff, voff;  // element offsets of a block's K / V rows
+  hwy::AlignedFreeUniquePtr<float[]> kdq;  // [kKeyTile, H]: a q8_0 K tile, dequantized
+  std::size_t kdq_cap = 0;
+  std::vector<std::int64_t> kdq_off;     // offsets of its rows, laid out as koff
   std::vector<RowInfo> rows;
   std::vector<float> m, l, alpha;
   std::vector<char> active;  // per row group of kRowTile rows
@@ -192,13 +196,38 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   const std::int64_t v_block = DTypeBlockSize(p.v.dtype);
   const auto v_block_bytes = static_cast<std::int64_t>(DTypeBytes(p.v.dtype, v_block));
   const char* v_base = static_cast<const char*>(p.v.data);
+  std::size_t groups = 0;
+  for (char a : s.active) groups += a ? 1 : 0;
   WithKvType(p.k.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* kv = static_cast<const T*>(p.k.data);
+    // q8_0 keys scored by several row groups: each tile's keys are
+    // dequantized once into L1 scratch (bitwise the values the in-register
+    // path forms) instead of once per group.
+    constexpr bool kQ8 = std::is_same_v<T, Q8_0Row>;
+    const bool staged = kQ8 && groups > 1;
+    if (staged && s.kdq_cap < kKeyTile * H) {
+      s.kdq = hwy::AllocateAligned<float>(kKeyTile * H);
+      s.kdq_cap = kKeyTile * H;
+    }
+    if (staged) s.kdq_off.resize(nkp);
     for (std::size_t k = 0; k < part; ++k) {  // keys k, k + part, ... (kKeyTile)
+      if constexpr (kQ8) {
+        if (staged) {
+          for (std::size_t i = 0; i < kKeyTile; ++i) {
+            DequantizeQ8_0Row(d, KvRowAt(kv, s.koff[k + i * part]), H, s.kdq.get() + i * H);
+            s.kdq_off[k + i * part] = static_cast<std::int64_t>(i * H);
+          }
+        }
+      }
       for (std::size_t g = 0; g < s.active.size(); ++g) {
         if (!s.active[g]) continue;
-        DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, kv, s.koff.data() + k, part, s.sc + g * kRowTile * bsp + k, bsp);
+        float* out = s.sc + g * kRowTile * bsp + k;
+        if (staged) {
+          DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, s.kdq.get(), s.kdq_off.data() + k, part, out, bsp);
+        } else {
+          DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, kv, s.koff.data() + k, part, out, bsp);
+        }
       }
       if (voff == nullptr) continue;
       for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + voff[j] / v_block * v_block_bytes, v_row_bytes);
