@@ -507,5 +507,56 @@ TEST(AttendOptimized, BitwiseIdenticalAcrossThreadCounts) {
   }
 }
 
+
+// One query's output does not depend on the queries it shares a call with:
+// the queries of a prefill run in one call, in chunks of any size, or one at a
+// time (decode) give bitwise the same rows (KV blocks and splits sit at
+// absolute key positions). Exact prompt caching and batching rely on it.
+TEST(AttendOptimized, QueryResultIndependentOfChunking) {
+  std::mt19937_64 rng(2025);
+  std::vector<Case> cases;
+  auto add = [&](int S, int T, int N, int Nkv, int H, int window, int ring, bool sink, bool bias, float softcap,
+                 DType kv, int block) {
+    Case c;
+    c.seed = rng();
+    c.S = S; c.T = T; c.N = N; c.Nkv = Nkv; c.H = H; c.window = window; c.ring = ring;
+    c.sink = sink; c.bias = bias; c.softcap = softcap; c.kv_dtype = kv; c.block = block;
+    c.scale = 3.0f / std::sqrt(static_cast<float>(H));
+    c.kv_len = {T};
+    c.q_offset = {T - S};
+    c.valid_q = {S};
+    cases.push_back(c);
+  };
+  add(70, 2100, 4, 1, 256, 0, 0, false, false, 0.0f, DType::kFloat32, 0);     // full layer, past two splits
+  add(45, 1500, 4, 1, 256, 512, 0, false, false, 0.0f, DType::kFloat16, 0);   // sliding window
+  add(45, 1500, 4, 1, 256, 512, 600, false, false, 0.0f, DType::kFloat32, 0); // window ring
+  add(33, 1300, 8, 2, 64, 97, 0, true, true, 30.0f, DType::kBFloat16, 7);     // odd block, sink, bias, softcap
+  for (const Case& c : cases) {
+    Problem whole(c);
+    AttendOptimized(whole.p, nullptr);
+    const std::size_t row = static_cast<std::size_t>(c.N) * c.H;
+    for (int chunk : {1, 5, 16, 17, c.S / 2 + 3}) {
+      for (int s0 = 0; s0 < c.S; s0 += chunk) {
+        const int n = std::min(chunk, c.S - s0);
+        AttendParams p = whole.p;
+        std::vector<float> out(static_cast<std::size_t>(n) * row, -1.0f);
+        const std::int64_t off = c.T - c.S + s0, valid = n;
+        p.q_len = n;
+        p.q = whole.q.data() + static_cast<std::size_t>(s0) * row;
+        p.q_offset = &off;
+        p.valid_q = &valid;
+        p.out = out.data();
+        p.out_dtype = DType::kFloat32;
+        if (c.bias) p.bias.data = whole.bias.data() + s0 * p.bias.s_stride * DTypeSize(c.bias_dtype);
+        ThreadPool pool(2);
+        AttendOptimized(p, &pool);
+        const float* want = reinterpret_cast<const float*>(whole.out.data()) + static_cast<std::size_t>(s0) * row;
+        ASSERT_EQ(0, std::memcmp(out.data(), want, out.size() * sizeof(float)))
+            << c.Describe() << " chunk " << chunk << " at query " << s0;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvshare::detail

@@ -337,3 +337,64 @@ TEST(TinyGemma, BatchRowsEqualRowsAlone) {
 
 }  // namespace
 }  // namespace kvshare
+
+namespace kvshare {
+namespace {
+
+// A token's logits do not depend on how its sequence was cut into calls and
+// steps (past the window and past the attention kernel's 1024-key splits):
+// one call, calls of 37 tokens, a smaller max_step, token by token at the
+// end, a batch next to another row, and a rewind then the same tokens again
+// all give bitwise the same logits. Exact prompt caching and batching in the
+// server rest on this.
+TEST(TinyGemma, LogitsIndependentOfChunking) {
+  TempGguf file(FloatSpec(), "chunking");  // float weights: no int8 activations to hide last-bit changes
+  auto m = Model::Load(file.path);
+  const int V = m->config().n_vocab, T = 1100;
+  const std::vector<std::int32_t> t = Tokens(T, V, 21);
+  const std::span<const std::int32_t> all(t);
+  ThreadPool pool(2);
+  auto last_logits = [&](ModelStateOptions o, const std::vector<int>& calls) {
+    auto st = m->NewState(o);
+    std::span<const float> l;
+    int at = 0;
+    for (int n : calls) {
+      l = m->Forward(*st, all.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)), &pool);
+      at += n;
+    }
+    EXPECT_EQ(at, T);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  const ModelStateOptions o{.max_context = T, .max_step = 256};
+  const std::vector<float> want = last_logits(o, {T});
+  std::vector<int> by37(T / 37, 37);
+  by37.push_back(T % 37);
+  EXPECT_EQ(last_logits(o, by37), want) << "calls of 37";
+  EXPECT_EQ(last_logits({.max_context = T, .max_step = 64}, {T}), want) << "max_step 64";
+  std::vector<int> tail = {T - 10};
+  tail.insert(tail.end(), 10, 1);
+  EXPECT_EQ(last_logits(o, tail), want) << "decode the last 10";
+  EXPECT_EQ(last_logits({.max_context = T, .max_step = 256, .exact_rewind = true}, {T}), want) << "exact_rewind";
+
+  // In a batch: row 1 prefills in chunks of 300 while row 0 decodes its own tokens.
+  auto batch = m->NewState({.max_context = T, .max_step = 256, .max_batch = 2});
+  const std::vector<std::int32_t> other = Tokens(20, V, 5);
+  std::span<const float> l;
+  for (int at = 0, i = 0; at < T; at += 300, ++i) {
+    const std::size_t n = static_cast<std::size_t>(std::min(300, T - at));
+    const std::vector<BatchEntry> entries = {{.row = 0, .tokens = std::span(other).subspan(static_cast<std::size_t>(i), 1)},
+                                             {.row = 1, .tokens = all.subspan(static_cast<std::size_t>(at), n)}};
+    l = m->ForwardBatch(*batch, entries, &pool);
+  }
+  EXPECT_EQ(Slice(l, 1, static_cast<std::size_t>(V)), want) << "batched";
+
+  // Rewind then the same tokens again (full-length sliding caches: any length).
+  auto st = m->NewState({.max_context = T, .max_step = 256, .exact_rewind = true});
+  m->Forward(*st, all, &pool);
+  st->Rewind(0, 700);
+  l = m->Forward(*st, all.subspan(700), &pool);
+  EXPECT_EQ(std::vector<float>(l.begin(), l.end()), want) << "rewind to 700";
+}
+
+}  // namespace
+}  // namespace kvshare

@@ -1,7 +1,10 @@
 // Blocked online-softmax attention: detail::AttendOptimized (attend.h).
 //
 // Work items are (row b, KV head n, query tile, KV split) from
-// cpu_attend_plan.h. An item walks its keys in blocks: the K block is read in
+// cpu_attend_plan.h. An item walks its keys in blocks aligned to absolute key
+// positions (multiples of the block length, the first and last clipped to the
+// item's keys; a score row is indexed from the aligned start, so a key always
+// sits in the same lane whichever tile reads it): the K block is read in
 // place (fp16 / bf16 rows widened to fp32 in registers, never copied) and
 // scored against all query-head rows of the tile (tile queries x the G heads
 // sharing the KV head), then the online softmax (running max m, denominator l)
@@ -160,8 +163,9 @@ void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_
   }
 }
 
-// Scores of block [kb, kb + nk) for the tile's active row groups: x after
-// scale, softcap and bias, -inf outside each row's visible range. Returns
+// Scores of keys [kb + off, kb + off + nk) of the block that starts at kb, for
+// the tile's active row groups: x[j - kb] after scale, softcap and bias, -inf
+// outside each row's visible range (and outside those keys). Returns
 // false when no row sees any key of the block. With voff (element offsets of
 // the block's V rows; null: no prefetch), while
 // the K rows of a tile are read, the V rows of the same keys are prefetched:
@@ -169,17 +173,18 @@ void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_
 // and is in L2 when P.V sweeps it column by column. (Prefetching whole blocks
 // ahead, or not prefetching V, measured slower on Zen 3.)
 template <class D, bool kSoftcap, bool kBias>
-bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb,
+bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb, std::size_t off,
                 std::size_t nk, const std::int64_t* voff, Scratch& s) {
   const AttendParams& p = *cx.p;
-  const std::size_t H = cx.H, bsp = cx.bsp, L = hn::Lanes(d);
-  const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
+  const std::size_t H = cx.H, bsp = cx.bsp;
+  const std::int64_t k0 = kb + static_cast<std::int64_t>(off);
+  const std::int64_t ke = k0 + static_cast<std::int64_t>(nk) - 1;
   bool any = false;
   for (std::size_t g = 0; g < s.active.size(); ++g) {
     char a = 0;
     for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
       const KeyRange& k = s.rows[r].keys;
-      a |= (!k.Empty() && k.lo <= ke && k.hi >= kb) ? 1 : 0;
+      a |= (!k.Empty() && k.lo <= ke && k.hi >= k0) ? 1 : 0;
     }
     s.active[g] = a;
     any = any || a;
@@ -187,7 +192,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
   if (!any) return false;
 
   const std::size_t nkp = RoundUp(nk, kKeyTile);
-  for (std::size_t j = 0; j < nk; ++j) s.koff[j] = KvOffset(p.k, t.b, t.n, kb + static_cast<std::int64_t>(j));
+  for (std::size_t j = 0; j < nk; ++j) s.koff[j] = KvOffset(p.k, t.b, t.n, k0 + static_cast<std::int64_t>(j));
   for (std::size_t j = nk; j < nkp; ++j) s.koff[j] = s.koff[0];
 
   // Each K tile is scored against every active row group while it is in L1.
@@ -222,7 +227,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
       }
       for (std::size_t g = 0; g < s.active.size(); ++g) {
         if (!s.active[g]) continue;
-        float* out = s.sc + g * kRowTile * bsp + k;
+        float* out = s.sc + g * kRowTile * bsp + off + k;
         if (staged) {
           DotTile<kKeyTile>(d, s.qs + g * kRowTile * H, H, s.kdq.get(), s.kdq_off.data() + k, part, out, bsp);
         } else {
@@ -233,21 +238,21 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
       for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + voff[j] / v_block * v_block_bytes, v_row_bytes);
     }
   });
-  const std::size_t nvec = RoundUp(nkp, L);  // >= nkp, <= bsp
   for (std::size_t g = 0; g < s.active.size(); ++g) {
     if (!s.active[g]) continue;
     for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
       float* x = s.sc + r * bsp;
       const KeyRange& k = s.rows[r].keys;
-      const std::int64_t lo = std::max(k.lo, kb), hi = std::min(k.hi, ke);
+      const std::int64_t lo = std::max(k.lo, k0), hi = std::min(k.hi, ke);
       if (k.Empty() || lo > hi) {
         std::fill(x, x + bsp, kNegInf);
         continue;
       }
       const std::size_t a = static_cast<std::size_t>(lo - kb), e = static_cast<std::size_t>(hi - kb) + 1;
       if constexpr (kSoftcap) {
-        std::fill(x + nkp, x + nvec, 0.0f);
-        SoftcapRow(d, x, nvec, p.softcap);
+        std::fill(x, x + off, 0.0f);
+        std::fill(x + off + nkp, x + bsp, 0.0f);
+        SoftcapRow(d, x, bsp, p.softcap);
       }
       if constexpr (kBias) AddBias(p.bias, s.rows[r].bias_off + kb, a, e, x);
       std::fill(x, x + a, kNegInf);
@@ -304,25 +309,28 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp;
   std::fill(s.acc, s.acc + s.rows.size() * H, 0.0f);
-  for (std::int64_t kb = sp.j0; kb < sp.j1; kb += static_cast<std::int64_t>(cx.bs)) {
-    const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), sp.j1 - kb));
+  const std::int64_t bs = static_cast<std::int64_t>(cx.bs);
+  for (std::int64_t kb = sp.j0 - sp.j0 % bs; kb < sp.j1; kb += bs) {
+    // Keys [k0, ke] of the aligned block [kb, kb + bs); score row entries
+    // [0, off) stay -inf and take no part in P.V.
+    const std::int64_t k0 = std::max(kb, sp.j0), ke = std::min(kb + bs, sp.j1) - 1;
+    const std::size_t off = static_cast<std::size_t>(k0 - kb), nk = static_cast<std::size_t>(ke - k0 + 1);
     // V row offsets: the prefetch during Q.K and P.V both use them.
-    for (std::size_t j = 0; j < nk; ++j) s.voff[j] = KvOffset(p.v, t.b, t.n, kb + static_cast<std::int64_t>(j));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, s.voff.data(), s)) continue;
-    const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
+    for (std::size_t j = 0; j < nk; ++j) s.voff[j] = KvOffset(p.v, t.b, t.n, k0 + static_cast<std::int64_t>(j));
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, off, nk, s.voff.data(), s)) continue;
     for (std::size_t g = 0; g < s.active.size(); ++g) {
       if (!s.active[g]) continue;
       for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile; ++r) {
         float* x = s.sc + r * bsp;
         const KeyRange& k = s.rows[r].keys;
         s.alpha[r] = 1.0f;
-        if (r >= rows || k.Empty() || k.lo > ke || k.hi < kb) {
-          std::fill(x, x + nk, 0.0f);
+        if (r >= rows || k.Empty() || k.lo > ke || k.hi < k0) {
+          std::fill(x + off, x + off + nk, 0.0f);
           continue;
         }
         const float m_new = std::max(s.m[r], MaxRow(d, x, bsp));
         if (m_new == kNegInf) {  // every visible score so far is -inf
-          std::fill(x, x + nk, 0.0f);
+          std::fill(x + off, x + off + nk, 0.0f);
           continue;
         }
         s.alpha[r] = std::exp(s.m[r] - m_new);
@@ -334,7 +342,7 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
     WithKvType(p.v.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* vv = static_cast<const T*>(p.v.data);
-      PvRows(d, s.acc, H, s.alpha.data(), s.sc, bsp, vv, s.voff.data(), nk, s.active.data(), s.active.size());
+      PvRows(d, s.acc, H, s.alpha.data(), s.sc + off, bsp, vv, s.voff.data(), nk, s.active.data(), s.active.size());
     });
   }
   if (t.num_splits == 1) {
@@ -390,7 +398,7 @@ void QkTile(D d, const Ctx& cx, std::size_t ti) {
   const std::size_t rows = SetupTile(d, cx, t, j0, j1, s);
   for (std::int64_t kb = j0; kb < j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), j1 - kb));
-    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, nk, nullptr, s)) continue;
+    if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, 0, nk, nullptr, s)) continue;
     const std::int64_t ke = kb + static_cast<std::int64_t>(nk) - 1;
     for (std::size_t r = 0; r < rows; ++r) {
       const RowInfo& ri = s.rows[r];
@@ -418,7 +426,8 @@ void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
   cx.H = static_cast<std::size_t>(p.head_size);
   cx.G = static_cast<std::size_t>(plan.group);
   cx.bs = static_cast<std::size_t>(plan.block);
-  cx.bsp = RoundUp(RoundUp(cx.bs, kKeyTile), hn::Lanes(d));
+  // Room for a clipped block's scores at an offset plus the Q.K tile padding.
+  cx.bsp = RoundUp(cx.bs + kKeyTile, hn::Lanes(d));
   hwy::AlignedFreeUniquePtr<float[]> partial;
   if (plan.partial_floats > 0) {
     partial = hwy::AllocateAligned<float>(static_cast<std::size_t>(plan.partial_floats));

@@ -14,9 +14,9 @@ AttendPlan BuildAttendPlan(const AttendParams& p) {
   plan.group = p.num_heads / p.kv_heads;
   plan.block = p.kv_block_size > 0 ? p.kv_block_size : DefaultKvBlock(p.head_size);
   plan.q_tile = std::max(1, kMaxTileRows / plan.group);
-  // Split-KV only when one tile covers the whole query length (decode-like):
-  // a choice made from S and G alone.
-  const bool split = p.q_len <= plan.q_tile;
+  // Split-KV at absolute key positions that are multiples of split_len, for
+  // every tile whatever S: a query's splits (and so its result) depend only on
+  // its own visible keys, not on the queries it shares a call or a tile with.
   const std::int64_t split_len =
       (static_cast<std::int64_t>(kSplitKeys) + plan.block - 1) / plan.block * plan.block;
   const std::int64_t H = p.head_size;
@@ -41,21 +41,20 @@ AttendPlan BuildAttendPlan(const AttendParams& p) {
         }
         const int tile_index = static_cast<int>(plan.tiles.size());
         t.first_split = static_cast<int>(plan.splits.size());
-        const std::int64_t span = t.keys.Empty() ? 0 : t.keys.hi - t.keys.lo + 1;
-        const std::int64_t ns = (split && span > split_len) ? (span + split_len - 1) / split_len : 1;
+        const std::int64_t first = t.keys.Empty() ? 0 : t.keys.lo / split_len;
+        const std::int64_t ns = t.keys.Empty() ? 1 : t.keys.hi / split_len - first + 1;
         t.num_splits = static_cast<int>(ns);
         const std::int64_t rows = static_cast<std::int64_t>(t.s1 - t.s0) * plan.group;
         for (std::int64_t i = 0; i < ns; ++i) {
           AttendSplit sp;
           sp.tile = tile_index;
-          if (span == 0) {
+          if (t.keys.Empty()) {
             sp.j0 = sp.j1 = 0;
-          } else if (ns == 1) {
-            sp.j0 = t.keys.lo;
-            sp.j1 = t.keys.hi + 1;
           } else {
-            sp.j0 = t.keys.lo + i * split_len;
-            sp.j1 = std::min(t.keys.hi + 1, sp.j0 + split_len);
+            sp.j0 = std::max(t.keys.lo, (first + i) * split_len);
+            sp.j1 = std::min(t.keys.hi + 1, (first + i + 1) * split_len);
+          }
+          if (ns > 1) {
             sp.part_offset = plan.partial_floats;
             plan.partial_floats += rows * (H + 2);
           }

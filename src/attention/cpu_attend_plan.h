@@ -1,8 +1,13 @@
 // Work decomposition of the blocked attention kernel (cpu_attend.cc): query
-// tiles per (row, KV head) and a fixed split-KV for short query tiles.
+// tiles per (row, KV head) and a fixed split-KV.
 //
 // Everything here depends only on the problem (AttendParams), never on the
 // thread count, so the kernel's results are bitwise identical for any pool.
+// Splits (and the kernel's KV blocks) sit at absolute key positions, multiples
+// of their length, so one query's result does not depend on the other queries
+// of its call either: a prompt run in chunks of any size, or a decode row
+// sharing a batched step with prefill rows, gives bitwise the same output as
+// the same query run alone (exact prompt caching and batching).
 #pragma once
 
 #include <cstdint>
@@ -63,9 +68,9 @@ struct AttendPlan {
 // Block length when p.kv_block_size == 0: about 128 KiB of fp32 keys (L2).
 int DefaultKvBlock(int head_size);
 
-// Builds the plan. kMaxTileRows query-head rows per tile; tiles that hold all
-// the valid queries of their row are split into kSplitKeys-long KV chunks
-// (rounded up to the block length).
+// Builds the plan. kMaxTileRows query-head rows per tile; every tile's keys
+// are split at the multiples of split_len (kSplitKeys rounded up to the block
+// length), so a tile spanning several such chunks has several splits.
 AttendPlan BuildAttendPlan(const AttendParams& p);
 
 inline constexpr int kMaxTileRows = 64;
