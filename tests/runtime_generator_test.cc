@@ -12,28 +12,12 @@
 #include "kvshare/tokenizer.h"
 #include "model_tiny_gemma.h"
 #include "runtime/generator.h"
+#include "runtime_tiny_vocab.h"
 
 namespace kvshare {
 namespace {
 
-// <pad> <eos> <bos> <unk>, then 46 one-letter pieces: every id decodes to text.
-VocabData TinyVocab(int n_vocab) {
-  VocabData v;
-  for (const char* s : {"<pad>", "<eos>", "<bos>", "<unk>"}) {
-    v.tokens.emplace_back(s);
-    v.token_types.push_back(static_cast<int32_t>(TokenType::kControl));
-  }
-  for (int i = 4; i < n_vocab; ++i) {
-    v.tokens.emplace_back(1, static_cast<char>('0' + i));
-    v.token_types.push_back(static_cast<int32_t>(TokenType::kNormal));
-  }
-  v.scores.assign(v.tokens.size(), 0.0f);
-  v.pad = 0;
-  v.eos = 1;
-  v.bos = 2;
-  v.unk = 3;
-  return v;
-}
+using testing::TinyVocab;
 
 TEST(Generator, StopTokensEndGeneration) {
   const testing::TinyGemmaSpec spec;

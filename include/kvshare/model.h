@@ -189,9 +189,10 @@ class Model {
   // for all of them (inputs longer than max_step run in lock-step chunks).
   // Returns [sum of num_logits, n_vocab]: entry by entry, in the given order,
   // each its last num_logits tokens' logits; valid until the next call on state.
-  // A row's logits do not depend on which other rows share its step (equal to
-  // running its tokens alone through Forward, to fp32 rounding of the attention
-  // kernel's split; matmuls are row by row). Throws kvshare::Error, changing no
+  // A row's logits do not depend on which other rows share its step, nor on
+  // how its tokens were cut into calls: bitwise equal to running them alone
+  // through Forward, in any chunks (matmuls are row by row; the attention
+  // kernel's KV blocks and splits sit at absolute positions). Throws kvshare::Error, changing no
   // row, for an empty entry list, a row out of range or repeated, and for what
   // Forward checks per row (overflow of max_context, token ids, num_logits).
   virtual std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,

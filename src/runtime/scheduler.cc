@@ -1,0 +1,610 @@
+// Continuous batching over one multi-row ModelState (kvshare/scheduler.h).
+#include "kvshare/scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "kvshare/error.h"
+#include "runtime/text_release.h"
+
+namespace kvshare {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kMaxTopLogprobs = 20;
+constexpr double kRecentWindowSeconds = 10.0;
+
+class Handle final : public RequestHandle {
+ public:
+  explicit Handle(std::uint64_t id) : id_(id) {}
+
+  bool Wait(std::vector<RequestEvent>& out, std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+    for (RequestEvent& e : events_) out.push_back(std::move(e));
+    events_.clear();
+    return true;
+  }
+  void Cancel() override { cancelled_.store(true); }
+  std::uint64_t id() const override { return id_; }
+
+  bool cancelled() const { return cancelled_.load(); }
+  void Push(RequestEvent e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const std::uint64_t id_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RequestEvent> events_;
+};
+
+// One request from Submit to its last event.
+struct Request {
+  Request(std::shared_ptr<Handle> h, RequestOptions o, const Tokenizer& tok)
+      : handle(std::move(h)), opt(std::move(o)), sampler(opt.sampler), decoder(tok), releaser(opt.stop) {
+    history = opt.prompt;
+  }
+  std::shared_ptr<Handle> handle;
+  RequestOptions opt;
+  Sampler sampler;
+  TokenStreamDecoder decoder;
+  detail::TextReleaser releaser;
+  std::vector<std::int32_t> history;     // prompt + sampled (repetition penalty)
+  std::vector<OutputToken> token_info;   // per sampled token: id and logprobs (text filled on release)
+  std::int64_t prefilled = 0;            // prompt tokens in the cache
+  std::int64_t cached = 0;               // of which reused from the prompt cache
+  int generated = 0;
+  std::int32_t next_token = -1;          // sampled, fed at the next step
+  std::uint64_t admit_seq = 0;
+
+  bool decoding() const { return prefilled == static_cast<std::int64_t>(opt.prompt.size()); }
+};
+
+struct Slot {
+  std::vector<std::int32_t> tokens;  // what the row's cache holds
+  std::unique_ptr<Request> req;      // null: free
+  std::uint64_t last_used = 0;
+};
+
+std::size_t CommonPrefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  std::size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+// log-softmax of `logits` at `token`, and the k most likely tokens.
+void Logprobs(std::span<const float> logits, std::int32_t token, int k, OutputToken& info) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+  const double log_z = mx + std::log(sum);
+  info.logprob = static_cast<float>(logits[static_cast<std::size_t>(token)] - log_z);
+  if (k <= 0) return;
+  std::vector<std::int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(kk), ids.end(),
+                    [&](std::int32_t a, std::int32_t b) {
+                      const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+                      return la != lb ? la > lb : a < b;
+                    });
+  for (std::size_t i = 0; i < kk; ++i) {
+    info.top.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
+  }
+}
+
+void CheckOptions(const SchedulerOptions& o) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw Error(what);
+  };
+  need(o.slots >= 1, "scheduler slots must be >= 1, got " + std::to_string(o.slots));
+  need(o.max_context >= 2, "scheduler max_context must be >= 2, got " + std::to_string(o.max_context));
+  need(o.step_tokens > o.slots, "scheduler step_tokens must be > slots (" + std::to_string(o.slots) +
+                                    ") so that a prefill always advances, got " + std::to_string(o.step_tokens));
+  need(o.max_queue >= 0, "scheduler max_queue must be >= 0, got " + std::to_string(o.max_queue));
+}
+
+}  // namespace
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "?";
+}
+
+struct Scheduler::Impl {
+  Impl(const Model& m, const Tokenizer& t, ThreadPool* p, const SchedulerOptions& o)
+      : model(m), tok(t), pool(p), opt(o) {
+    CheckOptions(o);
+    ModelStateOptions so;
+    so.max_context = o.max_context;
+    so.max_step = std::min(o.step_tokens, o.max_context);
+    so.kv_dtype = o.kv_dtype;
+    so.num_kv_shared_layers = o.num_kv_shared_layers;
+    so.max_batch = o.slots;
+    so.exact_rewind = o.exact_rewind;
+    state = model.NewState(so);
+    slots.resize(static_cast<std::size_t>(o.slots));
+    for (const LayerMemory& l : state->kv_cache().Memory().layers) {
+      if (!l.owns_cache || l.capacity == 0) continue;
+      layer_bytes.push_back({l.capacity, l.bytes / static_cast<std::size_t>(o.slots) / static_cast<std::size_t>(l.capacity)});
+    }
+    stats.slots = o.slots;
+    stats.kv_bytes = state->kv_bytes();
+    start = Clock::now();
+  }
+
+  const Model& model;
+  const Tokenizer& tok;
+  ThreadPool* pool;
+  SchedulerOptions opt;
+  std::unique_ptr<ModelState> state;
+  std::vector<Slot> slots;
+  std::deque<std::unique_ptr<Request>> waiting;  // stepping thread only
+  std::uint64_t admit_counter = 0;
+  std::uint64_t use_clock = 0;
+  std::vector<std::pair<std::int64_t, std::size_t>> layer_bytes;  // owning layers: capacity, bytes per position per row
+  static constexpr std::size_t kNoToken = static_cast<std::size_t>(-1);
+  std::int64_t sampled_this_step = 0;
+
+  // Shared with other threads.
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::unique_ptr<Request>> incoming;
+  std::atomic<int> queued{0};   // incoming + waiting
+  std::atomic<int> active{0};   // slots with a request
+  std::atomic<bool> draining{false};
+  std::atomic<bool> cancel_all{false};
+  std::uint64_t next_id = 1;
+  SchedulerStats stats;  // under mu
+  std::size_t kv_bytes_used = 0;  // under mu
+  std::int64_t kv_tokens = 0;     // under mu
+  std::deque<std::tuple<Clock::time_point, std::int64_t, std::int64_t>> recent;  // under mu: step end, prefill, decode tokens
+  Clock::time_point start;
+
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  bool running = false;
+
+  void Log(const std::string& line) const {
+    if (opt.log) opt.log(line);
+  }
+
+  void Validate(const RequestOptions& r) const {
+    if (r.prompt.empty()) throw Error("the prompt is empty: nothing to generate from");
+    const std::int32_t v = model.config().n_vocab;
+    for (std::size_t i = 0; i < r.prompt.size(); ++i) {
+      if (r.prompt[i] < 0 || r.prompt[i] >= v) {
+        throw Error("prompt token " + std::to_string(i) + " is " + std::to_string(r.prompt[i]) +
+                    ", outside the vocabulary [0, " + std::to_string(v) + ")");
+      }
+    }
+    if (r.max_tokens < 1) throw Error("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+    const std::int64_t need = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
+    if (need > opt.max_context) {
+      throw Error("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " + std::to_string(r.max_tokens) +
+                  " = " + std::to_string(need) + " exceeds the context of " + std::to_string(opt.max_context) +
+                  " tokens per slot");
+    }
+    if (r.top_logprobs < -1 || r.top_logprobs > kMaxTopLogprobs) {
+      throw Error("top_logprobs must be in [-1, 20], got " + std::to_string(r.top_logprobs));
+    }
+    for (const std::string& s : r.stop) {
+      if (s.empty()) throw Error("stop strings must not be empty");
+    }
+    Sampler check(r.sampler);  // throws naming a bad sampler option
+  }
+
+  SubmitResult Submit(RequestOptions r) {
+    Validate(r);
+    std::unique_lock<std::mutex> lock(mu);
+    if (draining.load()) {
+      ++stats.requests_rejected;
+      return {SubmitStatus::kDraining, nullptr};
+    }
+    if (queued.load() >= opt.max_queue + FreeSlotsHint()) {
+      ++stats.requests_rejected;
+      return {SubmitStatus::kQueueFull, nullptr};
+    }
+    auto handle = std::make_shared<Handle>(next_id++);
+    incoming.push_back(std::make_unique<Request>(handle, std::move(r), tok));
+    queued.fetch_add(1);
+    ++stats.requests_accepted;
+    lock.unlock();
+    wake.notify_all();
+    return {SubmitStatus::kAccepted, handle};
+  }
+
+  // Slots that will take queued requests at the next step: a request only
+  // waits in the queue (and counts against max_queue) beyond them.
+  int FreeSlotsHint() const { return opt.slots - active.load(); }
+
+  bool HasWork() const { return queued.load() > 0 || active.load() > 0; }
+
+  // Moves released pieces into e (text and tokens). A piece of kNoToken (a
+  // decoder flush) adds its text to the last token of e, if any.
+  void Emit(Request& r, std::vector<detail::ReleasedPiece>& pieces, RequestEvent& e) {
+    for (detail::ReleasedPiece& p : pieces) {
+      if (p.token == kNoToken) {
+        e.text += p.text;
+        if (!e.tokens.empty()) e.tokens.back().text += p.text;
+        continue;
+      }
+      OutputToken& t = r.token_info[p.token];
+      t.text = std::move(p.text);
+      e.text += t.text;
+      e.tokens.push_back(std::move(t));
+    }
+    pieces.clear();
+  }
+
+  // Ends r (in a slot or not) with its last event.
+  void Finish(Request& r, FinishReason reason, std::string detail, RequestEvent e, bool error = false) {
+    e.finished = true;
+    e.reason = reason;
+    e.detail = std::move(detail);
+    e.error = error;
+    e.usage = {static_cast<std::int64_t>(r.opt.prompt.size()), r.generated, r.cached};
+    r.handle->Push(std::move(e));
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.requests_finished;
+    if (reason == FinishReason::kAbort) ++stats.requests_cancelled;
+  }
+
+  void TakeIncoming() {
+    std::lock_guard<std::mutex> lock(mu);
+    while (!incoming.empty()) {
+      waiting.push_back(std::move(incoming.front()));
+      incoming.pop_front();
+    }
+  }
+
+  void RemoveCancelled() {
+    const bool all = cancel_all.exchange(false);
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if (all || (*it)->handle->cancelled()) {
+        Finish(**it, FinishReason::kAbort, "cancelled", {});
+        it = waiting.erase(it);
+        queued.fetch_sub(1);
+      } else {
+        ++it;
+      }
+    }
+    for (Slot& s : slots) {
+      if (s.req && (all || s.req->handle->cancelled())) {
+        Finish(*s.req, FinishReason::kAbort, "cancelled", {});
+        Free(s);
+      }
+    }
+  }
+
+  void Free(Slot& s) {
+    s.req.reset();
+    s.last_used = ++use_clock;
+    active.fetch_sub(1);
+  }
+
+  // The prompt-cache choice for r among free slots (see the header).
+  void Admit() {
+    while (!waiting.empty()) {
+      int best = -1;
+      std::size_t best_eff = 0, best_raw = 0;
+      int raw_slot = -1;
+      std::unique_ptr<Request>& r = waiting.front();
+      const std::vector<std::int32_t>& prompt = r->opt.prompt;
+      for (int i = 0; i < opt.slots; ++i) {
+        Slot& s = slots[static_cast<std::size_t>(i)];
+        if (s.req) continue;
+        std::size_t raw = opt.prompt_cache ? std::min(CommonPrefix(s.tokens, prompt), prompt.size() - 1) : 0;
+        std::size_t eff = raw;
+        if (eff > 0 && eff < s.tokens.size() && eff < static_cast<std::size_t>(state->kv_cache().OldestRewindLength(i))) {
+          eff = 0;
+        }
+        if (raw > best_raw) best_raw = raw, raw_slot = i;
+        const bool better = best < 0 || eff > best_eff ||
+                            (eff == best_eff && s.last_used < slots[static_cast<std::size_t>(best)].last_used);
+        if (better) best = i, best_eff = eff;
+      }
+      if (best < 0) return;  // no free slot
+      std::string fallback;
+      if (best_raw > best_eff) {
+        const Slot& rs = slots[static_cast<std::size_t>(raw_slot)];
+        const std::int64_t oldest = state->kv_cache().OldestRewindLength(raw_slot);
+        fallback = "prompt cache: request " + std::to_string(r->handle->id()) + " shares " + std::to_string(best_raw) +
+                   " prompt tokens with slot " + std::to_string(raw_slot) + " (" + std::to_string(rs.tokens.size()) +
+                   " cached), but its sliding-window rings no longer hold the positions needed to resume there " +
+                   "(they can rewind to " + std::to_string(oldest) + " tokens at the least); prefilling " +
+                   std::to_string(prompt.size() - best_eff) + " of " + std::to_string(prompt.size()) +
+                   " prompt tokens instead. --swa-full (exact_rewind) keeps full-length sliding caches for exact reuse";
+      }
+      Slot& s = slots[static_cast<std::size_t>(best)];
+      if (best_eff < s.tokens.size()) {
+        try {
+          if (best_eff == 0) {
+            state->Reset(best);
+          } else {
+            state->Rewind(best, static_cast<std::int64_t>(best_eff));
+          }
+        } catch (const Error& e) {
+          Log(std::string("prompt cache: rewind failed, re-prefilling: ") + e.what());
+          state->Reset(best);
+          best_eff = 0;
+        }
+        s.tokens.resize(best_eff);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!fallback.empty()) ++stats.prompt_cache_fallbacks;
+        if (best_eff > 0) {
+          ++stats.prompt_cache_hits;
+        } else {
+          ++stats.prompt_cache_misses;
+        }
+        stats.prompt_tokens += prompt.size();
+        stats.cached_prompt_tokens += best_eff;
+      }
+      if (!fallback.empty()) Log(fallback);
+      r->prefilled = r->cached = static_cast<std::int64_t>(best_eff);
+      r->admit_seq = ++admit_counter;
+      s.req = std::move(r);
+      s.last_used = ++use_clock;
+      waiting.pop_front();
+      queued.fetch_sub(1);
+      active.fetch_add(1);
+    }
+  }
+
+  // Samples r's next token from `logits` and streams it; frees the slot when r ends.
+  void SampleAndEmit(Slot& s, std::span<const float> logits) {
+    Request& r = *s.req;
+    const std::int32_t t = r.sampler.Sample(logits, r.history);
+    r.history.push_back(t);
+    ++r.generated;
+    ++sampled_this_step;
+    RequestEvent e;
+    std::vector<detail::ReleasedPiece> pieces;
+    const bool stop_token = std::find(r.opt.stop_tokens.begin(), r.opt.stop_tokens.end(), t) != r.opt.stop_tokens.end();
+    if (tok.IsEndOfGeneration(t) || stop_token) {
+      // The end token adds no text; bytes of an unfinished character become U+FFFD.
+      r.releaser.Add(kNoToken, r.decoder.Flush(), pieces);
+      r.releaser.Flush(pieces);
+      Emit(r, pieces, e);
+      Finish(r, FinishReason::kStop,
+             t == tok.eos_id() ? "eos" : t == tok.end_of_turn_id() ? "end_of_turn" : "stop token", std::move(e));
+      Free(s);
+      return;
+    }
+    OutputToken info;
+    info.token = t;
+    if (r.opt.top_logprobs >= 0) Logprobs(logits, t, r.opt.top_logprobs, info);
+    r.token_info.push_back(std::move(info));
+    r.releaser.Add(r.token_info.size() - 1, r.decoder.Feed(t), pieces);
+    if (!r.releaser.stopped() && r.generated >= r.opt.max_tokens) {
+      r.releaser.Add(kNoToken, r.decoder.Flush(), pieces);
+      r.releaser.Flush(pieces);
+      Emit(r, pieces, e);
+      Finish(r, r.releaser.stopped() ? FinishReason::kStop : FinishReason::kLength,
+             r.releaser.stopped() ? "stop string" : "max_tokens", std::move(e));
+      Free(s);
+      return;
+    }
+    Emit(r, pieces, e);
+    if (r.releaser.stopped()) {
+      Finish(r, FinishReason::kStop, "stop string", std::move(e));
+      Free(s);
+      return;
+    }
+    r.next_token = t;
+    if (!e.tokens.empty() || !e.text.empty()) r.handle->Push(std::move(e));
+  }
+
+  // Cached positions and the KV bytes they fill (under mu).
+  void UpdateUsage() {
+    std::size_t used = 0;
+    std::int64_t tokens = 0;
+    for (int i = 0; i < opt.slots; ++i) {
+      const std::int64_t len = state->length(i);
+      tokens += len;
+      for (const auto& [capacity, bytes] : layer_bytes) used += static_cast<std::size_t>(std::min(len, capacity)) * bytes;
+    }
+    kv_bytes_used = used;
+    kv_tokens = tokens;
+  }
+
+  bool Step() {
+    const bool worked = StepInner();
+    std::lock_guard<std::mutex> lock(mu);
+    UpdateUsage();
+    return worked;
+  }
+
+  bool StepInner() {
+    TakeIncoming();
+    RemoveCancelled();
+    Admit();
+    sampled_this_step = 0;
+    // Decode rows first, then prefill chunks in admission order.
+    std::vector<BatchEntry> entries;
+    std::vector<int> prefill_rows;
+    std::int64_t n_decode = 0, n_prefill = 0;
+    for (int i = 0; i < opt.slots; ++i) {
+      Slot& s = slots[static_cast<std::size_t>(i)];
+      if (!s.req) continue;
+      if (s.req->decoding()) {
+        entries.push_back({.row = i, .tokens = std::span<const std::int32_t>(&s.req->next_token, 1)});
+        ++n_decode;
+      } else {
+        prefill_rows.push_back(i);
+      }
+    }
+    std::sort(prefill_rows.begin(), prefill_rows.end(), [&](int a, int b) {
+      return slots[static_cast<std::size_t>(a)].req->admit_seq < slots[static_cast<std::size_t>(b)].req->admit_seq;
+    });
+    std::int64_t budget = opt.step_tokens - n_decode;
+    for (int i : prefill_rows) {
+      if (budget <= 0) break;
+      Request& r = *slots[static_cast<std::size_t>(i)].req;
+      const std::int64_t n = std::min<std::int64_t>(budget, static_cast<std::int64_t>(r.opt.prompt.size()) - r.prefilled);
+      entries.push_back({.row = i,
+                         .tokens = std::span<const std::int32_t>(r.opt.prompt).subspan(static_cast<std::size_t>(r.prefilled),
+                                                                                        static_cast<std::size_t>(n))});
+      budget -= n;
+      n_prefill += n;
+    }
+    if (entries.empty()) return false;
+
+    const auto t0 = Clock::now();
+    std::span<const float> logits;
+    try {
+      logits = model.ForwardBatch(*state, entries, pool);
+    } catch (const std::exception& ex) {
+      // Not expected once Submit's checks pass: the rows of this step end.
+      Log(std::string("step failed: ") + ex.what());
+      for (const BatchEntry& b : entries) {
+        Slot& s = slots[static_cast<std::size_t>(b.row)];
+        s.tokens.resize(static_cast<std::size_t>(state->length(b.row)));
+        Finish(*s.req, FinishReason::kAbort, std::string("internal error: ") + ex.what(), {}, true);
+        Free(s);
+      }
+      return true;
+    }
+    const std::size_t V = static_cast<std::size_t>(model.config().n_vocab);
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      const BatchEntry& b = entries[k];
+      Slot& s = slots[static_cast<std::size_t>(b.row)];
+      s.tokens.insert(s.tokens.end(), b.tokens.begin(), b.tokens.end());
+      Request& r = *s.req;
+      if (!r.decoding()) r.prefilled += static_cast<std::int64_t>(b.tokens.size());
+      if (r.decoding()) SampleAndEmit(s, logits.subspan(k * V, V));
+    }
+    const auto t1 = Clock::now();
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.steps;
+    stats.busy_seconds += std::chrono::duration<double>(t1 - t0).count();
+    stats.prefill_tokens += static_cast<std::uint64_t>(n_prefill);
+    stats.generated_tokens += static_cast<std::uint64_t>(sampled_this_step);
+    recent.emplace_back(t1, n_prefill, sampled_this_step);
+    return true;
+  }
+
+  SchedulerStats Snapshot() const {
+    std::lock_guard<std::mutex> lock(mu);
+    SchedulerStats s = stats;
+    s.active_slots = active.load();
+    s.queue_depth = queued.load();
+    return s;
+  }
+};
+
+Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, ThreadPool* pool, const SchedulerOptions& options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, pool, options)) {}
+
+Scheduler::~Scheduler() {
+  CancelAll();
+  Stop();
+}
+
+const SchedulerOptions& Scheduler::options() const { return impl_->opt; }
+
+SubmitResult Scheduler::Submit(RequestOptions request) { return impl_->Submit(std::move(request)); }
+
+bool Scheduler::Step() {
+  if (impl_->running) throw Error("Scheduler::Step: the scheduler runs its own thread (Start); call Stop first");
+  return impl_->Step();
+}
+
+void Scheduler::Start() {
+  Impl& m = *impl_;
+  if (m.running) return;
+  m.stop.store(false);
+  m.running = true;
+  m.thread = std::thread([&m] {
+    while (!m.stop.load()) {
+      bool worked = false;
+      try {
+        worked = m.Step();
+      } catch (const std::exception& e) {
+        m.Log(std::string("scheduler step: ") + e.what());
+      }
+      if (!worked) {
+        std::unique_lock<std::mutex> lock(m.mu);
+        m.wake.wait_for(lock, std::chrono::milliseconds(50),
+                        [&] { return m.stop.load() || !m.incoming.empty() || m.cancel_all.load(); });
+      }
+    }
+  });
+}
+
+void Scheduler::Stop() {
+  Impl& m = *impl_;
+  if (!m.running) return;
+  m.stop.store(true);
+  m.wake.notify_all();
+  m.thread.join();
+  m.running = false;
+}
+
+void Scheduler::Drain() { impl_->draining.store(true); }
+
+void Scheduler::CancelAll() {
+  impl_->cancel_all.store(true);
+  impl_->wake.notify_all();
+}
+
+bool Scheduler::Idle() const { return !impl_->HasWork(); }
+
+bool Scheduler::WaitIdle(std::chrono::milliseconds timeout) const {
+  const auto end = Clock::now() + timeout;
+  while (!Idle()) {
+    if (Clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+SchedulerStats Scheduler::Stats() const {
+  Impl& m = *impl_;
+  SchedulerStats s;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    const auto now = Clock::now();
+    while (!m.recent.empty() &&
+           std::chrono::duration<double>(now - std::get<0>(m.recent.front())).count() > kRecentWindowSeconds) {
+      m.recent.pop_front();
+    }
+    std::int64_t pre = 0, dec = 0;
+    for (const auto& [t, p, d] : m.recent) pre += p, dec += d;
+    const double window = std::min(kRecentWindowSeconds, std::chrono::duration<double>(now - m.start).count());
+    s = m.stats;
+    if (window > 0) {
+      s.recent_prefill_tokens_per_second = static_cast<double>(pre) / window;
+      s.recent_decode_tokens_per_second = static_cast<double>(dec) / window;
+    }
+    s.kv_bytes_used = m.kv_bytes_used;
+    s.kv_tokens = m.kv_tokens;
+  }
+  s.active_slots = m.active.load();
+  s.queue_depth = m.queued.load();
+  return s;
+}
+
+}  // namespace kvshare

@@ -1,0 +1,436 @@
+// Scheduler (kvshare/scheduler.h) on tiny random models written by the tests
+// (model_tiny_gemma.h, model_tiny_gemma4.h) and on the default model:
+// - requests run together (ragged prompts past the window, chunked prefill
+//   mixed with decode rows, more requests than slots) give bitwise the same
+//   tokens and logprobs as each run alone, and the same tokens as Generator;
+// - prompt caching: a hit reuses the common prefix and gives the cold result;
+//   a prefix the sliding rings no longer hold falls back to a full prefill,
+//   logged and counted; exact_rewind (--swa-full) turns it into a hit;
+// - cancellation frees the slot at the next step; the queue is bounded;
+// - stop strings, stop tokens, max_tokens; Submit's checks.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvshare/error.h"
+#include "kvshare/model.h"
+#include "kvshare/scheduler.h"
+#include "kvshare/thread_pool.h"
+#include "kvshare/tokenizer.h"
+#include "model_tiny_gemma.h"
+#include "model_tiny_gemma4.h"
+#include "runtime/generator.h"
+#include "runtime_tiny_vocab.h"
+
+namespace kvshare {
+namespace {
+
+using testing::TempGguf;
+using testing::TinyVocab;
+
+// Everything a request produced.
+struct Result {
+  std::string text;
+  std::vector<OutputToken> tokens;
+  RequestEvent last;
+  int events = 0;
+};
+
+Result Collect(RequestHandle& h, std::vector<RequestEvent>& events) {
+  Result r;
+  for (RequestEvent& e : events) {
+    ++r.events;
+    r.text += e.text;
+    for (OutputToken& t : e.tokens) r.tokens.push_back(t);
+    if (e.finished) r.last = e;
+  }
+  (void)h;
+  return r;
+}
+
+// Steps until every handle has finished; returns their results in order.
+std::vector<Result> RunAll(Scheduler& s, const std::vector<std::shared_ptr<RequestHandle>>& handles) {
+  std::vector<std::vector<RequestEvent>> events(handles.size());
+  for (int guard = 0; guard < 100000 && !s.Idle(); ++guard) s.Step();
+  EXPECT_TRUE(s.Idle());
+  std::vector<Result> out;
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    handles[i]->Wait(events[i], std::chrono::milliseconds(0));
+    out.push_back(Collect(*handles[i], events[i]));
+    EXPECT_TRUE(out.back().last.finished) << "request " << i;
+  }
+  return out;
+}
+
+std::shared_ptr<RequestHandle> MustSubmit(Scheduler& s, RequestOptions r) {
+  SubmitResult res = s.Submit(std::move(r));
+  EXPECT_EQ(res.status, SubmitStatus::kAccepted);
+  return res.handle;
+}
+
+std::vector<std::int32_t> Prompt(int n, int vocab, unsigned seed) {
+  std::vector<std::int32_t> t = {2};
+  std::uint64_t x = seed;
+  for (int i = 1; i < n; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t.push_back(4 + static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(vocab - 4)));
+  }
+  return t;
+}
+
+void ExpectSame(const Result& a, const Result& b, const std::string& what) {
+  EXPECT_EQ(a.text, b.text) << what;
+  ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
+  for (std::size_t i = 0; i < a.tokens.size(); ++i) {
+    EXPECT_EQ(a.tokens[i].token, b.tokens[i].token) << what << " token " << i;
+    EXPECT_EQ(a.tokens[i].text, b.tokens[i].text) << what << " token " << i;
+    // Bitwise: the logits they come from are bitwise equal.
+    EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << what << " token " << i;
+    ASSERT_EQ(a.tokens[i].top.size(), b.tokens[i].top.size()) << what;
+    for (std::size_t k = 0; k < a.tokens[i].top.size(); ++k) {
+      EXPECT_EQ(a.tokens[i].top[k].token, b.tokens[i].top[k].token) << what;
+      EXPECT_EQ(a.tokens[i].top[k].logprob, b.tokens[i].top[k].logprob) << what;
+    }
+  }
+  EXPECT_EQ(a.last.reason, b.last.reason) << what;
+  EXPECT_EQ(a.last.usage.completion_tokens, b.last.usage.completion_tokens) << what;
+}
+
+// A tiny float-weight Gemma 3 (window 5; float matmuls keep every last bit).
+struct TinySetup {
+  testing::TinyGemmaSpec spec = [] {
+    testing::TinyGemmaSpec s;
+    s.types = {GgmlType::kF32, GgmlType::kF16};
+    return s;
+  }();
+  TempGguf file{spec, "scheduler"};
+  std::unique_ptr<Model> model = Model::Load(file.path);
+  Tokenizer tok{TinyVocab(spec.n_vocab)};
+  int V = spec.n_vocab;
+};
+
+std::vector<RequestOptions> MixedRequests(int V) {
+  std::vector<RequestOptions> rs;
+  const int lens[] = {3, 17, 9, 30, 1, 12};
+  for (int i = 0; i < 6; ++i) {
+    RequestOptions r;
+    r.prompt = Prompt(lens[i], V, 100 + static_cast<unsigned>(i));
+    r.max_tokens = 5 + 3 * i;
+    r.top_logprobs = i % 3 == 0 ? 3 : (i % 3 == 1 ? 0 : -1);
+    if (i % 2 == 1) r.sampler = {.temperature = 0.9f, .top_k = 20, .top_p = 0.95f, .seed = 7u + static_cast<unsigned>(i)};
+    rs.push_back(r);
+  }
+  return rs;
+}
+
+Result Alone(TinySetup& t, const RequestOptions& r, SchedulerOptions o) {
+  o.slots = 1;
+  o.step_tokens = std::max(o.step_tokens, 2);
+  Scheduler s(*t.model, t.tok, nullptr, o);
+  auto h = MustSubmit(s, r);
+  return RunAll(s, {h})[0];
+}
+
+TEST(Scheduler, ConcurrentRequestsEqualEachAlone) {
+  TinySetup t;
+  ThreadPool pool(2);
+  // 3 slots for 6 requests (queueing); 7 tokens per step: prompts are
+  // prefilled in chunks next to decoding rows.
+  const SchedulerOptions o{.slots = 3, .max_context = 64, .step_tokens = 7};
+  Scheduler s(*t.model, t.tok, &pool, o);
+  const std::vector<RequestOptions> rs = MixedRequests(t.V);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const RequestOptions& r : rs) hs.push_back(MustSubmit(s, r));
+  const std::vector<Result> together = RunAll(s, hs);
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    ExpectSame(together[i], Alone(t, rs[i], {.max_context = 64, .step_tokens = 64}), "request " + std::to_string(i));
+    // The same tokens as the single-sequence Generator (one char per token).
+    Generator gen(*t.model, t.tok, nullptr, {.max_context = 64});
+    GenerateOptions go{.max_new_tokens = rs[i].max_tokens, .sampler = rs[i].sampler};
+    std::string text;
+    gen.Generate(rs[i].prompt, go, [&](std::string_view p) { text += p; });
+    EXPECT_EQ(together[i].text, text) << "request " << i;
+    EXPECT_EQ(together[i].last.usage.prompt_tokens, static_cast<std::int64_t>(rs[i].prompt.size()));
+  }
+  const SchedulerStats st = s.Stats();
+  EXPECT_EQ(st.requests_finished, rs.size());
+  EXPECT_EQ(st.active_slots, 0);
+  EXPECT_EQ(st.queue_depth, 0);
+}
+
+TEST(Scheduler, ThreadedSubmitEqualsAlone) {
+  TinySetup t;
+  ThreadPool pool(2);
+  Scheduler s(*t.model, t.tok, &pool, {.slots = 4, .max_context = 64, .step_tokens = 9});
+  s.Start();
+  const std::vector<RequestOptions> rs = MixedRequests(t.V);
+  std::vector<Result> got(rs.size());
+  std::vector<std::thread> clients;
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    clients.emplace_back([&, i] {
+      auto h = MustSubmit(s, rs[i]);
+      std::vector<RequestEvent> ev;
+      for (int n = 0; n < 2000 && (ev.empty() || !ev.back().finished); ++n) h->Wait(ev, std::chrono::milliseconds(10));
+      got[i] = Collect(*h, ev);
+    });
+  }
+  for (std::thread& c : clients) c.join();
+  s.Stop();
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    ExpectSame(got[i], Alone(t, rs[i], {.max_context = 64, .step_tokens = 64}), "request " + std::to_string(i));
+  }
+}
+
+TEST(Scheduler, PromptCacheHitIsExact) {
+  TinySetup t;
+  // Rings of window 5 + step 8 - 1 = 12 positions.
+  const SchedulerOptions o{.slots = 2, .max_context = 64, .step_tokens = 8};
+  Scheduler s(*t.model, t.tok, nullptr, o);
+  const std::vector<std::int32_t> p = Prompt(20, t.V, 1);
+  RequestOptions a{.prompt = p, .max_tokens = 4, .top_logprobs = 2};
+  RunAll(s, {MustSubmit(s, a)});
+  // b shares 18 tokens with a (a's slot holds 23): rewind to 18 keeps the ring's window.
+  RequestOptions b = a;
+  b.prompt.resize(18);
+  for (int i = 0; i < 5; ++i) b.prompt.push_back(10 + i);
+  const Result hit = RunAll(s, {MustSubmit(s, b)})[0];
+  EXPECT_EQ(hit.last.usage.cached_tokens, 18);
+  ExpectSame(hit, Alone(t, b, o), "cache hit vs cold");
+  // The same prompt again: all but its last token come from the cache.
+  const Result again = RunAll(s, {MustSubmit(s, b)})[0];
+  EXPECT_EQ(again.last.usage.cached_tokens, static_cast<std::int64_t>(b.prompt.size()) - 1);
+  ExpectSame(again, hit, "repeat");
+  const SchedulerStats st = s.Stats();
+  EXPECT_EQ(st.prompt_cache_hits, 2u);
+  EXPECT_EQ(st.prompt_cache_misses, 1u);
+  EXPECT_EQ(st.prompt_cache_fallbacks, 0u);
+  EXPECT_EQ(st.cached_prompt_tokens, 18u + 22u);
+  EXPECT_EQ(st.prefill_tokens, 20u + 5u + 1u);
+}
+
+TEST(Scheduler, RingFallbackIsLoggedAndExact_SwaFullHits) {
+  TinySetup t;
+  const std::vector<std::int32_t> p = Prompt(20, t.V, 2);
+  RequestOptions a{.prompt = p, .max_tokens = 20};
+  RequestOptions b{.prompt = std::vector<std::int32_t>(p.begin(), p.begin() + 15), .max_tokens = 6, .top_logprobs = 1};
+  b.prompt.push_back(7);
+  for (bool exact : {false, true}) {
+    std::vector<std::string> log;
+    SchedulerOptions o{.slots = 1, .max_context = 64, .step_tokens = 8, .exact_rewind = exact};
+    o.log = [&](std::string_view l) { log.emplace_back(l); };
+    Scheduler s(*t.model, t.tok, nullptr, o);
+    RunAll(s, {MustSubmit(s, a)});
+    // a's slot holds 39 tokens; its rings the last 12: resuming at 15 needs 11..14.
+    const Result r = RunAll(s, {MustSubmit(s, b)})[0];
+    ExpectSame(r, Alone(t, b, {.max_context = 64, .step_tokens = 8}), exact ? "swa-full hit" : "fallback");
+    const SchedulerStats st = s.Stats();
+    if (exact) {
+      EXPECT_EQ(r.last.usage.cached_tokens, 15);
+      EXPECT_EQ(st.prompt_cache_fallbacks, 0u);
+      EXPECT_TRUE(log.empty());
+    } else {
+      EXPECT_EQ(r.last.usage.cached_tokens, 0);
+      EXPECT_EQ(st.prompt_cache_fallbacks, 1u);
+      ASSERT_EQ(log.size(), 1u);
+      EXPECT_NE(log[0].find("shares 15 prompt tokens with slot 0 (39 cached)"), std::string::npos) << log[0];
+      EXPECT_NE(log[0].find("--swa-full"), std::string::npos) << log[0];
+    }
+  }
+}
+
+TEST(Scheduler, CancelFreesTheSlotAtTheNextStep) {
+  TinySetup t;
+  Scheduler s(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 64, .step_tokens = 8, .max_queue = 4});
+  auto a = MustSubmit(s, {.prompt = Prompt(5, t.V, 3), .max_tokens = 50});
+  auto b = MustSubmit(s, {.prompt = Prompt(4, t.V, 4), .max_tokens = 3});
+  for (int i = 0; i < 4; ++i) s.Step();
+  EXPECT_EQ(s.Stats().active_slots, 1);
+  EXPECT_EQ(s.Stats().queue_depth, 1);
+  a->Cancel();
+  s.Step();  // a leaves before the step runs; b takes the slot in the same step
+  std::vector<RequestEvent> ev;
+  a->Wait(ev, std::chrono::milliseconds(0));
+  ASSERT_FALSE(ev.empty());
+  EXPECT_TRUE(ev.back().finished);
+  EXPECT_EQ(ev.back().reason, FinishReason::kAbort);
+  EXPECT_EQ(ev.back().usage.completion_tokens, 4);  // one per step, nothing after the cancel
+  EXPECT_EQ(s.Stats().queue_depth, 0);
+  EXPECT_EQ(s.Stats().active_slots, 1);
+  const Result rb = RunAll(s, {b})[0];
+  EXPECT_EQ(rb.last.reason, FinishReason::kLength);
+  EXPECT_EQ(s.Stats().requests_cancelled, 1u);
+  // Cancelling a queued request.
+  auto c = MustSubmit(s, {.prompt = Prompt(4, t.V, 5), .max_tokens = 30});
+  auto d = MustSubmit(s, {.prompt = Prompt(4, t.V, 6), .max_tokens = 3});
+  s.Step();
+  d->Cancel();
+  s.CancelAll();
+  s.Step();
+  EXPECT_TRUE(s.Idle());
+  for (auto& h : {c, d}) {
+    std::vector<RequestEvent> e;
+    h->Wait(e, std::chrono::milliseconds(0));
+    ASSERT_FALSE(e.empty());
+    EXPECT_EQ(e.back().reason, FinishReason::kAbort);
+  }
+}
+
+TEST(Scheduler, QueueIsBoundedAndDrainRefuses) {
+  TinySetup t;
+  Scheduler s(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 64, .step_tokens = 8, .max_queue = 1});
+  const RequestOptions r{.prompt = Prompt(4, t.V, 7), .max_tokens = 2};
+  EXPECT_EQ(s.Submit(r).status, SubmitStatus::kAccepted);  // takes the slot
+  EXPECT_EQ(s.Submit(r).status, SubmitStatus::kAccepted);  // waits
+  SubmitResult full = s.Submit(r);
+  EXPECT_EQ(full.status, SubmitStatus::kQueueFull);
+  EXPECT_EQ(full.handle, nullptr);
+  s.Step();  // the first is running, one waits: still full
+  EXPECT_EQ(s.Submit(r).status, SubmitStatus::kQueueFull);
+  s.Drain();
+  EXPECT_EQ(s.Submit(r).status, SubmitStatus::kDraining);
+  EXPECT_TRUE(s.WaitIdle(std::chrono::milliseconds(0)) == false);
+  for (int i = 0; i < 100 && !s.Idle(); ++i) s.Step();
+  EXPECT_TRUE(s.Idle());
+  EXPECT_EQ(s.Stats().requests_rejected, 3u);
+  EXPECT_EQ(s.Stats().requests_finished, 2u);
+}
+
+TEST(Scheduler, StopStringsTokensAndLength) {
+  TinySetup t;
+  const SchedulerOptions o{.slots = 2, .max_context = 64, .step_tokens = 8};
+  const RequestOptions base{.prompt = Prompt(6, t.V, 8), .max_tokens = 12};
+  const Result full = Alone(t, base, o);
+  ASSERT_EQ(full.text.size(), 12u);  // one character per token
+  EXPECT_EQ(full.last.reason, FinishReason::kLength);
+  EXPECT_EQ(full.last.detail, "max_tokens");
+  // A stop string of two characters from the middle: the text ends before it,
+  // and no event ever showed part of it.
+  const std::string stop = full.text.substr(5, 2);
+  const std::size_t first = full.text.find(stop);
+  RequestOptions r = base;
+  r.stop = {"never", stop};
+  Scheduler s(*t.model, t.tok, nullptr, o);
+  auto h = MustSubmit(s, r);
+  std::vector<RequestEvent> ev;
+  std::string streamed;
+  while (!s.Idle()) {
+    s.Step();
+    h->Wait(ev, std::chrono::milliseconds(0));
+  }
+  const Result got = Collect(*h, ev);
+  EXPECT_EQ(got.text, full.text.substr(0, first));
+  EXPECT_EQ(got.last.reason, FinishReason::kStop);
+  EXPECT_EQ(got.last.detail, "stop string");
+  EXPECT_EQ(got.last.usage.completion_tokens, static_cast<std::int64_t>(first + 2));
+  // A stop token ends generation at it (the token adds no text).
+  r = base;
+  r.stop_tokens = {full.tokens[3].token};
+  const std::size_t at = static_cast<std::size_t>(
+      std::find_if(full.tokens.begin(), full.tokens.end(), [&](const OutputToken& x) { return x.token == r.stop_tokens[0]; }) -
+      full.tokens.begin());
+  const Result st = Alone(t, r, o);
+  EXPECT_EQ(st.text, full.text.substr(0, at));
+  EXPECT_EQ(st.last.detail, "stop token");
+  EXPECT_EQ(st.last.usage.completion_tokens, static_cast<std::int64_t>(at + 1));
+}
+
+TEST(Scheduler, SubmitChecksRequests) {
+  TinySetup t;
+  Scheduler s(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 16, .step_tokens = 8});
+  const std::vector<std::pair<RequestOptions, std::string>> bad = {
+      {{.prompt = {}}, "the prompt is empty"},
+      {{.prompt = {2, 50}}, "prompt token 1 is 50, outside the vocabulary [0, 50)"},
+      {{.prompt = {2, 3}, .max_tokens = 0}, "max_tokens must be >= 1"},
+      {{.prompt = Prompt(10, t.V, 1), .max_tokens = 7}, "= 17 exceeds the context of 16 tokens per slot"},
+      {{.prompt = {2}, .max_tokens = 1, .top_logprobs = 21}, "top_logprobs must be in [-1, 20]"},
+      {{.prompt = {2}, .max_tokens = 1, .stop = {""}}, "stop strings must not be empty"},
+      {{.prompt = {2}, .max_tokens = 1, .sampler = {.temperature = 1.0f, .top_p = 1.5f}}, "top_p must be in (0, 1], got 1.5"},
+  };
+  for (const auto& [r, want] : bad) {
+    try {
+      s.Submit(r);
+      ADD_FAILURE() << "no error, wanted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(s.Idle());
+  EXPECT_THROW(Scheduler(*t.model, t.tok, nullptr, {.slots = 4, .step_tokens = 4}), Error);
+  EXPECT_THROW(Scheduler(*t.model, t.tok, nullptr, {.slots = 0}), Error);
+}
+
+// Gemma 4 (KV-shared layers with the prefill short-cut, per-layer head sizes):
+// together equals alone, and a cache hit equals cold.
+TEST(Scheduler, Gemma4ConcurrentAndCachedEqualAlone) {
+  const testing::TinyGemma4Spec spec;
+  const TempGguf file = testing::TempGemma4(spec, "scheduler");
+  const std::unique_ptr<Model> model = Model::Load(file.path);
+  const Tokenizer tok(TinyVocab(spec.n_vocab));
+  ThreadPool pool(2);
+  const SchedulerOptions o{.slots = 3, .max_context = 80, .step_tokens = 6};
+  Scheduler s(*model, tok, &pool, o);
+  std::vector<RequestOptions> rs;
+  for (int i = 0; i < 5; ++i) {
+    rs.push_back({.prompt = Prompt(4 + 7 * i, spec.n_vocab, 40 + static_cast<unsigned>(i)), .max_tokens = 6 + i,
+                  .top_logprobs = 2});
+  }
+  rs.push_back(rs[3]);  // served from the cache of request 3's slot (if free) or cold: same result
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const RequestOptions& r : rs) hs.push_back(MustSubmit(s, r));
+  const std::vector<Result> got = RunAll(s, hs);
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    Scheduler alone(*model, tok, nullptr, {.slots = 1, .max_context = 80, .step_tokens = 64});
+    auto h = MustSubmit(alone, rs[i]);
+    ExpectSame(got[i], RunAll(alone, {h})[0], "gemma4 request " + std::to_string(i));
+  }
+}
+
+std::string DefaultModel() {
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/models/gemma-3-270m-q4_k_m.gguf";
+}
+
+// The default model: 8 greedy requests together (one prompt past the
+// 512-token window) equal each alone, token for token and logprob for
+// logprob; a request sharing a prefix is served from the cache, identically.
+TEST(Scheduler, DefaultModelEightConcurrentEqualAlone) {
+  if (!std::filesystem::exists(DefaultModel())) GTEST_SKIP() << "no default model at " << DefaultModel();
+  const std::unique_ptr<Model> model = Model::Load(DefaultModel());
+  const Tokenizer tok(ReadVocab(model->gguf()));
+  ThreadPool pool(2);
+  const SchedulerOptions o{.slots = 8, .max_context = 1024, .step_tokens = 128};
+  std::vector<RequestOptions> rs;
+  const std::string base = "The capital of France is Paris. The capital of Germany is Berlin. ";
+  for (int i = 0; i < 8; ++i) {
+    std::string text;
+    for (int k = 0; k < (i == 7 ? 45 : 1 + i); ++k) text += base;
+    text += "Question " + std::to_string(i) + ": the capital of Italy is";
+    rs.push_back({.prompt = tok.Encode(text), .max_tokens = 6, .top_logprobs = 1});
+  }
+  ASSERT_GT(rs[7].prompt.size(), 600u);
+  Scheduler s(*model, tok, &pool, o);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const RequestOptions& r : rs) hs.push_back(MustSubmit(s, r));
+  const std::vector<Result> got = RunAll(s, hs);
+  Scheduler alone(*model, tok, &pool, {.slots = 1, .max_context = 1024, .step_tokens = 512});
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    ExpectSame(got[i], RunAll(alone, {MustSubmit(alone, rs[i])})[0], "default model request " + std::to_string(i));
+  }
+  // Shares all but the question with request 6 (still cached in a slot).
+  RequestOptions follow = rs[6];
+  follow.prompt = tok.Encode(std::string(base).append(base).append(base).append(base).append(base).append(base).append(base) +
+                             "Question 9: the capital of Spain is");
+  const Result hit = RunAll(s, {MustSubmit(s, follow)})[0];
+  EXPECT_GT(hit.last.usage.cached_tokens, 100);
+  Scheduler cold(*model, tok, &pool, {.slots = 1, .max_context = 1024, .step_tokens = 128});
+  ExpectSame(hit, RunAll(cold, {MustSubmit(cold, follow)})[0], "default model cache hit");
+}
+
+}  // namespace
+}  // namespace kvshare
