@@ -10,7 +10,7 @@
 #
 # Usage: scripts/setup.sh [options] GROUP...
 #   GROUPs (several may be given):
-#     build    Debian packages to build everything: library, CLI, tests, benchmarks
+#     build    Debian packages to build everything: library, CLI, server, tests, benchmarks
 #     run      build + the default model (scripts/run.sh)
 #     tests    build + Python test modules + the default model (scripts/test.sh)
 #     ci       tests + clang (fuzzer) + the onnxruntime peer suite's modules (.ci/run)
@@ -32,11 +32,14 @@ set -euo pipefail
 readonly APT_COMPILER="g++ cmake ninja-build"
 readonly APT_LIBS="libhwy-dev libsentencepiece-dev"
 readonly APT_CLI="libcli11-dev nlohmann-json3-dev"
+readonly APT_SERVER="libcpp-httplib-dev pkg-config"
 readonly APT_TESTS="libgtest-dev libgmock-dev"
 readonly APT_BENCH="libbenchmark-dev"
 readonly APT_CI="clang libclang-rt-14-dev"
-# Python modules as pip-name:import-name.
-readonly PIP_TESTS="numpy:numpy pytest:pytest gguf:gguf"
+# The server's tests: the chat page in headless Chromium, nginx in front of two servers.
+readonly APT_SERVE_TESTS="chromium nginx"
+# Python modules as pip-name:import-name (openai: the official client drives the server's tests).
+readonly PIP_TESTS="numpy:numpy pytest:pytest gguf:gguf openai:openai"
 readonly PIP_CI="onnxruntime:onnxruntime onnx:onnx ml_dtypes:ml_dtypes pybind11:pybind11 scikit-build-core:scikit_build_core"
 
 die_usage() { echo "setup.sh: $*" >&2; echo "usage: scripts/setup.sh [--check|--plan|--print-python|--list] GROUP..." >&2; exit 2; }
@@ -61,10 +64,11 @@ root=${KVSHARE_SETUP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 apt_want="" pip_want="" want_model=0 want_pip=0 want_headers=0
 for g in "${groups[@]}"; do
   case "$g" in
-    build) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_TESTS $APT_BENCH" ;;
-    run) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_TESTS $APT_BENCH"; want_model=1 ;;
-    tests) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_TESTS $APT_BENCH"; pip_want+=" $PIP_TESTS"; want_model=1 ;;
-    ci) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_TESTS $APT_BENCH $APT_CI"
+    build) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_SERVER $APT_TESTS $APT_BENCH" ;;
+    run) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_SERVER $APT_TESTS $APT_BENCH"; want_model=1 ;;
+    tests) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_SERVER $APT_TESTS $APT_BENCH $APT_SERVE_TESTS"
+           pip_want+=" $PIP_TESTS"; want_model=1 ;;
+    ci) apt_want+=" $APT_COMPILER $APT_LIBS $APT_CLI $APT_SERVER $APT_TESTS $APT_BENCH $APT_SERVE_TESTS $APT_CI"
         pip_want+=" $PIP_TESTS $PIP_CI"; want_model=1 ;;
     pylib) apt_want+=" g++ $APT_LIBS"; want_headers=1 ;;
     model) want_model=1 ;;

@@ -15,5 +15,7 @@ void RegisterGenerate(CLI::App& app);
 void RegisterInfo(CLI::App& app);
 // `kvshare perplexity`: perplexity of a model over a text file.
 void RegisterPerplexity(CLI::App& app);
+// `kvshare serve`: the OpenAI-compatible HTTP server (built with the server layer).
+void RegisterServe(CLI::App& app);
 
 }  // namespace kvshare::cli

@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   kvshare::cli::RegisterGenerate(app);
   kvshare::cli::RegisterInfo(app);
   kvshare::cli::RegisterPerplexity(app);
+#ifdef KVSHARE_HAVE_SERVER
+  kvshare::cli::RegisterServe(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

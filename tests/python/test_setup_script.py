@@ -145,6 +145,10 @@ def test_groups_ask_for_their_own_packages_only(sandbox):
     assert out == "apt (root): g++ libhwy-dev libsentencepiece-dev\n"
     out = run(sandbox, "--plan", "ci", installed=without("clang", "libgtest-dev"))[1]
     assert out == "apt (root): libgtest-dev clang\n"
+    # The server's build and test packages come with build / tests, not with pylib.
+    out = run(sandbox, "--plan", "tests", installed=without("libcpp-httplib-dev", "chromium", "nginx"))[1]
+    assert out == "apt (root): libcpp-httplib-dev chromium nginx\n"
+    assert run(sandbox, "--plan", "build", installed=without("chromium"))[1] == ""
 
 
 def test_python_modules_go_into_an_unmanaged_python(sandbox):
@@ -173,7 +177,7 @@ def test_no_python_at_all_brings_debian_python_and_a_venv(sandbox):
     out = run(sandbox, "--plan", "tests", python=False)[1]
     venv = sandbox / "project" / ".venv"
     assert out == (f"apt (root): python3 python3-venv\nvenv: {venv} (--system-site-packages)\n"
-                   f"pip ({venv}/bin/python): numpy pytest gguf\n")
+                   f"pip ({venv}/bin/python): numpy pytest gguf openai\n")
 
 
 def test_the_model_needs_a_python_with_pip(sandbox):
@@ -205,4 +209,4 @@ def test_usage_errors(sandbox):
 def test_list_prints_the_one_list():
     out = subprocess.run(["bash", str(SETUP), "--list", "tests"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("debian: g++ cmake ninja-build libhwy-dev")
-    assert "python: numpy pytest gguf\n" in out
+    assert "python: numpy pytest gguf openai\n" in out

@@ -1,0 +1,21 @@
+// GET /metrics: Prometheus text exposition (version 0.0.4) of the scheduler's
+// counters and gauges and the HTTP layer's responses. Every metric is
+// prefixed kvshare_; counters end in _total.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kvshare/scheduler.h"
+
+namespace kvshare::server {
+
+struct HttpStats {
+  std::map<int, std::uint64_t> responses_by_status;
+  int requests_in_flight = 0;  // completion requests being answered
+};
+
+std::string PrometheusText(const SchedulerStats& s, const HttpStats& http);
+
+}  // namespace kvshare::server

@@ -1,0 +1,411 @@
+#include "openai_request.h"
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <string>
+
+#include "api_error.h"
+
+namespace kvshare::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxStops = 16;
+constexpr int kMaxTopLogprobs = 20;
+constexpr int kDefaultCompletionTokens = 16;  // OpenAI's legacy completions default
+
+std::string TypeName(const json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a decimal";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void WrongType(const std::string& name, const std::string& expected, const json& v) {
+  throw BadRequest("Invalid type for '" + name + "': expected " + expected + ", but got " + TypeName(v) + " instead.",
+                   name, "invalid_type");
+}
+
+// 2 (not 2.0) for whole numbers, as OpenAI writes them.
+std::string Num(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e15) return std::to_string(static_cast<long long>(x));
+  return json(x).dump();
+}
+
+// A number (or null when allowed: nullopt) in [lo, hi], ends open as asked.
+std::optional<double> Number(const json& body, const std::string& name, double lo, double hi, bool lo_open = false) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) WrongType(name, "a decimal", *it);
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) throw BadRequest("Invalid '" + name + "': must be a finite number.", name, "invalid_value");
+  if (lo_open ? v <= lo : v < lo) {
+    throw BadRequest("Invalid '" + name + "': decimal below minimum value. Expected a value " + (lo_open ? "> " : ">= ") +
+                         Num(lo) + ", but got " + Num(v) + " instead.",
+                     name, "decimal_below_min_value");
+  }
+  if (v > hi) {
+    throw BadRequest("Invalid '" + name + "': decimal above maximum value. Expected a value <= " + Num(hi) +
+                         ", but got " + Num(v) + " instead.",
+                     name, "decimal_above_max_value");
+  }
+  return v;
+}
+
+std::optional<std::int64_t> Integer(const json& body, const std::string& name, std::int64_t lo, std::int64_t hi) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  std::int64_t v = 0;
+  if (it->is_number_integer() || it->is_number_unsigned()) {
+    if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+      v = INT64_MAX;
+    } else {
+      v = it->get<std::int64_t>();
+    }
+  } else {
+    WrongType(name, "an integer", *it);
+  }
+  if (v < lo) {
+    throw BadRequest("Invalid '" + name + "': integer below minimum value. Expected a value >= " + std::to_string(lo) +
+                         ", but got " + std::to_string(v) + " instead.",
+                     name, "integer_below_min_value");
+  }
+  if (v > hi) {
+    throw BadRequest("Invalid '" + name + "': integer above maximum value. Expected a value <= " + std::to_string(hi) +
+                         ", but got " + std::to_string(v) + " instead.",
+                     name, "integer_above_max_value");
+  }
+  return v;
+}
+
+std::optional<bool> Bool(const json& body, const std::string& name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) WrongType(name, "a boolean", *it);
+  return it->get<bool>();
+}
+
+[[noreturn]] void Unsupported(const std::string& name, const std::string& what) {
+  throw BadRequest("'" + name + "' " + what + " is not supported by this server.", name, "unsupported_parameter");
+}
+
+// Fields that change nothing here, and may be sent by clients.
+const std::set<std::string>& Ignored() {
+  static const std::set<std::string> s = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"};
+  return s;
+}
+
+void CheckKnownFields(const json& body, bool chat) {
+  static const std::set<std::string> common = {
+      "model",        "stream",       "stream_options",   "max_tokens",        "temperature",
+      "top_p",        "top_k",        "min_p",            "repetition_penalty", "seed",
+      "stop",         "n",            "presence_penalty", "frequency_penalty", "logit_bias",
+      "logprobs"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
+                                                  "response_format", "tools", "tool_choice"};
+  static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
+  for (const auto& [k, v] : body.items()) {
+    if (common.count(k) || Ignored().count(k) || (chat ? chat_only.count(k) : completion_only.count(k))) continue;
+    throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
+  }
+}
+
+std::vector<std::string> ParseStop(const json& body) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return {};
+  std::vector<std::string> out;
+  if (it->is_string()) {
+    out.push_back(it->get<std::string>());
+  } else if (it->is_array()) {
+    if (it->size() > static_cast<std::size_t>(kMaxStops)) {
+      throw BadRequest("Invalid 'stop': array too long. Expected an array with maximum length " +
+                           std::to_string(kMaxStops) + ", but got an array with length " + std::to_string(it->size()) +
+                           " instead.",
+                       "stop", "array_above_max_length");
+    }
+    for (const json& s : *it) {
+      if (!s.is_string()) WrongType("stop", "a string or an array of strings", s);
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    WrongType("stop", "a string or an array of strings", *it);
+  }
+  for (const std::string& s : out) {
+    if (s.empty()) throw BadRequest("Invalid 'stop': stop sequences must not be empty.", "stop", "invalid_value");
+  }
+  return out;
+}
+
+std::string ContentText(const json& content, std::size_t index) {
+  const std::string name = "messages[" + std::to_string(index) + "].content";
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return "";
+  if (!content.is_array()) WrongType(name, "a string or an array of content parts", content);
+  std::string text;
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string pname = name + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) WrongType(pname, "an object", part);
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      throw BadRequest("Missing required parameter: '" + pname + ".type'.", pname + ".type", "missing_required_parameter");
+    }
+    if (type->get<std::string>() != "text") {
+      throw BadRequest("Invalid '" + pname + ".type': only \"text\" content parts are supported by this server, got \"" +
+                           type->get<std::string>() + "\".",
+                       pname + ".type", "unsupported_parameter");
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) WrongType(pname + ".text", "a string", t == part.end() ? json() : *t);
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> ParseMessages(const json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) {
+    throw BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
+  }
+  if (!it->is_array()) WrongType("messages", "an array", *it);
+  if (it->empty()) {
+    throw BadRequest("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array "
+                     "instead.",
+                     "messages", "empty_array");
+  }
+  std::vector<ChatMessage> out;
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string name = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) WrongType(name, "an object", m);
+    auto role = m.find("role");
+    if (role == m.end()) {
+      throw BadRequest("Missing required parameter: '" + name + ".role'.", name + ".role", "missing_required_parameter");
+    }
+    if (!role->is_string()) WrongType(name + ".role", "a string", *role);
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";
+    if (r != "system" && r != "user" && r != "assistant") {
+      throw BadRequest("Invalid value: '" + role->get<std::string>() + "'. Supported values are: 'system', 'developer', "
+                       "'user' and 'assistant'.",
+                       name + ".role", "invalid_value");
+    }
+    auto content = m.find("content");
+    if (content == m.end() && r != "assistant") {
+      throw BadRequest("Missing required parameter: '" + name + ".content'.", name + ".content",
+                       "missing_required_parameter");
+    }
+    for (const auto& [k, v] : m.items()) {
+      if (k == "role" || k == "content" || k == "name") continue;
+      throw BadRequest("Unrecognized request argument supplied: " + name + "." + k, name + "." + k, "unknown_parameter");
+    }
+    out.push_back({r, content == m.end() ? std::string() : ContentText(*content, i)});
+  }
+  return out;
+}
+
+std::vector<std::int32_t> TokenArray(const json& a, const std::string& name) {
+  std::vector<std::int32_t> ids;
+  for (const json& t : a) {
+    if (!t.is_number_integer() && !t.is_number_unsigned()) WrongType(name, "a string or an array of integers", t);
+    const std::int64_t v = t.is_number_unsigned() ? static_cast<std::int64_t>(std::min<std::uint64_t>(t.get<std::uint64_t>(), INT32_MAX))
+                                                  : t.get<std::int64_t>();
+    if (v < 0 || v > INT32_MAX) throw BadRequest("Invalid 'prompt': token id " + std::to_string(v) + " is out of range.", name, "invalid_value");
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return ids;
+}
+
+void ParsePrompt(const json& body, CompletionRequest& r) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    throw BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
+  }
+  const json* p = &*it;
+  if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
+    if (p->size() != 1) {
+      throw BadRequest("Invalid 'prompt': " + std::to_string(p->size()) +
+                           " prompts in one request are not supported by this server; send one prompt per request.",
+                       "prompt", "unsupported_parameter");
+    }
+    p = &p->front();
+  }
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+  } else if (p->is_array()) {
+    r.prompt_tokens = TokenArray(*p, "prompt");
+  } else {
+    WrongType("prompt", "a string or an array of integers", *p);
+  }
+}
+
+}  // namespace
+
+CompletionRequest ParseCompletionRequest(const json& body, bool chat) {
+  if (!body.is_object()) {
+    throw BadRequest("Invalid request body: expected a JSON object, but got " + TypeName(body) + " instead.", std::nullopt,
+                     "invalid_type");
+  }
+  CheckKnownFields(body, chat);
+  CompletionRequest r;
+  r.chat = chat;
+  auto model = body.find("model");
+  if (model == body.end() || model->is_null()) {
+    throw BadRequest("You must provide a model parameter.", "model", "missing_required_parameter");
+  }
+  if (!model->is_string()) WrongType("model", "a string", *model);
+  r.model = model->get<std::string>();
+  if (chat) {
+    r.messages = ParseMessages(body);
+  } else {
+    ParsePrompt(body, r);
+  }
+  r.stream = Bool(body, "stream").value_or(false);
+  if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) WrongType("stream_options", "an object", *so);
+    if (!r.stream) {
+      throw BadRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options",
+                       "invalid_value");
+    }
+    for (const auto& [k, v] : so->items()) {
+      if (k != "include_usage" && k != "continuous_usage_stats") {
+        throw BadRequest("Unrecognized request argument supplied: stream_options." + k, "stream_options." + k,
+                         "unknown_parameter");
+      }
+    }
+    r.include_usage = Bool(*so, "include_usage").value_or(false);
+  }
+  std::optional<std::int64_t> mt = Integer(body, "max_tokens", 1, INT32_MAX);
+  if (chat) {
+    if (auto mct = Integer(body, "max_completion_tokens", 1, INT32_MAX)) mt = mct;
+  }
+  if (mt) r.max_tokens = static_cast<int>(*mt);
+  r.sampler.temperature = static_cast<float>(Number(body, "temperature", 0, 2).value_or(1.0));
+  r.sampler.top_p = static_cast<float>(Number(body, "top_p", 0, 1, /*lo_open=*/true).value_or(1.0));
+  const std::int64_t top_k = Integer(body, "top_k", -1, INT32_MAX).value_or(0);
+  r.sampler.top_k = static_cast<std::int32_t>(top_k < 0 ? 0 : top_k);
+  r.sampler.min_p = static_cast<float>(Number(body, "min_p", 0, 1).value_or(0.0));
+  r.sampler.repetition_penalty = static_cast<float>(Number(body, "repetition_penalty", 0, 100, true).value_or(1.0));
+  if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null()) {
+    if (seed->is_number_unsigned()) {
+      r.sampler.seed = seed->get<std::uint64_t>();
+    } else if (seed->is_number_integer()) {
+      r.sampler.seed = static_cast<std::uint64_t>(seed->get<std::int64_t>());
+    } else {
+      WrongType("seed", "an integer", *seed);
+    }
+    r.seed_given = true;
+  }
+  r.stop = ParseStop(body);
+  if (Integer(body, "n", 1, 128).value_or(1) != 1) {
+    throw BadRequest("Invalid 'n': only n = 1 is supported by this server (one choice per request).", "n",
+                     "unsupported_parameter");
+  }
+  for (const char* p : {"presence_penalty", "frequency_penalty"}) {
+    if (Number(body, p, -2, 2).value_or(0) != 0) Unsupported(p, "other than 0");
+  }
+  if (auto lb = body.find("logit_bias"); lb != body.end() && !lb->is_null()) {
+    if (!lb->is_object()) WrongType("logit_bias", "an object", *lb);
+    if (!lb->empty()) Unsupported("logit_bias", "with entries");
+  }
+  if (chat) {
+    r.logprobs = Bool(body, "logprobs").value_or(false);
+    if (auto tl = Integer(body, "top_logprobs", 0, kMaxTopLogprobs)) {
+      if (!r.logprobs) {
+        throw BadRequest("Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
+                         "top_logprobs", "invalid_value");
+      }
+      r.top_logprobs = static_cast<int>(*tl);
+    }
+    if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+      if (!rf->is_object()) WrongType("response_format", "an object", *rf);
+      auto t = rf->find("type");
+      if (t == rf->end() || !t->is_string() || t->get<std::string>() != "text") {
+        Unsupported("response_format", "other than {\"type\": \"text\"}");
+      }
+    }
+    if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+      if (!tools->is_array()) WrongType("tools", "an array", *tools);
+      if (!tools->empty()) Unsupported("tools", "(tool calling)");
+    }
+    if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
+      if (!tc->is_string() || (tc->get<std::string>() != "none" && tc->get<std::string>() != "auto")) {
+        Unsupported("tool_choice", "other than \"none\" or \"auto\"");
+      }
+    }
+  } else {
+    if (auto lp = Integer(body, "logprobs", 0, kMaxTopLogprobs)) {
+      r.logprobs = true;
+      r.top_logprobs = static_cast<int>(*lp);
+    }
+    if (Bool(body, "echo").value_or(false)) Unsupported("echo", "= true");
+    if (auto s = body.find("suffix"); s != body.end() && !s->is_null()) {
+      if (!s->is_string()) WrongType("suffix", "a string", *s);
+      if (!s->get<std::string>().empty()) Unsupported("suffix", "(insertion)");
+    }
+    if (Integer(body, "best_of", 1, 128).value_or(1) != 1) Unsupported("best_of", "other than 1");
+  }
+  return r;
+}
+
+RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx) {
+  if (req.model != ctx.model_id) {
+    throw ApiError(404, "The model `" + req.model + "` does not exist. This server serves `" + ctx.model_id + "`.",
+                   "invalid_request_error", "model", "model_not_found");
+  }
+  RequestOptions r;
+  const std::string what = req.chat ? "messages" : "prompt";
+  if (req.chat) {
+    if (!ctx.chat_unavailable.empty()) {
+      throw BadRequest("This model has no chat template (" + ctx.chat_unavailable +
+                           "); start kvshare serve with --chat-template gemma|gemma4, or use /v1/completions.",
+                       "messages", "chat_template_missing");
+    }
+    r.prompt = ctx.chat->Encode(req.messages);
+    r.stop_tokens = ctx.chat->StopTokens();
+  } else if (req.prompt_tokens) {
+    if (req.prompt_tokens->empty()) throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
+    for (std::int32_t t : *req.prompt_tokens) {
+      if (t >= ctx.tokenizer->vocab_size()) {
+        throw BadRequest("Invalid 'prompt': token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                             std::to_string(ctx.tokenizer->vocab_size()) + ").",
+                         "prompt", "invalid_value");
+      }
+    }
+    r.prompt = *req.prompt_tokens;
+  } else {
+    if (req.prompt_text->empty()) throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
+    const std::vector<ChatMessage> msgs = {{"user", *req.prompt_text}};
+    // Plain completion, as `kvshare generate --raw`: <bos> and the text as is.
+    r.prompt = ChatTemplate(ChatFormat::kNone, *ctx.tokenizer).Encode(msgs);
+  }
+  const std::int64_t n = static_cast<std::int64_t>(r.prompt.size());
+  if (n >= ctx.max_context) {
+    throw BadRequest("This model's maximum context length is " + std::to_string(ctx.max_context) +
+                         " tokens. However, your " + what + " resulted in " + std::to_string(n) +
+                         " tokens. Please reduce the length of the " + what + ".",
+                     what, "context_length_exceeded");
+  }
+  const int max_tokens = req.max_tokens.value_or(
+      req.chat ? static_cast<int>(ctx.max_context - n) : std::min<int>(kDefaultCompletionTokens, static_cast<int>(ctx.max_context - n)));
+  if (n + max_tokens > ctx.max_context) {
+    throw BadRequest("This model's maximum context length is " + std::to_string(ctx.max_context) +
+                         " tokens. However, you requested " + std::to_string(n + max_tokens) + " tokens (" +
+                         std::to_string(n) + " in the " + what + ", " + std::to_string(max_tokens) +
+                         " in the completion). Please reduce the length of the " + what + " or completion.",
+                     what, "context_length_exceeded");
+  }
+  r.max_tokens = max_tokens;
+  r.sampler = req.sampler;
+  if (!req.seed_given) r.sampler.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  r.stop = req.stop;
+  r.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+  return r;
+}
+
+}  // namespace kvshare::server

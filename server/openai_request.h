@@ -1,0 +1,74 @@
+// Parsing and validation of OpenAI request bodies (/v1/chat/completions,
+// /v1/completions) into what the scheduler needs, with OpenAI's error
+// wording. Every problem throws ApiError (api_error.h) naming the parameter;
+// nothing here touches the model except through the tokenizer and template
+// the caller passes to BuildRequest.
+//
+// Accepted (both endpoints): model (required; must be the served id),
+// stream, stream_options.include_usage (only with stream), max_tokens,
+// temperature [0, 2] (default 1), top_p (0, 1], top_k (>= -1; -1 and 0 are
+// off), min_p [0, 1], repetition_penalty (0, 100], seed (integer; default
+// random), stop (string or array of up to 16 non-empty strings), n (1 only),
+// user / metadata / store / service_tier / parallel_tool_calls (ignored),
+// presence_penalty and frequency_penalty (0 only), logit_bias (empty only).
+// Chat: messages (roles system / developer / user / assistant; content a
+// string or an array of {"type": "text", "text"} parts), max_completion_tokens,
+// logprobs (bool), top_logprobs [0, 20] (needs logprobs), response_format
+// {"type": "text"}, tools (empty), tool_choice ("none" / "auto").
+// Completions: prompt (a string, token ids, or a one-element array of
+// either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
+// Any other field: 400 "Unrecognized request argument supplied: NAME".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvshare/chat_template.h"
+#include "kvshare/sampler.h"
+#include "kvshare/scheduler.h"
+#include "kvshare/tokenizer.h"
+
+namespace kvshare::server {
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string model;
+  std::vector<ChatMessage> messages;             // chat
+  std::optional<std::string> prompt_text;        // completions
+  std::optional<std::vector<std::int32_t>> prompt_tokens;  // completions, as ids
+  bool stream = false;
+  bool include_usage = false;
+  std::optional<int> max_tokens;
+  SamplerOptions sampler;                        // temperature default 1.0
+  bool seed_given = false;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+// Parses `body` (any JSON value). `chat` picks the endpoint's fields.
+// Throws ApiError (400) for wrong types, out-of-range values, unknown
+// fields and unsupported options.
+CompletionRequest ParseCompletionRequest(const nlohmann::json& body, bool chat);
+
+// What the model side needs to turn a request into scheduler input.
+struct ModelContext {
+  std::string model_id;        // the served name (/v1/models)
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat = nullptr;  // the chat format (kNone: plain completion)
+  std::string chat_unavailable;        // why chat requests are refused (format kNone), or empty
+  int max_context = 0;                 // per request: prompt + max_tokens
+};
+
+// Checks the model name (404 model_not_found), applies the chat template or
+// tokenizes the prompt (400 for an empty prompt or ids out of range), picks
+// max_tokens (chat: the rest of the context when absent; completions: 16) and
+// checks the context (400 context_length_exceeded, OpenAI's message). A
+// random seed is drawn when none was given.
+RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx);
+
+}  // namespace kvshare::server

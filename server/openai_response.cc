@@ -1,0 +1,147 @@
+#include "openai_response.h"
+
+#include "api_error.h"
+
+namespace kvshare::server {
+
+using nlohmann::json;
+
+CompletionFormatter::CompletionFormatter(const CompletionRequest& request, std::string id, std::int64_t created,
+                                         std::string model, const Tokenizer& tokenizer)
+    : chat_(request.chat),
+      logprobs_(request.logprobs),
+      include_usage_(request.include_usage),
+      id_(std::move(id)),
+      created_(created),
+      model_(std::move(model)),
+      tok_(tokenizer) {}
+
+std::string CompletionFormatter::Sse(const json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+json CompletionFormatter::UsageJson(const RequestUsage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+std::string CompletionFormatter::TokenText(std::int32_t id) const { return std::string(tok_.TokenBytes(id)); }
+
+json CompletionFormatter::TokenEntry(std::int32_t id, float logprob) const {
+  const std::string text = TokenText(id);
+  json bytes = json::array();
+  for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
+  return {{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+}
+
+json CompletionFormatter::ChatLogprobs(const std::vector<OutputToken>& tokens) const {
+  json content = json::array();
+  for (const OutputToken& t : tokens) {
+    json e = TokenEntry(t.token, t.logprob);
+    json top = json::array();
+    for (const TokenLogprob& a : t.top) top.push_back(TokenEntry(a.token, a.logprob));
+    e["top_logprobs"] = top;
+    content.push_back(e);
+  }
+  return {{"content", content}};
+}
+
+json CompletionFormatter::CompletionLogprobs(const std::vector<OutputToken>& tokens, std::size_t offset) const {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const OutputToken& t : tokens) {
+    toks.push_back(TokenText(t.token));
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& a : t.top) top[TokenText(a.token)] = a.logprob;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += t.text.size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json CompletionFormatter::Chunk(json choice) const {
+  json j = {{"id", id_},
+            {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", model_},
+            {"choices", json::array({std::move(choice)})}};
+  if (include_usage_) j["usage"] = nullptr;
+  return j;
+}
+
+std::string CompletionFormatter::StreamStart() const {
+  if (!chat_) return "";
+  return Sse(Chunk({{"index", 0},
+                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}}));
+}
+
+std::string CompletionFormatter::StreamEvent(const RequestEvent& e) const {
+  std::string out;
+  if (!e.text.empty() || (logprobs_ && !e.tokens.empty())) {
+    json lp = nullptr;
+    if (logprobs_) lp = chat_ ? ChatLogprobs(e.tokens) : CompletionLogprobs(e.tokens, streamed_bytes_);
+    streamed_bytes_ += e.text.size();
+    if (chat_) {
+      out += Sse(Chunk({{"index", 0}, {"delta", {{"content", e.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+    } else {
+      out += Sse(Chunk({{"text", e.text}, {"index", 0}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+    }
+  }
+  if (!e.finished) return out;
+  if (e.error) {
+    out += Sse(ApiError(500, e.detail, "server_error").ToJson());
+  } else {
+    const char* reason = FinishReasonName(e.reason);
+    if (chat_) {
+      out += Sse(Chunk({{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}));
+    } else {
+      out += Sse(Chunk({{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}}));
+    }
+    if (include_usage_) {
+      json u = {{"id", id_},
+                {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", model_},
+                {"choices", json::array()},
+                {"usage", UsageJson(e.usage)}};
+      out += Sse(u);
+    }
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+void CompletionFormatter::Add(const RequestEvent& e) {
+  text_ += e.text;
+  tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
+  if (e.finished) {
+    finished_ = true;
+    last_ = e;
+  }
+}
+
+json CompletionFormatter::Final() const {
+  json lp = nullptr;
+  if (logprobs_) lp = chat_ ? ChatLogprobs(tokens_) : CompletionLogprobs(tokens_, 0);
+  const char* reason = FinishReasonName(last_.reason);
+  json choice;
+  if (chat_) {
+    choice = {{"index", 0},
+              {"message", {{"role", "assistant"}, {"content", text_}}},
+              {"logprobs", lp},
+              {"finish_reason", reason}};
+  } else {
+    choice = {{"text", text_}, {"index", 0}, {"logprobs", lp}, {"finish_reason", reason}};
+  }
+  return {{"id", id_},
+          {"object", chat_ ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", json::array({choice})},
+          {"usage", UsageJson(last_.usage)}};
+}
+
+}  // namespace kvshare::server

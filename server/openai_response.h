@@ -1,0 +1,73 @@
+// OpenAI response bodies for /v1/chat/completions and /v1/completions, built
+// from the scheduler's RequestEvents: server-sent events while streaming
+// ("data: {json}\n\n" ... "data: [DONE]\n\n") and the whole object otherwise.
+//
+// Streaming (chat): a first chunk with delta {"role": "assistant", "content":
+// ""}, then one chunk per event with text (delta.content, and logprobs.content
+// when asked), a last chunk with an empty delta and the finish_reason, then
+// with stream_options.include_usage a chunk with "choices": [] and the usage
+// (every other chunk has "usage": null), then [DONE]. Completions stream
+// "text_completion" chunks with choices[0].text the same way. An internal
+// error after the stream started is sent as data: {"error": {...}} before
+// [DONE]. finish_reason: "stop", "length", or "abort" (cancelled, vLLM's word).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvshare/scheduler.h"
+#include "kvshare/tokenizer.h"
+#include "openai_request.h"
+
+namespace kvshare::server {
+
+class CompletionFormatter {
+ public:
+  // id: "chatcmpl-..." / "cmpl-..."; created: Unix seconds. The tokenizer
+  // must outlive the formatter (token text of logprobs).
+  CompletionFormatter(const CompletionRequest& request, std::string id, std::int64_t created, std::string model,
+                      const Tokenizer& tokenizer);
+
+  // SSE text to send before any event (chat: the role chunk; completions: "").
+  std::string StreamStart() const;
+  // SSE text for one event: the content chunk if it has text or tokens; if it
+  // finishes the request, the finish chunk, the usage chunk (include_usage)
+  // and [DONE]. An internal error (event.error) becomes an error event.
+  std::string StreamEvent(const RequestEvent& event) const;
+
+  // Non-streaming: collects events, then Final() is the response object.
+  void Add(const RequestEvent& event);
+  nlohmann::json Final() const;
+  bool finished() const { return finished_; }
+  const RequestEvent& last() const { return last_; }
+
+  static nlohmann::json UsageJson(const RequestUsage& u);
+  static std::string Sse(const nlohmann::json& j);
+
+ private:
+  nlohmann::json Chunk(nlohmann::json choice) const;
+  nlohmann::json ChatLogprobs(const std::vector<OutputToken>& tokens) const;
+  // Completions' logprobs object; offset is the text length before these tokens.
+  nlohmann::json CompletionLogprobs(const std::vector<OutputToken>& tokens, std::size_t offset) const;
+  nlohmann::json TokenEntry(std::int32_t id, float logprob) const;
+  std::string TokenText(std::int32_t id) const;
+
+  bool chat_;
+  bool logprobs_;
+  bool include_usage_;
+  std::string id_;
+  std::int64_t created_;
+  std::string model_;
+  const Tokenizer& tok_;
+  // Non-streaming accumulation.
+  std::string text_;
+  std::vector<OutputToken> tokens_;
+  RequestEvent last_;
+  bool finished_ = false;
+  mutable std::size_t streamed_bytes_ = 0;  // completions' text_offset while streaming
+};
+
+}  // namespace kvshare::server

@@ -1,0 +1,307 @@
+// Server lifecycle, routes, API keys, error bodies and the small endpoints
+// (server.h); the completion endpoints are in completions.cc.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "chat_page.h"
+#include "connection.h"
+#include "kvshare/error.h"
+#include "server_impl.h"
+
+namespace kvshare::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kListenBacklog = 1024;
+
+bool ConstantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+bool IsPublic(const std::string& path) { return path == "/" || path == "/health" || path == "/v1/health"; }
+
+// Runs a handler, turning exceptions into error responses.
+template <class F>
+httplib::Server::Handler Guarded(F f) {
+  return [f](const httplib::Request& req, httplib::Response& res) {
+    try {
+      f(req, res);
+    } catch (const ApiError& e) {
+      SendError(res, e);
+    } catch (const Error& e) {
+      SendError(res, BadRequest(e.what()));
+    } catch (const std::exception& e) {
+      SendError(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+    }
+  };
+}
+
+std::string DefaultModelId(const std::string& path) {
+  std::string id = std::filesystem::path(path).filename().string();
+  if (id.size() > 5 && id.compare(id.size() - 5, 5, ".gguf") == 0) id.resize(id.size() - 5);
+  return id;
+}
+
+}  // namespace
+
+void Server::Impl::CheckReady() const {
+  switch (phase.load()) {
+    case Phase::kLoading: throw ApiError(503, "Loading model", "unavailable_error", std::nullopt, "model_loading");
+    case Phase::kDraining:
+      throw ApiError(503, "The server is shutting down and takes no new requests.", "unavailable_error", std::nullopt,
+                     "shutting_down");
+    case Phase::kReady: return;
+  }
+}
+
+json ParseBody(const httplib::Request& req) {
+  try {
+    return json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    throw BadRequest(std::string("We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+                                 "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
+                                 "sent was not valid JSON.) Parser: ") +
+                         e.what(),
+                     std::nullopt, "invalid_json");
+  }
+}
+
+void Server::Impl::SetupRoutes() {
+  // API keys: every path but the page and the health check.
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_keys.empty() || IsPublic(req.path) || req.method == "OPTIONS") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    std::string key = req.get_header_value("X-Api-Key");
+    const std::string auth = req.get_header_value("Authorization");
+    if (key.empty() && auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+    for (const std::string& k : opt.api_keys) {
+      if (ConstantTimeEqual(key, k)) return httplib::Server::HandlerResponse::Unhandled;
+    }
+    SendError(res, ApiError(401,
+                            key.empty() ? "Missing API key: give it as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'."
+                                        : "Incorrect API key provided.",
+                            "authentication_error", std::nullopt, "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Bodies for the errors cpp-httplib produces itself (unknown route, body too large).
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      SendError(res, ApiError(404, "Unknown request URL: " + req.method + " " + req.path + ". Please check the URL for typos.",
+                              "invalid_request_error", std::nullopt, "unknown_url"));
+    } else if (res.status == 413) {
+      SendError(res, ApiError(413, "Request body too large: at most " + std::to_string(opt.max_body_bytes) + " bytes.",
+                              "invalid_request_error", std::nullopt, "request_too_large"));
+    } else {
+      SendError(res, ApiError(res.status, "Bad request.", res.status >= 500 ? "server_error" : "invalid_request_error"));
+    }
+  });
+  http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    ++responses[res.status];
+  });
+
+  auto health = Guarded([this](const httplib::Request&, httplib::Response& res) {
+    CheckReady();
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/health", health);
+  http.Get("/v1/health", health);
+
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    const std::string_view page = ChatPageHtml();
+    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+  });
+
+  http.Get("/v1/models", Guarded([this](const httplib::Request&, httplib::Response& res) {
+    CheckReady();
+    json m = {{"id", ctx.model_id},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "kvshare"},
+              {"max_model_len", ctx.max_context}};
+    res.set_content(Dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  }));
+
+  http.Get("/metrics", Guarded([this](const httplib::Request&, httplib::Response& res) {
+    HttpStats hs;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu);
+      hs.responses_by_status = responses;
+    }
+    hs.requests_in_flight = in_flight.load();
+    SchedulerStats ss;
+    if (phase.load() != Phase::kLoading) ss = scheduler->Stats();
+    res.set_content(PrometheusText(ss, hs), "text/plain; version=0.0.4");
+  }));
+
+  http.Post("/tokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+    CheckReady();
+    const json body = ParseBody(req);
+    if (!body.is_object()) throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
+    for (const auto& [k, v] : body.items()) {
+      if (k != "content" && k != "add_special" && k != "parse_special" && k != "with_pieces") {
+        throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
+      }
+    }
+    auto content = body.find("content");
+    if (content == body.end()) throw BadRequest("Missing required parameter: 'content'.", "content", "missing_required_parameter");
+    if (!content->is_string()) throw BadRequest("Invalid type for 'content': expected a string.", "content", "invalid_type");
+    auto flag = [&](const char* name, bool def) {
+      auto it = body.find(name);
+      if (it == body.end() || it->is_null()) return def;
+      if (!it->is_boolean()) throw BadRequest(std::string("Invalid type for '") + name + "': expected a boolean.", name, "invalid_type");
+      return it->get<bool>();
+    };
+    const std::vector<std::int32_t> ids = tok->Encode(
+        content->get<std::string>(), {.add_bos = flag("add_special", false), .add_eos = false, .parse_special = flag("parse_special", true)});
+    json tokens = json::array();
+    const bool pieces = flag("with_pieces", false);
+    for (std::int32_t id : ids) {
+      if (pieces) {
+        tokens.push_back({{"id", id}, {"piece", std::string(tok->TokenBytes(id, true))}});
+      } else {
+        tokens.push_back(id);
+      }
+    }
+    res.set_content(Dump({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", ctx.max_context}}), "application/json");
+  }));
+
+  http.Post("/detokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+    CheckReady();
+    const json body = ParseBody(req);
+    if (!body.is_object()) throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
+    for (const auto& [k, v] : body.items()) {
+      if (k != "tokens") throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
+    }
+    auto tokens = body.find("tokens");
+    if (tokens == body.end()) throw BadRequest("Missing required parameter: 'tokens'.", "tokens", "missing_required_parameter");
+    if (!tokens->is_array()) throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens", "invalid_type");
+    std::vector<std::int32_t> ids;
+    for (const json& t : *tokens) {
+      if (!t.is_number_integer()) throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens", "invalid_type");
+      const std::int64_t v = t.get<std::int64_t>();
+      if (v < 0 || v >= tok->vocab_size()) {
+        throw BadRequest("Invalid 'tokens': token id " + std::to_string(v) + " is outside the vocabulary [0, " +
+                             std::to_string(tok->vocab_size()) + ").",
+                         "tokens", "invalid_value");
+      }
+      ids.push_back(static_cast<std::int32_t>(v));
+    }
+    res.set_content(Dump({{"content", tok->Decode(ids)}}), "application/json");
+  }));
+
+  http.Post("/v1/chat/completions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletion(req, res, /*chat=*/true);
+  }));
+  http.Post("/v1/completions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletion(req, res, /*chat=*/false);
+  }));
+}
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  Impl& m = *impl_;
+  if (m.opt.model_id.empty()) m.opt.model_id = DefaultModelId(m.opt.model_path);
+  const SchedulerOptions& so = m.opt.scheduler;
+  const int threads = m.opt.http_threads > 0 ? m.opt.http_threads : so.slots + so.max_queue + 8;
+  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  m.http.set_tcp_nodelay(true);
+  m.http.set_keep_alive_max_count(1000);
+  m.http.set_keep_alive_timeout(5);
+  m.http.set_read_timeout(30);
+  m.http.set_write_timeout(30);
+  m.http.set_payload_max_length(m.opt.max_body_bytes);
+  m.SetupRoutes();
+}
+
+Server::~Server() { Stop(); }
+
+int Server::Bind() {
+  Impl& m = *impl_;
+  m.port = m.opt.port == 0 ? m.http.bind_to_any_port(m.opt.host) : (m.http.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1);
+  if (m.port <= 0) {
+    throw Error("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
+                " (in use, or not an address of this machine); choose another --host / --port");
+  }
+  SetListenBacklog(m.http.listen_socket(), kListenBacklog);
+  return m.port;
+}
+
+void Server::StartHttp() {
+  Impl& m = *impl_;
+  m.http_thread = std::thread([&m] { m.http.listen_after_bind(); });
+}
+
+void Server::Load() {
+  Impl& m = *impl_;
+  m.model = Model::Load(m.opt.model_path);
+  for (const std::string& w : m.model->warnings()) m.Log("warning: " + w);
+  m.tok = std::make_unique<Tokenizer>(ReadVocab(m.model->gguf()));
+  std::optional<std::string_view> name;
+  if (m.opt.chat_template) name = *m.opt.chat_template;
+  const ChatFormatChoice choice = ChooseChatFormat(m.model->gguf(), name);
+  m.chat = std::make_unique<ChatTemplate>(choice.format, *m.tok);
+  if (choice.source == ChatFormatSource::kFileUnrecognized) {
+    m.Log("warning: " + choice.reason + "; chat requests are refused (name a format with --chat-template gemma|gemma4)");
+  }
+  m.ctx.model_id = m.opt.model_id;
+  m.ctx.tokenizer = m.tok.get();
+  m.ctx.chat = m.chat.get();
+  m.ctx.max_context = m.opt.scheduler.max_context;
+  if (choice.format == ChatFormat::kNone) {
+    m.ctx.chat_unavailable = choice.source == ChatFormatSource::kNamed ? "--chat-template none was given" : choice.reason;
+  }
+  const int threads = m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.pool = std::make_unique<ThreadPool>(threads);
+  SchedulerOptions so = m.opt.scheduler;
+  if (!so.log) so.log = [&m](std::string_view l) { m.Log(std::string(l)); };
+  m.scheduler = std::make_unique<Scheduler>(*m.model, *m.tok, m.pool.get(), so);
+  m.scheduler->Start();
+  m.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  m.Log("chat template: " + std::string(ChatFormatName(choice.format)) + " (" + choice.reason + ")");
+  m.phase.store(Phase::kReady);
+}
+
+void Server::BeginDrain() {
+  Impl& m = *impl_;
+  if (m.phase.load() == Phase::kLoading) {
+    m.phase.store(Phase::kDraining);
+    return;
+  }
+  m.phase.store(Phase::kDraining);
+  if (m.scheduler) m.scheduler->Drain();
+}
+
+bool Server::WaitIdle(std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  return !m.scheduler || m.scheduler->WaitIdle(timeout);
+}
+
+void Server::CancelAll() {
+  if (impl_->scheduler) impl_->scheduler->CancelAll();
+}
+
+void Server::Stop() {
+  Impl& m = *impl_;
+  // Responses being written (the final chunks of cancelled streams) first.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (m.in_flight.load() > 0 && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (m.http.is_running() || m.http_thread.joinable()) m.http.stop();
+  if (m.http_thread.joinable()) m.http_thread.join();
+  if (m.scheduler) m.scheduler->Stop();
+}
+
+const std::string& Server::model_id() const { return impl_->opt.model_id; }
+
+}  // namespace kvshare::server

@@ -1,0 +1,92 @@
+// kvshare's OpenAI-compatible HTTP server (server layer, DESIGN.md §8): HTTP,
+// JSON, SSE, metrics and the chat page over the runtime's Scheduler.
+//
+// Endpoints:
+//   POST /v1/chat/completions, /v1/completions   OpenAI (streaming SSE or not;
+//        openai_request.h lists the parameters, openai_response.h the bodies)
+//   GET  /v1/models                               the one served model
+//   GET  /health, /v1/health                      503 while loading or draining, then 200 {"status":"ok"}
+//   GET  /metrics                                 Prometheus text (metrics.h)
+//   POST /tokenize   {"content", "add_special"=false, "with_pieces"=false} -> {"tokens"}
+//   POST /detokenize {"tokens"} -> {"content"}
+//   GET  /                                        the chat page (chat_page.h)
+// Errors are {"error": {"message", "type", "param", "code"}} with their HTTP
+// status (api_error.h); a full queue is 503 with Retry-After. With api_keys,
+// every path but /, /health and /v1/health needs "Authorization: Bearer KEY"
+// or "X-Api-Key: KEY" (401 otherwise).
+//
+// Threads: cpp-httplib runs one thread per connection (a fixed pool sized for
+// every slot, the whole queue and a few control requests); the scheduler runs
+// on its own thread and owns the model state; connection threads hand
+// requests over with Scheduler::Submit and read their events. A client that
+// disconnects is noticed within about 20 ms and its request cancelled, which
+// frees its slot at the scheduler's next step.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvshare/scheduler.h"
+
+namespace kvshare::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (Bind returns it)
+  std::string model_path;
+  // The served model name (/v1/models, the "model" field requests must
+  // give). Empty: the file name without its directory and ".gguf".
+  std::string model_id;
+  // A ChatFormatNames() entry; nullopt: as the file's tokenizer.chat_template says.
+  std::optional<std::string> chat_template;
+  SchedulerOptions scheduler;
+  int threads = 0;       // compute threads; 0: every core
+  int http_threads = 0;  // connection threads; 0: slots + max_queue + 8
+  std::vector<std::string> api_keys;
+  std::size_t max_body_bytes = 8u << 20;
+  // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
+  std::function<void(std::string_view)> log;
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns its port. Throws kvshare::Error
+  // naming host and port when that fails.
+  int Bind();
+  // Serves HTTP on a new thread; until Load() finishes, /health and the
+  // completion endpoints answer 503 "Loading model".
+  void StartHttp();
+  // Loads the model, its tokenizer and chat format, and starts the
+  // scheduler. Throws kvshare::Error (a missing file, a bad chat template name).
+  void Load();
+  // Draining: /health and new completion requests answer 503; requests in
+  // flight go on.
+  void BeginDrain();
+  // Waits until no request is queued or running, up to timeout; returns
+  // whether that happened.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+  // Cancels every request in flight (streams end with finish_reason "abort").
+  void CancelAll();
+  // Waits (up to 5 s) for responses still being written, then stops HTTP and
+  // the scheduler.
+  void Stop();
+
+  const std::string& model_id() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvshare::server

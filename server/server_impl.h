@@ -1,0 +1,80 @@
+// The server's internals shared by server.cc (lifecycle, routes, auth,
+// errors, the small endpoints) and completions.cc (the two completion
+// endpoints). Not a public header.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "api_error.h"
+#include "kvshare/chat_template.h"
+#include "kvshare/model.h"
+#include "kvshare/scheduler.h"
+#include "kvshare/thread_pool.h"
+#include "kvshare/tokenizer.h"
+#include "metrics.h"
+#include "openai_request.h"
+#include "server.h"
+
+namespace kvshare::server {
+
+// cpp-httplib's server with its listening socket reachable (for the backlog).
+class HttpServer : public httplib::Server {
+ public:
+  int listen_socket() const { return svr_sock_; }
+};
+
+enum class Phase { kLoading, kReady, kDraining };
+
+// Writes an error response.
+inline void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(Dump(e.ToJson()), "application/json");
+}
+
+// The request body as JSON (ApiError 400 with OpenAI's wording otherwise).
+nlohmann::json ParseBody(const httplib::Request& req);
+
+struct Server::Impl {
+  explicit Impl(ServerOptions o) : opt(std::move(o)) {}
+
+  ServerOptions opt;
+  HttpServer http;
+  std::thread http_thread;
+  int port = 0;
+
+  // Set once by Load() before phase becomes kReady.
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<ChatTemplate> chat;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Scheduler> scheduler;
+  ModelContext ctx;
+  std::int64_t created = 0;
+
+  std::atomic<Phase> phase{Phase::kLoading};
+  std::atomic<int> in_flight{0};
+  std::atomic<std::uint64_t> next_request{1};
+  std::mutex stats_mu;
+  std::map<int, std::uint64_t> responses;
+
+  void Log(const std::string& line) const {
+    if (opt.log) opt.log(line);
+  }
+
+  // Throws ApiError 503 unless serving.
+  void CheckReady() const;
+
+  void SetupRoutes();
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
+};
+
+}  // namespace kvshare::server

@@ -1,0 +1,231 @@
+// Parsing and validation of OpenAI request bodies (server/openai_request.h):
+// every kind of bad input gets its HTTP status, type, param and code; good
+// bodies become the scheduler's RequestOptions (chat template, prompt ids,
+// max_tokens defaults, the context-length message agent harnesses match).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api_error.h"
+#include "kvshare/chat_template.h"
+#include "kvshare/tokenizer.h"
+#include "openai_request.h"
+
+namespace kvshare::server {
+namespace {
+
+using nlohmann::json;
+
+// <pad> <eos> <bos> <unk> <start_of_turn> <end_of_turn>, "\n", bytes, letters.
+VocabData Vocab() {
+  VocabData v;
+  auto add = [&v](const std::string& piece, int type) {
+    v.tokens.push_back(piece);
+    v.scores.push_back(type == 1 ? -static_cast<float>(v.tokens.size()) : -1000.0f);
+    v.token_types.push_back(type);
+  };
+  for (const char* s : {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"}) add(s, 3);
+  add("\n", 4);
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    add(buf, 6);
+  }
+  for (const char* s : {"▁", "a", "b", "c", "d", "e", "h", "i", "l", "m", "o", "r", "s", "t", "u"}) add(s, 1);
+  v.pad = 0, v.eos = 1, v.bos = 2, v.unk = 3;
+  return v;
+}
+
+struct Fixture {
+  Tokenizer tok{Vocab()};
+  ChatTemplate gemma{ChatFormat::kGemma, tok};
+  ChatTemplate none{ChatFormat::kNone, tok};
+  ModelContext ctx(bool chat = true, int max_context = 64) {
+    ModelContext c;
+    c.model_id = "tiny";
+    c.tokenizer = &tok;
+    c.chat = chat ? &gemma : &none;
+    if (!chat) c.chat_unavailable = "the file has no tokenizer.chat_template";
+    c.max_context = max_context;
+    return c;
+  }
+};
+
+// The error a body gets (status, type, param, code, message).
+struct Want {
+  int status;
+  std::string param;  // "" = null
+  std::string code;
+  std::string message_part;
+};
+
+void ExpectError(const json& body, bool chat, const Want& want, Fixture* f = nullptr) {
+  SCOPED_TRACE(body.dump());
+  try {
+    const CompletionRequest r = ParseCompletionRequest(body, chat);
+    if (f == nullptr) {
+      ADD_FAILURE() << "parsed without error";
+      return;
+    }
+    BuildRequest(r, f->ctx(chat));
+    ADD_FAILURE() << "built without error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), want.status);
+    EXPECT_EQ(e.param().value_or(""), want.param);
+    EXPECT_EQ(e.code().value_or(""), want.code);
+    EXPECT_NE(e.message().find(want.message_part), std::string::npos) << e.message();
+    const json j = e.ToJson();
+    ASSERT_TRUE(j.contains("error"));
+    for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(k)) << k;
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  }
+}
+
+json Chat(json extra = json::object()) {
+  json b = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  for (auto& [k, v] : extra.items()) b[k] = v;
+  return b;
+}
+json Completion(json extra = json::object()) {
+  json b = {{"model", "tiny"}, {"prompt", "hi"}};
+  for (auto& [k, v] : extra.items()) b[k] = v;
+  return b;
+}
+
+TEST(OpenAiRequest, WrongTypesAndShapes) {
+  ExpectError(json::array(), true, {400, "", "invalid_type", "expected a JSON object"});
+  ExpectError(Chat({{"temperature", "hot"}}), true,
+              {400, "temperature", "invalid_type", "Invalid type for 'temperature': expected a decimal, but got a string"});
+  ExpectError(Chat({{"max_tokens", 1.5}}), true, {400, "max_tokens", "invalid_type", "expected an integer"});
+  ExpectError(Chat({{"stream", 1}}), true, {400, "stream", "invalid_type", "expected a boolean"});
+  ExpectError(Chat({{"stop", 3}}), true, {400, "stop", "invalid_type", "a string or an array of strings"});
+  ExpectError(Chat({{"messages", "hi"}}), true, {400, "messages", "invalid_type", "expected an array"});
+  ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", 5}}}}}), true,
+              {400, "messages[0].content", "invalid_type", ""});
+  ExpectError(Completion({{"prompt", json::object({{"k", 1}})}}), false, {400, "prompt", "invalid_type", ""});
+  ExpectError(Completion({{"prompt", {1, "a"}}}), false, {400, "prompt", "invalid_type", ""});
+  ExpectError(Completion({{"prompt", true}}), false, {400, "prompt", "invalid_type", ""});
+  ExpectError(Chat({{"model", 7}}), true, {400, "model", "invalid_type", ""});
+}
+
+TEST(OpenAiRequest, MissingAndUnknownFields) {
+  ExpectError(json{{"messages", Chat()["messages"]}}, true,
+              {400, "model", "missing_required_parameter", "You must provide a model parameter"});
+  ExpectError(json{{"model", "tiny"}}, true, {400, "messages", "missing_required_parameter", ""});
+  ExpectError(json{{"model", "tiny"}}, false, {400, "prompt", "missing_required_parameter", ""});
+  ExpectError(Chat({{"temprature", 1}}), true,
+              {400, "temprature", "unknown_parameter", "Unrecognized request argument supplied: temprature"});
+  ExpectError(Chat({{"prompt", "x"}}), true, {400, "prompt", "unknown_parameter", ""});    // a completions field
+  ExpectError(Completion({{"messages", {}}}), false, {400, "messages", "unknown_parameter", ""});
+  ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_call_id", "1"}}}}}), true,
+              {400, "messages[0].tool_call_id", "unknown_parameter", ""});
+  ExpectError(Chat({{"stream", true}, {"stream_options", {{"include_usage", true}, {"x", 1}}}}), true,
+              {400, "stream_options.x", "unknown_parameter", ""});
+  // Harmless fields are accepted.
+  EXPECT_NO_THROW(ParseCompletionRequest(Chat({{"user", "u1"}, {"metadata", {{"a", "b"}}}, {"store", false}}), true));
+}
+
+TEST(OpenAiRequest, OutOfRangeValues) {
+  ExpectError(Chat({{"temperature", 2.5}}), true,
+              {400, "temperature", "decimal_above_max_value", "Expected a value <= 2, but got 2.5 instead"});
+  ExpectError(Chat({{"temperature", -0.1}}), true, {400, "temperature", "decimal_below_min_value", ""});
+  ExpectError(Chat({{"top_p", 0}}), true, {400, "top_p", "decimal_below_min_value", "Expected a value > 0"});
+  ExpectError(Chat({{"min_p", 1.5}}), true, {400, "min_p", "decimal_above_max_value", ""});
+  ExpectError(Chat({{"max_tokens", 0}}), true, {400, "max_tokens", "integer_below_min_value", "Expected a value >= 1"});
+  ExpectError(Chat({{"top_k", -2}}), true, {400, "top_k", "integer_below_min_value", ""});
+  ExpectError(Chat({{"n", 2}}), true, {400, "n", "unsupported_parameter", "only n = 1"});
+  ExpectError(Chat({{"logprobs", true}, {"top_logprobs", 21}}), true, {400, "top_logprobs", "integer_above_max_value", ""});
+  ExpectError(Chat({{"top_logprobs", 2}}), true, {400, "top_logprobs", "invalid_value", "'logprobs' must be set to true"});
+  ExpectError(Completion({{"logprobs", 30}}), false, {400, "logprobs", "integer_above_max_value", ""});
+  ExpectError(Chat({{"stop", json::array({"a", ""})}}), true, {400, "stop", "invalid_value", "must not be empty"});
+  ExpectError(Chat({{"stop", std::vector<std::string>(17, "x")}}), true, {400, "stop", "array_above_max_length", ""});
+  ExpectError(Chat({{"stream_options", {{"include_usage", true}}}}), true,
+              {400, "stream_options", "invalid_value", "only allowed when 'stream' is enabled"});
+  ExpectError(Chat({{"messages", json::array()}}), true, {400, "messages", "empty_array", ""});
+  ExpectError(Chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}), true,
+              {400, "messages[0].role", "invalid_value", "Supported values are"});
+  ExpectError(Chat({{"presence_penalty", 0.5}}), true, {400, "presence_penalty", "unsupported_parameter", ""});
+  ExpectError(Chat({{"tools", {{{"type", "function"}}}}}), true, {400, "tools", "unsupported_parameter", ""});
+  ExpectError(Chat({{"response_format", {{"type", "json_object"}}}}), true,
+              {400, "response_format", "unsupported_parameter", ""});
+  ExpectError(Completion({{"echo", true}}), false, {400, "echo", "unsupported_parameter", ""});
+  ExpectError(Completion({{"prompt", {"a", "b"}}}), false, {400, "prompt", "unsupported_parameter", "2 prompts"});
+  ExpectError(Completion({{"prompt", {-1, 2}}}), false, {400, "prompt", "invalid_value", ""});
+}
+
+TEST(OpenAiRequest, ModelPromptAndContextChecks) {
+  Fixture f;
+  ExpectError(Chat({{"model", "gpt-4o"}}), true, {404, "model", "model_not_found", "The model `gpt-4o` does not exist"},
+              &f);
+  ExpectError(Completion({{"prompt", ""}}), false, {400, "prompt", "invalid_value", "the prompt is empty"}, &f);
+  ExpectError(Completion({{"prompt", json::array()}}), false, {400, "prompt", "invalid_value", "the prompt is empty"}, &f);
+  ExpectError(Completion({{"prompt", {2, 100000}}}), false, {400, "prompt", "invalid_value", "outside the vocabulary"}, &f);
+  // 64 tokens per request: a 60-token prompt plus 10 is 70.
+  const std::string long_text(59, 'a');
+  ExpectError(Completion({{"prompt", long_text}, {"max_tokens", 10}}), false,
+              {400, "prompt", "context_length_exceeded",
+               "This model's maximum context length is 64 tokens. However, you requested 70 tokens (60 in the prompt, "
+               "10 in the completion). Please reduce the length of the prompt or completion."},
+              &f);
+  ExpectError(Completion({{"prompt", std::string(200, 'a')}}), false,
+              {400, "prompt", "context_length_exceeded",
+               "However, your prompt resulted in 201 tokens. Please reduce the length of the prompt."},
+              &f);
+  // Chat without a template in the file: a clear refusal.
+  try {
+    BuildRequest(ParseCompletionRequest(Chat(), true), f.ctx(/*chat=*/false));
+    ADD_FAILURE();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.code().value_or(""), "chat_template_missing");
+    EXPECT_NE(e.message().find("--chat-template gemma|gemma4, or use /v1/completions"), std::string::npos) << e.message();
+  }
+}
+
+TEST(OpenAiRequest, GoodBodiesBecomeSchedulerRequests) {
+  Fixture f;
+  // Chat: the Gemma template, its end of turn as a stop token, the rest of the context by default.
+  CompletionRequest c = ParseCompletionRequest(
+      Chat({{"temperature", 0.5}, {"top_p", 0.9}, {"top_k", -1}, {"min_p", 0.1}, {"seed", 42}, {"stop", "x"},
+            {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"logprobs", true}, {"top_logprobs", 3},
+            {"messages", {{{"role", "developer"}, {"content", "be brief"}},
+                          {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}}}}}),
+      true);
+  EXPECT_TRUE(c.stream);
+  EXPECT_TRUE(c.include_usage);
+  EXPECT_EQ(c.messages[0].role, "system");
+  EXPECT_EQ(c.messages[1].content, "hi");
+  RequestOptions r = BuildRequest(c, f.ctx());
+  const std::vector<ChatMessage> msgs = {{"system", "be brief"}, {"user", "hi"}};
+  EXPECT_EQ(r.prompt, f.gemma.Encode(msgs));
+  EXPECT_EQ(r.stop_tokens, f.gemma.StopTokens());
+  EXPECT_EQ(r.max_tokens, 64 - static_cast<int>(r.prompt.size()));
+  EXPECT_FLOAT_EQ(r.sampler.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampler.top_p, 0.9f);
+  EXPECT_EQ(r.sampler.top_k, 0);
+  EXPECT_EQ(r.sampler.seed, 42u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.top_logprobs, 3);
+  // Completions: <bos> and the text as is (plain completion); 16 tokens by default; logprobs as an int.
+  CompletionRequest p = ParseCompletionRequest(Completion({{"logprobs", 2}, {"stop", {"a", "b"}}}), false);
+  r = BuildRequest(p, f.ctx());
+  EXPECT_EQ(r.prompt, f.none.Encode(std::vector<ChatMessage>{{"user", "hi"}}));
+  EXPECT_EQ(r.prompt.front(), 2);
+  EXPECT_TRUE(r.stop_tokens.empty());
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_FLOAT_EQ(r.sampler.temperature, 1.0f);  // OpenAI's default
+  // Token-id prompts, also as a one-element batch; no seed: a random one each time.
+  p = ParseCompletionRequest(Completion({{"prompt", {{2, 5, 6}}}, {"max_tokens", 3}}), false);
+  r = BuildRequest(p, f.ctx());
+  EXPECT_EQ(r.prompt, (std::vector<std::int32_t>{2, 5, 6}));
+  EXPECT_EQ(r.top_logprobs, -1);
+  EXPECT_NE(BuildRequest(p, f.ctx()).sampler.seed, BuildRequest(p, f.ctx()).sampler.seed);
+}
+
+}  // namespace
+}  // namespace kvshare::server

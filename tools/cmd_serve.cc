@@ -1,0 +1,221 @@
+// `kvshare serve`: the OpenAI-compatible HTTP server (server/server.h) with
+// continuous batching and prompt caching, until SIGINT / SIGTERM drains it.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "kv_options.h"
+#include "kvshare/chat_template.h"
+#include "kvshare/error.h"
+#include "model_path.h"
+#include "server.h"
+
+namespace kvshare::cli {
+namespace {
+
+struct ServeCliOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string alias;
+  std::string chat_template;
+  int slots = 8;
+  int max_context = 4096;
+  int step_tokens = 256;
+  int max_queue = 64;
+  bool swa_full = false;
+  bool no_prompt_cache = false;
+  std::string kv_dtype = "f32";
+  int kv_shared_layers = -1;
+  int threads = 0;
+  int http_threads = 0;
+  std::vector<std::string> api_keys;
+  double drain_timeout = 30;
+  int max_body_kib = 8192;
+  bool quiet = false;
+};
+
+void Say(const std::string& line) {
+  const std::time_t t = std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%H:%M:%S", std::localtime(&t));
+  std::fprintf(stderr, "[kvshare serve %s] %s\n", ts, line.c_str());
+  std::fflush(stderr);
+}
+
+// SIGINT / SIGTERM, received by one thread (sigwait) while every other thread
+// has them blocked: the first drains, the second cancels what is left.
+class Signals {
+ public:
+  Signals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
+    signal(SIGPIPE, SIG_IGN);                    // a client gone mid-write is an error return, not a kill
+    thread_ = std::thread([this] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set_, &sig) != 0) continue;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (sig == SIGTERM || sig == SIGINT) {
+          ++count_;
+          name_ = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+          cv_.notify_all();
+          if (stop_) return;
+        }
+      }
+    });
+  }
+  ~Signals() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait; the thread then returns
+    thread_.join();
+  }
+  // Waits for the n-th signal or the deadline; returns whether it came.
+  bool Wait(int n, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, deadline, [&] { return count_ >= n; });
+  }
+  std::string name() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return name_;
+  }
+
+ private:
+  sigset_t set_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+  bool stop_ = false;
+  std::string name_;
+};
+
+void RunServe(const ServeCliOptions& o) {
+  Signals signals;
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.model_path = ResolveModel(o.model);
+  so.model_id = o.alias;
+  if (!o.chat_template.empty()) so.chat_template = o.chat_template;
+  so.scheduler.slots = o.slots;
+  so.scheduler.max_context = o.max_context;
+  so.scheduler.step_tokens = o.step_tokens;
+  so.scheduler.max_queue = o.max_queue;
+  so.scheduler.exact_rewind = o.swa_full;
+  so.scheduler.prompt_cache = !o.no_prompt_cache;
+  so.scheduler.kv_dtype = ParseKvDtype(o.kv_dtype);
+  if (o.kv_shared_layers >= 0) so.scheduler.num_kv_shared_layers = o.kv_shared_layers;
+  if (so.scheduler.step_tokens <= so.scheduler.slots) {
+    throw Error("--step-tokens " + std::to_string(o.step_tokens) + " must be larger than --slots " +
+                std::to_string(o.slots) + " (every decoding slot takes one token of each step)");
+  }
+  so.threads = o.threads;
+  so.http_threads = o.http_threads;
+  so.api_keys = o.api_keys;
+  so.max_body_bytes = static_cast<std::size_t>(o.max_body_kib) * 1024;
+  if (!o.quiet) so.log = [](std::string_view l) { Say(std::string(l)); };
+
+  server::Server srv(so);
+  const int port = srv.Bind();
+  Say("listening on http://" + o.host + ":" + std::to_string(port) + " (loading " + so.model_path + ")");
+  srv.StartHttp();
+  srv.Load();
+  Say("ready: model " + srv.model_id() + ", " + std::to_string(o.slots) + " slots of " +
+      std::to_string(o.max_context) + " tokens, " + std::to_string(o.step_tokens) + " tokens per step, queue " +
+      std::to_string(o.max_queue) + (o.swa_full ? ", full-length sliding caches (--swa-full)" : "") +
+      (o.api_keys.empty() ? "" : ", API key required"));
+
+  signals.Wait(1);
+  Say(signals.name() + ": draining (no new requests; finishing the ones in flight, up to " +
+      std::to_string(o.drain_timeout) + " s; a second signal cancels them)");
+  srv.BeginDrain();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(o.drain_timeout * 1000));
+  bool idle = false;
+  while (!(idle = srv.WaitIdle(std::chrono::milliseconds(50)))) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      Say("drain timeout: cancelling the requests still running");
+      break;
+    }
+    if (signals.Wait(2, std::chrono::steady_clock::now())) {
+      Say("second signal: cancelling the requests still running");
+      break;
+    }
+  }
+  if (!idle) {
+    srv.CancelAll();
+    srv.WaitIdle(std::chrono::seconds(5));
+  }
+  srv.Stop();
+  Say("stopped");
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app) {
+  static ServeCliOptions o;
+  auto* cmd = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server: continuous batching, prompt caching, a chat page at /");
+  AddModelOption(*cmd, o.model);
+  cmd->add_option("--host", o.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o.port, "Port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--alias", o.alias, "Model name served in /v1/models and expected in requests (default: the file name)");
+  cmd->add_option("--chat-template", o.chat_template,
+                  "Chat format for /v1/chat/completions: gemma, gemma4 or none. Default: the file's "
+                  "tokenizer.chat_template (chat requests are refused when it has none)")
+      ->check(CLI::IsMember(std::vector<std::string>(ChatFormatNames().begin(), ChatFormatNames().end())));
+  cmd->add_option("--slots,--parallel", o.slots, "Requests decoded together (KV cache rows; llama-server -np)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--max-context", o.max_context, "Tokens per slot: prompt + output of one request")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--step-tokens", o.step_tokens,
+                  "Most tokens per batched step: decoding slots first, then prompt chunks (chunked prefill)")
+      ->check(CLI::Range(2, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", o.max_queue, "Requests waiting for a slot beyond which new ones get 503 + Retry-After")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
+  cmd->add_flag("--swa-full", o.swa_full,
+                "Full-length sliding-window caches, so every cached prefix can be reused (more KV memory). Without "
+                "it, sliding layers keep rings and an old prefix falls back to a full prefill (logged)");
+  cmd->add_flag("--no-prompt-cache", o.no_prompt_cache, "Prefill every prompt in full (no prefix reuse)");
+  AddKvDtypeOption(*cmd, o.kv_dtype);
+  cmd->add_option("--kv-shared-layers", o.kv_shared_layers, "KV-shared trailing layers (default: the model's own)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--threads", o.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--http-threads", o.http_threads, "Connection threads (0 = slots + max-queue + 8)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--api-key", o.api_keys,
+                  "Require this key as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (repeat for several); / and "
+                  "/health stay open");
+  cmd->add_option("--drain-timeout", o.drain_timeout,
+                  "Seconds SIGINT/SIGTERM waits for requests in flight before cancelling them")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--max-body-kib", o.max_body_kib, "Largest request body in KiB (413 beyond)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_flag("-q,--quiet", o.quiet, "No log lines (startup and shutdown lines stay)");
+  cmd->callback([] { RunServe(o); });
+}
+
+}  // namespace kvshare::cli
