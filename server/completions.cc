@@ -144,8 +144,21 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
         return true;
       },
       [this, st, log_done](bool) {
-        if (!st->done) st->handle->Cancel();
-        log_done(st->last, true, !st->done);
+        const bool gone = !st->done;
+        if (gone) {
+          // The client went away: cancel, and take the final event (one step
+          // away) for the log line.
+          st->handle->Cancel();
+          std::vector<RequestEvent> events;
+          for (int i = 0; i < 100 && !st->done; ++i) {
+            events.clear();
+            st->handle->Wait(events, kPoll);
+            for (const RequestEvent& e : events) {
+              if (e.finished) st->done = true, st->last = e;
+            }
+          }
+        }
+        log_done(st->last, true, gone);
         in_flight.fetch_sub(1);
       });
 }

@@ -142,9 +142,11 @@ void RunServe(const ServeCliOptions& o) {
       (o.api_keys.empty() ? "" : ", API key required"));
 
   signals.Wait(1);
-  Say(signals.name() + ": draining (no new requests; finishing the ones in flight, up to " +
-      std::to_string(o.drain_timeout) + " s; a second signal cancels them)");
   srv.BeginDrain();
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", o.drain_timeout);
+  Say(signals.name() + ": draining (no new requests; finishing the ones in flight, up to " + secs +
+      " s; a second signal cancels them)");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(o.drain_timeout * 1000));
   bool idle = false;
   while (!(idle = srv.WaitIdle(std::chrono::milliseconds(50)))) {

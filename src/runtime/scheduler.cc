@@ -291,17 +291,20 @@ struct Scheduler::Impl {
     }
     for (Slot& s : slots) {
       if (s.req && (all || s.req->handle->cancelled())) {
-        Finish(*s.req, FinishReason::kAbort, "cancelled", {});
-        Free(s);
+        Finish(Free(s), FinishReason::kAbort, "cancelled", {});
       }
     }
   }
 
-  void Free(Slot& s) {
-    s.req.reset();
+  // Frees s and hands its request over for the last event: a client that
+  // has its final event finds the slot free.
+  Request& Free(Slot& s) {
+    finished_.push_back(std::move(s.req));
     s.last_used = ++use_clock;
     active.fetch_sub(1);
+    return *finished_.back();
   }
+  std::vector<std::unique_ptr<Request>> finished_;  // freed this step, dropped at its end
 
   // The prompt-cache choice for r among free slots (see the header).
   void Admit() {
@@ -388,9 +391,9 @@ struct Scheduler::Impl {
       r.releaser.Add(kNoToken, r.decoder.Flush(), pieces);
       r.releaser.Flush(pieces);
       Emit(r, pieces, e);
+      Free(s);
       Finish(r, FinishReason::kStop,
              t == tok.eos_id() ? "eos" : t == tok.end_of_turn_id() ? "end_of_turn" : "stop token", std::move(e));
-      Free(s);
       return;
     }
     OutputToken info;
@@ -402,15 +405,15 @@ struct Scheduler::Impl {
       r.releaser.Add(kNoToken, r.decoder.Flush(), pieces);
       r.releaser.Flush(pieces);
       Emit(r, pieces, e);
+      Free(s);
       Finish(r, r.releaser.stopped() ? FinishReason::kStop : FinishReason::kLength,
              r.releaser.stopped() ? "stop string" : "max_tokens", std::move(e));
-      Free(s);
       return;
     }
     Emit(r, pieces, e);
     if (r.releaser.stopped()) {
-      Finish(r, FinishReason::kStop, "stop string", std::move(e));
       Free(s);
+      Finish(r, FinishReason::kStop, "stop string", std::move(e));
       return;
     }
     r.next_token = t;
@@ -432,6 +435,7 @@ struct Scheduler::Impl {
 
   bool Step() {
     const bool worked = StepInner();
+    finished_.clear();
     std::lock_guard<std::mutex> lock(mu);
     UpdateUsage();
     return worked;
@@ -482,8 +486,7 @@ struct Scheduler::Impl {
       for (const BatchEntry& b : entries) {
         Slot& s = slots[static_cast<std::size_t>(b.row)];
         s.tokens.resize(static_cast<std::size_t>(state->length(b.row)));
-        Finish(*s.req, FinishReason::kAbort, std::string("internal error: ") + ex.what(), {}, true);
-        Free(s);
+        Finish(Free(s), FinishReason::kAbort, std::string("internal error: ") + ex.what(), {}, true);
       }
       return true;
     }
