@@ -1,0 +1,157 @@
+"""Bad input never hurts anyone else: every kind of bad request gets OpenAI's
+error JSON ({"error": {"message", "type", "param", "code"}}) with its HTTP
+status, while a good streaming request running at the same time completes
+with exactly its text; the server then keeps serving. Also: API keys, and a
+full queue refused with 503 + Retry-After."""
+import json
+import threading
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+from server_util import DEFAULT_ID, Server, Stream, need_default_model, request  # noqa: E402
+
+GOOD = {"model": DEFAULT_ID, "prompt": "Once upon a time, in a small village,", "max_tokens": 120, "temperature": 0}
+
+C, P = "/v1/chat/completions", "/v1/completions"
+MSGS = [{"role": "user", "content": "hi"}]
+
+# (method, path, body, status, type, code, param, part of the message)
+BAD = [
+    ("POST", P, '{"model": ', 400, "invalid_request_error", "invalid_json", None, "could not parse the JSON body"),
+    ("POST", P, "[1, 2]", 400, "invalid_request_error", "invalid_type", None, "expected a JSON object"),
+    ("POST", P, {**GOOD, "temperature": "hot"}, 400, "invalid_request_error", "invalid_type", "temperature",
+     "Invalid type for 'temperature'"),
+    ("POST", C, {"model": DEFAULT_ID, "messages": "hi"}, 400, "invalid_request_error", "invalid_type", "messages", ""),
+    ("POST", P, {**GOOD, "temprature": 0.5}, 400, "invalid_request_error", "unknown_parameter", "temprature",
+     "Unrecognized request argument supplied: temprature"),
+    ("POST", P, {**GOOD, "temperature": 3}, 400, "invalid_request_error", "decimal_above_max_value", "temperature",
+     "Expected a value <= 2, but got 3 instead"),
+    ("POST", P, {**GOOD, "max_tokens": 0}, 400, "invalid_request_error", "integer_below_min_value", "max_tokens", ""),
+    ("POST", P, {**GOOD, "top_p": 0}, 400, "invalid_request_error", "decimal_below_min_value", "top_p", ""),
+    ("POST", P, {**GOOD, "n": 2}, 400, "invalid_request_error", "unsupported_parameter", "n", "only n = 1"),
+    ("POST", P, {**GOOD, "stop": 5}, 400, "invalid_request_error", "invalid_type", "stop", ""),
+    ("POST", P, {**GOOD, "logit_bias": {"5": 10}}, 400, "invalid_request_error", "unsupported_parameter", "logit_bias", ""),
+    ("POST", C, {"model": DEFAULT_ID, "messages": MSGS, "top_logprobs": 2}, 400, "invalid_request_error",
+     "invalid_value", "top_logprobs", "'logprobs' must be set to true"),
+    ("POST", P, {**GOOD, "stream_options": {"include_usage": True}}, 400, "invalid_request_error", "invalid_value",
+     "stream_options", "only allowed when 'stream' is enabled"),
+    ("POST", P, {**GOOD, "prompt": ""}, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt is empty"),
+    ("POST", P, {**GOOD, "prompt": [2, 999999]}, 400, "invalid_request_error", "invalid_value", "prompt",
+     "outside the vocabulary"),
+    ("POST", C, {"model": DEFAULT_ID, "messages": []}, 400, "invalid_request_error", "empty_array", "messages", ""),
+    ("POST", P, {**GOOD, "prompt": "word " * 400}, 400, "invalid_request_error", "context_length_exceeded", "prompt",
+     "This model's maximum context length is 256 tokens. However, your prompt resulted in"),
+    ("POST", P, {**GOOD, "max_tokens": 250}, 400, "invalid_request_error", "context_length_exceeded", "prompt",
+     "This model's maximum context length is 256 tokens. However, you requested"),
+    ("POST", P, {**GOOD, "model": "gpt-4o"}, 404, "invalid_request_error", "model_not_found", "model",
+     "The model `gpt-4o` does not exist"),
+    # The default model is a base model: no chat template in its file.
+    ("POST", C, {"model": DEFAULT_ID, "messages": MSGS}, 400, "invalid_request_error", "chat_template_missing",
+     "messages", "This model has no chat template"),
+    ("POST", "/v1/nope", GOOD, 404, "invalid_request_error", "unknown_url", None, "Unknown request URL: POST /v1/nope"),
+    ("GET", P, None, 404, "invalid_request_error", "unknown_url", None, "Unknown request URL: GET /v1/completions"),
+    ("POST", P, {**GOOD, "prompt": "x" * 70000}, 413, "invalid_request_error", "request_too_large", None,
+     "Request body too large"),
+    ("POST", "/tokenize", {"text": "x"}, 400, "invalid_request_error", "unknown_parameter", "text", ""),
+    ("POST", "/detokenize", {"tokens": [-1]}, 400, "invalid_request_error", "invalid_value", "tokens", ""),
+]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server(need_default_model(), "--slots", 2, "--max-context", 256, "--max-body-kib", 64) as s:
+        yield s
+
+
+def check_error(res, status, etype, code, param, part):
+    assert res.status == status, res.text
+    assert res.headers["content-type"].startswith("application/json")
+    body = res.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    e = body["error"]
+    assert e["type"] == etype and e["code"] == code and e["param"] == param, e
+    assert part in e["message"], e["message"]
+
+
+def test_every_bad_input_gets_its_error_while_a_good_request_completes(server):
+    want = request(server, "POST", P, GOOD).json()["choices"][0]["text"]
+    good = Stream(server, P, {**GOOD, "stream": True})
+    assert good.status == 200
+    events = iter(good)
+    first = next(events)  # the good request is running: now the bad ones
+    results = []
+
+    bad_done = []
+
+    def bad_all():
+        for method, path, body, *want_err in BAD:
+            results.append((request(server, method, path, body), want_err, body))
+        bad_done.append(time.monotonic())
+
+    t = threading.Thread(target=bad_all)
+    t.start()
+    rest = list(events)
+    good_done = time.monotonic()
+    t.join()
+    for res, want_err, body in results:
+        try:
+            check_error(res, *want_err)
+        except AssertionError as e:
+            raise AssertionError(f"{str(body)[:120]}: {e}") from None
+    text = "".join(json.loads(e)["choices"][0]["text"] for e in [first, *rest] if e != "[DONE]")
+    assert rest[-1] == "[DONE]"
+    assert text == want
+    # The bad requests were answered while the good one streamed, not after it.
+    assert len(results) == len(BAD) and bad_done[0] < good_done
+    # Still serving, and the bad requests left no trace in the scheduler.
+    assert request(server, "POST", P, GOOD).json()["choices"][0]["text"] == want
+    m = server.metrics()
+    assert m["kvshare_active_slots"] == 0 and m["kvshare_queue_depth"] == 0
+    assert m['kvshare_http_responses_total{code="400"}'] >= 20
+
+
+def test_openai_client_sees_the_errors(server):
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=DEFAULT_ID, prompt="word " * 400, max_tokens=5)
+    assert e.value.status_code == 400 and e.value.code == "context_length_exceeded"
+    assert "maximum context length is 256 tokens" in e.value.message
+    with pytest.raises(openai.NotFoundError) as e:
+        c.completions.create(model="nope", prompt="x", max_tokens=5)
+    assert e.value.code == "model_not_found"
+
+
+def test_api_key():
+    with Server(need_default_model(), "--slots", 1, "--max-context", 128, "--api-key", "sekret") as s:
+        body = {**GOOD, "max_tokens": 2}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-Api-Key": "wrong"}):
+            res = request(s, "POST", P, body, headers)
+            check_error(res, 401, "authentication_error", "invalid_api_key", None, "API key")
+        for path in ("/v1/models", "/metrics", "/tokenize"):
+            assert request(s, "GET" if path != "/tokenize" else "POST", path, {"content": "x"} if path == "/tokenize"
+                           else None).status == 401
+        assert request(s, "POST", P, body, {"Authorization": "Bearer sekret"}).status == 200
+        assert request(s, "POST", P, body, {"X-Api-Key": "sekret"}).status == 200
+        assert request(s, "GET", "/health").status == 200
+        assert request(s, "GET", "/").status == 200
+        ok = openai.OpenAI(base_url=s.url + "/v1", api_key="sekret", max_retries=0)
+        assert ok.completions.create(model=DEFAULT_ID, prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=s.url + "/v1", api_key="bad", max_retries=0).models.list()
+
+
+def test_full_queue_is_refused_with_503_and_retry_after():
+    with Server(need_default_model(), "--slots", 1, "--max-queue", 0, "--max-context", 256) as s:
+        busy = Stream(s, P, {**GOOD, "stream": True})
+        events = iter(busy)
+        next(events)  # the only slot is taken
+        res = request(s, "POST", P, {**GOOD, "max_tokens": 2})
+        check_error(res, 503, "unavailable_error", "server_busy", None, "The server is busy")
+        assert res.headers["retry-after"] == "1"
+        assert list(events)[-1] == "[DONE]"  # the running request is not hurt
+        again = request(s, "POST", P, {**GOOD, "max_tokens": 2})
+        assert again.status == 200, again.text  # and the slot is free again
+        assert s.metrics()["kvshare_requests_rejected_total"] == 1

@@ -1,0 +1,104 @@
+"""A client that goes away frees its slot at once (streaming and not), and
+SIGTERM drains: /health and new requests answer 503, requests in flight finish
+(or, past --drain-timeout, end with a final chunk, finish_reason "abort"),
+every stream ends with [DONE], and the process exits 0."""
+import json
+import signal
+import socket
+import time
+
+import pytest
+
+from server_util import DEFAULT_ID, Server, Stream, need_default_model, request
+
+P = "/v1/completions"
+LONG = {"model": DEFAULT_ID, "prompt": "Once upon a time,", "max_tokens": 400, "temperature": 0}
+
+
+def wait_for(cond, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def test_disconnected_clients_free_their_slots():
+    with Server(need_default_model(), "--slots", 1) as s:
+        # Streaming: read a few tokens, then drop the connection.
+        st = Stream(s, P, {**LONG, "stream": True})
+        events = iter(st)
+        got = [next(events) for _ in range(3)]
+        assert all(json.loads(e)["choices"][0]["finish_reason"] is None for e in got)
+        assert s.metrics()["kvshare_active_slots"] == 1
+        t0 = time.monotonic()
+        st.close()
+        assert wait_for(lambda: s.metrics()["kvshare_active_slots"] == 0, 5)
+        freed_after = time.monotonic() - t0
+        m = s.metrics()
+        assert m["kvshare_requests_cancelled_total"] == 1
+        # Noticed within a step or two: far fewer tokens than asked for were made.
+        assert m["kvshare_generation_tokens_total"] < 3 + 20, m["kvshare_generation_tokens_total"]
+        assert freed_after < 2.0
+        s.wait_log(r"request 1 completion stream: .*abort \(cancelled\), client gone")
+
+        # Not streaming: the client gives up while the server computes.
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        body = json.dumps(LONG).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert wait_for(lambda: s.metrics()["kvshare_active_slots"] == 1, 5)
+        sock.close()
+        assert wait_for(lambda: s.metrics()["kvshare_active_slots"] == 0, 5)
+        assert s.metrics()["kvshare_requests_cancelled_total"] == 2
+        s.wait_log(r"request 2 completion: .*abort \(cancelled\), client gone")
+        # The freed slot serves the next request.
+        assert request(s, "POST", P, {**LONG, "max_tokens": 3}).json()["usage"]["completion_tokens"] == 3
+
+
+def test_sigterm_drains_and_exits_0():
+    s = Server(need_default_model(), "--slots", 2)
+    try:
+        st = Stream(s, P, {**LONG, "max_tokens": 120, "stream": True})
+        events = iter(st)
+        first = next(events)
+        s.proc.send_signal(signal.SIGTERM)
+        s.wait_log(r"SIGTERM: draining")
+        health = request(s, "GET", "/health")
+        assert health.status == 503 and health.json()["error"]["code"] == "shutting_down"
+        refused = request(s, "POST", P, {**LONG, "max_tokens": 2})
+        assert refused.status == 503 and refused.json()["error"]["type"] == "unavailable_error"
+        rest = list(events)
+        assert rest[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in [first, *rest[:-1]]]
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"  # finished, not cut
+        assert sum(1 for c in chunks if c["choices"][0]["text"]) >= 100
+        assert s.proc.wait(30) == 0
+        s.wait_log(r"\] stopped$")
+    finally:
+        s.kill()
+
+
+def test_drain_timeout_cancels_with_a_final_chunk():
+    s = Server(need_default_model(), "--slots", 2, "--drain-timeout", 0.3)
+    try:
+        streams = [Stream(s, P, {**LONG, "max_tokens": 3000, "stream": True, "stream_options": {"include_usage": True}})
+                   for _ in range(2)]
+        iters = [iter(st) for st in streams]
+        for it in iters:
+            next(it)
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        for it in iters:
+            rest = list(it)
+            assert rest[-1] == "[DONE]"
+            final = [json.loads(e) for e in rest[:-1] if json.loads(e)["choices"]][-1]
+            assert final["choices"][0]["finish_reason"] == "abort"
+            usage = json.loads(rest[-2])["usage"]
+            assert 0 < usage["completion_tokens"] < 3000
+        assert s.proc.wait(30) == 0
+        assert time.monotonic() - t0 < 10
+        s.wait_log(r"drain timeout: cancelling")
+    finally:
+        s.kill()
