@@ -105,7 +105,7 @@ void CheckKnownFields(const json& body, bool chat) {
       "model",        "stream",       "stream_options",   "max_tokens",        "temperature",
       "top_p",        "top_k",        "min_p",            "repetition_penalty", "seed",
       "stop",         "n",            "presence_penalty", "frequency_penalty", "logit_bias",
-      "logprobs"};
+      "logprobs",     "ignore_eos"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "response_format", "tools", "tool_choice"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
@@ -302,6 +302,7 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat) {
     r.seed_given = true;
   }
   r.stop = ParseStop(body);
+  r.ignore_eos = Bool(body, "ignore_eos").value_or(false);
   if (Integer(body, "n", 1, 128).value_or(1) != 1) {
     throw BadRequest("Invalid 'n': only n = 1 is supported by this server (one choice per request).", "n",
                      "unsupported_parameter");
@@ -404,6 +405,7 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
   r.sampler = req.sampler;
   if (!req.seed_given) r.sampler.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   r.stop = req.stop;
+  r.ignore_eos = req.ignore_eos;
   r.top_logprobs = req.logprobs ? req.top_logprobs : -1;
   return r;
 }

@@ -8,7 +8,8 @@
 // stream, stream_options.include_usage (only with stream), max_tokens,
 // temperature [0, 2] (default 1), top_p (0, 1], top_k (>= -1; -1 and 0 are
 // off), min_p [0, 1], repetition_penalty (0, 100], seed (integer; default
-// random), stop (string or array of up to 16 non-empty strings), n (1 only),
+// random), stop (string or array of up to 16 non-empty strings), ignore_eos
+// (vLLM / llama.cpp: generate exactly max_tokens), n (1 only),
 // user / metadata / store / service_tier / parallel_tool_calls (ignored),
 // presence_penalty and frequency_penalty (0 only), logit_bias (empty only).
 // Chat: messages (roles system / developer / user / assistant; content a
@@ -46,6 +47,7 @@ struct CompletionRequest {
   SamplerOptions sampler;                        // temperature default 1.0
   bool seed_given = false;
   std::vector<std::string> stop;
+  bool ignore_eos = false;
   bool logprobs = false;
   int top_logprobs = 0;
 };

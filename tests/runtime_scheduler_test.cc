@@ -338,6 +338,11 @@ TEST(Scheduler, StopStringsTokensAndLength) {
   EXPECT_EQ(st.text, full.text.substr(0, at));
   EXPECT_EQ(st.last.detail, "stop token");
   EXPECT_EQ(st.last.usage.completion_tokens, static_cast<std::int64_t>(at + 1));
+  // ignore_eos: the stop token (and EOS) does not end it; max_tokens does.
+  r.ignore_eos = true;
+  const Result ig = Alone(t, r, o);
+  EXPECT_EQ(ig.text, full.text);
+  EXPECT_EQ(ig.last.detail, "max_tokens");
 }
 
 TEST(Scheduler, SubmitChecksRequests) {

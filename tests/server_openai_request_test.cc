@@ -211,8 +211,11 @@ TEST(OpenAiRequest, GoodBodiesBecomeSchedulerRequests) {
   EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
   EXPECT_EQ(r.top_logprobs, 3);
   // Completions: <bos> and the text as is (plain completion); 16 tokens by default; logprobs as an int.
-  CompletionRequest p = ParseCompletionRequest(Completion({{"logprobs", 2}, {"stop", {"a", "b"}}}), false);
+  EXPECT_FALSE(r.ignore_eos);
+  CompletionRequest p =
+      ParseCompletionRequest(Completion({{"logprobs", 2}, {"stop", {"a", "b"}}, {"ignore_eos", true}}), false);
   r = BuildRequest(p, f.ctx());
+  EXPECT_TRUE(r.ignore_eos);
   EXPECT_EQ(r.prompt, f.none.Encode(std::vector<ChatMessage>{{"user", "hi"}}));
   EXPECT_EQ(r.prompt.front(), 2);
   EXPECT_TRUE(r.stop_tokens.empty());

@@ -90,6 +90,9 @@ struct RequestOptions {
   // one; the text from it on is not output. Text that could still become a
   // stop string is held back until it cannot.
   std::vector<std::string> stop;
+  // End-of-generation and stop tokens do not end generation: exactly
+  // max_tokens are made (benchmarks; vLLM's and llama.cpp's ignore_eos).
+  bool ignore_eos = false;
   // -1: no logprobs. 0..20: each output token carries its log-probability
   // (log-softmax of the model's logits, before temperature and filters) and
   // this many most likely alternatives.

@@ -386,7 +386,7 @@ struct Scheduler::Impl {
     RequestEvent e;
     std::vector<detail::ReleasedPiece> pieces;
     const bool stop_token = std::find(r.opt.stop_tokens.begin(), r.opt.stop_tokens.end(), t) != r.opt.stop_tokens.end();
-    if (tok.IsEndOfGeneration(t) || stop_token) {
+    if (!r.opt.ignore_eos && (tok.IsEndOfGeneration(t) || stop_token)) {
       // The end token adds no text; bytes of an unfinished character become U+FFFD.
       r.releaser.Add(kNoToken, r.decoder.Flush(), pieces);
       r.releaser.Flush(pieces);

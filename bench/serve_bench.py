@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Serving benchmark: `kvshare serve` against `llama-server` in one run.
+
+For each concurrency C (default 1, 4, 8, 16) and each server, a fresh server
+with C slots (kvshare --slots C; llama-server -np C, -c C x the per-slot
+context) gets the same N requests from C closed-loop clients on 127.0.0.1:
+streaming /v1/completions with token-id prompts and output lengths drawn from
+a fixed distribution (seeded), ignore_eos so both make exactly max_tokens.
+Printed per server and C: aggregate output tok/s (all output tokens / wall
+time of the run), TTFT and inter-token latency p50 / p99, and mean per-request
+decode tok/s; then kvshare / llama-server per C and the targets: kvshare's
+aggregate at C = 8 at least 4x its C = 1, and at least llama-server's at every C.
+
+llama-server is a local reference built by hand (never committed), e.g. from
+the llama.cpp vendored in the llama-cpp-python sdist:
+  cmake -S <sdist>/vendor/llama.cpp -B <build> -DLLAMA_BUILD_SERVER=ON
+  cmake --build <build> --target llama-server -j2
+Without it (--llama-server absent or missing) only kvshare runs.
+
+Run it on an otherwise idle machine: both servers use every core."""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Chat-like: prompts mostly shorter than the replies (ShareGPT-style), so the
+# numbers are about decoding many sequences at once; one in eleven prompts is long.
+PROMPT_LENS = ([16, 32, 64, 128, 512], [2, 3, 3, 2, 1])
+OUTPUT_LENS = ([64, 128, 256], [3, 4, 2])
+
+
+def workload(n, seed):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        p = rng.choices(*PROMPT_LENS)[0]
+        o = rng.choices(*OUTPUT_LENS)[0]
+        prompt = [2] + [rng.randrange(1000, 30000) for _ in range(p - 1)]  # <bos>, then ordinary tokens
+        out.append((prompt, o))
+    return out
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def healthy(port):
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        c.request("GET", "/health")
+        ok = c.getresponse().status == 200
+        c.close()
+        return ok
+    except OSError:
+        return False
+
+
+class Proc:
+    def __init__(self, cmd, port=None, timeout=120):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        end = time.time() + timeout
+        self.port = port
+        while time.time() < end:
+            if self.port is None:
+                self.log.seek(0)
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
+                if m:
+                    self.port = int(m.group(1))
+            if self.port is not None and healthy(self.port):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.log.seek(0)
+        self.stop()
+        raise RuntimeError(f"{cmd[0]} did not become healthy:\n{self.log.read()[-3000:]}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def one_request(port, model, prompt, max_tokens):
+    """(ttft s, [inter-token gaps s], output tokens, end time)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    t0 = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
+    arrivals = []
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:].strip()
+        if data == b"[DONE]":
+            break
+        j = json.loads(data)
+        if j.get("choices") and j["choices"][0].get("text"):
+            arrivals.append(time.monotonic())
+        if j.get("choices") and j["choices"][0].get("finish_reason"):
+            break
+    conn.close()
+    if not arrivals:
+        raise RuntimeError("no tokens streamed")
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    return arrivals[0] - t0, gaps, max_tokens, arrivals[-1]
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+def run(port, model, reqs, c):
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(c) as pool:
+        res = list(pool.map(lambda r: one_request(port, model, *r), reqs))
+    wall = max(r[3] for r in res) - t0
+    ttft = [r[0] for r in res]
+    gaps = [g for r in res for g in r[1]]
+    tokens = sum(r[2] for r in res)
+    per_req = [(len(r[1])) / sum(r[1]) for r in res if r[1] and sum(r[1]) > 0]
+    return {"C": c, "requests": len(reqs), "wall_s": wall, "output_tokens": tokens, "tok_s": tokens / wall,
+            "ttft_p50_ms": pct(ttft, 50) * 1e3, "ttft_p99_ms": pct(ttft, 99) * 1e3,
+            "itl_p50_ms": pct(gaps, 50) * 1e3, "itl_p99_ms": pct(gaps, 99) * 1e3,
+            "decode_tok_s_per_request": statistics.mean(per_req)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--kvshare", default=str(ROOT / "build" / "bin" / "kvshare"))
+    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER", "/work/ref/llama-build/bin/llama-server"))
+    ap.add_argument("--concurrency", default="1,4,8,16")
+    ap.add_argument("--requests", type=int, default=32, help="requests per server and concurrency")
+    ap.add_argument("--context", type=int, default=1024, help="tokens per slot (prompt + output)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args()
+    cs = [int(x) for x in a.concurrency.split(",")]
+    reqs = workload(min(a.requests, 256), a.seed)
+    model_id = Path(a.model).stem
+    servers = ["kvshare"]
+    if Path(a.llama_server).exists():
+        servers.append("llama-server")
+    else:
+        print(f"(no llama-server at {a.llama_server}: kvshare only)")
+    print(f"{len(reqs)} requests per run: prompts {sum(len(p) for p, _ in reqs)} tokens "
+          f"({PROMPT_LENS[0]} weights {PROMPT_LENS[1]}), outputs {sum(o for _, o in reqs)} tokens "
+          f"({OUTPUT_LENS[0]} weights {OUTPUT_LENS[1]}); {a.threads} threads; model {a.model}")
+    results = {s: {} for s in servers}
+    for c in cs:
+        for name in servers:
+            if name == "kvshare":
+                cmd = [a.kvshare, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", "0", "--slots", str(c),
+                       "--max-context", str(a.context), "--threads", str(a.threads), "--max-queue", "256", "-q"]
+                p = Proc(cmd)
+                mid = model_id
+            else:
+                port = free_port()
+                cmd = [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
+                       "-c", str(c * a.context), "-t", str(a.threads), "-tb", str(a.threads), "--no-webui"]
+                p = Proc(cmd, port=port)
+                mid = model_id
+            try:
+                run(p.port, mid, workload(2, 99 + c), min(c, 2))  # warm-up
+                r = run(p.port, mid, reqs, c)
+            finally:
+                p.stop()
+            results[name][c] = r
+            print(f"{name:13s} C={c:2d}: {r['tok_s']:7.1f} tok/s aggregate, TTFT p50 {r['ttft_p50_ms']:7.1f} ms "
+                  f"p99 {r['ttft_p99_ms']:7.1f} ms, ITL p50 {r['itl_p50_ms']:6.1f} ms p99 {r['itl_p99_ms']:6.1f} ms, "
+                  f"{r['decode_tok_s_per_request']:6.1f} tok/s per request ({r['wall_s']:.1f} s)", flush=True)
+    print("\n| C | kvshare tok/s | llama-server tok/s | ratio | kvshare TTFT p50/p99 ms | llama TTFT p50/p99 ms "
+          "| kvshare ITL p50/p99 ms | llama ITL p50/p99 ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in cs:
+        k = results["kvshare"][c]
+        l = results.get("llama-server", {}).get(c)
+        lt = f"{l['tok_s']:.1f}" if l else "-"
+        ratio = f"{k['tok_s'] / l['tok_s']:.2f}" if l else "-"
+        lttft = f"{l['ttft_p50_ms']:.0f} / {l['ttft_p99_ms']:.0f}" if l else "-"
+        litl = f"{l['itl_p50_ms']:.1f} / {l['itl_p99_ms']:.1f}" if l else "-"
+        print(f"| {c} | {k['tok_s']:.1f} | {lt} | {ratio} | {k['ttft_p50_ms']:.0f} / {k['ttft_p99_ms']:.0f} | {lttft} "
+              f"| {k['itl_p50_ms']:.1f} / {k['itl_p99_ms']:.1f} | {litl} |")
+    k = results["kvshare"]
+    if 1 in k and 8 in k:
+        scale = k[8]["tok_s"] / k[1]["tok_s"]
+        print(f"\ntarget: kvshare C=8 / C=1 aggregate = {scale:.2f} (want >= 4): {'met' if scale >= 4 else 'MISSED'}")
+    if "llama-server" in results:
+        worst = min(k[c]["tok_s"] / results["llama-server"][c]["tok_s"] for c in cs)
+        print(f"target: kvshare / llama-server at every C >= 1: lowest {worst:.2f}: {'met' if worst >= 1 else 'MISSED'}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"requests": len(reqs), "threads": a.threads, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
