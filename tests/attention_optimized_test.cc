@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/attend.h"
@@ -555,6 +556,60 @@ TEST(AttendOptimized, QueryResultIndependentOfChunking) {
             << c.Describe() << " chunk " << chunk << " at query " << s0;
       }
     }
+  }
+}
+
+// A query's output does not depend on the other rows of its call either: a
+// batch that mixes long prefill rows (right-padded to S), decode rows and an
+// empty row, as a batched server step does, gives each valid query bitwise
+// the output it gets alone (B = 1, S = 1 over the same row's keys), also
+// against the double reference within the fp32 tolerance.
+TEST(AttendOptimized, QueryResultIndependentOfOtherRows) {
+  std::mt19937_64 rng(77);
+  for (const auto& [window, ring, block, kv] : {std::tuple{0, 0, 0, DType::kFloat32}, std::tuple{512, 0, 0, DType::kFloat16},
+                                                std::tuple{512, 700, 0, DType::kFloat32}, std::tuple{97, 0, 7, DType::kBFloat16}}) {
+    Case c;
+    c.seed = rng();
+    c.B = 4; c.S = 41; c.T = 2100; c.N = 4; c.Nkv = 1; c.H = 64;
+    c.window = window; c.ring = ring; c.block = block; c.kv_dtype = kv;
+    c.scale = 3.0f / std::sqrt(static_cast<float>(c.H));
+    // Row 0: a prefill chunk past two 1024-key splits; 1: decode; 2: a short
+    // prefill; 3: no query at all.
+    c.kv_len = {2100, 1500, 260, 5};
+    c.q_offset = {2100 - 41, 1499, 250, 5};
+    c.valid_q = {41, 1, 10, 0};
+    Problem whole(c);
+    ThreadPool pool(2);
+    AttendOptimized(whole.p, &pool);
+    const RefResult ref = Reference(whole.p, 0);
+    const std::size_t row = static_cast<std::size_t>(c.N) * c.H;
+    double max_ref = 0.0, max_err = 0.0;
+    for (int b = 0; b < c.B; ++b) {
+      for (int s = 0; s < c.valid_q[static_cast<std::size_t>(b)]; ++s) {
+        AttendParams p = whole.p;
+        const std::int64_t len = c.kv_len[static_cast<std::size_t>(b)], off = c.q_offset[static_cast<std::size_t>(b)] + s,
+                           valid = 1;
+        std::vector<float> out(row, -1.0f);
+        p.batch = 1;
+        p.q_len = 1;
+        p.q = whole.q.data() + (static_cast<std::size_t>(b) * c.S + static_cast<std::size_t>(s)) * row;
+        p.k.data = whole.k.data() + static_cast<std::size_t>(b * p.k.batch_stride) * DTypeSize(c.kv_dtype);
+        p.v.data = whole.v.data() + static_cast<std::size_t>(b * p.v.batch_stride) * DTypeSize(c.kv_dtype);
+        p.kv_len = &len;
+        p.q_offset = &off;
+        p.valid_q = &valid;
+        p.out = out.data();
+        AttendOptimized(p, nullptr);
+        const std::size_t at = (static_cast<std::size_t>(b) * c.S + static_cast<std::size_t>(s)) * row;
+        ASSERT_EQ(0, std::memcmp(out.data(), reinterpret_cast<const float*>(whole.out.data()) + at, row * sizeof(float)))
+            << c.Describe() << " row " << b << " query " << s;
+        for (std::size_t i = 0; i < row; ++i) {
+          max_ref = std::max(max_ref, std::abs(ref.out[at + i]));
+          max_err = std::max(max_err, std::abs(ref.out[at + i] - static_cast<double>(out[i])));
+        }
+      }
+    }
+    EXPECT_LE(max_err, Tolerance(DType::kFloat32) * max_ref) << c.Describe();
   }
 }
 
