@@ -10,6 +10,7 @@
 // - stop strings, stop tokens, max_tokens; Submit's checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -26,94 +27,23 @@
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 #include "runtime/generator.h"
+#include "runtime_scheduler_util.h"
 #include "runtime_tiny_vocab.h"
 
 namespace kvshare {
 namespace {
 
+using testing::Collect;
+using testing::ExpectSame;
+using testing::ExpectSameLogits;
+using testing::MustSubmit;
+using testing::Prompt;
+using testing::Result;
+using testing::RunAll;
+using testing::StepRecorder;
 using testing::TempGguf;
+using testing::TinySetup;
 using testing::TinyVocab;
-
-// Everything a request produced.
-struct Result {
-  std::string text;
-  std::vector<OutputToken> tokens;
-  RequestEvent last;
-  int events = 0;
-};
-
-Result Collect(RequestHandle& h, std::vector<RequestEvent>& events) {
-  Result r;
-  for (RequestEvent& e : events) {
-    ++r.events;
-    r.text += e.text;
-    for (OutputToken& t : e.tokens) r.tokens.push_back(t);
-    if (e.finished) r.last = e;
-  }
-  (void)h;
-  return r;
-}
-
-// Steps until every handle has finished; returns their results in order.
-std::vector<Result> RunAll(Scheduler& s, const std::vector<std::shared_ptr<RequestHandle>>& handles) {
-  std::vector<std::vector<RequestEvent>> events(handles.size());
-  for (int guard = 0; guard < 100000 && !s.Idle(); ++guard) s.Step();
-  EXPECT_TRUE(s.Idle());
-  std::vector<Result> out;
-  for (std::size_t i = 0; i < handles.size(); ++i) {
-    handles[i]->Wait(events[i], std::chrono::milliseconds(0));
-    out.push_back(Collect(*handles[i], events[i]));
-    EXPECT_TRUE(out.back().last.finished) << "request " << i;
-  }
-  return out;
-}
-
-std::shared_ptr<RequestHandle> MustSubmit(Scheduler& s, RequestOptions r) {
-  SubmitResult res = s.Submit(std::move(r));
-  EXPECT_EQ(res.status, SubmitStatus::kAccepted);
-  return res.handle;
-}
-
-std::vector<std::int32_t> Prompt(int n, int vocab, unsigned seed) {
-  std::vector<std::int32_t> t = {2};
-  std::uint64_t x = seed;
-  for (int i = 1; i < n; ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t.push_back(4 + static_cast<std::int32_t>((x >> 33) % static_cast<std::uint64_t>(vocab - 4)));
-  }
-  return t;
-}
-
-void ExpectSame(const Result& a, const Result& b, const std::string& what) {
-  EXPECT_EQ(a.text, b.text) << what;
-  ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
-  for (std::size_t i = 0; i < a.tokens.size(); ++i) {
-    EXPECT_EQ(a.tokens[i].token, b.tokens[i].token) << what << " token " << i;
-    EXPECT_EQ(a.tokens[i].text, b.tokens[i].text) << what << " token " << i;
-    // Bitwise: the logits they come from are bitwise equal.
-    EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << what << " token " << i;
-    ASSERT_EQ(a.tokens[i].top.size(), b.tokens[i].top.size()) << what;
-    for (std::size_t k = 0; k < a.tokens[i].top.size(); ++k) {
-      EXPECT_EQ(a.tokens[i].top[k].token, b.tokens[i].top[k].token) << what;
-      EXPECT_EQ(a.tokens[i].top[k].logprob, b.tokens[i].top[k].logprob) << what;
-    }
-  }
-  EXPECT_EQ(a.last.reason, b.last.reason) << what;
-  EXPECT_EQ(a.last.usage.completion_tokens, b.last.usage.completion_tokens) << what;
-}
-
-// A tiny float-weight Gemma 3 (window 5; float matmuls keep every last bit).
-struct TinySetup {
-  testing::TinyGemmaSpec spec = [] {
-    testing::TinyGemmaSpec s;
-    s.types = {GgmlType::kF32, GgmlType::kF16};
-    return s;
-  }();
-  TempGguf file{spec, "scheduler"};
-  std::unique_ptr<Model> model = Model::Load(file.path);
-  Tokenizer tok{TinyVocab(spec.n_vocab)};
-  int V = spec.n_vocab;
-};
 
 std::vector<RequestOptions> MixedRequests(int V) {
   std::vector<RequestOptions> rs;
@@ -187,11 +117,18 @@ TEST(Scheduler, ThreadedSubmitEqualsAlone) {
   }
 }
 
+// A cache hit (rewind into a wrapped sliding ring that still holds the
+// window) samples from logits bitwise equal to a cold prefill's, every
+// vocabulary entry of every step.
 TEST(Scheduler, PromptCacheHitIsExact) {
   TinySetup t;
   // Rings of window 5 + step 8 - 1 = 12 positions.
   const SchedulerOptions o{.slots = 2, .max_context = 64, .step_tokens = 8};
-  Scheduler s(*t.model, t.tok, nullptr, o);
+  StepRecorder rec(t.V), cold(t.V);
+  SchedulerOptions traced = o, cold_o = o;
+  traced.on_step = rec.Hook();
+  cold_o.on_step = cold.Hook();  // Alone: a new scheduler, its request is id 1
+  Scheduler s(*t.model, t.tok, nullptr, traced);
   const std::vector<std::int32_t> p = Prompt(20, t.V, 1);
   RequestOptions a{.prompt = p, .max_tokens = 4, .top_logprobs = 2};
   RunAll(s, {MustSubmit(s, a)});
@@ -199,13 +136,20 @@ TEST(Scheduler, PromptCacheHitIsExact) {
   RequestOptions b = a;
   b.prompt.resize(18);
   for (int i = 0; i < 5; ++i) b.prompt.push_back(10 + i);
-  const Result hit = RunAll(s, {MustSubmit(s, b)})[0];
+  const auto hb = MustSubmit(s, b);
+  const Result hit = RunAll(s, {hb})[0];
   EXPECT_EQ(hit.last.usage.cached_tokens, 18);
-  ExpectSame(hit, Alone(t, b, o), "cache hit vs cold");
+  ExpectSame(hit, Alone(t, b, cold_o), "cache hit vs cold");
+  ExpectSameLogits(rec.logits[hb->id()], cold.logits[1], "cache hit vs cold");
+  EXPECT_EQ(rec.logits[hb->id()].size(), 4u);
+  // The logits do differ between requests (the comparison can fail).
+  EXPECT_NE(rec.logits[hb->id()][0], rec.logits[1][0]);
   // The same prompt again: all but its last token come from the cache.
-  const Result again = RunAll(s, {MustSubmit(s, b)})[0];
+  const auto ha = MustSubmit(s, b);
+  const Result again = RunAll(s, {ha})[0];
   EXPECT_EQ(again.last.usage.cached_tokens, static_cast<std::int64_t>(b.prompt.size()) - 1);
   ExpectSame(again, hit, "repeat");
+  ExpectSameLogits(rec.logits[ha->id()], cold.logits[1], "repeat vs cold");
   const SchedulerStats st = s.Stats();
   EXPECT_EQ(st.prompt_cache_hits, 2u);
   EXPECT_EQ(st.prompt_cache_misses, 1u);
@@ -214,28 +158,45 @@ TEST(Scheduler, PromptCacheHitIsExact) {
   EXPECT_EQ(st.prefill_tokens, 20u + 5u + 1u);
 }
 
+// A prefix the rings no longer hold: the slot is reset and the whole prompt
+// prefilled again (logged, counted), with the cold logits; exact_rewind
+// (--swa-full) reuses the prefix instead, with the same logits.
 TEST(Scheduler, RingFallbackIsLoggedAndExact_SwaFullHits) {
   TinySetup t;
   const std::vector<std::int32_t> p = Prompt(20, t.V, 2);
   RequestOptions a{.prompt = p, .max_tokens = 20};
   RequestOptions b{.prompt = std::vector<std::int32_t>(p.begin(), p.begin() + 15), .max_tokens = 6, .top_logprobs = 1};
   b.prompt.push_back(7);
+  StepRecorder cold(t.V);
+  const Result want = Alone(t, b, {.max_context = 64, .step_tokens = 8, .on_step = cold.Hook()});
   for (bool exact : {false, true}) {
     std::vector<std::string> log;
+    StepRecorder rec(t.V);
     SchedulerOptions o{.slots = 1, .max_context = 64, .step_tokens = 8, .exact_rewind = exact};
     o.log = [&](std::string_view l) { log.emplace_back(l); };
+    o.on_step = rec.Hook();
     Scheduler s(*t.model, t.tok, nullptr, o);
     RunAll(s, {MustSubmit(s, a)});
     // a's slot holds 39 tokens; its rings the last 12: resuming at 15 needs 11..14.
-    const Result r = RunAll(s, {MustSubmit(s, b)})[0];
-    ExpectSame(r, Alone(t, b, {.max_context = 64, .step_tokens = 8}), exact ? "swa-full hit" : "fallback");
+    const auto hb = MustSubmit(s, b);
+    const Result r = RunAll(s, {hb})[0];
+    ExpectSame(r, want, exact ? "swa-full hit" : "fallback");
+    ExpectSameLogits(rec.logits[hb->id()], cold.logits[1], exact ? "swa-full hit" : "fallback");
     const SchedulerStats st = s.Stats();
+    // b's first step: the prefill of what the cache lacks, one chunk of <= 8.
+    const auto it = std::find_if(rec.steps.begin(), rec.steps.end(),
+                                 [&](const std::vector<StepTrace::Entry>& e) { return e[0].request == hb->id(); });
+    ASSERT_NE(it, rec.steps.end());
+    const std::vector<StepTrace::Entry>& first = *it;
+    ASSERT_EQ(first.size(), 1u);
     if (exact) {
       EXPECT_EQ(r.last.usage.cached_tokens, 15);
+      EXPECT_EQ(first[0].tokens, 1);
       EXPECT_EQ(st.prompt_cache_fallbacks, 0u);
       EXPECT_TRUE(log.empty());
     } else {
       EXPECT_EQ(r.last.usage.cached_tokens, 0);
+      EXPECT_EQ(first[0].tokens, 8);  // 16 prompt tokens from 0: two chunks of 8
       EXPECT_EQ(st.prompt_cache_fallbacks, 1u);
       ASSERT_EQ(log.size(), 1u);
       EXPECT_NE(log[0].find("shares 15 prompt tokens with slot 0 (39 cached)"), std::string::npos) << log[0];
@@ -246,14 +207,25 @@ TEST(Scheduler, RingFallbackIsLoggedAndExact_SwaFullHits) {
 
 TEST(Scheduler, CancelFreesTheSlotAtTheNextStep) {
   TinySetup t;
-  Scheduler s(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 64, .step_tokens = 8, .max_queue = 4});
+  StepRecorder rec(t.V);
+  Scheduler s(*t.model, t.tok, nullptr,
+              {.slots = 1, .max_context = 64, .step_tokens = 8, .max_queue = 4, .on_step = rec.Hook()});
   auto a = MustSubmit(s, {.prompt = Prompt(5, t.V, 3), .max_tokens = 50});
   auto b = MustSubmit(s, {.prompt = Prompt(4, t.V, 4), .max_tokens = 3});
   for (int i = 0; i < 4; ++i) s.Step();
   EXPECT_EQ(s.Stats().active_slots, 1);
   EXPECT_EQ(s.Stats().queue_depth, 1);
+  ASSERT_EQ(rec.steps.back().size(), 1u);
+  EXPECT_EQ(rec.steps.back()[0].request, a->id());  // a decodes in slot 0
+  EXPECT_TRUE(rec.steps.back()[0].decode);
   a->Cancel();
   s.Step();  // a leaves before the step runs; b takes the slot in the same step
+  ASSERT_EQ(rec.steps.size(), 5u);
+  ASSERT_EQ(rec.steps.back().size(), 1u);
+  EXPECT_EQ(rec.steps.back()[0].request, b->id());
+  EXPECT_EQ(rec.steps.back()[0].slot, 0);
+  EXPECT_EQ(rec.steps.back()[0].tokens, 3);  // b's prompt less the <bos> that a left in the slot
+  EXPECT_FALSE(rec.steps.back()[0].decode);
   std::vector<RequestEvent> ev;
   a->Wait(ev, std::chrono::milliseconds(0));
   ASSERT_FALSE(ev.empty());
@@ -281,24 +253,42 @@ TEST(Scheduler, CancelFreesTheSlotAtTheNextStep) {
   }
 }
 
+// Beyond max_queue waiting requests Submit refuses (kQueueFull, no handle:
+// the server's 503 + Retry-After); what was accepted is never dropped: each
+// accepted request runs to its end. Once the queue has room, Submit takes
+// requests again; after Drain it refuses them all.
 TEST(Scheduler, QueueIsBoundedAndDrainRefuses) {
   TinySetup t;
   Scheduler s(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 64, .step_tokens = 8, .max_queue = 1});
-  const RequestOptions r{.prompt = Prompt(4, t.V, 7), .max_tokens = 2};
-  EXPECT_EQ(s.Submit(r).status, SubmitStatus::kAccepted);  // takes the slot
-  EXPECT_EQ(s.Submit(r).status, SubmitStatus::kAccepted);  // waits
+  const RequestOptions r{.prompt = Prompt(4, t.V, 7), .max_tokens = 2, .ignore_eos = true};
+  std::vector<std::shared_ptr<RequestHandle>> accepted;
+  accepted.push_back(MustSubmit(s, r));  // takes the slot
+  accepted.push_back(MustSubmit(s, r));  // waits
   SubmitResult full = s.Submit(r);
   EXPECT_EQ(full.status, SubmitStatus::kQueueFull);
   EXPECT_EQ(full.handle, nullptr);
+  EXPECT_EQ(s.Stats().queue_depth, 2);  // both wait until the first step admits one
   s.Step();  // the first is running, one waits: still full
+  EXPECT_EQ(s.Stats().active_slots, 1);
+  EXPECT_EQ(s.Stats().queue_depth, 1);
   EXPECT_EQ(s.Submit(r).status, SubmitStatus::kQueueFull);
+  s.Step();  // the first finishes (2 tokens); the second takes the slot at the next step
+  s.Step();
+  EXPECT_EQ(s.Stats().queue_depth, 0);
+  accepted.push_back(MustSubmit(s, r));  // room again
   s.Drain();
   EXPECT_EQ(s.Submit(r).status, SubmitStatus::kDraining);
-  EXPECT_TRUE(s.WaitIdle(std::chrono::milliseconds(0)) == false);
-  for (int i = 0; i < 100 && !s.Idle(); ++i) s.Step();
-  EXPECT_TRUE(s.Idle());
-  EXPECT_EQ(s.Stats().requests_rejected, 3u);
-  EXPECT_EQ(s.Stats().requests_finished, 2u);
+  EXPECT_FALSE(s.WaitIdle(std::chrono::milliseconds(0)));
+  const std::vector<Result> done = RunAll(s, accepted);
+  for (const Result& d : done) {
+    EXPECT_EQ(d.last.reason, FinishReason::kLength);
+    EXPECT_EQ(d.tokens.size(), 2u);
+  }
+  const SchedulerStats st = s.Stats();
+  EXPECT_EQ(st.requests_accepted, 3u);
+  EXPECT_EQ(st.requests_rejected, 3u);
+  EXPECT_EQ(st.requests_finished, 3u);
+  EXPECT_EQ(st.requests_cancelled, 0u);
 }
 
 TEST(Scheduler, StopStringsTokensAndLength) {

@@ -40,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,19 @@
 namespace kvshare {
 
 class ThreadPool;
+
+// One step as it ran (SchedulerOptions::on_step), for tests and debugging.
+struct StepTrace {
+  struct Entry {
+    int slot = 0;
+    std::uint64_t request = 0;  // RequestHandle::id()
+    int tokens = 0;             // tokens fed to the slot's row in this step
+    bool decode = false;        // a decoding row's one token (false: a prompt chunk)
+    bool sampled = false;       // its logits are sampled from (a decode row, a prompt's last chunk)
+  };
+  std::vector<Entry> entries;     // in Model::ForwardBatch order
+  std::span<const float> logits;  // [entries.size(), n_vocab]: each entry's last token's logits
+};
 
 struct SchedulerOptions {
   // Requests decoded together = rows of the KV cache, >= 1.
@@ -75,6 +89,9 @@ struct SchedulerOptions {
   // Receives one line per notable event (prompt-cache fallback, internal
   // errors); called on the stepping thread. Null: silent.
   std::function<void(std::string_view)> log;
+  // Called on the stepping thread after each step's forward pass, before its
+  // tokens are sampled; the trace is valid during the call only. Null: none.
+  std::function<void(const StepTrace&)> on_step;
 };
 
 // One generation request. Token ids, not text: the caller applies the chat

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "kvshare/error.h"
@@ -178,7 +179,9 @@ struct Scheduler::Impl {
   SchedulerStats stats;  // under mu
   std::size_t kv_bytes_used = 0;  // under mu
   std::int64_t kv_tokens = 0;     // under mu
-  std::deque<std::tuple<Clock::time_point, std::int64_t, std::int64_t>> recent;  // under mu: step end, prefill, decode tokens
+  // Under mu: step end, prefill and sampled tokens of the steps of about the
+  // last kRecentWindowSeconds (pruned at each step and each Stats call).
+  std::deque<std::tuple<Clock::time_point, std::int64_t, std::int64_t>> recent;
   Clock::time_point start;
 
   std::thread thread;
@@ -491,6 +494,7 @@ struct Scheduler::Impl {
       return true;
     }
     const std::size_t V = static_cast<std::size_t>(model.config().n_vocab);
+    if (opt.on_step) Trace(entries, logits);
     for (std::size_t k = 0; k < entries.size(); ++k) {
       const BatchEntry& b = entries[k];
       Slot& s = slots[static_cast<std::size_t>(b.row)];
@@ -506,15 +510,33 @@ struct Scheduler::Impl {
     stats.prefill_tokens += static_cast<std::uint64_t>(n_prefill);
     stats.generated_tokens += static_cast<std::uint64_t>(sampled_this_step);
     recent.emplace_back(t1, n_prefill, sampled_this_step);
+    PruneRecent(t1);
     return true;
   }
 
-  SchedulerStats Snapshot() const {
-    std::lock_guard<std::mutex> lock(mu);
-    SchedulerStats s = stats;
-    s.active_slots = active.load();
-    s.queue_depth = queued.load();
-    return s;
+  // Drops step records older than the rate window (under mu).
+  void PruneRecent(Clock::time_point now) {
+    while (!recent.empty() && std::chrono::duration<double>(now - std::get<0>(recent.front())).count() > kRecentWindowSeconds) {
+      recent.pop_front();
+    }
+  }
+
+  // SchedulerOptions::on_step for a step's entries (before the rows' requests
+  // account for them).
+  void Trace(const std::vector<BatchEntry>& entries, std::span<const float> logits) {
+    StepTrace t;
+    t.logits = logits;
+    for (const BatchEntry& b : entries) {
+      const Request& r = *slots[static_cast<std::size_t>(b.row)].req;
+      const bool decode = r.decoding();
+      const std::int64_t n = static_cast<std::int64_t>(b.tokens.size());
+      t.entries.push_back({.slot = b.row,
+                           .request = r.handle->id(),
+                           .tokens = static_cast<int>(n),
+                           .decode = decode,
+                           .sampled = decode || r.prefilled + n == static_cast<std::int64_t>(r.opt.prompt.size())});
+    }
+    opt.on_step(t);
   }
 };
 
@@ -590,10 +612,7 @@ SchedulerStats Scheduler::Stats() const {
   {
     std::lock_guard<std::mutex> lock(m.mu);
     const auto now = Clock::now();
-    while (!m.recent.empty() &&
-           std::chrono::duration<double>(now - std::get<0>(m.recent.front())).count() > kRecentWindowSeconds) {
-      m.recent.pop_front();
-    }
+    m.PruneRecent(now);
     std::int64_t pre = 0, dec = 0;
     for (const auto& [t, p, d] : m.recent) pre += p, dec += d;
     const double window = std::min(kRecentWindowSeconds, std::chrono::duration<double>(now - m.start).count());
