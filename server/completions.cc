@@ -87,7 +87,10 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
       events.clear();
       if (sub.handle->Wait(events, kPoll)) {
         for (const RequestEvent& e : events) fmt->Add(e);
-      } else if (!gone && PeerClosed(fd)) {
+      }
+      // Checked on every wake-up, not only on idle ones: when a step takes
+      // less than kPoll, every Wait returns events.
+      if (!gone && !fmt->finished() && PeerClosed(fd)) {
         gone = true;
         sub.handle->Cancel();
       }
