@@ -567,7 +567,8 @@ TEST(AttendOptimized, QueryResultIndependentOfChunking) {
 TEST(AttendOptimized, QueryResultIndependentOfOtherRows) {
   std::mt19937_64 rng(77);
   for (const auto& [window, ring, block, kv] : {std::tuple{0, 0, 0, DType::kFloat32}, std::tuple{512, 0, 0, DType::kFloat16},
-                                                std::tuple{512, 700, 0, DType::kFloat32}, std::tuple{97, 0, 7, DType::kBFloat16}}) {
+                                                std::tuple{512, 700, 0, DType::kFloat32}, std::tuple{97, 0, 7, DType::kBFloat16},
+                                                std::tuple{512, 700, 0, DType::kQ8_0}}) {
     Case c;
     c.seed = rng();
     c.B = 4; c.S = 41; c.T = 2100; c.N = 4; c.Nkv = 1; c.H = 64;
@@ -593,8 +594,8 @@ TEST(AttendOptimized, QueryResultIndependentOfOtherRows) {
         p.batch = 1;
         p.q_len = 1;
         p.q = whole.q.data() + (static_cast<std::size_t>(b) * c.S + static_cast<std::size_t>(s)) * row;
-        p.k.data = whole.k.data() + static_cast<std::size_t>(b * p.k.batch_stride) * DTypeSize(c.kv_dtype);
-        p.v.data = whole.v.data() + static_cast<std::size_t>(b * p.v.batch_stride) * DTypeSize(c.kv_dtype);
+        p.k.data = whole.k.data() + DTypeBytes(c.kv_dtype, b * p.k.batch_stride);
+        p.v.data = whole.v.data() + DTypeBytes(c.kv_dtype, b * p.v.batch_stride);
         p.kv_len = &len;
         p.q_offset = &off;
         p.valid_q = &valid;
