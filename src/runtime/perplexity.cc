@@ -7,16 +7,14 @@
 #include <vector>
 
 #include "kvshare/error.h"
+#include "runtime/log_softmax.h"
 
 namespace kvshare {
 namespace {
 
 // -log softmax(logits)[token], in double.
 double NegLogProb(std::span<const float> logits, std::int32_t token) {
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  return std::log(sum) - (static_cast<double>(logits[static_cast<std::size_t>(token)]) - mx);
+  return detail::LogSumExp(logits) - static_cast<double>(logits[static_cast<std::size_t>(token)]);
 }
 
 }  // namespace

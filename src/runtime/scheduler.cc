@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "kvshare/error.h"
+#include "runtime/log_softmax.h"
 #include "runtime/text_release.h"
 
 namespace kvshare {
@@ -91,10 +92,7 @@ std::size_t CommonPrefix(const std::vector<std::int32_t>& a, const std::vector<s
 
 // log-softmax of `logits` at `token`, and the k most likely tokens.
 void Logprobs(std::span<const float> logits, std::int32_t token, int k, OutputToken& info) {
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
-  const double log_z = mx + std::log(sum);
+  const double log_z = detail::LogSumExp(logits);
   info.logprob = static_cast<float>(logits[static_cast<std::size_t>(token)] - log_z);
   if (k <= 0) return;
   std::vector<std::int32_t> ids(logits.size());
