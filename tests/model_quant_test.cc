@@ -303,14 +303,15 @@ TEST(MatMul, IndependentOfThreadCount) {
 }
 
 // The kernels take activation rows in groups (detail::kMaxActRows): a row's
-// result must not depend on the group it lands in. m = 9 (groups 4, 4, 1)
-// against each row alone (m = 1), bit for bit, on every level.
+// result must not depend on the group it lands in. m = 13 (groups of 8 and
+// 5; the generic kernels split those into 4 + 4 and 4 + 1) against each row
+// alone (m = 1), bit for bit, on every level.
 TEST(MatMul, RowResultIndependentOfActivationGroup) {
   std::mt19937 rng(11);
   for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
     if (!KernelLevelAvailable(level)) continue;
     for (GgmlType t : kTypes) {
-      const std::int64_t rows = 13, cols = 768, m = 9;
+      const std::int64_t rows = 13, cols = 768, m = 13;
       const RandomMatMul c(t, rows, cols, m, rng);
       std::vector<float> all(static_cast<std::size_t>(m * rows)), one(static_cast<std::size_t>(rows));
       MatMul(c.w, {.x = c.x.data(), .m = m, .y = all.data(), .level = level});
@@ -355,7 +356,7 @@ int CompareWithScalarTwin(GgmlType t, std::int64_t rows, std::int64_t cols, std:
 }
 
 // Shapes: 1, 2, 3, 9 blocks (the AVX-512 pair loop's tail), rows not a
-// multiple of the 16-row task or of the 4-row activation group, and m = 1, 2,
+// multiple of the 16-row task or of the 8-row activation group, and m = 1, 2,
 // 5, 9.
 TEST(MatMul, SimdMatchesScalarTwin) {
   std::mt19937 rng(99);

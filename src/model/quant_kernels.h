@@ -13,7 +13,10 @@
 
 namespace kvshare::detail {
 
-inline constexpr int kMaxActRows = 4;
+inline constexpr int kMaxActRows = 8;
+// The most activation rows the generic kernels (KVSHARE_ROWS_KERNEL) hold in
+// registers at once; more rows are taken in several passes over the weights.
+inline constexpr int kRegisterActRows = 4;
 
 template <typename Block, typename Act>
 using DotRowsFn = void (*)(const Block* w, std::int64_t nrows, const Act* x, std::int64_t x_stride, std::int64_t nb,
@@ -43,15 +46,21 @@ void ForWeightRows(const Block* w, std::int64_t nrows, const Act* x, std::int64_
 }
 
 // A DotRowsFn from a one-row kernel template F<R>(w, x, x_stride, nb, out)
-// over R activation rows, instantiated for R = 1 .. kMaxActRows.
+// over R activation rows, instantiated for R = 1 .. kRegisterActRows; larger
+// groups (up to kMaxActRows) go in chunks of kRegisterActRows rows.
 #define KVSHARE_ROWS_KERNEL(F, Block, Act)                                                                         \
   +[](const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,      \
       std::int64_t ys) {                                                                                           \
-    switch (acts) {                                                                                               \
-      case 1: ForWeightRows<1, Block, Act, F<1>>(w, nrows, x, xs, nb, y, ys); break;                               \
-      case 2: ForWeightRows<2, Block, Act, F<2>>(w, nrows, x, xs, nb, y, ys); break;                               \
-      case 3: ForWeightRows<3, Block, Act, F<3>>(w, nrows, x, xs, nb, y, ys); break;                               \
-      default: ForWeightRows<4, Block, Act, F<4>>(w, nrows, x, xs, nb, y, ys); break;                              \
+    static_assert(kRegisterActRows == 4);                                                                          \
+    for (int j0 = 0; j0 < acts; j0 += kRegisterActRows) {                                                          \
+      const Act* xj = x + j0 * xs;                                                                                 \
+      float* yj = y + j0 * ys;                                                                                     \
+      switch (acts - j0) {                                                                                         \
+        case 1: ForWeightRows<1, Block, Act, F<1>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 2: ForWeightRows<2, Block, Act, F<2>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 3: ForWeightRows<3, Block, Act, F<3>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        default: ForWeightRows<4, Block, Act, F<4>>(w, nrows, xj, xs, nb, yj, ys); break;                          \
+      }                                                                                                           \
     }                                                                                                             \
   }
 
