@@ -69,7 +69,7 @@ def main() -> int:
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--repetitions", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16"])
+    ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
