@@ -41,6 +41,26 @@ TEST(Sampler, GreedyTakesArgmaxLowestIdOnTies) {
   EXPECT_EQ(s.Sample(std::vector<float>{0.5f}), 0);
 }
 
+// Rows as long as a vocabulary take the SIMD scan (whole vectors, then a
+// scalar tail): the maximum and its first occurrence anywhere in the row,
+// against a plain loop; -inf entries; ties inside one vector and across vectors.
+TEST(Sampler, GreedyOnLongRowsMatchesPlainArgmax) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> level(-50, 50);
+  Sampler s({});
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<float> logits(1 + static_cast<std::size_t>(rng() % 3000));
+    for (float& x : logits) x = rng() % 17 == 0 ? kNegInf : static_cast<float>(level(rng)) * 0.25f;
+    if (trial % 3 == 0) logits[rng() % logits.size()] = 100.0f;  // one clear maximum
+    std::int32_t want = 0;
+    for (std::size_t i = 1; i < logits.size(); ++i) {
+      if (logits[i] > logits[static_cast<std::size_t>(want)]) want = static_cast<std::int32_t>(i);
+    }
+    if (std::isinf(logits[static_cast<std::size_t>(want)])) continue;  // all -inf: refused, tested below
+    ASSERT_EQ(s.Sample(logits), want) << "trial " << trial << " n " << logits.size();
+  }
+}
+
 TEST(Sampler, TopK1EqualsGreedy) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> level(0, 5);  // coarse values: many ties
@@ -209,6 +229,13 @@ TEST(Sampler, ValidatesInputs) {
   EXPECT_EQ(message({0, std::nanf(""), 1}, {}),
             "Sampler::Sample: logits[1] must be finite or -inf, got nan");
   EXPECT_EQ(message({kNegInf, kNegInf}, {}), "Sampler::Sample: all logits are -inf");
+  // The first bad entry of a long row, wherever the vector boundaries fall.
+  std::vector<float> row(1000, 0.5f);
+  row[997] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(message(row, {}), "Sampler::Sample: logits[997] must be finite or -inf, got inf");
+  row[517] = std::nanf("");
+  EXPECT_EQ(message(row, {}), "Sampler::Sample: logits[517] must be finite or -inf, got nan");
+  EXPECT_EQ(message(std::vector<float>(1000, kNegInf), {}), "Sampler::Sample: all logits are -inf");
   EXPECT_EQ(message({0, 1}, {1, 2}), "Sampler::Sample: history[1] must be in [0, 2), got 2");
 }
 

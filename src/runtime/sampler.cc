@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kvshare/error.h"
+#include "runtime/logits_scan.h"
 
 namespace kvshare {
 namespace {
@@ -61,16 +62,12 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     throw Error("Sampler::Sample: logits has more than 2^31-1 entries");
   }
-  bool any_finite = false;
-  for (size_t i = 0; i < n; ++i) {
-    const float v = logits[i];
-    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) {
-      throw Error("Sampler::Sample: logits[" + std::to_string(i) +
-                  "] must be finite or -inf, got " + Num(v));
-    }
-    any_finite |= std::isfinite(v);
+  const detail::LogitsScan scan = detail::ScanLogits(logits.data(), static_cast<std::int64_t>(n));
+  if (scan.invalid >= 0) {
+    throw Error("Sampler::Sample: logits[" + std::to_string(scan.invalid) + "] must be finite or -inf, got " +
+                Num(logits[static_cast<size_t>(scan.invalid)]));
   }
-  if (!any_finite) throw Error("Sampler::Sample: all logits are -inf");
+  if (scan.max == -std::numeric_limits<float>::infinity()) throw Error("Sampler::Sample: all logits are -inf");
   for (size_t i = 0; i < history.size(); ++i) {
     if (history[i] < 0 || static_cast<size_t>(history[i]) >= n) {
       throw Error("Sampler::Sample: history[" + std::to_string(i) + "] must be in [0, " +
@@ -95,11 +92,8 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
 
   // 2. Greedy: argmax, lowest id on ties.
   if (options_.temperature == 0.0f) {
-    int32_t best = 0;
-    for (size_t i = 1; i < n; ++i) {
-      if (x[i] > x[best]) best = static_cast<int32_t>(i);
-    }
-    return best;
+    const float top = x.data() == logits.data() ? scan.max : detail::ScanLogits(x.data(), static_cast<std::int64_t>(n)).max;
+    return static_cast<int32_t>(detail::FindFirstEqual(x.data(), static_cast<std::int64_t>(n), top));
   }
 
   // 3. Weights w = exp((x - max) / T), so the most likely token has w = 1.
