@@ -6,8 +6,6 @@
 // exactly that of R = 1.
 #include <immintrin.h>
 
-#include <cstring>
-#include <vector>
 
 #include "model/quant_kernels.h"
 #include "model/quant_x86.h"
@@ -21,136 +19,7 @@ inline __m512i Dpbusd(__m512i u, __m512i s) { return _mm512_dpbusd_epi32(_mm512_
 inline __m256i Dpbusd256(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 inline float HSum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// Q8_0 / Q4_0 / Q5_0: the weight values as int8 s (the stored int8, or the
-// code minus its bias 8 / 16), against the activations made unsigned,
-// u = x + 128 (x is clamped to [-127, 127], so u is in [1, 255]):
-// vpdpbusd(u, s) = sum x s + 128 sum s, so each lane's accumulator starts at
-// -128 sum s, formed from the weights alone and shared by every activation
-// row. Exact in int32; then one fp32 multiply-add per block with dw dx. Two
-// blocks per 512-bit step (an odd last block is paired with zero weights).
-// Pair(b0, b1): the 64 signed values of two consecutive blocks; One(b): one
-// block's, then 32 zeros.
-template <typename Block>
-struct SignedCodes;
-
-template <>
-struct SignedCodes<BlockQ8_0> {
-  static __m512i Pair(const BlockQ8_0& b0, const BlockQ8_0& b1) { return Join(Load32(b0.qs), Load32(b1.qs)); }
-  static __m512i One(const BlockQ8_0& b) { return _mm512_zextsi256_si512(Load32(b.qs)); }
-};
-
-// Both blocks' 16 nibble bytes as [qs0, qs0 >> 4, qs1, qs1 >> 4] (128-bit
-// lanes; each then masked to its low nibble): low nibbles are elements 0..15.
-inline __m512i NibblePair(const std::uint8_t* qs0, const std::uint8_t* qs1) {
-  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
-  const __m512i v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(q));
-  return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0xF));
-}
-
-template <>
-struct SignedCodes<BlockQ4_0> {
-  static __m512i Pair(const BlockQ4_0& b0, const BlockQ4_0& b1) {
-    return _mm512_sub_epi8(NibblePair(b0.qs, b1.qs), _mm512_set1_epi8(8));
-  }
-  static __m512i One(const BlockQ4_0& b) { return _mm512_zextsi256_si512(_mm256_sub_epi8(Nibbles(b.qs), _mm256_set1_epi8(8))); }
-};
-
-// Value = code - 16 = nibble - 16 where the fifth bit (bit i of qh for
-// element i) is clear, the nibble itself where it is set.
-template <>
-struct SignedCodes<BlockQ5_0> {
-  static __m512i Pair(const BlockQ5_0& b0, const BlockQ5_0& b1) {
-    std::uint32_t h0, h1;
-    std::memcpy(&h0, b0.qh, 4);
-    std::memcpy(&h1, b1.qh, 4);
-    const __m512i nib = NibblePair(b0.qs, b1.qs);
-    const __mmask64 clear = _cvtu64_mask64(~(static_cast<std::uint64_t>(h1) << 32 | h0));
-    return _mm512_mask_sub_epi8(nib, clear, nib, _mm512_set1_epi8(16));
-  }
-  static __m512i One(const BlockQ5_0& b) {
-    return _mm512_zextsi256_si512(_mm256_sub_epi8(FiveBitCodes(b.qh, b.qs), _mm256_set1_epi8(16)));
-  }
-};
-
-// [d0 x 8, d1 x 8] from two fp16 scales.
-inline __m512 HalfScales2(std::uint16_t d0, std::uint16_t d1) {
-  return _mm512_cvtph_ps(_mm256_mask_blend_epi16(0xFF00, _mm256_set1_epi16(static_cast<short>(d0)),
-                                                 _mm256_set1_epi16(static_cast<short>(d1))));
-}
-
-// The activation rows of one call, per pair of blocks: u (64 bytes) and the
-// scales [dx0 x 8, dx1 x 8] (an odd last pair ends in zeros).
-struct alignas(64) Vec64 {
-  std::uint8_t bytes[64];
-};
-struct PairedActs {
-  std::vector<Vec64> u, d;  // [acts][pairs]: u as int8 lanes, d as 16 floats
-};
-
-void PairActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, PairedActs& out) {
-  const std::int64_t np = (nb + 1) / 2;
-  out.u.resize(static_cast<std::size_t>(acts * np));
-  out.d.resize(out.u.size());
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int j = 0; j < acts; ++j) {
-    const ActQ8* a = x + j * xs;
-    for (std::int64_t q = 0; q < np; ++q) {
-      const std::int64_t b = 2 * q;
-      const bool two = b + 1 < nb;
-      const __m512i v = Join(Load32(a[b].qs), two ? Load32(a[b + 1].qs) : _mm256_set1_epi8(0));
-      _mm512_store_si512(&out.u[static_cast<std::size_t>(j * np + q)], _mm512_xor_si512(v, flip));
-      _mm512_store_ps(&out.d[static_cast<std::size_t>(j * np + q)], Scales2(a[b].d, two ? a[b + 1].d : 0.0f));
-    }
-  }
-}
-
-template <int R, typename Block>
-void DotQ32SignedR(const Block* w, std::int64_t nrows, const PairedActs& a, std::int64_t nb, float* y, std::int64_t ys) {
-  using Codes = SignedCodes<Block>;
-  const std::int64_t np = (nb + 1) / 2;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const Vec64* u = a.u.data();
-  const Vec64* dx = a.d.data();
-  for (std::int64_t r = 0; r < nrows; ++r) {
-    const Block* wr = w + r * nb;
-    __m512 acc[R];
-    for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
-    const auto step = [&](std::int64_t q, __m512i s, __m512 dw) {
-      const __m512i init = _mm512_sub_epi32(_mm512_setzero_si512(), Dpbusd(flip, s));
-      for (int j = 0; j < R; ++j) {
-        const __m512i p = _mm512_dpbusd_epi32(init, _mm512_load_si512(&u[j * np + q]), s);
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_load_ps(&dx[j * np + q])), acc[j]);
-      }
-    };
-    std::int64_t q = 0;
-    for (; 2 * q + 1 < nb; ++q) {
-      const Block& b0 = wr[2 * q];
-      const Block& b1 = wr[2 * q + 1];
-      step(q, Codes::Pair(b0, b1), HalfScales2(b0.d, b1.d));
-    }
-    if (q < np) step(q, Codes::One(wr[2 * q]), HalfScales2(wr[2 * q].d, 0));
-    for (int j = 0; j < R; ++j) y[j * ys + r] = HSum512(acc[j]);
-  }
-}
-
-template <typename Block>
-void RowsQ32Signed(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
-                   float* y, std::int64_t ys) {
-  thread_local PairedActs a;
-  PairActs(x, xs, nb, acts, a);
-  switch (acts) {
-    case 1: DotQ32SignedR<1, Block>(w, nrows, a, nb, y, ys); break;
-    case 2: DotQ32SignedR<2, Block>(w, nrows, a, nb, y, ys); break;
-    case 3: DotQ32SignedR<3, Block>(w, nrows, a, nb, y, ys); break;
-    case 4: DotQ32SignedR<4, Block>(w, nrows, a, nb, y, ys); break;
-    case 5: DotQ32SignedR<5, Block>(w, nrows, a, nb, y, ys); break;
-    case 6: DotQ32SignedR<6, Block>(w, nrows, a, nb, y, ys); break;
-    case 7: DotQ32SignedR<7, Block>(w, nrows, a, nb, y, ys); break;
-    default: DotQ32SignedR<8, Block>(w, nrows, a, nb, y, ys); break;
-  }
-}
-static_assert(kMaxActRows == 8);
+// Q8_0 / Q4_0 / Q5_0: quant_avx512_q32.cc.
 
 // Q4_1 / Q5_1: unsigned codes q (UnsignedCodes<Block>):
 // dot = dw dx sum(q*x) - Offset (the code bias or the block minimum).
@@ -305,10 +174,10 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
 
 }  // namespace
 
-const QuantKernels kAvx512VnniKernels = {.q8_0 = RowsQ32Signed<BlockQ8_0>,
-                                         .q4_0 = RowsQ32Signed<BlockQ4_0>,
+const QuantKernels kAvx512VnniKernels = {.q8_0 = Avx512Q8_0Rows,
+                                         .q4_0 = Avx512Q4_0Rows,
                                          .q4_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_1, ActQ8),
-                                         .q5_0 = RowsQ32Signed<BlockQ5_0>,
+                                         .q5_0 = Avx512Q5_0Rows,
                                          .q5_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_1, ActQ8),
                                          .q4_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ4_K, ActQ8K),
                                          .q5_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ5_K, ActQ8K),

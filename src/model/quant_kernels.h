@@ -13,7 +13,7 @@
 
 namespace kvshare::detail {
 
-inline constexpr int kMaxActRows = 8;
+inline constexpr int kMaxActRows = 64;
 // The most activation rows the generic kernels (KVSHARE_ROWS_KERNEL) hold in
 // registers at once; more rows are taken in several passes over the weights.
 inline constexpr int kRegisterActRows = 4;
@@ -69,6 +69,13 @@ extern const QuantKernels kScalarKernels;
 #define KVSHARE_HAVE_X86_KERNELS 1
 extern const QuantKernels kAvx2Kernels;
 extern const QuantKernels kAvx512VnniKernels;
+// The AVX-512 Q8_0 / Q4_0 / Q5_0 kernels (quant_avx512_q32.cc).
+void Avx512Q8_0Rows(const BlockQ8_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                    float* y, std::int64_t ys);
+void Avx512Q4_0Rows(const BlockQ4_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                    float* y, std::int64_t ys);
+void Avx512Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                    float* y, std::int64_t ys);
 #endif
 
 // Float-weight dot products (Highway, dynamically dispatched).
