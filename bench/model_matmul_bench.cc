@@ -106,11 +106,17 @@ void Shapes(benchmark::internal::Benchmark* b) {
     }
   }
   b->Args({q4k, 640, 2048, 64, 2, 2});  // prefill-like m = 64
+  // A server step of 8 decoding rows (kvshare serve, 8 slots), 2 threads.
+  for (std::int64_t m : {1, 8}) {
+    b->Args({q80, 262144, 640, m, 2, 2});
+    b->Args({q50, 2048, 640, m, 2, 2});
+    b->Args({q4k, 640, 2048, m, 2, 2});
+  }
 }
 
 void TypeShapes(benchmark::internal::Benchmark* b) {
   for (std::int64_t level : {1, 2}) {
-    for (std::int64_t m : {1, 64}) {
+    for (std::int64_t m : {1, 8, 64}) {
       for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_0, GgmlType::kQ4_1,
                          GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0}) {
         b->Args({static_cast<std::int64_t>(t), 2048, 2048, m, 1, level});

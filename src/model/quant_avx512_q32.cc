@@ -42,83 +42,182 @@ namespace {
 template <typename Block>
 struct Codes;
 
+// Get(b): one block's; Pair(b0, b1): two blocks' as [b0 | b1].
+template <typename Block>
+struct Codes;
+
+inline __m512i Join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// Both blocks' 16 nibble bytes as [qs0, qs0 >> 4, qs1, qs1 >> 4] (128-bit
+// lanes, each masked to its low nibble): low nibbles are elements 0..15.
+inline __m512i NibblePair(const std::uint8_t* qs0, const std::uint8_t* qs1) {
+  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+  const __m512i v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(q));
+  return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0xF));
+}
+
 template <>
 struct Codes<BlockQ8_0> {
   static constexpr int kBias = 128;
   static __m256i Get(const BlockQ8_0& b) { return _mm256_xor_si256(Load32(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
+  static __m512i Pair(const BlockQ8_0& b0, const BlockQ8_0& b1) {
+    return _mm512_xor_si512(Join(Load32(b0.qs), Load32(b1.qs)), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
 };
 
 template <>
 struct Codes<BlockQ4_0> {
   static constexpr int kBias = 8;
   static __m256i Get(const BlockQ4_0& b) { return Nibbles(b.qs); }
+  static __m512i Pair(const BlockQ4_0& b0, const BlockQ4_0& b1) { return NibblePair(b0.qs, b1.qs); }
 };
 
+// The fifth bit of element i is bit i of qh.
 template <>
 struct Codes<BlockQ5_0> {
   static constexpr int kBias = 16;
   static __m256i Get(const BlockQ5_0& b) { return FiveBitCodes(b.qh, b.qs); }
+  static __m512i Pair(const BlockQ5_0& b0, const BlockQ5_0& b1) {
+    std::uint32_t h0, h1;
+    std::memcpy(&h0, b0.qh, 4);
+    std::memcpy(&h1, b1.qh, 4);
+    const __mmask64 high = _cvtu64_mask64(static_cast<std::uint64_t>(h1) << 32 | h0);
+    const __m512i nib = NibblePair(b0.qs, b1.qs);
+    return _mm512_mask_add_epi8(nib, high, nib, _mm512_set1_epi8(0x10));
+  }
 };
 
-struct alignas(32) Vec32 {
-  std::uint8_t bytes[32];
-};
-
-inline __m256i LoadV(const Vec32& v) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(&v)); }
-inline __m256 LoadF(const Vec32& v) { return _mm256_load_ps(reinterpret_cast<const float*>(&v)); }
+// [d0 x 8, d1 x 8] from two fp16 scales (each exactly H2F's value).
+inline __m512 HalfScales2(std::uint16_t d0, std::uint16_t d1) {
+  return _mm512_cvtph_ps(_mm256_mask_blend_epi16(0xFF00, _mm256_set1_epi16(static_cast<short>(d0)),
+                                                 _mm256_set1_epi16(static_cast<short>(d1))));
+}
 
 // ---- Lanes layout -----------------------------------------------------------
 
-constexpr int kLanes = 8;  // activation rows per 256-bit register
+constexpr int kLanes = 8;  // activation rows per group (lanes of a 256-bit half)
 constexpr int kTile = 4;   // weight rows per decoded tile
 
-// The activation rows of one call in groups of kLanes, per group g and block
-// b: x[(g nb + b) 8 + k] holds bytes 4k .. 4k+3 of each row's block in lane j
-// (row 8g + j), init[g nb + b] = -bias sum x per lane, d[g nb + b] = dx per
-// lane. Rows past `acts` are zero (their outputs are not stored).
+// 32-byte slots in 64-byte aligned storage (a pair of slots loads as one zmm).
+struct Slots {
+  struct alignas(64) Vec64 {
+    std::uint8_t bytes[64];
+  };
+  std::vector<Vec64> v;
+  void Assign(std::size_t n) { v.assign((n + 1) / 2, Vec64{}); }
+  std::uint8_t* operator[](std::size_t i) { return v.data()->bytes + 32 * i; }
+  const std::uint8_t* operator[](std::size_t i) const { return v.data()->bytes + 32 * i; }
+};
+
+inline std::int64_t Even(std::int64_t nb) { return (nb + 1) & ~std::int64_t{1}; }
+
+// The activation rows of one call in groups of kLanes, with ne = Even(nb)
+// slots per group and block: for block b = 2q + h of group g, slot
+// (g ne + 2q) 8 + 2k + h holds bytes 4k .. 4k+3 of each row's block in lane j
+// (row 8g + j), so the two blocks of a pair load as one zmm per k; slot
+// g ne + b of init holds -bias sum x per lane, of d the scale dx per lane.
+// Rows past `acts` are zero (their outputs are not stored).
 struct LaneActs {
-  std::vector<Vec32> x, init, d;
+  Slots x, init, d;
 };
 
 void MakeLaneActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, int bias, LaneActs& out) {
-  const std::int64_t groups = (acts + kLanes - 1) / kLanes;
-  out.x.assign(static_cast<std::size_t>(groups * nb * 8), Vec32{});
-  out.init.assign(static_cast<std::size_t>(groups * nb), Vec32{});
-  out.d.assign(out.init.size(), Vec32{});
+  const std::int64_t groups = (acts + kLanes - 1) / kLanes, ne = Even(nb);
+  out.x.Assign(static_cast<std::size_t>(groups * ne * 8));
+  out.init.Assign(static_cast<std::size_t>(groups * ne));
+  out.d.Assign(static_cast<std::size_t>(groups * ne));
   for (int j = 0; j < acts; ++j) {
     const std::int64_t g = j / kLanes, lane = j % kLanes;
     for (std::int64_t b = 0; b < nb; ++b) {
       const ActQ8& a = x[j * xs + b];
-      const std::size_t gb = static_cast<std::size_t>(g * nb + b);
-      for (int k = 0; k < 8; ++k) std::memcpy(out.x[gb * 8 + static_cast<std::size_t>(k)].bytes + 4 * lane, a.qs + 4 * k, 4);
+      const std::size_t gb = static_cast<std::size_t>(g * ne + b);
+      const std::size_t base = static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + (b & 1));
+      for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.x[base + 2 * k] + 4 * lane, a.qs + 4 * k, 4);
       const std::int32_t init = -bias * a.sum;
-      std::memcpy(out.init[gb].bytes + 4 * lane, &init, 4);
-      std::memcpy(out.d[gb].bytes + 4 * lane, &a.d, 4);
+      std::memcpy(out.init[gb] + 4 * lane, &init, 4);
+      std::memcpy(out.d[gb] + 4 * lane, &a.d, 4);
     }
   }
 }
 
-// T weight rows (decoded codes c[t nb + b], scales dw[t nb + b]) against one
-// group of 8 activation rows; out[t] = the 8 rows' results for weight row t.
-template <int T>
-void LaneTile(const Vec32* c, const float* dw, const LaneActs& a, std::int64_t g, std::int64_t nb, __m256 out[T]) {
+inline __m512i Load64(const std::uint8_t* p) { return _mm512_load_si512(p); }
+inline __m256 High(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// Where LaneTile reads weight row t's block b: codes (Pair: blocks b and
+// b + 1 as one zmm; One: block b into 32 bytes) and scales (Scales: [dw_b x 8,
+// dw_b+1 x 8]; Scale: dw_b). Buffered: decoded once per tile into slots
+// (several activation groups); Direct: from the blocks (one group).
+struct Buffered {
+  const Slots& c;
+  const float* dw;
+  std::int64_t ne;
+  __m512i Pair(int t, std::int64_t b) const { return Load64(c[static_cast<std::size_t>(t * ne + b)]); }
+  __m512 Scales(int t, std::int64_t b) const {
+    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_ps(halves, _mm512_castpd_ps(_mm512_castpd128_pd512(_mm_load_sd(reinterpret_cast<const double*>(dw + t * ne + b)))));
+  }
+  void One(int t, std::int64_t b, std::uint8_t out[32]) const { std::memcpy(out, c[static_cast<std::size_t>(t * ne + b)], 32); }
+  float Scale(int t, std::int64_t b) const { return dw[t * ne + b]; }
+};
+
+template <typename Block>
+struct Direct {
+  const Block* w;  // the tile's first row
+  std::int64_t nb;
+  __m512i Pair(int t, std::int64_t b) const { return Codes<Block>::Pair(w[t * nb + b], w[t * nb + b + 1]); }
+  __m512 Scales(int t, std::int64_t b) const { return HalfScales2(w[t * nb + b].d, w[t * nb + b + 1].d); }
+  void One(int t, std::int64_t b, std::uint8_t out[32]) const {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), Codes<Block>::Get(w[t * nb + b]));
+  }
+  float Scale(int t, std::int64_t b) const { return H2F(w[t * nb + b].d); }
+};
+
+// T weight rows (from W) against one group of 8 activation rows; out[t] = the
+// 8 rows' results for weight row t. Two blocks per step: the zmm lanes are
+// [8 rows, block 2q | 8 rows, block 2q + 1]; code group k of each block is
+// spread over its half by one permute. The two blocks' products are then
+// added to the accumulator one after the other, so the arithmetic per row is
+// the sequential one of the file comment.
+template <int T, class W>
+void LaneTile(const W& wsrc, const LaneActs& a, std::int64_t g, std::int64_t nb, __m256 out[T]) {
+  const std::int64_t ne = Even(nb);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const Vec32* xg = a.x.data() + g * nb * 8;
-  for (std::int64_t b = 0; b < nb; ++b) {
-    __m256i xk[8];
-    for (int k = 0; k < 8; ++k) xk[k] = LoadV(xg[b * 8 + k]);
-    const __m256i init = LoadV(a.init[static_cast<std::size_t>(g * nb + b)]);
-    const __m256 dx = LoadF(a.d[static_cast<std::size_t>(g * nb + b)]);
+  __m512i spread[8];
+  for (int k = 0; k < 8; ++k) spread[k] = _mm512_setr_epi32(k, k, k, k, k, k, k, k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k);
+  std::int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const std::size_t gb = static_cast<std::size_t>(g * ne + b);
+    __m512i xk[8];
+    for (std::size_t k = 0; k < 8; ++k) xk[k] = Load64(a.x[gb * 8 + 2 * k]);
+    const __m512i init = Load64(a.init[gb]);
+    const __m512 dx = _mm512_castsi512_ps(Load64(a.d[gb]));
     for (int t = 0; t < T; ++t) {
-      const std::uint8_t* ct = c[t * nb + b].bytes;
+      const __m512i w2 = wsrc.Pair(t, b);
+      __m512i p = init;
+      for (int k = 0; k < 8; ++k) p = _mm512_dpbusd_epi32(p, _mm512_permutexvar_epi32(spread[k], w2), xk[k]);
+      const __m512 pf = _mm512_cvtepi32_ps(p), s = _mm512_mul_ps(wsrc.Scales(t, b), dx);
+      acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(pf), _mm512_castps512_ps256(s), acc[t]);
+      acc[t] = _mm256_fmadd_ps(High(pf), High(s), acc[t]);
+    }
+  }
+  if (b < nb) {  // the last block of an odd count: one 256-bit step
+    const std::size_t gb = static_cast<std::size_t>(g * ne + b);
+    __m256i xk[8];
+    for (std::size_t k = 0; k < 8; ++k) xk[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.x[gb * 8 + 2 * k]));
+    const __m256i init = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.init[gb]));
+    const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(a.d[gb]));
+    for (int t = 0; t < T; ++t) {
+      alignas(32) std::uint8_t ct[32];
+      wsrc.One(t, b, ct);
       __m256i p = init;
       for (int k = 0; k < 8; ++k) {
         std::int32_t word;
         std::memcpy(&word, ct + 4 * k, 4);
         p = _mm256_dpbusd_epi32(p, _mm256_set1_epi32(word), xk[k]);
       }
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_set1_ps(dw[t * nb + b]), dx), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_set1_ps(wsrc.Scale(t, b)), dx), acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) out[t] = acc[t];
@@ -126,23 +225,33 @@ void LaneTile(const Vec32* c, const float* dw, const LaneActs& a, std::int64_t g
 
 template <typename Block, int T>
 void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys,
-              std::vector<Vec32>& c, std::vector<float>& dw) {
-  for (int t = 0; t < T; ++t) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const Block& blk = w[(r0 + t) * nb + b];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(&c[static_cast<std::size_t>(t * nb + b)]), Codes<Block>::Get(blk));
-      dw[static_cast<std::size_t>(t * nb + b)] = H2F(blk.d);
-    }
-  }
-  for (std::int64_t g = 0; g * kLanes < acts; ++g) {
-    __m256 out[T];
-    LaneTile<T>(c.data(), dw.data(), a, g, nb, out);
+              Slots& c, std::vector<float>& dw) {
+  const std::int64_t ne = Even(nb), groups = (acts + kLanes - 1) / kLanes;
+  const auto store = [&](std::int64_t g, const __m256 out[T]) {
     const int lanes = std::min<int>(kLanes, acts - static_cast<int>(g) * kLanes);
     for (int t = 0; t < T; ++t) {
       alignas(32) float v[kLanes];
       _mm256_store_ps(v, out[t]);
       for (int j = 0; j < lanes; ++j) y[(g * kLanes + j) * ys + r0 + t] = v[j];
     }
+  };
+  __m256 out[T];
+  if (groups == 1) {
+    LaneTile<T>(Direct<Block>{w + r0 * nb, nb}, a, 0, nb, out);
+    store(0, out);
+    return;
+  }
+  for (int t = 0; t < T; ++t) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const Block& blk = w[(r0 + t) * nb + b];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(c[static_cast<std::size_t>(t * ne + b)]), Codes<Block>::Get(blk));
+      dw[static_cast<std::size_t>(t * ne + b)] = H2F(blk.d);
+    }
+  }
+  const Buffered buf{c, dw.data(), ne};
+  for (std::int64_t g = 0; g < groups; ++g) {
+    LaneTile<T>(buf, a, g, nb, out);
+    store(g, out);
   }
 }
 
@@ -150,13 +259,21 @@ template <typename Block>
 void LaneKernel(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
                 std::int64_t ys) {
   thread_local LaneActs a;
-  thread_local std::vector<Vec32> c;
+  thread_local Slots c;
   thread_local std::vector<float> dw;
   MakeLaneActs(x, xs, nb, acts, Codes<Block>::kBias, a);
-  c.resize(static_cast<std::size_t>(kTile * nb));
-  dw.resize(c.size());
+  c.Assign(static_cast<std::size_t>(kTile * Even(nb)));
+  dw.resize(static_cast<std::size_t>(kTile * Even(nb)));
+  // Tiles read 4 rows block by block: the tile two ahead is prefetched whole
+  // (as RowsKernelR does).
+  const char* base = reinterpret_cast<const char*>(w);
+  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
   std::int64_t r = 0;
-  for (; r + kTile <= nrows; r += kTile) LaneRows<Block, kTile>(w, r, a, nb, acts, y, ys, c, dw);
+  for (; r + kTile <= nrows; r += kTile) {
+    const std::int64_t ahead = (r + 2 * kTile) * row_bytes, ahead_end = std::min(total, ahead + kTile * row_bytes);
+    for (std::int64_t o = ahead; o < ahead_end; o += 64) _mm_prefetch(base + o, _MM_HINT_T0);
+    LaneRows<Block, kTile>(w, r, a, nb, acts, y, ys, c, dw);
+  }
   switch (nrows - r) {
     case 1: LaneRows<Block, 1>(w, r, a, nb, acts, y, ys, c, dw); break;
     case 2: LaneRows<Block, 2>(w, r, a, nb, acts, y, ys, c, dw); break;
