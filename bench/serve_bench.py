@@ -158,6 +158,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--kvshare", default=str(ROOT / "build" / "bin" / "kvshare"))
+    ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "q8_0"],
+                    help="KV cache type of both servers (llama-server's default is f16)")
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER", "/work/ref/llama-build/bin/llama-server"))
     ap.add_argument("--concurrency", default="1,4,8,16")
     ap.add_argument("--requests", type=int, default=32, help="requests per server and concurrency")
@@ -176,19 +178,21 @@ def main():
         print(f"(no llama-server at {a.llama_server}: kvshare only)")
     print(f"{len(reqs)} requests per run: prompts {sum(len(p) for p, _ in reqs)} tokens "
           f"({PROMPT_LENS[0]} weights {PROMPT_LENS[1]}), outputs {sum(o for _, o in reqs)} tokens "
-          f"({OUTPUT_LENS[0]} weights {OUTPUT_LENS[1]}); {a.threads} threads; model {a.model}")
+          f"({OUTPUT_LENS[0]} weights {OUTPUT_LENS[1]}); {a.threads} threads; KV cache {a.kv_dtype}; model {a.model}")
     results = {s: {} for s in servers}
     for c in cs:
         for name in servers:
             if name == "kvshare":
                 cmd = [a.kvshare, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", "0", "--slots", str(c),
-                       "--max-context", str(a.context), "--threads", str(a.threads), "--max-queue", "256", "-q"]
+                       "--max-context", str(a.context), "--threads", str(a.threads), "--max-queue", "256",
+                       "--kv-dtype", a.kv_dtype, "-q"]
                 p = Proc(cmd)
                 mid = model_id
             else:
                 port = free_port()
                 cmd = [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
-                       "-c", str(c * a.context), "-t", str(a.threads), "-tb", str(a.threads), "--no-webui"]
+                       "-c", str(c * a.context), "-t", str(a.threads), "-tb", str(a.threads), "--no-webui",
+                       "-ctk", a.kv_dtype, "-ctv", a.kv_dtype]
                 p = Proc(cmd, port=port)
                 mid = model_id
             try:

@@ -38,6 +38,7 @@ struct BenchCliOptions {
   int gen_tokens = 128;
   std::vector<int> threads = {1, 2};
   std::vector<int> depths = {0};
+  std::vector<int> batches;  // extra tests: this many rows decoding at once
   int repetitions = 3;
   std::string kv_dtype = "f32";
   bool no_prefill_shortcut = false;
@@ -92,6 +93,31 @@ RunTimes RunOnce(const Model& model, ModelState& state, std::int64_t depth, cons
   return t;
 }
 
+// `batch` rows decoding at once (a server's step): every row gets `context`
+// (untimed, one ForwardBatch), then `gen` steps of one token per row in one
+// ForwardBatch each, greedy per row. Returns the seconds of the steps.
+double BatchedDecodeSeconds(const Model& model, ModelState& state, int batch, std::span<const std::int32_t> context,
+                            int gen, ThreadPool* pool) {
+  std::vector<BatchEntry> entries;
+  for (int r = 0; r < batch; ++r) {
+    state.Rewind(r, 0);
+    entries.push_back({.row = r, .tokens = context});
+  }
+  const std::size_t V = static_cast<std::size_t>(model.config().n_vocab);
+  std::vector<Sampler> greedy(static_cast<std::size_t>(batch), Sampler(SamplerOptions{}));
+  std::vector<std::int32_t> next(static_cast<std::size_t>(batch));
+  const auto sample_all = [&](std::span<const float> logits) {
+    for (std::size_t r = 0; r < next.size(); ++r) next[r] = greedy[r].Sample(logits.subspan(r * V, V));
+  };
+  sample_all(model.ForwardBatch(state, entries, pool));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < gen; ++i) {
+    for (std::size_t r = 0; r < next.size(); ++r) entries[r].tokens = std::span<const std::int32_t>(&next[r], 1);
+    sample_all(model.ForwardBatch(state, entries, pool));
+  }
+  return Seconds(t0);
+}
+
 struct Stat {
   double median = 0, min = 0, max = 0;
 };
@@ -143,15 +169,18 @@ void RunBench(const BenchCliOptions& o) {
   const Tokenizer tok(ReadVocab(model->gguf()));
   const std::vector<std::int32_t> prompt = BenchPrompt(tok, o.prompt_tokens);
   const int max_depth = *std::max_element(o.depths.begin(), o.depths.end());
-  const int context = max_depth + std::max(o.prompt_tokens, o.gen_tokens);
+  // The batched tests append the prompt and then gen tokens to each row.
+  const int context = max_depth + std::max(o.prompt_tokens, o.gen_tokens) + (o.batches.empty() ? 0 : o.gen_tokens);
   if (context > model->config().context_length) {
     throw Error("the deepest --depth plus the longer of --prompt-tokens and --gen-tokens is " + std::to_string(context) +
                 " tokens, more than the model's context length " + std::to_string(model->config().context_length));
   }
   // Sliding layers keep every position when there is depth, so each test starts
   // from the same context by a Rewind instead of a new fill.
+  const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
   const ModelStateOptions so{.max_context = context,
                              .kv_dtype = ParseKvDtype(o.kv_dtype),
+                             .max_batch = max_batch,
                              .exact_rewind = max_depth > 0,
                              .kv_shared_prefill_shortcut = !o.no_prefill_shortcut};
   const std::unique_ptr<ModelState> state = model->NewState(so);
@@ -194,12 +223,25 @@ void RunBench(const BenchCliOptions& o) {
         dec.push_back(o.gen_tokens / t.decode_seconds);
       }
       const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
-      for (const auto& [test, tokens, rates] :
-           {std::tuple{pp + at, o.prompt_tokens, pre}, std::tuple{tg + at, o.gen_tokens, dec}}) {
+      std::vector<std::tuple<std::string, int, int, std::vector<double>>> tests = {{pp + at, 1, o.prompt_tokens, pre},
+                                                                                 {tg + at, 1, o.gen_tokens, dec}};
+      // Batched decode: each row after the depth's context and the prompt.
+      std::vector<std::int32_t> row_context(filler.begin(), filler.begin() + depth);
+      row_context.insert(row_context.end(), prompt.begin(), prompt.end());
+      for (int b : o.batches) {
+        BatchedDecodeSeconds(*model, *state, b, row_context, std::min(o.gen_tokens, 8), &pool);  // warm-up
+        std::vector<double> agg;
+        for (int r = 0; r < o.repetitions; ++r) {
+          agg.push_back(static_cast<double>(b) * o.gen_tokens /
+                        BatchedDecodeSeconds(*model, *state, b, row_context, o.gen_tokens, &pool));
+        }
+        tests.emplace_back(tg + " b" + std::to_string(b) + at, b, o.gen_tokens, agg);
+      }
+      for (const auto& [test, batch, tokens, rates] : tests) {
         const Stat s = Summarize(rates);
         std::printf("%7d  %-16s %10.1f %10.1f %10.1f\n", threads, test.c_str(), s.median, s.min, s.max);
         std::fflush(stdout);
-        results.push_back({{"threads", threads}, {"test", test}, {"depth", depth}, {"tokens", tokens},
+        results.push_back({{"threads", threads}, {"test", test}, {"depth", depth}, {"batch", batch}, {"tokens", tokens},
                            {"tok_s_median", s.median}, {"tok_s_min", s.min}, {"tok_s_max", s.max}, {"tok_s", rates}});
       }
     }
@@ -259,6 +301,11 @@ void RegisterBench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(0, 1 << 22))
       ->capture_default_str();
+  cmd->add_option("--batch", o.batches,
+                  "Comma-separated batch sizes B: also tg with B rows decoding at once, one ForwardBatch per step "
+                  "(a server's step; aggregate tok/s over all rows; each row holds the depth's context and the prompt)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
   AddKvDtypeOption(*cmd, o.kv_dtype);
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,
                 "Run KV-shared layers on every prompt token (to measure what the short-cut saves)");
