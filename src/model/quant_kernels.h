@@ -64,6 +64,26 @@ void ForWeightRows(const Block* w, std::int64_t nrows, const Act* x, std::int64_
     }                                                                                                             \
   }
 
+// The same with up to 8 rows per pass (for kernels with 32 vector registers).
+#define KVSHARE_ROWS_KERNEL8(F, Block, Act)                                                                        \
+  +[](const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,      \
+      std::int64_t ys) {                                                                                           \
+    for (int j0 = 0; j0 < acts; j0 += 8) {                                                                         \
+      const Act* xj = x + j0 * xs;                                                                                 \
+      float* yj = y + j0 * ys;                                                                                     \
+      switch (acts - j0) {                                                                                         \
+        case 1: ForWeightRows<1, Block, Act, F<1>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 2: ForWeightRows<2, Block, Act, F<2>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 3: ForWeightRows<3, Block, Act, F<3>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 4: ForWeightRows<4, Block, Act, F<4>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 5: ForWeightRows<5, Block, Act, F<5>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 6: ForWeightRows<6, Block, Act, F<6>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        case 7: ForWeightRows<7, Block, Act, F<7>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
+        default: ForWeightRows<8, Block, Act, F<8>>(w, nrows, xj, xs, nb, yj, ys); break;                          \
+      }                                                                                                           \
+    }                                                                                                             \
+  }
+
 extern const QuantKernels kScalarKernels;
 #if defined(__x86_64__) || defined(_M_X64)
 #define KVSHARE_HAVE_X86_KERNELS 1
