@@ -11,18 +11,28 @@
 
 namespace kvshare::detail {
 
-void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* p = x + r * n;
-    double ss = 0;
-    for (int i = 0; i < n; ++i) ss += static_cast<double>(p[i]) * p[i];
-    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
-    if (w != nullptr) {
-      for (int i = 0; i < n; ++i) p[i] = p[i] * inv * w[i];
-    } else {
-      for (int i = 0; i < n; ++i) p[i] = p[i] * inv;
+void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps, ThreadPool* pool) {
+  const auto norm_rows = [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float* p = x + r * n;
+      double ss = 0;
+      for (int i = 0; i < n; ++i) ss += static_cast<double>(p[i]) * p[i];
+      const float inv = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+      if (w != nullptr) {
+        for (int i = 0; i < n; ++i) p[i] = p[i] * inv * w[i];
+      } else {
+        for (int i = 0; i < n; ++i) p[i] = p[i] * inv;
+      }
     }
+  };
+  // Rows are independent: chunks of about kParallelElements on the pool
+  // (prefill, batched steps); one row's arithmetic does not change.
+  const std::int64_t chunk = std::max<std::int64_t>(1, kParallelElements / std::max(n, 1));
+  if (pool == nullptr || rows * n < 2 * kParallelElements) {
+    norm_rows(0, rows);
+    return;
   }
+  ParallelFor(pool, (rows + chunk - 1) / chunk, [&](std::int64_t c) { norm_rows(c * chunk, std::min(rows, (c + 1) * chunk)); });
 }
 
 void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool* pool) {
@@ -187,7 +197,17 @@ void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatr
   if (u.size() < n) u.resize(n);
   const MatMulTarget gate_up[] = {{.w = gate, .y = g.data()}, {.w = up, .y = u.data()}};
   MatMulRowsMany(gate_up, x, S, pool);
-  GeluTanhMul(g.data(), u.data(), g.data(), static_cast<std::int64_t>(n));
+  // Elementwise: chunks of kParallelElements (a multiple of every vector
+  // length, so each element takes the same path as in one call).
+  const std::int64_t total = static_cast<std::int64_t>(n);
+  if (pool == nullptr || total < 2 * kParallelElements) {
+    GeluTanhMul(g.data(), u.data(), g.data(), total);
+  } else {
+    ParallelFor(pool, (total + kParallelElements - 1) / kParallelElements, [&](std::int64_t c) {
+      const std::int64_t i0 = c * kParallelElements, len = std::min(kParallelElements, total - i0);
+      GeluTanhMul(g.data() + i0, u.data() + i0, g.data() + i0, len);
+    });
+  }
   MatMulRows(down, g.data(), S, out, pool);
 }
 

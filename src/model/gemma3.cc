@@ -144,15 +144,15 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
     const Layer& L = layers_[l];
     const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
     std::copy(st.x.begin(), st.x.end(), st.h.begin());
-    RmsNorm(st.h.data(), S, E, L.attn_norm, c.rms_eps);
+    RmsNorm(st.h.data(), S, E, L.attn_norm, c.rms_eps, pool);
     if (owns) {  // a KV-shared layer reads its source's K/V and computes none
       const MatMulTarget qkv[] = {{.w = L.q, .y = st.q.data()}, {.w = L.k, .y = st.k.data()}, {.w = L.v, .y = st.v.data()}};
       detail::MatMulRowsMany(qkv, st.h.data(), S, pool);
-      RmsNorm(st.k.data(), S * c.n_head_kv, Hd, L.k_norm, c.rms_eps);
+      RmsNorm(st.k.data(), S * c.n_head_kv, Hd, L.k_norm, c.rms_eps, pool);
     } else {
       detail::MatMulRows(L.q, st.h.data(), S, st.q.data(), pool);
     }
-    RmsNorm(st.q.data(), S * c.n_head, Hd, L.q_norm, c.rms_eps);
+    RmsNorm(st.q.data(), S * c.n_head, Hd, L.q_norm, c.rms_eps, pool);
     detail::Attend(st, l,
                    AttentionCall{.q = st.q.data(),
                                  .k = owns ? st.k.data() : nullptr,
@@ -166,13 +166,13 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
                    spans, pool);
 
     detail::MatMulRows(L.o, st.attn.data(), S, st.o.data(), pool);
-    RmsNorm(st.o.data(), S, E, L.post_attn_norm, c.rms_eps);
+    RmsNorm(st.o.data(), S, E, L.post_attn_norm, c.rms_eps, pool);
     for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
 
     std::copy(st.x.begin(), st.x.end(), st.h.begin());
-    RmsNorm(st.h.data(), S, E, L.ffn_norm, c.rms_eps);
+    RmsNorm(st.h.data(), S, E, L.ffn_norm, c.rms_eps, pool);
     detail::GegluMlp(L.gate, L.up, L.down, st.h.data(), S, st.o.data(), st.g, st.u, pool);
-    RmsNorm(st.o.data(), S, E, L.post_ffw_norm, c.rms_eps);
+    RmsNorm(st.o.data(), S, E, L.post_ffw_norm, c.rms_eps, pool);
     for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);

@@ -278,7 +278,7 @@ void Gemma4::PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> token
   detail::MatMulRows(ple_proj_, st.x.data(), S, st.ple.data(), pool);
   const float proj_scale = 1.0f / std::sqrt(static_cast<float>(cfg_.n_embd));
   for (float& e : st.ple) e *= proj_scale;
-  RmsNorm(st.ple.data(), S * cfg_.n_layer, ple_, ple_proj_norm_, cfg_.rms_eps);
+  RmsNorm(st.ple.data(), S * cfg_.n_layer, ple_, ple_proj_norm_, cfg_.rms_eps, pool);
   const float tok_scale = std::sqrt(static_cast<float>(ple_)), mix = 1.0f / std::sqrt(2.0f);
   for (std::int64_t s = 0; s < S; ++s) {
     detail::EmbedRows(ple_table_, tokens.subspan(static_cast<std::size_t>(s), 1), tok_scale, st.ple_tok.data());
@@ -355,7 +355,7 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
 
   // Attention.
   std::copy(x, x + S * E, st.h.data());
-  RmsNorm(st.h.data(), S, E, Ly.attn_norm, c.rms_eps);
+  RmsNorm(st.h.data(), S, E, Ly.attn_norm, c.rms_eps, pool);
   if (owns) {
     grow(st.k, S * kvd);
     grow(st.v, S * kvd);
@@ -367,10 +367,10 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
   } else {
     detail::MatMulRows(Ly.q, st.h.data(), S, st.q.data(), pool);
   }
-  RmsNorm(st.q.data(), S * c.n_head, Hd, Ly.q_norm, c.rms_eps);
+  RmsNorm(st.q.data(), S * c.n_head, Hd, Ly.q_norm, c.rms_eps, pool);
   if (owns) {
-    RmsNorm(st.k.data(), S * Ly.n_kv, Hd, Ly.k_norm, c.rms_eps);
-    RmsNorm(st.v.data(), S * Ly.n_kv, Hd, nullptr, c.rms_eps);  // scale-free V norm
+    RmsNorm(st.k.data(), S * Ly.n_kv, Hd, Ly.k_norm, c.rms_eps, pool);
+    RmsNorm(st.v.data(), S * Ly.n_kv, Hd, nullptr, c.rms_eps, pool);  // scale-free V norm
   }
   detail::Attend(st, l,
                  AttentionCall{.q = st.q.data(),
@@ -384,15 +384,15 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
                                .scale = c.attn_scale},
                  spans, pool);
   detail::MatMulRows(Ly.o, st.attn.data(), S, st.o.data(), pool);
-  RmsNorm(st.o.data(), S, E, Ly.post_attn_norm, c.rms_eps);
+  RmsNorm(st.o.data(), S, E, Ly.post_attn_norm, c.rms_eps, pool);
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
 
   // FFN: dense GeGLU, and on MoE layers its normed output plus the experts'.
   std::copy(x, x + S * E, st.h.data());
-  RmsNorm(st.h.data(), S, E, Ly.ffn_norm, c.rms_eps);
+  RmsNorm(st.h.data(), S, E, Ly.ffn_norm, c.rms_eps, pool);
   if (Ly.gate) detail::GegluMlp(*Ly.gate, *Ly.up, *Ly.down, st.h.data(), S, st.f.data(), st.g, st.u, pool);
   if (Ly.moe) {
-    if (Ly.gate) RmsNorm(st.f.data(), S, E, Ly.moe->post_ffw_norm_1, c.rms_eps);
+    if (Ly.gate) RmsNorm(st.f.data(), S, E, Ly.moe->post_ffw_norm_1, c.rms_eps, pool);
     grow(st.o, S * E);
     detail::RunGemma4Moe(*Ly.moe, x, S, E, c.rms_eps, st.o.data(), st.moe, pool);
     if (Ly.gate) {
@@ -401,7 +401,7 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
       std::copy(st.o.begin(), st.o.begin() + S * E, st.f.begin());
     }
   }
-  RmsNorm(st.f.data(), S, E, Ly.post_ffw_norm, c.rms_eps);
+  RmsNorm(st.f.data(), S, E, Ly.post_ffw_norm, c.rms_eps, pool);
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.f[static_cast<std::size_t>(i)];
 
   // Per-layer embedding: x += RMSNorm(proj(gelu_tanh(inp_gate x) * ple[:, l]), post_norm).
@@ -416,7 +416,7 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
     }
     detail::GeluTanhMul(st.g.data(), st.u.data(), st.g.data(), S * ple_);
     detail::MatMulRows(Ly.proj, st.g.data(), S, st.o.data(), pool);
-    RmsNorm(st.o.data(), S, E, Ly.post_norm, c.rms_eps);
+    RmsNorm(st.o.data(), S, E, Ly.post_norm, c.rms_eps, pool);
     for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
   }
   if (Ly.has_out_scale) {
