@@ -5,6 +5,7 @@
 
 #include "attention/attend.h"
 #include "attention/gqa_plan.h"
+#include "attention/store_rows.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
 #include "kvshare/attention.h"
@@ -65,7 +66,7 @@ struct CacheDst {
       detail::QuantizeRowQ8_0(x, H, ElemAddress(data, dtype, base));
       return;
     }
-    for (int d = 0; d < H; ++d) StoreFromFloat(data, dtype, base + d, x[d]);
+    detail::StoreRowFromFloat(data, dtype, base, x, H);
   }
   KvSource AsSource() const { return KvSource{data, dtype, bs, hs, rs, 0}; }
 };
