@@ -179,8 +179,8 @@ const QuantKernels kAvx512VnniKernels = {.q8_0 = Avx512Q8_0Rows,
                                          .q4_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_1, ActQ8),
                                          .q5_0 = Avx512Q5_0Rows,
                                          .q5_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_1, ActQ8),
-                                         .q4_k = KVSHARE_ROWS_KERNEL8(DotQKMinR, BlockQ4_K, ActQ8K),
-                                         .q5_k = KVSHARE_ROWS_KERNEL8(DotQKMinR, BlockQ5_K, ActQ8K),
-                                         .q6_k = KVSHARE_ROWS_KERNEL8(DotQ6_KR, BlockQ6_K, ActQ8K)};
+                                         .q4_k = KVSHARE_ROWS_KERNEL_N(DotQKMinR, BlockQ4_K, ActQ8K, 8),
+                                         .q5_k = KVSHARE_ROWS_KERNEL_N(DotQKMinR, BlockQ5_K, ActQ8K, 8),
+                                         .q6_k = KVSHARE_ROWS_KERNEL_N(DotQ6_KR, BlockQ6_K, ActQ8K, 8)};
 
 }  // namespace kvshare::detail

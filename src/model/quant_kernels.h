@@ -46,43 +46,30 @@ void ForWeightRows(const Block* w, std::int64_t nrows, const Act* x, std::int64_
 }
 
 // A DotRowsFn from a one-row kernel template F<R>(w, x, x_stride, nb, out)
-// over R activation rows, instantiated for R = 1 .. kRegisterActRows; larger
-// groups (up to kMaxActRows) go in chunks of kRegisterActRows rows.
-#define KVSHARE_ROWS_KERNEL(F, Block, Act)                                                                         \
+// over R activation rows: the activation rows go in chunks of at most N (the
+// most the kernel keeps in registers, <= 8), each chunk against all weight
+// rows; F is instantiated for R = 1 .. N only (the cases above N never run).
+#define KVSHARE_ROWS_KERNEL_N(F, Block, Act, N)                                                                    \
   +[](const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,      \
       std::int64_t ys) {                                                                                           \
-    static_assert(kRegisterActRows == 4);                                                                          \
-    for (int j0 = 0; j0 < acts; j0 += kRegisterActRows) {                                                          \
+    constexpr int kN = N;                                                                                          \
+    static_assert(kN >= 4 && kN <= 8);                                                                             \
+    for (int j0 = 0; j0 < acts; j0 += kN) {                                                                        \
       const Act* xj = x + j0 * xs;                                                                                 \
       float* yj = y + j0 * ys;                                                                                     \
-      switch (acts - j0) {                                                                                         \
-        case 1: ForWeightRows<1, Block, Act, F<1>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
-        case 2: ForWeightRows<2, Block, Act, F<2>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
-        case 3: ForWeightRows<3, Block, Act, F<3>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
-        default: ForWeightRows<4, Block, Act, F<4>>(w, nrows, xj, xs, nb, yj, ys); break;                          \
-      }                                                                                                           \
-    }                                                                                                             \
-  }
-
-// The same with up to 8 rows per pass (for kernels with 32 vector registers).
-#define KVSHARE_ROWS_KERNEL8(F, Block, Act)                                                                        \
-  +[](const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,      \
-      std::int64_t ys) {                                                                                           \
-    for (int j0 = 0; j0 < acts; j0 += 8) {                                                                         \
-      const Act* xj = x + j0 * xs;                                                                                 \
-      float* yj = y + j0 * ys;                                                                                     \
-      switch (acts - j0) {                                                                                         \
+      switch (acts - j0 < kN ? acts - j0 : kN) {                                                                   \
         case 1: ForWeightRows<1, Block, Act, F<1>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
         case 2: ForWeightRows<2, Block, Act, F<2>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
         case 3: ForWeightRows<3, Block, Act, F<3>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
         case 4: ForWeightRows<4, Block, Act, F<4>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
-        case 5: ForWeightRows<5, Block, Act, F<5>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
-        case 6: ForWeightRows<6, Block, Act, F<6>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
-        case 7: ForWeightRows<7, Block, Act, F<7>>(w, nrows, xj, xs, nb, yj, ys); break;                           \
-        default: ForWeightRows<8, Block, Act, F<8>>(w, nrows, xj, xs, nb, yj, ys); break;                          \
+        case 5: ForWeightRows<(kN < 5 ? kN : 5), Block, Act, F<(kN < 5 ? kN : 5)>>(w, nrows, xj, xs, nb, yj, ys); break; \
+        case 6: ForWeightRows<(kN < 6 ? kN : 6), Block, Act, F<(kN < 6 ? kN : 6)>>(w, nrows, xj, xs, nb, yj, ys); break; \
+        case 7: ForWeightRows<(kN < 7 ? kN : 7), Block, Act, F<(kN < 7 ? kN : 7)>>(w, nrows, xj, xs, nb, yj, ys); break; \
+        default: ForWeightRows<kN, Block, Act, F<kN>>(w, nrows, xj, xs, nb, yj, ys); break;                        \
       }                                                                                                           \
     }                                                                                                             \
   }
+#define KVSHARE_ROWS_KERNEL(F, Block, Act) KVSHARE_ROWS_KERNEL_N(F, Block, Act, kRegisterActRows)
 
 extern const QuantKernels kScalarKernels;
 #if defined(__x86_64__) || defined(_M_X64)
