@@ -4,9 +4,6 @@
 // with every row; each row's arithmetic is exactly that of R = 1.
 #include <immintrin.h>
 
-#include <type_traits>
-#include <vector>
-
 #include "model/quant_kernels.h"
 #include "model/quant_x86.h"
 
@@ -52,77 +49,7 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - corr[r];
 }
 
-// Q4_0 / Q5_0: the scheme of the AVX-512 kernels (quant_avx512.cc) on 256
-// bits: signed values s = code - bias (|s| <= 16) against the activations
-// made unsigned, u = x + 128 in [1, 255]. maddubs pairs stay within
-// 2 * 255 * 16 = 8160 (no int16 saturation), and
-// sum x s = madd(maddubs(u, s), 1) - 128 sum s, the last term from the
-// weights alone, once per block for every activation row. (Q8_0 keeps the
-// sign trick above: its |s| up to 128 would saturate maddubs.)
-struct alignas(32) Vec32 {
-  std::uint8_t bytes[32];
-};
-struct UnsignedActs {
-  std::vector<Vec32> u, d;  // [acts][nb]: u as 32 bytes, d broadcast to 8 floats
-};
-
-void MakeUnsignedActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, UnsignedActs& out) {
-  out.u.resize(static_cast<std::size_t>(acts * nb));
-  out.d.resize(out.u.size());
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int j = 0; j < acts; ++j) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const ActQ8& a = x[j * xs + b];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(&out.u[static_cast<std::size_t>(j * nb + b)]),
-                         _mm256_xor_si256(Load32(a.qs), flip));
-      _mm256_store_ps(reinterpret_cast<float*>(&out.d[static_cast<std::size_t>(j * nb + b)]), _mm256_set1_ps(a.d));
-    }
-  }
-}
-
-template <int R, typename Block>
-void DotQ32SignedR(const Block* w, std::int64_t nrows, const Vec32* u, const Vec32* dx, std::int64_t nb, float* y,
-                   std::int64_t ys) {
-  using Codes = UnsignedCodes<Block>;
-  constexpr char kBias = std::is_same_v<Block, BlockQ4_0> ? 8 : 16;
-  const __m256i bias = _mm256_set1_epi8(kBias), flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (std::int64_t r = 0; r < nrows; ++r) {
-    const Block* wr = w + r * nb;
-    __m256 acc[R];
-    for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const __m256i s = _mm256_sub_epi8(Codes::Get(wr[b]), bias);
-      const __m256i init = _mm256_sub_epi32(_mm256_setzero_si256(), DotU8S8(flip, s));
-      const __m256 dw = _mm256_set1_ps(H2F(wr[b].d));
-      for (int j = 0; j < R; ++j) {
-        const __m256i p = _mm256_add_epi32(init, DotU8S8(_mm256_load_si256(reinterpret_cast<const __m256i*>(&u[j * nb + b])), s));
-        const __m256 d = _mm256_mul_ps(dw, _mm256_load_ps(reinterpret_cast<const float*>(&dx[j * nb + b])));
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j]);
-      }
-    }
-    for (int j = 0; j < R; ++j) y[j * ys + r] = HSum(acc[j]);
-  }
-}
-
-// All rows' unsigned activations once, then kRegisterActRows rows per pass.
-template <typename Block>
-void RowsQ32Signed(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
-                   float* y, std::int64_t ys) {
-  thread_local UnsignedActs a;
-  MakeUnsignedActs(x, xs, nb, acts, a);
-  static_assert(kRegisterActRows == 4);
-  for (int j0 = 0; j0 < acts; j0 += kRegisterActRows) {
-    const Vec32* u = a.u.data() + j0 * nb;
-    const Vec32* d = a.d.data() + j0 * nb;
-    float* yj = y + j0 * ys;
-    switch (acts - j0) {
-      case 1: DotQ32SignedR<1, Block>(w, nrows, u, d, nb, yj, ys); break;
-      case 2: DotQ32SignedR<2, Block>(w, nrows, u, d, nb, yj, ys); break;
-      case 3: DotQ32SignedR<3, Block>(w, nrows, u, d, nb, yj, ys); break;
-      default: DotQ32SignedR<4, Block>(w, nrows, u, d, nb, yj, ys); break;
-    }
-  }
-}
+// Q4_0 / Q5_0: quant_avx2_q32.cc.
 
 // Q4_K / Q5_K: codes (KCodes<Block>) times the 6-bit sub-block scales
 // (maddubs, then madd_epi16 against the int16 scale), times dw dx; minus the
@@ -212,9 +139,9 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
 }  // namespace
 
 const QuantKernels kAvx2Kernels = {.q8_0 = KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8_0, ActQ8),
-                                   .q4_0 = RowsQ32Signed<BlockQ4_0>,
+                                   .q4_0 = Avx2Q4_0Rows,
                                    .q4_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ4_1, ActQ8),
-                                   .q5_0 = RowsQ32Signed<BlockQ5_0>,
+                                   .q5_0 = Avx2Q5_0Rows,
                                    .q5_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_1, ActQ8),
                                    .q4_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ4_K, ActQ8K),
                                    .q5_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ5_K, ActQ8K),

@@ -34,17 +34,10 @@
 
 #include "model/quant_kernels.h"
 #include "model/quant_x86.h"
+#include "model/quant_q32_lanes.h"
 
 namespace kvshare::detail {
 namespace {
-
-// Unsigned codes c (32 bytes, element order) and bias of one block.
-template <typename Block>
-struct Codes;
-
-// Get(b): one block's; Pair(b0, b1): two blocks' as [b0 | b1].
-template <typename Block>
-struct Codes;
 
 inline __m512i Join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
@@ -57,6 +50,8 @@ inline __m512i NibblePair(const std::uint8_t* qs0, const std::uint8_t* qs1) {
   return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0xF));
 }
 
+// Codes<Block>: Get(b): one block's unsigned codes (32 bytes, element order);
+// Pair(b0, b1): two blocks' as [b0 | b1]; kBias: code - value.
 template <>
 struct Codes<BlockQ8_0> {
   static constexpr int kBias = 128;
@@ -95,51 +90,6 @@ inline __m512 HalfScales2(std::uint16_t d0, std::uint16_t d1) {
 }
 
 // ---- Lanes layout -----------------------------------------------------------
-
-constexpr int kLanes = 8;  // activation rows per group (lanes of a 256-bit half)
-constexpr int kTile = 4;   // weight rows per decoded tile
-
-// 32-byte slots in 64-byte aligned storage (a pair of slots loads as one zmm).
-struct Slots {
-  struct alignas(64) Vec64 {
-    std::uint8_t bytes[64];
-  };
-  std::vector<Vec64> v;
-  void Assign(std::size_t n) { v.assign((n + 1) / 2, Vec64{}); }
-  std::uint8_t* operator[](std::size_t i) { return v.data()->bytes + 32 * i; }
-  const std::uint8_t* operator[](std::size_t i) const { return v.data()->bytes + 32 * i; }
-};
-
-inline std::int64_t Even(std::int64_t nb) { return (nb + 1) & ~std::int64_t{1}; }
-
-// The activation rows of one call in groups of kLanes, with ne = Even(nb)
-// slots per group and block: for block b = 2q + h of group g, slot
-// (g ne + 2q) 8 + 2k + h holds bytes 4k .. 4k+3 of each row's block in lane j
-// (row 8g + j), so the two blocks of a pair load as one zmm per k; slot
-// g ne + b of init holds -bias sum x per lane, of d the scale dx per lane.
-// Rows past `acts` are zero (their outputs are not stored).
-struct LaneActs {
-  Slots x, init, d;
-};
-
-void MakeLaneActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, int bias, LaneActs& out) {
-  const std::int64_t groups = (acts + kLanes - 1) / kLanes, ne = Even(nb);
-  out.x.Assign(static_cast<std::size_t>(groups * ne * 8));
-  out.init.Assign(static_cast<std::size_t>(groups * ne));
-  out.d.Assign(static_cast<std::size_t>(groups * ne));
-  for (int j = 0; j < acts; ++j) {
-    const std::int64_t g = j / kLanes, lane = j % kLanes;
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const ActQ8& a = x[j * xs + b];
-      const std::size_t gb = static_cast<std::size_t>(g * ne + b);
-      const std::size_t base = static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + (b & 1));
-      for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.x[base + 2 * k] + 4 * lane, a.qs + 4 * k, 4);
-      const std::int32_t init = -bias * a.sum;
-      std::memcpy(out.init[gb] + 4 * lane, &init, 4);
-      std::memcpy(out.d[gb] + 4 * lane, &a.d, 4);
-    }
-  }
-}
 
 inline __m512i Load64(const std::uint8_t* p) { return _mm512_load_si512(p); }
 inline __m256 High(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
@@ -255,43 +205,7 @@ void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t n
   }
 }
 
-template <typename Block>
-void LaneKernel(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
-                std::int64_t ys) {
-  thread_local LaneActs a;
-  thread_local Slots c;
-  thread_local std::vector<float> dw;
-  MakeLaneActs(x, xs, nb, acts, Codes<Block>::kBias, a);
-  c.Assign(static_cast<std::size_t>(kTile * Even(nb)));
-  dw.resize(static_cast<std::size_t>(kTile * Even(nb)));
-  // Tiles read 4 rows block by block: the tile two ahead is prefetched whole
-  // (as RowsKernelR does).
-  const char* base = reinterpret_cast<const char*>(w);
-  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
-  std::int64_t r = 0;
-  for (; r + kTile <= nrows; r += kTile) {
-    const std::int64_t ahead = (r + 2 * kTile) * row_bytes, ahead_end = std::min(total, ahead + kTile * row_bytes);
-    for (std::int64_t o = ahead; o < ahead_end; o += 64) _mm_prefetch(base + o, _MM_HINT_T0);
-    LaneRows<Block, kTile>(w, r, a, nb, acts, y, ys, c, dw);
-  }
-  switch (nrows - r) {
-    case 1: LaneRows<Block, 1>(w, r, a, nb, acts, y, ys, c, dw); break;
-    case 2: LaneRows<Block, 2>(w, r, a, nb, acts, y, ys, c, dw); break;
-    case 3: LaneRows<Block, 3>(w, r, a, nb, acts, y, ys, c, dw); break;
-    default: break;
-  }
-  static_assert(kTile == 4);
-}
-
 // ---- Rows layout ------------------------------------------------------------
-
-// Lane t = the sum of v[t]'s 8 lanes.
-inline __m256i SumLanes8(const __m256i v[8]) {
-  const __m256i h0 = _mm256_hadd_epi32(v[0], v[1]), h1 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h2 = _mm256_hadd_epi32(v[4], v[5]), h3 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
-}
 
 // Weight rows r0 .. r0 + 7 (row t at rows[t]; rows past the matrix repeat the
 // last one and are not stored) against R activation rows.
@@ -316,50 +230,10 @@ void RowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ
       const __m256i xv = Load32(a.qs);
       __m256i v[8];
       for (int t = 0; t < 8; ++t) v[t] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c[t], xv);
-      const __m256i p = _mm256_sub_epi32(SumLanes8(v), _mm256_set1_epi32(Codes<Block>::kBias * a.sum));
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[j]);
+      RowsStep(v, a, Codes<Block>::kBias, dw, acc[j]);
     }
   }
-  for (int j = 0; j < R; ++j) {
-    alignas(32) float v[8];
-    _mm256_store_ps(v, acc[j]);
-    for (int t = 0; t < valid; ++t) y[j * ys + r0 + t] = v[t];
-  }
-}
-
-template <int R, typename Block>
-void RowsKernelR(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* y,
-                 std::int64_t ys) {
-  // A tile reads its 8 rows block by block, 8 interleaved streams the hardware
-  // prefetchers follow poorly from DRAM (the LM head at m = 1 ran at a quarter
-  // of the bandwidth): the tile kPrefetchTiles ahead is prefetched whole.
-  constexpr std::int64_t kPrefetchTiles = 2;
-  const char* base = reinterpret_cast<const char*>(w);
-  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
-  for (std::int64_t r0 = 0; r0 < nrows; r0 += 8) {
-    const std::int64_t ahead = (r0 + 8 * kPrefetchTiles) * row_bytes;
-    const std::int64_t ahead_end = std::min(total, ahead + 8 * row_bytes);
-    for (std::int64_t o = ahead; o < ahead_end; o += 64) _mm_prefetch(base + o, _MM_HINT_T0);
-    const int valid = static_cast<int>(std::min<std::int64_t>(8, nrows - r0));
-    const Block* rows[8];
-    for (int t = 0; t < 8; ++t) rows[t] = w + (r0 + std::min(t, valid - 1)) * nb;
-    RowsTile<R, Block>(rows, valid, r0, x, xs, nb, y, ys);
-  }
-}
-
-// The DotRowsFn: lanes from 4 activation rows on, rows below.
-template <typename Block>
-void Q32Rows(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
-             std::int64_t ys) {
-  if (acts >= 4) {
-    LaneKernel<Block>(w, nrows, x, xs, nb, acts, y, ys);
-    return;
-  }
-  switch (acts) {
-    case 1: RowsKernelR<1, Block>(w, nrows, x, xs, nb, y, ys); break;
-    case 2: RowsKernelR<2, Block>(w, nrows, x, xs, nb, y, ys); break;
-    default: RowsKernelR<3, Block>(w, nrows, x, xs, nb, y, ys); break;
-  }
+  StoreRowsLanes<R>(acc, valid, r0, y, ys);
 }
 
 }  // namespace

@@ -76,7 +76,12 @@ extern const QuantKernels kScalarKernels;
 #define KVSHARE_HAVE_X86_KERNELS 1
 extern const QuantKernels kAvx2Kernels;
 extern const QuantKernels kAvx512VnniKernels;
-// The AVX-512 Q8_0 / Q4_0 / Q5_0 kernels (quant_avx512_q32.cc).
+// The AVX2 Q4_0 / Q5_0 kernels (quant_avx2_q32.cc) and the AVX-512 Q8_0 /
+// Q4_0 / Q5_0 kernels (quant_avx512_q32.cc).
+void Avx2Q4_0Rows(const BlockQ4_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
+void Avx2Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
 void Avx512Q8_0Rows(const BlockQ8_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                     float* y, std::int64_t ys);
 void Avx512Q4_0Rows(const BlockQ4_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,

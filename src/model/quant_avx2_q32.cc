@@ -1,0 +1,143 @@
+// AVX2 kernels for Q4_0 / Q5_0, compiled with -mavx2 -mfma -mf16c (entered
+// only when the CPU reports those features, quant_matmul.cc). The layouts and
+// the one arithmetic of quant_avx512_q32.cc (y = 0; per block b in order:
+// y = fma(float(p_b), dw_b * dx_b, y), p_b the exact int32 dot product), so a
+// row's result is bitwise the same in any group of activation rows; without
+// VNNI each 4-byte group is maddubs (u8 codes x s8 activations, int16 pairs)
+// and madd_epi16 against ones. The codes are at most 31, so a maddubs pair is
+// at most 2 * 31 * 127 = 7874 and four of them summed in int16 (31496) do not
+// saturate. (Q8_0 keeps the sign-trick kernel of quant_avx2.cc: its codes up
+// to 255 would saturate maddubs.)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "model/quant_kernels.h"
+#include "model/quant_x86.h"
+#include "model/quant_q32_lanes.h"
+
+namespace kvshare::detail {
+namespace {
+
+// Get(b): one block's unsigned codes (32 bytes, element order); kBias: code - value.
+template <>
+struct Codes<BlockQ4_0> {
+  static constexpr int kBias = 8;
+  static __m256i Get(const BlockQ4_0& b) { return Nibbles(b.qs); }
+};
+
+template <>
+struct Codes<BlockQ5_0> {
+  static constexpr int kBias = 16;
+  static __m256i Get(const BlockQ5_0& b) { return FiveBitCodes(b.qh, b.qs); }
+};
+
+inline __m256i LoadSlot(const std::uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+
+inline __m256i Bcast(const std::uint8_t* c, int k) {
+  std::int32_t word;
+  std::memcpy(&word, c + 4 * k, 4);
+  return _mm256_set1_epi32(word);
+}
+
+// init + the block's 8 rows' dot products with codes c (32 bytes).
+inline __m256i LaneDot(const std::uint8_t* c, const __m256i xk[8], __m256i init) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i half[2];
+  for (int h = 0; h < 2; ++h) {
+    __m256i s = _mm256_maddubs_epi16(Bcast(c, 4 * h), xk[4 * h]);
+    for (int k = 4 * h + 1; k < 4 * h + 4; ++k) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(Bcast(c, k), xk[k]));
+    half[h] = _mm256_madd_epi16(s, ones);
+  }
+  return _mm256_add_epi32(init, _mm256_add_epi32(half[0], half[1]));
+}
+
+// T weight rows (codes in slot t ne + b of c, scales dw[t ne + b]) against
+// group g of 8 activation rows; out[t] = the 8 rows' results for weight row t.
+template <int T>
+void LaneTile(const Slots& c, const float* dw, const LaneActs& a, std::int64_t g, std::int64_t nb, __m256 out[T]) {
+  const std::int64_t ne = Even(nb);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::size_t gb = static_cast<std::size_t>(g * ne + b);
+    const std::size_t base = static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + (b & 1));
+    __m256i xk[8];
+    for (std::size_t k = 0; k < 8; ++k) xk[k] = LoadSlot(a.x[base + 2 * k]);
+    const __m256i init = LoadSlot(a.init[gb]);
+    const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(a.d[gb]));
+    for (int t = 0; t < T; ++t) {
+      const __m256i p = LaneDot(c[static_cast<std::size_t>(t * ne + b)], xk, init);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_set1_ps(dw[t * ne + b]), dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = acc[t];
+}
+
+template <typename Block, int T>
+void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys,
+              Slots& c, std::vector<float>& dw) {
+  const std::int64_t ne = Even(nb);
+  for (int t = 0; t < T; ++t) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const Block& blk = w[(r0 + t) * nb + b];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(c[static_cast<std::size_t>(t * ne + b)]), Codes<Block>::Get(blk));
+      dw[static_cast<std::size_t>(t * ne + b)] = H2F(blk.d);
+    }
+  }
+  for (std::int64_t g = 0; g * kLanes < acts; ++g) {
+    __m256 out[T];
+    LaneTile<T>(c, dw.data(), a, g, nb, out);
+    const int lanes = std::min<int>(kLanes, acts - static_cast<int>(g) * kLanes);
+    for (int t = 0; t < T; ++t) {
+      alignas(32) float v[kLanes];
+      _mm256_store_ps(v, out[t]);
+      for (int j = 0; j < lanes; ++j) y[(g * kLanes + j) * ys + r0 + t] = v[j];
+    }
+  }
+}
+
+// Weight rows r0 .. r0 + 7 in the lanes (rows[t]; rows past the matrix repeat
+// the last one and are not stored) against R activation rows.
+template <int R, typename Block>
+void RowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ8* x, std::int64_t xs, std::int64_t nb,
+              float* y, std::int64_t ys) {
+  // The scales first, in lane order: dw8[8 b + t] = rows[t]'s scale of block b.
+  thread_local std::vector<float> dw_buf;
+  dw_buf.resize(static_cast<std::size_t>(8 * nb));
+  float* dw8 = dw_buf.data();
+  for (int t = 0; t < 8; ++t) {
+    for (std::int64_t b = 0; b < nb; ++b) dw8[8 * b + t] = H2F(rows[t][b].d);
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    __m256i c[8];
+    for (int t = 0; t < 8; ++t) c[t] = Codes<Block>::Get(rows[t][b]);
+    const __m256 dw = _mm256_loadu_ps(dw8 + 8 * b);
+    for (int j = 0; j < R; ++j) {
+      const ActQ8& a = x[j * xs + b];
+      const __m256i xv = Load32(a.qs);
+      __m256i v[8];
+      for (int t = 0; t < 8; ++t) v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(c[t], xv), ones);
+      RowsStep(v, a, Codes<Block>::kBias, dw, acc[j]);
+    }
+  }
+  StoreRowsLanes<R>(acc, valid, r0, y, ys);
+}
+
+}  // namespace
+
+void Avx2Q4_0Rows(const BlockQ4_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys) {
+  Q32Rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+void Avx2Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys) {
+  Q32Rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
+}  // namespace kvshare::detail

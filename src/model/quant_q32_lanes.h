@@ -1,0 +1,176 @@
+// The activation layout of the 32-element block kernels with activation rows
+// in the lanes (quant_avx512_q32.cc, quant_avx2_q32.cc): groups of 8 rows,
+// 4-byte groups of each block interleaved across the rows. Everything is in an
+// anonymous namespace so each kernel file gets its own copy under its own
+// target flags (as quant_x86.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "model/quant.h"
+
+namespace kvshare::detail {
+namespace {
+
+constexpr int kLanes = 8;  // activation rows per group (lanes of a 256-bit half)
+constexpr int kTile = 4;   // weight rows per decoded tile
+
+// 32-byte slots in 64-byte aligned storage (a pair of slots loads as one zmm).
+struct Slots {
+  struct alignas(64) Vec64 {
+    std::uint8_t bytes[64];
+  };
+  std::vector<Vec64> v;
+  void Assign(std::size_t n) { v.assign((n + 1) / 2, Vec64{}); }
+  std::uint8_t* operator[](std::size_t i) { return v.data()->bytes + 32 * i; }
+  const std::uint8_t* operator[](std::size_t i) const { return v.data()->bytes + 32 * i; }
+};
+
+inline std::int64_t Even(std::int64_t nb) { return (nb + 1) & ~std::int64_t{1}; }
+
+// The activation rows of one call in groups of kLanes, with ne = Even(nb)
+// slots per group and block: for block b = 2q + h of group g, slot
+// (g ne + 2q) 8 + 2k + h holds bytes 4k .. 4k+3 of each row's block in lane j
+// (row 8g + j), so the two blocks of a pair load as one zmm per k; slot
+// g ne + b of init holds -bias sum x per lane, of d the scale dx per lane.
+// Rows past `acts` are zero (their outputs are not stored).
+struct LaneActs {
+  Slots x, init, d;
+};
+
+void MakeLaneActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, int bias, LaneActs& out) {
+  const std::int64_t groups = (acts + kLanes - 1) / kLanes, ne = Even(nb);
+  out.x.Assign(static_cast<std::size_t>(groups * ne * 8));
+  out.init.Assign(static_cast<std::size_t>(groups * ne));
+  out.d.Assign(static_cast<std::size_t>(groups * ne));
+  for (int j = 0; j < acts; ++j) {
+    const std::int64_t g = j / kLanes, lane = j % kLanes;
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const ActQ8& a = x[j * xs + b];
+      const std::size_t gb = static_cast<std::size_t>(g * ne + b);
+      const std::size_t base = static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + (b & 1));
+      for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.x[base + 2 * k] + 4 * lane, a.qs + 4 * k, 4);
+      const std::int32_t init = -bias * a.sum;
+      std::memcpy(out.init[gb] + 4 * lane, &init, 4);
+      std::memcpy(out.d[gb] + 4 * lane, &a.d, 4);
+    }
+  }
+}
+
+// Lane t = the sum of v[t]'s 8 int32 lanes.
+inline __m256i SumLanes8(const __m256i v[8]) {
+  const __m256i h0 = _mm256_hadd_epi32(v[0], v[1]), h1 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h2 = _mm256_hadd_epi32(v[4], v[5]), h3 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+// The rows layout's step for one activation row a and block: v[t] = the 8
+// int32 partial sums of weight row t's codes against a's block; dw = the 8
+// rows' scales. acc (lane t) = fma(float(p), dw_t dx, acc).
+inline void RowsStep(const __m256i v[8], const ActQ8& a, int bias, __m256 dw, __m256& acc) {
+  const __m256i p = _mm256_sub_epi32(SumLanes8(v), _mm256_set1_epi32(bias * a.sum));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc);
+}
+
+// y[j ys + r0 + t] = lane t of acc[j] for t < valid.
+template <int R>
+void StoreRowsLanes(const __m256 acc[R], int valid, std::int64_t r0, float* y, std::int64_t ys) {
+  for (int j = 0; j < R; ++j) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, acc[j]);
+    for (int t = 0; t < valid; ++t) y[j * ys + r0 + t] = v[t];
+  }
+}
+
+// Prefetches bytes [from, from + len) of base, clipped to [0, total). The
+// kernels read a tile's rows block by block, interleaved streams that the
+// hardware prefetchers follow poorly from DRAM (the LM head at m = 1 ran at a
+// quarter of the bandwidth without this), so they prefetch tiles ahead whole.
+inline void PrefetchBytes(const char* base, std::int64_t from, std::int64_t len, std::int64_t total) {
+  const std::int64_t end = std::min(total, from + len);
+  for (std::int64_t o = from; o < end; o += 64) _mm_prefetch(base + o, _MM_HINT_T0);
+}
+
+// What each kernel file defines for the drivers below (in its own anonymous
+// namespace, under its own target flags):
+//   Codes<Block>::kBias          code - value of the type's codes;
+//   LaneRows<Block, T>(w, r0, ...)  weight rows r0 .. r0+T-1 against every
+//                                group of the call's activation rows (lanes
+//                                layout; c / dw: room for T rows' blocks);
+//   RowsTile<R, Block>(rows, ...)   8 weight rows in the lanes against R <= 3
+//                                activation rows.
+template <typename Block>
+struct Codes;
+template <typename Block, int T>
+void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys,
+              Slots& c, std::vector<float>& dw);
+template <int R, typename Block>
+void RowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ8* x, std::int64_t xs, std::int64_t nb,
+              float* y, std::int64_t ys);
+
+// Activation rows in the lanes: tiles of kTile weight rows, the tile two
+// ahead prefetched.
+template <typename Block>
+void LaneKernel(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
+                std::int64_t ys) {
+  thread_local LaneActs a;
+  thread_local Slots c;
+  thread_local std::vector<float> dw;
+  MakeLaneActs(x, xs, nb, acts, Codes<Block>::kBias, a);
+  c.Assign(static_cast<std::size_t>(kTile * Even(nb)));
+  dw.resize(static_cast<std::size_t>(kTile * Even(nb)));
+  const char* base = reinterpret_cast<const char*>(w);
+  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
+  std::int64_t r = 0;
+  for (; r + kTile <= nrows; r += kTile) {
+    PrefetchBytes(base, (r + 2 * kTile) * row_bytes, kTile * row_bytes, total);
+    LaneRows<Block, kTile>(w, r, a, nb, acts, y, ys, c, dw);
+  }
+  static_assert(kTile == 4);
+  switch (nrows - r) {
+    case 1: LaneRows<Block, 1>(w, r, a, nb, acts, y, ys, c, dw); break;
+    case 2: LaneRows<Block, 2>(w, r, a, nb, acts, y, ys, c, dw); break;
+    case 3: LaneRows<Block, 3>(w, r, a, nb, acts, y, ys, c, dw); break;
+    default: break;
+  }
+}
+
+// Weight rows in the lanes, 8 at a time (past the end: the last row again,
+// not stored), the tile two ahead prefetched.
+template <int R, typename Block>
+void RowsKernel(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* y,
+                std::int64_t ys) {
+  const char* base = reinterpret_cast<const char*>(w);
+  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
+  for (std::int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    PrefetchBytes(base, (r0 + 16) * row_bytes, 8 * row_bytes, total);
+    const int valid = static_cast<int>(std::min<std::int64_t>(8, nrows - r0));
+    const Block* rows[8];
+    for (int t = 0; t < 8; ++t) rows[t] = w + (r0 + std::min(t, valid - 1)) * nb;
+    RowsTile<R, Block>(rows, valid, r0, x, xs, nb, y, ys);
+  }
+}
+
+// The DotRowsFn: lanes from 4 activation rows on, rows below.
+template <typename Block>
+void Q32Rows(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
+             std::int64_t ys) {
+  if (acts >= 4) {
+    LaneKernel<Block>(w, nrows, x, xs, nb, acts, y, ys);
+    return;
+  }
+  switch (acts) {
+    case 1: RowsKernel<1, Block>(w, nrows, x, xs, nb, y, ys); break;
+    case 2: RowsKernel<2, Block>(w, nrows, x, xs, nb, y, ys); break;
+    default: RowsKernel<3, Block>(w, nrows, x, xs, nb, y, ys); break;
+  }
+}
+
+}  // namespace
+}  // namespace kvshare::detail
