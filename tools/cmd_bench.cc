@@ -172,7 +172,8 @@ void RunBench(const BenchCliOptions& o) {
   // The batched tests append the prompt and then gen tokens to each row.
   const int context = max_depth + std::max(o.prompt_tokens, o.gen_tokens) + (o.batches.empty() ? 0 : o.gen_tokens);
   if (context > model->config().context_length) {
-    throw Error("the deepest --depth plus the longer of --prompt-tokens and --gen-tokens is " + std::to_string(context) +
+    throw Error("the deepest --depth plus the longer of --prompt-tokens and --gen-tokens (plus --gen-tokens again with "
+                "--batch) is " + std::to_string(context) +
                 " tokens, more than the model's context length " + std::to_string(model->config().context_length));
   }
   // Sliding layers keep every position when there is depth, so each test starts

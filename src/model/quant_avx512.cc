@@ -6,7 +6,6 @@
 // exactly that of R = 1.
 #include <immintrin.h>
 
-
 #include "model/quant_kernels.h"
 #include "model/quant_x86.h"
 

@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for the 32-element block types Q8_0 / Q4_0 / Q5_0,
-// compiled with -mavx512{f,bw,vl,vnni} (256-bit VNNI forms; entered only when
-// the CPU reports those features, quant_matmul.cc).
+// compiled with -mavx512{f,bw,vl,vnni} (entered only when the CPU reports
+// those features, quant_matmul.cc).
 //
 // Every output is defined by one arithmetic, whichever kernel computes it:
 //   y = 0; for each block b in order: y = fma(float(p_b), dw_b * dx_b, y)
@@ -17,12 +17,13 @@
 // per weight row.
 //
 // Two layouts:
-//  - Lanes (4 activation rows or more): the lanes of a 256-bit register are 8
-//    activation rows (padded with zero rows); each 4-byte group of a weight
-//    block's codes is broadcast against the 8 rows' matching 4 bytes, so a
-//    block of one weight row against 8 activation rows takes 8 vpdpbusd and
-//    one scale step, with no horizontal sums. Weight codes are decoded once per
-//    tile of 4 weight rows for all the call's activation rows.
+//  - Lanes (4 activation rows or more): a zmm holds 8 activation rows (padded
+//    with zero rows) for each of two consecutive blocks; each 4-byte group of
+//    the two blocks' weight codes is spread over its half against the rows'
+//    matching 4 bytes, so two blocks of one weight row against 8 activation
+//    rows take 8 vpdpbusd and two scale steps, with no horizontal sums. With
+//    several groups of 8 rows the codes of a tile of 4 weight rows are decoded
+//    once for all of them; with one group they are decoded in place.
 //  - Rows (1 to 3 activation rows): the lanes are 8 weight rows; each row's
 //    block dot product is one vpdpbusd, and 8 of them are summed across lanes
 //    into one register of 8 p_b.
