@@ -63,9 +63,8 @@ void LaneTile(const Slots& c, const float* dw, const LaneActs& a, std::int64_t g
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::size_t gb = static_cast<std::size_t>(g * ne + b);
-    const std::size_t base = static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + (b & 1));
     __m256i xk[8];
-    for (std::size_t k = 0; k < 8; ++k) xk[k] = LoadSlot(a.x[base + 2 * k]);
+    for (int k = 0; k < 8; ++k) xk[k] = LoadSlot(a.x[XSlot(g, ne, b, k)]);
     const __m256i init = LoadSlot(a.init[gb]);
     const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(a.d[gb]));
     for (int t = 0; t < T; ++t) {
@@ -79,23 +78,11 @@ void LaneTile(const Slots& c, const float* dw, const LaneActs& a, std::int64_t g
 template <typename Block, int T>
 void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys,
               Slots& c, std::vector<float>& dw) {
-  const std::int64_t ne = Even(nb);
-  for (int t = 0; t < T; ++t) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const Block& blk = w[(r0 + t) * nb + b];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(c[static_cast<std::size_t>(t * ne + b)]), Codes<Block>::Get(blk));
-      dw[static_cast<std::size_t>(t * ne + b)] = H2F(blk.d);
-    }
-  }
+  DecodeTile<Block, T>(w, r0, nb, c, dw);
   for (std::int64_t g = 0; g * kLanes < acts; ++g) {
     __m256 out[T];
     LaneTile<T>(c, dw.data(), a, g, nb, out);
-    const int lanes = std::min<int>(kLanes, acts - static_cast<int>(g) * kLanes);
-    for (int t = 0; t < T; ++t) {
-      alignas(32) float v[kLanes];
-      _mm256_store_ps(v, out[t]);
-      for (int j = 0; j < lanes; ++j) y[(g * kLanes + j) * ys + r0 + t] = v[j];
-    }
+    StoreLaneGroup<T>(out, g, acts, r0, y, ys);
   }
 }
 

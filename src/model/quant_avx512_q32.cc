@@ -40,8 +40,6 @@
 namespace kvshare::detail {
 namespace {
 
-inline __m512i Join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-
 // Both blocks' 16 nibble bytes as [qs0, qs0 >> 4, qs1, qs1 >> 4] (128-bit
 // lanes, each masked to its low nibble): low nibbles are elements 0..15.
 inline __m512i NibblePair(const std::uint8_t* qs0, const std::uint8_t* qs1) {
@@ -141,7 +139,7 @@ void LaneTile(const W& wsrc, const LaneActs& a, std::int64_t g, std::int64_t nb,
   for (; b + 2 <= nb; b += 2) {
     const std::size_t gb = static_cast<std::size_t>(g * ne + b);
     __m512i xk[8];
-    for (std::size_t k = 0; k < 8; ++k) xk[k] = Load64(a.x[gb * 8 + 2 * k]);
+    for (int k = 0; k < 8; ++k) xk[k] = Load64(a.x[XSlot(g, ne, b, k)]);
     const __m512i init = Load64(a.init[gb]);
     const __m512 dx = _mm512_castsi512_ps(Load64(a.d[gb]));
     for (int t = 0; t < T; ++t) {
@@ -156,7 +154,7 @@ void LaneTile(const W& wsrc, const LaneActs& a, std::int64_t g, std::int64_t nb,
   if (b < nb) {  // the last block of an odd count: one 256-bit step
     const std::size_t gb = static_cast<std::size_t>(g * ne + b);
     __m256i xk[8];
-    for (std::size_t k = 0; k < 8; ++k) xk[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.x[gb * 8 + 2 * k]));
+    for (int k = 0; k < 8; ++k) xk[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.x[XSlot(g, ne, b, k)]));
     const __m256i init = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.init[gb]));
     const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(a.d[gb]));
     for (int t = 0; t < T; ++t) {
@@ -177,32 +175,18 @@ void LaneTile(const W& wsrc, const LaneActs& a, std::int64_t g, std::int64_t nb,
 template <typename Block, int T>
 void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys,
               Slots& c, std::vector<float>& dw) {
-  const std::int64_t ne = Even(nb), groups = (acts + kLanes - 1) / kLanes;
-  const auto store = [&](std::int64_t g, const __m256 out[T]) {
-    const int lanes = std::min<int>(kLanes, acts - static_cast<int>(g) * kLanes);
-    for (int t = 0; t < T; ++t) {
-      alignas(32) float v[kLanes];
-      _mm256_store_ps(v, out[t]);
-      for (int j = 0; j < lanes; ++j) y[(g * kLanes + j) * ys + r0 + t] = v[j];
-    }
-  };
+  const std::int64_t groups = (acts + kLanes - 1) / kLanes;
   __m256 out[T];
   if (groups == 1) {
     LaneTile<T>(Direct<Block>{w + r0 * nb, nb}, a, 0, nb, out);
-    store(0, out);
+    StoreLaneGroup<T>(out, 0, acts, r0, y, ys);
     return;
   }
-  for (int t = 0; t < T; ++t) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const Block& blk = w[(r0 + t) * nb + b];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(c[static_cast<std::size_t>(t * ne + b)]), Codes<Block>::Get(blk));
-      dw[static_cast<std::size_t>(t * ne + b)] = H2F(blk.d);
-    }
-  }
-  const Buffered buf{c, dw.data(), ne};
+  DecodeTile<Block, T>(w, r0, nb, c, dw);
+  const Buffered buf{c, dw.data(), Even(nb)};
   for (std::int64_t g = 0; g < groups; ++g) {
     LaneTile<T>(buf, a, g, nb, out);
-    store(g, out);
+    StoreLaneGroup<T>(out, g, acts, r0, y, ys);
   }
 }
 

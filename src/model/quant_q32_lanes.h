@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/quant.h"
+#include "model/quant_x86.h"
 
 namespace kvshare::detail {
 namespace {
@@ -32,6 +33,12 @@ struct Slots {
 };
 
 inline std::int64_t Even(std::int64_t nb) { return (nb + 1) & ~std::int64_t{1}; }
+
+// The slot of LaneActs::x holding bytes 4k .. 4k+3 of block b for group g
+// (ne = Even(nb)); see below.
+inline std::size_t XSlot(std::int64_t g, std::int64_t ne, std::int64_t b, int k) {
+  return static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + 2 * k + (b & 1));
+}
 
 // The activation rows of one call in groups of kLanes, with ne = Even(nb)
 // slots per group and block: for block b = 2q + h of group g, slot
@@ -53,12 +60,40 @@ void MakeLaneActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, in
     for (std::int64_t b = 0; b < nb; ++b) {
       const ActQ8& a = x[j * xs + b];
       const std::size_t gb = static_cast<std::size_t>(g * ne + b);
-      const std::size_t base = static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + (b & 1));
-      for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.x[base + 2 * k] + 4 * lane, a.qs + 4 * k, 4);
+      for (int k = 0; k < 8; ++k) std::memcpy(out.x[XSlot(g, ne, b, k)] + 4 * lane, a.qs + 4 * k, 4);
       const std::int32_t init = -bias * a.sum;
       std::memcpy(out.init[gb] + 4 * lane, &init, 4);
       std::memcpy(out.d[gb] + 4 * lane, &a.d, 4);
     }
+  }
+}
+
+template <typename Block>
+struct Codes;
+
+// Weight rows r0 .. r0+T-1 decoded once for several activation groups: row
+// t's block b as codes in slot t ne + b of c and its scale in dw[t ne + b].
+template <typename Block, int T>
+void DecodeTile(const Block* w, std::int64_t r0, std::int64_t nb, Slots& c, std::vector<float>& dw) {
+  const std::int64_t ne = Even(nb);
+  for (int t = 0; t < T; ++t) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const Block& blk = w[(r0 + t) * nb + b];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(c[static_cast<std::size_t>(t * ne + b)]), Codes<Block>::Get(blk));
+      dw[static_cast<std::size_t>(t * ne + b)] = H2F(blk.d);
+    }
+  }
+}
+
+// Group g's results (out[t] lane j: activation row 8g + j, weight row r0 + t)
+// into y, for the rows below acts.
+template <int T>
+void StoreLaneGroup(const __m256 out[T], std::int64_t g, int acts, std::int64_t r0, float* y, std::int64_t ys) {
+  const int lanes = std::min<int>(kLanes, acts - static_cast<int>(g) * kLanes);
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float v[kLanes];
+    _mm256_store_ps(v, out[t]);
+    for (int j = 0; j < lanes; ++j) y[(g * kLanes + j) * ys + r0 + t] = v[j];
   }
 }
 
@@ -99,14 +134,13 @@ inline void PrefetchBytes(const char* base, std::int64_t from, std::int64_t len,
 
 // What each kernel file defines for the drivers below (in its own anonymous
 // namespace, under its own target flags):
-//   Codes<Block>::kBias          code - value of the type's codes;
+//   Codes<Block>::kBias, Get(b)  code - value of the type's codes; one
+//                                block's codes (32 bytes, element order);
 //   LaneRows<Block, T>(w, r0, ...)  weight rows r0 .. r0+T-1 against every
 //                                group of the call's activation rows (lanes
 //                                layout; c / dw: room for T rows' blocks);
 //   RowsTile<R, Block>(rows, ...)   8 weight rows in the lanes against R <= 3
 //                                activation rows.
-template <typename Block>
-struct Codes;
 template <typename Block, int T>
 void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys,
               Slots& c, std::vector<float>& dw);

@@ -38,6 +38,10 @@ inline __m256i Nibbles(const std::uint8_t* qs) {
 
 inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+#if defined(__AVX512F__)  // the AVX-512 kernel files
+inline __m512i Join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+#endif
+
 // Byte i = 0x10 if bit i of the 32-bit mask is set, else 0.
 inline __m256i BitsToBytes(std::uint32_t bits) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)  // quant_avx512.cc: the bits are a byte mask
