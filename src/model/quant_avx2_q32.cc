@@ -86,34 +86,9 @@ void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t n
   }
 }
 
-// Weight rows r0 .. r0 + 7 in the lanes (rows[t]; rows past the matrix repeat
-// the last one and are not stored) against R activation rows.
-template <int R, typename Block>
-void RowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ8* x, std::int64_t xs, std::int64_t nb,
-              float* y, std::int64_t ys) {
-  // The scales first, in lane order: dw8[8 b + t] = rows[t]'s scale of block b.
-  thread_local std::vector<float> dw_buf;
-  dw_buf.resize(static_cast<std::size_t>(8 * nb));
-  float* dw8 = dw_buf.data();
-  for (int t = 0; t < 8; ++t) {
-    for (std::int64_t b = 0; b < nb; ++b) dw8[8 * b + t] = H2F(rows[t][b].d);
-  }
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R];
-  for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < nb; ++b) {
-    __m256i c[8];
-    for (int t = 0; t < 8; ++t) c[t] = Codes<Block>::Get(rows[t][b]);
-    const __m256 dw = _mm256_loadu_ps(dw8 + 8 * b);
-    for (int j = 0; j < R; ++j) {
-      const ActQ8& a = x[j * xs + b];
-      const __m256i xv = Load32(a.qs);
-      __m256i v[8];
-      for (int t = 0; t < 8; ++t) v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(c[t], xv), ones);
-      RowsStep(v, a, Codes<Block>::kBias, dw, acc[j]);
-    }
-  }
-  StoreRowsLanes<R>(acc, valid, r0, y, ys);
+// The rows layout (RowsTile, quant_q32_lanes.h) takes this block dot product.
+inline __m256i BlockDot(__m256i c, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), _mm256_set1_epi16(1));
 }
 
 }  // namespace

@@ -190,35 +190,9 @@ void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t n
   }
 }
 
-// ---- Rows layout ------------------------------------------------------------
-
-// Weight rows r0 .. r0 + 7 (row t at rows[t]; rows past the matrix repeat the
-// last one and are not stored) against R activation rows.
-template <int R, typename Block>
-void RowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ8* x, std::int64_t xs, std::int64_t nb,
-              float* y, std::int64_t ys) {
-  // Byte offsets of the rows from rows[0]: the 8 block scales in one gather.
-  alignas(32) std::int32_t off[8];
-  for (int t = 0; t < 8; ++t) {
-    off[t] = static_cast<std::int32_t>(reinterpret_cast<const char*>(rows[t]) - reinterpret_cast<const char*>(rows[0]));
-  }
-  const __m256i offsets = _mm256_load_si256(reinterpret_cast<const __m256i*>(off));
-  __m256 acc[R];
-  for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < nb; ++b) {
-    __m256i c[8];
-    for (int t = 0; t < 8; ++t) c[t] = Codes<Block>::Get(rows[t][b]);
-    const __m256i dbits = _mm256_i32gather_epi32(reinterpret_cast<const int*>(rows[0] + b), offsets, 1);  // d in the low half
-    const __m256 dw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dbits));
-    for (int j = 0; j < R; ++j) {
-      const ActQ8& a = x[j * xs + b];
-      const __m256i xv = Load32(a.qs);
-      __m256i v[8];
-      for (int t = 0; t < 8; ++t) v[t] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c[t], xv);
-      RowsStep(v, a, Codes<Block>::kBias, dw, acc[j]);
-    }
-  }
-  StoreRowsLanes<R>(acc, valid, r0, y, ys);
+// The rows layout (RowsTile, quant_q32_lanes.h) takes this block dot product.
+inline __m256i BlockDot(__m256i c, __m256i x) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, x);
 }
 
 }  // namespace

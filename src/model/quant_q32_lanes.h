@@ -139,14 +139,53 @@ inline void PrefetchBytes(const char* base, std::int64_t from, std::int64_t len,
 //   LaneRows<Block, T>(w, r0, ...)  weight rows r0 .. r0+T-1 against every
 //                                group of the call's activation rows (lanes
 //                                layout; c / dw: room for T rows' blocks);
-//   RowsTile<R, Block>(rows, ...)   8 weight rows in the lanes against R <= 3
-//                                activation rows.
+//   BlockDot(c, x)               u8 x s8 dot of 4-byte groups (RowsTile).
 template <typename Block, int T>
 void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys,
               Slots& c, std::vector<float>& dw);
+// u8 codes c against s8 activations x: 8 int32 sums of 4 products each.
+inline __m256i BlockDot(__m256i c, __m256i x);
+
+// The 8 fp16 values in the low halves of the int32 lanes, as floats.
+inline __m256 LowHalvesToFloat(__m256i v) {
+#if defined(__AVX512VL__) && defined(__AVX512F__)
+  return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
+#else
+  const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, pick), 0x08);  // qwords 0, 2
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+#endif
+}
+
+// Weight rows in the lanes: rows[t] (rows past the matrix repeat the last
+// one; lanes t >= valid are not stored) against R <= 3 activation rows.
 template <int R, typename Block>
 void RowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ8* x, std::int64_t xs, std::int64_t nb,
-              float* y, std::int64_t ys);
+              float* y, std::int64_t ys) {
+  // Byte offsets of the rows from rows[0]: the 8 block scales (the first 2
+  // bytes of every 32-element block type) in one gather.
+  alignas(32) std::int32_t off[8];
+  for (int t = 0; t < 8; ++t) {
+    off[t] = static_cast<std::int32_t>(reinterpret_cast<const char*>(rows[t]) - reinterpret_cast<const char*>(rows[0]));
+  }
+  const __m256i offsets = _mm256_load_si256(reinterpret_cast<const __m256i*>(off));
+  __m256 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    __m256i c[8];
+    for (int t = 0; t < 8; ++t) c[t] = Codes<Block>::Get(rows[t][b]);
+    const __m256 dw = LowHalvesToFloat(_mm256_i32gather_epi32(reinterpret_cast<const int*>(rows[0] + b), offsets, 1));
+    for (int j = 0; j < R; ++j) {
+      const ActQ8& a = x[j * xs + b];
+      const __m256i xv = Load32(a.qs);
+      __m256i v[8];
+      for (int t = 0; t < 8; ++t) v[t] = BlockDot(c[t], xv);
+      RowsStep(v, a, Codes<Block>::kBias, dw, acc[j]);
+    }
+  }
+  StoreRowsLanes<R>(acc, valid, r0, y, ys);
+}
 
 // Activation rows in the lanes: tiles of kTile weight rows, the tile two
 // ahead prefetched.
