@@ -90,16 +90,16 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
     x = scratch_;
   }
 
+  // max over x: the validity scan's, unless the penalty made a copy.
+  const float top = x.data() == logits.data() ? scan.max : detail::ScanLogits(x.data(), static_cast<std::int64_t>(n)).max;
+
   // 2. Greedy: argmax, lowest id on ties.
   if (options_.temperature == 0.0f) {
-    const float top = x.data() == logits.data() ? scan.max : detail::ScanLogits(x.data(), static_cast<std::int64_t>(n)).max;
     return static_cast<int32_t>(detail::FindFirstEqual(x.data(), static_cast<std::int64_t>(n), top));
   }
 
   // 3. Weights w = exp((x - max) / T), so the most likely token has w = 1.
   const double inv_t = 1.0 / static_cast<double>(options_.temperature);
-  float top = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < n; ++i) top = std::max(top, x[i]);
   auto weight = [&](float v) { return std::exp((static_cast<double>(v) - top) * inv_t); };
   auto before = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
