@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kvshare/error.h"
@@ -106,6 +107,28 @@ TEST(ThreadPool, NullPoolRunsInline) {
   std::vector<std::int64_t> order;
   ParallelFor(nullptr, 5, [&](std::int64_t i) { order.push_back(i); });
   EXPECT_EQ(order, (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
+}
+
+// ParallelForRanges: ranges of `grain` items cover [0, n) once each on a pool;
+// one inline range when there is no pool or fewer than two grains of work.
+TEST(ThreadPool, RangesCoverEveryItemOnce) {
+  ThreadPool pool(3);
+  for (std::int64_t n : {0, 1, 7, 15, 16, 17, 100, 1001}) {
+    std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+    std::atomic<int> calls{0};
+    ParallelForRanges(&pool, n, 8, [&](std::int64_t i0, std::int64_t i1) {
+      ++calls;
+      EXPECT_LT(i0, i1);
+      EXPECT_LE(i1 - i0, n < 16 ? n : 8);
+      for (std::int64_t i = i0; i < i1; ++i) ++hits[static_cast<std::size_t>(i)];
+    });
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[static_cast<std::size_t>(i)], 1) << "n " << n << " item " << i;
+    EXPECT_EQ(calls.load(), n == 0 ? 0 : n < 16 ? 1 : static_cast<int>((n + 7) / 8)) << "n " << n;
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> seen;
+  ParallelForRanges(nullptr, 100, 8, [&](std::int64_t i0, std::int64_t i1) { seen.emplace_back(i0, i1); });
+  EXPECT_EQ(seen, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 100}}));
+  EXPECT_THROW(ParallelForRanges(&pool, 10, 0, [](std::int64_t, std::int64_t) {}), Error);
 }
 
 }  // namespace

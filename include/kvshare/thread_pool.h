@@ -71,4 +71,14 @@ class ThreadPool {
 // Runs fn(i) for i in [0, n) on pool, or inline when pool is null.
 void ParallelFor(ThreadPool* pool, std::int64_t n, const std::function<void(std::int64_t)>& fn);
 
+// Runs fn(begin, end) over [0, n) in ranges of `grain` items (the last one
+// shorter) on pool; as the one range fn(0, n), inline, when pool is null or
+// n < 2 grain (a hand-off would cost more than it saves). grain >= 1.
+void ParallelForRanges(ThreadPool* pool, std::int64_t n, std::int64_t grain,
+                       const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+// A range of elementwise fp32 work (norms, activations, quantization) worth a
+// task of its own: about this many values.
+inline constexpr std::int64_t kParallelGrainValues = 8192;
+
 }  // namespace kvshare

@@ -1,5 +1,6 @@
 #include "kvshare/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -142,6 +143,17 @@ void ParallelFor(ThreadPool* pool, std::int64_t n, const std::function<void(std:
   } else {
     for (std::int64_t i = 0; i < n; ++i) fn(i);
   }
+}
+
+void ParallelForRanges(ThreadPool* pool, std::int64_t n, std::int64_t grain,
+                       const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (grain < 1) throw Error("ParallelForRanges: grain must be >= 1, got " + std::to_string(grain));
+  if (n <= 0) return;
+  if (pool == nullptr || n < 2 * grain) {
+    fn(0, n);
+    return;
+  }
+  ParallelFor(pool, (n + grain - 1) / grain, [&](std::int64_t c) { fn(c * grain, std::min(n, (c + 1) * grain)); });
 }
 
 }  // namespace kvshare

@@ -25,14 +25,9 @@ void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps, Thre
       }
     }
   };
-  // Rows are independent: chunks of about kParallelElements on the pool
-  // (prefill, batched steps); one row's arithmetic does not change.
-  const std::int64_t chunk = std::max<std::int64_t>(1, kParallelElements / std::max(n, 1));
-  if (pool == nullptr || rows * n < 2 * kParallelElements) {
-    norm_rows(0, rows);
-    return;
-  }
-  ParallelFor(pool, (rows + chunk - 1) / chunk, [&](std::int64_t c) { norm_rows(c * chunk, std::min(rows, (c + 1) * chunk)); });
+  // Rows are independent: ranges of about kParallelGrainValues values on the
+  // pool (prefill, batched steps); one row's arithmetic does not change.
+  ParallelForRanges(pool, rows, std::max<std::int64_t>(1, kParallelGrainValues / std::max(n, 1)), norm_rows);
 }
 
 void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool* pool) {
@@ -197,17 +192,11 @@ void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatr
   if (u.size() < n) u.resize(n);
   const MatMulTarget gate_up[] = {{.w = gate, .y = g.data()}, {.w = up, .y = u.data()}};
   MatMulRowsMany(gate_up, x, S, pool);
-  // Elementwise: chunks of kParallelElements (a multiple of every vector
+  // Elementwise: ranges of kParallelGrainValues (a multiple of every vector
   // length, so each element takes the same path as in one call).
-  const std::int64_t total = static_cast<std::int64_t>(n);
-  if (pool == nullptr || total < 2 * kParallelElements) {
-    GeluTanhMul(g.data(), u.data(), g.data(), total);
-  } else {
-    ParallelFor(pool, (total + kParallelElements - 1) / kParallelElements, [&](std::int64_t c) {
-      const std::int64_t i0 = c * kParallelElements, len = std::min(kParallelElements, total - i0);
-      GeluTanhMul(g.data() + i0, u.data() + i0, g.data() + i0, len);
-    });
-  }
+  ParallelForRanges(pool, static_cast<std::int64_t>(n), kParallelGrainValues, [&](std::int64_t i0, std::int64_t i1) {
+    GeluTanhMul(g.data() + i0, u.data() + i0, g.data() + i0, i1 - i0);
+  });
   MatMulRows(down, g.data(), S, out, pool);
 }
 

@@ -90,8 +90,6 @@ const detail::QuantKernels& Kernels(KernelLevel level) {
 // row's result does not depend on the split, so outputs stay identical for any
 // thread count.
 constexpr std::int64_t kMinRowsPerTask = 16;
-// Activation quantization goes to the pool in tasks of about this many floats.
-constexpr std::int64_t kQuantizeElementsPerTask = 8192;
 constexpr std::int64_t kTasksPerThread = 4;
 
 // first[k] = index of target k's first task (first.back() = all tasks);
@@ -225,17 +223,13 @@ void MatMulMany(const MatMulManyParams& p) {
       q32 = true;
     }
   }
-  // Rows are independent: several at a time on the pool when there are many
-  // (prefill), each quantized exactly as alone.
-  const std::int64_t rows_per_task = std::max<std::int64_t>(1, kQuantizeElementsPerTask / std::max<std::int64_t>(cols, 1));
+  // Rows are independent: ranges of about kParallelGrainValues values on the
+  // pool when there are many (prefill), each quantized exactly as alone.
   const auto for_rows = [&](const auto& quantize_row) {
-    if (p.pool == nullptr || m * cols < 2 * kQuantizeElementsPerTask) {
-      for (std::int64_t i = 0; i < m; ++i) quantize_row(i);
-      return;
-    }
-    ParallelFor(p.pool, (m + rows_per_task - 1) / rows_per_task, [&](std::int64_t t) {
-      for (std::int64_t i = t * rows_per_task; i < std::min(m, (t + 1) * rows_per_task); ++i) quantize_row(i);
-    });
+    ParallelForRanges(p.pool, m, std::max<std::int64_t>(1, kParallelGrainValues / std::max<std::int64_t>(cols, 1)),
+                      [&](std::int64_t i0, std::int64_t i1) {
+                        for (std::int64_t i = i0; i < i1; ++i) quantize_row(i);
+                      });
   };
   if (q32) {
     const std::int64_t nb = cols / 32;
