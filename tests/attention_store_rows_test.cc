@@ -1,7 +1,7 @@
 // StoreRowFromFloat (the SIMD cache-row store) against StoreFromFloat element
 // by element, bitwise: random values, half-way cases of fp16 rounding,
 // subnormals, overflow to inf, infinities and NaN, at row lengths that leave
-// every tail size.
+// every tail size; q8_0 against QuantizeRowQ8_0 at its block.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,7 @@
 
 #include "attention/store_rows.h"
 #include "common/float_convert.h"
+#include "common/q8_0.h"
 
 namespace kvshare {
 namespace {
@@ -54,6 +55,18 @@ TEST(StoreRows, MatchesElementStoresBitwise) {
       ASSERT_EQ(want, got) << "dtype " << static_cast<int>(dt) << " n " << n;
     }
   }
+}
+
+// q8_0: the row's blocks land at the block holding element `base`.
+TEST(StoreRows, Q8_0RowsAtTheirBlock) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(96);
+  for (auto& f : x) f = nd(rng);
+  std::vector<std::uint8_t> want(5 * 34, 0xAB), got(want);
+  detail::QuantizeRowQ8_0(x.data(), 96, want.data() + 2 * 34);  // elements 64 .. 159: blocks 2, 3, 4
+  detail::StoreRowFromFloat(got.data(), DType::kQ8_0, 64, x.data(), 96);
+  EXPECT_EQ(want, got);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "attention/attend.h"
 #include "attention/cpu_attend-inl.h"
 #include "attention/cpu_attend_plan.h"
+#include "attention/store_rows.h"
 #include "common/float_convert.h"
 #include "kvshare/thread_pool.h"
 
@@ -289,7 +290,7 @@ void Finalize(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, const f
       ScaleRow(d, a, H, inv, static_cast<float*>(p.out) + off);
     } else {
       ScaleRow(d, a, H, inv, a);
-      for (std::size_t i = 0; i < H; ++i) StoreFromFloat(p.out, p.out_dtype, off + static_cast<std::int64_t>(i), a[i]);
+      StoreRowFromFloat(p.out, p.out_dtype, off, a, static_cast<std::int64_t>(H));
     }
     if (cx.stats != nullptr) {
       float* st = cx.stats + ((static_cast<std::int64_t>(t.b) * p.num_heads + h) * p.q_len + s) * 2;

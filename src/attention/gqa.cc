@@ -7,7 +7,6 @@
 #include "attention/gqa_plan.h"
 #include "attention/store_rows.h"
 #include "common/float_convert.h"
-#include "common/q8_0.h"
 #include "kvshare/attention.h"
 #include "kvshare/error.h"
 
@@ -17,7 +16,6 @@ namespace {
 using detail::GqaPlan;
 using detail::KvSource;
 using detail::LoadAsFloat;
-using detail::StoreFromFloat;
 using detail::TokenSource;
 
 struct Rope {
@@ -54,19 +52,15 @@ char* ElemAddress(void* data, DType dtype, std::int64_t elem) {
 }
 
 // A writable strided cache: element (b, n, row, h) at b*bs + n*hs + row*rs + h.
-// A q8_0 row (H a multiple of 32, strides multiples of H) is quantized per block.
+// A q8_0 row (H a multiple of 32, strides multiples of H) is quantized per
+// block (StoreRowFromFloat).
 struct CacheDst {
   void* data = nullptr;
   DType dtype = DType::kFloat32;
   std::int64_t bs = 0, hs = 0, rs = 0;
 
   void StoreRow(std::int64_t b, std::int64_t n, std::int64_t row, const float* x, int H) const {
-    const std::int64_t base = b * bs + n * hs + row * rs;
-    if (dtype == DType::kQ8_0) {
-      detail::QuantizeRowQ8_0(x, H, ElemAddress(data, dtype, base));
-      return;
-    }
-    detail::StoreRowFromFloat(data, dtype, base, x, H);
+    detail::StoreRowFromFloat(data, dtype, b * bs + n * hs + row * rs, x, H);
   }
   KvSource AsSource() const { return KvSource{data, dtype, bs, hs, rs, 0}; }
 };

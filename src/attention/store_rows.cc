@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/float_convert.h"
+#include "common/q8_0.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/store_rows.cc"
@@ -49,6 +50,7 @@ void StoreRowFromFloat(void* data, DType dtype, std::int64_t base, const float* 
   switch (dtype) {
     case DType::kFloat32: std::memcpy(static_cast<float*>(data) + base, x, static_cast<std::size_t>(n) * 4); return;
     case DType::kFloat16: HWY_DYNAMIC_DISPATCH(StoreF16RowImpl)(static_cast<std::uint16_t*>(data) + base, x, n); return;
+    case DType::kQ8_0: QuantizeRowQ8_0(x, n, static_cast<char*>(data) + DTypeBytes(dtype, base)); return;
     default:
       for (std::int64_t i = 0; i < n; ++i) StoreFromFloat(data, dtype, base + i, x[i]);
       return;
