@@ -1,4 +1,4 @@
-// GeluTanhMul and Softcap (src/model/activations.h) against their formulas in
+// GeluTanhMul, Softcap and SumOfSquares (src/model/activations.h) against their formulas in
 // double, on every compiled SIMD target this CPU runs.
 #include <gtest/gtest.h>
 
@@ -108,6 +108,31 @@ TEST(Softcap, MatchesFormulaOnEveryCompiledTarget) {
   }
   hwy::SetSupportedTargetsForTest(0);
   EXPECT_GE(targets, 1);
+}
+
+// SumOfSquares: the same bits on every target (its fixed summation tree) and
+// within 1e-15 relative of a long double sum; lengths around the groups of 8.
+TEST(SumOfSquares, SameOnEveryTargetAndNearExact) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (std::size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 256, 640, 1001, 2048}) {
+    std::vector<float> x(n);
+    for (float& e : x) e = nd(rng);
+    if (n > 3) x[3] = 1e20f;  // a huge element next to small ones
+    long double exact = 0;
+    for (float e : x) exact += static_cast<long double>(e) * e;
+    double first = 0;
+    int targets = 0;
+    for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      const double s = detail::SumOfSquares(x.data(), static_cast<std::int64_t>(n));
+      if (targets++ == 0) first = s;
+      EXPECT_EQ(0, std::memcmp(&s, &first, sizeof s)) << "n " << n << " target " << hwy::TargetName(target);
+      EXPECT_NEAR(s, static_cast<double>(exact), 1e-15 * static_cast<double>(exact)) << "n " << n;
+    }
+    hwy::SetSupportedTargetsForTest(0);
+    EXPECT_GE(targets, 1);
+  }
 }
 
 }  // namespace

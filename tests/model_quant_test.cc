@@ -4,6 +4,7 @@
 // each SIMD level against the scalar twin on the same int8 activations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "common/float_convert.h"
 #include "kvshare/error.h"
+#include "hwy/targets.h"
 #include "model/quant.h"
 
 namespace kvshare {
@@ -432,6 +434,60 @@ TEST(MatMul, ManyMatchesOneAtATime) {
   std::vector<float> x(cols), y0(40), y1(3);
   const MatMulTarget bad[] = {{.w = mats[0].w, .y = y0.data()}, {.w = other.w, .y = y1.data()}};
   EXPECT_THROW(MatMulMany({.x = x.data(), .m = 1, .targets = bad}), Error);
+}
+
+// The SIMD activation quantizers against their scalar references, bitwise:
+// random rows at several magnitudes, exact ties (x / d = k + 0.5), zeros,
+// subnormals, NaN (ignored by the amax, stored as 127) and infinities.
+void ExpectQuantizersMatchReference() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float nan = std::nanf(""), inf = HUGE_VALF;
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::int64_t n = 256 * (1 + trial % 3);
+    std::vector<float> x(static_cast<std::size_t>(n));
+    const float scale = std::ldexp(1.0f, trial % 40 - 20);
+    for (float& v : x) v = normal(rng) * scale;
+    switch (trial % 8) {
+      case 1:  // exact ties: amax 127 so d = 1, values k + 0.5
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 32 == 0) ? 127.0f : static_cast<float>(i % 20) - 9.5f;
+        break;
+      case 2: std::fill(x.begin(), x.begin() + 64, 0.0f); break;  // all-zero blocks
+      case 3: x[5] = nan; x[40] = -nan; x[300 % n] = nan; break;
+      case 4: x[9] = inf; x[77] = -inf; break;
+      case 5: for (float& v : x) v = std::ldexp(v, -130); break;  // subnormal
+      case 6: std::fill(x.begin() + 32, x.begin() + 64, nan); break;  // a block of NaN only
+      default: break;
+    }
+    std::vector<ActQ8> a(static_cast<std::size_t>(n / 32)), b(a.size());
+    QuantizeRowQ8(x.data(), a.data(), n);
+    QuantizeRowQ8Reference(x.data(), b.data(), n);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(ActQ8)), 0) << "Q8 trial " << trial;
+    std::vector<ActQ8K> k(static_cast<std::size_t>(n / 256)), kr(k.size());
+    QuantizeRowQ8K(x.data(), k.data(), n);
+    QuantizeRowQ8KReference(x.data(), kr.data(), n);
+    EXPECT_EQ(std::memcmp(k.data(), kr.data(), k.size() * sizeof(ActQ8K)), 0) << "Q8K trial " << trial;
+  }
+  // A fixed case: +-amax map to +-127, d = amax / 127, and the sum is exact.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 2.54f;
+  x[1] = -2.54f;
+  ActQ8 q;
+  QuantizeRowQ8(x.data(), &q, 32);
+  EXPECT_FLOAT_EQ(q.d, 2.54f / 127.0f);
+  EXPECT_EQ(q.qs[0], 127);
+  EXPECT_EQ(q.qs[1], -127);
+  EXPECT_EQ(q.sum, 0);
+}
+
+// ... on every compiled Highway target this CPU runs.
+TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    ExpectQuantizersMatchReference();
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(MatMul, RejectsBadInput) {

@@ -1,5 +1,6 @@
-// GeluTanhMul and Softcap (activations.h): Highway with run-time dispatch; the
-// tail that does not fill a vector runs the same code on one-lane vectors.
+// GeluTanhMul, Softcap and SumOfSquares (activations.h): Highway with run-time
+// dispatch; the tail that does not fill a vector runs the same code on
+// one-lane vectors.
 #include "model/activations.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -46,6 +47,36 @@ void SoftcapImpl(float* x, std::int64_t n, float cap) {
   for (; i < n; ++i) SoftcapVec(d1, x + i, cap, inv_cap);
 }
 
+// Eight double partial sums, partial j over the elements i = j (mod 8) of the
+// full groups of 8 (each product of two floats is exact in double, so fused
+// or not it is the same), reduced in a fixed tree, then the tail in order:
+// the same value for every vector width (2, 4 or 8 doubles).
+double SumOfSquaresImpl(const float* HWY_RESTRICT x, std::int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  constexpr std::int64_t kParts = 8;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(dd));
+  double part[kParts] = {};
+  std::int64_t i = 0;
+  if (N <= kParts && kParts % N == 0) {
+    hn::Vec<decltype(dd)> acc[kParts];
+    for (std::int64_t k = 0; k < kParts / N; ++k) acc[k] = hn::Zero(dd);
+    for (; i + kParts <= n; i += kParts) {
+      for (std::int64_t k = 0; k < kParts / N; ++k) {
+        const auto v = hn::PromoteTo(dd, hn::LoadU(df, x + i + k * N));
+        acc[k] = hn::MulAdd(v, v, acc[k]);
+      }
+    }
+    for (std::int64_t k = 0; k < kParts / N; ++k) hn::StoreU(acc[k], dd, part + k * N);
+  }
+  for (; i + kParts <= n; i += kParts) {  // vectors wider than 8 doubles: the same sums in scalar code
+    for (std::int64_t j = 0; j < kParts; ++j) part[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  double s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
 }  // namespace kvshare::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -53,11 +84,14 @@ HWY_AFTER_NAMESPACE();
 namespace kvshare::detail {
 HWY_EXPORT(GeluTanhMulImpl);
 HWY_EXPORT(SoftcapImpl);
+HWY_EXPORT(SumOfSquaresImpl);
 
 void GeluTanhMul(const float* g, const float* u, float* out, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(GeluTanhMulImpl)(g, u, out, n);
 }
 
 void Softcap(float* x, std::int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapImpl)(x, n, cap); }
+
+double SumOfSquares(const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquaresImpl)(x, n); }
 }  // namespace kvshare::detail
 #endif  // HWY_ONCE

@@ -19,4 +19,11 @@ void GeluTanhMul(const float* g, const float* u, float* out, std::int64_t n);
 // its index.
 void Softcap(float* x, std::int64_t n, float cap);
 
+// sum of x[i]^2 for i < n in double (RmsNorm's mean square): eight partial
+// sums over the residues mod 8 of the full groups of eight, added in a fixed
+// tree, then the remaining elements in order; the same value on every SIMD
+// target (each square of a float is exact in double). Within a few ulp of the
+// sequential double sum.
+double SumOfSquares(const float* x, std::int64_t n);
+
 }  // namespace kvshare::detail

@@ -15,8 +15,7 @@ void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps, Thre
   const auto norm_rows = [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       float* p = x + r * n;
-      double ss = 0;
-      for (int i = 0; i < n; ++i) ss += static_cast<double>(p[i]) * p[i];
+      const double ss = SumOfSquares(p, n);
       const float inv = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
       if (w != nullptr) {
         for (int i = 0; i < n; ++i) p[i] = p[i] * inv * w[i];

@@ -212,7 +212,7 @@ float QuantizeBlock(const float* x, std::int8_t* q, int n) {
 }
 }  // namespace
 
-void QuantizeRowQ8(const float* x, ActQ8* y, std::int64_t n) {
+void QuantizeRowQ8Reference(const float* x, ActQ8* y, std::int64_t n) {
   for (std::int64_t b = 0; b < n / 32; ++b, x += 32) {
     y[b].d = QuantizeBlock(x, y[b].qs, 32);
     int s = 0;
@@ -221,7 +221,7 @@ void QuantizeRowQ8(const float* x, ActQ8* y, std::int64_t n) {
   }
 }
 
-void QuantizeRowQ8K(const float* x, ActQ8K* y, std::int64_t n) {
+void QuantizeRowQ8KReference(const float* x, ActQ8K* y, std::int64_t n) {
   for (std::int64_t b = 0; b < n / 256; ++b, x += 256) {
     y[b].d = QuantizeBlock(x, y[b].qs, 256);
     for (int g = 0; g < 16; ++g) {

@@ -113,9 +113,14 @@ bool UsesSuperBlockActivations(GgmlType type);
 // kvshare::Error for unsupported types or a bad n.
 void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n);
 
-// Activation quantization (round to nearest, d = amax / 127). n % 32 == 0 (resp. 256).
+// Activation quantization (round to nearest, ties to even; d = amax / 127,
+// NaN elements ignored by the amax and stored as 127). n % 32 == 0 (resp.
+// 256). SIMD with run-time dispatch (quantize_act.cc), bitwise equal to the
+// scalar references (quant.cc), which the tests compare against.
 void QuantizeRowQ8(const float* x, ActQ8* y, std::int64_t n);
 void QuantizeRowQ8K(const float* x, ActQ8K* y, std::int64_t n);
+void QuantizeRowQ8Reference(const float* x, ActQ8* y, std::int64_t n);
+void QuantizeRowQ8KReference(const float* x, ActQ8K* y, std::int64_t n);
 
 // A weight matrix W [rows, cols] (cols = GGUF ne[0]), row r at data + r*row_bytes.
 struct WeightMatrix {
