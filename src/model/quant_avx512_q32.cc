@@ -84,8 +84,8 @@ struct Codes<BlockQ5_0> {
 
 // [d0 x 8, d1 x 8] from two fp16 scales (each exactly H2F's value).
 inline __m512 HalfScales2(std::uint16_t d0, std::uint16_t d1) {
-  return _mm512_cvtph_ps(_mm256_mask_blend_epi16(0xFF00, _mm256_set1_epi16(static_cast<short>(d0)),
-                                                 _mm256_set1_epi16(static_cast<short>(d1))));
+  const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(static_cast<std::uint32_t>(d1) << 16 | d0)));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(both));
 }
 
 // ---- Lanes layout -----------------------------------------------------------
@@ -133,8 +133,6 @@ void LaneTile(const W& wsrc, const LaneActs& a, std::int64_t g, std::int64_t nb,
   const std::int64_t ne = Even(nb);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  __m512i spread[8];
-  for (int k = 0; k < 8; ++k) spread[k] = _mm512_setr_epi32(k, k, k, k, k, k, k, k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k);
   std::int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const std::size_t gb = static_cast<std::size_t>(g * ne + b);
@@ -144,8 +142,21 @@ void LaneTile(const W& wsrc, const LaneActs& a, std::int64_t g, std::int64_t nb,
     const __m512 dx = _mm512_castsi512_ps(Load64(a.d[gb]));
     for (int t = 0; t < T; ++t) {
       const __m512i w2 = wsrc.Pair(t, b);
-      __m512i p = init;
-      for (int k = 0; k < 8; ++k) p = _mm512_dpbusd_epi32(p, _mm512_permutexvar_epi32(spread[k], w2), xk[k]);
+      // 128-bit lanes [g0-3 of b, same, g0-3 of b+1, same] and the same for
+      // g4-7; then code group k to every lane of its half by an in-lane shuffle.
+      const __m512i w03 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(2, 2, 0, 0));
+      const __m512i w47 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(3, 3, 1, 1));
+      // Two independent chains (exact int32 sums, so the same p).
+      __m512i p0 = init, p1 = _mm512_setzero_si512();
+      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_AAAA), xk[0]);
+      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_AAAA), xk[4]);
+      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_BBBB), xk[1]);
+      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_BBBB), xk[5]);
+      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_CCCC), xk[2]);
+      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_CCCC), xk[6]);
+      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_DDDD), xk[3]);
+      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_DDDD), xk[7]);
+      const __m512i p = _mm512_add_epi32(p0, p1);
       const __m512 pf = _mm512_cvtepi32_ps(p), s = _mm512_mul_ps(wsrc.Scales(t, b), dx);
       acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(pf), _mm512_castps512_ps256(s), acc[t]);
       acc[t] = _mm256_fmadd_ps(High(pf), High(s), acc[t]);
