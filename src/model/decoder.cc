@@ -343,12 +343,19 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
       if (kept == 0) continue;
       // Final norm and the (tied) output projection of every kept row at once.
       RmsNorm(rows, kept, E, out_norm_, c.rms_eps);
-      const bool direct = step.rows.size() == 1;  // one entry: its rows are contiguous in st.logits
+      // Where each step row's kept logits go in st.logits (entry order). When
+      // each follows the one before, as in a decode step or a one-entry
+      // prefill, the head writes there directly; otherwise through head_out.
+      std::vector<std::int64_t> dest(step.rows.size());
+      bool direct = true;
+      for (std::size_t r = 0; r < step.rows.size(); ++r) {
+        const std::size_t i = entry_of[r];
+        dest[r] = out_at[i] + std::max(c0, first_logit[i]) - first_logit[i];
+        if (r > 0 && dest[r] != dest[r - 1] + step.rows[r - 1].keep) direct = false;
+      }
       float* out = nullptr;
       if (direct) {
-        const std::size_t i = entry_of[0];
-        const std::int64_t lo = std::max(c0, first_logit[i]);
-        out = st.logits.data() + (out_at[i] + lo - first_logit[i]) * V;
+        out = st.logits.data() + dest[0] * V;
       } else {
         st.head_out.resize(static_cast<std::size_t>(kept * V));
         out = st.head_out.data();
@@ -358,9 +365,8 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
       if (!direct) {
         std::int64_t at = 0;
         for (std::size_t r = 0; r < step.rows.size(); ++r) {
-          const std::size_t i = entry_of[r];
-          const std::int64_t lo = std::max(c0, first_logit[i]), keep = step.rows[r].keep;
-          std::copy(out + at * V, out + (at + keep) * V, st.logits.begin() + (out_at[i] + lo - first_logit[i]) * V);
+          const std::int64_t keep = step.rows[r].keep;
+          std::copy(out + at * V, out + (at + keep) * V, st.logits.begin() + dest[r] * V);
           at += keep;
         }
       }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "kvshare/error.h"
+#include "kvshare/thread_pool.h"
 #include "runtime/log_softmax.h"
 #include "runtime/text_release.h"
 
@@ -377,10 +379,29 @@ struct Scheduler::Impl {
     }
   }
 
-  // Samples r's next token from `logits` and streams it; frees the slot when r ends.
-  void SampleAndEmit(Slot& s, std::span<const float> logits) {
+  // A decoding row's sampled token, with its logprobs when the request asks.
+  struct Sampled {
+    std::int32_t token = 0;
+    OutputToken info;
+    std::exception_ptr error;  // the sampler refused the logits (e.g. NaN)
+  };
+
+  // s's next token from `logits` (thread-safe across slots: each request has
+  // its own sampler and history).
+  static void SampleRow(Request& r, std::span<const float> logits, Sampled& out) {
+    try {
+      out.token = r.sampler.Sample(logits, r.history);
+      out.info.token = out.token;
+      if (r.opt.top_logprobs >= 0) Logprobs(logits, out.token, r.opt.top_logprobs, out.info);
+    } catch (...) {
+      out.error = std::current_exception();
+    }
+  }
+
+  // Streams r's sampled token; frees the slot when r ends.
+  void Emit(Slot& s, Sampled& sampled) {
     Request& r = *s.req;
-    const std::int32_t t = r.sampler.Sample(logits, r.history);
+    const std::int32_t t = sampled.token;
     r.history.push_back(t);
     ++r.generated;
     ++sampled_this_step;
@@ -397,10 +418,7 @@ struct Scheduler::Impl {
              t == tok.eos_id() ? "eos" : t == tok.end_of_turn_id() ? "end_of_turn" : "stop token", std::move(e));
       return;
     }
-    OutputToken info;
-    info.token = t;
-    if (r.opt.top_logprobs >= 0) Logprobs(logits, t, r.opt.top_logprobs, info);
-    r.token_info.push_back(std::move(info));
+    r.token_info.push_back(std::move(sampled.info));
     r.releaser.Add(r.token_info.size() - 1, r.decoder.Feed(t), pieces);
     if (!r.releaser.stopped() && r.generated >= r.opt.max_tokens) {
       r.releaser.Add(kNoToken, r.decoder.Flush(), pieces);
@@ -493,13 +511,38 @@ struct Scheduler::Impl {
     }
     const std::size_t V = static_cast<std::size_t>(model.config().n_vocab);
     if (opt.on_step) Trace(entries, logits);
+    std::vector<std::size_t> to_sample;  // entries whose row samples a token now
     for (std::size_t k = 0; k < entries.size(); ++k) {
       const BatchEntry& b = entries[k];
       Slot& s = slots[static_cast<std::size_t>(b.row)];
       s.tokens.insert(s.tokens.end(), b.tokens.begin(), b.tokens.end());
       Request& r = *s.req;
       if (!r.decoding()) r.prefilled += static_cast<std::int64_t>(b.tokens.size());
-      if (r.decoding()) SampleAndEmit(s, logits.subspan(k * V, V));
+      if (r.decoding()) to_sample.push_back(k);
+    }
+    // Rows sample in parallel (each a pass or more over n_vocab logits), then
+    // stream in row order.
+    std::vector<Sampled> sampled(to_sample.size());
+    ParallelFor(to_sample.size() > 1 ? pool : nullptr, static_cast<std::int64_t>(to_sample.size()), [&](std::int64_t i) {
+      const std::size_t k = to_sample[static_cast<std::size_t>(i)];
+      SampleRow(*slots[static_cast<std::size_t>(entries[k].row)].req, logits.subspan(k * V, V),
+                sampled[static_cast<std::size_t>(i)]);
+    });
+    for (std::size_t i = 0; i < to_sample.size(); ++i) {
+      Slot& s = slots[static_cast<std::size_t>(entries[to_sample[i]].row)];
+      if (sampled[i].error) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(sampled[i].error);
+        } catch (const std::exception& ex) {
+          what = ex.what();
+        } catch (...) {
+        }
+        Log("sampling failed: " + what);
+        Finish(Free(s), FinishReason::kAbort, "internal error: " + what, {}, true);
+        continue;
+      }
+      Emit(s, sampled[i]);
     }
     const auto t1 = Clock::now();
     std::lock_guard<std::mutex> lock(mu);
