@@ -2,7 +2,9 @@
 // distribution vs softmax, repetition penalty, reproducibility, validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <limits>
 #include <random>
 #include <set>
@@ -14,6 +16,7 @@
 
 #include "kvshare/error.h"
 #include "kvshare/sampler.h"
+#include "runtime/log_softmax.h"
 
 namespace kvshare {
 namespace {
@@ -237,6 +240,38 @@ TEST(Sampler, ValidatesInputs) {
   EXPECT_EQ(message(row, {}), "Sampler::Sample: logits[517] must be finite or -inf, got nan");
   EXPECT_EQ(message(std::vector<float>(1000, kNegInf), {}), "Sampler::Sample: all logits are -inf");
   EXPECT_EQ(message({0, 1}, {1, 2}), "Sampler::Sample: history[1] must be in [0, 2), got 2");
+}
+
+// TopLogits (the server's top_logprobs) against a full partial_sort with the
+// same order: random rows with many ties (few distinct values), -inf, k = 0,
+// k above n, and a long row.
+TEST(TopLogits, MatchesPartialSortWithTies) {
+  std::mt19937 rng(3);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = trial == 0 ? 262144 : 1 + rng() % 200;
+    std::vector<float> x(n);
+    const int distinct = 1 + static_cast<int>(rng() % 6);
+    for (float& v : x) v = (rng() % 10 == 0) ? ninf : static_cast<float>(static_cast<int>(rng() % distinct)) * 0.5f - 1.0f;
+    if (trial == 0) {  // a vocabulary-sized row of logits, the maximum last
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      for (float& v : x) v = nd(rng);
+      x[n - 1] = 100.0f;
+    }
+    const int k = trial % 25 == 0 ? 0 : 1 + static_cast<int>(rng() % 24);
+    std::vector<std::int32_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), n);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(kk), ids.end(), [&](std::int32_t a, std::int32_t b) {
+      return x[static_cast<std::size_t>(a)] != x[static_cast<std::size_t>(b)] ? x[static_cast<std::size_t>(a)] > x[static_cast<std::size_t>(b)] : a < b;
+    });
+    const auto top = detail::TopLogits(x, k);
+    ASSERT_EQ(top.size(), kk) << "trial " << trial;
+    for (std::size_t i = 0; i < kk; ++i) {
+      EXPECT_EQ(top[i].first, ids[i]) << "trial " << trial << " rank " << i;
+      EXPECT_EQ(top[i].second, x[static_cast<std::size_t>(ids[i])]) << "trial " << trial << " rank " << i;
+    }
+  }
 }
 
 }  // namespace

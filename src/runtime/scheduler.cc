@@ -96,17 +96,8 @@ std::size_t CommonPrefix(const std::vector<std::int32_t>& a, const std::vector<s
 void Logprobs(std::span<const float> logits, std::int32_t token, int k, OutputToken& info) {
   const double log_z = detail::LogSumExp(logits);
   info.logprob = static_cast<float>(logits[static_cast<std::size_t>(token)] - log_z);
-  if (k <= 0) return;
-  std::vector<std::int32_t> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(kk), ids.end(),
-                    [&](std::int32_t a, std::int32_t b) {
-                      const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
-                      return la != lb ? la > lb : a < b;
-                    });
-  for (std::size_t i = 0; i < kk; ++i) {
-    info.top.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
+  for (const auto& [id, logit] : detail::TopLogits(logits, k)) {
+    info.top.push_back({id, static_cast<float>(logit - log_z)});
   }
 }
 
