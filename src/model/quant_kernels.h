@@ -88,6 +88,13 @@ void Avx512Q4_0Rows(const BlockQ4_0* w, std::int64_t nrows, const ActQ8* x, std:
                     float* y, std::int64_t ys);
 void Avx512Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                     float* y, std::int64_t ys);
+// The AVX-512 Q4_K / Q5_K / Q6_K kernels (quant_avx512_k.cc).
+void Avx512Q4_KRows(const BlockQ4_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                    float* y, std::int64_t ys);
+void Avx512Q5_KRows(const BlockQ5_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                    float* y, std::int64_t ys);
+void Avx512Q6_KRows(const BlockQ6_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                    float* y, std::int64_t ys);
 #endif
 
 // Float-weight dot products (Highway, dynamically dispatched).

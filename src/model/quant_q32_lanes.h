@@ -13,32 +13,13 @@
 #include <vector>
 
 #include "model/quant.h"
+#include "model/quant_lanes.h"
 #include "model/quant_x86.h"
 
 namespace kvshare::detail {
 namespace {
 
-constexpr int kLanes = 8;  // activation rows per group (lanes of a 256-bit half)
 constexpr int kTile = 4;   // weight rows per decoded tile
-
-// 32-byte slots in 64-byte aligned storage (a pair of slots loads as one zmm).
-struct Slots {
-  struct alignas(64) Vec64 {
-    std::uint8_t bytes[64];
-  };
-  std::vector<Vec64> v;
-  void Assign(std::size_t n) { v.assign((n + 1) / 2, Vec64{}); }
-  std::uint8_t* operator[](std::size_t i) { return v.data()->bytes + 32 * i; }
-  const std::uint8_t* operator[](std::size_t i) const { return v.data()->bytes + 32 * i; }
-};
-
-inline std::int64_t Even(std::int64_t nb) { return (nb + 1) & ~std::int64_t{1}; }
-
-// The slot of LaneActs::x holding bytes 4k .. 4k+3 of block b for group g
-// (ne = Even(nb)); see below.
-inline std::size_t XSlot(std::int64_t g, std::int64_t ne, std::int64_t b, int k) {
-  return static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + 2 * k + (b & 1));
-}
 
 // The activation rows of one call in groups of kLanes, with ne = Even(nb)
 // slots per group and block: for block b = 2q + h of group g, slot
@@ -85,51 +66,12 @@ void DecodeTile(const Block* w, std::int64_t r0, std::int64_t nb, Slots& c, std:
   }
 }
 
-// Group g's results (out[t] lane j: activation row 8g + j, weight row r0 + t)
-// into y, for the rows below acts.
-template <int T>
-void StoreLaneGroup(const __m256 out[T], std::int64_t g, int acts, std::int64_t r0, float* y, std::int64_t ys) {
-  const int lanes = std::min<int>(kLanes, acts - static_cast<int>(g) * kLanes);
-  for (int t = 0; t < T; ++t) {
-    alignas(32) float v[kLanes];
-    _mm256_store_ps(v, out[t]);
-    for (int j = 0; j < lanes; ++j) y[(g * kLanes + j) * ys + r0 + t] = v[j];
-  }
-}
-
-// Lane t = the sum of v[t]'s 8 int32 lanes.
-inline __m256i SumLanes8(const __m256i v[8]) {
-  const __m256i h0 = _mm256_hadd_epi32(v[0], v[1]), h1 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h2 = _mm256_hadd_epi32(v[4], v[5]), h3 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
-}
-
 // The rows layout's step for one activation row a and block: v[t] = the 8
 // int32 partial sums of weight row t's codes against a's block; dw = the 8
 // rows' scales. acc (lane t) = fma(float(p), dw_t dx, acc).
 inline void RowsStep(const __m256i v[8], const ActQ8& a, int bias, __m256 dw, __m256& acc) {
   const __m256i p = _mm256_sub_epi32(SumLanes8(v), _mm256_set1_epi32(bias * a.sum));
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc);
-}
-
-// y[j ys + r0 + t] = lane t of acc[j] for t < valid.
-template <int R>
-void StoreRowsLanes(const __m256 acc[R], int valid, std::int64_t r0, float* y, std::int64_t ys) {
-  for (int j = 0; j < R; ++j) {
-    alignas(32) float v[8];
-    _mm256_store_ps(v, acc[j]);
-    for (int t = 0; t < valid; ++t) y[j * ys + r0 + t] = v[t];
-  }
-}
-
-// Prefetches bytes [from, from + len) of base, clipped to [0, total). The
-// kernels read a tile's rows block by block, interleaved streams that the
-// hardware prefetchers follow poorly from DRAM (the LM head at m = 1 ran at a
-// quarter of the bandwidth without this), so they prefetch tiles ahead whole.
-inline void PrefetchBytes(const char* base, std::int64_t from, std::int64_t len, std::int64_t total) {
-  const std::int64_t end = std::min(total, from + len);
-  for (std::int64_t o = from; o < end; o += 64) _mm_prefetch(base + o, _MM_HINT_T0);
 }
 
 // What each kernel file defines for the drivers below (in its own anonymous
@@ -145,18 +87,6 @@ void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t n
               Slots& c, std::vector<float>& dw);
 // u8 codes c against s8 activations x: 8 int32 sums of 4 products each.
 inline __m256i BlockDot(__m256i c, __m256i x);
-
-// The 8 fp16 values in the low halves of the int32 lanes, as floats.
-inline __m256 LowHalvesToFloat(__m256i v) {
-#if defined(__AVX512VL__) && defined(__AVX512F__)
-  return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
-#else
-  const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,  //
-                                        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, pick), 0x08);  // qwords 0, 2
-  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
-#endif
-}
 
 // Weight rows in the lanes: rows[t] (rows past the matrix repeat the last
 // one; lanes t >= valid are not stored) against R <= 3 activation rows.
