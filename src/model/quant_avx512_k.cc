@@ -217,8 +217,6 @@ void MakeKLaneActs(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts, 
   }
 }
 
-constexpr int kKTile = 4;  // weight rows per tile
-
 // One weight block of a tile's row, decoded for every activation group.
 struct KDecoded {
   __m512i chunk[4];
@@ -324,27 +322,6 @@ void KLaneRows(const Block* w, std::int64_t r0, const KLaneActs& a, std::int64_t
   }
 }
 
-template <typename Block>
-void KLaneKernel(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
-                 std::int64_t ys) {
-  thread_local KLaneActs a;
-  MakeKLaneActs<KType<Block>::kCorrPairs>(x, xs, nb, acts, a);
-  const char* base = reinterpret_cast<const char*>(w);
-  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
-  std::int64_t r = 0;
-  for (; r + kKTile <= nrows; r += kKTile) {
-    PrefetchBytes(base, (r + 2 * kKTile) * row_bytes, kKTile * row_bytes, total);
-    KLaneRows<Block, kKTile>(w, r, a, nb, acts, y, ys);
-  }
-  static_assert(kKTile == 4);
-  switch (nrows - r) {
-    case 1: KLaneRows<Block, 1>(w, r, a, nb, acts, y, ys); break;
-    case 2: KLaneRows<Block, 2>(w, r, a, nb, acts, y, ys); break;
-    case 3: KLaneRows<Block, 3>(w, r, a, nb, acts, y, ys); break;
-    default: break;
-  }
-}
-
 // ---- Rows layout ------------------------------------------------------------
 
 // Weight block w against R activation rows: per row, 8 int32 partial sums of
@@ -419,32 +396,22 @@ void KRowsTile(const Block* const rows[8], int valid, std::int64_t r0, const Act
   StoreRowsLanes<R>(acc, valid, r0, y, ys);
 }
 
-template <int R, typename Block>
-void KRowsKernel(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* y,
-                 std::int64_t ys) {
-  const char* base = reinterpret_cast<const char*>(w);
-  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
-  for (std::int64_t r0 = 0; r0 < nrows; r0 += 8) {
-    PrefetchBytes(base, (r0 + 16) * row_bytes, 8 * row_bytes, total);
-    const int valid = static_cast<int>(std::min<std::int64_t>(8, nrows - r0));
-    const Block* rows[8];
-    for (int t = 0; t < 8; ++t) rows[t] = w + (r0 + std::min(t, valid - 1)) * nb;
-    KRowsTile<R, Block>(rows, valid, r0, x, xs, nb, y, ys);
-  }
-}
-
+// The DotRowsFn: lanes from 4 activation rows on, rows below.
 template <typename Block>
 void KRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
            std::int64_t ys) {
-  if (acts >= 4) {
-    KLaneKernel<Block>(w, nrows, x, xs, nb, acts, y, ys);
-    return;
-  }
-  switch (acts) {
-    case 1: KRowsKernel<1, Block>(w, nrows, x, xs, nb, y, ys); break;
-    case 2: KRowsKernel<2, Block>(w, nrows, x, xs, nb, y, ys); break;
-    default: KRowsKernel<3, Block>(w, nrows, x, xs, nb, y, ys); break;
-  }
+  ByActs(
+      acts,
+      [&] {
+        thread_local KLaneActs a;
+        MakeKLaneActs<KType<Block>::kCorrPairs>(x, xs, nb, acts, a);
+        ForLaneTiles(w, nrows, nb, [&](auto T, std::int64_t r0) { KLaneRows<Block, T()>(w, r0, a, nb, acts, y, ys); });
+      },
+      [&](auto R) {
+        ForRowTiles<false>(w, nrows, nb, [&](const Block* const* rows, int valid, std::int64_t r0) {
+          KRowsTile<R(), Block>(rows, valid, r0, x, xs, nb, y, ys);
+        });
+      });
 }
 
 }  // namespace

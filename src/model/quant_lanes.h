@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace kvshare::detail {
@@ -74,6 +75,58 @@ void StoreRowsLanes(const __m256 acc[R], int valid, std::int64_t r0, float* y, s
 inline void PrefetchBytes(const char* base, std::int64_t from, std::int64_t len, std::int64_t total) {
   const std::int64_t end = std::min(total, from + len);
   for (std::int64_t o = from; o < end; o += 64) _mm_prefetch(base + o, _MM_HINT_T0);
+}
+
+// The drivers of both layouts over a task's nrows weight rows (nb blocks of
+// Block each, rows packed):
+//  - ForLaneTiles: tiles of 4 rows, then the 1-3 left, the tile two ahead
+//    prefetched; tile(std::integral_constant<int, T>, r0) computes rows
+//    r0 .. r0+T-1 (lanes layout);
+//  - ForRowTiles: tiles of 8 rows (past the end: the last row again, not
+//    stored), the tile two ahead prefetched unless kPrefetch is false (the
+//    K-quant rows kernel, measured no faster with it); tile(rows[8], valid,
+//    r0) (rows layout);
+//  - ByActs: the layout for `acts` activation rows: lanes() from 4 on, else
+//    rows(std::integral_constant<int, acts>).
+template <typename Block, class Tile>
+void ForLaneTiles(const Block* w, std::int64_t nrows, std::int64_t nb, Tile&& tile) {
+  constexpr int kT = 4;
+  const char* base = reinterpret_cast<const char*>(w);
+  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
+  std::int64_t r = 0;
+  for (; r + kT <= nrows; r += kT) {
+    PrefetchBytes(base, (r + 2 * kT) * row_bytes, kT * row_bytes, total);
+    tile(std::integral_constant<int, kT>{}, r);
+  }
+  switch (nrows - r) {
+    case 1: tile(std::integral_constant<int, 1>{}, r); break;
+    case 2: tile(std::integral_constant<int, 2>{}, r); break;
+    case 3: tile(std::integral_constant<int, 3>{}, r); break;
+    default: break;
+  }
+}
+
+template <bool kPrefetch = true, typename Block, class Tile>
+void ForRowTiles(const Block* w, std::int64_t nrows, std::int64_t nb, Tile&& tile) {
+  const char* base = reinterpret_cast<const char*>(w);
+  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
+  for (std::int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    if (kPrefetch) PrefetchBytes(base, (r0 + 16) * row_bytes, 8 * row_bytes, total);
+    const int valid = static_cast<int>(std::min<std::int64_t>(8, nrows - r0));
+    const Block* rows[8];
+    for (int t = 0; t < 8; ++t) rows[t] = w + (r0 + std::min(t, valid - 1)) * nb;
+    tile(rows, valid, r0);
+  }
+}
+
+template <class Lanes, class Rows>
+void ByActs(int acts, Lanes&& lanes, Rows&& rows) {
+  switch (acts) {
+    case 1: rows(std::integral_constant<int, 1>{}); break;
+    case 2: rows(std::integral_constant<int, 2>{}); break;
+    case 3: rows(std::integral_constant<int, 3>{}); break;
+    default: lanes(); break;
+  }
 }
 
 // The 8 fp16 values in the low halves of the int32 lanes, as floats.

@@ -19,7 +19,7 @@
 namespace kvshare::detail {
 namespace {
 
-constexpr int kTile = 4;   // weight rows per decoded tile
+constexpr int kTile = 4;  // weight rows per decoded tile (ForLaneTiles' tile)
 
 // The activation rows of one call in groups of kLanes, with ne = Even(nb)
 // slots per group and block: for block b = 2q + h of group g, slot
@@ -117,62 +117,27 @@ void RowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ
   StoreRowsLanes<R>(acc, valid, r0, y, ys);
 }
 
-// Activation rows in the lanes: tiles of kTile weight rows, the tile two
-// ahead prefetched.
-template <typename Block>
-void LaneKernel(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
-                std::int64_t ys) {
-  thread_local LaneActs a;
-  thread_local Slots c;
-  thread_local std::vector<float> dw;
-  MakeLaneActs(x, xs, nb, acts, Codes<Block>::kBias, a);
-  c.Assign(static_cast<std::size_t>(kTile * Even(nb)));
-  dw.resize(static_cast<std::size_t>(kTile * Even(nb)));
-  const char* base = reinterpret_cast<const char*>(w);
-  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
-  std::int64_t r = 0;
-  for (; r + kTile <= nrows; r += kTile) {
-    PrefetchBytes(base, (r + 2 * kTile) * row_bytes, kTile * row_bytes, total);
-    LaneRows<Block, kTile>(w, r, a, nb, acts, y, ys, c, dw);
-  }
-  static_assert(kTile == 4);
-  switch (nrows - r) {
-    case 1: LaneRows<Block, 1>(w, r, a, nb, acts, y, ys, c, dw); break;
-    case 2: LaneRows<Block, 2>(w, r, a, nb, acts, y, ys, c, dw); break;
-    case 3: LaneRows<Block, 3>(w, r, a, nb, acts, y, ys, c, dw); break;
-    default: break;
-  }
-}
-
-// Weight rows in the lanes, 8 at a time (past the end: the last row again,
-// not stored), the tile two ahead prefetched.
-template <int R, typename Block>
-void RowsKernel(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* y,
-                std::int64_t ys) {
-  const char* base = reinterpret_cast<const char*>(w);
-  const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
-  for (std::int64_t r0 = 0; r0 < nrows; r0 += 8) {
-    PrefetchBytes(base, (r0 + 16) * row_bytes, 8 * row_bytes, total);
-    const int valid = static_cast<int>(std::min<std::int64_t>(8, nrows - r0));
-    const Block* rows[8];
-    for (int t = 0; t < 8; ++t) rows[t] = w + (r0 + std::min(t, valid - 1)) * nb;
-    RowsTile<R, Block>(rows, valid, r0, x, xs, nb, y, ys);
-  }
-}
-
-// The DotRowsFn: lanes from 4 activation rows on, rows below.
+// The DotRowsFn: activation rows in the lanes from 4 on (tiles of kTile
+// weight rows), weight rows in the lanes below.
 template <typename Block>
 void Q32Rows(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
              std::int64_t ys) {
-  if (acts >= 4) {
-    LaneKernel<Block>(w, nrows, x, xs, nb, acts, y, ys);
-    return;
-  }
-  switch (acts) {
-    case 1: RowsKernel<1, Block>(w, nrows, x, xs, nb, y, ys); break;
-    case 2: RowsKernel<2, Block>(w, nrows, x, xs, nb, y, ys); break;
-    default: RowsKernel<3, Block>(w, nrows, x, xs, nb, y, ys); break;
-  }
+  ByActs(
+      acts,
+      [&] {
+        thread_local LaneActs a;
+        thread_local Slots c;
+        thread_local std::vector<float> dw;
+        MakeLaneActs(x, xs, nb, acts, Codes<Block>::kBias, a);
+        c.Assign(static_cast<std::size_t>(kTile * Even(nb)));
+        dw.resize(static_cast<std::size_t>(kTile * Even(nb)));
+        ForLaneTiles(w, nrows, nb, [&](auto T, std::int64_t r0) { LaneRows<Block, T()>(w, r0, a, nb, acts, y, ys, c, dw); });
+      },
+      [&](auto R) {
+        ForRowTiles(w, nrows, nb, [&](const Block* const* rows, int valid, std::int64_t r0) {
+          RowsTile<R(), Block>(rows, valid, r0, x, xs, nb, y, ys);
+        });
+      });
 }
 
 }  // namespace
