@@ -408,7 +408,7 @@ void KRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs,
         ForLaneTiles(w, nrows, nb, [&](auto T, std::int64_t r0) { KLaneRows<Block, T()>(w, r0, a, nb, acts, y, ys); });
       },
       [&](auto R) {
-        ForRowTiles<false>(w, nrows, nb, [&](const Block* const* rows, int valid, std::int64_t r0) {
+        ForRowTiles(w, nrows, nb, [&](const Block* const* rows, int valid, std::int64_t r0) {
           KRowsTile<R(), Block>(rows, valid, r0, x, xs, nb, y, ys);
         });
       });

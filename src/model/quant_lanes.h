@@ -83,9 +83,8 @@ inline void PrefetchBytes(const char* base, std::int64_t from, std::int64_t len,
 //    prefetched; tile(std::integral_constant<int, T>, r0) computes rows
 //    r0 .. r0+T-1 (lanes layout);
 //  - ForRowTiles: tiles of 8 rows (past the end: the last row again, not
-//    stored), the tile two ahead prefetched unless kPrefetch is false (the
-//    K-quant rows kernel, measured no faster with it); tile(rows[8], valid,
-//    r0) (rows layout);
+//    stored), the tile two ahead prefetched; tile(rows[8], valid, r0) (rows
+//    layout);
 //  - ByActs: the layout for `acts` activation rows: lanes() from 4 on, else
 //    rows(std::integral_constant<int, acts>).
 template <typename Block, class Tile>
@@ -106,12 +105,12 @@ void ForLaneTiles(const Block* w, std::int64_t nrows, std::int64_t nb, Tile&& ti
   }
 }
 
-template <bool kPrefetch = true, typename Block, class Tile>
+template <typename Block, class Tile>
 void ForRowTiles(const Block* w, std::int64_t nrows, std::int64_t nb, Tile&& tile) {
   const char* base = reinterpret_cast<const char*>(w);
   const std::int64_t row_bytes = nb * static_cast<std::int64_t>(sizeof(Block)), total = nrows * row_bytes;
   for (std::int64_t r0 = 0; r0 < nrows; r0 += 8) {
-    if (kPrefetch) PrefetchBytes(base, (r0 + 16) * row_bytes, 8 * row_bytes, total);
+    PrefetchBytes(base, (r0 + 16) * row_bytes, 8 * row_bytes, total);
     const int valid = static_cast<int>(std::min<std::int64_t>(8, nrows - r0));
     const Block* rows[8];
     for (int t = 0; t < 8; ++t) rows[t] = w + (r0 + std::min(t, valid - 1)) * nb;
