@@ -49,7 +49,11 @@ namespace {
 //                     (m_2q, m_2q+1) against the activation's 32-element sums
 //                     (kCorrPairs = 4); Q6_K u[p] = (32 s_2p, 32 s_2p+1)
 //                     against bsums (kCorrPairs = 8);
-//   D(b), Dmin(b)     the fp16 scales as floats.
+//   D(b), Dmin(b)     the fp16 scales as floats;
+//   RowsScales(b, sc, corr)  the rows layout's int16 scales per chunk and the
+//                     correction's int16 weights against the 16 bsums;
+//   ScaleWord(b), D8(words)  where the rows layout gathers 4 bytes holding d
+//                     (and dmin), and the 8 gathered d as floats.
 
 template <typename Block>
 struct KType;

@@ -8,7 +8,6 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <numeric>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -377,7 +376,7 @@ struct Scheduler::Impl {
     std::exception_ptr error;  // the sampler refused the logits (e.g. NaN)
   };
 
-  // s's next token from `logits` (thread-safe across slots: each request has
+  // r's next token from `logits` (thread-safe across slots: each request has
   // its own sampler and history).
   static void SampleRow(Request& r, std::span<const float> logits, Sampled& out) {
     try {
