@@ -43,12 +43,12 @@ namespace {
 //
 // KType<Block>:
 //   Chunks(b, c[4])   unsigned codes, c[k] = elements 64k .. 64k+63 in order;
-//   GroupScales(b)    the 16 s_g as int32 lanes;
 //   kMin              Q4_K / Q5_K (a dmin term); else u_g = 32 s_g;
-//   CorrPairs(b, u)   the correction's int16 weight pairs: Q4_K / Q5_K u[q] =
-//                     (m_2q, m_2q+1) against the activation's 32-element sums
-//                     (kCorrPairs = 4); Q6_K u[p] = (32 s_2p, 32 s_2p+1)
-//                     against bsums (kCorrPairs = 8);
+//   LaneScales(b, u)  the 16 s_g as int32 lanes, and in u the correction's
+//                     int16 weight pairs: Q4_K / Q5_K u[q] = (m_2q, m_2q+1)
+//                     against the activation's 32-element sums (kCorrPairs =
+//                     4); Q6_K u[p] = (32 s_2p, 32 s_2p+1) against bsums
+//                     (kCorrPairs = 8);
 //   D(b), Dmin(b)     the fp16 scales as floats;
 //   RowsScales(b, sc, corr)  the rows layout's int16 scales per chunk and the
 //                     correction's int16 weights against the 16 bsums;
@@ -62,16 +62,14 @@ struct KType;
 struct Q4KScales {
   static constexpr bool kMin = true;
   static constexpr int kCorrPairs = 4;
+  // The 16 s_g as int32 lanes (s_g = sc of sub-block g / 2), and u[q] =
+  // m_2q | m_2q+1 << 16 (the mins widened to int16; 8 ints written).
   template <typename Block>
-  static __m512i GroupScales(const Block& b) {
+  static __m512i LaneScales(const Block& b, std::int32_t u[8]) {
     const __m128i sm = Q4KScalesMins(b.scales);  // bytes sc0..7, m0..7
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8))));
     const __m128i pick = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     return _mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, pick));
-  }
-  // u[q] = m_2q | m_2q+1 << 16: the mins widened to int16 (written: 8 ints).
-  template <typename Block>
-  static void CorrPairs(const Block& b, std::int32_t u[8]) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(Q4KScalesMins(b.scales), 8))));
   }
   // The rows layout's int16 scales: sc[c] lane i (elements 64c + 2i, 2i+1)
   // = s of its group; corr: int16 [m0, m0, m1, m1, ..., m7, m7] against the
@@ -144,13 +142,13 @@ struct KType<BlockQ6_K> {
       q[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, m30));
     }
   }
-  static __m512i GroupScales(const BlockQ6_K& b) {
-    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-  }
-  // u[p] = 32 s_2p | 32 s_2p+1 << 16 (|32 s| <= 4096).
   static __m256i Scales16(const BlockQ6_K& b) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))); }
-  static void CorrPairs(const BlockQ6_K& b, std::int32_t u[8]) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_slli_epi16(Scales16(b), 5));
+  // The 16 s_g as int32 lanes, and u[p] = 32 s_2p | 32 s_2p+1 << 16
+  // (|32 s| <= 4096; 8 ints written).
+  static __m512i LaneScales(const BlockQ6_K& b, std::int32_t u[8]) {
+    const __m256i s16 = Scales16(b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_slli_epi16(s16, 5));
+    return _mm512_cvtepi16_epi32(s16);
   }
   // The rows layout's int16 scales (lane i of chunk c: group 4c + i / 8) and
   // corr = 32 s_g per int16 lane g against the 16 bsums.
@@ -184,6 +182,19 @@ std::int32_t ActPair(const ActQ8K& a, int p) {
   } else {
     const auto lo = static_cast<std::uint16_t>(a.bsums[2 * p]), hi = static_cast<std::uint16_t>(a.bsums[2 * p + 1]);
     return static_cast<std::int32_t>(lo | (static_cast<std::uint32_t>(hi) << 16));
+  }
+}
+
+// A block's exact sums for 8 lanes from the folded code dot p and the
+// correction's partial sums corr: Q4_K / Q5_K keep M_b apart (it has its own
+// scale dmin), Q6_K subtracts it from P_b.
+template <typename Block>
+void SplitCorrection(__m256i p, __m256i corr, __m256i& p_out, __m256i& m_out) {
+  if constexpr (KType<Block>::kMin) {
+    p_out = p;
+    m_out = corr;
+  } else {
+    p_out = _mm256_sub_epi32(p, corr);
   }
 }
 
@@ -233,7 +244,7 @@ template <typename Block>
 void Decode(const Block& w, KDecoded& o) {
   using K = KType<Block>;
   K::Chunks(w, o.chunk);
-  const __m512i s = K::GroupScales(w);
+  const __m512i s = K::LaneScales(w, o.u);
   for (int c = 0; c < 4; ++c) {
     const int a = 4 * c, b = 4 * c + 2;
     o.slo[c] = _mm512_permutexvar_epi32(_mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b), s);
@@ -242,7 +253,6 @@ void Decode(const Block& w, KDecoded& o) {
                                                           b + 1, b + 1, b + 1, b + 1, b + 1, b + 1, b + 1),
                                         s);
   }
-  K::CorrPairs(w, o.u);
   o.d = K::D(w);
   o.dmin = K::Dmin(w);
 }
@@ -260,17 +270,8 @@ void LaneBlock(const KDecoded dec[T], const KLaneActs& a, std::int64_t g, std::i
     __m512i xk[8];
     for (int k = 0; k < 8; ++k) xk[k] = _mm512_load_si512(a.x[XSlot(g, ne, 8 * b + 2 * c, k)]);
     for (int t = 0; t < T; ++t) {
-      const __m512i w2 = dec[t].chunk[c];
-      const __m512i w03 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(2, 2, 0, 0));
-      const __m512i w47 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(3, 3, 1, 1));
-      __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(w03, _MM_PERM_AAAA), xk[0]);
-      __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(w47, _MM_PERM_AAAA), xk[4]);
-      lo = _mm512_dpbusd_epi32(lo, _mm512_shuffle_epi32(w03, _MM_PERM_BBBB), xk[1]);
-      hi = _mm512_dpbusd_epi32(hi, _mm512_shuffle_epi32(w47, _MM_PERM_BBBB), xk[5]);
-      lo = _mm512_dpbusd_epi32(lo, _mm512_shuffle_epi32(w03, _MM_PERM_CCCC), xk[2]);
-      hi = _mm512_dpbusd_epi32(hi, _mm512_shuffle_epi32(w47, _MM_PERM_CCCC), xk[6]);
-      lo = _mm512_dpbusd_epi32(lo, _mm512_shuffle_epi32(w03, _MM_PERM_DDDD), xk[3]);
-      hi = _mm512_dpbusd_epi32(hi, _mm512_shuffle_epi32(w47, _MM_PERM_DDDD), xk[7]);
+      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+      DotGroups(dec[t].chunk[c], xk, lo, hi);  // lo: groups 4c, 4c+2 of the halves; hi: 4c+1, 4c+3
       if constexpr (K::kMin) {  // Q4_K / Q5_K: both 16-groups of a half share the sub-block's scale
         P[t] = _mm512_add_epi32(P[t], _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), dec[t].slo[c]));
       } else {
@@ -285,13 +286,8 @@ void LaneBlock(const KDecoded dec[T], const KLaneActs& a, std::int64_t g, std::i
       corr = _mm256_dpwssd_epi32(corr, _mm256_set1_epi32(dec[t].u[p]),
                                  _mm256_load_si256(reinterpret_cast<const __m256i*>(a.corr[gb * 8 + static_cast<std::size_t>(p)])));
     }
-    const __m256i p = _mm256_add_epi32(_mm512_castsi512_si256(P[t]), _mm512_extracti64x4_epi64(P[t], 1));
-    if constexpr (K::kMin) {
-      p8[t] = p;
-      m8[t] = corr;
-    } else {
-      p8[t] = _mm256_sub_epi32(p, corr);
-    }
+    SplitCorrection<Block>(_mm256_add_epi32(_mm512_castsi512_si256(P[t]), _mm512_extracti64x4_epi64(P[t], 1)), corr, p8[t],
+                           m8[t]);
   }
 }
 
@@ -348,13 +344,7 @@ void RowsBlock(const Block& w, const ActQ8K* const xb[R], __m256i p[R], __m256i 
     s1 = _mm512_dpwssd_epi32(s1, _mm512_maddubs_epi16(chunk[3], _mm512_loadu_si512(a.qs + 192)), sc[3]);
     const __m512i s = _mm512_add_epi32(s0, s1);
     const __m256i folded = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-    const __m256i corr = _mm256_madd_epi16(cw, LoadBsums(a));
-    if constexpr (K::kMin) {
-      p[r] = folded;
-      m[r] = corr;
-    } else {
-      p[r] = _mm256_sub_epi32(folded, corr);
-    }
+    SplitCorrection<Block>(folded, _mm256_madd_epi16(cw, LoadBsums(a)), p[r], m[r]);
   }
 }
 

@@ -141,22 +141,9 @@ void LaneTile(const W& wsrc, const LaneActs& a, std::int64_t g, std::int64_t nb,
     const __m512i init = Load64(a.init[gb]);
     const __m512 dx = _mm512_castsi512_ps(Load64(a.d[gb]));
     for (int t = 0; t < T; ++t) {
-      const __m512i w2 = wsrc.Pair(t, b);
-      // 128-bit lanes [g0-3 of b, same, g0-3 of b+1, same] and the same for
-      // g4-7; then code group k to every lane of its half by an in-lane shuffle.
-      const __m512i w03 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(2, 2, 0, 0));
-      const __m512i w47 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(3, 3, 1, 1));
-      // Two independent chains (exact int32 sums, so the same p).
-      __m512i p0 = init, p1 = _mm512_setzero_si512();
-      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_AAAA), xk[0]);
-      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_AAAA), xk[4]);
-      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_BBBB), xk[1]);
-      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_BBBB), xk[5]);
-      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_CCCC), xk[2]);
-      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_CCCC), xk[6]);
-      p0 = _mm512_dpbusd_epi32(p0, _mm512_shuffle_epi32(w03, _MM_PERM_DDDD), xk[3]);
-      p1 = _mm512_dpbusd_epi32(p1, _mm512_shuffle_epi32(w47, _MM_PERM_DDDD), xk[7]);
-      const __m512i p = _mm512_add_epi32(p0, p1);
+      __m512i lo = init, hi = _mm512_setzero_si512();
+      DotGroups(wsrc.Pair(t, b), xk, lo, hi);
+      const __m512i p = _mm512_add_epi32(lo, hi);
       const __m512 pf = _mm512_cvtepi32_ps(p), s = _mm512_mul_ps(wsrc.Scales(t, b), dx);
       acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(pf), _mm512_castps512_ps256(s), acc[t]);
       acc[t] = _mm256_fmadd_ps(High(pf), High(s), acc[t]);

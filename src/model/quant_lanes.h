@@ -77,6 +77,28 @@ inline void PrefetchBytes(const char* base, std::int64_t from, std::int64_t len,
   for (std::int64_t o = from; o < end; o += 64) _mm_prefetch(base + o, _MM_HINT_T0);
 }
 
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+// The lanes layout's inner step on 512-bit vectors: w2 holds a weight row's
+// codes for two 32-element halves (blocks b, b+1, or a K-quant chunk's two
+// halves), xk[k] the activation rows' bytes 4k .. 4k+3 of both halves (8
+// rows each). Each code group k is spread over its half (two 128-bit-lane
+// shuffles, then an in-lane vpshufd) and dotted with xk[k] by vpdpbusd:
+// groups 0-3 accumulate into lo, 4-7 into hi (two independent chains; the
+// sums are exact int32, so any split gives the same total).
+inline void DotGroups(__m512i w2, const __m512i xk[8], __m512i& lo, __m512i& hi) {
+  const __m512i w03 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(2, 2, 0, 0));
+  const __m512i w47 = _mm512_shuffle_i64x2(w2, w2, _MM_SHUFFLE(3, 3, 1, 1));
+  lo = _mm512_dpbusd_epi32(lo, _mm512_shuffle_epi32(w03, _MM_PERM_AAAA), xk[0]);
+  hi = _mm512_dpbusd_epi32(hi, _mm512_shuffle_epi32(w47, _MM_PERM_AAAA), xk[4]);
+  lo = _mm512_dpbusd_epi32(lo, _mm512_shuffle_epi32(w03, _MM_PERM_BBBB), xk[1]);
+  hi = _mm512_dpbusd_epi32(hi, _mm512_shuffle_epi32(w47, _MM_PERM_BBBB), xk[5]);
+  lo = _mm512_dpbusd_epi32(lo, _mm512_shuffle_epi32(w03, _MM_PERM_CCCC), xk[2]);
+  hi = _mm512_dpbusd_epi32(hi, _mm512_shuffle_epi32(w47, _MM_PERM_CCCC), xk[6]);
+  lo = _mm512_dpbusd_epi32(lo, _mm512_shuffle_epi32(w03, _MM_PERM_DDDD), xk[3]);
+  hi = _mm512_dpbusd_epi32(hi, _mm512_shuffle_epi32(w47, _MM_PERM_DDDD), xk[7]);
+}
+#endif
+
 // The drivers of both layouts over a task's nrows weight rows (nb blocks of
 // Block each, rows packed):
 //  - ForLaneTiles: tiles of 4 rows, then the 1-3 left, the tile two ahead
