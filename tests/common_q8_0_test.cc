@@ -110,7 +110,9 @@ TEST(Q8_0, RoundTripWithinTheStatedBound) {
       max_code = std::max(max_code, std::abs(static_cast<int>(b.q[i])));
       if (amax > 0.01) worst_ratio = std::max(worst_ratio, err / bound);
     }
-    if (amax > 127 * 0x1p-14) EXPECT_EQ(max_code, 127) << "trial " << trial;
+    if (amax > 127 * 0x1p-14) {
+      EXPECT_EQ(max_code, 127) << "trial " << trial;
+    }
   }
   EXPECT_GT(worst_ratio, 0.33);
   std::printf("q8_0 round trip: worst error / bound = %.3f\n", worst_ratio);

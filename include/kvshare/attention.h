@@ -203,6 +203,23 @@ struct GqaRunOptions {
   GqaKernel kernel = GqaKernel::kAuto;
   // Threads for the optimized kernel; null => run on the calling thread.
   ThreadPool* pool = nullptr;
+  // Where the op runs. Device::kCuda (src/cuda/, KVSHARE_CUDA builds):
+  //  - in device memory (cudaMalloc or managed): query, key, value, past_*,
+  //    present_*, cos_cache, sin_cache, attention_bias, head_sink, output,
+  //    output_qk;
+  //  - in host memory: the index inputs seqlens_k, total_sequence_length,
+  //    position_ids, write_indices and nonpad_kv_seqlen. Validation reads them
+  //    there, with the same code and messages as on the CPU, before anything
+  //    is launched; the kernels get a device copy.
+  // kernel must be kAuto or kOptimized (the reference kernel is CPU-only).
+  // The call returns when the work on cuda_stream is complete; a CUDA failure
+  // (no device or driver, a host pointer where device memory is required, a
+  // failed launch or allocation) raises kvshare::Error naming the call.
+  // Numerics: fp32 accumulation and the same score pipeline; results match the
+  // CPU within the fp32 / fp16 tolerance table (1e-5 / 1e-2 relative), and the
+  // cache rows written (RoPE, fp16 / bf16 / q8_0 rounding) are bitwise the CPU's.
+  Device device = Device::kCpu;
+  void* cuda_stream = nullptr;  // cudaStream_t for kCuda; null => the legacy default stream
 };
 
 enum class KvMode {

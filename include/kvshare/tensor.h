@@ -49,6 +49,14 @@ bool IsQuantized(DType dtype);
 // stored in: float32, float16, bfloat16 and q8_0.
 bool IsKvCacheDType(DType dtype);
 
+// Where a view's memory lives and an op runs: host memory and the CPU kernels,
+// or CUDA device memory (cudaMalloc / cudaMallocManaged) and the CUDA kernels
+// (built when KVSHARE_CUDA is ON; each op's header says which of its inputs
+// stay on the host).
+enum class Device : std::uint8_t { kCpu, kCuda };
+// "cpu", "cuda".
+const char* DeviceName(Device device);
+
 inline constexpr int kMaxRank = 4;
 
 // A shape of rank 0..4. Dims are int64 element counts (>= 0).

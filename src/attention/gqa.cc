@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "attention/attend.h"
+#include "attention/gqa_device.h"
+#include "attention/gqa_layout.h"
 #include "attention/gqa_plan.h"
 #include "attention/store_rows.h"
 #include "common/float_convert.h"
@@ -13,6 +15,8 @@
 namespace kvshare {
 namespace {
 
+using detail::Bnsh;
+using detail::CacheDst;
 using detail::GqaPlan;
 using detail::KvSource;
 using detail::LoadAsFloat;
@@ -51,23 +55,10 @@ char* ElemAddress(void* data, DType dtype, std::int64_t elem) {
   return static_cast<char*>(data) + DTypeBytes(dtype, elem);
 }
 
-// A writable strided cache: element (b, n, row, h) at b*bs + n*hs + row*rs + h.
-// A q8_0 row (H a multiple of 32, strides multiples of H) is quantized per
-// block (StoreRowFromFloat).
-struct CacheDst {
-  void* data = nullptr;
-  DType dtype = DType::kFloat32;
-  std::int64_t bs = 0, hs = 0, rs = 0;
-
-  void StoreRow(std::int64_t b, std::int64_t n, std::int64_t row, const float* x, int H) const {
-    detail::StoreRowFromFloat(data, dtype, b * bs + n * hs + row * rs, x, H);
-  }
-  KvSource AsSource() const { return KvSource{data, dtype, bs, hs, rs, 0}; }
-};
-
-CacheDst Bnsh(void* data, DType dtype, const GqaPlan& p, std::int64_t capacity) {
-  const std::int64_t H = p.head_size;
-  return CacheDst{data, dtype, p.kv_heads * capacity * H, capacity * H, H};
+// Stores x[0, H) as row `row` of head n of batch row b of cache c (a q8_0 row
+// is quantized per block).
+void StoreRow(const CacheDst& c, std::int64_t b, std::int64_t n, std::int64_t row, const float* x, int H) {
+  detail::StoreRowFromFloat(c.data, c.dtype, b * c.bs + n * c.hs + row * c.rs, x, H);
 }
 
 // Writes the new K (rotated unless no rope) and V rows of every row b into k/v
@@ -83,9 +74,9 @@ void WriteNewRows(const GqaPlan& p, const Rope* rope, const CacheDst& k, const C
       for (int n = 0; n < p.kv_heads; ++n) {
         LoadHead(p.k_src, b, s, n, H, buf.data());
         if (rope != nullptr) rope->Apply(buf.data(), p.rope_pos[bi * static_cast<std::size_t>(p.q_len) + s]);
-        k.StoreRow(b, n, row, buf.data(), H);
+        StoreRow(k, b, n, row, buf.data(), H);
         LoadHead(p.v_src, b, s, n, H, buf.data());
-        v.StoreRow(b, n, row, buf.data(), H);
+        StoreRow(v, b, n, row, buf.data(), H);
       }
     }
   }
@@ -128,6 +119,23 @@ KvMode DetectKvMode(const GqaAttributes& attrs, const GqaInputs& inputs, const G
 
 void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
                          const GqaRunOptions& options) {
+  if (options.device == Device::kCuda) {
+    if (options.kernel == GqaKernel::kReference) {
+      throw Error("GroupQueryAttention: the reference kernel (GqaKernel::kReference) runs on the CPU only; "
+                  "with device cuda use kAuto or kOptimized");
+    }
+#if KVSHARE_HAVE_CUDA
+    // Where every tensor lives first (index inputs must be host-readable),
+    // then the same validation as on the CPU, then the device work.
+    detail::CheckCudaCall(in, out);
+    detail::GroupQueryAttentionCuda(attrs, in, out, detail::PlanGqa(attrs, in, out), options);
+    return;
+#else
+    throw Error("GroupQueryAttention: device cuda requested, but this kvshare was built without CUDA "
+                "(configure with -DKVSHARE_CUDA=ON and nvcc on PATH)");
+#endif
+  }
+  if (options.device != Device::kCpu) throw Error("GroupQueryAttention: unknown device in GqaRunOptions");
   const GqaPlan p = detail::PlanGqa(attrs, in, out);
   const int B = p.batch, S = p.q_len, N = p.num_heads, H = p.head_size;
 
@@ -152,108 +160,63 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
   }
 
   // Where K/V live for the kernel; write the new rows there first.
-  KvSource k_src, v_src;
   std::vector<unsigned char> scratch_k, scratch_v;
-  switch (p.mode) {
-    case KvMode::kAppend: {
-      void* pk;
-      void* pv;
-      if (out.present_key) {
-        pk = out.present_key->data;
-        pv = out.present_value->data;
-      } else {
-        const std::size_t bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * p.kv_heads * p.present_len * H);
-        scratch_k.resize(bytes);
-        scratch_v.resize(bytes);
-        pk = scratch_k.data();
-        pv = scratch_v.data();
-      }
-      if (in.past_key) {
-        CopyPastIntoPresent(p, *in.past_key, pk, p.present_len);
-        CopyPastIntoPresent(p, *in.past_value, pv, p.present_len);
-      } else {
-        const std::size_t bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * p.kv_heads * p.present_len * H);
-        std::memset(pk, 0, bytes);
-        std::memset(pv, 0, bytes);
-      }
-      const CacheDst kd = Bnsh(pk, p.cache_dtype, p, p.present_len), vd = Bnsh(pv, p.cache_dtype, p, p.present_len);
-      WriteNewRows(p, rope, kd, vd, 0);
-      k_src = kd.AsSource();
-      v_src = vd.AsSource();
-      break;
+  void* append_k = nullptr;
+  void* append_v = nullptr;
+  if (p.mode == KvMode::kAppend) {  // present = past rows, zeros, then the new rows
+    const std::size_t bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * p.kv_heads * p.present_len * H);
+    if (out.present_key) {
+      append_k = out.present_key->data;
+      append_v = out.present_value->data;
+    } else {
+      scratch_k.resize(bytes);
+      scratch_v.resize(bytes);
+      append_k = scratch_k.data();
+      append_v = scratch_v.data();
     }
-    case KvMode::kShareBuffer: {
-      const CacheDst kd = Bnsh(out.present_key->data, p.cache_dtype, p, p.present_len);
-      const CacheDst vd = Bnsh(out.present_value->data, p.cache_dtype, p, p.present_len);
-      WriteNewRows(p, rope, kd, vd, 0);
-      k_src = kd.AsSource();
-      v_src = vd.AsSource();
-      break;
-    }
-    case KvMode::kBorrowedEmptyKv:
-    case KvMode::kBorrowedOmittedKv: {
-      if (out.present_key && !p.present_aliases_past) {
-        std::memcpy(out.present_key->data, in.past_key->data, in.past_key->NumBytes());
-        std::memcpy(out.present_value->data, in.past_value->data, in.past_value->NumBytes());
-      }
-      k_src = Bnsh(const_cast<void*>(in.past_key->data), p.cache_dtype, p, p.past_len).AsSource();
-      v_src = Bnsh(const_cast<void*>(in.past_value->data), p.cache_dtype, p, p.past_len).AsSource();
-      break;
-    }
-    case KvMode::kExternalKv: {
-      const std::int64_t kv_hidden = static_cast<std::int64_t>(p.kv_heads) * H;
-      k_src = KvSource{p.k_src.data, p.k_src.dtype, p.ext_kv_len * kv_hidden, H, kv_hidden, 0};
-      v_src = KvSource{p.v_src.data, p.v_src.dtype, p.ext_kv_len * kv_hidden, H, kv_hidden, 0};
-      if (out.present_key) {
-        const CacheDst kd = Bnsh(out.present_key->data, out.present_key->dtype, p, p.ext_kv_len);
-        const CacheDst vd = Bnsh(out.present_value->data, out.present_value->dtype, p, p.ext_kv_len);
-        // Same dtype: the rows' bytes (exact, q8_0 blocks included); else converted.
-        const bool same = out.present_key->dtype == p.k_src.dtype;
-        const std::size_t row_bytes = same ? DTypeBytes(p.k_src.dtype, H) : 0;
-        std::vector<float> buf(static_cast<std::size_t>(H));
-        auto copy_row = [&](const TokenSource& src, const CacheDst& dst, int b, std::int64_t j, int n) {
-          if (same) {
-            const std::int64_t from = b * src.batch_stride + j * src.token_stride + src.offset + n * H;
-            std::memcpy(ElemAddress(dst.data, dst.dtype, b * dst.bs + n * dst.hs + j * dst.rs),
-                        ElemAddress(const_cast<void*>(src.data), src.dtype, from), row_bytes);
-            return;
-          }
-          LoadHead(src, b, j, n, H, buf.data());
-          dst.StoreRow(b, n, j, buf.data(), H);
-        };
-        for (int b = 0; b < B; ++b) {
-          for (std::int64_t j = 0; j < p.ext_kv_len; ++j) {
-            for (int n = 0; n < p.kv_heads; ++n) {
-              copy_row(p.k_src, kd, b, j, n);
-              copy_row(p.v_src, vd, b, j, n);
-            }
-          }
-        }
-      }
-      break;
-    }
-    case KvMode::kStaticScatter: {
-      const std::int64_t C = p.present_len;
-      const std::int64_t kv_hidden = static_cast<std::int64_t>(p.kv_heads) * H;
-      CacheDst kd, vd;
-      if (p.scatter_bnsh) {
-        kd = Bnsh(out.present_key->data, p.cache_dtype, p, C);
-        vd = Bnsh(out.present_value->data, p.cache_dtype, p, C);
-      } else {
-        kd = CacheDst{out.present_key->data, p.cache_dtype, C * kv_hidden, H, kv_hidden};
-        vd = CacheDst{out.present_value->data, p.cache_dtype, C * kv_hidden, H, kv_hidden};
-      }
-      const bool circular = attrs.scatter_mode == GqaAttributes::ScatterMode::kCircular;
-      WriteNewRows(p, rope, kd, vd, circular ? C : 0);
-      k_src = kd.AsSource();
-      v_src = vd.AsSource();
-      if (circular) {
-        k_src.ring_capacity = C;
-        v_src.ring_capacity = C;
-      }
-      break;
+    if (in.past_key) {
+      CopyPastIntoPresent(p, *in.past_key, append_k, p.present_len);
+      CopyPastIntoPresent(p, *in.past_value, append_v, p.present_len);
+    } else {
+      std::memset(append_k, 0, bytes);
+      std::memset(append_v, 0, bytes);
     }
   }
+  const detail::KvPlace place = detail::PlaceKv(attrs, in, out, p, append_k, append_v);
+  if (p.mode == KvMode::kBorrowedEmptyKv || p.mode == KvMode::kBorrowedOmittedKv) {
+    if (out.present_key && !p.present_aliases_past) {
+      std::memcpy(out.present_key->data, in.past_key->data, in.past_key->NumBytes());
+      std::memcpy(out.present_value->data, in.past_value->data, in.past_value->NumBytes());
+    }
+  }
+  if (p.mode == KvMode::kExternalKv && out.present_key) {
+    const CacheDst kd = Bnsh(out.present_key->data, out.present_key->dtype, p, p.ext_kv_len);
+    const CacheDst vd = Bnsh(out.present_value->data, out.present_value->dtype, p, p.ext_kv_len);
+    // Same dtype: the rows' bytes (exact, q8_0 blocks included); else converted.
+    const bool same = out.present_key->dtype == p.k_src.dtype;
+    const std::size_t row_bytes = same ? DTypeBytes(p.k_src.dtype, H) : 0;
+    std::vector<float> buf(static_cast<std::size_t>(H));
+    auto copy_row = [&](const TokenSource& src, const CacheDst& dst, int b, std::int64_t j, int n) {
+      if (same) {
+        const std::int64_t from = b * src.batch_stride + j * src.token_stride + src.offset + n * H;
+        std::memcpy(ElemAddress(dst.data, dst.dtype, b * dst.bs + n * dst.hs + j * dst.rs),
+                    ElemAddress(const_cast<void*>(src.data), src.dtype, from), row_bytes);
+        return;
+      }
+      LoadHead(src, b, j, n, H, buf.data());
+      StoreRow(dst, b, n, j, buf.data(), H);
+    };
+    for (int b = 0; b < B; ++b) {
+      for (std::int64_t j = 0; j < p.ext_kv_len; ++j) {
+        for (int n = 0; n < p.kv_heads; ++n) {
+          copy_row(p.k_src, kd, b, j, n);
+          copy_row(p.v_src, vd, b, j, n);
+        }
+      }
+    }
+  }
+  if (place.write) WriteNewRows(p, rope, place.k, place.v, place.ring);
+  const KvSource k_src = place.Source(place.k), v_src = place.Source(place.v);
 
   std::vector<float> sink;
   if (in.head_sink) {
@@ -263,41 +226,10 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
     sink.assign(static_cast<std::size_t>(N), 0.0f);
   }
 
-  detail::AttendParams ap;
-  ap.batch = B;
-  ap.q_len = S;
-  ap.num_heads = N;
-  ap.kv_heads = p.kv_heads;
-  ap.head_size = H;
-  ap.q = q.data();
-  ap.k = k_src;
-  ap.v = v_src;
-  ap.kv_len = p.kv_len.data();
-  ap.q_offset = p.q_offset.data();
-  ap.valid_q = p.valid_q.data();
-  ap.causal = attrs.causal == 1;
-  ap.window = attrs.local_window_size > 0 ? attrs.local_window_size : 0;
-  ap.scale = p.scale;
-  ap.softcap = attrs.softcap;
-  if (in.attention_bias) {
-    const Shape& bs = in.attention_bias->shape;
-    ap.bias.data = in.attention_bias->data;
-    ap.bias.dtype = in.attention_bias->dtype;
-    ap.bias.s_stride = bs[3];
-    ap.bias.h_stride = bs[1] == 1 ? 0 : bs[2] * bs[3];
-    ap.bias.b_stride = bs[0] == 1 ? 0 : bs[1] * bs[2] * bs[3];
-  }
-  ap.sink = sink.empty() ? nullptr : sink.data();
-  ap.out = out.output.data;
-  ap.out_dtype = out.output.dtype;
-  if (attrs.qk_output != 0) {
-    ap.qk = out.output_qk->data;
-    ap.qk_dtype = out.output_qk->dtype;
-    ap.qk_mode = attrs.qk_output;
-    ap.qk_cols = p.qk_cols;
-  }
-  ap.kv_block_size = p.kv_block_size;
-
+  const detail::AttendParams ap =
+      detail::MakeAttendParams(attrs, in, out, p, q.data(), k_src, v_src,
+                               detail::AttendRows{p.kv_len.data(), p.q_offset.data(), p.valid_q.data()},
+                               sink.empty() ? nullptr : sink.data());
   if (options.kernel == GqaKernel::kReference) {
     detail::AttendReference(ap);
   } else {

@@ -1,5 +1,7 @@
 // Scalar float16 / bfloat16 <-> float32 conversions (IEEE 754 binary16;
 // bfloat16 = the upper 16 bits of binary32, round-to-nearest-even on narrowing).
+// The conversions and LoadAsFloat are also device functions in CUDA sources
+// (src/cuda/), so both backends share one definition of every rounding.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +10,15 @@
 #include "kvshare/error.h"
 #include "kvshare/tensor.h"
 
+#if defined(__CUDACC__)
+#define KVSHARE_HOST_DEVICE __host__ __device__
+#else
+#define KVSHARE_HOST_DEVICE
+#endif
+
 namespace kvshare::detail {
 
-inline float F16ToF32(std::uint16_t h) {
+KVSHARE_HOST_DEVICE inline float F16ToF32(std::uint16_t h) {
   const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
   std::uint32_t exp = (h >> 10) & 0x1Fu;
   std::uint32_t mant = h & 0x3FFu;
@@ -36,7 +44,7 @@ inline float F16ToF32(std::uint16_t h) {
   return f;
 }
 
-inline std::uint16_t F32ToF16(float f) {
+KVSHARE_HOST_DEVICE inline std::uint16_t F32ToF16(float f) {
   std::uint32_t x;
   std::memcpy(&x, &f, 4);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
@@ -60,14 +68,14 @@ inline std::uint16_t F32ToF16(float f) {
   return static_cast<std::uint16_t>(sign | r);
 }
 
-inline float BF16ToF32(std::uint16_t b) {
+KVSHARE_HOST_DEVICE inline float BF16ToF32(std::uint16_t b) {
   const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
 }
 
-inline std::uint16_t F32ToBF16(float f) {
+KVSHARE_HOST_DEVICE inline std::uint16_t F32ToBF16(float f) {
   std::uint32_t x;
   std::memcpy(&x, &f, 4);
   if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // quiet NaN
@@ -78,7 +86,7 @@ inline std::uint16_t F32ToBF16(float f) {
 
 // Element i of a q8_0 array (tensor.h: 34-byte blocks {fp16 d, int8 q[32]}):
 // d * q[i mod 32] of block i / 32.
-inline float LoadQ8_0AsFloat(const void* data, std::int64_t i) {
+KVSHARE_HOST_DEVICE inline float LoadQ8_0AsFloat(const void* data, std::int64_t i) {
   const auto* blk = static_cast<const unsigned char*>(data) + (i / kQ8_0BlockSize) * kQ8_0BlockBytes;
   std::uint16_t d;
   std::memcpy(&d, blk, 2);
@@ -86,7 +94,7 @@ inline float LoadQ8_0AsFloat(const void* data, std::int64_t i) {
 }
 
 // Loads element i of a float32 / float16 / bfloat16 / q8_0 array as float.
-inline float LoadAsFloat(const void* data, DType dtype, std::int64_t i) {
+KVSHARE_HOST_DEVICE inline float LoadAsFloat(const void* data, DType dtype, std::int64_t i) {
   switch (dtype) {
     case DType::kFloat16: return F16ToF32(static_cast<const std::uint16_t*>(data)[i]);
     case DType::kBFloat16: return BF16ToF32(static_cast<const std::uint16_t*>(data)[i]);
@@ -95,15 +103,23 @@ inline float LoadAsFloat(const void* data, DType dtype, std::int64_t i) {
   }
 }
 
-// Stores v as element i of a float32 / float16 / bfloat16 array. (q8_0 has no
-// element stores: whole rows are quantized with QuantizeRowQ8_0, common/q8_0.h.)
-inline void StoreFromFloat(void* data, DType dtype, std::int64_t i, float v) {
+// Stores v as element i of a float32 / float16 / bfloat16 array (any other
+// dtype is taken as float32; the caller has checked it).
+KVSHARE_HOST_DEVICE inline void StoreFloatElement(void* data, DType dtype, std::int64_t i, float v) {
   switch (dtype) {
     case DType::kFloat16: static_cast<std::uint16_t*>(data)[i] = F32ToF16(v); break;
     case DType::kBFloat16: static_cast<std::uint16_t*>(data)[i] = F32ToBF16(v); break;
-    case DType::kQ8_0: throw Error("StoreFromFloat: q8_0 has no element stores; quantize whole rows (QuantizeRowQ8_0)");
     default: static_cast<float*>(data)[i] = v; break;
   }
+}
+
+// Stores v as element i of a float32 / float16 / bfloat16 array. (q8_0 has no
+// element stores: whole rows are quantized with QuantizeRowQ8_0, common/q8_0.h.)
+inline void StoreFromFloat(void* data, DType dtype, std::int64_t i, float v) {
+  if (dtype == DType::kQ8_0) {
+    throw Error("StoreFromFloat: q8_0 has no element stores; quantize whole rows (QuantizeRowQ8_0)");
+  }
+  StoreFloatElement(data, dtype, i, v);
 }
 
 }  // namespace kvshare::detail

@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <math.h>
+#include <string.h>
 #include <cstdint>
 #include <cstring>
 
@@ -32,21 +34,31 @@ namespace kvshare::detail {
 // Bound on |x - x'| for one element of a block whose max |x| is amax.
 inline double Q8_0ErrorBound(double amax) { return (1.0 + 0x1p-10) * amax / 254.0 + 0x1p-17; }
 
+// Quantizes one block of 32 floats into its 34 bytes at out (also a CUDA
+// device function: the GPU's cache writes use this same definition).
+KVSHARE_HOST_DEVICE inline void QuantizeBlockQ8_0(const float* x, unsigned char* out) {
+  float amax = 0.0f;
+  for (int i = 0; i < kQ8_0BlockSize; ++i) {
+    const float a = fabsf(x[i]);
+    amax = amax < a ? a : amax;
+  }
+  std::uint16_t bits = F32ToF16(amax / 127.0f);
+  bits = bits < 0x7BFF ? bits : std::uint16_t{0x7BFF};  // fp16 max finite 65504 (saturate, never inf)
+  const float d = F16ToF32(bits);
+  memcpy(out, &bits, 2);
+  auto* q = reinterpret_cast<std::int8_t*>(out + 2);
+  for (int i = 0; i < kQ8_0BlockSize; ++i) {
+    float r = d > 0.0f ? roundf(x[i] / d) : 0.0f;
+    r = r < -127.0f ? -127.0f : (127.0f < r ? 127.0f : r);
+    q[i] = static_cast<std::int8_t>(r);
+  }
+}
+
 // Quantizes n floats (n a multiple of 32) into n / 32 blocks at dst.
 inline void QuantizeRowQ8_0(const float* x, std::int64_t n, void* dst) {
   auto* out = static_cast<unsigned char*>(dst);
   for (std::int64_t b = 0; b < n / kQ8_0BlockSize; ++b, x += kQ8_0BlockSize, out += kQ8_0BlockBytes) {
-    float amax = 0.0f;
-    for (int i = 0; i < kQ8_0BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
-    std::uint16_t bits = F32ToF16(amax / 127.0f);
-    bits = std::min<std::uint16_t>(bits, 0x7BFF);  // fp16 max finite 65504 (saturate, never inf)
-    const float d = F16ToF32(bits);
-    std::memcpy(out, &bits, 2);
-    auto* q = reinterpret_cast<std::int8_t*>(out + 2);
-    for (int i = 0; i < kQ8_0BlockSize; ++i) {
-      const float r = d > 0.0f ? std::round(x[i] / d) : 0.0f;
-      q[i] = static_cast<std::int8_t>(std::clamp(r, -127.0f, 127.0f));
-    }
+    QuantizeBlockQ8_0(x, out);
   }
 }
 

@@ -33,6 +33,14 @@ std::size_t DTypeBytes(DType dtype, std::int64_t n) {
   }
   return static_cast<std::size_t>(n) * DTypeSize(dtype);
 }
+const char* DeviceName(Device device) {
+  switch (device) {
+    case Device::kCpu: return "cpu";
+    case Device::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+
 const char* DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return "float32";

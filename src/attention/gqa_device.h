@@ -1,0 +1,22 @@
+// The GQA op's entry points on the CUDA backend (src/cuda/gqa_cuda.cu), called
+// by GroupQueryAttention (gqa.cc) for GqaRunOptions::device == kCuda in
+// KVSHARE_CUDA builds. Internal header.
+#pragma once
+
+#include "attention/gqa_plan.h"
+#include "kvshare/attention.h"
+
+namespace kvshare::detail {
+
+// Throws kvshare::Error unless a CUDA device is usable and every tensor of
+// in / out is where attention.h (GqaRunOptions::device) says: float tensors in
+// device memory, index inputs in host memory. Reads no tensor data.
+void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out);
+
+// Runs the op on the GPU for plan p = PlanGqa(attrs, in, out): RoPE on Q, the
+// new K/V rows into present / the cache, attention; returns when the stream is
+// done. Throws kvshare::Error on a CUDA failure.
+void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
+                             const GqaPlan& p, const GqaRunOptions& options);
+
+}  // namespace kvshare::detail
