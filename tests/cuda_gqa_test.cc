@@ -4,7 +4,9 @@
 //  - On a GPU (skipped without one): a seeded sweep of every KV mode, dtype,
 //    head size and option against the CPU reference kernel (outputs within
 //    the fp32 / fp16 tolerance table, cache rows bitwise), the CPU suite's edge
-//    cases, and the pointer-placement errors.
+//    cases, and the pointer-placement errors. Decode cases over fp16 / bf16
+//    caches run the decode kernel, the rest the general one (run the suite with
+//    KVSHARE_CUDA_PLAIN=1 to put every case on the general kernel).
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -13,9 +13,10 @@
 // lanes), and every lane gets lane 0's sum.
 //
 // This is the plain, general kernel every mode and option runs on (K/V in
-// f32 / f16 / bf16 / q8_0, rings, bias, sinks, output_qk). The tuned decode
-// (split-KV with all G heads of a group per K/V tile) and prefill (tensor-core
-// tiles) kernels of issue 19 go next to it, checked against it and the CPU.
+// f32 / f16 / bf16 / q8_0, rings, bias, sinks, output_qk). Decode over fp16 /
+// bf16 caches takes attend_decode_cuda.cu's kernel instead (all G heads of a
+// group per K/V load) into the same workspace and combine; tensor-core prefill
+// tiles are still to come.
 #include "cuda/attend_cuda.h"
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "common/float_convert.h"
+#include "cuda/attend_decode_cuda.h"
 #include "cuda/cuda_check.h"
 #include "kvshare/error.h"
 
@@ -220,9 +222,13 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
   const DeviceScratch ml(p.qk_mode == 2 ? static_cast<std::size_t>(rows) * sizeof(float2) : 0, stream,
                          "GroupQueryAttention (device cuda): workspace allocation");
   const unsigned blocks = static_cast<unsigned>(CeilDiv(rows, kWarpsPerBlock));
-  SplitKernel<<<dim3(blocks, static_cast<unsigned>(splits)), kWarpsPerBlock * kWarp, 0, stream>>>(
-      p, rows, splits, per_split, ws.As<float>());
-  CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): attention kernel launch");
+  if (DecodeKernelApplies(p)) {
+    AttendDecodeCuda(p, splits, per_split, ws.As<float>(), stream);
+  } else {
+    SplitKernel<<<dim3(blocks, static_cast<unsigned>(splits)), kWarpsPerBlock * kWarp, 0, stream>>>(
+        p, rows, splits, per_split, ws.As<float>());
+    CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): attention kernel launch");
+  }
   CombineKernel<<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(p, rows, splits, ws.As<float>(), ml.As<float2>());
   CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): combine kernel launch");
   if (p.qk_mode == 2) {
