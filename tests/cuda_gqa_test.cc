@@ -17,11 +17,8 @@
 
 #include "gqa_case.h"
 #include "gqa_random_case.h"
+#include "cuda_test_util.h"
 #include "kvshare/error.h"
-
-#if KVSHARE_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace kvshare::testing {
 namespace {
@@ -54,37 +51,6 @@ void RunCuda(GqaCase& c, GqaKernel kernel = GqaKernel::kAuto) {
   GroupQueryAttention(c.attrs, c.Inputs(), c.Outputs(), opt);
 }
 
-// The message of the kvshare::Error that f throws ("" when it throws none).
-template <class F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool GpuUsable(std::string* why) {
-#if KVSHARE_HAVE_CUDA
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) {
-    *why = "no CUDA device";
-    return false;
-  }
-  return true;
-#else
-  *why = "built without CUDA (KVSHARE_CUDA=OFF)";
-  return false;
-#endif
-}
-
 TEST(CudaGqa, ReferenceKernelIsCpuOnly) {
   GqaCase c = SmallCase();
   const std::string msg = ErrorOf([&] { RunCuda(c, GqaKernel::kReference); });
@@ -109,47 +75,6 @@ TEST(CudaGqa, RequestWithoutUsableGpuIsAnActionableError) {
 }
 
 #if KVSHARE_HAVE_CUDA
-
-// Device copies of a case's float tensors, one per host buffer (aliases stay
-// aliases); index inputs stay on the host, as attention.h requires.
-class DeviceMirror {
- public:
-  ~DeviceMirror() {
-    for (auto& [host, dev] : dev_) cudaFree(dev);
-  }
-  ConstTensorView In(ConstTensorView v) {
-    v.data = Map(v.data, v.NumBytes());
-    return v;
-  }
-  TensorView Out(TensorView v) {
-    void* host = v.data;
-    v.data = Map(host, v.NumBytes());
-    if (v.data != nullptr) back_.push_back({v.data, host, v.NumBytes()});
-    return v;
-  }
-  void CopyBack() {
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    for (const Back& b : back_) ASSERT_EQ(cudaMemcpy(b.host, b.dev, b.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-
- private:
-  struct Back {
-    void* dev;
-    void* host;
-    std::size_t bytes;
-  };
-  void* Map(const void* host, std::size_t bytes) {
-    if (bytes == 0) return nullptr;
-    if (auto it = dev_.find(host); it != dev_.end()) return it->second;
-    void* dev = nullptr;
-    EXPECT_EQ(cudaMalloc(&dev, bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    dev_[host] = dev;
-    return dev;
-  }
-  std::map<const void*, void*> dev_;
-  std::vector<Back> back_;
-};
 
 // c's inputs and outputs with the float tensors in m's device memory.
 void Mirror(GqaCase& c, DeviceMirror& m, GqaInputs& in, GqaOutputs& out) {

@@ -99,6 +99,13 @@ struct KvCacheOptions {
   DType dtype = DType::kFloat32;
   bool exact_rewind = false;   // sliding layers keep every position (linear max_seq buffers)
   KvLayout layout = KvLayout::kBnsh;
+  // Where the K/V buffers live (tensor.h). Device::kCuda: in GPU memory
+  // (cudaMalloc, zero-filled; KVSHARE_CUDA builds), so every AttendLayer on
+  // this cache runs the op with run.device = kCuda, its query / key / value /
+  // output in device memory; the row lengths (WriteIndices, NonpadKvSeqlen)
+  // stay on the host, as the op's index inputs do. The constructor throws
+  // kvshare::Error when no GPU is usable or the allocation fails.
+  Device device = Device::kCpu;
 };
 
 // Bytes of one layer's K+V storage.
@@ -229,7 +236,8 @@ struct LayerAttendArgs {
 // Runs the GQA op for `layer` in static scatter mode on the cache's buffers:
 // owning layers write their reserved rows and attend; shared layers attend
 // read-only over their source's rows. Throws kvshare::Error naming the layer
-// on any mismatch, and when a shared layer runs before its source layer has
+// on any mismatch (args.run.device other than the cache's device included),
+// and when a shared layer runs before its source layer has
 // written the rows reserved since the last Reserve (run layers in order), and
 // when query_offsets are given for an owning layer, for other than B rows, or
 // outside [0, reserved] of their row.

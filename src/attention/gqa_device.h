@@ -1,7 +1,9 @@
-// The GQA op's entry points on the CUDA backend (src/cuda/gqa_cuda.cu), called
-// by GroupQueryAttention (gqa.cc) for GqaRunOptions::device == kCuda in
-// KVSHARE_CUDA builds. Internal header.
+// The CUDA backend's entry points (src/cuda/), called by GroupQueryAttention
+// (gqa.cc) for GqaRunOptions::device == kCuda and by DeviceBytes (device
+// memory of KV caches) in KVSHARE_CUDA builds. Internal header.
 #pragma once
+
+#include <cstddef>
 
 #include "attention/gqa_plan.h"
 #include "kvshare/attention.h"
@@ -18,5 +20,11 @@ void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out);
 // done. Throws kvshare::Error on a CUDA failure.
 void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
                              const GqaPlan& p, const GqaRunOptions& options);
+
+// bytes of zeroed device memory (cudaMalloc + cudaMemset); throws
+// kvshare::Error without a usable GPU or when the allocation fails.
+void* CudaAllocZeroed(std::size_t bytes);
+// Frees what CudaAllocZeroed returned (errors ignored: used by destructors).
+void CudaFree(void* ptr) noexcept;
 
 }  // namespace kvshare::detail

@@ -101,6 +101,10 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
   out.output = a.output;
   out.present_key = view.key;
   out.present_value = view.value;
+  if (a.run.device != impl.options.device) {
+    fail(Str("the cache lives on ", DeviceName(impl.options.device), " but the op was asked to run on ",
+             DeviceName(a.run.device), " (set LayerAttendArgs::run.device to the cache's device)"));
+  }
   try {
     GroupQueryAttention(attrs, in, out, a.run);
   } catch (const Error& e) {

@@ -27,8 +27,8 @@ KvCache::KvCache(const ModelKvSpec& spec, const KvCacheOptions& options) : impl_
     s.layer = static_cast<int>(i);
     s.geometry = detail::LayerGeometry(spec.layers[i], options);
     const std::size_t half = detail::KvBytes(spec.layers[i], s.geometry.capacity, options) / 2;
-    s.k.assign(half, 0);
-    s.v.assign(half, 0);
+    s.k = detail::DeviceBytes(options.device, half);
+    s.v = detail::DeviceBytes(options.device, half);
     impl_->slots.push_back(std::move(s));
   }
   const auto B = static_cast<std::size_t>(options.max_batch);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/device_bytes.h"
 #include "cache/kv_geometry.h"
 #include "common/str.h"
 #include "kvshare/cache.h"
@@ -16,7 +17,7 @@ namespace detail {
 struct KvSlot {
   int layer = 0;
   KvGeometry geometry;
-  std::vector<unsigned char> k, v;  // [max_batch, N_kv, C, H] or [max_batch, C, N_kv*H], zero-filled
+  DeviceBytes k, v;  // [max_batch, N_kv, C, H] or [max_batch, C, N_kv*H], zero-filled, on options.device
   std::uint64_t written_epoch = 0;  // reserve epoch of the last successful write by the owning layer
 };
 

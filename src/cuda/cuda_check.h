@@ -19,6 +19,19 @@ inline void CudaCheck(cudaError_t e, const char* what) {
   throw Error(std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
+// Throws kvshare::Error("<what>: no CUDA device is usable (...)") unless the
+// runtime finds a device (a machine without an NVIDIA driver reports why).
+inline void RequireCudaDevice(const std::string& what) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e == cudaSuccess && devices > 0) return;
+  cudaGetLastError();
+  throw Error(what + ": device cuda requested, but no CUDA device is usable (" +
+              (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
+                                : std::string("no devices")) +
+              "); run on a machine with an NVIDIA GPU and driver, or use device cpu");
+}
+
 // Device memory from the stream-ordered allocator, freed on the same stream
 // when the owner goes out of scope.
 class DeviceScratch {

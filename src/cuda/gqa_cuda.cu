@@ -207,15 +207,7 @@ void CopyPastIntoPresent(const GqaPlan& p, const void* past, void* present, cuda
 }  // namespace
 
 void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out) {
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0) {
-    cudaGetLastError();
-    throw Error(std::string("GroupQueryAttention: device cuda requested, but no CUDA device is usable (") +
-                (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
-                                  : std::string("no devices")) +
-                "); run on a machine with an NVIDIA GPU and driver, or use device cpu");
-  }
+  RequireCudaDevice("GroupQueryAttention");
   const auto kind = [](const void* ptr, const char* name) {
     cudaPointerAttributes a{};
     Check(cudaPointerGetAttributes(&a, ptr), (std::string("cudaPointerGetAttributes(") + name + ")").c_str());

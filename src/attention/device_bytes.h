@@ -1,0 +1,41 @@
+// An owning, zero-filled byte buffer in host memory or in CUDA device memory
+// (the KV cache's storage; KvCacheOptions::device). Internal header: the
+// attention layer owns it because its CUDA backend (src/cuda/) is the only
+// code that touches the device runtime.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kvshare/tensor.h"
+
+namespace kvshare::detail {
+
+class DeviceBytes {
+ public:
+  DeviceBytes() = default;
+  // bytes zeroed bytes on `device`. Throws kvshare::Error for Device::kCuda
+  // in a build without CUDA, without a usable GPU, or when the allocation
+  // fails (the message says how many bytes and why).
+  DeviceBytes(Device device, std::size_t bytes);
+  ~DeviceBytes();
+  DeviceBytes(DeviceBytes&& other) noexcept;
+  DeviceBytes& operator=(DeviceBytes&& other) noexcept;
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+
+  unsigned char* data() { return device_ == Device::kCpu ? host_.data() : device_ptr_; }
+  const unsigned char* data() const { return device_ == Device::kCpu ? host_.data() : device_ptr_; }
+  std::size_t size() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void Release() noexcept;
+
+  Device device_ = Device::kCpu;
+  std::size_t bytes_ = 0;
+  std::vector<unsigned char> host_;
+  unsigned char* device_ptr_ = nullptr;
+};
+
+}  // namespace kvshare::detail

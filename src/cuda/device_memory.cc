@@ -1,0 +1,29 @@
+// Device memory for KV caches (attention/device_bytes.h through gqa_device.h).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "attention/gqa_device.h"
+#include "cuda/cuda_check.h"
+
+namespace kvshare::detail {
+
+void* CudaAllocZeroed(std::size_t bytes) {
+  RequireCudaDevice("KV cache allocation");
+  if (bytes == 0) return nullptr;
+  void* ptr = nullptr;
+  const std::string what = "KV cache allocation of " + std::to_string(bytes) + " bytes on the GPU";
+  CudaCheck(cudaMalloc(&ptr, bytes), what.c_str());
+  const cudaError_t e = cudaMemset(ptr, 0, bytes);
+  if (e != cudaSuccess) {
+    cudaFree(ptr);
+    CudaCheck(e, what.c_str());
+  }
+  return ptr;
+}
+
+void CudaFree(void* ptr) noexcept {
+  if (ptr != nullptr) cudaFree(ptr);
+}
+
+}  // namespace kvshare::detail
