@@ -31,6 +31,20 @@ struct Rope {
   // Rotates x[0, 2*half) in place at position pos (GPT-NeoX half split or GPT-J pairs).
   void Apply(float* x, std::int64_t pos) const {
     const std::int64_t base = pos * half;
+    if (cos->dtype == DType::kFloat32 && sin->dtype == DType::kFloat32 && !interleaved) {
+      // The same products and differences on float tables, in a loop the
+      // compiler vectorizes (the common case: the models' tables).
+      const float* c = cos->As<float>() + base;
+      const float* s = sin->As<float>() + base;
+      float* x0 = x;
+      float* x1 = x + half;
+      for (int i = 0; i < half; ++i) {
+        const float a = x0[i], b = x1[i];
+        x0[i] = a * c[i] - b * s[i];
+        x1[i] = b * c[i] + a * s[i];
+      }
+      return;
+    }
     for (int i = 0; i < half; ++i) {
       const float c = LoadAsFloat(cos->data, cos->dtype, base + i);
       const float s = LoadAsFloat(sin->data, sin->dtype, base + i);
@@ -46,6 +60,10 @@ struct Rope {
 // Loads H values of head n of token (b, s) from a token-major source as float.
 void LoadHead(const TokenSource& src, std::int64_t b, std::int64_t s, std::int64_t n, int H, float* dst) {
   const std::int64_t base = b * src.batch_stride + s * src.token_stride + src.offset + n * H;
+  if (src.dtype == DType::kFloat32) {
+    std::memcpy(dst, static_cast<const float*>(src.data) + base, static_cast<std::size_t>(H) * sizeof(float));
+    return;
+  }
   for (int d = 0; d < H; ++d) dst[d] = LoadAsFloat(src.data, src.dtype, base + d);
 }
 
@@ -150,11 +168,12 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
   std::vector<float> q(static_cast<std::size_t>(B) * S * N * H);
   for (int b = 0; b < B; ++b) {
     for (int s = 0; s < S; ++s) {
-      const bool valid = s < p.valid_q[static_cast<std::size_t>(b)];
+      // Padding queries (s >= valid_q[b]) are read by no kernel: they keep q's zeros.
+      if (s >= p.valid_q[static_cast<std::size_t>(b)]) continue;
       for (int h = 0; h < N; ++h) {
         float* dst = q.data() + ((static_cast<std::size_t>(b) * S + s) * N + h) * H;
         LoadHead(p.q_src, b, s, h, H, dst);
-        if (rope != nullptr && valid) rope->Apply(dst, p.rope_pos[static_cast<std::size_t>(b) * S + s]);
+        if (rope != nullptr) rope->Apply(dst, p.rope_pos[static_cast<std::size_t>(b) * S + s]);
       }
     }
   }
