@@ -153,8 +153,10 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
     B = std::max(B, sp.row + 1);
     S = std::max(S, sp.n);
   }
+  // Padding (rows past their n tokens) is never read: the op skips padding
+  // queries and writes no padding K/V, and it writes every output row.
   const auto fill = [&](std::vector<float>& pad, const float* src, std::int64_t width) {
-    pad.assign(static_cast<std::size_t>(B * S * width), 0.0f);
+    if (pad.size() < static_cast<std::size_t>(B * S * width)) pad.resize(static_cast<std::size_t>(B * S * width));
     if (src == nullptr) return;
     for (const QuerySpan& sp : spans) {
       std::copy(src + sp.begin * width, src + (sp.begin + sp.n) * width, pad.begin() + sp.row * S * width);
