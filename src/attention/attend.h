@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "common/host_device.h"
 #include "kvshare/tensor.h"
 
 namespace kvshare {
@@ -89,6 +90,24 @@ struct AttendParams {
   // gives the same result to fp32 rounding.
   int kv_block_size = 0;
 };
+
+// Inclusive range of visible keys [lo, hi]; empty when lo > hi.
+struct KeyRange {
+  std::int64_t lo = 0;
+  std::int64_t hi = -1;
+  KVSHARE_HOST_DEVICE bool Empty() const { return lo > hi; }
+};
+
+// Keys visible to query s of row b (empty for padding queries): the
+// visibility rule of attention.h, for every kernel (CPU and CUDA).
+KVSHARE_HOST_DEVICE inline KeyRange VisibleKeys(const AttendParams& p, int b, std::int64_t s) {
+  if (s >= p.valid_q[b]) return {};
+  const std::int64_t pos = p.q_offset[b] + s;
+  KeyRange r{0, p.kv_len[b] - 1};
+  if (p.causal && pos < r.hi) r.hi = pos;
+  if (p.window > 0 && pos - p.window + 1 > r.lo) r.lo = pos - p.window + 1;
+  return r;
+}
 
 // Plain loops, double accumulation. The oracle.
 void AttendReference(const AttendParams& p);

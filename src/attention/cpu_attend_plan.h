@@ -17,23 +17,6 @@
 
 namespace kvshare::detail {
 
-// Inclusive range of visible keys [lo, hi]; empty when lo > hi.
-struct KeyRange {
-  std::int64_t lo = 0;
-  std::int64_t hi = -1;
-  bool Empty() const { return lo > hi; }
-};
-
-// Keys visible to query s of row b (empty for padding queries).
-inline KeyRange VisibleKeys(const AttendParams& p, int b, std::int64_t s) {
-  if (s >= p.valid_q[b]) return {};
-  const std::int64_t pos = p.q_offset[b] + s;
-  KeyRange r{0, p.kv_len[b] - 1};
-  if (p.causal && pos < r.hi) r.hi = pos;
-  if (p.window > 0 && pos - p.window + 1 > r.lo) r.lo = pos - p.window + 1;
-  return r;
-}
-
 // Queries [s0, s1) of row b times the G query heads of KV head n. Row r of a
 // tile is query s0 + r / G, head n * G + r % G.
 struct AttendTile {

@@ -7,14 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/host_device.h"
 #include "kvshare/error.h"
 #include "kvshare/tensor.h"
-
-#if defined(__CUDACC__)
-#define KVSHARE_HOST_DEVICE __host__ __device__
-#else
-#define KVSHARE_HOST_DEVICE
-#endif
 
 namespace kvshare::detail {
 

@@ -21,12 +21,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "common/float_convert.h"
 #include "cuda/attend_decode_cuda.h"
 #include "cuda/cuda_check.h"
-#include "kvshare/error.h"
 
 namespace kvshare::detail {
 namespace {
@@ -40,7 +38,8 @@ constexpr std::int64_t kMaxSplits = 64;
 constexpr std::int64_t kTargetWarps = 16384;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Query row r = (b * N + h) * S + s and its visible keys [lo, hi).
+// Query row r = (b * N + h) * S + s and its visible keys [lo, hi) (none when
+// hi <= lo).
 struct QueryRow {
   int b = 0, h = 0, s = 0, n = 0;  // n: the KV head of h
   std::int64_t lo = 0, hi = 0;
@@ -52,14 +51,9 @@ __device__ QueryRow Locate(const AttendParams& p, std::int64_t r) {
   q.h = static_cast<int>((r / p.q_len) % p.num_heads);
   q.b = static_cast<int>(r / (static_cast<std::int64_t>(p.q_len) * p.num_heads));
   q.n = q.h / (p.num_heads / p.kv_heads);
-  if (q.s >= p.valid_q[q.b]) return q;  // padding query: nothing visible
-  const std::int64_t pos = p.q_offset[q.b] + q.s;
-  std::int64_t hi = p.kv_len[q.b];
-  if (p.causal) hi = min(hi, pos + 1);
-  const std::int64_t first = pos - p.window + 1;
-  const std::int64_t lo = p.window > 0 && first > 0 ? first : 0;
-  q.lo = lo;
-  q.hi = max(lo, hi);
+  const KeyRange keys = VisibleKeys(p, q.b, q.s);
+  q.lo = keys.lo;
+  q.hi = keys.hi + 1;  // hi <= lo: no visible key
   return q;
 }
 
@@ -108,7 +102,8 @@ __device__ void StoreQk(const AttendParams& p, const QueryRow& q, std::int64_t j
 }
 
 // Workspace of (row, split): [m, l, acc[0 .. H)].
-__device__ float* Partial(float* ws, const AttendParams& p, std::int64_t r, int splits, int k) {
+template <typename F>
+__device__ F* Partial(F* ws, const AttendParams& p, std::int64_t r, int splits, int k) {
   return ws + (r * splits + k) * (p.head_size + 2);
 }
 
@@ -162,10 +157,10 @@ __global__ void CombineKernel(AttendParams p, std::int64_t rows, int splits, con
   const std::int64_t out_base = ((static_cast<std::int64_t>(q.b) * p.q_len + q.s) * p.num_heads + q.h) * H;
   float M = -INFINITY, L = 0.0f;
   if (q.hi > q.lo) {  // a query with no visible key outputs zeros
-    for (int k = 0; k < splits; ++k) M = fmaxf(M, Partial(const_cast<float*>(ws), p, r, splits, k)[0]);
+    for (int k = 0; k < splits; ++k) M = fmaxf(M, Partial(ws, p, r, splits, k)[0]);
     if (p.sink != nullptr) M = fmaxf(M, p.sink[q.h]);
     for (int k = 0; k < splits; ++k) {
-      const float* part = Partial(const_cast<float*>(ws), p, r, splits, k);
+      const float* part = Partial(ws, p, r, splits, k);
       if (part[0] != -INFINITY) L += part[1] * expf(part[0] - M);
     }
     if (p.sink != nullptr) L += expf(p.sink[q.h] - M);
@@ -174,7 +169,7 @@ __global__ void CombineKernel(AttendParams p, std::int64_t rows, int splits, con
     float o = 0.0f;
     if (L > 0.0f) {
       for (int k = 0; k < splits; ++k) {
-        const float* part = Partial(const_cast<float*>(ws), p, r, splits, k);
+        const float* part = Partial(ws, p, r, splits, k);
         if (part[0] != -INFINITY) o = fmaf(part[2 + d], expf(part[0] - M), o);
       }
       o /= L;
@@ -205,10 +200,6 @@ std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t stream) {
-  if (p.head_size > kCudaMaxHeadSize) {
-    throw Error("GroupQueryAttention (device cuda): head_size " + std::to_string(p.head_size) +
-                " is above the CUDA kernel's limit of " + std::to_string(kCudaMaxHeadSize));
-  }
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.num_heads * p.q_len;
   if (rows == 0) return;
   // Splits of the key axis: one per kKeysPerSplit keys, fewer when the rows

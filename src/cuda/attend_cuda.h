@@ -15,7 +15,8 @@ namespace kvshare::detail {
 // Largest head size of the CUDA kernels (Gemma 4's full layers).
 inline constexpr int kCudaMaxHeadSize = 512;
 
-// Runs attention on `stream` (asynchronously). max_kv_len: the largest
+// Runs attention on `stream` (asynchronously); p.head_size <= kCudaMaxHeadSize
+// (the front end checks it before writing anything). max_kv_len: the largest
 // kv_len[b] (sizes the key splits). output_qk, when requested, must already be
 // zeroed (invisible keys and padding queries keep 0). Throws kvshare::Error
 // when a launch or the scratch allocation fails.

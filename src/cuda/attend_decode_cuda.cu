@@ -83,12 +83,9 @@ __global__ void __launch_bounds__(kWarps * kWarp) DecodeKernel(AttendParams p, i
   const int b = static_cast<int>(blockIdx.x) / p.kv_heads, n = static_cast<int>(blockIdx.x) % p.kv_heads;
   const int split = static_cast<int>(blockIdx.y), g0 = static_cast<int>(blockIdx.z) * GC;
 
-  // Visible keys of the row's query (attention.h), cut to this split.
-  const std::int64_t pos = p.q_offset[b];
-  std::int64_t hi = p.kv_len[b];
-  if (p.causal && pos + 1 < hi) hi = pos + 1;
-  std::int64_t lo = p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
-  if (p.valid_q[b] < 1) hi = lo;  // padding query
+  // Visible keys of the row's query [lo, hi) (hi <= lo: none), cut to this split.
+  const KeyRange keys = VisibleKeys(p, b, 0);
+  std::int64_t lo = keys.lo, hi = keys.hi + 1;
   if (lo < split * per_split) lo = split * per_split;
   if (hi > (split + 1) * per_split) hi = (split + 1) * per_split;
 
@@ -217,7 +214,11 @@ void Launch(const AttendParams& p, int splits, std::int64_t per_split, float* ws
 }  // namespace
 
 bool DecodeKernelApplies(const AttendParams& p) {
-  if (const char* e = std::getenv("KVSHARE_CUDA_PLAIN"); e != nullptr && e[0] == '1') return false;
+  static const bool plain = [] {
+    const char* e = std::getenv("KVSHARE_CUDA_PLAIN");
+    return e != nullptr && e[0] == '1';
+  }();
+  if (plain) return false;
   const bool half = p.k.dtype == DType::kFloat16 || p.k.dtype == DType::kBFloat16;
   const int H = p.head_size;
   return p.q_len == 1 && p.qk_mode == 0 && half && p.v.dtype == p.k.dtype &&

@@ -14,8 +14,8 @@ namespace kvshare::detail {
 
 // True when the decode kernel takes p: S = 1, no output_qk, K and V both fp16
 // or both bf16, H in {64, 128, 256, 512}, K/V 16-byte aligned with strides
-// multiples of 8 elements. KVSHARE_CUDA_PLAIN=1 in the environment turns it
-// off (every call then runs the general kernel: for tests and debugging).
+// multiples of 8 elements. KVSHARE_CUDA_PLAIN=1 in the environment (read
+// once, at the first call) turns it off (every call then runs the general kernel: for tests and debugging).
 bool DecodeKernelApplies(const AttendParams& p);
 
 // Fills the split workspace ws ((row b * N + h) * splits + split, H + 2

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/gqa_device.h"
@@ -122,19 +123,18 @@ __global__ void WriteRowsKernel(TokenSource ksrc, TokenSource vsrc, CacheDst kd,
 }
 
 // present (BNSH) row j of head n of batch row b = the external cache's (BSNH):
-// the same bytes when the dtypes match, else converted. One block per (b, j, n).
-__global__ void CopyExternalKernel(TokenSource src, CacheDst dst, std::int64_t T, int Nkv, int H) {
+// the same row_bytes bytes when the dtypes match, else converted. One block
+// per (b, j, n).
+__global__ void CopyExternalKernel(TokenSource src, CacheDst dst, std::int64_t T, int Nkv, int H, int row_bytes) {
   extern __shared__ float x[];
   const std::int64_t r = blockIdx.x;
   const std::int64_t n = r % Nkv, j = (r / Nkv) % T, b = r / (static_cast<std::int64_t>(Nkv) * T);
   const std::int64_t from = b * src.batch_stride + j * src.token_stride + src.offset + n * H;
   const std::int64_t to = b * dst.bs + n * dst.hs + j * dst.rs;
   if (src.dtype == dst.dtype) {
-    const int bytes = src.dtype == DType::kQ8_0 ? H / kQ8_0BlockSize * kQ8_0BlockBytes
-                      : src.dtype == DType::kFloat32 ? H * 4 : H * 2;
     const unsigned char* a = ElemAddress(const_cast<void*>(src.data), src.dtype, from);
     unsigned char* z = ElemAddress(dst.data, dst.dtype, to);
-    for (int i = static_cast<int>(threadIdx.x); i < bytes; i += static_cast<int>(blockDim.x)) z[i] = a[i];
+    for (int i = static_cast<int>(threadIdx.x); i < row_bytes; i += static_cast<int>(blockDim.x)) z[i] = a[i];
     return;
   }
   LoadHead(src, b, j, n, H, x);
@@ -154,27 +154,26 @@ void Check(cudaError_t e, const char* what) {
 
 void CheckLaunch(const char* kernel) { Check(cudaGetLastError(), (std::string(kernel) + " launch").c_str()); }
 
-// Device copies of the plan's row arrays, in one allocation.
+// Device copies of the plan's row arrays, in one allocation. The host array
+// they are copied from lives as long as the copies (a copy from pageable
+// memory may still be reading it when cudaMemcpyAsync returns).
 struct DeviceRows {
+  std::vector<std::int64_t> host;
   DeviceScratch mem;
   const std::int64_t *kv_len, *q_offset, *valid_q, *write_at, *n_write, *rope_pos;
 
   DeviceRows(const GqaPlan& p, cudaStream_t stream)
       : mem(Bytes(p), stream, "GroupQueryAttention (device cuda): row arrays allocation") {
-    std::vector<std::int64_t> all;
     const std::size_t B = static_cast<std::size_t>(p.batch);
     for (const auto* v : {&p.kv_len, &p.q_offset, &p.valid_q, &p.write_at, &p.n_write}) {
-      std::vector<std::int64_t> padded = *v;
-      padded.resize(B, 0);
-      all.insert(all.end(), padded.begin(), padded.end());
+      host.insert(host.end(), v->begin(), v->end());
+      host.resize(host.size() + B - v->size(), 0);  // write_at / n_write may be empty
     }
-    all.insert(all.end(), p.rope_pos.begin(), p.rope_pos.end());
+    host.insert(host.end(), p.rope_pos.begin(), p.rope_pos.end());
     std::int64_t* d = mem.As<std::int64_t>();
-    if (!all.empty()) {
-      Check(cudaMemcpyAsync(d, all.data(), all.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream),
+    if (!host.empty()) {
+      Check(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream),
             "row arrays upload");
-      // The host vector must outlive the copy from pageable memory.
-      Check(cudaStreamSynchronize(stream), "row arrays upload");
     }
     kv_len = d;
     q_offset = d + B;
@@ -228,25 +227,22 @@ void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out) {
                   " must be in host memory (the op validates it there before launching), got a device pointer");
     }
   };
-  const auto dev_in = [&](const std::optional<ConstTensorView>& v, const char* name) {
-    if (v) device(v->data, v->NumElements(), name);
-  };
-  const auto dev_out = [&](const std::optional<TensorView>& v, const char* name) {
+  const auto optional = [&](const auto& v, const char* name) {  // an optional ConstTensorView / TensorView
     if (v) device(v->data, v->NumElements(), name);
   };
   device(in.query.data, in.query.NumElements(), "query");
-  dev_in(in.key, "key");
-  dev_in(in.value, "value");
-  dev_in(in.past_key, "past_key");
-  dev_in(in.past_value, "past_value");
-  dev_in(in.cos_cache, "cos_cache");
-  dev_in(in.sin_cache, "sin_cache");
-  dev_in(in.attention_bias, "attention_bias");
-  dev_in(in.head_sink, "head_sink");
+  optional(in.key, "key");
+  optional(in.value, "value");
+  optional(in.past_key, "past_key");
+  optional(in.past_value, "past_value");
+  optional(in.cos_cache, "cos_cache");
+  optional(in.sin_cache, "sin_cache");
+  optional(in.attention_bias, "attention_bias");
+  optional(in.head_sink, "head_sink");
   device(out.output.data, out.output.NumElements(), "output");
-  dev_out(out.present_key, "present_key");
-  dev_out(out.present_value, "present_value");
-  dev_out(out.output_qk, "output_qk");
+  optional(out.present_key, "present_key");
+  optional(out.present_value, "present_value");
+  optional(out.output_qk, "output_qk");
   host(in.seqlens_k, "seqlens_k");
   host(in.total_sequence_length, "total_sequence_length");
   host(in.position_ids, "position_ids");
@@ -315,10 +311,12 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
   if (p.mode == KvMode::kExternalKv && out.present_key && ext_blocks > 0) {
     const CacheDst kd = Bnsh(out.present_key->data, out.present_key->dtype, p, p.ext_kv_len);
     const CacheDst vd = Bnsh(out.present_value->data, out.present_value->dtype, p, p.ext_kv_len);
-    CopyExternalKernel<<<static_cast<unsigned>(ext_blocks), kThreads, smem, stream>>>(p.k_src, kd, p.ext_kv_len, Nkv, H);
-    CheckLaunch("present copy kernel");
-    CopyExternalKernel<<<static_cast<unsigned>(ext_blocks), kThreads, smem, stream>>>(p.v_src, vd, p.ext_kv_len, Nkv, H);
-    CheckLaunch("present copy kernel");
+    const int row_bytes = static_cast<int>(DTypeBytes(p.k_src.dtype, H));
+    for (const auto& [src, dst] : {std::pair{p.k_src, kd}, std::pair{p.v_src, vd}}) {
+      CopyExternalKernel<<<static_cast<unsigned>(ext_blocks), kThreads, smem, stream>>>(src, dst, p.ext_kv_len, Nkv, H,
+                                                                                       row_bytes);
+      CheckLaunch("present copy kernel");
+    }
   }
   const std::int64_t write_blocks = static_cast<std::int64_t>(B) * S * Nkv;
   if (place.write && write_blocks > 0) {
