@@ -56,6 +56,7 @@ struct AttnCase {
   int N, Nkv, H, S, T;
   DType kv_dtype;
   int threads;
+  int B = 1;  // rows (a server's decode step: B sequences of T keys each)
 };
 
 // Owns BNSH cache pairs (capacity T; `copies` of them, one per call in
@@ -66,7 +67,7 @@ struct AttnProblem {
   std::unique_ptr<BigBuffer<float>> k32, v32;
   std::unique_ptr<BigBuffer<unsigned char>> k8, v8;  // q8_0 blocks
   std::vector<float> out;
-  std::int64_t kv_len, q_offset, valid_q;
+  std::vector<std::int64_t> kv_len, q_offset, valid_q;  // [B]
   std::size_t copies = 1, copy_bytes = 0, next_copy = 0;
   const char* k_base = nullptr;
   const char* v_base = nullptr;
@@ -83,9 +84,9 @@ struct AttnProblem {
   explicit AttnProblem(const AttnCase& c) {
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    q.resize(static_cast<std::size_t>(c.S) * c.N * c.H);
+    q.resize(static_cast<std::size_t>(c.B) * c.S * c.N * c.H);
     for (float& x : q) x = u(rng);
-    const std::size_t n = static_cast<std::size_t>(c.Nkv) * c.T * c.H;
+    const std::size_t n = static_cast<std::size_t>(c.B) * c.Nkv * c.T * c.H;
     copy_bytes = kvshare::DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(n));
     if (c.S == 1) {
       copies = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(kvshare::bench::DramFootprintBytes() / (2.0 * static_cast<double>(copy_bytes)))));
@@ -109,10 +110,10 @@ struct AttnProblem {
       v16 = RandomCopies<std::uint16_t>(n, copies, gen);
     }
     out.resize(q.size());
-    kv_len = c.T;
-    q_offset = c.T - c.S;
-    valid_q = c.S;
-    p.batch = 1;
+    kv_len.assign(static_cast<std::size_t>(c.B), c.T);
+    q_offset.assign(static_cast<std::size_t>(c.B), c.T - c.S);
+    valid_q.assign(static_cast<std::size_t>(c.B), c.S);
+    p.batch = c.B;
     p.q_len = c.S;
     p.num_heads = c.N;
     p.kv_heads = c.Nkv;
@@ -120,7 +121,7 @@ struct AttnProblem {
     p.q = q.data();
     for (kvshare::detail::KvSource* s : {&p.k, &p.v}) {
       s->dtype = c.kv_dtype;
-      s->batch_stride = static_cast<std::int64_t>(n);
+      s->batch_stride = static_cast<std::int64_t>(n) / c.B;
       s->head_stride = static_cast<std::int64_t>(c.T) * c.H;
       s->row_stride = c.H;
     }
@@ -134,9 +135,9 @@ struct AttnProblem {
                                              : reinterpret_cast<const char*>(v16->data());
     }
     NextCopy();
-    p.kv_len = &kv_len;
-    p.q_offset = &q_offset;
-    p.valid_q = &valid_q;
+    p.kv_len = kv_len.data();
+    p.q_offset = q_offset.data();
+    p.valid_q = valid_q.data();
     p.causal = true;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.H));
     p.out = out.data();
@@ -160,10 +161,11 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
   const double triad_before = c.S == 1 ? TriadBandwidth(&pool, 3) : 0.0;
   const double fma_peak = kvshare::bench::FmaPeakFlops(&pool, 3);
   kvshare::detail::AttendOptimized(pr.p, &pool);  // warm up
-  const double kv_bytes = 2.0 * static_cast<double>(kvshare::DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(c.T) * c.H * c.Nkv));
+  const double kv_bytes =
+      2.0 * static_cast<double>(kvshare::DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(c.B) * c.T * c.H * c.Nkv));
   double visible = 0.0;  // causal, queries at T - S + s
   for (int s = 0; s < c.S; ++s) visible += static_cast<double>(c.T - c.S + s + 1);
-  const double flops = 4.0 * c.N * c.H * visible;
+  const double flops = 4.0 * c.B * c.N * c.H * visible;
   const auto t0 = Clock::now();
   for (auto _ : state) {
     pr.NextCopy();
@@ -207,6 +209,18 @@ void RegisterAll() {
                 ->MinTime(decode ? 0.3 : 0.5);
           }
         }
+      }
+    }
+  }
+  // A server's decode step on the default model (Gemma 3 270M: 4 heads on 1
+  // KV head, H = 256): B rows of T keys each in one call.
+  for (const int B : {8, 16}) {
+    for (const int T : {128, 320}) {
+      for (const int threads : {1, 2}) {
+        const AttnCase c{4, 1, 256, 1, T, DType::kFloat16, threads, B};
+        const std::string name = "decode/gemma_n4/B:" + std::to_string(B) + "/T:" + std::to_string(T) +
+                                 "/f16/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
       }
     }
   }

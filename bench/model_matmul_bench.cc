@@ -4,6 +4,10 @@
 // Weight types side by side on one shape (every int8 type, 2048 x 2048, m = 1
 // and m = 64, on 1 thread): compare a type's time with Q4_K / Q6_K in the same run.
 //   kvshare_bench --benchmark_filter=MatTypes
+// The Q8_0 / Q5_0 shapes again with the weights repacked (PackForMatMul: 16
+// rows interleaved for the AVX-512 VNNI kernel; the label says "packed" only
+// where this CPU's default level packs):
+//   kvshare_bench --benchmark_filter=MatPacked
 // Gemma 4 E2B decode shapes, from DRAM, against the memory roofs measured with
 // the same threads right before and after (the larger of the two):
 //   kvshare_bench --benchmark_filter='E2bVec|triad|read'
@@ -48,7 +52,7 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
 // args: ggml type id, rows, cols, m, threads, kernel level. With `dram`, the
 // calls cycle through copies of the weights spanning DramFootprintBytes()
 // (the whole model streams from DRAM in a decode step) and the roofs are measured.
-void RunMatMul(benchmark::State& state, bool dram) {
+void RunMatMul(benchmark::State& state, bool dram, bool packed = false) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const std::int64_t rows = state.range(1), cols = state.range(2), m = state.range(3);
   const int threads = static_cast<int>(state.range(4));
@@ -67,10 +71,15 @@ void RunMatMul(benchmark::State& state, bool dram) {
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
   const double triad_before = dram ? bench::TriadBandwidth(pool.get(), 3) : 0.0;
   const double read_before = dram ? bench::ReadBandwidth(pool.get(), 3) : 0.0;
+  std::vector<WeightMatrix> mats;
+  for (std::size_t c = 0; c < copies; ++c) {
+    mats.push_back(WeightMatrix::Make(all.data() + c * w.size(), type, rows, cols));
+    if (packed) mats.back() = PackForMatMul(mats.back());
+  }
   std::size_t next = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const WeightMatrix wm = WeightMatrix::Make(all.data() + next * w.size(), type, rows, cols);
+    const WeightMatrix& wm = mats[next];
     next = (next + 1) % copies;
     MatMul(wm, {.x = x.data(), .m = m, .y = y.data(), .pool = pool.get(), .level = level});
     benchmark::DoNotOptimize(y.data());
@@ -88,11 +97,25 @@ void RunMatMul(benchmark::State& state, bool dram) {
     state.counters["bw_ratio"] = bytes / sec / triad;
     state.counters["read_ratio"] = bytes / sec / read;
   }
-  state.SetLabel(GgmlTypeName(type) + " " + KernelLevelName(level));
+  state.SetLabel(GgmlTypeName(type) + " " + KernelLevelName(level) + (mats[0].packed != nullptr ? " packed" : ""));
 }
 
 void BM_MatMul(benchmark::State& state) { RunMatMul(state, false); }
 void BM_MatMulDram(benchmark::State& state) { RunMatMul(state, true); }
+void BM_MatMulPacked(benchmark::State& state) { RunMatMul(state, false, true); }
+
+// The Q8_0 / Q5_0 cases of Shapes and TypeShapes at the AVX-512 level (packed).
+void PackedShapes(benchmark::internal::Benchmark* b) {
+  const std::int64_t q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0),
+                     q40 = static_cast<std::int64_t>(GgmlType::kQ4_0);
+  for (std::int64_t m : {1, 8}) {
+    b->Args({q80, 262144, 640, m, 2, 2});
+    b->Args({q50, 2048, 640, m, 2, 2});
+  }
+  for (std::int64_t m : {1, 8, 64}) {
+    for (std::int64_t t : {q40, q50, q80}) b->Args({t, 2048, 2048, m, 1, 2});
+  }
+}
 
 void Shapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q4k = static_cast<std::int64_t>(GgmlType::kQ4_K), q6k = static_cast<std::int64_t>(GgmlType::kQ6_K),
@@ -141,6 +164,7 @@ void E2bShapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_MatMul)->Apply(Shapes)->Name("MatVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMul)->Apply(TypeShapes)->Name("MatTypes")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatMulPacked)->Apply(PackedShapes)->Name("MatPacked")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMulDram)->Apply(E2bShapes)->Name("E2bVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::GgufKv;
 using testing::GgufSpec;
+using testing::GgufTensorSpec;
 using testing::ValidSpec;
 
 std::string ParseError(const std::vector<std::uint8_t>& bytes) {
@@ -217,6 +219,37 @@ TEST(Gguf, OpenFromDiskAndMove) {
   EXPECT_EQ(g.GetString("general.architecture"), "gemma3");
   EXPECT_EQ(g.Tensor("norm.weight").nbytes, 64u);
   std::filesystem::remove(path);
+}
+
+// ReleasePages drops a mapped tensor's pages from the resident set; its bytes
+// read back unchanged (from the file). On memory the GgufFile does not own
+// (Parse) and outside the mapping it does nothing: the caller's bytes stay.
+TEST(Gguf, ReleasedPagesReadBackUnchanged) {
+  GgufSpec s = ValidSpec();
+  GgufTensorSpec big{"big.weight", {32, 4096}, 8, std::vector<std::uint8_t>(34 * 4096), std::nullopt};  // 136 KiB Q8_0
+  for (std::size_t i = 0; i < big.data.size(); ++i) big.data[i] = static_cast<std::uint8_t>(i * 2654435761u >> 13);
+  s.tensors.push_back(big);
+  const auto bytes = s.Build();
+  const std::string path = (std::filesystem::temp_directory_path() / "kvshare_gguf_release_test.gguf").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const GgufFile f = GgufFile::Open(path);
+  const GgufTensor& t = f.Tensor("big.weight");
+  ASSERT_EQ(t.nbytes, big.data.size());
+  EXPECT_EQ(0, std::memcmp(t.data, big.data.data(), t.nbytes));
+  f.ReleasePages(t.data, t.nbytes);
+  EXPECT_EQ(0, std::memcmp(t.data, big.data.data(), t.nbytes));
+  f.ReleasePages(t.data, t.nbytes + f.file_size());  // past the mapping: ignored
+  EXPECT_EQ(0, std::memcmp(t.data, big.data.data(), t.nbytes));
+  std::filesystem::remove(path);
+
+  std::vector<std::uint8_t> heap = bytes;  // not a mapping: must stay as it is
+  const GgufFile p = ParseGguf(heap.data(), heap.size());
+  const GgufTensor& pt = p.Tensor("big.weight");
+  p.ReleasePages(pt.data, pt.nbytes);
+  EXPECT_EQ(0, std::memcmp(pt.data, big.data.data(), pt.nbytes));
 }
 
 TEST(Gguf, PrintModelInfo) {

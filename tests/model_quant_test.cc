@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,6 +15,7 @@
 #include "kvshare/error.h"
 #include "hwy/targets.h"
 #include "model/quant.h"
+#include "model/quant_packed.h"
 
 namespace kvshare {
 namespace {
@@ -488,6 +490,84 @@ TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
     ExpectQuantizersMatchReference();
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Packed weights (PackForMatMul: 16 rows interleaved for the AVX-512 VNNI
+// kernel) give bitwise the outputs of the same weights unpacked, on the
+// AVX-512 level that reads them: Q8_0 / Q4_0 / Q5_0 with random bytes (every
+// code, every fifth bit), 1 to 20 blocks per row, 16 to 160 rows, m from 1 to
+// 70 (passes of 8 activation rows and their remainders, and the 64-row
+// groups of MatMul), on the calling thread and on 3 threads (tasks rounded to
+// whole 16-row groups); through MatMulMany next to an unpacked K-quant and an
+// odd-row Q8_0 target; and on the other levels, which read the unpacked rows.
+TEST(MatMul, PackedMatchesUnpackedBitwise) {
+  std::mt19937 rng(31);
+  {
+    const RandomMatMul probe(GgmlType::kQ8_0, 16, 32, 1, rng);
+    if (PackForMatMul(probe.w).packed == nullptr) GTEST_SKIP() << "this CPU's default level packs no weights (it needs AVX-512 VNNI)";
+  }
+  ThreadPool pool(3);
+  int compared = 0;
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0}) {
+    for (std::int64_t nblk : {1, 2, 3, 20}) {
+      for (std::int64_t rows : {16, 48, 160}) {
+        for (std::int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 70}) {
+          const RandomMatMul c(t, rows, 32 * nblk, m, rng);
+          const WeightMatrix packed = PackForMatMul(c.w);
+          ASSERT_NE(packed.packed, nullptr);
+          std::vector<float> want(static_cast<std::size_t>(m * rows)), got(want.size(), NAN);
+          ThreadPool* p = (m + rows) % 2 == 0 ? &pool : nullptr;
+          MatMul(c.w, {.x = c.x.data(), .m = m, .y = want.data(), .pool = p, .level = KernelLevel::kAvx512Vnni});
+          MatMul(packed, {.x = c.x.data(), .m = m, .y = got.data(), .pool = p, .level = KernelLevel::kAvx512Vnni});
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
+              << GgmlTypeName(t) << " rows " << rows << " blocks " << nblk << " m " << m;
+          compared += static_cast<int>(want.size());
+        }
+      }
+    }
+  }
+  // Mixed targets in one MatMulMany; each against MatMul of the unpacked matrix.
+  const std::int64_t cols = 256, m = 9;
+  const RandomMatMul a(GgmlType::kQ5_0, 80, cols, m, rng), b(GgmlType::kQ4_K, 40, cols, 0, rng),
+      c(GgmlType::kQ8_0, 7, cols, 0, rng), d(GgmlType::kQ8_0, 32, cols, 0, rng);
+  std::vector<MatMulTarget> targets;
+  std::vector<std::vector<float>> want, got;
+  for (const RandomMatMul* r : {&a, &b, &c, &d}) {
+    want.emplace_back(static_cast<std::size_t>(m * r->w.rows));
+    got.emplace_back(want.back().size(), NAN);
+    MatMul(r->w, {.x = a.x.data(), .m = m, .y = want.back().data()});
+  }
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    const RandomMatMul* r = std::array{&a, &b, &c, &d}[k];
+    targets.push_back({.w = PackForMatMul(r->w), .y = got[k].data()});
+  }
+  EXPECT_NE(targets[0].w.packed, nullptr);
+  EXPECT_EQ(targets[1].w.packed, nullptr);  // Q4_K: no packed layout
+  EXPECT_EQ(targets[2].w.packed, nullptr);  // 7 rows: not whole groups of 16
+  MatMulMany({.x = a.x.data(), .m = m, .targets = targets, .pool = &pool});
+  for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(0, std::memcmp(want[k].data(), got[k].data(), want[k].size() * 4)) << k;
+  // Levels without a packed kernel read the unpacked rows.
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kFloat}) {
+    std::vector<float> y0(static_cast<std::size_t>(m * 80)), y1(y0.size(), NAN);
+    MatMul(a.w, {.x = a.x.data(), .m = m, .y = y0.data(), .level = level});
+    MatMul(targets[0].w, {.x = a.x.data(), .m = m, .y = y1.data(), .level = level});
+    EXPECT_EQ(0, std::memcmp(y0.data(), y1.data(), y0.size() * 4)) << KernelLevelName(level);
+  }
+  std::printf("packed outputs compared bitwise: %d\n", compared);
+}
+
+TEST(MatMul, PackRefusesWhatItCannotLayOut) {
+  std::vector<std::uint8_t> w(34 * 32);
+  EXPECT_FALSE(detail::CanPack(GgmlType::kQ4_K, 16));
+  EXPECT_FALSE(detail::CanPack(GgmlType::kQ8_0, 24));
+  EXPECT_FALSE(detail::CanPack(GgmlType::kQ8_0, 0));
+  EXPECT_TRUE(detail::CanPack(GgmlType::kQ5_0, 32));
+  EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ4_K, 16, 1), Error);
+  EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ8_0, 8, 1), Error);
+  EXPECT_THROW(detail::Pack(nullptr, GgmlType::kQ8_0, 16, 1), Error);
+  // Not packable: returned unchanged, whatever the CPU.
+  const WeightMatrix odd = WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 8, 128);
+  EXPECT_EQ(PackForMatMul(odd).packed, nullptr);
 }
 
 TEST(MatMul, RejectsBadInput) {

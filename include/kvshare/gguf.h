@@ -158,6 +158,13 @@ class GgufFile {
   // Throws kvshare::Error "tensor 'x' not found in <file>" if absent.
   const GgufTensor& Tensor(std::string_view name) const;
 
+  // Tells the OS that the mapped bytes [data, data + size) are not needed for
+  // now (a tensor a model has copied, e.g. repacked weights): the whole pages
+  // inside the range leave the process's resident set and are read from the
+  // file again if touched, so the bytes stay valid. A no-op for a file made by
+  // Parse (memory the GgufFile does not own) and outside the mapping.
+  void ReleasePages(const void* data, std::size_t size) const;
+
  private:
   friend class GgufParser;
   GgufFile() = default;

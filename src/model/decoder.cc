@@ -54,6 +54,12 @@ std::optional<WeightMatrix> TensorLookup::MatOpt(const std::string& name, std::i
   return w;
 }
 
+WeightMatrix TensorLookup::ForMatMul(WeightMatrix w) const {
+  w = PackForMatMul(std::move(w));
+  if (w.packed != nullptr) file_.ReleasePages(w.data, static_cast<std::size_t>(w.rows) * w.row_bytes);
+  return w;
+}
+
 WeightMatrix TensorLookup::Mat(const std::string& name, std::int64_t rows, std::int64_t cols) const {
   if (auto w = MatOpt(name, rows, cols)) return *w;
   file_.Tensor(name);  // throws "tensor 'x' not found in <file>"

@@ -41,6 +41,11 @@ class TensorLookup {
   // A 2-D weight [rows, cols] (GGUF ne = {cols, rows}) of a supported type.
   WeightMatrix Mat(const std::string& name, std::int64_t rows, std::int64_t cols) const;
   std::optional<WeightMatrix> MatOpt(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  // w prepared for MatMul: packed where this CPU has a kernel for its layout
+  // (PackForMatMul), and then its file pages released (GgufFile::ReleasePages:
+  // MatMul reads the packed copy, so the model does not hold both). For the
+  // matrices of matrix products, not for tables that are only looked up.
+  WeightMatrix ForMatMul(WeightMatrix w) const;
   // A 3-D stack of `count` weights [rows, cols] (GGUF ne = {cols, rows, count}),
   // one WeightMatrix per entry of the last dimension (MoE experts).
   std::vector<WeightMatrix> MatStack(const std::string& name, std::int64_t rows, std::int64_t cols,

@@ -82,19 +82,25 @@ class Gemma3 final : public detail::DecoderModel {
       throw Error("token_embd.weight has " + std::to_string(embd_w_.cols) + " columns, expected embedding_length " +
                   std::to_string(c.n_embd));
     }
-    out_w_ = t.MatOpt("output.weight", c.n_vocab, c.n_embd).value_or(embd_w_);
+    // The LM head (the tied embedding unless the file has output.weight) and
+    // every layer matrix are prepared for MatMul (packed where this CPU has a
+    // kernel for their layout); embd_w_ keeps the stored rows for lookups.
+    out_w_ = t.ForMatMul(t.MatOpt("output.weight", c.n_vocab, c.n_embd).value_or(embd_w_));
+    const auto mat = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+      return t.ForMatMul(t.Mat(name, rows, cols));
+    };
     out_norm_ = t.Vec("output_norm.weight", c.n_embd);
     const int qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
     for (int i = 0; i < c.n_layer; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       Layer L;
-      L.q = t.Mat(p + "attn_q.weight", qd, c.n_embd);
-      L.k = t.Mat(p + "attn_k.weight", kvd, c.n_embd);
-      L.v = t.Mat(p + "attn_v.weight", kvd, c.n_embd);
-      L.o = t.Mat(p + "attn_output.weight", c.n_embd, qd);
-      L.gate = t.Mat(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-      L.up = t.Mat(p + "ffn_up.weight", c.n_ff, c.n_embd);
-      L.down = t.Mat(p + "ffn_down.weight", c.n_embd, c.n_ff);
+      L.q = mat(p + "attn_q.weight", qd, c.n_embd);
+      L.k = mat(p + "attn_k.weight", kvd, c.n_embd);
+      L.v = mat(p + "attn_v.weight", kvd, c.n_embd);
+      L.o = mat(p + "attn_output.weight", c.n_embd, qd);
+      L.gate = mat(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+      L.up = mat(p + "ffn_up.weight", c.n_ff, c.n_embd);
+      L.down = mat(p + "ffn_down.weight", c.n_embd, c.n_ff);
       L.attn_norm = t.Vec(p + "attn_norm.weight", c.n_embd);
       L.q_norm = t.Vec(p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = t.Vec(p + "attn_k_norm.weight", c.head_dim);

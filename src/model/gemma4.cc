@@ -170,13 +170,16 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
   if (embd_w_.cols != c.n_embd) {
     throw Error(Str("tensor 'token_embd.weight' has ", embd_w_.cols, " columns, expected embedding_length ", c.n_embd));
   }
-  out_w_ = t.MatOpt("output.weight", c.n_vocab, c.n_embd).value_or(embd_w_);
+  // Matrices of matrix products are prepared for MatMul (TensorLookup::
+  // ForMatMul: packed where this CPU has a kernel for their layout); embd_w_
+  // and the per-layer table keep the stored rows for lookups.
+  out_w_ = t.ForMatMul(t.MatOpt("output.weight", c.n_vocab, c.n_embd).value_or(embd_w_));
   out_norm_ = t.Vec("output_norm.weight", c.n_embd);
   const std::int64_t E = c.n_embd;
   if (ple_ > 0) {
     // Rows are gathered per step from the mapping (never dequantized whole).
     ple_table_ = t.Mat("per_layer_token_embd.weight", c.n_vocab, static_cast<std::int64_t>(ple_) * c.n_layer);
-    ple_proj_ = t.Mat("per_layer_model_proj.weight", static_cast<std::int64_t>(ple_) * c.n_layer, E);
+    ple_proj_ = t.ForMatMul(t.Mat("per_layer_model_proj.weight", static_cast<std::int64_t>(ple_) * c.n_layer, E));
     ple_proj_norm_ = t.Vec("per_layer_proj_norm.weight", ple_);
   }
   if (f.FindTensor("blk.0.attn_qkv.weight") != nullptr) {
@@ -224,6 +227,15 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
       Ly.inp_gate = t.Mat(p + "inp_gate.weight", ple_, E);
       Ly.proj = t.Mat(p + "proj.weight", E, ple_);
       Ly.post_norm = t.Vec(p + "post_norm.weight", E);
+    }
+    for (WeightMatrix* w : {&Ly.q, &Ly.o, &Ly.inp_gate, &Ly.proj}) *w = t.ForMatMul(*w);
+    for (std::optional<WeightMatrix>* w : {&Ly.gate, &Ly.up, &Ly.down}) {
+      if (*w) **w = t.ForMatMul(**w);
+    }
+    if (i < first_shared) {  // K / V of shared layers are loaded but not used by the default plan
+      for (std::optional<WeightMatrix>* w : {&Ly.k, &Ly.v}) {
+        if (*w) **w = t.ForMatMul(**w);
+      }
     }
     if (const float* s = t.VecOpt(p + "layer_output_scale.weight", 1)) {
       Ly.out_scale = *s;

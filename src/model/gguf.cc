@@ -325,6 +325,16 @@ GgufFile GgufFile::Open(const std::string& path) {
   return f;
 }
 
+void GgufFile::ReleasePages(const void* data, std::size_t size) const {
+  if (mapping_ == nullptr || size_ == 0) return;
+  const auto lo = reinterpret_cast<std::uintptr_t>(data), base = reinterpret_cast<std::uintptr_t>(base_);
+  if (lo < base || size > size_ || lo - base > size_ - size) return;
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const std::uintptr_t first = (lo + page - 1) / page * page, last = (lo + size) / page * page;
+  // A read-only private mapping never written: its pages are the file's.
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 GgufFile::GgufFile(GgufFile&&) noexcept = default;
 GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 GgufFile::~GgufFile() = default;

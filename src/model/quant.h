@@ -10,12 +10,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "kvshare/gguf.h"
 #include "kvshare/thread_pool.h"
 
 namespace kvshare {
+namespace detail {
+struct PackedWeights;  // model/quant_packed.h
+}  // namespace detail
 
 // ---- weight blocks (byte-exact ggml layouts; fp16 fields are IEEE half bits) ----
 struct BlockQ4_0 {
@@ -129,6 +133,11 @@ struct WeightMatrix {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   std::size_t row_bytes = 0;
+  // The same rows repacked for the kernel that puts 16 weight rows in the
+  // SIMD lanes (model/quant_packed.h; PackForMatMul), or null. MatMul reads it
+  // at KernelLevel::kAvx512Vnni and `data` at every other level; the results
+  // are bitwise the same either way.
+  std::shared_ptr<const detail::PackedWeights> packed;
 
   // 2-D tensor view (ne[1] rows of ne[0]); throws kvshare::Error on rank > 2
   // or an unsupported type (CheckWeightType).
@@ -164,6 +173,13 @@ struct MatMulParams {
 // writing y) for an unsupported type, a level not available here, or null
 // pointers with m > 0.
 void MatMul(const WeightMatrix& w, const MatMulParams& p);
+
+// w with a packed copy of its rows (w.packed) when MatMul's default level is
+// kAvx512Vnni and w is Q8_0, Q4_0 or Q5_0 with a multiple of 16 rows; w
+// unchanged otherwise (and when KVSHARE_KERNEL picks another level). The copy
+// takes as many bytes as w's rows: call it for the matrices of matrix products,
+// not for tables that are only looked up (embeddings).
+WeightMatrix PackForMatMul(WeightMatrix w);
 
 // One product of several that share their input (q / k / v, gate / up).
 struct MatMulTarget {

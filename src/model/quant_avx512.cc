@@ -59,6 +59,7 @@ const QuantKernels kAvx512VnniKernels = {.q8_0 = Avx512Q8_0Rows,
                                          .q5_1 = KVSHARE_ROWS_KERNEL(DotQ32UnsignedR, BlockQ5_1, ActQ8),
                                          .q4_k = Avx512Q4_KRows,
                                          .q5_k = Avx512Q5_KRows,
-                                         .q6_k = Avx512Q6_KRows};
+                                         .q6_k = Avx512Q6_KRows,
+                                         .packed = Avx512PackedRows};
 
 }  // namespace kvshare::detail

@@ -11,6 +11,7 @@
 #include "kvshare/thread_pool.h"
 #include "model/quant.h"
 #include "model/quant_kernels.h"
+#include "model/quant_packed.h"
 
 namespace kvshare {
 
@@ -71,6 +72,14 @@ WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
   return Make(t.data, t.type, t.ne[1], t.ne[0]);
 }
 
+WeightMatrix PackForMatMul(WeightMatrix w) {
+  if (DefaultKernelLevel() == KernelLevel::kAvx512Vnni && w.packed == nullptr && w.data != nullptr &&
+      detail::CanPack(w.type, w.rows)) {
+    w.packed = detail::Pack(w.data, w.type, w.rows, w.cols / GgmlBlockSize(w.type));
+  }
+  return w;
+}
+
 namespace {
 
 const detail::QuantKernels& Kernels(KernelLevel level) {
@@ -108,7 +117,8 @@ TaskSplit SplitTasks(std::span<const MatMulTarget> targets, const ThreadPool* po
   for (const MatMulTarget& t : targets) {
     const double bytes = static_cast<double>(t.w.rows) * static_cast<double>(t.w.row_bytes);
     const std::int64_t want = std::max<std::int64_t>(1, std::llround(bytes / per_task));
-    const std::int64_t rpt = std::max(kMinRowsPerTask, (t.w.rows + want - 1) / want);
+    std::int64_t rpt = std::max(kMinRowsPerTask, (t.w.rows + want - 1) / want);
+    if (t.w.packed != nullptr) rpt = (rpt + detail::kPackRows - 1) / detail::kPackRows * detail::kPackRows;
     s.rows_per_task.push_back(rpt);
     s.first.push_back(s.first.back() + (t.w.rows + rpt - 1) / rpt);
   }
@@ -154,6 +164,10 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
   const std::int64_t cols = w.cols, rows = w.rows, nb = cols / GgmlBlockSize(w.type), nr = r1 - r0;
   const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
   float* y = t.y + i * rows + r0;
+  if (w.packed != nullptr && k.packed != nullptr) {
+    k.packed(*w.packed, r0, r1, a8 + i * nb, nb, n, y, rows);
+    return;
+  }
   switch (w.type) {
     case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
     case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;

@@ -1,0 +1,133 @@
+// AVX-512 VNNI kernel over packed Q8_0 / Q4_0 / Q5_0 weights (layout:
+// quant_packed.h), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
+// CPU reports those features (quant_matmul.cc).
+//
+// The 16 lanes are 16 weight rows. For block b, each activation row's 4-byte
+// group k is broadcast from memory into a vpdpbusd against code vector k, so
+// a block of 16 weight rows against R activation rows is 8R vpdpbusd, R
+// conversions and R scale steps, with the codes decoded once for all R rows.
+// Per weight row and activation row the arithmetic is that of every other
+// kernel (quant_avx512_q32.cc): p_b exact in int32 (the codes' bias taken off
+// by starting from -bias * sum x), then y = fma(float(p_b), dw_b * dx_b, y)
+// over the blocks in order: bitwise the same outputs.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "model/quant_kernels.h"
+#include "model/quant_packed.h"
+#include "model/quant_x86.h"
+
+namespace kvshare::detail {
+namespace {
+
+// Activation rows per pass: R accumulators and R int32 sums next to the 8
+// code vectors stay in the 32 zmm registers.
+constexpr int kPassRows = 8;
+// Code bytes prefetched ahead of the block being read. A matrix larger than
+// the caches (the LM head) streams from DRAM; with only the hardware
+// prefetchers an 8-row step over the 178 MB Gemma 3 head took longer than the
+// unpacked kernel, and 4 KiB ahead gave the best model step times of the
+// distances tried (2, 4, 8 KiB; kvshare bench, 2 threads).
+constexpr std::size_t kPrefetchAhead = 4096;
+
+template <GgmlType kType>
+constexpr int Bias() {
+  return kType == GgmlType::kQ8_0 ? 128 : kType == GgmlType::kQ5_0 ? 16 : 8;
+}
+
+// The 8 unsigned code vectors of one block of a group.
+template <GgmlType kType>
+inline void LoadCodes(const std::uint8_t* codes, const std::uint64_t* high, __m512i c[8]) {
+  if constexpr (kType == GgmlType::kQ8_0) {
+    for (int k = 0; k < 8; ++k) c[k] = _mm512_load_si512(codes + 64 * k);
+  } else {
+    const __m512i low4 = _mm512_set1_epi8(0xF);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_load_si512(codes + 64 * k);
+      c[k] = _mm512_and_si512(v, low4);
+      c[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+    if constexpr (kType == GgmlType::kQ5_0) {
+      const __m512i fifth = _mm512_set1_epi8(0x10);
+      for (int k = 0; k < 8; ++k) c[k] = _mm512_mask_add_epi8(c[k], _cvtu64_mask64(high[k]), c[k], fifth);
+    }
+  }
+}
+
+inline __m512i Broadcast4(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// One group of 16 weight rows against R activation rows (x, x_stride xs):
+// y[j * ys + t] = row t's dot product with activation row j.
+template <GgmlType kType, int R>
+void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::uint16_t* scales, std::int64_t nb,
+               const ActQ8* x, std::int64_t xs, float* y, std::int64_t ys) {
+  constexpr std::size_t kCodeBytes = PackedWeights::CodeBytes(kType);
+  // Independent vpdpbusd chains per activation row: with few rows one chain
+  // of 8 would wait on its own latency.
+  constexpr int kChains = R >= 4 ? 1 : R >= 2 ? 2 : 4;
+  __m512 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const char* ahead = reinterpret_cast<const char*>(codes + static_cast<std::size_t>(b) * kCodeBytes) + kPrefetchAhead;
+    for (std::size_t l = 0; l < kCodeBytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    __m512i c[8];
+    LoadCodes<kType>(codes + static_cast<std::size_t>(b) * kCodeBytes, high != nullptr ? high + b * 8 : nullptr, c);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales + b * kPackRows)));
+    for (int j = 0; j < R; ++j) {
+      const ActQ8& a = x[j * xs + b];
+      __m512i p[kChains];
+      p[0] = _mm512_set1_epi32(-Bias<kType>() * a.sum);
+      for (int i = 1; i < kChains; ++i) p[i] = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) p[k % kChains] = _mm512_dpbusd_epi32(p[k % kChains], c[k], Broadcast4(a.qs + 4 * k));
+      for (int i = 1; i < kChains; ++i) p[0] = _mm512_add_epi32(p[0], p[i]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[0]), _mm512_mul_ps(dw, _mm512_set1_ps(a.d)), acc[j]);
+    }
+  }
+  for (int j = 0; j < R; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
+}
+
+template <GgmlType kType>
+void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
+                 float* y, std::int64_t ys) {
+  constexpr std::size_t kCodeBytes = PackedWeights::CodeBytes(kType);
+  const std::int64_t nb = w.nb;
+  for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
+    const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * kCodeBytes;
+    const std::uint64_t* high = w.high != nullptr ? w.high + g * nb * 8 : nullptr;
+    const std::uint16_t* scales = w.scales + g * nb * kPackRows;
+    float* yg = y + (g * kPackRows - r0);
+    for (int j0 = 0; j0 < acts; j0 += kPassRows) {
+      const ActQ8* xj = x + j0 * xs;
+      float* yj = yg + j0 * ys;
+      switch (std::min(kPassRows, acts - j0)) {
+        case 1: GroupRows<kType, 1>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        case 2: GroupRows<kType, 2>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        case 3: GroupRows<kType, 3>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        case 4: GroupRows<kType, 4>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        case 5: GroupRows<kType, 5>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        case 6: GroupRows<kType, 6>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        case 7: GroupRows<kType, 7>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        default: GroupRows<kType, kPassRows>(codes, high, scales, nb, xj, xs, yj, ys); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Avx512PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs,
+                      int acts, float* y, std::int64_t ys) {
+  switch (w.type) {
+    case GgmlType::kQ8_0: PackedRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    default: PackedRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
+  }
+}
+
+}  // namespace kvshare::detail
