@@ -4,9 +4,9 @@
 // Weight types side by side on one shape (every int8 type, 2048 x 2048, m = 1
 // and m = 64, on 1 thread): compare a type's time with Q4_K / Q6_K in the same run.
 //   kvshare_bench --benchmark_filter=MatTypes
-// The Q8_0 / Q5_0 shapes again with the weights repacked (PackForMatMul: 16
-// rows interleaved for the AVX-512 VNNI kernel; the label says "packed" only
-// where this CPU's default level packs):
+// The default model's shapes and the type table again with the weights
+// repacked (PackForMatMul: 16 rows interleaved for the AVX-512 VNNI kernels;
+// the label says "packed" only where this CPU's default level packs):
 //   kvshare_bench --benchmark_filter=MatPacked
 // Gemma 4 E2B decode shapes, from DRAM, against the memory roofs measured with
 // the same threads right before and after (the larger of the two):
@@ -104,16 +104,19 @@ void BM_MatMul(benchmark::State& state) { RunMatMul(state, false); }
 void BM_MatMulDram(benchmark::State& state) { RunMatMul(state, true); }
 void BM_MatMulPacked(benchmark::State& state) { RunMatMul(state, false, true); }
 
-// The Q8_0 / Q5_0 cases of Shapes and TypeShapes at the AVX-512 level (packed).
+// The packable cases of Shapes and TypeShapes at the AVX-512 level.
 void PackedShapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0),
-                     q40 = static_cast<std::int64_t>(GgmlType::kQ4_0);
+                     q40 = static_cast<std::int64_t>(GgmlType::kQ4_0), q4k = static_cast<std::int64_t>(GgmlType::kQ4_K),
+                     q6k = static_cast<std::int64_t>(GgmlType::kQ6_K);
   for (std::int64_t m : {1, 8}) {
     b->Args({q80, 262144, 640, m, 2, 2});
     b->Args({q50, 2048, 640, m, 2, 2});
+    b->Args({q4k, 640, 2048, m, 2, 2});
+    b->Args({q6k, 640, 2048, m, 2, 2});
   }
   for (std::int64_t m : {1, 8, 64}) {
-    for (std::int64_t t : {q40, q50, q80}) b->Args({t, 2048, 2048, m, 1, 2});
+    for (std::int64_t t : {q40, q50, q80, q4k, q6k}) b->Args({t, 2048, 2048, m, 1, 2});
   }
 }
 

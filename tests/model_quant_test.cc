@@ -493,13 +493,14 @@ TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
 }
 
 // Packed weights (PackForMatMul: 16 rows interleaved for the AVX-512 VNNI
-// kernel) give bitwise the outputs of the same weights unpacked, on the
-// AVX-512 level that reads them: Q8_0 / Q4_0 / Q5_0 with random bytes (every
-// code, every fifth bit), 1 to 20 blocks per row, 16 to 160 rows, m from 1 to
-// 70 (passes of 8 activation rows and their remainders, and the 64-row
-// groups of MatMul), on the calling thread and on 3 threads (tasks rounded to
-// whole 16-row groups); through MatMulMany next to an unpacked K-quant and an
-// odd-row Q8_0 target; and on the other levels, which read the unpacked rows.
+// kernels) give bitwise the outputs of the same weights unpacked, on the
+// AVX-512 level that reads them: Q8_0 / Q4_0 / Q5_0 / Q4_K / Q6_K with random
+// bytes (every code, fifth / high bit, scale and min), 1 to 20 blocks per row
+// (1 to 5 super-blocks), 16 to 160 rows, m from 1 to 70 (passes of 8
+// activation rows and their remainders, and the 64-row groups of MatMul), on
+// the calling thread and on 3 threads (tasks rounded to whole 16-row groups);
+// through MatMulMany next to an unpacked Q5_K and an odd-row Q8_0 target;
+// and on the other levels, which read the unpacked rows.
 TEST(MatMul, PackedMatchesUnpackedBitwise) {
   std::mt19937 rng(31);
   {
@@ -508,11 +509,12 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   }
   ThreadPool pool(3);
   int compared = 0;
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0}) {
-    for (std::int64_t nblk : {1, 2, 3, 20}) {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const bool k = UsesSuperBlockActivations(t);
+    for (std::int64_t nblk : {1, 2, 3, k ? 5 : 20}) {
       for (std::int64_t rows : {16, 48, 160}) {
         for (std::int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 70}) {
-          const RandomMatMul c(t, rows, 32 * nblk, m, rng);
+          const RandomMatMul c(t, rows, GgmlBlockSize(t) * nblk, m, rng);
           const WeightMatrix packed = PackForMatMul(c.w);
           ASSERT_NE(packed.packed, nullptr);
           std::vector<float> want(static_cast<std::size_t>(m * rows)), got(want.size(), NAN);
@@ -528,7 +530,7 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   }
   // Mixed targets in one MatMulMany; each against MatMul of the unpacked matrix.
   const std::int64_t cols = 256, m = 9;
-  const RandomMatMul a(GgmlType::kQ5_0, 80, cols, m, rng), b(GgmlType::kQ4_K, 40, cols, 0, rng),
+  const RandomMatMul a(GgmlType::kQ5_0, 80, cols, m, rng), b(GgmlType::kQ5_K, 48, cols, 0, rng),
       c(GgmlType::kQ8_0, 7, cols, 0, rng), d(GgmlType::kQ8_0, 32, cols, 0, rng);
   std::vector<MatMulTarget> targets;
   std::vector<std::vector<float>> want, got;
@@ -542,7 +544,7 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
     targets.push_back({.w = PackForMatMul(r->w), .y = got[k].data()});
   }
   EXPECT_NE(targets[0].w.packed, nullptr);
-  EXPECT_EQ(targets[1].w.packed, nullptr);  // Q4_K: no packed layout
+  EXPECT_EQ(targets[1].w.packed, nullptr);  // Q5_K: no packed layout
   EXPECT_EQ(targets[2].w.packed, nullptr);  // 7 rows: not whole groups of 16
   MatMulMany({.x = a.x.data(), .m = m, .targets = targets, .pool = &pool});
   for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(0, std::memcmp(want[k].data(), got[k].data(), want[k].size() * 4)) << k;
@@ -558,11 +560,13 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
 
 TEST(MatMul, PackRefusesWhatItCannotLayOut) {
   std::vector<std::uint8_t> w(34 * 32);
-  EXPECT_FALSE(detail::CanPack(GgmlType::kQ4_K, 16));
+  EXPECT_FALSE(detail::CanPack(GgmlType::kQ5_K, 16));
+  EXPECT_FALSE(detail::CanPack(GgmlType::kF16, 16));
+  EXPECT_TRUE(detail::CanPack(GgmlType::kQ6_K, 16));
   EXPECT_FALSE(detail::CanPack(GgmlType::kQ8_0, 24));
   EXPECT_FALSE(detail::CanPack(GgmlType::kQ8_0, 0));
   EXPECT_TRUE(detail::CanPack(GgmlType::kQ5_0, 32));
-  EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ4_K, 16, 1), Error);
+  EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ5_K, 16, 1), Error);
   EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ8_0, 8, 1), Error);
   EXPECT_THROW(detail::Pack(nullptr, GgmlType::kQ8_0, 16, 1), Error);
   // Not packable: returned unchanged, whatever the CPU.

@@ -175,7 +175,8 @@ struct MatMulParams {
 void MatMul(const WeightMatrix& w, const MatMulParams& p);
 
 // w with a packed copy of its rows (w.packed) when MatMul's default level is
-// kAvx512Vnni and w is Q8_0, Q4_0 or Q5_0 with a multiple of 16 rows; w
+// kAvx512Vnni and w is Q8_0, Q4_0, Q5_0, Q4_K or Q6_K with a multiple of 16
+// rows; w
 // unchanged otherwise (and when KVSHARE_KERNEL picks another level). The copy
 // takes as many bytes as w's rows: call it for the matrices of matrix products,
 // not for tables that are only looked up (embeddings).

@@ -60,6 +60,7 @@ const QuantKernels kAvx512VnniKernels = {.q8_0 = Avx512Q8_0Rows,
                                          .q4_k = Avx512Q4_KRows,
                                          .q5_k = Avx512Q5_KRows,
                                          .q6_k = Avx512Q6_KRows,
-                                         .packed = Avx512PackedRows};
+                                         .packed = Avx512PackedRows,
+                                         .packed_k = Avx512PackedKRows};
 
 }  // namespace kvshare::detail

@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernel over packed Q8_0 / Q4_0 / Q5_0 weights (layout:
-// quant_packed.h), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
+// quant_packed.h; Q4_K / Q6_K: quant_avx512_packed_k.cc), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
 // CPU reports those features (quant_matmul.cc).
 //
 // The 16 lanes are 16 weight rows. For block b, each activation row's 4-byte
@@ -25,12 +25,6 @@ namespace {
 // Activation rows per pass: R accumulators and R int32 sums next to the 8
 // code vectors stay in the 32 zmm registers.
 constexpr int kPassRows = 8;
-// Code bytes prefetched ahead of the block being read. A matrix larger than
-// the caches (the LM head) streams from DRAM; with only the hardware
-// prefetchers an 8-row step over the 178 MB Gemma 3 head took longer than the
-// unpacked kernel, and 4 KiB ahead gave the best model step times of the
-// distances tried (2, 4, 8 KiB; kvshare bench, 2 threads).
-constexpr std::size_t kPrefetchAhead = 4096;
 
 template <GgmlType kType>
 constexpr int Bias() {
@@ -65,20 +59,20 @@ inline __m512i Broadcast4(const std::int8_t* p) {
 // One group of 16 weight rows against R activation rows (x, x_stride xs):
 // y[j * ys + t] = row t's dot product with activation row j.
 template <GgmlType kType, int R>
-void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::uint16_t* scales, std::int64_t nb,
+void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::uint16_t* d, std::int64_t nb,
                const ActQ8* x, std::int64_t xs, float* y, std::int64_t ys) {
-  constexpr std::size_t kCodeBytes = PackedWeights::CodeBytes(kType);
+  constexpr std::size_t kCodeBytes = kType == GgmlType::kQ8_0 ? 512 : 256;
   // Independent vpdpbusd chains per activation row: with few rows one chain
   // of 8 would wait on its own latency.
   constexpr int kChains = R >= 4 ? 1 : R >= 2 ? 2 : 4;
   __m512 acc[R];
   for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
-    const char* ahead = reinterpret_cast<const char*>(codes + static_cast<std::size_t>(b) * kCodeBytes) + kPrefetchAhead;
+    const char* ahead = reinterpret_cast<const char*>(codes + static_cast<std::size_t>(b) * kCodeBytes) + kPackedPrefetchAhead;
     for (std::size_t l = 0; l < kCodeBytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
     __m512i c[8];
     LoadCodes<kType>(codes + static_cast<std::size_t>(b) * kCodeBytes, high != nullptr ? high + b * 8 : nullptr, c);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales + b * kPackRows)));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d + b * kPackRows)));
     for (int j = 0; j < R; ++j) {
       const ActQ8& a = x[j * xs + b];
       __m512i p[kChains];
@@ -95,25 +89,24 @@ void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::
 template <GgmlType kType>
 void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
                  float* y, std::int64_t ys) {
-  constexpr std::size_t kCodeBytes = PackedWeights::CodeBytes(kType);
   const std::int64_t nb = w.nb;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
-    const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * kCodeBytes;
-    const std::uint64_t* high = w.high != nullptr ? w.high + g * nb * 8 : nullptr;
-    const std::uint16_t* scales = w.scales + g * nb * kPackRows;
+    const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * w.bytes.codes;
+    const auto* high = w.high != nullptr ? reinterpret_cast<const std::uint64_t*>(w.high) + g * nb * 8 : nullptr;
+    const std::uint16_t* d = w.d + g * nb * kPackRows;
     float* yg = y + (g * kPackRows - r0);
     for (int j0 = 0; j0 < acts; j0 += kPassRows) {
       const ActQ8* xj = x + j0 * xs;
       float* yj = yg + j0 * ys;
       switch (std::min(kPassRows, acts - j0)) {
-        case 1: GroupRows<kType, 1>(codes, high, scales, nb, xj, xs, yj, ys); break;
-        case 2: GroupRows<kType, 2>(codes, high, scales, nb, xj, xs, yj, ys); break;
-        case 3: GroupRows<kType, 3>(codes, high, scales, nb, xj, xs, yj, ys); break;
-        case 4: GroupRows<kType, 4>(codes, high, scales, nb, xj, xs, yj, ys); break;
-        case 5: GroupRows<kType, 5>(codes, high, scales, nb, xj, xs, yj, ys); break;
-        case 6: GroupRows<kType, 6>(codes, high, scales, nb, xj, xs, yj, ys); break;
-        case 7: GroupRows<kType, 7>(codes, high, scales, nb, xj, xs, yj, ys); break;
-        default: GroupRows<kType, kPassRows>(codes, high, scales, nb, xj, xs, yj, ys); break;
+        case 1: GroupRows<kType, 1>(codes, high, d, nb, xj, xs, yj, ys); break;
+        case 2: GroupRows<kType, 2>(codes, high, d, nb, xj, xs, yj, ys); break;
+        case 3: GroupRows<kType, 3>(codes, high, d, nb, xj, xs, yj, ys); break;
+        case 4: GroupRows<kType, 4>(codes, high, d, nb, xj, xs, yj, ys); break;
+        case 5: GroupRows<kType, 5>(codes, high, d, nb, xj, xs, yj, ys); break;
+        case 6: GroupRows<kType, 6>(codes, high, d, nb, xj, xs, yj, ys); break;
+        case 7: GroupRows<kType, 7>(codes, high, d, nb, xj, xs, yj, ys); break;
+        default: GroupRows<kType, kPassRows>(codes, high, d, nb, xj, xs, yj, ys); break;
       }
     }
   }

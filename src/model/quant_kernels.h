@@ -24,10 +24,12 @@ using DotRowsFn = void (*)(const Block* w, std::int64_t nrows, const Act* x, std
 
 struct PackedWeights;
 
-// Weight rows [r0, r1) (multiples of kPackRows) of packed Q8_0 / Q4_0 / Q5_0
-// weights against activation rows j < acts (row j at x + j * x_stride); y
-// points at row r0's output for activation row 0 (y[j * y_stride + r - r0]).
-using PackedRowsFn = void (*)(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x,
+// Weight rows [r0, r1) (multiples of kPackRows) of packed weights (Act: ActQ8
+// for Q8_0 / Q4_0 / Q5_0, ActQ8K for Q4_K / Q6_K) against activation rows
+// j < acts (row j at x + j * x_stride); y points at row r0's output for
+// activation row 0 (y[j * y_stride + r - r0]).
+template <typename Act>
+using PackedRowsFn = void (*)(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Act* x,
                               std::int64_t x_stride, int acts, float* y, std::int64_t y_stride);
 
 struct QuantKernels {
@@ -39,7 +41,9 @@ struct QuantKernels {
   DotRowsFn<BlockQ4_K, ActQ8K> q4_k;
   DotRowsFn<BlockQ5_K, ActQ8K> q5_k;
   DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
-  PackedRowsFn packed = nullptr;  // null: this level has no packed layout (quant_packed.h)
+  // Kernels over packed weights (quant_packed.h); null: this level reads none.
+  PackedRowsFn<ActQ8> packed = nullptr;
+  PackedRowsFn<ActQ8K> packed_k = nullptr;
 };
 
 // The weight-row loop around a one-row kernel Dot(w, x, x_stride, nb, out[R])
@@ -97,9 +101,12 @@ void Avx512Q4_0Rows(const BlockQ4_0* w, std::int64_t nrows, const ActQ8* x, std:
                     float* y, std::int64_t ys);
 void Avx512Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                     float* y, std::int64_t ys);
-// The AVX-512 kernel over packed weights (quant_avx512_packed.cc).
+// The AVX-512 kernels over packed weights (quant_avx512_packed.cc,
+// quant_avx512_packed_k.cc).
 void Avx512PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs,
                       int acts, float* y, std::int64_t ys);
+void Avx512PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
+                       int acts, float* y, std::int64_t ys);
 // The AVX-512 Q4_K / Q5_K / Q6_K kernels (quant_avx512_k.cc).
 void Avx512Q4_KRows(const BlockQ4_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                     float* y, std::int64_t ys);

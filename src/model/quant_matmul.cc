@@ -164,7 +164,11 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
   const std::int64_t cols = w.cols, rows = w.rows, nb = cols / GgmlBlockSize(w.type), nr = r1 - r0;
   const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
   float* y = t.y + i * rows + r0;
-  if (w.packed != nullptr && k.packed != nullptr) {
+  if (w.packed != nullptr && UsesSuperBlockActivations(w.type) && k.packed_k != nullptr) {
+    k.packed_k(*w.packed, r0, r1, a8k + i * nb, nb, n, y, rows);
+    return;
+  }
+  if (w.packed != nullptr && !UsesSuperBlockActivations(w.type) && k.packed != nullptr) {
     k.packed(*w.packed, r0, r1, a8 + i * nb, nb, n, y, rows);
     return;
   }

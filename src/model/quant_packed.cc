@@ -1,9 +1,9 @@
-// Repacking of Q8_0 / Q4_0 / Q5_0 weights into 16-row interleaved groups
-// (layout: quant_packed.h). Plain C++: the layout, not the packing, is
-// target-specific.
+// Repacking into 16-row interleaved groups (layout: quant_packed.h). Plain
+// C++: the layout, not the packing, is target-specific.
 #include "model/quant_packed.h"
 
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #if defined(__linux__)
@@ -18,9 +18,9 @@ namespace {
 
 std::size_t RoundUp64(std::size_t n) { return (n + 63) / 64 * 64; }
 
-// bytes of memory for the packed arrays: 2 MiB aligned with transparent huge
-// pages requested when large (a matrix streamed from DRAM on 4 KiB pages
-// measured 20-40% slower: one page walk every 4 KiB), else 64-byte aligned.
+// Memory for the planes: 2 MiB aligned with transparent huge pages requested
+// when large (a matrix streamed from DRAM on 4 KiB pages measured 20-40%
+// slower: one page walk every 4 KiB), else 64-byte aligned.
 void* AllocatePacked(std::size_t bytes) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
   if (bytes < kHuge) return std::aligned_alloc(64, RoundUp64(bytes));
@@ -32,75 +32,153 @@ void* AllocatePacked(std::size_t bytes) {
   return p;
 }
 
-// Writes group g's codes, high bits and scales for block type Block.
+// Where block (group g, block b) of each plane starts.
+struct Dest {
+  std::uint8_t *codes, *high, *subs, *mins, *d, *dmin;
+};
+
+// Row t of the group's block blk into the planes at dst.
+void PackRow(const BlockQ8_0& blk, int t, const Dest& dst) {
+  for (int k = 0; k < 8; ++k) {
+    std::uint32_t word;
+    std::memcpy(&word, blk.qs + 4 * k, 4);
+    word ^= 0x80808080u;  // int8 value -> unsigned code (value + 128), byte by byte
+    std::memcpy(dst.codes + 64 * k + 4 * t, &word, 4);
+  }
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+}
+
+void PackRow(const BlockQ4_0& blk, int t, const Dest& dst) {
+  for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+}
+
+void PackRow(const BlockQ5_0& blk, int t, const Dest& dst) {
+  for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
+  std::uint32_t qh;
+  std::memcpy(&qh, blk.qh, 4);
+  for (int k = 0; k < 8; ++k) {
+    std::uint64_t mask;
+    std::memcpy(&mask, dst.high + 8 * k, 8);
+    mask |= static_cast<std::uint64_t>((qh >> (4 * k)) & 0xFu) << (4 * t);
+    std::memcpy(dst.high + 8 * k, &mask, 8);
+  }
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+}
+
+void PackRow(const BlockQ4_K& blk, int t, const Dest& dst) {
+  for (int k = 0; k < 32; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
+  for (int j = 0; j < 8; ++j) {
+    std::uint8_t sc, m;
+    Q4KScaleMin(j, blk.scales, &sc, &m);
+    dst.subs[16 * j + t] = sc;
+    dst.mins[32 * (j / 2) + 2 * t + j % 2] = m;
+  }
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+  std::memcpy(dst.dmin + 2 * t, &blk.dmin, 2);
+}
+
+void PackRow(const BlockQ6_K& blk, int t, const Dest& dst) {
+  std::uint8_t code[256];  // value + 32, element order
+  for (int n = 0; n < 2; ++n) {
+    const std::uint8_t* ql = blk.ql + 64 * n;
+    const std::uint8_t* qh = blk.qh + 32 * n;
+    for (int l = 0; l < 32; ++l) {
+      code[128 * n + l] = static_cast<std::uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+      code[128 * n + 32 + l] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      code[128 * n + 64 + l] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      code[128 * n + 96 + l] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+  for (int k = 0; k < 32; ++k) {
+    for (int i = 0; i < 4; ++i) {
+      dst.codes[64 * k + 4 * t + i] = static_cast<std::uint8_t>((code[4 * k + i] & 0xF) | (code[4 * (k + 32) + i] & 0xF) << 4);
+    }
+  }
+  for (int k = 0; k < 16; ++k) {
+    for (int i = 0; i < 4; ++i) {
+      int bits = 0;
+      for (int q = 0; q < 4; ++q) bits |= (code[4 * (k + 16 * q) + i] >> 4) << (2 * q);
+      dst.high[64 * k + 4 * t + i] = static_cast<std::uint8_t>(bits);
+    }
+  }
+  for (int g = 0; g < 16; ++g) dst.subs[16 * g + t] = static_cast<std::uint8_t>(blk.scales[g]);
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+}
+
+// Every group of rows into the planes (codes, high, subs, mins, d, dmin; null
+// where the type has none).
 template <typename Block>
-void PackGroup(const Block* w, std::int64_t g, std::int64_t nb, std::uint8_t* codes, std::uint64_t* high,
-               std::uint16_t* scales) {
-  constexpr bool kQ8 = std::is_same_v<Block, BlockQ8_0>;
-  constexpr std::size_t kCodeBytes = PackedWeights::CodeBytes(kQ8 ? GgmlType::kQ8_0 : GgmlType::kQ4_0);
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const std::size_t gb = static_cast<std::size_t>(g * nb + b);
-    std::uint8_t* c = codes + gb * kCodeBytes;
-    for (int t = 0; t < kPackRows; ++t) {
-      const Block& blk = w[(g * kPackRows + t) * nb + b];
-      scales[gb * kPackRows + static_cast<std::size_t>(t)] = blk.d;
-      if constexpr (kQ8) {
-        for (int k = 0; k < 8; ++k) {
-          std::uint32_t word;
-          std::memcpy(&word, blk.qs + 4 * k, 4);
-          word ^= 0x80808080u;  // int8 value -> unsigned code (value + 128), byte by byte
-          std::memcpy(c + 64 * k + 4 * t, &word, 4);
-        }
-      } else {
-        for (int k = 0; k < 4; ++k) std::memcpy(c + 64 * k + 4 * t, blk.qs + 4 * k, 4);
-      }
-      if constexpr (std::is_same_v<Block, BlockQ5_0>) {
-        std::uint32_t qh;
-        std::memcpy(&qh, blk.qh, 4);
-        for (int k = 0; k < 8; ++k) high[gb * 8 + static_cast<std::size_t>(k)] |= static_cast<std::uint64_t>((qh >> (4 * k)) & 0xFu) << (4 * t);
-      }
+void PackAll(const Block* w, std::int64_t rows, std::int64_t nb, const PlaneBytes& pb, std::uint8_t* const plane[6]) {
+  const std::size_t bytes[6] = {pb.codes, pb.high, pb.subs, pb.mins, pb.d, pb.dmin};
+  for (std::int64_t g = 0; g < rows / kPackRows; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const auto gb = static_cast<std::size_t>(g * nb + b);
+      std::uint8_t* at[6];
+      for (int i = 0; i < 6; ++i) at[i] = plane[i] != nullptr ? plane[i] + gb * bytes[i] : nullptr;
+      const Dest dst{at[0], at[1], at[2], at[3], at[4], at[5]};
+      for (int t = 0; t < kPackRows; ++t) PackRow(w[(g * kPackRows + t) * nb + b], t, dst);
     }
   }
 }
 
 }  // namespace
 
+PlaneBytes PackedPlaneBytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0: return {.codes = 512, .d = 32};
+    case GgmlType::kQ4_0: return {.codes = 256, .d = 32};
+    case GgmlType::kQ5_0: return {.codes = 256, .high = 64, .d = 32};
+    case GgmlType::kQ4_K: return {.codes = 2048, .subs = 128, .mins = 128, .d = 32, .dmin = 32};
+    case GgmlType::kQ6_K: return {.codes = 2048, .high = 1024, .subs = 256, .d = 32};
+    default: return {};
+  }
+}
+
 bool CanPack(GgmlType type, std::int64_t rows) {
-  return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ5_0) && rows > 0 &&
-         rows % kPackRows == 0;
+  return PackedPlaneBytes(type).codes > 0 && rows > 0 && rows % kPackRows == 0;
 }
 
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb) {
   if (!CanPack(type, rows) || nb <= 0 || data == nullptr) {
-    throw Error("Pack: cannot repack " + GgmlTypeName(type) + " weights of " + std::to_string(rows) +
-                " rows (expected Q8_0, Q4_0 or Q5_0 with a positive multiple of 16 rows)");
+    throw Error("Pack: cannot repack " + GgmlTypeName(type) + " weights of " + std::to_string(rows) + " rows and " +
+                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, Q4_K or Q6_K data with a positive multiple of " +
+                std::to_string(kPackRows) + " rows)");
   }
   auto p = std::make_shared<PackedWeights>();
   p->type = type;
   p->rows = rows;
   p->nb = nb;
-  const std::size_t blocks = static_cast<std::size_t>(rows / kPackRows * nb);
-  const std::size_t code_bytes = RoundUp64(blocks * PackedWeights::CodeBytes(type));
-  const std::size_t high_bytes = type == GgmlType::kQ5_0 ? RoundUp64(blocks * 8 * sizeof(std::uint64_t)) : 0;
-  const std::size_t scale_bytes = RoundUp64(blocks * kPackRows * sizeof(std::uint16_t));
-  void* mem = AllocatePacked(code_bytes + high_bytes + scale_bytes);
-  if (mem == nullptr) throw Error("Pack: out of memory for " + std::to_string(code_bytes + high_bytes + scale_bytes) + " bytes");
+  p->bytes = PackedPlaneBytes(type);
+  const auto blocks = static_cast<std::size_t>(rows / kPackRows * nb);
+  const PlaneBytes& pb = p->bytes;
+  const std::size_t sizes[] = {RoundUp64(blocks * pb.codes), RoundUp64(blocks * pb.high), RoundUp64(blocks * pb.subs),
+                               RoundUp64(blocks * pb.mins),  RoundUp64(blocks * pb.d),    RoundUp64(blocks * pb.dmin)};
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  void* mem = AllocatePacked(total);
+  if (mem == nullptr) throw Error("Pack: out of memory for " + std::to_string(total) + " bytes of packed weights");
   p->storage.reset(mem);
-  auto* base = static_cast<std::uint8_t*>(mem);
-  std::memset(base + code_bytes, 0, high_bytes);
-  auto* codes = base;
-  auto* high = high_bytes > 0 ? reinterpret_cast<std::uint64_t*>(base + code_bytes) : nullptr;
-  auto* scales = reinterpret_cast<std::uint16_t*>(base + code_bytes + high_bytes);
-  for (std::int64_t g = 0; g < rows / kPackRows; ++g) {
-    switch (type) {
-      case GgmlType::kQ8_0: PackGroup(static_cast<const BlockQ8_0*>(data), g, nb, codes, high, scales); break;
-      case GgmlType::kQ4_0: PackGroup(static_cast<const BlockQ4_0*>(data), g, nb, codes, high, scales); break;
-      default: PackGroup(static_cast<const BlockQ5_0*>(data), g, nb, codes, high, scales); break;
-    }
+  auto* at = static_cast<std::uint8_t*>(mem);
+  std::memset(at, 0, total);  // the Q5_0 masks are or-ed in
+  std::uint8_t* plane[6];
+  for (int i = 0; i < 6; ++i) {
+    plane[i] = sizes[i] > 0 ? at : nullptr;
+    at += sizes[i];
   }
-  p->codes = codes;
-  p->high = high;
-  p->scales = scales;
+  p->codes = plane[0];
+  p->high = plane[1];
+  p->subs = plane[2];
+  p->mins = plane[3];
+  p->d = reinterpret_cast<const std::uint16_t*>(plane[4]);
+  p->dmin = reinterpret_cast<const std::uint16_t*>(plane[5]);
+  switch (type) {
+    case GgmlType::kQ8_0: PackAll(static_cast<const BlockQ8_0*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kQ4_0: PackAll(static_cast<const BlockQ4_0*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kQ5_0: PackAll(static_cast<const BlockQ5_0*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kQ4_K: PackAll(static_cast<const BlockQ4_K*>(data), rows, nb, pb, plane); break;
+    default: PackAll(static_cast<const BlockQ6_K*>(data), rows, nb, pb, plane); break;
+  }
   return p;
 }
 

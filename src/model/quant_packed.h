@@ -1,27 +1,43 @@
-// Weights of the 32-element block types Q8_0 / Q4_0 / Q5_0 repacked for the
-// AVX-512 VNNI kernel with weight rows in the lanes (quant_avx512_packed.cc).
+// Weights repacked for the AVX-512 VNNI kernels with weight rows in the lanes
+// (quant_avx512_packed.cc: Q8_0 / Q4_0 / Q5_0; quant_avx512_packed_k.cc:
+// Q4_K / Q6_K).
 //
 // The ggml layouts keep each row's blocks together, so a kernel that puts
 // activation rows in the SIMD lanes must spread every 4-byte group of weight
 // codes across them (one permute per vpdpbusd: the AVX-512 kernels of
-// quant_avx512_q32.cc reach about a third of the vpdpbusd rate at 8
-// activation rows). Here 16 weight rows are interleaved at load time: for a
-// group of 16 rows and block b, the 4-byte code group k (elements 4k..4k+3)
-// of the 16 rows fills one 64-byte vector, row t in bytes 4t..4t+3, so a
-// vpdpbusd takes it against one activation row's 4 bytes broadcast from
-// memory and no shuffle is left in the inner loop.
+// quant_avx512_q32.cc / quant_avx512_k.cc reach about a third of the
+// vpdpbusd rate at 8 activation rows). Here 16 weight rows are interleaved
+// at load time: for a group of 16 rows and block b, the 4-byte code group k
+// (elements 4k..4k+3) of the 16 rows fills one 64-byte vector, row t in
+// bytes 4t..4t+3, so a vpdpbusd takes it against one activation row's 4
+// bytes broadcast from memory and no shuffle is left in the inner loop.
 //
-// Per group of 16 rows (rows 16g .. 16g+15), for each block b in order:
-//   codes:  Q8_0: 8 vectors, vector k = the rows' bytes 4k..4k+3 as unsigned
-//           codes (int8 value + 128); Q4_0 / Q5_0: 4 vectors, vector k = the
-//           rows' qs bytes 4k..4k+3 as stored (low nibbles: elements 4k..4k+3,
-//           high nibbles: elements 16+4k..16+4k+3);
-//   high:   Q5_0 only: 8 64-bit masks, bit 4t+i of mask k = fifth bit of
-//           element 4k+i of row t;
-//   scales: the 16 rows' fp16 block scales, row order.
-// The bytes are the file's, only reordered (same size), so a kernel on this
-// layout computes every output with exactly the arithmetic of the others
-// (quant_avx512_q32.cc's file comment): bitwise the same results.
+// Planes, each [rows / 16][nb][PlaneBytes(type).x] for block b of group g
+// (a block is 32 elements for Q8_0 / Q4_0 / Q5_0, 256 for Q4_K / Q6_K):
+//   codes   Q8_0: vector k (k < 8) = the rows' bytes 4k..4k+3 as unsigned
+//           codes (int8 value + 128). Q4_0 / Q5_0: vector k (k < 4) = the
+//           rows' qs bytes 4k..4k+3 as stored (low nibbles: group k, high
+//           nibbles: group k + 4). Q4_K: vector 8c + k (c < 4, k < 8) = the
+//           rows' qs bytes 32c + 4k .. +3 as stored (low nibbles: group 16c
+//           + k of sub-block 2c, high nibbles: of sub-block 2c + 1). Q6_K:
+//           vector k (k < 32) = the low 4 bits of group k's codes (codes are
+//           value + 32, 0..63) in the low nibbles and of group k + 32's in
+//           the high nibbles;
+//   high    Q5_0: 8 64-bit masks, bit 4t + i of mask k = fifth bit of
+//           element 4k + i of row t. Q6_K: vector k (k < 16) = the top 2
+//           code bits of groups k, k + 16, k + 32, k + 48 at bits 0-1, 2-3,
+//           4-5, 6-7 of each byte;
+//   subs    Q4_K: [8 sub-blocks][16 rows] 6-bit scales; Q6_K: [16 groups of
+//           16 elements][16 rows] int8 scales;
+//   mins    Q4_K: [4 pairs q][16 rows][2]: the 6-bit mins of sub-blocks 2q
+//           and 2q + 1;
+//   d       the 16 rows' fp16 block scales, row order;
+//   dmin    Q4_K: the 16 rows' fp16 dmin.
+// Codes and scales are the file's (reordered, not re-rounded), so a kernel on
+// this layout computes every output with exactly the arithmetic of the
+// others (the file comments of quant_avx512_q32.cc and quant_avx512_k.cc):
+// bitwise the same results. Sizes: as stored, except Q4_K's unpacked scales
+// and mins (148 bytes per row and super-block instead of 144).
 #pragma once
 
 #include <cstddef>
@@ -35,17 +51,33 @@ namespace kvshare::detail {
 
 inline constexpr int kPackRows = 16;  // weight rows per interleaved group
 
-struct PackedWeights {
-  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0 or Q5_0
-  std::int64_t rows = 0;            // a multiple of kPackRows
-  std::int64_t nb = 0;              // blocks per row (cols / 32)
-  const std::uint8_t* codes = nullptr;    // [rows / 16][nb][CodeBytes(type)]
-  const std::uint64_t* high = nullptr;    // Q5_0: [rows / 16][nb][8]; else null
-  const std::uint16_t* scales = nullptr;  // [rows / 16][nb][16]
-  std::unique_ptr<void, void (*)(void*)> storage{nullptr, std::free};  // the three arrays (64-byte aligned)
+// Code bytes the kernels prefetch ahead of the block they read. A matrix
+// larger than the caches (the LM head) streams from DRAM; with only the
+// hardware prefetchers an 8-row step over the 178 MB Gemma 3 head took longer
+// than the unpacked kernel, and 4 KiB ahead gave the best model step times of
+// the distances tried (2, 4, 8 KiB; kvshare bench, 2 threads).
+inline constexpr std::size_t kPackedPrefetchAhead = 4096;
 
-  // Code bytes per (group, block): 512 for Q8_0, 256 for Q4_0 / Q5_0.
-  static constexpr std::size_t CodeBytes(GgmlType t) { return t == GgmlType::kQ8_0 ? 512 : 256; }
+// Bytes of each plane per (group of 16 rows, block); 0: the type has none.
+struct PlaneBytes {
+  std::size_t codes = 0, high = 0, subs = 0, mins = 0, d = 0, dmin = 0;
+  std::size_t Total() const { return codes + high + subs + mins + d + dmin; }
+};
+PlaneBytes PackedPlaneBytes(GgmlType type);
+
+struct PackedWeights {
+  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, Q4_K or Q6_K
+  std::int64_t rows = 0;            // a multiple of kPackRows
+  std::int64_t nb = 0;              // blocks per row
+  PlaneBytes bytes;                 // PackedPlaneBytes(type)
+  // The planes (64-byte aligned; null where the type has none).
+  const std::uint8_t* codes = nullptr;
+  const std::uint8_t* high = nullptr;
+  const std::uint8_t* subs = nullptr;
+  const std::uint8_t* mins = nullptr;
+  const std::uint16_t* d = nullptr;
+  const std::uint16_t* dmin = nullptr;
+  std::unique_ptr<void, void (*)(void*)> storage{nullptr, std::free};  // owns the planes
 };
 
 // Whether Pack can repack a matrix of this type and row count (a type above,
@@ -53,7 +85,7 @@ struct PackedWeights {
 bool CanPack(GgmlType type, std::int64_t rows);
 
 // The packed copy of `rows` rows of `nb` blocks of `type` at data (ggml
-// layout). Requires CanPack(type, rows).
+// layout). Throws kvshare::Error unless CanPack(type, rows) and nb > 0.
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb);
 
 }  // namespace kvshare::detail

@@ -1,0 +1,213 @@
+// AVX-512 VNNI kernel over packed Q4_K / Q6_K weights (layout:
+// quant_packed.h), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
+// CPU reports those features (quant_matmul.cc).
+//
+// The 16 lanes are 16 weight rows, as in quant_avx512_packed.cc. Per
+// super-block and activation row: each scale group's codes (Q4_K: a 32-
+// element sub-block, 8 code vectors; Q6_K: a 16-element group, 4) go through
+// vpdpbusd against the activation's 4-byte groups broadcast from memory, and
+// the group's exact int32 sum is multiplied by the group's integer scale per
+// lane (vpmulld) and added to P_b. Q6_K starts each group's sum at -32 *
+// bsum_g (the codes' bias), so P_b = sum_g s_g (sum c x - 32 bsum_g), the
+// same integer as quant_avx512_k.cc's sum_g s_g sum c x - sum_g 32 s_g bsum_g.
+// Q4_K's M_b = sum_j m_j (sum of the activation's sub-block j) comes from 4
+// vpdpwssd of int16 pairs. Then y = fma(float(P_b), d_b * dx_b, y), z =
+// fma(float(M_b), dmin_b * dx_b, z) over the super-blocks in order, output
+// y - z (Q6_K: y): the arithmetic of quant_avx512_k.cc's file comment, so
+// bitwise the same outputs.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "model/quant_kernels.h"
+#include "model/quant_packed.h"
+#include "model/quant_x86.h"
+
+namespace kvshare::detail {
+namespace {
+
+// Activation rows per pass (R int32 sums and R or 2R float accumulators next
+// to a group's code vectors).
+constexpr int kPassRows = 8;
+
+inline __m512i Broadcast4(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The planes of one block (super-block) of one group of 16 rows.
+struct BlockPlanes {
+  const std::uint8_t* codes;
+  const std::uint8_t* high;
+  const std::uint8_t* subs;
+  const std::uint8_t* mins;
+  const std::uint16_t* d;
+  const std::uint16_t* dmin;
+};
+
+BlockPlanes PlanesAt(const PackedWeights& w, std::int64_t g, std::int64_t b) {
+  const auto gb = static_cast<std::size_t>(g * w.nb + b);
+  const auto at = [gb](const std::uint8_t* p, std::size_t bytes) { return p != nullptr ? p + gb * bytes : nullptr; };
+  return {at(w.codes, w.bytes.codes), at(w.high, w.bytes.high), at(w.subs, w.bytes.subs), at(w.mins, w.bytes.mins),
+          w.d + gb * kPackRows,       w.dmin != nullptr ? w.dmin + gb * kPackRows : nullptr};
+}
+
+void PrefetchAhead(const std::uint8_t* p, std::size_t bytes) {
+  const char* ahead = reinterpret_cast<const char*>(p) + kPackedPrefetchAhead;
+  for (std::size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+}
+
+// The activation side of Q4_K's correction: pair q = (sum of sub-block 2q,
+// of 2q + 1) as int16 halves of one int32 (|.| <= 32 * 127).
+inline std::int32_t SubBlockSumPair(const ActQ8K& a, int q) {
+  const auto lo = static_cast<std::uint16_t>(a.bsums[4 * q] + a.bsums[4 * q + 1]);
+  const auto hi = static_cast<std::uint16_t>(a.bsums[4 * q + 2] + a.bsums[4 * q + 3]);
+  return static_cast<std::int32_t>(lo | (static_cast<std::uint32_t>(hi) << 16));
+}
+
+// Q4_K: 16 weight rows against R activation rows; y[j * ys + t].
+template <int R>
+void GroupRowsQ4K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_t xs, float* y, std::int64_t ys) {
+  const __m512i low4 = _mm512_set1_epi8(0xF);
+  __m512 acc[R], accm[R];
+  for (int j = 0; j < R; ++j) acc[j] = accm[j] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < w.nb; ++b) {
+    const BlockPlanes pl = PlanesAt(w, g, b);
+    PrefetchAhead(pl.codes, w.bytes.codes);
+    __m512i P[R];
+    for (int j = 0; j < R; ++j) P[j] = _mm512_setzero_si512();
+    for (int sb = 0; sb < 8; ++sb) {  // sub-block sb: codes of chunk sb / 2, low or high nibbles
+      __m512i c[8];
+      for (int k = 0; k < 8; ++k) {
+        const __m512i v = _mm512_load_si512(pl.codes + 64 * (8 * (sb / 2) + k));
+        c[k] = _mm512_and_si512(sb % 2 == 0 ? v : _mm512_srli_epi16(v, 4), low4);
+      }
+      const __m512i s = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * sb)));
+      for (int j = 0; j < R; ++j) {
+        const std::int8_t* a = x[j * xs + b].qs + 32 * sb;
+        __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k += 2) {
+          p0 = _mm512_dpbusd_epi32(p0, c[k], Broadcast4(a + 4 * k));
+          p1 = _mm512_dpbusd_epi32(p1, c[k + 1], Broadcast4(a + 4 * k + 4));
+        }
+        P[j] = _mm512_add_epi32(P[j], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), s));
+      }
+    }
+    __m512i mins[4];
+    for (int q = 0; q < 4; ++q) mins[q] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.mins + 32 * q)));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.dmin)));
+    for (int j = 0; j < R; ++j) {
+      const ActQ8K& a = x[j * xs + b];
+      __m512i M = _mm512_setzero_si512();
+      for (int q = 0; q < 4; ++q) M = _mm512_dpwssd_epi32(M, mins[q], _mm512_set1_epi32(SubBlockSumPair(a, q)));
+      const __m512 dx = _mm512_set1_ps(a.d);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[j]), _mm512_mul_ps(dw, dx), acc[j]);
+      accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, dx), accm[j]);
+    }
+  }
+  for (int j = 0; j < R; ++j) _mm512_storeu_ps(y + j * ys, _mm512_sub_ps(acc[j], accm[j]));
+}
+
+// Q6_K code vector of group k (k < 64): the low nibble from codes vector k %
+// 32 (shifted down for k >= 32), bits 4-5 from high vector k % 16 (its bits
+// 2 (k / 16) .. +1), selected by byte masks.
+template <int kQuarter>
+inline __m512i Q6Codes(const std::uint8_t* codes, const std::uint8_t* high, int k) {
+  const __m512i nib = _mm512_load_si512(codes + 64 * (k % 32));
+  const __m512i hv = _mm512_load_si512(high + 64 * (k % 16));
+  const __m512i lo = k < 32 ? nib : _mm512_srli_epi16(nib, 4);
+  __m512i hi;
+  if constexpr (kQuarter == 0) {
+    hi = _mm512_slli_epi16(hv, 4);
+  } else if constexpr (kQuarter == 1) {
+    hi = _mm512_slli_epi16(hv, 2);
+  } else if constexpr (kQuarter == 2) {
+    hi = hv;
+  } else {
+    hi = _mm512_srli_epi16(hv, 2);
+  }
+  // (lo & 0x0F) | (hi & 0x30): bitwise select with 0x0F, then clear bits 6-7.
+  return _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), lo, hi, 0xCA), _mm512_set1_epi8(0x3F));
+}
+
+// Q6_K groups 4Q .. 4Q + 3 (quarter Q of the super-block: codes' bits 4-5 at
+// bits 2Q of the high plane) into P.
+template <int kQuarter, int R>
+inline void Q6Quarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, std::int64_t b, __m512i P[R]) {
+  for (int gq = 0; gq < 4; ++gq) {
+    const int grp = 4 * kQuarter + gq;  // scale group: elements 16 grp .. +15, code vectors 4 grp .. +3
+    __m512i c[4];
+    for (int k = 0; k < 4; ++k) c[k] = Q6Codes<kQuarter>(pl.codes, pl.high, 4 * grp + k);
+    const __m512i s = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * grp)));
+    for (int j = 0; j < R; ++j) {
+      const ActQ8K& a = x[j * xs + b];
+      const std::int8_t* q = a.qs + 16 * grp;
+      __m512i p0 = _mm512_set1_epi32(-32 * a.bsums[grp]), p1 = _mm512_setzero_si512();
+      p0 = _mm512_dpbusd_epi32(p0, c[0], Broadcast4(q));
+      p1 = _mm512_dpbusd_epi32(p1, c[1], Broadcast4(q + 4));
+      p0 = _mm512_dpbusd_epi32(p0, c[2], Broadcast4(q + 8));
+      p1 = _mm512_dpbusd_epi32(p1, c[3], Broadcast4(q + 12));
+      P[j] = _mm512_add_epi32(P[j], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), s));
+    }
+  }
+}
+
+// Q6_K: 16 weight rows against R activation rows; y[j * ys + t].
+template <int R>
+void GroupRowsQ6K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_t xs, float* y, std::int64_t ys) {
+  __m512 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < w.nb; ++b) {
+    const BlockPlanes pl = PlanesAt(w, g, b);
+    PrefetchAhead(pl.codes, w.bytes.codes);
+    PrefetchAhead(pl.high, w.bytes.high);
+    __m512i P[R];
+    for (int j = 0; j < R; ++j) P[j] = _mm512_setzero_si512();
+    Q6Quarter<0, R>(pl, x, xs, b, P);
+    Q6Quarter<1, R>(pl, x, xs, b, P);
+    Q6Quarter<2, R>(pl, x, xs, b, P);
+    Q6Quarter<3, R>(pl, x, xs, b, P);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.d)));
+    for (int j = 0; j < R; ++j) {
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x[j * xs + b].d)), acc[j]);
+    }
+  }
+  for (int j = 0; j < R; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
+}
+
+template <int R>
+void GroupRows(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_t xs, float* y, std::int64_t ys) {
+  if (w.type == GgmlType::kQ4_K) {
+    GroupRowsQ4K<R>(w, g, x, xs, y, ys);
+  } else {
+    GroupRowsQ6K<R>(w, g, x, xs, y, ys);
+  }
+}
+
+}  // namespace
+
+void Avx512PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
+                       int acts, float* y, std::int64_t ys) {
+  for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
+    float* yg = y + (g * kPackRows - r0);
+    for (int j0 = 0; j0 < acts; j0 += kPassRows) {
+      const ActQ8K* xj = x + j0 * xs;
+      float* yj = yg + j0 * ys;
+      switch (std::min(kPassRows, acts - j0)) {
+        case 1: GroupRows<1>(w, g, xj, xs, yj, ys); break;
+        case 2: GroupRows<2>(w, g, xj, xs, yj, ys); break;
+        case 3: GroupRows<3>(w, g, xj, xs, yj, ys); break;
+        case 4: GroupRows<4>(w, g, xj, xs, yj, ys); break;
+        case 5: GroupRows<5>(w, g, xj, xs, yj, ys); break;
+        case 6: GroupRows<6>(w, g, xj, xs, yj, ys); break;
+        case 7: GroupRows<7>(w, g, xj, xs, yj, ys); break;
+        default: GroupRows<kPassRows>(w, g, xj, xs, yj, ys); break;
+      }
+    }
+  }
+}
+
+}  // namespace kvshare::detail
