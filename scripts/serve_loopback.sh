@@ -45,6 +45,10 @@ trap cleanup EXIT
 # Starts a replica on a free port; sets $port.
 start_replica() {
   local log=$work/replica$1.log
+  # The log exists before the replica does: the shell creates its redirection
+  # only once the background job runs, and a sed on a missing file fails the
+  # script (set -e, pipefail).
+  : >"$log"
   "$cli" serve --model "$model" --host 127.0.0.1 --port 0 --slots 4 --max-context 2048 --drain-timeout 20 \
     2>"$log" &
   pids+=($!)

@@ -133,10 +133,11 @@ struct WeightMatrix {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   std::size_t row_bytes = 0;
-  // The same rows repacked for the kernel that puts 16 weight rows in the
-  // SIMD lanes (model/quant_packed.h; PackForMatMul), or null. MatMul reads it
-  // at KernelLevel::kAvx512Vnni and `data` at every other level; the results
-  // are bitwise the same either way.
+  // The same rows repacked for the kernels that put weight rows in the SIMD
+  // lanes (model/quant_packed.h; PackForMatMul), or null. MatMul reads it at
+  // the levels with a kernel for it and `data` at the others; the results are
+  // bitwise those of the AVX-512 kernels either way (the unpacked AVX2 Q8_0
+  // kernel differs from them in the last bits).
   std::shared_ptr<const detail::PackedWeights> packed;
 
   // 2-D tensor view (ne[1] rows of ne[0]); throws kvshare::Error on rank > 2
@@ -174,9 +175,9 @@ struct MatMulParams {
 // pointers with m > 0.
 void MatMul(const WeightMatrix& w, const MatMulParams& p);
 
-// w with a packed copy of its rows (w.packed) when MatMul's default level is
-// kAvx512Vnni and w is Q8_0, Q4_0, Q5_0, Q4_K or Q6_K with a multiple of 16
-// rows; w
+// w with a packed copy of its rows (w.packed) when w has a multiple of 16
+// rows and MatMul's default level has a kernel over packed weights of its type
+// (kAvx512Vnni: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K; kAvx2: Q8_0, Q4_0, Q5_0); w
 // unchanged otherwise (and when KVSHARE_KERNEL picks another level). The copy
 // takes as many bytes as w's rows: call it for the matrices of matrix products,
 // not for tables that are only looked up (embeddings).

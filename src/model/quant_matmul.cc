@@ -72,14 +72,6 @@ WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
   return Make(t.data, t.type, t.ne[1], t.ne[0]);
 }
 
-WeightMatrix PackForMatMul(WeightMatrix w) {
-  if (DefaultKernelLevel() == KernelLevel::kAvx512Vnni && w.packed == nullptr && w.data != nullptr &&
-      detail::CanPack(w.type, w.rows)) {
-    w.packed = detail::Pack(w.data, w.type, w.rows, w.cols / GgmlBlockSize(w.type));
-  }
-  return w;
-}
-
 namespace {
 
 const detail::QuantKernels& Kernels(KernelLevel level) {
@@ -90,6 +82,25 @@ const detail::QuantKernels& Kernels(KernelLevel level) {
   (void)level;
   return detail::kScalarKernels;
 }
+
+// Whether `level` has a kernel over packed weights of `type`.
+bool HasPackedKernel(KernelLevel level, GgmlType type) {
+  if (level == KernelLevel::kFloat) return false;
+  const detail::QuantKernels& k = Kernels(level);
+  return UsesSuperBlockActivations(type) ? k.packed_k != nullptr : k.packed != nullptr;
+}
+
+}  // namespace
+
+WeightMatrix PackForMatMul(WeightMatrix w) {
+  if (w.packed == nullptr && w.data != nullptr && detail::CanPack(w.type, w.rows) &&
+      HasPackedKernel(DefaultKernelLevel(), w.type)) {
+    w.packed = detail::Pack(w.data, w.type, w.rows, w.cols / GgmlBlockSize(w.type));
+  }
+  return w;
+}
+
+namespace {
 
 // The work split: tasks of whole output rows of one target, about
 // kTasksPerThread tasks per thread over all targets (each target's share by

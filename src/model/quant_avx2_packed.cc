@@ -1,0 +1,199 @@
+// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 weights (layout: quant_packed.h),
+// compiled with -mavx2 -mfma -mf16c; entered only when the CPU reports those
+// features (quant_matmul.cc).
+//
+// The 16 rows of a packed group are taken as two halves of 8, one per ymm:
+// lane t of a half is weight row t, and each activation row's 4-byte group k
+// is broadcast from memory against code vector k. Without VNNI a 4-byte group
+// is maddubs (u8 x s8 -> int16 pairs) and madd against ones: Q4_0 / Q5_0
+// codes are at most 31, so four maddubs results summed in int16 stay below
+// 4 * 2 * 31 * 127 = 31496; Q8_0 takes the sign trick (|w| as the unsigned
+// operand, x with w's sign as the signed one: pairs at most 2 * 128 * 127).
+// Per weight row and activation row the arithmetic is the AVX-512 kernels'
+// (p_b exact in int32, y = fma(float(p_b), dw_b * dx_b, y) over the blocks in
+// order), so packed outputs on AVX2 equal the AVX-512 ones bit for bit. (The
+// unpacked AVX2 Q8_0 kernel, quant_avx2.cc, sums 8 lanes of partial products
+// instead and differs in the last bits.)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "model/quant_kernels.h"
+#include "model/quant_packed.h"
+#include "model/quant_x86.h"
+
+namespace kvshare::detail {
+namespace {
+
+constexpr int kPassRows = 8;
+
+template <GgmlType kType>
+constexpr int Bias() {
+  return kType == GgmlType::kQ8_0 ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
+}
+
+inline __m256i Broadcast4(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256i Load(const std::uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// One block of one half, decoded into 32-byte code vectors c[k] (Q8_0: |w|,
+// with the signed w in s[k]).
+struct alignas(32) HalfCodes {
+  std::uint8_t c[8][32];
+  std::uint8_t s[8][32];
+};
+
+template <GgmlType kType>
+void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, HalfCodes& out) {
+  const auto store = [](std::uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); };
+  if constexpr (kType == GgmlType::kQ8_0) {
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = _mm256_xor_si256(Load(codes + 64 * k + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
+      store(out.s[k], w);
+      store(out.c[k], _mm256_sign_epi8(w, w));
+    }
+  } else {
+    const __m256i low4 = _mm256_set1_epi8(0xF);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = Load(codes + 64 * k + 32 * h);
+      __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      if constexpr (kType == GgmlType::kQ5_0) {
+        std::uint64_t m0, m1;
+        std::memcpy(&m0, high + 8 * k, 8);
+        std::memcpy(&m1, high + 8 * (k + 4), 8);
+        lo = _mm256_or_si256(lo, BitsToBytes(static_cast<std::uint32_t>(m0 >> (32 * h))));
+        hi = _mm256_or_si256(hi, BitsToBytes(static_cast<std::uint32_t>(m1 >> (32 * h))));
+      }
+      store(out.c[k], lo);
+      store(out.c[k + 4], hi);
+    }
+  }
+}
+
+// The exact int32 block dot products of the half's 8 weight rows with
+// activation block a.
+template <GgmlType kType>
+inline __m256i HalfDot(const HalfCodes& hc, const ActQ8& a) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (kType == GgmlType::kQ8_0) {
+    __m256i p = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i sx = _mm256_sign_epi8(Broadcast4(a.qs + 4 * k), Load(hc.s[k]));
+      p = _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(Load(hc.c[k]), sx), ones));
+    }
+    return p;
+  } else {
+    __m256i s[2];
+    for (int q = 0; q < 2; ++q) {
+      s[q] = _mm256_maddubs_epi16(Load(hc.c[4 * q]), Broadcast4(a.qs + 16 * q));
+      for (int k = 4 * q + 1; k < 4 * q + 4; ++k) s[q] = _mm256_add_epi16(s[q], _mm256_maddubs_epi16(Load(hc.c[k]), Broadcast4(a.qs + 4 * k)));
+    }
+    const __m256i init = _mm256_set1_epi32(-Bias<kType>() * a.sum);
+    return _mm256_add_epi32(init, _mm256_add_epi32(_mm256_madd_epi16(s[0], ones), _mm256_madd_epi16(s[1], ones)));
+  }
+}
+
+// Where a half's decoded blocks come from: decoded as they are read
+// (Inline; one pass of activation rows), or decoded once into scratch for
+// several passes (Buffered: Q5_0 with more than kPassRows rows, whose fifth
+// bits cost more to expand than the scratch costs to read back; Q8_0 and
+// Q4_0 measured faster decoding again per pass).
+template <GgmlType kType>
+struct Inline {
+  const PackedWeights& w;
+  std::int64_t g;
+  int h;
+  HalfCodes hc;
+  const HalfCodes& operator()(std::int64_t b) {
+    const auto gb = static_cast<std::size_t>(g * w.nb + b);
+    const std::uint8_t* codes = w.codes + gb * w.bytes.codes;
+    if (h == 0) {
+      const char* ahead = reinterpret_cast<const char*>(codes) + kPackedPrefetchAhead;
+      for (std::size_t l = 0; l < w.bytes.codes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    }
+    DecodeHalf<kType>(codes, w.high != nullptr ? w.high + gb * w.bytes.high : nullptr, h, hc);
+    return hc;
+  }
+};
+
+struct Buffered {
+  const HalfCodes* hc;
+  const HalfCodes& operator()(std::int64_t b) const { return hc[b]; }
+};
+
+// One half (rows 8h .. 8h+7 of a group; its fp16 scales at d, 16 apart)
+// against R activation rows; y[j * ys + t].
+template <GgmlType kType, int R, class Src>
+void HalfRows(Src&& src, const std::uint16_t* d, std::int64_t nb, const ActQ8* x, std::int64_t xs, float* y,
+              std::int64_t ys) {
+  __m256 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const HalfCodes& hc = src(b);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + b * kPackRows)));
+    for (int j = 0; j < R; ++j) {
+      const ActQ8& a = x[j * xs + b];
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfDot<kType>(hc, a)), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[j]);
+    }
+  }
+  for (int j = 0; j < R; ++j) _mm256_storeu_ps(y + j * ys, acc[j]);
+}
+
+template <GgmlType kType, class MakeSrc>
+void Passes(MakeSrc&& make_src, const std::uint16_t* d, std::int64_t nb, const ActQ8* x, std::int64_t xs, int acts,
+            float* y, std::int64_t ys) {
+  for (int j0 = 0; j0 < acts; j0 += kPassRows) {
+    const ActQ8* xj = x + j0 * xs;
+    float* yj = y + j0 * ys;
+    switch (std::min(kPassRows, acts - j0)) {
+      case 1: HalfRows<kType, 1>(make_src(), d, nb, xj, xs, yj, ys); break;
+      case 2: HalfRows<kType, 2>(make_src(), d, nb, xj, xs, yj, ys); break;
+      case 3: HalfRows<kType, 3>(make_src(), d, nb, xj, xs, yj, ys); break;
+      case 4: HalfRows<kType, 4>(make_src(), d, nb, xj, xs, yj, ys); break;
+      case 5: HalfRows<kType, 5>(make_src(), d, nb, xj, xs, yj, ys); break;
+      case 6: HalfRows<kType, 6>(make_src(), d, nb, xj, xs, yj, ys); break;
+      case 7: HalfRows<kType, 7>(make_src(), d, nb, xj, xs, yj, ys); break;
+      default: HalfRows<kType, kPassRows>(make_src(), d, nb, xj, xs, yj, ys); break;
+    }
+  }
+}
+
+template <GgmlType kType>
+void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
+                 float* y, std::int64_t ys) {
+  const bool buffered = kType == GgmlType::kQ5_0 && acts > kPassRows;
+  thread_local std::vector<HalfCodes> scratch;
+  if (buffered) scratch.resize(static_cast<std::size_t>(w.nb));
+  for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      const std::uint16_t* d = w.d + static_cast<std::size_t>(g * w.nb) * kPackRows + 8 * h;
+      float* yh = y + (g * kPackRows - r0) + 8 * h;
+      if (buffered) {
+        Inline<kType> dec{w, g, h, {}};
+        for (std::int64_t b = 0; b < w.nb; ++b) scratch[static_cast<std::size_t>(b)] = dec(b);
+        Passes<kType>([&] { return Buffered{scratch.data()}; }, d, w.nb, x, xs, acts, yh, ys);
+      } else {
+        Passes<kType>([&] { return Inline<kType>{w, g, h, {}}; }, d, w.nb, x, xs, acts, yh, ys);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Avx2PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
+                    float* y, std::int64_t ys) {
+  switch (w.type) {
+    case GgmlType::kQ8_0: PackedRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    default: PackedRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
+  }
+}
+
+}  // namespace kvshare::detail
