@@ -8,6 +8,9 @@
 // repacked (PackForMatMul: 16 rows interleaved for the AVX-512 VNNI kernels;
 // the label says "packed" only where this CPU's default level packs):
 //   kvshare_bench --benchmark_filter=MatPacked
+// The default model's decode shapes packed and from DRAM (one row and a
+// server's 8-row step), with the roofs below:
+//   kvshare_bench --benchmark_filter=MatPackedDram
 // Gemma 4 E2B decode shapes, from DRAM, against the memory roofs measured with
 // the same threads right before and after (the larger of the two):
 //   kvshare_bench --benchmark_filter='E2bVec|triad|read'
@@ -103,6 +106,7 @@ void RunMatMul(benchmark::State& state, bool dram, bool packed = false) {
 void BM_MatMul(benchmark::State& state) { RunMatMul(state, false); }
 void BM_MatMulDram(benchmark::State& state) { RunMatMul(state, true); }
 void BM_MatMulPacked(benchmark::State& state) { RunMatMul(state, false, true); }
+void BM_MatMulPackedDram(benchmark::State& state) { RunMatMul(state, true, true); }
 
 // The packable cases of Shapes and TypeShapes at the AVX-512 level, and the
 // 32-element types at the AVX2 level.
@@ -119,6 +123,22 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
   for (std::int64_t m : {1, 8, 64}) {
     for (std::int64_t t : {q40, q50, q80, q4k, q6k}) b->Args({t, 2048, 2048, m, 1, 2});
     for (std::int64_t t : {q40, q50, q80}) b->Args({t, 2048, 2048, m, 1, 1});  // the AVX2 packed kernel
+  }
+}
+
+// The default model's decode matrices, packed, from DRAM as in a model step
+// (the layers' 73 MB and the head's 178 MB do not stay in cache from one step
+// to the next): one row, and a server step's 8 rows; 1 and 2 threads.
+void PackedDramShapes(benchmark::internal::Benchmark* b) {
+  const std::int64_t q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0),
+                     q4k = static_cast<std::int64_t>(GgmlType::kQ4_K), q6k = static_cast<std::int64_t>(GgmlType::kQ6_K);
+  for (std::int64_t m : {1, 8}) {
+    for (std::int64_t th : {1, 2}) {
+      b->Args({q50, 2048, 640, m, th, 2});   // ffn_gate / ffn_up
+      b->Args({q4k, 640, 2048, m, th, 2});   // ffn_down (Q4_K layers)
+      b->Args({q6k, 640, 2048, m, th, 2});   // ffn_down (Q6_K layers)
+      b->Args({q80, 262144, 640, m, th, 2});  // tied embedding as LM head
+    }
   }
 }
 
@@ -170,6 +190,7 @@ void E2bShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_MatMul)->Apply(Shapes)->Name("MatVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMul)->Apply(TypeShapes)->Name("MatTypes")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMulPacked)->Apply(PackedShapes)->Name("MatPacked")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatMulPackedDram)->Apply(PackedDramShapes)->Name("MatPackedDram")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMulDram)->Apply(E2bShapes)->Name("E2bVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace

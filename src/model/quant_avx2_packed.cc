@@ -114,8 +114,7 @@ struct Inline {
     const auto gb = static_cast<std::size_t>(g * w.nb + b);
     const std::uint8_t* codes = w.codes + gb * w.bytes.codes;
     if (h == 0) {
-      const char* ahead = reinterpret_cast<const char*>(codes) + kPackedPrefetchAhead;
-      for (std::size_t l = 0; l < w.bytes.codes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+      PrefetchPackedAhead(codes, w.bytes.codes);
     }
     DecodeHalf<kType>(codes, w.high != nullptr ? w.high + gb * w.bytes.high : nullptr, h, hc);
     return hc;

@@ -68,8 +68,7 @@ void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::
   __m512 acc[R];
   for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
-    const char* ahead = reinterpret_cast<const char*>(codes + static_cast<std::size_t>(b) * kCodeBytes) + kPackedPrefetchAhead;
-    for (std::size_t l = 0; l < kCodeBytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    PrefetchPackedAhead(codes + static_cast<std::size_t>(b) * kCodeBytes, kCodeBytes);
     __m512i c[8];
     LoadCodes<kType>(codes + static_cast<std::size_t>(b) * kCodeBytes, high != nullptr ? high + b * 8 : nullptr, c);
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d + b * kPackRows)));

@@ -54,11 +54,6 @@ BlockPlanes PlanesAt(const PackedWeights& w, std::int64_t g, std::int64_t b) {
           w.d + gb * kPackRows,       w.dmin != nullptr ? w.dmin + gb * kPackRows : nullptr};
 }
 
-void PrefetchAhead(const std::uint8_t* p, std::size_t bytes) {
-  const char* ahead = reinterpret_cast<const char*>(p) + kPackedPrefetchAhead;
-  for (std::size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-}
-
 // The activation side of Q4_K's correction: pair q = (sum of sub-block 2q,
 // of 2q + 1) as int16 halves of one int32 (|.| <= 32 * 127).
 inline std::int32_t SubBlockSumPair(const ActQ8K& a, int q) {
@@ -75,7 +70,7 @@ void GroupRowsQ4K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::
   for (int j = 0; j < R; ++j) acc[j] = accm[j] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < w.nb; ++b) {
     const BlockPlanes pl = PlanesAt(w, g, b);
-    PrefetchAhead(pl.codes, w.bytes.codes);
+    PrefetchPackedAhead(pl.codes, w.bytes.codes);
     __m512i P[R];
     for (int j = 0; j < R; ++j) P[j] = _mm512_setzero_si512();
     for (int sb = 0; sb < 8; ++sb) {  // sub-block sb: codes of chunk sb / 2, low or high nibbles
@@ -162,8 +157,8 @@ void GroupRowsQ6K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::
   for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < w.nb; ++b) {
     const BlockPlanes pl = PlanesAt(w, g, b);
-    PrefetchAhead(pl.codes, w.bytes.codes);
-    PrefetchAhead(pl.high, w.bytes.high);
+    PrefetchPackedAhead(pl.codes, w.bytes.codes);
+    PrefetchPackedAhead(pl.high, w.bytes.high);
     __m512i P[R];
     for (int j = 0; j < R; ++j) P[j] = _mm512_setzero_si512();
     Q6Quarter<0, R>(pl, x, xs, b, P);
