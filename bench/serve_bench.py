@@ -11,6 +11,13 @@ time of the run), TTFT and inter-token latency p50 / p99, and mean per-request
 decode tok/s; then kvshare / llama-server per C and the targets: kvshare's
 aggregate at C = 8 at least 4x its C = 1, and at least llama-server's at every C.
 
+--rounds R repeats the whole sweep R times (C = 1, 4, ... each round, the
+servers alternating within each C), because a shared host's speed drifts by
+10-20% over minutes and C = 1 and C = 8 are minutes apart: the table then
+shows each figure's median over the rounds, and the targets use the ratios
+taken within each round (C = 8 over C = 1 of the same round, kvshare over
+llama-server at the same C and round), whose median and range are printed.
+
 llama-server is a local reference built by hand (never committed), e.g. from
 the llama.cpp vendored in the llama-cpp-python sdist:
   cmake -S <sdist>/vendor/llama.cpp -B <build> -DLLAMA_BUILD_SERVER=ON
@@ -166,8 +173,11 @@ def main():
     ap.add_argument("--context", type=int, default=1024, help="tokens per slot (prompt + output)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=1, help="repetitions of the whole sweep (medians and per-round ratios)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {a.rounds}")
     cs = [int(x) for x in a.concurrency.split(",")]
     reqs = workload(min(a.requests, 256), a.seed)
     model_id = Path(a.model).stem
@@ -179,31 +189,18 @@ def main():
     print(f"{len(reqs)} requests per run: prompts {sum(len(p) for p, _ in reqs)} tokens "
           f"({PROMPT_LENS[0]} weights {PROMPT_LENS[1]}), outputs {sum(o for _, o in reqs)} tokens "
           f"({OUTPUT_LENS[0]} weights {OUTPUT_LENS[1]}); {a.threads} threads; KV cache {a.kv_dtype}; model {a.model}")
-    results = {s: {} for s in servers}
-    for c in cs:
-        for name in servers:
-            if name == "kvshare":
-                cmd = [a.kvshare, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", "0", "--slots", str(c),
-                       "--max-context", str(a.context), "--threads", str(a.threads), "--max-queue", "256",
-                       "--kv-dtype", a.kv_dtype, "-q"]
-                p = Proc(cmd)
-                mid = model_id
-            else:
-                port = free_port()
-                cmd = [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
-                       "-c", str(c * a.context), "-t", str(a.threads), "-tb", str(a.threads), "--no-webui",
-                       "-ctk", a.kv_dtype, "-ctv", a.kv_dtype]
-                p = Proc(cmd, port=port)
-                mid = model_id
-            try:
-                run(p.port, mid, workload(2, 99 + c), min(c, 2))  # warm-up
-                r = run(p.port, mid, reqs, c)
-            finally:
-                p.stop()
-            results[name][c] = r
-            print(f"{name:13s} C={c:2d}: {r['tok_s']:7.1f} tok/s aggregate, TTFT p50 {r['ttft_p50_ms']:7.1f} ms "
-                  f"p99 {r['ttft_p99_ms']:7.1f} ms, ITL p50 {r['itl_p50_ms']:6.1f} ms p99 {r['itl_p99_ms']:6.1f} ms, "
-                  f"{r['decode_tok_s_per_request']:6.1f} tok/s per request ({r['wall_s']:.1f} s)", flush=True)
+    rounds = [{s: {} for s in servers} for _ in range(a.rounds)]
+    for rnd, results in enumerate(rounds):
+        if a.rounds > 1:
+            print(f"round {rnd + 1} of {a.rounds}", flush=True)
+        for c in cs:
+            for name in servers:
+                r = bench_server(a, name, model_id, reqs, c)
+                results[name][c] = r
+                print(f"{name:13s} C={c:2d}: {r['tok_s']:7.1f} tok/s aggregate, TTFT p50 {r['ttft_p50_ms']:7.1f} ms "
+                      f"p99 {r['ttft_p99_ms']:7.1f} ms, ITL p50 {r['itl_p50_ms']:6.1f} ms p99 {r['itl_p99_ms']:6.1f} ms, "
+                      f"{r['decode_tok_s_per_request']:6.1f} tok/s per request ({r['wall_s']:.1f} s)", flush=True)
+    results = {name: {c: median_result([r[name][c] for r in rounds]) for c in cs} for name in servers}
     print("\n| C | kvshare tok/s | llama-server tok/s | ratio | kvshare TTFT p50/p99 ms | llama TTFT p50/p99 ms "
           "| kvshare ITL p50/p99 ms | llama ITL p50/p99 ms |")
     print("|---|---|---|---|---|---|---|---|")
@@ -211,20 +208,49 @@ def main():
         k = results["kvshare"][c]
         l = results.get("llama-server", {}).get(c)
         lt = f"{l['tok_s']:.1f}" if l else "-"
-        ratio = f"{k['tok_s'] / l['tok_s']:.2f}" if l else "-"
+        ratio = f"{statistics.median(r['kvshare'][c]['tok_s'] / r['llama-server'][c]['tok_s'] for r in rounds):.2f}" if l else "-"
         lttft = f"{l['ttft_p50_ms']:.0f} / {l['ttft_p99_ms']:.0f}" if l else "-"
         litl = f"{l['itl_p50_ms']:.1f} / {l['itl_p99_ms']:.1f}" if l else "-"
         print(f"| {c} | {k['tok_s']:.1f} | {lt} | {ratio} | {k['ttft_p50_ms']:.0f} / {k['ttft_p99_ms']:.0f} | {lttft} "
               f"| {k['itl_p50_ms']:.1f} / {k['itl_p99_ms']:.1f} | {litl} |")
-    k = results["kvshare"]
-    if 1 in k and 8 in k:
-        scale = k[8]["tok_s"] / k[1]["tok_s"]
-        print(f"\ntarget: kvshare C=8 / C=1 aggregate = {scale:.2f} (want >= 4): {'met' if scale >= 4 else 'MISSED'}")
-    if "llama-server" in results:
-        worst = min(k[c]["tok_s"] / results["llama-server"][c]["tok_s"] for c in cs)
+    if a.rounds > 1:
+        print(f"(medians over {a.rounds} rounds; the ratio column: the median of the rounds' ratios)")
+    if 1 in cs and 8 in cs:
+        scales = [r["kvshare"][8]["tok_s"] / r["kvshare"][1]["tok_s"] for r in rounds]
+        scale = statistics.median(scales)
+        spread = f" (rounds: {', '.join(f'{x:.2f}' for x in scales)})" if a.rounds > 1 else ""
+        print(f"\ntarget: kvshare C=8 / C=1 aggregate = {scale:.2f}{spread} (want >= 4): {'met' if scale >= 4 else 'MISSED'}")
+    if "llama-server" in servers:
+        worst = min(r["kvshare"][c]["tok_s"] / r["llama-server"][c]["tok_s"] for r in rounds for c in cs)
         print(f"target: kvshare / llama-server at every C >= 1: lowest {worst:.2f}: {'met' if worst >= 1 else 'MISSED'}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"requests": len(reqs), "threads": a.threads, "results": results}, indent=1))
+        Path(a.json).write_text(json.dumps({"requests": len(reqs), "threads": a.threads, "rounds": rounds,
+                                            "medians": results}, indent=1))
+
+
+def bench_server(a, name, model_id, reqs, c):
+    """Starts a fresh server of `name` with C slots, warms it up, runs reqs from C clients, stops it."""
+    if name == "kvshare":
+        cmd = [a.kvshare, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", "0", "--slots", str(c),
+               "--max-context", str(a.context), "--threads", str(a.threads), "--max-queue", "256",
+               "--kv-dtype", a.kv_dtype, "-q"]
+        p = Proc(cmd)
+    else:
+        port = free_port()
+        cmd = [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
+               "-c", str(c * a.context), "-t", str(a.threads), "-tb", str(a.threads), "--no-webui",
+               "-ctk", a.kv_dtype, "-ctv", a.kv_dtype]
+        p = Proc(cmd, port=port)
+    try:
+        run(p.port, model_id, workload(2, 99 + c), min(c, 2))  # warm-up
+        return run(p.port, model_id, reqs, c)
+    finally:
+        p.stop()
+
+
+def median_result(rs):
+    """Each figure's median over the rounds' results of one server and C."""
+    return {key: statistics.median(r[key] for r in rs) for key in rs[0]}
 
 
 if __name__ == "__main__":
