@@ -33,6 +33,7 @@
 #include "attention/cpu_attend_plan.h"
 #include "attention/store_rows.h"
 #include "common/float_convert.h"
+#include "common/prefetch.h"
 #include "kvshare/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,7 +48,7 @@ std::size_t RoundUp(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; 
 constexpr std::int64_t kRunsPerThread = 4;
 
 // K tiles of a block prefetched ahead of the one being scored (into L2, as
-// PrefetchRow does). The hardware prefetchers alone left decode from DRAM at
+// the V rows are). The hardware prefetchers alone left decode from DRAM at
 // about half the read bandwidth of 2 threads (decode/gemma_n4/B:8/T:320 f16:
 // 0.53 of the triad); 4-6 tiles ahead measured 8-15% faster there, 1-2 no
 // better than none.
@@ -115,11 +116,6 @@ void WithKvType(DType dtype, F&& f) {
   } else {
     f(float{});
   }
-}
-
-// Prefetches (into L2) the row_bytes bytes at row.
-void PrefetchRow(const char* row, std::size_t row_bytes) {
-  for (std::size_t i = 0; i < row_bytes; i += 64) __builtin_prefetch(row + i, 0, 2);
 }
 
 // Lays out scratch for a tile and fills queries and row ranges clipped to
@@ -235,7 +231,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
     for (std::size_t k = 0; k < part; ++k) {  // keys k, k + part, ... (kKeyTile)
       if (k + kKeyPrefetchTiles < part) {
         for (std::size_t i = 0; i < kKeyTile; ++i) {
-          PrefetchRow(reinterpret_cast<const char*>(KvRowAt(kv, s.koff[k + kKeyPrefetchTiles + i * part])), k_row_bytes);
+          PrefetchToL2(KvRowAt(kv, s.koff[k + kKeyPrefetchTiles + i * part]), k_row_bytes);
         }
       }
       if constexpr (kQ8) {
@@ -256,7 +252,7 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
         }
       }
       if (voff == nullptr) continue;
-      for (std::size_t j = k; j < nk; j += part) PrefetchRow(v_base + voff[j] / v_block * v_block_bytes, v_row_bytes);
+      for (std::size_t j = k; j < nk; j += part) PrefetchToL2(v_base + voff[j] / v_block * v_block_bytes, v_row_bytes);
     }
   });
   for (std::size_t g = 0; g < s.active.size(); ++g) {
