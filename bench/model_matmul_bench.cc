@@ -108,8 +108,7 @@ void BM_MatMulDram(benchmark::State& state) { RunMatMul(state, true); }
 void BM_MatMulPacked(benchmark::State& state) { RunMatMul(state, false, true); }
 void BM_MatMulPackedDram(benchmark::State& state) { RunMatMul(state, true, true); }
 
-// The packable cases of Shapes and TypeShapes at the AVX-512 level, and the
-// 32-element types at the AVX2 level.
+// The packable cases of Shapes and TypeShapes at the AVX-512 and AVX2 levels.
 void PackedShapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0),
                      q40 = static_cast<std::int64_t>(GgmlType::kQ4_0), q4k = static_cast<std::int64_t>(GgmlType::kQ4_K),
@@ -122,7 +121,7 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
   }
   for (std::int64_t m : {1, 8, 64}) {
     for (std::int64_t t : {q40, q50, q80, q4k, q6k}) b->Args({t, 2048, 2048, m, 1, 2});
-    for (std::int64_t t : {q40, q50, q80}) b->Args({t, 2048, 2048, m, 1, 1});  // the AVX2 packed kernel
+    for (std::int64_t t : {q40, q50, q80, q4k, q6k}) b->Args({t, 2048, 2048, m, 1, 1});  // the AVX2 packed kernels
   }
 }
 

@@ -499,11 +499,11 @@ TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
 // 5 super-blocks), 16 to 160 rows, m from 1 to 70 (passes of 8 activation
 // rows and their remainders, and the 64-row groups of MatMul), on the calling
 // thread and on 3 threads (tasks rounded to whole 16-row groups), on each
-// level with packed kernels (AVX-512: all five types; AVX2: the 32-element
-// ones, the K-quants falling back to the unpacked rows). The reference is the
-// AVX-512 level where the CPU has it, else the same level unpacked, except
-// for Q8_0 on AVX2, whose unpacked kernel sums its lanes in another order:
-// there within 1e-5 of the output's magnitude.
+// level with packed kernels (AVX-512 and AVX2: all five types). The reference
+// is the AVX-512 level where the CPU has it, else the same level unpacked,
+// except for Q8_0 / Q4_K / Q6_K on AVX2, whose unpacked kernels sum their
+// lanes or scale groups in another order: there within 1e-5 of the output's
+// magnitude.
 TEST(MatMul, PackedMatchesUnpackedBitwise) {
   std::mt19937 rng(31);
   const bool avx512 = KernelLevelAvailable(KernelLevel::kAvx512Vnni);
@@ -524,9 +524,8 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
           packed.packed = detail::Pack(c.w.data, t, rows, nblk);
           ThreadPool* p = (m + rows) % 2 == 0 ? &pool : nullptr;
           for (KernelLevel level : levels) {
-            const bool packs = level == KernelLevel::kAvx512Vnni || !k;  // else: the unpacked rows of this level
-            const bool exact = avx512 || level != KernelLevel::kAvx2 || t != GgmlType::kQ8_0;
-            const KernelLevel ref = avx512 && packs ? KernelLevel::kAvx512Vnni : level;
+            const bool exact = avx512 || level != KernelLevel::kAvx2 || (t != GgmlType::kQ8_0 && !k);
+            const KernelLevel ref = avx512 ? KernelLevel::kAvx512Vnni : level;
             std::vector<float> want(static_cast<std::size_t>(m * rows)), got(want.size(), NAN);
             MatMul(c.w, {.x = c.x.data(), .m = m, .y = want.data(), .pool = p, .level = ref});
             MatMul(packed, {.x = c.x.data(), .m = m, .y = got.data(), .pool = p, .level = level});
@@ -548,7 +547,7 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   // PackForMatMul packs what the default level has a kernel for.
   const RandomMatMul q4k(GgmlType::kQ4_K, 16, 256, 0, rng), q50(GgmlType::kQ5_0, 16, 64, 0, rng);
   const KernelLevel def = DefaultKernelLevel();
-  EXPECT_EQ(PackForMatMul(q4k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni);
+  EXPECT_EQ(PackForMatMul(q4k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2);
   EXPECT_EQ(PackForMatMul(q50.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2);
   // Mixed targets in one MatMulMany (default level); each against MatMul of
   // the unpacked matrix.

@@ -146,6 +146,7 @@ const QuantKernels kAvx2Kernels = {.q8_0 = KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8
                                    .q4_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ4_K, ActQ8K),
                                    .q5_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ5_K, ActQ8K),
                                    .q6_k = KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K),
-                                   .packed = Avx2PackedRows};
+                                   .packed = Avx2PackedRows,
+                                   .packed_k = Avx2PackedKRows};
 
 }  // namespace kvshare::detail

@@ -101,11 +101,13 @@ void Avx512Q4_0Rows(const BlockQ4_0* w, std::int64_t nrows, const ActQ8* x, std:
                     float* y, std::int64_t ys);
 void Avx512Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                     float* y, std::int64_t ys);
-// The AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 (quant_avx2_packed.cc) and
-// the AVX-512 kernels over packed weights (quant_avx512_packed.cc,
-// quant_avx512_packed_k.cc).
+// The AVX2 kernels over packed Q8_0 / Q4_0 / Q5_0 and Q4_K / Q6_K
+// (quant_avx2_packed.cc, quant_avx2_packed_k.cc) and the AVX-512 kernels over
+// packed weights (quant_avx512_packed.cc, quant_avx512_packed_k.cc).
 void Avx2PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
                     float* y, std::int64_t ys);
+void Avx2PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
+                     int acts, float* y, std::int64_t ys);
 void Avx512PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs,
                       int acts, float* y, std::int64_t ys);
 void Avx512PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
