@@ -80,6 +80,8 @@ void GroupRowsQ4K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::
         c[k] = _mm512_and_si512(sb % 2 == 0 ? v : _mm512_srli_epi16(v, 4), low4);
       }
       const __m512i s = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * sb)));
+      // Row by row, two chains of 4 each (code vector k against every row
+      // before k + 1, as in Q6Quarter, measured 2% slower here).
       for (int j = 0; j < R; ++j) {
         const std::int8_t* a = x[j * xs + b].qs + 32 * sb;
         __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
@@ -137,15 +139,25 @@ inline void Q6Quarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, s
     __m512i c[4];
     for (int k = 0; k < 4; ++k) c[k] = Q6Codes<kQuarter>(pl.codes, pl.high, 4 * grp + k);
     const __m512i s = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * grp)));
+    // Code vector k against every row before k + 1: the R chains are
+    // independent, so each vpdpbusd waits on one issued R earlier, not on the
+    // one before it (kvshare_bench MatPacked Q6_K 2048 x 2048, 1 thread, m = 8
+    // / 64: 232-239 / 1810-1825 us against 251-264 / 1985-2124 row by row).
+    // With one to three rows, two chains each.
+    constexpr int kChains = R >= 4 ? 1 : 2;
+    __m512i p[R][kChains];
     for (int j = 0; j < R; ++j) {
-      const ActQ8K& a = x[j * xs + b];
-      const std::int8_t* q = a.qs + 16 * grp;
-      __m512i p0 = _mm512_set1_epi32(-32 * a.bsums[grp]), p1 = _mm512_setzero_si512();
-      p0 = _mm512_dpbusd_epi32(p0, c[0], Broadcast4(q));
-      p1 = _mm512_dpbusd_epi32(p1, c[1], Broadcast4(q + 4));
-      p0 = _mm512_dpbusd_epi32(p0, c[2], Broadcast4(q + 8));
-      p1 = _mm512_dpbusd_epi32(p1, c[3], Broadcast4(q + 12));
-      P[j] = _mm512_add_epi32(P[j], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), s));
+      p[j][0] = _mm512_set1_epi32(-32 * x[j * xs + b].bsums[grp]);
+      if constexpr (kChains > 1) p[j][1] = _mm512_setzero_si512();
+    }
+    for (int k = 0; k < 4; ++k) {
+      for (int j = 0; j < R; ++j) {
+        p[j][k % kChains] = _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4(x[j * xs + b].qs + 16 * grp + 4 * k));
+      }
+    }
+    for (int j = 0; j < R; ++j) {
+      const __m512i pj = kChains == 1 ? p[j][0] : _mm512_add_epi32(p[j][0], p[j][kChains - 1]);
+      P[j] = _mm512_add_epi32(P[j], _mm512_mullo_epi32(pj, s));
     }
   }
 }
