@@ -79,14 +79,6 @@ HalfPlanes PlanesAt(const PackedWeights& w, std::int64_t g, std::int64_t b, int 
           w.dmin != nullptr ? w.dmin + gb * kPackRows + 8 * h : nullptr};
 }
 
-// The activation side of Q4_K's correction: pair q = (sum of sub-block 2q,
-// of 2q + 1) as int16 halves of one int32 (|.| <= 32 * 128).
-inline std::int32_t SubBlockSumPair(const ActQ8K& a, int q) {
-  const auto lo = static_cast<std::uint16_t>(a.bsums[4 * q] + a.bsums[4 * q + 1]);
-  const auto hi = static_cast<std::uint16_t>(a.bsums[4 * q + 2] + a.bsums[4 * q + 3]);
-  return static_cast<std::int32_t>(lo | (static_cast<std::uint32_t>(hi) << 16));
-}
-
 // Q4_K: one half (8 weight rows) against R activation rows; y[j * ys + t].
 template <int R>
 void HalfRowsQ4K(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x, std::int64_t xs, float* y,

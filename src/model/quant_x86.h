@@ -155,5 +155,15 @@ inline __m256i Q4KMinPairsControl() {
 
 inline __m256i LoadBsums(const ActQ8K& a) { return Load32(a.bsums); }
 
+// The activation side of the packed kernels' Q4_K correction
+// (quant_avx512_packed_k.cc, quant_avx2_packed_k.cc): pair q = (sum of
+// sub-block 2q, of 2q + 1) as int16 halves of one int32 (|.| <= 32 * 128),
+// for vpdpwssd / madd against the rows' (min 2q, min 2q + 1).
+inline std::int32_t SubBlockSumPair(const ActQ8K& a, int q) {
+  const auto lo = static_cast<std::uint16_t>(a.bsums[4 * q] + a.bsums[4 * q + 1]);
+  const auto hi = static_cast<std::uint16_t>(a.bsums[4 * q + 2] + a.bsums[4 * q + 3]);
+  return static_cast<std::int32_t>(lo | (static_cast<std::uint32_t>(hi) << 16));
+}
+
 }  // namespace
 }  // namespace kvshare::detail
