@@ -137,6 +137,7 @@ void PackedDramShapes(benchmark::internal::Benchmark* b) {
       b->Args({q4k, 640, 2048, m, th, 2});   // ffn_down (Q4_K layers)
       b->Args({q6k, 640, 2048, m, th, 2});   // ffn_down (Q6_K layers)
       b->Args({q80, 262144, 640, m, th, 2});  // tied embedding as LM head
+      b->Args({q80, 262144, 640, m, th, 1});  // the same on the AVX2 packed kernel
     }
   }
 }
