@@ -43,20 +43,24 @@ inline __m256i Broadcast4(const std::int8_t* p) {
 inline __m256i Load(const std::uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // One block of one half, decoded into 32-byte code vectors c[k] (Q8_0: |w|,
-// with the signed w in s[k]).
+// with the signed w in s[k]): in registers (HalfRegs), or stored for several
+// passes or rows (HalfCodes).
+struct HalfRegs {
+  __m256i c[8], s[8];
+};
+
 struct alignas(32) HalfCodes {
   std::uint8_t c[8][32];
   std::uint8_t s[8][32];
 };
 
 template <GgmlType kType>
-void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, HalfCodes& out) {
-  const auto store = [](std::uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); };
+inline HalfRegs DecodeHalfRegs(const std::uint8_t* codes, const std::uint8_t* high, int h) {
+  HalfRegs r;
   if constexpr (kType == GgmlType::kQ8_0) {
     for (int k = 0; k < 8; ++k) {
-      const __m256i w = _mm256_xor_si256(Load(codes + 64 * k + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
-      store(out.s[k], w);
-      store(out.c[k], _mm256_sign_epi8(w, w));
+      r.s[k] = _mm256_xor_si256(Load(codes + 64 * k + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
+      r.c[k] = _mm256_sign_epi8(r.s[k], r.s[k]);
     }
   } else {
     const __m256i low4 = _mm256_set1_epi8(0xF);
@@ -70,33 +74,53 @@ void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, Half
         lo = _mm256_or_si256(lo, BitsToBytes(static_cast<std::uint32_t>(m0 >> (32 * h))));
         hi = _mm256_or_si256(hi, BitsToBytes(static_cast<std::uint32_t>(m1 >> (32 * h))));
       }
-      store(out.c[k], lo);
-      store(out.c[k + 4], hi);
+      r.c[k] = lo;
+      r.c[k + 4] = hi;
     }
+  }
+  return r;
+}
+
+template <GgmlType kType>
+void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, HalfCodes& out) {
+  const HalfRegs r = DecodeHalfRegs<kType>(codes, high, h);
+  for (int k = 0; k < 8; ++k) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.c[k]), r.c[k]);
+    if constexpr (kType == GgmlType::kQ8_0) _mm256_store_si256(reinterpret_cast<__m256i*>(out.s[k]), r.s[k]);
   }
 }
 
 // The exact int32 block dot products of the half's 8 weight rows with
 // activation block a.
 template <GgmlType kType>
-inline __m256i HalfDot(const HalfCodes& hc, const ActQ8& a) {
+inline __m256i HalfDotRegs(const HalfRegs& r, const ActQ8& a) {
   const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (kType == GgmlType::kQ8_0) {
     __m256i p = _mm256_setzero_si256();
     for (int k = 0; k < 8; ++k) {
-      const __m256i sx = _mm256_sign_epi8(Broadcast4(a.qs + 4 * k), Load(hc.s[k]));
-      p = _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(Load(hc.c[k]), sx), ones));
+      const __m256i sx = _mm256_sign_epi8(Broadcast4(a.qs + 4 * k), r.s[k]);
+      p = _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(r.c[k], sx), ones));
     }
     return p;
   } else {
     __m256i s[2];
     for (int q = 0; q < 2; ++q) {
-      s[q] = _mm256_maddubs_epi16(Load(hc.c[4 * q]), Broadcast4(a.qs + 16 * q));
-      for (int k = 4 * q + 1; k < 4 * q + 4; ++k) s[q] = _mm256_add_epi16(s[q], _mm256_maddubs_epi16(Load(hc.c[k]), Broadcast4(a.qs + 4 * k)));
+      s[q] = _mm256_maddubs_epi16(r.c[4 * q], Broadcast4(a.qs + 16 * q));
+      for (int k = 4 * q + 1; k < 4 * q + 4; ++k) s[q] = _mm256_add_epi16(s[q], _mm256_maddubs_epi16(r.c[k], Broadcast4(a.qs + 4 * k)));
     }
     const __m256i init = _mm256_set1_epi32(-Bias<kType>() * a.sum);
     return _mm256_add_epi32(init, _mm256_add_epi32(_mm256_madd_epi16(s[0], ones), _mm256_madd_epi16(s[1], ones)));
   }
+}
+
+template <GgmlType kType>
+inline __m256i HalfDot(const HalfCodes& hc, const ActQ8& a) {
+  HalfRegs r;
+  for (int k = 0; k < 8; ++k) {
+    r.c[k] = Load(hc.c[k]);
+    if constexpr (kType == GgmlType::kQ8_0) r.s[k] = Load(hc.s[k]);
+  }
+  return HalfDotRegs<kType>(r, a);
 }
 
 // Where a half's decoded blocks come from: decoded as they are read
@@ -163,36 +187,48 @@ void Passes(MakeSrc&& make_src, const std::uint16_t* d, std::int64_t nb, const A
   }
 }
 
-// Q8_0 against one activation row (decode), both halves of a group at once:
-// each 64-byte code vector is loaded once and decoded in registers, where the
-// half-by-half path stores and reloads a block's decoded codes (HalfCodes)
-// and walks the group's blocks twice. The same integer sums and float steps
-// as HalfRows<kQ8_0, 1>. kvshare_bench, fastest of 3 alternating runs:
-// MatPacked Q8_0 2048 x 2048 m = 1 at level 1, 1 thread, 85.4 against 114 us;
-// MatPackedDram, the default model's LM head (262144 x 640) at level 1,
+// One activation row (decode), both halves of a group per block: each code
+// vector is loaded once and decoded in registers, where the half-by-half path
+// stores and reloads a block's decoded codes (HalfCodes) and walks the
+// group's blocks twice. The same integer sums and float steps as
+// HalfRows<kType, 1>. kvshare_bench, fastest of 3 alternating runs against
+// the half-by-half path: MatPacked 2048 x 2048 m = 1 at level 1, 1 thread,
+// Q8_0 85.4 against 114 us, Q4_0 61.5 against 68.5, Q5_0 144 against 150;
+// MatPackedDram, the default model's LM head (Q8_0 262144 x 640) at level 1,
 // 8.3 against 10.1 ms on 1 thread, 4.5-5.8 against 6.0-6.3 ms on 2.
-void GroupQ8_0OneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, float* y) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+template <GgmlType kType>
+void GroupOneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, float* y) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * w.nb) * w.bytes.codes;
-  const std::uint16_t* d = w.d + static_cast<std::size_t>(g * w.nb) * kPackRows;
+  const auto gb = static_cast<std::size_t>(g * w.nb);
+  const std::uint8_t* codes = w.codes + gb * w.bytes.codes;
+  const std::uint8_t* high = w.high != nullptr ? w.high + gb * w.bytes.high : nullptr;
+  const std::uint16_t* d = w.d + gb * kPackRows;
   for (std::int64_t b = 0; b < w.nb; ++b, codes += w.bytes.codes, d += kPackRows) {
     PrefetchPackedAhead(codes, w.bytes.codes);
     const ActQ8& a = x[b];
-    __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int k = 0; k < 8; ++k) {
-      const __m256i xk = Broadcast4(a.qs + 4 * k);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i wv = _mm256_xor_si256(Load(codes + 64 * k + 32 * h), flip);
-        const __m256i sx = _mm256_sign_epi8(xk, wv);
-        p[h] = _mm256_add_epi32(p[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), sx), ones));
+    __m256i p[2];
+    if constexpr (kType == GgmlType::kQ8_0) {
+      // Code group k of both halves against one broadcast (measured faster
+      // than half after half: 86 against 96 us on the MatPacked case above).
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+      p[0] = p[1] = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        const __m256i xk = Broadcast4(a.qs + 4 * k);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i wv = _mm256_xor_si256(Load(codes + 64 * k + 32 * h), flip);
+          const __m256i sx = _mm256_sign_epi8(xk, wv);
+          p[h] = _mm256_add_epi32(p[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), sx), ones));
+        }
       }
+    } else {
+      for (int h = 0; h < 2; ++h) p[h] = HalfDotRegs<kType>(DecodeHalfRegs<kType>(codes, high, h), a);
     }
     const __m256 dx = _mm256_set1_ps(a.d);
     for (int h = 0; h < 2; ++h) {
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 8 * h)));
       acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[h]), _mm256_mul_ps(dw, dx), acc[h]);
     }
+    if (high != nullptr) high += w.bytes.high;
   }
   _mm256_storeu_ps(y, acc[0]);
   _mm256_storeu_ps(y + 8, acc[1]);
@@ -201,8 +237,8 @@ void GroupQ8_0OneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, flo
 template <GgmlType kType>
 void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
                  float* y, std::int64_t ys) {
-  if (kType == GgmlType::kQ8_0 && acts == 1) {
-    for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) GroupQ8_0OneRow(w, g, x, y + (g * kPackRows - r0));
+  if (acts == 1) {
+    for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) GroupOneRow<kType>(w, g, x, y + (g * kPackRows - r0));
     return;
   }
   const bool buffered = kType == GgmlType::kQ5_0 && acts > kPassRows;
