@@ -34,14 +34,6 @@ constexpr int Bias() {
   return kType == GgmlType::kQ8_0 ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
 }
 
-inline __m256i Broadcast4(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-inline __m256i Load(const std::uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
-
 // One block of one half, decoded into 32-byte code vectors c[k] (Q8_0: |w|,
 // with the signed w in s[k]): in registers (HalfRegs), or stored for several
 // passes or rows (HalfCodes).
@@ -59,13 +51,13 @@ inline HalfRegs DecodeHalfRegs(const std::uint8_t* codes, const std::uint8_t* hi
   HalfRegs r;
   if constexpr (kType == GgmlType::kQ8_0) {
     for (int k = 0; k < 8; ++k) {
-      r.s[k] = _mm256_xor_si256(Load(codes + 64 * k + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
+      r.s[k] = _mm256_xor_si256(Load32(codes + 64 * k + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
       r.c[k] = _mm256_sign_epi8(r.s[k], r.s[k]);
     }
   } else {
     const __m256i low4 = _mm256_set1_epi8(0xF);
     for (int k = 0; k < 4; ++k) {
-      const __m256i v = Load(codes + 64 * k + 32 * h);
+      const __m256i v = Load32(codes + 64 * k + 32 * h);
       __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
       if constexpr (kType == GgmlType::kQ5_0) {
         std::uint64_t m0, m1;
@@ -98,15 +90,15 @@ inline __m256i HalfDotRegs(const HalfRegs& r, const ActQ8& a) {
   if constexpr (kType == GgmlType::kQ8_0) {
     __m256i p = _mm256_setzero_si256();
     for (int k = 0; k < 8; ++k) {
-      const __m256i sx = _mm256_sign_epi8(Broadcast4(a.qs + 4 * k), r.s[k]);
+      const __m256i sx = _mm256_sign_epi8(Broadcast4Ymm(a.qs + 4 * k), r.s[k]);
       p = _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(r.c[k], sx), ones));
     }
     return p;
   } else {
     __m256i s[2];
     for (int q = 0; q < 2; ++q) {
-      s[q] = _mm256_maddubs_epi16(r.c[4 * q], Broadcast4(a.qs + 16 * q));
-      for (int k = 4 * q + 1; k < 4 * q + 4; ++k) s[q] = _mm256_add_epi16(s[q], _mm256_maddubs_epi16(r.c[k], Broadcast4(a.qs + 4 * k)));
+      s[q] = _mm256_maddubs_epi16(r.c[4 * q], Broadcast4Ymm(a.qs + 16 * q));
+      for (int k = 4 * q + 1; k < 4 * q + 4; ++k) s[q] = _mm256_add_epi16(s[q], _mm256_maddubs_epi16(r.c[k], Broadcast4Ymm(a.qs + 4 * k)));
     }
     const __m256i init = _mm256_set1_epi32(-Bias<kType>() * a.sum);
     return _mm256_add_epi32(init, _mm256_add_epi32(_mm256_madd_epi16(s[0], ones), _mm256_madd_epi16(s[1], ones)));
@@ -117,8 +109,8 @@ template <GgmlType kType>
 inline __m256i HalfDot(const HalfCodes& hc, const ActQ8& a) {
   HalfRegs r;
   for (int k = 0; k < 8; ++k) {
-    r.c[k] = Load(hc.c[k]);
-    if constexpr (kType == GgmlType::kQ8_0) r.s[k] = Load(hc.s[k]);
+    r.c[k] = Load32(hc.c[k]);
+    if constexpr (kType == GgmlType::kQ8_0) r.s[k] = Load32(hc.s[k]);
   }
   return HalfDotRegs<kType>(r, a);
 }
@@ -213,9 +205,9 @@ void GroupOneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, float* 
       const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
       p[0] = p[1] = _mm256_setzero_si256();
       for (int k = 0; k < 8; ++k) {
-        const __m256i xk = Broadcast4(a.qs + 4 * k);
+        const __m256i xk = Broadcast4Ymm(a.qs + 4 * k);
         for (int h = 0; h < 2; ++h) {
-          const __m256i wv = _mm256_xor_si256(Load(codes + 64 * k + 32 * h), flip);
+          const __m256i wv = _mm256_xor_si256(Load32(codes + 64 * k + 32 * h), flip);
           const __m256i sx = _mm256_sign_epi8(xk, wv);
           p[h] = _mm256_add_epi32(p[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), sx), ones));
         }

@@ -18,7 +18,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "model/quant_kernels.h"
 #include "model/quant_packed.h"
@@ -34,14 +33,6 @@ namespace {
 // 426 / 3374, Q6_K 535 / 3603 against 527 / 4288): half the passes decode and
 // read each super-block half as often.
 constexpr int kPassRows = 8;
-
-inline __m256i Broadcast4(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-inline __m256i Load(const std::uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // 8 bytes at p widened to 8 int32 lanes (unsigned or signed).
 inline __m256i Load8U(const std::uint8_t* p) {
@@ -94,14 +85,14 @@ void HalfRowsQ4K(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x,
     for (int sb = 0; sb < 8; ++sb) {  // sub-block sb: codes of chunk sb / 2, low or high nibbles
       __m256i c[8];
       for (int k = 0; k < 8; ++k) {
-        const __m256i v = Load(pl.codes + 64 * (8 * (sb / 2) + k));
+        const __m256i v = Load32(pl.codes + 64 * (8 * (sb / 2) + k));
         c[k] = _mm256_and_si256(sb % 2 == 0 ? v : _mm256_srli_epi16(v, 4), low4);
       }
       const __m256i s = Load8U(pl.subs + 16 * sb);
       for (int j = 0; j < R; ++j) {
         const std::int8_t* a = x[j * xs + b].qs + 32 * sb;
-        __m256i p = _mm256_maddubs_epi16(c[0], Broadcast4(a));
-        for (int k = 1; k < 8; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(c[k], Broadcast4(a + 4 * k)));
+        __m256i p = _mm256_maddubs_epi16(c[0], Broadcast4Ymm(a));
+        for (int k = 1; k < 8; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(c[k], Broadcast4Ymm(a + 4 * k)));
         P[j] = _mm256_add_epi32(P[j], _mm256_mullo_epi32(_mm256_madd_epi16(p, ones), s));
       }
     }
@@ -127,8 +118,8 @@ void HalfRowsQ4K(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x,
 // (its bits 2 (k / 16) .. +1).
 template <int kQuarter>
 inline __m256i Q6Codes(const std::uint8_t* codes, const std::uint8_t* high, int k) {
-  const __m256i nib = Load(codes + 64 * (k % 32));
-  const __m256i hv = Load(high + 64 * (k % 16));
+  const __m256i nib = Load32(codes + 64 * (k % 32));
+  const __m256i hv = Load32(high + 64 * (k % 16));
   const __m256i lo = k < 32 ? nib : _mm256_srli_epi16(nib, 4);
   __m256i hi;
   if constexpr (kQuarter == 0) {
@@ -155,8 +146,8 @@ inline void Q6Quarter(const HalfPlanes& pl, const ActQ8K* x, std::int64_t xs, st
     for (int j = 0; j < R; ++j) {
       const ActQ8K& a = x[j * xs + b];
       const std::int8_t* q = a.qs + 16 * grp;
-      const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], Broadcast4(q)), _mm256_maddubs_epi16(c[1], Broadcast4(q + 4)));
-      const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], Broadcast4(q + 8)), _mm256_maddubs_epi16(c[3], Broadcast4(q + 12)));
+      const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], Broadcast4Ymm(q)), _mm256_maddubs_epi16(c[1], Broadcast4Ymm(q + 4)));
+      const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], Broadcast4Ymm(q + 8)), _mm256_maddubs_epi16(c[3], Broadcast4Ymm(q + 12)));
       const __m256i p = _mm256_add_epi32(_mm256_set1_epi32(-32 * a.bsums[grp]),
                                          _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
       P[j] = _mm256_add_epi32(P[j], _mm256_mullo_epi32(p, s));

@@ -13,7 +13,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "model/quant_kernels.h"
 #include "model/quant_packed.h"
@@ -50,12 +49,6 @@ inline void LoadCodes(const std::uint8_t* codes, const std::uint64_t* high, __m5
   }
 }
 
-inline __m512i Broadcast4(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // One group of 16 weight rows against R activation rows (x, x_stride xs):
 // y[j * ys + t] = row t's dot product with activation row j.
 template <GgmlType kType, int R>
@@ -86,7 +79,7 @@ void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::
     }
     for (int k = 0; k < 8; ++k) {
       for (int j = 0; j < R; ++j) {
-        p[j][k % kChains] = _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4(xb[j * xs].qs + 4 * k));
+        p[j][k % kChains] = _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4Zmm(xb[j * xs].qs + 4 * k));
       }
     }
     for (int j = 0; j < R; ++j) {

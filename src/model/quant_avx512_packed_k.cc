@@ -18,7 +18,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "model/quant_kernels.h"
 #include "model/quant_packed.h"
@@ -30,12 +29,6 @@ namespace {
 // Activation rows per pass (R int32 sums and R or 2R float accumulators next
 // to a group's code vectors).
 constexpr int kPassRows = 8;
-
-inline __m512i Broadcast4(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 
 // The planes of one block (super-block) of one group of 16 rows.
 struct BlockPlanes {
@@ -78,8 +71,8 @@ void GroupRowsQ4K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::
         const std::int8_t* a = x[j * xs + b].qs + 32 * sb;
         __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
         for (int k = 0; k < 8; k += 2) {
-          p0 = _mm512_dpbusd_epi32(p0, c[k], Broadcast4(a + 4 * k));
-          p1 = _mm512_dpbusd_epi32(p1, c[k + 1], Broadcast4(a + 4 * k + 4));
+          p0 = _mm512_dpbusd_epi32(p0, c[k], Broadcast4Zmm(a + 4 * k));
+          p1 = _mm512_dpbusd_epi32(p1, c[k + 1], Broadcast4Zmm(a + 4 * k + 4));
         }
         P[j] = _mm512_add_epi32(P[j], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), s));
       }
@@ -144,7 +137,7 @@ inline void Q6Quarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, s
     }
     for (int k = 0; k < 4; ++k) {
       for (int j = 0; j < R; ++j) {
-        p[j][k % kChains] = _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4(x[j * xs + b].qs + 16 * grp + 4 * k));
+        p[j][k % kChains] = _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4Zmm(x[j * xs + b].qs + 16 * grp + 4 * k));
       }
     }
     for (int j = 0; j < R; ++j) {

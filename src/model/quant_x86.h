@@ -38,8 +38,22 @@ inline __m256i Nibbles(const std::uint8_t* qs) {
 
 inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// The 4 bytes at p in every 32-bit lane: an activation row's 4-byte group
+// against a packed code vector (the packed kernels, one weight row per lane).
+inline __m256i Broadcast4Ymm(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
 #if defined(__AVX512F__)  // the AVX-512 kernel files
 inline __m512i Join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+inline __m512i Broadcast4Zmm(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
 #endif
 
 // Byte i = 0x10 if bit i of the 32-bit mask is set, else 0.
