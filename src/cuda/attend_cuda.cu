@@ -15,8 +15,9 @@
 // This is the plain, general kernel every mode and option runs on (K/V in
 // f32 / f16 / bf16 / q8_0, rings, bias, sinks, output_qk). Decode over fp16 /
 // bf16 caches takes attend_decode_cuda.cu's kernel instead (all G heads of a
-// group per K/V load) into the same workspace and combine; tensor-core prefill
-// tiles are still to come.
+// group per K/V load) into the same workspace and combine when the
+// tensor-core kernel (attend_mma_cuda.cu: fp16 / bf16 K/V, H <= 256, no bias,
+// no output_qk) does not take the call.
 #include "cuda/attend_cuda.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 
 #include "common/float_convert.h"
 #include "cuda/attend_decode_cuda.h"
+#include "cuda/attend_mma_cuda.h"
 #include "cuda/cuda_check.h"
 
 namespace kvshare::detail {
@@ -33,7 +35,7 @@ constexpr int kWarp = 32;
 constexpr int kPerLane = kCudaMaxHeadSize / kWarp;
 constexpr int kWarpsPerBlock = 4;
 constexpr std::int64_t kKeysPerSplit = 256;
-constexpr std::int64_t kMaxSplits = 64;
+constexpr std::int64_t kMaxSplits = kCudaMaxKeySplits;
 // Warps the split count aims for (rows x splits): enough to fill a large GPU.
 constexpr std::int64_t kTargetWarps = 16384;
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -146,37 +148,57 @@ __global__ void SplitKernel(AttendParams p, std::int64_t rows, int splits, std::
   }
 }
 
-// Merges the splits of each row in order; ml (qk_mode 2) receives the final
-// (max, denominator) for the probabilities.
-__global__ void CombineKernel(AttendParams p, std::int64_t rows, int splits, const float* ws, float2* ml) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  if (r >= rows) return;
+// Merges the splits of each row (one block of kCombineThreads per row): warp
+// 0 finds the row's max M over the splits and the sink and the denominator L
+// (lane partials over strided splits, a fixed shuffle tree), every thread then
+// the weights exp(m_k - M) of strided splits into shared memory, and each
+// output element sums its splits' accumulators in split order; ml (qk_mode 2)
+// receives (M, L) for the probabilities. Fixed orders: deterministic.
+constexpr int kCombineThreads = 128;
+
+__global__ void __launch_bounds__(kCombineThreads) CombineKernel(AttendParams p, int splits, const float* ws, float2* ml) {
+  __shared__ float weight[kMaxSplits];
+  __shared__ float row_ml[2];
+  const std::int64_t r = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
   const QueryRow q = Locate(p, r);
   const int H = p.head_size;
   const std::int64_t out_base = ((static_cast<std::int64_t>(q.b) * p.q_len + q.s) * p.num_heads + q.h) * H;
-  float M = -INFINITY, L = 0.0f;
-  if (q.hi > q.lo) {  // a query with no visible key outputs zeros
-    for (int k = 0; k < splits; ++k) M = fmaxf(M, Partial(ws, p, r, splits, k)[0]);
-    if (p.sink != nullptr) M = fmaxf(M, p.sink[q.h]);
-    for (int k = 0; k < splits; ++k) {
-      const float* part = Partial(ws, p, r, splits, k);
-      if (part[0] != -INFINITY) L += part[1] * expf(part[0] - M);
+  if (tid < kWarp) {
+    float M = -INFINITY, L = 0.0f;
+    if (q.hi > q.lo) {  // a query with no visible key outputs zeros
+      for (int k = tid; k < splits; k += kWarp) M = fmaxf(M, Partial(ws, p, r, splits, k)[0]);
+      for (int o = kWarp / 2; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(kFullMask, M, o));
+      if (p.sink != nullptr) M = fmaxf(M, p.sink[q.h]);
+      for (int k = tid; k < splits; k += kWarp) {
+        const float* part = Partial(ws, p, r, splits, k);
+        if (part[0] != -INFINITY) L += part[1] * expf(part[0] - M);
+      }
+      L = WarpSum(L);
+      if (p.sink != nullptr) L += expf(p.sink[q.h] - M);
     }
-    if (p.sink != nullptr) L += expf(p.sink[q.h] - M);
+    if (tid == 0) {
+      row_ml[0] = M;
+      row_ml[1] = L;
+      if (ml != nullptr) ml[r] = make_float2(M, L);
+    }
   }
-  for (int d = lane; d < H; d += kWarp) {
+  __syncthreads();
+  const float M = row_ml[0], L = row_ml[1];
+  for (int k = tid; k < splits; k += kCombineThreads) {
+    const float m = Partial(ws, p, r, splits, k)[0];
+    weight[k] = L > 0.0f && m != -INFINITY ? expf(m - M) : 0.0f;
+  }
+  __syncthreads();
+  for (int d = tid; d < H; d += kCombineThreads) {
     float o = 0.0f;
     if (L > 0.0f) {
-      for (int k = 0; k < splits; ++k) {
-        const float* part = Partial(ws, p, r, splits, k);
-        if (part[0] != -INFINITY) o = fmaf(part[2 + d], expf(part[0] - M), o);
-      }
+      const float* part = ws + r * splits * (H + 2) + 2 + d;
+      for (int k = 0; k < splits; ++k) o = fmaf(part[static_cast<std::int64_t>(k) * (H + 2)], weight[k], o);
       o /= L;
     }
     StoreFloatElement(p.out, p.out_dtype, out_base + d, o);
   }
-  if (ml != nullptr && lane == 0) ml[r] = make_float2(M, L);
 }
 
 // output_qk = probabilities exp(x - M) / L of the visible keys (qk_mode 2).
@@ -208,11 +230,20 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
   const std::int64_t by_rows = std::max<std::int64_t>(1, kTargetWarps / rows);
   const int splits = static_cast<int>(std::min({by_keys, by_rows, kMaxSplits}));
   const std::int64_t per_split = std::max<std::int64_t>(1, CeilDiv(max_kv_len, splits));
+  const unsigned blocks = static_cast<unsigned>(CeilDiv(rows, kWarpsPerBlock));
+  if (MmaKernelApplies(p)) {  // no output_qk here
+    const MmaSplit sp = MmaSplitFor(p, max_kv_len);
+    const DeviceScratch ws(static_cast<std::size_t>(rows * sp.key_splits * (p.head_size + 2)) * sizeof(float), stream,
+                           "GroupQueryAttention (device cuda): workspace allocation");
+    AttendMmaCuda(p, sp, ws.As<float>(), stream);
+    CombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, sp.key_splits, ws.As<float>(), nullptr);
+    CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): combine kernel launch");
+    return;
+  }
   const DeviceScratch ws(static_cast<std::size_t>(rows * splits * (p.head_size + 2)) * sizeof(float), stream,
                          "GroupQueryAttention (device cuda): workspace allocation");
   const DeviceScratch ml(p.qk_mode == 2 ? static_cast<std::size_t>(rows) * sizeof(float2) : 0, stream,
                          "GroupQueryAttention (device cuda): workspace allocation");
-  const unsigned blocks = static_cast<unsigned>(CeilDiv(rows, kWarpsPerBlock));
   if (DecodeKernelApplies(p)) {
     AttendDecodeCuda(p, splits, per_split, ws.As<float>(), stream);
   } else {
@@ -220,7 +251,7 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
         p, rows, splits, per_split, ws.As<float>());
     CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): attention kernel launch");
   }
-  CombineKernel<<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(p, rows, splits, ws.As<float>(), ml.As<float2>());
+  CombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, splits, ws.As<float>(), ml.As<float2>());
   CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): combine kernel launch");
   if (p.qk_mode == 2) {
     ProbsKernel<<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(p, rows, ml.As<float2>());

@@ -14,6 +14,8 @@ namespace kvshare::detail {
 
 // Largest head size of the CUDA kernels (Gemma 4's full layers).
 inline constexpr int kCudaMaxHeadSize = 512;
+// Most key splits of one call (the combine kernel's shared weights).
+inline constexpr int kCudaMaxKeySplits = 64;
 
 // Runs attention on `stream` (asynchronously); p.head_size <= kCudaMaxHeadSize
 // (the front end checks it before writing anything). max_kv_len: the largest
