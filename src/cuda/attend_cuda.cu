@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 
 #include "common/float_convert.h"
 #include "cuda/attend_decode_cuda.h"
@@ -63,12 +65,6 @@ __device__ QueryRow Locate(const AttendParams& p, std::int64_t r) {
 __device__ float WarpSum(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, o);
   return __shfl_sync(kFullMask, v, 0);
-}
-
-// Element offset of key / value j of (b, n) in a strided source.
-__device__ std::int64_t KvOffset(const KvSource& src, int b, int n, std::int64_t j) {
-  const std::int64_t slot = src.ring_capacity > 0 ? j % src.ring_capacity : j;
-  return b * src.batch_stride + n * src.head_stride + slot * src.row_stride;
 }
 
 __device__ void LoadQuery(const AttendParams& p, const QueryRow& q, int lane, float (&qv)[kPerLane]) {
@@ -220,6 +216,24 @@ __global__ void ProbsKernel(AttendParams p, std::int64_t rows, const float2* ml)
 std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
+
+bool CudaPlainKernelsOnly() {
+  static const bool plain = [] {
+    const char* e = std::getenv("KVSHARE_CUDA_PLAIN");
+    return e != nullptr && e[0] == '1';
+  }();
+  return plain;
+}
+
+bool HalfKvSlices(const AttendParams& p) {
+  const auto aligned = [](const KvSource& s) {
+    return reinterpret_cast<std::uintptr_t>(s.data) % 16 == 0 && s.batch_stride % 8 == 0 && s.head_stride % 8 == 0 &&
+           s.row_stride % 8 == 0;
+  };
+  const int H = p.head_size;
+  return (p.k.dtype == DType::kFloat16 || p.k.dtype == DType::kBFloat16) && p.v.dtype == p.k.dtype &&
+         (H == 64 || H == 128 || H == 256 || H == 512) && aligned(p.k) && aligned(p.v);
+}
 
 void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t stream) {
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.num_heads * p.q_len;

@@ -15,11 +15,12 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/float_convert.h"
 #include "cuda/attend_decode_cuda.h"
+
+#include "cuda/attend_cuda.h"
 #include "cuda/cuda_check.h"
 
 namespace kvshare::detail {
@@ -51,11 +52,6 @@ __device__ void LoadSlice(const void* data, std::int64_t at, float (&out)[E]) {
   const auto* src = reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(data) + at);
 #pragma unroll
   for (int c = 0; c < E / 8; ++c) ToFloat8<Pair>(src[c], out + 8 * c);
-}
-
-__device__ std::int64_t KvAt(const KvSource& src, int b, int n, std::int64_t j) {
-  const std::int64_t slot = src.ring_capacity > 0 ? j % src.ring_capacity : j;
-  return b * src.batch_stride + n * src.head_stride + slot * src.row_stride;
 }
 
 // (m, l, acc) of this lane merged with another's (exact same operations on
@@ -108,8 +104,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) DecodeKernel(AttendParams p, i
     const bool live = j < hi;
     float kf[E], vf[E];
     if (live) {
-      LoadSlice<Pair, E>(p.k.data, KvAt(p.k, b, n, j) + sl * E, kf);
-      LoadSlice<Pair, E>(p.v.data, KvAt(p.v, b, n, j) + sl * E, vf);
+      LoadSlice<Pair, E>(p.k.data, KvOffset(p.k, b, n, j) + sl * E, kf);
+      LoadSlice<Pair, E>(p.v.data, KvOffset(p.v, b, n, j) + sl * E, vf);
     } else {
 #pragma unroll
       for (int e = 0; e < E; ++e) kf[e] = vf[e] = 0.0f;
@@ -186,11 +182,6 @@ __global__ void __launch_bounds__(kWarps * kWarp) DecodeKernel(AttendParams p, i
   }
 }
 
-bool Aligned(const KvSource& s) {
-  return reinterpret_cast<std::uintptr_t>(s.data) % 16 == 0 && s.batch_stride % 8 == 0 && s.head_stride % 8 == 0 &&
-         s.row_stride % 8 == 0;
-}
-
 template <typename Pair, int E>
 void Launch(const AttendParams& p, int splits, std::int64_t per_split, float* ws, cudaStream_t stream) {
   const int G = p.num_heads / p.kv_heads;
@@ -214,15 +205,7 @@ void Launch(const AttendParams& p, int splits, std::int64_t per_split, float* ws
 }  // namespace
 
 bool DecodeKernelApplies(const AttendParams& p) {
-  static const bool plain = [] {
-    const char* e = std::getenv("KVSHARE_CUDA_PLAIN");
-    return e != nullptr && e[0] == '1';
-  }();
-  if (plain) return false;
-  const bool half = p.k.dtype == DType::kFloat16 || p.k.dtype == DType::kBFloat16;
-  const int H = p.head_size;
-  return p.q_len == 1 && p.qk_mode == 0 && half && p.v.dtype == p.k.dtype &&
-         (H == 64 || H == 128 || H == 256 || H == 512) && Aligned(p.k) && Aligned(p.v);
+  return !CudaPlainKernelsOnly() && p.q_len == 1 && p.qk_mode == 0 && HalfKvSlices(p);
 }
 
 void AttendDecodeCuda(const AttendParams& p, int splits, std::int64_t per_split, float* ws, cudaStream_t stream) {

@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -108,11 +107,6 @@ __device__ std::uint32_t TileOffset(int r, int c) {
   return static_cast<std::uint32_t>(r * H * 2 + ((c ^ (r & 7)) << 4));
 }
 
-__device__ std::int64_t KvAt(const KvSource& src, int b, int n, std::int64_t j) {
-  const std::int64_t slot = src.ring_capacity > 0 ? j % src.ring_capacity : j;
-  return b * src.batch_stride + n * src.head_stride + slot * src.row_stride;
-}
-
 // Keys [t, t + KT) of (b, n) into a K tile and a V tile; keys past `last`
 // are zero-filled (their V must not be garbage: 0 * NaN is NaN).
 template <int H, int KT>
@@ -126,8 +120,8 @@ __device__ void LoadKv(const AttendParams& p, int b, int n, std::int64_t t, std:
     const std::int64_t j = t + r;
     const bool valid = j <= last;
     const std::uint32_t off = TileOffset<H>(r, c);
-    CpAsync16(k_tile + off, valid ? kd + KvAt(p.k, b, n, j) + c * 8 : kd, valid);
-    CpAsync16(v_tile + off, valid ? vd + KvAt(p.v, b, n, j) + c * 8 : vd, valid);
+    CpAsync16(k_tile + off, valid ? kd + KvOffset(p.k, b, n, j) + c * 8 : kd, valid);
+    CpAsync16(v_tile + off, valid ? vd + KvOffset(p.v, b, n, j) + c * 8 : vd, valid);
   }
 }
 
@@ -415,11 +409,6 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
   }
 }
 
-bool Aligned(const KvSource& s) {
-  return reinterpret_cast<std::uintptr_t>(s.data) % 16 == 0 && s.batch_stride % 8 == 0 && s.head_stride % 8 == 0 &&
-         s.row_stride % 8 == 0;
-}
-
 bool DecodeShape(const AttendParams& p) { return static_cast<std::int64_t>(p.q_len) * (p.num_heads / p.kv_heads) <= 16; }
 
 // Keys per tile of p's block shape (LaunchHead).
@@ -498,15 +487,7 @@ int SmCount() {
 }  // namespace
 
 bool MmaKernelApplies(const AttendParams& p) {
-  static const bool plain = [] {
-    const char* e = std::getenv("KVSHARE_CUDA_PLAIN");
-    return e != nullptr && e[0] == '1';
-  }();
-  if (plain) return false;
-  const bool half = p.k.dtype == DType::kFloat16 || p.k.dtype == DType::kBFloat16;
-  const int H = p.head_size;
-  return p.qk_mode == 0 && p.bias.data == nullptr && half && p.v.dtype == p.k.dtype &&
-         (H == 64 || H == 128 || H == 256 || H == 512) && Aligned(p.k) && Aligned(p.v);
+  return !CudaPlainKernelsOnly() && p.qk_mode == 0 && p.bias.data == nullptr && HalfKvSlices(p);
 }
 
 MmaSplit MmaSplitFor(const AttendParams& p, std::int64_t max_kv_len) {
