@@ -164,7 +164,9 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
   const int b = static_cast<int>(blockIdx.x) / p.kv_heads, n = static_cast<int>(blockIdx.x) % p.kv_heads;
   const int G = p.num_heads / p.kv_heads;
   const int split = static_cast<int>(blockIdx.y);
-  const int cta_row0 = static_cast<int>(blockIdx.z) * WM * 16;
+  // M-tiles last to first: under a causal mask the late rows see the most
+  // keys, and starting them first keeps them out of the final wave.
+  const int cta_row0 = static_cast<int>(gridDim.z - 1 - blockIdx.z) * WM * 16;
   const int row0 = cta_row0 + wm * 16;  // the warp's first M-row
   const std::int64_t split_lo = split * sp.per_split, split_hi = split_lo + sp.per_split - 1;
 
