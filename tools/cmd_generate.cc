@@ -14,6 +14,7 @@
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
+#include "kvshare/model_cuda.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
 #include "kv_options.h"
@@ -36,6 +37,7 @@ struct GenerateCliOptions {
   int max_context = 4096;
   int kv_shared_layers = -1;  // -1: the model's own (0 for Gemma 3)
   std::string kv_dtype = "f32";
+  std::string device = "cpu";
   bool verbose = false;
 };
 
@@ -99,6 +101,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   const std::string path = ResolveModel(o.model);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::unique_ptr<Model> model = LoadModel(path);
+  if (o.device == "cuda") model = MoveModelToCuda(std::move(model));
   Tokenizer tok(ReadVocab(model->gguf()));
   const ChatFormatChoice choice = ChooseFormat(o, model->gguf());
   const ChatTemplate tmpl(choice.format, tok);
@@ -183,6 +186,10 @@ void RegisterGenerate(CLI::App& app) {
                   "sharing; changes a Gemma 3 model's outputs, saves KV memory). Default: the model's own")
       ->check(CLI::Range(0, 1 << 20));
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  cmd->add_option("--device", o.device,
+                  "Where the forward pass runs: cpu, or cuda (Gemma 3 on an NVIDIA GPU: weights in bf16, the KV cache "
+                  "in device memory; needs a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("-v,--verbose", o.verbose,
                 "Print the chat template used and why, the prompt token ids and the KV cache layout to stderr");
   cmd->callback([] { RunGenerate(o); });

@@ -1,0 +1,434 @@
+// Gemma 3 on the GPU (model_cuda.h): the forward pass of src/model/gemma3.cc
+// step for step over device buffers. Weights dequantized to bf16 at load
+// (DequantizeRow, the CPU's own dequantizer), projections through cuBLAS
+// (bf16 inputs, fp32 accumulation and output), RMSNorm / GeGLU / residuals in
+// fp32 kernels below, attention through AttendLayer on a device KvCache.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/float_convert.h"
+#include "cuda/cuda_check.h"
+#include "kvshare/cache.h"
+#include "kvshare/error.h"
+#include "kvshare/model_cuda.h"
+#include "model/decoder.h"
+#include "model/quant.h"
+
+namespace kvshare {
+namespace {
+
+using detail::CudaCheck;
+
+constexpr int kThreads = 256;
+
+// Device memory owned for a model's or a state's lifetime.
+class DevBuf {
+ public:
+  DevBuf() = default;
+  DevBuf(std::size_t bytes, const std::string& what) {
+    if (bytes > 0) CudaCheck(cudaMalloc(&ptr_, bytes), (what + ": device allocation").c_str());
+  }
+  ~DevBuf() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DevBuf(DevBuf&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)) {}
+  DevBuf& operator=(DevBuf&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    return *this;
+  }
+  template <typename T>
+  T* As() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+unsigned Blocks(std::int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+void CheckLaunch(const char* what) { CudaCheck(cudaGetLastError(), what); }
+
+// x[s, :] = table[tok[s], :] * scale.
+__global__ void EmbedKernel(const __nv_bfloat16* table, const int* tok, std::int64_t n, int E, float scale, float* x) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * E) return;
+  const std::int64_t s = i / E, e = i % E;
+  x[i] = __bfloat162float(table[static_cast<std::int64_t>(tok[s]) * E + e]) * scale;
+}
+
+// Each row of n: x / sqrt(mean(x^2) + eps) * w (sum of squares in double, as
+// the CPU's RmsNorm), one block per row.
+__global__ void RmsNormKernel(float* x, int n, const float* w, float eps) {
+  __shared__ double part[kThreads];
+  float* row = x + static_cast<std::int64_t>(blockIdx.x) * n;
+  double ss = 0.0;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += kThreads) ss += static_cast<double>(row[i]) * row[i];
+  part[threadIdx.x] = ss;
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o >>= 1) {
+    if (static_cast<int>(threadIdx.x) < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  const float scale = 1.0f / sqrtf(static_cast<float>(part[0] / n) + eps);
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += kThreads) row[i] = row[i] * scale * w[i];
+}
+
+__global__ void ToBf16Kernel(const float* x, __nv_bfloat16* y, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// g = gelu_tanh(g) * u (activations.h's GeGLU product).
+__global__ void GegluKernel(float* g, const float* u, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = g[i];
+  g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
+}
+
+__global__ void AddKernel(float* x, const float* o, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += o[i];
+}
+
+void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps) {
+  if (rows == 0) return;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads>>>(x, n, w, eps);
+  CheckLaunch("Forward (device cuda): RMSNorm launch");
+}
+
+// A weight matrix [rows, cols] in bf16 on the device.
+struct DevMatrix {
+  DevBuf data;
+  std::int64_t rows = 0, cols = 0;
+};
+
+// The GGUF tensor `name` dequantized (DequantizeRow) to bf16 on the device,
+// a block of rows at a time.
+DevMatrix UploadMatrix(const GgufFile& f, const std::string& name) {
+  const WeightMatrix w = WeightMatrix::FromTensor(f.Tensor(name));
+  DevMatrix m{DevBuf(static_cast<std::size_t>(w.rows * w.cols) * 2, name), w.rows, w.cols};
+  constexpr std::int64_t kBlockRows = 1024;
+  std::vector<float> row(static_cast<std::size_t>(w.cols));
+  std::vector<std::uint16_t> block(static_cast<std::size_t>(std::min(w.rows, kBlockRows) * w.cols));
+  for (std::int64_t r0 = 0; r0 < w.rows; r0 += kBlockRows) {
+    const std::int64_t n = std::min(kBlockRows, w.rows - r0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      DequantizeRow(w.type, static_cast<const std::uint8_t*>(w.data) + (r0 + r) * w.row_bytes, row.data(), w.cols);
+      for (std::int64_t c = 0; c < w.cols; ++c) block[static_cast<std::size_t>(r * w.cols + c)] = detail::F32ToBF16(row[static_cast<std::size_t>(c)]);
+    }
+    CudaCheck(cudaMemcpy(m.data.As<std::uint16_t>() + r0 * w.cols, block.data(), static_cast<std::size_t>(n * w.cols) * 2,
+                         cudaMemcpyHostToDevice),
+              (name + ": upload").c_str());
+  }
+  return m;
+}
+
+DevBuf UploadFloats(const float* x, std::int64_t n, const std::string& what) {
+  DevBuf b(static_cast<std::size_t>(n) * 4, what);
+  CudaCheck(cudaMemcpy(b.As<float>(), x, static_cast<std::size_t>(n) * 4, cudaMemcpyHostToDevice), (what + ": upload").c_str());
+  return b;
+}
+
+DevBuf UploadVector(const GgufFile& f, const std::string& name, std::int64_t n) {
+  const GgufTensor& t = f.Tensor(name);
+  if (t.type != GgmlType::kF32 || t.ne[0] != n) throw Error(name + ": expected an F32 vector of " + std::to_string(n));
+  return UploadFloats(reinterpret_cast<const float*>(t.data), n, name);
+}
+
+struct DevLayer {
+  DevMatrix q, k, v, o, gate, up, down;
+  DevBuf attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffw_norm;
+};
+
+class CudaGemma3State final : public ModelState {
+ public:
+  CudaGemma3State(KvCache c, const ModelStateOptions& o) : cache(std::move(c)), max_context_(o.max_context) {}
+  int max_batch() const override { return cache.Options().max_batch; }
+  std::int64_t length(int row) const override { return cache.Length(row); }
+  int max_context() const override { return max_context_; }
+  std::size_t kv_bytes() const override { return cache.Memory().total_bytes; }
+  const KvCache& kv_cache() const override { return cache; }
+  void Reset(int row) override { cache.Reset(row); }
+  void Rewind(int row, std::int64_t length) override { cache.Rewind(row, length); }
+
+  KvCache cache;
+  int max_context_;
+  std::vector<DevBuf> cos, sin;  // per RoPE family: [max_context, H / 2]
+  int rope_half = 0;
+  // Scratch for one step: x, h, o [S_max, E]; q, attn [B * S_max, N * H];
+  // k, v [B * S_max, N_kv * H]; g, u [S_max, n_ff]; xb (bf16) the widest input.
+  DevBuf x, h, o, q, attn, k, v, g, u, xb, tok, logits_dev;
+  std::vector<float> logits;
+};
+
+class CudaGemma3 final : public Model {
+ public:
+  explicit CudaGemma3(std::unique_ptr<Model> cpu) : cpu_(std::move(cpu)) {
+    const ModelConfig& c = cpu_->config();
+    if (c.architecture != "gemma3") {
+      throw Error("MoveModelToCuda: architecture '" + c.architecture +
+                  "' has no GPU forward pass yet (gemma3 has); run it with device cpu");
+    }
+    detail::RequireCudaDevice("MoveModelToCuda");
+    const GgufFile& f = cpu_->gguf();
+    embd_ = UploadMatrix(f, "token_embd.weight");
+    if (f.FindTensor("output.weight") != nullptr) out_ = UploadMatrix(f, "output.weight");
+    out_norm_ = UploadVector(f, "output_norm.weight", c.n_embd);
+    for (int i = 0; i < c.n_layer; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      DevLayer L;
+      L.q = UploadMatrix(f, p + "attn_q.weight");
+      L.k = UploadMatrix(f, p + "attn_k.weight");
+      L.v = UploadMatrix(f, p + "attn_v.weight");
+      L.o = UploadMatrix(f, p + "attn_output.weight");
+      L.gate = UploadMatrix(f, p + "ffn_gate.weight");
+      L.up = UploadMatrix(f, p + "ffn_up.weight");
+      L.down = UploadMatrix(f, p + "ffn_down.weight");
+      L.attn_norm = UploadVector(f, p + "attn_norm.weight", c.n_embd);
+      L.q_norm = UploadVector(f, p + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = UploadVector(f, p + "attn_k_norm.weight", c.head_dim);
+      L.post_attn_norm = UploadVector(f, p + "post_attention_norm.weight", c.n_embd);
+      L.ffn_norm = UploadVector(f, p + "ffn_norm.weight", c.n_embd);
+      L.post_ffw_norm = UploadVector(f, p + "post_ffw_norm.weight", c.n_embd);
+      layers_.push_back(std::move(L));
+    }
+    const cublasStatus_t st = cublasCreate(&blas_);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      blas_ = nullptr;
+      throw Error("MoveModelToCuda: cublasCreate failed with status " + std::to_string(st));
+    }
+  }
+  ~CudaGemma3() override {
+    if (blas_ != nullptr) cublasDestroy(blas_);
+  }
+
+  const ModelConfig& config() const override { return cpu_->config(); }
+  const GgufFile& gguf() const override { return cpu_->gguf(); }
+  const std::vector<std::string>& warnings() const override { return cpu_->warnings(); }
+
+  std::unique_ptr<ModelState> NewState(const ModelStateOptions& o) const override {
+    const ModelConfig& c = config();
+    if (o.max_context < 1) throw Error("max_context must be >= 1, got " + std::to_string(o.max_context));
+    if (o.max_step < 1) throw Error("max_step must be >= 1 (tokens per chunk), got " + std::to_string(o.max_step));
+    if (o.max_batch < 1) throw Error("max_batch must be >= 1 (rows), got " + std::to_string(o.max_batch));
+    const int shared = o.num_kv_shared_layers.value_or(c.num_kv_shared_layers);
+    if (shared < 0 || shared > MaxKvSharedLayers(c)) {
+      throw Error("num_kv_shared_layers = " + std::to_string(shared) + " is out of range for this model: valid 0.." +
+                  std::to_string(MaxKvSharedLayers(c)));
+    }
+    const int step = std::min(o.max_step, o.max_context);
+    KvCache cache(KvSpecOf(c, shared), KvCacheOptions{.max_batch = o.max_batch,
+                                                       .max_seq = o.max_context,
+                                                       .max_step = step,
+                                                       .dtype = o.kv_dtype,
+                                                       .exact_rewind = o.exact_rewind,
+                                                       .device = Device::kCuda});
+    auto st = std::make_unique<CudaGemma3State>(std::move(cache), o);
+    for (const float base : {c.rope_base_full, c.rope_base_sliding}) {
+      const detail::RopeTable t = detail::BuildRopeTable({.base = base, .rotary_dim = c.head_dim}, o.max_context);
+      st->cos.push_back(UploadFloats(t.cos.data(), static_cast<std::int64_t>(t.cos.size()), "RoPE cos table"));
+      st->sin.push_back(UploadFloats(t.sin.data(), static_cast<std::int64_t>(t.sin.size()), "RoPE sin table"));
+      st->rope_half = t.half;
+    }
+    const std::int64_t S = step, B = o.max_batch, E = c.n_embd, qd = static_cast<std::int64_t>(c.n_head) * c.head_dim,
+                       kvd = static_cast<std::int64_t>(c.n_head_kv) * c.head_dim, F = c.n_ff;
+    const auto f32 = [](std::int64_t n) { return static_cast<std::size_t>(n) * 4; };
+    st->x = DevBuf(f32(S * E), "activations");
+    st->h = DevBuf(f32(S * E), "activations");
+    st->o = DevBuf(f32(S * E), "activations");
+    st->q = DevBuf(f32(B * S * qd), "activations");
+    st->attn = DevBuf(f32(B * S * qd), "activations");
+    st->k = DevBuf(f32(B * S * kvd), "activations");
+    st->v = DevBuf(f32(B * S * kvd), "activations");
+    st->g = DevBuf(f32(S * F), "activations");
+    st->u = DevBuf(f32(S * F), "activations");
+    st->xb = DevBuf(static_cast<std::size_t>(S * std::max({E, qd, F})) * 2, "activations");
+    st->tok = DevBuf(static_cast<std::size_t>(S) * 4, "token ids");
+    st->logits_dev = DevBuf(f32(S * c.n_vocab), "logits");
+    return st;
+  }
+
+  std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
+                                 const ForwardOptions& options) const override {
+    if (tokens.empty()) throw Error("Forward: tokens is empty");
+    const BatchEntry one{.row = 0, .tokens = tokens, .num_logits = options.num_logits};
+    return ForwardBatch(state, std::span<const BatchEntry>(&one, 1), pool);
+  }
+
+  std::span<const float> ForwardBatch(ModelState& base, std::span<const BatchEntry> entries, ThreadPool*) const override {
+    auto* state = dynamic_cast<CudaGemma3State*>(&base);
+    if (state == nullptr) throw Error("Forward: the state was not made by this model's NewState");
+    CudaGemma3State& st = *state;
+    const ModelConfig& c = config();
+    if (entries.size() != 1) {
+      throw Error("ForwardBatch (device cuda): " + std::to_string(entries.size()) +
+                  " entries; the GPU forward pass runs one row per call so far (use device cpu for batched steps)");
+    }
+    const BatchEntry& e = entries[0];
+    const auto n = static_cast<std::int64_t>(e.tokens.size());
+    if (e.row < 0 || e.row >= st.max_batch()) {
+      throw Error("ForwardBatch: row " + std::to_string(e.row) + " is out of range [0, " + std::to_string(st.max_batch()) + ")");
+    }
+    if (n == 0) throw Error("Forward: tokens is empty");
+    if (e.num_logits < 1 || e.num_logits > n) {
+      throw Error("Forward: num_logits must be in [1, " + std::to_string(n) + "], got " + std::to_string(e.num_logits));
+    }
+    const std::int64_t start = st.length(e.row);
+    if (start + n > st.max_context()) {
+      throw Error("Forward: " + std::to_string(start) + " cached + " + std::to_string(n) +
+                  " new tokens exceed max_context " + std::to_string(st.max_context()));
+    }
+    for (const std::int32_t t : e.tokens) {
+      if (t < 0 || t >= c.n_vocab) {
+        throw Error("Forward: token id " + std::to_string(t) + " is out of range [0, " + std::to_string(c.n_vocab) + ")");
+      }
+    }
+    st.logits.resize(static_cast<std::size_t>(e.num_logits * c.n_vocab));
+    const std::int64_t step = st.cache.Options().max_step;
+    try {
+      for (std::int64_t b = 0; b < n; b += step) {
+        const std::int64_t m = std::min(step, n - b);
+        RunChunk(st, e.row, e.tokens.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(m)));
+        // This chunk's tokens among the last num_logits of the call.
+        const std::int64_t first = std::max(b, n - e.num_logits);
+        if (first < b + m) Logits(st, first - b, b + m - first, st.logits.data() + (first - (n - e.num_logits)) * c.n_vocab);
+      }
+      CudaCheck(cudaDeviceSynchronize(), "Forward (device cuda)");
+    } catch (...) {
+      cudaGetLastError();
+      try {
+        st.cache.Rewind(e.row, start);
+      } catch (const Error&) {
+        st.cache.Reset(e.row);
+      }
+      throw;
+    }
+    return st.logits;
+  }
+
+ private:
+  // Y[S, w.rows] = X[S, w.cols] W^T: cuBLAS column-major C[w.rows, S] = W^T(op T of
+  // the row-major W) X.
+  void Gemm(const DevMatrix& w, const __nv_bfloat16* x, std::int64_t S, float* y) const {
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t s = cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(S),
+                                          static_cast<int>(w.cols), &one, w.data.As<__nv_bfloat16>(), CUDA_R_16BF,
+                                          static_cast<int>(w.cols), x, CUDA_R_16BF, static_cast<int>(w.cols), &zero, y,
+                                          CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) throw Error("Forward (device cuda): cublasGemmEx failed with status " + std::to_string(s));
+  }
+
+  // X (fp32, [S, n]) to bf16 into st.xb, then Y = X W^T.
+  void Project(CudaGemma3State& st, const DevMatrix& w, const float* x, std::int64_t S, float* y) const {
+    const std::int64_t count = S * w.cols;
+    ToBf16Kernel<<<Blocks(count), kThreads>>>(x, st.xb.As<__nv_bfloat16>(), count);
+    CheckLaunch("Forward (device cuda): bf16 conversion launch");
+    Gemm(w, st.xb.As<__nv_bfloat16>(), S, y);
+  }
+
+  void RunChunk(CudaGemma3State& st, int row, std::span<const std::int32_t> tokens) const {
+    const ModelConfig& c = config();
+    const auto S = static_cast<std::int64_t>(tokens.size());
+    const int E = c.n_embd, Hd = c.head_dim;
+    const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Hd, kvd = static_cast<std::int64_t>(c.n_head_kv) * Hd;
+    const int B = row + 1;  // rows before `row` are padding of the attention call (nothing reserved, nothing read)
+    CudaCheck(cudaMemcpy(st.tok.As<int>(), tokens.data(), static_cast<std::size_t>(S) * 4, cudaMemcpyHostToDevice),
+              "Forward (device cuda): token upload");
+    EmbedKernel<<<Blocks(S * E), kThreads>>>(embd_.data.As<__nv_bfloat16>(), st.tok.As<int>(), S, E,
+                                             std::sqrt(static_cast<float>(E)), st.x.As<float>());
+    CheckLaunch("Forward (device cuda): embedding launch");
+    st.cache.Reserve(row, S);
+    const LayerPlan& plan = st.cache.Plan();
+    float* x = st.x.As<float>();
+    float* h = st.h.As<float>();
+    float* o = st.o.As<float>();
+    float* q = st.q.As<float>() + row * S * qd;
+    float* k = st.k.As<float>() + row * S * kvd;
+    float* v = st.v.As<float>() + row * S * kvd;
+    float* attn = st.attn.As<float>() + row * S * qd;
+    const std::size_t act_bytes = static_cast<std::size_t>(S * E) * 4;
+    for (int l = 0; l < c.n_layer; ++l) {
+      const DevLayer& L = layers_[static_cast<std::size_t>(l)];
+      const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
+      CudaCheck(cudaMemcpy(h, x, act_bytes, cudaMemcpyDeviceToDevice), "Forward (device cuda): copy");
+      RmsNorm(h, S, E, L.attn_norm.As<float>(), c.rms_eps);
+      Project(st, L.q, h, S, q);
+      if (owns) {  // a KV-shared layer reads its source's K/V and computes none
+        Gemm(L.k, st.xb.As<__nv_bfloat16>(), S, k);  // xb still holds h in bf16
+        Gemm(L.v, st.xb.As<__nv_bfloat16>(), S, v);
+        RmsNorm(k, S * c.n_head_kv, Hd, L.k_norm.As<float>(), c.rms_eps);
+      }
+      RmsNorm(q, S * c.n_head, Hd, L.q_norm.As<float>(), c.rms_eps);
+
+      const int family = c.is_sliding[static_cast<std::size_t>(l)] ? 1 : 0;
+      LayerAttendArgs a;
+      a.query = ConstTensorView{st.q.As<float>(), DType::kFloat32, {B, S, qd}};
+      if (owns) {
+        a.key = ConstTensorView{st.k.As<float>(), DType::kFloat32, {B, S, kvd}};
+        a.value = ConstTensorView{st.v.As<float>(), DType::kFloat32, {B, S, kvd}};
+      }
+      const std::int64_t max_pos = st.max_context();
+      a.cos_cache = ConstTensorView{st.cos[static_cast<std::size_t>(family)].As<float>(), DType::kFloat32, {max_pos, st.rope_half}};
+      a.sin_cache = ConstTensorView{st.sin[static_cast<std::size_t>(family)].As<float>(), DType::kFloat32, {max_pos, st.rope_half}};
+      a.attrs.num_heads = c.n_head;
+      a.attrs.scale = c.attn_scale;
+      a.attrs.do_rotary = 1;
+      a.attrs.rotary_interleaved = 0;  // NeoX half split
+      a.output = TensorView{st.attn.As<float>(), DType::kFloat32, {B, S, qd}};
+      a.run.device = Device::kCuda;
+      AttendLayer(st.cache, l, a);
+
+      Project(st, L.o, attn, S, o);
+      RmsNorm(o, S, E, L.post_attn_norm.As<float>(), c.rms_eps);
+      AddKernel<<<Blocks(S * E), kThreads>>>(x, o, S * E);
+      CheckLaunch("Forward (device cuda): residual launch");
+
+      CudaCheck(cudaMemcpy(h, x, act_bytes, cudaMemcpyDeviceToDevice), "Forward (device cuda): copy");
+      RmsNorm(h, S, E, L.ffn_norm.As<float>(), c.rms_eps);
+      Project(st, L.gate, h, S, st.g.As<float>());
+      Gemm(L.up, st.xb.As<__nv_bfloat16>(), S, st.u.As<float>());
+      GegluKernel<<<Blocks(S * c.n_ff), kThreads>>>(st.g.As<float>(), st.u.As<float>(), S * c.n_ff);
+      CheckLaunch("Forward (device cuda): GeGLU launch");
+      Project(st, L.down, st.g.As<float>(), S, o);
+      RmsNorm(o, S, E, L.post_ffw_norm.As<float>(), c.rms_eps);
+      AddKernel<<<Blocks(S * E), kThreads>>>(x, o, S * E);
+      CheckLaunch("Forward (device cuda): residual launch");
+    }
+    st.cache.Commit(row);
+  }
+
+  // Logits of the chunk's rows [first, first + count) into out (host).
+  void Logits(CudaGemma3State& st, std::int64_t first, std::int64_t count, float* out) const {
+    const ModelConfig& c = config();
+    float* rows = st.x.As<float>() + first * c.n_embd;
+    RmsNorm(rows, count, c.n_embd, out_norm_.As<float>(), c.rms_eps);
+    const DevMatrix& head = out_.rows > 0 ? out_ : embd_;  // tied embeddings unless output.weight
+    Project(st, head, rows, count, st.logits_dev.As<float>());
+    CudaCheck(cudaMemcpy(out, st.logits_dev.As<float>(), static_cast<std::size_t>(count * c.n_vocab) * 4,
+                         cudaMemcpyDeviceToHost),
+              "Forward (device cuda): logits download");
+  }
+
+  std::unique_ptr<Model> cpu_;
+  cublasHandle_t blas_ = nullptr;
+  DevMatrix embd_, out_;
+  DevBuf out_norm_;
+  std::vector<DevLayer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> MoveModelToCuda(std::unique_ptr<Model> model) {
+  if (model == nullptr) throw Error("MoveModelToCuda: no model");
+  return std::make_unique<CudaGemma3>(std::move(model));
+}
+
+}  // namespace kvshare
