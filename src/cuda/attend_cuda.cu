@@ -16,7 +16,7 @@
 // f32 / f16 / bf16 / q8_0, rings, bias, sinks, output_qk). Decode over fp16 /
 // bf16 caches takes attend_decode_cuda.cu's kernel instead (all G heads of a
 // group per K/V load) into the same workspace and combine when the
-// tensor-core kernel (attend_mma_cuda.cu: fp16 / bf16 K/V, H <= 256, no bias,
+// tensor-core kernel (attend_mma_cuda.cu: fp16 / bf16 K/V, H 64 - 512, no bias,
 // no output_qk) does not take the call.
 #include "cuda/attend_cuda.h"
 
