@@ -11,14 +11,15 @@
 
 namespace kvshare::detail {
 
-DeviceBytes::DeviceBytes(Device device, std::size_t bytes) : device_(device), bytes_(bytes) {
+DeviceBytes::DeviceBytes(Device device, std::size_t bytes, const char* what) : device_(device), bytes_(bytes) {
   if (device == Device::kCpu) {
     host_.assign(bytes, 0);
     return;
   }
 #if KVSHARE_HAVE_CUDA
-  device_ptr_ = static_cast<unsigned char*>(CudaAllocZeroed(bytes));
+  device_ptr_ = static_cast<unsigned char*>(CudaAllocZeroed(bytes, what));
 #else
+  (void)what;
   throw Error("device cuda requested for " + std::to_string(bytes) +
               " bytes, but this kvshare was built without CUDA (configure with -DKVSHARE_CUDA=ON and nvcc on PATH)");
 #endif

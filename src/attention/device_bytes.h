@@ -1,5 +1,6 @@
 // An owning, zero-filled byte buffer in host memory or in CUDA device memory
-// (the KV cache's storage; KvCacheOptions::device). Internal header: the
+// (the KV cache's storage, KvCacheOptions::device; the GPU model's weights and
+// activations, src/cuda/model/). Internal header: the
 // attention layer owns it because its CUDA backend (src/cuda/) is the only
 // code that touches the device runtime.
 #pragma once
@@ -16,8 +17,8 @@ class DeviceBytes {
   DeviceBytes() = default;
   // bytes zeroed bytes on `device`. Throws kvshare::Error for Device::kCuda
   // in a build without CUDA, without a usable GPU, or when the allocation
-  // fails (the message says how many bytes and why).
-  DeviceBytes(Device device, std::size_t bytes);
+  // fails (the message names `what`, says how many bytes and why).
+  DeviceBytes(Device device, std::size_t bytes, const char* what = "KV cache allocation");
   ~DeviceBytes();
   DeviceBytes(DeviceBytes&& other) noexcept;
   DeviceBytes& operator=(DeviceBytes&& other) noexcept;

@@ -22,8 +22,9 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
                              const GqaPlan& p, const GqaRunOptions& options);
 
 // bytes of zeroed device memory (cudaMalloc + cudaMemset); throws
-// kvshare::Error without a usable GPU or when the allocation fails.
-void* CudaAllocZeroed(std::size_t bytes);
+// kvshare::Error naming `what` the memory is for without a usable GPU or when
+// the allocation fails.
+void* CudaAllocZeroed(std::size_t bytes, const char* what);
 // Frees what CudaAllocZeroed returned (errors ignored: used by destructors).
 void CudaFree(void* ptr) noexcept;
 

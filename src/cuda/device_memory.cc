@@ -1,4 +1,5 @@
-// Device memory for KV caches (attention/device_bytes.h through gqa_device.h).
+// Device memory for KV caches and the GPU model (attention/device_bytes.h
+// through gqa_device.h).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -8,16 +9,16 @@
 
 namespace kvshare::detail {
 
-void* CudaAllocZeroed(std::size_t bytes) {
-  RequireCudaDevice("KV cache allocation");
+void* CudaAllocZeroed(std::size_t bytes, const char* what) {
+  RequireCudaDevice(what);
   if (bytes == 0) return nullptr;
   void* ptr = nullptr;
-  const std::string what = "KV cache allocation of " + std::to_string(bytes) + " bytes on the GPU";
-  CudaCheck(cudaMalloc(&ptr, bytes), what.c_str());
+  const std::string where = std::string(what) + " of " + std::to_string(bytes) + " bytes on the GPU";
+  CudaCheck(cudaMalloc(&ptr, bytes), where.c_str());
   const cudaError_t e = cudaMemset(ptr, 0, bytes);
   if (e != cudaSuccess) {
     cudaFree(ptr);
-    CudaCheck(e, what.c_str());
+    CudaCheck(e, where.c_str());
   }
   return ptr;
 }

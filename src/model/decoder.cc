@@ -41,6 +41,16 @@ void MatMulRowsMany(std::span<const MatMulTarget> targets, const float* x, std::
 
 namespace {
 std::string Dims(std::int64_t a, std::int64_t b) { return Str("[", a, ", ", b, "]"); }
+
+// BuildLayerPlan's message for n shared layers of config ("" when valid).
+std::string PlanErrorOf(const ModelConfig& config, int n) {
+  try {
+    BuildLayerPlan(KvSpecOf(config, n));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 std::optional<WeightMatrix> TensorLookup::MatOpt(const std::string& name, std::int64_t rows, std::int64_t cols) const {
@@ -218,14 +228,7 @@ void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, 
 
 // ---- DecoderModel ----
 
-std::string DecoderModel::PlanError(int n) const {
-  try {
-    BuildLayerPlan(KvSpecOf(cfg_, n));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string DecoderModel::PlanError(int n) const { return PlanErrorOf(cfg_, n); }
 
 void DecoderModel::ValidateSharing(const std::string& key) const {
   const int n = cfg_.num_kv_shared_layers;
@@ -257,27 +260,51 @@ std::vector<QuerySpan> DecoderModel::FullSpans(const Step& step) {
   return spans;
 }
 
-std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) const {
+KvCache NewStateCache(const ModelConfig& config, const ModelStateOptions& o, Device device) {
   if (o.max_context < 1) throw Error(Str("max_context must be >= 1, got ", o.max_context));
   if (o.max_step < 1) throw Error(Str("max_step must be >= 1 (tokens per chunk), got ", o.max_step));
   if (o.max_batch < 1) throw Error(Str("max_batch must be >= 1 (rows), got ", o.max_batch));
   if (!IsKvCacheDType(o.kv_dtype)) {
     throw Error(Str("kv_dtype must be float32, float16, bfloat16 or q8_0, got ", DTypeName(o.kv_dtype)));
   }
-  const int shared = o.num_kv_shared_layers.value_or(cfg_.num_kv_shared_layers);
-  const int max_shared = MaxKvSharedLayers(cfg_);
+  const int shared = o.num_kv_shared_layers.value_or(config.num_kv_shared_layers);
+  const int max_shared = MaxKvSharedLayers(config);
   if (shared < 0 || shared > max_shared) {
-    const std::string why = shared < 0 ? "it must be >= 0 (0 means no sharing)" : PlanError(shared);
+    const std::string why = shared < 0 ? "it must be >= 0 (0 means no sharing)" : PlanErrorOf(config, shared);
     throw Error(Str("num_kv_shared_layers = ", shared, " is out of range for this model: valid 0..", max_shared, " (",
-                    cfg_.n_layer, " layers); ", why));
+                    config.n_layer, " layers); ", why));
   }
   const int step = std::min(o.max_step, o.max_context);
-  KvCache cache(KvSpecOf(cfg_, shared), KvCacheOptions{.max_batch = o.max_batch,
-                                                        .max_seq = o.max_context,
-                                                        .max_step = step,
-                                                        .dtype = o.kv_dtype,
-                                                        .exact_rewind = o.exact_rewind});
-  return MakeState(std::move(cache), o, RopeFor(o.max_context));
+  return KvCache(KvSpecOf(config, shared), KvCacheOptions{.max_batch = o.max_batch,
+                                                          .max_seq = o.max_context,
+                                                          .max_step = step,
+                                                          .dtype = o.kv_dtype,
+                                                          .exact_rewind = o.exact_rewind,
+                                                          .device = device});
+}
+
+void CheckBatchEntry(const ModelState& st, const ModelConfig& config, const BatchEntry& e, std::size_t entries) {
+  if (e.row < 0 || e.row >= st.max_batch()) {
+    throw Error(Str("ForwardBatch: row ", e.row, " is out of range [0, max_batch = ", st.max_batch(), ")"));
+  }
+  const std::int64_t S = static_cast<std::int64_t>(e.tokens.size());
+  if (S == 0) throw Error(Str("Forward: row ", e.row, ": tokens is empty"));
+  const std::int64_t len = st.length(e.row);
+  if (len + S > st.max_context()) {
+    throw Error(Str("KV cache overflow: ", len, " cached + ", S, " new tokens exceed max_context ", st.max_context(),
+                    entries > 1 ? Str(" in row ", e.row) : std::string(), "; increase max_context to at least ",
+                    len + S));
+  }
+  for (std::int32_t t : e.tokens) {
+    if (t < 0 || t >= config.n_vocab) throw Error(Str("token id ", t, " out of range [0, ", config.n_vocab, ")"));
+  }
+  if (e.num_logits < 1 || e.num_logits > S) {
+    throw Error(Str("Forward: num_logits ", e.num_logits, " is out of range [1, ", S, "] (the number of tokens)"));
+  }
+}
+
+std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) const {
+  return MakeState(NewStateCache(cfg_, o, Device::kCpu), o, RopeFor(o.max_context));
 }
 
 std::span<const float> DecoderModel::Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
@@ -298,25 +325,11 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
   std::vector<std::int64_t> start, first_logit, out_at;  // per entry
   std::int64_t total_logits = 0, longest = 0;
   for (const BatchEntry& e : entries) {
-    if (e.row < 0 || e.row >= st.max_batch()) {
-      throw Error(Str("ForwardBatch: row ", e.row, " is out of range [0, max_batch = ", st.max_batch(), ")"));
-    }
+    CheckBatchEntry(st, c, e, entries.size());
     if (seen[static_cast<std::size_t>(e.row)]) throw Error(Str("ForwardBatch: row ", e.row, " appears twice"));
     seen[static_cast<std::size_t>(e.row)] = true;
     const std::int64_t S = static_cast<std::int64_t>(e.tokens.size());
-    if (S == 0) throw Error(Str("Forward: row ", e.row, ": tokens is empty"));
     const std::int64_t len = st.length(e.row);
-    if (len + S > st.max_context_) {
-      throw Error(Str("KV cache overflow: ", len, " cached + ", S, " new tokens exceed max_context ", st.max_context_,
-                      entries.size() > 1 ? Str(" in row ", e.row) : std::string(), "; increase max_context to at least ",
-                      len + S));
-    }
-    for (std::int32_t t : e.tokens) {
-      if (t < 0 || t >= c.n_vocab) throw Error(Str("token id ", t, " out of range [0, ", c.n_vocab, ")"));
-    }
-    if (e.num_logits < 1 || e.num_logits > S) {
-      throw Error(Str("Forward: num_logits ", e.num_logits, " is out of range [1, ", S, "] (the number of tokens)"));
-    }
     start.push_back(len);
     first_logit.push_back(S - e.num_logits);  // token index of the entry's first returned row
     out_at.push_back(total_logits);

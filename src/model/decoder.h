@@ -160,6 +160,19 @@ void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatr
 // out[s, :] = row tokens[s] of `table` (dequantized) * scale.
 void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, float scale, float* out);
 
+// The KV cache of a new state of `config` on `device`: Model::NewState's
+// checks of `o` (max_context, max_step, max_batch >= 1, a KV cache dtype,
+// num_kv_shared_layers in [0, MaxKvSharedLayers]; kvshare::Error naming the
+// option and the valid values), then the cache (max_step clamped to
+// max_context). For every Model implementation, on either device.
+KvCache NewStateCache(const ModelConfig& config, const ModelStateOptions& o, Device device);
+
+// ForwardBatch's checks of one entry before anything runs: the row in
+// [0, max_batch), tokens non-empty, no cache overflow (the message names the
+// row when the call has more than one entry), token ids in [0, n_vocab),
+// num_logits in [1, tokens]. Throws kvshare::Error.
+void CheckBatchEntry(const ModelState& st, const ModelConfig& config, const BatchEntry& e, std::size_t entries);
+
 // The Model of a decoder-only family. Derived classes fill cfg_, the LM head
 // (out_w_, out_norm_, final_softcap_), the RoPE families and their layer map,
 // and implement MakeState / RunStep.

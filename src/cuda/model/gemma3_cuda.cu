@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/device_bytes.h"
 #include "common/float_convert.h"
 #include "cuda/cuda_check.h"
 #include "kvshare/cache.h"
@@ -29,27 +30,16 @@ using detail::CudaCheck;
 
 constexpr int kThreads = 256;
 
-// Device memory owned for a model's or a state's lifetime.
-class DevBuf {
- public:
-  DevBuf() = default;
-  DevBuf(std::size_t bytes, const std::string& what) {
-    if (bytes > 0) CudaCheck(cudaMalloc(&ptr_, bytes), (what + ": device allocation").c_str());
-  }
-  ~DevBuf() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DevBuf(DevBuf&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)) {}
-  DevBuf& operator=(DevBuf&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    return *this;
-  }
-  template <typename T>
-  T* As() const { return static_cast<T*>(ptr_); }
+// Device memory owned for a model's or a state's lifetime: the KV cache's
+// zero-filled owning buffer (attention/device_bytes.h).
+using DevBuf = detail::DeviceBytes;
 
- private:
-  void* ptr_ = nullptr;
-};
+DevBuf DeviceBuffer(std::size_t bytes, const char* what) { return DevBuf(Device::kCuda, bytes, what); }
+
+template <typename T>
+T* As(const DevBuf& b) {
+  return reinterpret_cast<T*>(const_cast<unsigned char*>(b.data()));
+}
 
 unsigned Blocks(std::int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -110,11 +100,13 @@ struct DevMatrix {
   std::int64_t rows = 0, cols = 0;
 };
 
-// The GGUF tensor `name` dequantized (DequantizeRow) to bf16 on the device,
-// a block of rows at a time.
-DevMatrix UploadMatrix(const GgufFile& f, const std::string& name) {
-  const WeightMatrix w = WeightMatrix::FromTensor(f.Tensor(name));
-  DevMatrix m{DevBuf(static_cast<std::size_t>(w.rows * w.cols) * 2, name), w.rows, w.cols};
+constexpr const char* kWeights = "GPU model weights allocation";
+constexpr const char* kActivations = "GPU model activations allocation";
+
+// w (a GGUF tensor, TensorLookup-checked) dequantized (DequantizeRow) to bf16
+// on the device, a block of rows at a time.
+DevMatrix UploadMatrix(const WeightMatrix& w, const std::string& name) {
+  DevMatrix m{DeviceBuffer(static_cast<std::size_t>(w.rows * w.cols) * 2, kWeights), w.rows, w.cols};
   constexpr std::int64_t kBlockRows = 1024;
   std::vector<float> row(static_cast<std::size_t>(w.cols));
   std::vector<std::uint16_t> block(static_cast<std::size_t>(std::min(w.rows, kBlockRows) * w.cols));
@@ -124,23 +116,17 @@ DevMatrix UploadMatrix(const GgufFile& f, const std::string& name) {
       DequantizeRow(w.type, static_cast<const std::uint8_t*>(w.data) + (r0 + r) * w.row_bytes, row.data(), w.cols);
       for (std::int64_t c = 0; c < w.cols; ++c) block[static_cast<std::size_t>(r * w.cols + c)] = detail::F32ToBF16(row[static_cast<std::size_t>(c)]);
     }
-    CudaCheck(cudaMemcpy(m.data.As<std::uint16_t>() + r0 * w.cols, block.data(), static_cast<std::size_t>(n * w.cols) * 2,
+    CudaCheck(cudaMemcpy(As<std::uint16_t>(m.data) + r0 * w.cols, block.data(), static_cast<std::size_t>(n * w.cols) * 2,
                          cudaMemcpyHostToDevice),
               (name + ": upload").c_str());
   }
   return m;
 }
 
-DevBuf UploadFloats(const float* x, std::int64_t n, const std::string& what) {
-  DevBuf b(static_cast<std::size_t>(n) * 4, what);
-  CudaCheck(cudaMemcpy(b.As<float>(), x, static_cast<std::size_t>(n) * 4, cudaMemcpyHostToDevice), (what + ": upload").c_str());
+DevBuf UploadFloats(const float* x, std::int64_t n, const char* what) {
+  DevBuf b = DeviceBuffer(static_cast<std::size_t>(n) * 4, what);
+  CudaCheck(cudaMemcpy(As<float>(b), x, static_cast<std::size_t>(n) * 4, cudaMemcpyHostToDevice), what);
   return b;
-}
-
-DevBuf UploadVector(const GgufFile& f, const std::string& name, std::int64_t n) {
-  const GgufTensor& t = f.Tensor(name);
-  if (t.type != GgmlType::kF32 || t.ne[0] != n) throw Error(name + ": expected an F32 vector of " + std::to_string(n));
-  return UploadFloats(reinterpret_cast<const float*>(t.data), n, name);
 }
 
 struct DevLayer {
@@ -178,26 +164,32 @@ class CudaGemma3 final : public Model {
                   "' has no GPU forward pass yet (gemma3 has); run it with device cpu");
     }
     detail::RequireCudaDevice("MoveModelToCuda");
-    const GgufFile& f = cpu_->gguf();
-    embd_ = UploadMatrix(f, "token_embd.weight");
-    if (f.FindTensor("output.weight") != nullptr) out_ = UploadMatrix(f, "output.weight");
-    out_norm_ = UploadVector(f, "output_norm.weight", c.n_embd);
+    // The tensors as the CPU model checked them (TensorLookup: names, shapes, types).
+    const detail::TensorLookup t(cpu_->gguf());
+    const int qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
+    const auto mat = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+      return UploadMatrix(t.Mat(name, rows, cols), name);
+    };
+    const auto vec = [&](const std::string& name, std::int64_t n) { return UploadFloats(t.Vec(name, n), n, kWeights); };
+    embd_ = mat("token_embd.weight", c.n_vocab, c.n_embd);
+    if (const auto w = t.MatOpt("output.weight", c.n_vocab, c.n_embd)) out_ = UploadMatrix(*w, "output.weight");
+    out_norm_ = vec("output_norm.weight", c.n_embd);
     for (int i = 0; i < c.n_layer; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       DevLayer L;
-      L.q = UploadMatrix(f, p + "attn_q.weight");
-      L.k = UploadMatrix(f, p + "attn_k.weight");
-      L.v = UploadMatrix(f, p + "attn_v.weight");
-      L.o = UploadMatrix(f, p + "attn_output.weight");
-      L.gate = UploadMatrix(f, p + "ffn_gate.weight");
-      L.up = UploadMatrix(f, p + "ffn_up.weight");
-      L.down = UploadMatrix(f, p + "ffn_down.weight");
-      L.attn_norm = UploadVector(f, p + "attn_norm.weight", c.n_embd);
-      L.q_norm = UploadVector(f, p + "attn_q_norm.weight", c.head_dim);
-      L.k_norm = UploadVector(f, p + "attn_k_norm.weight", c.head_dim);
-      L.post_attn_norm = UploadVector(f, p + "post_attention_norm.weight", c.n_embd);
-      L.ffn_norm = UploadVector(f, p + "ffn_norm.weight", c.n_embd);
-      L.post_ffw_norm = UploadVector(f, p + "post_ffw_norm.weight", c.n_embd);
+      L.q = mat(p + "attn_q.weight", qd, c.n_embd);
+      L.k = mat(p + "attn_k.weight", kvd, c.n_embd);
+      L.v = mat(p + "attn_v.weight", kvd, c.n_embd);
+      L.o = mat(p + "attn_output.weight", c.n_embd, qd);
+      L.gate = mat(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+      L.up = mat(p + "ffn_up.weight", c.n_ff, c.n_embd);
+      L.down = mat(p + "ffn_down.weight", c.n_embd, c.n_ff);
+      L.attn_norm = vec(p + "attn_norm.weight", c.n_embd);
+      L.q_norm = vec(p + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = vec(p + "attn_k_norm.weight", c.head_dim);
+      L.post_attn_norm = vec(p + "post_attention_norm.weight", c.n_embd);
+      L.ffn_norm = vec(p + "ffn_norm.weight", c.n_embd);
+      L.post_ffw_norm = vec(p + "post_ffw_norm.weight", c.n_embd);
       layers_.push_back(std::move(L));
     }
     const cublasStatus_t st = cublasCreate(&blas_);
@@ -216,43 +208,30 @@ class CudaGemma3 final : public Model {
 
   std::unique_ptr<ModelState> NewState(const ModelStateOptions& o) const override {
     const ModelConfig& c = config();
-    if (o.max_context < 1) throw Error("max_context must be >= 1, got " + std::to_string(o.max_context));
-    if (o.max_step < 1) throw Error("max_step must be >= 1 (tokens per chunk), got " + std::to_string(o.max_step));
-    if (o.max_batch < 1) throw Error("max_batch must be >= 1 (rows), got " + std::to_string(o.max_batch));
-    const int shared = o.num_kv_shared_layers.value_or(c.num_kv_shared_layers);
-    if (shared < 0 || shared > MaxKvSharedLayers(c)) {
-      throw Error("num_kv_shared_layers = " + std::to_string(shared) + " is out of range for this model: valid 0.." +
-                  std::to_string(MaxKvSharedLayers(c)));
-    }
-    const int step = std::min(o.max_step, o.max_context);
-    KvCache cache(KvSpecOf(c, shared), KvCacheOptions{.max_batch = o.max_batch,
-                                                       .max_seq = o.max_context,
-                                                       .max_step = step,
-                                                       .dtype = o.kv_dtype,
-                                                       .exact_rewind = o.exact_rewind,
-                                                       .device = Device::kCuda});
+    KvCache cache = detail::NewStateCache(c, o, Device::kCuda);
+    const int step = cache.Options().max_step;
     auto st = std::make_unique<CudaGemma3State>(std::move(cache), o);
     for (const float base : {c.rope_base_full, c.rope_base_sliding}) {
       const detail::RopeTable t = detail::BuildRopeTable({.base = base, .rotary_dim = c.head_dim}, o.max_context);
-      st->cos.push_back(UploadFloats(t.cos.data(), static_cast<std::int64_t>(t.cos.size()), "RoPE cos table"));
-      st->sin.push_back(UploadFloats(t.sin.data(), static_cast<std::int64_t>(t.sin.size()), "RoPE sin table"));
+      st->cos.push_back(UploadFloats(t.cos.data(), static_cast<std::int64_t>(t.cos.size()), "RoPE table allocation"));
+      st->sin.push_back(UploadFloats(t.sin.data(), static_cast<std::int64_t>(t.sin.size()), "RoPE table allocation"));
       st->rope_half = t.half;
     }
     const std::int64_t S = step, B = o.max_batch, E = c.n_embd, qd = static_cast<std::int64_t>(c.n_head) * c.head_dim,
                        kvd = static_cast<std::int64_t>(c.n_head_kv) * c.head_dim, F = c.n_ff;
     const auto f32 = [](std::int64_t n) { return static_cast<std::size_t>(n) * 4; };
-    st->x = DevBuf(f32(S * E), "activations");
-    st->h = DevBuf(f32(S * E), "activations");
-    st->o = DevBuf(f32(S * E), "activations");
-    st->q = DevBuf(f32(B * S * qd), "activations");
-    st->attn = DevBuf(f32(B * S * qd), "activations");
-    st->k = DevBuf(f32(B * S * kvd), "activations");
-    st->v = DevBuf(f32(B * S * kvd), "activations");
-    st->g = DevBuf(f32(S * F), "activations");
-    st->u = DevBuf(f32(S * F), "activations");
-    st->xb = DevBuf(static_cast<std::size_t>(S * std::max({E, qd, F})) * 2, "activations");
-    st->tok = DevBuf(static_cast<std::size_t>(S) * 4, "token ids");
-    st->logits_dev = DevBuf(f32(S * c.n_vocab), "logits");
+    st->x = DeviceBuffer(f32(S * E), kActivations);
+    st->h = DeviceBuffer(f32(S * E), kActivations);
+    st->o = DeviceBuffer(f32(S * E), kActivations);
+    st->q = DeviceBuffer(f32(B * S * qd), kActivations);
+    st->attn = DeviceBuffer(f32(B * S * qd), kActivations);
+    st->k = DeviceBuffer(f32(B * S * kvd), kActivations);
+    st->v = DeviceBuffer(f32(B * S * kvd), kActivations);
+    st->g = DeviceBuffer(f32(S * F), kActivations);
+    st->u = DeviceBuffer(f32(S * F), kActivations);
+    st->xb = DeviceBuffer(static_cast<std::size_t>(S * std::max({E, qd, F})) * 2, kActivations);
+    st->tok = DeviceBuffer(static_cast<std::size_t>(S) * 4, kActivations);
+    st->logits_dev = DeviceBuffer(f32(S * c.n_vocab), kActivations);
     return st;
   }
 
@@ -268,29 +247,15 @@ class CudaGemma3 final : public Model {
     if (state == nullptr) throw Error("Forward: the state was not made by this model's NewState");
     CudaGemma3State& st = *state;
     const ModelConfig& c = config();
+    if (entries.empty()) throw Error("ForwardBatch: no entries");
     if (entries.size() != 1) {
       throw Error("ForwardBatch (device cuda): " + std::to_string(entries.size()) +
                   " entries; the GPU forward pass runs one row per call so far (use device cpu for batched steps)");
     }
     const BatchEntry& e = entries[0];
+    detail::CheckBatchEntry(st, c, e, entries.size());
     const auto n = static_cast<std::int64_t>(e.tokens.size());
-    if (e.row < 0 || e.row >= st.max_batch()) {
-      throw Error("ForwardBatch: row " + std::to_string(e.row) + " is out of range [0, " + std::to_string(st.max_batch()) + ")");
-    }
-    if (n == 0) throw Error("Forward: tokens is empty");
-    if (e.num_logits < 1 || e.num_logits > n) {
-      throw Error("Forward: num_logits must be in [1, " + std::to_string(n) + "], got " + std::to_string(e.num_logits));
-    }
     const std::int64_t start = st.length(e.row);
-    if (start + n > st.max_context()) {
-      throw Error("Forward: " + std::to_string(start) + " cached + " + std::to_string(n) +
-                  " new tokens exceed max_context " + std::to_string(st.max_context()));
-    }
-    for (const std::int32_t t : e.tokens) {
-      if (t < 0 || t >= c.n_vocab) {
-        throw Error("Forward: token id " + std::to_string(t) + " is out of range [0, " + std::to_string(c.n_vocab) + ")");
-      }
-    }
     st.logits.resize(static_cast<std::size_t>(e.num_logits * c.n_vocab));
     const std::int64_t step = st.cache.Options().max_step;
     try {
@@ -320,7 +285,7 @@ class CudaGemma3 final : public Model {
   void Gemm(const DevMatrix& w, const __nv_bfloat16* x, std::int64_t S, float* y) const {
     const float one = 1.0f, zero = 0.0f;
     const cublasStatus_t s = cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(S),
-                                          static_cast<int>(w.cols), &one, w.data.As<__nv_bfloat16>(), CUDA_R_16BF,
+                                          static_cast<int>(w.cols), &one, As<__nv_bfloat16>(w.data), CUDA_R_16BF,
                                           static_cast<int>(w.cols), x, CUDA_R_16BF, static_cast<int>(w.cols), &zero, y,
                                           CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) throw Error("Forward (device cuda): cublasGemmEx failed with status " + std::to_string(s));
@@ -329,9 +294,9 @@ class CudaGemma3 final : public Model {
   // X (fp32, [S, n]) to bf16 into st.xb, then Y = X W^T.
   void Project(CudaGemma3State& st, const DevMatrix& w, const float* x, std::int64_t S, float* y) const {
     const std::int64_t count = S * w.cols;
-    ToBf16Kernel<<<Blocks(count), kThreads>>>(x, st.xb.As<__nv_bfloat16>(), count);
+    ToBf16Kernel<<<Blocks(count), kThreads>>>(x, As<__nv_bfloat16>(st.xb), count);
     CheckLaunch("Forward (device cuda): bf16 conversion launch");
-    Gemm(w, st.xb.As<__nv_bfloat16>(), S, y);
+    Gemm(w, As<__nv_bfloat16>(st.xb), S, y);
   }
 
   void RunChunk(CudaGemma3State& st, int row, std::span<const std::int32_t> tokens) const {
@@ -340,65 +305,65 @@ class CudaGemma3 final : public Model {
     const int E = c.n_embd, Hd = c.head_dim;
     const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Hd, kvd = static_cast<std::int64_t>(c.n_head_kv) * Hd;
     const int B = row + 1;  // rows before `row` are padding of the attention call (nothing reserved, nothing read)
-    CudaCheck(cudaMemcpy(st.tok.As<int>(), tokens.data(), static_cast<std::size_t>(S) * 4, cudaMemcpyHostToDevice),
+    CudaCheck(cudaMemcpy(As<int>(st.tok), tokens.data(), static_cast<std::size_t>(S) * 4, cudaMemcpyHostToDevice),
               "Forward (device cuda): token upload");
-    EmbedKernel<<<Blocks(S * E), kThreads>>>(embd_.data.As<__nv_bfloat16>(), st.tok.As<int>(), S, E,
-                                             std::sqrt(static_cast<float>(E)), st.x.As<float>());
+    EmbedKernel<<<Blocks(S * E), kThreads>>>(As<__nv_bfloat16>(embd_.data), As<int>(st.tok), S, E,
+                                             std::sqrt(static_cast<float>(E)), As<float>(st.x));
     CheckLaunch("Forward (device cuda): embedding launch");
     st.cache.Reserve(row, S);
     const LayerPlan& plan = st.cache.Plan();
-    float* x = st.x.As<float>();
-    float* h = st.h.As<float>();
-    float* o = st.o.As<float>();
-    float* q = st.q.As<float>() + row * S * qd;
-    float* k = st.k.As<float>() + row * S * kvd;
-    float* v = st.v.As<float>() + row * S * kvd;
-    float* attn = st.attn.As<float>() + row * S * qd;
+    float* x = As<float>(st.x);
+    float* h = As<float>(st.h);
+    float* o = As<float>(st.o);
+    float* q = As<float>(st.q) + row * S * qd;
+    float* k = As<float>(st.k) + row * S * kvd;
+    float* v = As<float>(st.v) + row * S * kvd;
+    float* attn = As<float>(st.attn) + row * S * qd;
     const std::size_t act_bytes = static_cast<std::size_t>(S * E) * 4;
     for (int l = 0; l < c.n_layer; ++l) {
       const DevLayer& L = layers_[static_cast<std::size_t>(l)];
       const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
       CudaCheck(cudaMemcpy(h, x, act_bytes, cudaMemcpyDeviceToDevice), "Forward (device cuda): copy");
-      RmsNorm(h, S, E, L.attn_norm.As<float>(), c.rms_eps);
+      RmsNorm(h, S, E, As<float>(L.attn_norm), c.rms_eps);
       Project(st, L.q, h, S, q);
       if (owns) {  // a KV-shared layer reads its source's K/V and computes none
-        Gemm(L.k, st.xb.As<__nv_bfloat16>(), S, k);  // xb still holds h in bf16
-        Gemm(L.v, st.xb.As<__nv_bfloat16>(), S, v);
-        RmsNorm(k, S * c.n_head_kv, Hd, L.k_norm.As<float>(), c.rms_eps);
+        Gemm(L.k, As<__nv_bfloat16>(st.xb), S, k);  // xb still holds h in bf16
+        Gemm(L.v, As<__nv_bfloat16>(st.xb), S, v);
+        RmsNorm(k, S * c.n_head_kv, Hd, As<float>(L.k_norm), c.rms_eps);
       }
-      RmsNorm(q, S * c.n_head, Hd, L.q_norm.As<float>(), c.rms_eps);
+      RmsNorm(q, S * c.n_head, Hd, As<float>(L.q_norm), c.rms_eps);
 
       const int family = c.is_sliding[static_cast<std::size_t>(l)] ? 1 : 0;
       LayerAttendArgs a;
-      a.query = ConstTensorView{st.q.As<float>(), DType::kFloat32, {B, S, qd}};
+      a.query = ConstTensorView{As<float>(st.q), DType::kFloat32, {B, S, qd}};
       if (owns) {
-        a.key = ConstTensorView{st.k.As<float>(), DType::kFloat32, {B, S, kvd}};
-        a.value = ConstTensorView{st.v.As<float>(), DType::kFloat32, {B, S, kvd}};
+        a.key = ConstTensorView{As<float>(st.k), DType::kFloat32, {B, S, kvd}};
+        a.value = ConstTensorView{As<float>(st.v), DType::kFloat32, {B, S, kvd}};
       }
       const std::int64_t max_pos = st.max_context();
-      a.cos_cache = ConstTensorView{st.cos[static_cast<std::size_t>(family)].As<float>(), DType::kFloat32, {max_pos, st.rope_half}};
-      a.sin_cache = ConstTensorView{st.sin[static_cast<std::size_t>(family)].As<float>(), DType::kFloat32, {max_pos, st.rope_half}};
+      a.cos_cache = ConstTensorView{As<float>(st.cos[static_cast<std::size_t>(family)]), DType::kFloat32, {max_pos, st.rope_half}};
+      a.sin_cache = ConstTensorView{As<float>(st.sin[static_cast<std::size_t>(family)]), DType::kFloat32, {max_pos, st.rope_half}};
       a.attrs.num_heads = c.n_head;
       a.attrs.scale = c.attn_scale;
       a.attrs.do_rotary = 1;
       a.attrs.rotary_interleaved = 0;  // NeoX half split
-      a.output = TensorView{st.attn.As<float>(), DType::kFloat32, {B, S, qd}};
+      a.output = TensorView{As<float>(st.attn), DType::kFloat32, {B, S, qd}};
       a.run.device = Device::kCuda;
       AttendLayer(st.cache, l, a);
 
       Project(st, L.o, attn, S, o);
-      RmsNorm(o, S, E, L.post_attn_norm.As<float>(), c.rms_eps);
+      RmsNorm(o, S, E, As<float>(L.post_attn_norm), c.rms_eps);
       AddKernel<<<Blocks(S * E), kThreads>>>(x, o, S * E);
       CheckLaunch("Forward (device cuda): residual launch");
 
       CudaCheck(cudaMemcpy(h, x, act_bytes, cudaMemcpyDeviceToDevice), "Forward (device cuda): copy");
-      RmsNorm(h, S, E, L.ffn_norm.As<float>(), c.rms_eps);
-      Project(st, L.gate, h, S, st.g.As<float>());
-      Gemm(L.up, st.xb.As<__nv_bfloat16>(), S, st.u.As<float>());
-      GegluKernel<<<Blocks(S * c.n_ff), kThreads>>>(st.g.As<float>(), st.u.As<float>(), S * c.n_ff);
+      RmsNorm(h, S, E, As<float>(L.ffn_norm), c.rms_eps);
+      Project(st, L.gate, h, S, As<float>(st.g));
+      Gemm(L.up, As<__nv_bfloat16>(st.xb), S, As<float>(st.u));
+      GegluKernel<<<Blocks(S * c.n_ff), kThreads>>>(As<float>(st.g), As<float>(st.u), S * c.n_ff);
       CheckLaunch("Forward (device cuda): GeGLU launch");
-      Project(st, L.down, st.g.As<float>(), S, o);
-      RmsNorm(o, S, E, L.post_ffw_norm.As<float>(), c.rms_eps);
+      Project(st, L.down, As<float>(st.g), S, o);
+      RmsNorm(o, S, E, As<float>(L.post_ffw_norm), c.rms_eps);
       AddKernel<<<Blocks(S * E), kThreads>>>(x, o, S * E);
       CheckLaunch("Forward (device cuda): residual launch");
     }
@@ -408,11 +373,11 @@ class CudaGemma3 final : public Model {
   // Logits of the chunk's rows [first, first + count) into out (host).
   void Logits(CudaGemma3State& st, std::int64_t first, std::int64_t count, float* out) const {
     const ModelConfig& c = config();
-    float* rows = st.x.As<float>() + first * c.n_embd;
-    RmsNorm(rows, count, c.n_embd, out_norm_.As<float>(), c.rms_eps);
+    float* rows = As<float>(st.x) + first * c.n_embd;
+    RmsNorm(rows, count, c.n_embd, As<float>(out_norm_), c.rms_eps);
     const DevMatrix& head = out_.rows > 0 ? out_ : embd_;  // tied embeddings unless output.weight
-    Project(st, head, rows, count, st.logits_dev.As<float>());
-    CudaCheck(cudaMemcpy(out, st.logits_dev.As<float>(), static_cast<std::size_t>(count * c.n_vocab) * 4,
+    Project(st, head, rows, count, As<float>(st.logits_dev));
+    CudaCheck(cudaMemcpy(out, As<float>(st.logits_dev), static_cast<std::size_t>(count * c.n_vocab) * 4,
                          cudaMemcpyDeviceToHost),
               "Forward (device cuda): logits download");
   }
