@@ -213,8 +213,6 @@ __global__ void ProbsKernel(AttendParams p, std::int64_t rows, const float2* ml)
   }
 }
 
-std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 bool CudaPlainKernelsOnly() {

@@ -24,6 +24,8 @@ __device__ inline std::int64_t KvOffset(const KvSource& src, int b, int n, std::
   return b * src.batch_stride + n * src.head_stride + slot * src.row_stride;
 }
 
+inline std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
 // True when KVSHARE_CUDA_PLAIN=1 was in the environment at the first call:
 // every call then runs the general fp32 kernel (tests, debugging).
 bool CudaPlainKernelsOnly();

@@ -9,7 +9,7 @@
 // M-rows (prefill: 16 each), or share 16 M-rows and split each tile's keys
 // (decode, S * G <= 16: several warps' loads in flight per block; they merge
 // in warp order through shared memory at the end), or split the output dims
-// (H = 512, H = 256 decode); LaunchHead has the shapes.
+// (H = 512, H = 256 decode); ShapeFor has the shapes.
 // Per warp: S = Q K^T on the tensor cores, scale, softcap, the visibility
 // rule per element (attend.h's VisibleKeys; only where a sub-tile is not
 // wholly visible; sub-tiles wholly outside the warp's rows are skipped), the
@@ -413,16 +413,9 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
 
 bool DecodeShape(const AttendParams& p) { return static_cast<std::int64_t>(p.q_len) * (p.num_heads / p.kv_heads) <= 16; }
 
-// Keys per tile of p's block shape (LaunchHead).
-int TileKeys(const AttendParams& p) {
-  if (p.head_size == 512 || (!DecodeShape(p) && p.head_size == 256)) return 16;
-  if (DecodeShape(p)) return p.head_size == 256 ? 32 : 64;
-  return 32;
-}
-
 // QR: Q fragments held in registers across the tiles (else reloaded from
 // shared memory); MINB: blocks per multiprocessor the registers must allow.
-template <typename T, int H, int WM, int WK, int WD, int KT, bool QR = (H <= 128), int MINB = 1>
+template <typename T, int H, int WM, int WK, int WD, int KT, bool QR, int MINB>
 void LaunchShape(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStream_t stream) {
   const int mrows = p.q_len * (p.num_heads / p.kv_heads);
   const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(sp.key_splits),
@@ -437,7 +430,16 @@ void LaunchShape(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStrea
   CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): tensor-core kernel launch");
 }
 
-// Block shapes, the fastest measured on an H100 (bench/cuda_bench.py):
+// A block's shape: warps along the rows (16 each), the keys of a tile and the
+// output dims; keys per tile; Q fragments in registers; blocks per
+// multiprocessor the registers must allow (MmaKernel's WM, WK, WD, KT, QR, MINB).
+struct BlockShape {
+  int wm, wk, wd, kt;
+  bool qr;
+  int minb;
+};
+
+// The shapes, the fastest measured on an H100 (bench/cuda_bench.py):
 //  H 512: 16 rows, the 4 warps split the output dims (a warp's 16 x 512
 //         accumulators would not fit in registers), 16 keys per tile;
 //  H 256 decode: 16 rows, 2 warps along the keys of a 32-key tile x 2 along
@@ -445,20 +447,24 @@ void LaunchShape(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStrea
 //  decode: 16 rows, the 4 warps split each 64-key tile;
 //  prefill: 64 rows (16 per warp); 32 keys per tile and at least 3 blocks per
 //         multiprocessor at H <= 128, 16 keys at H = 256.
+constexpr BlockShape ShapeFor(int H, bool decode) {
+  if (H == 512) return {1, 1, kWarps, 16, false, 1};
+  if (decode) return H == 256 ? BlockShape{1, 2, 2, 32, false, 1} : BlockShape{1, kWarps, 1, 64, true, 1};
+  return H == 256 ? BlockShape{kWarps, 1, 1, 16, false, 1} : BlockShape{kWarps, 1, 1, 32, false, 3};
+}
+
+template <typename T, int H, bool kDecode>
+void LaunchFor(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStream_t stream) {
+  constexpr BlockShape s = ShapeFor(H, kDecode);
+  LaunchShape<T, H, s.wm, s.wk, s.wd, s.kt, s.qr, s.minb>(p, sp, ws, stream);
+}
+
 template <typename T, int H>
 void LaunchHead(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStream_t stream) {
-  if constexpr (H == 512) {
-    LaunchShape<T, H, 1, 1, kWarps, 16>(p, sp, ws, stream);
-  } else if (DecodeShape(p)) {
-    if constexpr (H == 256) {
-      LaunchShape<T, H, 1, 2, 2, 32>(p, sp, ws, stream);
-    } else {
-      LaunchShape<T, H, 1, kWarps, 1, 64>(p, sp, ws, stream);
-    }
-  } else if constexpr (H == 256) {
-    LaunchShape<T, H, kWarps, 1, 1, 16, false>(p, sp, ws, stream);
+  if (DecodeShape(p)) {
+    LaunchFor<T, H, true>(p, sp, ws, stream);
   } else {
-    LaunchShape<T, H, kWarps, 1, 1, 32, false, 3>(p, sp, ws, stream);
+    LaunchFor<T, H, false>(p, sp, ws, stream);
   }
 }
 
@@ -471,8 +477,6 @@ void LaunchType(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStream
     default: LaunchHead<T, 512>(p, sp, ws, stream); break;
   }
 }
-
-std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 int SmCount() {
   static const int count = [] {
@@ -494,13 +498,14 @@ bool MmaKernelApplies(const AttendParams& p) {
 
 MmaSplit MmaSplitFor(const AttendParams& p, std::int64_t max_kv_len) {
   MmaSplit s;
-  const std::int64_t wm = DecodeShape(p) || p.head_size == 512 ? 1 : kWarps;  // LaunchHead's warps along the rows
+  const BlockShape shape = ShapeFor(p.head_size, DecodeShape(p));
+  const std::int64_t wm = shape.wm;
   const std::int64_t mrows = static_cast<std::int64_t>(p.q_len) * (p.num_heads / p.kv_heads);
   const std::int64_t blocks = static_cast<std::int64_t>(p.batch) * p.kv_heads * CeilDiv(mrows, wm * 16);
   // Enough blocks for several waves over the multiprocessors, splits of at
   // least 4 tiles, at most kCudaMaxKeySplits.
   const std::int64_t want = CeilDiv(8LL * SmCount(), blocks);
-  const std::int64_t by_keys = std::max<std::int64_t>(1, CeilDiv(max_kv_len, 4LL * TileKeys(p)));
+  const std::int64_t by_keys = std::max<std::int64_t>(1, CeilDiv(max_kv_len, 4LL * shape.kt));
   s.key_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(want, by_keys), 1, kCudaMaxKeySplits));
   s.per_split = std::max<std::int64_t>(1, CeilDiv(max_kv_len, s.key_splits));
   return s;
