@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +49,22 @@ inline bool GpuUsable(std::string* why) {
   *why = "built without CUDA (KVSHARE_CUDA=OFF)";
   return false;
 #endif
+}
+
+// KVSHARE_CUDA_PLAIN=1 in the environment: every case runs the fp32 kernels.
+inline bool PlainKernelsOnly() {
+  const char* e = std::getenv("KVSHARE_CUDA_PLAIN");
+  return e != nullptr && e[0] == '1';
+}
+
+// The tolerance of attention outputs over K/V of dtype kv where the
+// tensor-core kernel may take the call: it rounds Q and the probabilities to
+// the K/V dtype (attend_mma_cuda.h), so fp16 K/V get 3e-3 and bf16 1e-2 (the
+// 16-bit table value) unless `fp32` (the fp32 kernels' tolerance) is larger;
+// other dtypes and KVSHARE_CUDA_PLAIN=1 runs keep `fp32`.
+inline double TensorCoreTolerance(DType kv, double fp32) {
+  if (PlainKernelsOnly() || (kv != DType::kFloat16 && kv != DType::kBFloat16)) return fp32;
+  return std::max(fp32, kv == DType::kFloat16 ? 3e-3 : 1e-2);
 }
 
 #if KVSHARE_HAVE_CUDA
