@@ -23,15 +23,7 @@ using detail::AttentionCall;
 using detail::DecoderState;
 using detail::RmsNorm;
 
-struct Layer {
-  WeightMatrix q, k, v, o, gate, up, down;
-  const float* attn_norm;
-  const float* q_norm;
-  const float* k_norm;
-  const float* post_attn_norm;
-  const float* ffn_norm;
-  const float* post_ffw_norm;
-};
+using Layer = detail::Gemma3Layer<WeightMatrix, const float*>;
 
 // Scratch for one chunk of n <= max_step tokens (row-major, one row per token).
 class Gemma3State final : public DecoderState {
@@ -90,25 +82,8 @@ class Gemma3 final : public detail::DecoderModel {
       return t.ForMatMul(t.Mat(name, rows, cols));
     };
     out_norm_ = t.Vec("output_norm.weight", c.n_embd);
-    const int qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
-    for (int i = 0; i < c.n_layer; ++i) {
-      const std::string p = "blk." + std::to_string(i) + ".";
-      Layer L;
-      L.q = mat(p + "attn_q.weight", qd, c.n_embd);
-      L.k = mat(p + "attn_k.weight", kvd, c.n_embd);
-      L.v = mat(p + "attn_v.weight", kvd, c.n_embd);
-      L.o = mat(p + "attn_output.weight", c.n_embd, qd);
-      L.gate = mat(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-      L.up = mat(p + "ffn_up.weight", c.n_ff, c.n_embd);
-      L.down = mat(p + "ffn_down.weight", c.n_embd, c.n_ff);
-      L.attn_norm = t.Vec(p + "attn_norm.weight", c.n_embd);
-      L.q_norm = t.Vec(p + "attn_q_norm.weight", c.head_dim);
-      L.k_norm = t.Vec(p + "attn_k_norm.weight", c.head_dim);
-      L.post_attn_norm = t.Vec(p + "post_attention_norm.weight", c.n_embd);
-      L.ffn_norm = t.Vec(p + "ffn_norm.weight", c.n_embd);
-      L.post_ffw_norm = t.Vec(p + "post_ffw_norm.weight", c.n_embd);
-      layers_.push_back(L);
-    }
+    const auto vec = [&](const std::string& name, std::int64_t n) { return t.Vec(name, n); };
+    for (int i = 0; i < c.n_layer; ++i) layers_.push_back(detail::LoadGemma3Layer<WeightMatrix, const float*>(c, i, mat, vec));
     // RoPE: NeoX over the whole head, base by layer type.
     rope_families_ = {{.base = c.rope_base_full, .rotary_dim = c.head_dim},
                       {.base = c.rope_base_sliding, .rotary_dim = c.head_dim}};

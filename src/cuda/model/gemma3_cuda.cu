@@ -21,6 +21,7 @@
 #include "kvshare/error.h"
 #include "kvshare/model_cuda.h"
 #include "model/decoder.h"
+#include "model/gemma3.h"
 #include "model/quant.h"
 
 namespace kvshare {
@@ -129,10 +130,7 @@ DevBuf UploadFloats(const float* x, std::int64_t n, const char* what) {
   return b;
 }
 
-struct DevLayer {
-  DevMatrix q, k, v, o, gate, up, down;
-  DevBuf attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffw_norm;
-};
+using DevLayer = detail::Gemma3Layer<DevMatrix, DevBuf>;
 
 class CudaGemma3State final : public ModelState {
  public:
@@ -166,7 +164,6 @@ class CudaGemma3 final : public Model {
     detail::RequireCudaDevice("MoveModelToCuda");
     // The tensors as the CPU model checked them (TensorLookup: names, shapes, types).
     const detail::TensorLookup t(cpu_->gguf());
-    const int qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
     const auto mat = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
       return UploadMatrix(t.Mat(name, rows, cols), name);
     };
@@ -174,24 +171,7 @@ class CudaGemma3 final : public Model {
     embd_ = mat("token_embd.weight", c.n_vocab, c.n_embd);
     if (const auto w = t.MatOpt("output.weight", c.n_vocab, c.n_embd)) out_ = UploadMatrix(*w, "output.weight");
     out_norm_ = vec("output_norm.weight", c.n_embd);
-    for (int i = 0; i < c.n_layer; ++i) {
-      const std::string p = "blk." + std::to_string(i) + ".";
-      DevLayer L;
-      L.q = mat(p + "attn_q.weight", qd, c.n_embd);
-      L.k = mat(p + "attn_k.weight", kvd, c.n_embd);
-      L.v = mat(p + "attn_v.weight", kvd, c.n_embd);
-      L.o = mat(p + "attn_output.weight", c.n_embd, qd);
-      L.gate = mat(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-      L.up = mat(p + "ffn_up.weight", c.n_ff, c.n_embd);
-      L.down = mat(p + "ffn_down.weight", c.n_embd, c.n_ff);
-      L.attn_norm = vec(p + "attn_norm.weight", c.n_embd);
-      L.q_norm = vec(p + "attn_q_norm.weight", c.head_dim);
-      L.k_norm = vec(p + "attn_k_norm.weight", c.head_dim);
-      L.post_attn_norm = vec(p + "post_attention_norm.weight", c.n_embd);
-      L.ffn_norm = vec(p + "ffn_norm.weight", c.n_embd);
-      L.post_ffw_norm = vec(p + "post_ffw_norm.weight", c.n_embd);
-      layers_.push_back(std::move(L));
-    }
+    for (int i = 0; i < c.n_layer; ++i) layers_.push_back(detail::LoadGemma3Layer<DevMatrix, DevBuf>(c, i, mat, vec));
     const cublasStatus_t st = cublasCreate(&blas_);
     if (st != CUBLAS_STATUS_SUCCESS) {
       blas_ = nullptr;
