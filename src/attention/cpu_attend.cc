@@ -459,21 +459,24 @@ void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
     cx.stats = stats.data();
   }
 
-  // Padding queries: zero output rows.
-  const std::size_t row_bytes = static_cast<std::size_t>(p.num_heads) * cx.H * DTypeSize(p.out_dtype);
-  for (int b = 0; b < p.batch; ++b) {
-    const std::int64_t vq = std::clamp<std::int64_t>(p.valid_q[b], 0, p.q_len);
-    for (std::int64_t s = vq; s < p.q_len; ++s) {
-      std::memset(static_cast<char*>(p.out) + (static_cast<std::size_t>(b) * p.q_len + s) * row_bytes, 0, row_bytes);
-    }
-  }
-
   // Each pool thread runs a few runs of consecutive splits (which split runs
-  // on which thread never changes a result).
+  // on which thread never changes a result). The items after the runs zero
+  // the output rows of padding queries, one batch row each: a batched step
+  // that mixes decode rows with a prompt chunk pads every row to the chunk
+  // (7 rows x 255 padding queries x 4 KiB for Gemma 3 270M), and those writes
+  // then go on beside the other threads' splits instead of before them all.
   const std::int64_t num_splits = static_cast<std::int64_t>(plan.splits.size());
   const std::int64_t runs = std::min<std::int64_t>(
       num_splits, static_cast<std::int64_t>(pool != nullptr ? pool->NumThreads() : 1) * kRunsPerThread);
-  ParallelFor(pool, runs, [&](std::int64_t r) {
+  const std::size_t row_bytes = static_cast<std::size_t>(p.num_heads) * cx.H * DTypeSize(p.out_dtype);
+  ParallelFor(pool, runs + p.batch, [&](std::int64_t r) {
+    if (r >= runs) {
+      const std::int64_t b = r - runs;
+      const std::int64_t vq = std::clamp<std::int64_t>(p.valid_q[b], 0, p.q_len);
+      std::memset(static_cast<char*>(p.out) + static_cast<std::size_t>(b * p.q_len + vq) * row_bytes, 0,
+                  static_cast<std::size_t>(p.q_len - vq) * row_bytes);
+      return;
+    }
     const std::int64_t i0 = r * num_splits / runs, i1 = (r + 1) * num_splits / runs;
     for (std::int64_t i = i0; i < i1; ++i) RunSplit<D, kSoftcap, kBias>(d, cx, plan.splits[static_cast<std::size_t>(i)]);
   });
