@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "gqa_case.h"
+#include "kvshare/thread_pool.h"
 
 namespace kvshare::testing {
 namespace {
@@ -306,9 +309,11 @@ TEST(GqaModes, ExternalKvMatchesBorrowed) {
   EXPECT_LT(MaxRelDiff(c.output.ToFloat(), h.Expected(c.attrs)), kTol);
 }
 
-// Static scatter: ragged rows, padding query rows, 3-D and BNSH caches.
+// Static scatter: ragged rows, padding query rows, 3-D and BNSH caches, on
+// the calling thread and on a pool (padding outputs are zeroed as pool items).
 TEST(GqaModes, StaticScatterLinearRaggedAnyBatch) {
-  for (bool bnsh : {false, true}) {
+  ThreadPool two(2);
+  for (auto [bnsh, pool] : {std::pair<bool, ThreadPool*>{false, nullptr}, {true, nullptr}, {false, &two}, {true, &two}}) {
     History h(3, 4, 8, 2, 32, {9, 4, 6}, 16);
     const std::vector<std::int64_t> n_new = {4, 2, 3};  // row 1 and 2 have padding queries
     const std::int64_t C = 12;
@@ -343,8 +348,9 @@ TEST(GqaModes, StaticScatterLinearRaggedAnyBatch) {
     c.nonpad = Int64Buffer(np, {3});
     c.has_scatter = true;
     c.output = Buffer(DType::kFloat32, {3, 4, 8 * 32});
+    for (std::int64_t i = 0; i < c.output.Size(); ++i) c.output.Set(i, std::nanf(""));  // the op writes every row
     EXPECT_EQ(DetectKvMode(c.attrs, c.Inputs(), c.Outputs()), KvMode::kStaticScatter);
-    c.Run();
+    c.Run(GqaKernel::kOptimized, pool);
     // Queries of row b are the last n_b positions: re-express as per-row histories.
     for (int b = 0; b < 3; ++b) {
       History hb = h;

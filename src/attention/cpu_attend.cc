@@ -473,8 +473,10 @@ void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
     if (r >= runs) {
       const std::int64_t b = r - runs;
       const std::int64_t vq = std::clamp<std::int64_t>(p.valid_q[b], 0, p.q_len);
-      std::memset(static_cast<char*>(p.out) + static_cast<std::size_t>(b * p.q_len + vq) * row_bytes, 0,
-                  static_cast<std::size_t>(p.q_len - vq) * row_bytes);
+      if (vq < p.q_len) {
+        std::memset(static_cast<char*>(p.out) + static_cast<std::size_t>(b * p.q_len + vq) * row_bytes, 0,
+                    static_cast<std::size_t>(p.q_len - vq) * row_bytes);
+      }
       return;
     }
     const std::int64_t i0 = r * num_splits / runs, i1 = (r + 1) * num_splits / runs;
