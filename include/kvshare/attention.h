@@ -245,7 +245,9 @@ KvMode DetectKvMode(const GqaAttributes& attrs, const GqaInputs& inputs, const G
 
 // Runs the op. Validates everything first (throws kvshare::Error and writes
 // nothing on bad input), then writes present / cache rows, then attention.
-// Thread-safe for distinct outputs.
+// Thread-safe for distinct outputs. On the CPU each calling thread keeps its
+// rotated-query scratch (B * S * num_heads * head_size floats, up to 64 MiB;
+// larger ones are freed after the call) for its next call.
 void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& inputs,
                          const GqaOutputs& outputs, const GqaRunOptions& options = {});
 
