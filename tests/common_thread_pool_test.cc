@@ -131,5 +131,16 @@ TEST(ThreadPool, RangesCoverEveryItemOnce) {
   EXPECT_THROW(ParallelForRanges(&pool, 10, 0, [](std::int64_t, std::int64_t) {}), Error);
 }
 
+TEST(ThreadPool, RowGrainSpreadsFewRowsAndCapsManyRows) {
+  ThreadPool two(2), four(4);
+  EXPECT_EQ(RowGrain(&two, 8, 640), 4);      // a batched decode step's 8 rows: 2 ranges
+  EXPECT_EQ(RowGrain(&four, 8, 640), 2);     // 4 ranges of 1280 values
+  EXPECT_EQ(RowGrain(&four, 8, 256), 4);     // at least 1024 values per range
+  EXPECT_EQ(RowGrain(nullptr, 8, 640), 8);   // one thread: one range
+  EXPECT_EQ(RowGrain(&two, 1000, 640), 12);  // many rows: about kParallelGrainValues values
+  EXPECT_EQ(RowGrain(&two, 1, 1 << 20), 1);
+  EXPECT_EQ(RowGrain(&two, 0, 0), 1024);     // degenerate sizes still give a grain >= 1
+}
+
 }  // namespace
 }  // namespace kvshare

@@ -81,4 +81,11 @@ void ParallelForRanges(ThreadPool* pool, std::int64_t n, std::int64_t grain,
 // task of its own: about this many values.
 inline constexpr std::int64_t kParallelGrainValues = 8192;
 
+// Rows per range for ParallelForRanges over `rows` rows of `values_per_row`
+// values: about kParallelGrainValues values, but no more than an equal share
+// per thread of the pool (null: 1 thread), so that a batched decode step's
+// few rows (8 x 640 values) still spread over the threads; at least 1024
+// values, below which a hand-off costs more than it saves.
+std::int64_t RowGrain(const ThreadPool* pool, std::int64_t rows, std::int64_t values_per_row);
+
 }  // namespace kvshare

@@ -11,6 +11,7 @@
 #include "common/float_convert.h"
 #include "kvshare/attention.h"
 #include "kvshare/error.h"
+#include "kvshare/thread_pool.h"
 
 namespace kvshare {
 namespace {
@@ -177,16 +178,20 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
   const std::size_t q_floats = static_cast<std::size_t>(B) * S * N * H;
   std::vector<float>& q = q_floats <= kKeptQueryFloats ? kept_q : call_q;
   if (q.size() < q_floats) q.resize(q_floats);
-  for (int b = 0; b < B; ++b) {
-    for (int s = 0; s < S; ++s) {
-      if (s >= p.valid_q[static_cast<std::size_t>(b)]) continue;
-      for (int h = 0; h < N; ++h) {
-        float* dst = q.data() + ((static_cast<std::size_t>(b) * S + s) * N + h) * H;
-        LoadHead(p.q_src, b, s, h, H, dst);
-        if (rope != nullptr) rope->Apply(dst, p.rope_pos[static_cast<std::size_t>(b) * S + s]);
-      }
-    }
-  }
+  // Query rows (b, s) are independent: ranges of them on the pool.
+  const std::int64_t q_rows = static_cast<std::int64_t>(B) * S;
+  ParallelForRanges(options.pool, q_rows, RowGrain(options.pool, q_rows, static_cast<std::int64_t>(N) * H),
+                    [&](std::int64_t r0, std::int64_t r1) {
+                      for (std::int64_t r = r0; r < r1; ++r) {
+                        const int b = static_cast<int>(r / S), s = static_cast<int>(r % S);
+                        if (s >= p.valid_q[static_cast<std::size_t>(b)]) continue;
+                        for (int h = 0; h < N; ++h) {
+                          float* dst = q.data() + (static_cast<std::size_t>(r) * N + h) * H;
+                          LoadHead(p.q_src, b, s, h, H, dst);
+                          if (rope != nullptr) rope->Apply(dst, p.rope_pos[static_cast<std::size_t>(r)]);
+                        }
+                      }
+                    });
 
   // Where K/V live for the kernel; write the new rows there first.
   std::vector<unsigned char> scratch_k, scratch_v;

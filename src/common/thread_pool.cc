@@ -145,6 +145,14 @@ void ParallelFor(ThreadPool* pool, std::int64_t n, const std::function<void(std:
   }
 }
 
+std::int64_t RowGrain(const ThreadPool* pool, std::int64_t rows, std::int64_t values_per_row) {
+  const std::int64_t v = std::max<std::int64_t>(values_per_row, 1);
+  const std::int64_t threads = pool != nullptr ? pool->NumThreads() : 1;
+  const std::int64_t share = (std::max<std::int64_t>(rows, 1) + threads - 1) / threads;
+  const std::int64_t least = (1024 + v - 1) / v;
+  return std::max({std::int64_t{1}, least, std::min(kParallelGrainValues / v, share)});
+}
+
 void ParallelForRanges(ThreadPool* pool, std::int64_t n, std::int64_t grain,
                        const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (grain < 1) throw Error("ParallelForRanges: grain must be >= 1, got " + std::to_string(grain));

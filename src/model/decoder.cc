@@ -24,9 +24,9 @@ void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps, Thre
       }
     }
   };
-  // Rows are independent: ranges of about kParallelGrainValues values on the
-  // pool (prefill, batched steps); one row's arithmetic does not change.
-  ParallelForRanges(pool, rows, std::max<std::int64_t>(1, kParallelGrainValues / std::max(n, 1)), norm_rows);
+  // Rows are independent: ranges of rows on the pool (prefill, batched
+  // steps); one row's arithmetic does not change.
+  ParallelForRanges(pool, rows, RowGrain(pool, rows, n), norm_rows);
 }
 
 void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool* pool) {

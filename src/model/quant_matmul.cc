@@ -252,10 +252,10 @@ void MatMulMany(const MatMulManyParams& p) {
       q32 = true;
     }
   }
-  // Rows are independent: ranges of about kParallelGrainValues values on the
-  // pool when there are many (prefill), each quantized exactly as alone.
+  // Rows are independent: ranges of rows on the pool (prefill, batched
+  // steps), each quantized exactly as alone.
   const auto for_rows = [&](const auto& quantize_row) {
-    ParallelForRanges(p.pool, m, std::max<std::int64_t>(1, kParallelGrainValues / std::max<std::int64_t>(cols, 1)),
+    ParallelForRanges(p.pool, m, RowGrain(p.pool, m, cols),
                       [&](std::int64_t i0, std::int64_t i1) {
                         for (std::int64_t i = i0; i < i1; ++i) quantize_row(i);
                       });
