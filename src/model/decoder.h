@@ -24,7 +24,7 @@ namespace kvshare::detail {
 // y = x / sqrt(mean(x^2) + eps) * w over each of `rows` rows of n, in place;
 // w == nullptr: the scale-free norm (Gemma 4's V norm, its router input).
 // Sum of squares in double.
-// Rows to the pool in ranges of about kParallelGrainValues values.
+// Rows to the pool in ranges of RowGrain(pool, rows, n) rows.
 void RmsNorm(float* x, std::int64_t rows, int n, const float* w, float eps, ThreadPool* pool = nullptr);
 
 // Y[m, w.rows] = X[m, w.cols] W^T (MatMul with default options).
