@@ -149,8 +149,8 @@ std::int64_t RowGrain(const ThreadPool* pool, std::int64_t rows, std::int64_t va
   const std::int64_t v = std::max<std::int64_t>(values_per_row, 1);
   const std::int64_t threads = pool != nullptr ? pool->NumThreads() : 1;
   const std::int64_t share = (std::max<std::int64_t>(rows, 1) + threads - 1) / threads;
-  const std::int64_t least = (1024 + v - 1) / v;
-  return std::max({std::int64_t{1}, least, std::min(kParallelGrainValues / v, share)});
+  const std::int64_t least = (1024 + v - 1) / v;  // >= 1
+  return std::max(least, std::min(kParallelGrainValues / v, share));
 }
 
 void ParallelForRanges(ThreadPool* pool, std::int64_t n, std::int64_t grain,
