@@ -113,6 +113,9 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0),
                      q40 = static_cast<std::int64_t>(GgmlType::kQ4_0), q4k = static_cast<std::int64_t>(GgmlType::kQ4_K),
                      q6k = static_cast<std::int64_t>(GgmlType::kQ6_K);
+  // A prefill chunk (m = 96) on the default model's layer shapes, 1 thread.
+  for (std::int64_t t : {q80, q50, q40}) b->Args({t, 2048, 640, 96, 1, 2});
+  for (std::int64_t t : {q4k, q6k}) b->Args({t, 640, 2048, 96, 1, 2});
   for (std::int64_t m : {1, 8}) {
     b->Args({q80, 262144, 640, m, 2, 2});
     b->Args({q50, 2048, 640, m, 2, 2});

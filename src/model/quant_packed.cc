@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -133,6 +134,15 @@ PlaneBytes PackedPlaneBytes(GgmlType type) {
     case GgmlType::kQ6_K: return {.codes = 2048, .high = 1024, .subs = 256, .d = 32};
     default: return {};
   }
+}
+
+void* DecodedCodeScratch(std::size_t vectors) {
+  struct alignas(64) CodeVector {
+    std::uint8_t bytes[64];
+  };
+  thread_local std::vector<CodeVector> scratch;
+  if (scratch.size() < vectors) scratch.resize(vectors);
+  return scratch.data();
 }
 
 bool CanPack(GgmlType type, std::int64_t rows) {

@@ -98,4 +98,9 @@ bool CanPack(GgmlType type, std::int64_t rows);
 // layout). Throws kvshare::Error unless CanPack(type, rows) and nb > 0.
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb);
 
+// This thread's scratch for at least `vectors` 64-byte code vectors (64-byte
+// aligned; kept and grown between calls, contents undefined): where a kernel
+// making several passes over a group of rows decodes its codes once.
+void* DecodedCodeScratch(std::size_t vectors);
+
 }  // namespace kvshare::detail
