@@ -252,8 +252,9 @@ void Avx512PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1,
   // once into scratch (4 KiB per super-block) instead of once per pass: the
   // nibble split (and Q6_K's high-bit merge) costs every pass about a fifth
   // (Q4_K) to a half (Q6_K) as many vector operations as its vpdpbusd.
-  // MatPacked 640 x 2048, m = 96, 1 thread, 5 alternating runs, paired
-  // ratio median: Q6_K 0.86 (faster in 5 of 5), Q4_K 0.97 (3 of 5).
+  // MatPacked, 1 thread, alternating runs, paired ratio medians: 640 x 2048,
+  // m = 96: Q6_K 0.86 (faster in 5 of 5), Q4_K 0.97 (3 of 5); 2048 x 2048,
+  // m = 64: Q6_K 0.96 (4 of 4), Q4_K 0.95 (4 of 4).
   const bool decoded = acts > kPassRows;
   auto* dec = decoded ? static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(kDecodedVectors * w.nb)))
                       : nullptr;
