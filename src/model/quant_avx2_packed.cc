@@ -163,20 +163,9 @@ void HalfRows(Src&& src, const std::uint16_t* d, std::int64_t nb, const ActQ8* x
 template <GgmlType kType, class MakeSrc>
 void Passes(MakeSrc&& make_src, const std::uint16_t* d, std::int64_t nb, const ActQ8* x, std::int64_t xs, int acts,
             float* y, std::int64_t ys) {
-  for (int j0 = 0; j0 < acts; j0 += kPassRows) {
-    const ActQ8* xj = x + j0 * xs;
-    float* yj = y + j0 * ys;
-    switch (std::min(kPassRows, acts - j0)) {
-      case 1: HalfRows<kType, 1>(make_src(), d, nb, xj, xs, yj, ys); break;
-      case 2: HalfRows<kType, 2>(make_src(), d, nb, xj, xs, yj, ys); break;
-      case 3: HalfRows<kType, 3>(make_src(), d, nb, xj, xs, yj, ys); break;
-      case 4: HalfRows<kType, 4>(make_src(), d, nb, xj, xs, yj, ys); break;
-      case 5: HalfRows<kType, 5>(make_src(), d, nb, xj, xs, yj, ys); break;
-      case 6: HalfRows<kType, 6>(make_src(), d, nb, xj, xs, yj, ys); break;
-      case 7: HalfRows<kType, 7>(make_src(), d, nb, xj, xs, yj, ys); break;
-      default: HalfRows<kType, kPassRows>(make_src(), d, nb, xj, xs, yj, ys); break;
-    }
-  }
+  ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
+    HalfRows<kType, decltype(rows)::value>(make_src(), d, nb, x + j0 * xs, xs, y + j0 * ys, ys);
+  });
 }
 
 // One activation row (decode), both halves of a group per block: each code

@@ -246,20 +246,9 @@ void DecodeHalf(const PackedWeights& w, std::int64_t g, int h, std::uint8_t* out
 template <bool kDecoded>
 void Passes(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x, std::int64_t xs, int acts, float* y,
             std::int64_t ys, const std::uint8_t* dec) {
-  for (int j0 = 0; j0 < acts; j0 += kPassRows) {
-    const ActQ8K* xj = x + j0 * xs;
-    float* yj = y + j0 * ys;
-    switch (std::min(kPassRows, acts - j0)) {
-      case 1: HalfRows<1, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-      case 2: HalfRows<2, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-      case 3: HalfRows<3, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-      case 4: HalfRows<4, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-      case 5: HalfRows<5, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-      case 6: HalfRows<6, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-      case 7: HalfRows<7, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-      default: HalfRows<kPassRows, kDecoded>(w, g, h, xj, xs, yj, ys, dec); break;
-    }
-  }
+  ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
+    HalfRows<decltype(rows)::value, kDecoded>(w, g, h, x + j0 * xs, xs, y + j0 * ys, ys, dec);
+  });
 }
 
 }  // namespace

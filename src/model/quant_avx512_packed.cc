@@ -107,20 +107,9 @@ void DecodeGroup(const std::uint8_t* codes, const std::uint64_t* high, std::int6
 template <GgmlType kType, bool kDecoded>
 void Passes(const std::uint8_t* codes, const std::uint64_t* high, const std::uint16_t* d, std::int64_t nb,
             const ActQ8* x, std::int64_t xs, int acts, float* y, std::int64_t ys) {
-  for (int j0 = 0; j0 < acts; j0 += kPassRows) {
-    const ActQ8* xj = x + j0 * xs;
-    float* yj = y + j0 * ys;
-    switch (std::min(kPassRows, acts - j0)) {
-      case 1: GroupRows<kType, 1, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-      case 2: GroupRows<kType, 2, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-      case 3: GroupRows<kType, 3, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-      case 4: GroupRows<kType, 4, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-      case 5: GroupRows<kType, 5, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-      case 6: GroupRows<kType, 6, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-      case 7: GroupRows<kType, 7, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-      default: GroupRows<kType, kPassRows, kDecoded>(codes, high, d, nb, xj, xs, yj, ys); break;
-    }
-  }
+  ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
+    GroupRows<kType, decltype(rows)::value, kDecoded>(codes, high, d, nb, x + j0 * xs, xs, y + j0 * ys, ys);
+  });
 }
 
 template <GgmlType kType>

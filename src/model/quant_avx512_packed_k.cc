@@ -228,20 +228,9 @@ void DecodeGroup(const PackedWeights& w, std::int64_t g, __m512i* out) {
 template <bool kDecoded>
 void Passes(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_t xs, int acts, float* y,
             std::int64_t ys, const __m512i* dec) {
-  for (int j0 = 0; j0 < acts; j0 += kPassRows) {
-    const ActQ8K* xj = x + j0 * xs;
-    float* yj = y + j0 * ys;
-    switch (std::min(kPassRows, acts - j0)) {
-      case 1: GroupRows<1, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-      case 2: GroupRows<2, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-      case 3: GroupRows<3, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-      case 4: GroupRows<4, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-      case 5: GroupRows<5, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-      case 6: GroupRows<6, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-      case 7: GroupRows<7, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-      default: GroupRows<kPassRows, kDecoded>(w, g, xj, xs, yj, ys, dec); break;
-    }
-  }
+  ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
+    GroupRows<decltype(rows)::value, kDecoded>(w, g, x + j0 * xs, xs, y + j0 * ys, ys, dec);
+  });
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "model/quant.h"
 
@@ -45,6 +47,19 @@ struct QuantKernels {
   PackedRowsFn<ActQ8> packed = nullptr;
   PackedRowsFn<ActQ8K> packed_k = nullptr;
 };
+
+// Calls f(std::integral_constant<int, R>{}, j0) for the passes j0 = 0,
+// kPass, 2 kPass, ... over acts activation rows, R = min(kPass, acts - j0)
+// (a compile-time row count for the packed kernels' register tiles).
+template <int kPass, class F>
+void ForEachPass(int acts, const F& f) {
+  for (int j0 = 0; j0 < acts; j0 += kPass) {
+    const int n = acts - j0 < kPass ? acts - j0 : kPass;
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      ((n == I + 1 ? (f(std::integral_constant<int, I + 1>{}, j0), 0) : 0), ...);
+    }(std::make_integer_sequence<int, kPass>{});
+  }
+}
 
 // The weight-row loop around a one-row kernel Dot(w, x, x_stride, nb, out[R])
 // over R activation rows.
