@@ -34,8 +34,8 @@ namespace {
 // read each super-block half as often.
 constexpr int kPassRows = 8;
 
-// Decoded code vectors per super-block and half (64 x 32 bytes: 256 elements
-// of 8 rows, one byte each).
+// Decoded Q6_K code vectors per super-block and half (64 x 32 bytes: 256
+// elements of 8 rows, one byte each).
 constexpr int kDecodedVectors = 64;
 
 // 8 bytes at p widened to 8 int32 lanes (unsigned or signed).
@@ -74,34 +74,29 @@ HalfPlanes PlanesAt(const PackedWeights& w, std::int64_t g, std::int64_t b, int 
           w.dmin != nullptr ? w.dmin + gb * kPackRows + 8 * h : nullptr};
 }
 
-// Q4_K code vector k (k < 8) of sub-block sb for the half: the low or high
-// nibbles of codes vector 8 (sb / 2) + k.
-inline __m256i Q4Codes(const std::uint8_t* codes, int sb, int k) {
-  const __m256i v = Load32(codes + 64 * (8 * (sb / 2) + k));
-  return _mm256_and_si256(sb % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0xF));
-}
-
-// The decoded code vector i of super-block b (DecodeHalf's layout).
+// The decoded code vector i of super-block b (DecodeHalfQ6K's layout).
 inline __m256i DecodedCodes(const std::uint8_t* dec, std::int64_t b, int i) {
   return Load32(dec + 32 * (kDecodedVectors * b + i));
 }
 
 // Q4_K: one half (8 weight rows) against R activation rows; y[j * ys + t].
-// kDecoded: the code vectors come from dec (DecodeHalf).
-template <int R, bool kDecoded>
+template <int R>
 void HalfRowsQ4K(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x, std::int64_t xs, float* y,
-                 std::int64_t ys, const std::uint8_t* dec) {
-  const __m256i ones = _mm256_set1_epi16(1);
+                 std::int64_t ys) {
+  const __m256i low4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
   __m256 acc[R], accm[R];
   for (int j = 0; j < R; ++j) acc[j] = accm[j] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < w.nb; ++b) {
     const HalfPlanes pl = PlanesAt(w, g, b, h);
-    if (!kDecoded && h == 0) PrefetchPackedAhead(pl.codes, w.bytes.codes);
+    if (h == 0) PrefetchPackedAhead(pl.codes, w.bytes.codes);
     __m256i P[R];
     for (int j = 0; j < R; ++j) P[j] = _mm256_setzero_si256();
     for (int sb = 0; sb < 8; ++sb) {  // sub-block sb: codes of chunk sb / 2, low or high nibbles
       __m256i c[8];
-      for (int k = 0; k < 8; ++k) c[k] = kDecoded ? DecodedCodes(dec, b, 8 * sb + k) : Q4Codes(pl.codes, sb, k);
+      for (int k = 0; k < 8; ++k) {
+        const __m256i v = Load32(pl.codes + 64 * (8 * (sb / 2) + k));
+        c[k] = _mm256_and_si256(sb % 2 == 0 ? v : _mm256_srli_epi16(v, 4), low4);
+      }
       const __m256i s = Load8U(pl.subs + 16 * sb);
       for (int j = 0; j < R; ++j) {
         const std::int8_t* a = x[j * xs + b].qs + 32 * sb;
@@ -173,7 +168,7 @@ inline void Q6Quarter(const HalfPlanes& pl, const ActQ8K* x, std::int64_t xs, st
 }
 
 // Q6_K: one half (8 weight rows) against R activation rows; y[j * ys + t].
-// kDecoded as for Q4_K.
+// kDecoded: the code vectors come from dec (DecodeHalfQ6K).
 template <int R, bool kDecoded>
 void HalfRowsQ6K(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x, std::int64_t xs, float* y,
                  std::int64_t ys, const std::uint8_t* dec) {
@@ -203,7 +198,7 @@ template <int R, bool kDecoded>
 void HalfRows(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x, std::int64_t xs, float* y,
               std::int64_t ys, const std::uint8_t* dec) {
   if (w.type == GgmlType::kQ4_K) {
-    HalfRowsQ4K<R, kDecoded>(w, g, h, x, xs, y, ys, dec);
+    HalfRowsQ4K<R>(w, g, h, x, xs, y, ys);  // never decoded (Avx2PackedKRows)
   } else {
     HalfRowsQ6K<R, kDecoded>(w, g, h, x, xs, y, ys, dec);
   }
@@ -216,29 +211,19 @@ void DecodeQ6Quarter(const HalfPlanes& pl, std::uint8_t* out) {
   }
 }
 
-// Half h of group g's code vectors, decoded as the kernels form them, into
-// out (kDecodedVectors of 32 bytes per super-block: Q4_K's 8 per sub-block,
-// Q6_K's 4 per group).
-void DecodeHalf(const PackedWeights& w, std::int64_t g, int h, std::uint8_t* out) {
+// Half h of Q6_K group g's code vectors, decoded as the kernel forms them,
+// into out (kDecodedVectors of 32 bytes per super-block, 4 per group).
+void DecodeHalfQ6K(const PackedWeights& w, std::int64_t g, int h, std::uint8_t* out) {
   for (std::int64_t b = 0; b < w.nb; ++b, out += 32 * kDecodedVectors) {
     const HalfPlanes pl = PlanesAt(w, g, b, h);
-    if (w.type == GgmlType::kQ4_K) {
-      if (h == 0) PrefetchPackedAhead(pl.codes, w.bytes.codes);
-      for (int sb = 0; sb < 8; ++sb) {
-        for (int k = 0; k < 8; ++k) {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * (8 * sb + k)), Q4Codes(pl.codes, sb, k));
-        }
-      }
-    } else {
-      if (h == 0) {
-        PrefetchPackedAhead(pl.codes, w.bytes.codes);
-        PrefetchPackedAhead(pl.high, w.bytes.high);
-      }
-      DecodeQ6Quarter<0>(pl, out);
-      DecodeQ6Quarter<1>(pl, out);
-      DecodeQ6Quarter<2>(pl, out);
-      DecodeQ6Quarter<3>(pl, out);
+    if (h == 0) {
+      PrefetchPackedAhead(pl.codes, w.bytes.codes);
+      PrefetchPackedAhead(pl.high, w.bytes.high);
     }
+    DecodeQ6Quarter<0>(pl, out);
+    DecodeQ6Quarter<1>(pl, out);
+    DecodeQ6Quarter<2>(pl, out);
+    DecodeQ6Quarter<3>(pl, out);
   }
 }
 
@@ -269,7 +254,7 @@ void Avx2PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, c
     for (int h = 0; h < 2; ++h) {
       float* yh = y + (g * kPackRows - r0) + 8 * h;
       if (decoded) {
-        DecodeHalf(w, g, h, dec);
+        DecodeHalfQ6K(w, g, h, dec);
         Passes<true>(w, g, h, x, xs, acts, yh, ys, dec);
       } else {
         Passes<false>(w, g, h, x, xs, acts, yh, ys, nullptr);
