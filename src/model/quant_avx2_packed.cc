@@ -16,9 +16,7 @@
 // instead and differs in the last bits.)
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "model/quant_kernels.h"
 #include "model/quant_packed.h"
@@ -223,16 +221,17 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
     return;
   }
   const bool buffered = kType == GgmlType::kQ5_0 && acts > kPassRows;
-  thread_local std::vector<HalfCodes> scratch;
-  if (buffered) scratch.resize(static_cast<std::size_t>(w.nb));
+  static_assert(sizeof(HalfCodes) % 64 == 0 && alignof(HalfCodes) <= 64, "HalfCodes in 64-byte code vectors");
+  auto* scratch = buffered ? static_cast<HalfCodes*>(DecodedCodeScratch(static_cast<std::size_t>(w.nb) * sizeof(HalfCodes) / 64))
+                           : nullptr;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     for (int h = 0; h < 2; ++h) {
       const std::uint16_t* d = w.d + static_cast<std::size_t>(g * w.nb) * kPackRows + 8 * h;
       float* yh = y + (g * kPackRows - r0) + 8 * h;
       if (buffered) {
         Inline<kType> dec{w, g, h, {}};
-        for (std::int64_t b = 0; b < w.nb; ++b) scratch[static_cast<std::size_t>(b)] = dec(b);
-        Passes<kType>([&] { return Buffered{scratch.data()}; }, d, w.nb, x, xs, acts, yh, ys);
+        for (std::int64_t b = 0; b < w.nb; ++b) scratch[b] = dec(b);
+        Passes<kType>([&] { return Buffered{scratch}; }, d, w.nb, x, xs, acts, yh, ys);
       } else {
         Passes<kType>([&] { return Inline<kType>{w, g, h, {}}; }, d, w.nb, x, xs, acts, yh, ys);
       }

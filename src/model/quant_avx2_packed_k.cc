@@ -17,8 +17,6 @@
 // outputs on AVX2 equal the AVX-512 ones bit for bit.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "model/quant_kernels.h"
 #include "model/quant_packed.h"
 #include "model/quant_x86.h"

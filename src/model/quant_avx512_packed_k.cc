@@ -17,8 +17,6 @@
 // bitwise the same outputs.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "model/quant_kernels.h"
 #include "model/quant_packed.h"
 #include "model/quant_x86.h"
