@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/float_convert.h"
@@ -35,6 +37,13 @@ struct Buffer {
     return v;
   }
 };
+
+// The default model as scripts/fetch_model.py writes it, under
+// $KVSHARE_SOURCE_DIR (ctest sets it) or the working directory.
+inline std::string DefaultModelPath() {
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/models/gemma-3-270m-q4_k_m.gguf";
+}
 
 inline Buffer QuantizedQ8_0(const Buffer& f);
 

@@ -28,6 +28,12 @@
 
 namespace kvshare {
 
+// Sampler::Verify's decision on one drafted token.
+struct DraftVerdict {
+  bool accepted = false;
+  int32_t token = 0;  // the draft when accepted, else the token drawn in its place
+};
+
 struct SamplerOptions {
   float temperature = 0.0f;        // >= 0; 0 → greedy
   int32_t top_k = 0;               // >= 0; 0 → off
@@ -51,6 +57,18 @@ class Sampler {
   // calls advance it by exactly one draw.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> history = {});
 
+  // Speculative sampling (Leviathan et al. 2023, "Fast Inference from
+  // Transformers via Speculative Decoding", §2.3; Chen et al. 2023) of one
+  // drafted token proposed with certainty (q = a point mass at `draft`), against
+  // p = the distribution Sample draws from for these logits and history:
+  // accepts with probability p(draft); otherwise returns a draw from
+  // norm(max(0, p - q)), which is p without the draft, renormalized. The token
+  // returned is thus distributed exactly as Sample's. Greedy (temperature 0):
+  // accepted iff draft is Sample's argmax, which is returned either way, and
+  // no random state is used. Sampling: one draw for the test, and one more
+  // when rejected. Throws as Sample, and for a draft outside [0, vocab).
+  DraftVerdict Verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft);
+
   const SamplerOptions& options() const { return options_; }
   // Restarts the random sequence.
   void Reseed(uint64_t seed);
@@ -58,6 +76,11 @@ class Sampler {
  private:
   // Uniform double in [0, 1) with 53 random bits.
   double NextUniform();
+  // Steps 1-3 of the pipeline: validates, then returns the greedy id, or -1
+  // with the kept candidates and their weights in candidates_.
+  int32_t Filter(std::span<const float> logits, std::span<const int32_t> history);
+  // Step 4: one draw from candidates_, leaving out id `exclude` (-1: none).
+  int32_t Draw(int32_t exclude);
 
   SamplerOptions options_;
   std::mt19937_64 rng_;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "kvshare/error.h"
+#include "runtime/spec_round.h"
 
 namespace kvshare {
 namespace {
@@ -22,6 +23,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   if (options.max_new_tokens < 1) {
     throw Error("max new tokens must be >= 1, got " + std::to_string(options.max_new_tokens));
   }
+  if (options.drafter != nullptr) CheckSpeculativeOptions(options.speculative);
   const std::int64_t cached = state_->length();
   const std::int64_t need = cached + static_cast<std::int64_t>(prompt.size()) + options.max_new_tokens;
   if (need > state_->max_context()) {
@@ -37,33 +39,73 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   stats.prompt_tokens = static_cast<std::int64_t>(prompt.size());
   stats.stop_reason = "max_tokens";
 
+  // The sequence is what the cache holds: a previous call's last token,
+  // pending and never fed, is not part of it (the caller feeds it again in
+  // `prompt` when the conversation goes on from it).
+  history_.resize(static_cast<std::size_t>(cached));
   auto t0 = std::chrono::steady_clock::now();
-  std::span<const float> logits = model_.Forward(*state_, prompt, pool_);
+  std::span<const float> rows = model_.Forward(*state_, prompt, pool_);
   stats.prefill_seconds = Since(t0);
   history_.insert(history_.end(), prompt.begin(), prompt.end());
 
-  for (int i = 0; i < options.max_new_tokens; ++i) {
-    const int32_t tok = sampler.Sample(logits, history_);
-    history_.push_back(tok);
+  const std::size_t V = static_cast<std::size_t>(model_.config().n_vocab);
+  const std::int64_t max_step = state_->kv_cache().Options().max_step;
+  detail::DraftLength draft_length(options.speculative);
+  std::vector<int32_t> feed;                  // the pending token, then the drafts verified with it
+  std::span<const std::int32_t> drafts;       // the drafts `rows` verifies (after row 0)
+  std::int64_t fed_at = state_->length();     // cache length before `feed`
+  bool stop = false;
+  const auto emit = [&](int32_t tok, std::span<const float> logits) {
+    if (options.on_token) options.on_token(tok, logits);
     ++stats.generated_tokens;
     stats.last_token = tok;
     stats.last_token_in_cache = false;
     if (tokenizer_.IsEndOfGeneration(tok) ||
         std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) != options.stop_tokens.end()) {
       stats.stop_reason = tok == tokenizer_.eos_id() ? "eos" : "end_of_turn";
-      break;
+      stop = true;
+      return false;
     }
     if (on_text) {
       const std::string piece = decoder.Feed(tok);
       if (!piece.empty()) on_text(piece);
     }
-    if (i + 1 == options.max_new_tokens) break;
+    stop = stats.generated_tokens == options.max_new_tokens;
+    return !stop;
+  };
+  while (true) {
+    const detail::Accepted a = detail::AcceptDrafts(sampler, rows, V, drafts, history_, emit);
+    if (!drafts.empty()) {
+      stats.speculative.accepted += a.accepted;
+      draft_length.Observe(static_cast<int>(drafts.size()), a.accepted);
+      // Keep the pending token and the accepted drafts before the last
+      // emitted token (which is pending now, as after a one-token step).
+      state_->Rewind(0, fed_at + a.emitted);
+    }
+    if (stop) break;
+    feed.assign(1, history_.back());
+    if (options.drafter != nullptr) {
+      const std::int64_t left = options.max_new_tokens - stats.generated_tokens;  // >= 1
+      const std::int64_t k = std::min<std::int64_t>({draft_length.Next(), left - 1, max_step - 1,
+                                                     state_->max_context() - state_->length() - 1});
+      if (k > 0) {
+        auto t1 = std::chrono::steady_clock::now();
+        const DraftContext ctx{.row = 0, .tokens = history_, .target_state = state_.get(), .target_hidden = {}};
+        options.drafter->Draft(ctx, static_cast<int>(k), feed);
+        feed.resize(std::min<std::size_t>(feed.size(), static_cast<std::size_t>(k + 1)));
+        stats.decode_seconds += Since(t1);
+      }
+    }
+    drafts = std::span<const std::int32_t>(feed).subspan(1);
+    fed_at = state_->length();
     auto t1 = std::chrono::steady_clock::now();
-    const int32_t one[1] = {tok};
-    logits = model_.Forward(*state_, one, pool_);
+    rows = model_.Forward(*state_, feed, pool_, {.num_logits = static_cast<std::int64_t>(feed.size())});
     stats.decode_seconds += Since(t1);
     ++stats.decode_steps;
-    stats.last_token_in_cache = true;
+    if (!drafts.empty()) {
+      ++stats.speculative.rounds;
+      stats.speculative.drafted += static_cast<std::int64_t>(drafts.size());
+    }
   }
   if (on_text) {
     const std::string rest = decoder.Flush();

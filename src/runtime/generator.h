@@ -12,6 +12,7 @@
 
 #include "kvshare/model.h"
 #include "kvshare/sampler.h"
+#include "kvshare/speculative.h"
 #include "kvshare/tokenizer.h"
 
 namespace kvshare {
@@ -25,14 +26,24 @@ struct GenerateOptions {
   // (Tokenizer::IsEndOfGeneration): the chat format's end of turn
   // (ChatTemplate::StopTokens()).
   std::vector<int32_t> stop_tokens;
+  // Speculative decoding (kvshare/speculative.h): drafts verified several
+  // tokens per target step, the tokens bitwise those of greedy decoding
+  // without it. Null: one token per step. The drafter must outlive the call
+  // and serve row 0 of this generator's state.
+  Drafter* drafter = nullptr;
+  SpeculativeOptions speculative;
+  // Called for every sampled token (the stop token included) with the logits
+  // it was chosen from ([n_vocab], valid during the call). Null: none.
+  std::function<void(int32_t token, std::span<const float> logits)> on_token;
 };
 
 struct GenerateStats {
   std::int64_t prompt_tokens = 0;
   std::int64_t generated_tokens = 0;  // sampled tokens, the stop token included
   double prefill_seconds = 0;
-  double decode_seconds = 0;          // Forward time of decode steps
-  std::int64_t decode_steps = 0;
+  double decode_seconds = 0;          // Forward time of decode steps (drafting included)
+  std::int64_t decode_steps = 0;      // target Forward calls after the prompt's
+  SpeculativeStats speculative;       // verify steps, drafted and accepted tokens
   std::size_t kv_bytes = 0;                  // KV cache buffers as allocated
   std::size_t kv_bytes_without_sharing = 0;  // the same cache with no KV-shared layers
   std::string stop_reason;            // "eos", "end_of_turn" (any other stop token), "max_tokens"
@@ -50,11 +61,17 @@ class Generator {
 
   // Appends `prompt` to the sequence (the cache keeps earlier turns) and
   // generates. Throws kvshare::Error, before running anything, when the
-  // cached tokens + prompt + max_new_tokens exceed max_context.
+  // cached tokens + prompt + max_new_tokens exceed max_context, or for
+  // speculative options out of range (CheckSpeculativeOptions).
   GenerateStats Generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text);
 
   ModelState& state() { return *state_; }
-  void Reset() { state_->Reset(); history_.clear(); }
+  // Forgets the sequence (and tells `drafter`, when given, that row 0 restarts).
+  void Reset(Drafter* drafter = nullptr) {
+    state_->Reset();
+    history_.clear();
+    if (drafter != nullptr) drafter->Reset(0);
+  }
 
  private:
   const Model& model_;

@@ -57,6 +57,30 @@ double Sampler::NextUniform() {
 }
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const int32_t greedy = Filter(logits, history);
+  if (greedy >= 0) return greedy;
+  return Draw(-1);
+}
+
+DraftVerdict Sampler::Verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft) {
+  if (draft < 0 || static_cast<size_t>(draft) >= logits.size()) {
+    throw Error("Sampler::Verify: draft token " + std::to_string(draft) + " is outside [0, " +
+                std::to_string(logits.size()) + ")");
+  }
+  const int32_t greedy = Filter(logits, history);
+  if (greedy >= 0) return {.accepted = greedy == draft, .token = greedy};
+  // Accept with probability p(draft) = w_draft / sum (q is a point mass at draft).
+  double sum = 0.0, w_draft = 0.0;
+  for (const Candidate& c : candidates_) {
+    sum += c.weight;
+    if (c.id == draft) w_draft = c.weight;
+  }
+  if (NextUniform() * sum < w_draft) return {.accepted = true, .token = draft};
+  // Rejected: a draw from max(0, p - q) normalized, i.e. p without the draft.
+  return {.accepted = false, .token = Draw(draft)};
+}
+
+int32_t Sampler::Filter(std::span<const float> logits, std::span<const int32_t> history) {
   const size_t n = logits.size();
   if (n == 0) throw Error("Sampler::Sample: logits must not be empty");
   if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
@@ -160,16 +184,25 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
     }
   }
 
+  return -1;
+}
+
+int32_t Sampler::Draw(int32_t exclude) {
   // 4. One draw from the kept candidates, in their current order.
   double sum = 0.0;
-  for (const Candidate& c : candidates_) sum += c.weight;
+  for (const Candidate& c : candidates_) {
+    if (c.id != exclude) sum += c.weight;
+  }
   const double r = NextUniform() * sum;
   double acc = 0.0;
+  int32_t last = -1;
   for (const Candidate& c : candidates_) {
+    if (c.id == exclude) continue;
     acc += c.weight;
+    last = c.id;
     if (r < acc) return c.id;
   }
-  return candidates_.back().id;  // rounding: r == sum
+  return last;  // rounding: r == sum
 }
 
 }  // namespace kvshare
