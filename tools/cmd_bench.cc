@@ -2,7 +2,9 @@
 // (pp512: a 512-token prompt in one Forward; tg128: 128 single-token decode
 // steps after it; with --depth d, both run after d tokens of context, as
 // llama-bench -d), for each thread count, as the median and range over
-// repetitions. Prints a table; --json writes the numbers and the machine.
+// repetitions. With --spec / --draft-model, also tg through the generator
+// after the prompt without and with speculative decoding, alternating, and
+// the acceptance rate. Prints a table; --json writes the numbers and the machine.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -28,6 +30,8 @@
 #include "model/quant.h"
 #include "kv_options.h"
 #include "model_path.h"
+#include "runtime/generator.h"
+#include "spec_flags.h"
 
 namespace kvshare::cli {
 namespace {
@@ -42,6 +46,7 @@ struct BenchCliOptions {
   int repetitions = 3;
   std::string kv_dtype = "f32";
   bool no_prefill_shortcut = false;
+  SpecFlags spec;
   std::string json;
 };
 
@@ -159,6 +164,43 @@ std::string Revision() {
   return rev.empty() ? "unknown" : rev;
 }
 
+// tg through the generator after the prompt, without and with speculation,
+// runs alternating: gen tokens from decode steps each (end tokens fed back),
+// greedy, so both make the same tokens.
+struct SpecBench {
+  std::vector<double> plain, spec;  // tok/s per repetition
+  SpeculativeStats stats;           // of the last speculative run
+};
+SpecBench RunSpecBench(const Model& model, const Tokenizer& tok, const std::vector<std::int32_t>& prompt, int gen,
+                       int repetitions, const BenchCliOptions& o, ThreadPool* pool) {
+  const ModelStateOptions so{.max_context = static_cast<int>(prompt.size()) + gen + 1,
+                             .kv_dtype = ParseKvDtype(o.kv_dtype)};
+  const Speculation spec =
+      MakeSpeculation(o.spec, model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = pool});
+  Generator plain(model, tok, pool, so), specd(model, tok, pool, so);
+  GenerateOptions go;
+  go.ignore_eos = true;
+  GenerateOptions gs = go;
+  gs.drafter = spec.drafter.get();
+  gs.speculative = spec.options;
+  SpecBench b;
+  const auto run = [&](Generator& g, const GenerateOptions& opt, int n) {
+    g.Reset(opt.drafter);
+    GenerateOptions one = opt;
+    one.max_new_tokens = n + 1;  // the first token comes from the prompt's logits
+    const GenerateStats st = g.Generate(prompt, one, nullptr);
+    b.stats = st.speculative;
+    return n / st.decode_seconds;
+  };
+  run(plain, go, std::min(gen, 8));  // warm-up
+  run(specd, gs, std::min(gen, 8));
+  for (int r = 0; r < repetitions; ++r) {
+    b.plain.push_back(run(plain, go, gen));
+    b.spec.push_back(run(specd, gs, gen));
+  }
+  return b;
+}
+
 void RunBench(const BenchCliOptions& o) {
   if (o.threads.empty()) throw Error("--threads needs at least one thread count, e.g. --threads 1,2");
   for (int t : o.threads) {
@@ -205,6 +247,7 @@ void RunBench(const BenchCliOptions& o) {
   std::fflush(stdout);
 
   nlohmann::json results = nlohmann::json::array();
+  nlohmann::json spec_info = nlohmann::json::array();
   std::vector<std::int32_t> filler;  // context for the depths: the prompt text, repeated
   for (std::size_t i = 0; static_cast<int>(filler.size()) < max_depth; ++i) filler.push_back(prompt[i % prompt.size()]);
   for (int threads : o.threads) {
@@ -238,6 +281,18 @@ void RunBench(const BenchCliOptions& o) {
         }
         tests.emplace_back(tg + " b" + std::to_string(b) + at, b, o.gen_tokens, agg);
       }
+      if (o.spec.enabled() && depth == o.depths.front()) {
+        const SpecBench sb = RunSpecBench(*model, tok, prompt, o.gen_tokens, o.repetitions, o, &pool);
+        const std::string name = o.spec.spec.empty() ? "draft" : o.spec.spec;
+        tests.emplace_back(tg + " gen", 1, o.gen_tokens, sb.plain);
+        tests.emplace_back(tg + " gen+" + name, 1, o.gen_tokens, sb.spec);
+        spec_info.push_back({{"threads", threads},
+                             {"drafter", name},
+                             {"verify_steps", sb.stats.rounds},
+                             {"drafted", sb.stats.drafted},
+                             {"accepted", sb.stats.accepted},
+                             {"speedup_median", Summarize(sb.spec).median / Summarize(sb.plain).median}});
+      }
       for (const auto& [test, batch, tokens, rates] : tests) {
         const Stat s = Summarize(rates);
         std::printf("%7d  %-16s %10.1f %10.1f %10.1f\n", threads, test.c_str(), s.median, s.min, s.max);
@@ -248,6 +303,14 @@ void RunBench(const BenchCliOptions& o) {
     }
   }
   const auto load_after = LoadAverage();
+  for (const nlohmann::json& j : spec_info) {
+    std::printf("\nspeculative (%s, %d threads): accepted %lld / drafted %lld (%.1f%%) in %lld verify steps; "
+                "speed-up %.2fx (medians)",
+                j["drafter"].get<std::string>().c_str(), j["threads"].get<int>(), j["accepted"].get<long long>(),
+                j["drafted"].get<long long>(),
+                100.0 * j["accepted"].get<double>() / std::max(1.0, j["drafted"].get<double>()),
+                j["verify_steps"].get<long long>(), j["speedup_median"].get<double>());
+  }
   std::printf("\nload average after: %.2f %.2f %.2f\n", load_after[0], load_after[1], load_after[2]);
 
   if (!o.json.empty()) {
@@ -270,6 +333,7 @@ void RunBench(const BenchCliOptions& o) {
         {"kv_shared_prefill_shortcut", !o.no_prefill_shortcut},
         {"repetitions", o.repetitions},
         {"results", results},
+        {"speculative", spec_info},
     };
     std::ofstream out(o.json);
     out << doc.dump(2) << "\n";
@@ -308,6 +372,7 @@ void RegisterBench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  AddSpecFlags(*cmd, o.spec);
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,
                 "Run KV-shared layers on every prompt token (to measure what the short-cut saves)");
   cmd->add_option("--json", o.json, "Also write the results and machine info to this JSON file");

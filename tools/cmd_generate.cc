@@ -21,6 +21,7 @@
 #include "model_path.h"
 #include "runtime/generator.h"
 #include "sampler_flags.h"
+#include "spec_flags.h"
 
 namespace kvshare::cli {
 namespace {
@@ -33,6 +34,7 @@ struct GenerateCliOptions {
   std::string chat_template;  // --chat-template NAME; empty: as the file says
   int n = 128;
   SamplerFlags sampling;
+  SpecFlags spec;
   int threads = 0;
   int max_context = 4096;
   int kv_shared_layers = -1;  // -1: the model's own (0 for Gemma 3)
@@ -43,15 +45,22 @@ struct GenerateCliOptions {
 
 void PrintStats(const GenerateStats& s) {
   const double pre = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
-  const double dec = s.decode_seconds > 0 ? s.decode_steps / s.decode_seconds : 0;
+  // Tokens that came out of decode steps: all but the one the prefill's logits chose.
+  const double dec = s.decode_seconds > 0 ? static_cast<double>(s.generated_tokens - 1) / s.decode_seconds : 0;
   std::fprintf(stderr,
                "\n[kvshare] prompt %lld tokens, prefill %.1f tok/s (%.3f s), decode %.1f tok/s (%lld steps), "
                "generated %lld tokens (stop: %s), KV cache %.1f MiB",
                static_cast<long long>(s.prompt_tokens), pre, s.prefill_seconds, dec,
                static_cast<long long>(s.decode_steps), static_cast<long long>(s.generated_tokens),
                s.stop_reason.c_str(), s.kv_bytes / (1024.0 * 1024.0));
+
   if (s.kv_bytes != s.kv_bytes_without_sharing) {
     std::fprintf(stderr, " (%.1f MiB without KV sharing)", s.kv_bytes_without_sharing / (1024.0 * 1024.0));
+  }
+  if (s.speculative.rounds > 0) {
+    std::fprintf(stderr, ", speculative: %lld verify steps, accepted %lld / drafted %lld (%.1f%%)",
+                 static_cast<long long>(s.speculative.rounds), static_cast<long long>(s.speculative.accepted),
+                 static_cast<long long>(s.speculative.drafted), 100.0 * s.speculative.acceptance());
   }
   std::fprintf(stderr, "\n");
 }
@@ -98,6 +107,7 @@ ChatFormatChoice ChooseFormat(const GenerateCliOptions& o, const GgufFile& file)
 void RunGenerate(const GenerateCliOptions& o) {
   if (o.prompt.empty() && !o.chat) throw Error("give --prompt TEXT or --chat");
   if (!o.prompt.empty() && o.chat) throw Error("--prompt and --chat are exclusive");
+  CheckSpecFlags(o.spec, o.device);
   const std::string path = ResolveModel(o.model);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::unique_ptr<Model> model = LoadModel(path);
@@ -115,12 +125,21 @@ void RunGenerate(const GenerateCliOptions& o) {
                 "; name one with --chat-template gemma|gemma4, or use --prompt TEXT for plain completion");
   }
   ThreadPool pool(threads);
-  Generator gen(*model, tok, &pool, StateOptions(o, model->config()));
+  const ModelStateOptions so = StateOptions(o, model->config());
+  const Speculation spec = MakeSpeculation(
+      o.spec, *model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = &pool, .device = o.device});
+  Generator gen(*model, tok, &pool, so);
   if (o.verbose) std::fprintf(stderr, "[kvshare] KV cache:\n%s", gen.state().kv_cache().Memory().ToString().c_str());
+  if (o.verbose && spec.drafter) {
+    std::fprintf(stderr, "[kvshare] speculative decoding: %s drafter, up to %d drafts per step%s\n",
+                 spec.drafter->name().c_str(), spec.options.draft_max, spec.options.adaptive ? " (adaptive)" : "");
+  }
   GenerateOptions go;
   go.max_new_tokens = o.n;
   go.sampler = ToSamplerOptions(o.sampling);
   go.stop_tokens = tmpl.StopTokens();
+  go.drafter = spec.drafter.get();
+  go.speculative = spec.options;
   auto print = [](std::string_view t) {
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
@@ -179,6 +198,7 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_flag("--raw", o.raw, "Plain completion: --prompt as is (with <bos>), no chat template")->excludes(tmpl);
   cmd->add_option("-n,--max-tokens", o.n, "Maximum new tokens")->check(CLI::Range(1, 1 << 20));
   AddSamplerFlags(*cmd, o.sampling);
+  AddSpecFlags(*cmd, o.spec);
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--max-context", o.max_context, "KV cache capacity in tokens")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--kv-shared-layers", o.kv_shared_layers,

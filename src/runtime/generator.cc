@@ -60,8 +60,9 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
     ++stats.generated_tokens;
     stats.last_token = tok;
     stats.last_token_in_cache = false;
-    if (tokenizer_.IsEndOfGeneration(tok) ||
-        std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) != options.stop_tokens.end()) {
+    if (!options.ignore_eos && (tokenizer_.IsEndOfGeneration(tok) || std::find(options.stop_tokens.begin(),
+                                                                              options.stop_tokens.end(), tok) !=
+                                                                        options.stop_tokens.end())) {
       stats.stop_reason = tok == tokenizer_.eos_id() ? "eos" : "end_of_turn";
       stop = true;
       return false;

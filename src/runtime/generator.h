@@ -26,6 +26,9 @@ struct GenerateOptions {
   // (Tokenizer::IsEndOfGeneration): the chat format's end of turn
   // (ChatTemplate::StopTokens()).
   std::vector<int32_t> stop_tokens;
+  // End-of-generation and stop tokens do not end generation: exactly
+  // max_new_tokens are made (benchmarks).
+  bool ignore_eos = false;
   // Speculative decoding (kvshare/speculative.h): drafts verified several
   // tokens per target step, the tokens bitwise those of greedy decoding
   // without it. Null: one token per step. The drafter must outlive the call
