@@ -19,6 +19,7 @@
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
+#include "kvshare/speculative.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
 #include "runtime/generator.h"
@@ -33,6 +34,11 @@ struct ModelCore {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Generator> generator;
+  // Speculative decoding: the n-gram drafter, and the draft-model drafter with
+  // the core of the Model it runs (kept alive while it drafts for this one).
+  std::unique_ptr<Drafter> ngram;
+  std::unique_ptr<Drafter> draft_model;
+  std::shared_ptr<ModelCore> draft_core;
   std::mutex busy_mu;
   bool busy = false;  // a generation stream is running
   GenerateStats last;
@@ -56,6 +62,9 @@ py::dict StatsDict(const GenerateStats& s) {
   d["kv_bytes"] = s.kv_bytes;
   d["kv_bytes_without_sharing"] = s.kv_bytes_without_sharing;
   d["stop_reason"] = s.stop_reason;
+  d["verify_steps"] = s.speculative.rounds;
+  d["drafted_tokens"] = s.speculative.drafted;
+  d["accepted_tokens"] = s.speculative.accepted;
   return d;
 }
 
@@ -73,7 +82,7 @@ class Stream {
     }
     worker_ = std::thread([this, prompt = std::move(prompt), options, reset] {
       try {
-        if (reset) core_->generator->Reset();
+        if (reset) core_->generator->Reset(options.drafter);
         const GenerateStats stats = core_->generator->Generate(prompt, options, [this](std::string_view piece) {
           std::lock_guard<std::mutex> lock(mu_);
           if (cancel_) throw Cancelled{};
@@ -227,7 +236,8 @@ class PyModel {
 
   std::unique_ptr<Stream> Generate(const py::object& prompt, int max_new_tokens, float temperature, int top_k,
                                    float top_p, float min_p, float repetition_penalty, std::uint64_t seed,
-                                   const py::object& chat, bool reset) {
+                                   const py::object& chat, bool reset, const py::object& draft, int draft_max,
+                                   bool draft_adaptive) {
     const ChatTemplate tmpl(FormatFor(chat), *core_->tokenizer);
     std::vector<int32_t> ids;
     if (py::isinstance<py::str>(prompt)) {
@@ -244,6 +254,9 @@ class PyModel {
                                .repetition_penalty = repetition_penalty, .repeat_last_n = 64, .seed = seed};
     o.stop_tokens = tmpl.StopTokens();
     Sampler validate(o.sampler);  // option errors raise here, before the worker starts
+    o.speculative = {.draft_max = draft_max, .adaptive = draft_adaptive};
+    o.drafter = DrafterFor(draft);
+    if (o.drafter != nullptr) CheckSpeculativeOptions(o.speculative);
     return std::make_unique<Stream>(core_, std::move(ids), o, reset);
   }
 
@@ -278,6 +291,31 @@ class PyModel {
                   "; name a format with chat=\"gemma\" or \"gemma4\", or pass chat=None for plain completion");
     }
     return choice.format;
+  }
+
+  // generate()'s draft argument as this model's drafter (null: none).
+  Drafter* DrafterFor(const py::object& draft) {
+    if (draft.is_none()) return nullptr;
+    std::lock_guard<std::mutex> lock(core_->busy_mu);
+    if (core_->busy) throw Error("another generation is running on this Model; exhaust or close() it first");
+    if (py::isinstance<py::str>(draft)) {
+      if (draft.cast<std::string>() != "ngram") {
+        throw Error("draft must be None, \"ngram\" (prompt lookup) or a kvshare.Model, got \"" +
+                    draft.cast<std::string>() + "\"");
+      }
+      if (!core_->ngram) core_->ngram = MakeNgramDrafter();
+      return core_->ngram.get();
+    }
+    if (!py::isinstance<PyModel>(draft)) throw py::type_error("draft must be None, \"ngram\" or a kvshare.Model");
+    const std::shared_ptr<ModelCore>& d = draft.cast<PyModel&>().core_;
+    if (core_->draft_core != d) {
+      core_->draft_model = MakeDraftModelDrafter(*d->model, *core_->model,
+                                                 {.max_context = state_options_.max_context,
+                                                  .kv_dtype = state_options_.kv_dtype,
+                                                  .pool = core_->pool.get()});
+      core_->draft_core = d;
+    }
+    return core_->draft_model.get();
   }
 
   // "float32" / "float16" / "bfloat16" (or f32 / f16 / bf16) / "q8_0" as a DType.
@@ -319,6 +357,13 @@ top_k (0 = off), top_p (1 = off), min_p (0 = off), repetition_penalty (1 = off),
 reset=True starts a new sequence; reset=False appends to the cached one (no second
 <bos>). Generation stops at <eos>, at the chat format's end of turn (<end_of_turn>,
 <turn|>) or after max_new_tokens.
+Speculative decoding: draft = "ngram" (prompt lookup: drafts the tokens that
+followed the longest recent n-gram earlier in the text) or a kvshare.Model with
+this model's vocabulary (a draft model, its own KV cache); up to draft_max
+tokens are drafted per step (fewer while the acceptance rate is low, unless
+draft_adaptive=False) and verified in one forward pass. Greedy output is
+bitwise the same as without; sampling keeps the model's distribution. .stats
+then counts verify_steps, drafted_tokens and accepted_tokens.
 Raises kvshare.Error at the call for bad sampling options, and from the first
 next() for errors of the run itself (e.g. a prompt that does not fit max_context).
 The iterator's close() (or dropping it) stops the generation;
@@ -360,8 +405,8 @@ void BindModel(py::module_& m) {
             if (!st) return py::none();
             return StatsDict(*st);
           },
-          "prompt_tokens, generated_tokens, prefill/decode seconds, decode_steps, kv_bytes, stop_reason; None "
-          "until the generation has finished.");
+          "prompt_tokens, generated_tokens, prefill/decode seconds, decode_steps, kv_bytes, stop_reason, "
+          "verify_steps, drafted_tokens, accepted_tokens; None until the generation has finished.");
 
   py::class_<PyModel>(m, "Model", kModelDoc)
       .def(py::init<const std::string&, int, int, const std::string&, std::optional<int>>(), py::arg("path"),
@@ -382,7 +427,8 @@ void BindModel(py::module_& m) {
       .def("generate", &PyModel::Generate, py::arg("prompt"), py::kw_only(), py::arg("max_new_tokens") = 128,
            py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
            py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),
-           py::arg("reset") = true, kGenerateDoc)
+           py::arg("reset") = true, py::arg("draft") = py::none(), py::arg("draft_max") = 8,
+           py::arg("draft_adaptive") = true, kGenerateDoc)
       .def("reset", &PyModel::Reset, "Forgets the cached sequence.")
       .def_property_readonly("cached_tokens", &PyModel::CachedTokens, "Tokens in the generator's KV cache.")
       .def_property_readonly("last_stats", &PyModel::LastStats, "Stats of the last finished generation (a dict).");

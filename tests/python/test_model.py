@@ -148,3 +148,30 @@ def test_kv_cache_options_change_its_bytes():
         kvshare.Model(str(MODEL), kv_dtype="int8")
     with pytest.raises(ValueError, match="out of range"):
         kvshare.Model(str(MODEL), kv_shared_layers=18)
+
+
+def test_speculative_decoding_is_lossless(model):
+    """draft="ngram" and a draft model (here the same file: every draft accepted)
+    give the greedy text of generation without speculation, in fewer target
+    steps; bad draft arguments are refused at the call."""
+    prompt = "one two three four five six. one two three four five six. one two"
+    plain = "".join(model.generate(prompt, chat=False, max_new_tokens=32))
+    base = model.last_stats
+    assert base["drafted_tokens"] == 0
+    lookup = "".join(model.generate(prompt, chat=False, max_new_tokens=32, draft="ngram"))
+    assert lookup == plain
+    st = model.last_stats
+    assert st["accepted_tokens"] > 0 and st["decode_steps"] < base["decode_steps"]
+    drafter = kvshare.Model(str(MODEL), max_context=512, num_threads=2)
+    drafted = "".join(model.generate(prompt, chat=False, max_new_tokens=32, draft=drafter, draft_max=4,
+                                     draft_adaptive=False))
+    assert drafted == plain
+    st = model.last_stats
+    assert st["verify_steps"] > 0
+    assert st["accepted_tokens"] == st["drafted_tokens"] or st["stop_reason"] != "max_tokens"
+    with pytest.raises(kvshare.Error, match="draft_max"):
+        model.generate(prompt, draft="ngram", draft_max=0)
+    with pytest.raises(kvshare.Error, match='draft must be None, "ngram"'):
+        model.generate(prompt, draft="medusa")
+    with pytest.raises(TypeError, match="draft must be"):
+        model.generate(prompt, draft=3)
