@@ -47,6 +47,12 @@ std::string PrometheusText(const SchedulerStats& s, const HttpStats& http) {
   Add(o, "decode_tokens_per_second", "gauge", "Tokens sampled per second over the last 10 s.",
       s.recent_decode_tokens_per_second);
   Add(o, "steps_total", "counter", "Batched forward steps.", static_cast<double>(s.steps));
+  Add(o, "spec_verify_rows_total", "counter", "Speculative decoding: decode rows that verified at least one draft.",
+      static_cast<double>(s.spec_verify_rows));
+  Add(o, "spec_draft_tokens_total", "counter", "Speculative decoding: drafted tokens verified.",
+      static_cast<double>(s.spec_drafted_tokens));
+  Add(o, "spec_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens accepted.",
+      static_cast<double>(s.spec_accepted_tokens));
   Add(o, "busy_seconds_total", "counter", "Seconds spent in forward steps and sampling.", s.busy_seconds);
   Add(o, "http_requests_in_flight", "gauge", "Completion requests being answered.", http.requests_in_flight);
   o += "# HELP kvshare_http_responses_total HTTP responses by status code.\n# TYPE kvshare_http_responses_total counter\n";

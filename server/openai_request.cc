@@ -105,7 +105,7 @@ void CheckKnownFields(const json& body, bool chat) {
       "model",        "stream",       "stream_options",   "max_tokens",        "temperature",
       "top_p",        "top_k",        "min_p",            "repetition_penalty", "seed",
       "stop",         "n",            "presence_penalty", "frequency_penalty", "logit_bias",
-      "logprobs",     "ignore_eos"};
+      "logprobs",     "ignore_eos",   "speculative"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "response_format", "tools", "tool_choice"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
@@ -303,6 +303,7 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat) {
   }
   r.stop = ParseStop(body);
   r.ignore_eos = Bool(body, "ignore_eos").value_or(false);
+  r.speculative = Bool(body, "speculative").value_or(true);
   if (Integer(body, "n", 1, 128).value_or(1) != 1) {
     throw BadRequest("Invalid 'n': only n = 1 is supported by this server (one choice per request).", "n",
                      "unsupported_parameter");
@@ -406,6 +407,7 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
   if (!req.seed_given) r.sampler.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   r.stop = req.stop;
   r.ignore_eos = req.ignore_eos;
+  r.speculative = req.speculative;
   r.top_logprobs = req.logprobs ? req.top_logprobs : -1;
   return r;
 }

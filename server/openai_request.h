@@ -9,7 +9,9 @@
 // temperature [0, 2] (default 1), top_p (0, 1], top_k (>= -1; -1 and 0 are
 // off), min_p [0, 1], repetition_penalty (0, 100], seed (integer; default
 // random), stop (string or array of up to 16 non-empty strings), ignore_eos
-// (vLLM / llama.cpp: generate exactly max_tokens), n (1 only),
+// (vLLM / llama.cpp: generate exactly max_tokens), speculative (kvshare: bool,
+// default true; false opts the request out of the server's speculative
+// decoding), n (1 only),
 // user / metadata / store / service_tier / parallel_tool_calls (ignored),
 // presence_penalty and frequency_penalty (0 only), logit_bias (empty only).
 // Chat: messages (roles system / developer / user / assistant; content a
@@ -48,6 +50,7 @@ struct CompletionRequest {
   bool seed_given = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool speculative = true;
   bool logprobs = false;
   int top_logprobs = 0;
 };

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kvshare/scheduler.h"
+#include "kvshare/speculative.h"
 
 namespace kvshare::server {
 
@@ -46,6 +47,13 @@ struct ServerOptions {
   // A ChatFormatNames() entry; nullopt: as the file's tokenizer.chat_template says.
   std::optional<std::string> chat_template;
   SchedulerOptions scheduler;
+  // Speculative decoding (its k and adaptivity in scheduler.speculative):
+  // spec "ngram" drafts by prompt lookup; draft_model_path names a draft
+  // model GGUF with the served model's vocabulary. Both empty: none. Requests
+  // opt out with "speculative": false.
+  std::string spec;
+  std::string draft_model_path;
+  NgramOptions ngram;
   int threads = 0;       // compute threads; 0: every core
   int http_threads = 0;  // connection threads; 0: slots + max_queue + 8
   std::vector<std::string> api_keys;
@@ -67,8 +75,9 @@ class Server {
   // Serves HTTP on a new thread; until Load() finishes, /health and the
   // completion endpoints answer 503 "Loading model".
   void StartHttp();
-  // Loads the model, its tokenizer and chat format, and starts the
-  // scheduler. Throws kvshare::Error (a missing file, a bad chat template name).
+  // Loads the model, its tokenizer and chat format (and the drafter), and
+  // starts the scheduler. Throws kvshare::Error (a missing file, a bad chat
+  // template name, a draft model that does not fit).
   void Load();
   // Draining: /health and new completion requests answer 503; requests in
   // flight go on.

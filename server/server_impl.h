@@ -18,6 +18,7 @@
 #include "kvshare/chat_template.h"
 #include "kvshare/model.h"
 #include "kvshare/scheduler.h"
+#include "kvshare/speculative.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
 #include "metrics.h"
@@ -56,6 +57,8 @@ struct Server::Impl {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> chat;
   std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Model> draft_model;  // --draft-model
+  std::unique_ptr<Drafter> drafter;
   std::unique_ptr<Scheduler> scheduler;
   ModelContext ctx;
   std::int64_t created = 0;

@@ -118,12 +118,15 @@ struct StepRecorder {
     return [this](const StepTrace& t) {
       steps.push_back(t.entries);
       const std::size_t V = static_cast<std::size_t>(n_vocab);
-      EXPECT_EQ(t.logits.size(), t.entries.size() * V);
-      for (std::size_t k = 0; k < t.entries.size(); ++k) {
-        if (!t.entries[k].sampled) continue;
-        const std::span<const float> l = t.logits.subspan(k * V, V);
-        logits[t.entries[k].request].emplace_back(l.begin(), l.end());
+      std::size_t at = 0;  // the entry's first logits row (the only one without speculation)
+      for (const StepTrace::Entry& e : t.entries) {
+        if (e.sampled) {
+          const std::span<const float> l = t.logits.subspan(at * V, V);
+          logits[e.request].emplace_back(l.begin(), l.end());
+        }
+        at += static_cast<std::size_t>(e.logits_rows);
       }
+      EXPECT_EQ(t.logits.size(), at * V);
     };
   }
 };

@@ -19,6 +19,7 @@
 #include "kvshare/error.h"
 #include "model_path.h"
 #include "server.h"
+#include "spec_flags.h"
 
 namespace kvshare::cli {
 namespace {
@@ -43,6 +44,7 @@ struct ServeCliOptions {
   double drain_timeout = 30;
   int max_body_kib = 8192;
   bool quiet = false;
+  SpecFlags spec;
 };
 
 void Say(const std::string& line) {
@@ -106,6 +108,7 @@ class Signals {
 };
 
 void RunServe(const ServeCliOptions& o) {
+  CheckSpecFlags(o.spec, "cpu");
   Signals signals;
   server::ServerOptions so;
   so.host = o.host;
@@ -121,6 +124,10 @@ void RunServe(const ServeCliOptions& o) {
   so.scheduler.prompt_cache = !o.no_prompt_cache;
   so.scheduler.kv_dtype = ParseKvDtype(o.kv_dtype);
   if (o.kv_shared_layers >= 0) so.scheduler.num_kv_shared_layers = o.kv_shared_layers;
+  so.spec = o.spec.spec;
+  if (!o.spec.draft_model.empty()) so.draft_model_path = ResolveModel(o.spec.draft_model);
+  so.ngram = {.ngram_min = o.spec.ngram_min, .ngram_max = o.spec.ngram_max};
+  so.scheduler.speculative = {.draft_max = o.spec.draft_max, .adaptive = !o.spec.draft_fixed};
   if (so.scheduler.step_tokens <= so.scheduler.slots) {
     throw Error("--step-tokens " + std::to_string(o.step_tokens) + " must be larger than --slots " +
                 std::to_string(o.slots) + " (every decoding slot takes one token of each step)");
@@ -201,6 +208,7 @@ void RegisterServe(CLI::App& app) {
                 "it, sliding layers keep rings and an old prefix falls back to a full prefill (logged)");
   cmd->add_flag("--no-prompt-cache", o.no_prompt_cache, "Prefill every prompt in full (no prefix reuse)");
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  AddSpecFlags(*cmd, o.spec);
   cmd->add_option("--kv-shared-layers", o.kv_shared_layers, "KV-shared trailing layers (default: the model's own)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", o.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));

@@ -14,11 +14,16 @@
 //      and the fallback is logged (SchedulerOptions::log) and counted.
 //      SchedulerOptions::exact_rewind keeps full-length sliding caches
 //      (llama.cpp's --swa-full) so every prefix can be reused;
-//   3. one Model::ForwardBatch: every decoding row's next token first, then
-//      prefill chunks of the rows still reading their prompt, in admission
-//      order, until the step holds step_tokens tokens (chunked prefill);
+//   3. one Model::ForwardBatch: every decoding row's next token first (with
+//      speculative decoding, SchedulerOptions::drafter, followed by the
+//      row's drafts: each row drafts on its own, one verify step for all),
+//      then prefill chunks of the rows still reading their prompt, in
+//      admission order, until the step holds step_tokens tokens (chunked
+//      prefill);
 //   4. each row whose prompt is complete samples its next token with its own
-//      Sampler (per-request options and seed) and streams it out; a row
+//      Sampler (per-request options and seed), or accepts its drafts by the
+//      standard rule (Sampler::Verify; rejected drafts are rewound out of
+//      the row's cache), and streams the tokens out; a row
 //      finishes at an end-of-generation token, one of its stop tokens, a stop
 //      string, max_tokens, or cancellation, and its slot is free for the next
 //      step (its cached tokens stay for prompt caching).
@@ -28,6 +33,9 @@
 // kernel's position-aligned blocks), and a cache hit rewinds to tokens that
 // were computed exactly as a cold prefill computes them: a request gives the
 // same tokens and logprobs alone, among others, and from the prompt cache.
+// With speculative decoding a greedy request gives the same tokens and
+// logprobs too (a verify row is bitwise the one-token step's logits,
+// kvshare/speculative.h).
 //
 // Threads. The model state is owned by the one thread that runs steps.
 // Submit, RequestHandle and Stats may be called from any thread; events are
@@ -47,6 +55,7 @@
 
 #include "kvshare/model.h"
 #include "kvshare/sampler.h"
+#include "kvshare/speculative.h"
 #include "kvshare/tensor.h"
 #include "kvshare/tokenizer.h"
 
@@ -62,9 +71,13 @@ struct StepTrace {
     int tokens = 0;             // tokens fed to the slot's row in this step
     bool decode = false;        // a decoding row's one token (false: a prompt chunk)
     bool sampled = false;       // its logits are sampled from (a decode row, a prompt's last chunk)
+    int logits_rows = 1;        // its rows in `logits`: a decode row's pending token and drafts, else 1
+    std::int64_t position = 0;  // the row's cached tokens before the step (its first token's position)
   };
   std::vector<Entry> entries;     // in Model::ForwardBatch order
-  std::span<const float> logits;  // [entries.size(), n_vocab]: each entry's last token's logits
+  // [sum of logits_rows, n_vocab], entry after entry: a decode entry's rows
+  // for its pending token and each draft, other entries their last token's.
+  std::span<const float> logits;
 };
 
 struct SchedulerOptions {
@@ -86,6 +99,14 @@ struct SchedulerOptions {
   bool exact_rewind = false;
   // Reuse cached prefixes (off: every request prefills its whole prompt).
   bool prompt_cache = true;
+  // Speculative decoding (kvshare/speculative.h): drafts for the rows of
+  // requests that allow it (RequestOptions::speculative), verified in the
+  // step. Null: one token per decoding row and step. Must outlive the
+  // scheduler and serve rows [0, slots). With `speculative.adaptive`, the
+  // drafts of a step go to the rows whose acceptance rates make them worth
+  // their verify cost in a step of that many rows.
+  Drafter* drafter = nullptr;
+  SpeculativeOptions speculative;
   // Receives one line per notable event (prompt-cache fallback, internal
   // errors); called on the stepping thread. Null: silent.
   std::function<void(std::string_view)> log;
@@ -114,6 +135,9 @@ struct RequestOptions {
   // (log-softmax of the model's logits, before temperature and filters) and
   // this many most likely alternatives.
   int top_logprobs = -1;
+  // With a drafter (SchedulerOptions::drafter): draft and verify several
+  // tokens per step for this request; false: one token per step.
+  bool speculative = true;
 };
 
 struct TokenLogprob {
@@ -197,7 +221,10 @@ struct SchedulerStats {
   std::uint64_t prompt_cache_misses = 0;     // admissions that reused none
   std::uint64_t prompt_cache_fallbacks = 0;  // a usable prefix lost to a sliding ring
   std::uint64_t steps = 0;
-  double busy_seconds = 0;               // time in ForwardBatch and sampling
+  std::uint64_t spec_verify_rows = 0;       // decode rows that verified >= 1 draft
+  std::uint64_t spec_drafted_tokens = 0;    // drafts fed to verify steps
+  std::uint64_t spec_accepted_tokens = 0;   // drafts accepted
+  double busy_seconds = 0;               // time in ForwardBatch, drafting and sampling
   // Tokens per second over about the last 10 seconds of wall time.
   double recent_prefill_tokens_per_second = 0;
   double recent_decode_tokens_per_second = 0;

@@ -16,6 +16,7 @@
 #include "kvshare/error.h"
 #include "kvshare/thread_pool.h"
 #include "runtime/log_softmax.h"
+#include "runtime/spec_round.h"
 #include "runtime/text_release.h"
 
 namespace kvshare {
@@ -58,8 +59,9 @@ class Handle final : public RequestHandle {
 
 // One request from Submit to its last event.
 struct Request {
-  Request(std::shared_ptr<Handle> h, RequestOptions o, const Tokenizer& tok)
-      : handle(std::move(h)), opt(std::move(o)), sampler(opt.sampler), decoder(tok), releaser(opt.stop) {
+  Request(std::shared_ptr<Handle> h, RequestOptions o, const Tokenizer& tok, const SpeculativeOptions& spec)
+      : handle(std::move(h)), opt(std::move(o)), sampler(opt.sampler), decoder(tok), releaser(opt.stop),
+        draft_length(spec) {
     history = opt.prompt;
   }
   std::shared_ptr<Handle> handle;
@@ -74,6 +76,8 @@ struct Request {
   int generated = 0;
   std::int32_t next_token = -1;          // sampled, fed at the next step
   std::uint64_t admit_seq = 0;
+  detail::DraftLength draft_length;      // speculative decoding: drafts per step
+  std::vector<std::int32_t> feed;        // this step's decode tokens: next_token, then its drafts
 
   bool decoding() const { return prefilled == static_cast<std::int64_t>(opt.prompt.size()); }
 };
@@ -109,6 +113,7 @@ void CheckOptions(const SchedulerOptions& o) {
   need(o.step_tokens > o.slots, "scheduler step_tokens must be > slots (" + std::to_string(o.slots) +
                                     ") so that a prefill always advances, got " + std::to_string(o.step_tokens));
   need(o.max_queue >= 0, "scheduler max_queue must be >= 0, got " + std::to_string(o.max_queue));
+  if (o.drafter != nullptr) CheckSpeculativeOptions(o.speculative);
 }
 
 }  // namespace
@@ -219,7 +224,7 @@ struct Scheduler::Impl {
       return {SubmitStatus::kQueueFull, nullptr};
     }
     auto handle = std::make_shared<Handle>(next_id++);
-    incoming.push_back(std::make_unique<Request>(handle, std::move(r), tok));
+    incoming.push_back(std::make_unique<Request>(handle, std::move(r), tok, opt.speculative));
     queued.fetch_add(1);
     ++stats.requests_accepted;
     lock.unlock();
@@ -369,20 +374,43 @@ struct Scheduler::Impl {
     }
   }
 
-  // A decoding row's sampled token, with its logprobs when the request asks.
+  // A sampled token, with its logprobs when the request asks.
   struct Sampled {
     std::int32_t token = 0;
     OutputToken info;
+  };
+  // What a decoding row takes from a step: its tokens (the accepted drafts,
+  // then the token sampled after them) and how many drafts it accepted.
+  struct RowOutcome {
+    std::vector<Sampled> tokens;
+    int accepted = 0;
     std::exception_ptr error;  // the sampler refused the logits (e.g. NaN)
   };
 
-  // r's next token from `logits` (thread-safe across slots: each request has
-  // its own sampler and history).
-  static void SampleRow(Request& r, std::span<const float> logits, Sampled& out) {
+  // Whether t ends r when r has made `made` tokens with t (max_tokens, or an
+  // end token unless ignore_eos; stop strings are found when the text is
+  // released, in Emit).
+  bool Ends(const Request& r, std::int32_t t, int made) const {
+    if (made >= r.opt.max_tokens) return true;
+    if (r.opt.ignore_eos) return false;
+    return tok.IsEndOfGeneration(t) ||
+           std::find(r.opt.stop_tokens.begin(), r.opt.stop_tokens.end(), t) != r.opt.stop_tokens.end();
+  }
+
+  // r's tokens from its logits rows: [1 + drafts, V], the pending token's
+  // row then each draft's (thread-safe across slots: each request has its
+  // own sampler and history, which the tokens are appended to).
+  void SampleRow(Request& r, std::span<const float> rows, std::size_t V, std::span<const std::int32_t> drafts,
+                 RowOutcome& out) const {
     try {
-      out.token = r.sampler.Sample(logits, r.history);
-      out.info.token = out.token;
-      if (r.opt.top_logprobs >= 0) Logprobs(logits, out.token, r.opt.top_logprobs, out.info);
+      const detail::Accepted a =
+          detail::AcceptDrafts(r.sampler, rows, V, drafts, r.history, [&](std::int32_t t, std::span<const float> row) {
+            Sampled& s = out.tokens.emplace_back();
+            s.token = s.info.token = t;
+            if (r.opt.top_logprobs >= 0) Logprobs(row, t, r.opt.top_logprobs, s.info);
+            return !Ends(r, t, r.generated + static_cast<int>(out.tokens.size()));
+          });
+      out.accepted = a.accepted;
     } catch (...) {
       out.error = std::current_exception();
     }
@@ -392,7 +420,6 @@ struct Scheduler::Impl {
   void Emit(Slot& s, Sampled& sampled) {
     Request& r = *s.req;
     const std::int32_t t = sampled.token;
-    r.history.push_back(t);
     ++r.generated;
     ++sampled_this_step;
     RequestEvent e;
@@ -459,15 +486,24 @@ struct Scheduler::Impl {
     std::vector<BatchEntry> entries;
     std::vector<int> prefill_rows;
     std::int64_t n_decode = 0, n_prefill = 0;
+    std::vector<int> decode_rows;
     for (int i = 0; i < opt.slots; ++i) {
       Slot& s = slots[static_cast<std::size_t>(i)];
       if (!s.req) continue;
       if (s.req->decoding()) {
-        entries.push_back({.row = i, .tokens = std::span<const std::int32_t>(&s.req->next_token, 1)});
-        ++n_decode;
+        decode_rows.push_back(i);
+        s.req->feed.assign(1, s.req->next_token);
       } else {
         prefill_rows.push_back(i);
       }
+    }
+    const auto t0 = Clock::now();
+    std::int64_t n_drafted = 0, n_verify_rows = 0;
+    if (opt.drafter != nullptr) n_drafted = Draft(decode_rows, n_verify_rows);
+    for (int i : decode_rows) {
+      Request& r = *slots[static_cast<std::size_t>(i)].req;
+      entries.push_back({.row = i, .tokens = r.feed, .num_logits = static_cast<std::int64_t>(r.feed.size())});
+      n_decode += static_cast<std::int64_t>(r.feed.size());
     }
     std::sort(prefill_rows.begin(), prefill_rows.end(), [&](int a, int b) {
       return slots[static_cast<std::size_t>(a)].req->admit_seq < slots[static_cast<std::size_t>(b)].req->admit_seq;
@@ -485,7 +521,6 @@ struct Scheduler::Impl {
     }
     if (entries.empty()) return false;
 
-    const auto t0 = Clock::now();
     std::span<const float> logits;
     try {
       logits = model.ForwardBatch(*state, entries, pool);
@@ -502,28 +537,48 @@ struct Scheduler::Impl {
     const std::size_t V = static_cast<std::size_t>(model.config().n_vocab);
     if (opt.on_step) Trace(entries, logits);
     std::vector<std::size_t> to_sample;  // entries whose row samples a token now
+    std::vector<std::size_t> first_row;  // per entry: its first row in `logits`
+    std::vector<std::int64_t> fed_at;    // per entry: the row's length before the step
+    std::size_t at = 0;
     for (std::size_t k = 0; k < entries.size(); ++k) {
       const BatchEntry& b = entries[k];
+      first_row.push_back(at);
+      at += static_cast<std::size_t>(b.num_logits);
       Slot& s = slots[static_cast<std::size_t>(b.row)];
+      fed_at.push_back(static_cast<std::int64_t>(s.tokens.size()));
       s.tokens.insert(s.tokens.end(), b.tokens.begin(), b.tokens.end());
       Request& r = *s.req;
       if (!r.decoding()) r.prefilled += static_cast<std::int64_t>(b.tokens.size());
       if (r.decoding()) to_sample.push_back(k);
     }
-    // Rows sample in parallel (each a pass or more over n_vocab logits), then
-    // stream in row order.
-    std::vector<Sampled> sampled(to_sample.size());
+    // Rows sample (or accept their drafts) in parallel, each a pass or more
+    // over n_vocab logits per row, then stream in row order.
+    std::vector<RowOutcome> out(to_sample.size());
     ParallelFor(to_sample.size() > 1 ? pool : nullptr, static_cast<std::int64_t>(to_sample.size()), [&](std::int64_t i) {
       const std::size_t k = to_sample[static_cast<std::size_t>(i)];
-      SampleRow(*slots[static_cast<std::size_t>(entries[k].row)].req, logits.subspan(k * V, V),
-                sampled[static_cast<std::size_t>(i)]);
+      const BatchEntry& b = entries[k];
+      SampleRow(*slots[static_cast<std::size_t>(b.row)].req,
+                logits.subspan(first_row[k] * V, static_cast<std::size_t>(b.num_logits) * V), V,
+                b.tokens.subspan(b.tokens.size() - static_cast<std::size_t>(b.num_logits) + 1), out[static_cast<std::size_t>(i)]);
     });
+    std::int64_t n_accepted = 0;
     for (std::size_t i = 0; i < to_sample.size(); ++i) {
-      Slot& s = slots[static_cast<std::size_t>(entries[to_sample[i]].row)];
-      if (sampled[i].error) {
+      const BatchEntry& b = entries[to_sample[i]];
+      Slot& s = slots[static_cast<std::size_t>(b.row)];
+      RowOutcome& o = out[i];
+      if (b.num_logits > 1) {
+        // Keep the pending token and the accepted drafts before the last
+        // token (pending now, as after a one-token step).
+        const std::int64_t keep = fed_at[to_sample[i]] + static_cast<std::int64_t>(std::max<std::size_t>(1, o.tokens.size()));
+        state->Rewind(b.row, keep);
+        s.tokens.resize(static_cast<std::size_t>(keep));
+        s.req->draft_length.Observe(static_cast<int>(b.num_logits) - 1, o.accepted);
+        n_accepted += o.accepted;
+      }
+      if (o.error) {
         std::string what = "unknown error";
         try {
-          std::rethrow_exception(sampled[i].error);
+          std::rethrow_exception(o.error);
         } catch (const std::exception& ex) {
           what = ex.what();
         } catch (...) {
@@ -532,11 +587,17 @@ struct Scheduler::Impl {
         Finish(Free(s), FinishReason::kAbort, "internal error: " + what, {}, true);
         continue;
       }
-      Emit(s, sampled[i]);
+      for (Sampled& t : o.tokens) {
+        Emit(s, t);
+        if (!s.req) break;  // finished
+      }
     }
     const auto t1 = Clock::now();
     std::lock_guard<std::mutex> lock(mu);
     ++stats.steps;
+    stats.spec_verify_rows += static_cast<std::uint64_t>(n_verify_rows);
+    stats.spec_drafted_tokens += static_cast<std::uint64_t>(n_drafted);
+    stats.spec_accepted_tokens += static_cast<std::uint64_t>(n_accepted);
     stats.busy_seconds += std::chrono::duration<double>(t1 - t0).count();
     stats.prefill_tokens += static_cast<std::uint64_t>(n_prefill);
     stats.generated_tokens += static_cast<std::uint64_t>(sampled_this_step);
@@ -552,6 +613,49 @@ struct Scheduler::Impl {
     }
   }
 
+  // Drafts for the decoding rows (appended to each request's feed), within
+  // the step's token budget and, with adaptive drafting, where they pay
+  // (AllocateDrafts). Returns the drafts in all; counts the rows with any.
+  std::int64_t Draft(const std::vector<int>& rows, std::int64_t& verify_rows) {
+    const std::int64_t max_step = state->kv_cache().Options().max_step;
+    std::int64_t budget = opt.step_tokens - static_cast<std::int64_t>(rows.size());
+    std::vector<detail::RowDrafts> bids;
+    std::vector<std::int32_t> seq;
+    for (int i : rows) {
+      Slot& s = slots[static_cast<std::size_t>(i)];
+      Request& r = *s.req;
+      std::int64_t k = 0;
+      if (r.opt.speculative) {
+        k = std::min<std::int64_t>({r.draft_length.Next(), r.opt.max_tokens - r.generated - 1, max_step - 1,
+                                    state->max_context() - state->length(i) - 1, budget});
+      }
+      if (k > 0) {
+        seq.assign(s.tokens.begin(), s.tokens.end());
+        seq.push_back(r.next_token);
+        const DraftContext ctx{.row = i, .tokens = seq, .target_state = state.get(), .target_hidden = {}};
+        opt.drafter->Draft(ctx, static_cast<int>(k), r.feed);
+        r.feed.resize(std::min<std::size_t>(r.feed.size(), static_cast<std::size_t>(k + 1)));
+      }
+      bids.push_back({.alpha = r.draft_length.alpha(), .available = static_cast<int>(r.feed.size()) - 1});
+    }
+    if (opt.speculative.adaptive) {
+      detail::AllocateDrafts(bids, opt.speculative.verify_cost, budget);
+    } else {
+      for (detail::RowDrafts& b : bids) {
+        b.keep = static_cast<int>(std::min<std::int64_t>(b.available, budget));
+        budget -= b.keep;
+      }
+    }
+    std::int64_t drafted = 0;
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      Request& r = *slots[static_cast<std::size_t>(rows[j])].req;
+      r.feed.resize(1 + static_cast<std::size_t>(bids[j].keep));
+      drafted += bids[j].keep;
+      if (bids[j].keep > 0) ++verify_rows;
+    }
+    return drafted;
+  }
+
   // SchedulerOptions::on_step for a step's entries (before the rows' requests
   // account for them).
   void Trace(const std::vector<BatchEntry>& entries, std::span<const float> logits) {
@@ -565,7 +669,9 @@ struct Scheduler::Impl {
                            .request = r.handle->id(),
                            .tokens = static_cast<int>(n),
                            .decode = decode,
-                           .sampled = decode || r.prefilled + n == static_cast<std::int64_t>(r.opt.prompt.size())});
+                           .sampled = decode || r.prefilled + n == static_cast<std::int64_t>(r.opt.prompt.size()),
+                           .logits_rows = static_cast<int>(b.num_logits),
+                           .position = state->length(b.row) - n});
     }
     opt.on_step(t);
   }

@@ -20,12 +20,30 @@ class DraftLength {
   int Next() const;
   // A verify step took `drafted` drafts and accepted the first `accepted`.
   void Observe(int drafted, int accepted);
+  // The running acceptance rate: the probability that a draft is accepted
+  // after the one before it was.
+  double alpha() const;
 
  private:
   SpeculativeOptions o_;
   // Decaying counts; the prior (2 accepted, 1 rejected) starts alpha at 2/3.
   double accepted_ = 2.0, rejected_ = 1.0;
 };
+
+// One decoding row's drafts in a batched step (AllocateDrafts).
+struct RowDrafts {
+  double alpha = 0;   // DraftLength::alpha() of the row
+  int available = 0;  // drafts it proposed
+  int keep = 0;       // out: how many of them the step verifies
+};
+
+// Picks the drafts a step of rows.size() decoding rows verifies: draft i of a
+// row is worth alpha^i expected tokens and costs `cost` (a one-row step = 1);
+// drafts are taken best first while each adds more tokens per unit of time
+// than the step makes without it, and at most `budget` in all. With one row
+// this is DraftLength::Next's choice; in a larger step each draft must be
+// likelier to pay off, as the step's tokens already come cheaper.
+void AllocateDrafts(std::span<RowDrafts> rows, double cost, std::int64_t budget);
 
 // The tokens one row emits from a verify step: `rows` holds the target's
 // logits [drafts.size() + 1, V] for the pending token and each draft. Row i
