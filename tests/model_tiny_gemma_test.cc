@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ostream>
 #include <span>
 #include <string>
@@ -394,6 +395,55 @@ TEST(TinyGemma, LogitsIndependentOfChunking) {
   st->Rewind(0, 700);
   l = m->Forward(*st, all.subspan(700), &pool);
   EXPECT_EQ(std::vector<float>(l.begin(), l.end()), want) << "rewind to 700";
+}
+
+}  // namespace
+}  // namespace kvshare
+
+namespace kvshare {
+namespace {
+
+// ModelState::hidden(): the LM head's input of every logits row, entry by
+// entry. With float weights the tied head's logits are its dot products with
+// the embedding rows (Gemma 3 has no final softcap), and a row's hidden state
+// is bitwise that of the same token run alone (in another step, another row).
+TEST(TinyGemma, HiddenStatesAreTheLmHeadInput) {
+  TinyGemmaSpec spec;
+  spec.types = {GgmlType::kF32};
+  TempGguf file(spec, "hidden");
+  auto m = Model::Load(file.path);
+  const int V = m->config().n_vocab, E = m->config().n_embd;
+  const std::vector<std::int32_t> a = Tokens(9, V, 3), b = Tokens(4, V, 8);
+  auto st = m->NewState({.max_context = 32, .max_batch = 2});
+  std::span<const float> l = m->ForwardBatch(
+      *st, std::vector<BatchEntry>{{.row = 1, .tokens = b, .num_logits = 1}, {.row = 0, .tokens = a, .num_logits = 3}},
+      nullptr);
+  const std::vector<float> logits(l.begin(), l.end());
+  const std::vector<float> hidden(st->hidden().begin(), st->hidden().end());
+  ASSERT_EQ(hidden.size(), static_cast<std::size_t>(4 * E));
+  // Embedding rows scaled back: EmbedTokens gives row * sqrt(E).
+  std::vector<float> emb(static_cast<std::size_t>(V) * E);
+  std::vector<std::int32_t> all(static_cast<std::size_t>(V));
+  for (int v = 0; v < V; ++v) all[static_cast<std::size_t>(v)] = v;
+  m->EmbedTokens(all, emb.data());
+  const double unscale = 1.0 / std::sqrt(static_cast<double>(E));
+  for (int r = 0; r < 4; ++r) {
+    std::vector<double> want(static_cast<std::size_t>(V));
+    for (int v = 0; v < V; ++v) {
+      double dot = 0;
+      for (int i = 0; i < E; ++i) dot += static_cast<double>(hidden[r * E + i]) * emb[static_cast<std::size_t>(v) * E + i] * unscale;
+      want[static_cast<std::size_t>(v)] = dot;
+    }
+    EXPECT_LT(MaxRelDiff(Slice(logits, r, V), AsFloat(want)), kFp32Tol) << "row " << r;
+  }
+  // Row 0's last three positions, one call each on a fresh state.
+  auto alone = m->NewState({.max_context = 32});
+  m->Forward(*alone, std::span<const std::int32_t>(a).first(6), nullptr);
+  for (int i = 6; i < 9; ++i) {
+    m->Forward(*alone, std::span<const std::int32_t>(a).subspan(i, 1), nullptr);
+    EXPECT_EQ(Slice(alone->hidden(), 0, E), Slice(hidden, 1 + (i - 6), E)) << "position " << i;
+  }
+  EXPECT_THROW(m->EmbedTokens(std::vector<std::int32_t>{V}, emb.data()), Error);
 }
 
 }  // namespace

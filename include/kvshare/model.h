@@ -149,6 +149,12 @@ class ModelState {
   // only go back while the window still holds what decoding needs; the error
   // says which lengths work). Throws kvshare::Error, changing nothing.
   virtual void Rewind(int row, std::int64_t length) = 0;
+  // [sum num_logits, n_embd]: the final hidden state of each logits row of the
+  // last Forward / ForwardBatch, in the same order — after the output norm, the
+  // LM head's input (what Gemma 4's assistant drafter takes, HF
+  // `hidden_states[-1]`). Valid until the next call on the state; empty where a
+  // model does not keep it (the GPU model).
+  virtual std::span<const float> hidden() const { return {}; }
 };
 
 class Model {
@@ -197,6 +203,11 @@ class Model {
   // Forward checks per row (overflow of max_context, token ids, num_logits).
   virtual std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                               ThreadPool* pool) const = 0;
+
+  // out[i, :] = the input embedding of tokens[i] as the first layer takes it,
+  // [tokens.size(), n_embd] (Gemma: the token_embd row scaled by
+  // sqrt(n_embd)). Ids must be in [0, n_vocab) (kvshare::Error otherwise).
+  virtual void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const = 0;
 };
 
 // The tokenizer.ggml.* metadata as a VocabData. `tokenizer.ggml.model` must be

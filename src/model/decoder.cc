@@ -228,6 +228,13 @@ void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, 
 
 // ---- DecoderModel ----
 
+void DecoderModel::EmbedTokens(std::span<const std::int32_t> tokens, float* out) const {
+  for (std::int32_t t : tokens) {
+    if (t < 0 || t >= cfg_.n_vocab) throw Error(Str("token id ", t, " out of range [0, ", cfg_.n_vocab, ")"));
+  }
+  EmbedRows(embd_w_, tokens, std::sqrt(static_cast<float>(cfg_.n_embd)), out);
+}
+
 std::string DecoderModel::PlanError(int n) const { return PlanErrorOf(cfg_, n); }
 
 void DecoderModel::ValidateSharing(const std::string& key) const {
@@ -339,6 +346,7 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
   const int E = c.n_embd;
   const std::int64_t V = c.n_vocab;
   st.logits.resize(static_cast<std::size_t>(total_logits * V));
+  st.hidden_rows.resize(static_cast<std::size_t>(total_logits * E));
   try {
     Step step;
     for (std::int64_t c0 = 0; c0 < longest; c0 += st.max_step_) {
@@ -373,6 +381,12 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
         const std::size_t i = entry_of[r];
         dest[r] = out_at[i] + std::max(c0, first_logit[i]) - first_logit[i];
         if (r > 0 && dest[r] != dest[r - 1] + step.rows[r - 1].keep) direct = false;
+      }
+      std::int64_t at = 0;
+      for (std::size_t r = 0; r < step.rows.size(); ++r) {
+        const std::int64_t keep = step.rows[r].keep;
+        std::copy(rows + at * E, rows + (at + keep) * E, st.hidden_rows.begin() + dest[r] * E);
+        at += keep;
       }
       float* out = nullptr;
       if (direct) {

@@ -105,7 +105,9 @@ class DecoderState : public ModelState {
   bool shared_prefill_shortcut_;
   std::size_t kv_bytes_;
   std::shared_ptr<const RopeSet> rope;
+  std::span<const float> hidden() const override { return hidden_rows; }
   std::vector<float> logits;     // [sum num_logits, n_vocab]
+  std::vector<float> hidden_rows;  // [sum num_logits, n_embd]: ModelState::hidden()
   std::vector<float> head_out;   // [rows, n_vocab] LM head output of a multi-entry step
   std::vector<float> pad_q, pad_k, pad_v, pad_out;  // [B, S_max, ...] packed attention inputs
   std::vector<std::int64_t> query_offsets;
@@ -186,6 +188,7 @@ class DecoderModel : public Model {
                                  const ForwardOptions& options) const override;
   std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                       ThreadPool* pool) const override;
+  void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override;
 
  protected:
   explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
@@ -209,6 +212,7 @@ class DecoderModel : public Model {
 
   GgufFile file_;
   ModelConfig cfg_;
+  WeightMatrix embd_w_;            // token_embd rows, as stored (looked up, not multiplied)
   WeightMatrix out_w_;
   const float* out_norm_ = nullptr;
   float final_softcap_ = 0.0f;     // 0: off

@@ -97,7 +97,6 @@ class Gemma3 final : public detail::DecoderModel {
   }
   float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
 
-  WeightMatrix embd_w_;
   std::vector<Layer> layers_;
 };
 
@@ -116,7 +115,7 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   st.o.resize(sz(S, E));
 
   // Embeddings scaled by sqrt(n_embd).
-  detail::EmbedRows(embd_w_, step.tokens, std::sqrt(static_cast<float>(E)), st.x.data());
+  EmbedTokens(step.tokens, st.x.data());
 
   for (const detail::StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
   const std::vector<detail::QuerySpan> spans = FullSpans(step);

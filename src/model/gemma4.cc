@@ -77,7 +77,6 @@ class Gemma4 final : public detail::DecoderModel {
   void RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan> spans, bool owns, ThreadPool* pool) const;
   void WarnIfLlamaCppSharesDifferently();
 
-  WeightMatrix embd_w_;
   int ple_ = 0;  // embedding_length_per_layer_input (0: no per-layer embeddings)
   WeightMatrix ple_table_, ple_proj_;
   const float* ple_proj_norm_ = nullptr;
@@ -305,7 +304,7 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   const std::int64_t T = static_cast<std::int64_t>(step.tokens.size());
   const int E = c.n_embd;
   st.x.resize(static_cast<std::size_t>(T * E));
-  detail::EmbedRows(embd_w_, step.tokens, std::sqrt(static_cast<float>(E)), st.x.data());
+  EmbedTokens(step.tokens, st.x.data());
   if (ple_ > 0) PerLayerInputs(st, step.tokens, pool);
   st.src.resize(static_cast<std::size_t>(T));
   for (std::int64_t i = 0; i < T; ++i) st.src[static_cast<std::size_t>(i)] = i;

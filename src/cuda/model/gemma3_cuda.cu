@@ -185,6 +185,7 @@ class CudaGemma3 final : public Model {
   const ModelConfig& config() const override { return cpu_->config(); }
   const GgufFile& gguf() const override { return cpu_->gguf(); }
   const std::vector<std::string>& warnings() const override { return cpu_->warnings(); }
+  void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override { cpu_->EmbedTokens(tokens, out); }
 
   std::unique_ptr<ModelState> NewState(const ModelStateOptions& o) const override {
     const ModelConfig& c = config();
