@@ -271,6 +271,9 @@ void Server::Load() {
     m.drafter = MakeNgramDrafter(m.opt.ngram);
   } else if (!m.opt.spec.empty()) {
     throw Error("unknown speculative decoding method \"" + m.opt.spec + "\" (known: ngram)");
+  } else if (!m.opt.draft_model_path.empty() && IsAssistantGguf(m.opt.draft_model_path)) {
+    m.assistant = AssistantModel::Load(m.opt.draft_model_path);
+    m.drafter = MakeAssistantDrafter(*m.assistant, *m.model, m.pool.get());
   } else if (!m.opt.draft_model_path.empty()) {
     m.draft_model = Model::Load(m.opt.draft_model_path);
     m.drafter = MakeDraftModelDrafter(*m.draft_model, *m.model,

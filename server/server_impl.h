@@ -57,7 +57,8 @@ struct Server::Impl {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> chat;
   std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<Model> draft_model;  // --draft-model
+  std::unique_ptr<Model> draft_model;  // --draft-model: a model of the target's vocabulary,
+  std::unique_ptr<AssistantModel> assistant;  // or a Gemma 4 assistant
   std::unique_ptr<Drafter> drafter;
   std::unique_ptr<Scheduler> scheduler;
   ModelContext ctx;

@@ -24,12 +24,16 @@
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 #include "runtime/generator.h"
+#include "runtime_spec_util.h"
 #include "runtime_tiny_vocab.h"
 #include "test_util.h"
 
 namespace kvshare {
 namespace {
 
+using testing::ExpectBitwiseEqual;
+using testing::Generate;
+using testing::GenRun;
 using testing::TempGguf;
 using testing::TinyGemma4Spec;
 using testing::TinyGemmaSpec;
@@ -133,32 +137,6 @@ class NoisyOracle final : public Drafter {
   double noise_;
   std::mt19937 rng_{7};
 };
-
-struct GenRun {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;  // the row each token was chosen from
-  GenerateStats stats;
-};
-
-GenRun Generate(Generator& gen, std::span<const int32_t> prompt, GenerateOptions o) {
-  GenRun r;
-  o.on_token = [&](int32_t t, std::span<const float> l) {
-    r.tokens.push_back(t);
-    r.logits.emplace_back(l.begin(), l.end());
-  };
-  r.stats = gen.Generate(prompt, o, nullptr);
-  return r;
-}
-
-void ExpectBitwiseEqual(const GenRun& plain, const GenRun& spec, const std::string& what) {
-  ASSERT_EQ(spec.tokens, plain.tokens) << what;
-  for (std::size_t i = 0; i < plain.logits.size(); ++i) {
-    ASSERT_EQ(0, std::memcmp(spec.logits[i].data(), plain.logits[i].data(), plain.logits[i].size() * sizeof(float)))
-        << what << ": the logits of token " << i << " differ from a one-token step's";
-  }
-  EXPECT_EQ(spec.stats.stop_reason, plain.stats.stop_reason) << what;
-  EXPECT_EQ(spec.stats.generated_tokens, plain.stats.generated_tokens) << what;
-}
 
 struct Case {
   std::string name;

@@ -7,10 +7,12 @@
 #include <string>
 
 #include "commands.h"
+#include "kvshare/assistant.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
+#include "kvshare/speculative.h"
 #include "model/model_info.h"
 #include "kv_options.h"
 #include "model_path.h"
@@ -23,7 +25,36 @@ struct InfoCliOptions {
   std::string positional;  // `kvshare info PATH`, the older form
   int max_context = 4096;  // --max-context: positions the KV report assumes
   std::string kv_dtype = "f32";
+  std::string draft_model;  // --draft-model: how it drafts for this target
 };
+
+// --draft-model next to the target: a Gemma 4 assistant's layer map onto the
+// target's cache, or a draft model's own cache.
+void PrintDrafter(const std::string& path, const Model& target) {
+  std::cout << "draft model " << path << ":\n";
+  if (!IsAssistantGguf(path)) {
+    const std::unique_ptr<Model> draft = LoadModel(path);
+    MakeDraftModelDrafter(*draft, target, {});  // throws when the vocabularies differ
+    std::cout << "  a separate " << draft->config().architecture << " model (" << draft->config().n_layer
+              << " layers) with the target's vocabulary; it keeps its own KV cache\n";
+    return;
+  }
+  const std::unique_ptr<AssistantModel> a = AssistantModel::Load(path);
+  const ModelConfig& tc = target.config();
+  const LayerPlan plan = BuildLayerPlan(KvSpecOf(tc, tc.num_kv_shared_layers));
+  const AssistantConfig& ac = a->config();
+  std::cout << "  Gemma 4 assistant: " << ac.n_layer << " layers, width " << ac.n_embd << " (target width "
+            << ac.n_embd_backbone << "), " << (ac.ordered_embeddings ? "centroid-masked" : "tied") << " LM head; "
+            << "every layer reads the target's KV cache (no cache of its own):\n";
+  for (const AssistantLayerSource& s : a->Sources(target, plan)) {
+    const std::size_t l = static_cast<std::size_t>(s.layer);
+    std::cout << "    drafter layer " << s.layer << " (" << AttentionTypeName(s.type) << ", H "
+              << ac.layer_head_dim[l] << ", " << ac.layer_n_head_kv[l] << " KV head"
+              << (ac.layer_n_head_kv[l] == 1 ? "" : "s") << ") reads target layer " << s.target_layer;
+    if (s.cache_layer != s.target_layer) std::cout << " (KV-shared: the cache of layer " << s.cache_layer << ")";
+    std::cout << "\n";
+  }
+}
 
 void RunInfo(const InfoCliOptions& o) {
   if (!o.model.empty() && !o.positional.empty() && o.model != o.positional) {
@@ -50,6 +81,7 @@ void RunInfo(const InfoCliOptions& o) {
   std::cout << "layer plan and KV cache at " << o.max_context << " positions, " << o.kv_dtype << " ("
             << c.num_kv_shared_layers << " of " << c.n_layer << " layers KV-shared):\n"
             << EstimateKvMemory(KvSpecOf(c, c.num_kv_shared_layers), kv).ToString();
+  if (!o.draft_model.empty()) PrintDrafter(ResolveModel(o.draft_model), *model);
 }
 
 }  // namespace
@@ -62,6 +94,9 @@ void RegisterInfo(CLI::App& app) {
   cmd->add_option("--max-context", o.max_context, "Positions the KV memory report assumes")
       ->check(CLI::Range(1, 1 << 24));
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  cmd->add_option("--draft-model", o.draft_model,
+                  "A draft model or Gemma 4 assistant GGUF: also print how it drafts for this model (for an assistant, "
+                  "which target cache each of its layers reads)");
   cmd->callback([] { RunInfo(o); });
 }
 

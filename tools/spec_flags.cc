@@ -11,8 +11,9 @@ void AddSpecFlags(CLI::App& cmd, SpecFlags& f) {
                  "the longest recent n-gram of the text earlier in it). Greedy output is bitwise the same as without")
       ->check(CLI::IsMember({"ngram"}));
   cmd.add_option("--draft-model", f.draft_model,
-                 "Speculative decoding with a draft model GGUF of the target's vocabulary (its own KV cache), "
-                 "verified by the target several tokens per step; greedy output is bitwise the same as without");
+                 "Speculative decoding with a draft model GGUF of the target's vocabulary (its own KV cache), or a "
+                 "Gemma 4 assistant GGUF (gemma4-assistant: reads the target's KV cache); drafts are verified by the "
+                 "target several tokens per step, and greedy output is bitwise the same as without");
   cmd.add_option("--draft-max", f.draft_max, "Most tokens drafted per verify step")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -51,7 +52,13 @@ Speculation MakeSpeculation(const SpecFlags& f, const Model& target, const SpecT
     s.drafter = MakeNgramDrafter({.ngram_min = f.ngram_min, .ngram_max = f.ngram_max});
     return s;
   }
-  s.draft_model = LoadModel(ResolveModel(f.draft_model));
+  const std::string path = ResolveModel(f.draft_model);
+  if (IsAssistantGguf(path)) {
+    s.assistant = AssistantModel::Load(path);
+    s.drafter = MakeAssistantDrafter(*s.assistant, target, where.pool);
+    return s;
+  }
+  s.draft_model = LoadModel(path);
   s.drafter = MakeDraftModelDrafter(*s.draft_model, target,
                                     {.max_batch = where.max_batch,
                                      .max_context = where.max_context,

@@ -31,6 +31,7 @@ void AddSpecFlags(CLI::App& cmd, SpecFlags& flags);
 // model it runs (when --draft-model), and the options.
 struct Speculation {
   std::unique_ptr<Model> draft_model;
+  std::unique_ptr<AssistantModel> assistant;  // when --draft-model is a Gemma 4 assistant
   std::unique_ptr<Drafter> drafter;
   SpeculativeOptions options;
 };

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "kvshare/assistant.h"
 #include "kvshare/model.h"
 
 namespace kvshare {
@@ -92,6 +93,14 @@ struct DraftModelOptions {
   ThreadPool* pool = nullptr;  // runs the draft model (null: the calling thread)
 };
 std::unique_ptr<Drafter> MakeDraftModelDrafter(const Model& draft, const Model& target, const DraftModelOptions& options);
+
+// Gemma 4's assistant (kvshare/assistant.h): each draft one assistant step
+// that reads the target state's cache (no cache of its own), chained through
+// the assistant's projected hidden state; greedy drafts. Needs the target's
+// hidden state (DraftContext::target_hidden). Throws kvshare::Error when the
+// assistant does not fit `target` (AssistantModel::Sources on the target's
+// own layer plan).
+std::unique_ptr<Drafter> MakeAssistantDrafter(const AssistantModel& assistant, const Model& target, ThreadPool* pool);
 
 // How many tokens a round drafts.
 struct SpeculativeOptions {

@@ -16,6 +16,7 @@
 
 #include "arrays.h"
 #include "bind.h"
+#include "kvshare/assistant.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
@@ -39,6 +40,8 @@ struct ModelCore {
   std::unique_ptr<Drafter> ngram;
   std::unique_ptr<Drafter> draft_model;
   std::shared_ptr<ModelCore> draft_core;
+  std::unique_ptr<Drafter> assistant_drafter;
+  std::shared_ptr<const AssistantModel> assistant;  // the one assistant_drafter runs
   std::mutex busy_mu;
   bool busy = false;  // a generation stream is running
   GenerateStats last;
@@ -151,6 +154,30 @@ class Stream {
   bool cancel_ = false;
   std::exception_ptr error_;
   std::optional<GenerateStats> stats_;
+};
+
+// kvshare.Assistant: a Gemma 4 assistant drafter (no state of its own).
+class PyAssistant {
+ public:
+  explicit PyAssistant(const std::string& path) {
+    py::gil_scoped_release release;
+    model_ = AssistantModel::Load(path);
+  }
+  py::dict Config() const {
+    const AssistantConfig& c = model_->config();
+    py::dict d;
+    d["n_layer"] = c.n_layer;
+    d["n_embd"] = c.n_embd;
+    d["n_embd_backbone"] = c.n_embd_backbone;
+    d["n_head"] = c.n_head;
+    d["n_vocab"] = c.n_vocab;
+    d["sliding_window"] = c.sliding_window;
+    d["is_sliding"] = c.is_sliding;
+    d["layer_head_dim"] = c.layer_head_dim;
+    d["ordered_embeddings"] = c.ordered_embeddings;
+    return d;
+  }
+  std::shared_ptr<const AssistantModel> model_;
 };
 
 class PyModel {
@@ -300,13 +327,23 @@ class PyModel {
     if (core_->busy) throw Error("another generation is running on this Model; exhaust or close() it first");
     if (py::isinstance<py::str>(draft)) {
       if (draft.cast<std::string>() != "ngram") {
-        throw Error("draft must be None, \"ngram\" (prompt lookup) or a kvshare.Model, got \"" +
+        throw Error("draft must be None, \"ngram\" (prompt lookup), a kvshare.Model or a kvshare.Assistant, got \"" +
                     draft.cast<std::string>() + "\"");
       }
       if (!core_->ngram) core_->ngram = MakeNgramDrafter();
       return core_->ngram.get();
     }
-    if (!py::isinstance<PyModel>(draft)) throw py::type_error("draft must be None, \"ngram\" or a kvshare.Model");
+    if (py::isinstance<PyAssistant>(draft)) {
+      const std::shared_ptr<const AssistantModel>& a = draft.cast<PyAssistant&>().model_;
+      if (core_->assistant != a) {
+        core_->assistant_drafter = MakeAssistantDrafter(*a, *core_->model, core_->pool.get());
+        core_->assistant = a;
+      }
+      return core_->assistant_drafter.get();
+    }
+    if (!py::isinstance<PyModel>(draft)) {
+      throw py::type_error("draft must be None, \"ngram\", a kvshare.Model or a kvshare.Assistant");
+    }
     const std::shared_ptr<ModelCore>& d = draft.cast<PyModel&>().core_;
     if (core_->draft_core != d) {
       core_->draft_model = MakeDraftModelDrafter(*d->model, *core_->model,
@@ -358,8 +395,9 @@ reset=True starts a new sequence; reset=False appends to the cached one (no seco
 <bos>). Generation stops at <eos>, at the chat format's end of turn (<end_of_turn>,
 <turn|>) or after max_new_tokens.
 Speculative decoding: draft = "ngram" (prompt lookup: drafts the tokens that
-followed the longest recent n-gram earlier in the text) or a kvshare.Model with
-this model's vocabulary (a draft model, its own KV cache); up to draft_max
+followed the longest recent n-gram earlier in the text), a kvshare.Model with
+this model's vocabulary (a draft model, its own KV cache), or a
+kvshare.Assistant (Gemma 4's assistant, which reads this model's KV cache); up to draft_max
 tokens are drafted per step (fewer while the acceptance rate is low, unless
 draft_adaptive=False) and verified in one forward pass. Greedy output is
 bitwise the same as without; sampling keeps the model's distribution. .stats
@@ -407,6 +445,12 @@ void BindModel(py::module_& m) {
           },
           "prompt_tokens, generated_tokens, prefill/decode seconds, decode_steps, kv_bytes, stop_reason, "
           "verify_steps, drafted_tokens, accepted_tokens; None until the generation has finished.");
+
+  py::class_<PyAssistant>(m, "Assistant",
+                          "Gemma 4's assistant drafter from a gemma4-assistant GGUF: Assistant(path). Pass it as "
+                          "Model.generate(..., draft=assistant); it reads the model's KV cache (no cache of its own).")
+      .def(py::init<const std::string&>(), py::arg("path"))
+      .def_property_readonly("config", &PyAssistant::Config, "Hyperparameters read from the GGUF metadata (a dict).");
 
   py::class_<PyModel>(m, "Model", kModelDoc)
       .def(py::init<const std::string&, int, int, const std::string&, std::optional<int>>(), py::arg("path"),

@@ -12,6 +12,10 @@ std::unique_ptr<Model> Model::Load(const std::string& path) {
   const std::string arch(file.GetStringOpt("general.architecture").value_or(""));
   if (arch == "gemma3") return LoadGemma3(std::move(file));
   if (arch == "gemma4") return LoadGemma4(std::move(file));
+  if (arch == "gemma4-assistant") {
+    throw Error("model " + path + " is a Gemma 4 assistant (gemma4-assistant): a drafter that reads its target's "
+                "KV cache, not a model of its own; give it as the draft model (--draft-model) next to its Gemma 4 target");
+  }
   throw Error("model " + path + ": architecture '" + arch +
               "' is not supported (supported: gemma3, gemma4)");
 }

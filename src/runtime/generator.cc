@@ -54,6 +54,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   std::vector<int32_t> feed;                  // the pending token, then the drafts verified with it
   std::span<const std::int32_t> drafts;       // the drafts `rows` verifies (after row 0)
   std::int64_t fed_at = state_->length();     // cache length before `feed`
+  std::size_t hidden_row = 0;                 // the row of `rows` that chose the pending token
   bool stop = false;
   const auto emit = [&](int32_t tok, std::span<const float> logits) {
     if (options.on_token) options.on_token(tok, logits);
@@ -76,6 +77,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   };
   while (true) {
     const detail::Accepted a = detail::AcceptDrafts(sampler, rows, V, drafts, history_, emit);
+    hidden_row = static_cast<std::size_t>(a.emitted - 1);
     if (!drafts.empty()) {
       stats.speculative.accepted += a.accepted;
       draft_length.Observe(static_cast<int>(drafts.size()), a.accepted);
@@ -91,7 +93,13 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
                                                      state_->max_context() - state_->length() - 1});
       if (k > 0) {
         auto t1 = std::chrono::steady_clock::now();
-        const DraftContext ctx{.row = 0, .tokens = history_, .target_state = state_.get(), .target_hidden = {}};
+        const std::size_t E = static_cast<std::size_t>(model_.config().n_embd);
+        const DraftContext ctx{.row = 0,
+                               .tokens = history_,
+                               .target_state = state_.get(),
+                               .target_hidden = options.drafter->needs_target_hidden() && !state_->hidden().empty()
+                                                    ? state_->hidden().subspan(hidden_row * E, E)
+                                                    : std::span<const float>()};
         options.drafter->Draft(ctx, static_cast<int>(k), feed);
         feed.resize(std::min<std::size_t>(feed.size(), static_cast<std::size_t>(k + 1)));
         stats.decode_seconds += Since(t1);

@@ -78,6 +78,7 @@ struct Request {
   std::uint64_t admit_seq = 0;
   detail::DraftLength draft_length;      // speculative decoding: drafts per step
   std::vector<std::int32_t> feed;        // this step's decode tokens: next_token, then its drafts
+  std::vector<float> hidden;             // the target's hidden state that chose next_token (drafters that need it)
 
   bool decoding() const { return prefilled == static_cast<std::int64_t>(opt.prompt.size()); }
 };
@@ -575,6 +576,12 @@ struct Scheduler::Impl {
         s.req->draft_length.Observe(static_cast<int>(b.num_logits) - 1, o.accepted);
         n_accepted += o.accepted;
       }
+      if (!o.tokens.empty() && opt.drafter != nullptr && opt.drafter->needs_target_hidden()) {
+        const std::span<const float> h = state->hidden();
+        const std::size_t E = static_cast<std::size_t>(model.config().n_embd);
+        const std::size_t at = (first_row[to_sample[i]] + o.tokens.size() - 1) * E;
+        if (h.size() >= at + E) s.req->hidden.assign(h.begin() + static_cast<std::ptrdiff_t>(at), h.begin() + static_cast<std::ptrdiff_t>(at + E));
+      }
       if (o.error) {
         std::string what = "unknown error";
         try {
@@ -632,7 +639,7 @@ struct Scheduler::Impl {
       if (k > 0) {
         seq.assign(s.tokens.begin(), s.tokens.end());
         seq.push_back(r.next_token);
-        const DraftContext ctx{.row = i, .tokens = seq, .target_state = state.get(), .target_hidden = {}};
+        const DraftContext ctx{.row = i, .tokens = seq, .target_state = state.get(), .target_hidden = r.hidden};
         opt.drafter->Draft(ctx, static_cast<int>(k), r.feed);
         r.feed.resize(std::min<std::size_t>(r.feed.size(), static_cast<std::size_t>(k + 1)));
       }

@@ -121,7 +121,51 @@ class DraftModelDrafter final : public Drafter {
   Sampler greedy_{SamplerOptions{}};
 };
 
+class AssistantDrafter final : public Drafter {
+ public:
+  AssistantDrafter(const AssistantModel& m, const Model& target, ThreadPool* pool)
+      : model_(m), target_(target), pool_(pool), scratch_(m.NewScratch()) {}
+  std::string name() const override { return "gemma4-assistant"; }
+  bool needs_target_hidden() const override { return true; }
+
+  void Draft(const DraftContext& ctx, int max_tokens, std::vector<std::int32_t>& out) override {
+    if (ctx.target_state == nullptr || ctx.target_hidden.empty()) {
+      throw Error("the Gemma 4 assistant drafts from the target's state and hidden state; the caller gave none");
+    }
+    if (static_cast<std::int64_t>(ctx.tokens.size()) != ctx.target_state->length(ctx.row) + 1) {
+      throw Error("the Gemma 4 assistant drafts after the target's cached tokens and the pending one: row " +
+                  std::to_string(ctx.row) + " caches " + std::to_string(ctx.target_state->length(ctx.row)) +
+                  " tokens but the sequence has " + std::to_string(ctx.tokens.size()));
+    }
+    hidden_.assign(ctx.target_hidden.begin(), ctx.target_hidden.end());
+    std::int32_t token = ctx.tokens.back();
+    for (int i = 0; i < max_tokens; ++i) {
+      const AssistantStepOut s = model_.Step(*scratch_, {.target = &target_,
+                                                         .target_state = ctx.target_state,
+                                                         .row = ctx.row,
+                                                         .token = token,
+                                                         .hidden = hidden_,
+                                                         .pool = pool_});
+      out.push_back(token = s.argmax);
+      hidden_.assign(s.hidden.begin(), s.hidden.end());
+    }
+  }
+
+ private:
+  const AssistantModel& model_;
+  const Model& target_;
+  ThreadPool* pool_;
+  std::unique_ptr<AssistantScratch> scratch_;
+  std::vector<float> hidden_;  // [n_embd_backbone]: the step's input hidden state
+};
+
 }  // namespace
+
+std::unique_ptr<Drafter> MakeAssistantDrafter(const AssistantModel& assistant, const Model& target, ThreadPool* pool) {
+  const ModelConfig& c = target.config();
+  assistant.Sources(target, BuildLayerPlan(KvSpecOf(c, c.num_kv_shared_layers)));  // throws when it does not fit
+  return std::make_unique<AssistantDrafter>(assistant, target, pool);
+}
 
 std::unique_ptr<Drafter> MakeNgramDrafter(const NgramOptions& o) {
   if (o.ngram_min < 1) throw Error("ngram_min must be >= 1, got " + std::to_string(o.ngram_min));

@@ -43,3 +43,30 @@ def test_logits_follow_hf_greedy():
         logits = m.logits(seq)
         assert int(logits.argmax()) == want
         seq.append(want)
+
+
+ASSISTANT = FIXTURES.parent / "gemma4_assistant"
+
+
+def test_assistant_drafts_losslessly():
+    """kvshare.Assistant (Gemma 4's drafter, which reads the model's KV cache)
+    as Model.generate's draft: the target's greedy tokens of the fixture
+    (HF's), in fewer verify steps than tokens, with HF's acceptance."""
+    spec = json.loads((ASSISTANT / "speculative.hf.json").read_text())
+    m = kvshare.Model(str(ASSISTANT / "target.f32.gguf"), max_context=128, num_threads=2)
+    a = kvshare.Assistant(str(ASSISTANT / "assistant_plain.f32.gguf"))
+    assert a.config["n_embd_backbone"] == m.config["n_embd"] == 128
+    assert a.config["is_sliding"] == [True, False] and not a.config["ordered_embeddings"]
+    p = spec["prompts"][0]
+    plain = "".join(m.generate(p["ids"], max_new_tokens=32))
+    text = "".join(m.generate(p["ids"], max_new_tokens=32, draft=a, draft_max=4, draft_adaptive=False))
+    assert text == plain == m.detokenize(p["greedy"])
+    st = m.last_stats
+    clean = next(r for r in p["runs"] if r["name"] == "clean_hf_hf_assistant_plain")
+    assert (st["drafted_tokens"], st["accepted_tokens"]) == (clean["drafted"], clean["accepted"])
+    assert st["decode_steps"] < 31
+    with pytest.raises(kvshare.Error, match="is not a Gemma 4 assistant"):
+        kvshare.Assistant(str(ASSISTANT / "target.f32.gguf"))
+    other = kvshare.Model(str(FIXTURES / "e2b.f32.gguf"), max_context=128, num_threads=1)
+    with pytest.raises(kvshare.Error, match="target of width 128"):
+        other.generate("Hi", draft=a)

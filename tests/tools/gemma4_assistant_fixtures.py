@@ -25,8 +25,9 @@ Set-up (outside the repo; see tests/tools/gemma4_fixtures.py for the venv and th
 Versions used for the committed fixtures: Python 3.11.7, torch 2.15.0 (+cu132 wheel, run on CPU,
 2 threads, deterministic algorithms), transformers 5.23.0, tokenizers 0.23.3, safetensors 0.8.0,
 numpy 2.4.6, llama.cpp ggml-org/llama.cpp@0c1e57098 (vendored in llama-cpp-python 0.3.36: its
-convert_hf_to_gguf.py, gguf-py 0.19.0, llama-quantize, llama-server, llama-speculative-simple),
-PyPI gguf 0.19.0 for writing the centroid tensors and for the checks.
+convert_hf_to_gguf.py, llama-quantize, llama-server, llama-speculative-simple, built as above, and
+its own gguf-py, used here to write the centroid tensors and to read the GGUFs back: PyPI gguf
+0.19.0 lacks MODEL_TENSOR.MASKED_EMBD_*).
 
 Two work-arounds for transformers 5.23.0 (both applied in-process, see patch_hf()):
   * Gemma4TextConfig.kv_sharing_modes raises "The set of layer types producing a cache is
@@ -42,19 +43,25 @@ Two work-arounds for transformers 5.23.0 (both applied in-process, see patch_hf(
 Stages (all by default, in this order):
   models    trains the TARGET (CONFIG_TARGET) on CORPUS (tests/tools/gemma4_fixtures.py) +
             tests/fixtures/text/public_domain.txt; makes greedy continuations of the target
-            from many corpus windows; trains the plain ASSISTANT (CONFIG_ASSISTANT,
-            use_ordered_embeddings=False) on the target's own hidden states / KV / greedy tokens
-            (4 chained draft steps unrolled, as HF's candidate generator runs them); derives the
-            ORDERED assistant (same weights + token_ordering + trained centroids,
-            use_ordered_embeddings=True); save_pretrained()s all three with the fixture tokenizer
+            from every 4th corpus offset; trains the plain ASSISTANT (CONFIG_ASSISTANT_TEXT,
+            use_ordered_embeddings=False) on the target's own post-norm hidden states, store-layer
+            K/V (HF's drafting mask) and greedy choices: a query at p feeds z[p] with h[p-1], step j
+            predicts the target's argmax at p+j-1, the 4 chained steps unrolled (step j's h = step
+            j-1's post_projection, as HF's candidate generator chains them); derives the ORDERED
+            assistant (the same weights + token_ordering from a balanced k-means of the output
+            embedding + centroids trained on the label's cluster, use_ordered_embeddings=True);
+            save_pretrained()s all three with the fixture tokenizer
             (tests/fixtures/gemma4/tokenizer*.json) into WORK/<name>; converts them with llama.cpp's
             convert_hf_to_gguf.py (--outtype f32), the target also to Q8_0 (llama-quantize), and
             writes assistant_ordered.f32.gguf = the converted file + the two centroid tensors the
             converter drops (see CENTROID GGUF below).
   hf        target.hf.json, drafts.hf.json and speculative.hf.json (FORMATS), every number computed
             twice (models reloaded) and required to be bit-identical.
-  llamacpp  llamacpp.json: llama-server and llama-speculative-simple on the GGUFs.
-  check     reads every GGUF back with gguf-py and prints sha256, keys and tensors.
+  llamacpp  llamacpp.json: llama-server (target f32 / Q8_0, alone and with assistant_plain; with
+            assistant_ordered.f32.gguf, which llama.cpp fails to load) and llama-speculative-simple
+            (target f32 + assistant_plain) on the GGUFs; every tool gets --no-repack (this host's
+            AMX Q8_0 matmul segfaults on the Q8_0 target otherwise).
+  check     reads every GGUF back with llama.cpp's gguf-py and prints sha256, keys and tensors.
 
 Semantics (details and sources in the notes; "p" is the position of the token fed to the drafter):
   * draft step input: concat(target_embed[token] * sqrt(target_hidden), h) (token first),
@@ -95,7 +102,9 @@ FORMATS (floats %.7g; one row per line):
       last_prompt_logits: [vocab] logits at the last prompt position (predicting tokens[0]),
       hidden_last_prompt: {first8, l2}: the target's post-final-norm hidden state there}]
   drafts.hf.json
-    source, versions, assistants {name: {gguf, hf_config}}, k (= 4), sliding_window, notes,
+    source, versions, assistants {name: {gguf, hf_config}}, training {assistant_plain: {steps,
+    batch, lr, warmup, final_loss}, assistant_ordered: {centroid training: steps, lr, final_loss,
+    clusters, per_cluster}}, k (= 4), sliding_window, notes,
     cases: one per (prompt, L) for each assistant variant / window:
       {case, assistant ("assistant_plain" | "assistant_ordered"), window ("hf" | "llamacpp"),
        source ("hf_candidate_generator": HF's SinglePositionMultiTokenCandidateGenerator.get_candidates
@@ -106,13 +115,17 @@ FORMATS (floats %.7g; one row per line):
        hidden_in {first8, l2}: target post-norm hidden at position L-1,
        visible {full: [first, last] position, sliding: [first, last]},
        ref_vs_hf_max_abs_diff (reference vs HF logits / post_projection over the 4 steps; "hf" only),
+       hf_kv_len {layer type: K/V rows HF handed the drafter} ("hf" only),
        steps: [k] of {step, token_in, position, argmax, post_projection_first8, post_projection_l2,
-              logits: [vocab] (assistant logits, no softcap),
+              logits: [vocab] (assistant logits, no softcap; window "hf" only),
+              top: [8] of [token, logit] best first (window "llamacpp" only, in place of logits),
               ordered only: centroid_logits [num_centroids], centroid_top_k [top_k ids, best first],
               mask_value (the fill of non-selected tokens: min selected logit - 1),
               plain_argmax (argmax of the plain tied head on the same hidden)}]}
   speculative.hf.json
-    per prompt: greedy (target.hf.json tokens), and runs:
+    source, versions, k, steps, totals {run name less the prompt: {drafted, accepted, acceptance,
+    all_equal_greedy}} over the 4 prompts, notes,
+    prompts: [{prompt, ids, greedy (target.hf.json tokens), runs: [...]}], runs:
       {name, how, tokens (32), equals_greedy, rounds: [{pos (position of the token fed), drafted,
        accepted, drafts}], drafted, accepted, acceptance}
       hf_generate_<assistant>: target.generate(ids, assistant_model=..., do_sample=False,
@@ -125,9 +138,18 @@ FORMATS (floats %.7g; one row per line):
         drafts from the last prompt token with h at P-2, as llama-speculative-simple); window as
         above.
   llamacpp.json
-    source, system_info, commands, per run: {name, tool, target gguf, assistant gguf, prompt,
-    tokens, equals_hf_greedy, draft_n, draft_n_accepted, (speculative-simple) rounds, stderr tail
-    on failure}
+    source, version (llama-cli --version), k, steps, notes, runs: one per (tool, GGUFs, prompt):
+      {name, tool ("llama-server" | "llama-speculative-simple"), prompt, command (GGUF paths shortened),
+       server: request (the /completion body less the prompt ids), tokens_evaluated, tokens (32),
+         equals_hf_greedy (tokens == target.hf.json's);
+       speculative-simple: rc, generated_text (stdout after the prompt), hf_greedy_text (HF's 32
+         tokens decoded, trailing U+FFFD dropped), text_starts_with_hf_greedy_text, n_predict (it stops
+         once more than 32 tokens are out, so it can run past 32);
+       with an assistant: draft_n, draft_n_accepted, rounds [{drafted, accepted(, last_token)}] (server:
+         LLAMA_TRACE=1 log lines "accepted a/d draft tokens"; speculative-simple: its -lv 5 log),
+         rounds_vs_hf_json {run name in speculative.hf.json: "equal" | "prefix" | "differs"} comparing
+         the accepted-count sequence with the HF / clean runs of the same prompt;
+       error (last lines of the tool's log) where the tool failed}
 """
 import argparse
 import hashlib
@@ -170,7 +192,7 @@ S, F = "sliding_attention", "full_attention"
 # else L-N-1) agree, and HF's "store" layers (2 sliding, 3 full) are the ones llama.cpp's assistant
 # reaches through the target's layers L-2 / L-1. PLE kept small (16 per layer).
 CONFIG_TARGET = dict(
-    vocab_size=VOCAB, vocab_size_per_layer_input=VOCAB, hidden_size=128, intermediate_size=256,
+    vocab_size=VOCAB, vocab_size_per_layer_input=VOCAB, hidden_size=128, intermediate_size=128,
     num_hidden_layers=6, layer_types=[S, S, S, F, S, F], num_attention_heads=2, num_key_value_heads=1,
     head_dim=32, global_head_dim=64, num_kv_shared_layers=2, hidden_size_per_layer_input=16,
     sliding_window=16, max_position_embeddings=512, rms_norm_eps=1e-6, final_logit_softcapping=30.0,
@@ -193,10 +215,10 @@ SEED_TARGET = 1
 SEED_DATA = 2
 SEED_ASSIST = 3
 SEED_CENTROIDS = 4
-TRAIN_TARGET = dict(steps=1500, batch=16, seq_len=64, lr=4e-3, warmup=30)
-TRAIN_ASSIST = dict(steps=500, batch=16, lr=4e-3, warmup=20)
+TRAIN_TARGET = dict(steps=1000, batch=16, seq_len=64, lr=4e-3, warmup=30)
+TRAIN_ASSIST = dict(steps=250, batch=16, lr=4e-3, warmup=20)
 TRAIN_CENTROIDS = dict(steps=300, lr=2e-2)
-DATA = dict(n_seqs=192, prompt_len=24, new_tokens=56)
+DATA = dict(stride=4, prompt_len=16, new_tokens=48)
 
 PROMPTS = [
     ("gettysburg", "Four score and seven years ago our fathers brought forth"),
@@ -355,16 +377,15 @@ def train_target(work: Path):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 50 == 0 or step == tr["steps"] - 1:
             print(f"  target step {step}: loss {np.mean(losses[-50:]):.3f} ({time.time() - t0:.0f} s)", flush=True)
     model.eval()
     model.config._attn_implementation = "eager"
     save_with_tokenizer(model, work / TARGET)
-    info = dict(tr, final_loss=round(float(np.mean(losses[-50:])), 4), train_tokens=int(len(ids)),
-                seconds=round(time.time() - t0))
+    info = dict(tr, final_loss=round(float(np.mean(losses[-50:])), 4), train_tokens=int(len(ids)))
     (work / "target_training.json").write_text(json.dumps(info))
-    print(f"target: {sum(p.numel() for p in model.parameters())} parameters, {info}")
+    print(f"target: {sum(p.numel() for p in model.parameters())} parameters, {info}, {time.time() - t0:.0f} s")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -383,23 +404,21 @@ def target_features(target, seqs):
 
 
 def greedy_data(target):
-    """Greedy continuations of the target from DATA['n_seqs'] corpus windows (<bos> + prompt_len-1
-    corpus tokens), full recompute per step in batches. Returns [N, prompt_len + new_tokens]."""
+    """The target's greedy continuations (HF generate, KV cache, batches of 64, DATA['new_tokens'] tokens)
+    of <bos> + DATA['prompt_len']-1 corpus tokens, from every DATA['stride']-th corpus offset."""
     import torch
 
     ids = np.array(corpus_ids(), dtype=np.int64)
-    rng = np.random.default_rng(SEED_DATA)
-    P, N = DATA["prompt_len"], DATA["n_seqs"]
-    starts = rng.integers(0, len(ids) - P, size=N)
+    P = DATA["prompt_len"]
+    starts = np.arange(0, len(ids) - P, DATA["stride"])
     seqs = np.stack([np.concatenate([[BOS], ids[s:s + P - 1]]) for s in starts])
     out = []
-    for b in range(0, N, 32):
-        cur = torch.from_numpy(seqs[b:b + 32])
+    for b in range(0, len(seqs), 64):
+        x = torch.from_numpy(seqs[b:b + 64])
         with torch.no_grad():
-            for _ in range(DATA["new_tokens"]):
-                logits = target(input_ids=cur, use_cache=False).logits[:, -1]
-                cur = torch.cat([cur, logits.argmax(-1, keepdim=True)], dim=1)
-        out.append(cur.numpy())
+            y = target.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                                max_new_tokens=DATA["new_tokens"], min_new_tokens=DATA["new_tokens"], pad_token_id=0)
+        out.append(y.numpy())
     return np.concatenate(out)
 
 
@@ -561,20 +580,42 @@ def assistant_batch_forward(assistant, target_embed, target_scale, tokens, h_pre
 
 
 def assistant_training_data(target, seqs):
-    """Per sequence: hidden [T,H], kv, and the query positions p with labels seq[p+1..p+K]."""
+    """Per sequence z: the target's hidden states / K/V / greedy choices g[q] = argmax logits at q.
+    A query at position p (1 <= p <= T-K) feeds z[p] with h[p-1]; step j's label is g[p+j-1] and its
+    token input (j > 1) z[p+j-1], valid while z[p+i] == g[p+i-1] for 1 <= i < j (the chain the target
+    would have accepted)."""
     import torch
 
-    P = DATA["prompt_len"]
-    _, hidden, kv = target_features(target, seqs)
+    logits, hidden, kv = [], [], {S: ([], []), F: ([], [])}
+    for b in range(0, len(seqs), 64):
+        lg, hd, k = target_features(target, seqs[b:b + 64])
+        logits.append(lg.argmax(-1))
+        hidden.append(hd)
+        for lt in (S, F):
+            kv[lt][0].append(k[lt][0])
+            kv[lt][1].append(k[lt][1])
+    g = torch.cat(logits)
+    kv = {lt: (torch.cat(kv[lt][0]), torch.cat(kv[lt][1])) for lt in (S, F)}
     T = seqs.shape[1]
-    ps = np.arange(P - 1, T - K_DRAFT)
+    ps = np.arange(1, T - K_DRAFT + 1)
+    z = torch.as_tensor(seqs)
+    labels, valid = [], []
+    ok = torch.ones(len(seqs), len(ps), dtype=torch.bool)
+    for j in range(1, K_DRAFT + 1):
+        if j > 1:
+            ok = ok & (z[:, ps + j - 1] == g[:, ps + j - 2])
+        labels.append(g[:, ps + j - 1])
+        valid.append(ok.clone())
     W = CONFIG_TARGET["sliding_window"]
     vis = {lt: np.stack([visible(p, T, lt, "hf", W) for p in ps]) for lt in (S, F)}
     masks = {lt: additive_mask(vis[lt])[None, None] for lt in (S, F)}  # [1,1,Q,T]
-    return dict(seqs=torch.as_tensor(seqs), hidden=hidden, kv=kv, ps=torch.as_tensor(ps), masks=masks)
+    return dict(seqs=z, hidden=torch.cat(hidden), kv=kv, ps=torch.as_tensor(ps), masks=masks,
+                labels=torch.stack(labels), valid=torch.stack(valid))
 
 
 def unrolled_loss(assistant, tgt_embed, tgt_scale, data, idx, k=K_DRAFT, extra=None):
+    """Mean over the valid (sequence, position, step) entries of step j's loss, the K steps unrolled
+    (step j's h input is step j-1's post_projection output; gradients flow through it)."""
     import torch
 
     seqs, hidden, ps = data["seqs"][idx], data["hidden"][idx], data["ps"]
@@ -584,16 +625,19 @@ def unrolled_loss(assistant, tgt_embed, tgt_scale, data, idx, k=K_DRAFT, extra=N
     pos = ps[None].expand(B, Q)
     tok = seqs[:, ps]
     h = hidden[:, ps - 1]
-    total = 0.0
+    total, count = 0.0, 0
     for j in range(1, k + 1):
         logits, proj, hn = assistant_batch_forward(assistant, tgt_embed, tgt_scale, tok, h, pos, kv, masks)
-        label = seqs[:, ps + j]
+        label, valid = data["labels"][j - 1][idx], data["valid"][j - 1][idx]
         if extra is None:
-            total = total + torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), label.reshape(-1))
+            per = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), label.reshape(-1), reduction="none")
         else:
-            total = total + extra(hn, label)
-        tok, h = label, proj  # teacher forcing on the token (drafts only matter while they are right)
-    return total / k
+            per = extra(hn, label)
+        total = total + (per * valid.reshape(-1)).sum()
+        count += int(valid.sum())
+        if j < k:
+            tok, h = seqs[:, ps + j], proj  # teacher forcing on the token
+    return total / max(count, 1)
 
 
 def train_assistant(work: Path, target, data):
@@ -618,11 +662,11 @@ def train_assistant(work: Path, target, data):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 50 == 0 or step == tr["steps"] - 1:
             print(f"  assistant step {step}: loss {np.mean(losses[-50:]):.3f} ({time.time() - t0:.0f} s)", flush=True)
     assistant.eval()
-    return assistant, dict(tr, final_loss=round(float(np.mean(losses[-50:])), 4), seconds=round(time.time() - t0))
+    return assistant, dict(tr, final_loss=round(float(np.mean(losses[-50:])), 4))
 
 
 def balanced_clusters(E, nc, seed):
@@ -682,7 +726,8 @@ def make_ordered(work: Path, target, plain, data):
     tgt_embed = target.model.embed_tokens.weight.detach()
     tgt_scale = torch.tensor(float(target.config.hidden_size) ** 0.5)
     ce = lambda hn, label: torch.nn.functional.cross_entropy(
-        ordered.masked_embedding.centroids(hn).reshape(-1, NUM_CENTROIDS), cluster_of[label].reshape(-1))
+        ordered.masked_embedding.centroids(hn).reshape(-1, NUM_CENTROIDS), cluster_of[label].reshape(-1),
+        reduction="none")
     rng = np.random.default_rng(SEED_CENTROIDS)
     n = data["seqs"].shape[0]
     t0, losses = time.time(), []
@@ -692,12 +737,12 @@ def make_ordered(work: Path, target, plain, data):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 50 == 0 or step == TRAIN_CENTROIDS["steps"] - 1:
             print(f"  centroids step {step}: loss {np.mean(losses[-50:]):.3f} ({time.time() - t0:.0f} s)", flush=True)
     cen.requires_grad_(False)
     return ordered, dict(TRAIN_CENTROIDS, final_loss=round(float(np.mean(losses[-50:])), 4),
-                         seconds=round(time.time() - t0), clusters=NUM_CENTROIDS, per_cluster=per)
+                         clusters=NUM_CENTROIDS, per_cluster=per)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -724,10 +769,26 @@ def quantize(llama_bin: Path, src: Path, dst: Path, ftype: str):
     print(f"  {dst.name}: {dst.stat().st_size} bytes")
 
 
-def add_centroids(src: Path, dst: Path, model_dir: Path):
-    """Copy src GGUF (keys and tensors in order) and append the centroid tensors + keys."""
+def vendored_gguf(llama_cpp: Path):
+    """llama.cpp's own gguf-py (PyPI gguf 0.19.0 lacks MODEL_TENSOR.MASKED_EMBD_*)."""
+    path = str(llama_cpp / "gguf-py")
+    mod = sys.modules.get("gguf")
+    if mod is not None and not str(getattr(mod, "__file__", "")).startswith(path):
+        for k in [k for k in sys.modules if k == "gguf" or k.startswith("gguf.")]:
+            del sys.modules[k]
+    if path not in sys.path:
+        sys.path.insert(0, path)
     import gguf
+
+    assert gguf.__file__.startswith(path), gguf.__file__
+    return gguf
+
+
+def add_centroids(src: Path, dst: Path, model_dir: Path, llama_cpp: Path):
+    """Copy src GGUF (keys and tensors in order) and append the centroid tensors + keys."""
     from safetensors.numpy import load_file
+
+    gguf = vendored_gguf(llama_cpp)
 
     st = {}
     for f in sorted(model_dir.glob("*.safetensors")):
@@ -766,7 +827,7 @@ def add_centroids(src: Path, dst: Path, model_dir: Path):
 
 
 def stage_models(work: Path, llama_cpp: Path, llama_bin: Path):
-    torch = torch_setup()
+    torch_setup()
     patch_hf()
     work.mkdir(parents=True, exist_ok=True)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -789,7 +850,7 @@ def stage_models(work: Path, llama_cpp: Path, llama_bin: Path):
     log = convert(work / "assistant_ordered", "f32", work / "assistant_ordered.converter.f32.gguf", llama_cpp)
     (work / "assistant_ordered.converter.log").write_text(log)
     add_centroids(work / "assistant_ordered.converter.f32.gguf", OUT / "assistant_ordered.f32.gguf",
-                  work / "assistant_ordered")
+                  work / "assistant_ordered", llama_cpp)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -988,7 +1049,13 @@ def write_drafts_json(work: Path, cases):
         srows = []
         for s in c["steps"]:
             meta = {k: v for k, v in s.items() if k != "logits"}
-            srows.append("    {" + json.dumps(meta, separators=(",", ":"))[1:-1] + ', "logits": ' + fmt_row(s["logits"]) + "}")
+            lg = np.asarray(s["logits"], dtype=np.float64)
+            if c["window"] == "hf":
+                tail = ', "logits": ' + fmt_row(lg)
+            else:  # the reference's llama.cpp-window steps: top-8 only (keeps the file small)
+                order = np.argsort(-lg, kind="stable")[:TOP_K]
+                tail = ', "top": ' + json.dumps([[int(t), float("%.7g" % lg[t])] for t in order], separators=(",", ":"))
+            srows.append("    {" + json.dumps(meta, separators=(",", ":"))[1:-1] + tail + "}")
         rows.append("{" + json.dumps(head, separators=(",", ":"))[1:-1] + ', "steps": [\n' + ",\n".join(srows) + "\n  ]}")
     assistants = {}
     for name in ASSISTANTS:
@@ -1068,8 +1135,6 @@ def clean_loop(target, ref, ids, first, window):
     the accepted positions < p. first: 'hf' (prefill the prompt, take its greedy token, then draft)
     or 'lcpp' (prefill prompt[:-1], draft from the last prompt token). Drafts per round:
     min(K, remaining - 1) as HF caps them."""
-    import torch
-
     W = CONFIG_TARGET["sliding_window"]
     P = len(ids)
     if first == "hf":
@@ -1081,7 +1146,7 @@ def clean_loop(target, ref, ids, first, window):
     while len(seq) - P < STEPS:
         p = len(seq) - 1  # position of the token fed (not yet in the target's cache)
         remaining = STEPS - (len(seq) - P)
-        k = min(K_DRAFT, remaining - 1) if first == "hf" else min(K_DRAFT, remaining - 1)
+        k = min(K_DRAFT, remaining - 1)
         _, hidden, kv = target_features(target, np.array([seq[:-1]]))
         drafts = []
         if k > 0 and p >= 1:
@@ -1203,14 +1268,23 @@ def _plain(x):
 # ----------------------------------------------------------------------------------------------
 # llama.cpp
 # ----------------------------------------------------------------------------------------------
+# --no-repack: this host's CPU has AMX-INT8, and llama.cpp@0c1e57098's AMX Q8_0 matmul
+# (ggml_backend_amx_mul_mat) segfaults on target.q8_0.gguf (128/64-wide rows); F32 never uses it.
 LLAMA_COMMON = ["-c", "256", "-t", str(THREADS), "-tb", str(THREADS), "-fa", "off", "-ctk", "f32", "-ctv", "f32",
-                "-s", "0"]
+                "-s", "0", "--no-repack"]
 LLAMA_SPEC = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(K_DRAFT), "--spec-draft-n-min", "0",
               "--spec-draft-p-min", "0"]
 
 
 def _rel(path):
     return str(Path(path).name)
+
+
+def error_lines(log):
+    """The error lines of a llama.cpp log ("E" level), without their timestamps."""
+    lines = [re.sub(r"^\d+\.\d+\.\d+\.\d+ E ", "", l) for l in log.splitlines()
+             if re.match(r"^\d+\.\d+\.\d+\.\d+ E ", l)]
+    return "\n".join(lines) if lines else log[-600:]
 
 
 class Server:
@@ -1266,7 +1340,7 @@ def server_runs(llama_bin: Path, work: Path, tgt: Path, asst, greedy, port):
     try:
         srv = Server(llama_bin, args, log, port)
     except RuntimeError as e:
-        return [{"name": name, "tool": "llama-server", "command": cmd, "error": str(e)[-1500:]}]
+        return [{"name": name, "tool": "llama-server", "command": cmd, "error": error_lines(str(e))}]
     runs = []
     try:
         for pname, text in PROMPTS:
@@ -1277,13 +1351,17 @@ def server_runs(llama_bin: Path, work: Path, tgt: Path, asst, greedy, port):
             if asst is not None:
                 body.update({"speculative.n_max": K_DRAFT, "speculative.n_min": 0, "speculative.p_min": 0.0})
             r = srv.post("/completion", body)
-            time.sleep(0.3)
-            with open(log) as fh:
-                fh.seek(before)
-                new_log = fh.read()
-            rounds = [int(a) for a, _ in re.findall(r"accepted\s+(\d+)/\s*(\d+) draft tokens", new_log)]
-            drafted_r = [int(b) for _, b in re.findall(r"accepted\s+(\d+)/\s*(\d+) draft tokens", new_log)]
             tim = r.get("timings", {})
+            for _ in range(40):  # the log is written by an async logger: wait until it has every round
+                time.sleep(0.25)
+                with open(log, errors="replace") as fh:
+                    fh.seek(before)
+                    new_log = fh.read()
+                found = re.findall(r"accepted\s+(\d+)/\s*(\d+) draft tokens", new_log)
+                rounds = [int(a) for a, _ in found]
+                drafted_r = [int(b) for _, b in found]
+                if asst is None or (sum(rounds) == tim.get("draft_n_accepted") and sum(drafted_r) == tim.get("draft_n")):
+                    break
             run = {"name": name, "tool": "llama-server", "prompt": pname, "command": cmd,
                    "request": {k: v for k, v in body.items() if k != "prompt"},
                    "tokens_evaluated": r.get("tokens_evaluated"), "tokens": r.get("tokens"),
@@ -1306,29 +1384,40 @@ def spec_simple_runs(llama_bin: Path, work: Path, tgt: Path, asst: Path, greedy)
         args = ["-m", str(tgt), "-md", str(asst), *LLAMA_COMMON, *LLAMA_SPEC, "-ctkd", "f32", "-ctvd", "f32",
                 "-n", str(STEPS), "--temp", "0", "--top-k", "1", "-lv", "5", "-p", text]
         cmd = [str(llama_bin / "llama-speculative-simple"), *args]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        for attempt in range(3):  # its async logger has once lost a line: retry until the log is whole
+            r = subprocess.run(cmd, capture_output=True, timeout=600)
+            r.stdout = r.stdout.decode("utf-8", errors="replace")
+            r.stderr = r.stderr.decode("utf-8", errors="replace")
+            out = r.stdout + r.stderr
+            rounds = re.findall(r"accepted (\d+)/(\d+) draft tokens, the last target token is: \((\d+)\)", out)
+            m_d = re.search(r"n_drafted\s*=\s*(\d+)", out)
+            m_a = re.search(r"n_accept\s*=\s*(\d+)", out)
+            if r.returncode != 0 or (m_d and m_a and int(m_d.group(1)) == sum(int(d) for _, d, _ in rounds)
+                                     and int(m_a.group(1)) == sum(int(a) for a, _, _ in rounds)):
+                break
         name = f"speculative-simple_{tgt.stem}+{asst.stem}"
         shown = " ".join(["llama-speculative-simple", *[_rel(a) if a.endswith(".gguf") else a for a in args[:-1]],
                           json.dumps(text)])
         run = {"name": name, "tool": "llama-speculative-simple", "prompt": pname, "command": shown, "rc": r.returncode}
-        out = r.stdout + r.stderr
         if r.returncode != 0:
-            run["error"] = out[-1500:]
+            run["error"] = error_lines(out)
             runs.append(run)
             continue
-        rounds = re.findall(r"accepted (\d+)/(\d+) draft tokens, the last target token is: \((\d+)\)", out)
-        m_d = re.search(r"n_drafted\s*=\s*(\d+)", out)
-        m_a = re.search(r"n_accept\s*=\s*(\d+)", out)
         m_p = re.search(r"n_predict\s*=\s*(\d+)", out)
-        hf_text = tok.decode(greedy[pname], skip_special_tokens=False)
+        # HF's 32 tokens may end inside a UTF-8 sequence (byte tokens): drop the trailing U+FFFD
+        hf_text = tok.decode(greedy[pname], skip_special_tokens=False).rstrip("\ufffd")
         gen = r.stdout
         run.update(stdout=gen, hf_greedy_text=hf_text,
                    text_starts_with_hf_greedy_text=None,
                    n_predict=int(m_p.group(1)) if m_p else None,
                    draft_n=int(m_d.group(1)) if m_d else None, draft_n_accepted=int(m_a.group(1)) if m_a else None,
                    rounds=[{"accepted": int(a), "drafted": int(d), "last_token": int(t)} for a, d, t in rounds])
-        # stdout is the prompt text followed by the generated text
-        body = gen[len(text):] if gen.startswith(text) else gen
+        # stdout is "<bos>" + the prompt text followed by the generated text (after blank lines)
+        at = gen.find(text)
+        body = gen[at + len(text):] if at >= 0 else gen
+        body = body.rstrip("\n")
+        run["generated_text"] = body
+        del run["stdout"]
         n = min(len(body), len(hf_text))
         run["text_starts_with_hf_greedy_text"] = body[:n] == hf_text[:n] and n > 0
         runs.append(run)
@@ -1350,6 +1439,19 @@ def stage_llamacpp(work: Path, llama_bin: Path):
     runs += server_runs(llama_bin, work, tq, ap, greedy, port)
     runs += server_runs(llama_bin, work, tf, ao, greedy, port)
     runs += spec_simple_runs(llama_bin, work, tf, ap, greedy)
+    # the same round structure as this script's clean loops (speculative.hf.json)?
+    spec = json.loads((OUT / "speculative.hf.json").read_text())
+    clean = {(p["prompt"], r["name"]): [x["accepted"] for x in r["rounds"]] for p in spec["prompts"] for r in p["runs"]}
+    for run in runs:
+        if "rounds" not in run or "+assistant_plain" not in run["name"]:
+            continue
+        got = [x["accepted"] for x in run["rounds"]]
+        cmp = {}
+        for sim in ("clean_hf_hf_assistant_plain", "clean_hf_llamacpp_assistant_plain",
+                    "clean_lcpp_llamacpp_assistant_plain", "hf_generate_assistant_plain"):
+            ref = clean[(run["prompt"], sim)]
+            cmp[sim] = "equal" if got == ref else ("prefix" if got[:len(ref)] == ref else "differs")
+        run["rounds_vs_hf_json"] = cmp
     sysinfo = subprocess.run([str(llama_bin / "llama-cli"), "--version"], capture_output=True, text=True)
     head = {
         "source": "llama.cpp ggml-org/llama.cpp@0c1e57098 (llama-cpp-python 0.3.36 sdist's vendor/llama.cpp), "
@@ -1371,8 +1473,9 @@ def stage_llamacpp(work: Path, llama_bin: Path):
 # ----------------------------------------------------------------------------------------------
 # Checks
 # ----------------------------------------------------------------------------------------------
-def check_ggufs():
-    from gguf import GGUFReader, GGUFValueType
+def check_ggufs(llama_cpp: Path):
+    gguf = vendored_gguf(llama_cpp)
+    GGUFReader, GGUFValueType = gguf.GGUFReader, gguf.GGUFValueType
 
     for path in sorted(OUT.glob("*.gguf")):
         r = GGUFReader(str(path))
@@ -1403,7 +1506,7 @@ def main():
     if "llamacpp" in stages:
         stage_llamacpp(a.work, a.llama_bin)
     if "check" in stages:
-        check_ggufs()
+        check_ggufs(a.llama_cpp)
 
 
 if __name__ == "__main__":

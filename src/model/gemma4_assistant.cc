@@ -1,0 +1,380 @@
+// Gemma 4's assistant drafter on the CPU (kvshare/assistant.h): its layers
+// attend to the target state's cache through GroupQueryAttention's read-only
+// static scatter form.
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/str.h"
+#include "kvshare/assistant.h"
+#include "kvshare/attention.h"
+#include "kvshare/error.h"
+#include "kvshare/thread_pool.h"
+#include "model/decoder.h"
+#include "model/gemma4_config.h"
+#include "model/quant.h"
+
+namespace kvshare {
+namespace {
+
+using detail::RmsNorm;
+using detail::Str;
+
+constexpr const char* kArch = "gemma4-assistant";
+
+struct Layer {
+  WeightMatrix q, o, gate, up, down;
+  const float* attn_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* post_ffw_norm = nullptr;
+  float out_scale = 1.0f;
+};
+
+class Scratch final : public AssistantScratch {
+ public:
+  std::vector<float> in, x, h, o, f, g, u, y, q, attn, logits, hidden_out;
+  std::vector<float> q_pad, out_pad;                 // [B, N * H] query / output of the op
+  std::vector<std::int64_t> write_at, nonpad, pos;   // [B]
+  std::shared_ptr<const detail::RopeSet> rope;
+  std::vector<float> centroid_logits, row;
+};
+
+class Gemma4Assistant final : public AssistantModel {
+ public:
+  explicit Gemma4Assistant(GgufFile file);
+  const AssistantConfig& config() const override { return cfg_; }
+  const GgufFile& gguf() const override { return file_; }
+  std::vector<AssistantLayerSource> Sources(const Model& target, const LayerPlan& plan) const override;
+  std::unique_ptr<AssistantScratch> NewScratch() const override { return std::make_unique<Scratch>(); }
+  AssistantStepOut Step(AssistantScratch& scratch, const AssistantStepArgs& args) const override;
+
+ private:
+  void Attend(Scratch& s, int l, const AssistantLayerSource& src, const AssistantStepArgs& a, std::int64_t p) const;
+  void Head(Scratch& s) const;
+  std::shared_ptr<const detail::RopeSet> RopeFor(std::int64_t max_pos) const;
+
+  GgufFile file_;
+  AssistantConfig cfg_;
+  std::vector<detail::RopeFamily> rope_families_;  // [full, sliding]
+  std::vector<int> layer_rope_;
+  WeightMatrix embd_;       // the assistant's tied table [n_vocab, E], as stored (the centroid head reads rows)
+  WeightMatrix head_;       // the same prepared for MatMul (the plain head only)
+  WeightMatrix pre_, post_;  // [E, 2 E_b], [E_b, E]
+  const float* out_norm_ = nullptr;
+  WeightMatrix centroids_;                // [num_centroids, E] (ordered embeddings)
+  std::vector<std::int32_t> ordering_;    // [n_vocab]: the vocabulary by cluster
+  std::vector<Layer> layers_;
+  mutable std::mutex rope_mu_;
+  mutable std::shared_ptr<const detail::RopeSet> rope_;
+};
+
+Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
+  const GgufFile& f = file_;
+  const detail::TensorLookup t(f);
+  const std::string a = std::string(kArch) + ".";
+  detail::Gemma4Geometry g = detail::ReadGemma4Geometry(f, a);
+  const ModelConfig& c = g.config;
+  rope_families_ = std::move(g.rope_families);
+  layer_rope_ = std::move(g.layer_rope);
+  cfg_.n_layer = c.n_layer;
+  cfg_.n_embd = c.n_embd;
+  cfg_.n_head = c.n_head;
+  cfg_.rms_eps = c.rms_eps;
+  cfg_.sliding_window = c.sliding_window;
+  cfg_.is_sliding = c.is_sliding;
+  cfg_.layer_head_dim = c.layer_head_dim;
+  cfg_.layer_n_head_kv = c.layer_n_head_kv;
+  cfg_.layer_n_ff = c.layer_n_ff;
+  cfg_.n_embd_backbone = static_cast<int>(f.GetU32(a + "embedding_length_out"));
+  if (c.num_kv_shared_layers != c.n_layer) {
+    throw Error(Str(a, "attention.shared_kv_layers = ", c.num_kv_shared_layers, ", expected block_count = ", c.n_layer,
+                    ": every layer of a Gemma 4 assistant reads the target's KV"));
+  }
+  if (const auto ple = f.GetU32Opt(a + "embedding_length_per_layer_input"); ple && *ple != 0) {
+    throw Error(Str(a, "embedding_length_per_layer_input = ", *ple, ": a Gemma 4 assistant has no per-layer embeddings"));
+  }
+  if (f.GetU32Opt(a + "expert_count")) throw Error(Str(a, "expert_count is set: a Gemma 4 assistant has no MoE layers"));
+
+  const std::int64_t E = cfg_.n_embd, Eb = cfg_.n_embd_backbone;
+  embd_ = WeightMatrix::FromTensor(f.Tensor("token_embd.weight"));
+  if (embd_.cols != E) {
+    throw Error(Str("tensor 'token_embd.weight' has ", embd_.cols, " columns, expected embedding_length ", E));
+  }
+  cfg_.n_vocab = static_cast<int>(embd_.rows);
+  out_norm_ = t.Vec("output_norm.weight", E);
+  pre_ = t.ForMatMul(t.Mat("nextn.pre_projection.weight", E, 2 * Eb));
+  post_ = t.ForMatMul(t.Mat("nextn.post_projection.weight", Eb, E));
+
+  if (const GgufTensor* ct = f.FindTensor("masked_embd_centroids.weight")) {
+    cfg_.ordered_embeddings = true;
+    cfg_.num_centroids = static_cast<int>(ct->ne[1]);
+    centroids_ = t.Mat("masked_embd_centroids.weight", cfg_.num_centroids, E);
+    cfg_.centroid_top_k = static_cast<int>(f.GetU32(a + "centroid_intermediate_top_k"));
+    if (cfg_.num_centroids < 1 || cfg_.n_vocab % cfg_.num_centroids != 0) {
+      throw Error(Str("tensor 'masked_embd_centroids.weight' has ", cfg_.num_centroids,
+                      " centroids, which must divide the vocabulary of ", cfg_.n_vocab));
+    }
+    if (cfg_.centroid_top_k < 1 || cfg_.centroid_top_k > cfg_.num_centroids) {
+      throw Error(Str(a, "centroid_intermediate_top_k = ", cfg_.centroid_top_k, " must be in [1, ",
+                      cfg_.num_centroids, "] (the number of centroids)"));
+    }
+    const GgufTensor& ot = f.Tensor("masked_embd_ordering");
+    if (ot.type != GgmlType::kI32 || ot.NumElements() != cfg_.n_vocab) {
+      throw Error(Str("tensor 'masked_embd_ordering' must be I32 with n_vocab = ", cfg_.n_vocab, " elements, got ",
+                      GgmlTypeName(ot.type), " ", ot.DimsString()));
+    }
+    const auto* p = reinterpret_cast<const std::int32_t*>(ot.data);
+    ordering_.assign(p, p + cfg_.n_vocab);
+    std::vector<bool> seen(static_cast<std::size_t>(cfg_.n_vocab), false);
+    for (std::int32_t id : ordering_) {
+      if (id < 0 || id >= cfg_.n_vocab || seen[static_cast<std::size_t>(id)]) {
+        throw Error(Str("tensor 'masked_embd_ordering' is not a permutation of the vocabulary: id ", id,
+                        id < 0 || id >= cfg_.n_vocab ? " is out of range" : " appears twice"));
+      }
+      seen[static_cast<std::size_t>(id)] = true;
+    }
+  }
+
+  // The plain head multiplies the whole table; the centroid head reads rows.
+  if (!cfg_.ordered_embeddings) head_ = t.ForMatMul(embd_);
+
+  for (int i = 0; i < cfg_.n_layer; ++i) {
+    const std::string p = Str("blk.", i, ".");
+    const std::size_t li = static_cast<std::size_t>(i);
+    const std::int64_t hd = cfg_.layer_head_dim[li], qd = cfg_.n_head * hd, ff = cfg_.layer_n_ff[li];
+    if (f.FindTensor(p + "attn_k.weight") != nullptr) {
+      throw Error(Str("tensor '", p, "attn_k.weight': a Gemma 4 assistant layer computes no K/V (it reads the target's)"));
+    }
+    if (ff < 1) throw Error(Str(a, "feed_forward_length[", i, "] = ", ff, ": every assistant layer has a dense MLP"));
+    Layer L;
+    L.attn_norm = t.Vec(p + "attn_norm.weight", E);
+    L.q = t.ForMatMul(t.Mat(p + "attn_q.weight", qd, E));
+    L.q_norm = t.Vec(p + "attn_q_norm.weight", hd);
+    L.o = t.ForMatMul(t.Mat(p + "attn_output.weight", E, qd));
+    L.post_attn_norm = t.Vec(p + "post_attention_norm.weight", E);
+    L.ffn_norm = t.Vec(p + "ffn_norm.weight", E);
+    L.gate = t.ForMatMul(t.Mat(p + "ffn_gate.weight", ff, E));
+    L.up = t.ForMatMul(t.Mat(p + "ffn_up.weight", ff, E));
+    L.down = t.ForMatMul(t.Mat(p + "ffn_down.weight", E, ff));
+    L.post_ffw_norm = t.Vec(p + "post_ffw_norm.weight", E);
+    if (const float* s = t.VecOpt(p + "layer_output_scale.weight", 1)) L.out_scale = *s;
+    layers_.push_back(L);
+  }
+}
+
+std::vector<AssistantLayerSource> Gemma4Assistant::Sources(const Model& target, const LayerPlan& plan) const {
+  const ModelConfig& tc = target.config();
+  if (tc.n_vocab != cfg_.n_vocab) {
+    throw Error(Str("the assistant's vocabulary has ", cfg_.n_vocab, " tokens, the target's ", tc.n_vocab,
+                    "; the assistant must come with its target (the same tokenizer)"));
+  }
+  if (tc.n_embd != cfg_.n_embd_backbone) {
+    throw Error(Str("the assistant was trained for a target of width ", cfg_.n_embd_backbone, " (", kArch,
+                    ".embedding_length_out, HF backbone_hidden_size), but the target's embedding_length is ", tc.n_embd));
+  }
+  std::vector<AssistantLayerSource> out;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const bool sliding = cfg_.is_sliding[static_cast<std::size_t>(l)];
+    int last = -1;
+    for (int i = 0; i < tc.n_layer; ++i) {
+      if (tc.is_sliding[static_cast<std::size_t>(i)] == sliding) last = i;
+    }
+    const char* type = sliding ? "sliding" : "full";
+    if (last < 0) {
+      throw Error(Str("assistant layer ", l, " reads the target's last ", type,
+                      "-attention layer, but the target has no ", type, "-attention layer"));
+    }
+    const std::size_t ls = static_cast<std::size_t>(l), ts = static_cast<std::size_t>(last);
+    if (tc.layer_head_dim[ts] != cfg_.layer_head_dim[ls] || tc.layer_n_head_kv[ts] != cfg_.layer_n_head_kv[ls]) {
+      throw Error(Str("assistant layer ", l, " (", type, ") has head size ", cfg_.layer_head_dim[ls], " and ",
+                      cfg_.layer_n_head_kv[ls], " KV heads, but the K/V it reads (target layer ", last, ") have head size ",
+                      tc.layer_head_dim[ts], " and ", tc.layer_n_head_kv[ts], " KV heads"));
+    }
+    if (cfg_.n_head % tc.layer_n_head_kv[ts] != 0) {
+      throw Error(Str("assistant layer ", l, ": ", cfg_.n_head, " query heads are not a multiple of the ",
+                      tc.layer_n_head_kv[ts], " KV heads it reads"));
+    }
+    if (sliding && cfg_.sliding_window > tc.sliding_window) {
+      throw Error(Str("the assistant's sliding window is ", cfg_.sliding_window, " keys, wider than the target's ",
+                      tc.sliding_window, ": the target's sliding caches would not hold the keys it reads"));
+    }
+    out.push_back({.layer = l,
+                   .type = sliding ? AttentionType::kSliding : AttentionType::kFull,
+                   .target_layer = last,
+                   .cache_layer = plan.layers.at(ts).source_layer});
+  }
+  return out;
+}
+
+std::shared_ptr<const detail::RopeSet> Gemma4Assistant::RopeFor(std::int64_t max_pos) const {
+  std::lock_guard<std::mutex> lock(rope_mu_);
+  if (!rope_ || rope_->max_pos < max_pos) {
+    auto set = std::make_shared<detail::RopeSet>();
+    set->max_pos = std::max<std::int64_t>(max_pos, rope_ ? 2 * rope_->max_pos : 4096);
+    for (const detail::RopeFamily& f : rope_families_) set->tables.push_back(detail::BuildRopeTable(f, set->max_pos));
+    rope_ = std::move(set);
+  }
+  return rope_;
+}
+
+// The layer's query (s.q, [N * H]) attends at position p to the target's
+// cached keys j < p. The op's read-only scatter form with write index p - 1
+// and nonpad p makes every cached key visible to a query there; its window
+// W + 1 keeps the last W + 1 keys (HF: |q - k| <= W); position_ids put the
+// query's RoPE at p.
+void Gemma4Assistant::Attend(Scratch& s, int l, const AssistantLayerSource& src, const AssistantStepArgs& a,
+                             std::int64_t p) const {
+  const std::size_t ls = static_cast<std::size_t>(l);
+  const std::int64_t H = cfg_.layer_head_dim[ls], qd = cfg_.n_head * H;
+  const int B = a.row + 1;
+  s.q_pad.assign(static_cast<std::size_t>(B * qd), 0.0f);
+  s.out_pad.resize(static_cast<std::size_t>(B * qd));
+  std::copy(s.q.begin(), s.q.begin() + qd, s.q_pad.begin() + a.row * qd);
+  s.write_at.assign(static_cast<std::size_t>(B), 0);  // other rows: no query (padding)
+  s.nonpad.assign(static_cast<std::size_t>(B), 0);
+  s.pos.assign(static_cast<std::size_t>(B), 0);
+  s.write_at[static_cast<std::size_t>(a.row)] = p - 1;
+  s.nonpad[static_cast<std::size_t>(a.row)] = p;
+  s.pos[static_cast<std::size_t>(a.row)] = p;
+  // The op binds the cache as present_key / present_value but writes nothing
+  // in the read-only form (kvshare/attention.h).
+  KvCache& cache = const_cast<KvCache&>(a.target_state->kv_cache());
+  const LayerKvView view = cache.Layer(src.target_layer, B);
+  const detail::RopeTable& rope = s.rope->tables[static_cast<std::size_t>(layer_rope_[ls])];
+  GqaAttributes attrs;
+  attrs.num_heads = cfg_.n_head;
+  attrs.kv_num_heads = cfg_.layer_n_head_kv[ls];
+  attrs.scale = 1.0f;
+  attrs.local_window_size = src.type == AttentionType::kSliding ? cfg_.sliding_window + 1 : -1;
+  attrs.do_rotary = 1;
+  attrs.scatter_mode = view.scatter_mode;
+  GqaInputs in;
+  in.query = ConstTensorView{s.q_pad.data(), DType::kFloat32, {B, 1, qd}};
+  in.cos_cache = ConstTensorView{rope.cos.data(), DType::kFloat32, {rope.max_pos, rope.half}};
+  in.sin_cache = ConstTensorView{rope.sin.data(), DType::kFloat32, {rope.max_pos, rope.half}};
+  in.position_ids = ConstTensorView{s.pos.data(), DType::kInt64, {B, 1}};
+  in.write_indices = ConstTensorView{s.write_at.data(), DType::kInt64, {B}};
+  in.nonpad_kv_seqlen = ConstTensorView{s.nonpad.data(), DType::kInt64, {B}};
+  GqaOutputs out;
+  out.output = TensorView{s.out_pad.data(), DType::kFloat32, {B, 1, qd}};
+  out.present_key = view.key;
+  out.present_value = view.value;
+  try {
+    GroupQueryAttention(attrs, in, out, GqaRunOptions{.pool = a.pool});
+  } catch (const Error& e) {
+    throw Error(Str("assistant layer ", l, " reading target layer ", src.target_layer, ": ", e.what(),
+                    src.type == AttentionType::kSliding
+                        ? " (it reads the last sliding_window + 1 keys: give the target state max_step >= 3)"
+                        : ""));
+  }
+  std::copy(s.out_pad.begin() + a.row * qd, s.out_pad.begin() + (a.row + 1) * qd, s.attn.begin());
+}
+
+// Logits of y: the tied head, or the centroid-masked one.
+void Gemma4Assistant::Head(Scratch& s) const {
+  const std::int64_t V = cfg_.n_vocab, E = cfg_.n_embd;
+  s.logits.resize(static_cast<std::size_t>(V));
+  if (!cfg_.ordered_embeddings) {
+    detail::MatMulRows(head_, s.y.data(), 1, s.logits.data(), nullptr);
+    return;
+  }
+  const int C = cfg_.num_centroids, K = static_cast<int>(V / C);
+  s.centroid_logits.resize(static_cast<std::size_t>(C));
+  detail::MatMulRows(centroids_, s.y.data(), 1, s.centroid_logits.data(), nullptr);
+  std::vector<int> order(static_cast<std::size_t>(C));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + cfg_.centroid_top_k, order.end(), [&](int x, int y) {
+    const float a = s.centroid_logits[static_cast<std::size_t>(x)], b = s.centroid_logits[static_cast<std::size_t>(y)];
+    return a > b || (a == b && x < y);
+  });
+  s.row.resize(static_cast<std::size_t>(E));
+  float lowest = INFINITY;
+  std::vector<std::int32_t> chosen;
+  for (int k = 0; k < cfg_.centroid_top_k; ++k) {
+    const int c = order[static_cast<std::size_t>(k)];
+    for (int j = 0; j < K; ++j) {
+      const std::int32_t id = ordering_[static_cast<std::size_t>(c * K + j)];
+      DequantizeRow(embd_.type, static_cast<const std::uint8_t*>(embd_.data) + id * embd_.row_bytes, s.row.data(), E);
+      float dot = 0.0f;
+      for (std::int64_t i = 0; i < E; ++i) dot += s.row[static_cast<std::size_t>(i)] * s.y[static_cast<std::size_t>(i)];
+      s.logits[static_cast<std::size_t>(id)] = dot;
+      lowest = std::min(lowest, dot);
+      chosen.push_back(id);
+    }
+  }
+  // Every other token: the smallest selected logit minus 1 (HF's mask value).
+  std::vector<float> masked(static_cast<std::size_t>(V), lowest - 1.0f);
+  for (std::int32_t id : chosen) masked[static_cast<std::size_t>(id)] = s.logits[static_cast<std::size_t>(id)];
+  s.logits.swap(masked);
+}
+
+AssistantStepOut Gemma4Assistant::Step(AssistantScratch& base, const AssistantStepArgs& a) const {
+  auto& s = static_cast<Scratch&>(base);
+  if (a.target == nullptr || a.target_state == nullptr) throw Error("assistant step: no target model or state given");
+  const std::int64_t p = a.target_state->length(a.row);
+  if (p < 1) throw Error(Str("assistant step: row ", a.row, " has no cached token to draft from (length 0)"));
+  const std::int64_t E = cfg_.n_embd, Eb = cfg_.n_embd_backbone;
+  if (static_cast<std::int64_t>(a.hidden.size()) != Eb) {
+    throw Error(Str("assistant step: the hidden state has ", a.hidden.size(), " values, expected ", Eb));
+  }
+  const std::vector<AssistantLayerSource> sources = Sources(*a.target, a.target_state->kv_cache().Plan());
+  s.rope = RopeFor(p + 1);
+  s.in.resize(static_cast<std::size_t>(2 * Eb));
+  a.target->EmbedTokens(std::span<const std::int32_t>(&a.token, 1), s.in.data());
+  std::copy(a.hidden.begin(), a.hidden.end(), s.in.begin() + Eb);
+  for (std::vector<float>* v : {&s.x, &s.h, &s.o, &s.f, &s.y}) v->resize(static_cast<std::size_t>(E));
+  detail::MatMulRows(pre_, s.in.data(), 1, s.x.data(), a.pool);
+
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const Layer& L = layers_[static_cast<std::size_t>(l)];
+    const int H = cfg_.layer_head_dim[static_cast<std::size_t>(l)];
+    const std::int64_t qd = static_cast<std::int64_t>(cfg_.n_head) * H;
+    s.q.resize(static_cast<std::size_t>(qd));
+    s.attn.resize(static_cast<std::size_t>(qd));
+    std::copy(s.x.begin(), s.x.end(), s.h.begin());
+    RmsNorm(s.h.data(), 1, static_cast<int>(E), L.attn_norm, cfg_.rms_eps);
+    detail::MatMulRows(L.q, s.h.data(), 1, s.q.data(), a.pool);
+    RmsNorm(s.q.data(), cfg_.n_head, H, L.q_norm, cfg_.rms_eps);
+    Attend(s, l, sources[static_cast<std::size_t>(l)], a, p);
+    detail::MatMulRows(L.o, s.attn.data(), 1, s.o.data(), a.pool);
+    RmsNorm(s.o.data(), 1, static_cast<int>(E), L.post_attn_norm, cfg_.rms_eps);
+    for (std::int64_t i = 0; i < E; ++i) s.x[static_cast<std::size_t>(i)] += s.o[static_cast<std::size_t>(i)];
+    std::copy(s.x.begin(), s.x.end(), s.h.begin());
+    RmsNorm(s.h.data(), 1, static_cast<int>(E), L.ffn_norm, cfg_.rms_eps);
+    detail::GegluMlp(L.gate, L.up, L.down, s.h.data(), 1, s.f.data(), s.g, s.u, a.pool);
+    RmsNorm(s.f.data(), 1, static_cast<int>(E), L.post_ffw_norm, cfg_.rms_eps);
+    for (std::int64_t i = 0; i < E; ++i) {
+      s.x[static_cast<std::size_t>(i)] = (s.x[static_cast<std::size_t>(i)] + s.f[static_cast<std::size_t>(i)]) * L.out_scale;
+    }
+  }
+  std::copy(s.x.begin(), s.x.end(), s.y.begin());
+  RmsNorm(s.y.data(), 1, static_cast<int>(E), out_norm_, cfg_.rms_eps);
+  Head(s);
+  s.hidden_out.resize(static_cast<std::size_t>(Eb));
+  detail::MatMulRows(post_, s.y.data(), 1, s.hidden_out.data(), a.pool);
+  const auto best = std::max_element(s.logits.begin(), s.logits.end());  // the first maximum: lowest id
+  return {.logits = s.logits, .hidden = s.hidden_out, .argmax = static_cast<std::int32_t>(best - s.logits.begin())};
+}
+
+}  // namespace
+
+bool IsAssistantGguf(const std::string& path) {
+  return GgufFile::Open(path).GetStringOpt("general.architecture").value_or("") == kArch;
+}
+
+std::unique_ptr<AssistantModel> AssistantModel::Load(const std::string& path) {
+  GgufFile file = GgufFile::Open(path);
+  const std::string arch(file.GetStringOpt("general.architecture").value_or(""));
+  if (arch != kArch) {
+    throw Error("draft model " + path + ": architecture '" + arch + "' is not a Gemma 4 assistant (" + kArch + ")");
+  }
+  return std::make_unique<Gemma4Assistant>(std::move(file));
+}
+
+}  // namespace kvshare

@@ -1,0 +1,117 @@
+// Speculative decoding with Gemma 4's assistant drafter on the trained tiny
+// pair of tests/fixtures/gemma4_assistant: greedy generation with the
+// assistant gives the target's plain greedy tokens (HF's, target.hf.json),
+// with the same drafted / accepted counts as the fixture script's loop in
+// which the drafter sees exactly the accepted positions (speculative.hf.json
+// clean_hf_hf_*: HF's first round and HF's sliding window); and on f16 / q8_0
+// caches, the Q8_0 target and window rings with the least slack, every token
+// and the logits it was chosen from are bitwise those without speculation.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvshare/assistant.h"
+#include "kvshare/model.h"
+#include "kvshare/speculative.h"
+#include "kvshare/thread_pool.h"
+#include "kvshare/tokenizer.h"
+#include "runtime/generator.h"
+#include "runtime_spec_util.h"
+
+namespace kvshare {
+namespace {
+
+using testing::ExpectBitwiseEqual;
+using testing::Generate;
+using testing::GenRun;
+
+std::string Dir() {
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4_assistant/";
+}
+
+class SpeculativeAssistant : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ifstream in(Dir() + "speculative.hf.json");
+    if (!in) GTEST_SKIP() << "no " << Dir() << "speculative.hf.json";
+    spec_ = nlohmann::json::parse(in);
+    target_ = Model::Load(Dir() + "target.f32.gguf");
+    tok_ = std::make_unique<Tokenizer>(ReadVocab(target_->gguf()));
+  }
+  nlohmann::json spec_;
+  std::unique_ptr<Model> target_;
+  std::unique_ptr<Tokenizer> tok_;
+};
+
+TEST_F(SpeculativeAssistant, RoundsEqualTheCleanHfLoop) {
+  ThreadPool pool(2);
+  for (const char* name : {"assistant_plain", "assistant_ordered"}) {
+    const std::unique_ptr<AssistantModel> a = AssistantModel::Load(Dir() + name + ".f32.gguf");
+    const std::unique_ptr<Drafter> drafter = MakeAssistantDrafter(*a, *target_, &pool);
+    std::int64_t drafted = 0, accepted = 0;
+    for (const nlohmann::json& p : spec_["prompts"]) {
+      const std::string what = std::string(name) + " " + p["prompt"].get<std::string>();
+      const std::vector<std::int32_t> ids = p["ids"].get<std::vector<std::int32_t>>();
+      const nlohmann::json* clean = nullptr;
+      for (const nlohmann::json& r : p["runs"]) {
+        if (r["name"] == std::string("clean_hf_hf_") + name) clean = &r;
+      }
+      ASSERT_NE(clean, nullptr) << what;
+      Generator gen(*target_, *tok_, &pool, {.max_context = 128});
+      GenerateOptions o;
+      o.max_new_tokens = spec_["steps"].get<int>();
+      o.ignore_eos = true;
+      o.drafter = drafter.get();
+      o.speculative = {.draft_max = spec_["k"].get<int>(), .adaptive = false};
+      const GenRun got = Generate(gen, ids, o);
+      EXPECT_EQ(got.tokens, p["greedy"].get<std::vector<std::int32_t>>()) << what;
+      EXPECT_EQ(got.stats.speculative.drafted, (*clean)["drafted"].get<std::int64_t>()) << what;
+      EXPECT_EQ(got.stats.speculative.accepted, (*clean)["accepted"].get<std::int64_t>()) << what;
+      EXPECT_EQ(got.stats.speculative.rounds, static_cast<std::int64_t>((*clean)["rounds"].size())) << what;
+      drafted += got.stats.speculative.drafted;
+      accepted += got.stats.speculative.accepted;
+    }
+    std::printf("%s: accepted %lld / drafted %lld\n", name, static_cast<long long>(accepted),
+                static_cast<long long>(drafted));
+  }
+}
+
+TEST_F(SpeculativeAssistant, BitwiseLosslessOnCacheTypesAndRings) {
+  ThreadPool pool(2);
+  const std::unique_ptr<AssistantModel> a = AssistantModel::Load(Dir() + "assistant_plain.f32.gguf");
+  const std::unique_ptr<Model> q8 = Model::Load(Dir() + "target.q8_0.gguf");
+  for (const Model* target : {target_.get(), q8.get()}) {
+    const std::unique_ptr<Drafter> drafter = MakeAssistantDrafter(*a, *target, &pool);
+    for (const DType dt : {DType::kFloat32, DType::kFloat16, DType::kQ8_0}) {
+      // max_step 5: a verify step of 1 + 4 drafts is one chunk, and the rings
+      // (window + 4 positions) keep both what a rewind needs and the window + 1
+      // keys the assistant's sliding layer reads.
+      const ModelStateOptions so{.max_context = 160, .max_step = 5, .kv_dtype = dt};
+      for (const nlohmann::json& p : spec_["prompts"]) {
+        const std::string what = target->gguf().name() + " " + DTypeName(dt) + " " + p["prompt"].get<std::string>();
+        const std::vector<std::int32_t> ids = p["ids"].get<std::vector<std::int32_t>>();
+        GenerateOptions o;
+        o.max_new_tokens = 96;
+        o.ignore_eos = true;
+        Generator plain(*target, *tok_, &pool, so);
+        const GenRun want = Generate(plain, ids, o);
+        o.drafter = drafter.get();
+        o.speculative = {.draft_max = 4, .adaptive = true};
+        Generator spec(*target, *tok_, &pool, so);
+        const GenRun got = Generate(spec, ids, o);
+        ExpectBitwiseEqual(want, got, what);
+        EXPECT_GT(got.stats.speculative.accepted, 0) << what;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvshare
