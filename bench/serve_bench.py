@@ -24,6 +24,12 @@ the llama.cpp vendored in the llama-cpp-python sdist:
   cmake --build <build> --target llama-server -j2
 Without it (--llama-server absent or missing) only kvshare runs.
 
+Speculative decoding: --spec-args "--spec ngram" (any `kvshare serve` speculation flags) adds
+a third server, kvshare with those flags, run next to the plain one, and prints its aggregate
+over kvshare's per C. --workload repetitive replaces the random-token chat workload by the 20
+repetitive prompts of bench/spec_prompts.py (text prompts, 128 output tokens each, cycled to
+--requests), where prompt lookup finds its drafts.
+
 Run it on an otherwise idle machine: both servers use every core."""
 import argparse
 import http.client
@@ -31,6 +37,7 @@ import json
 import os
 import random
 import re
+import shlex
 import socket
 import statistics
 import subprocess
@@ -48,7 +55,11 @@ PROMPT_LENS = ([16, 32, 64, 128, 512], [2, 3, 3, 2, 1])
 OUTPUT_LENS = ([64, 128, 256], [3, 4, 2])
 
 
-def workload(n, seed):
+def workload(n, seed, kind="chat"):
+    if kind == "repetitive":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from spec_prompts import PROMPTS
+        return [(PROMPTS[i % len(PROMPTS)], 128) for i in range(n)]
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -174,21 +185,29 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=1, help="repetitions of the whole sweep (medians and per-round ratios)")
+    ap.add_argument("--spec-args", default="",
+                    help="kvshare serve speculation flags, e.g. \"--spec ngram\": also run kvshare with them")
+    ap.add_argument("--workload", default="chat", choices=["chat", "repetitive"])
+    ap.add_argument("--llama-args", default="", help="extra llama-server arguments (e.g. --no-repack)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {a.rounds}")
     cs = [int(x) for x in a.concurrency.split(",")]
-    reqs = workload(min(a.requests, 256), a.seed)
+    reqs = workload(min(a.requests, 256), a.seed, a.workload)
     model_id = Path(a.model).stem
-    servers = ["kvshare"]
+    servers = ["kvshare"] + (["kvshare+spec"] if a.spec_args else [])
     if Path(a.llama_server).exists():
         servers.append("llama-server")
     else:
         print(f"(no llama-server at {a.llama_server}: kvshare only)")
-    print(f"{len(reqs)} requests per run: prompts {sum(len(p) for p, _ in reqs)} tokens "
-          f"({PROMPT_LENS[0]} weights {PROMPT_LENS[1]}), outputs {sum(o for _, o in reqs)} tokens "
-          f"({OUTPUT_LENS[0]} weights {OUTPUT_LENS[1]}); {a.threads} threads; KV cache {a.kv_dtype}; model {a.model}")
+    if a.workload == "chat":
+        what = (f"prompts {sum(len(p) for p, _ in reqs)} tokens ({PROMPT_LENS[0]} weights {PROMPT_LENS[1]}), outputs "
+                f"{sum(o for _, o in reqs)} tokens ({OUTPUT_LENS[0]} weights {OUTPUT_LENS[1]})")
+    else:
+        what = f"the repetitive prompts of bench/spec_prompts.py, outputs {sum(o for _, o in reqs)} tokens"
+    print(f"{len(reqs)} requests per run: {what}; {a.threads} threads; KV cache {a.kv_dtype}; model {a.model}"
+          + (f"; kvshare+spec: {a.spec_args}" if a.spec_args else ""))
     rounds = [{s: {} for s in servers} for _ in range(a.rounds)]
     for rnd, results in enumerate(rounds):
         if a.rounds > 1:
@@ -220,6 +239,11 @@ def main():
         scale = statistics.median(scales)
         spread = f" (rounds: {', '.join(f'{x:.2f}' for x in scales)})" if a.rounds > 1 else ""
         print(f"\ntarget: kvshare C=8 / C=1 aggregate = {scale:.2f}{spread} (want >= 4): {'met' if scale >= 4 else 'MISSED'}")
+    if a.spec_args:
+        for c in cs:
+            ratios = [r["kvshare+spec"][c]["tok_s"] / r["kvshare"][c]["tok_s"] for r in rounds]
+            print(f"speculation ({a.spec_args}) C={c}: kvshare+spec / kvshare = {statistics.median(ratios):.2f}"
+                  + (f" (rounds: {', '.join(f'{x:.2f}' for x in ratios)})" if a.rounds > 1 else ""))
     if "llama-server" in servers:
         worst = min(r["kvshare"][c]["tok_s"] / r["llama-server"][c]["tok_s"] for r in rounds for c in cs)
         print(f"target: kvshare / llama-server at every C >= 1: lowest {worst:.2f}: {'met' if worst >= 1 else 'MISSED'}")
@@ -231,19 +255,21 @@ def main():
 
 def bench_server(a, name, model_id, reqs, c):
     """Starts a fresh server of `name` with C slots, warms it up, runs reqs from C clients, stops it."""
-    if name == "kvshare":
+    if name.startswith("kvshare"):
         cmd = [a.kvshare, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", "0", "--slots", str(c),
                "--max-context", str(a.context), "--threads", str(a.threads), "--max-queue", "256",
                "--kv-dtype", a.kv_dtype, "-q"]
+        if name == "kvshare+spec":
+            cmd += shlex.split(a.spec_args)
         p = Proc(cmd)
     else:
         port = free_port()
         cmd = [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
                "-c", str(c * a.context), "-t", str(a.threads), "-tb", str(a.threads), "--no-webui",
-               "-ctk", a.kv_dtype, "-ctv", a.kv_dtype]
+               "-ctk", a.kv_dtype, "-ctv", a.kv_dtype] + shlex.split(a.llama_args)
         p = Proc(cmd, port=port)
     try:
-        run(p.port, model_id, workload(2, 99 + c), min(c, 2))  # warm-up
+        run(p.port, model_id, workload(2, 99 + c, a.workload), min(c, 2))  # warm-up
         return run(p.port, model_id, reqs, c)
     finally:
         p.stop()

@@ -11,8 +11,16 @@ llama-server by hand from the llama.cpp vendored in the llama-cpp-python sdist
 (PyPI) and pass its path.
 
   python3 bench/spec_bench.py [--model models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2] [--rounds 2]
-      [--tokens 128] [--kv-dtype f16] [--draft-max 8] [--llama-server PATH]
+      [--tokens 128] [--kv-dtype f16] [--draft-max 16] [--llama-server PATH]
       [--llama-spec "ngram-simple" --llama-spec "ngram-mod" ...] [--json out.json]
+
+Other drafters and prompts: --spec-args "--draft-model A.gguf" replaces kvshare's
+`--spec ngram`; --prompts FILE takes the prompts' text from a JSON file (a list of
+strings, or an object whose "prompts" entries have a "text"), e.g. the Gemma 4 assistant
+fixture: --model tests/fixtures/gemma4_assistant/target.f32.gguf --prompts
+tests/fixtures/gemma4_assistant/target.hf.json --spec-args "--draft-model
+tests/fixtures/gemma4_assistant/assistant_plain.f32.gguf" --llama-spec "draft-mtp -md
+tests/fixtures/gemma4_assistant/assistant_plain.f32.gguf".
 
 Decode tok/s per configuration = all prompts' generated tokens after the
 first / their decode seconds (kvshare: the generate command's stats line;
@@ -44,7 +52,7 @@ def kvshare_run(a, prompt, threads, spec):
     cmd = [str(a.kvshare), "generate", "--model", str(a.model), "--raw", "--prompt", prompt, "-n", str(a.tokens),
            "--threads", str(threads), "--kv-dtype", a.kv_dtype, "--max-context", "2048"]
     if spec:
-        cmd += ["--spec", "ngram", "--draft-max", str(a.draft_max)]
+        cmd += shlex.split(a.spec_args) + ["--draft-max", str(a.draft_max)]
     r = subprocess.run(cmd, check=True, capture_output=True, text=True)
     m = STATS.search(r.stderr)
     rate, steps, generated = float(m.group(1)), int(m.group(2)), int(m.group(3))
@@ -69,7 +77,7 @@ def llama_runs(a, threads, spec_args):
     """Every prompt through one llama-server started with spec_args."""
     port = free_port()
     cmd = [str(a.llama_server), "-m", str(a.model), "-t", str(threads), "-tb", str(threads), "-c", "2048", "-np", "1",
-           "--port", str(port), "--host", "127.0.0.1", "-ctk", a.kv_dtype, "-ctv", a.kv_dtype, "--no-warmup"]
+           "--port", str(port), "--host", "127.0.0.1", "-ctk", a.kv_dtype, "-ctv", a.kv_dtype, "--no-warmup"] + shlex.split(a.llama_args)
     cmd += spec_args
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -84,7 +92,7 @@ def llama_runs(a, threads, spec_args):
         else:
             raise RuntimeError("llama-server did not start: " + " ".join(map(shlex.quote, cmd)))
         out = []
-        for p in PROMPTS:
+        for p in a.prompts:
             r = post(url + "/completion", {"prompt": p, "n_predict": a.tokens, "temperature": 0, "top_k": 1,
                                            "cache_prompt": False, "seed": 1})
             t = r["timings"]
@@ -94,6 +102,11 @@ def llama_runs(a, threads, spec_args):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def load_prompts(path):
+    doc = json.loads(path.read_text())
+    return doc if isinstance(doc, list) else [p["text"] for p in doc["prompts"]]
 
 
 def total_rate(runs):
@@ -108,22 +121,33 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
-    ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-max", type=int, default=16)
     ap.add_argument("--llama-server", type=Path)
     ap.add_argument("--llama-spec", action="append", default=[],
                     help="llama-server speculative arguments after --spec-type, e.g. \"ngram-simple "
-                         "--spec-ngram-simple-size-n 3\" (repeatable; default: each n-gram type with its defaults)")
+                         "--spec-ngram-simple-size-n 3\" (repeatable; default: the n-gram types with their defaults "
+                         "and two short-n-gram ngram-simple settings)")
+    ap.add_argument("--llama-args", default="",
+                    help="extra llama-server arguments for every llama.cpp run, e.g. \"--no-repack\" (llama.cpp's "
+                         "AMX matmul dies with SIGILL on hosts whose VM does not enable AMX tiles)")
+    ap.add_argument("--spec-args", default="--spec ngram", help="kvshare generate's speculation flags")
+    ap.add_argument("--prompts", type=Path, help="JSON prompts (default: bench/spec_prompts.py)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    a.prompts = PROMPTS if a.prompts is None else load_prompts(a.prompts)
     threads = [int(t) for t in a.threads.split(",")]
-    llama_specs = a.llama_spec or ["ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache"]
+    # Each n-gram type with its defaults, and ngram-simple with short n-grams (the best of several
+    # settings tried on these prompts; its default looks up 12-grams).
+    llama_specs = a.llama_spec or ["ngram-simple", "ngram-map-k", "ngram-mod",
+                                   "ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8",
+                                   "ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16"]
 
     results = {}  # (config, threads) -> [runs per round]
     mismatches = []
     for rnd in range(a.rounds):
         for t in threads:
             plain, spec = [], []
-            for i, p in enumerate(PROMPTS):
+            for i, p in enumerate(a.prompts):
                 x = kvshare_run(a, p, t, False)
                 y = kvshare_run(a, p, t, True)
                 if x["text"] != y["text"]:
@@ -131,7 +155,7 @@ def main() -> int:
                 plain.append(x)
                 spec.append(y)
             results.setdefault(("kvshare", t), []).append(plain)
-            results.setdefault(("kvshare ngram", t), []).append(spec)
+            results.setdefault(("kvshare " + a.spec_args, t), []).append(spec)
             print(f"round {rnd + 1} threads {t}: kvshare {total_rate(plain):.1f} -> {total_rate(spec):.1f} tok/s",
                   file=sys.stderr)
             if a.llama_server:
@@ -143,7 +167,7 @@ def main() -> int:
                     results.setdefault((f"llama.cpp {s}", t), []).append(runs)
                     print(f"round {rnd + 1} threads {t}: llama.cpp {s} {total_rate(runs):.1f} tok/s", file=sys.stderr)
 
-    print(f"model {a.model}, {len(PROMPTS)} prompts x {a.tokens} tokens, greedy, KV {a.kv_dtype}, {a.rounds} rounds; "
+    print(f"model {a.model}, {len(a.prompts)} prompts x {a.tokens} tokens, greedy, KV {a.kv_dtype}, {a.rounds} rounds; "
           f"decode tok/s over all prompts (median of rounds)\n")
     print(f"{'threads':>7}  {'engine':<58} {'tok/s':>7} {'vs plain':>9} {'accepted':>9}")
     table = []
@@ -163,11 +187,12 @@ def main() -> int:
             table.append(row)
             print(f"{t:>7}  {name:<58} {rate:>7.1f} {row['vs_plain']:>8.2f}x "
                   f"{(100.0 * acc / dr if dr else 0):>8.1f}%")
-        spec_k = statistics.median(total_rate(r) for r in results[("kvshare ngram", t)])
+        spec_k = statistics.median(total_rate(r) for r in results[("kvshare " + a.spec_args, t)])
         best = max((r for r in table if r["threads"] == t and r["engine"].startswith("llama.cpp ")),
                    key=lambda r: r["tok_s"], default=None)
         if best:
-            print(f"{t:>7}  kvshare ngram / best llama.cpp speculative ({best['engine']}): {spec_k / best['tok_s']:.2f}x")
+            print(f"{t:>7}  kvshare speculative / best llama.cpp speculative ({best['engine']}): "
+                  f"{spec_k / best['tok_s']:.2f}x")
     print(f"\noutputs with and without speculation identical: {'yes' if not mismatches else 'NO ' + str(mismatches)}")
     if a.json:
         a.json.write_text(json.dumps({"model": str(a.model), "tokens": a.tokens, "kv_dtype": a.kv_dtype,

@@ -124,7 +124,7 @@ class AssistantModel {
   // One draft step of args.row. Throws kvshare::Error for a row without a
   // cached token (p = 0), a hidden state of the wrong width, a token out of
   // range, or a target state whose sliding rings do not hold the last W + 1
-  // positions (max_step >= 3 keeps them).
+  // positions (max_step >= 2 keeps them).
   virtual AssistantStepOut Step(AssistantScratch& scratch, const AssistantStepArgs& args) const = 0;
 };
 

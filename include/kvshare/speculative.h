@@ -107,7 +107,7 @@ struct SpeculativeOptions {
   // k: most drafts per round, in [1, 64]; further capped per round by the
   // state's max_step - 1 (a verify step is one chunk), the context left and
   // the tokens still to generate.
-  int draft_max = 8;
+  int draft_max = 16;
   // Choose k per round from the running acceptance rate alpha (decaying
   // counts of accepted and rejected drafts): the k <= draft_max that
   // maximizes the expected tokens per round, (1 - alpha^(k+1)) / (1 - alpha),
@@ -117,7 +117,7 @@ struct SpeculativeOptions {
   // Cost of each drafted position in a verify step relative to a one-token
   // step, > 0. The default was measured for Gemma 3 270M on 2 CPU threads
   // (docs/speculative.md).
-  double verify_cost = 0.1;
+  double verify_cost = 0.06;
 };
 
 // Throws kvshare::Error naming an option out of range.

@@ -270,7 +270,7 @@ void Gemma4Assistant::Attend(Scratch& s, int l, const AssistantLayerSource& src,
   } catch (const Error& e) {
     throw Error(Str("assistant layer ", l, " reading target layer ", src.target_layer, ": ", e.what(),
                     src.type == AttentionType::kSliding
-                        ? " (it reads the last sliding_window + 1 keys: give the target state max_step >= 3)"
+                        ? " (it reads the last sliding_window + 1 keys: give the target state max_step >= 2)"
                         : ""));
   }
   std::copy(s.out_pad.begin() + a.row * qd, s.out_pad.begin() + (a.row + 1) * qd, s.attn.begin());

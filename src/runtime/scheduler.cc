@@ -579,8 +579,11 @@ struct Scheduler::Impl {
       if (!o.tokens.empty() && opt.drafter != nullptr && opt.drafter->needs_target_hidden()) {
         const std::span<const float> h = state->hidden();
         const std::size_t E = static_cast<std::size_t>(model.config().n_embd);
-        const std::size_t at = (first_row[to_sample[i]] + o.tokens.size() - 1) * E;
-        if (h.size() >= at + E) s.req->hidden.assign(h.begin() + static_cast<std::ptrdiff_t>(at), h.begin() + static_cast<std::ptrdiff_t>(at + E));
+        const std::size_t row = first_row[to_sample[i]] + o.tokens.size() - 1;  // chose the pending token
+        if (h.size() >= (row + 1) * E) {
+          s.req->hidden.assign(h.begin() + static_cast<std::ptrdiff_t>(row * E),
+                               h.begin() + static_cast<std::ptrdiff_t>((row + 1) * E));
+        }
       }
       if (o.error) {
         std::string what = "unknown error";
