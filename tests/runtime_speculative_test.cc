@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -147,7 +148,7 @@ struct Case {
 // options; two turns each (the second appends to the first's cache).
 void CheckLossless(const Model& model, const Case& c, ThreadPool* pool, int n_new, bool expect_ngram_drafts = false) {
   const int V = model.config().n_vocab;
-  const Tokenizer tok(testing::TinyVocab(V));
+  const Tokenizer tok(model.gguf().Has("tokenizer.ggml.tokens") ? ReadVocab(model.gguf()) : testing::TinyVocab(V));
   std::vector<int32_t> turn1 = {2, 5, 9, 14, 5, 9, 14, 21, 33, 5, 9};
   const std::vector<int32_t> turn2 = {7, 8, 5, 9};
   for (int32_t& t : turn1) t %= V;
@@ -243,6 +244,19 @@ TEST(SpeculativeLossless, TinyGemma4SharingPleMoeKeqv) {
   }
 }
 
+// The converted Gemma 4 fixtures (tests/fixtures/gemma4): per-layer head
+// sizes, PLE, KV sharing, k_eq_v, MoE, and llama.cpp's Q8_0 / Q4_K_M
+// quantizations of e2b.
+TEST(SpeculativeLossless, Gemma4Fixtures) {
+  ThreadPool pool(2);
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  const std::string dir = std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4/";
+  for (const char* name : {"e2b.f32", "e2b.q8_0", "e2b.q4_k_m", "keqv.f32", "moe.f32", "noshare.f32"}) {
+    const std::unique_ptr<Model> model = Model::Load(dir + name + ".gguf");
+    CheckLossless(*model, {name, {.max_context = 96, .max_step = 6}}, &pool, 40);
+  }
+}
+
 // A row whose verify steps mix accepted drafts with ring wrap-around many
 // times over: long generation on a window of 4.
 TEST(SpeculativeLossless, LongRunOverSmallRings) {
@@ -317,7 +331,7 @@ TEST(Speculative, BadOptionsAndVocabularies) {
 
 // ---- The default model ----
 
-TEST(SpeculativeLossless, DefaultModelPromptLookup) {
+TEST(SpeculativeLossless, DefaultModelPromptLookupAndDraftModel) {
   const std::string path = testing::DefaultModelPath();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no default model at " << path << " (scripts/fetch_model.py)";
   const std::unique_ptr<Model> model = Model::Load(path);
@@ -328,18 +342,22 @@ TEST(SpeculativeLossless, DefaultModelPromptLookup) {
       "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
   };
   std::unique_ptr<Drafter> ngram = MakeNgramDrafter();
+  // The model drafting for itself: every draft is accepted.
+  std::unique_ptr<Drafter> self = MakeDraftModelDrafter(*model, *model, {.max_context = 256, .pool = &pool});
   for (const std::string& text : prompts) {
     const std::vector<int32_t> ids = tok.Encode(text);
     GenerateOptions o;
     o.max_new_tokens = 48;
     Generator plain(*model, tok, &pool, {.max_context = 256, .kv_dtype = DType::kFloat16});
     const GenRun p = Generate(plain, ids, o);
-    o.drafter = ngram.get();
-    Generator spec(*model, tok, &pool, {.max_context = 256, .kv_dtype = DType::kFloat16});
-    const GenRun s = Generate(spec, ids, o);
-    ExpectBitwiseEqual(p, s, text);
-    EXPECT_GT(s.stats.speculative.accepted, 0) << text;
-    EXPECT_LT(s.stats.decode_steps, p.stats.decode_steps) << text;
+    for (Drafter* d : {ngram.get(), self.get()}) {
+      o.drafter = d;
+      Generator spec(*model, tok, &pool, {.max_context = 256, .kv_dtype = DType::kFloat16});
+      const GenRun s = Generate(spec, ids, o);
+      ExpectBitwiseEqual(p, s, d->name() + ": " + text);
+      EXPECT_GT(s.stats.speculative.accepted, 0) << text;
+      EXPECT_LT(s.stats.decode_steps, p.stats.decode_steps) << text;
+    }
   }
 }
 
