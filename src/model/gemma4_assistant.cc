@@ -43,6 +43,9 @@ class Scratch final : public AssistantScratch {
   std::vector<std::int64_t> write_at, nonpad, pos;   // [B]
   std::shared_ptr<const detail::RopeSet> rope;
   std::vector<float> centroid_logits, row;
+  std::vector<AssistantLayerSource> sources;  // of sources_model with its first shared layer at sources_first_shared
+  const Model* sources_model = nullptr;
+  int sources_first_shared = -1;
 };
 
 class Gemma4Assistant final : public AssistantModel {
@@ -323,8 +326,17 @@ AssistantStepOut Gemma4Assistant::Step(AssistantScratch& base, const AssistantSt
   if (static_cast<std::int64_t>(a.hidden.size()) != Eb) {
     throw Error(Str("assistant step: the hidden state has ", a.hidden.size(), " values, expected ", Eb));
   }
-  const std::vector<AssistantLayerSource> sources = Sources(*a.target, a.target_state->kv_cache().Plan());
-  s.rope = RopeFor(p + 1);
+  // The layer map and the RoPE tables stay in the scratch until the target or
+  // its sharing (the plan's first shared layer) changes or a position
+  // outgrows the tables.
+  const LayerPlan& plan = a.target_state->kv_cache().Plan();
+  if (s.sources_model != a.target || s.sources_first_shared != plan.first_shared) {
+    s.sources = Sources(*a.target, plan);
+    s.sources_model = a.target;
+    s.sources_first_shared = plan.first_shared;
+  }
+  if (!s.rope || s.rope->max_pos < p + 1) s.rope = RopeFor(p + 1);
+  const std::vector<AssistantLayerSource>& sources = s.sources;
   s.in.resize(static_cast<std::size_t>(2 * Eb));
   a.target->EmbedTokens(std::span<const std::int32_t>(&a.token, 1), s.in.data());
   std::copy(a.hidden.begin(), a.hidden.end(), s.in.begin() + Eb);
