@@ -240,10 +240,15 @@ def main():
         spread = f" (rounds: {', '.join(f'{x:.2f}' for x in scales)})" if a.rounds > 1 else ""
         print(f"\ntarget: kvshare C=8 / C=1 aggregate = {scale:.2f}{spread} (want >= 4): {'met' if scale >= 4 else 'MISSED'}")
     if a.spec_args:
+        print(f"\nspeculation ({a.spec_args}):\n")
+        print("| C | kvshare tok/s | kvshare+spec tok/s | ratio (rounds) | +spec TTFT p50/p99 ms | +spec ITL p50/p99 ms |")
+        print("|---|---|---|---|---|---|")
         for c in cs:
+            k, sp = results["kvshare"][c], results["kvshare+spec"][c]
             ratios = [r["kvshare+spec"][c]["tok_s"] / r["kvshare"][c]["tok_s"] for r in rounds]
-            print(f"speculation ({a.spec_args}) C={c}: kvshare+spec / kvshare = {statistics.median(ratios):.2f}"
-                  + (f" (rounds: {', '.join(f'{x:.2f}' for x in ratios)})" if a.rounds > 1 else ""))
+            print(f"| {c} | {k['tok_s']:.1f} | {sp['tok_s']:.1f} | {statistics.median(ratios):.2f} "
+                  f"({', '.join(f'{x:.2f}' for x in ratios)}) | {sp['ttft_p50_ms']:.0f} / {sp['ttft_p99_ms']:.0f} "
+                  f"| {sp['itl_p50_ms']:.1f} / {sp['itl_p99_ms']:.1f} |")
     if "llama-server" in servers:
         worst = min(r["kvshare"][c]["tok_s"] / r["llama-server"][c]["tok_s"] for r in rounds for c in cs)
         print(f"target: kvshare / llama-server at every C >= 1: lowest {worst:.2f}: {'met' if worst >= 1 else 'MISSED'}")
