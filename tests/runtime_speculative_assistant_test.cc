@@ -1,6 +1,7 @@
 // Speculative decoding with Gemma 4's assistant drafter on the trained tiny
 // pair of tests/fixtures/gemma4_assistant: greedy generation with the
-// assistant gives the target's plain greedy tokens (HF's, target.hf.json),
+// assistant gives the target's plain greedy tokens (HF's, target.hf.json, and
+// those of HF's generate(assistant_model=...)),
 // with the same drafted / accepted counts as the fixture script's loop in
 // which the drafter sees exactly the accepted positions (speculative.hf.json
 // clean_hf_hf_*: HF's first round and HF's sliding window); and on f16 / q8_0
@@ -59,11 +60,13 @@ TEST_F(SpeculativeAssistant, RoundsEqualTheCleanHfLoop) {
     for (const nlohmann::json& p : spec_["prompts"]) {
       const std::string what = std::string(name) + " " + p["prompt"].get<std::string>();
       const std::vector<std::int32_t> ids = p["ids"].get<std::vector<std::int32_t>>();
-      const nlohmann::json* clean = nullptr;
+      const nlohmann::json *clean = nullptr, *hf = nullptr;
       for (const nlohmann::json& r : p["runs"]) {
         if (r["name"] == std::string("clean_hf_hf_") + name) clean = &r;
+        if (r["name"] == std::string("hf_generate_") + name) hf = &r;
       }
       ASSERT_NE(clean, nullptr) << what;
+      ASSERT_NE(hf, nullptr) << what;
       Generator gen(*target_, *tok_, &pool, {.max_context = 128});
       GenerateOptions o;
       o.max_new_tokens = spec_["steps"].get<int>();
@@ -72,6 +75,7 @@ TEST_F(SpeculativeAssistant, RoundsEqualTheCleanHfLoop) {
       o.speculative = {.draft_max = spec_["k"].get<int>(), .adaptive = false};
       const GenRun got = Generate(gen, ids, o);
       EXPECT_EQ(got.tokens, p["greedy"].get<std::vector<std::int32_t>>()) << what;
+      EXPECT_EQ(got.tokens, (*hf)["tokens"].get<std::vector<std::int32_t>>()) << what << ": HF generate(assistant_model=...)";
       EXPECT_EQ(got.stats.speculative.drafted, (*clean)["drafted"].get<std::int64_t>()) << what;
       EXPECT_EQ(got.stats.speculative.accepted, (*clean)["accepted"].get<std::int64_t>()) << what;
       EXPECT_EQ(got.stats.speculative.rounds, static_cast<std::int64_t>((*clean)["rounds"].size())) << what;
