@@ -16,7 +16,7 @@ namespace kvshare::cli {
 struct SpecFlags {
   std::string spec;         // --spec: "" (none) or "ngram"
   std::string draft_model;  // --draft-model PATH
-  int draft_max = 8;        // --draft-max
+  int draft_max = 16;       // --draft-max
   bool draft_fixed = false; // --draft-fixed: always --draft-max drafts
   int ngram_min = 2;        // --ngram-min
   int ngram_max = 4;        // --ngram-max

@@ -471,7 +471,7 @@ void BindModel(py::module_& m) {
       .def("generate", &PyModel::Generate, py::arg("prompt"), py::kw_only(), py::arg("max_new_tokens") = 128,
            py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
            py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),
-           py::arg("reset") = true, py::arg("draft") = py::none(), py::arg("draft_max") = 8,
+           py::arg("reset") = true, py::arg("draft") = py::none(), py::arg("draft_max") = 16,
            py::arg("draft_adaptive") = true, kGenerateDoc)
       .def("reset", &PyModel::Reset, "Forgets the cached sequence.")
       .def_property_readonly("cached_tokens", &PyModel::CachedTokens, "Tokens in the generator's KV cache.")
