@@ -46,8 +46,15 @@ struct Stream {
 
 void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
   CheckReady();
-  const CompletionRequest cr = ParseCompletionRequest(ParseBody(req), chat);
+  const CompletionRequest cr = ParseCompletionRequest(ParseBody(req), chat, {.strict = opt.strict_openai});
   RequestOptions ro = BuildRequest(cr, ctx);
+  if (!cr.ignored.empty()) {
+    std::string names;
+    for (const std::string& f : cr.ignored) names += (names.empty() ? "" : ", ") + f;
+    res.set_header("X-Kvshare-Ignored-Fields", names);
+    Log(std::string(chat ? "chat" : "completion") + " request: ignored unknown fields " + names +
+        " (--strict-openai refuses them)");
+  }
   const std::size_t prompt_tokens = ro.prompt.size();
   SubmitResult sub;
   try {

@@ -100,7 +100,13 @@ const std::set<std::string>& Ignored() {
   return s;
 }
 
-void CheckKnownFields(const json& body, bool chat) {
+// Refuses an unknown field (strict) or notes it in `ignored`.
+void Unknown(const std::string& path, const RequestParsing& o, std::vector<std::string>& ignored) {
+  if (o.strict) throw BadRequest("Unrecognized request argument supplied: " + path, path, "unknown_parameter");
+  ignored.push_back(path);
+}
+
+void CheckKnownFields(const json& body, bool chat, const RequestParsing& o, std::vector<std::string>& ignored) {
   static const std::set<std::string> common = {
       "model",        "stream",       "stream_options",   "max_tokens",        "temperature",
       "top_p",        "top_k",        "min_p",            "repetition_penalty", "seed",
@@ -111,7 +117,7 @@ void CheckKnownFields(const json& body, bool chat) {
   static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k) || Ignored().count(k) || (chat ? chat_only.count(k) : completion_only.count(k))) continue;
-    throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
+    Unknown(k, o, ignored);
   }
 }
 
@@ -167,7 +173,7 @@ std::string ContentText(const json& content, std::size_t index) {
   return text;
 }
 
-std::vector<ChatMessage> ParseMessages(const json& body) {
+std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o, std::vector<std::string>& ignored) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
     throw BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
@@ -202,7 +208,7 @@ std::vector<ChatMessage> ParseMessages(const json& body) {
     }
     for (const auto& [k, v] : m.items()) {
       if (k == "role" || k == "content" || k == "name") continue;
-      throw BadRequest("Unrecognized request argument supplied: " + name + "." + k, name + "." + k, "unknown_parameter");
+      Unknown(name + "." + k, o, ignored);
     }
     out.push_back({r, content == m.end() ? std::string() : ContentText(*content, i)});
   }
@@ -246,22 +252,23 @@ void ParsePrompt(const json& body, CompletionRequest& r) {
 
 }  // namespace
 
-CompletionRequest ParseCompletionRequest(const json& body, bool chat) {
+CompletionRequest ParseCompletionRequest(const json& body, bool chat, const RequestParsing& o) {
   if (!body.is_object()) {
     throw BadRequest("Invalid request body: expected a JSON object, but got " + TypeName(body) + " instead.", std::nullopt,
                      "invalid_type");
   }
-  CheckKnownFields(body, chat);
   CompletionRequest r;
+  CheckKnownFields(body, chat, o, r.ignored);
   r.chat = chat;
   auto model = body.find("model");
   if (model == body.end() || model->is_null()) {
-    throw BadRequest("You must provide a model parameter.", "model", "missing_required_parameter");
+    if (o.strict) throw BadRequest("You must provide a model parameter.", "model", "missing_required_parameter");
+  } else {
+    if (!model->is_string()) WrongType("model", "a string", *model);
+    r.model = model->get<std::string>();
   }
-  if (!model->is_string()) WrongType("model", "a string", *model);
-  r.model = model->get<std::string>();
   if (chat) {
-    r.messages = ParseMessages(body);
+    r.messages = ParseMessages(body, o, r.ignored);
   } else {
     ParsePrompt(body, r);
   }
@@ -273,10 +280,7 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat) {
                        "invalid_value");
     }
     for (const auto& [k, v] : so->items()) {
-      if (k != "include_usage" && k != "continuous_usage_stats") {
-        throw BadRequest("Unrecognized request argument supplied: stream_options." + k, "stream_options." + k,
-                         "unknown_parameter");
-      }
+      if (k != "include_usage" && k != "continuous_usage_stats") Unknown("stream_options." + k, o, r.ignored);
     }
     r.include_usage = Bool(*so, "include_usage").value_or(false);
   }
@@ -356,7 +360,7 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat) {
 }
 
 RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx) {
-  if (req.model != ctx.model_id) {
+  if (!req.model.empty() && req.model != ctx.model_id) {
     throw ApiError(404, "The model `" + req.model + "` does not exist. This server serves `" + ctx.model_id + "`.",
                    "invalid_request_error", "model", "model_not_found");
   }

@@ -4,7 +4,7 @@
 // nothing here touches the model except through the tokenizer and template
 // the caller passes to BuildRequest.
 //
-// Accepted (both endpoints): model (required; must be the served id),
+// Accepted (both endpoints): model (the served id; absent: the served model),
 // stream, stream_options.include_usage (only with stream), max_tokens,
 // temperature [0, 2] (default 1), top_p (0, 1], top_k (>= -1; -1 and 0 are
 // off), min_p [0, 1], repetition_penalty (0, 100], seed (integer; default
@@ -20,7 +20,12 @@
 // {"type": "text"}, tools (empty), tool_choice ("none" / "auto").
 // Completions: prompt (a string, token ids, or a one-element array of
 // either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
-// Any other field: 400 "Unrecognized request argument supplied: NAME".
+// Any other field (top level, in a message or in stream_options) is ignored
+// and listed in CompletionRequest::ignored, as vLLM and llama-server ignore
+// their clients' extra fields; with RequestParsing::strict (kvshare serve
+// --strict-openai) it is a 400 "Unrecognized request argument supplied: NAME"
+// and `model` is required, as OpenAI's API has them. Known fields are
+// type-checked either way.
 #pragma once
 
 #include <cstdint>
@@ -53,12 +58,18 @@ struct CompletionRequest {
   bool speculative = true;
   bool logprobs = false;
   int top_logprobs = 0;
+  std::vector<std::string> ignored;  // unknown fields, by path ("foo", "messages[0].bar")
+};
+
+struct RequestParsing {
+  // OpenAI's strictness: unknown fields are a 400, `model` is required.
+  bool strict = false;
 };
 
 // Parses `body` (any JSON value). `chat` picks the endpoint's fields.
-// Throws ApiError (400) for wrong types, out-of-range values, unknown
-// fields and unsupported options.
-CompletionRequest ParseCompletionRequest(const nlohmann::json& body, bool chat);
+// Throws ApiError (400) for wrong types, out-of-range values, unsupported
+// options and, with options.strict, unknown fields and a missing model.
+CompletionRequest ParseCompletionRequest(const nlohmann::json& body, bool chat, const RequestParsing& options = {});
 
 // What the model side needs to turn a request into scheduler input.
 struct ModelContext {
@@ -69,7 +80,8 @@ struct ModelContext {
   int max_context = 0;                 // per request: prompt + max_tokens
 };
 
-// Checks the model name (404 model_not_found), applies the chat template or
+// Checks the model name (404 model_not_found; none given: the served one),
+// applies the chat template or
 // tokenizes the prompt (400 for an empty prompt or ids out of range), picks
 // max_tokens (chat: the rest of the context when absent; completions: 16) and
 // checks the context (400 context_length_exceeded, OpenAI's message). A

@@ -58,6 +58,11 @@ struct ServerOptions {
   int http_threads = 0;  // connection threads; 0: slots + max_queue + 8
   std::vector<std::string> api_keys;
   std::size_t max_body_bytes = 8u << 20;
+  // OpenAI's strictness (--strict-openai): requests must name the model, and
+  // unknown fields are a 400. Off: a request without `model` goes to the
+  // served model, and unknown fields are ignored, named in a log line and in
+  // the response header X-Kvshare-Ignored-Fields (openai_request.h).
+  bool strict_openai = false;
   // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
   std::function<void(std::string_view)> log;
 };

@@ -63,10 +63,10 @@ struct Want {
   std::string message_part;
 };
 
-void ExpectError(const json& body, bool chat, const Want& want, Fixture* f = nullptr) {
+void ExpectError(const json& body, bool chat, const Want& want, Fixture* f = nullptr, RequestParsing parsing = {}) {
   SCOPED_TRACE(body.dump());
   try {
-    const CompletionRequest r = ParseCompletionRequest(body, chat);
+    const CompletionRequest r = ParseCompletionRequest(body, chat, parsing);
     if (f == nullptr) {
       ADD_FAILURE() << "parsed without error";
       return;
@@ -112,21 +112,45 @@ TEST(OpenAiRequest, WrongTypesAndShapes) {
   ExpectError(Chat({{"model", 7}}), true, {400, "model", "invalid_type", ""});
 }
 
-TEST(OpenAiRequest, MissingAndUnknownFields) {
+// --strict-openai: OpenAI's own strictness.
+TEST(OpenAiRequest, StrictMissingAndUnknownFields) {
+  const RequestParsing strict{.strict = true};
   ExpectError(json{{"messages", Chat()["messages"]}}, true,
-              {400, "model", "missing_required_parameter", "You must provide a model parameter"});
-  ExpectError(json{{"model", "tiny"}}, true, {400, "messages", "missing_required_parameter", ""});
-  ExpectError(json{{"model", "tiny"}}, false, {400, "prompt", "missing_required_parameter", ""});
+              {400, "model", "missing_required_parameter", "You must provide a model parameter"}, nullptr, strict);
+  ExpectError(json{{"model", "tiny"}}, true, {400, "messages", "missing_required_parameter", ""}, nullptr, strict);
+  ExpectError(json{{"model", "tiny"}}, false, {400, "prompt", "missing_required_parameter", ""}, nullptr, strict);
   ExpectError(Chat({{"temprature", 1}}), true,
-              {400, "temprature", "unknown_parameter", "Unrecognized request argument supplied: temprature"});
-  ExpectError(Chat({{"prompt", "x"}}), true, {400, "prompt", "unknown_parameter", ""});    // a completions field
-  ExpectError(Completion({{"messages", {}}}), false, {400, "messages", "unknown_parameter", ""});
+              {400, "temprature", "unknown_parameter", "Unrecognized request argument supplied: temprature"}, nullptr,
+              strict);
+  ExpectError(Chat({{"prompt", "x"}}), true, {400, "prompt", "unknown_parameter", ""}, nullptr, strict);  // a completions field
+  ExpectError(Completion({{"messages", {}}}), false, {400, "messages", "unknown_parameter", ""}, nullptr, strict);
   ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_call_id", "1"}}}}}), true,
-              {400, "messages[0].tool_call_id", "unknown_parameter", ""});
+              {400, "messages[0].tool_call_id", "unknown_parameter", ""}, nullptr, strict);
   ExpectError(Chat({{"stream", true}, {"stream_options", {{"include_usage", true}, {"x", 1}}}}), true,
-              {400, "stream_options.x", "unknown_parameter", ""});
+              {400, "stream_options.x", "unknown_parameter", ""}, nullptr, strict);
   // Harmless fields are accepted.
-  EXPECT_NO_THROW(ParseCompletionRequest(Chat({{"user", "u1"}, {"metadata", {{"a", "b"}}}, {"store", false}}), true));
+  EXPECT_NO_THROW(
+      ParseCompletionRequest(Chat({{"user", "u1"}, {"metadata", {{"a", "b"}}}, {"store", false}}), true, strict));
+}
+
+// By default (vLLM, llama-server): no model means the served one, unknown
+// fields are ignored and listed; required fields and known fields' types are
+// still checked.
+TEST(OpenAiRequest, TolerantByDefault) {
+  Fixture f;
+  json body = Completion({{"temprature", 1}, {"mirostat", 2}, {"stream", true}, {"stream_options", {{"x", 1}}}});
+  body.erase("model");
+  const CompletionRequest r = ParseCompletionRequest(body, false);
+  EXPECT_EQ(r.model, "");
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"mirostat", "temprature", "stream_options.x"}));
+  EXPECT_NO_THROW(BuildRequest(r, f.ctx(false)));  // the served model
+  const CompletionRequest c =
+      ParseCompletionRequest(Chat({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_call_id", "1"}}}}}), true);
+  EXPECT_EQ(c.ignored, (std::vector<std::string>{"messages[0].tool_call_id"}));
+  EXPECT_TRUE(ParseCompletionRequest(Chat(), true).ignored.empty());
+  ExpectError(json{{"prompt", "x"}, {"temperature", "hot"}}, false, {400, "temperature", "invalid_type", ""});
+  ExpectError(json{{"extra", 1}}, false, {400, "prompt", "missing_required_parameter", ""});
+  ExpectError(Completion({{"model", "gpt-4o"}}), false, {404, "model", "model_not_found", ""}, &f);
 }
 
 TEST(OpenAiRequest, OutOfRangeValues) {

@@ -44,6 +44,7 @@ struct ServeCliOptions {
   double drain_timeout = 30;
   int max_body_kib = 8192;
   bool quiet = false;
+  bool strict_openai = false;
   SpecFlags spec;
 };
 
@@ -136,6 +137,7 @@ void RunServe(const ServeCliOptions& o) {
   so.http_threads = o.http_threads;
   so.api_keys = o.api_keys;
   so.max_body_bytes = static_cast<std::size_t>(o.max_body_kib) * 1024;
+  so.strict_openai = o.strict_openai;
   if (!o.quiet) so.log = [](std::string_view l) { Say(std::string(l)); };
 
   server::Server srv(so);
@@ -224,6 +226,10 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--max-body-kib", o.max_body_kib, "Largest request body in KiB (413 beyond)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_flag("--strict-openai", o.strict_openai,
+                "OpenAI's strictness: requests must name the model, unknown fields are a 400 (default: a request "
+                "without a model goes to the served one, unknown fields are ignored and named in the log and in the "
+                "X-Kvshare-Ignored-Fields response header)");
   cmd->add_flag("-q,--quiet", o.quiet, "No log lines (startup and shutdown lines stay)");
   cmd->callback([] { RunServe(o); });
 }

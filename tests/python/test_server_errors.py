@@ -25,8 +25,6 @@ BAD = [
     ("POST", P, {**GOOD, "temperature": "hot"}, 400, "invalid_request_error", "invalid_type", "temperature",
      "Invalid type for 'temperature'"),
     ("POST", C, {"model": DEFAULT_ID, "messages": "hi"}, 400, "invalid_request_error", "invalid_type", "messages", ""),
-    ("POST", P, {**GOOD, "temprature": 0.5}, 400, "invalid_request_error", "unknown_parameter", "temprature",
-     "Unrecognized request argument supplied: temprature"),
     ("POST", P, {**GOOD, "temperature": 3}, 400, "invalid_request_error", "decimal_above_max_value", "temperature",
      "Expected a value <= 2, but got 3 instead"),
     ("POST", P, {**GOOD, "max_tokens": 0}, 400, "invalid_request_error", "integer_below_min_value", "max_tokens", ""),
@@ -155,3 +153,30 @@ def test_full_queue_is_refused_with_503_and_retry_after():
         again = request(s, "POST", P, {**GOOD, "max_tokens": 2})
         assert again.status == 200, again.text  # and the slot is free again
         assert s.metrics()["kvshare_requests_rejected_total"] == 1
+
+
+def test_tolerant_requests_and_strict_openai():
+    """By default a request without `model` goes to the served model, and
+    unknown fields are ignored, named in the X-Kvshare-Ignored-Fields header
+    and in the log; --strict-openai refuses both, as OpenAI's API does."""
+    body = {"prompt": GOOD["prompt"], "max_tokens": 4, "temperature": 0, "mirostat": 2, "n_probs": 3}
+    with Server(need_default_model(), "--slots", 1, "--max-context", 128) as s:
+        want = request(s, "POST", P, {**GOOD, "max_tokens": 4}).json()["choices"][0]["text"]
+        res = request(s, "POST", P, body)
+        assert res.status == 200, res.text
+        assert res.json()["choices"][0]["text"] == want and res.json()["model"] == DEFAULT_ID
+        assert res.headers["x-kvshare-ignored-fields"] == "mirostat, n_probs"
+        assert any("ignored unknown fields mirostat, n_probs" in line for line in s.log), s.log
+        # Types of known fields are still checked.
+        check_error(request(s, "POST", P, {**body, "temperature": "hot"}), 400, "invalid_request_error",
+                    "invalid_type", "temperature", "")
+        # The official client's extra_body reaches the server the same way.
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        r = c.completions.create(model=DEFAULT_ID, prompt=GOOD["prompt"], max_tokens=4, temperature=0,
+                                 extra_body={"cache_prompt": True})
+        assert r.choices[0].text == want
+    with Server(need_default_model(), "--slots", 1, "--max-context", 128, "--strict-openai") as s:
+        check_error(request(s, "POST", P, {**GOOD, "max_tokens": 4, "temprature": 0.5}), 400, "invalid_request_error",
+                    "unknown_parameter", "temprature", "Unrecognized request argument supplied: temprature")
+        check_error(request(s, "POST", P, {"prompt": "x", "max_tokens": 2}), 400, "invalid_request_error",
+                    "missing_required_parameter", "model", "You must provide a model parameter")
