@@ -9,6 +9,7 @@
 // and the logits it was chosen from are bitwise those without speculation.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -19,6 +20,7 @@
 
 #include "kvshare/assistant.h"
 #include "kvshare/model.h"
+#include "kvshare/scheduler.h"
 #include "kvshare/speculative.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
@@ -115,6 +117,61 @@ TEST_F(SpeculativeAssistant, BitwiseLosslessOnCacheTypesAndRings) {
       }
     }
   }
+}
+
+// The scheduler with the assistant: four prompts at once, each row drafting
+// from its own hidden state over the shared multi-row cache, give each
+// prompt's greedy tokens (HF's) with logprobs bitwise those of a scheduler
+// without speculation, and the clean HF loop's acceptance.
+TEST_F(SpeculativeAssistant, SchedulerRowsDraftFromTheirOwnState) {
+  const std::unique_ptr<AssistantModel> a = AssistantModel::Load(Dir() + "assistant_plain.f32.gguf");
+  const std::unique_ptr<Drafter> drafter = MakeAssistantDrafter(*a, *target_, nullptr);
+  const auto run = [&](Drafter* d, SchedulerStats& stats) {
+    Scheduler s(*target_, *tok_, nullptr,
+                {.slots = 4,
+                 .max_context = 128,
+                 .step_tokens = 64,
+                 .drafter = d,
+                 .speculative = {.draft_max = spec_["k"].get<int>(), .adaptive = false}});
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const nlohmann::json& p : spec_["prompts"]) {
+      RequestOptions r;
+      r.prompt = p["ids"].get<std::vector<std::int32_t>>();
+      r.max_tokens = spec_["steps"].get<int>();
+      r.ignore_eos = true;
+      r.top_logprobs = 2;
+      handles.push_back(s.Submit(r).handle);
+    }
+    while (!s.Idle()) s.Step();
+    std::vector<std::vector<OutputToken>> out;
+    for (auto& h : handles) {
+      std::vector<RequestEvent> events;
+      h->Wait(events, std::chrono::milliseconds(0));
+      out.emplace_back();
+      for (RequestEvent& e : events) out.back().insert(out.back().end(), e.tokens.begin(), e.tokens.end());
+    }
+    stats = s.Stats();
+    return out;
+  };
+  SchedulerStats plain_stats, spec_stats;
+  const auto plain = run(nullptr, plain_stats);
+  const auto spec = run(drafter.get(), spec_stats);
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    const std::vector<std::int32_t> greedy = spec_["prompts"][i]["greedy"].get<std::vector<std::int32_t>>();
+    ASSERT_EQ(spec[i].size(), greedy.size()) << i;
+    for (std::size_t t = 0; t < greedy.size(); ++t) {
+      EXPECT_EQ(spec[i][t].token, greedy[t]) << i << " " << t;
+      EXPECT_EQ(spec[i][t].logprob, plain[i][t].logprob) << i << " " << t;
+      ASSERT_EQ(spec[i][t].top.size(), 2u);
+      EXPECT_EQ(spec[i][t].top[1].logprob, plain[i][t].top[1].logprob) << i << " " << t;
+    }
+  }
+  // Each row drafts k every round as one stream does: the totals of the
+  // clean HF loop over the four prompts (each row's drafts come from its own
+  // hidden state and cache row).
+  EXPECT_EQ(spec_stats.spec_accepted_tokens, spec_["totals"]["clean_hf_hf_assistant_plain"]["accepted"].get<std::uint64_t>());
+  EXPECT_EQ(spec_stats.spec_drafted_tokens, spec_["totals"]["clean_hf_hf_assistant_plain"]["drafted"].get<std::uint64_t>());
+  EXPECT_LT(spec_stats.steps, plain_stats.steps);
 }
 
 }  // namespace
