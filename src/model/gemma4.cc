@@ -20,34 +20,26 @@
 #include "model/activations.h"
 #include "model/decoder.h"
 #include "model/gemma4_config.h"
+#include "model/gemma_blocks.h"
 #include "model/gemma4_moe.h"
 #include "model/quant.h"
 
 namespace kvshare {
 namespace {
 
-using detail::AttentionCall;
 using detail::DecoderState;
 using detail::RmsNorm;
 using detail::Str;
 
 struct Layer {
   bool sliding = false;
-  int hd = 0;    // head size
-  int n_kv = 0;  // KV heads
-  WeightMatrix q, o;
-  std::optional<WeightMatrix> k, v;  // k: absent on layers whose KV is shared; v: absent => V = raw K (k_eq_v)
   const float* attn_norm = nullptr;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  const float* post_attn_norm = nullptr;
+  detail::GemmaAttentionWeights attn;
   const float* ffn_norm = nullptr;
   const float* post_ffw_norm = nullptr;
   std::optional<WeightMatrix> gate, up, down;  // dense MLP (n_ff > 0)
   std::optional<detail::Gemma4Moe> moe;
-  // Per-layer embedding block (ple > 0).
-  WeightMatrix inp_gate, proj;
-  const float* post_norm = nullptr;
+  detail::PerLayerGateWeights ple_gate;  // per-layer embeddings (PLE width > 0)
   float out_scale = 1.0f;  // layer_output_scale
   bool has_out_scale = false;
 };
@@ -57,8 +49,7 @@ class Gemma4State final : public DecoderState {
  public:
   using DecoderState::DecoderState;
   std::vector<float> x, h, o, f;  // [S, E]
-  std::vector<float> q, attn;     // [S, n_head * H]
-  std::vector<float> k, v;        // [S, N_kv * H]
+  detail::GemmaAttentionScratch attn;
   std::vector<float> g, u;        // MLP scratch
   std::vector<float> ple;         // [S, L * ple] per-layer inputs
   std::vector<float> ple_tok;     // [L * ple] one token's table row
@@ -74,13 +65,10 @@ class Gemma4 final : public detail::DecoderModel {
   std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
                                           std::shared_ptr<const detail::RopeSet> rope) const override;
   float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
-  void PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const;
   void RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan> spans, bool owns, ThreadPool* pool) const;
   void WarnIfLlamaCppSharesDifferently();
 
-  int ple_ = 0;  // embedding_length_per_layer_input (0: no per-layer embeddings)
-  WeightMatrix ple_table_, ple_proj_;
-  const float* ple_proj_norm_ = nullptr;
+  detail::PerLayerEmbeddings ple_;  // width 0: no per-layer embeddings
   std::vector<Layer> layers_;
 };
 
@@ -97,7 +85,7 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
   const std::size_t L = static_cast<std::size_t>(c.n_layer);
   final_softcap_ = f.GetF32Or(a + "final_logit_softcapping", 0.0f);
   ValidateSharing(a + "attention.shared_kv_layers");
-  ple_ = static_cast<int>(f.GetU32Or(a + "embedding_length_per_layer_input", 0));
+  const int ple = static_cast<int>(f.GetU32Or(a + "embedding_length_per_layer_input", 0));
 
   // Embeddings, LM head, per-layer embeddings.
   embd_w_ = WeightMatrix::FromTensor(f.Tensor("token_embd.weight"));
@@ -111,12 +99,7 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
   out_w_ = t.ForMatMul(t.MatOpt("output.weight", c.n_vocab, c.n_embd).value_or(embd_w_));
   out_norm_ = t.Vec("output_norm.weight", c.n_embd);
   const std::int64_t E = c.n_embd;
-  if (ple_ > 0) {
-    // Rows are gathered per step from the mapping (never dequantized whole).
-    ple_table_ = t.Mat("per_layer_token_embd.weight", c.n_vocab, static_cast<std::int64_t>(ple_) * c.n_layer);
-    ple_proj_ = t.ForMatMul(t.Mat("per_layer_model_proj.weight", static_cast<std::int64_t>(ple_) * c.n_layer, E));
-    ple_proj_norm_ = t.Vec("per_layer_proj_norm.weight", ple_);
-  }
+  ple_.Load(t, c.n_layer, ple, E, c.n_vocab, /*min_rows=*/c.n_vocab);
   if (f.FindTensor("blk.0.attn_qkv.weight") != nullptr) {
     throw Error("tensor 'blk.0.attn_qkv.weight': fused QKV (convert_hf_to_gguf.py --fuse-qkv) is not supported; "
                 "convert without --fuse-qkv");
@@ -129,20 +112,9 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
     const std::size_t li = static_cast<std::size_t>(i);
     Layer Ly;
     Ly.sliding = c.is_sliding[li];
-    Ly.hd = c.layer_head_dim[li];
-    Ly.n_kv = c.layer_n_head_kv[li];
-    const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Ly.hd, kvd = static_cast<std::int64_t>(Ly.n_kv) * Ly.hd;
     Ly.attn_norm = t.Vec(p + "attn_norm.weight", E);
-    Ly.q = t.Mat(p + "attn_q.weight", qd, E);
-    Ly.q_norm = t.Vec(p + "attn_q_norm.weight", Ly.hd);
-    // K is required where the layer computes its own KV; on KV-shared layers any K/V
-    // tensors the file carries are loaded (a state with less sharing may use them).
-    Ly.k = i < first_shared ? std::optional(t.Mat(p + "attn_k.weight", kvd, E)) : t.MatOpt(p + "attn_k.weight", kvd, E);
-    Ly.k_norm = i < first_shared ? t.Vec(p + "attn_k_norm.weight", Ly.hd) : t.VecOpt(p + "attn_k_norm.weight", Ly.hd);
-    if (Ly.k && Ly.k_norm == nullptr) t.Vec(p + "attn_k_norm.weight", Ly.hd);  // throws: K without its norm
-    Ly.v = t.MatOpt(p + "attn_v.weight", kvd, E);
-    Ly.o = t.Mat(p + "attn_output.weight", E, qd);
-    Ly.post_attn_norm = t.Vec(p + "post_attention_norm.weight", E);
+    Ly.attn = detail::LoadGemmaAttention(t, p, c.n_head, c.layer_head_dim[li], c.layer_n_head_kv[li], E,
+                                         /*owns=*/i < first_shared);
     Ly.ffn_norm = t.Vec(p + "ffn_norm.weight", E);
     Ly.post_ffw_norm = t.Vec(p + "post_ffw_norm.weight", E);
     const int n_ff = c.layer_n_ff[li];
@@ -158,19 +130,9 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
     } else if (n_ff == 0) {
       throw Error(Str("layer ", i, " has neither a dense FFN (", a, "feed_forward_length[", i, "] = 0) nor MoE tensors"));
     }
-    if (ple_ > 0) {
-      Ly.inp_gate = t.Mat(p + "inp_gate.weight", ple_, E);
-      Ly.proj = t.Mat(p + "proj.weight", E, ple_);
-      Ly.post_norm = t.Vec(p + "post_norm.weight", E);
-    }
-    for (WeightMatrix* w : {&Ly.q, &Ly.o, &Ly.inp_gate, &Ly.proj}) *w = t.ForMatMul(*w);
+    if (ple > 0) Ly.ple_gate = detail::LoadPerLayerGate(t, p, ple, E);
     for (std::optional<WeightMatrix>* w : {&Ly.gate, &Ly.up, &Ly.down}) {
       if (*w) **w = t.ForMatMul(**w);
-    }
-    if (i < first_shared) {  // K / V of shared layers are loaded but not used by the default plan
-      for (std::optional<WeightMatrix>* w : {&Ly.k, &Ly.v}) {
-        if (*w) **w = t.ForMatMul(**w);
-      }
     }
     if (const float* s = t.VecOpt(p + "layer_output_scale.weight", 1)) {
       Ly.out_scale = *s;
@@ -206,7 +168,7 @@ std::unique_ptr<DecoderState> Gemma4::MakeState(KvCache cache, const ModelStateO
                                                 std::shared_ptr<const detail::RopeSet> rope) const {
   const LayerPlan& plan = cache.Plan();
   for (int l = 0; l < plan.first_shared; ++l) {
-    if (!layers_[static_cast<std::size_t>(l)].k) {
+    if (!layers_[static_cast<std::size_t>(l)].attn.k) {
       throw Error(Str("num_kv_shared_layers = ", cfg_.n_layer - plan.first_shared, " makes layer ", l,
                       " compute its own K/V, but the file has no blk.", l, ".attn_k.weight (the file shares that ",
                       "layer's KV); use at least ", cfg_.n_layer - l, " shared layers (the file's own: ",
@@ -216,24 +178,6 @@ std::unique_ptr<DecoderState> Gemma4::MakeState(KvCache cache, const ModelStateO
   return std::make_unique<Gemma4State>(std::move(cache), options, std::move(rope));
 }
 
-// st.ple[s, l, :] = (RMSNorm(W_proj x_s / sqrt(E), proj_norm)[l] + table[token_s][l] * sqrt(ple)) / sqrt(2),
-// x_s the scaled embedding of token s (in st.x).
-void Gemma4::PerLayerInputs(Gemma4State& st, std::span<const std::int32_t> tokens, ThreadPool* pool) const {
-  const std::int64_t S = static_cast<std::int64_t>(tokens.size()), LP = ple_table_.cols;
-  st.ple.resize(static_cast<std::size_t>(S * LP));
-  st.ple_tok.resize(static_cast<std::size_t>(LP));
-  detail::MatMulRows(ple_proj_, st.x.data(), S, st.ple.data(), pool);
-  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(cfg_.n_embd));
-  for (float& e : st.ple) e *= proj_scale;
-  RmsNorm(st.ple.data(), S * cfg_.n_layer, ple_, ple_proj_norm_, cfg_.rms_eps, pool);
-  const float tok_scale = std::sqrt(static_cast<float>(ple_)), mix = 1.0f / std::sqrt(2.0f);
-  for (std::int64_t s = 0; s < S; ++s) {
-    detail::EmbedRows(ple_table_, tokens.subspan(static_cast<std::size_t>(s), 1), tok_scale, st.ple_tok.data());
-    float* row = st.ple.data() + s * LP;
-    for (std::int64_t i = 0; i < LP; ++i) row[i] = (row[i] + st.ple_tok[static_cast<std::size_t>(i)]) * mix;
-  }
-}
-
 float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool* pool) const {
   auto& st = static_cast<Gemma4State&>(base);
   const ModelConfig& c = cfg_;
@@ -241,7 +185,7 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   const int E = c.n_embd;
   st.x.resize(static_cast<std::size_t>(T * E));
   EmbedTokens(step.tokens, st.x.data());
-  if (ple_ > 0) PerLayerInputs(st, step.tokens, pool);
+  if (ple_.width > 0) ple_.Compute(st.x.data(), step.tokens, E, c.rms_eps, st.ple, st.ple_tok, pool);
   st.src.resize(static_cast<std::size_t>(T));
   for (std::int64_t i = 0; i < T; ++i) st.src[static_cast<std::size_t>(i)] = i;
 
@@ -286,52 +230,30 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
                       ThreadPool* pool) const {
   const ModelConfig& c = cfg_;
   const Layer& Ly = layers_[static_cast<std::size_t>(l)];
-  const int E = c.n_embd, Hd = Ly.hd;
+  const int E = c.n_embd;
   std::int64_t S = 0;
   for (const detail::QuerySpan& sp : spans) S += sp.n;
-  const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Hd, kvd = static_cast<std::int64_t>(Ly.n_kv) * Hd;
   const auto grow = [](std::vector<float>& v, std::int64_t n) {
     if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
   };
   grow(st.h, S * E);
   grow(st.o, S * E);
   grow(st.f, S * E);
-  grow(st.q, S * qd);
-  grow(st.attn, S * qd);
   float* x = st.x.data();
 
   // Attention.
   std::copy(x, x + S * E, st.h.data());
   RmsNorm(st.h.data(), S, E, Ly.attn_norm, c.rms_eps, pool);
-  if (owns) {
-    grow(st.k, S * kvd);
-    grow(st.v, S * kvd);
-    const MatMulTarget qkv[] = {{.w = Ly.q, .y = st.q.data()},
-                                {.w = *Ly.k, .y = st.k.data()},
-                                {.w = Ly.v ? *Ly.v : WeightMatrix{}, .y = st.v.data()}};
-    detail::MatMulRowsMany(std::span<const MatMulTarget>(qkv, Ly.v ? 3 : 2), st.h.data(), S, pool);
-    if (!Ly.v) std::copy(st.k.begin(), st.k.begin() + S * kvd, st.v.begin());  // k_eq_v: V is the raw K projection
-  } else {
-    detail::MatMulRows(Ly.q, st.h.data(), S, st.q.data(), pool);
-  }
-  RmsNorm(st.q.data(), S * c.n_head, Hd, Ly.q_norm, c.rms_eps, pool);
-  if (owns) {
-    RmsNorm(st.k.data(), S * Ly.n_kv, Hd, Ly.k_norm, c.rms_eps, pool);
-    RmsNorm(st.v.data(), S * Ly.n_kv, Hd, nullptr, c.rms_eps, pool);  // scale-free V norm
-  }
-  detail::Attend(st, l,
-                 AttentionCall{.q = st.q.data(),
-                               .k = owns ? st.k.data() : nullptr,
-                               .v = owns ? st.v.data() : nullptr,
-                               .out = st.attn.data(),
-                               .n_head = c.n_head,
-                               .head_dim = Hd,
-                               .kv_dim = static_cast<int>(kvd),
-                               .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[static_cast<std::size_t>(l)])],
-                               .scale = c.attn_scale},
-                 spans, pool);
-  detail::MatMulRows(Ly.o, st.attn.data(), S, st.o.data(), pool);
-  RmsNorm(st.o.data(), S, E, Ly.post_attn_norm, c.rms_eps, pool);
+  detail::GemmaAttentionBlock(
+      st, Ly.attn,
+      {.layer = l,
+       .owns = owns,
+       .n_head = c.n_head,
+       .scale = c.attn_scale,
+       .eps = c.rms_eps,
+       .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[static_cast<std::size_t>(l)])],
+       .spans = spans},
+      st.h.data(), st.o.data(), st.attn, pool);
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
 
   // FFN: dense GeGLU, and on MoE layers its normed output plus the experts'.
@@ -352,18 +274,9 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.f[static_cast<std::size_t>(i)];
 
   // Per-layer embedding: x += RMSNorm(proj(gelu_tanh(inp_gate x) * ple[:, l]), post_norm).
-  if (ple_ > 0) {
-    grow(st.g, S * ple_);
-    grow(st.u, S * ple_);
-    detail::MatMulRows(Ly.inp_gate, x, S, st.g.data(), pool);
-    const std::int64_t LP = static_cast<std::int64_t>(ple_) * c.n_layer;
-    for (std::int64_t s = 0; s < S; ++s) {
-      const float* src = st.ple.data() + st.src[static_cast<std::size_t>(s)] * LP + static_cast<std::int64_t>(l) * ple_;
-      std::copy(src, src + ple_, st.u.data() + s * ple_);
-    }
-    detail::GeluTanhMul(st.g.data(), st.u.data(), st.g.data(), S * ple_);
-    detail::MatMulRows(Ly.proj, st.g.data(), S, st.o.data(), pool);
-    RmsNorm(st.o.data(), S, E, Ly.post_norm, c.rms_eps, pool);
+  if (ple_.width > 0) {
+    detail::PerLayerGate(Ly.ple_gate, x, S, st.ple, st.src, l, ple_.width, c.n_layer, E, c.rms_eps, st.g, st.u,
+                         st.o.data(), pool);
     for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
   }
   if (Ly.has_out_scale) {
