@@ -18,13 +18,18 @@
 #include "kvshare/error.h"
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
+#include "model_test_util.h"
 #include "model_tiny_gemma4.h"
 #include "test_util.h"
 
 namespace kvshare {
 namespace {
 
+using testing::Drop;
+using testing::ErrorOf;
+using testing::Logits;
 using testing::MaxRelDiff;
+using testing::Replace;
 using testing::TempGemma4;
 using testing::TinyGemma4Spec;
 
@@ -34,20 +39,6 @@ constexpr double kFp32Tol = 1e-5;
 
 using testing::Tokens;
 
-std::vector<float> Logits(const Model& m, ModelState& st, const std::vector<std::int32_t>& t, std::int64_t num_logits,
-                          ThreadPool* pool = nullptr) {
-  std::span<const float> l = m.Forward(st, t, pool, {.num_logits = num_logits});
-  return {l.begin(), l.end()};
-}
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Gemma4, ConfigAndPlanFromMetadata) {
   TinyGemma4Spec spec;
@@ -271,20 +262,6 @@ TEST(Gemma4, BatchErrorsChangeNoRow) {
   EXPECT_EQ(st->length(0), 3);
 }
 
-// Removes tensor `name` from the file description.
-std::function<void(testing::GgufSpec&)> Drop(const std::string& name) {
-  return [name](testing::GgufSpec& g) {
-    std::erase_if(g.tensors, [&](const testing::GgufTensorSpec& t) { return t.name == name; });
-  };
-}
-// Replaces metadata key `kv.key`.
-std::function<void(testing::GgufSpec&)> Replace(testing::GgufKv kv) {
-  return [kv](testing::GgufSpec& g) {
-    for (auto& e : g.kvs) {
-      if (e.key == kv.key) e = kv;
-    }
-  };
-}
 
 TEST(Gemma4, BadFilesAreRefusedNamingTheKeyOrTensor) {
   struct Case {

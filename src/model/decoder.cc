@@ -203,12 +203,29 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
 }
 
 void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const float* x,
-              std::int64_t S, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool) {
+              std::int64_t S, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool,
+              float topk_std_multiplier) {
   const std::size_t n = static_cast<std::size_t>(S * gate.rows);
   if (g.size() < n) g.resize(n);
   if (u.size() < n) u.resize(n);
   const MatMulTarget gate_up[] = {{.w = gate, .y = g.data()}, {.w = up, .y = u.data()}};
   MatMulRowsMany(gate_up, x, S, pool);
+  if (std::isfinite(topk_std_multiplier)) {
+    const std::int64_t F = gate.rows;
+    ParallelForRanges(pool, S, RowGrain(pool, S, static_cast<int>(F)), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        float* row = g.data() + r * F;
+        double sum = 0;
+        for (std::int64_t i = 0; i < F; ++i) sum += row[i];
+        const double mean = sum / static_cast<double>(F);
+        double var = 0;
+        for (std::int64_t i = 0; i < F; ++i) var += (row[i] - mean) * (row[i] - mean);
+        const float cutoff =
+            static_cast<float>(mean) + static_cast<float>(std::sqrt(var / static_cast<double>(F))) * topk_std_multiplier;
+        for (std::int64_t i = 0; i < F; ++i) row[i] = std::max(0.0f, row[i] - cutoff);
+      }
+    });
+  }
   // Elementwise: ranges of kParallelGrainValues (a multiple of every vector
   // length, so each element takes the same path as in one call).
   ParallelForRanges(pool, static_cast<std::int64_t>(n), kParallelGrainValues, [&](std::int64_t i0, std::int64_t i1) {

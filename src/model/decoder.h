@@ -6,6 +6,7 @@
 // Internal to src/model.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -155,9 +156,13 @@ void Attend(DecoderState& st, int layer, const AttentionCall& call, std::span<co
             ThreadPool* pool);
 
 // out[S, E] = down(gelu_tanh(gate x) * up x), x: [S, E]; g, u: scratch grown to
-// [S, n_ff]. out may not alias x.
+// [S, n_ff]. out may not alias x. With a finite topk_std_multiplier k (Gemma
+// 3n's activation sparsity, HF Gemma3nTextMLP._gaussian_topk), each row of
+// gate x is first replaced by relu(g - (mean(g) + k * std(g))) (population
+// std over the row; k = Phi^-1(sparsity), GGUF activation_sparsity_scale).
 void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const float* x,
-              std::int64_t S, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool);
+              std::int64_t S, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool* pool,
+              float topk_std_multiplier = -INFINITY);
 
 // out[s, :] = row tokens[s] of `table` (dequantized) * scale.
 void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, float scale, float* out);

@@ -1,8 +1,11 @@
 // Model::Load (architecture dispatch), the cache spec of a config, and ReadVocab.
 #include "kvshare/model.h"
 
+#include <algorithm>
+
 #include "kvshare/error.h"
 #include "model/gemma3.h"
+#include "model/gemma3n.h"
 #include "model/gemma4.h"
 
 namespace kvshare {
@@ -12,12 +15,13 @@ std::unique_ptr<Model> Model::Load(const std::string& path) {
   const std::string arch(file.GetStringOpt("general.architecture").value_or(""));
   if (arch == "gemma3") return LoadGemma3(std::move(file));
   if (arch == "gemma4") return LoadGemma4(std::move(file));
+  if (arch == "gemma3n") return LoadGemma3n(std::move(file));
   if (arch == "gemma4-assistant") {
     throw Error("model " + path + " is a Gemma 4 assistant (gemma4-assistant): a drafter that reads its target's "
                 "KV cache, not a model of its own; give it as the draft model (--draft-model) next to its Gemma 4 target");
   }
   throw Error("model " + path + ": architecture '" + arch +
-              "' is not supported (supported: gemma3, gemma4)");
+              "' is not supported (supported: gemma3, gemma3n, gemma4)");
 }
 
 ModelKvSpec KvSpecOf(const ModelConfig& c, int num_kv_shared_layers) {
@@ -64,6 +68,10 @@ VocabData ReadVocab(const GgufFile& file) {
   v.eos = id("tokenizer.ggml.eos_token_id");
   v.pad = id("tokenizer.ggml.padding_token_id");
   v.unk = id("tokenizer.ggml.unknown_token_id");
+  if (v.unk < 0) {  // files whose converter left the key out: the "<unk>" piece, as llama.cpp's SPM default
+    const auto it = std::find(v.tokens.begin(), v.tokens.end(), "<unk>");
+    if (it != v.tokens.end()) v.unk = static_cast<int32_t>(it - v.tokens.begin());
+  }
   v.add_bos = file.GetBoolOr("tokenizer.ggml.add_bos_token", true);
   v.add_eos = file.GetBoolOr("tokenizer.ggml.add_eos_token", false);
   v.add_space_prefix = file.GetBoolOr("tokenizer.ggml.add_space_prefix", false);
