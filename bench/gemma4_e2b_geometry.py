@@ -3,13 +3,12 @@
 measurements (kvshare bench against llama-bench on the same file). Real Gemma 4
 weights are not reachable from here; speed depends only on shapes and types.
 
-Geometry (reference/gemma4_gguf.md §1.4, E2B): 35 layers, width 1536, 8 heads,
+Geometry (the released E2B config): 35 layers, width 1536, 8 heads,
 1 KV head, head size 256 (sliding) / 512 (full), layers (4 sliding + 1 full) x 7,
 window 512, the last 20 layers KV-shared, FFN 6144 (12288 on the shared layers,
 double-wide), per-layer embeddings of 256 per layer (a 262144 x 8960 table),
 vocab 262144, proportional RoPE (64 of 256 pairs turn), final softcap 30. The
-vocabulary is a synthetic SentencePiece-style one (tokenizer.ggml.model "llama":
-specials, 256 byte tokens, filler pieces), which both engines load.
+vocabulary is random_gguf.py's synthetic one, which both engines load.
 
 The file is written in F16 (about 9 GB; N(0, 0.02) weights, norms around 1) into
 the git-ignored models/ folder. With --quantize LLAMA_QUANTIZE (a llama-quantize
@@ -25,14 +24,14 @@ Needs numpy and gguf (PyPI; written against gguf 0.19).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import gguf
+
+from random_gguf import add_vocabulary, quantize_q4_k_m, write_tensors
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,25 +65,6 @@ def tensors():
     return out
 
 
-def vocabulary():
-    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)]
-    types = [gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.UNKNOWN]
-    types += [gguf.TokenType.BYTE] * 256
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    while len(tokens) < VOCAB:  # "▁a", "▁b", ..., then longer pieces: every piece distinct
-        n = len(tokens) - 260
-        piece = ""
-        while True:
-            piece = letters[n % 26] + piece
-            n //= 26
-            if n == 0:
-                break
-        tokens.append("\u2581" + piece)
-        types.append(gguf.TokenType.NORMAL)
-    scores = [0.0] * 260 + [-float(i) for i in range(VOCAB - 260)]
-    return tokens, scores, types
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "models" / "gemma4-e2b-geometry-f16.gguf")
@@ -115,56 +95,12 @@ def main() -> int:
     w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(a + "final_logit_softcapping", 30.0)
     w.add_array(a + "attention.sliding_window_pattern", SLIDING)
-    tokens, scores, types = vocabulary()
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(2)
-    w.add_eos_token_id(1)
-    w.add_unk_token_id(3)
-    w.add_pad_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_space_prefix(False)
-
-    specs = tensors()
-    for name, shape, kind in specs:
-        dtype = np.float16 if kind == "w" else np.float32
-        n = int(np.prod(shape))
-        w.add_tensor_info(name, tuple(reversed(shape)), np.dtype(dtype), n * np.dtype(dtype).itemsize)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    fout = w.fout[0]
-    for name, shape, kind in specs:
-        ti = w.tensors[0].pop(name)  # as GGUFWriter.write_tensor_data does, but written in chunks
-        w.write_padding(fout, fout.tell())
-        n = int(np.prod(shape))
-        if kind == "w":
-            chunk = 1 << 26
-            for lo in range(0, n, chunk):
-                m = min(chunk, n - lo)
-                (rng.standard_normal(m, dtype=np.float32) * 0.02).astype(np.float16).tofile(fout)
-        elif kind == "r":
-            np.array([1.0] * ROPE_PAIRS_FULL + [1e30] * (n - ROPE_PAIRS_FULL), dtype=np.float32).tofile(fout)
-        else:  # norms and layer scalars around 1
-            (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32).tofile(fout)
-        w.write_padding(fout, ti.nbytes)
-    w.close()
+    add_vocabulary(w, VOCAB)
+    write_tensors(w, tensors(), rng, rope_pairs=ROPE_PAIRS_FULL)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e9:.2f} GB) in {time.time() - t0:.0f} s")
-
     if args.quantize:
-        q = args.out.with_name(args.out.name.replace("-f16", "-q4_k_m"))
-        t0 = time.time()
-        subprocess.run([str(args.quantize), str(args.out), str(q), "Q4_K_M", "2"], check=True,
-                       stdout=subprocess.DEVNULL)
-        r = gguf.GGUFReader(str(q))
-        mix = Counter(t.tensor_type.name for t in r.tensors)
-        print(f"wrote {q} ({q.stat().st_size / 1e9:.2f} GB) in {time.time() - t0:.0f} s; tensor types: "
-              + ", ".join(f"{k} x{v}" for k, v in mix.most_common()))
-        big = {t.name: t.tensor_type.name for t in r.tensors
-               if t.name in ("token_embd.weight", "per_layer_token_embd.weight", "per_layer_model_proj.weight")}
-        print("  " + ", ".join(f"{k}: {v}" for k, v in big.items()))
+        quantize_q4_k_m(args.out, args.quantize,
+                        ("token_embd.weight", "per_layer_token_embd.weight", "per_layer_model_proj.weight"))
     return 0
 
 

@@ -257,6 +257,19 @@ TEST(SpeculativeLossless, Gemma4Fixtures) {
   }
 }
 
+// The converted Gemma 3n fixtures (tests/fixtures/gemma3n): AltUp streams,
+// Laurel, activation sparsity and KV sharing under verify steps and rewinds,
+// in f32 and llama.cpp's quantizations.
+TEST(SpeculativeLossless, Gemma3nFixtures) {
+  ThreadPool pool(2);
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  const std::string dir = std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma3n/";
+  for (const char* name : {"e2b.f32", "e2b.q8_0", "e2b.q4_k_m", "pattern5.f32"}) {
+    const std::unique_ptr<Model> model = Model::Load(dir + name + ".gguf");
+    CheckLossless(*model, {name, {.max_context = 96, .max_step = 6}}, &pool, 40);
+  }
+}
+
 // A row whose verify steps mix accepted drafts with ring wrap-around many
 // times over: long generation on a window of 4.
 TEST(SpeculativeLossless, LongRunOverSmallRings) {

@@ -1,9 +1,10 @@
 // kvshare/model.h — decoder LLMs loaded from GGUF, run on the CPU.
 //
 // Model::Load maps a GGUF file (weights stay quantized in the mapping) and
-// builds the architecture named by `general.architecture` (today: gemma3, any
-// size: every hyperparameter comes from metadata). A Model is immutable and may
-// be shared by many sessions; each ModelState owns one sequence's KV cache.
+// builds the architecture named by `general.architecture` (gemma3, gemma3n,
+// gemma4; any size: every hyperparameter comes from metadata). A Model is
+// immutable and may be shared by many sessions; each ModelState owns one
+// sequence's KV cache.
 //
 // Forward(state, tokens) appends `tokens` at positions state.length() ...
 // and returns the logits of the last one (or of the last few, ForwardOptions).

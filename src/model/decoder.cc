@@ -267,6 +267,36 @@ void DecoderModel::ValidateSharing(const std::string& key) const {
   }
 }
 
+void DecoderModel::WarnIfLlamaCppSharesDifferently() {
+  const int n = cfg_.num_kv_shared_layers;
+  if (n == 0) return;
+  const LayerPlan plan = BuildLayerPlan(KvSpecOf(cfg_, n));
+  const int n_kv = cfg_.n_layer - n;
+  std::string diffs;
+  for (int il = n_kv; il < cfg_.n_layer; ++il) {
+    const int llama_src = n_kv - (cfg_.is_sliding[static_cast<std::size_t>(il)] ? 2 : 1);
+    const int src = plan.layers[static_cast<std::size_t>(il)].source_layer;
+    if (llama_src != src) diffs += Str(diffs.empty() ? "" : ", ", "layer ", il, " reads ", src, " (llama.cpp: ", llama_src, ")");
+  }
+  if (!diffs.empty()) {
+    warnings_.push_back(Str("KV sharing: this file's layer pattern makes llama.cpp's fixed rule (n_kv - 2 for sliding, ",
+                            "n_kv - 1 for full layers) pick other source layers than HF's rule (the last owning layer ",
+                            "of the same type), which kvshare follows: ", diffs,
+                            ". llama.cpp computes this model differently from HF transformers."));
+  }
+}
+
+void DecoderModel::RequireKvWeights(const LayerPlan& plan, const std::function<bool(int)>& has_kv) const {
+  for (int l = 0; l < plan.first_shared; ++l) {
+    if (!has_kv(l)) {
+      throw Error(Str("num_kv_shared_layers = ", cfg_.n_layer - plan.first_shared, " makes layer ", l,
+                      " compute its own K/V, but the file has no blk.", l, ".attn_k.weight (the file shares that ",
+                      "layer's KV); use at least ", cfg_.n_layer - l, " shared layers (the file's own: ",
+                      cfg_.num_kv_shared_layers, ")"));
+    }
+  }
+}
+
 std::shared_ptr<const RopeSet> DecoderModel::RopeFor(std::int64_t max_pos) const {
   std::lock_guard<std::mutex> lock(rope_mu_);
   if (!rope_ || rope_->max_pos < max_pos) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -214,6 +215,14 @@ class DecoderModel : public Model {
   std::string PlanError(int n) const;
   // Throws when the file's own num_kv_shared_layers gives no valid plan.
   void ValidateSharing(const std::string& key) const;
+  // Adds a warning when llama.cpp's fixed sharing rule (shared layer il >= n_kv
+  // = n_layer - N reads n_kv - 2 if sliding, n_kv - 1 if full) picks other
+  // source layers than HF's (the last owning layer of the same type), which
+  // kvshare follows.
+  void WarnIfLlamaCppSharesDifferently();
+  // Throws when `plan` makes a layer compute its own K/V but has_kv(layer) is
+  // false (the file shares that layer's KV), naming the smallest valid count.
+  void RequireKvWeights(const LayerPlan& plan, const std::function<bool(int)>& has_kv) const;
 
   GgufFile file_;
   ModelConfig cfg_;

@@ -91,6 +91,7 @@ class Gemma3n final : public detail::DecoderModel {
   void RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpan> spans, bool owns, ThreadPool* pool) const;
   // modal[s, :n] = tanh(router · (RMSNorm(v_s, router_norm) / E)) for S rows of v.
   void Route(const Layer& L, const float* v, std::int64_t S, Gemma3nState& st, ThreadPool* pool) const;
+  void WarnIfLlamaCppHardcodesOtherValues(const std::vector<float>& sparsity, int ple);
 
   int n_altup_ = 0, active_ = 0;
   std::vector<WeightMatrix> altup_proj_, altup_unembd_;  // n - 1 each, [E, E]
@@ -176,19 +177,47 @@ Gemma3n::Gemma3n(GgufFile file) : DecoderModel(std::move(file)) {
     Ly.ple_gate = detail::LoadPerLayerGate(t, p, ple, E);
     layers_.push_back(std::move(Ly));
   }
+  WarnIfLlamaCppSharesDifferently();
+  WarnIfLlamaCppHardcodesOtherValues(sparsity, ple);
+}
+
+// llama.cpp (at least through ggml-org/llama.cpp@0c1e57098) reads none of these
+// gemma3n keys and assumes the released E2B/E4B values (docs/gemma3n.md).
+void Gemma3n::WarnIfLlamaCppHardcodesOtherValues(const std::vector<float>& sparsity, int ple) {
+  const ModelConfig& c = cfg_;
+  std::string diffs;
+  const auto add = [&](const std::string& s) { diffs += (diffs.empty() ? "" : ", ") + s; };
+  if (n_altup_ != 4) add(Str("altup.num_inputs ", n_altup_, " (llama.cpp: 4)"));
+  if (active_ != 0) add(Str("altup.active_idx ", active_, " (llama.cpp: 0)"));
+  if (ple != 256) add(Str("embedding_length_per_layer_input ", ple, " (llama.cpp: 256)"));
+  const std::int64_t rank = layers_.empty() ? 0 : layers_[0].laurel_l.rows;
+  if (rank != 64) add(Str("Laurel rank ", rank, " (llama.cpp: 64)"));
+  const int owning = c.n_layer - c.num_kv_shared_layers;
+  if (owning != 20) add(Str("KV-owning layers ", owning, " (llama.cpp: 20)"));
+  for (std::size_t i = 0; i < sparsity.size(); ++i) {
+    const bool sparse = std::isfinite(sparsity[i]);
+    if (sparse != (i < 10) || (sparse && std::fabs(sparsity[i] - 1.6448535f) > 1e-4f)) {
+      add("activation_sparsity_scale (llama.cpp: 1.6449 on layers 0-9, dense after)");
+      break;
+    }
+  }
+  for (int n_ff : c.layer_n_ff) {
+    if (n_ff != c.layer_n_ff[0]) {
+      add("per-layer feed_forward_length (llama.cpp: layer 0's on every layer)");
+      break;
+    }
+  }
+  if (!diffs.empty()) {
+    warnings_.push_back(Str("llama.cpp ignores this file's Gemma 3n hyperparameter keys and assumes E2B/E4B values; ",
+                            "this file has ", diffs, ". llama.cpp computes or loads it differently from HF ",
+                            "transformers; kvshare reads the file."));
+  }
 }
 
 std::unique_ptr<DecoderState> Gemma3n::MakeState(KvCache cache, const ModelStateOptions& options,
                                                  std::shared_ptr<const detail::RopeSet> rope) const {
   const LayerPlan& plan = cache.Plan();
-  for (int l = 0; l < plan.first_shared; ++l) {
-    if (!layers_[static_cast<std::size_t>(l)].attn.k) {
-      throw Error(Str("num_kv_shared_layers = ", cfg_.n_layer - plan.first_shared, " makes layer ", l,
-                      " compute its own K/V, but the file has no blk.", l, ".attn_k.weight (the file shares that ",
-                      "layer's KV); use at least ", cfg_.n_layer - l, " shared layers (the file's own: ",
-                      cfg_.num_kv_shared_layers, ")"));
-    }
-  }
+  RequireKvWeights(plan, [&](int l) { return layers_[static_cast<std::size_t>(l)].attn.k.has_value(); });
   auto st = std::make_unique<Gemma3nState>(std::move(cache), options, std::move(rope));
   st->x.resize(static_cast<std::size_t>(n_altup_));
   st->pred.resize(static_cast<std::size_t>(n_altup_));

@@ -66,7 +66,6 @@ class Gemma4 final : public detail::DecoderModel {
                                           std::shared_ptr<const detail::RopeSet> rope) const override;
   float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
   void RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan> spans, bool owns, ThreadPool* pool) const;
-  void WarnIfLlamaCppSharesDifferently();
 
   detail::PerLayerEmbeddings ple_;  // width 0: no per-layer embeddings
   std::vector<Layer> layers_;
@@ -143,38 +142,10 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
   WarnIfLlamaCppSharesDifferently();
 }
 
-// llama.cpp maps every shared layer il >= n_kv = L - N to layer n_kv - 2 (sliding)
-// or n_kv - 1 (full); HF (and kvshare) take the last owning layer of the same type.
-void Gemma4::WarnIfLlamaCppSharesDifferently() {
-  const int n = cfg_.num_kv_shared_layers;
-  if (n == 0) return;
-  const LayerPlan plan = BuildLayerPlan(KvSpecOf(cfg_, n));
-  const int n_kv = cfg_.n_layer - n;
-  std::string diffs;
-  for (int il = n_kv; il < cfg_.n_layer; ++il) {
-    const int llama_src = n_kv - (cfg_.is_sliding[static_cast<std::size_t>(il)] ? 2 : 1);
-    const int src = plan.layers[static_cast<std::size_t>(il)].source_layer;
-    if (llama_src != src) diffs += Str(diffs.empty() ? "" : ", ", "layer ", il, " reads ", src, " (llama.cpp: ", llama_src, ")");
-  }
-  if (!diffs.empty()) {
-    warnings_.push_back(Str("KV sharing: this file's layer pattern makes llama.cpp's fixed rule (n_kv - 2 for sliding, ",
-                            "n_kv - 1 for full layers) pick other source layers than HF's rule (the last owning layer ",
-                            "of the same type), which kvshare follows: ", diffs,
-                            ". llama.cpp computes this model differently from HF transformers."));
-  }
-}
-
 std::unique_ptr<DecoderState> Gemma4::MakeState(KvCache cache, const ModelStateOptions& options,
                                                 std::shared_ptr<const detail::RopeSet> rope) const {
   const LayerPlan& plan = cache.Plan();
-  for (int l = 0; l < plan.first_shared; ++l) {
-    if (!layers_[static_cast<std::size_t>(l)].attn.k) {
-      throw Error(Str("num_kv_shared_layers = ", cfg_.n_layer - plan.first_shared, " makes layer ", l,
-                      " compute its own K/V, but the file has no blk.", l, ".attn_k.weight (the file shares that ",
-                      "layer's KV); use at least ", cfg_.n_layer - l, " shared layers (the file's own: ",
-                      cfg_.num_kv_shared_layers, ")"));
-    }
-  }
+  RequireKvWeights(plan, [&](int l) { return layers_[static_cast<std::size_t>(l)].attn.k.has_value(); });
   return std::make_unique<Gemma4State>(std::move(cache), options, std::move(rope));
 }
 

@@ -1,6 +1,6 @@
 // The geometry the Gemma 4 family reads from GGUF metadata (the target model
-// `gemma4` and its assistant drafter `gemma4-assistant` write the same keys
-// under their own prefix). Internal to src/model.
+// `gemma4`, its assistant drafter `gemma4-assistant` and Gemma 3n `gemma3n`
+// write the same keys under their own prefix). Internal to src/model.
 #pragma once
 
 #include <string>

@@ -135,9 +135,9 @@ class Server:
 def generate(model, prompt, *args, timeout=300):
     """`kvshare generate`'s text (stdout) for `prompt` with extra flags."""
     res = subprocess.run([str(cli()), "generate", "--model", str(model), "--prompt", prompt, *map(str, args)],
-                         capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+                         capture_output=True, timeout=timeout, cwd=ROOT)
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    return res.stdout.decode()  # not text=True: its universal newlines would turn a generated "\r" into "\n"
 
 
 class Response:
