@@ -145,6 +145,71 @@ TEST(Dequant, Q6_K) {
   EXPECT_EQ(y[128 + 16], -7.75f);  // half 1, sc[9] = 1, q = -31
 }
 
+TEST(Dequant, Q2_K) {
+  BlockQ2_K b{};
+  b.d = F32ToF16(0.5f);
+  b.dmin = F32ToF16(0.25f);
+  for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<std::uint8_t>(((g % 4) << 4) | (g + 1));
+  for (int i = 0; i < 64; ++i) b.qs[i] = 0xE4;  // 2-bit fields 0, 1, 2, 3 (j = 0..3)
+  b.qs[33] = 0x03;                              // n = 1, l = 1: code 3 at j = 0, 0 at j = 1..3
+  const auto y = Dequant(GgmlType::kQ2_K, &b, 256);
+  EXPECT_EQ(y[0], 0.0f);               // code 0, sc 1, m 0
+  EXPECT_EQ(y[17], -0.25f);             // group 1: sc 2, m 1, code 0
+  EXPECT_EQ(y[32], 0.5f * 3 * 1 - 0.5f);      // j = 1: group 2 (sc 3, m 2), code 1
+  EXPECT_EQ(y[96 + 20], 0.5f * 8 * 3 - 0.75f);  // j = 3, l = 20: group 7 (sc 8, m 3), code 3
+  EXPECT_EQ(y[129], 0.5f * 9 * 3);       // n = 1, l = 1, j = 0: group 8 (sc 9, m 0), code 3
+  EXPECT_EQ(y[161], -0.5f);              // j = 1: group 10 (sc 11, m 2), code 0
+}
+
+TEST(Dequant, Q3_K) {
+  BlockQ3_K b{};
+  b.d = F32ToF16(0.5f);
+  // 6-bit scales s_g = g + 30 (so s_g - 32 = g - 2): low nibbles in bytes 0-7
+  // (groups 0-7 low, 8-15 high), 2-bit highs in bytes 8-11 (group g at byte
+  // 8 + g % 4, bits 2 (g / 4)).
+  for (int g = 0; g < 16; ++g) {
+    const int sg = g + 30;
+    b.scales[g % 8] |= static_cast<std::uint8_t>((sg & 0xF) << (4 * (g / 8)));
+    b.scales[8 + g % 4] |= static_cast<std::uint8_t>((sg >> 4) << (2 * (g / 4)));
+  }
+  for (int g = 0; g < 16; ++g) EXPECT_EQ(Q3KScale(g, b.scales), g + 30) << g;
+  for (int i = 0; i < 64; ++i) b.qs[i] = 0xE4;  // codes 0, 1, 2, 3 at j = 0..3
+  b.hmask[5] = 0x01;                           // element 5 (n = 0, j = 0) keeps its code; others - 4
+  b.hmask[7] = 0x80;                           // element 128 + 96 + 7 (n = 1, j = 3)
+  const auto y = Dequant(GgmlType::kQ3_K, &b, 256);
+  EXPECT_EQ(y[0], 0.5f * -2 * -4);       // group 0: s - 32 = -2, code 0 - 4
+  EXPECT_EQ(y[5], 0.0f);                 // code 0, high bit set
+  EXPECT_EQ(y[64 + 16], 0.5f * 3 * -2);  // j = 2, l = 16: group 5, code 2 - 4
+  EXPECT_EQ(y[128 + 96 + 7], 0.5f * 12 * 3);  // group 14, code 3, high bit set
+  EXPECT_EQ(y[128 + 96 + 8], 0.5f * 12 * -1);
+}
+
+TEST(Dequant, IQ4) {
+  BlockIQ4_NL nl{};
+  nl.d = F32ToF16(0.5f);
+  for (int j = 0; j < 16; ++j) nl.qs[j] = static_cast<std::uint8_t>((15 - j) << 4 | j);
+  const auto y = Dequant(GgmlType::kIQ4_NL, &nl, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * kIq4Values[j]);
+    EXPECT_EQ(y[16 + j], 0.5f * kIq4Values[15 - j]);
+  }
+  BlockIQ4_XS xs{};
+  xs.d = F32ToF16(0.25f);
+  // ls_ib = 32 + ib - 4 (6 bits): low nibbles in scales_l, high 2 bits in scales_h.
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = 28 + ib;
+    xs.scales_l[ib / 2] |= static_cast<std::uint8_t>((ls & 0xF) << (4 * (ib % 2)));
+    xs.scales_h = static_cast<std::uint16_t>(xs.scales_h | ((ls >> 4) << (2 * ib)));
+  }
+  for (int i = 0; i < 128; ++i) xs.qs[i] = static_cast<std::uint8_t>(i % 16);
+  const auto z = Dequant(GgmlType::kIQ4_XS, &xs, 256);
+  for (int ib = 0; ib < 8; ++ib) {
+    EXPECT_EQ(IQ4XSScale(ib, xs), 28 + ib);
+    EXPECT_EQ(z[32 * ib + 3], 0.25f * static_cast<float>(ib - 4) * kIq4Values[3]) << ib;
+    EXPECT_EQ(z[32 * ib + 16 + 3], 0.25f * static_cast<float>(ib - 4) * kIq4Values[0]) << ib;
+  }
+}
+
 TEST(Dequant, FloatTypes) {
   const std::uint16_t h[2] = {F32ToF16(1.5f), F32ToF16(-0.25f)};
   const std::uint16_t bf[2] = {F32ToBF16(3.0f), F32ToBF16(-2.0f)};
@@ -153,7 +218,7 @@ TEST(Dequant, FloatTypes) {
   EXPECT_EQ(Dequant(GgmlType::kBF16, bf, 2), (std::vector<float>{3.0f, -2.0f}));
   EXPECT_EQ(Dequant(GgmlType::kF32, f, 2), (std::vector<float>{7.0f, -1.0f}));
   EXPECT_THROW(Dequant(GgmlType::kQ8_0, f, 16), Error);
-  EXPECT_THROW(Dequant(GgmlType::kQ2_K, f, 256), Error);
+  EXPECT_THROW(Dequant(GgmlType::kIQ2_XXS, f, 256), Error);
 }
 
 // Random but valid weight bytes: fp16 scale fields are set to small finite values.
@@ -187,6 +252,11 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
     const std::size_t at = static_cast<std::size_t>(b) * bb;
     if (t == GgmlType::kQ6_K) {
       put16(at + 208, scale(rng));
+    } else if (t == GgmlType::kQ2_K) {
+      put16(at + 80, std::fabs(scale(rng)));
+      put16(at + 82, std::fabs(scale(rng)));
+    } else if (t == GgmlType::kQ3_K) {
+      put16(at + 108, scale(rng));
     } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
       put16(at, std::fabs(scale(rng)));
       put16(at + 2, std::fabs(scale(rng)));
@@ -248,11 +318,13 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
   }
 }
 
-const GgmlType kIntTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                              GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
-const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                           GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                           GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16};
+const GgmlType kIntTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,
+                              GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,  GgmlType::kQ6_K,
+                              GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
+const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,   GgmlType::kQ5_0,
+                           GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,
+                           GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                           GgmlType::kF32,  GgmlType::kF16,    GgmlType::kBF16};
 
 TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::mt19937 rng(1234);
@@ -596,7 +668,7 @@ TEST(MatMul, PackRefusesWhatItCannotLayOut) {
 
 TEST(MatMul, RejectsBadInput) {
   std::vector<std::uint8_t> w(34);
-  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ2_K, 1, 256), Error);
+  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kIQ2_XXS, 1, 256), Error);
   EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 48), Error);
   const WeightMatrix wm = WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 32);
   EXPECT_THROW(MatMul(wm, {.x = nullptr, .m = 1, .y = nullptr}), Error);

@@ -41,12 +41,10 @@ struct TypeFacts {
 
 // ggml-common.h block structs; every id GGUF files use today.
 const TypeFacts kUnsupported[] = {
-    {GgmlType::kQ8_1, "Q8_1", 32, 36},         {GgmlType::kQ2_K, "Q2_K", 256, 84},
-    {GgmlType::kQ3_K, "Q3_K", 256, 110},       {GgmlType::kQ8_K, "Q8_K", 256, 292},
+    {GgmlType::kQ8_1, "Q8_1", 32, 36},         {GgmlType::kQ8_K, "Q8_K", 256, 292},
     {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66},  {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74},
     {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98},  {GgmlType::kIQ1_S, "IQ1_S", 256, 50},
-    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18},     {GgmlType::kIQ3_S, "IQ3_S", 256, 110},
-    {GgmlType::kIQ2_S, "IQ2_S", 256, 82},      {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136},
+    {GgmlType::kIQ3_S, "IQ3_S", 256, 110},     {GgmlType::kIQ2_S, "IQ2_S", 256, 82},
     {GgmlType::kI8, "I8", 1, 1},               {GgmlType::kI32, "I32", 1, 4},
     {GgmlType::kF64, "F64", 1, 8},             {GgmlType::kIQ1_M, "IQ1_M", 256, 56},
     {GgmlType::kTQ1_0, "TQ1_0", 256, 54},      {GgmlType::kTQ2_0, "TQ2_0", 256, 66},
@@ -96,7 +94,7 @@ TEST(WeightTypes, ReaderKnowsEveryTypeAndReadsItsTensors) {
   // `kvshare info` lists them by name.
   std::ostringstream info;
   PrintModelInfo(f, info);
-  EXPECT_THAT(info.str(), AllOf(HasSubstr("IQ4_XS"), HasSubstr("TQ1_0"), HasSubstr("MXFP4")));
+  EXPECT_THAT(info.str(), AllOf(HasSubstr("IQ2_XXS"), HasSubstr("TQ1_0"), HasSubstr("MXFP4")));
 }
 
 // Ids outside the table (retired Q4_2 = 4, Q4_3 = 5, repacked 31..33, future
@@ -141,7 +139,8 @@ TEST(WeightTypes, ModelLoadRefusesUnsupportedWeightTypes) {
       ADD_FAILURE() << t.name << " loaded";
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), AllOf(HasSubstr("tensor '" + name + "' has type " + t.name),
-                                  HasSubstr("(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")));
+                                  HasSubstr("(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                                            "IQ4_NL, IQ4_XS)")));
     }
   }
 }
@@ -163,13 +162,13 @@ std::function<void(GgufSpec&)> Retype(const std::string& name, const TypeFacts& 
 // embedding table and a 3-D expert stack (MXFP4 is what gpt-oss-style MoE
 // files use for experts).
 TEST(WeightTypes, Gemma4LoadRefusesUnsupportedWeightTypes) {
-  const TypeFacts iq4_nl{GgmlType::kIQ4_NL, "IQ4_NL", 32, 18}, mxfp4{GgmlType::kMXFP4, "MXFP4", 32, 17};
+  const TypeFacts q8_1{GgmlType::kQ8_1, "Q8_1", 32, 36}, mxfp4{GgmlType::kMXFP4, "MXFP4", 32, 17};
   const struct {
     std::string tensor;
     TypeFacts type;
     int experts;
-  } cases[] = {{"blk.1.attn_q.weight", iq4_nl, 0},
-               {"per_layer_token_embd.weight", iq4_nl, 0},
+  } cases[] = {{"blk.1.attn_q.weight", q8_1, 0},
+               {"per_layer_token_embd.weight", q8_1, 0},
                {"blk.0.ffn_gate_up_exps.weight", mxfp4, 4}};
   for (const auto& c : cases) {
     testing::TinyGemma4Spec spec;

@@ -81,7 +81,6 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
   c.architecture = "gemma4";
   rope_families_ = std::move(g.rope_families);
   layer_rope_ = std::move(g.layer_rope);
-  const std::size_t L = static_cast<std::size_t>(c.n_layer);
   final_softcap_ = f.GetF32Or(a + "final_logit_softcapping", 0.0f);
   ValidateSharing(a + "attention.shared_kv_layers");
   const int ple = static_cast<int>(f.GetU32Or(a + "embedding_length_per_layer_input", 0));

@@ -17,24 +17,34 @@ bool IsSupportedWeightType(GgmlType type) {
   switch (type) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
     case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
-    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS:
       return true;
     default:
       return false;
   }
 }
 
-const char* SupportedWeightTypesString() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"; }
+const char* SupportedWeightTypesString() {
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
+}
 
 void CheckWeightType(const GgufTensor& t) {
   if (IsSupportedWeightType(t.type)) return;
   throw Error("tensor '" + t.name + "' has type " + GgmlTypeName(t.type) +
               ", which kvshare does not support (supported: " + SupportedWeightTypesString() +
-              "); use a GGUF quantized to one of these (llama.cpp presets Q4_K_M, Q5_K_M, Q6_K, Q8_0, F16, BF16)");
+              "); use a GGUF quantized to one of these (llama.cpp presets Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, "
+              "Q8_0, IQ4_NL, IQ4_XS, F16, BF16)");
 }
 
 bool UsesSuperBlockActivations(GgmlType type) {
-  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+  switch (type) {
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
+      return true;
+    default:
+      return false;
+  }
 }
 
 namespace {
@@ -158,6 +168,53 @@ void DequantQ6_K(const BlockQ6_K* b, float* y, std::int64_t nb) {
   }
 }
 
+// Q2_K / Q3_K: element 128n + 32j + l is bits 2j of qs[32n + l], group 8n + 2j + l / 16.
+void DequantQ2_K(const BlockQ2_K* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d), dmin = F16ToF32(b[i].dmin);
+    for (int e = 0; e < 256; ++e) {
+      const int n = e / 128, j = (e / 32) % 4, l = e % 32, g = e / 16;
+      const int code = (b[i].qs[32 * n + l] >> (2 * j)) & 3;
+      const float dl = d * static_cast<float>(b[i].scales[g] & 0xF);
+      const float ml = dmin * static_cast<float>(b[i].scales[g] >> 4);
+      *y++ = dl * static_cast<float>(code) - ml;
+    }
+  }
+}
+
+void DequantQ3_K(const BlockQ3_K* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int e = 0; e < 256; ++e) {
+      const int n = e / 128, j = (e / 32) % 4, l = e % 32, g = e / 16;
+      const int high = (b[i].hmask[l] >> (4 * n + j)) & 1;
+      const int code = ((b[i].qs[32 * n + l] >> (2 * j)) & 3) - (high != 0 ? 0 : 4);
+      const float dl = d * static_cast<float>(Q3KScale(g, b[i].scales) - 32);
+      *y++ = dl * static_cast<float>(code);
+    }
+  }
+}
+
+void DequantIQ4Nibbles(const std::uint8_t* qs, float d, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4Values[qs[j] & 0xF]);
+    y[j + 16] = d * static_cast<float>(kIq4Values[qs[j] >> 4]);
+  }
+}
+
+void DequantIQ4_NL(const BlockIQ4_NL* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) DequantIQ4Nibbles(b[i].qs, F16ToF32(b[i].d), y);
+}
+
+void DequantIQ4_XS(const BlockIQ4_XS* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int ib = 0; ib < 8; ++ib, y += 32) {
+      DequantIQ4Nibbles(b[i].qs + 16 * ib, d * static_cast<float>(IQ4XSScale(ib, b[i]) - 32), y);
+    }
+  }
+}
+
 }  // namespace
 
 void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
@@ -184,6 +241,10 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
     case GgmlType::kQ4_K: DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb); return;
     case GgmlType::kQ5_K: DequantQ5_K(static_cast<const BlockQ5_K*>(src), dst, nb); return;
     case GgmlType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return;
+    case GgmlType::kQ2_K: DequantQ2_K(static_cast<const BlockQ2_K*>(src), dst, nb); return;
+    case GgmlType::kQ3_K: DequantQ3_K(static_cast<const BlockQ3_K*>(src), dst, nb); return;
+    case GgmlType::kIQ4_NL: DequantIQ4_NL(static_cast<const BlockIQ4_NL*>(src), dst, nb); return;
+    case GgmlType::kIQ4_XS: DequantIQ4_XS(static_cast<const BlockIQ4_XS*>(src), dst, nb); return;
     default: return;
   }
 }

@@ -1,8 +1,9 @@
-// Quantized weight formats (ggml block layouts, reference/model_perf.md §3),
+// Quantized weight formats (the block layouts of ggml's ggml-common.h),
 // reference dequantization, and matrix products against float activations.
 //
 // MatMul quantizes activations to int8 blocks (per 32 for Q4_0/Q4_1/Q5_0/
-// Q5_1/Q8_0 weights, per 256 with 16-element sums for Q4_K/Q5_K/Q6_K) and runs integer dot
+// Q5_1/Q8_0/IQ4_NL weights, per 256 with 16-element sums for the K-quants and
+// IQ4_XS) and runs integer dot
 // products; F32/F16/BF16 weights use float dot products. The SIMD level is
 // chosen once at run time from the CPU (AVX-512 VNNI, AVX2, or the scalar
 // twin that is always compiled); KVSHARE_KERNEL=scalar|avx2|avx512 overrides.
@@ -69,6 +70,43 @@ struct BlockQ6_K {
   std::int8_t scales[16];
   std::uint16_t d;
 };
+// Q2_K: 16 groups of 16; element = d * (scales[g] & 0xF) * code - dmin *
+// (scales[g] >> 4), 2-bit codes: element 128n + 32j + l (l < 32) is bits 2j of
+// qs[32n + l], in group 8n + 2j + l / 16.
+struct BlockQ2_K {
+  std::uint8_t scales[16];
+  std::uint8_t qs[64];
+  std::uint16_t d;
+  std::uint16_t dmin;
+};
+// Q3_K: 16 groups of 16; element = d * (sc_g - 32) * (code - 4 * !hbit), the
+// 2-bit codes placed as in Q2_K, hbit = bit 4n + j of hmask[l], sc_g the
+// 6-bit scales packed in 12 bytes (Q3KScale).
+struct BlockQ3_K {
+  std::uint8_t hmask[32];
+  std::uint8_t qs[64];
+  std::uint8_t scales[12];
+  std::uint16_t d;
+};
+// IQ4_NL: element = d * kIq4Values[nibble], nibbles as in Q4_0.
+struct BlockIQ4_NL {
+  std::uint16_t d;
+  std::uint8_t qs[16];
+};
+// IQ4_XS: 8 sub-blocks of 32 laid out as IQ4_NL's, each with a 6-bit scale
+// ls_ib (low 4 bits in scales_l, high 2 in scales_h): element = d * (ls - 32)
+// * kIq4Values[nibble].
+struct BlockIQ4_XS {
+  std::uint16_t d;
+  std::uint16_t scales_h;
+  std::uint8_t scales_l[4];
+  std::uint8_t qs[128];
+};
+// The non-linear 4-bit grid of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl).
+inline constexpr std::int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                               1,    13,   25,  38,  53,  69,  89,  113};
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_NL) == 18 &&
+              sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
@@ -98,9 +136,20 @@ inline void Q4KScaleMin(int j, const std::uint8_t* s, std::uint8_t* sc, std::uin
   }
 }
 
-// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+// Q3_K's 6-bit scale of group g (0..15), unpacked from the 12 scale bytes
+// (without the -32 offset).
+inline int Q3KScale(int g, const std::uint8_t* s) {
+  return ((s[g % 8] >> (4 * (g / 8))) & 0xF) | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
+}
+// IQ4_XS's 6-bit scale of sub-block ib (0..7), without the -32 offset.
+inline int IQ4XSScale(int ib, const BlockIQ4_XS& b) {
+  return ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+}
+
+// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K, IQ4_NL, IQ4_XS.
 bool IsSupportedWeightType(GgmlType type);
-// "F32, F16, ..., Q6_K": the list above, for error messages.
+// "F32, F16, ..., IQ4_XS": the list above, for error messages.
 const char* SupportedWeightTypesString();
 // Throws kvshare::Error naming the tensor and its type unless `t`'s type is
 // one of the above, e.g. "tensor 'blk.0.attn_q.weight' has type IQ4_XS, which
@@ -109,7 +158,7 @@ const char* SupportedWeightTypesString();
 // refused at load rather than at the first forward pass.
 void CheckWeightType(const GgufTensor& t);
 // Whether MatMul quantizes activations for `type` per 256 (ActQ8K: the
-// K-quants) rather than per 32 (ActQ8); false for float types.
+// K-quants and IQ4_XS) rather than per 32 (ActQ8); false for float types.
 bool UsesSuperBlockActivations(GgmlType type);
 
 // Reference dequantization of one row of n elements (n a multiple of the
@@ -148,7 +197,8 @@ struct WeightMatrix {
 };
 
 // kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block for
-// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights, per 256-block for Q4_K/Q5_K/Q6_K) and compute integer
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL weights, per 256-block for the K-quants and
+// IQ4_XS) and compute integer
 // block dot products. kFloat is their plain twin without activation rounding:
 // it dequantizes each weight row to fp32 (DequantizeRow) and multiplies it with
 // the fp32 activations. It is slow and never the default; it exists to check a

@@ -147,6 +147,10 @@ const QuantKernels kAvx2Kernels = {.q8_0 = KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8
                                    .q5_k = KVSHARE_ROWS_KERNEL(DotQKMinR, BlockQ5_K, ActQ8K),
                                    .q6_k = KVSHARE_ROWS_KERNEL(DotQ6_KR, BlockQ6_K, ActQ8K),
                                    .packed = Avx2PackedRows,
-                                   .packed_k = Avx2PackedKRows};
+                                   .packed_k = Avx2PackedKRows,
+                                   .q2_k = Avx2Q2_KRows,
+                                   .q3_k = Avx2Q3_KRows,
+                                   .iq4_nl = Avx2IQ4_NLRows,
+                                   .iq4_xs = Avx2IQ4_XSRows};
 
 }  // namespace kvshare::detail

@@ -61,6 +61,10 @@ const QuantKernels kAvx512VnniKernels = {.q8_0 = Avx512Q8_0Rows,
                                          .q5_k = Avx512Q5_KRows,
                                          .q6_k = Avx512Q6_KRows,
                                          .packed = Avx512PackedRows,
-                                         .packed_k = Avx512PackedKRows};
+                                         .packed_k = Avx512PackedKRows,
+                                         .q2_k = Avx2Q2_KRows,
+                                         .q3_k = Avx2Q3_KRows,
+                                         .iq4_nl = Avx2IQ4_NLRows,
+                                         .iq4_xs = Avx2IQ4_XSRows};
 
 }  // namespace kvshare::detail

@@ -192,6 +192,14 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
     case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
     case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
     case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ2_K: k.q2_k(static_cast<const BlockQ2_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ3_K: k.q3_k(static_cast<const BlockQ3_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kIQ4_NL:
+      k.iq4_nl(static_cast<const BlockIQ4_NL*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows);
+      return;
+    case GgmlType::kIQ4_XS:
+      k.iq4_xs(static_cast<const BlockIQ4_XS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+      return;
     default: break;
   }
   for (std::int64_t r = r0; r < r1; ++r) {

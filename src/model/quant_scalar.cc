@@ -151,6 +151,67 @@ float DotQ6_K(const BlockQ6_K* w, const ActQ8K* x, std::int64_t nb) {
   return acc;
 }
 
+// Q2_K / Q3_K: 16-element group g = 8n + 2j + l / 16 holds elements
+// 128n + 32j + l of 2-bit codes (bits 2j of qs[32n + l]).
+template <typename Code>
+void SumQ2Groups(const std::uint8_t* qs, const std::int8_t* a, const Code& code, int g_sum[16]) {
+  for (int e = 0; e < 256; ++e) {
+    const int n = e / 128, j = (e / 32) % 4, l = e % 32;
+    g_sum[e / 16] += code(n, j, l, (qs[32 * n + l] >> (2 * j)) & 3) * a[e];
+  }
+}
+
+float DotQ2_K(const BlockQ2_K* w, const ActQ8K* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int g[16] = {};
+    SumQ2Groups(w[b].qs, x[b].qs, [](int, int, int, int q) { return q; }, g);
+    int sumi = 0, summ = 0;
+    for (int k = 0; k < 16; ++k) {
+      sumi += (w[b].scales[k] & 0xF) * g[k];
+      summ += (w[b].scales[k] >> 4) * x[b].bsums[k];
+    }
+    const float dx = x[b].d;
+    acc += F16ToF32(w[b].d) * dx * static_cast<float>(sumi) - F16ToF32(w[b].dmin) * dx * static_cast<float>(summ);
+  }
+  return acc;
+}
+
+float DotQ3_K(const BlockQ3_K* w, const ActQ8K* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int g[16] = {};
+    const std::uint8_t* hm = w[b].hmask;
+    SumQ2Groups(w[b].qs, x[b].qs, [hm](int n, int j, int l, int q) { return q - (((hm[l] >> (4 * n + j)) & 1) != 0 ? 0 : 4); }, g);
+    int sumi = 0;
+    for (int k = 0; k < 16; ++k) sumi += (Q3KScale(k, w[b].scales) - 32) * g[k];
+    acc += F16ToF32(w[b].d) * x[b].d * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+int SumIQ4(const std::uint8_t* qs, const std::int8_t* a) {
+  int s = 0;
+  for (int j = 0; j < 16; ++j) s += kIq4Values[qs[j] & 0xF] * a[j] + kIq4Values[qs[j] >> 4] * a[j + 16];
+  return s;
+}
+
+float DotIQ4_NL(const BlockIQ4_NL* w, const ActQ8* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) acc += F16ToF32(w[b].d) * x[b].d * static_cast<float>(SumIQ4(w[b].qs, x[b].qs));
+  return acc;
+}
+
+float DotIQ4_XS(const BlockIQ4_XS* w, const ActQ8K* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int sumi = 0;
+    for (int ib = 0; ib < 8; ++ib) sumi += (IQ4XSScale(ib, w[b]) - 32) * SumIQ4(w[b].qs + 16 * ib, x[b].qs + 32 * ib);
+    acc += F16ToF32(w[b].d) * x[b].d * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
 // One dot product at a time: the scalar twin has nothing to share between rows.
 template <typename Block, typename Act, float (*Dot)(const Block*, const Act*, std::int64_t)>
 void Rows(const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
@@ -169,6 +230,10 @@ const QuantKernels kScalarKernels = {.q8_0 = Rows<BlockQ8_0, ActQ8, DotQ8_0>,
                                      .q5_1 = Rows<BlockQ5_1, ActQ8, DotQ5_1>,
                                      .q4_k = Rows<BlockQ4_K, ActQ8K, DotQ4_K>,
                                      .q5_k = Rows<BlockQ5_K, ActQ8K, DotQ5_K>,
-                                     .q6_k = Rows<BlockQ6_K, ActQ8K, DotQ6_K>};
+                                     .q6_k = Rows<BlockQ6_K, ActQ8K, DotQ6_K>,
+                                     .q2_k = Rows<BlockQ2_K, ActQ8K, DotQ2_K>,
+                                     .q3_k = Rows<BlockQ3_K, ActQ8K, DotQ3_K>,
+                                     .iq4_nl = Rows<BlockIQ4_NL, ActQ8, DotIQ4_NL>,
+                                     .iq4_xs = Rows<BlockIQ4_XS, ActQ8K, DotIQ4_XS>};
 
 }  // namespace kvshare::detail

@@ -1,0 +1,210 @@
+// AVX2 integer dot kernels for the low-bit types Q2_K, Q3_K, IQ4_NL and
+// IQ4_XS (compiled with -mavx2 -mfma -mf16c; entered only after the run-time
+// CPU check, quant_matmul.cc). The AVX-512 level runs them too. Each takes R
+// activation rows at once: a weight block is unpacked once and dotted with
+// every row; each row's arithmetic is exactly that of R = 1, so a row's result
+// does not depend on the rows beside it.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "model/quant_kernels.h"
+#include "model/quant_x86.h"
+
+namespace kvshare::detail {
+namespace {
+
+// pshufb controls over 8 int16 values in both 128-bit lanes: sel[k] puts value
+// 2k in every int16 of the low lane and value 2k + 1 in the high lane (the
+// scales of the two 16-element groups one 32-byte code vector covers).
+struct GroupPairSelect {
+  __m256i sel[4];
+  GroupPairSelect() {
+    for (int k = 0; k < 4; ++k) {
+      sel[k] = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(((4 * k + 3) << 8) | (4 * k + 2))),
+                                _mm_set1_epi16(static_cast<short>(((4 * k + 1) << 8) | (4 * k))));
+    }
+  }
+};
+
+// Q2_K / Q3_K codes (0..3, resp. 0..7 with Q3_K's high bit) for element
+// 128n + 32j + l in byte l of q[n][j], and the group scales beside them.
+struct Q2Codes {
+  __m256i q[2][4];
+  __m256i s[2][4];
+  void Scales(__m256i sc16, const GroupPairSelect& g) {
+    for (int n = 0; n < 2; ++n) {
+      const __m256i half = _mm256_permute4x64_epi64(sc16, n == 0 ? 0x44 : 0xEE);
+      for (int k = 0; k < 4; ++k) s[n][k] = _mm256_shuffle_epi8(half, g.sel[k]);
+    }
+  }
+  // sum_g scale_g * sum(codes of g * a of g), as 8 int32 lanes.
+  __m256i Dot(const std::int8_t* a) const {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {
+      for (int j = 0; j < 4; ++j) {
+        const __m256i p = _mm256_maddubs_epi16(q[n][j], Load32(a + 128 * n + 32 * j));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s[n][j]));
+      }
+    }
+    return sumi;
+  }
+};
+
+// Q2_K: sum (d sc_g code - dmin m_g) x = d dx sum_g sc_g (codes . a)_g - dmin dx sum_g m_g bsums_g.
+template <int R>
+void DotQ2_KR(const BlockQ2_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  static const GroupPairSelect kSel;
+  __m256 acc[R], accm[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+    Q2Codes c;
+    c.Scales(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)), kSel);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i qs = Load32(w[b].qs + 32 * n);
+      for (int j = 0; j < 4; ++j) c.q[n][j] = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
+    }
+    const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8K& a = x[r * xs + b];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c.Dot(a.qs)), _mm256_set1_ps(dw * a.d), acc[r]);
+      accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, LoadBsums(a))), _mm256_set1_ps(dmin * a.d),
+                                accm[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - HSum(accm[r]);
+}
+
+// Q3_K's 16 scales minus 32 as int16, unpacked four bytes at a time.
+inline __m256i Q3KScales16(const std::uint8_t* s) {
+  std::uint32_t a[3], u[4];
+  std::memcpy(a, s, 12);
+  constexpr std::uint32_t k4 = 0x0F0F0F0F, k2 = 0x03030303;
+  u[0] = (a[0] & k4) | ((a[2] & k2) << 4);
+  u[1] = (a[1] & k4) | (((a[2] >> 2) & k2) << 4);
+  u[2] = ((a[0] >> 4) & k4) | (((a[2] >> 4) & k2) << 4);
+  u[3] = ((a[1] >> 4) & k4) | (((a[2] >> 6) & k2) << 4);
+  const __m128i v = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)), _mm_set1_epi8(32));
+  return _mm256_cvtepi8_epi16(v);
+}
+
+// Q3_K: code + 4 (0..7: the 2 low bits plus 4 times the high bit) through
+// maddubs, then 4 sum_g sc_g bsums_g subtracted in int32.
+template <int R>
+void DotQ3_KR(const BlockQ3_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  static const GroupPairSelect kSel;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const __m256i sc16 = Q3KScales16(w[b].scales);
+    Q2Codes c;
+    c.Scales(sc16, kSel);
+    const __m256i hm = Load32(w[b].hmask);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i qs = Load32(w[b].qs + 32 * n);
+      for (int j = 0; j < 4; ++j) {
+        // 16-bit shifts by at most 7: bit 0 of each byte comes from the same byte.
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one);
+        c.q[n][j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3), _mm256_slli_epi16(high, 2));
+      }
+    }
+    const float dw = H2F(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8K& a = x[r * xs + b];
+      const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(sc16, LoadBsums(a)), 2);
+      const __m256i sumi = _mm256_sub_epi32(c.Dot(a.qs), bias);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dw * a.d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+}
+
+// IQ4 grid values of 16 nibble bytes (low nibbles first) as 32 int8, kept as
+// |value| and its sign for maddubs (|value| <= 127, so pairs stay in int16).
+struct IQ4Values {
+  __m256i abs, sign;
+  IQ4Values(const std::uint8_t* qs, __m256i table) {
+    sign = _mm256_shuffle_epi8(table, Nibbles(qs));
+    abs = _mm256_sign_epi8(sign, sign);
+  }
+  __m256i Pairs(const std::int8_t* a) const { return _mm256_maddubs_epi16(abs, _mm256_sign_epi8(Load32(a), sign)); }
+};
+
+inline __m256i IQ4Table() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+}
+
+template <int R>
+void DotIQ4_NLR(const BlockIQ4_NL* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  const __m256i table = IQ4Table(), ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const IQ4Values v(w[b].qs, table);
+    const float dw = H2F(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8& a = x[r * xs + b];
+      const __m256i p = _mm256_madd_epi16(v.Pairs(a.qs), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a.d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+}
+
+template <int R>
+void DotIQ4_XSR(const BlockIQ4_XS* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  const __m256i table = IQ4Table();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    __m256i scale[8];
+    for (int ib = 0; ib < 8; ++ib) scale[ib] = _mm256_set1_epi16(static_cast<short>(IQ4XSScale(ib, w[b]) - 32));
+    const float dw = H2F(w[b].d);
+    __m256i sumi[R];
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const IQ4Values v(w[b].qs + 16 * ib, table);
+      for (int r = 0; r < R; ++r) {
+        const __m256i p = _mm256_madd_epi16(v.Pairs(x[r * xs + b].qs + 32 * ib), scale[ib]);
+        sumi[r] = _mm256_add_epi32(sumi[r], p);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]), _mm256_set1_ps(dw * x[r * xs + b].d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+}
+
+}  // namespace
+
+void Avx2Q2_KRows(const BlockQ2_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys) {
+  const auto rows = KVSHARE_ROWS_KERNEL(DotQ2_KR, BlockQ2_K, ActQ8K);
+  rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
+void Avx2Q3_KRows(const BlockQ3_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys) {
+  const auto rows = KVSHARE_ROWS_KERNEL(DotQ3_KR, BlockQ3_K, ActQ8K);
+  rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
+void Avx2IQ4_NLRows(const BlockIQ4_NL* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb,
+                    int acts, float* y, std::int64_t ys) {
+  const auto rows = KVSHARE_ROWS_KERNEL(DotIQ4_NLR, BlockIQ4_NL, ActQ8);
+  rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
+void Avx2IQ4_XSRows(const BlockIQ4_XS* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb,
+                    int acts, float* y, std::int64_t ys) {
+  const auto rows = KVSHARE_ROWS_KERNEL(DotIQ4_XSR, BlockIQ4_XS, ActQ8K);
+  rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
+}  // namespace kvshare::detail

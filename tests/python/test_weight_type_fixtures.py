@@ -1,0 +1,44 @@
+"""The low-bit weight types on files llama.cpp's llama-quantize made
+(tests/fixtures/weight_types/, written by tests/tools/weight_type_fixtures.py
+from the tiny Gemma 4 fixture: Q2_K, Q3_K_M, IQ4_NL and IQ4_XS presets, each a
+mix of its own type with llama.cpp's fallbacks): every file loads, and kvshare
+run teacher-forced on llama.cpp's greedy tokens gives logits within MAX_ABS of
+llama.cpp's top 8 at every step, and the same greedy token wherever
+llama.cpp's top-2 margin is at least MARGIN. Both quantize the activations to
+int8 for these types, in their own blocking and summation order, so the
+logits differ by more than the f32 fixtures do (the bounds are those of the
+Gemma 4 fixtures' Q8_0 and Q4_K_M files, test_gemma4_fixtures.py, where the
+same noise measured 0.34 and 0.23)."""
+import json
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from logits_dump import ROOT, logits, skip_if_no_dump  # noqa: E402
+
+skip_if_no_dump()
+
+FIXTURES = ROOT / "tests" / "fixtures" / "weight_types"
+DOC = json.loads((FIXTURES / "llamacpp.json").read_text())
+MAX_ABS = 1.0
+MARGIN = 0.7
+OWN_TYPE = {"Q2_K": "Q2_K", "Q3_K_M": "Q3_K", "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS"}
+
+
+@pytest.mark.parametrize("case", DOC["cases"], ids=[c["preset"] for c in DOC["cases"]])
+def test_greedy_matches_llamacpp(case):
+    assert OWN_TYPE[case["preset"]] in case["tensor_types"].values()
+    prompt, tokens, top = case["prompt_ids"], case["tokens"], case["top"]
+    got = logits(prompt, tokens[:-1], model=FIXTURES / case["gguf"])
+    assert got.shape[0] == len(tokens) == len(top)
+    worst, compared = 0.0, 0
+    for step, (row, best) in enumerate(zip(got, top)):
+        worst = max(worst, max(abs(row[t] - v) for t, v in best))
+        if best[0][1] - best[1][1] >= MARGIN:
+            compared += 1
+            assert int(row.argmax()) == best[0][0], (case["gguf"], step)
+    print(f"{case['gguf']}: max |kvshare - llama.cpp| over llama.cpp's top 8: {worst:.3g}; "
+          f"greedy compared on {compared}/{len(top)} steps")
+    assert compared >= 8, "too few confident steps to compare"
+    assert worst < MAX_ABS, (case["gguf"], worst)

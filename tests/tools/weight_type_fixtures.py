@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/weight_types/: the tiny Gemma 4 fixture model
+(tests/fixtures/gemma4/e2b.f32.gguf) quantized by llama.cpp's llama-quantize
+into the low-bit presets users download, and llama.cpp's greedy runs on each.
+Run by hand; the references are built locally and never committed:
+
+  # llama-quantize and libllama from the llama.cpp vendored in the
+  # llama-cpp-python 0.3.36 sdist (cmake -B build && cmake --build build), and
+  # the sdist's own llama_cpp package (ctypes) over that libllama:
+  PYTHONPATH=/path/to/llama_cpp_python-0.3.36 LLAMA_CPP_LIB_PATH=/path/to/build/bin \\
+      python3 tests/tools/weight_type_fixtures.py --llama-quantize /path/to/build/bin/llama-quantize
+
+For each preset P in PRESETS the script runs
+
+  llama-quantize tests/fixtures/gemma4/e2b.f32.gguf tests/fixtures/weight_types/e2b.<p>.gguf P 1
+
+(the fixture's matrices are 256 wide, so the K-quant and IQ4_XS presets use
+their own types for q / k / v / gate / up and the embedding; llama-quantize
+falls back to IQ4_NL and Q4_0-Q8_0 types for the 32- and 64-wide ones), then
+llama.cpp's greedy continuation of the Gemma 4 fixture's prompt (f32 KV, no
+flash attention, prompt in one batch) with its top 8 logits per step, into
+llamacpp.json:
+
+  {source, system_info, steps, top_k, cases: [{gguf, preset, tensor_types,
+   prompt_ids, tokens, top: [[[id, logit] x 8] per step], min_margin}]}
+
+tests/python/test_weight_type_fixtures.py checks kvshare against it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "tests" / "fixtures" / "gemma4" / "e2b.f32.gguf"
+PROMPT_FROM = ROOT / "tests" / "fixtures" / "gemma4" / "e2b.hf.json"
+OUT = ROOT / "tests" / "fixtures" / "weight_types"
+PRESETS = ["Q2_K", "Q3_K_M", "IQ4_NL", "IQ4_XS"]
+STEPS, TOP_K = 32, 8
+
+
+def tensor_types(path: Path) -> dict:
+    from gguf import GGUFReader
+
+    return {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
+
+
+def quantize(llama_quantize: Path, preset: str) -> Path:
+    out = OUT / f"e2b.{preset.lower()}.gguf"
+    subprocess.run([str(llama_quantize), str(SOURCE), str(out), preset, "1"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mix = Counter(tensor_types(out).values())
+    print(f"{out.name}: " + ", ".join(f"{k} x{v}" for k, v in mix.most_common()))
+    return out
+
+
+def greedy(path: Path, prompt: list[int]) -> dict:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, n_ubatch=128, logits_all=True,
+                          n_threads=1, n_threads_batch=1, seed=0, verbose=False, flash_attn=False,
+                          type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    llm.reset()
+    llm.eval(prompt)
+    tokens, top, margins = [], [], []
+    for _ in range(STEPS):
+        logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+        order = np.argsort(-logits, kind="stable")
+        top.append([[int(t), float("%.7g" % logits[t])] for t in order[:TOP_K]])
+        margins.append(float(logits[order[0]] - logits[order[1]]))
+        tokens.append(int(order[0]))
+        llm.eval([int(order[0])])
+    del llm
+    return {"tokens": tokens, "top": top, "min_margin": float("%.4g" % min(margins))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-quantize", type=Path, required=True)
+    args = ap.parse_args()
+    import llama_cpp
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    prompt = json.loads(PROMPT_FROM.read_text())["prompt_ids"]
+    cases = []
+    for preset in PRESETS:
+        path = quantize(args.llama_quantize, preset)
+        run = greedy(path, prompt)
+        cases.append({"gguf": path.name, "preset": preset, "tensor_types": tensor_types(path), "prompt_ids": prompt,
+                      **run})
+        print(f"  greedy {run['tokens'][:10]}..., min top-2 margin {run['min_margin']}")
+    doc = {
+        "source": f"llama-quantize and llama-cpp-python {llama_cpp.__version__} (llama.cpp ggml-org/llama.cpp@0c1e57098), "
+                  "CPU, greedy, f32 KV, no flash attention",
+        "system_info": llama_cpp.llama_cpp.llama_print_system_info().decode().strip(),
+        "quantized_from": str(SOURCE.relative_to(ROOT)),
+        "steps": STEPS,
+        "top_k": TOP_K,
+        "cases": cases,
+    }
+    (OUT / "llamacpp.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
