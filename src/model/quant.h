@@ -227,7 +227,7 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p);
 
 // w with a packed copy of its rows (w.packed) when w has a multiple of 16
 // rows and MatMul's default level has a kernel over packed weights of its type
-// (kAvx512Vnni: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K; kAvx2: Q8_0, Q4_0, Q5_0); w
+// (kAvx512Vnni and kAvx2: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q6_K); w
 // unchanged otherwise (and when KVSHARE_KERNEL picks another level). The copy
 // takes as many bytes as w's rows: call it for the matrices of matrix products,
 // not for tables that are only looked up (embeddings).

@@ -6,6 +6,7 @@
 // does not depend on the rows beside it.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "model/quant_kernels.h"
@@ -139,21 +140,31 @@ inline __m256i IQ4Table() {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
 }
 
+inline int HSumI32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// IQ4_NL: the packed kernels' arithmetic (y = fma(float(p_b), dw_b * dx_b, y)
+// over the blocks in order, p_b exact), so a matrix gives bitwise the same
+// outputs packed (quant_avx2_packed.cc, quant_avx512_packed.cc) or not.
 template <int R>
 void DotIQ4_NLR(const BlockIQ4_NL* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
   const __m256i table = IQ4Table(), ones = _mm256_set1_epi16(1);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
     const IQ4Values v(w[b].qs, table);
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
       const ActQ8& a = x[r * xs + b];
-      const __m256i p = _mm256_madd_epi16(v.Pairs(a.qs), ones);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a.d), acc[r]);
+      const int p = HSumI32(_mm256_madd_epi16(v.Pairs(a.qs), ones));
+      acc[r] = std::fma(static_cast<float>(p), dw * a.d, acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
 template <int R>

@@ -1,4 +1,4 @@
-// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 weights (layout: quant_packed.h),
+// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights (layout: quant_packed.h),
 // compiled with -mavx2 -mfma -mf16c; entered only when the CPU reports those
 // features (quant_matmul.cc).
 //
@@ -8,7 +8,8 @@
 // is maddubs (u8 x s8 -> int16 pairs) and madd against ones: Q4_0 / Q5_0
 // codes are at most 31, so four maddubs results summed in int16 stay below
 // 4 * 2 * 31 * 127 = 31496; Q8_0 takes the sign trick (|w| as the unsigned
-// operand, x with w's sign as the signed one: pairs at most 2 * 128 * 127).
+// operand, x with w's sign as the signed one: pairs at most 2 * 128 * 127),
+// and so does IQ4_NL once its nibbles are mapped to grid values (|v| <= 127).
 // Per weight row and activation row the arithmetic is the AVX-512 kernels'
 // (p_b exact in int32, y = fma(float(p_b), dw_b * dx_b, y) over the blocks in
 // order), so packed outputs on AVX2 equal the AVX-512 ones bit for bit. (The
@@ -29,8 +30,12 @@ constexpr int kPassRows = 8;
 
 template <GgmlType kType>
 constexpr int Bias() {
-  return kType == GgmlType::kQ8_0 ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
+  return kType == GgmlType::kQ8_0 || kType == GgmlType::kIQ4_NL ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
 }
+
+// Types whose decoded codes are signed values taken with the sign trick.
+template <GgmlType kType>
+constexpr bool kSigned = kType == GgmlType::kQ8_0 || kType == GgmlType::kIQ4_NL;
 
 // One block of one half, decoded into 32-byte code vectors c[k] (Q8_0: |w|,
 // with the signed w in s[k]): in registers (HalfRegs), or stored for several
@@ -67,6 +72,13 @@ inline HalfRegs DecodeHalfRegs(const std::uint8_t* codes, const std::uint8_t* hi
       r.c[k] = lo;
       r.c[k + 4] = hi;
     }
+    if constexpr (kType == GgmlType::kIQ4_NL) {
+      const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+      for (int k = 0; k < 8; ++k) {
+        r.s[k] = _mm256_shuffle_epi8(grid, r.c[k]);
+        r.c[k] = _mm256_sign_epi8(r.s[k], r.s[k]);
+      }
+    }
   }
   return r;
 }
@@ -76,7 +88,7 @@ void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, Half
   const HalfRegs r = DecodeHalfRegs<kType>(codes, high, h);
   for (int k = 0; k < 8; ++k) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(out.c[k]), r.c[k]);
-    if constexpr (kType == GgmlType::kQ8_0) _mm256_store_si256(reinterpret_cast<__m256i*>(out.s[k]), r.s[k]);
+    if constexpr (kSigned<kType>) _mm256_store_si256(reinterpret_cast<__m256i*>(out.s[k]), r.s[k]);
   }
 }
 
@@ -85,7 +97,7 @@ void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, Half
 template <GgmlType kType>
 inline __m256i HalfDotRegs(const HalfRegs& r, const ActQ8& a) {
   const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (kType == GgmlType::kQ8_0) {
+  if constexpr (kSigned<kType>) {
     __m256i p = _mm256_setzero_si256();
     for (int k = 0; k < 8; ++k) {
       const __m256i sx = _mm256_sign_epi8(Broadcast4Ymm(a.qs + 4 * k), r.s[k]);
@@ -108,7 +120,7 @@ inline __m256i HalfDot(const HalfCodes& hc, const ActQ8& a) {
   HalfRegs r;
   for (int k = 0; k < 8; ++k) {
     r.c[k] = Load32(hc.c[k]);
-    if constexpr (kType == GgmlType::kQ8_0) r.s[k] = Load32(hc.s[k]);
+    if constexpr (kSigned<kType>) r.s[k] = Load32(hc.s[k]);
   }
   return HalfDotRegs<kType>(r, a);
 }
@@ -246,6 +258,7 @@ void Avx2PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, co
   switch (w.type) {
     case GgmlType::kQ8_0: PackedRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kIQ4_NL: PackedRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, acts, y, ys); return;
     default: PackedRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
   }
 }

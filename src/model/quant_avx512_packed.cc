@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernel over packed Q8_0 / Q4_0 / Q5_0 weights (layout:
+// AVX-512 VNNI kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights (layout:
 // quant_packed.h; Q4_K / Q6_K: quant_avx512_packed_k.cc), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
 // CPU reports those features (quant_matmul.cc).
 //
@@ -23,9 +23,10 @@ namespace {
 // code vectors stay in the 32 zmm registers.
 constexpr int kPassRows = 8;
 
+// IQ4_NL's codes are its grid values + 128 (kIq4Values in [-127, 113]).
 template <GgmlType kType>
 constexpr int Bias() {
-  return kType == GgmlType::kQ8_0 ? 128 : kType == GgmlType::kQ5_0 ? 16 : 8;
+  return kType == GgmlType::kQ8_0 || kType == GgmlType::kIQ4_NL ? 128 : kType == GgmlType::kQ5_0 ? 16 : 8;
 }
 
 // The 8 unsigned code vectors of one block of a group.
@@ -43,6 +44,12 @@ inline void LoadCodes(const std::uint8_t* codes, const std::uint64_t* high, __m5
     if constexpr (kType == GgmlType::kQ5_0) {
       const __m512i fifth = _mm512_set1_epi8(0x10);
       for (int k = 0; k < 8; ++k) c[k] = _mm512_mask_add_epi8(c[k], _cvtu64_mask64(high[k]), c[k], fifth);
+    }
+    if constexpr (kType == GgmlType::kIQ4_NL) {
+      const __m512i grid = _mm512_xor_si512(
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))),
+          _mm512_set1_epi8(static_cast<char>(0x80)));
+      for (int k = 0; k < 8; ++k) c[k] = _mm512_shuffle_epi8(grid, c[k]);
     }
   }
 }
@@ -146,6 +153,7 @@ void Avx512PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, 
   switch (w.type) {
     case GgmlType::kQ8_0: PackedRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kIQ4_NL: PackedRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, acts, y, ys); return;
     default: PackedRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
   }
 }

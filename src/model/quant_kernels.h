@@ -27,7 +27,7 @@ using DotRowsFn = void (*)(const Block* w, std::int64_t nrows, const Act* x, std
 struct PackedWeights;
 
 // Weight rows [r0, r1) (multiples of kPackRows) of packed weights (Act: ActQ8
-// for Q8_0 / Q4_0 / Q5_0, ActQ8K for Q4_K / Q6_K) against activation rows
+// for Q8_0 / Q4_0 / Q5_0 / IQ4_NL, ActQ8K for Q4_K / Q6_K) against activation rows
 // j < acts (row j at x + j * x_stride); y points at row r0's output for
 // activation row 0 (y[j * y_stride + r - r0]).
 template <typename Act>

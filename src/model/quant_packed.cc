@@ -54,6 +54,12 @@ void PackRow(const BlockQ4_0& blk, int t, const Dest& dst) {
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
 }
 
+// IQ4_NL: Q4_0's layout; the kernels map the nibbles through the IQ4 grid.
+void PackRow(const BlockIQ4_NL& blk, int t, const Dest& dst) {
+  for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+}
+
 void PackRow(const BlockQ5_0& blk, int t, const Dest& dst) {
   for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
   std::uint32_t qh;
@@ -128,7 +134,7 @@ void PackAll(const Block* w, std::int64_t rows, std::int64_t nb, const PlaneByte
 PlaneBytes PackedPlaneBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return {.codes = 512, .d = 32};
-    case GgmlType::kQ4_0: return {.codes = 256, .d = 32};
+    case GgmlType::kQ4_0: case GgmlType::kIQ4_NL: return {.codes = 256, .d = 32};
     case GgmlType::kQ5_0: return {.codes = 256, .high = 64, .d = 32};
     case GgmlType::kQ4_K: return {.codes = 2048, .subs = 128, .mins = 128, .d = 32, .dmin = 32};
     case GgmlType::kQ6_K: return {.codes = 2048, .high = 1024, .subs = 256, .d = 32};
@@ -152,7 +158,7 @@ bool CanPack(GgmlType type, std::int64_t rows) {
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb) {
   if (!CanPack(type, rows) || nb <= 0 || data == nullptr) {
     throw Error("Pack: cannot repack " + GgmlTypeName(type) + " weights of " + std::to_string(rows) + " rows and " +
-                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, Q4_K or Q6_K data with a positive multiple of " +
+                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K or Q6_K data with a positive multiple of " +
                 std::to_string(kPackRows) + " rows)");
   }
   auto p = std::make_shared<PackedWeights>();
@@ -186,6 +192,7 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
     case GgmlType::kQ8_0: PackAll(static_cast<const BlockQ8_0*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ4_0: PackAll(static_cast<const BlockQ4_0*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ5_0: PackAll(static_cast<const BlockQ5_0*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kIQ4_NL: PackAll(static_cast<const BlockIQ4_NL*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ4_K: PackAll(static_cast<const BlockQ4_K*>(data), rows, nb, pb, plane); break;
     default: PackAll(static_cast<const BlockQ6_K*>(data), rows, nb, pb, plane); break;
   }

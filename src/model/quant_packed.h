@@ -1,6 +1,6 @@
 // Weights repacked for the AVX-512 VNNI kernels with weight rows in the lanes
-// (quant_avx512_packed.cc: Q8_0 / Q4_0 / Q5_0; quant_avx512_packed_k.cc:
-// Q4_K / Q6_K).
+// (quant_avx512_packed.cc: Q8_0 / Q4_0 / Q5_0 / IQ4_NL;
+// quant_avx512_packed_k.cc: Q4_K / Q6_K).
 //
 // The ggml layouts keep each row's blocks together, so a kernel that puts
 // activation rows in the SIMD lanes must spread every 4-byte group of weight
@@ -13,11 +13,11 @@
 // bytes broadcast from memory and no shuffle is left in the inner loop.
 //
 // Planes, each [rows / 16][nb][PlaneBytes(type).x] for block b of group g
-// (a block is 32 elements for Q8_0 / Q4_0 / Q5_0, 256 for Q4_K / Q6_K):
+// (a block is 32 elements for Q8_0 / Q4_0 / Q5_0 / IQ4_NL, 256 for Q4_K / Q6_K):
 //   codes   Q8_0: vector k (k < 8) = the rows' bytes 4k..4k+3 as unsigned
-//           codes (int8 value + 128). Q4_0 / Q5_0: vector k (k < 4) = the
-//           rows' qs bytes 4k..4k+3 as stored (low nibbles: group k, high
-//           nibbles: group k + 4). Q4_K: vector 8c + k (c < 4, k < 8) = the
+//           codes (int8 value + 128). Q4_0 / Q5_0 / IQ4_NL: vector k (k < 4)
+//           = the rows' qs bytes 4k..4k+3 as stored (low nibbles: group k,
+//           high nibbles: group k + 4; IQ4_NL's are indices into its grid). Q4_K: vector 8c + k (c < 4, k < 8) = the
 //           rows' qs bytes 32c + 4k .. +3 as stored (low nibbles: group 16c
 //           + k of sub-block 2c, high nibbles: of sub-block 2c + 1). Q6_K:
 //           vector k (k < 32) = the low 4 bits of group k's codes (codes are
@@ -76,7 +76,7 @@ struct PlaneBytes {
 PlaneBytes PackedPlaneBytes(GgmlType type);
 
 struct PackedWeights {
-  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, Q4_K or Q6_K
+  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K or Q6_K
   std::int64_t rows = 0;            // a multiple of kPackRows
   std::int64_t nb = 0;              // blocks per row
   PlaneBytes bytes;                 // PackedPlaneBytes(type)
