@@ -42,12 +42,27 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
   std::mt19937 rng(1);
   for (auto& v : w) v = static_cast<std::uint8_t>(rng());
   const std::uint16_t h = detail::F32ToF16(0.01f);
-  const std::size_t at = t == GgmlType::kQ6_K ? 208 : 0;
-  // Types with a second fp16 field after d: dmin (Q4_K, Q5_K) or m (Q4_1, Q5_1).
-  const bool two = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1;
+  // Where d sits (the block's first fp16 field unless said here).
+  std::size_t at = 0;
+  switch (t) {
+    case GgmlType::kQ6_K: at = 208; break;
+    case GgmlType::kQ2_K: at = 80; break;
+    case GgmlType::kQ3_K: at = 108; break;
+    case GgmlType::kTQ1_0: at = 52; break;
+    case GgmlType::kTQ2_0: at = 64; break;
+    default: break;
+  }
+  // Types with a second fp16 field after d: dmin (Q2_K, Q4_K, Q5_K) or m (Q4_1, Q5_1).
+  const bool two = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1 ||
+                   t == GgmlType::kQ2_K;
   for (std::int64_t b = 0; b < nb; ++b) {
-    std::memcpy(w.data() + static_cast<std::size_t>(b) * bb + at, &h, 2);
-    if (two) std::memcpy(w.data() + static_cast<std::size_t>(b) * bb + 2, &h, 2);
+    std::uint8_t* blk = w.data() + static_cast<std::size_t>(b) * bb;
+    if (t == GgmlType::kMXFP4) {
+      blk[0] = 121;  // E8M0 scale 2^-7
+      continue;
+    }
+    std::memcpy(blk + at, &h, 2);
+    if (two) std::memcpy(blk + at + 2, &h, 2);
   }
   return w;
 }
@@ -169,7 +184,8 @@ void TypeShapes(benchmark::internal::Benchmark* b) {
   for (std::int64_t level : {1, 2}) {
     for (std::int64_t m : {1, 8, 64}) {
       for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                         GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0}) {
+                         GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K,
+                         GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4}) {
         b->Args({static_cast<std::int64_t>(t), 2048, 2048, m, 1, level});
       }
     }

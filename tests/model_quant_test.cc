@@ -210,6 +210,47 @@ TEST(Dequant, IQ4) {
   }
 }
 
+TEST(Dequant, TernaryAndMxfp4) {
+  BlockTQ2_0 t2{};
+  t2.d = F32ToF16(0.5f);
+  for (int i = 0; i < 64; ++i) t2.qs[i] = 0x24;  // codes 0, 1, 2, 0 at j = 0..3
+  const auto y2 = Dequant(GgmlType::kTQ2_0, &t2, 256);
+  EXPECT_EQ(y2[0], -0.5f);
+  EXPECT_EQ(y2[32], 0.0f);
+  EXPECT_EQ(y2[64 + 5], 0.5f);
+  EXPECT_EQ(y2[128 + 96], -0.5f);
+
+  // TQ1_0: a byte b holds 5 trits as b = ceil(256 * v / 243), v the base-3
+  // number with the first trit most significant.
+  BlockTQ1_0 t1{};
+  t1.d = F32ToF16(2.0f);
+  const int trits[5] = {2, 0, 1, 1, 2};  // v = 2*81 + 0*27 + 1*9 + 1*3 + 2 = 176
+  const auto pack = [](int v) { return static_cast<std::uint8_t>((v * 256 + 242) / 243); };
+  t1.qs[7] = pack(176);
+  t1.qs[32 + 3] = pack(176);
+  t1.qh[2] = pack(2 * 81 + 0 * 27 + 1 * 9 + 1 * 3);  // 4 trits 2, 0, 1, 1 (then a 0)
+  for (int m = 0; m < 5; ++m) EXPECT_EQ(Tq1Digit(t1.qs[7], m), trits[m]) << m;
+  const auto y1 = Dequant(GgmlType::kTQ1_0, &t1, 256);
+  for (int m = 0; m < 5; ++m) {
+    EXPECT_EQ(y1[32 * m + 7], 2.0f * static_cast<float>(trits[m] - 1)) << m;
+    EXPECT_EQ(y1[160 + 16 * m + 3], 2.0f * static_cast<float>(trits[m] - 1)) << m;
+  }
+  for (int m = 0; m < 4; ++m) EXPECT_EQ(y1[240 + 4 * m + 2], 2.0f * static_cast<float>(trits[m] - 1)) << m;
+  EXPECT_EQ(y1[0], -2.0f);  // byte 0 is trits 0, 0, 0, 0, 0
+
+  BlockMXFP4 mx{};
+  mx.e = 130;  // 2^(130 - 128) = 4
+  for (int j = 0; j < 16; ++j) mx.qs[j] = static_cast<std::uint8_t>((15 - j) << 4 | j);
+  const auto ym = Dequant(GgmlType::kMXFP4, &mx, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(ym[j], 4.0f * kMxfp4Values[j]);
+    EXPECT_EQ(ym[16 + j], 4.0f * kMxfp4Values[15 - j]);
+  }
+  EXPECT_EQ(Mxfp4Scale(127), 0.5f);
+  EXPECT_EQ(Mxfp4Scale(1), std::ldexp(1.0f, -127));
+  EXPECT_EQ(Mxfp4Scale(0), std::ldexp(1.0f, -128));
+}
+
 TEST(Dequant, FloatTypes) {
   const std::uint16_t h[2] = {F32ToF16(1.5f), F32ToF16(-0.25f)};
   const std::uint16_t bf[2] = {F32ToBF16(3.0f), F32ToBF16(-2.0f)};
@@ -257,6 +298,12 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
       put16(at + 82, std::fabs(scale(rng)));
     } else if (t == GgmlType::kQ3_K) {
       put16(at + 108, scale(rng));
+    } else if (t == GgmlType::kTQ2_0) {
+      put16(at + 64, scale(rng));
+    } else if (t == GgmlType::kTQ1_0) {
+      put16(at + 52, scale(rng));
+    } else if (t == GgmlType::kMXFP4) {
+      w[at] = static_cast<std::uint8_t>(118 + byte(rng) % 8);  // 2^-10 .. 2^-3
     } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
       put16(at, std::fabs(scale(rng)));
       put16(at + 2, std::fabs(scale(rng)));
@@ -320,11 +367,13 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
 
 const GgmlType kIntTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,
                               GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,  GgmlType::kQ6_K,
-                              GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
+                              GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                              GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4};
 const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,   GgmlType::kQ5_0,
                            GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,
                            GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                           GgmlType::kF32,  GgmlType::kF16,    GgmlType::kBF16};
+                           GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4,  GgmlType::kF32,
+                           GgmlType::kF16,  GgmlType::kBF16};
 
 TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::mt19937 rng(1234);

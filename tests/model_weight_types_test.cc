@@ -47,8 +47,7 @@ const TypeFacts kUnsupported[] = {
     {GgmlType::kIQ3_S, "IQ3_S", 256, 110},     {GgmlType::kIQ2_S, "IQ2_S", 256, 82},
     {GgmlType::kI8, "I8", 1, 1},               {GgmlType::kI32, "I32", 1, 4},
     {GgmlType::kF64, "F64", 1, 8},             {GgmlType::kIQ1_M, "IQ1_M", 256, 56},
-    {GgmlType::kTQ1_0, "TQ1_0", 256, 54},      {GgmlType::kTQ2_0, "TQ2_0", 256, 66},
-    {GgmlType::kMXFP4, "MXFP4", 32, 17},       {GgmlType::kNVFP4, "NVFP4", 64, 36},
+    {GgmlType::kNVFP4, "NVFP4", 64, 36},
     {GgmlType::kQ1_0, "Q1_0", 128, 18},
 };
 
@@ -94,7 +93,7 @@ TEST(WeightTypes, ReaderKnowsEveryTypeAndReadsItsTensors) {
   // `kvshare info` lists them by name.
   std::ostringstream info;
   PrintModelInfo(f, info);
-  EXPECT_THAT(info.str(), AllOf(HasSubstr("IQ2_XXS"), HasSubstr("TQ1_0"), HasSubstr("MXFP4")));
+  EXPECT_THAT(info.str(), AllOf(HasSubstr("IQ2_XXS"), HasSubstr("IQ1_M"), HasSubstr("NVFP4")));
 }
 
 // Ids outside the table (retired Q4_2 = 4, Q4_3 = 5, repacked 31..33, future
@@ -140,7 +139,7 @@ TEST(WeightTypes, ModelLoadRefusesUnsupportedWeightTypes) {
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), AllOf(HasSubstr("tensor '" + name + "' has type " + t.name),
                                   HasSubstr("(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
-                                            "IQ4_NL, IQ4_XS)")));
+                                            "IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4)")));
     }
   }
 }
@@ -159,17 +158,16 @@ std::function<void(GgufSpec&)> Retype(const std::string& name, const TypeFacts& 
 }
 
 // Gemma 4 takes weights through the same check: a 2-D matrix, the per-layer
-// embedding table and a 3-D expert stack (MXFP4 is what gpt-oss-style MoE
-// files use for experts).
+// embedding table and a 3-D expert stack.
 TEST(WeightTypes, Gemma4LoadRefusesUnsupportedWeightTypes) {
-  const TypeFacts q8_1{GgmlType::kQ8_1, "Q8_1", 32, 36}, mxfp4{GgmlType::kMXFP4, "MXFP4", 32, 17};
+  const TypeFacts q8_1{GgmlType::kQ8_1, "Q8_1", 32, 36};
   const struct {
     std::string tensor;
     TypeFacts type;
     int experts;
   } cases[] = {{"blk.1.attn_q.weight", q8_1, 0},
                {"per_layer_token_embd.weight", q8_1, 0},
-               {"blk.0.ffn_gate_up_exps.weight", mxfp4, 4}};
+               {"blk.0.ffn_gate_up_exps.weight", q8_1, 4}};
   for (const auto& c : cases) {
     testing::TinyGemma4Spec spec;
     spec.experts = c.experts;

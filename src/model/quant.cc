@@ -18,7 +18,8 @@ bool IsSupportedWeightType(GgmlType type) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
     case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
     case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-    case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS:
+    case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS: case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return false;
@@ -26,7 +27,8 @@ bool IsSupportedWeightType(GgmlType type) {
 }
 
 const char* SupportedWeightTypesString() {
-  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, "
+         "MXFP4";
 }
 
 void CheckWeightType(const GgufTensor& t) {
@@ -34,13 +36,13 @@ void CheckWeightType(const GgufTensor& t) {
   throw Error("tensor '" + t.name + "' has type " + GgmlTypeName(t.type) +
               ", which kvshare does not support (supported: " + SupportedWeightTypesString() +
               "); use a GGUF quantized to one of these (llama.cpp presets Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, "
-              "Q8_0, IQ4_NL, IQ4_XS, F16, BF16)");
+              "Q8_0, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, F16, BF16)");
 }
 
 bool UsesSuperBlockActivations(GgmlType type) {
   switch (type) {
     case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-    case GgmlType::kIQ4_XS:
+    case GgmlType::kIQ4_XS: case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
       return true;
     default:
       return false;
@@ -215,6 +217,33 @@ void DequantIQ4_XS(const BlockIQ4_XS* b, float* y, std::int64_t nb) {
   }
 }
 
+void DequantTQ2_0(const BlockTQ2_0* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int e = 0; e < 256; ++e) {
+      const int n = e / 128, j = (e / 32) % 4, l = e % 32;
+      *y++ = d * static_cast<float>(((b[i].qs[32 * n + l] >> (2 * j)) & 3) - 1);
+    }
+  }
+}
+
+void DequantTQ1_0(const BlockTQ1_0* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int e = 0; e < 256; ++e) *y++ = d * static_cast<float>(Tq1Trit(b[i], e) - 1);
+  }
+}
+
+void DequantMXFP4(const BlockMXFP4* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = Mxfp4Scale(b[i].e);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kMxfp4Values[b[i].qs[j] & 0xF]);
+      y[j + 16] = d * static_cast<float>(kMxfp4Values[b[i].qs[j] >> 4]);
+    }
+  }
+}
+
 }  // namespace
 
 void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
@@ -245,6 +274,9 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
     case GgmlType::kQ3_K: DequantQ3_K(static_cast<const BlockQ3_K*>(src), dst, nb); return;
     case GgmlType::kIQ4_NL: DequantIQ4_NL(static_cast<const BlockIQ4_NL*>(src), dst, nb); return;
     case GgmlType::kIQ4_XS: DequantIQ4_XS(static_cast<const BlockIQ4_XS*>(src), dst, nb); return;
+    case GgmlType::kTQ2_0: DequantTQ2_0(static_cast<const BlockTQ2_0*>(src), dst, nb); return;
+    case GgmlType::kTQ1_0: DequantTQ1_0(static_cast<const BlockTQ1_0*>(src), dst, nb); return;
+    case GgmlType::kMXFP4: DequantMXFP4(static_cast<const BlockMXFP4*>(src), dst, nb); return;
     default: return;
   }
 }

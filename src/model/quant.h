@@ -2,13 +2,14 @@
 // reference dequantization, and matrix products against float activations.
 //
 // MatMul quantizes activations to int8 blocks (per 32 for Q4_0/Q4_1/Q5_0/
-// Q5_1/Q8_0/IQ4_NL weights, per 256 with 16-element sums for the K-quants and
-// IQ4_XS) and runs integer dot
+// Q5_1/Q8_0/IQ4_NL/MXFP4 weights, per 256 with 16-element sums for the
+// K-quants, IQ4_XS, TQ1_0 and TQ2_0) and runs integer dot
 // products; F32/F16/BF16 weights use float dot products. The SIMD level is
 // chosen once at run time from the CPU (AVX-512 VNNI, AVX2, or the scalar
 // twin that is always compiled); KVSHARE_KERNEL=scalar|avx2|avx512 overrides.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -102,11 +103,51 @@ struct BlockIQ4_XS {
   std::uint8_t scales_l[4];
   std::uint8_t qs[128];
 };
+// TQ2_0 (ternary): element = d * (code - 1), 2-bit codes 0..2 placed as in Q2_K.
+struct BlockTQ2_0 {
+  std::uint8_t qs[64];
+  std::uint16_t d;
+};
+// TQ1_0 (ternary, 1.6 bits): element = d * (trit - 1). Trits are base-3
+// digits packed 5 per byte (qs) or 4 per byte (qh) as b = ceil(256 * v / 243);
+// digit m of byte b is ((uint8(b * 3^m) * 3) >> 8). Element order: digit m of
+// qs[l] for l < 32 is element 32m + l; of qs[32 + l] (l < 16), 160 + 16m + l;
+// of qh[l] (l < 4), 240 + 4m + l.
+struct BlockTQ1_0 {
+  std::uint8_t qs[48];
+  std::uint8_t qh[4];
+  std::uint16_t d;
+};
+// MXFP4 (OCP microscaling): element = 2^(e - 128) * kMxfp4Values[nibble]
+// (ggml's E8M0 "half" scale times the doubled E2M1 values), nibbles as in Q4_0.
+struct BlockMXFP4 {
+  std::uint8_t e;
+  std::uint8_t qs[16];
+};
+// The doubled E2M1 values of MXFP4 (ggml's kvalues_mxfp4).
+inline constexpr std::int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// MXFP4's block scale as float: ggml_e8m0_to_fp32_half (2^(e - 128); e < 2
+// gives the subnormals 2^-128 and 2^-127).
+inline float Mxfp4Scale(std::uint8_t e) {
+  return std::bit_cast<float>(e < 2 ? (0x00200000u << e) : (static_cast<std::uint32_t>(e - 1) << 23));
+}
+// Digit m (0..4) of a TQ1_0 byte: 0, 1 or 2.
+inline int Tq1Digit(std::uint8_t b, int m) {
+  static constexpr std::uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  return (static_cast<std::uint8_t>(b * kPow3[m]) * 3) >> 8;
+}
+// The trit (0..2) of TQ1_0 element e (0..255).
+inline int Tq1Trit(const BlockTQ1_0& b, int e) {
+  if (e < 160) return Tq1Digit(b.qs[e % 32], e / 32);
+  if (e < 240) return Tq1Digit(b.qs[32 + (e - 160) % 16], (e - 160) / 16);
+  return Tq1Digit(b.qh[(e - 240) % 4], (e - 240) / 4);
+}
 // The non-linear 4-bit grid of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl).
 inline constexpr std::int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                1,    13,   25,  38,  53,  69,  89,  113};
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_NL) == 18 &&
-              sizeof(BlockIQ4_XS) == 136);
+              sizeof(BlockIQ4_XS) == 136 && sizeof(BlockTQ2_0) == 66 && sizeof(BlockTQ1_0) == 54 &&
+              sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
@@ -147,9 +188,9 @@ inline int IQ4XSScale(int ib, const BlockIQ4_XS& b) {
 }
 
 // True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
-// Q5_K, Q6_K, IQ4_NL, IQ4_XS.
+// Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4.
 bool IsSupportedWeightType(GgmlType type);
-// "F32, F16, ..., IQ4_XS": the list above, for error messages.
+// "F32, F16, ..., MXFP4": the list above, for error messages.
 const char* SupportedWeightTypesString();
 // Throws kvshare::Error naming the tensor and its type unless `t`'s type is
 // one of the above, e.g. "tensor 'blk.0.attn_q.weight' has type IQ4_XS, which
@@ -158,7 +199,8 @@ const char* SupportedWeightTypesString();
 // refused at load rather than at the first forward pass.
 void CheckWeightType(const GgufTensor& t);
 // Whether MatMul quantizes activations for `type` per 256 (ActQ8K: the
-// K-quants and IQ4_XS) rather than per 32 (ActQ8); false for float types.
+// K-quants, IQ4_XS, TQ1_0, TQ2_0) rather than per 32 (ActQ8); false for float
+// types.
 bool UsesSuperBlockActivations(GgmlType type);
 
 // Reference dequantization of one row of n elements (n a multiple of the
@@ -197,8 +239,8 @@ struct WeightMatrix {
 };
 
 // kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block for
-// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL weights, per 256-block for the K-quants and
-// IQ4_XS) and compute integer
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/MXFP4 weights, per 256-block for the
+// others) and compute integer
 // block dot products. kFloat is their plain twin without activation rounding:
 // it dequantizes each weight row to fp32 (DequantizeRow) and multiplies it with
 // the fp32 activations. It is slow and never the default; it exists to check a

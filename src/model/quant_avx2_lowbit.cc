@@ -1,5 +1,5 @@
-// AVX2 integer dot kernels for the low-bit types Q2_K, Q3_K, IQ4_NL and
-// IQ4_XS (compiled with -mavx2 -mfma -mf16c; entered only after the run-time
+// AVX2 integer dot kernels for the low-bit types Q2_K, Q3_K, IQ4_NL, IQ4_XS,
+// the ternary TQ1_0 / TQ2_0 and MXFP4 (compiled with -mavx2 -mfma -mf16c; entered only after the run-time
 // CPU check, quant_matmul.cc). The AVX-512 level runs them too. Each takes R
 // activation rows at once: a weight block is unpacked once and dotted with
 // every row; each row's arithmetic is exactly that of R = 1, so a row's result
@@ -28,56 +28,52 @@ struct GroupPairSelect {
   }
 };
 
-// Q2_K / Q3_K codes (0..3, resp. 0..7 with Q3_K's high bit) for element
-// 128n + 32j + l in byte l of q[n][j], and the group scales beside them.
-struct Q2Codes {
-  __m256i q[2][4];
-  __m256i s[2][4];
-  void Scales(__m256i sc16, const GroupPairSelect& g) {
-    for (int n = 0; n < 2; ++n) {
-      const __m256i half = _mm256_permute4x64_epi64(sc16, n == 0 ? 0x44 : 0xEE);
-      for (int k = 0; k < 4; ++k) s[n][k] = _mm256_shuffle_epi8(half, g.sel[k]);
-    }
-  }
-  // sum_g scale_g * sum(codes of g * a of g), as 8 int32 lanes.
-  __m256i Dot(const std::int8_t* a) const {
-    __m256i sumi = _mm256_setzero_si256();
-    for (int n = 0; n < 2; ++n) {
-      for (int j = 0; j < 4; ++j) {
-        const __m256i p = _mm256_maddubs_epi16(q[n][j], Load32(a + 128 * n + 32 * j));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s[n][j]));
+// Q2_K / Q3_K: code chunk (n, j) (element 128n + 32j + l in byte l, groups
+// 8n + 2j and 8n + 2j + 1 in the low and high 128-bit lane) against every
+// activation row before the next chunk: the R int32 sums, one code vector and
+// its scales stay in registers for R up to 8. `Code(n, j, qs)` forms the
+// chunk's unsigned codes; sumi[r] += sum_g scale_g (codes . a)_g.
+template <int R, typename CodeFn>
+inline void GroupSums(const std::uint8_t* qs, __m256i sc16, const ActQ8K* x, std::int64_t xs, std::int64_t b,
+                      const CodeFn& code, __m256i sumi[R]) {
+  static const GroupPairSelect kSel;
+  for (int n = 0; n < 2; ++n) {
+    const __m256i bits = Load32(qs + 32 * n);
+    const __m256i half = n == 0 ? _mm256_permute4x64_epi64(sc16, 0x44) : _mm256_permute4x64_epi64(sc16, 0xEE);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = code(n, j, bits);
+      const __m256i sc = _mm256_shuffle_epi8(half, kSel.sel[j]);
+      for (int r = 0; r < R; ++r) {
+        const __m256i p = _mm256_maddubs_epi16(q, Load32(x[r * xs + b].qs + 128 * n + 32 * j));
+        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, sc));
       }
     }
-    return sumi;
   }
-};
+}
 
 // Q2_K: sum (d sc_g code - dmin m_g) x = d dx sum_g sc_g (codes . a)_g - dmin dx sum_g m_g bsums_g.
 template <int R>
 void DotQ2_KR(const BlockQ2_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
-  static const GroupPairSelect kSel;
-  __m256 acc[R], accm[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(0xF);
   for (std::int64_t b = 0; b < nb; ++b) {
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales));
+    __m256i sumi[R];
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+    GroupSums<R>(w[b].qs, _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)), x, xs, b,
+                 [&](int, int j, __m256i bits) { return _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3); }, sumi);
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
-    Q2Codes c;
-    c.Scales(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)), kSel);
-    for (int n = 0; n < 2; ++n) {
-      const __m256i qs = Load32(w[b].qs + 32 * n);
-      for (int j = 0; j < 4; ++j) c.q[n][j] = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
-    }
     const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
     for (int r = 0; r < R; ++r) {
       const ActQ8K& a = x[r * xs + b];
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c.Dot(a.qs)), _mm256_set1_ps(dw * a.d), acc[r]);
-      accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, LoadBsums(a))), _mm256_set1_ps(dmin * a.d),
-                                accm[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]), _mm256_set1_ps(dw * a.d), acc[r]);
+      acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, LoadBsums(a))), _mm256_set1_ps(dmin * a.d),
+                                acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - HSum(accm[r]);
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
 // Q3_K's 16 scales minus 32 as int16, unpacked four bytes at a time.
@@ -94,38 +90,33 @@ inline __m256i Q3KScales16(const std::uint8_t* s) {
 }
 
 // Q3_K: code + 4 (0..7: the 2 low bits plus 4 times the high bit) through
-// maddubs, then 4 sum_g sc_g bsums_g subtracted in int32.
+// maddubs, the sums starting from -4 sum_g sc_g bsums_g.
 template <int R>
 void DotQ3_KR(const BlockQ3_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
-  static const GroupPairSelect kSel;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
   for (std::int64_t b = 0; b < nb; ++b) {
     const __m256i sc16 = Q3KScales16(w[b].scales);
-    Q2Codes c;
-    c.Scales(sc16, kSel);
     const __m256i hm = Load32(w[b].hmask);
-    for (int n = 0; n < 2; ++n) {
-      const __m256i qs = Load32(w[b].qs + 32 * n);
-      for (int j = 0; j < 4; ++j) {
-        // 16-bit shifts by at most 7: bit 0 of each byte comes from the same byte.
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one);
-        c.q[n][j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3), _mm256_slli_epi16(high, 2));
-      }
+    __m256i sumi[R];
+    for (int r = 0; r < R; ++r) {
+      sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, LoadBsums(x[r * xs + b])), 2));
     }
+    GroupSums<R>(w[b].qs, sc16, x, xs, b, [&](int n, int j, __m256i bits) {
+      // 16-bit shifts by at most 7: bit 0 of each byte comes from the same byte.
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one);
+      return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3), _mm256_slli_epi16(high, 2));
+    }, sumi);
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
-      const ActQ8K& a = x[r * xs + b];
-      const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(sc16, LoadBsums(a)), 2);
-      const __m256i sumi = _mm256_sub_epi32(c.Dot(a.qs), bias);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dw * a.d), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]), _mm256_set1_ps(dw * x[r * xs + b].d), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
-// IQ4 grid values of 16 nibble bytes (low nibbles first) as 32 int8, kept as
+// Grid values of 16 nibble bytes (low nibbles first) as 32 int8, kept as
 // |value| and its sign for maddubs (|value| <= 127, so pairs stay in int16).
 struct IQ4Values {
   __m256i abs, sign;
@@ -136,9 +127,10 @@ struct IQ4Values {
   __m256i Pairs(const std::int8_t* a) const { return _mm256_maddubs_epi16(abs, _mm256_sign_epi8(Load32(a), sign)); }
 };
 
-inline __m256i IQ4Table() {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+inline __m256i GridTable(const std::int8_t* values) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
+inline __m256i IQ4Table() { return GridTable(kIq4Values); }
 
 inline int HSumI32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -147,17 +139,32 @@ inline int HSumI32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// IQ4_NL: the packed kernels' arithmetic (y = fma(float(p_b), dw_b * dx_b, y)
-// over the blocks in order, p_b exact), so a matrix gives bitwise the same
-// outputs packed (quant_avx2_packed.cc, quant_avx512_packed.cc) or not.
-template <int R>
-void DotIQ4_NLR(const BlockIQ4_NL* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
-  const __m256i table = IQ4Table(), ones = _mm256_set1_epi16(1);
+// The 32-element types with a 16-value grid: IQ4_NL (fp16 d) and MXFP4 (E8M0 e).
+template <typename Block>
+struct Grid4;
+template <>
+struct Grid4<BlockIQ4_NL> {
+  static const std::int8_t* Values() { return kIq4Values; }
+  static float Scale(const BlockIQ4_NL& b) { return H2F(b.d); }
+};
+template <>
+struct Grid4<BlockMXFP4> {
+  static const std::int8_t* Values() { return kMxfp4Values; }
+  static float Scale(const BlockMXFP4& b) { return Mxfp4Scale(b.e); }
+};
+
+// IQ4_NL / MXFP4: the packed kernels' arithmetic (y = fma(float(p_b), dw_b *
+// dx_b, y) over the blocks in order, p_b exact), so an IQ4_NL matrix gives
+// bitwise the same outputs packed (quant_avx2_packed.cc,
+// quant_avx512_packed.cc) or not.
+template <int R, typename Block>
+void DotGrid4R(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  const __m256i table = GridTable(Grid4<Block>::Values()), ones = _mm256_set1_epi16(1);
   float acc[R];
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
     const IQ4Values v(w[b].qs, table);
-    const float dw = H2F(w[b].d);
+    const float dw = Grid4<Block>::Scale(w[b]);
     for (int r = 0; r < R; ++r) {
       const ActQ8& a = x[r * xs + b];
       const int p = HSumI32(_mm256_madd_epi16(v.Pairs(a.qs), ones));
@@ -192,17 +199,90 @@ void DotIQ4_XSR(const BlockIQ4_XS* w, const ActQ8K* x, std::int64_t xs, std::int
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
+// Ternary codes (0..2: the value + 1) of a TQ2_0 / TQ1_0 super-block in
+// element order, 8 vectors of 32: sum (code - 1) x = sum code x - sum x.
+struct TernaryCodes {
+  __m256i c[8];
+  __m256i Dot(const ActQ8K& a) const {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_madd_epi16(LoadBsums(a), ones);
+    s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
+    for (int k = 0; k < 8; ++k) s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(c[k], Load32(a.qs + 32 * k)), ones));
+    return s;
+  }
+};
+
+template <int R, typename Block, typename Decode>
+void DotTernaryR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out, const Decode& decode) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    TernaryCodes t;
+    decode(w[b], t);
+    const float dw = H2F(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8K& a = x[r * xs + b];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t.Dot(a)), _mm256_set1_ps(dw * a.d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+}
+
+template <int R>
+void DotTQ2_0R(const BlockTQ2_0* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  DotTernaryR<R>(w, x, xs, nb, out, [](const BlockTQ2_0& b, TernaryCodes& t) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i qs = Load32(b.qs + 32 * n);
+      for (int j = 0; j < 4; ++j) t.c[4 * n + j] = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
+    }
+  });
+}
+
+// Digit m of 32 TQ1_0 bytes: ((uint8(b * 3^m)) * 3) >> 8, in 16-bit halves.
+inline __m256i Tq1Digits(__m256i v, int pow3) {
+  const __m256i lo8 = _mm256_set1_epi16(0xFF), k = _mm256_set1_epi16(static_cast<short>(pow3)),
+                three = _mm256_set1_epi16(3);
+  __m256i lo = _mm256_and_si256(_mm256_mullo_epi16(_mm256_and_si256(v, lo8), k), lo8);
+  __m256i hi = _mm256_and_si256(_mm256_mullo_epi16(_mm256_srli_epi16(v, 8), k), lo8);
+  lo = _mm256_srli_epi16(_mm256_mullo_epi16(lo, three), 8);
+  hi = _mm256_srli_epi16(_mm256_mullo_epi16(hi, three), 8);
+  return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 8));
+}
+
+template <int R>
+void DotTQ1_0R(const BlockTQ1_0* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
+  DotTernaryR<R>(w, x, xs, nb, out, [](const BlockTQ1_0& b, TernaryCodes& t) {
+    static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+    const __m256i q0 = Load32(b.qs);
+    for (int m = 0; m < 5; ++m) t.c[m] = Tq1Digits(q0, kPow3[m]);  // elements 32m .. 32m + 31
+    // Elements 160 .. 255: 16 bytes of qs give 5 digits each, then 4 bytes of qh give 4.
+    alignas(32) std::uint8_t rest[96];
+    for (int e = 160; e < 256; ++e) rest[e - 160] = static_cast<std::uint8_t>(Tq1Trit(b, e));
+    for (int k = 0; k < 3; ++k) t.c[5 + k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(rest + 32 * k));
+  });
+}
+
+template <int R>
+void DotIQ4_NLR(const BlockIQ4_NL* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  DotGrid4R<R>(w, x, xs, nb, out);
+}
+template <int R>
+void DotMXFP4R(const BlockMXFP4* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  DotGrid4R<R>(w, x, xs, nb, out);
+}
+
 }  // namespace
 
 void Avx2Q2_KRows(const BlockQ2_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys) {
-  const auto rows = KVSHARE_ROWS_KERNEL(DotQ2_KR, BlockQ2_K, ActQ8K);
+  const auto rows = KVSHARE_ROWS_KERNEL_N(DotQ2_KR, BlockQ2_K, ActQ8K, 8);
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 
 void Avx2Q3_KRows(const BlockQ3_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys) {
-  const auto rows = KVSHARE_ROWS_KERNEL(DotQ3_KR, BlockQ3_K, ActQ8K);
+  const auto rows = KVSHARE_ROWS_KERNEL_N(DotQ3_KR, BlockQ3_K, ActQ8K, 8);
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 
@@ -212,9 +292,27 @@ void Avx2IQ4_NLRows(const BlockIQ4_NL* w, std::int64_t nrows, const ActQ8* x, st
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 
+void Avx2MXFP4Rows(const BlockMXFP4* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                   float* y, std::int64_t ys) {
+  const auto rows = KVSHARE_ROWS_KERNEL(DotMXFP4R, BlockMXFP4, ActQ8);
+  rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
+void Avx2TQ1_0Rows(const BlockTQ1_0* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                   float* y, std::int64_t ys) {
+  const auto rows = KVSHARE_ROWS_KERNEL(DotTQ1_0R, BlockTQ1_0, ActQ8K);
+  rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
+void Avx2TQ2_0Rows(const BlockTQ2_0* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                   float* y, std::int64_t ys) {
+  const auto rows = KVSHARE_ROWS_KERNEL(DotTQ2_0R, BlockTQ2_0, ActQ8K);
+  rows(w, nrows, x, xs, nb, acts, y, ys);
+}
+
 void Avx2IQ4_XSRows(const BlockIQ4_XS* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb,
                     int acts, float* y, std::int64_t ys) {
-  const auto rows = KVSHARE_ROWS_KERNEL(DotIQ4_XSR, BlockIQ4_XS, ActQ8K);
+  const auto rows = KVSHARE_ROWS_KERNEL_N(DotIQ4_XSR, BlockIQ4_XS, ActQ8K, 8);
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 

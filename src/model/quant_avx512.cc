@@ -65,6 +65,9 @@ const QuantKernels kAvx512VnniKernels = {.q8_0 = Avx512Q8_0Rows,
                                          .q2_k = Avx2Q2_KRows,
                                          .q3_k = Avx2Q3_KRows,
                                          .iq4_nl = Avx2IQ4_NLRows,
-                                         .iq4_xs = Avx2IQ4_XSRows};
+                                         .iq4_xs = Avx2IQ4_XSRows,
+                                         .tq1_0 = Avx2TQ1_0Rows,
+                                         .tq2_0 = Avx2TQ2_0Rows,
+                                         .mxfp4 = Avx2MXFP4Rows};
 
 }  // namespace kvshare::detail

@@ -46,11 +46,15 @@ struct QuantKernels {
   // Kernels over packed weights (quant_packed.h); null: this level reads none.
   PackedRowsFn<ActQ8> packed = nullptr;
   PackedRowsFn<ActQ8K> packed_k = nullptr;
-  // The low-bit types (the AVX-512 level runs the AVX2 kernels: quant_avx2_lowbit.cc).
+  // The low-bit and ternary types and MXFP4 (the AVX-512 level runs the AVX2
+  // kernels: quant_avx2_lowbit.cc).
   DotRowsFn<BlockQ2_K, ActQ8K> q2_k = nullptr;
   DotRowsFn<BlockQ3_K, ActQ8K> q3_k = nullptr;
   DotRowsFn<BlockIQ4_NL, ActQ8> iq4_nl = nullptr;
   DotRowsFn<BlockIQ4_XS, ActQ8K> iq4_xs = nullptr;
+  DotRowsFn<BlockTQ1_0, ActQ8K> tq1_0 = nullptr;
+  DotRowsFn<BlockTQ2_0, ActQ8K> tq2_0 = nullptr;
+  DotRowsFn<BlockMXFP4, ActQ8> mxfp4 = nullptr;
 };
 
 // Calls f(std::integral_constant<int, R>{}, j0) for the passes j0 = 0,
@@ -132,8 +136,8 @@ void Avx512PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, 
                       int acts, float* y, std::int64_t ys);
 void Avx512PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
                        int acts, float* y, std::int64_t ys);
-// The AVX2 Q2_K / Q3_K / IQ4_NL / IQ4_XS kernels (quant_avx2_lowbit.cc), used
-// by the AVX-512 level too.
+// The AVX2 Q2_K / Q3_K / IQ4_NL / IQ4_XS / TQ1_0 / TQ2_0 / MXFP4 kernels
+// (quant_avx2_lowbit.cc), used by the AVX-512 level too.
 void Avx2Q2_KRows(const BlockQ2_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys);
 void Avx2Q3_KRows(const BlockQ3_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
@@ -142,6 +146,12 @@ void Avx2IQ4_NLRows(const BlockIQ4_NL* w, std::int64_t nrows, const ActQ8* x, st
                     int acts, float* y, std::int64_t ys);
 void Avx2IQ4_XSRows(const BlockIQ4_XS* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb,
                     int acts, float* y, std::int64_t ys);
+void Avx2TQ1_0Rows(const BlockTQ1_0* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                   float* y, std::int64_t ys);
+void Avx2TQ2_0Rows(const BlockTQ2_0* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                   float* y, std::int64_t ys);
+void Avx2MXFP4Rows(const BlockMXFP4* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                   float* y, std::int64_t ys);
 // The AVX-512 Q4_K / Q5_K / Q6_K kernels (quant_avx512_k.cc).
 void Avx512Q4_KRows(const BlockQ4_K* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                     float* y, std::int64_t ys);

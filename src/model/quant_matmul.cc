@@ -200,6 +200,9 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
     case GgmlType::kIQ4_XS:
       k.iq4_xs(static_cast<const BlockIQ4_XS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
       return;
+    case GgmlType::kTQ1_0: k.tq1_0(static_cast<const BlockTQ1_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kTQ2_0: k.tq2_0(static_cast<const BlockTQ2_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kMXFP4: k.mxfp4(static_cast<const BlockMXFP4*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
     default: break;
   }
   for (std::int64_t r = r0; r < r1; ++r) {

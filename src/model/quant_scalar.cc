@@ -212,6 +212,42 @@ float DotIQ4_XS(const BlockIQ4_XS* w, const ActQ8K* x, std::int64_t nb) {
   return acc;
 }
 
+// TQ2_0 / TQ1_0: sum (trit - 1) x over the super-block.
+template <typename TritAt>
+float DotTernary(float d, const ActQ8K& x, const TritAt& trit) {
+  int s = 0;
+  for (int e = 0; e < 256; ++e) s += (trit(e) - 1) * x.qs[e];
+  return d * x.d * static_cast<float>(s);
+}
+
+float DotTQ2_0(const BlockTQ2_0* w, const ActQ8K* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::uint8_t* qs = w[b].qs;
+    acc += DotTernary(F16ToF32(w[b].d), x[b], [qs](int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; });
+  }
+  return acc;
+}
+
+float DotTQ1_0(const BlockTQ1_0* w, const ActQ8K* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const BlockTQ1_0& blk = w[b];
+    acc += DotTernary(F16ToF32(blk.d), x[b], [&blk](int e) { return Tq1Trit(blk, e); });
+  }
+  return acc;
+}
+
+float DotMXFP4(const BlockMXFP4* w, const ActQ8* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int s = 0;
+    for (int j = 0; j < 16; ++j) s += kMxfp4Values[w[b].qs[j] & 0xF] * x[b].qs[j] + kMxfp4Values[w[b].qs[j] >> 4] * x[b].qs[j + 16];
+    acc += Mxfp4Scale(w[b].e) * x[b].d * static_cast<float>(s);
+  }
+  return acc;
+}
+
 // One dot product at a time: the scalar twin has nothing to share between rows.
 template <typename Block, typename Act, float (*Dot)(const Block*, const Act*, std::int64_t)>
 void Rows(const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
@@ -234,6 +270,9 @@ const QuantKernels kScalarKernels = {.q8_0 = Rows<BlockQ8_0, ActQ8, DotQ8_0>,
                                      .q2_k = Rows<BlockQ2_K, ActQ8K, DotQ2_K>,
                                      .q3_k = Rows<BlockQ3_K, ActQ8K, DotQ3_K>,
                                      .iq4_nl = Rows<BlockIQ4_NL, ActQ8, DotIQ4_NL>,
-                                     .iq4_xs = Rows<BlockIQ4_XS, ActQ8K, DotIQ4_XS>};
+                                     .iq4_xs = Rows<BlockIQ4_XS, ActQ8K, DotIQ4_XS>,
+                                     .tq1_0 = Rows<BlockTQ1_0, ActQ8K, DotTQ1_0>,
+                                     .tq2_0 = Rows<BlockTQ2_0, ActQ8K, DotTQ2_0>,
+                                     .mxfp4 = Rows<BlockMXFP4, ActQ8, DotMXFP4>};
 
 }  // namespace kvshare::detail

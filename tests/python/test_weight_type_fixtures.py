@@ -1,7 +1,8 @@
 """The low-bit weight types on files llama.cpp's llama-quantize made
 (tests/fixtures/weight_types/, written by tests/tools/weight_type_fixtures.py
-from the tiny Gemma 4 fixture: Q2_K, Q3_K_M, IQ4_NL and IQ4_XS presets, each a
-mix of its own type with llama.cpp's fallbacks): every file loads, and kvshare
+from the tiny Gemma 4 fixture: the Q2_K, Q3_K_M, IQ4_NL, IQ4_XS, TQ1_0 and
+TQ2_0 presets, each a mix of its own type with llama.cpp's fallbacks, and
+MXFP4 forced onto q / gate / up): every file loads, and kvshare
 run teacher-forced on llama.cpp's greedy tokens gives logits within MAX_ABS of
 llama.cpp's top 8 at every step, and the same greedy token wherever
 llama.cpp's top-2 margin is at least MARGIN. Both quantize the activations to
@@ -23,12 +24,14 @@ FIXTURES = ROOT / "tests" / "fixtures" / "weight_types"
 DOC = json.loads((FIXTURES / "llamacpp.json").read_text())
 MAX_ABS = 1.0
 MARGIN = 0.7
-OWN_TYPE = {"Q2_K": "Q2_K", "Q3_K_M": "Q3_K", "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS"}
+# The type each file exists for (e2b.<name>.gguf).
+OWN_TYPE = {"q2_k": "Q2_K", "q3_k_m": "Q3_K", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "tq1_0": "TQ1_0", "tq2_0": "TQ2_0",
+            "mxfp4": "MXFP4"}
 
 
-@pytest.mark.parametrize("case", DOC["cases"], ids=[c["preset"] for c in DOC["cases"]])
+@pytest.mark.parametrize("case", DOC["cases"], ids=[c["gguf"] for c in DOC["cases"]])
 def test_greedy_matches_llamacpp(case):
-    assert OWN_TYPE[case["preset"]] in case["tensor_types"].values()
+    assert OWN_TYPE[case["gguf"].split(".")[1]] in case["tensor_types"].values()
     prompt, tokens, top = case["prompt_ids"], case["tokens"], case["top"]
     got = logits(prompt, tokens[:-1], model=FIXTURES / case["gguf"])
     assert got.shape[0] == len(tokens) == len(top)

@@ -10,11 +10,11 @@ Run by hand; the references are built locally and never committed:
   PYTHONPATH=/path/to/llama_cpp_python-0.3.36 LLAMA_CPP_LIB_PATH=/path/to/build/bin \\
       python3 tests/tools/weight_type_fixtures.py --llama-quantize /path/to/build/bin/llama-quantize
 
-For each preset P in PRESETS the script runs
+For each (name N, preset P, extra arguments A) in PRESETS the script runs
 
-  llama-quantize tests/fixtures/gemma4/e2b.f32.gguf tests/fixtures/weight_types/e2b.<p>.gguf P 1
+  llama-quantize A tests/fixtures/gemma4/e2b.f32.gguf tests/fixtures/weight_types/e2b.N.gguf P 1
 
-(the fixture's matrices are 256 wide, so the K-quant and IQ4_XS presets use
+(e2b's matrices are 256 wide, so the K-quant, IQ4_XS and TQ presets use
 their own types for q / k / v / gate / up and the embedding; llama-quantize
 falls back to IQ4_NL and Q4_0-Q8_0 types for the 32- and 64-wide ones), then
 llama.cpp's greedy continuation of the Gemma 4 fixture's prompt (f32 KV, no
@@ -38,10 +38,16 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "tests" / "fixtures" / "gemma4" / "e2b.f32.gguf"
-PROMPT_FROM = ROOT / "tests" / "fixtures" / "gemma4" / "e2b.hf.json"
+GEMMA4 = ROOT / "tests" / "fixtures" / "gemma4"
 OUT = ROOT / "tests" / "fixtures" / "weight_types"
-PRESETS = ["Q2_K", "Q3_K_M", "IQ4_NL", "IQ4_XS"]
+# (name, llama-quantize preset, extra arguments). llama-quantize writes MXFP4
+# only for MoE experts (MXFP4_MOE), where the tiny MoE fixture's routing flips
+# on near-ties under any quantization; "mxfp4" forces it onto dense matrices.
+PRESETS = [("q2_k", "Q2_K", []), ("q3_k_m", "Q3_K_M", []), ("iq4_nl", "IQ4_NL", []), ("iq4_xs", "IQ4_XS", []),
+           ("tq1_0", "TQ1_0", []), ("tq2_0", "TQ2_0", []),
+           ("mxfp4", "Q8_0", ["--tensor-type", "attn_q=mxfp4", "--tensor-type", "ffn_gate=mxfp4",
+                              "--tensor-type", "ffn_up=mxfp4"])]
+SOURCE = GEMMA4 / "e2b.f32.gguf"
 STEPS, TOP_K = 32, 8
 
 
@@ -51,9 +57,9 @@ def tensor_types(path: Path) -> dict:
     return {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
 
 
-def quantize(llama_quantize: Path, preset: str) -> Path:
-    out = OUT / f"e2b.{preset.lower()}.gguf"
-    subprocess.run([str(llama_quantize), str(SOURCE), str(out), preset, "1"], check=True,
+def quantize(llama_quantize: Path, name: str, preset: str, extra: list[str]) -> Path:
+    out = OUT / f"e2b.{name}.gguf"
+    subprocess.run([str(llama_quantize), *extra, str(SOURCE), str(out), preset, "1"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     mix = Counter(tensor_types(out).values())
     print(f"{out.name}: " + ", ".join(f"{k} x{v}" for k, v in mix.most_common()))
@@ -87,13 +93,13 @@ def main() -> int:
     import llama_cpp
 
     OUT.mkdir(parents=True, exist_ok=True)
-    prompt = json.loads(PROMPT_FROM.read_text())["prompt_ids"]
     cases = []
-    for preset in PRESETS:
-        path = quantize(args.llama_quantize, preset)
+    prompt = json.loads((GEMMA4 / "e2b.hf.json").read_text())["prompt_ids"]
+    for name, preset, extra in PRESETS:
+        path = quantize(args.llama_quantize, name, preset, extra)
         run = greedy(path, prompt)
-        cases.append({"gguf": path.name, "preset": preset, "tensor_types": tensor_types(path), "prompt_ids": prompt,
-                      **run})
+        cases.append({"gguf": path.name, "preset": " ".join(extra + [preset]), "tensor_types": tensor_types(path),
+                      "prompt_ids": prompt, **run})
         print(f"  greedy {run['tokens'][:10]}..., min top-2 margin {run['min_margin']}")
     doc = {
         "source": f"llama-quantize and llama-cpp-python {llama_cpp.__version__} (llama.cpp ggml-org/llama.cpp@0c1e57098), "
