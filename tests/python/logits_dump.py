@@ -60,3 +60,24 @@ def logits(ids, decode, kernel=None, model=MODEL, all_positions=False):
         _run([str(out), ",".join(map(str, ids)), *map(str, decode)], model=model,
              flags=["--all"] if all_positions else [], env=env)
         return np.fromfile(out, dtype="<f4").reshape(rows, -1).astype(np.float64)
+
+
+def check_llamacpp_case(case, model, margin, max_abs, min_compared=8):
+    """kvshare teacher-forced on one of llama.cpp's greedy runs (a fixture case:
+    gguf, prompt_ids, tokens, top = llama.cpp's top logits per step): kvshare's
+    argmax is llama.cpp's token wherever llama.cpp's top-2 margin is at least
+    `margin` (on at least `min_compared` steps), and its logits stay within
+    `max_abs` of llama.cpp's top ones at every step."""
+    prompt, tokens, top = case["prompt_ids"], case["tokens"], case["top"]
+    got = logits(prompt, tokens[:-1], model=model)
+    assert got.shape[0] == len(tokens) == len(top)
+    worst, compared = 0.0, 0
+    for step, (row, best) in enumerate(zip(got, top)):
+        worst = max(worst, max(abs(row[t] - v) for t, v in best))
+        if best[0][1] - best[1][1] >= margin:
+            compared += 1
+            assert int(row.argmax()) == best[0][0], (case["gguf"], step)
+    print(f"{case['gguf']}: max |kvshare - llama.cpp| over llama.cpp's top {len(top[0])}: {worst:.3g}; "
+          f"greedy compared on {compared}/{len(top)} steps")
+    assert compared >= min_compared, "too few confident steps to compare"
+    assert worst < max_abs, (case["gguf"], worst)

@@ -24,7 +24,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from logits_dump import ROOT, logits, skip_if_no_dump  # noqa: E402
+from logits_dump import ROOT, check_llamacpp_case, logits, skip_if_no_dump  # noqa: E402
 
 skip_if_no_dump()
 
@@ -80,17 +80,5 @@ def test_greedy_matches_llamacpp(name, case):
     token is llama.cpp's wherever llama.cpp's top-2 margin is at least MARGIN,
     and its logits stay within MAX_ABS[type] of llama.cpp's top 8."""
     c = load(f"{name}.llamacpp.json")["cases"][case]
-    prompt, tokens, top = c["prompt_ids"], c["tokens"], c["top"]
-    got = logits(prompt, tokens[:-1], model=FIXTURES / c["gguf"])
-    assert got.shape[0] == len(tokens) == len(top)
     kind = c["gguf"].split(".")[1]
-    worst, compared = 0.0, 0
-    for step, (row, best) in enumerate(zip(got, top)):
-        worst = max(worst, max(abs(row[t] - v) for t, v in best))
-        if best[0][1] - best[1][1] >= MARGIN[kind]:
-            compared += 1
-            assert int(row.argmax()) == best[0][0], (c["gguf"], step)
-    print(f"{c['gguf']}: max |kvshare - llama.cpp| over llama.cpp's top 8: {worst:.3g}; "
-          f"greedy compared on {compared}/{len(top)} steps")
-    assert compared >= 8, "too few confident steps to compare"
-    assert worst < MAX_ABS[kind], (c["gguf"], worst)
+    check_llamacpp_case(c, FIXTURES / c["gguf"], MARGIN[kind], MAX_ABS[kind])

@@ -16,7 +16,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from logits_dump import ROOT, logits, skip_if_no_dump  # noqa: E402
+from logits_dump import ROOT, check_llamacpp_case, skip_if_no_dump  # noqa: E402
 
 skip_if_no_dump()
 
@@ -32,16 +32,4 @@ OWN_TYPE = {"q2_k": "Q2_K", "q3_k_m": "Q3_K", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4
 @pytest.mark.parametrize("case", DOC["cases"], ids=[c["gguf"] for c in DOC["cases"]])
 def test_greedy_matches_llamacpp(case):
     assert OWN_TYPE[case["gguf"].split(".")[1]] in case["tensor_types"].values()
-    prompt, tokens, top = case["prompt_ids"], case["tokens"], case["top"]
-    got = logits(prompt, tokens[:-1], model=FIXTURES / case["gguf"])
-    assert got.shape[0] == len(tokens) == len(top)
-    worst, compared = 0.0, 0
-    for step, (row, best) in enumerate(zip(got, top)):
-        worst = max(worst, max(abs(row[t] - v) for t, v in best))
-        if best[0][1] - best[1][1] >= MARGIN:
-            compared += 1
-            assert int(row.argmax()) == best[0][0], (case["gguf"], step)
-    print(f"{case['gguf']}: max |kvshare - llama.cpp| over llama.cpp's top 8: {worst:.3g}; "
-          f"greedy compared on {compared}/{len(top)} steps")
-    assert compared >= 8, "too few confident steps to compare"
-    assert worst < MAX_ABS, (case["gguf"], worst)
+    check_llamacpp_case(case, FIXTURES / case["gguf"], MARGIN, MAX_ABS)
