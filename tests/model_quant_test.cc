@@ -615,12 +615,12 @@ TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
 
 // Packed weights (quant_packed.h: 16 rows interleaved for the kernels with
 // weight rows in the lanes) give bitwise the outputs of the AVX-512 kernels
-// on the unpacked weights: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_K / Q6_K with random bytes
+// on the unpacked weights: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS / Q4_K / Q6_K with random bytes
 // (every code, fifth / high bit, scale and min), 1 to 20 blocks per row (1 to
 // 5 super-blocks), 16 to 160 rows, m from 1 to 70 (passes of 8 activation
 // rows and their remainders, and the 64-row groups of MatMul), on the calling
 // thread and on 3 threads (tasks rounded to whole 16-row groups), on each
-// level with packed kernels (AVX-512 and AVX2: all six types). The reference
+// level with packed kernels (AVX-512 and AVX2: all seven types). The reference
 // is the AVX-512 level where the CPU has it, else the same level unpacked,
 // except for Q8_0 / Q4_K / Q6_K on AVX2, whose unpacked kernels sum their
 // lanes or scale groups in another order: there within 1e-5 of the output's
@@ -635,8 +635,8 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   if (levels.empty()) GTEST_SKIP() << "no kernel level with packed weights on this CPU (AVX2 or AVX-512 VNNI)";
   ThreadPool pool(3);
   int compared = 0, near = 0;
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kQ4_K,
-                     GgmlType::kQ6_K}) {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                     GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     const bool k = UsesSuperBlockActivations(t);
     for (std::int64_t nblk : {1, 2, 3, k ? 5 : 20}) {
       for (std::int64_t rows : {16, 48, 160}) {

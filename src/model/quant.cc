@@ -42,7 +42,7 @@ void CheckWeightType(const GgufTensor& t) {
 bool UsesSuperBlockActivations(GgmlType type) {
   switch (type) {
     case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-    case GgmlType::kIQ4_XS: case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
+    case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
       return true;
     default:
       return false;
@@ -207,6 +207,14 @@ void DequantIQ4Nibbles(const std::uint8_t* qs, float d, float* y) {
 void DequantIQ4_NL(const BlockIQ4_NL* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, y += 32) DequantIQ4Nibbles(b[i].qs, F16ToF32(b[i].d), y);
 }
+
+}  // namespace
+
+float IQ4XSSubScale(int ib, const BlockIQ4_XS& b) {
+  return detail::F16ToF32(b.d) * static_cast<float>(IQ4XSScale(ib, b) - 32);
+}
+
+namespace {
 
 void DequantIQ4_XS(const BlockIQ4_XS* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i) {

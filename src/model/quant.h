@@ -2,8 +2,8 @@
 // reference dequantization, and matrix products against float activations.
 //
 // MatMul quantizes activations to int8 blocks (per 32 for Q4_0/Q4_1/Q5_0/
-// Q5_1/Q8_0/IQ4_NL/MXFP4 weights, per 256 with 16-element sums for the
-// K-quants, IQ4_XS, TQ1_0 and TQ2_0) and runs integer dot
+// Q5_1/Q8_0/IQ4_NL/IQ4_XS/MXFP4 weights, per 256 with 16-element sums for
+// the K-quants, TQ1_0 and TQ2_0) and runs integer dot
 // products; F32/F16/BF16 weights use float dot products. The SIMD level is
 // chosen once at run time from the CPU (AVX-512 VNNI, AVX2, or the scalar
 // twin that is always compiled); KVSHARE_KERNEL=scalar|avx2|avx512 overrides.
@@ -186,6 +186,8 @@ inline int Q3KScale(int g, const std::uint8_t* s) {
 inline int IQ4XSScale(int ib, const BlockIQ4_XS& b) {
   return ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
 }
+// IQ4_XS sub-block ib's scale d * (ls - 32) in fp32, as every kernel forms it.
+float IQ4XSSubScale(int ib, const BlockIQ4_XS& b);
 
 // True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
 // Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4.
@@ -199,8 +201,8 @@ const char* SupportedWeightTypesString();
 // refused at load rather than at the first forward pass.
 void CheckWeightType(const GgufTensor& t);
 // Whether MatMul quantizes activations for `type` per 256 (ActQ8K: the
-// K-quants, IQ4_XS, TQ1_0, TQ2_0) rather than per 32 (ActQ8); false for float
-// types.
+// K-quants, TQ1_0, TQ2_0) rather than per 32 (ActQ8: the others, IQ4_XS's
+// 32-element sub-blocks included); false for float types.
 bool UsesSuperBlockActivations(GgmlType type);
 
 // Reference dequantization of one row of n elements (n a multiple of the
@@ -239,8 +241,8 @@ struct WeightMatrix {
 };
 
 // kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block for
-// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/MXFP4 weights, per 256-block for the
-// others) and compute integer
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/IQ4_XS/MXFP4 weights, per 256-block for
+// the others) and compute integer
 // block dot products. kFloat is their plain twin without activation rounding:
 // it dequantizes each weight row to fp32 (DequantizeRow) and multiplies it with
 // the fp32 activations. It is slow and never the default; it exists to check a
@@ -269,7 +271,7 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p);
 
 // w with a packed copy of its rows (w.packed) when w has a multiple of 16
 // rows and MatMul's default level has a kernel over packed weights of its type
-// (kAvx512Vnni and kAvx2: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q6_K); w
+// (kAvx512Vnni and kAvx2: Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q4_K, Q6_K); w
 // unchanged otherwise (and when KVSHARE_KERNEL picks another level). The copy
 // takes as many bytes as w's rows: call it for the matrices of matrix products,
 // not for tables that are only looked up (embeddings).

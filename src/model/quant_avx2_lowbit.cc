@@ -174,29 +174,27 @@ void DotGrid4R(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb,
   for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
+// IQ4_XS against per-32 activations (x[8b + ib]: sub-block ib of block b):
+// per sub-block y = fma(float(p), (d (ls - 32)) dx, y) in order, the packed
+// kernels' arithmetic, so packed and unpacked outputs are bitwise equal.
 template <int R>
-void DotIQ4_XSR(const BlockIQ4_XS* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
-  const __m256i table = IQ4Table();
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+void DotIQ4_XSR(const BlockIQ4_XS* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  const __m256i table = IQ4Table(), ones = _mm256_set1_epi16(1);
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
-    __m256i scale[8];
-    for (int ib = 0; ib < 8; ++ib) scale[ib] = _mm256_set1_epi16(static_cast<short>(IQ4XSScale(ib, w[b]) - 32));
-    const float dw = H2F(w[b].d);
-    __m256i sumi[R];
-    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+    const float d = H2F(w[b].d);
     for (int ib = 0; ib < 8; ++ib) {
       const IQ4Values v(w[b].qs + 16 * ib, table);
+      const float dsub = d * static_cast<float>(IQ4XSScale(ib, w[b]) - 32);  // = IQ4XSSubScale
       for (int r = 0; r < R; ++r) {
-        const __m256i p = _mm256_madd_epi16(v.Pairs(x[r * xs + b].qs + 32 * ib), scale[ib]);
-        sumi[r] = _mm256_add_epi32(sumi[r], p);
+        const ActQ8& a = x[r * xs + 8 * b + ib];
+        const int p = HSumI32(_mm256_madd_epi16(v.Pairs(a.qs), ones));
+        acc[r] = std::fma(static_cast<float>(p), dsub * a.d, acc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]), _mm256_set1_ps(dw * x[r * xs + b].d), acc[r]);
-    }
   }
-  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
 // Ternary codes (0..2: the value + 1) of a TQ2_0 / TQ1_0 super-block in
@@ -310,9 +308,9 @@ void Avx2TQ2_0Rows(const BlockTQ2_0* w, std::int64_t nrows, const ActQ8K* x, std
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 
-void Avx2IQ4_XSRows(const BlockIQ4_XS* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb,
+void Avx2IQ4_XSRows(const BlockIQ4_XS* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb,
                     int acts, float* y, std::int64_t ys) {
-  const auto rows = KVSHARE_ROWS_KERNEL_N(DotIQ4_XSR, BlockIQ4_XS, ActQ8K, 8);
+  const auto rows = KVSHARE_ROWS_KERNEL(DotIQ4_XSR, BlockIQ4_XS, ActQ8);
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 

@@ -1,4 +1,4 @@
-// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights (layout: quant_packed.h),
+// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS weights (layout: quant_packed.h),
 // compiled with -mavx2 -mfma -mf16c; entered only when the CPU reports those
 // features (quant_matmul.cc).
 //
@@ -29,13 +29,30 @@ namespace {
 constexpr int kPassRows = 8;
 
 template <GgmlType kType>
+constexpr bool kIq4 = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS;
+
+template <GgmlType kType>
 constexpr int Bias() {
-  return kType == GgmlType::kQ8_0 || kType == GgmlType::kIQ4_NL ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
+  return kType == GgmlType::kQ8_0 || kIq4<kType> ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
 }
 
 // Types whose decoded codes are signed values taken with the sign trick.
 template <GgmlType kType>
-constexpr bool kSigned = kType == GgmlType::kQ8_0 || kType == GgmlType::kIQ4_NL;
+constexpr bool kSigned = kType == GgmlType::kQ8_0 || kIq4<kType>;
+
+// Where a group's scales are (row order, 16 per block): the fp16 d plane, or
+// IQ4_XS's fp32 dsub; the 8 of half h of block b.
+template <GgmlType kType>
+inline const void* GroupScales(const PackedWeights& w, std::size_t gb) {
+  if constexpr (kType == GgmlType::kIQ4_XS) return w.dsub + gb * kPackRows;
+  return w.d + gb * kPackRows;
+}
+template <GgmlType kType>
+inline __m256 HalfScales(const void* scales, std::int64_t b, int h) {
+  if constexpr (kType == GgmlType::kIQ4_XS) return _mm256_loadu_ps(static_cast<const float*>(scales) + b * kPackRows + 8 * h);
+  return _mm256_cvtph_ps(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(scales) + b * kPackRows + 8 * h)));
+}
 
 // One block of one half, decoded into 32-byte code vectors c[k] (Q8_0: |w|,
 // with the signed w in s[k]): in registers (HalfRegs), or stored for several
@@ -72,7 +89,7 @@ inline HalfRegs DecodeHalfRegs(const std::uint8_t* codes, const std::uint8_t* hi
       r.c[k] = lo;
       r.c[k + 4] = hi;
     }
-    if constexpr (kType == GgmlType::kIQ4_NL) {
+    if constexpr (kIq4<kType>) {
       const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
       for (int k = 0; k < 8; ++k) {
         r.s[k] = _mm256_shuffle_epi8(grid, r.c[k]);
@@ -152,16 +169,16 @@ struct Buffered {
   const HalfCodes& operator()(std::int64_t b) const { return hc[b]; }
 };
 
-// One half (rows 8h .. 8h+7 of a group; its fp16 scales at d, 16 apart)
+// One half (rows 8h .. 8h+7 of a group; the group's scales at `scales`)
 // against R activation rows; y[j * ys + t].
 template <GgmlType kType, int R, class Src>
-void HalfRows(Src&& src, const std::uint16_t* d, std::int64_t nb, const ActQ8* x, std::int64_t xs, float* y,
+void HalfRows(Src&& src, const void* scales, int h, std::int64_t nb, const ActQ8* x, std::int64_t xs, float* y,
               std::int64_t ys) {
   __m256 acc[R];
   for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     const HalfCodes& hc = src(b);
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + b * kPackRows)));
+    const __m256 dw = HalfScales<kType>(scales, b, h);
     for (int j = 0; j < R; ++j) {
       const ActQ8& a = x[j * xs + b];
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfDot<kType>(hc, a)), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[j]);
@@ -171,10 +188,10 @@ void HalfRows(Src&& src, const std::uint16_t* d, std::int64_t nb, const ActQ8* x
 }
 
 template <GgmlType kType, class MakeSrc>
-void Passes(MakeSrc&& make_src, const std::uint16_t* d, std::int64_t nb, const ActQ8* x, std::int64_t xs, int acts,
+void Passes(MakeSrc&& make_src, const void* scales, int h, std::int64_t nb, const ActQ8* x, std::int64_t xs, int acts,
             float* y, std::int64_t ys) {
   ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
-    HalfRows<kType, decltype(rows)::value>(make_src(), d, nb, x + j0 * xs, xs, y + j0 * ys, ys);
+    HalfRows<kType, decltype(rows)::value>(make_src(), scales, h, nb, x + j0 * xs, xs, y + j0 * ys, ys);
   });
 }
 
@@ -193,8 +210,8 @@ void GroupOneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, float* 
   const auto gb = static_cast<std::size_t>(g * w.nb);
   const std::uint8_t* codes = w.codes + gb * w.bytes.codes;
   const std::uint8_t* high = w.high != nullptr ? w.high + gb * w.bytes.high : nullptr;
-  const std::uint16_t* d = w.d + gb * kPackRows;
-  for (std::int64_t b = 0; b < w.nb; ++b, codes += w.bytes.codes, d += kPackRows) {
+  const void* scales = GroupScales<kType>(w, gb);
+  for (std::int64_t b = 0; b < w.nb; ++b, codes += w.bytes.codes) {
     PrefetchPackedAhead(codes, w.bytes.codes);
     const ActQ8& a = x[b];
     __m256i p[2];
@@ -216,7 +233,7 @@ void GroupOneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, float* 
     }
     const __m256 dx = _mm256_set1_ps(a.d);
     for (int h = 0; h < 2; ++h) {
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 8 * h)));
+      const __m256 dw = HalfScales<kType>(scales, b, h);
       acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[h]), _mm256_mul_ps(dw, dx), acc[h]);
     }
     if (high != nullptr) high += w.bytes.high;
@@ -238,14 +255,14 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
                            : nullptr;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     for (int h = 0; h < 2; ++h) {
-      const std::uint16_t* d = w.d + static_cast<std::size_t>(g * w.nb) * kPackRows + 8 * h;
+      const void* scales = GroupScales<kType>(w, static_cast<std::size_t>(g * w.nb));
       float* yh = y + (g * kPackRows - r0) + 8 * h;
       if (buffered) {
         Inline<kType> dec{w, g, h, {}};
         for (std::int64_t b = 0; b < w.nb; ++b) scratch[b] = dec(b);
-        Passes<kType>([&] { return Buffered{scratch}; }, d, w.nb, x, xs, acts, yh, ys);
+        Passes<kType>([&] { return Buffered{scratch}; }, scales, h, w.nb, x, xs, acts, yh, ys);
       } else {
-        Passes<kType>([&] { return Inline<kType>{w, g, h, {}}; }, d, w.nb, x, xs, acts, yh, ys);
+        Passes<kType>([&] { return Inline<kType>{w, g, h, {}}; }, scales, h, w.nb, x, xs, acts, yh, ys);
       }
     }
   }
@@ -259,6 +276,7 @@ void Avx2PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, co
     case GgmlType::kQ8_0: PackedRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kIQ4_NL: PackedRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kIQ4_XS: PackedRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, acts, y, ys); return;
     default: PackedRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
   }
 }

@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights (layout:
+// AVX-512 VNNI kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS weights (layout:
 // quant_packed.h; Q4_K / Q6_K: quant_avx512_packed_k.cc), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
 // CPU reports those features (quant_matmul.cc).
 //
@@ -23,10 +23,20 @@ namespace {
 // code vectors stay in the 32 zmm registers.
 constexpr int kPassRows = 8;
 
-// IQ4_NL's codes are its grid values + 128 (kIq4Values in [-127, 113]).
+// The IQ4 types' codes are their grid values + 128 (kIq4Values in [-127, 113]).
+template <GgmlType kType>
+constexpr bool kIq4 = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS;
 template <GgmlType kType>
 constexpr int Bias() {
-  return kType == GgmlType::kQ8_0 || kType == GgmlType::kIQ4_NL ? 128 : kType == GgmlType::kQ5_0 ? 16 : 8;
+  return kType == GgmlType::kQ8_0 || kIq4<kType> ? 128 : kType == GgmlType::kQ5_0 ? 16 : 8;
+}
+
+// The 16 rows' scales of block b: the fp16 d plane, or IQ4_XS's fp32 dsub.
+template <GgmlType kType>
+inline __m512 BlockScales(const void* scales, std::int64_t b) {
+  if constexpr (kType == GgmlType::kIQ4_XS) return _mm512_load_ps(static_cast<const float*>(scales) + b * kPackRows);
+  return _mm512_cvtph_ps(
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(scales) + b * kPackRows)));
 }
 
 // The 8 unsigned code vectors of one block of a group.
@@ -45,7 +55,7 @@ inline void LoadCodes(const std::uint8_t* codes, const std::uint64_t* high, __m5
       const __m512i fifth = _mm512_set1_epi8(0x10);
       for (int k = 0; k < 8; ++k) c[k] = _mm512_mask_add_epi8(c[k], _cvtu64_mask64(high[k]), c[k], fifth);
     }
-    if constexpr (kType == GgmlType::kIQ4_NL) {
+    if constexpr (kIq4<kType>) {
       const __m512i grid = _mm512_xor_si512(
           _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))),
           _mm512_set1_epi8(static_cast<char>(0x80)));
@@ -59,7 +69,7 @@ inline void LoadCodes(const std::uint8_t* codes, const std::uint64_t* high, __m5
 // holds the group's unsigned code vectors already decoded (DecodeGroup: 8
 // vectors of 64 bytes per block, as Q8_0's plane; the bias stays kType's).
 template <GgmlType kType, int R, bool kDecoded = false>
-void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::uint16_t* d, std::int64_t nb,
+void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const void* scales, std::int64_t nb,
                const ActQ8* x, std::int64_t xs, float* y, std::int64_t ys) {
   constexpr GgmlType kLayout = kDecoded ? GgmlType::kQ8_0 : kType;
   constexpr std::size_t kCodeBytes = kLayout == GgmlType::kQ8_0 ? 512 : 256;
@@ -72,7 +82,7 @@ void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const std::
     if constexpr (!kDecoded) PrefetchPackedAhead(codes + static_cast<std::size_t>(b) * kCodeBytes, kCodeBytes);
     __m512i c[8];
     LoadCodes<kLayout>(codes + static_cast<std::size_t>(b) * kCodeBytes, high != nullptr ? high + b * 8 : nullptr, c);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d + b * kPackRows)));
+    const __m512 dw = BlockScales<kType>(scales, b);
     const ActQ8* xb = x + b;
     // Code vector k against every row before k + 1: the R chains are
     // independent, so each vpdpbusd waits on one issued R (or R * kChains)
@@ -110,10 +120,10 @@ void DecodeGroup(const std::uint8_t* codes, const std::uint64_t* high, std::int6
 
 // Every pass of kPassRows activation rows over one group.
 template <GgmlType kType, bool kDecoded>
-void Passes(const std::uint8_t* codes, const std::uint64_t* high, const std::uint16_t* d, std::int64_t nb,
+void Passes(const std::uint8_t* codes, const std::uint64_t* high, const void* scales, std::int64_t nb,
             const ActQ8* x, std::int64_t xs, int acts, float* y, std::int64_t ys) {
   ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
-    GroupRows<kType, decltype(rows)::value, kDecoded>(codes, high, d, nb, x + j0 * xs, xs, y + j0 * ys, ys);
+    GroupRows<kType, decltype(rows)::value, kDecoded>(codes, high, scales, nb, x + j0 * xs, xs, y + j0 * ys, ys);
   });
 }
 
@@ -133,7 +143,8 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * w.bytes.codes;
     const auto* high = w.high != nullptr ? reinterpret_cast<const std::uint64_t*>(w.high) + g * nb * 8 : nullptr;
-    const std::uint16_t* d = w.d + g * nb * kPackRows;
+    const void* d = kType == GgmlType::kIQ4_XS ? static_cast<const void*>(w.dsub + g * nb * kPackRows)
+                                               : static_cast<const void*>(w.d + g * nb * kPackRows);
     float* yg = y + (g * kPackRows - r0);
     if constexpr (kType == GgmlType::kQ5_0) {
       if (decoded) {
@@ -154,6 +165,7 @@ void Avx512PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, 
     case GgmlType::kQ8_0: PackedRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kIQ4_NL: PackedRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kIQ4_XS: PackedRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, acts, y, ys); return;
     default: PackedRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
   }
 }

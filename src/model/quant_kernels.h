@@ -27,7 +27,7 @@ using DotRowsFn = void (*)(const Block* w, std::int64_t nrows, const Act* x, std
 struct PackedWeights;
 
 // Weight rows [r0, r1) (multiples of kPackRows) of packed weights (Act: ActQ8
-// for Q8_0 / Q4_0 / Q5_0 / IQ4_NL, ActQ8K for Q4_K / Q6_K) against activation rows
+// for Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS, ActQ8K for Q4_K / Q6_K) against activation rows
 // j < acts (row j at x + j * x_stride); y points at row r0's output for
 // activation row 0 (y[j * y_stride + r - r0]).
 template <typename Act>
@@ -51,7 +51,7 @@ struct QuantKernels {
   DotRowsFn<BlockQ2_K, ActQ8K> q2_k = nullptr;
   DotRowsFn<BlockQ3_K, ActQ8K> q3_k = nullptr;
   DotRowsFn<BlockIQ4_NL, ActQ8> iq4_nl = nullptr;
-  DotRowsFn<BlockIQ4_XS, ActQ8K> iq4_xs = nullptr;
+  DotRowsFn<BlockIQ4_XS, ActQ8> iq4_xs = nullptr;  // activation row j: 8 nb blocks
   DotRowsFn<BlockTQ1_0, ActQ8K> tq1_0 = nullptr;
   DotRowsFn<BlockTQ2_0, ActQ8K> tq2_0 = nullptr;
   DotRowsFn<BlockMXFP4, ActQ8> mxfp4 = nullptr;
@@ -144,7 +144,7 @@ void Avx2Q3_KRows(const BlockQ3_K* w, std::int64_t nrows, const ActQ8K* x, std::
                   float* y, std::int64_t ys);
 void Avx2IQ4_NLRows(const BlockIQ4_NL* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb,
                     int acts, float* y, std::int64_t ys);
-void Avx2IQ4_XSRows(const BlockIQ4_XS* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb,
+void Avx2IQ4_XSRows(const BlockIQ4_XS* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb,
                     int acts, float* y, std::int64_t ys);
 void Avx2TQ1_0Rows(const BlockTQ1_0* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                    float* y, std::int64_t ys);

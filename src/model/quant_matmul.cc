@@ -173,14 +173,16 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
                      const ActQ8K* a8k, std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
   const WeightMatrix& w = t.w;
   const std::int64_t cols = w.cols, rows = w.rows, nb = cols / GgmlBlockSize(w.type), nr = r1 - r0;
+  // Activation blocks per row: per 256 or per 32 (IQ4_XS: 8 per weight block).
+  const std::int64_t na = UsesSuperBlockActivations(w.type) ? cols / 256 : cols / 32;
   const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
   float* y = t.y + i * rows + r0;
   if (w.packed != nullptr && UsesSuperBlockActivations(w.type) && k.packed_k != nullptr) {
-    k.packed_k(*w.packed, r0, r1, a8k + i * nb, nb, n, y, rows);
+    k.packed_k(*w.packed, r0, r1, a8k + i * na, na, n, y, rows);
     return;
   }
   if (w.packed != nullptr && !UsesSuperBlockActivations(w.type) && k.packed != nullptr) {
-    k.packed(*w.packed, r0, r1, a8 + i * nb, nb, n, y, rows);
+    k.packed(*w.packed, r0, r1, a8 + i * na, na, n, y, rows);
     return;
   }
   switch (w.type) {
@@ -198,7 +200,7 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
       k.iq4_nl(static_cast<const BlockIQ4_NL*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows);
       return;
     case GgmlType::kIQ4_XS:
-      k.iq4_xs(static_cast<const BlockIQ4_XS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+      k.iq4_xs(static_cast<const BlockIQ4_XS*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
       return;
     case GgmlType::kTQ1_0: k.tq1_0(static_cast<const BlockTQ1_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
     case GgmlType::kTQ2_0: k.tq2_0(static_cast<const BlockTQ2_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
@@ -259,7 +261,7 @@ void MatMulMany(const MatMulManyParams& p) {
   for (const MatMulTarget& t : p.targets) {
     if (UsesSuperBlockActivations(t.w.type)) {
       kquant = true;
-    } else if (GgmlBlockSize(t.w.type) == 32) {
+    } else if (t.w.type != GgmlType::kF32 && t.w.type != GgmlType::kF16 && t.w.type != GgmlType::kBF16) {
       q32 = true;
     }
   }

@@ -35,7 +35,7 @@ void* AllocatePacked(std::size_t bytes) {
 
 // Where block (group g, block b) of each plane starts.
 struct Dest {
-  std::uint8_t *codes, *high, *subs, *mins, *d, *dmin;
+  std::uint8_t *codes, *high, *subs, *mins, *d, *dmin, *dsub;
 };
 
 // Row t of the group's block blk into the planes at dst.
@@ -113,18 +113,44 @@ void PackRow(const BlockQ6_K& blk, int t, const Dest& dst) {
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
 }
 
-// Every group of rows into the planes (codes, high, subs, mins, d, dmin; null
-// where the type has none).
+constexpr int kPlanes = 7;
+
+// Block gb's place in each plane.
+Dest At(std::uint8_t* const plane[kPlanes], const PlaneBytes& pb, std::size_t gb) {
+  const std::size_t bytes[kPlanes] = {pb.codes, pb.high, pb.subs, pb.mins, pb.d, pb.dmin, pb.dsub};
+  std::uint8_t* at[kPlanes];
+  for (int i = 0; i < kPlanes; ++i) at[i] = plane[i] != nullptr ? plane[i] + gb * bytes[i] : nullptr;
+  return {at[0], at[1], at[2], at[3], at[4], at[5], at[6]};
+}
+
+// Every group of rows into the planes (codes, high, subs, mins, d, dmin,
+// dsub; null where the type has none).
 template <typename Block>
-void PackAll(const Block* w, std::int64_t rows, std::int64_t nb, const PlaneBytes& pb, std::uint8_t* const plane[6]) {
-  const std::size_t bytes[6] = {pb.codes, pb.high, pb.subs, pb.mins, pb.d, pb.dmin};
+void PackAll(const Block* w, std::int64_t rows, std::int64_t nb, const PlaneBytes& pb,
+             std::uint8_t* const plane[kPlanes]) {
   for (std::int64_t g = 0; g < rows / kPackRows; ++g) {
     for (std::int64_t b = 0; b < nb; ++b) {
-      const auto gb = static_cast<std::size_t>(g * nb + b);
-      std::uint8_t* at[6];
-      for (int i = 0; i < 6; ++i) at[i] = plane[i] != nullptr ? plane[i] + gb * bytes[i] : nullptr;
-      const Dest dst{at[0], at[1], at[2], at[3], at[4], at[5]};
+      const Dest dst = At(plane, pb, static_cast<std::size_t>(g * nb + b));
       for (int t = 0; t < kPackRows; ++t) PackRow(w[(g * kPackRows + t) * nb + b], t, dst);
+    }
+  }
+}
+
+// IQ4_XS: sub-block ib of super-block b as packed block 8b + ib (IQ4_NL's
+// codes, the fp32 sub-block scale).
+void PackAllIQ4XS(const BlockIQ4_XS* w, std::int64_t rows, std::int64_t nb, const PlaneBytes& pb,
+                  std::uint8_t* const plane[kPlanes]) {
+  for (std::int64_t g = 0; g < rows / kPackRows; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      for (int ib = 0; ib < 8; ++ib) {
+        const Dest dst = At(plane, pb, static_cast<std::size_t>((g * nb + b) * 8 + ib));
+        for (int t = 0; t < kPackRows; ++t) {
+          const BlockIQ4_XS& blk = w[(g * kPackRows + t) * nb + b];
+          for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 16 * ib + 4 * k, 4);
+          const float s = IQ4XSSubScale(ib, blk);
+          std::memcpy(dst.dsub + 4 * t, &s, 4);
+        }
+      }
     }
   }
 }
@@ -135,6 +161,7 @@ PlaneBytes PackedPlaneBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return {.codes = 512, .d = 32};
     case GgmlType::kQ4_0: case GgmlType::kIQ4_NL: return {.codes = 256, .d = 32};
+    case GgmlType::kIQ4_XS: return {.codes = 256, .dsub = 64};  // per 32-element sub-block
     case GgmlType::kQ5_0: return {.codes = 256, .high = 64, .d = 32};
     case GgmlType::kQ4_K: return {.codes = 2048, .subs = 128, .mins = 128, .d = 32, .dmin = 32};
     case GgmlType::kQ6_K: return {.codes = 2048, .high = 1024, .subs = 256, .d = 32};
@@ -158,18 +185,20 @@ bool CanPack(GgmlType type, std::int64_t rows) {
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb) {
   if (!CanPack(type, rows) || nb <= 0 || data == nullptr) {
     throw Error("Pack: cannot repack " + GgmlTypeName(type) + " weights of " + std::to_string(rows) + " rows and " +
-                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K or Q6_K data with a positive multiple of " +
+                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q4_K or Q6_K data with a positive multiple of " +
                 std::to_string(kPackRows) + " rows)");
   }
   auto p = std::make_shared<PackedWeights>();
   p->type = type;
   p->rows = rows;
-  p->nb = nb;
+  p->nb = type == GgmlType::kIQ4_XS ? nb * 8 : nb;
   p->bytes = PackedPlaneBytes(type);
-  const auto blocks = static_cast<std::size_t>(rows / kPackRows * nb);
+  const auto blocks = static_cast<std::size_t>(rows / kPackRows * p->nb);
   const PlaneBytes& pb = p->bytes;
-  const std::size_t sizes[] = {RoundUp64(blocks * pb.codes), RoundUp64(blocks * pb.high), RoundUp64(blocks * pb.subs),
-                               RoundUp64(blocks * pb.mins),  RoundUp64(blocks * pb.d),    RoundUp64(blocks * pb.dmin)};
+  const std::size_t sizes[kPlanes] = {RoundUp64(blocks * pb.codes), RoundUp64(blocks * pb.high),
+                                      RoundUp64(blocks * pb.subs),  RoundUp64(blocks * pb.mins),
+                                      RoundUp64(blocks * pb.d),     RoundUp64(blocks * pb.dmin),
+                                      RoundUp64(blocks * pb.dsub)};
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
   void* mem = AllocatePacked(total);
@@ -177,8 +206,8 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
   p->storage.reset(mem);
   auto* at = static_cast<std::uint8_t*>(mem);
   std::memset(at, 0, total);  // the Q5_0 masks are or-ed in
-  std::uint8_t* plane[6];
-  for (int i = 0; i < 6; ++i) {
+  std::uint8_t* plane[kPlanes];
+  for (int i = 0; i < kPlanes; ++i) {
     plane[i] = sizes[i] > 0 ? at : nullptr;
     at += sizes[i];
   }
@@ -188,11 +217,13 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
   p->mins = plane[3];
   p->d = reinterpret_cast<const std::uint16_t*>(plane[4]);
   p->dmin = reinterpret_cast<const std::uint16_t*>(plane[5]);
+  p->dsub = reinterpret_cast<const float*>(plane[6]);
   switch (type) {
     case GgmlType::kQ8_0: PackAll(static_cast<const BlockQ8_0*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ4_0: PackAll(static_cast<const BlockQ4_0*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ5_0: PackAll(static_cast<const BlockQ5_0*>(data), rows, nb, pb, plane); break;
     case GgmlType::kIQ4_NL: PackAll(static_cast<const BlockIQ4_NL*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kIQ4_XS: PackAllIQ4XS(static_cast<const BlockIQ4_XS*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ4_K: PackAll(static_cast<const BlockQ4_K*>(data), rows, nb, pb, plane); break;
     default: PackAll(static_cast<const BlockQ6_K*>(data), rows, nb, pb, plane); break;
   }

@@ -32,7 +32,11 @@
 //   mins    Q4_K: [4 pairs q][16 rows][2]: the 6-bit mins of sub-blocks 2q
 //           and 2q + 1;
 //   d       the 16 rows' fp16 block scales, row order;
-//   dmin    Q4_K: the 16 rows' fp16 dmin.
+//   dmin    Q4_K: the 16 rows' fp16 dmin;
+//   dsub    IQ4_XS: the 16 rows' sub-block scales d * (ls - 32) in fp32
+//           (IQ4XSSubScale), row order. IQ4_XS packs each 32-element
+//           sub-block as an IQ4_NL block with this scale: nb counts
+//           sub-blocks, 8 per super-block.
 // Codes and scales are the file's (reordered, not re-rounded), so a kernel on
 // this layout computes every output with exactly the arithmetic of the
 // others (the file comments of quant_avx512_q32.cc and quant_avx512_k.cc):
@@ -70,15 +74,15 @@ inline void PrefetchPackedAhead(const void* p, std::size_t bytes) {
 
 // Bytes of each plane per (group of 16 rows, block); 0: the type has none.
 struct PlaneBytes {
-  std::size_t codes = 0, high = 0, subs = 0, mins = 0, d = 0, dmin = 0;
-  std::size_t Total() const { return codes + high + subs + mins + d + dmin; }
+  std::size_t codes = 0, high = 0, subs = 0, mins = 0, d = 0, dmin = 0, dsub = 0;
+  std::size_t Total() const { return codes + high + subs + mins + d + dmin + dsub; }
 };
 PlaneBytes PackedPlaneBytes(GgmlType type);
 
 struct PackedWeights {
-  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K or Q6_K
+  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q4_K or Q6_K
   std::int64_t rows = 0;            // a multiple of kPackRows
-  std::int64_t nb = 0;              // blocks per row
+  std::int64_t nb = 0;              // blocks per row (IQ4_XS: its 32-element sub-blocks)
   PlaneBytes bytes;                 // PackedPlaneBytes(type)
   // The planes (64-byte aligned; null where the type has none).
   const std::uint8_t* codes = nullptr;
@@ -87,6 +91,7 @@ struct PackedWeights {
   const std::uint8_t* mins = nullptr;
   const std::uint16_t* d = nullptr;
   const std::uint16_t* dmin = nullptr;
+  const float* dsub = nullptr;
   std::unique_ptr<void, void (*)(void*)> storage{nullptr, std::free};  // owns the planes
 };
 

@@ -202,12 +202,14 @@ float DotIQ4_NL(const BlockIQ4_NL* w, const ActQ8* x, std::int64_t nb) {
   return acc;
 }
 
-float DotIQ4_XS(const BlockIQ4_XS* w, const ActQ8K* x, std::int64_t nb) {
+// IQ4_XS against per-32 activations: x[8b + ib] is sub-block ib of block b.
+float DotIQ4_XS(const BlockIQ4_XS* w, const ActQ8* x, std::int64_t nb) {
   float acc = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
-    int sumi = 0;
-    for (int ib = 0; ib < 8; ++ib) sumi += (IQ4XSScale(ib, w[b]) - 32) * SumIQ4(w[b].qs + 16 * ib, x[b].qs + 32 * ib);
-    acc += F16ToF32(w[b].d) * x[b].d * static_cast<float>(sumi);
+    for (int ib = 0; ib < 8; ++ib) {
+      const ActQ8& a = x[8 * b + ib];
+      acc += IQ4XSSubScale(ib, w[b]) * a.d * static_cast<float>(SumIQ4(w[b].qs + 16 * ib, a.qs));
+    }
   }
   return acc;
 }
@@ -270,7 +272,7 @@ const QuantKernels kScalarKernels = {.q8_0 = Rows<BlockQ8_0, ActQ8, DotQ8_0>,
                                      .q2_k = Rows<BlockQ2_K, ActQ8K, DotQ2_K>,
                                      .q3_k = Rows<BlockQ3_K, ActQ8K, DotQ3_K>,
                                      .iq4_nl = Rows<BlockIQ4_NL, ActQ8, DotIQ4_NL>,
-                                     .iq4_xs = Rows<BlockIQ4_XS, ActQ8K, DotIQ4_XS>,
+                                     .iq4_xs = Rows<BlockIQ4_XS, ActQ8, DotIQ4_XS>,
                                      .tq1_0 = Rows<BlockTQ1_0, ActQ8K, DotTQ1_0>,
                                      .tq2_0 = Rows<BlockTQ2_0, ActQ8K, DotTQ2_0>,
                                      .mxfp4 = Rows<BlockMXFP4, ActQ8, DotMXFP4>};
