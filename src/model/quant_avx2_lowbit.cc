@@ -1,9 +1,9 @@
 // AVX2 integer dot kernels for the low-bit types Q2_K, Q3_K, IQ4_NL, IQ4_XS,
-// the ternary TQ1_0 / TQ2_0 and MXFP4 (compiled with -mavx2 -mfma -mf16c; entered only after the run-time
-// CPU check, quant_matmul.cc). The AVX-512 level runs them too. Each takes R
-// activation rows at once: a weight block is unpacked once and dotted with
-// every row; each row's arithmetic is exactly that of R = 1, so a row's result
-// does not depend on the rows beside it.
+// the ternary TQ1_0 / TQ2_0 and MXFP4 (compiled with -mavx2 -mfma -mf16c;
+// entered only after the run-time CPU check, quant_matmul.cc). The AVX-512
+// level runs them too. Each takes R activation rows at once: a weight block
+// is unpacked once and dotted with every row; each row's arithmetic is exactly
+// that of R = 1, so a row's result does not depend on the rows beside it.
 #include <immintrin.h>
 
 #include <cmath>
@@ -31,7 +31,7 @@ struct GroupPairSelect {
 // Q2_K / Q3_K: code chunk (n, j) (element 128n + 32j + l in byte l, groups
 // 8n + 2j and 8n + 2j + 1 in the low and high 128-bit lane) against every
 // activation row before the next chunk: the R int32 sums, one code vector and
-// its scales stay in registers for R up to 8. `Code(n, j, qs)` forms the
+// its scales stay in registers for R up to 8. `code(n, j, bits)` forms the
 // chunk's unsigned codes; sumi[r] += sum_g scale_g (codes . a)_g.
 template <int R, typename CodeFn>
 inline void GroupSums(const std::uint8_t* qs, __m256i sc16, const ActQ8K* x, std::int64_t xs, std::int64_t b,

@@ -49,13 +49,11 @@ void PackRow(const BlockQ8_0& blk, int t, const Dest& dst) {
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
 }
 
-void PackRow(const BlockQ4_0& blk, int t, const Dest& dst) {
-  for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
-  std::memcpy(dst.d + 2 * t, &blk.d, 2);
-}
-
-// IQ4_NL: Q4_0's layout; the kernels map the nibbles through the IQ4 grid.
-void PackRow(const BlockIQ4_NL& blk, int t, const Dest& dst) {
+// Q4_0, and IQ4_NL in Q4_0's layout (the kernels map its nibbles through the
+// IQ4 grid).
+template <typename Block>
+  requires std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockIQ4_NL>
+void PackRow(const Block& blk, int t, const Dest& dst) {
   for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
 }
