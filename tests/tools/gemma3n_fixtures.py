@@ -139,7 +139,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemma4_fixtures import CORPUS, dump_lines, fmt_row  # noqa: E402  (same corpus / JSON style)
+from gemma4_fixtures import (CORPUS, dump_lines, fmt_row, quantize_with_binary, top2_margin,  # noqa: E402
+                             top_entry, vendored_gguf)  # (same corpus, JSON style and llama.cpp tools)
 
 OUT = ROOT / "tests" / "fixtures" / "gemma3n"
 TEXT = ROOT / "tests" / "fixtures" / "text" / "public_domain.txt"
@@ -391,15 +392,6 @@ def convert(model_dir: Path, outtype: str, out: Path, llama_cpp: Path):
         raise SystemExit(f"convert failed: {' '.join(cmd)}")
     print(f"  {out.name}: {out.stat().st_size} bytes")
     return r.stdout + r.stderr
-
-
-def quantize(llama_bin: Path, src: Path, dst: Path, ftype: str):
-    cmd = [str(llama_bin / "llama-quantize"), str(src), str(dst), ftype, str(THREADS)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.stderr.write(r.stdout + r.stderr)
-        raise SystemExit(f"quantize failed: {' '.join(cmd)}")
-    print(f"  {dst.name}: {dst.stat().st_size} bytes")
 
 
 def gguf_name(name, variant="f32"):
@@ -837,20 +829,15 @@ def tensor_types(path: Path, llama_cpp: Path):
     return {t.name: t.tensor_type.name for t in r.tensors}
 
 
-def _margin(row):
-    s = sorted(row)
-    return float("%.4g" % (s[-1] - s[-2]))
-
-
 def llama_case(name, work: Path, llama_cpp: Path, path: Path, hf: dict, emul: dict, n1_std=False):
     ids = hf["prompt_ids"]
     rows, patch_line, sysinfo = lcdump(work, path, "greedy", ids, STEPS, n1_std)
     top, tokens, margins = [], [], []
     for logits in rows:
-        order = np.argsort(-logits, kind="stable")
-        top.append([[int(t), float("%.7g" % logits[t])] for t in order[:TOP_K]])
-        margins.append(float(logits[order[0]] - logits[order[1]]))
-        tokens.append(int(order[0]))
+        entry, margin, best = top_entry(logits, TOP_K)
+        top.append(entry)
+        margins.append(margin)
+        tokens.append(best)
     seq = ids + hf["tokens"][:-1]
     got, _, _ = lcdump(work, path, "batch", seq, 0, n1_std)
     # HF on this file's own weights (dequantized), with llama.cpp's fp16 GELU and this run's std
@@ -866,7 +853,7 @@ def llama_case(name, work: Path, llama_cpp: Path, path: Path, hf: dict, emul: di
         "greedy_agree": agree,
         "first_divergence": None if agree == STEPS else agree,
         "margin_at_divergence": None if agree == STEPS else float("%.4g" % margins[agree]),
-        "hf_margin_at_divergence": None if agree == STEPS else _margin(hf["step_logits"][agree]),
+        "hf_margin_at_divergence": None if agree == STEPS else top2_margin(hf["step_logits"][agree]),
         "forced_max_abs_diff": float("%.4g" % diff.max()),
         "forced_max_rel_diff": float("%.4g" % (diff.max() / np.abs(ref).max())),
         "forced_argmax_agree": int(np.sum(np.argmax(got, 1) == np.argmax(ref, 1))),
@@ -931,21 +918,6 @@ def write_llamacpp(name, work: Path, llama_cpp: Path):
 # ----------------------------------------------------------------------------------------------
 # Checks
 # ----------------------------------------------------------------------------------------------
-def vendored_gguf(llama_cpp: Path):
-    """llama.cpp's own gguf-py (the one its converter uses)."""
-    path = str(llama_cpp / "gguf-py")
-    mod = sys.modules.get("gguf")
-    if mod is not None and not str(getattr(mod, "__file__", "")).startswith(path):
-        for k in [k for k in sys.modules if k == "gguf" or k.startswith("gguf.")]:
-            del sys.modules[k]
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    import gguf
-
-    assert gguf.__file__.startswith(path), gguf.__file__
-    return gguf
-
-
 def check_ggufs(llama_cpp: Path):
     from collections import Counter
 
@@ -988,8 +960,8 @@ def main():
             (a.work / f"{name}.converter.log").write_text(log)
             if name == "e2b":
                 convert(d, "f16", OUT / gguf_name(name, "f16"), a.llama_cpp)
-                quantize(a.llama_bin, OUT / gguf_name(name), OUT / gguf_name(name, "q8_0"), "Q8_0")
-                quantize(a.llama_bin, OUT / gguf_name(name), OUT / gguf_name(name, "q4_k_m"), "Q4_K_M")
+                quantize_with_binary(a.llama_bin, OUT / gguf_name(name), OUT / gguf_name(name, "q8_0"), "Q8_0")
+                quantize_with_binary(a.llama_bin, OUT / gguf_name(name), OUT / gguf_name(name, "q4_k_m"), "Q4_K_M")
     if "hf" in stages:
         for name in names:
             write_hf(name, a.work)

@@ -170,7 +170,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemma4_fixtures import CORPUS, dump_lines, fmt_row  # noqa: E402  (same corpus / JSON style)
+from gemma4_fixtures import (CORPUS, dump_lines, fmt_row, quantize_with_binary, top_entry,  # noqa: E402
+                             vendored_gguf)  # (same corpus, JSON style and llama.cpp tools)
 
 OUT = ROOT / "tests" / "fixtures" / "gemma4_assistant"
 TOK_DIR = ROOT / "tests" / "fixtures" / "gemma4"
@@ -760,30 +761,6 @@ def convert(model_dir: Path, outtype: str, out: Path, llama_cpp: Path):
     return r.stdout + r.stderr
 
 
-def quantize(llama_bin: Path, src: Path, dst: Path, ftype: str):
-    cmd = [str(llama_bin / "llama-quantize"), str(src), str(dst), ftype, str(THREADS)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.stderr.write(r.stdout + r.stderr)
-        raise SystemExit(f"quantize failed: {' '.join(cmd)}")
-    print(f"  {dst.name}: {dst.stat().st_size} bytes")
-
-
-def vendored_gguf(llama_cpp: Path):
-    """llama.cpp's own gguf-py (PyPI gguf 0.19.0 lacks MODEL_TENSOR.MASKED_EMBD_*)."""
-    path = str(llama_cpp / "gguf-py")
-    mod = sys.modules.get("gguf")
-    if mod is not None and not str(getattr(mod, "__file__", "")).startswith(path):
-        for k in [k for k in sys.modules if k == "gguf" or k.startswith("gguf.")]:
-            del sys.modules[k]
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    import gguf
-
-    assert gguf.__file__.startswith(path), gguf.__file__
-    return gguf
-
-
 def add_centroids(src: Path, dst: Path, model_dir: Path, llama_cpp: Path):
     """Copy src GGUF (keys and tensors in order) and append the centroid tensors + keys."""
     from safetensors.numpy import load_file
@@ -845,7 +822,7 @@ def stage_models(work: Path, llama_cpp: Path, llama_bin: Path):
     (work / "assistant_training.json").write_text(json.dumps({"assistant_plain": info_plain,
                                                               "assistant_ordered": info_ord}))
     convert(work / TARGET, "f32", OUT / "target.f32.gguf", llama_cpp)
-    quantize(llama_bin, OUT / "target.f32.gguf", OUT / "target.q8_0.gguf", "Q8_0")
+    quantize_with_binary(llama_bin, OUT / "target.f32.gguf", OUT / "target.q8_0.gguf", "Q8_0")
     convert(work / "assistant_plain", "f32", OUT / "assistant_plain.f32.gguf", llama_cpp)
     log = convert(work / "assistant_ordered", "f32", work / "assistant_ordered.converter.f32.gguf", llama_cpp)
     (work / "assistant_ordered.converter.log").write_text(log)
@@ -869,11 +846,11 @@ def hf_greedy(target, ids):
             if i == 0:
                 first_logits = logits.copy()
                 hid = out.hidden_states[-1][0, -1].numpy().astype(np.float64)
-            order = np.argsort(-logits, kind="stable")
-            tops.append([[int(t), float("%.7g" % logits[t])] for t in order[:TOP_K]])
-            margins.append(float(logits[order[0]] - logits[order[1]]))
-            tokens.append(int(order[0]))
-            seq.append(int(order[0]))
+            entry, margin, best = top_entry(logits, TOP_K)
+            tops.append(entry)
+            margins.append(margin)
+            tokens.append(best)
+            seq.append(best)
     return tokens, tops, margins, first_logits, hid
 
 

@@ -481,6 +481,45 @@ def fmt_row(row):
     return "[" + ",".join("%.7g" % float(x) for x in row) + "]"
 
 
+def top_entry(logits, k):
+    """One greedy step's record: logits' top k as [[id, logit]] (stable order),
+    the top-2 margin and the argmax."""
+    order = np.argsort(-logits, kind="stable")
+    top = [[int(t), float("%.7g" % logits[t])] for t in order[:k]]
+    return top, float(logits[order[0]] - logits[order[1]]), int(order[0])
+
+
+def top2_margin(row):
+    s = sorted(row)
+    return float("%.4g" % (s[-1] - s[-2]))
+
+
+def quantize_with_binary(llama_bin: Path, src: Path, dst: Path, ftype: str, threads: int = 2):
+    """llama-quantize from a llama.cpp build directory (llama_bin/llama-quantize)."""
+    cmd = [str(llama_bin / "llama-quantize"), str(src), str(dst), ftype, str(threads)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout + r.stderr)
+        raise SystemExit(f"quantize failed: {' '.join(cmd)}")
+    print(f"  {dst.name}: {dst.stat().st_size} bytes")
+
+
+def vendored_gguf(llama_cpp: Path):
+    """llama.cpp's own gguf-py (the one its converter uses; PyPI gguf 0.19.0
+    lacks some of its tensor names), imported in place of any other."""
+    path = str(llama_cpp / "gguf-py")
+    mod = sys.modules.get("gguf")
+    if mod is not None and not str(getattr(mod, "__file__", "")).startswith(path):
+        for k in [k for k in sys.modules if k == "gguf" or k.startswith("gguf.")]:
+            del sys.modules[k]
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    import gguf
+
+    assert gguf.__file__.startswith(path), gguf.__file__
+    return gguf
+
+
 def dump_lines(head: dict, blocks: dict):
     """JSON: head fields one per line (dicts indented), then each block (a list of rows, or
     of pre-rendered strings) one row per line."""
@@ -613,12 +652,11 @@ def llama_case(path: Path, hf: dict, gelu16=None):
     llm.eval(ids)
     top, tokens, margins = [], [], []
     for _ in range(STEPS):
-        logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        order = np.argsort(-logits, kind="stable")
-        top.append([[int(t), float("%.7g" % logits[t])] for t in order[:TOP_K]])
-        margins.append(float(logits[order[0]] - logits[order[1]]))
-        tokens.append(int(order[0]))
-        llm.eval([int(order[0])])
+        entry, margin, best = top_entry(np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64), TOP_K)
+        top.append(entry)
+        margins.append(margin)
+        tokens.append(best)
+        llm.eval([best])
     # teacher-forced: HF's sequence in one batch, every row against HF's logits
     seq = ids + hf["tokens"][:-1]
     llm.reset()
@@ -639,7 +677,7 @@ def llama_case(path: Path, hf: dict, gelu16=None):
         "greedy_agree": agree,
         "first_divergence": None if agree == STEPS else agree,
         "margin_at_divergence": None if agree == STEPS else float("%.4g" % margins[agree]),
-        "hf_margin_at_divergence": None if agree == STEPS else _margin(hf["step_logits"][agree]),
+        "hf_margin_at_divergence": None if agree == STEPS else top2_margin(hf["step_logits"][agree]),
         "forced_max_abs_diff": float("%.4g" % diff.max()),
         "forced_max_rel_diff": float("%.4g" % (diff.max() / np.abs(ref).max())),
         "forced_argmax_agree": int(np.sum(np.argmax(got, 1) == np.argmax(ref, 1))),
@@ -652,11 +690,6 @@ def llama_case(path: Path, hf: dict, gelu16=None):
     del llm
     return {"gguf": path.name, "tensor_types": tensor_types(path), "prompt_ids": ids, "tokens": tokens,
             "top": top, "vs_hf": vs}
-
-
-def _margin(row):
-    s = sorted(row)
-    return float("%.4g" % (s[-1] - s[-2]))
 
 
 def write_llamacpp(name, work: Path):

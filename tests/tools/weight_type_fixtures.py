@@ -37,6 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemma4_fixtures import top_entry  # noqa: E402  (the same greedy record)
+
 ROOT = Path(__file__).resolve().parents[2]
 GEMMA4 = ROOT / "tests" / "fixtures" / "gemma4"
 OUT = ROOT / "tests" / "fixtures" / "weight_types"
@@ -76,12 +79,11 @@ def greedy(path: Path, prompt: list[int]) -> dict:
     llm.eval(prompt)
     tokens, top, margins = [], [], []
     for _ in range(STEPS):
-        logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        order = np.argsort(-logits, kind="stable")
-        top.append([[int(t), float("%.7g" % logits[t])] for t in order[:TOP_K]])
-        margins.append(float(logits[order[0]] - logits[order[1]]))
-        tokens.append(int(order[0]))
-        llm.eval([int(order[0])])
+        entry, margin, best = top_entry(np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64), TOP_K)
+        top.append(entry)
+        margins.append(margin)
+        tokens.append(best)
+        llm.eval([best])
     del llm
     return {"tokens": tokens, "top": top, "min_margin": float("%.4g" % min(margins))}
 
