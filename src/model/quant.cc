@@ -170,16 +170,19 @@ void DequantQ6_K(const BlockQ6_K* b, float* y, std::int64_t nb) {
   }
 }
 
-// Q2_K / Q3_K: element 128n + 32j + l is bits 2j of qs[32n + l], group 8n + 2j + l / 16.
+// Q2_K / Q3_K: element 128n + 32j + l is bits 2j of qs[32n + l], so group g
+// (16 elements, one scale) starts at element 16g: n = g / 8, j = (g / 2) % 4,
+// l from 16 (g % 2).
 void DequantQ2_K(const BlockQ2_K* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d), dmin = F16ToF32(b[i].dmin);
-    for (int e = 0; e < 256; ++e) {
-      const int n = e / 128, j = (e / 32) % 4, l = e % 32, g = e / 16;
-      const int code = (b[i].qs[32 * n + l] >> (2 * j)) & 3;
+    for (int g = 0; g < 16; ++g, y += 16) {
+      const int n = g / 8, j = (g / 2) % 4, l0 = 16 * (g % 2);
       const float dl = d * static_cast<float>(b[i].scales[g] & 0xF);
       const float ml = dmin * static_cast<float>(b[i].scales[g] >> 4);
-      *y++ = dl * static_cast<float>(code) - ml;
+      for (int l = 0; l < 16; ++l) {
+        y[l] = dl * static_cast<float>((b[i].qs[32 * n + l0 + l] >> (2 * j)) & 3) - ml;
+      }
     }
   }
 }
@@ -187,12 +190,14 @@ void DequantQ2_K(const BlockQ2_K* b, float* y, std::int64_t nb) {
 void DequantQ3_K(const BlockQ3_K* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
-    for (int e = 0; e < 256; ++e) {
-      const int n = e / 128, j = (e / 32) % 4, l = e % 32, g = e / 16;
-      const int high = (b[i].hmask[l] >> (4 * n + j)) & 1;
-      const int code = ((b[i].qs[32 * n + l] >> (2 * j)) & 3) - (high != 0 ? 0 : 4);
+    for (int g = 0; g < 16; ++g, y += 16) {
+      const int n = g / 8, j = (g / 2) % 4, l0 = 16 * (g % 2);
       const float dl = d * static_cast<float>(Q3KScale(g, b[i].scales) - 32);
-      *y++ = dl * static_cast<float>(code);
+      for (int l = l0; l < l0 + 16; ++l) {
+        const int high = (b[i].hmask[l] >> (4 * n + j)) & 1;
+        const int code = ((b[i].qs[32 * n + l] >> (2 * j)) & 3) - (high != 0 ? 0 : 4);
+        y[l - l0] = dl * static_cast<float>(code);
+      }
     }
   }
 }
