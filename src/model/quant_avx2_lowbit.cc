@@ -254,10 +254,17 @@ void DotTQ1_0R(const BlockTQ1_0* w, const ActQ8K* x, std::int64_t xs, std::int64
     static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
     const __m256i q0 = Load32(b.qs);
     for (int m = 0; m < 5; ++m) t.c[m] = Tq1Digits(q0, kPow3[m]);  // elements 32m .. 32m + 31
-    // Elements 160 .. 255: 16 bytes of qs give 5 digits each, then 4 bytes of qh give 4.
-    alignas(32) std::uint8_t rest[96];
-    for (int e = 160; e < 256; ++e) rest[e - 160] = static_cast<std::uint8_t>(Tq1Trit(b, e));
-    for (int k = 0; k < 3; ++k) t.c[5 + k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(rest + 32 * k));
+    // Elements 160 + 16m + l: digit m of qs[32 + l] (l < 16), the 16 bytes in
+    // both lanes, so digits m and m + 1 make one vector; then elements 240 ..
+    // 255 from the 4 qh bytes.
+    const __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 32)));
+    __m256i d[5];
+    for (int m = 0; m < 5; ++m) d[m] = Tq1Digits(q1, kPow3[m]);
+    t.c[5] = _mm256_blend_epi32(d[0], d[1], 0xF0);
+    t.c[6] = _mm256_blend_epi32(d[2], d[3], 0xF0);
+    alignas(16) std::uint8_t tail[16];
+    for (int e = 240; e < 256; ++e) tail[e - 240] = static_cast<std::uint8_t>(Tq1Trit(b, e));
+    t.c[7] = _mm256_inserti128_si256(d[4], _mm_load_si128(reinterpret_cast<const __m128i*>(tail)), 1);
   });
 }
 
