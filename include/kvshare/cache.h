@@ -1,5 +1,5 @@
-// kvshare/cache.h — static KV caches, sliding-window rings and KV-shared layers
-// (DESIGN.md §4), driving the GroupQueryAttention op's static scatter mode.
+// kvshare/cache.h — static KV caches, sliding-window rings and KV-shared
+// layers, driving the GroupQueryAttention op's static scatter mode.
 //
 // Lifetimes. A ModelKvSpec describes the attention layers of a model; a
 // LayerPlan (built once from it) says which layers own a cache and which layer

@@ -13,8 +13,8 @@
 // scatter mode on the state's kvshare::KvCache (cache.h): full layers on
 // linear buffers of max_context positions, sliding layers on window rings of
 // window + max_step - 1 positions, KV-shared layers (the last
-// num_kv_shared_layers, DESIGN.md §4) read their source layer's buffers
-// zero-copy and compute no K/V. Decode passes one token.
+// num_kv_shared_layers) read their source layer's buffers zero-copy and
+// compute no K/V. Decode passes one token.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // kvshare/scheduler.h — continuous batching of many generation requests over
-// one multi-row ModelState (runtime layer; no HTTP here, DESIGN.md §8).
+// one multi-row ModelState (runtime layer; no HTTP here: server/ builds on it).
 //
 // Slots are the rows of the state's KV cache (SchedulerOptions::slots). Each
 // step (Step(), or the scheduler's own thread after Start()):
