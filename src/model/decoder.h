@@ -223,6 +223,10 @@ class DecoderModel : public Model {
   // Throws when `plan` makes a layer compute its own K/V but has_kv(layer) is
   // false (the file shares that layer's KV), naming the smallest valid count.
   void RequireKvWeights(const LayerPlan& plan, const std::function<bool(int)>& has_kv) const;
+  // Layer l's RoPE table in st's set (its family: layer_rope_).
+  const RopeTable* LayerRope(const DecoderState& st, int l) const {
+    return &st.rope->tables[static_cast<std::size_t>(layer_rope_[static_cast<std::size_t>(l)])];
+  }
 
   GgufFile file_;
   ModelConfig cfg_;

@@ -141,7 +141,7 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
                                  .n_head = c.n_head,
                                  .head_dim = Hd,
                                  .kv_dim = kvd,
-                                 .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[l])],
+                                 .rope = LayerRope(st, l),
                                  .scale = c.attn_scale},
                    spans, pool);
 

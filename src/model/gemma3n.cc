@@ -291,7 +291,7 @@ void Gemma3n::RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpa
        .n_head = c.n_head,
        .scale = c.attn_scale,
        .eps = c.rms_eps,
-       .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[static_cast<std::size_t>(l)])],
+       .rope = LayerRope(st, l),
        .spans = spans},
       st.h.data(), st.o.data(), st.attn, pool);
   const float sqrt2 = std::sqrt(2.0f);  // HF divides by math.sqrt(2)

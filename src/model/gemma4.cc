@@ -221,7 +221,7 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
        .n_head = c.n_head,
        .scale = c.attn_scale,
        .eps = c.rms_eps,
-       .rope = &st.rope->tables[static_cast<std::size_t>(layer_rope_[static_cast<std::size_t>(l)])],
+       .rope = LayerRope(st, l),
        .spans = spans},
       st.h.data(), st.o.data(), st.attn, pool);
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
