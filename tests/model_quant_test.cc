@@ -251,6 +251,50 @@ TEST(Dequant, TernaryAndMxfp4) {
   EXPECT_EQ(Mxfp4Scale(0), std::ldexp(1.0f, -128));
 }
 
+// The types gguf-py cannot dequantize (Q1_0, Q2_0) and NVFP4's scale
+// decoding, on hand-built blocks against ggml-quants.c's formulas.
+TEST(Dequant, Q1_0Q2_0AndNvfp4) {
+  BlockQ1_0 b1{};
+  b1.d = F32ToF16(0.75f);
+  b1.qs[0] = 0x05;   // elements 0 and 2 positive
+  b1.qs[15] = 0x80;  // element 127 positive
+  const auto y1 = Dequant(GgmlType::kQ1_0, &b1, 128);
+  for (int j = 0; j < 128; ++j) EXPECT_EQ(y1[j], j == 0 || j == 2 || j == 127 ? 0.75f : -0.75f) << j;
+
+  BlockQ2_0 b2{};
+  b2.d = F32ToF16(-2.0f);
+  b2.qs[0] = 0xE4;   // codes 0, 1, 2, 3 at j = 0..3
+  b2.qs[15] = 0x80;  // code 2 at element 63
+  const auto y2 = Dequant(GgmlType::kQ2_0, &b2, 64);
+  EXPECT_EQ(y2[0], 2.0f);
+  EXPECT_EQ(y2[1], -0.0f);
+  EXPECT_EQ(y2[2], -2.0f);
+  EXPECT_EQ(y2[3], -4.0f);
+  EXPECT_EQ(y2[63], -2.0f);
+  EXPECT_EQ(y2[4], 2.0f);
+
+  // UE4M3: 0x38 = exponent 7, mantissa 0: 1.0, halved; 0x01: 2^-9, halved;
+  // 0x7F (NaN) and 0 give 0; bit 7 is ignored.
+  EXPECT_EQ(Ue4m3Scale(0x38), 0.5f);
+  EXPECT_EQ(Ue4m3Scale(0x3C), 0.75f);
+  EXPECT_EQ(Ue4m3Scale(0x01), std::ldexp(1.0f, -10));
+  EXPECT_EQ(Ue4m3Scale(0x7F), 0.0f);
+  EXPECT_EQ(Ue4m3Scale(0x00), 0.0f);
+  EXPECT_EQ(Ue4m3Scale(0xB8), 0.5f);
+  BlockNVFP4 nv{};
+  nv.d[0] = 0x38;
+  nv.d[3] = 0x48;  // exponent 9: 4, halved
+  for (int j = 0; j < 8; ++j) nv.qs[j] = static_cast<std::uint8_t>((15 - j) << 4 | j);
+  nv.qs[31] = 0x9F;  // element 63 (high nibble of byte 7 of sub-block 3): code 9 = -1
+  const auto yn = Dequant(GgmlType::kNVFP4, &nv, 64);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(yn[j], 0.5f * kMxfp4Values[j]) << j;
+    EXPECT_EQ(yn[8 + j], 0.5f * kMxfp4Values[15 - j]) << j;
+  }
+  EXPECT_EQ(yn[48 + 7], 2.0f * kMxfp4Values[15]);
+  EXPECT_EQ(yn[63], -2.0f);
+}
+
 TEST(Dequant, FloatTypes) {
   const std::uint16_t h[2] = {F32ToF16(1.5f), F32ToF16(-0.25f)};
   const std::uint16_t bf[2] = {F32ToBF16(3.0f), F32ToBF16(-2.0f)};
@@ -259,7 +303,7 @@ TEST(Dequant, FloatTypes) {
   EXPECT_EQ(Dequant(GgmlType::kBF16, bf, 2), (std::vector<float>{3.0f, -2.0f}));
   EXPECT_EQ(Dequant(GgmlType::kF32, f, 2), (std::vector<float>{7.0f, -1.0f}));
   EXPECT_THROW(Dequant(GgmlType::kQ8_0, f, 16), Error);
-  EXPECT_THROW(Dequant(GgmlType::kIQ2_XXS, f, 256), Error);
+  EXPECT_THROW(Dequant(GgmlType::kQ8_K, f, 256), Error);
 }
 
 // Random but valid weight bytes: fp16 scale fields are set to small finite values.
@@ -307,6 +351,16 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
     } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
       put16(at, std::fabs(scale(rng)));
       put16(at + 2, std::fabs(scale(rng)));
+    } else if (t == GgmlType::kNVFP4) {  // E4M3 sub-block scales 2^-7 .. 2^-2
+      for (int s = 0; s < 4; ++s) w[at + s] = static_cast<std::uint8_t>(0x08 * (1 + byte(rng) % 6) + byte(rng) % 8);
+    } else if (t == GgmlType::kIQ1_M) {  // d's fp16 bits are the scale words' top nibbles
+      const std::uint16_t h = F32ToF16(scale(rng));
+      for (int k = 0; k < 4; ++k) {
+        std::uint16_t word;
+        std::memcpy(&word, w.data() + at + 48 + 2 * k, 2);
+        word = static_cast<std::uint16_t>((word & 0x0FFF) | (((h >> (4 * k)) & 0xF) << 12));
+        std::memcpy(w.data() + at + 48 + 2 * k, &word, 2);
+      }
     } else if (t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1) {
       put16(at, scale(rng));
       put16(at + 2, scale(rng) * 4);  // the block minimum, of either sign
@@ -368,12 +422,21 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
 const GgmlType kIntTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,
                               GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,  GgmlType::kQ6_K,
                               GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                              GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4};
+                              GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4, GgmlType::kIQ2_XXS,
+                              GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
+                              GgmlType::kIQ1_S, GgmlType::kIQ1_M, GgmlType::kNVFP4, GgmlType::kQ1_0,
+                              GgmlType::kQ2_0};
+// The types whose SIMD kernels repeat the scalar twin's fma per block.
+const GgmlType kFmaTwinTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
+                                  GgmlType::kIQ3_S,   GgmlType::kIQ1_S,  GgmlType::kIQ1_M, GgmlType::kNVFP4,
+                                  GgmlType::kQ1_0,    GgmlType::kQ2_0};
 const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,   GgmlType::kQ5_0,
                            GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,
                            GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                           GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4,  GgmlType::kF32,
-                           GgmlType::kF16,  GgmlType::kBF16};
+                           GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4,  GgmlType::kIQ2_XXS,
+                           GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
+                           GgmlType::kIQ1_S, GgmlType::kIQ1_M,  GgmlType::kNVFP4, GgmlType::kQ1_0,
+                           GgmlType::kQ2_0,  GgmlType::kF32,    GgmlType::kF16,   GgmlType::kBF16};
 
 TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::mt19937 rng(1234);
@@ -498,6 +561,65 @@ TEST(MatMul, SimdMatchesScalarTwin) {
     }
   }
   std::printf("outputs compared with the scalar twin: %d\n", compared);
+}
+
+// The IQ grid, NVFP4, Q1_0 and Q2_0 kernels form the scalar twin's exact
+// integer block sums and its fma per block (model/quant_iq.h), so they are
+// bitwise equal to it; also
+// on the extreme blocks (every byte 0xFF: the largest grid indices and scales,
+// every sign negative) against activations of one sign at full scale, where
+// an int16 pair sum would saturate first, checked against a float64 product.
+TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
+  std::mt19937 rng(17);
+  int levels = 0;
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+    if (!KernelLevelAvailable(level)) continue;
+    ++levels;
+    for (GgmlType t : kFmaTwinTypes) {
+      for (const bool extreme : {false, true}) {
+        const std::int64_t rows = 21, cols = 768, m = 11;
+        RandomMatMul c(t, rows, cols, m, rng);
+        if (extreme) {
+          std::vector<std::uint8_t> bytes(c.wbytes.size(), 0xFF);
+          const std::size_t bb = static_cast<std::size_t>(GgmlBlockBytes(t));
+          for (std::size_t at = 0; at < bytes.size(); at += bb) {
+            // A small positive d (fp16 0x1400 = 2^-10) where the type has a d field.
+            if (t != GgmlType::kIQ1_M) {
+              bytes[at] = 0x00;
+              bytes[at + 1] = 0x14;
+            } else {
+              for (int k = 0; k < 4; ++k) bytes[at + 48 + 2 * k + 1] = static_cast<std::uint8_t>(0x0F | ((0x1400 >> (4 * k)) & 0xF) << 4);
+            }
+          }
+          c.wbytes = bytes;
+          c.w = WeightMatrix::Make(c.wbytes.data(), t, rows, cols);
+          for (auto& v : c.x) v = 1.0f + 0.01f * std::fabs(v);
+        }
+        std::vector<float> ys(static_cast<std::size_t>(m * rows)), yv(ys.size());
+        MatMul(c.w, {.x = c.x.data(), .m = m, .y = ys.data(), .level = KernelLevel::kScalar});
+        MatMul(c.w, {.x = c.x.data(), .m = m, .y = yv.data(), .level = level});
+        EXPECT_EQ(0, std::memcmp(ys.data(), yv.data(), ys.size() * 4))
+            << GgmlTypeName(t) << " level " << KernelLevelName(level) << (extreme ? " extreme blocks" : "");
+        if (!extreme) continue;
+        // x in [1, 1.05): each int8 activation is off by at most amax/254.
+        std::vector<float> wrow(static_cast<std::size_t>(cols));
+        for (std::int64_t r = 0; r < rows; ++r) {
+          DequantizeRow(t, c.wbytes.data() + static_cast<std::size_t>(r) * c.w.row_bytes, wrow.data(), cols);
+          for (std::int64_t i = 0; i < m; ++i) {
+            double ref = 0.0, wsum = 0.0, amax = 0.0;
+            for (std::int64_t k = 0; k < cols; ++k) {
+              ref += static_cast<double>(wrow[k]) * c.x[i * cols + k];
+              wsum += std::fabs(wrow[k]);
+              amax = std::fmax(amax, c.x[i * cols + k]);
+            }
+            ASSERT_NEAR(yv[static_cast<std::size_t>(i * rows + r)], ref, amax / 254.0 * wsum * 1.0001 + 1e-5 * amax * wsum)
+                << GgmlTypeName(t) << " extreme blocks, level " << KernelLevelName(level);
+          }
+        }
+      }
+    }
+  }
+  if (levels == 0) GTEST_SKIP() << "no SIMD kernel level on this CPU";
 }
 
 // The row lengths of Gemma 4 E2B's matrices (1536: q / k / v / gate / up /
@@ -718,7 +840,7 @@ TEST(MatMul, PackRefusesWhatItCannotLayOut) {
 
 TEST(MatMul, RejectsBadInput) {
   std::vector<std::uint8_t> w(34);
-  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kIQ2_XXS, 1, 256), Error);
+  EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ8_K, 1, 256), Error);
   EXPECT_THROW(WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 48), Error);
   const WeightMatrix wm = WeightMatrix::Make(w.data(), GgmlType::kQ8_0, 1, 32);
   EXPECT_THROW(MatMul(wm, {.x = nullptr, .m = 1, .y = nullptr}), Error);

@@ -7,6 +7,7 @@
 
 #include "common/float_convert.h"
 #include "kvshare/error.h"
+#include "model/quant_iq.h"
 
 namespace kvshare {
 
@@ -19,24 +20,23 @@ bool IsSupportedWeightType(GgmlType type) {
     case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
     case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
     case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS: case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
-    case GgmlType::kMXFP4:
+    case GgmlType::kMXFP4: case GgmlType::kNVFP4: case GgmlType::kQ1_0: case GgmlType::kQ2_0:
       return true;
     default:
-      return false;
+      return detail::IsIqGridType(type);
   }
 }
 
 const char* SupportedWeightTypesString() {
-  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, "
-         "MXFP4";
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, "
+         "IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0";
 }
 
 void CheckWeightType(const GgufTensor& t) {
   if (IsSupportedWeightType(t.type)) return;
   throw Error("tensor '" + t.name + "' has type " + GgmlTypeName(t.type) +
               ", which kvshare does not support (supported: " + SupportedWeightTypesString() +
-              "); use a GGUF quantized to one of these (llama.cpp presets Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, "
-              "Q8_0, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, F16, BF16)");
+              "); use a GGUF quantized to one of these (any llama.cpp llama-quantize preset)");
 }
 
 bool UsesSuperBlockActivations(GgmlType type) {
@@ -45,7 +45,7 @@ bool UsesSuperBlockActivations(GgmlType type) {
     case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
       return true;
     default:
-      return false;
+      return detail::IsIqGridType(type);
   }
 }
 
@@ -247,6 +247,32 @@ void DequantTQ1_0(const BlockTQ1_0* b, float* y, std::int64_t nb) {
   }
 }
 
+void DequantNVFP4(const BlockNVFP4* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    for (int s = 0; s < 4; ++s, y += 16) {
+      const float d = Ue4m3Scale(b[i].d[s]);
+      for (int j = 0; j < 8; ++j) {
+        y[j] = static_cast<float>(kMxfp4Values[b[i].qs[8 * s + j] & 0xF]) * d;
+        y[j + 8] = static_cast<float>(kMxfp4Values[b[i].qs[8 * s + j] >> 4]) * d;
+      }
+    }
+  }
+}
+
+void DequantQ1_0(const BlockQ1_0* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 128) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < 128; ++j) y[j] = (b[i].qs[j / 8] >> (j % 8)) & 1 ? d : -d;
+  }
+}
+
+void DequantQ2_0(const BlockQ2_0* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i, y += 64) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < 64; ++j) y[j] = static_cast<float>(((b[i].qs[j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+  }
+}
+
 void DequantMXFP4(const BlockMXFP4* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, y += 32) {
     const float d = Mxfp4Scale(b[i].e);
@@ -290,7 +316,10 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
     case GgmlType::kTQ2_0: DequantTQ2_0(static_cast<const BlockTQ2_0*>(src), dst, nb); return;
     case GgmlType::kTQ1_0: DequantTQ1_0(static_cast<const BlockTQ1_0*>(src), dst, nb); return;
     case GgmlType::kMXFP4: DequantMXFP4(static_cast<const BlockMXFP4*>(src), dst, nb); return;
-    default: return;
+    case GgmlType::kNVFP4: DequantNVFP4(static_cast<const BlockNVFP4*>(src), dst, nb); return;
+    case GgmlType::kQ1_0: DequantQ1_0(static_cast<const BlockQ1_0*>(src), dst, nb); return;
+    case GgmlType::kQ2_0: DequantQ2_0(static_cast<const BlockQ2_0*>(src), dst, nb); return;
+    default: detail::DequantizeIqBlocks(type, src, dst, nb); return;
   }
 }
 

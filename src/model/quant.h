@@ -2,14 +2,16 @@
 // reference dequantization, and matrix products against float activations.
 //
 // MatMul quantizes activations to int8 blocks (per 32 for Q4_0/Q4_1/Q5_0/
-// Q5_1/Q8_0/IQ4_NL/IQ4_XS/MXFP4 weights, per 256 with 16-element sums for
-// the K-quants, TQ1_0 and TQ2_0) and runs integer dot
+// Q5_1/Q8_0/Q1_0/Q2_0/IQ4_NL/IQ4_XS/MXFP4/NVFP4 weights, per 256 with
+// 16-element sums for the K-quants, the IQ1-IQ3 types (model/quant_iq.h),
+// TQ1_0 and TQ2_0) and runs integer dot
 // products; F32/F16/BF16 weights use float dot products. The SIMD level is
 // chosen once at run time from the CPU (AVX-512 VNNI, AVX2, or the scalar
 // twin that is always compiled); KVSHARE_KERNEL=scalar|avx2|avx512 overrides.
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -124,12 +126,37 @@ struct BlockMXFP4 {
   std::uint8_t e;
   std::uint8_t qs[16];
 };
+// NVFP4: 4 sub-blocks of 16, each with an unsigned E4M3 scale d[s]: element
+// 16s + j = Ue4m3Scale(d[s]) * kMxfp4Values[nibble], the low nibbles of
+// qs[8s .. 8s + 7] first (j < 8), then their high nibbles.
+struct BlockNVFP4 {
+  std::uint8_t d[4];
+  std::uint8_t qs[32];
+};
+// Q1_0 (binary): element j = bit j of qs (LSB first) ? d : -d.
+struct BlockQ1_0 {
+  std::uint16_t d;
+  std::uint8_t qs[16];
+};
+// Q2_0: element j = d * (code - 1), code = bits 2 (j % 4) of qs[j / 4].
+struct BlockQ2_0 {
+  std::uint16_t d;
+  std::uint8_t qs[16];
+};
 // The doubled E2M1 values of MXFP4 (ggml's kvalues_mxfp4).
 inline constexpr std::int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 // MXFP4's block scale as float: ggml_e8m0_to_fp32_half (2^(e - 128); e < 2
 // gives the subnormals 2^-128 and 2^-127).
 inline float Mxfp4Scale(std::uint8_t e) {
   return std::bit_cast<float>(e < 2 ? (0x00200000u << e) : (static_cast<std::uint32_t>(e - 1) << 23));
+}
+// NVFP4's sub-block scale as float: ggml_ue4m3_to_fp32 (bit 7 ignored; 0 and
+// 0x7F, the NaN, give 0; halved for the doubled E2M1 values).
+inline float Ue4m3Scale(std::uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.0f;
+  const int exp = (x >> 3) & 0xF, man = x & 7;
+  const float raw = exp == 0 ? std::ldexp(static_cast<float>(man), -9) : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, exp - 7);
+  return raw * 0.5f;
 }
 // Digit m (0..4) of a TQ1_0 byte: 0, 1 or 2.
 inline int Tq1Digit(std::uint8_t b, int m) {
@@ -147,7 +174,8 @@ inline constexpr std::int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -
                                                1,    13,   25,  38,  53,  69,  89,  113};
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_NL) == 18 &&
               sizeof(BlockIQ4_XS) == 136 && sizeof(BlockTQ2_0) == 66 && sizeof(BlockTQ1_0) == 54 &&
-              sizeof(BlockMXFP4) == 17);
+              sizeof(BlockMXFP4) == 17 && sizeof(BlockNVFP4) == 36 && sizeof(BlockQ1_0) == 18 &&
+              sizeof(BlockQ2_0) == 18);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
@@ -189,20 +217,22 @@ inline int IQ4XSScale(int ib, const BlockIQ4_XS& b) {
 // IQ4_XS sub-block ib's scale d * (ls - 32) in fp32, as every kernel forms it.
 float IQ4XSSubScale(int ib, const BlockIQ4_XS& b);
 
-// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
-// Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4.
+// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q1_0, Q2_0, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+// IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4: every type llama.cpp's
+// llama-quantize writes.
 bool IsSupportedWeightType(GgmlType type);
 // "F32, F16, ..., MXFP4": the list above, for error messages.
 const char* SupportedWeightTypesString();
 // Throws kvshare::Error naming the tensor and its type unless `t`'s type is
-// one of the above, e.g. "tensor 'blk.0.attn_q.weight' has type IQ4_XS, which
+// one of the above, e.g. "tensor 'blk.0.attn_q.weight' has type Q8_K, which
 // kvshare does not support (supported: ...)": model loaders call it (through
 // WeightMatrix::FromTensor) for every weight they use, so such a file is
 // refused at load rather than at the first forward pass.
 void CheckWeightType(const GgufTensor& t);
 // Whether MatMul quantizes activations for `type` per 256 (ActQ8K: the
-// K-quants, TQ1_0, TQ2_0) rather than per 32 (ActQ8: the others, IQ4_XS's
-// 32-element sub-blocks included); false for float types.
+// K-quants, the IQ1-IQ3 types, TQ1_0, TQ2_0) rather than per 32 (ActQ8: the
+// others, IQ4_XS's 32-element sub-blocks included); false for float types.
 bool UsesSuperBlockActivations(GgmlType type);
 
 // Reference dequantization of one row of n elements (n a multiple of the
@@ -240,9 +270,8 @@ struct WeightMatrix {
   static WeightMatrix Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols);
 };
 
-// kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block for
-// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/IQ4_XS/MXFP4 weights, per 256-block for
-// the others) and compute integer
+// kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block or
+// per 256-block, as UsesSuperBlockActivations says) and compute integer
 // block dot products. kFloat is their plain twin without activation rounding:
 // it dequantizes each weight row to fp32 (DequantizeRow) and multiplies it with
 // the fp32 activations. It is slow and never the default; it exists to check a

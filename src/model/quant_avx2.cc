@@ -154,6 +154,16 @@ const QuantKernels kAvx2Kernels = {.q8_0 = KVSHARE_ROWS_KERNEL(DotQ8_0R, BlockQ8
                                    .iq4_xs = Avx2IQ4_XSRows,
                                    .tq1_0 = Avx2TQ1_0Rows,
                                    .tq2_0 = Avx2TQ2_0Rows,
-                                   .mxfp4 = Avx2MXFP4Rows};
+                                   .mxfp4 = Avx2MXFP4Rows,
+                                   .nvfp4 = Avx2NVFP4Rows,
+                                   .q1_0 = Avx2Q1_0Rows,
+                                   .q2_0 = Avx2Q2_0Rows,
+                                   .iq2_xxs = Avx2IqRows<BlockIQ2_XXS>,
+                                   .iq2_xs = Avx2IqRows<BlockIQ2_XS>,
+                                   .iq2_s = Avx2IqRows<BlockIQ2_S>,
+                                   .iq3_xxs = Avx2IqRows<BlockIQ3_XXS>,
+                                   .iq3_s = Avx2IqRows<BlockIQ3_S>,
+                                   .iq1_s = Avx2IqRows<BlockIQ1_S>,
+                                   .iq1_m = Avx2IqRows<BlockIQ1_M>};
 
 }  // namespace kvshare::detail

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "model/quant.h"
+#include "model/quant_iq.h"
 
 namespace kvshare::detail {
 
@@ -55,7 +56,27 @@ struct QuantKernels {
   DotRowsFn<BlockTQ1_0, ActQ8K> tq1_0 = nullptr;
   DotRowsFn<BlockTQ2_0, ActQ8K> tq2_0 = nullptr;
   DotRowsFn<BlockMXFP4, ActQ8> mxfp4 = nullptr;
+  DotRowsFn<BlockNVFP4, ActQ8> nvfp4 = nullptr;  // activation row j: 2 nb blocks
+  DotRowsFn<BlockQ1_0, ActQ8> q1_0 = nullptr;    // activation row j: 4 nb blocks
+  DotRowsFn<BlockQ2_0, ActQ8> q2_0 = nullptr;    // activation row j: 2 nb blocks
+  // The IQ1 / IQ2 / IQ3 grid types (scalar: quant_iq.cc; AVX2, run by the
+  // AVX-512 level too: quant_avx2_iq.cc).
+  DotRowsFn<BlockIQ2_XXS, ActQ8K> iq2_xxs = nullptr;
+  DotRowsFn<BlockIQ2_XS, ActQ8K> iq2_xs = nullptr;
+  DotRowsFn<BlockIQ2_S, ActQ8K> iq2_s = nullptr;
+  DotRowsFn<BlockIQ3_XXS, ActQ8K> iq3_xxs = nullptr;
+  DotRowsFn<BlockIQ3_S, ActQ8K> iq3_s = nullptr;
+  DotRowsFn<BlockIQ1_S, ActQ8K> iq1_s = nullptr;
+  DotRowsFn<BlockIQ1_M, ActQ8K> iq1_m = nullptr;
 };
+
+// The IQ grid types' row kernels, instantiated for each IQ block type.
+template <typename Block>
+void ScalarIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
+template <typename Block>
+void Avx2IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                float* y, std::int64_t ys);
 
 // Calls f(std::integral_constant<int, R>{}, j0) for the passes j0 = 0,
 // kPass, 2 kPass, ... over acts activation rows, R = min(kPass, acts - j0)
@@ -150,6 +171,12 @@ void Avx2TQ1_0Rows(const BlockTQ1_0* w, std::int64_t nrows, const ActQ8K* x, std
                    float* y, std::int64_t ys);
 void Avx2TQ2_0Rows(const BlockTQ2_0* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                    float* y, std::int64_t ys);
+void Avx2NVFP4Rows(const BlockNVFP4* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                   float* y, std::int64_t ys);
+void Avx2Q1_0Rows(const BlockQ1_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
+void Avx2Q2_0Rows(const BlockQ2_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
 void Avx2MXFP4Rows(const BlockMXFP4* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                    float* y, std::int64_t ys);
 // The AVX-512 Q4_K / Q5_K / Q6_K kernels (quant_avx512_k.cc).

@@ -173,7 +173,8 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
                      const ActQ8K* a8k, std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
   const WeightMatrix& w = t.w;
   const std::int64_t cols = w.cols, rows = w.rows, nb = cols / GgmlBlockSize(w.type), nr = r1 - r0;
-  // Activation blocks per row: per 256 or per 32 (IQ4_XS: 8 per weight block).
+  // Activation blocks per row: per 256 or per 32 (IQ4_XS: 8 per weight block,
+  // NVFP4 / Q2_0: 2, Q1_0: 4).
   const std::int64_t na = UsesSuperBlockActivations(w.type) ? cols / 256 : cols / 32;
   const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
   float* y = t.y + i * rows + r0;
@@ -205,6 +206,16 @@ void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const
     case GgmlType::kTQ1_0: k.tq1_0(static_cast<const BlockTQ1_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
     case GgmlType::kTQ2_0: k.tq2_0(static_cast<const BlockTQ2_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
     case GgmlType::kMXFP4: k.mxfp4(static_cast<const BlockMXFP4*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kNVFP4: return k.nvfp4(static_cast<const BlockNVFP4*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
+    case GgmlType::kQ1_0: return k.q1_0(static_cast<const BlockQ1_0*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
+    case GgmlType::kQ2_0: return k.q2_0(static_cast<const BlockQ2_0*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
+    case GgmlType::kIQ2_XXS: return k.iq2_xxs(static_cast<const BlockIQ2_XXS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ2_XS: return k.iq2_xs(static_cast<const BlockIQ2_XS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ2_S: return k.iq2_s(static_cast<const BlockIQ2_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ3_XXS: return k.iq3_xxs(static_cast<const BlockIQ3_XXS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ3_S: return k.iq3_s(static_cast<const BlockIQ3_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ1_S: return k.iq1_s(static_cast<const BlockIQ1_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ1_M: return k.iq1_m(static_cast<const BlockIQ1_M*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
     default: break;
   }
   for (std::int64_t r = r0; r < r1; ++r) {

@@ -1,4 +1,5 @@
 // Scalar (portable) integer dot kernels: the plain twin of the SIMD files.
+#include <cmath>
 #include <cstring>
 
 #include "common/float_convert.h"
@@ -250,6 +251,53 @@ float DotMXFP4(const BlockMXFP4* w, const ActQ8* x, std::int64_t nb) {
   return acc;
 }
 
+// NVFP4 against per-32 activations (x[2b + h]: sub-blocks 2h, 2h + 1), Q1_0
+// (x[4b + k]) and Q2_0 (x[2b + h]): y = fma(sum, d * dx, y) per 16 / 32
+// elements in order, the AVX2 kernels' arithmetic exactly.
+float DotNVFP4(const BlockNVFP4* w, const ActQ8* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    for (int s = 0; s < 4; ++s) {
+      const ActQ8& a = x[2 * b + s / 2];
+      const std::int8_t* as = a.qs + 16 * (s % 2);
+      int p = 0;
+      for (int j = 0; j < 8; ++j) {
+        p += kMxfp4Values[w[b].qs[8 * s + j] & 0xF] * as[j] + kMxfp4Values[w[b].qs[8 * s + j] >> 4] * as[j + 8];
+      }
+      acc = std::fma(static_cast<float>(p), Ue4m3Scale(w[b].d[s]) * a.d, acc);
+    }
+  }
+  return acc;
+}
+
+float DotQ1_0(const BlockQ1_0* w, const ActQ8* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const float d = F16ToF32(w[b].d);
+    for (int k = 0; k < 4; ++k) {
+      const ActQ8& a = x[4 * b + k];
+      int p = 0;
+      for (int j = 0; j < 32; ++j) p += (w[b].qs[4 * k + j / 8] >> (j % 8)) & 1 ? a.qs[j] : -a.qs[j];
+      acc = std::fma(static_cast<float>(p), d * a.d, acc);
+    }
+  }
+  return acc;
+}
+
+float DotQ2_0(const BlockQ2_0* w, const ActQ8* x, std::int64_t nb) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const float d = F16ToF32(w[b].d);
+    for (int h = 0; h < 2; ++h) {
+      const ActQ8& a = x[2 * b + h];
+      int p = 0;
+      for (int j = 0; j < 32; ++j) p += ((w[b].qs[8 * h + j / 4] >> (2 * (j % 4))) & 3) * a.qs[j];
+      acc = std::fma(static_cast<float>(p - a.sum), d * a.d, acc);
+    }
+  }
+  return acc;
+}
+
 // One dot product at a time: the scalar twin has nothing to share between rows.
 template <typename Block, typename Act, float (*Dot)(const Block*, const Act*, std::int64_t)>
 void Rows(const Block* w, std::int64_t nrows, const Act* x, std::int64_t xs, std::int64_t nb, int acts, float* y,
@@ -275,6 +323,16 @@ const QuantKernels kScalarKernels = {.q8_0 = Rows<BlockQ8_0, ActQ8, DotQ8_0>,
                                      .iq4_xs = Rows<BlockIQ4_XS, ActQ8, DotIQ4_XS>,
                                      .tq1_0 = Rows<BlockTQ1_0, ActQ8K, DotTQ1_0>,
                                      .tq2_0 = Rows<BlockTQ2_0, ActQ8K, DotTQ2_0>,
-                                     .mxfp4 = Rows<BlockMXFP4, ActQ8, DotMXFP4>};
+                                     .mxfp4 = Rows<BlockMXFP4, ActQ8, DotMXFP4>,
+                                     .nvfp4 = Rows<BlockNVFP4, ActQ8, DotNVFP4>,
+                                     .q1_0 = Rows<BlockQ1_0, ActQ8, DotQ1_0>,
+                                     .q2_0 = Rows<BlockQ2_0, ActQ8, DotQ2_0>,
+                                     .iq2_xxs = ScalarIqRows<BlockIQ2_XXS>,
+                                     .iq2_xs = ScalarIqRows<BlockIQ2_XS>,
+                                     .iq2_s = ScalarIqRows<BlockIQ2_S>,
+                                     .iq3_xxs = ScalarIqRows<BlockIQ3_XXS>,
+                                     .iq3_s = ScalarIqRows<BlockIQ3_S>,
+                                     .iq1_s = ScalarIqRows<BlockIQ1_S>,
+                                     .iq1_m = ScalarIqRows<BlockIQ1_M>};
 
 }  // namespace kvshare::detail
