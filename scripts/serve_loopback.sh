@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-requests=28 clients=6 model=models/gemma-3-270m-q4_k_m.gguf
+requests=28 clients=6 model=${KVSHARE_MODEL:-$(python3 "$root/scripts/fetch_model.py" --print-path)}
 while [ $# -gt 0 ]; do
   case "$1" in
     --requests) requests=$2; shift 2 ;;

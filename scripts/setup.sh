@@ -83,7 +83,7 @@ pip_want=$(dedup "$pip_want")
 if [ $mode = list ]; then
   echo "debian: $apt_want"
   echo "python: $(for p in $pip_want; do printf '%s ' "${p%%:*}"; done | sed 's/ $//')"
-  [ $want_model = 1 ] && echo "model: models/gemma-3-270m-q4_k_m.gguf (scripts/fetch_model.py)"
+  [ $want_model = 1 ] && echo "model: gemma-3-270m-q4_k_m.gguf in \$KVSHARE_MODEL_DIR, \$XDG_CACHE_HOME/kvshare or ~/.cache/kvshare (scripts/fetch_model.py)"
   exit 0
 fi
 
@@ -175,7 +175,15 @@ fi
 apt_need=$(dedup "$apt_need")
 pip_need=$(dedup "$pip_need")
 
-model_path=$root/models/gemma-3-270m-q4_k_m.gguf
+# The default model's directory (scripts/fetch_model.py and the CLI use the same rule).
+model_dir() {
+  if [ -n "${KVSHARE_MODEL_DIR:-}" ]; then echo "$KVSHARE_MODEL_DIR"; return; fi
+  case "${XDG_CACHE_HOME:-}" in
+    /*) echo "$XDG_CACHE_HOME/kvshare" ;;
+    *) echo "$HOME/.cache/kvshare" ;;  # unset, or relative (the XDG spec ignores those)
+  esac
+}
+model_path=$(model_dir)/gemma-3-270m-q4_k_m.gguf
 model_need=0
 if [ $want_model = 1 ] && ! [ -f "$model_path" ]; then model_need=1; fi
 

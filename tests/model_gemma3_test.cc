@@ -1,5 +1,5 @@
 // Gemma 3 end to end on the real model; skipped when the file is absent
-// ($KVSHARE_SOURCE_DIR/models/gemma-3-270m-q4_k_m.gguf).
+// (default_model_path.h says where it is looked for).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "default_model_path.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
 #include "kvshare/sampler.h"
@@ -22,10 +23,7 @@
 namespace kvshare {
 namespace {
 
-std::string ModelPath() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/models/gemma-3-270m-q4_k_m.gguf";
-}
+std::string ModelPath() { return testing::DefaultModelPath(); }
 
 EncodeOptions WithBos() {
   EncodeOptions o;

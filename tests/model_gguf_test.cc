@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "default_model_path.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "model/model_info.h"
@@ -265,12 +266,7 @@ TEST(Gguf, PrintModelInfo) {
   EXPECT_THAT(s, HasSubstr("tensors: 2"));
 }
 
-std::string ModelPath() {
-  const char* env = std::getenv("KVSHARE_MODEL");
-  if (env != nullptr) return env;
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/models/gemma-3-270m-q4_k_m.gguf";
-}
+std::string ModelPath() { return testing::DefaultModelPath(); }
 
 TEST(Gguf, RealModel) {
   const std::string path = ModelPath();

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "default_model_path.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
 #include "kvshare/scheduler.h"
@@ -386,10 +387,7 @@ TEST(Scheduler, Gemma4ConcurrentAndCachedEqualAlone) {
   }
 }
 
-std::string DefaultModel() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/models/gemma-3-270m-q4_k_m.gguf";
-}
+std::string DefaultModel() { return testing::DefaultModelPath(); }
 
 // The default model: 8 greedy requests together (one prompt past the
 // 512-token window) equal each alone, token for token and logprob for

@@ -1,7 +1,6 @@
 // The tokenizer on the real Gemma 3 vocabulary, read from the default model's GGUF
 // metadata by a minimal reader in this file (the tokenizer arrays only). Skipped
-// when the model is absent: set KVSHARE_MODEL, or place the file at
-// $KVSHARE_SOURCE_DIR/models/gemma-3-270m-q4_k_m.gguf.
+// when the model is absent (default_model_path.h says where it is looked for).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include "default_model_path.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
@@ -24,13 +24,7 @@
 namespace kvshare {
 namespace {
 
-std::string ModelPath() {
-  if (const char* p = std::getenv("KVSHARE_MODEL")) return p;
-  if (const char* src = std::getenv("KVSHARE_SOURCE_DIR")) {
-    return std::string(src) + "/models/gemma-3-270m-q4_k_m.gguf";
-  }
-  return "models/gemma-3-270m-q4_k_m.gguf";
-}
+std::string ModelPath() { return testing::DefaultModelPath(); }
 
 class GemmaTokenizer : public ::testing::Test {
  protected:

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "default_model_path.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
 #include "kvshare/tensor.h"
@@ -37,13 +38,6 @@ struct Buffer {
     return v;
   }
 };
-
-// The default model as scripts/fetch_model.py writes it, under
-// $KVSHARE_SOURCE_DIR (ctest sets it) or the working directory.
-inline std::string DefaultModelPath() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/models/gemma-3-270m-q4_k_m.gguf";
-}
 
 inline Buffer QuantizedQ8_0(const Buffer& f);
 

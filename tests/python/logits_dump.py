@@ -3,8 +3,8 @@ test_gemma3_llamacpp.py, test_gemma4_fixtures.py): tests/tools/logits_dump.cc,
 which tokenizes text and runs a prefill plus cached decode steps on a GGUF
 file, writing the logits of each call.
 
-MODEL: KVSHARE_MODEL, default models/gemma-3-270m-q4_k_m.gguf
-(scripts/fetch_model.py). DUMP: KVSHARE_LOGITS_DUMP, default
+MODEL: the default model (default_model.py: KVSHARE_MODEL, else where
+scripts/fetch_model.py puts it). DUMP: KVSHARE_LOGITS_DUMP, default
 $KVSHARE_BUILD_DIR/tests/logits_dump (KVSHARE_BUILD_DIR default build).
 skip_if_missing() skips the calling test module when either is absent.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(os.environ.get("KVSHARE_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-MODEL = Path(os.environ.get("KVSHARE_MODEL", ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+from default_model import DEFAULT_MODEL as MODEL  # noqa: E402
 DUMP = Path(os.environ.get("KVSHARE_LOGITS_DUMP",
                            ROOT / os.environ.get("KVSHARE_BUILD_DIR", "build") / "tests" / "logits_dump"))
 

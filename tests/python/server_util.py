@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(os.environ.get("KVSHARE_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-DEFAULT_MODEL = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
+from default_model import DEFAULT_MODEL  # noqa: E402
 DEFAULT_ID = "gemma-3-270m-q4_k_m"
 GEMMA4 = ROOT / "tests" / "fixtures" / "gemma4" / "e2b.f32.gguf"  # tiny, with Gemma 4's chat template
 GEMMA4_ID = "e2b.f32"

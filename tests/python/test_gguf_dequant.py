@@ -35,7 +35,7 @@ np = pytest.importorskip("numpy")
 gguf = pytest.importorskip("gguf")
 
 ROOT = Path(os.environ.get("KVSHARE_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-MODEL = Path(os.environ.get("KVSHARE_MODEL", ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+from default_model import DEFAULT_MODEL as MODEL  # noqa: E402
 DUMP = Path(os.environ.get("KVSHARE_DEQUANT_DUMP", ROOT / "build" / "tests" / "gguf_dequant_dump"))
 PER_TYPE = 3          # tensors compared per type
 MAX_ROWS = 4096       # rows compared per tensor (token_embd has 262144)

@@ -1,4 +1,4 @@
-"""kvshare.Model from Python on the real model (models/gemma-3-270m-q4_k_m.gguf;
+"""kvshare.Model from Python on the real model (the default model, default_model.py;
 skipped when the file is absent): config, tokenizer, logits, streaming generation
 (greedy, deterministic, equal to the C++ CLI when it is built), early close, and
 errors."""
@@ -16,7 +16,7 @@ from peers import need
 kvshare = need("kvshare")
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = Path(os.environ.get("KVSHARE_MODEL", ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+from default_model import DEFAULT_MODEL as MODEL  # noqa: E402
 CLI = ROOT / os.environ.get("KVSHARE_BUILD_DIR", "build") / "bin" / "kvshare"
 PROMPT = "What is the capital of France?"
 # The GGUF is the base model: the question form makes it answer (model_gemma3_test.cc).

@@ -73,14 +73,14 @@ def sandbox(tmp_path):
     return tmp_path
 
 
-def run(sandbox, *args, installed=ALL_APT, uid=0, sudo_ok=False, python=True, model=True, **py):
+def run(sandbox, *args, installed=ALL_APT, uid=0, sudo_ok=False, python=True, model=True, extra_env=None, **py):
     """Runs setup.sh; returns (exit status, stdout, stderr, log of stubbed commands)."""
     bin_dir, project, log = sandbox / "bin", sandbox / "project", sandbox / "log"
     if not python:
         (bin_dir / "python3").unlink(missing_ok=True)
-    model_file = project / "models" / "gemma-3-270m-q4_k_m.gguf"
+    model_file = sandbox / ".cache" / "kvshare" / "gemma-3-270m-q4_k_m.gguf"  # HOME is the sandbox
     if model:
-        model_file.parent.mkdir(exist_ok=True)
+        model_file.parent.mkdir(parents=True, exist_ok=True)
         model_file.touch()
     env = {
         "PATH": str(bin_dir), "HOME": str(sandbox), "KVSHARE_SETUP_ROOT": str(project),
@@ -89,6 +89,7 @@ def run(sandbox, *args, installed=ALL_APT, uid=0, sudo_ok=False, python=True, mo
         "FAKE_PY_MISSING": py.get("missing", ""), "FAKE_PY_MANAGED": py.get("managed", "0"),
         "FAKE_PY_PIP": py.get("pip", "1"), "FAKE_PY_HEADERS": py.get("headers", "1"),
         "FAKE_PY_SYSTEM": py.get("system", "0"),
+        **(extra_env or {}),
     }
     res = subprocess.run([shutil.which("bash"), str(SETUP), *args], env=env, capture_output=True, text=True)
     return res.returncode, res.stdout, res.stderr, log.read_text() if log.exists() else ""
@@ -185,7 +186,7 @@ def test_the_model_needs_a_python_with_pip(sandbox):
     out = run(sandbox, "--plan", "run", model=False, pip="0", managed="1", system="1")[1]
     venv = sandbox / "project" / ".venv"
     assert out == (f"apt (root): python3.11-venv\nvenv: {venv} (--system-site-packages)\n"
-                   f"model: {sandbox}/project/models/gemma-3-270m-q4_k_m.gguf\n")
+                   f"model: {sandbox}/.cache/kvshare/gemma-3-270m-q4_k_m.gguf\n")
     rc, _, err, _ = run(sandbox, "run", pip="0", managed="0")
     assert rc == 1 and "has no pip" in err
 
@@ -210,3 +211,15 @@ def test_list_prints_the_one_list():
     out = subprocess.run(["bash", str(SETUP), "--list", "tests"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("debian: g++ cmake ninja-build libhwy-dev")
     assert "python: numpy pytest gguf openai\n" in out
+
+
+@pytest.mark.parametrize("env,where", [
+    ({"KVSHARE_MODEL_DIR": "/srv/models"}, "/srv/models"),
+    ({"KVSHARE_MODEL_DIR": "/srv/models", "XDG_CACHE_HOME": "/xdg"}, "/srv/models"),
+    ({"XDG_CACHE_HOME": "/xdg"}, "/xdg/kvshare"),
+    ({"XDG_CACHE_HOME": "relative"}, "HOME/.cache/kvshare"),  # the XDG spec ignores relative paths
+])
+def test_the_model_directory_follows_the_environment(sandbox, env, where):
+    where = where.replace("HOME", str(sandbox))
+    out = run(sandbox, "--plan", "run", model=False, extra_env=env)[1]
+    assert out == f"model: {where}/gemma-3-270m-q4_k_m.gguf\n"

@@ -22,7 +22,10 @@ import llama_cpp
 from llama_cpp import Llama
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+from default_model import DEFAULT_MODEL  # noqa: E402
+
+MODEL = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_MODEL
 OUT = ROOT / "tests" / "fixtures" / "llamacpp_gemma3_greedy.json"
 STEPS = 32
 TOP_K = 8
