@@ -61,6 +61,10 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
       blk[0] = 121;  // E8M0 scale 2^-7
       continue;
     }
+    if (t == GgmlType::kIQ1_M) {  // d's fp16 bits: the top nibbles of the 4 scale words at byte 48
+      for (int k = 0; k < 4; ++k) blk[49 + 2 * k] = static_cast<std::uint8_t>((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
+      continue;
+    }
     std::memcpy(blk + at, &h, 2);
     if (two) std::memcpy(blk + at + 2, &h, 2);
   }
@@ -187,7 +191,9 @@ void TypeShapes(benchmark::internal::Benchmark* b) {
     for (std::int64_t m : {1, 8, 64}) {
       for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_0, GgmlType::kQ4_1,
                          GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K,
-                         GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4}) {
+                         GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4,
+                         GgmlType::kNVFP4, GgmlType::kQ1_0, GgmlType::kQ2_0, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
+                         GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S, GgmlType::kIQ1_M}) {
         b->Args({static_cast<std::int64_t>(t), 2048, 2048, m, 1, level});
       }
     }

@@ -3,6 +3,7 @@
 // integer, element k in byte k.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstdint>
 
@@ -17,8 +18,11 @@ extern const std::uint64_t kIq1sGrid[2048];   // int8 values -1, 0, 1 (IQ1_S and
 
 // ggml's ksigns_iq2xs: a 7-bit sign index i stands for the 8 sign bits
 // i | parity(i) << 7 (an even count of minus signs).
-constexpr std::uint8_t Iq2Signs(unsigned i) {
-  return static_cast<std::uint8_t>((i & 127) | ((std::popcount(i & 127) & 1) << 7));
-}
+inline constexpr std::array<std::uint8_t, 128> kIq2SignTable = [] {
+  std::array<std::uint8_t, 128> t{};
+  for (unsigned i = 0; i < 128; ++i) t[i] = static_cast<std::uint8_t>(i | ((std::popcount(i) & 1) << 7));
+  return t;
+}();
+constexpr std::uint8_t Iq2Signs(unsigned i) { return kIq2SignTable[i & 127]; }
 
 }  // namespace kvshare::detail

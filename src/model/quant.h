@@ -11,7 +11,6 @@
 #pragma once
 
 #include <bit>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -152,10 +151,13 @@ inline float Mxfp4Scale(std::uint8_t e) {
 }
 // NVFP4's sub-block scale as float: ggml_ue4m3_to_fp32 (bit 7 ignored; 0 and
 // 0x7F, the NaN, give 0; halved for the doubled E2M1 values).
+// Exact without libm: man * 2^-9, or (8 + man) * 2^(exp - 10) with the power
+// of two built from its bits.
 inline float Ue4m3Scale(std::uint8_t x) {
   if (x == 0 || x == 0x7F) return 0.0f;
-  const int exp = (x >> 3) & 0xF, man = x & 7;
-  const float raw = exp == 0 ? std::ldexp(static_cast<float>(man), -9) : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, exp - 7);
+  const unsigned exp = (x >> 3) & 0xF, man = x & 7;
+  const float raw = exp == 0 ? static_cast<float>(man) * 0x1p-9f
+                             : static_cast<float>(8 + man) * std::bit_cast<float>((exp + 117) << 23);
   return raw * 0.5f;
 }
 // Digit m (0..4) of a TQ1_0 byte: 0, 1 or 2.
