@@ -3,10 +3,11 @@
 // decode step in the same run:
 //   kvshare_bench --benchmark_filter='GrammarMask|DecodeStep|TokenTrie'
 // GrammarMask/<doc>: a fresh matcher per iteration (as a request has: its
-// lazy DFA starts cold) walks a document token by token: the mask before
-// each token (FillNextTokenMask), then the token (AcceptToken), then the
-// mask before the end token. per_token: seconds per token (one thread; the
-// scheduler computes the masks of a step's rows in parallel).
+// lazy DFA starts cold) walks a document token by token as the scheduler
+// does: a copy of a logits row masked before each token (MaskLogits), then
+// the token (AcceptToken), and the mask before the end token. per_token:
+// seconds per token (one thread; the scheduler masks a step's rows in
+// parallel).
 // DecodeStep/threads: one greedy one-token Forward of the default model at
 // a context of the prompt's tokens (about 70) up to 320, per_token likewise.
 // TokenTrie: building the trie once per vocabulary (the server's first
@@ -91,18 +92,20 @@ void BM_GrammarMask(benchmark::State& state) {
   const Doc& doc = Docs()[static_cast<std::size_t>(state.range(0))];
   const auto grammar = doc.schema != nullptr ? CompileJsonSchema(doc.schema) : AnyJsonObjectGrammar();
   const std::vector<std::int32_t> tokens = v.tok->Encode(doc.text, {.add_bos = false});
-  std::vector<std::uint64_t> mask((static_cast<std::size_t>(v.tok->vocab_size()) + 63) / 64);
+  std::vector<float> logits(static_cast<std::size_t>(v.tok->vocab_size()), 1.0f), masked;
   for (auto _ : state) {
     GrammarMatcher m(grammar, v.trie, {v.tok->eos_id()});
     for (std::int32_t t : tokens) {
-      m.FillNextTokenMask(mask);
-      if (!((mask[static_cast<std::size_t>(t) >> 6] >> (t & 63)) & 1) || !m.AcceptToken(t)) {
+      masked.assign(logits.begin(), logits.end());  // as the scheduler copies the row
+      m.MaskLogits(masked);
+      if (masked[static_cast<std::size_t>(t)] != 1.0f || !m.AcceptToken(t)) {
         state.SkipWithError("the document's tokens leave the grammar");
         return;
       }
     }
-    m.FillNextTokenMask(mask);
-    benchmark::DoNotOptimize(mask.data());
+    masked.assign(logits.begin(), logits.end());
+    m.MaskLogits(masked);
+    benchmark::DoNotOptimize(masked.data());
   }
   const double steps = static_cast<double>(tokens.size() + 1);
   state.counters["tokens"] = steps;

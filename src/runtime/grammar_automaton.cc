@@ -1,6 +1,8 @@
 #include "runtime/grammar_automaton.h"
 
 #include <algorithm>
+#include <limits>
+#include <utility>
 #include <string>
 
 #include "kvshare/error.h"
@@ -46,7 +48,7 @@ std::uint32_t GrammarAutomaton::InternSet() {
     sets_.push_back(out_);
     trans_.resize(sets_.size() * nc_, -1);
     accepting_.push_back(!out_.empty() && out_.front() == 0);
-    loop_.push_back(-1);
+    capacity_.push_back(kUnknown);
   }
   out_.clear();
   return it->second;
@@ -90,26 +92,32 @@ std::uint32_t GrammarAutomaton::Compute(std::uint32_t state, unsigned char byte)
   return InternSet();
 }
 
-bool GrammarAutomaton::ComputeLoop(std::uint32_t state) {
-  if (g_->loop_ref_pos < 0) return false;
-  std::vector<std::uint32_t> parents;
+std::int32_t GrammarAutomaton::ComputeCapacity(std::uint32_t state) {
+  if (g_->plain_char_pos < 0) return -1;
+  // Each plain-character stack names, by its frame, the rule and parent
+  // whose closure the state should be.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> closures;
+  std::int32_t capacity = std::numeric_limits<std::int32_t>::max();
   for (std::uint32_t k : sets_[state]) {
     if (k == 0 || nodes_[k].pos != static_cast<std::uint32_t>(g_->plain_char_pos)) continue;
     const std::uint32_t f = nodes_[k].parent;
-    if (f == 0 || nodes_[f].pos != static_cast<std::uint32_t>(g_->loop_ref_pos)) return false;
-    parents.push_back(nodes_[f].parent);
+    if (f == 0) return -1;
+    auto it = g_->string_frames.find(nodes_[f].pos);
+    if (it == g_->string_frames.end()) return -1;
+    closures.emplace_back(it->second.rule, nodes_[f].parent);
+    capacity = std::min(capacity, it->second.capacity);
   }
-  if (parents.empty()) return false;
+  if (closures.empty()) return -1;
   out_.clear();
   visited_.clear();
-  for (std::uint32_t p : parents) {
-    for (std::uint32_t a : g_->rules[g_->chars_rule]) Expand(a, p, 0);
+  for (const auto& [rule, parent] : closures) {
+    for (std::uint32_t a : g_->rules[rule]) Expand(a, parent, 0);
   }
   std::sort(out_.begin(), out_.end());
   out_.erase(std::unique(out_.begin(), out_.end()), out_.end());
   const bool same = out_ == sets_[state];
   out_.clear();
-  return same;
+  return same ? capacity : -1;
 }
 
 }  // namespace kvshare::detail

@@ -41,12 +41,13 @@ class GrammarAutomaton {
 
   // The document may end here.
   bool Accepting(std::uint32_t state) const { return accepting_[state] != 0; }
-  // The state is the unbounded string-content loop (see GrammarIr): any
-  // plain string content from here ends back in this very state, and its
-  // prefixes are live.
-  bool IsStringLoop(std::uint32_t state) {
-    if (loop_[state] < 0) loop_[state] = ComputeLoop(state) ? 1 : 0;
-    return loop_[state] != 0;
+  // How many more characters the state takes as plain string content, when
+  // it is a string body at a character boundary (-1 when it is not; then
+  // INT32_MAX for an unbounded string): any plain content of at most that
+  // many characters (the last possibly cut) keeps it live.
+  std::int32_t StringCapacity(std::uint32_t state) {
+    if (capacity_[state] == kUnknown) capacity_[state] = ComputeCapacity(state);
+    return capacity_[state];
   }
   std::size_t num_states() const { return sets_.size(); }
 
@@ -60,7 +61,8 @@ class GrammarAutomaton {
   };
 
   std::uint32_t Compute(std::uint32_t state, unsigned char byte);
-  bool ComputeLoop(std::uint32_t state);
+  std::int32_t ComputeCapacity(std::uint32_t state);
+  static constexpr std::int32_t kUnknown = -2;
   // Adds to out_ the stacks reachable from position pos over parent without
   // reading a byte.
   void Expand(std::uint32_t pos, std::uint32_t parent, int depth);
@@ -75,7 +77,7 @@ class GrammarAutomaton {
   std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, VecHash> set_ids_;
   std::vector<std::int32_t> trans_;  // [sets, classes], -1: not computed
   std::vector<std::uint8_t> accepting_;
-  std::vector<std::int8_t> loop_;
+  std::vector<std::int32_t> capacity_;
   std::uint32_t initial_ = 0;
   std::vector<std::uint32_t> out_;
   std::unordered_set<std::uint64_t> visited_;

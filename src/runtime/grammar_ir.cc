@@ -62,10 +62,9 @@ GrammarIr GrammarBuilder::Finish(std::uint32_t root) {
     g.byte_class[static_cast<std::size_t>(b)] = it->second;
   }
   g.num_classes = static_cast<int>(classes.size());
-  if (loop_) {
-    g.chars_rule = chars_;
-    g.loop_ref_pos = g.rules[chars_][0] + 1;
-    g.plain_char_pos = g.rules[char_][0];
+  if (has_char_) g.plain_char_pos = g.rules[char_][0];
+  for (const Frame& f : frames_) {
+    g.string_frames[g.rules.at(f.rule).at(static_cast<std::size_t>(f.alt)) + 1] = {f.rule, f.capacity};
   }
   return g;
 }

@@ -13,6 +13,7 @@
 #include <bitset>
 #include <cstdint>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,13 +36,18 @@ struct GrammarIr {
   // Bytes no set tells apart share a class: transitions are stored per class.
   std::array<std::uint8_t, 256> byte_class{};
   int num_classes = 1;
-  // The unbounded string-content loop `chars := char chars | ε`, whose
-  // states the mask walk recognizes to take trie subtrees of plain string
-  // content whole: the position of `chars` in its own first alternative,
-  // and of the plain-character set (first alternative of `char`). -1: none.
-  std::int64_t loop_ref_pos = -1;
+  // String content, which the mask walk recognizes to take trie subtrees of
+  // plain string content whole: the position of the plain-character set
+  // (first alternative of the `char` rule; -1: none), and the frames a
+  // character of a string body returns to, by position: the rule whose
+  // closure over the frame's parent is the state before that character, and
+  // how many more characters that rule allows (INT32_MAX: unbounded).
   std::int64_t plain_char_pos = -1;
-  std::uint32_t chars_rule = 0;
+  struct StringFrame {
+    std::uint32_t rule = 0;
+    std::int32_t capacity = 0;
+  };
+  std::unordered_map<std::uint32_t, StringFrame> string_frames;
 };
 
 // Builds a GrammarIr rule by rule.
@@ -61,18 +67,26 @@ class GrammarBuilder {
   static Item Ref(std::uint32_t rule) { return {true, rule}; }
   // The bytes of `text`, one element each.
   Seq Lit(std::string_view text);
-  // Marks rule `chars` (first alternative [char, chars]) and `plain_char`
-  // (a rule whose first alternative is one plain-character set) as the
-  // string-content loop.
-  void MarkStringLoop(std::uint32_t chars, std::uint32_t plain_char) { chars_ = chars, char_ = plain_char, loop_ = true; }
+  // `plain_char`: a rule whose first alternative is one plain-character set.
+  void MarkPlainChar(std::uint32_t plain_char) { char_ = plain_char, has_char_ = true; }
+  // Alternative `alt` of `rule` is [char, R]: a string body that allows
+  // `capacity` more characters (INT32_MAX: any number) before this one's
+  // frame returns to R.
+  void MarkStringFrame(std::uint32_t rule, int alt, std::int32_t capacity) { frames_.push_back({rule, alt, capacity}); }
 
   GrammarIr Finish(std::uint32_t root);
 
  private:
   std::vector<std::vector<Seq>> rules_;
   std::vector<std::bitset<256>> sets_;
-  bool loop_ = false;
-  std::uint32_t chars_ = 0, char_ = 0;
+  bool has_char_ = false;
+  std::uint32_t char_ = 0;
+  struct Frame {
+    std::uint32_t rule;
+    int alt;
+    std::int32_t capacity;
+  };
+  std::vector<Frame> frames_;
 };
 
 }  // namespace kvshare::detail

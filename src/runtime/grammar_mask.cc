@@ -1,6 +1,7 @@
 // TokenTrie and GrammarMatcher (kvshare/grammar.h): the vocabulary as a
 // prefix trie in pre-order, walked together with the grammar's lazy DFA.
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <string>
 
@@ -26,6 +27,9 @@ struct TokenTrie::Impl {
   // at a character boundary, is plain JSON string content: UTF-8 (a
   // character may be cut at the path's end), no '"', '\\' or control byte.
   std::vector<std::uint8_t> plain;
+  // With plain: the most characters a path through the subtree starts
+  // (a cut character counts), read from this node's byte on.
+  std::vector<std::uint16_t> max_chars;
   std::vector<std::string> bytes;  // per token
   int max_depth = 0;
 };
@@ -130,6 +134,13 @@ TokenTrie::TokenTrie(std::span<const std::string> token_bytes) : impl_(std::make
   }
   t.plain.resize(n);
   for (std::size_t i = 0; i < n; ++i) t.plain[i] = ok[i] & 1;
+  t.max_chars.assign(n, 0);
+  for (std::size_t i = n; i-- > 1;) {
+    unsigned most = 0;
+    for (std::uint32_t c = static_cast<std::uint32_t>(i) + 1; c < t.end[i]; c = t.end[c]) most = std::max<unsigned>(most, t.max_chars[c]);
+    const bool starts = t.byte[i] < 0x80 || t.byte[i] >= 0xC0;  // not a continuation byte
+    t.max_chars[i] = static_cast<std::uint16_t>(std::min<unsigned>(65535, most + (starts ? 1 : 0)));
+  }
 }
 
 std::shared_ptr<const TokenTrie> TokenTrie::FromTokenizer(const Tokenizer& tokenizer) {
@@ -236,8 +247,8 @@ void GrammarMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
   const std::uint32_t n = static_cast<std::uint32_t>(t.byte.size());
   for (std::uint32_t i = 1; i < n;) {
     const std::uint32_t parent = m.walk[t.depth[i] - 1u];
-    if (t.plain[i] && m.dfa.IsStringLoop(parent)) {
-      // All of the subtree is string content: every token in it stays live.
+    if (t.plain[i] && t.max_chars[i] <= m.dfa.StringCapacity(parent)) {
+      // All of the subtree is string content that fits: every token in it stays live.
       for (std::uint32_t k = t.tok_begin[i]; k < t.tok_begin[t.end[i]]; ++k) SetBit(mask, t.tokens[k]);
       i = t.end[i];
       continue;
@@ -269,13 +280,17 @@ void GrammarMatcher::MaskLogits(std::span<float> logits) {
   m.mask.resize((logits.size() + 63) / 64);
   FillNextTokenMask(m.mask);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (std::size_t w = 0; w < m.mask.size(); ++w) {
-    const std::uint64_t bits = m.mask[w];
-    if (bits == ~std::uint64_t{0}) continue;
-    const std::size_t lo = w * 64, hi = std::min(logits.size(), lo + 64);
-    for (std::size_t i = lo; i < hi; ++i) {
-      if (!((bits >> (i - lo)) & 1)) logits[i] = kNegInf;
+  const std::size_t full = logits.size() / 64;
+  for (std::size_t w = 0; w < full; ++w) {
+    float* x = logits.data() + w * 64;
+    if (m.mask[w] == 0) {
+      std::fill(x, x + 64, kNegInf);
+      continue;
     }
+    for (std::uint64_t off = ~m.mask[w]; off != 0; off &= off - 1) x[std::countr_zero(off)] = kNegInf;
+  }
+  for (std::size_t i = full * 64; i < logits.size(); ++i) {
+    if (!((m.mask[full] >> (i - full * 64)) & 1)) logits[i] = kNegInf;
   }
 }
 

@@ -147,7 +147,8 @@ class Compiler {
     const std::uint32_t chars = b_.NewRule();
     b_.Alt(chars, {GrammarBuilder::Ref(c), GrammarBuilder::Ref(chars)});
     b_.Alt(chars, {});
-    b_.MarkStringLoop(chars, c);
+    b_.MarkPlainChar(c);
+    b_.MarkStringFrame(chars, 0, std::numeric_limits<std::int32_t>::max());
     chars_ = chars;
     return c;
   }
@@ -161,7 +162,17 @@ class Compiler {
     if (max < 0) {
       s.push_back(GrammarBuilder::Ref(*chars_));
     } else if (max > min) {
-      s.push_back(GrammarBuilder::Ref(UpTo({GrammarBuilder::Ref(c)}, max - min)));
+      // UpTo's chain, each link marked for the mask walk: O_k := ε | char O_k-1.
+      std::uint32_t prev = b_.NewRule();
+      b_.Alt(prev, {});
+      for (int k = 1; k <= max - min; ++k) {
+        const std::uint32_t r = b_.NewRule();
+        b_.Alt(r, {});
+        b_.Alt(r, {GrammarBuilder::Ref(c), GrammarBuilder::Ref(prev)});
+        b_.MarkStringFrame(r, 1, k);
+        prev = r;
+      }
+      s.push_back(GrammarBuilder::Ref(prev));
     }
     s.push_back(b_.Byte('"'));
     const std::uint32_t r = b_.NewRule();
