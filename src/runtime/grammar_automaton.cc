@@ -13,6 +13,10 @@ namespace {
 // Rule references followed without reading a byte, at most (a grammar that
 // nests deeper is broken; the JSON compiler's never does).
 constexpr int kMaxExpandDepth = 10000;
+// Parse stacks and DFA states one matcher may build: far above what a JSON
+// output of any realistic length needs; bounds a pathological grammar's
+// memory (the request then ends with this error).
+constexpr std::size_t kMaxNodes = std::size_t{1} << 22, kMaxStates = std::size_t{1} << 20;
 
 std::uint64_t Key(std::uint32_t pos, std::uint32_t parent) { return (static_cast<std::uint64_t>(pos) << 32) | parent; }
 
@@ -36,7 +40,13 @@ GrammarAutomaton::GrammarAutomaton(const GrammarIr& grammar)
 
 std::uint32_t GrammarAutomaton::Intern(std::uint32_t pos, std::uint32_t parent) {
   auto [it, fresh] = node_ids_.emplace(Key(pos, parent), static_cast<std::uint32_t>(nodes_.size()));
-  if (fresh) nodes_.push_back({pos, parent});
+  if (fresh) {
+    if (nodes_.size() >= kMaxNodes) {
+      node_ids_.erase(it);
+      throw Error("grammar: more than " + std::to_string(kMaxNodes) + " parse stacks (the schema is too ambiguous)");
+    }
+    nodes_.push_back({pos, parent});
+  }
   return it->second;
 }
 
@@ -45,6 +55,11 @@ std::uint32_t GrammarAutomaton::InternSet() {
   out_.erase(std::unique(out_.begin(), out_.end()), out_.end());
   auto [it, fresh] = set_ids_.emplace(out_, static_cast<std::uint32_t>(sets_.size()));
   if (fresh) {
+    if (sets_.size() >= kMaxStates) {
+      set_ids_.erase(it);
+      out_.clear();
+      throw Error("grammar: more than " + std::to_string(kMaxStates) + " parse states (the schema is too ambiguous)");
+    }
     sets_.push_back(out_);
     trans_.resize(sets_.size() * nc_, -1);
     accepting_.push_back(!out_.empty() && out_.front() == 0);
