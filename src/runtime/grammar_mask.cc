@@ -169,6 +169,17 @@ struct GrammarMatcher::Impl {
   bool terminated = false;
   std::vector<std::uint32_t> walk;   // DFA state per trie depth
   std::vector<std::uint64_t> mask;   // MaskLogits' scratch
+  // The masks of the last few states: a mask depends on the state alone, and
+  // states recur (inside an unbounded string every character returns to
+  // its state; the items of an array repeat theirs).
+  struct Cached {
+    std::uint32_t state = 0;
+    std::uint64_t used = 0;
+    std::vector<std::uint64_t> words;
+  };
+  static constexpr std::size_t kCached = 8;
+  std::vector<Cached> cache;
+  std::uint64_t clock = 0;
 
   bool IsEnd(std::int32_t id) const { return std::find(end_tokens.begin(), end_tokens.end(), id) != end_tokens.end(); }
 };
@@ -242,6 +253,13 @@ void GrammarMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
   }
   std::fill(mask.begin(), mask.end(), 0);
   if (m.terminated) return;
+  for (Impl::Cached& c : m.cache) {
+    if (c.state == m.state) {
+      c.used = ++m.clock;
+      std::copy(c.words.begin(), c.words.end(), mask.begin());
+      return;
+    }
+  }
   m.walk.resize(static_cast<std::size_t>(t.max_depth) + 1);
   m.walk[0] = m.state;
   const std::uint32_t n = static_cast<std::uint32_t>(t.byte.size());
@@ -269,6 +287,12 @@ void GrammarMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
     std::uint64_t& w = mask[static_cast<std::size_t>(id) >> 6];
     w = can_end ? (w | bit) : (w & ~bit);
   }
+  if (m.cache.size() < Impl::kCached) m.cache.emplace_back();
+  Impl::Cached& slot = *std::min_element(m.cache.begin(), m.cache.end(),
+                                         [](const Impl::Cached& a, const Impl::Cached& b) { return a.used < b.used; });
+  slot.state = m.state;
+  slot.used = ++m.clock;
+  slot.words.assign(mask.begin(), mask.end());
 }
 
 void GrammarMatcher::MaskLogits(std::span<float> logits) {
