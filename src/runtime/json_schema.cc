@@ -2,9 +2,7 @@
 // the output shape).
 #include <algorithm>
 #include <limits>
-#include <bitset>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "kvshare/error.h"
 #include "kvshare/grammar.h"
 #include "runtime/grammar_ir.h"
+#include "runtime/json_grammar.h"
 
 namespace kvshare {
 namespace {
@@ -22,9 +21,9 @@ namespace {
 using Json = nlohmann::ordered_json;
 using detail::GrammarBuilder;
 using Seq = GrammarBuilder::Seq;
+using detail::operator+;
 
 constexpr int kMaxBound = 4096;  // minLength, maxLength, minItems, maxItems
-constexpr int kIntDigits = 16, kFracDigits = 16, kExpDigits = 3;
 
 const std::set<std::string>& Annotations() {
   static const std::set<std::string> s = {"title",      "description", "default",  "examples",  "$comment",
@@ -46,11 +45,6 @@ const std::set<std::string>& TypeNames() {
   return s;
 }
 
-Seq operator+(Seq a, const Seq& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::string JsonTypeOf(const Json& v) {
   if (v.is_object()) return "object";
   if (v.is_array()) return "array";
@@ -63,202 +57,15 @@ std::string JsonTypeOf(const Json& v) {
 
 class Compiler {
  public:
-  Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), o_(o) {
-    if (o.max_whitespace < 0 || o.max_whitespace > kMaxBound) {
-      throw Error("JsonGrammarOptions::max_whitespace must be in [0, 4096], got " + std::to_string(o.max_whitespace));
-    }
-  }
+  Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), j_(o), b_(j_.builder()) {}
 
-  std::shared_ptr<const Grammar> Finish(std::uint32_t value) {
-    const std::uint32_t top = b_.NewRule();
-    b_.Alt(top, Ws() + Seq{GrammarBuilder::Ref(value)});
-    return std::make_shared<const Grammar>(b_.Finish(top));
-  }
-
+  std::shared_ptr<const Grammar> Finish(std::uint32_t value) { return j_.Finish(value); }
   std::uint32_t Schema(const Json& s, const std::string& path);
-  std::uint32_t AnyObject() { return Map(AnyValue()); }
+  std::uint32_t AnyObject() { return j_.Map(j_.AnyValue()); }
 
  private:
   [[noreturn]] static void Fail(const std::string& path, const std::string& what) {
     throw Error("JSON Schema at " + path + ": " + what);
-  }
-
-  // [0, n] repetitions of item (n < 0: any number).
-  std::uint32_t UpTo(const Seq& item, int n) {
-    if (n < 0) {
-      const std::uint32_t r = b_.NewRule();
-      b_.Alt(r, item + Seq{GrammarBuilder::Ref(r)});
-      b_.Alt(r, {});
-      return r;
-    }
-    std::uint32_t prev = b_.NewRule();
-    b_.Alt(prev, {});
-    for (int k = 1; k <= n; ++k) {
-      const std::uint32_t r = b_.NewRule();
-      b_.Alt(r, {});
-      b_.Alt(r, item + Seq{GrammarBuilder::Ref(prev)});
-      prev = r;
-    }
-    return prev;
-  }
-
-  Seq Ws() {
-    if (o_.max_whitespace == 0) return {};
-    if (!ws_) {
-      std::bitset<256> w;
-      for (unsigned char c : std::string(" \t\n\r")) w.set(c);
-      ws_ = UpTo({b_.Set(w)}, o_.max_whitespace);
-    }
-    return {GrammarBuilder::Ref(*ws_)};
-  }
-  Seq Sep(char c) { return Ws() + Seq{b_.Byte(static_cast<unsigned char>(c))} + Ws(); }
-
-  // One JSON string character: plain, escaped, or a multi-byte UTF-8
-  // character (strict: no overlongs or surrogates). The first alternative
-  // is the plain set (GrammarIr::plain_char_pos); must match grammar_mask's
-  // PlainNext.
-  std::uint32_t Char() {
-    if (char_) return *char_;
-    const std::uint32_t c = b_.NewRule();
-    std::bitset<256> plain, esc, hex, hex_nd, hex_lo;
-    for (int x = 0x20; x <= 0x7F; ++x) plain.set(static_cast<std::size_t>(x));
-    plain.reset('"'), plain.reset('\\');
-    for (unsigned char x : std::string("\"\\/bfnrt")) esc.set(x);
-    for (unsigned char x : std::string("0123456789abcdefABCDEF")) hex.set(x);
-    hex_nd = hex, hex_nd.reset('d'), hex_nd.reset('D');
-    for (unsigned char x : std::string("01234567")) hex_lo.set(x);
-    const auto cont = b_.Range(0x80, 0xBF);
-    std::bitset<256> e3;
-    for (int x = 0xE1; x <= 0xEF; ++x) e3.set(static_cast<std::size_t>(x));
-    e3.reset(0xED);
-    b_.Alt(c, {b_.Set(plain)});
-    b_.Alt(c, {b_.Byte('\\'), b_.Set(esc)});
-    b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Set(hex_nd), b_.Set(hex), b_.Set(hex), b_.Set(hex)});
-    b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Range('D', 'D'), b_.Set(hex_lo), b_.Set(hex), b_.Set(hex)});
-    b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Range('d', 'd'), b_.Set(hex_lo), b_.Set(hex), b_.Set(hex)});
-    b_.Alt(c, {b_.Range(0xC2, 0xDF), cont});
-    b_.Alt(c, {b_.Byte(0xE0), b_.Range(0xA0, 0xBF), cont});
-    b_.Alt(c, {b_.Set(e3), cont, cont});
-    b_.Alt(c, {b_.Byte(0xED), b_.Range(0x80, 0x9F), cont});
-    b_.Alt(c, {b_.Byte(0xF0), b_.Range(0x90, 0xBF), cont, cont});
-    b_.Alt(c, {b_.Range(0xF1, 0xF3), cont, cont, cont});
-    b_.Alt(c, {b_.Byte(0xF4), b_.Range(0x80, 0x8F), cont, cont});
-    char_ = c;
-    const std::uint32_t chars = b_.NewRule();
-    b_.Alt(chars, {GrammarBuilder::Ref(c), GrammarBuilder::Ref(chars)});
-    b_.Alt(chars, {});
-    b_.MarkPlainChar(c);
-    b_.MarkStringFrame(chars, 0, std::numeric_limits<std::int32_t>::max());
-    chars_ = chars;
-    return c;
-  }
-
-  std::uint32_t String(int min, int max) {
-    const auto key = std::make_pair(min, max);
-    if (auto it = strings_.find(key); it != strings_.end()) return it->second;
-    const std::uint32_t c = Char();
-    Seq s = {b_.Byte('"')};
-    for (int i = 0; i < min; ++i) s.push_back(GrammarBuilder::Ref(c));
-    if (max < 0) {
-      s.push_back(GrammarBuilder::Ref(*chars_));
-    } else if (max > min) {
-      // UpTo's chain, each link marked for the mask walk: O_k := ε | char O_k-1.
-      std::uint32_t prev = b_.NewRule();
-      b_.Alt(prev, {});
-      for (int k = 1; k <= max - min; ++k) {
-        const std::uint32_t r = b_.NewRule();
-        b_.Alt(r, {});
-        b_.Alt(r, {GrammarBuilder::Ref(c), GrammarBuilder::Ref(prev)});
-        b_.MarkStringFrame(r, 1, k);
-        prev = r;
-      }
-      s.push_back(GrammarBuilder::Ref(prev));
-    }
-    s.push_back(b_.Byte('"'));
-    const std::uint32_t r = b_.NewRule();
-    b_.Alt(r, s);
-    return strings_[key] = r;
-  }
-
-  std::uint32_t Number(bool integer) {
-    std::optional<std::uint32_t>& cached = integer ? integer_ : number_;
-    if (cached) return *cached;
-    const auto digit = b_.Range('0', '9');
-    const std::uint32_t neg = b_.NewRule();
-    b_.Alt(neg, {});
-    b_.Alt(neg, {b_.Byte('-')});
-    const std::uint32_t whole = b_.NewRule();
-    b_.Alt(whole, {b_.Byte('0')});
-    b_.Alt(whole, {b_.Range('1', '9'), GrammarBuilder::Ref(UpTo({digit}, kIntDigits - 1))});
-    Seq s = {GrammarBuilder::Ref(neg), GrammarBuilder::Ref(whole)};
-    if (!integer) {
-      const std::uint32_t frac = b_.NewRule();
-      b_.Alt(frac, {});
-      b_.Alt(frac, {b_.Byte('.'), digit, GrammarBuilder::Ref(UpTo({digit}, kFracDigits - 1))});
-      const std::uint32_t sign = b_.NewRule();
-      b_.Alt(sign, {});
-      b_.Alt(sign, {b_.Set(std::bitset<256>().set('+').set('-'))});
-      const std::uint32_t exp = b_.NewRule();
-      b_.Alt(exp, {});
-      b_.Alt(exp, {b_.Set(std::bitset<256>().set('e').set('E')), GrammarBuilder::Ref(sign), digit,
-                   GrammarBuilder::Ref(UpTo({digit}, kExpDigits - 1))});
-      s.push_back(GrammarBuilder::Ref(frac));
-      s.push_back(GrammarBuilder::Ref(exp));
-    }
-    const std::uint32_t r = b_.NewRule();
-    b_.Alt(r, s);
-    return *(cached = r);
-  }
-
-  std::uint32_t Literal(const Json& v) {
-    const std::uint32_t r = b_.NewRule();
-    b_.Alt(r, b_.Lit(v.dump()));
-    return r;
-  }
-
-  std::uint32_t AnyValue() {
-    if (any_) return *any_;
-    const std::uint32_t v = b_.NewRule();
-    any_ = v;
-    const std::uint32_t arr = Array(v, 0, -1);
-    b_.Alt(v, {GrammarBuilder::Ref(Map(v))});
-    b_.Alt(v, {GrammarBuilder::Ref(arr)});
-    b_.Alt(v, {GrammarBuilder::Ref(String(0, -1))});
-    b_.Alt(v, {GrammarBuilder::Ref(Number(false))});
-    b_.Alt(v, b_.Lit("true"));
-    b_.Alt(v, b_.Lit("false"));
-    b_.Alt(v, b_.Lit("null"));
-    return v;
-  }
-
-  // An object with any keys whose values match rule `value`.
-  std::uint32_t Map(std::uint32_t value) {
-    const std::uint32_t r = b_.NewRule();
-    const Seq member = Seq{GrammarBuilder::Ref(String(0, -1))} + Sep(':') + Seq{GrammarBuilder::Ref(value)};
-    const std::uint32_t more = UpTo(Sep(',') + member, -1);
-    b_.Alt(r, Seq{b_.Byte('{')} + Ws() + Seq{b_.Byte('}')});
-    b_.Alt(r, Seq{b_.Byte('{')} + Ws() + member + Seq{GrammarBuilder::Ref(more)} + Ws() + Seq{b_.Byte('}')});
-    return r;
-  }
-
-  // [min, max] items matching rule `item` (max < 0: unbounded).
-  std::uint32_t Array(std::uint32_t item, int min, int max) {
-    const std::uint32_t r = b_.NewRule();
-    const Seq open = Seq{b_.Byte('[')} + Ws(), close = Ws() + Seq{b_.Byte(']')};
-    if (min == 0) b_.Alt(r, open + Seq{b_.Byte(']')});
-    if (max != 0) {
-      const Seq next = Sep(',') + Seq{GrammarBuilder::Ref(item)};
-      const int first = std::max(min, 1);
-      Seq s = open + Seq{GrammarBuilder::Ref(item)};
-      for (int i = 1; i < first; ++i) s = s + next;
-      if (max < 0) {
-        s.push_back(GrammarBuilder::Ref(UpTo(next, -1)));
-      } else if (max > first) {
-        s.push_back(GrammarBuilder::Ref(UpTo(next, max - first)));
-      }
-      b_.Alt(r, s + close);
-    }
-    return r;
   }
 
   int Bound(const Json& s, const char* key, const std::string& path, int absent) {
@@ -280,10 +87,8 @@ class Compiler {
   std::set<std::string> Types(const Json& s, int depth);
 
   const Json& root_;
-  JsonGrammarOptions o_;
-  GrammarBuilder b_;
-  std::optional<std::uint32_t> ws_, char_, chars_, any_, integer_, number_;
-  std::map<std::pair<int, int>, std::uint32_t> strings_;
+  detail::JsonGrammar j_;
+  GrammarBuilder& b_;
   std::map<std::string, std::uint32_t> refs_;
   // $refs entered since the last object or array: a cycle among them would
   // be left recursion (it reads nothing before coming back).
@@ -292,20 +97,18 @@ class Compiler {
 
 std::uint32_t Compiler::Schema(const Json& s, const std::string& path) {
   if (s.is_boolean()) {
-    if (s.get<bool>()) return AnyValue();
+    if (s.get<bool>()) return j_.AnyValue();
     Fail(path, "the schema false matches nothing");
   }
   if (!s.is_object()) Fail(path, "expected a schema (an object or a boolean), got " + s.dump());
-  bool validating = false;  // keywords besides annotations
   for (const auto& [k, v] : s.items()) {
-    if (Annotations().count(k)) continue;
-    if (!Supported().count(k)) throw Error("unsupported JSON Schema keyword '" + k + "' at " + path);
-    validating = true;
+    if (!Annotations().count(k) && !Supported().count(k)) {
+      throw Error("unsupported JSON Schema keyword '" + k + "' at " + path);
+    }
   }
   if (auto u = s.find("uniqueItems"); u != s.end() && !(u->is_boolean() && !u->get<bool>())) {
     throw Error("unsupported JSON Schema keyword 'uniqueItems' (other than false) at " + path);
   }
-  (void)validating;
   // Keywords that stand alone: their siblings (besides annotations) are refused
   // rather than intersected.
   for (const char* alone : {"$ref", "anyOf", "oneOf", "allOf"}) {
@@ -380,7 +183,7 @@ std::uint32_t Compiler::Schema(const Json& s, const std::string& path) {
       const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
                       (t == "number" && types.count("integer") && v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
       if (!ok) continue;
-      b_.Alt(r, {GrammarBuilder::Ref(Literal(v))});
+      b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(v.dump()))});
       ++n;
     }
     if (n == 0) Fail(path, "no value of 'enum' / 'const' matches 'type'");
@@ -390,7 +193,7 @@ std::uint32_t Compiler::Schema(const Json& s, const std::string& path) {
     if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) types.insert("object");
     if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types.insert("array");
     if (s.contains("minLength") || s.contains("maxLength")) types.insert("string");
-    if (types.empty()) return AnyValue();
+    if (types.empty()) return j_.AnyValue();
   }
   if (types.size() == 1) return OfType(*types.begin(), s, path);
   const std::uint32_t r = b_.NewRule();
@@ -419,9 +222,9 @@ std::uint32_t Compiler::OfType(const std::string& type, const Json& s, const std
   if (type == "string") {
     const int min = Bound(s, "minLength", path, 0), max = Bound(s, "maxLength", path, -1);
     if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
-    return String(min, max);
+    return j_.String(min, max);
   }
-  if (type == "number" || type == "integer") return Number(type == "integer");
+  if (type == "number" || type == "integer") return j_.Number(type == "integer");
   const std::uint32_t r = b_.NewRule();
   if (type == "boolean") {
     b_.Alt(r, b_.Lit("true"));
@@ -458,10 +261,10 @@ std::uint32_t Compiler::Object(const Json& s, const std::string& path) {
   if (props->empty()) {
     if (extra != nullptr && extra->is_boolean() && !extra->get<bool>()) {
       const std::uint32_t r = b_.NewRule();
-      b_.Alt(r, Seq{b_.Byte('{')} + Ws() + Seq{b_.Byte('}')});
+      b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{b_.Byte('}')});
       return r;
     }
-    return Map(extra == nullptr ? AnyValue() : Schema(*extra, path + "/additionalProperties"));
+    return j_.Map(extra == nullptr ? j_.AnyValue() : Schema(*extra, path + "/additionalProperties"));
   }
   // first[i] / rest[i]: properties i.. when none / some came before.
   const std::size_t n = props->size();
@@ -475,17 +278,17 @@ std::uint32_t Compiler::Object(const Json& s, const std::string& path) {
   b_.Alt(none, {});
   std::uint32_t first = none, rest = none;
   for (std::size_t i = n; i-- > 0;) {
-    const Seq kv = b_.Lit(Json(keys[i]).dump()) + Sep(':') + Seq{GrammarBuilder::Ref(values[i])};
+    const Seq kv = b_.Lit(Json(keys[i]).dump()) + j_.Sep(':') + Seq{GrammarBuilder::Ref(values[i])};
     const bool req = required.count(keys[i]) > 0;
     const std::uint32_t f = b_.NewRule(), r = b_.NewRule();
-    b_.Alt(r, Sep(',') + kv + Seq{GrammarBuilder::Ref(rest)});
+    b_.Alt(r, j_.Sep(',') + kv + Seq{GrammarBuilder::Ref(rest)});
     if (!req) b_.Alt(r, {GrammarBuilder::Ref(rest)});
     b_.Alt(f, kv + Seq{GrammarBuilder::Ref(rest)});
     if (!req) b_.Alt(f, {GrammarBuilder::Ref(first)});
     first = f, rest = r;
   }
   const std::uint32_t r = b_.NewRule();
-  b_.Alt(r, Seq{b_.Byte('{')} + Ws() + Seq{GrammarBuilder::Ref(first)} + Ws() + Seq{b_.Byte('}')});
+  b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{GrammarBuilder::Ref(first)} + j_.Ws() + Seq{b_.Byte('}')});
   return r;
 }
 
@@ -495,16 +298,16 @@ std::uint32_t Compiler::ArraySchema(const Json& s, const std::string& path) {
   std::uint32_t item = 0;
   auto it = s.find("items");
   if (it == s.end()) {
-    item = AnyValue();
+    item = j_.AnyValue();
   } else if (it->is_array()) {
     throw Error("unsupported JSON Schema keyword 'items' as an array (tuple validation) at " + path);
   } else if (it->is_boolean() && !it->get<bool>()) {
     if (min > 0) Fail(path, "'items': false with minItems > 0 matches nothing");
-    return Array(0, 0, 0);
+    return j_.Array(0, 0, 0);
   } else {
     item = Schema(*it, path + "/items");
   }
-  return Array(item, min, max);
+  return j_.Array(item, min, max);
 }
 
 std::uint32_t Compiler::Ref(const std::string& ref, const std::string& path) {
