@@ -113,7 +113,9 @@ class GrammarMatcher {
   // The tokens AcceptToken would take now, as bits: mask[id / 64] bit
   // id % 64. mask.size() must be (vocab + 63) / 64 (throws kvshare::Error
   // otherwise). Costs a walk of the trie's nodes whose prefixes are still
-  // valid; subtrees that are all plain string content are taken whole.
+  // valid; subtrees of plain string content that fit the string's
+  // maxLength are taken whole, and the masks of the last 8 states are
+  // reused.
   void FillNextTokenMask(std::span<std::uint64_t> mask);
   // Sets logits[id] to -inf for every token not in the mask above.
   // logits.size() must be the vocabulary size.
