@@ -79,7 +79,7 @@ TEST_F(GemmaGrammar, TrieWalkEqualsAScanOfTheWholeVocabulary) {
   const auto grammar = CompileJsonSchema(kSchema);
   // States: the start, inside an unbounded string, inside a bounded one
   // after a cut character (the first byte of "ü"), before a number.
-  for (const std::string prefix : {std::string(), std::string(R"({"name": "a", "note": "x)"),
+  for (const std::string& prefix : {std::string(), std::string(R"({"name": "a", "note": "x)"),
                                    std::string("{\"name\": \"Gr\xC3"), std::string(R"({"name": "a", "n": )")}) {
     GrammarMatcher m(grammar, *trie_, {tok_->eos_id()});
     ASSERT_TRUE(m.AcceptBytes(prefix)) << prefix;

@@ -61,7 +61,9 @@ TEST(SchedulerGrammar, ConstrainedRequestsGiveDocumentsOfTheGrammar) {
   for (const auto& step : rec.steps) {
     for (const StepTrace::Entry& e : step) {
       for (const auto& h : constrained) {
-        if (e.request == h->id()) EXPECT_EQ(e.logits_rows, 1) << "a constrained row was speculated";
+        if (e.request == h->id()) {
+          EXPECT_EQ(e.logits_rows, 1) << "a constrained row was speculated";
+        }
       }
       if (e.logits_rows > 1) ++verified;
     }
