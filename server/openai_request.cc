@@ -6,6 +6,8 @@
 #include <string>
 
 #include "api_error.h"
+#include "kvshare/error.h"
+#include "kvshare/grammar.h"
 
 namespace kvshare::server {
 namespace {
@@ -111,9 +113,9 @@ void CheckKnownFields(const json& body, bool chat, const RequestParsing& o, std:
       "model",        "stream",       "stream_options",   "max_tokens",        "temperature",
       "top_p",        "top_k",        "min_p",            "repetition_penalty", "seed",
       "stop",         "n",            "presence_penalty", "frequency_penalty", "logit_bias",
-      "logprobs",     "ignore_eos",   "speculative"};
-  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
-                                                  "response_format", "tools", "tool_choice"};
+      "logprobs",     "ignore_eos",   "speculative",      "response_format"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
+                                                  "tool_choice"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k) || Ignored().count(k) || (chat ? chat_only.count(k) : completion_only.count(k))) continue;
@@ -250,7 +252,105 @@ void ParsePrompt(const json& body, CompletionRequest& r) {
   }
 }
 
+// The schema node of a response_format, or null (json_object without one).
+template <typename Json>
+const Json* SchemaNode(const Json& rf) {
+  if (!rf.is_object()) return nullptr;
+  auto t = rf.find("type");
+  if (t == rf.end() || !t->is_string()) return nullptr;
+  if (t->template get<std::string>() == "json_object") {
+    auto s = rf.find("schema");
+    return s != rf.end() && !s->is_null() ? &*s : nullptr;
+  }
+  auto js = rf.find("json_schema");
+  if (js == rf.end() || !js->is_object()) return nullptr;
+  auto s = js->find("schema");
+  return s != js->end() && !s->is_null() ? &*s : nullptr;
+}
+
+CompletionRequest::ResponseFormat ParseResponseFormat(const json& body, const RequestParsing& o,
+                                                      std::vector<std::string>& ignored) {
+  using Type = CompletionRequest::ResponseFormat::Type;
+  CompletionRequest::ResponseFormat f;
+  auto rf = body.find("response_format");
+  if (rf == body.end() || rf->is_null()) return f;
+  if (!rf->is_object()) WrongType("response_format", "an object", *rf);
+  auto t = rf->find("type");
+  if (t == rf->end() || t->is_null()) {
+    throw BadRequest("Missing required parameter: 'response_format.type'.", "response_format.type",
+                     "missing_required_parameter");
+  }
+  if (!t->is_string()) WrongType("response_format.type", "a string", *t);
+  const std::string type = t->get<std::string>();
+  auto schema_type = [](const json& s, const std::string& name) {
+    if (!s.is_object() && !s.is_boolean()) WrongType(name, "an object", s);
+  };
+  if (type == "text") {
+    for (const auto& [k, v] : rf->items()) {
+      if (k != "type") Unknown("response_format." + k, o, ignored);
+    }
+  } else if (type == "json_object") {
+    f.type = Type::kJsonObject;
+    for (const auto& [k, v] : rf->items()) {
+      if (k != "type" && k != "schema") Unknown("response_format." + k, o, ignored);
+    }
+    if (const json* s = SchemaNode(*rf)) {
+      schema_type(*s, "response_format.schema");
+      f.schema = s->dump();
+    }
+  } else if (type == "json_schema") {
+    f.type = Type::kJsonSchema;
+    auto js = rf->find("json_schema");
+    if (js == rf->end() || js->is_null()) {
+      throw BadRequest("Missing required parameter: 'response_format.json_schema'.", "response_format.json_schema",
+                       "missing_required_parameter");
+    }
+    if (!js->is_object()) WrongType("response_format.json_schema", "an object", *js);
+    for (const auto& [k, v] : rf->items()) {
+      if (k != "type" && k != "json_schema") Unknown("response_format." + k, o, ignored);
+    }
+    for (const auto& [k, v] : js->items()) {
+      if (k != "name" && k != "description" && k != "schema" && k != "strict") {
+        Unknown("response_format.json_schema." + k, o, ignored);
+      }
+    }
+    if (auto n = js->find("name"); n != js->end() && !n->is_null()) {
+      if (!n->is_string()) WrongType("response_format.json_schema.name", "a string", *n);
+      f.name = n->get<std::string>();
+    }
+    if (auto d = js->find("description"); d != js->end() && !d->is_null() && !d->is_string()) {
+      WrongType("response_format.json_schema.description", "a string", *d);
+    }
+    if (auto st = js->find("strict"); st != js->end() && !st->is_null()) {
+      if (!st->is_boolean()) WrongType("response_format.json_schema.strict", "a boolean", *st);
+      f.strict = st->get<bool>();
+    }
+    if (const json* s = SchemaNode(*rf)) {
+      schema_type(*s, "response_format.json_schema.schema");
+      f.schema = s->dump();
+    } else {
+      f.schema = "{}";  // no schema: any JSON value
+    }
+  } else {
+    throw BadRequest("Invalid value: '" + type + "'. Supported values are: 'text', 'json_object' and 'json_schema'.",
+                     "response_format.type", "invalid_value");
+  }
+  return f;
+}
+
 }  // namespace
+
+void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body) {
+  if (req.response_format.schema.empty()) return;
+  try {
+    const auto ordered = nlohmann::ordered_json::parse(body);
+    auto rf = ordered.find("response_format");
+    if (rf == ordered.end()) return;
+    if (const nlohmann::ordered_json* s = SchemaNode(*rf)) req.response_format.schema = s->dump();
+  } catch (const nlohmann::json::exception&) {
+    // The body parsed once already; keep the sorted schema.
+  }
+}
 
 CompletionRequest ParseCompletionRequest(const json& body, bool chat, const RequestParsing& o) {
   if (!body.is_object()) {
@@ -305,8 +405,14 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
     }
     r.seed_given = true;
   }
+  r.response_format = ParseResponseFormat(body, o, r.ignored);
   r.stop = ParseStop(body);
   r.ignore_eos = Bool(body, "ignore_eos").value_or(false);
+  if (r.ignore_eos && r.response_format.type != CompletionRequest::ResponseFormat::Type::kText) {
+    throw BadRequest("Invalid 'ignore_eos': it cannot be combined with a JSON 'response_format' (generation ends when "
+                     "the JSON is complete).",
+                     "ignore_eos", "invalid_value");
+  }
   r.speculative = Bool(body, "speculative").value_or(true);
   if (Integer(body, "n", 1, 128).value_or(1) != 1) {
     throw BadRequest("Invalid 'n': only n = 1 is supported by this server (one choice per request).", "n",
@@ -327,13 +433,6 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
                          "top_logprobs", "invalid_value");
       }
       r.top_logprobs = static_cast<int>(*tl);
-    }
-    if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
-      if (!rf->is_object()) WrongType("response_format", "an object", *rf);
-      auto t = rf->find("type");
-      if (t == rf->end() || !t->is_string() || t->get<std::string>() != "text") {
-        Unsupported("response_format", "other than {\"type\": \"text\"}");
-      }
     }
     if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
       if (!tools->is_array()) WrongType("tools", "an array", *tools);
@@ -413,6 +512,17 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
   r.ignore_eos = req.ignore_eos;
   r.speculative = req.speculative;
   r.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+  using Type = CompletionRequest::ResponseFormat::Type;
+  if (req.response_format.type != Type::kText) {
+    const std::string where =
+        req.response_format.type == Type::kJsonObject ? "response_format.schema" : "response_format.json_schema.schema";
+    try {
+      r.grammar = req.response_format.schema.empty() ? AnyJsonObjectGrammar()
+                                                     : CompileJsonSchema(req.response_format.schema);
+    } catch (const Error& e) {
+      throw BadRequest("Invalid '" + where + "': " + e.what() + ".", where, "invalid_schema");
+    }
+  }
   return r;
 }
 

@@ -16,10 +16,16 @@
 // presence_penalty and frequency_penalty (0 only), logit_bias (empty only).
 // Chat: messages (roles system / developer / user / assistant; content a
 // string or an array of {"type": "text", "text"} parts), max_completion_tokens,
-// logprobs (bool), top_logprobs [0, 20] (needs logprobs), response_format
-// {"type": "text"}, tools (empty), tool_choice ("none" / "auto").
+// logprobs (bool), top_logprobs [0, 20] (needs logprobs), tools (empty),
+// tool_choice ("none" / "auto").
 // Completions: prompt (a string, token ids, or a one-element array of
 // either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
+// Both: response_format {"type": "text"}, {"type": "json_object"} (any JSON
+// object; llama-server's "schema" field there is taken as a json_schema) or
+// {"type": "json_schema", "json_schema": {"name", "description", "schema",
+// "strict"}} (vLLM's and OpenAI's shape; "schema" absent: any JSON value),
+// enforced by constrained decoding (kvshare/grammar.h: the schema subset;
+// anything else is a 400 naming the keyword); not with ignore_eos.
 // Any other field (top level, in a message or in stream_options) is ignored
 // and listed in CompletionRequest::ignored, as vLLM and llama-server ignore
 // their clients' extra fields; with RequestParsing::strict (kvshare serve
@@ -31,6 +37,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +65,13 @@ struct CompletionRequest {
   bool speculative = true;
   bool logprobs = false;
   int top_logprobs = 0;
+  // response_format: kText (unconstrained), kJsonObject, kJsonSchema.
+  struct ResponseFormat {
+    enum class Type { kText, kJsonObject, kJsonSchema } type = Type::kText;
+    std::string name;    // json_schema.name (informational)
+    std::string schema;  // the JSON Schema as JSON text; empty: none (json_object: any object)
+    bool strict = false; // json_schema.strict (the schema is enforced either way)
+  } response_format;
   std::vector<std::string> ignored;  // unknown fields, by path ("foo", "messages[0].bar")
 };
 
@@ -70,6 +84,11 @@ struct RequestParsing {
 // Throws ApiError (400) for wrong types, out-of-range values, unsupported
 // options and, with options.strict, unknown fields and a missing model.
 CompletionRequest ParseCompletionRequest(const nlohmann::json& body, bool chat, const RequestParsing& options = {});
+
+// The parsed body's objects lose their key order (nlohmann::json sorts
+// them); this takes response_format's schema again from the raw body, so
+// that properties are generated in the order the schema declares them.
+void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body);
 
 // What the model side needs to turn a request into scheduler input.
 struct ModelContext {
@@ -85,7 +104,9 @@ struct ModelContext {
 // tokenizes the prompt (400 for an empty prompt or ids out of range), picks
 // max_tokens (chat: the rest of the context when absent; completions: 16) and
 // checks the context (400 context_length_exceeded, OpenAI's message). A
-// random seed is drawn when none was given.
+// random seed is drawn when none was given. response_format's schema is
+// compiled into RequestOptions::grammar (400 invalid_schema naming what is
+// unsupported or wrong).
 RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx);
 
 }  // namespace kvshare::server

@@ -174,8 +174,6 @@ TEST(OpenAiRequest, OutOfRangeValues) {
               {400, "messages[0].role", "invalid_value", "Supported values are"});
   ExpectError(Chat({{"presence_penalty", 0.5}}), true, {400, "presence_penalty", "unsupported_parameter", ""});
   ExpectError(Chat({{"tools", {{{"type", "function"}}}}}), true, {400, "tools", "unsupported_parameter", ""});
-  ExpectError(Chat({{"response_format", {{"type", "json_object"}}}}), true,
-              {400, "response_format", "unsupported_parameter", ""});
   ExpectError(Completion({{"echo", true}}), false, {400, "echo", "unsupported_parameter", ""});
   ExpectError(Completion({{"prompt", {"a", "b"}}}), false, {400, "prompt", "unsupported_parameter", "2 prompts"});
   ExpectError(Completion({{"prompt", {-1, 2}}}), false, {400, "prompt", "invalid_value", ""});
@@ -252,6 +250,76 @@ TEST(OpenAiRequest, GoodBodiesBecomeSchedulerRequests) {
   EXPECT_EQ(r.prompt, (std::vector<std::int32_t>{2, 5, 6}));
   EXPECT_EQ(r.top_logprobs, -1);
   EXPECT_NE(BuildRequest(p, f.ctx()).sampler.seed, BuildRequest(p, f.ctx()).sampler.seed);
+}
+
+// response_format on both endpoints: parsed and type-checked, compiled into
+// the request's grammar when it is built.
+TEST(OpenAiRequest, ResponseFormat) {
+  using Type = CompletionRequest::ResponseFormat::Type;
+  Fixture f;
+  const json schema = {{"type", "object"},
+                       {"properties", {{"b", {{"type", "string"}}}, {"a", {{"type", "integer"}}}}},
+                       {"required", {"b"}}};
+  for (bool chat : {true, false}) {
+    const json extra = {{"response_format", {{"type", "json_schema"},
+                                             {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}};
+    CompletionRequest r = ParseCompletionRequest(chat ? Chat(extra) : Completion(extra), chat);
+    EXPECT_EQ(r.response_format.type, Type::kJsonSchema);
+    EXPECT_EQ(r.response_format.name, "n");
+    EXPECT_TRUE(r.response_format.strict);
+    EXPECT_EQ(json::parse(r.response_format.schema), schema);
+    EXPECT_NE(BuildRequest(r, f.ctx(chat)).grammar, nullptr);
+    const json obj = {{"type", "json_object"}};
+    r = ParseCompletionRequest(chat ? Chat({{"response_format", obj}}) : Completion({{"response_format", obj}}), chat);
+    EXPECT_EQ(r.response_format.type, Type::kJsonObject);
+    EXPECT_NE(BuildRequest(r, f.ctx(chat)).grammar, nullptr);
+    r = ParseCompletionRequest(Completion({{"response_format", {{"type", "text"}}}}), false);
+    EXPECT_EQ(r.response_format.type, Type::kText);
+    EXPECT_EQ(BuildRequest(r, f.ctx(false)).grammar, nullptr);
+  }
+  const std::string body =
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": )"
+      R"({"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": "integer"}}}}}})";
+  CompletionRequest r = ParseCompletionRequest(json::parse(body), false);
+  EXPECT_EQ(r.response_format.schema.find("\"b\""), r.response_format.schema.rfind("\"b\""));
+  EXPECT_GT(r.response_format.schema.find("\"b\""), r.response_format.schema.find("\"a\""));  // sorted
+  KeepSchemaKeyOrder(r, body);
+  EXPECT_LT(r.response_format.schema.find("\"b\""), r.response_format.schema.find("\"a\""));  // declared
+  // llama-server's json_object with a schema.
+  r = ParseCompletionRequest(Completion({{"response_format", {{"type", "json_object"}, {"schema", schema}}}}), false);
+  EXPECT_EQ(json::parse(r.response_format.schema), schema);
+
+  auto rf = [](json v) { return Completion({{"response_format", v}}); };
+  ExpectError(rf("json"), false, {400, "response_format", "invalid_type", "expected an object"});
+  ExpectError(rf(json::object()), false, {400, "response_format.type", "missing_required_parameter", ""});
+  ExpectError(rf({{"type", 1}}), false, {400, "response_format.type", "invalid_type", ""});
+  ExpectError(rf({{"type", "xml"}}), false,
+              {400, "response_format.type", "invalid_value", "'text', 'json_object' and 'json_schema'"});
+  ExpectError(rf({{"type", "json_schema"}}), false,
+              {400, "response_format.json_schema", "missing_required_parameter", ""});
+  ExpectError(rf({{"type", "json_schema"}, {"json_schema", "x"}}), false,
+              {400, "response_format.json_schema", "invalid_type", ""});
+  ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"name", 3}}}}), false,
+              {400, "response_format.json_schema.name", "invalid_type", ""});
+  ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"strict", "yes"}}}}), false,
+              {400, "response_format.json_schema.strict", "invalid_type", ""});
+  ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"schema", 5}}}}), false,
+              {400, "response_format.json_schema.schema", "invalid_type", ""});
+  ExpectError(Completion({{"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}), false,
+              {400, "ignore_eos", "invalid_value", ""});
+  ExpectError(rf({{"type", "json_schema"},
+                  {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "^a+$"}}}}}}),
+              false,
+              {400, "response_format.json_schema.schema", "invalid_schema",
+               "unsupported JSON Schema keyword 'pattern' at #"},
+              &f);
+  ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "array"}, {"minItems", "2"}}}}}}),
+              false, {400, "response_format.json_schema.schema", "invalid_schema", "'minItems' must be"}, &f);
+  const RequestParsing strict{.strict = true};
+  ExpectError(rf({{"type", "json_object"}, {"x", 1}}), false,
+              {400, "response_format.x", "unknown_parameter", ""}, nullptr, strict);
+  ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"y", 1}}}}), false,
+              {400, "response_format.json_schema.y", "unknown_parameter", ""}, nullptr, strict);
 }
 
 }  // namespace

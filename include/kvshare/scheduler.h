@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvshare/grammar.h"
 #include "kvshare/model.h"
 #include "kvshare/sampler.h"
 #include "kvshare/speculative.h"
@@ -138,6 +139,14 @@ struct RequestOptions {
   // With a drafter (SchedulerOptions::drafter): draft and verify several
   // tokens per step for this request; false: one token per step.
   bool speculative = true;
+  // Constrained decoding (kvshare/grammar.h): each step samples only among
+  // the tokens that keep the output a prefix of the grammar's language (the
+  // others' logits are -inf before the sampler), and an end token (the
+  // tokenizer's, or one of stop_tokens) only once the document is complete.
+  // Null: unconstrained. Such a request is never speculated (its drafts
+  // would not be checked against the grammar); logprobs stay the model's.
+  // Excludes ignore_eos.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct TokenLogprob {
@@ -249,8 +258,9 @@ class Scheduler {
 
   // Queues a request. Throws kvshare::Error (nothing queued) for an empty
   // prompt, an id out of range, max_tokens < 1, prompt + max_tokens over
-  // max_context, top_logprobs outside [-1, 20], an empty stop string or
-  // invalid sampler options. Returns kQueueFull / kDraining without a handle
+  // max_context, top_logprobs outside [-1, 20], an empty stop string,
+  // invalid sampler options, or a grammar with ignore_eos. The first request
+  // with a grammar builds the vocabulary's TokenTrie (once, shared). Returns kQueueFull / kDraining without a handle
   // when the request cannot be taken now.
   SubmitResult Submit(RequestOptions request);
 

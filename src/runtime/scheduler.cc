@@ -59,10 +59,18 @@ class Handle final : public RequestHandle {
 
 // One request from Submit to its last event.
 struct Request {
-  Request(std::shared_ptr<Handle> h, RequestOptions o, const Tokenizer& tok, const SpeculativeOptions& spec)
+  Request(std::shared_ptr<Handle> h, RequestOptions o, const Tokenizer& tok, const SpeculativeOptions& spec,
+          std::shared_ptr<const TokenTrie> trie)
       : handle(std::move(h)), opt(std::move(o)), sampler(opt.sampler), decoder(tok), releaser(opt.stop),
         draft_length(spec) {
     history = opt.prompt;
+    if (opt.grammar) {
+      std::vector<std::int32_t> ends = opt.stop_tokens;
+      for (std::int32_t id : {tok.eos_id(), tok.end_of_turn_id()}) {
+        if (id >= 0) ends.push_back(id);
+      }
+      matcher = std::make_unique<GrammarMatcher>(opt.grammar, std::move(trie), std::move(ends));
+    }
   }
   std::shared_ptr<Handle> handle;
   RequestOptions opt;
@@ -79,6 +87,8 @@ struct Request {
   detail::DraftLength draft_length;      // speculative decoding: drafts per step
   std::vector<std::int32_t> feed;        // this step's decode tokens: next_token, then its drafts
   std::vector<float> hidden;             // the target's hidden state that chose next_token (drafters that need it)
+  std::unique_ptr<GrammarMatcher> matcher;  // constrained decoding (opt.grammar)
+  std::vector<float> masked;             // the logits row with the grammar's mask applied
 
   bool decoding() const { return prefilled == static_cast<std::int64_t>(opt.prompt.size()); }
 };
@@ -211,10 +221,22 @@ struct Scheduler::Impl {
       if (s.empty()) throw Error("stop strings must not be empty");
     }
     Sampler check(r.sampler);  // throws naming a bad sampler option
+    if (r.grammar && r.ignore_eos) {
+      throw Error("ignore_eos cannot be combined with a grammar: generation must end when the document is complete");
+    }
   }
+
+  // The vocabulary's trie, built by the first request with a grammar.
+  std::shared_ptr<const TokenTrie> Trie() {
+    std::call_once(trie_once, [&] { trie = TokenTrie::FromTokenizer(tok); });
+    return trie;
+  }
+  std::once_flag trie_once;
+  std::shared_ptr<const TokenTrie> trie;
 
   SubmitResult Submit(RequestOptions r) {
     Validate(r);
+    std::shared_ptr<const TokenTrie> vocab = r.grammar ? Trie() : nullptr;
     std::unique_lock<std::mutex> lock(mu);
     if (draining.load()) {
       ++stats.requests_rejected;
@@ -225,7 +247,7 @@ struct Scheduler::Impl {
       return {SubmitStatus::kQueueFull, nullptr};
     }
     auto handle = std::make_shared<Handle>(next_id++);
-    incoming.push_back(std::make_unique<Request>(handle, std::move(r), tok, opt.speculative));
+    incoming.push_back(std::make_unique<Request>(handle, std::move(r), tok, opt.speculative, std::move(vocab)));
     queued.fetch_add(1);
     ++stats.requests_accepted;
     lock.unlock();
@@ -404,11 +426,21 @@ struct Scheduler::Impl {
   void SampleRow(Request& r, std::span<const float> rows, std::size_t V, std::span<const std::int32_t> drafts,
                  RowOutcome& out) const {
     try {
-      const detail::Accepted a =
-          detail::AcceptDrafts(r.sampler, rows, V, drafts, r.history, [&](std::int32_t t, std::span<const float> row) {
+      // A constrained row has no drafts: it samples from its one row, masked.
+      std::span<const float> sample_rows = rows;
+      if (r.matcher) {
+        r.masked.assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(V));
+        r.matcher->MaskLogits(r.masked);
+        sample_rows = r.masked;
+      }
+      const detail::Accepted a = detail::AcceptDrafts(
+          r.sampler, sample_rows, V, drafts, r.history, [&](std::int32_t t, std::span<const float> row) {
             Sampled& s = out.tokens.emplace_back();
             s.token = s.info.token = t;
-            if (r.opt.top_logprobs >= 0) Logprobs(row, t, r.opt.top_logprobs, s.info);
+            if (r.opt.top_logprobs >= 0) Logprobs(r.matcher ? rows.subspan(0, V) : row, t, r.opt.top_logprobs, s.info);
+            if (r.matcher && !r.matcher->AcceptToken(t)) {
+              throw Error("constrained decoding: sampled token " + std::to_string(t) + " outside the grammar's mask");
+            }
             return !Ends(r, t, r.generated + static_cast<int>(out.tokens.size()));
           });
       out.accepted = a.accepted;
@@ -635,7 +667,7 @@ struct Scheduler::Impl {
       Slot& s = slots[static_cast<std::size_t>(i)];
       Request& r = *s.req;
       std::int64_t k = 0;
-      if (r.opt.speculative) {
+      if (r.opt.speculative && !r.matcher) {
         k = std::min<std::int64_t>({r.draft_length.Next(), r.opt.max_tokens - r.generated - 1, max_step - 1,
                                     state->max_context() - state->length(i) - 1, budget});
       }

@@ -1,0 +1,403 @@
+// JSON Schema → byte-level grammar (kvshare/grammar.h lists the subset and
+// the output shape).
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvshare/error.h"
+#include "kvshare/grammar.h"
+#include "runtime/grammar_ir.h"
+#include "runtime/json_grammar.h"
+
+namespace kvshare {
+namespace {
+
+// ordered_json: properties keep the order the schema declares them in.
+using Json = nlohmann::ordered_json;
+using detail::GrammarBuilder;
+using Seq = GrammarBuilder::Seq;
+using detail::operator+;
+
+constexpr int kMaxBound = 4096;  // minLength, maxLength, minItems, maxItems
+
+const std::set<std::string>& Annotations() {
+  static const std::set<std::string> s = {"title",      "description", "default",  "examples",  "$comment",
+                                          "$schema",    "$id",         "deprecated", "readOnly", "writeOnly",
+                                          "$defs",      "definitions"};
+  return s;
+}
+
+const std::set<std::string>& Supported() {
+  static const std::set<std::string> s = {"type",      "properties", "required",  "additionalProperties",
+                                          "items",     "minItems",   "maxItems",  "minLength",
+                                          "maxLength", "enum",       "const",     "anyOf",
+                                          "oneOf",     "allOf",      "$ref",      "uniqueItems"};
+  return s;
+}
+
+const std::set<std::string>& TypeNames() {
+  static const std::set<std::string> s = {"object", "array", "string", "number", "integer", "boolean", "null"};
+  return s;
+}
+
+std::string JsonTypeOf(const Json& v) {
+  if (v.is_object()) return "object";
+  if (v.is_array()) return "array";
+  if (v.is_string()) return "string";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_null()) return "null";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  return "number";
+}
+
+class Compiler {
+ public:
+  Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), j_(o), b_(j_.builder()) {}
+
+  std::shared_ptr<const Grammar> Finish(std::uint32_t value) { return j_.Finish(value); }
+  std::uint32_t Schema(const Json& s, const std::string& path);
+  std::uint32_t AnyObject() { return j_.Map(j_.AnyValue()); }
+
+ private:
+  [[noreturn]] static void Fail(const std::string& path, const std::string& what) {
+    throw Error("JSON Schema at " + path + ": " + what);
+  }
+
+  int Bound(const Json& s, const char* key, const std::string& path, int absent) {
+    auto it = s.find(key);
+    if (it == s.end()) return absent;
+    if (!it->is_number_integer() && !it->is_number_unsigned()) {
+      Fail(path, std::string("'") + key + "' must be a non-negative integer, got " + it->dump());
+    }
+    const long long v = it->get<long long>();
+    if (v < 0) Fail(path, std::string("'") + key + "' must be a non-negative integer, got " + it->dump());
+    if (v > kMaxBound) Fail(path, std::string("'") + key + "' " + std::to_string(v) + " is above the supported 4096");
+    return static_cast<int>(v);
+  }
+
+  std::uint32_t Object(const Json& s, const std::string& path);
+  std::uint32_t ArraySchema(const Json& s, const std::string& path);
+  std::uint32_t OfType(const std::string& type, const Json& s, const std::string& path);
+  std::uint32_t Ref(const std::string& ref, const std::string& path);
+  std::set<std::string> Types(const Json& s, int depth);
+
+  const Json& root_;
+  detail::JsonGrammar j_;
+  GrammarBuilder& b_;
+  std::map<std::string, std::uint32_t> refs_;
+  // $refs entered since the last object or array: a cycle among them would
+  // be left recursion (it reads nothing before coming back).
+  std::vector<std::string> unguarded_;
+};
+
+std::uint32_t Compiler::Schema(const Json& s, const std::string& path) {
+  if (s.is_boolean()) {
+    if (s.get<bool>()) return j_.AnyValue();
+    Fail(path, "the schema false matches nothing");
+  }
+  if (!s.is_object()) Fail(path, "expected a schema (an object or a boolean), got " + s.dump());
+  for (const auto& [k, v] : s.items()) {
+    if (!Annotations().count(k) && !Supported().count(k)) {
+      throw Error("unsupported JSON Schema keyword '" + k + "' at " + path);
+    }
+  }
+  if (auto u = s.find("uniqueItems"); u != s.end() && !(u->is_boolean() && !u->get<bool>())) {
+    throw Error("unsupported JSON Schema keyword 'uniqueItems' (other than false) at " + path);
+  }
+  // Keywords that stand alone: their siblings (besides annotations) are refused
+  // rather than intersected.
+  for (const char* alone : {"$ref", "anyOf", "oneOf", "allOf"}) {
+    if (!s.contains(alone)) continue;
+    for (const auto& [k, v] : s.items()) {
+      if (k != alone && !Annotations().count(k)) {
+        throw Error(std::string("unsupported JSON Schema keyword '") + k + "' next to '" + alone + "' at " + path +
+                    " (put it inside the " + alone + ")");
+      }
+    }
+  }
+  if (auto it = s.find("$ref"); it != s.end()) {
+    if (!it->is_string()) Fail(path, "'$ref' must be a string");
+    return Ref(it->get<std::string>(), path);
+  }
+  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+    auto it = s.find(key);
+    if (it == s.end()) continue;
+    if (!it->is_array() || it->empty()) Fail(path, std::string("'") + key + "' must be a non-empty array of schemas");
+    const std::string p = path + "/" + key;
+    if (std::string(key) == "allOf") {
+      if (it->size() != 1) throw Error("unsupported JSON Schema keyword 'allOf' with more than one schema at " + path);
+      return Schema(it->front(), p + "/0");
+    }
+    if (std::string(key) == "oneOf") {
+      std::set<std::string> seen;
+      for (const Json& branch : *it) {
+        std::set<std::string> t = Types(branch, 0);
+        if (t.count("number")) t.insert("integer");
+        for (const std::string& name : t) {
+          if (!seen.insert(name).second) {
+            throw Error("unsupported JSON Schema keyword 'oneOf' at " + path +
+                        ": its branches may overlap (both allow " + name +
+                        "); only oneOf with branches of disjoint types is supported, use anyOf");
+          }
+        }
+      }
+    }
+    const std::uint32_t r = b_.NewRule();
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      b_.Alt(r, {GrammarBuilder::Ref(Schema((*it)[i], p + "/" + std::to_string(i)))});
+    }
+    return r;
+  }
+  std::set<std::string> types;
+  if (auto t = s.find("type"); t != s.end()) {
+    std::vector<Json> names = t->is_array() ? std::vector<Json>(t->begin(), t->end()) : std::vector<Json>{*t};
+    if (names.empty()) Fail(path, "'type' must not be an empty array");
+    for (const Json& n : names) {
+      if (!n.is_string() || !TypeNames().count(n.get<std::string>())) {
+        Fail(path, "'type' must be one of object, array, string, number, integer, boolean, null (or an array of "
+                   "them), got " + n.dump());
+      }
+      types.insert(n.get<std::string>());
+    }
+  }
+  if (s.contains("enum") || s.contains("const")) {
+    std::vector<Json> values;
+    if (auto c = s.find("const"); c != s.end()) values.push_back(*c);
+    if (auto e = s.find("enum"); e != s.end()) {
+      if (!e->is_array() || e->empty()) Fail(path, "'enum' must be a non-empty array");
+      if (!values.empty()) {  // const and enum: the const, if listed
+        if (std::find(e->begin(), e->end(), values[0]) == e->end()) values.clear();
+      } else {
+        values.assign(e->begin(), e->end());
+      }
+    }
+    const std::uint32_t r = b_.NewRule();
+    int n = 0;
+    for (const Json& v : values) {
+      const std::string t = JsonTypeOf(v);
+      const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
+                      (t == "number" && types.count("integer") && v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
+      if (!ok) continue;
+      b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(v.dump()))});
+      ++n;
+    }
+    if (n == 0) Fail(path, "no value of 'enum' / 'const' matches 'type'");
+    return r;
+  }
+  if (types.empty()) {  // implied by the keywords present
+    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) types.insert("object");
+    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types.insert("array");
+    if (s.contains("minLength") || s.contains("maxLength")) types.insert("string");
+    if (types.empty()) return j_.AnyValue();
+  }
+  if (types.size() == 1) return OfType(*types.begin(), s, path);
+  const std::uint32_t r = b_.NewRule();
+  for (const std::string& t : types) {
+    if (t == "integer" && types.count("number")) continue;  // number covers it
+    b_.Alt(r, {GrammarBuilder::Ref(OfType(t, s, path))});
+  }
+  return r;
+}
+
+std::uint32_t Compiler::OfType(const std::string& type, const Json& s, const std::string& path) {
+  if (type == "object") {
+    std::vector<std::string> saved;
+    saved.swap(unguarded_);
+    const std::uint32_t r = Object(s, path);
+    unguarded_.swap(saved);
+    return r;
+  }
+  if (type == "array") {
+    std::vector<std::string> saved;
+    saved.swap(unguarded_);
+    const std::uint32_t r = ArraySchema(s, path);
+    unguarded_.swap(saved);
+    return r;
+  }
+  if (type == "string") {
+    const int min = Bound(s, "minLength", path, 0), max = Bound(s, "maxLength", path, -1);
+    if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
+    return j_.String(min, max);
+  }
+  if (type == "number" || type == "integer") return j_.Number(type == "integer");
+  const std::uint32_t r = b_.NewRule();
+  if (type == "boolean") {
+    b_.Alt(r, b_.Lit("true"));
+    b_.Alt(r, b_.Lit("false"));
+  } else {
+    b_.Alt(r, b_.Lit("null"));
+  }
+  return r;
+}
+
+std::uint32_t Compiler::Object(const Json& s, const std::string& path) {
+  const Json empty = Json::object();
+  const Json* props = &empty;
+  if (auto p = s.find("properties"); p != s.end()) {
+    if (!p->is_object()) Fail(path, "'properties' must be an object");
+    props = &*p;
+  }
+  std::set<std::string> required;
+  if (auto r = s.find("required"); r != s.end()) {
+    if (!r->is_array()) Fail(path, "'required' must be an array of strings");
+    for (const Json& k : *r) {
+      if (!k.is_string()) Fail(path, "'required' must be an array of strings");
+      if (!props->contains(k.get<std::string>())) {
+        Fail(path, "required property '" + k.get<std::string>() + "' is not declared in 'properties'");
+      }
+      required.insert(k.get<std::string>());
+    }
+  }
+  const Json* extra = nullptr;
+  if (auto a = s.find("additionalProperties"); a != s.end()) {
+    if (!a->is_boolean() && !a->is_object()) Fail(path, "'additionalProperties' must be a boolean or a schema");
+    extra = &*a;
+  }
+  if (props->empty()) {
+    if (extra != nullptr && extra->is_boolean() && !extra->get<bool>()) {
+      const std::uint32_t r = b_.NewRule();
+      b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{b_.Byte('}')});
+      return r;
+    }
+    return j_.Map(extra == nullptr ? j_.AnyValue() : Schema(*extra, path + "/additionalProperties"));
+  }
+  // first[i] / rest[i]: properties i.. when none / some came before.
+  const std::size_t n = props->size();
+  std::vector<std::string> keys;
+  std::vector<std::uint32_t> values;
+  for (const auto& [k, v] : props->items()) {
+    keys.push_back(k);
+    values.push_back(Schema(v, path + "/properties/" + k));
+  }
+  const std::uint32_t none = b_.NewRule();
+  b_.Alt(none, {});
+  std::uint32_t first = none, rest = none;
+  for (std::size_t i = n; i-- > 0;) {
+    const Seq kv = b_.Lit(Json(keys[i]).dump()) + j_.Sep(':') + Seq{GrammarBuilder::Ref(values[i])};
+    const bool req = required.count(keys[i]) > 0;
+    const std::uint32_t f = b_.NewRule(), r = b_.NewRule();
+    b_.Alt(r, j_.Sep(',') + kv + Seq{GrammarBuilder::Ref(rest)});
+    if (!req) b_.Alt(r, {GrammarBuilder::Ref(rest)});
+    b_.Alt(f, kv + Seq{GrammarBuilder::Ref(rest)});
+    if (!req) b_.Alt(f, {GrammarBuilder::Ref(first)});
+    first = f, rest = r;
+  }
+  const std::uint32_t r = b_.NewRule();
+  b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{GrammarBuilder::Ref(first)} + j_.Ws() + Seq{b_.Byte('}')});
+  return r;
+}
+
+std::uint32_t Compiler::ArraySchema(const Json& s, const std::string& path) {
+  const int min = Bound(s, "minItems", path, 0), max = Bound(s, "maxItems", path, -1);
+  if (max >= 0 && min > max) Fail(path, "minItems " + std::to_string(min) + " > maxItems " + std::to_string(max));
+  std::uint32_t item = 0;
+  auto it = s.find("items");
+  if (it == s.end()) {
+    item = j_.AnyValue();
+  } else if (it->is_array()) {
+    throw Error("unsupported JSON Schema keyword 'items' as an array (tuple validation) at " + path);
+  } else if (it->is_boolean() && !it->get<bool>()) {
+    if (min > 0) Fail(path, "'items': false with minItems > 0 matches nothing");
+    return j_.Array(0, 0, 0);
+  } else {
+    item = Schema(*it, path + "/items");
+  }
+  return j_.Array(item, min, max);
+}
+
+std::uint32_t Compiler::Ref(const std::string& ref, const std::string& path) {
+  if (std::find(unguarded_.begin(), unguarded_.end(), ref) != unguarded_.end()) {
+    Fail(path, "'$ref' " + ref + " refers back to itself without an object or array in between (left recursion)");
+  }
+  if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+  if (ref.empty() || ref[0] != '#') Fail(path, "only local '$ref's (\"#\", \"#/$defs/NAME\") are supported, got " + ref);
+  const Json* target = &root_;
+  std::size_t at = 1;
+  while (at < ref.size()) {
+    if (ref[at] != '/') Fail(path, "'$ref' " + ref + " is not a JSON pointer (\"#/...\")");
+    const std::size_t next = std::min(ref.find('/', at + 1), ref.size());
+    std::string part;  // JSON pointer escapes: ~1 is '/', ~0 is '~'
+    for (std::size_t p = at + 1; p < next; ++p) {
+      if (ref[p] == '~' && p + 1 < next && (ref[p + 1] == '0' || ref[p + 1] == '1')) {
+        part += ref[++p] == '1' ? '/' : '~';
+      } else {
+        part += ref[p];
+      }
+    }
+    if (!target->is_object() || !target->contains(part)) Fail(path, "'$ref' " + ref + " does not resolve");
+    target = &(*target)[part];
+    at = next;
+  }
+  const std::uint32_t r = b_.NewRule();
+  refs_[ref] = r;
+  unguarded_.push_back(ref);
+  b_.Alt(r, {GrammarBuilder::Ref(Schema(*target, ref))});
+  unguarded_.pop_back();
+  return r;
+}
+
+// The JSON types a schema's instances may have (for oneOf), all seven when
+// it does not say.
+std::set<std::string> Compiler::Types(const Json& s, int depth) {
+  std::set<std::string> all = TypeNames();
+  if (depth > 32 || !s.is_object()) return all;
+  if (auto r = s.find("$ref"); r != s.end() && r->is_string() && r->get<std::string>().rfind("#/", 0) == 0) {
+    const Json* t = &root_;
+    std::string rest = r->get<std::string>().substr(2);
+    while (!rest.empty()) {
+      const std::size_t slash = std::min(rest.find('/'), rest.size());
+      const std::string part = rest.substr(0, slash);
+      if (!t->is_object() || !t->contains(part)) return all;
+      t = &(*t)[part];
+      rest = slash < rest.size() ? rest.substr(slash + 1) : "";
+    }
+    return Types(*t, depth + 1);
+  }
+  std::set<std::string> out;
+  if (auto c = s.find("const"); c != s.end()) return {JsonTypeOf(*c)};
+  if (auto e = s.find("enum"); e != s.end() && e->is_array()) {
+    for (const Json& v : *e) out.insert(JsonTypeOf(v));
+    return out;
+  }
+  if (auto t = s.find("type"); t != s.end()) {
+    if (t->is_string()) return {t->get<std::string>()};
+    if (t->is_array()) {
+      for (const Json& n : *t) {
+        if (n.is_string()) out.insert(n.get<std::string>());
+      }
+      return out;
+    }
+  }
+  return all;
+}
+
+Json ParseSchema(std::string_view text) {
+  try {
+    return Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(std::string("the JSON Schema is not valid JSON: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const Grammar> CompileJsonSchema(std::string_view schema, const JsonGrammarOptions& options) {
+  const Json root = ParseSchema(schema);
+  Compiler c(root, options);
+  const std::uint32_t value = c.Schema(root, "#");
+  return c.Finish(value);
+}
+
+std::shared_ptr<const Grammar> AnyJsonObjectGrammar(const JsonGrammarOptions& options) {
+  const Json root = Json::object();
+  Compiler c(root, options);
+  const std::uint32_t value = c.AnyObject();
+  return c.Finish(value);
+}
+
+}  // namespace kvshare
