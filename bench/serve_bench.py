@@ -178,7 +178,7 @@ def main():
     ap.add_argument("--kvshare", default=str(ROOT / "build" / "bin" / "kvshare"))
     ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "q8_0"],
                     help="KV cache type of both servers (llama-server's default is f16)")
-    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER", "/work/ref/llama-build/bin/llama-server"))
+    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER", "llama-server"))
     ap.add_argument("--concurrency", default="1,4,8,16")
     ap.add_argument("--requests", type=int, default=32, help="requests per server and concurrency")
     ap.add_argument("--context", type=int, default=1024, help="tokens per slot (prompt + output)")

@@ -1,5 +1,5 @@
 // OpenAI-style API errors of the HTTP layer: an HTTP status and the body
-// {"error": {"message", "type", "param", "code"}} (reference/serving.md A3).
+// {"error": {"message", "type", "param", "code"}} (docs/architecture.md §8).
 // Handlers throw ApiError; the server turns it into the response.
 #pragma once
 

@@ -1,4 +1,4 @@
-// kvshare's OpenAI-compatible HTTP server (server layer, DESIGN.md §8): HTTP,
+// kvshare's OpenAI-compatible HTTP server (server layer, docs/architecture.md §1-2): HTTP,
 // JSON, SSE, metrics and the chat page over the runtime's Scheduler.
 //
 // Endpoints:

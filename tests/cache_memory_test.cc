@@ -1,4 +1,4 @@
-// Memory accounting: Gemma 4 E2B at 32K context (reference/kv_sharing.md §1.1)
+// Memory accounting: Gemma 4 E2B at 32K context (docs/architecture.md §7)
 // and agreement between the estimate and the allocated cache.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Model KV specs of the reference models (reference/kv_sharing.md §1.1, §1.2).
+// Model KV specs of the reference models (docs/architecture.md §5, §7).
 #pragma once
 
 #include "kvshare/cache.h"

@@ -2,7 +2,7 @@
 // the knobs of the family (per-layer head sizes and KV heads, per-layer FFN
 // widths, KV-shared trailing layers, per-layer embeddings, k_eq_v, MoE, layer
 // scalars, proportional RoPE, final softcap). Key and tensor names and shapes
-// follow reference/gemma4_gguf.md §1.2-1.3 (what llama.cpp's converter writes).
+// follow docs/architecture.md §5 (what llama.cpp's converter writes).
 // Numerics against HF transformers come from the converted fixtures in
 // tests/fixtures/gemma4/; this file serves the structural tests.
 #pragma once

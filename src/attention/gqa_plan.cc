@@ -1,6 +1,6 @@
 // Validation of GroupQueryAttention inputs and resolution of the plan.
 // Messages follow ONNX Runtime's group_query_attention_helper.h wording where
-// one exists (reference/ort_gqa.md §2.9), and otherwise name the input, the
+// one exists (docs/architecture.md §6), and otherwise name the input, the
 // expected and the actual value.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Gemma 3 family (general.architecture = "gemma3"), any size; see
-// reference/model_perf.md §2 for the graph. Hyperparameters come from metadata.
+// docs/architecture.md §5 for the graph. Hyperparameters come from metadata.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Gemma 4 forward pass on the CPU (reference/gemma4_gguf.md §2, HF
+// Gemma 4 forward pass on the CPU (docs/architecture.md §5, HF
 // transformers Gemma4ForCausalLM): fp32 activations, quantized weights through
 // MatMul, attention through GroupQueryAttention on the state's KvCache with
 // per-layer head size and KV heads, scale 1, NeoX RoPE (proportional on full

@@ -1,7 +1,7 @@
 // Gemma 4 family (general.architecture = "gemma4"), text decoder: E2B / E4B
 // (per-layer embeddings, KV-shared trailing layers, double-wide MLP), 31B
 // (k_eq_v, per-layer KV heads), 26B-A4B (MoE layers). Every hyperparameter comes
-// from metadata and from which tensors exist (reference/gemma4_gguf.md §1-2).
+// from metadata and from which tensors exist (docs/architecture.md §5).
 #pragma once
 
 #include <memory>

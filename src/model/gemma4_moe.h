@@ -1,4 +1,4 @@
-// Gemma 4 mixture-of-experts block (26B-A4B; reference/gemma4_gguf.md §2 step 6,
+// Gemma 4 mixture-of-experts block (26B-A4B; docs/architecture.md §5,
 // HF Gemma4TextRouter / Gemma4TextExperts). Internal to src/model.
 #pragma once
 

@@ -1,4 +1,4 @@
-// GGUF header parsing and validation (spec: reference/model_perf.md §1).
+// GGUF header parsing and validation (docs/architecture.md §4).
 #include "kvshare/gguf.h"
 
 #include <fcntl.h>

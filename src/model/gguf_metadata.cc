@@ -17,7 +17,7 @@ struct TypeInfo {
   std::int64_t bytes;
 };
 
-// Block sizes and bytes of ggml-common.h's block structs (model_perf.md §3 for
+// Block sizes and bytes of ggml-common.h's block structs (docs/weight_types.md for
 // the types we compute with). tests/python/test_gguf_dequant.py checks the
 // table against the PyPI gguf package's GGML_QUANT_SIZES.
 constexpr TypeInfo kTypes[] = {

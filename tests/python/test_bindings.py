@@ -61,7 +61,7 @@ def test_bfloat16_as_uint16_bits():
     res = kvshare.group_query_attention(qb, kb, vb, bfloat16=True, **kw)
     assert res.output.dtype == np.uint16 and res.present_key.dtype == np.uint16
     want = _expected(_from_bf16_bits(qb), _from_bf16_bits(kb), _from_bf16_bits(vb), 4, 2)
-    np.testing.assert_allclose(_from_bf16_bits(res.output), want, rtol=4e-2, atol=4e-2)  # bf16 (STYLE.md §3)
+    np.testing.assert_allclose(_from_bf16_bits(res.output), want, rtol=4e-2, atol=4e-2)  # bf16 (docs/architecture.md §8)
     np.testing.assert_array_equal(res.present_key.reshape(2, 2, 5, 32),
                                   kb.reshape(2, 5, 2, 32).transpose(0, 2, 1, 3))
 

@@ -1,8 +1,8 @@
 """Gemma 3 logits of kvshare's forward pass against an independent float64
 reference on the real model file.
 
-The reference is written here from the architecture facts (shared/reference
-model_perf.md §2; llama.cpp src/models/gemma3.cpp, HF Gemma3): it reads the
+The reference is written here from the architecture facts (docs/architecture.md
+§5; llama.cpp src/models/gemma3.cpp, HF Gemma3): it reads the
 GGUF with the PyPI `gguf` package, dequantizes every weight with
 `gguf.quants.dequantize` and runs a plain float64 NumPy forward pass:
 

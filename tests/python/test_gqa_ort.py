@@ -1,8 +1,8 @@
 """kvshare.group_query_attention against onnxruntime's com.microsoft.GroupQueryAttention
 (CPU) on identical inputs: output, present_key / present_value and output_qk.
 
-The sweep mirrors onnxruntime's own CPU suite (test_gqa_cpu.py; reference/ort_gqa.md
-§3): phases prompt / decode (ragged per-row past) / subsequent prompt (B = 1), each
+The sweep mirrors onnxruntime's own CPU suite (test_gqa_cpu.py; docs/architecture.md
+§6): phases prompt / decode (ragged per-row past) / subsequent prompt (B = 1), each
 with and without ORT's share buffer (past and present bound to one OrtValue), plus
 right-padded batched prompts; packed and unpacked QKV; RoPE half / interleaved /
 partial (with and without position_ids); local window; softcap 50; smooth softmax;

@@ -1,6 +1,6 @@
 """kvshare's static scatter mode against the standard ONNX ops run in onnxruntime:
 TensorScatter-24 (linear and circular) writing the new K/V into a cache, then
-Attention-24 over that cache with `nonpad_kv_seqlen` (reference/ort_gqa.md §5).
+Attention-24 over that cache with `nonpad_kv_seqlen` (docs/architecture.md §6).
 
 Each configuration runs several steps (prefill and decode, B = 3 rows with ragged
 lengths) through both pipelines on one evolving cache per side, and compares the

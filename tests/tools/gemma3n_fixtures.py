@@ -4,16 +4,16 @@ llama.cpp's greedy outputs on them. Run by hand, never in CI; only its outputs (
 SentencePiece tokenizer.model and JSON, plain data) are kept in the tree. The reference environment
 (torch, transformers, sentencepiece, llama.cpp's converter and binaries) lives outside the repo.
 
-Set-up (outside the repo; see tests/tools/gemma4_fixtures.py and gemma4_assistant_fixtures.py for the
+Set-up in REF ($KVSHARE_REF_DIR, outside the repo; see tests/tools/gemma4_fixtures.py and gemma4_assistant_fixtures.py for the
 venv, the llama-cpp-python 0.3.36 sdist and the llama.cpp builds):
 
-  /work/ref/venv                 torch, transformers==5.23.0, tokenizers, safetensors, sentencepiece, gguf
-  /work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp      convert_hf_to_gguf.py, gguf-py, sources
-  /work/ref/llama-build/bin      llama-quantize (native build)
+  $REF/venv                 torch, transformers==5.23.0, tokenizers, safetensors, sentencepiece, gguf
+  $REF/llama_cpp_python-0.3.36/vendor/llama.cpp      convert_hf_to_gguf.py, gguf-py, sources
+  $REF/llama-build/bin      llama-quantize (native build)
   WORK/llama/lcdump, WORK/llama/bin/libllama.so*   the patched libllama and its driver (below), built
                                  outside the repo from a llama.cpp build without AMX
-  /work/ref/venv/bin/python tests/tools/gemma3n_fixtures.py \
-      [--llama-cpp DIR] [--llama-bin DIR] [--work /work/ref/gemma3n_work] \
+  $REF/venv/bin/python tests/tools/gemma3n_fixtures.py \
+      [--llama-cpp DIR] [--llama-bin DIR] [--work $REF/gemma3n_work] \
       [--stages tok,models,hf,llamacpp,check] [--models e2b,pattern5]
 
 Versions used for the committed fixtures: Python 3.11.7, torch 2.15.0 (+cu132 wheel, run on CPU,
@@ -144,9 +144,11 @@ from gemma4_fixtures import (CORPUS, dump_lines, fmt_row, quantize_with_binary, 
 
 OUT = ROOT / "tests" / "fixtures" / "gemma3n"
 TEXT = ROOT / "tests" / "fixtures" / "text" / "public_domain.txt"
-DEFAULT_LLAMA_CPP = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
-DEFAULT_LLAMA_BIN = Path("/work/ref/llama-build/bin")
-DEFAULT_WORK = Path("/work/ref/gemma3n_work")
+# Where the local references live (never part of the repository): $KVSHARE_REF_DIR.
+REF = Path(os.environ.get("KVSHARE_REF_DIR", "/opt/kvshare-ref"))
+DEFAULT_LLAMA_CPP = REF / "llama_cpp_python-0.3.36/vendor/llama.cpp"
+DEFAULT_LLAMA_BIN = REF / "llama-build/bin"
+DEFAULT_WORK = REF / "gemma3n_work"
 
 STEPS = 32
 TOP_K = 8
@@ -411,7 +413,7 @@ def prompt_ids(name):
 # ----------------------------------------------------------------------------------------------
 class Reference:
     """Independent re-implementation of the HF forward pass over a whole sequence (no cache), written
-    from /work/ref/gemma3n_notes.md. Records named intermediate vectors at chosen positions."""
+    from the fixture notes. Records named intermediate vectors at chosen positions."""
 
     def __init__(self, model):
         import torch

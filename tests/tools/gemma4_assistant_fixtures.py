@@ -6,20 +6,20 @@ in CI; only its outputs (small GGUFs and JSON, plain data) are kept in the tree.
 environment (torch, transformers, gguf-py, llama.cpp built from the llama-cpp-python 0.3.36 sdist)
 lives outside the repo.
 
-Set-up (outside the repo; see tests/tools/gemma4_fixtures.py for the venv and the sdist):
+Set-up in REF ($KVSHARE_REF_DIR, outside the repo; see tests/tools/gemma4_fixtures.py for the venv and the sdist):
 
-  python3 -m venv /work/ref/venv
-  /work/ref/venv/bin/pip install torch transformers==5.23.0 tokenizers safetensors \
+  python3 -m venv $REF/venv
+  $REF/venv/bin/pip install torch transformers==5.23.0 tokenizers safetensors \
       sentencepiece pyyaml tqdm requests gguf
   # llama.cpp tools from the sdist's vendored llama.cpp (~25 min on 2 cores)
-  cmake -S /work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp -B /work/ref/llama-build \
+  cmake -S $REF/llama_cpp_python-0.3.36/vendor/llama.cpp -B $REF/llama-build \
       -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
-  cmake --build /work/ref/llama-build -j2 --target llama-server llama-speculative-simple \
+  cmake --build $REF/llama-build -j2 --target llama-server llama-speculative-simple \
       llama-quantize llama-cli llama-completion llama-bench llama-speculative llama-lookup \
       llama-lookup-stats llama-perplexity
-  /work/ref/venv/bin/python tests/tools/gemma4_assistant_fixtures.py \
-      [--llama-cpp /work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp] \
-      [--llama-bin /work/ref/llama-build/bin] [--work /work/ref/gemma4_assistant_work] \
+  $REF/venv/bin/python tests/tools/gemma4_assistant_fixtures.py \
+      [--llama-cpp $REF/llama_cpp_python-0.3.36/vendor/llama.cpp] \
+      [--llama-bin $REF/llama-build/bin] [--work $REF/gemma4_assistant_work] \
       [--stages models,hf,llamacpp,check]
 
 Versions used for the committed fixtures: Python 3.11.7, torch 2.15.0 (+cu132 wheel, run on CPU,
@@ -176,9 +176,11 @@ from gemma4_fixtures import (CORPUS, dump_lines, fmt_row, quantize_with_binary, 
 OUT = ROOT / "tests" / "fixtures" / "gemma4_assistant"
 TOK_DIR = ROOT / "tests" / "fixtures" / "gemma4"
 TEXT = ROOT / "tests" / "fixtures" / "text" / "public_domain.txt"
-DEFAULT_LLAMA_CPP = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
-DEFAULT_LLAMA_BIN = Path("/work/ref/llama-build/bin")
-DEFAULT_WORK = Path("/work/ref/gemma4_assistant_work")
+# Where the local references live (never part of the repository): $KVSHARE_REF_DIR.
+REF = Path(os.environ.get("KVSHARE_REF_DIR", "/opt/kvshare-ref"))
+DEFAULT_LLAMA_CPP = REF / "llama_cpp_python-0.3.36/vendor/llama.cpp"
+DEFAULT_LLAMA_BIN = REF / "llama-build/bin"
+DEFAULT_WORK = REF / "gemma4_assistant_work"
 
 VOCAB = 512
 BOS = 2

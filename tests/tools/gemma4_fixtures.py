@@ -4,22 +4,23 @@ cases. Run by hand, never in CI; only its outputs (small GGUFs and JSON, plain
 data) are kept in the tree. The reference environment (torch, transformers,
 llama-cpp-python and llama.cpp's own converter) lives outside the repo.
 
-Set-up (outside the repo; about 6 GB, most of it the CUDA wheels that PyPI's
-Linux torch pulls in; the CPU is all that is used), then run:
+Set-up in a reference folder REF outside the repo ($KVSHARE_REF_DIR, default
+/opt/kvshare-ref; about 6 GB, most of it the CUDA wheels that PyPI's Linux
+torch pulls in; the CPU is all that is used), then run:
 
-  python3 -m venv /work/ref/venv
-  /work/ref/venv/bin/pip install numpy typing-extensions jinja2 diskcache
-  /work/ref/venv/bin/pip install torch transformers==5.23.0 tokenizers \
+  python3 -m venv $REF/venv
+  $REF/venv/bin/pip install numpy typing-extensions jinja2 diskcache
+  $REF/venv/bin/pip install torch transformers==5.23.0 tokenizers \
       safetensors sentencepiece gguf pyyaml tqdm requests
   # llama-cpp-python 0.3.36 from its sdist (builds llama.cpp, ~20 min on 2 cores);
   # the unpacked sdist also provides vendor/llama.cpp/convert_hf_to_gguf.py
-  pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /work/ref
-  tar xzf /work/ref/llama_cpp_python-0.3.36.tar.gz -C /work/ref
+  pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $REF
+  tar xzf $REF/llama_cpp_python-0.3.36.tar.gz -C $REF
   CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DLLAVA_BUILD=OFF" \
-      /work/ref/venv/bin/pip install /work/ref/llama_cpp_python-0.3.36.tar.gz
-  /work/ref/venv/bin/python tests/tools/gemma4_fixtures.py \
-      [--llama-cpp /work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp] \
-      [--work /work/ref/gemma4_work] [--stages tok,models,hf,llamacpp,tokcases,check]
+      $REF/venv/bin/pip install $REF/llama_cpp_python-0.3.36.tar.gz
+  $REF/venv/bin/python tests/tools/gemma4_fixtures.py \
+      [--llama-cpp $REF/llama_cpp_python-0.3.36/vendor/llama.cpp] \
+      [--work $REF/gemma4_work] [--stages tok,models,hf,llamacpp,tokcases,check]
 
 Versions used for the committed fixtures: Python 3.11.7, torch 2.15.0 (+cu132
 wheel, run on CPU), transformers 5.23.0, tokenizers 0.23.3, safetensors 0.8.0,
@@ -110,8 +111,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "gemma4"
-DEFAULT_LLAMA_CPP = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
-DEFAULT_WORK = Path("/work/ref/gemma4_work")
+# Where the local references live (never part of the repository): $KVSHARE_REF_DIR.
+REF = Path(os.environ.get("KVSHARE_REF_DIR", "/opt/kvshare-ref"))
+DEFAULT_LLAMA_CPP = REF / "llama_cpp_python-0.3.36/vendor/llama.cpp"
+DEFAULT_WORK = REF / "gemma4_work"
 
 STEPS = 32
 TOP_K = 8

@@ -14,7 +14,7 @@ expected output come from the same run).
   python3 tests/tools/gemma4_tokenizer_cases.py [--check-converter]
 
 The tokenizer (what Gemma 4's tokenizer.json is, per
-/work/shared/reference/gemma4_gguf.md §1.5 and §3.2, and llama.cpp's GEMMA4
+HF tokenizer.json as the tokenizers library reads it, and llama.cpp's GEMMA4
 pre-type):
   model          BPE with explicit merges, byte_fallback, unk "<unk>"
   normalizer     Replace(" ", "▁")
