@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "record_measured.h"
 #include "attention/attend.h"
 #include "hwy/targets.h"
 #include "common/float_convert.h"
@@ -360,7 +361,7 @@ TEST(AttendOptimized, RandomSweepMatchesDoubleReference) {
 TEST(AttendOptimized, EveryCompiledTarget) {
   for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
-    std::printf("target %s\n", hwy::TargetName(target));
+    testing::RecordMeasured("target %s\n", hwy::TargetName(target));
     std::mt19937_64 rng(31);
     for (int i = 0; i < (kSanitized ? 4 : 25); ++i) {
       const Case c = RandomCase(rng, 1e6);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "record_measured.h"
 #include "common/str.h"
 #include "gqa_case.h"
 #include "gqa_random_case.h"
@@ -42,7 +43,7 @@ TEST(GqaSweep, OptimizedMatchesReferenceOverRandomConfigs) {
     if (::testing::Test::HasFailure()) break;
     ++ran;
   }
-  std::printf("GqaSweep: %d configurations compared\n", ran);
+  testing::RecordMeasured("GqaSweep: %d configurations compared\n", ran);
 }
 
 // Every block size equals the unblocked (block = T) result within 1e-6

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "record_measured.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
 #include "kvshare/error.h"
@@ -115,7 +116,7 @@ TEST(Q8_0, RoundTripWithinTheStatedBound) {
     }
   }
   EXPECT_GT(worst_ratio, 0.33);
-  std::printf("q8_0 round trip: worst error / bound = %.3f\n", worst_ratio);
+  testing::RecordMeasured("q8_0 round trip: worst error / bound = %.3f\n", worst_ratio);
 }
 
 TEST(Q8_0, AllZeroBlockIsZeroScaleAndCodes) {

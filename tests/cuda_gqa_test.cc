@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "record_measured.h"
 #include "gqa_case.h"
 #include "gqa_random_case.h"
 #include "cuda_test_util.h"
@@ -168,8 +169,8 @@ TEST_F(CudaGqaDevice, SweepMatchesCpuReference) {
     if (HasFailure()) break;
     ++ran;
   }
-  std::printf("CudaGqa sweep: %d configurations compared with the CPU reference\n", ran);
-  for (const auto& [what, err] : WorstError()) std::printf("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+  testing::RecordMeasured("CudaGqa sweep: %d configurations compared with the CPU reference\n", ran);
+  for (const auto& [what, err] : WorstError()) testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
 // Prompt chunks on the tensor-core kernel (fp16 / bf16 caches, H 64 / 128 /
@@ -214,8 +215,8 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
       }
     }
   }
-  std::printf("CudaGqa prompt chunks: %d configurations compared with the CPU reference\n", ran);
-  for (const auto& [what, err] : WorstError()) std::printf("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+  testing::RecordMeasured("CudaGqa prompt chunks: %d configurations compared with the CPU reference\n", ran);
+  for (const auto& [what, err] : WorstError()) testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
 // Static scatter decode at Gemma shapes (H = 256, 8 heads on 1 KV head, f16

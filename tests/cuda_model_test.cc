@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "record_measured.h"
 #include "cuda_test_util.h"
 #include "kvshare/model_cuda.h"
 #include "model_tiny_gemma.h"
@@ -92,7 +93,7 @@ TEST_P(CudaModelDevice, LogitsFollowTheReference) {
     worst = std::max(worst, e);
   }
   EXPECT_EQ(st->length(), static_cast<std::int64_t>(tokens.size()));
-  std::printf("CudaModel %s cache: largest relative logits error %.3g over %zu positions\n", DTypeName(GetParam()), worst,
+  testing::RecordMeasured("CudaModel %s cache: largest relative logits error %.3g over %zu positions\n", DTypeName(GetParam()), worst,
               tokens.size());
   // Rewind and decode again.
   st->Rewind(0, 15);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "record_measured.h"
 #include "default_model_path.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
@@ -148,7 +149,7 @@ TEST_F(Gemma3Test, CachedDecodeEqualsRecomputation) {
   const auto full = Recompute(*model_, seq, 65, &pool);
   const float d = MaxAbsDiff(rows, full);
   EXPECT_LT(d, kLogitTol);
-  std::printf("[ measured ] 64 cached decode steps vs recompute: max |logit diff| %.3g\n", d);
+  testing::RecordMeasured("[ measured ] 64 cached decode steps vs recompute: max |logit diff| %.3g\n", d);
 }
 
 // A prompt longer than the 512-token window, prefilled in chunks of 32 so the
@@ -174,7 +175,7 @@ TEST_F(Gemma3Test, LongPromptRingsWrapEqualsRecomputation) {
   std::span<const float> out = model_->Forward(*fresh, seq, &pool, {.num_logits = 5});
   const float d = MaxAbsDiff(rows, std::vector<float>(out.begin(), out.end()));
   EXPECT_LT(d, kLogitTol);
-  std::printf("[ measured ] %d tokens, rings wrapped: max |logit diff| %.3g\n", T, d);
+  testing::RecordMeasured("[ measured ] %d tokens, rings wrapped: max |logit diff| %.3g\n", T, d);
 }
 
 // fp16 KV storage rounds K/V to 11 significant bits; through the int8
@@ -220,7 +221,7 @@ void Gemma3Test::LowPrecisionKvKeepsConfidentPredictions(DType kv, float max_log
   }
   EXPECT_GE(confident, kSteps / 4) << "too few confident steps to compare";  // measured 8
   EXPECT_LT(max_diff, max_logit_diff);
-  std::printf("[ measured ] %s vs fp32 KV, same %d tokens: max |logit diff| %.3g, %d confident steps agree\n",
+  testing::RecordMeasured("[ measured ] %s vs fp32 KV, same %d tokens: max |logit diff| %.3g, %d confident steps agree\n",
               DTypeName(kv), kSteps + 1, max_diff, confident);
 }
 

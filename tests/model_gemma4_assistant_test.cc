@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "record_measured.h"
 #include "kvshare/assistant.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
@@ -126,7 +127,7 @@ TEST_F(AssistantFixture, DraftStepsMatchHf) {
       }
     }
   }
-  std::printf("assistant draft steps vs HF: %d steps (%d with the centroid head), max |kvshare - HF| / logit range "
+  testing::RecordMeasured("assistant draft steps vs HF: %d steps (%d with the centroid head), max |kvshare - HF| / logit range "
               "%.3g\n", steps, ordered_steps, worst);
   EXPECT_GE(steps, 40);
   EXPECT_GE(ordered_steps, 20);

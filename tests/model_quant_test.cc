@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "record_measured.h"
 #include "common/float_convert.h"
 #include "kvshare/error.h"
 #include "hwy/targets.h"
@@ -461,7 +462,7 @@ TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
     }
   }
   EXPECT_GE(levels, 1);
-  std::printf("kernel levels tested: %d (default %s)\n", levels, KernelLevelName(DefaultKernelLevel()));
+  testing::RecordMeasured("kernel levels tested: %d (default %s)\n", levels, KernelLevelName(DefaultKernelLevel()));
 }
 
 // Random weights [rows, cols] of a type and activations [m, cols] (normal).
@@ -560,7 +561,7 @@ TEST(MatMul, SimdMatchesScalarTwin) {
       }
     }
   }
-  std::printf("outputs compared with the scalar twin: %d\n", compared);
+  testing::RecordMeasured("outputs compared with the scalar twin: %d\n", compared);
 }
 
 // The IQ grid, NVFP4, Q1_0 and Q2_0 kernels form the scalar twin's exact
@@ -638,7 +639,7 @@ TEST(MatMul, SimdMatchesScalarTwinOnE2bRowLengths) {
       }
     }
   }
-  std::printf("outputs compared with the scalar twin: %d\n", compared);
+  testing::RecordMeasured("outputs compared with the scalar twin: %d\n", compared);
 }
 
 // MatMulMany: every target's output bitwise equal to MatMul on its own, on
@@ -819,7 +820,7 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
     MatMul(ap, {.x = a.x.data(), .m = m, .y = y1.data(), .level = level});
     EXPECT_EQ(0, std::memcmp(y0.data(), y1.data(), y0.size() * 4)) << KernelLevelName(level);
   }
-  std::printf("packed outputs compared bitwise: %d, within tolerance: %d\n", compared, near);
+  testing::RecordMeasured("packed outputs compared bitwise: %d, within tolerance: %d\n", compared, near);
 }
 
 TEST(MatMul, PackRefusesWhatItCannotLayOut) {

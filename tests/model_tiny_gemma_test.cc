@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "record_measured.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
@@ -208,7 +209,7 @@ TEST(TinyGemma, Q8_0CacheStaysCloseToFloat32) {
   const auto q8 = AllLogits(*m, seq, {.max_context = 40, .max_step = 4, .kv_dtype = DType::kQ8_0}, nullptr);
   const auto f16 = AllLogits(*m, seq, {.max_context = 40, .max_step = 4, .kv_dtype = DType::kFloat16}, nullptr);
   const double d_q8 = MaxRelDiff(q8, want), d_f16 = MaxRelDiff(f16, want);
-  std::printf("tiny gemma logits vs f32 cache: q8_0 %.2e, f16 %.2e (max rel)\n", d_q8, d_f16);
+  testing::RecordMeasured("tiny gemma logits vs f32 cache: q8_0 %.2e, f16 %.2e (max rel)\n", d_q8, d_f16);
   constexpr double kQ8_0LogitTol = 2e-2;
   EXPECT_LT(d_q8, kQ8_0LogitTol);
   EXPECT_GT(d_q8, 0.0);  // the cache really is quantized

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "record_measured.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
@@ -215,7 +216,7 @@ TEST(WeightTypes, NewTypesForwardFollowsReference) {
     diff = std::max(diff, std::fabs(got[i] - ref[i]));
     scale = std::max(scale, std::fabs(ref[i]));
   }
-  std::printf("max |logit - reference| / max |reference| = %.3g\n", diff / scale);
+  testing::RecordMeasured("max |logit - reference| / max |reference| = %.3g\n", diff / scale);
   EXPECT_LT(diff / scale, 1e-2);
 }
 

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "record_measured.h"
 #include "kvshare/assistant.h"
 #include "kvshare/model.h"
 #include "kvshare/scheduler.h"
@@ -84,7 +85,7 @@ TEST_F(SpeculativeAssistant, RoundsEqualTheCleanHfLoop) {
       drafted += got.stats.speculative.drafted;
       accepted += got.stats.speculative.accepted;
     }
-    std::printf("%s: accepted %lld / drafted %lld\n", name, static_cast<long long>(accepted),
+    testing::RecordMeasured("%s: accepted %lld / drafted %lld\n", name, static_cast<long long>(accepted),
                 static_cast<long long>(drafted));
   }
 }

@@ -18,6 +18,7 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include "record_measured.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
 #include "kvshare/tokenizer.h"
@@ -130,7 +131,7 @@ TEST_F(Gemma4Fixture, EncodeMatchesHfTokenizers) {
     with_bos += add_bos;
     plain_special += !parse_special;
   }
-  std::printf("encode cases: %d (%d with BOS, %d without special-token parsing)\n", checked,
+  testing::RecordMeasured("encode cases: %d (%d with BOS, %d without special-token parsing)\n", checked,
               with_bos, plain_special);
   EXPECT_GE(checked, 300);
 }
@@ -148,7 +149,7 @@ TEST_F(Gemma4Fixture, DecodeMatchesHfTokenizers) {
     EXPECT_EQ(streamed + stream.Flush(), want) << "case " << c.dump();
     ++checked;
   }
-  std::printf("decode cases: %d\n", checked);
+  testing::RecordMeasured("decode cases: %d\n", checked);
   EXPECT_GE(checked, 100);
 }
 
@@ -196,7 +197,7 @@ TEST_F(Gemma4Fixture, MatchesPlainTwin) {
     ASSERT_EQ(tok_->Encode(text, {.add_bos = false}), twin.Encode(text)) << Show(text);
     ++checked;
   }
-  std::printf("fast vs twin: %d strings\n", checked);
+  testing::RecordMeasured("fast vs twin: %d strings\n", checked);
 }
 
 TEST_F(Gemma4Fixture, RandomTextRoundTrips) {
@@ -222,7 +223,7 @@ TEST_F(Gemma4Fixture, LongRunIsFast) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto ids = tok_->Encode(text, {.add_bos = false});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("1 MiB in one run: %zu tokens in %.3f s\n", ids.size(), s);
+  testing::RecordMeasured("1 MiB in one run: %zu tokens in %.3f s\n", ids.size(), s);
   EXPECT_LT(s, 10.0);
   EXPECT_EQ(tok_->Decode(ids, {.render_special = true}), text);
 }
@@ -270,7 +271,7 @@ TEST_F(Gemma4TinyModelCases, EncodeMatchesHfAndLlamaCpp) {
     EXPECT_EQ(ids(false, false), c["llama_nospecial"].get<std::vector<int32_t>>()) << Show(text);
     ++checked;
   }
-  std::printf("tiny-model tokenizer cases: %d strings x 5 modes\n", checked);
+  testing::RecordMeasured("tiny-model tokenizer cases: %d strings x 5 modes\n", checked);
   EXPECT_GT(checked, 0);
 }
 
@@ -282,7 +283,7 @@ TEST_F(Gemma4TinyModelCases, DecodeMatchesLlamaCpp) {
     EXPECT_EQ(tok_->Decode(ids, {.render_special = true}), c["llama_special"].get<std::string>()) << c.dump();
     ++checked;
   }
-  std::printf("tiny-model decode cases: %d\n", checked);
+  testing::RecordMeasured("tiny-model decode cases: %d\n", checked);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include "record_measured.h"
 #include "default_model_path.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
@@ -60,7 +61,7 @@ TEST_F(GemmaTokenizer, MetadataAndSpecialIds) {
   EXPECT_EQ(tok_->end_of_turn_id(), 106);
   EXPECT_TRUE(tok_->IsEndOfGeneration(106));
   EXPECT_FALSE(tok_->add_space_prefix());
-  std::printf("tokenizer build from 262144 pieces: %.1f ms\n", load_ms_);
+  testing::RecordMeasured("tokenizer build from 262144 pieces: %.1f ms\n", load_ms_);
 }
 
 TEST_F(GemmaTokenizer, KnownIds) {
