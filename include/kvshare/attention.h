@@ -221,8 +221,7 @@ struct GqaRunOptions {
   // 512) the tensor-core kernel runs, which rounds the queries and the
   // probabilities to the K/V dtype (FlashAttention-2's scheme, Dao 2023):
   // outputs then match the CPU within the 16-bit tolerance (1e-2 relative to
-  // the largest output; measured on an H100: <= 6e-4 for fp16, <= 6e-3 for
-  // bf16). Every other case, and every case with KVSHARE_CUDA_PLAIN=1 in the
+  // the largest output; measured errors in docs/kernels.md). Every other case, and every case with KVSHARE_CUDA_PLAIN=1 in the
   // environment, runs fp32 kernels that match within the fp32 / fp16
   // tolerance table (1e-5 / 1e-2 relative).
   Device device = Device::kCpu;

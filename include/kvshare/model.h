@@ -3,8 +3,9 @@
 // Model::Load maps a GGUF file (weights stay quantized in the mapping) and
 // builds the architecture named by `general.architecture` (gemma3, gemma3n,
 // gemma4; any size: every hyperparameter comes from metadata). A Model is
-// immutable and may be shared by many sessions; each ModelState owns one
-// sequence's KV cache.
+// immutable and may be shared by many sessions; each ModelState owns a KV
+// cache of ModelStateOptions::max_batch sequences (rows), run one at a time by
+// Forward or together by ForwardBatch.
 //
 // Forward(state, tokens) appends `tokens` at positions state.length() ...
 // and returns the logits of the last one (or of the last few, ForwardOptions).

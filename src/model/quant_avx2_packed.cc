@@ -199,11 +199,9 @@ void Passes(MakeSrc&& make_src, const void* scales, int h, std::int64_t nb, cons
 // vector is loaded once and decoded in registers, where the half-by-half path
 // stores and reloads a block's decoded codes (HalfCodes) and walks the
 // group's blocks twice. The same integer sums and float steps as
-// HalfRows<kType, 1>. kvshare_bench, fastest of 3 alternating runs against
-// the half-by-half path: MatPacked 2048 x 2048 m = 1 at level 1, 1 thread,
-// Q8_0 85.4 against 114 us, Q4_0 61.5 against 68.5, Q5_0 144 against 150;
-// MatPackedDram, the default model's LM head (Q8_0 262144 x 640) at level 1,
-// 8.3 against 10.1 ms on 1 thread, 4.5-5.8 against 6.0-6.3 ms on 2.
+// HalfRows<kType, 1>. Faster than the half-by-half path on kvshare_bench
+// MatPacked (m = 1, level 1) and MatPackedDram (the LM head); figures in
+// docs/kernels.md.
 template <GgmlType kType>
 void GroupOneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, float* y) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -216,8 +214,8 @@ void GroupOneRow(const PackedWeights& w, std::int64_t g, const ActQ8* x, float* 
     const ActQ8& a = x[b];
     __m256i p[2];
     if constexpr (kType == GgmlType::kQ8_0) {
-      // Code group k of both halves against one broadcast (measured faster
-      // than half after half: 86 against 96 us on the MatPacked case above).
+      // Code group k of both halves against one broadcast: one broadcast per
+      // group instead of two (faster on MatPacked, docs/kernels.md).
       const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
       p[0] = p[1] = _mm256_setzero_si256();
       for (int k = 0; k < 8; ++k) {

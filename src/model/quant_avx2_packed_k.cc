@@ -26,10 +26,9 @@ namespace {
 
 // Activation rows per pass. 8 int32 sums and a sub-block's 8 code vectors
 // already fill the 16 ymm registers (the float sums, touched once per
-// super-block, live in memory), yet 8 measured faster than 4 (kvshare_bench
-// MatPacked 2048 x 2048, 1 thread, m = 8 / 64: Q4_K 385 / 3100 us against
-// 426 / 3374, Q6_K 535 / 3603 against 527 / 4288): half the passes decode and
-// read each super-block half as often.
+// super-block, live in memory), yet 8 is faster than 4 (kvshare_bench
+// MatPacked at m = 8 / 64; docs/kernels.md): half the passes decode and read
+// each super-block half as often.
 constexpr int kPassRows = 8;
 
 // Decoded Q6_K code vectors per super-block and half (64 x 32 bytes: 256
@@ -240,11 +239,9 @@ void Avx2PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, c
                      int acts, float* y, std::int64_t ys) {
   // Q6_K with several passes (prefill, mixed steps): each half's codes are
   // decoded once into scratch (2 KiB per super-block) instead of once per
-  // pass, as the AVX-512 kernel does (quant_avx512_packed_k.cc). MatPacked
-  // 2048 x 2048, m = 64, 1 thread, 4 alternating runs: Q6_K 3930-4155 us
-  // decoding every pass, 3260-3549 decoding once; Q4_K, whose nibble split
-  // is two cheap operations, took longer decoded (3453-3712 against
-  // 3200-3360) and decodes every pass.
+  // pass, as the AVX-512 kernel does (quant_avx512_packed_k.cc). Q4_K, whose
+  // nibble split is two cheap operations, is slower decoded and decodes every
+  // pass (MatPacked at m = 64; docs/kernels.md).
   const bool decoded = w.type == GgmlType::kQ6_K && acts > kPassRows;
   auto* dec = decoded ? static_cast<std::uint8_t*>(DecodedCodeScratch(static_cast<std::size_t>(kDecodedVectors / 2 * w.nb)))
                       : nullptr;

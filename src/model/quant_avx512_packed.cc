@@ -87,9 +87,7 @@ void GroupRows(const std::uint8_t* codes, const std::uint64_t* high, const void*
     // Code vector k against every row before k + 1: the R chains are
     // independent, so each vpdpbusd waits on one issued R (or R * kChains)
     // instructions earlier, not on the one before it (kvshare_bench
-    // MatPacked, 1 thread, fastest of 4 alternating runs against row by row:
-    // Q8_0 2048 x 2048 m = 64 1611 against 1710 us, Q5_0 2048 x 640 m = 128
-    // 1156 against 1189, Q5_0 2048 x 2048 m = 8 229 against 235).
+    // MatPacked; docs/kernels.md).
     __m512i p[R][kChains];
     for (int j = 0; j < R; ++j) {
       p[j][0] = _mm512_set1_epi32(-Bias<kType>() * xb[j * xs].sum);
@@ -134,10 +132,8 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
   // Q5_0 with several passes (prefill, mixed steps): the fifth-bit merge
   // (a masked byte add per code vector) is done once per group into scratch
   // instead of once per pass, and the passes read plain code bytes as Q8_0's
-  // do. MatPacked Q5_0 2048 x 640, m = 96, 1 thread, 6 alternating runs:
-  // median 920 us decoding every pass (Q8_0: 808), 868 us decoding once
-  // (faster in 6 of 6). The AVX2 kernel buffers the same way
-  // (quant_avx2_packed.cc).
+  // do (MatPacked Q5_0 at m = 96; docs/kernels.md). The AVX2 kernel buffers
+  // the same way (quant_avx2_packed.cc).
   const bool decoded = kType == GgmlType::kQ5_0 && acts > kPassRows;
   auto* scratch = decoded ? static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(8 * nb))) : nullptr;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {

@@ -75,7 +75,7 @@ void GroupRowsQ4K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::
       }
       const __m512i s = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * sb)));
       // Row by row, two chains of 4 each (code vector k against every row
-      // before k + 1, as in Q6Quarter, measured 2% slower here).
+      // before k + 1, as in Q6Quarter, is slower here; docs/kernels.md).
       for (int j = 0; j < R; ++j) {
         const std::int8_t* a = x[j * xs + b].qs + 32 * sb;
         __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
@@ -139,8 +139,8 @@ inline void Q6Quarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, s
     const __m512i s = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * grp)));
     // Code vector k against every row before k + 1: the R chains are
     // independent, so each vpdpbusd waits on one issued R earlier, not on the
-    // one before it (kvshare_bench MatPacked Q6_K 2048 x 2048, 1 thread, m = 8
-    // / 64: 232-239 / 1810-1825 us against 251-264 / 1985-2124 row by row).
+    // one before it (kvshare_bench MatPacked Q6_K at m = 8 / 64;
+    // docs/kernels.md).
     // With one to three rows, two chains each.
     constexpr int kChains = R >= 4 ? 1 : 2;
     __m512i p[R][kChains];

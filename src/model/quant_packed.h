@@ -65,9 +65,8 @@ inline constexpr std::size_t kPackedPrefetchAhead = 4096;
 
 // Prefetches the `bytes` bytes kPackedPrefetchAhead past p into L2 (T1), not
 // L1: with each block's 16-48 line prefetches going to L1, 8-row steps over
-// weights streamed from DRAM ran 1.4-1.5x slower (MatPackedDram Q4_K / Q6_K
-// 640 x 2048, m = 8, 1 thread: 114 / 163 us against 80 / 108 us into L2; an
-// 8-row model step 540-560 against 590-620 tok/s; Zen 4).
+// weights streamed from DRAM ran slower (MatPackedDram Q4_K / Q6_K at m = 8;
+// docs/kernels.md).
 inline void PrefetchPackedAhead(const void* p, std::size_t bytes) {
   PrefetchToL2(static_cast<const char*>(p) + kPackedPrefetchAhead, bytes);
 }
