@@ -39,8 +39,9 @@ readonly APT_CI="clang libclang-rt-14-dev"
 # The server's tests: the chat page in headless Chromium, nginx in front of two servers.
 readonly APT_SERVE_TESTS="chromium nginx"
 # Python modules as pip-name:import-name (openai: the official client drives the server's tests;
-# jsonschema: validates the structured-output tests' JSON).
-readonly PIP_TESTS="numpy:numpy pytest:pytest gguf:gguf openai:openai jsonschema:jsonschema"
+# jsonschema: validates the structured-output tests' JSON; jinja2: renders the Gemma 4 chat template that
+# the tool-calling prompt tests compare with).
+readonly PIP_TESTS="numpy:numpy pytest:pytest gguf:gguf openai:openai jsonschema:jsonschema jinja2:jinja2"
 readonly PIP_CI="onnxruntime:onnxruntime onnx:onnx ml_dtypes:ml_dtypes pybind11:pybind11 scikit-build-core:scikit_build_core"
 
 die_usage() { echo "setup.sh: $*" >&2; echo "usage: scripts/setup.sh [--check|--plan|--print-python|--list] GROUP..." >&2; exit 2; }

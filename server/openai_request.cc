@@ -1,5 +1,6 @@
 #include "openai_request.h"
 
+#include <cctype>
 #include <cmath>
 #include <random>
 #include <set>
@@ -98,7 +99,7 @@ std::optional<bool> Bool(const json& body, const std::string& name) {
 
 // Fields that change nothing here, and may be sent by clients.
 const std::set<std::string>& Ignored() {
-  static const std::set<std::string> s = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"};
+  static const std::set<std::string> s = {"user", "metadata", "store", "service_tier"};
   return s;
 }
 
@@ -115,7 +116,7 @@ void CheckKnownFields(const json& body, bool chat, const RequestParsing& o, std:
       "stop",         "n",            "presence_penalty", "frequency_penalty", "logit_bias",
       "logprobs",     "ignore_eos",   "speculative",      "response_format"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
-                                                  "tool_choice"};
+                                                  "tool_choice", "parallel_tool_calls"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k) || Ignored().count(k) || (chat ? chat_only.count(k) : completion_only.count(k))) continue;
@@ -175,6 +176,188 @@ std::string ContentText(const json& content, std::size_t index) {
   return text;
 }
 
+// One entry of an assistant message's tool_calls.
+ToolCall ParseToolCall(const json& c, const std::string& name) {
+  if (!c.is_object()) WrongType(name, "an object", c);
+  if (auto t = c.find("type"); t != c.end() && !t->is_null() && (!t->is_string() || t->get<std::string>() != "function")) {
+    throw BadRequest("Invalid '" + name + ".type': only \"function\" tool calls are supported.", name + ".type",
+                     "invalid_value");
+  }
+  ToolCall call;
+  if (auto id = c.find("id"); id != c.end() && !id->is_null()) {
+    if (!id->is_string()) WrongType(name + ".id", "a string", *id);
+    call.id = id->get<std::string>();
+  }
+  auto f = c.find("function");
+  if (f == c.end() || f->is_null()) {
+    throw BadRequest("Missing required parameter: '" + name + ".function'.", name + ".function",
+                     "missing_required_parameter");
+  }
+  if (!f->is_object()) WrongType(name + ".function", "an object", *f);
+  auto n = f->find("name");
+  if (n == f->end() || n->is_null()) {
+    throw BadRequest("Missing required parameter: '" + name + ".function.name'.", name + ".function.name",
+                     "missing_required_parameter");
+  }
+  if (!n->is_string()) WrongType(name + ".function.name", "a string", *n);
+  call.name = n->get<std::string>();
+  if (auto a = f->find("arguments"); a != f->end() && !a->is_null()) {
+    if (a->is_object()) {
+      call.arguments = a->dump();  // lenient: an object instead of its JSON text
+    } else if (a->is_string()) {
+      call.arguments = a->get<std::string>();
+      if (!call.arguments.empty() && !json::accept(call.arguments)) {
+        throw BadRequest("Invalid '" + name + ".function.arguments': it must be the JSON text of an object, got '" +
+                             call.arguments.substr(0, 60) + "'.",
+                         name + ".function.arguments", "invalid_value");
+      }
+    } else {
+      WrongType(name + ".function.arguments", "a string", *a);
+    }
+  }
+  return call;
+}
+
+bool ValidToolName(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+std::vector<CompletionRequest::Tool> ParseTools(const json& body, const RequestParsing& o,
+                                                std::vector<std::string>& ignored) {
+  std::vector<CompletionRequest::Tool> out;
+  auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) return out;
+  if (!it->is_array()) WrongType("tools", "an array", *it);
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    const std::string name = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) WrongType(name, "an object", t);
+    if (auto ty = t.find("type"); ty != t.end() && !ty->is_null() && (!ty->is_string() || ty->get<std::string>() != "function")) {
+      throw BadRequest("Invalid '" + name + ".type': only \"function\" tools are supported.", name + ".type",
+                       "invalid_value");
+    }
+    for (const auto& [k, v] : t.items()) {
+      if (k != "type" && k != "function") Unknown(name + "." + k, o, ignored);
+    }
+    auto f = t.find("function");
+    if (f == t.end() || f->is_null()) {
+      throw BadRequest("Missing required parameter: '" + name + ".function'.", name + ".function",
+                       "missing_required_parameter");
+    }
+    if (!f->is_object()) WrongType(name + ".function", "an object", *f);
+    for (const auto& [k, v] : f->items()) {
+      if (k != "name" && k != "description" && k != "parameters" && k != "strict") {
+        Unknown(name + ".function." + k, o, ignored);
+      }
+    }
+    CompletionRequest::Tool tool;
+    auto n = f->find("name");
+    if (n == f->end() || n->is_null()) {
+      throw BadRequest("Missing required parameter: '" + name + ".function.name'.", name + ".function.name",
+                       "missing_required_parameter");
+    }
+    if (!n->is_string()) WrongType(name + ".function.name", "a string", *n);
+    tool.function.name = n->get<std::string>();
+    if (!ValidToolName(tool.function.name)) {
+      throw BadRequest("Invalid '" + name + ".function.name': '" + tool.function.name +
+                           "' must be 1 to 64 characters of a-z, A-Z, 0-9, underscores and dashes.",
+                       name + ".function.name", "invalid_value");
+    }
+    for (const CompletionRequest::Tool& other : out) {
+      if (other.function.name == tool.function.name) {
+        throw BadRequest("Invalid '" + name + ".function.name': the name '" + tool.function.name +
+                             "' is used by another tool; tool names must be unique.",
+                         name + ".function.name", "invalid_value");
+      }
+    }
+    if (auto d = f->find("description"); d != f->end() && !d->is_null()) {
+      if (!d->is_string()) WrongType(name + ".function.description", "a string", *d);
+      tool.function.description = d->get<std::string>();
+    }
+    if (auto p = f->find("parameters"); p != f->end() && !p->is_null()) {
+      if (!p->is_object()) WrongType(name + ".function.parameters", "an object (a JSON Schema)", *p);
+      tool.function.parameters = p->dump();
+    }
+    if (auto st = f->find("strict"); st != f->end() && !st->is_null()) {
+      if (!st->is_boolean()) WrongType(name + ".function.strict", "a boolean", *st);
+      tool.strict = st->get<bool>();
+    }
+    if (tool.strict) {
+      try {
+        CompileJsonSchema(tool.function.parameters.empty() ? "{\"type\": \"object\"}" : tool.function.parameters);
+      } catch (const Error& e) {
+        throw BadRequest("Invalid '" + name + ".function.parameters': " + e.what() +
+                             " (with strict: true the parameters must be a schema this server can enforce; drop "
+                             "the keyword or set strict to false).",
+                         name + ".function.parameters", "invalid_schema");
+      }
+    }
+    out.push_back(std::move(tool));
+  }
+  return out;
+}
+
+CompletionRequest::ToolChoice ParseToolChoice(const json& body, const std::vector<CompletionRequest::Tool>& tools) {
+  using Mode = CompletionRequest::ToolChoice::Mode;
+  CompletionRequest::ToolChoice c;
+  auto tc = body.find("tool_choice");
+  if (tc == body.end() || tc->is_null()) return c;
+  if (tc->is_string()) {
+    const std::string v = tc->get<std::string>();
+    if (v == "auto") {
+      c.mode = Mode::kAuto;
+    } else if (v == "none") {
+      c.mode = Mode::kNone;
+    } else if (v == "required") {
+      c.mode = Mode::kRequired;
+    } else {
+      throw BadRequest("Invalid value: '" + v + "'. Supported values are: 'none', 'auto', 'required' and an object "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                       "tool_choice", "invalid_value");
+    }
+  } else if (tc->is_object()) {
+    auto f = tc->find("function");
+    if (auto t = tc->find("type"); t != tc->end() && (!t->is_string() || t->get<std::string>() != "function")) {
+      throw BadRequest("Invalid 'tool_choice.type': only \"function\" is supported.", "tool_choice.type",
+                       "invalid_value");
+    }
+    if (f == tc->end() || !f->is_object()) {
+      throw BadRequest("Missing required parameter: 'tool_choice.function' (an object with the name of the tool to "
+                       "call).",
+                       "tool_choice.function", "missing_required_parameter");
+    }
+    auto n = f->find("name");
+    if (n == f->end() || !n->is_string()) {
+      throw BadRequest("Missing required parameter: 'tool_choice.function.name'.", "tool_choice.function.name",
+                       "missing_required_parameter");
+    }
+    c.mode = Mode::kFunction;
+    c.name = n->get<std::string>();
+    std::string names;
+    bool found = false;
+    for (const CompletionRequest::Tool& t : tools) {
+      found = found || t.function.name == c.name;
+      names += (names.empty() ? "" : ", ") + t.function.name;
+    }
+    if (!found) {
+      throw BadRequest("Invalid 'tool_choice.function.name': no tool named '" + c.name + "' in 'tools' (" +
+                           (names.empty() ? std::string("none given") : "tools: " + names) + ").",
+                       "tool_choice.function.name", "invalid_value");
+    }
+  } else {
+    WrongType("tool_choice", "a string or an object", *tc);
+  }
+  if (c.mode == Mode::kRequired && tools.empty()) {
+    throw BadRequest("Invalid 'tool_choice': \"required\" needs at least one tool in 'tools'.", "tool_choice",
+                     "invalid_value");
+  }
+  return c;
+}
+
 std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o, std::vector<std::string>& ignored) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
@@ -198,9 +381,9 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
     if (!role->is_string()) WrongType(name + ".role", "a string", *role);
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";
-    if (r != "system" && r != "user" && r != "assistant") {
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
       throw BadRequest("Invalid value: '" + role->get<std::string>() + "'. Supported values are: 'system', 'developer', "
-                       "'user' and 'assistant'.",
+                       "'user', 'assistant' and 'tool'.",
                        name + ".role", "invalid_value");
     }
     auto content = m.find("content");
@@ -210,9 +393,27 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
     }
     for (const auto& [k, v] : m.items()) {
       if (k == "role" || k == "content" || k == "name") continue;
+      if (k == "tool_calls" && r == "assistant") continue;
+      if (k == "tool_call_id" && r == "tool") continue;
       Unknown(name + "." + k, o, ignored);
     }
-    out.push_back({r, content == m.end() ? std::string() : ContentText(*content, i)});
+    ChatMessage msg{r, content == m.end() ? std::string() : ContentText(*content, i)};
+    if (r == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || id->is_null()) {
+        throw BadRequest("Missing required parameter: '" + name + ".tool_call_id' (a tool message must name the "
+                         "call it answers: the id of one of the previous assistant message's tool_calls).",
+                         name + ".tool_call_id", "missing_required_parameter");
+      }
+      if (!id->is_string()) WrongType(name + ".tool_call_id", "a string", *id);
+      msg.tool_call_id = id->get<std::string>();
+      if (auto n = m.find("name"); n != m.end() && n->is_string()) msg.name = n->get<std::string>();
+    }
+    if (auto tc = m.find("tool_calls"); r == "assistant" && tc != m.end() && !tc->is_null()) {
+      if (!tc->is_array()) WrongType(name + ".tool_calls", "an array", *tc);
+      for (std::size_t j = 0; j < tc->size(); ++j) msg.tool_calls.push_back(ParseToolCall((*tc)[j], name + ".tool_calls[" + std::to_string(j) + "]"));
+    }
+    out.push_back(std::move(msg));
   }
   return out;
 }
@@ -340,6 +541,56 @@ CompletionRequest::ResponseFormat ParseResponseFormat(const json& body, const Re
 
 }  // namespace
 
+bool OffersTools(const CompletionRequest& req) {
+  return !req.tools.empty() && req.tool_choice.mode != CompletionRequest::ToolChoice::Mode::kNone;
+}
+
+std::optional<ToolCallParserOptions> ToolCallParsing(const CompletionRequest& req, ChatFormat format) {
+  using Mode = CompletionRequest::ToolChoice::Mode;
+  if (!OffersTools(req)) return std::nullopt;
+  ToolCallParserOptions p;
+  const bool forced = req.tool_choice.mode == Mode::kRequired || req.tool_choice.mode == Mode::kFunction;
+  p.syntax = format == ChatFormat::kGemma4 && !forced ? ToolCallSyntax::kGemma4 : ToolCallSyntax::kJson;
+  for (const CompletionRequest::Tool& t : req.tools) {
+    if (req.tool_choice.mode != Mode::kFunction || t.function.name == req.tool_choice.name) p.names.push_back(t.function.name);
+  }
+  return p;
+}
+
+std::string ForcedToolCallSchema(const CompletionRequest& req) {
+  using Mode = CompletionRequest::ToolChoice::Mode;
+  json branches = json::array();
+  for (const CompletionRequest::Tool& t : req.tools) {
+    if (req.tool_choice.mode == Mode::kFunction && t.function.name != req.tool_choice.name) continue;
+    // No parameters: no arguments, {} only.
+    json args = {{"type", "object"}, {"additionalProperties", false}};
+    if (!t.function.parameters.empty()) {
+      args = {{"type", "object"}};
+      bool usable = t.strict;
+      if (!usable) {
+        // Parameters beyond the grammar's subset are only rendered: the call
+        // is still forced, its arguments are any object.
+        try {
+          CompileJsonSchema(t.function.parameters);
+          usable = true;
+        } catch (const Error&) {
+        }
+      }
+      if (usable) args = json::parse(t.function.parameters);
+    }
+    branches.push_back({{"type", "object"},
+                        {"properties", {{"name", {{"const", t.function.name}}}, {"arguments", args}}},
+                        {"required", {"name", "arguments"}},
+                        {"additionalProperties", false}});
+  }
+  json call = branches.size() == 1 ? branches[0] : json{{"anyOf", branches}};
+  return json{{"type", "object"},
+              {"properties", {{"tool_call", call}}},
+              {"required", {"tool_call"}},
+              {"additionalProperties", false}}
+      .dump();
+}
+
 void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body) {
   if (req.response_format.schema.empty()) return;
   try {
@@ -434,14 +685,16 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
       }
       r.top_logprobs = static_cast<int>(*tl);
     }
-    if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-      if (!tools->is_array()) WrongType("tools", "an array", *tools);
-      if (!tools->empty()) Unsupported("tools", "(tool calling)");
+    r.tools = ParseTools(body, o, r.ignored);
+    r.tool_choice = ParseToolChoice(body, r.tools);
+    r.parallel_tool_calls = Bool(body, "parallel_tool_calls").value_or(true);
+    if (OffersTools(r) && r.response_format.type != CompletionRequest::ResponseFormat::Type::kText) {
+      throw BadRequest("Invalid 'response_format': it cannot be combined with 'tools' (the reply is either tool calls "
+                       "or text); send tool_choice \"none\" or drop response_format.",
+                       "response_format", "invalid_value");
     }
-    if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
-      if (!tc->is_string() || (tc->get<std::string>() != "none" && tc->get<std::string>() != "auto")) {
-        Unsupported("tool_choice", "other than \"none\" or \"auto\"");
-      }
+    if (OffersTools(r) && r.ignore_eos) {
+      throw BadRequest("Invalid 'ignore_eos': it cannot be combined with 'tools'.", "ignore_eos", "invalid_value");
     }
   } else {
     if (auto lp = Integer(body, "logprobs", 0, kMaxTopLogprobs)) {
@@ -471,8 +724,29 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
                            "); start kvshare serve with --chat-template gemma|gemma4, or use /v1/completions.",
                        "messages", "chat_template_missing");
     }
-    r.prompt = ctx.chat->Encode(req.messages);
+    ChatTemplateOptions co;
+    if (OffersTools(req)) {
+      for (const CompletionRequest::Tool& t : req.tools) co.tools.push_back(t.function);
+      co.parallel_tool_calls = req.parallel_tool_calls;
+    }
+    try {
+      r.prompt = ctx.chat->Encode(req.messages, co);
+    } catch (const Error& e) {
+      throw BadRequest(std::string("Invalid 'messages': ") + e.what() + ".", "messages", "invalid_value");
+    }
     r.stop_tokens = ctx.chat->StopTokens();
+    if (OffersTools(req)) {
+      for (std::int32_t t : ctx.chat->ToolStopTokens()) r.stop_tokens.push_back(t);
+      using Mode = CompletionRequest::ToolChoice::Mode;
+      if (req.tool_choice.mode == Mode::kRequired || req.tool_choice.mode == Mode::kFunction) {
+        try {
+          r.grammar = CompileJsonSchema(ForcedToolCallSchema(req));
+        } catch (const Error& e) {
+          throw BadRequest(std::string("Invalid 'tools': the call cannot be enforced: ") + e.what() + ".", "tools",
+                           "invalid_schema");
+        }
+      }
+    }
   } else if (req.prompt_tokens) {
     if (req.prompt_tokens->empty()) throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
     for (std::int32_t t : *req.prompt_tokens) {

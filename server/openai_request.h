@@ -12,12 +12,24 @@
 // (vLLM / llama.cpp: generate exactly max_tokens), speculative (kvshare: bool,
 // default true; false opts the request out of the server's speculative
 // decoding), n (1 only),
-// user / metadata / store / service_tier / parallel_tool_calls (ignored),
+// user / metadata / store / service_tier (ignored),
 // presence_penalty and frequency_penalty (0 only), logit_bias (empty only).
 // Chat: messages (roles system / developer / user / assistant; content a
 // string or an array of {"type": "text", "text"} parts), max_completion_tokens,
-// logprobs (bool), top_logprobs [0, 20] (needs logprobs), tools (empty),
-// tool_choice ("none" / "auto").
+// logprobs (bool), top_logprobs [0, 20] (needs logprobs).
+// Chat tools: tools (an array of {"type": "function", "function": {"name"
+// ([A-Za-z0-9_-]{1,64}, unique), "description", "parameters" (an object),
+// "strict" (its parameters must compile as a grammar: a 400 names an
+// unsupported keyword)}}), tool_choice ("auto" (default with tools), "none"
+// (tools not offered, replies not parsed), "required", or {"type":
+// "function", "function": {"name"}} naming one of the tools), and
+// parallel_tool_calls (bool, default true); assistant messages may carry
+// tool_calls ([{"id", "type": "function", "function": {"name", "arguments"
+// (JSON text)}}], content null or absent) and "tool" messages answer them
+// (tool_call_id required, content). How they are written and read back:
+// kvshare/chat_template.h and kvshare/tool_calls.h; "required" and a named
+// function are enforced by a grammar (see BuildRequest). Not with a
+// response_format other than text.
 // Completions: prompt (a string, token ids, or a one-element array of
 // either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
 // Both: response_format {"type": "text"}, {"type": "json_object"} (any JSON
@@ -46,6 +58,7 @@
 #include "kvshare/sampler.h"
 #include "kvshare/scheduler.h"
 #include "kvshare/tokenizer.h"
+#include "kvshare/tool_calls.h"
 
 namespace kvshare::server {
 
@@ -72,8 +85,35 @@ struct CompletionRequest {
     std::string schema;  // the JSON Schema as JSON text; empty: none (json_object: any object)
     bool strict = false; // json_schema.strict (the schema is enforced either way)
   } response_format;
+  // Tools (chat).
+  struct Tool {
+    ToolFunction function;
+    bool strict = false;  // function.strict: parameters checked to compile as a grammar
+  };
+  std::vector<Tool> tools;
+  struct ToolChoice {
+    enum class Mode { kAuto, kNone, kRequired, kFunction } mode = Mode::kAuto;
+    std::string name;  // kFunction
+  } tool_choice;
+  bool parallel_tool_calls = true;
   std::vector<std::string> ignored;  // unknown fields, by path ("foo", "messages[0].bar")
 };
+
+// Whether the request offers its tools to the model (some tools, tool_choice
+// not "none").
+bool OffersTools(const CompletionRequest& req);
+
+// How to read the reply of a request that offers tools: the JSON convention
+// for gemma and for a forced call ("required", a named function: the grammar
+// writes JSON), Gemma 4's own markers otherwise; only the offered names.
+// nullopt: the request offers no tools (the reply is all content).
+std::optional<ToolCallParserOptions> ToolCallParsing(const CompletionRequest& req, ChatFormat format);
+
+// The JSON Schema that forces one call in the JSON convention:
+// {"tool_call": {"name": <one of the offered names, or the named one>,
+// "arguments": <the tool's parameters; {} when it has none; any object when
+// they do not compile as a grammar and the tool is not strict>}}.
+std::string ForcedToolCallSchema(const CompletionRequest& req);
 
 struct RequestParsing {
   // OpenAI's strictness: unknown fields are a 400, `model` is required.
@@ -106,7 +146,9 @@ struct ModelContext {
 // checks the context (400 context_length_exceeded, OpenAI's message). A
 // random seed is drawn when none was given. response_format's schema is
 // compiled into RequestOptions::grammar (400 invalid_schema naming what is
-// unsupported or wrong).
+// unsupported or wrong). With tools offered: they are written into the
+// prompt, the format's tool stop tokens end generation, and tool_choice
+// "required" or a named function sets the grammar of ForcedToolCallSchema.
 RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx);
 
 }  // namespace kvshare::server

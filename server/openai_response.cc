@@ -1,10 +1,81 @@
 #include "openai_response.h"
 
+#include <random>
+
 #include "api_error.h"
 
 namespace kvshare::server {
 
 using nlohmann::json;
+
+namespace {
+
+// OpenAI's call id shape: "call_" and 24 letters and digits.
+std::string NewCallId() {
+  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof kAlnum - 1)];
+  return id;
+}
+
+}  // namespace
+
+void CompletionFormatter::EnableToolCalls(ToolCallParserOptions options) {
+  if (options.syntax == ToolCallSyntax::kGemma4) {
+    for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {
+      if (auto id = tok_.TokenId(m)) markers_[*id] = m;
+    }
+  }
+  parser_.emplace(std::move(options));
+}
+
+std::string CompletionFormatter::MarkedText(const RequestEvent& e) const {
+  if (markers_.empty() || e.tokens.empty()) return e.text;
+  std::string out;
+  for (const OutputToken& t : e.tokens) {
+    if (auto m = markers_.find(t.token); m != markers_.end()) out += m->second;
+    out += t.text;
+  }
+  return out;
+}
+
+json CompletionFormatter::ToolCallsJson(const std::vector<ToolCall>& calls) const {
+  json out = json::array();
+  for (const ToolCall& c : calls) {
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+const char* CompletionFormatter::ReasonName(kvshare::FinishReason reason, bool calls) const {
+  if (calls && reason == kvshare::FinishReason::kStop) return "tool_calls";
+  return FinishReasonName(reason);
+}
+
+std::string CompletionFormatter::DeltaChunks(const ToolCallDelta& d, const json& lp) const {
+  std::string out;
+  if (!d.content.empty() || !lp.is_null()) {
+    out += Sse(Chunk({{"index", 0}, {"delta", {{"content", d.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+  }
+  for (const ToolCall& c : d.calls) {
+    const std::size_t index = streamed_calls_++;
+    json first = {{"index", index},
+                  {"id", NewCallId()},
+                  {"type", "function"},
+                  {"function", {{"name", c.name}, {"arguments", ""}}}};
+    out += Sse(Chunk({{"index", 0},
+                      {"delta", {{"tool_calls", json::array({first})}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}}));
+    json args = {{"index", index}, {"function", {{"arguments", c.arguments}}}};
+    out += Sse(Chunk({{"index", 0},
+                      {"delta", {{"tool_calls", json::array({args})}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}}));
+  }
+  return out;
+}
 
 CompletionFormatter::CompletionFormatter(const CompletionRequest& request, std::string id, std::int64_t created,
                                          std::string model, const Tokenizer& tokenizer)
@@ -80,7 +151,13 @@ std::string CompletionFormatter::StreamStart() const {
 
 std::string CompletionFormatter::StreamEvent(const RequestEvent& e) const {
   std::string out;
-  if (!e.text.empty() || (logprobs_ && !e.tokens.empty())) {
+  if (parser_) {
+    if (!e.text.empty() || !e.tokens.empty()) {
+      json lp = logprobs_ && !e.tokens.empty() ? ChatLogprobs(e.tokens) : json(nullptr);
+      out += DeltaChunks(parser_->Feed(MarkedText(e)), lp);
+    }
+    if (e.finished && !e.error) out += DeltaChunks(parser_->Finish(), nullptr);
+  } else if (!e.text.empty() || (logprobs_ && !e.tokens.empty())) {
     json lp = nullptr;
     if (logprobs_) lp = chat_ ? ChatLogprobs(e.tokens) : CompletionLogprobs(e.tokens, streamed_bytes_);
     streamed_bytes_ += e.text.size();
@@ -94,7 +171,7 @@ std::string CompletionFormatter::StreamEvent(const RequestEvent& e) const {
   if (e.error) {
     out += Sse(ApiError(500, e.detail, "server_error").ToJson());
   } else {
-    const char* reason = FinishReasonName(e.reason);
+    const char* reason = ReasonName(e.reason, streamed_calls_ > 0);
     if (chat_) {
       out += Sse(Chunk({{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}));
     } else {
@@ -116,6 +193,19 @@ std::string CompletionFormatter::StreamEvent(const RequestEvent& e) const {
 
 void CompletionFormatter::Add(const RequestEvent& e) {
   text_ += e.text;
+  if (parser_) {
+    ToolCallDelta d = parser_->Feed(MarkedText(e));
+    if (e.finished) {
+      ToolCallDelta rest = parser_->Finish();
+      d.content += rest.content;
+      for (ToolCall& c : rest.calls) d.calls.push_back(std::move(c));
+    }
+    content_ += d.content;
+    for (ToolCall& c : d.calls) {
+      c.id = NewCallId();
+      calls_.push_back(std::move(c));
+    }
+  }
   tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
   if (e.finished) {
     finished_ = true;
@@ -126,13 +216,15 @@ void CompletionFormatter::Add(const RequestEvent& e) {
 json CompletionFormatter::Final() const {
   json lp = nullptr;
   if (logprobs_) lp = chat_ ? ChatLogprobs(tokens_) : CompletionLogprobs(tokens_, 0);
-  const char* reason = FinishReasonName(last_.reason);
+  const char* reason = ReasonName(last_.reason, !calls_.empty());
   json choice;
   if (chat_) {
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text_}}},
-              {"logprobs", lp},
-              {"finish_reason", reason}};
+    json message = {{"role", "assistant"}, {"content", text_}};
+    if (parser_) {
+      message["content"] = calls_.empty() || !content_.empty() ? json(content_) : json(nullptr);
+      if (!calls_.empty()) message["tool_calls"] = ToolCallsJson(calls_);
+    }
+    choice = {{"index", 0}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}};
   } else {
     choice = {{"text", text_}, {"index", 0}, {"logprobs", lp}, {"finish_reason", reason}};
   }

@@ -10,9 +10,21 @@
 // "text_completion" chunks with choices[0].text the same way. An internal
 // error after the stream started is sent as data: {"error": {...}} before
 // [DONE]. finish_reason: "stop", "length", or "abort" (cancelled, vLLM's word).
+//
+// Tool calls (EnableToolCalls): the reply goes through a ToolCallParser
+// (kvshare/tool_calls.h). Non-streaming: message.tool_calls [{"id":
+// "call_<24 alphanumerics>", "type": "function", "function": {"name",
+// "arguments" (JSON text)}}], content null when the reply is only calls, and
+// finish_reason "tool_calls" (unless "length" / "abort"). Streaming: content
+// deltas as the parser releases them, and per call two chunks, delta
+// {"tool_calls": [{"index", "id", "type", "function": {"name", "arguments":
+// ""}}]} then {"tool_calls": [{"index", "function": {"arguments": "<all of
+// it>"}}]}; a call is sent once it is complete.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +56,11 @@ class CompletionFormatter {
   bool finished() const { return finished_; }
   const RequestEvent& last() const { return last_; }
 
+  // Reads tool calls out of the reply with `options`; Gemma 4's markers are
+  // control tokens with no text, so their ids are turned back into marker
+  // text for the parser. Call before the first event.
+  void EnableToolCalls(ToolCallParserOptions options);
+
   static nlohmann::json UsageJson(const RequestUsage& u);
   static std::string Sse(const nlohmann::json& j);
 
@@ -54,6 +71,12 @@ class CompletionFormatter {
   nlohmann::json CompletionLogprobs(const std::vector<OutputToken>& tokens, std::size_t offset) const;
   nlohmann::json TokenEntry(std::int32_t id, float logprob) const;
   std::string TokenText(std::int32_t id) const;
+  // The event's text with tool-call markers written in (see EnableToolCalls).
+  std::string MarkedText(const RequestEvent& event) const;
+  nlohmann::json ToolCallsJson(const std::vector<ToolCall>& calls) const;
+  // Streaming chunks for a parser delta (calls numbered from streamed_calls_).
+  std::string DeltaChunks(const ToolCallDelta& delta, const nlohmann::json& logprobs) const;
+  const char* ReasonName(kvshare::FinishReason reason, bool calls) const;
 
   bool chat_;
   bool logprobs_;
@@ -68,6 +91,12 @@ class CompletionFormatter {
   RequestEvent last_;
   bool finished_ = false;
   mutable std::size_t streamed_bytes_ = 0;  // completions' text_offset while streaming
+  // Tool calls: the parser (none: all text is content), marker token texts.
+  mutable std::optional<ToolCallParser> parser_;
+  std::map<std::int32_t, std::string> markers_;
+  mutable std::string content_;            // non-streaming: parsed content
+  mutable std::vector<ToolCall> calls_;    // non-streaming: parsed calls, with ids
+  mutable std::size_t streamed_calls_ = 0;
 };
 
 }  // namespace kvshare::server

@@ -148,7 +148,7 @@ TEST(ChatFormat, GemmaText) {
   EXPECT_EQ(FormatChat(ChatFormat::kGemma, std::vector<ChatMessage>{{"user", "x"}},
                        {.add_generation_prompt = false, .bos_text = true}),
             "<bos><start_of_turn>user\nx<end_of_turn>\n");
-  const std::string e = ErrorOf([] { FormatChat(ChatFormat::kGemma, std::vector<ChatMessage>{{"tool", "x"}}); });
+  const std::string e = ErrorOf([] { FormatChat(ChatFormat::kGemma, std::vector<ChatMessage>{{"function", "x"}}); });
   EXPECT_NE(e.find("chat template gemma: messages[0].role must be"), std::string::npos) << e;
 }
 
@@ -174,7 +174,7 @@ TEST(ChatFormat, Gemma4Text) {
                        std::vector<ChatMessage>{{"user", "q"}, {"system", "s"}, {"assistant", "A"}, {"assistant", "B"}},
                        {.add_generation_prompt = false}),
             "<|turn>user\nq<turn|>\n<|turn>system\ns<turn|>\n<|turn>model\nA<turn|>\nB<turn|>\n");
-  const std::string e = ErrorOf([] { FormatChat(ChatFormat::kGemma4, std::vector<ChatMessage>{{"user", "x"}, {"tool", "y"}}); });
+  const std::string e = ErrorOf([] { FormatChat(ChatFormat::kGemma4, std::vector<ChatMessage>{{"user", "x"}, {"function", "y"}}); });
   EXPECT_NE(e.find("chat template gemma4: messages[1].role must be"), std::string::npos) << e;
 }
 

@@ -170,10 +170,9 @@ TEST(OpenAiRequest, OutOfRangeValues) {
   ExpectError(Chat({{"stream_options", {{"include_usage", true}}}}), true,
               {400, "stream_options", "invalid_value", "only allowed when 'stream' is enabled"});
   ExpectError(Chat({{"messages", json::array()}}), true, {400, "messages", "empty_array", ""});
-  ExpectError(Chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}), true,
+  ExpectError(Chat({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}), true,
               {400, "messages[0].role", "invalid_value", "Supported values are"});
   ExpectError(Chat({{"presence_penalty", 0.5}}), true, {400, "presence_penalty", "unsupported_parameter", ""});
-  ExpectError(Chat({{"tools", {{{"type", "function"}}}}}), true, {400, "tools", "unsupported_parameter", ""});
   ExpectError(Completion({{"echo", true}}), false, {400, "echo", "unsupported_parameter", ""});
   ExpectError(Completion({{"prompt", {"a", "b"}}}), false, {400, "prompt", "unsupported_parameter", "2 prompts"});
   ExpectError(Completion({{"prompt", {-1, 2}}}), false, {400, "prompt", "invalid_value", ""});
@@ -320,6 +319,89 @@ TEST(OpenAiRequest, ResponseFormat) {
               {400, "response_format.x", "unknown_parameter", ""}, nullptr, strict);
   ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"y", 1}}}}), false,
               {400, "response_format.json_schema.y", "unknown_parameter", ""}, nullptr, strict);
+}
+
+// ---- Tools ----
+
+json WeatherTool(json parameters = {{"type", "object"},
+                                    {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}}}},
+                                    {"required", {"city"}}}) {
+  return {{"type", "function"},
+          {"function", {{"name", "get_weather"}, {"description", "Weather"}, {"parameters", parameters}}}};
+}
+
+TEST(OpenAiRequest, ToolShapesAreCheckedNamingTheField) {
+  ExpectError(Chat({{"tools", {{{"type", "function"}}}}}), true,
+              {400, "tools[0].function", "missing_required_parameter", ""});
+  ExpectError(Chat({{"tools", {{{"type", "function"}, {"function", {{"description", "x"}}}}}}}), true,
+              {400, "tools[0].function.name", "missing_required_parameter", ""});
+  ExpectError(Chat({{"tools", {{{"type", "retrieval"}, {"function", {{"name", "f"}}}}}}}), true,
+              {400, "tools[0].type", "invalid_value", "only \"function\""});
+  ExpectError(Chat({{"tools", {WeatherTool(json::array({1}))}}}), true,
+              {400, "tools[0].function.parameters", "invalid_type", "an object"});
+  ExpectError(Chat({{"tools", {WeatherTool(), WeatherTool()}}}), true,
+              {400, "tools[1].function.name", "invalid_value", "unique"});
+  ExpectError(Chat({{"tools", {WeatherTool()}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}),
+              true, {400, "tool_choice.function.name", "invalid_value", "no tool named 'f' in 'tools' (tools: get_weather)"});
+  ExpectError(Chat({{"tools", {WeatherTool()}}, {"tool_choice", "always"}}), true, {400, "tool_choice", "invalid_value", ""});
+  ExpectError(Chat({{"tool_choice", "required"}}), true, {400, "tool_choice", "invalid_value", "at least one tool"});
+  ExpectError(Chat({{"parallel_tool_calls", "yes"}}), true, {400, "parallel_tool_calls", "invalid_type", ""});
+  json strict = WeatherTool({{"type", "object"}, {"properties", {{"id", {{"type", "string"}, {"pattern", "^a"}}}}}});
+  strict["function"]["strict"] = true;
+  ExpectError(Chat({{"tools", {strict}}}), true,
+              {400, "tools[0].function.parameters", "invalid_schema", "unsupported JSON Schema keyword 'pattern'"});
+  ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "tool"}, {"content", "42"}}}}}), true,
+              {400, "messages[1].tool_call_id", "missing_required_parameter", "the call it answers"});
+  json call = {{"id", "c1"}, {"type", "function"}, {"function", {{"arguments", "{}"}}}};
+  ExpectError(Chat({{"messages", {{{"role", "assistant"}, {"tool_calls", {call}}}}}}), true,
+              {400, "messages[0].tool_calls[0].function.name", "missing_required_parameter", ""});
+  call["function"] = {{"name", "f"}, {"arguments", "{not json"}};
+  ExpectError(Chat({{"messages", {{{"role", "assistant"}, {"tool_calls", {call}}}}}}), true,
+              {400, "messages[0].tool_calls[0].function.arguments", "invalid_value", "JSON text of an object"});
+  ExpectError(Chat({{"tools", {WeatherTool()}}, {"response_format", {{"type", "json_object"}}}}), true,
+              {400, "response_format", "invalid_value", "cannot be combined with 'tools'"});
+}
+
+TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
+  Fixture f;
+  const json msgs = {{{"role", "user"}, {"content", "hi"}},
+                     {{"role", "assistant"},
+                      {"content", nullptr},
+                      {"tool_calls", {{{"id", "c1"}, {"type", "function"},
+                                       {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Rome\"}"}}}}}}},
+                     {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}};
+  const CompletionRequest plain = ParseCompletionRequest(Chat({{"messages", msgs}}), true);
+  ASSERT_EQ(plain.messages.size(), 3u);
+  ASSERT_EQ(plain.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(plain.messages[1].tool_calls[0].arguments, "{\"city\":\"Rome\"}");
+  EXPECT_EQ(plain.messages[2].tool_call_id, "c1");
+  const RequestOptions without = BuildRequest(plain, f.ctx(true, 4096));
+
+  const CompletionRequest none = ParseCompletionRequest(
+      Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "none"}}), true);
+  EXPECT_FALSE(OffersTools(none));
+  EXPECT_FALSE(ToolCallParsing(none, ChatFormat::kGemma));
+  EXPECT_EQ(BuildRequest(none, f.ctx(true, 4096)).prompt, BuildRequest(plain, f.ctx(true, 4096)).prompt);
+
+  const CompletionRequest autos = ParseCompletionRequest(Chat({{"messages", msgs}, {"tools", {WeatherTool()}}}), true);
+  const RequestOptions a = BuildRequest(autos, f.ctx(true, 4096));
+  EXPECT_GT(a.prompt.size(), without.prompt.size() + 100);  // the tool list is in the prompt
+  EXPECT_EQ(a.grammar, nullptr);
+  auto parsing = ToolCallParsing(autos, ChatFormat::kGemma4);
+  ASSERT_TRUE(parsing);
+  EXPECT_EQ(parsing->syntax, ToolCallSyntax::kGemma4);
+  EXPECT_EQ(parsing->names, std::vector<std::string>{"get_weather"});
+
+  const CompletionRequest req = ParseCompletionRequest(
+      Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "required"}}), true);
+  EXPECT_NE(BuildRequest(req, f.ctx(true, 4096)).grammar, nullptr);
+  // A forced call is written by the grammar in the JSON convention, for gemma4 too.
+  EXPECT_EQ(ToolCallParsing(req, ChatFormat::kGemma4)->syntax, ToolCallSyntax::kJson);
+  EXPECT_EQ(json::parse(ForcedToolCallSchema(req)),
+            json::parse(R"({"type":"object","additionalProperties":false,"required":["tool_call"],"properties":{)"
+                        R"("tool_call":{"type":"object","additionalProperties":false,"required":["name","arguments"],)"
+                        R"("properties":{"name":{"const":"get_weather"},"arguments":)" +
+                        WeatherTool()["function"]["parameters"].dump() + "}}}}"));
 }
 
 }  // namespace

@@ -168,5 +168,113 @@ TEST(Metrics, PrometheusText) {
   }
 }
 
+// ---- Tool calls ----
+
+CompletionRequest ToolRequest(bool stream) {
+  CompletionRequest req;
+  req.chat = true;
+  req.stream = stream;
+  return req;
+}
+
+const ToolCallParserOptions kJsonCalls{ToolCallSyntax::kJson, {"f", "g"}};
+
+TEST(OpenAiResponse, ToolCallsNonStreaming) {
+  const Tokenizer tok(testing::TinyVocab(50));
+  CompletionFormatter fmt(ToolRequest(false), "chatcmpl-x", 1, "tiny", tok);
+  fmt.EnableToolCalls(kJsonCalls);
+  fmt.Add(Text(R"({"tool_calls": [{"name": "f", "arguments": {"a": 1}},)", 10));
+  fmt.Add(Text(R"( {"name": "g", "arguments": {}}]})", 11));
+  fmt.Add(Finish(FinishReason::kStop));
+  const json j = fmt.Final();
+  const json& m = j["choices"][0]["message"];
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(m["content"].is_null());
+  ASSERT_EQ(m["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+  EXPECT_EQ(m["tool_calls"][1]["function"]["arguments"], "{}");
+  const std::string id = m["tool_calls"][0]["id"];
+  EXPECT_EQ(id.size(), 29u);
+  EXPECT_EQ(id.rfind("call_", 0), 0u);
+  EXPECT_NE(m["tool_calls"][1]["id"], m["tool_calls"][0]["id"]);
+
+  // Text that is not a call stays content, and finish_reason stays "stop".
+  CompletionFormatter text(ToolRequest(false), "chatcmpl-y", 1, "tiny", tok);
+  text.EnableToolCalls(kJsonCalls);
+  text.Add(Text("Sets like {1} are fine.", 10));
+  text.Add(Finish(FinishReason::kStop));
+  const json t = text.Final();
+  EXPECT_EQ(t["choices"][0]["message"]["content"], "Sets like {1} are fine.");
+  EXPECT_FALSE(t["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(t["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(OpenAiResponse, ToolCallsStreamIndexIdNameThenArguments) {
+  const Tokenizer tok(testing::TinyVocab(50));
+  CompletionFormatter fmt(ToolRequest(true), "chatcmpl-x", 1, "tiny", tok);
+  fmt.EnableToolCalls(kJsonCalls);
+  std::string sse = fmt.StreamStart();
+  sse += fmt.StreamEvent(Text("Calling.\n", 10));
+  sse += fmt.StreamEvent(Text(R"({"tool_call": {"name": "g", )", 11));
+  RequestEvent last = Text(R"("arguments": {"x": [true]}}})", 12);
+  const RequestEvent fin = Finish(FinishReason::kStop);
+  last.finished = true;
+  last.usage = fin.usage;
+  sse += fmt.StreamEvent(last);
+  const std::vector<std::string> ev = Events(sse);
+  ASSERT_EQ(ev.size(), 6u) << sse;
+  EXPECT_EQ(json::parse(ev[1])["choices"][0]["delta"], json({{"content", "Calling."}}));
+  const json first = json::parse(ev[2])["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(first["index"], 0);
+  EXPECT_EQ(first["type"], "function");
+  EXPECT_EQ(first["function"]["name"], "g");
+  EXPECT_EQ(first["function"]["arguments"], "");
+  EXPECT_EQ(first["id"].get<std::string>().rfind("call_", 0), 0u);
+  const json args = json::parse(ev[3])["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(args, json({{"index", 0}, {"function", {{"arguments", R"({"x":[true]})"}}}}));
+  EXPECT_EQ(json::parse(ev[4])["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(ev[5], "[DONE]");
+}
+
+// Gemma 4's call markers are control tokens with no text: the formatter
+// writes them back in from the token ids.
+TEST(OpenAiResponse, Gemma4MarkerTokensBecomeCalls) {
+  VocabData v = testing::TinyVocab(50);
+  for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {
+    v.tokens.emplace_back(m);
+    v.token_types.push_back(static_cast<int32_t>(TokenType::kControl));
+    v.scores.push_back(0.0f);
+  }
+  const Tokenizer tok(v);
+  const std::int32_t open = 50, close = 51, quote = 52;
+  CompletionFormatter fmt(ToolRequest(false), "chatcmpl-x", 1, "tiny", tok);
+  fmt.EnableToolCalls({ToolCallSyntax::kGemma4, {"f"}});
+  RequestEvent e;
+  auto add = [&e](std::int32_t id, const std::string& text) {
+    OutputToken t;
+    t.token = id;
+    t.text = text;
+    e.tokens.push_back(t);
+    e.text += text;
+  };
+  add(10, "Hi.");
+  add(open, "");
+  add(11, "call:f{k:");
+  add(quote, "");
+  add(12, "v");
+  add(quote, "");
+  add(13, "}");
+  add(close, "");
+  e.finished = true;
+  fmt.Add(e);
+  const json m = fmt.Final()["choices"][0]["message"];
+  EXPECT_EQ(m["content"], "Hi.");
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"k":"v"})");
+}
+
 }  // namespace
 }  // namespace kvshare::server

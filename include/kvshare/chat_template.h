@@ -23,6 +23,31 @@
 //           "<|turn>model\n<|channel>thought\n<channel|>" (an empty thought
 //           channel: thinking off). Ends a turn: "<turn|>".
 //   none    plain completion: the message contents as they are, no markup.
+//
+// Tools (ChatTemplateOptions::tools, ChatMessage::tool_calls, role "tool"):
+//   gemma4  the template's own tool format: after the system text, one
+//           "<|tool>declaration:NAME{description:<|"|>…<|"|>,parameters:{…}}
+//           <tool|>" per tool (the template's format_function_declaration,
+//           properties sorted by name); an assistant message's calls
+//           "<|tool_call>call:NAME{key:value,…}<tool_call|>" (arguments that
+//           are a JSON object in Gemma's notation: keys bare and sorted,
+//           strings in <|"|>…<|"|>; any other text as it is); the "tool"
+//           messages right after it, inside the same model turn, as
+//           "<|tool_response>response:NAME{value:<|"|>CONTENT<|"|>}
+//           <tool_response|>" (NAME from the call whose id is tool_call_id,
+//           else the message's name, else "unknown"), the turn left open when
+//           the message has no text; calls without responses end with
+//           "<|tool_response>". No generation prompt after calls or
+//           responses: the model continues its turn. A tool message that
+//           follows no calls is not written (as in the template).
+//   gemma   no native format: the JSON convention of kvshare/tool_calls.h.
+//           ToolCallInstructions(tools) joins the system text ("\n\n"
+//           between); a call is written in the model turn as
+//           {"tool_call": {"name": …, "arguments": {…}}} (several:
+//           {"tool_calls": [{"name", "arguments"}, …]}), after the message's
+//           text and "\n" if it has any; consecutive "tool" messages form one
+//           user turn, one line each:
+//           {"tool_response": {"name": …, "content": …}}.
 // A model file without a template gets plain completion; a template that is
 // none of the above also gets plain completion, and the caller should warn.
 #pragma once
@@ -85,9 +110,26 @@ ChatFormatChoice ChooseChatFormat(const GgufFile& file, std::optional<std::strin
 
 // ---- Formatting ----
 
+// One function call of an assistant message (OpenAI's tool_calls[i]).
+struct ToolCall {
+  std::string id;         // "call_..." (may be empty)
+  std::string name;
+  std::string arguments;  // JSON text, normally an object ("" means {})
+};
+
+// A function the model may call (OpenAI's tools[i].function).
+struct ToolFunction {
+  std::string name;
+  std::string description;
+  std::string parameters;  // JSON Schema of the arguments as JSON text; empty: none
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" or "model"
+  std::string role;  // "system", "user", "assistant", "model" or "tool"
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant: the calls it made
+  std::string tool_call_id;          // tool: the call this message answers
+  std::string name;                  // tool: the function's name, when known
 };
 
 struct ChatTemplateOptions {
@@ -103,11 +145,18 @@ struct ChatTemplateOptions {
   // contents. Off by default, so a user who types "<end_of_turn>" cannot end a
   // turn; the markup around the messages is always parsed.
   bool parse_special_in_content = false;
+  // Functions offered to the model (see "Tools" at the top of this file).
+  // Empty: none offered; kNone ignores them.
+  std::vector<ToolFunction> tools;
+  // gemma (JSON convention) only: the instructions also describe the
+  // several-calls form {"tool_calls": [...]}.
+  bool parallel_tool_calls = true;
 };
 
 // The text of `messages` in `format` (see the top of this file). Throws
 // kvshare::Error for a role the format does not know (the message names the
 // index and the valid roles). kNone joins the contents as they are.
+// Throws kvshare::Error for a "tool" message without tool_call_id.
 std::string FormatChat(ChatFormat format, std::span<const ChatMessage> messages,
                        const ChatTemplateOptions& options = {});
 
@@ -136,6 +185,10 @@ class ChatTemplate {
   // end-of-generation tokens (for GenerateOptions::stop_tokens): the
   // end-of-turn token, none for kNone.
   std::vector<std::int32_t> StopTokens() const;
+  // Tokens that also end generation while tools are offered: gemma4's
+  // "<|tool_response>" (the model hands over after its calls), when the
+  // vocabulary has it; none for the other formats.
+  std::vector<std::int32_t> ToolStopTokens() const;
   // Ids that close a model turn before the next user turn is appended to a
   // cached conversation: the end-of-turn token (unless the model already wrote
   // it, `ended_with_end_of_turn`), then "\n". Empty for kNone.
@@ -145,6 +198,7 @@ class ChatTemplate {
   ChatFormat format_;
   const Tokenizer* tokenizer_;
   std::int32_t end_of_turn_ = -1;
+  std::int32_t tool_response_ = -1;
 };
 
 }  // namespace kvshare

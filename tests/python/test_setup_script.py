@@ -178,7 +178,7 @@ def test_no_python_at_all_brings_debian_python_and_a_venv(sandbox):
     out = run(sandbox, "--plan", "tests", python=False)[1]
     venv = sandbox / "project" / ".venv"
     assert out == (f"apt (root): python3 python3-venv\nvenv: {venv} (--system-site-packages)\n"
-                   f"pip ({venv}/bin/python): numpy pytest gguf openai jsonschema\n")
+                   f"pip ({venv}/bin/python): numpy pytest gguf openai jsonschema jinja2\n")
 
 
 def test_the_model_needs_a_python_with_pip(sandbox):
@@ -210,7 +210,7 @@ def test_usage_errors(sandbox):
 def test_list_prints_the_one_list():
     out = subprocess.run(["bash", str(SETUP), "--list", "tests"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("debian: g++ cmake ninja-build libhwy-dev")
-    assert "python: numpy pytest gguf openai jsonschema\n" in out
+    assert "python: numpy pytest gguf openai jsonschema jinja2\n" in out
 
 
 @pytest.mark.parametrize("env,where", [
