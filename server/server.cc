@@ -18,6 +18,11 @@ using nlohmann::json;
 namespace {
 
 constexpr int kListenBacklog = 1024;
+// Deepest JSON body taken: nlohmann's dump and copies (and the schema
+// compiler) recurse once per level, so a body of 8 MiB of '[' would
+// otherwise overflow a connection thread's stack. A response_format schema
+// may be 256 deep (grammar.h) plus its 3 levels of wrapping.
+constexpr int kMaxBodyDepth = 512;
 
 bool ConstantTimeEqual(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -64,8 +69,17 @@ void Server::Impl::CheckReady() const {
 
 json ParseBody(const httplib::Request& req) {
   try {
-    return json::parse(req.body);
-  } catch (const json::parse_error& e) {
+    return json::parse(req.body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxBodyDepth) {
+        throw BadRequest("The JSON body is nested deeper than " + std::to_string(kMaxBodyDepth) +
+                             " levels of arrays and objects; send a flatter body.",
+                         std::nullopt, "invalid_json");
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double ("1e400"),
+    // which would otherwise escape as a 500.
     throw BadRequest(std::string("We could not parse the JSON body of your request. (HINT: This likely means you aren't "
                                  "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
                                  "sent was not valid JSON.) Parser: ") +
