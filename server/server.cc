@@ -57,6 +57,47 @@ std::string DefaultModelId(const std::string& path) {
 
 }  // namespace
 
+CountingThreadPool::CountingThreadPool(std::size_t threads, std::atomic<int>& waiting) : waiting_(waiting) {
+  for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+}
+
+CountingThreadPool::~CountingThreadPool() { shutdown(); }
+
+void CountingThreadPool::enqueue(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    waiting_.fetch_add(1);
+  }
+  cv_.notify_one();
+}
+
+void CountingThreadPool::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void CountingThreadPool::Work() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
+      if (jobs_.empty()) return;  // shut down, and nothing left to serve
+      fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      waiting_.fetch_sub(1);
+    }
+    fn();
+  }
+}
+
 void Server::Impl::CheckReady() const {
   switch (phase.load()) {
     case Phase::kLoading: throw ApiError(503, "Loading model", "unavailable_error", std::nullopt, "model_loading");
@@ -153,6 +194,7 @@ void Server::Impl::SetupRoutes() {
       hs.responses_by_status = responses;
     }
     hs.requests_in_flight = in_flight.load();
+    hs.connections_waiting = http_waiting.load();
     SchedulerStats ss;
     if (phase.load() != Phase::kLoading) ss = scheduler->Stats();
     res.set_content(PrometheusText(ss, hs), "text/plain; version=0.0.4");
@@ -227,7 +269,7 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   if (m.opt.model_id.empty()) m.opt.model_id = DefaultModelId(m.opt.model_path);
   const SchedulerOptions& so = m.opt.scheduler;
   const int threads = m.opt.http_threads > 0 ? m.opt.http_threads : so.slots + so.max_queue + 8;
-  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  m.http.new_task_queue = [threads, &m] { return new CountingThreadPool(static_cast<std::size_t>(threads), m.http_waiting); };
   m.http.set_tcp_nodelay(true);
   m.http.set_keep_alive_max_count(1000);
   m.http.set_keep_alive_timeout(5);
