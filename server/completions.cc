@@ -59,7 +59,7 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   const std::size_t prompt_tokens = ro.prompt.size();
   SubmitResult sub;
   try {
-    sub = scheduler->Submit(std::move(ro));
+    sub = scheduler->Submit(std::move(ro), http_waiting.load());
   } catch (const Error& e) {
     throw BadRequest(e.what());
   }
@@ -68,7 +68,7 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
     res.set_header("Retry-After", "1");
     throw ApiError(503,
                    "The server is busy: " + std::to_string(opt.scheduler.max_queue) +
-                       " requests are already waiting for a slot. Retry later.",
+                       " requests (or connections not yet read) are already waiting for a slot. Retry later.",
                    "unavailable_error", std::nullopt, "server_busy");
   }
   const std::uint64_t id = sub.handle->id();

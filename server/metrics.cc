@@ -55,6 +55,9 @@ std::string PrometheusText(const SchedulerStats& s, const HttpStats& http) {
       static_cast<double>(s.spec_accepted_tokens));
   Add(o, "busy_seconds_total", "counter", "Seconds spent in forward steps and sampling.", s.busy_seconds);
   Add(o, "http_requests_in_flight", "gauge", "Completion requests being answered.", http.requests_in_flight);
+  Add(o, "http_connections_waiting", "gauge",
+      "Connections accepted but waiting for a connection thread (they count toward the 503 queue limit).",
+      http.connections_waiting);
   o += "# HELP kvshare_http_responses_total HTTP responses by status code.\n# TYPE kvshare_http_responses_total counter\n";
   for (const auto& [status, n] : http.responses_by_status) {
     o += "kvshare_http_responses_total{code=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";

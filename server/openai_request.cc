@@ -593,13 +593,29 @@ std::string ForcedToolCallSchema(const CompletionRequest& req) {
 
 void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body) {
   if (req.response_format.schema.empty()) return;
+  using Ordered = nlohmann::ordered_json;
+  struct TooWide {};
   try {
-    const auto ordered = nlohmann::ordered_json::parse(body);
+    // ordered_json looks keys up by a linear scan: an object of n members
+    // costs n^2 / 2 comparisons, so top-level fields other than
+    // response_format are dropped and an object of more than 1024 members
+    // (beyond what CompileJsonSchema takes) stops the reordering.
+    std::vector<int> members;
+    const auto ordered = Ordered::parse(body, [&members](int depth, Ordered::parse_event_t event, Ordered& parsed) {
+      if (event == Ordered::parse_event_t::object_start) members.push_back(0);
+      if (event == Ordered::parse_event_t::object_end && !members.empty()) members.pop_back();
+      if (event == Ordered::parse_event_t::key) {
+        if (!members.empty() && ++members.back() > 1024) throw TooWide{};
+        if (depth == 1 && parsed != "response_format") return false;
+      }
+      return true;
+    });
     auto rf = ordered.find("response_format");
     if (rf == ordered.end()) return;
     if (const nlohmann::ordered_json* s = SchemaNode(*rf)) req.response_format.schema = s->dump();
   } catch (const nlohmann::json::exception&) {
     // The body parsed once already; keep the sorted schema.
+  } catch (const TooWide&) {
   }
 }
 

@@ -18,6 +18,11 @@ using nlohmann::json;
 namespace {
 
 constexpr int kListenBacklog = 1024;
+// Deepest JSON body taken: nlohmann's dump and copies (and the schema
+// compiler) recurse once per level, so a body of 8 MiB of '[' would
+// otherwise overflow a connection thread's stack. A response_format schema
+// may be 256 deep (grammar.h) plus its 3 levels of wrapping.
+constexpr int kMaxBodyDepth = 512;
 
 bool ConstantTimeEqual(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -52,6 +57,47 @@ std::string DefaultModelId(const std::string& path) {
 
 }  // namespace
 
+CountingThreadPool::CountingThreadPool(std::size_t threads, std::atomic<int>& waiting) : waiting_(waiting) {
+  for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+}
+
+CountingThreadPool::~CountingThreadPool() { shutdown(); }
+
+void CountingThreadPool::enqueue(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    waiting_.fetch_add(1);
+  }
+  cv_.notify_one();
+}
+
+void CountingThreadPool::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void CountingThreadPool::Work() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
+      if (jobs_.empty()) return;  // shut down, and nothing left to serve
+      fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      waiting_.fetch_sub(1);
+    }
+    fn();
+  }
+}
+
 void Server::Impl::CheckReady() const {
   switch (phase.load()) {
     case Phase::kLoading: throw ApiError(503, "Loading model", "unavailable_error", std::nullopt, "model_loading");
@@ -64,8 +110,17 @@ void Server::Impl::CheckReady() const {
 
 json ParseBody(const httplib::Request& req) {
   try {
-    return json::parse(req.body);
-  } catch (const json::parse_error& e) {
+    return json::parse(req.body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxBodyDepth) {
+        throw BadRequest("The JSON body is nested deeper than " + std::to_string(kMaxBodyDepth) +
+                             " levels of arrays and objects; send a flatter body.",
+                         std::nullopt, "invalid_json");
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double ("1e400"),
+    // which would otherwise escape as a 500.
     throw BadRequest(std::string("We could not parse the JSON body of your request. (HINT: This likely means you aren't "
                                  "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
                                  "sent was not valid JSON.) Parser: ") +
@@ -139,6 +194,7 @@ void Server::Impl::SetupRoutes() {
       hs.responses_by_status = responses;
     }
     hs.requests_in_flight = in_flight.load();
+    hs.connections_waiting = http_waiting.load();
     SchedulerStats ss;
     if (phase.load() != Phase::kLoading) ss = scheduler->Stats();
     res.set_content(PrometheusText(ss, hs), "text/plain; version=0.0.4");
@@ -213,7 +269,7 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   if (m.opt.model_id.empty()) m.opt.model_id = DefaultModelId(m.opt.model_path);
   const SchedulerOptions& so = m.opt.scheduler;
   const int threads = m.opt.http_threads > 0 ? m.opt.http_threads : so.slots + so.max_queue + 8;
-  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  m.http.new_task_queue = [threads, &m] { return new CountingThreadPool(static_cast<std::size_t>(threads), m.http_waiting); };
   m.http.set_tcp_nodelay(true);
   m.http.set_keep_alive_max_count(1000);
   m.http.set_keep_alive_timeout(5);

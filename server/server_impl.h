@@ -6,11 +6,15 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +35,27 @@ namespace kvshare::server {
 class HttpServer : public httplib::Server {
  public:
   int listen_socket() const { return svr_sock_; }
+};
+
+// cpp-httplib's ThreadPool, counting the connections accepted but still
+// waiting for a thread (`waiting`): 0.11's queue is unbounded, so without
+// the count a burst larger than the pool would queue there unseen by the
+// scheduler's 503 limit. HandleCompletion passes it to Scheduler::Submit.
+class CountingThreadPool : public httplib::TaskQueue {
+ public:
+  CountingThreadPool(std::size_t threads, std::atomic<int>& waiting);
+  ~CountingThreadPool() override;
+  void enqueue(std::function<void()> fn) override;
+  void shutdown() override;
+
+ private:
+  void Work();
+  std::atomic<int>& waiting_;
+  std::vector<std::thread> threads_;
+  std::deque<std::function<void()>> jobs_;
+  bool shutdown_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
 };
 
 enum class Phase { kLoading, kReady, kDraining };
@@ -66,6 +91,7 @@ struct Server::Impl {
 
   std::atomic<Phase> phase{Phase::kLoading};
   std::atomic<int> in_flight{0};
+  std::atomic<int> http_waiting{0};  // connections waiting for a connection thread (CountingThreadPool)
   std::atomic<std::uint64_t> next_request{1};
   std::mutex stats_mu;
   std::map<int, std::uint64_t> responses;

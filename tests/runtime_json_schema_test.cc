@@ -183,6 +183,7 @@ TEST(JsonSchema, RefusesWhatItDoesNotSupportNamingIt) {
       {R"({"type": "string", "enum": [1, 2]})", "no value of 'enum'"},
       {R"(false)", "matches nothing"},
       {R"({"type": )", "not valid JSON"},
+      {R"({"enum": [1e400]})", "not valid JSON"},  // nlohmann's out_of_range, not parse_error (chat_fuzz)
   };
   for (const auto& [schema, want] : bad) {
     try {
@@ -190,6 +191,44 @@ TEST(JsonSchema, RefusesWhatItDoesNotSupportNamingIt) {
       ADD_FAILURE() << "compiled: " << schema;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << schema << "\n" << e.what();
+    }
+  }
+}
+
+// Deep texts and long $ref chains are refused before the compiler's
+// recursion (and nlohmann's dump of an enum value) could overflow the stack:
+// 200000 levels used to crash; the limits still take realistic depths. An
+// object of 200000 members took minutes (ordered_json's linear key lookup).
+TEST(JsonSchema, RefusesDeepNestingInsteadOfOverflowingTheStack) {
+  auto nested_items = [](int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += R"({"type": "array", "items": )";
+    s += "{}";
+    for (int i = 0; i < n; ++i) s += "}";
+    return s;
+  };
+  auto ref_chain = [](int n) {
+    std::string s = R"({"$ref": "#/$defs/d0", "$defs": {)";
+    for (int i = 0; i < n; ++i) s += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
+    return s + "\"d" + std::to_string(n) + "\": {\"type\": \"null\"}}}";
+  };
+  const std::string deep_enum = R"({"enum": [)" + std::string(200000, '[') + std::string(200000, ']') + "]}";
+  EXPECT_NO_THROW(CompileJsonSchema(nested_items(100)));
+  EXPECT_NO_THROW(CompileJsonSchema(ref_chain(100)));
+  std::string wide = R"({"type": "object", "properties": {)";
+  for (int i = 0; i < 200000; ++i) wide += "\"p" + std::to_string(i) + "\": {}, ";
+  wide += R"("last": {}}})";
+  for (const auto& [schema, want] : std::vector<std::pair<std::string, std::string>>{
+           {nested_items(200000), "nested deeper than 256 levels"},
+           {nested_items(129), "schemas nested deeper than 128 levels"},
+           {ref_chain(1000), "schemas nested deeper than 128 levels"},
+           {wide, "an object of more than 1024 members"},
+           {deep_enum, "nested deeper than 256 levels"}}) {
+    try {
+      CompileJsonSchema(schema);
+      ADD_FAILURE() << "compiled: " << schema.substr(0, 80);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   }
 }

@@ -254,6 +254,26 @@ TEST(Scheduler, CancelFreesTheSlotAtTheNextStep) {
   }
 }
 
+// Requests waiting upstream (an HTTP server's queued connections) count
+// toward max_queue: with the slot free and max_queue 2, two waiting
+// connections leave room for one more request, three for none.
+TEST(Scheduler, WaitingUpstreamCountsTowardTheQueue) {
+  TinySetup t;
+  Scheduler s(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 64, .step_tokens = 8, .max_queue = 2});
+  const RequestOptions r{.prompt = Prompt(4, t.V, 7), .max_tokens = 2, .ignore_eos = true};
+  EXPECT_EQ(s.Submit(r, 3).status, SubmitStatus::kQueueFull);
+  EXPECT_EQ(s.Stats().requests_rejected, 1u);
+  std::vector<std::shared_ptr<RequestHandle>> accepted;
+  SubmitResult ok = s.Submit(r, 2);
+  ASSERT_EQ(ok.status, SubmitStatus::kAccepted);
+  accepted.push_back(ok.handle);
+  EXPECT_EQ(s.Submit(r, 2).status, SubmitStatus::kQueueFull);  // 1 queued + 2 upstream = 3 = 2 + 1 free slot
+  SubmitResult neg = s.Submit(r, -5);  // a negative count is none
+  ASSERT_EQ(neg.status, SubmitStatus::kAccepted);
+  accepted.push_back(neg.handle);
+  EXPECT_EQ(RunAll(s, accepted).size(), 2u);
+}
+
 // Beyond max_queue waiting requests Submit refuses (kQueueFull, no handle:
 // the server's 503 + Retry-After); what was accepted is never dropped: each
 // accepted request runs to its end. Once the queue has room, Submit takes

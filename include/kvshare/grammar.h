@@ -56,8 +56,11 @@ struct JsonGrammarOptions {
 // described above. Throws kvshare::Error for invalid JSON, an unsupported
 // keyword ("unsupported JSON Schema keyword 'pattern' at #/properties/id"),
 // a malformed value of a supported one, an unresolvable $ref, a schema that
-// matches nothing (minItems > maxItems, required property not declared) or
-// bounds above 4096.
+// matches nothing (minItems > maxItems, required property not declared),
+// bounds above 4096, an object of more than 1024 members, a text nested
+// deeper than 256 arrays / objects, or
+// schemas nested deeper than 128 (properties, items, anyOf, $ref hops: the
+// compiler recurses once per level).
 std::shared_ptr<const Grammar> CompileJsonSchema(std::string_view schema, const JsonGrammarOptions& options = {});
 
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).

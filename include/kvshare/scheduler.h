@@ -261,8 +261,11 @@ class Scheduler {
   // max_context, top_logprobs outside [-1, 20], an empty stop string,
   // invalid sampler options, or a grammar with ignore_eos. The first request
   // with a grammar builds the vocabulary's TokenTrie (once, shared). Returns kQueueFull / kDraining without a handle
-  // when the request cannot be taken now.
-  SubmitResult Submit(RequestOptions request);
+  // when the request cannot be taken now. `waiting_upstream`: requests that
+  // wait before reaching Submit (an HTTP server's connections queued for a
+  // thread); they count toward max_queue as if queued here, so that a burst
+  // is refused rather than queued without bound in front of the scheduler.
+  SubmitResult Submit(RequestOptions request, int waiting_upstream = 0);
 
   // Runs one step on the calling thread (not while Start()ed). Returns
   // whether there was anything to do.

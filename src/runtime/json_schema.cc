@@ -24,6 +24,13 @@ using Seq = GrammarBuilder::Seq;
 using detail::operator+;
 
 constexpr int kMaxBound = 4096;  // minLength, maxLength, minItems, maxItems
+// Nesting limits: the compiler (and nlohmann's dump) recurse once per level,
+// so without them a deep text or a long $ref chain overflows the stack.
+constexpr int kMaxJsonDepth = 256;   // arrays / objects of the schema text
+constexpr int kMaxSchemaDepth = 128;  // schemas inside schemas, $ref hops included
+// ordered_json finds a key by a linear scan, so parsing an object of n
+// members costs n^2 / 2 comparisons (200000 members: minutes).
+constexpr int kMaxMembers = 1024;  // per object
 
 const std::set<std::string>& Annotations() {
   static const std::set<std::string> s = {"title",      "description", "default",  "examples",  "$comment",
@@ -85,8 +92,10 @@ class Compiler {
   std::uint32_t OfType(const std::string& type, const Json& s, const std::string& path);
   std::uint32_t Ref(const std::string& ref, const std::string& path);
   std::set<std::string> Types(const Json& s, int depth);
+  std::uint32_t SchemaAt(const Json& s, const std::string& path);
 
   const Json& root_;
+  int depth_ = 0;  // Schema calls in progress
   detail::JsonGrammar j_;
   GrammarBuilder& b_;
   std::map<std::string, std::uint32_t> refs_;
@@ -96,6 +105,19 @@ class Compiler {
 };
 
 std::uint32_t Compiler::Schema(const Json& s, const std::string& path) {
+  if (depth_ >= kMaxSchemaDepth) {
+    Fail(path, "schemas nested deeper than " + std::to_string(kMaxSchemaDepth) +
+                   " levels (properties, items, anyOf / oneOf / allOf and $ref hops) are not supported");
+  }
+  ++depth_;
+  struct Leave {
+    int& d;
+    ~Leave() { --d; }
+  } leave{depth_};
+  return SchemaAt(s, path);
+}
+
+std::uint32_t Compiler::SchemaAt(const Json& s, const std::string& path) {
   if (s.is_boolean()) {
     if (s.get<bool>()) return j_.AnyValue();
     Fail(path, "the schema false matches nothing");
@@ -378,8 +400,19 @@ std::set<std::string> Compiler::Types(const Json& s, int depth) {
 
 Json ParseSchema(std::string_view text) {
   try {
-    return Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+    std::vector<int> members;  // of each object being parsed
+    return Json::parse(text, [&members](int depth, Json::parse_event_t event, Json&) {
+      if (depth > kMaxJsonDepth) {
+        throw Error("the JSON Schema is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      }
+      if (event == Json::parse_event_t::object_start) members.push_back(0);
+      if (event == Json::parse_event_t::object_end && !members.empty()) members.pop_back();
+      if (event == Json::parse_event_t::key && !members.empty() && ++members.back() > kMaxMembers) {
+        throw Error("the JSON Schema has an object of more than " + std::to_string(kMaxMembers) + " members");
+      }
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for "1e400"
     throw Error(std::string("the JSON Schema is not valid JSON: ") + e.what());
   }
 }

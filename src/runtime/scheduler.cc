@@ -234,7 +234,7 @@ struct Scheduler::Impl {
   std::once_flag trie_once;
   std::shared_ptr<const TokenTrie> trie;
 
-  SubmitResult Submit(RequestOptions r) {
+  SubmitResult Submit(RequestOptions r, int waiting_upstream) {
     Validate(r);
     std::shared_ptr<const TokenTrie> vocab = r.grammar ? Trie() : nullptr;
     std::unique_lock<std::mutex> lock(mu);
@@ -242,7 +242,7 @@ struct Scheduler::Impl {
       ++stats.requests_rejected;
       return {SubmitStatus::kDraining, nullptr};
     }
-    if (queued.load() >= opt.max_queue + FreeSlotsHint()) {
+    if (queued.load() + std::max(0, waiting_upstream) >= opt.max_queue + FreeSlotsHint()) {
       ++stats.requests_rejected;
       return {SubmitStatus::kQueueFull, nullptr};
     }
@@ -729,7 +729,9 @@ Scheduler::~Scheduler() {
 
 const SchedulerOptions& Scheduler::options() const { return impl_->opt; }
 
-SubmitResult Scheduler::Submit(RequestOptions request) { return impl_->Submit(std::move(request)); }
+SubmitResult Scheduler::Submit(RequestOptions request, int waiting_upstream) {
+  return impl_->Submit(std::move(request), waiting_upstream);
+}
 
 bool Scheduler::Step() {
   if (impl_->running) throw Error("Scheduler::Step: the scheduler runs its own thread (Start); call Stop first");

@@ -21,6 +21,9 @@ MSGS = [{"role": "user", "content": "hi"}]
 # (method, path, body, status, type, code, param, part of the message)
 BAD = [
     ("POST", P, '{"model": ', 400, "invalid_request_error", "invalid_json", None, "could not parse the JSON body"),
+    # A number beyond double: nlohmann's out_of_range, once a 500 (found by tests/fuzz/chat_fuzz).
+    ("POST", P, '{"prompt": "x", "temperature": 1e400}', 400, "invalid_request_error", "invalid_json", None,
+     "number overflow"),
     ("POST", P, "[1, 2]", 400, "invalid_request_error", "invalid_type", None, "expected a JSON object"),
     ("POST", P, {**GOOD, "temperature": "hot"}, 400, "invalid_request_error", "invalid_type", "temperature",
      "Invalid type for 'temperature'"),
@@ -153,6 +156,29 @@ def test_full_queue_is_refused_with_503_and_retry_after():
         again = request(s, "POST", P, {**GOOD, "max_tokens": 2})
         assert again.status == 200, again.text  # and the slot is free again
         assert s.metrics()["kvshare_requests_rejected_total"] == 1
+
+
+def test_deeply_nested_bodies_are_a_400_not_a_crash():
+    # Found by reading the request parser's fuzz paths: a response_format
+    # schema holding a million nested arrays (2 MB, under the 8 MiB limit)
+    # overflowed a connection thread's stack in the schema's dump and killed
+    # the server; a long $ref chain did the same in the schema compiler.
+    # (An object of 100000 $defs is refused too: more than 1024 members.)
+    deep = "[" * 1_000_000 + "]" * 1_000_000
+    schema_body = ('{"prompt": "x", "max_tokens": 2, "response_format": {"type": "json_schema", "json_schema": '
+                   '{"name": "x", "schema": {"enum": [' + deep + ']}}}}')
+    chain = {"$ref": "#/$defs/d0", "$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(1000)}}
+    chain["$defs"]["d1000"] = {"type": "null"}
+    with Server(need_default_model(), "--slots", 1, "--max-context", 256) as s:
+        res = request(s, "POST", P, schema_body)
+        check_error(res, 400, "invalid_request_error", "invalid_json", None, "nested deeper than 512 levels")
+        res = request(s, "POST", "/tokenize", '{"content": ' + deep + "}")
+        check_error(res, 400, "invalid_request_error", "invalid_json", None, "nested deeper than 512 levels")
+        res = request(s, "POST", P, {"prompt": "x", "max_tokens": 2, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "x", "schema": chain}}})
+        check_error(res, 400, "invalid_request_error", "invalid_schema", "response_format.json_schema.schema",
+                    "nested deeper than 128 levels")
+        assert request(s, "POST", P, {**GOOD, "max_tokens": 2}).status == 200  # still serving
 
 
 def test_tolerant_requests_and_strict_openai():
