@@ -253,5 +253,23 @@ TEST(ToolCallParser, Gemma4CallBody) {
   EXPECT_FALSE(ParseGemma4Call("call:{a:1}", c));
 }
 
+// Found by tests/fuzz/tool_call_fuzz.cc: a number beyond double's range made
+// the JSON library throw out_of_range (not parse_error) past the parser, and
+// bytes that are not UTF-8 made dump() throw; both ended the process.
+TEST(ToolCallParser, OverflowingNumbersAndNonUtf8BytesDoNotThrow) {
+  const std::string overflow_g4 = "<|tool_call>call:get_weather{days:995999999e999999999999}<tool_call|>";
+  const Parsed g = ParseEverySplit(overflow_g4, kGemma4);
+  EXPECT_TRUE(g.calls.empty());
+  EXPECT_EQ(g.content, overflow_g4);
+  const std::string overflow_json = R"({"tool_call": {"name": "get_weather", "arguments": {"days": 1e400}}})";
+  const Parsed j = ParseEverySplit(overflow_json, kJson);
+  EXPECT_TRUE(j.calls.empty());
+  EXPECT_EQ(j.content, overflow_json);
+  ToolCall c;
+  ASSERT_TRUE(ParseGemma4Call("call:f\xF0x{k\xF0:<|\"|>v\xFF<|\"|>}", c));
+  EXPECT_EQ(c.name, "f\xEF\xBF\xBDx");
+  EXPECT_EQ(c.arguments, "{\"k\xEF\xBF\xBD\":\"v\xEF\xBF\xBD\"}");
+}
+
 }  // namespace
 }  // namespace kvshare

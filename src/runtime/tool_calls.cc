@@ -8,11 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kvshare/error.h"
+#include "runtime/utf8.h"
 
 namespace kvshare {
 namespace {
 
 using Json = nlohmann::ordered_json;
+
+// Arguments as compact JSON; bytes that are not UTF-8 (model output can hold
+// them) become U+FFFD instead of making dump() throw.
+std::string DumpArguments(const Json& args) { return args.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 constexpr std::string_view kCallOpen = "<|tool_call>";
 constexpr std::string_view kCallClose = "<tool_call|>";
@@ -31,7 +36,7 @@ Json ArgumentsJson(const std::string& text) {
   if (Trim(text).empty()) return Json::object();
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error&) {
+  } catch (const Json::exception&) {
     return Json(text);
   }
 }
@@ -83,7 +88,7 @@ class GemmaValueReader {
     if (word.empty()) return false;
     try {
       out = Json::parse(word);
-    } catch (const Json::parse_error&) {
+    } catch (const Json::exception&) {
       return false;
     }
     if (!out.is_primitive() || out.is_string()) return false;
@@ -143,7 +148,7 @@ bool JsonCallEntry(const Json& e, ToolCall& out) {
     if (args.is_string()) {
       try {
         args = Json::parse(args.get<std::string>());
-      } catch (const Json::parse_error&) {
+      } catch (const Json::exception&) {
         return false;
       }
     }
@@ -151,7 +156,7 @@ bool JsonCallEntry(const Json& e, ToolCall& out) {
   }
   out.id.clear();
   out.name = name->get<std::string>();
-  out.arguments = args.dump();
+  out.arguments = DumpArguments(args);
   return true;
 }
 
@@ -167,7 +172,7 @@ std::string ToolCallInstructions(std::span<const ToolFunction> tools, bool paral
     if (!t.parameters.empty()) {
       try {
         j["parameters"] = Json::parse(t.parameters);
-      } catch (const Json::parse_error& e) {
+      } catch (const Json::exception& e) {
         throw Error("tool \"" + t.name + "\": parameters are not valid JSON: " + e.what());
       }
     }
@@ -207,8 +212,9 @@ bool ParseGemma4Call(std::string_view body, ToolCall& out) {
   Json args;
   if (!reader.Object(args) || !reader.AtEnd()) return false;
   out.id.clear();
-  out.name = std::string(name);
-  out.arguments = args.dump();
+  out.name.clear();
+  runtime::AppendWellFormedUtf8(name, true, &out.name);
+  out.arguments = DumpArguments(args);
   return true;
 }
 
@@ -252,7 +258,7 @@ void ToolCallParser::ParseJsonHeld(ToolCallDelta& out) {
         }
       }
     }
-  } catch (const Json::parse_error&) {
+  } catch (const Json::exception&) {
     ok = false;
   }
   for (const ToolCall& c : calls) ok = ok && KnownName(c.name);
