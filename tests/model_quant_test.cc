@@ -429,8 +429,7 @@ const GgmlType kIntTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_
                               GgmlType::kQ2_0};
 // The types whose SIMD kernels repeat the scalar twin's fma per block.
 const GgmlType kFmaTwinTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
-                                  GgmlType::kIQ3_S,   GgmlType::kIQ1_S,  GgmlType::kIQ1_M, GgmlType::kNVFP4,
-                                  GgmlType::kQ1_0,    GgmlType::kQ2_0};
+                                  GgmlType::kIQ3_S,   GgmlType::kIQ1_S,  GgmlType::kIQ1_M};
 const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,   GgmlType::kQ5_0,
                            GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,
                            GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
@@ -564,9 +563,8 @@ TEST(MatMul, SimdMatchesScalarTwin) {
   testing::RecordMeasured("outputs compared with the scalar twin: %d\n", compared);
 }
 
-// The IQ grid, NVFP4, Q1_0 and Q2_0 kernels form the scalar twin's exact
-// integer block sums and its fma per block (model/quant_iq.h), so they are
-// bitwise equal to it; also
+// The IQ grid kernels form the scalar twin's exact integer block sums and its
+// fma per block (model/quant_iq.h), so they are bitwise equal to it; also
 // on the extreme blocks (every byte 0xFF: the largest grid indices and scales,
 // every sign negative) against activations of one sign at full scale, where
 // an int16 pair sum would saturate first, checked against a float64 product.

@@ -279,44 +279,41 @@ void DotMXFP4R(const BlockMXFP4* w, const ActQ8* x, std::int64_t xs, std::int64_
 
 // NVFP4 against per-32 activations: the 16 code bytes of sub-blocks 2h and
 // 2h + 1 become their 32 values in element order (low nibbles of 8 bytes,
-// then their high nibbles, per sub-block), one sub-block per 128-bit lane.
+// then their high nibbles, per sub-block), one sub-block per 128-bit lane,
+// and each lane's int32 sums are scaled by its sub-block's d * dx in a float
+// vector (one horizontal sum per row at the end).
 template <int R>
 void DotNVFP4R(const BlockNVFP4* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
   const __m256i table = GridTable(kMxfp4Values), ones = _mm256_set1_epi16(1);
   const __m128i m4 = _mm_set1_epi8(0xF);
-  float acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     for (int h = 0; h < 2; ++h) {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs + 16 * h));
       const __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
       const __m256i codes = _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi));
       const __m256i v = _mm256_shuffle_epi8(table, codes), abs = _mm256_sign_epi8(v, v);
-      const float d0 = Ue4m3Scale(w[b].d[2 * h]), d1 = Ue4m3Scale(w[b].d[2 * h + 1]);
+      const __m256 d = _mm256_set_m128(_mm_set1_ps(Ue4m3Scale(w[b].d[2 * h + 1])), _mm_set1_ps(Ue4m3Scale(w[b].d[2 * h])));
       for (int r = 0; r < R; ++r) {
         const ActQ8& a = x[r * xs + 2 * b + h];
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, _mm256_sign_epi8(Load32(a.qs), v)), ones);
-        __m128i p0 = _mm256_castsi256_si128(p), p1 = _mm256_extracti128_si256(p, 1);
-        p0 = _mm_add_epi32(p0, _mm_shuffle_epi32(p0, 0x4E));
-        p1 = _mm_add_epi32(p1, _mm_shuffle_epi32(p1, 0x4E));
-        p0 = _mm_add_epi32(p0, _mm_shuffle_epi32(p0, 0xB1));
-        p1 = _mm_add_epi32(p1, _mm_shuffle_epi32(p1, 0xB1));
-        acc[r] = std::fma(static_cast<float>(_mm_cvtsi128_si32(p0)), d0 * a.d, acc[r]);
-        acc[r] = std::fma(static_cast<float>(_mm_cvtsi128_si32(p1)), d1 * a.d, acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = acc[r];
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
-// Q1_0: sum (bit ? a : -a) = -sum sign(a, s), s = -1 where the bit is set.
+// Q1_0: sum (bit ? a : -a) = -sum sign(a, s), s = -1 where the bit is set;
+// int32 lane sums scaled in a float vector per row.
 template <int R>
 void DotQ1_0R(const BlockQ1_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
   const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
   const __m256i sel = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   const __m256i ones8 = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
-  float acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     const float d = H2F(w[b].d);
     for (int k = 0; k < 4; ++k) {
@@ -326,12 +323,12 @@ void DotQ1_0R(const BlockQ1_0* w, const ActQ8* x, std::int64_t xs, std::int64_t 
       const __m256i s = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel), ones8);
       for (int r = 0; r < R; ++r) {
         const ActQ8& a = x[r * xs + 4 * b + k];
-        const int p = HSumI32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_sign_epi8(Load32(a.qs), s)), ones));
-        acc[r] = std::fma(static_cast<float>(-p), d * a.d, acc[r]);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_sign_epi8(Load32(a.qs), s)), ones);
+        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * a.d), acc[r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = acc[r];
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
 // Q2_0's four 2-bit codes of each byte value, one per byte.
@@ -342,13 +339,14 @@ struct Q2_0Codes {
   }
 };
 
-// Q2_0: sum (code - 1) a = sum code a - sum a.
+// Q2_0: sum (code - 1) a = sum code a - sum a, the activation sum taken off
+// in int32 lane 0.
 template <int R>
 void DotQ2_0R(const BlockQ2_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
   static const Q2_0Codes kCodes;
   const __m256i ones = _mm256_set1_epi16(1);
-  float acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     const float d = H2F(w[b].d);
     for (int h = 0; h < 2; ++h) {
@@ -359,31 +357,32 @@ void DotQ2_0R(const BlockQ2_0* w, const ActQ8* x, std::int64_t xs, std::int64_t 
           static_cast<int>(kCodes.of[q[6]]), static_cast<int>(kCodes.of[q[7]]));
       for (int r = 0; r < R; ++r) {
         const ActQ8& a = x[r * xs + 2 * b + h];
-        const int p = HSumI32(_mm256_madd_epi16(_mm256_maddubs_epi16(c, Load32(a.qs)), ones));
-        acc[r] = std::fma(static_cast<float>(p - a.sum), d * a.d, acc[r]);
+        const __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(c, Load32(a.qs)), ones),
+                                           _mm256_setr_epi32(a.sum, 0, 0, 0, 0, 0, 0, 0));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * a.d), acc[r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = acc[r];
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
 
 }  // namespace
 
 void Avx2NVFP4Rows(const BlockNVFP4* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                    float* y, std::int64_t ys) {
-  const auto rows = KVSHARE_ROWS_KERNEL(DotNVFP4R, BlockNVFP4, ActQ8);
+  const auto rows = KVSHARE_ROWS_KERNEL_N(DotNVFP4R, BlockNVFP4, ActQ8, 8);
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 
 void Avx2Q1_0Rows(const BlockQ1_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys) {
-  const auto rows = KVSHARE_ROWS_KERNEL(DotQ1_0R, BlockQ1_0, ActQ8);
+  const auto rows = KVSHARE_ROWS_KERNEL_N(DotQ1_0R, BlockQ1_0, ActQ8, 8);
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 
 void Avx2Q2_0Rows(const BlockQ2_0* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys) {
-  const auto rows = KVSHARE_ROWS_KERNEL(DotQ2_0R, BlockQ2_0, ActQ8);
+  const auto rows = KVSHARE_ROWS_KERNEL_N(DotQ2_0R, BlockQ2_0, ActQ8, 8);
   rows(w, nrows, x, xs, nb, acts, y, ys);
 }
 

@@ -252,8 +252,8 @@ float DotMXFP4(const BlockMXFP4* w, const ActQ8* x, std::int64_t nb) {
 }
 
 // NVFP4 against per-32 activations (x[2b + h]: sub-blocks 2h, 2h + 1), Q1_0
-// (x[4b + k]) and Q2_0 (x[2b + h]): y = fma(sum, d * dx, y) per 16 / 32
-// elements in order, the AVX2 kernels' arithmetic exactly.
+// (x[4b + k]) and Q2_0 (x[2b + h]): y += sum * d * dx per 16 / 32 elements in
+// order (the AVX2 kernels sum in 8 float lanes: equal within fp32 rounding).
 float DotNVFP4(const BlockNVFP4* w, const ActQ8* x, std::int64_t nb) {
   float acc = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
