@@ -3,101 +3,40 @@
 #include "model/quant_iq.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "model/quant_kernels.h"
 
 namespace kvshare::detail {
 namespace {
 
-// y[k] = db * g_k * sigma_k for the 8 elements of one grid point.
-void DequantPoint(std::uint64_t point, std::uint8_t signs, float db, float* y) {
-  for (int k = 0; k < 8; ++k) {
-    y[k] = db * static_cast<float>((point >> (8 * k)) & 0xFF) * ((signs >> k) & 1 ? -1.0f : 1.0f);
-  }
-}
-// y[k] = dl * (g_k + delta) for the 8 elements of an IQ1 grid point.
-void DequantIq1Point(std::uint64_t point, float dl, float delta, float* y) {
-  for (int k = 0; k < 8; ++k) y[k] = dl * (static_cast<float>(static_cast<std::int8_t>(point >> (8 * k))) + delta);
-}
-// (0.5 + s) * scale for the IQ2 / IQ3_XXS sub-block scales.
-float HalfScale(float d, unsigned s, float scale) { return d * (0.5f + static_cast<float>(s)) * scale; }
+// The fp32 scale of a 16-element half with integer-form scale ls (odd), as
+// gguf.quants.dequantize forms it: IQ2 d * (0.5 + s) * 0.25 and IQ3_XXS
+// d * (0.5 + s) * 0.5 with s = (ls - 1) / 2; IQ3_S and IQ1 d * ls.
+float HalfScale(float d, int ls, float scale) { return d * (0.5f + static_cast<float>((ls - 1) / 2)) * scale; }
+float ElementScale(const BlockIQ2_XXS& b, int ls) { return HalfScale(F16ToF32(b.d), ls, 0.25f); }
+float ElementScale(const BlockIQ2_XS& b, int ls) { return HalfScale(F16ToF32(b.d), ls, 0.25f); }
+float ElementScale(const BlockIQ2_S& b, int ls) { return HalfScale(F16ToF32(b.d), ls, 0.25f); }
+float ElementScale(const BlockIQ3_XXS& b, int ls) { return HalfScale(F16ToF32(b.d), ls, 0.5f); }
+float ElementScale(const BlockIQ3_S& b, int ls) { return F16ToF32(b.d) * static_cast<float>(ls); }
+float ElementScale(const BlockIQ1_S& b, int ls) { return F16ToF32(b.d) * static_cast<float>(ls); }
+float ElementScale(const BlockIQ1_M& b, int ls) { return F16ToF32(IQ1MScaleBits(b)) * static_cast<float>(ls); }
 
-void Dequant(const BlockIQ2_XXS& b, float* y) {
-  const float d = F16ToF32(b.d);
+// Element by element from the integer form (IqDecode), bitwise what
+// gguf.quants.dequantize computes: db * g * sign equals db * (+-g) (the
+// sign is exact), and IQ1's g + delta equals v / 8 = (8g +- 1) / 8 exactly.
+template <typename Block>
+void Dequant(const Block& b, float* y) {
+  constexpr bool kIq1 = std::is_same_v<Block, BlockIQ1_S> || std::is_same_v<Block, BlockIQ1_M>;
   for (int ib = 0; ib < 8; ++ib) {
-    std::uint32_t aux[2];
-    std::memcpy(aux, b.qs + 4 * ib, 8);
-    const float db = HalfScale(d, aux[1] >> 28, 0.25f);
-    for (int l = 0; l < 4; ++l) {
-      DequantPoint(kIq2xxsGrid[(aux[0] >> (8 * l)) & 0xFF], Iq2Signs(aux[1] >> (7 * l)), db, y + 32 * ib + 8 * l);
-    }
-  }
-}
-void Dequant(const BlockIQ2_XS& b, float* y) {
-  const float d = F16ToF32(b.d);
-  for (int ib = 0; ib < 8; ++ib) {
-    for (int l = 0; l < 4; ++l) {
-      const unsigned q = b.qs[4 * ib + l];
-      const float db = HalfScale(d, (b.scales[ib] >> (4 * (l / 2))) & 0xF, 0.25f);
-      DequantPoint(kIq2xsGrid[q & 511], Iq2Signs(q >> 9), db, y + 32 * ib + 8 * l);
-    }
-  }
-}
-void Dequant(const BlockIQ2_S& b, float* y) {
-  const float d = F16ToF32(b.d);
-  for (int ib = 0; ib < 8; ++ib) {
-    for (int l = 0; l < 4; ++l) {
-      const unsigned idx = b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3u) << 8);
-      const float db = HalfScale(d, (b.scales[ib] >> (4 * (l / 2))) & 0xF, 0.25f);
-      DequantPoint(kIq2sGrid[idx], b.qs[32 + 4 * ib + l], db, y + 32 * ib + 8 * l);
-    }
-  }
-}
-void Dequant(const BlockIQ3_XXS& b, float* y) {
-  const float d = F16ToF32(b.d);
-  for (int ib = 0; ib < 8; ++ib) {
-    std::uint32_t aux;
-    std::memcpy(&aux, b.qs + 64 + 4 * ib, 4);
-    const float db = HalfScale(d, aux >> 28, 0.5f);
-    for (int l = 0; l < 4; ++l) {
-      const std::uint64_t point = kIq3xxsGrid[b.qs[8 * ib + 2 * l]] |
-                                  static_cast<std::uint64_t>(kIq3xxsGrid[b.qs[8 * ib + 2 * l + 1]]) << 32;
-      DequantPoint(point, Iq2Signs(aux >> (7 * l)), db, y + 32 * ib + 8 * l);
-    }
-  }
-}
-void Dequant(const BlockIQ3_S& b, float* y) {
-  const float d = F16ToF32(b.d);
-  for (int ib = 0; ib < 8; ++ib) {
-    const float db = d * static_cast<float>(1 + 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF));
-    for (int l = 0; l < 4; ++l) {
-      const unsigned i0 = b.qs[8 * ib + 2 * l] | (((b.qh[ib] >> (2 * l)) & 1u) << 8);
-      const unsigned i1 = b.qs[8 * ib + 2 * l + 1] | (((b.qh[ib] >> (2 * l + 1)) & 1u) << 8);
-      DequantPoint(kIq3sGrid[i0] | static_cast<std::uint64_t>(kIq3sGrid[i1]) << 32, b.signs[4 * ib + l], db,
-                   y + 32 * ib + 8 * l);
-    }
-  }
-}
-constexpr float kIq1Delta = 0.125f;
-void Dequant(const BlockIQ1_S& b, float* y) {
-  const float d = F16ToF32(b.d);
-  for (int ib = 0; ib < 8; ++ib) {
-    const unsigned qh = b.qh[ib];
-    const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
-    const float delta = (qh & 0x8000) ? -kIq1Delta : kIq1Delta;
-    for (int l = 0; l < 4; ++l) {
-      DequantIq1Point(kIq1sGrid[b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8)], dl, delta, y + 32 * ib + 8 * l);
-    }
-  }
-}
-void Dequant(const BlockIQ1_M& b, float* y) {
-  const float d = F16ToF32(IQ1MScaleBits(b));
-  for (int ib = 0; ib < 8; ++ib) {
-    for (int l = 0; l < 4; ++l) {
-      const unsigned nib = (b.qh[2 * ib + l / 2] >> (4 * (l % 2))) & 0xF;
-      const float dl = d * static_cast<float>(2 * IQ1MScale(b, 2 * ib + l / 2) + 1);
-      DequantIq1Point(kIq1sGrid[b.qs[4 * ib + l] | ((nib & 7u) << 8)], dl, (nib & 8) ? -kIq1Delta : kIq1Delta,
-                      y + 32 * ib + 8 * l);
+    IqSub sub;
+    IqDecode(b, ib, &sub);
+    for (int h = 0; h < 2; ++h) {
+      const float db = ElementScale(b, sub.ls[h]);
+      for (int k = 16 * h; k < 16 * h + 16; ++k) {
+        const float v = static_cast<float>(sub.v[k]);
+        y[32 * ib + k] = kIq1 ? db * (v * 0.125f) : db * v;
+      }
     }
   }
 }
