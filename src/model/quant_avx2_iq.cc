@@ -117,25 +117,23 @@ Sub Decode(const BlockIQ1_M& b, int ib) {
   return {Iq1Values(g, d), Scales(2 * IQ1MScale(b, 2 * ib) + 1, 2 * IQ1MScale(b, 2 * ib + 1) + 1)};
 }
 
-// Up to 8 activation rows against one weight row whose sub-blocks come from
-// sub(b, ib) and block factors from factor(b).
-template <int R, typename SubAt, typename FactorAt>
-void DotIqCore(const SubAt& sub, const FactorAt& factor, const ActQ8K* x, std::int64_t xs, std::int64_t nb,
-               float* out) {
+// Up to 8 activation rows against one weight row.
+template <int R, typename Block>
+void DotIqR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
   float acc[R];
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
     __m256i sumi[R];
     for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
-      const Sub s = sub(b, ib);
+      const Sub s = Decode(w[b], ib);
       const __m256i abs = _mm256_sign_epi8(s.v, s.v);
       for (int r = 0; r < R; ++r) {
         const __m256i a = _mm256_sign_epi8(Load32(x[r * xs + b].qs + 32 * ib), s.v);
         sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(abs, a), s.ls));
       }
     }
-    const float f = factor(b);
+    const float f = IqFactor(w[b]);
     for (int r = 0; r < R; ++r) {
       __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sumi[r]), _mm256_extracti128_si256(sumi[r], 1));
       t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
@@ -150,8 +148,7 @@ template <typename Block>
 struct IqKernel {
   template <int R>
   static void Dot(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb, float* out) {
-    DotIqCore<R>([w](std::int64_t b, int ib) { return Decode(w[b], ib); },
-                 [w](std::int64_t b) { return IqFactor(w[b]); }, x, xs, nb, out);
+    DotIqR<R, Block>(w, x, xs, nb, out);
   }
 };
 
