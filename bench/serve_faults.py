@@ -2,7 +2,9 @@
 """Load and fault run against a real `kvshare serve` on 127.0.0.1.
 
 C closed-loop clients (default 32) send N requests (default 500): chat and
-completions, streaming and not, JSON-schema response_format requests, mixed
+completions, streaming and not, JSON-schema response_format requests, tool
+calls (tool_choice auto, required or a named function; arguments parsed and
+checked against the tool's schema whenever a call is returned), mixed
 with injected faults: disconnects mid-headers, mid-body, mid-stream and while
 a non-streamed answer is computed (cancellations), slow readers of a stream,
 malformed JSON, bodies over the server's --max-body-kib (413), and token-id
@@ -41,11 +43,15 @@ MAX_BODY_KIB = 64  # the server is started with it, so that an oversized body is
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                            "age": {"type": "integer"}},
           "required": ["name", "age"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                   "required": ["city"], "additionalProperties": False}}}]
 CONTROL = {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "seed": 1}
 
 # Request kinds and their weights: served ones, then faults.
 KINDS = [("chat", 14), ("chat_stream", 14), ("completion", 12), ("completion_stream", 12), ("json_schema", 8),
-         ("json_schema_stream", 4),
+         ("json_schema_stream", 4), ("tools", 6), ("tools_stream", 4),
          ("disconnect_headers", 4), ("disconnect_body", 4), ("disconnect_stream", 6), ("cancel_wait", 5),
          ("slow_reader", 3), ("malformed_json", 5), ("oversized", 3), ("oov_tokens", 5)]
 FAULTS = {"disconnect_headers", "disconnect_body", "disconnect_stream", "cancel_wait", "slow_reader",
@@ -212,12 +218,55 @@ def check_sse(data):
     return out
 
 
+def check_calls(calls):
+    """Returned tool calls: each names get_weather with arguments that are JSON
+    following its schema."""
+    if not calls:
+        raise Bad("finish_reason tool_calls without tool_calls")
+    for c in calls:
+        f = c.get("function") or {}
+        if c.get("type") != "function" or f.get("name") != "get_weather" or not c.get("id"):
+            raise Bad(f"bad tool call {c!r}")
+        try:
+            args = json.loads(f.get("arguments"))
+        except (TypeError, ValueError):
+            raise Bad(f"tool call arguments are not JSON: {f.get('arguments')!r}")
+        if not (isinstance(args, dict) and set(args) == {"city"} and isinstance(args["city"], str)
+                and len(args["city"]) <= 20):
+            raise Bad(f"tool call arguments do not follow the schema: {args!r}")
+
+
+def check_streamed_calls(events):
+    """Tool-call deltas, accumulated by index as OpenAI clients do."""
+    calls, finish = {}, None
+    for e in events:
+        for ch in e.get("choices", []):
+            finish = ch.get("finish_reason") or finish
+            for d in (ch.get("delta") or {}).get("tool_calls") or []:
+                c = calls.setdefault(d["index"], {"type": "function", "function": {"name": "", "arguments": ""}})
+                c["id"] = d.get("id") or c.get("id")
+                c["type"] = d.get("type") or c["type"]
+                f = d.get("function") or {}
+                c["function"]["name"] += f.get("name") or ""
+                c["function"]["arguments"] += f.get("arguments") or ""
+    if finish == "tool_calls":
+        check_calls([calls[i] for i in sorted(calls)])
+        return True
+    if calls and finish != "length":  # max_tokens may cut a call short
+        raise Bad(f"tool call deltas with finish_reason {finish!r}")
+    return False
+
+
 def body_for(kind, rng):
     n = rng.randint(3, 10)
     stream = kind.endswith("_stream") or kind in ("disconnect_stream", "slow_reader")
     if kind.startswith("completion") or kind == "cancel_wait":
         b = {"prompt": rng.choice(["Once upon a time", "def fib(n):", "The sky is", "1, 2, 3,"]),
              "max_tokens": n if kind != "cancel_wait" else 48}
+    elif kind.startswith("tools"):
+        b = {"messages": [{"role": "user", "content": rng.choice(["What is the weather in Paris?", "Hi"])}],
+             "max_tokens": 40, "tools": TOOLS,
+             "tool_choice": rng.choice(["auto", "required", {"type": "function", "function": {"name": "get_weather"}}])}
     elif kind.startswith("json_schema"):
         b = {"messages": [{"role": "user", "content": "Give a person as JSON."}], "max_tokens": 40,
              "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}}
@@ -233,11 +282,11 @@ def body_for(kind, rng):
 
 
 def one(port, kind, rng):
-    """Runs one request of `kind`; returns its outcome name ("ok", "4xx", "503",
-    "closed") or raises Bad."""
-    path = "/v1/chat/completions" if (kind.startswith("chat") or kind.startswith("json_schema")
+    """Runs one request of `kind`; returns its outcome name ("ok", "tool_calls":
+    ok with checked tool calls, "4xx", "503", "closed") or raises Bad."""
+    path = "/v1/chat/completions" if (kind.startswith(("chat", "json_schema", "tools"))
                                       or kind in ("disconnect_stream", "slow_reader")) else "/v1/completions"
-    if kind in ("chat", "completion", "json_schema"):
+    if kind in ("chat", "completion", "json_schema", "tools"):
         status, _, body = post(port, path, body_for(kind, rng))
         if status == 503:
             check_json(status, body, (503,))
@@ -245,8 +294,11 @@ def one(port, kind, rng):
         j = check_json(status, body)
         if kind == "json_schema" and j["choices"][0]["finish_reason"] == "stop":
             json.loads(j["choices"][0]["message"]["content"])  # complete output must follow the schema's JSON
+        if kind == "tools" and j["choices"][0]["finish_reason"] == "tool_calls":
+            check_calls(j["choices"][0]["message"].get("tool_calls"))
+            return "tool_calls"
         return "ok"
-    if kind in ("chat_stream", "completion_stream", "json_schema_stream"):
+    if kind in ("chat_stream", "completion_stream", "json_schema_stream", "tools_stream"):
         c = Conn(port)
         try:
             data = json.dumps(body_for(kind, rng)).encode()
@@ -260,7 +312,9 @@ def one(port, kind, rng):
             return "503"
         if status != 200 or not headers.get("content-type", "").startswith("text/event-stream"):
             raise Bad(f"stream answered {status} {headers.get('content-type')}: {body[:200]!r}")
-        check_sse(body)
+        events = check_sse(body)
+        if kind == "tools_stream" and check_streamed_calls(events):
+            return "tool_calls"
         return "ok"
     if kind == "disconnect_headers":
         c = Conn(port)
@@ -395,7 +449,7 @@ def run_load(port, requests, clients, seed=0, deadline=None):
                     fig["errors"][kind] += 1
                     if len(fig["error_samples"]) < 10:
                         fig["error_samples"].append(err)
-                elif out == "ok" and kind not in FAULTS:
+                elif out in ("ok", "tool_calls") and kind not in FAULTS:
                     fig["latency"].append(dt)
 
     t0 = time.perf_counter()
@@ -532,7 +586,7 @@ def run(cli, model, requests=500, clients=32, seed=0, duration=None):
         while not stop.is_set():
             v = srv.rss_kib()
             if v:
-                rss.append(v)
+                rss.append((time.time(), v))
             stop.wait(1.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -551,7 +605,11 @@ def run(cli, model, requests=500, clients=32, seed=0, duration=None):
         stop.set()
         sampler.join(5)
         srv.kill()
-    fig["rss_kib"] = (min(rss), max(rss)) if rss else None
+    fig["rss_kib"] = (min(v for _, v in rss), max(v for _, v in rss)) if rss else None
+    # The RSS at each minute of the load (KiB): a leak shows as a climb after the first.
+    t0 = rss[0][0] if rss else 0
+    fig["rss_by_minute_kib"] = [max((v for t, v in rss if m * 60 <= t - t0 < (m + 1) * 60), default=0)
+                                for m in range(int((rss[-1][0] - t0) // 60) + 1)] if rss else []
     return fig
 
 
@@ -572,6 +630,7 @@ def report(fig):
     print(f"SIGTERM under load: exit status {fig['exit_status']}, streams {dict(fig['sigterm_streams'])}")
     if fig["rss_kib"]:
         print(f"server RSS: min {fig['rss_kib'][0] / 1024:.0f} MiB, max {fig['rss_kib'][1] / 1024:.0f} MiB")
+        print("server RSS, max per minute (MiB): " + " ".join(f"{v / 1024:.0f}" for v in fig["rss_by_minute_kib"]))
 
 
 def main():

@@ -24,6 +24,7 @@ def test_load_with_faults_then_sigterm():
     # Every fault kind was injected, and served requests were answered.
     assert set(fig["faults"]) == serve_faults.FAULTS
     assert fig["outcomes"]["ok"] > 200
+    assert fig["outcomes"]["tool_calls"] > 0  # calls came back and their arguments were checked
     assert fig["after_load_metrics"] == {"kvshare_active_slots": 0, "kvshare_queue_depth": 0,
                                          "kvshare_http_requests_in_flight": 0,
                                          "kvshare_http_connections_waiting": 0}
