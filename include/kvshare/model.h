@@ -29,7 +29,7 @@
 #include "kvshare/cache.h"
 #include "kvshare/gguf.h"
 #include "kvshare/tensor.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/vocab.h"
 
 namespace kvshare {
 
