@@ -15,11 +15,11 @@
 #include "record_measured.h"
 #include "default_model_path.h"
 #include "kvshare/error.h"
+#include "kvshare/generator.h"
 #include "kvshare/model.h"
 #include "kvshare/sampler.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
-#include "runtime/generator.h"
 
 namespace kvshare {
 namespace {

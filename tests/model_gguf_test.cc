@@ -13,7 +13,7 @@
 #include "default_model_path.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
-#include "model/model_info.h"
+#include "kvshare/model_info.h"
 #include "model_gguf_writer.h"
 
 namespace kvshare {

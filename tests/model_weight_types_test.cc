@@ -22,7 +22,7 @@
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
-#include "model/model_info.h"
+#include "kvshare/model_info.h"
 #include "model/quant.h"
 #include "model_gguf_writer.h"
 #include "model_tiny_gemma.h"

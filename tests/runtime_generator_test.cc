@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "kvshare/generator.h"
 #include "kvshare/model.h"
 #include "kvshare/tokenizer.h"
 #include "model_tiny_gemma.h"
-#include "runtime/generator.h"
 #include "runtime_tiny_vocab.h"
 
 namespace kvshare {

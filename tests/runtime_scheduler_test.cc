@@ -21,13 +21,13 @@
 
 #include "default_model_path.h"
 #include "kvshare/error.h"
+#include "kvshare/generator.h"
 #include "kvshare/model.h"
 #include "kvshare/scheduler.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
-#include "runtime/generator.h"
 #include "runtime_scheduler_util.h"
 #include "runtime_tiny_vocab.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/generator.h"
+#include "kvshare/generator.h"
 
 namespace kvshare::testing {
 

@@ -20,12 +20,12 @@
 
 #include "record_measured.h"
 #include "kvshare/assistant.h"
+#include "kvshare/generator.h"
 #include "kvshare/model.h"
 #include "kvshare/scheduler.h"
 #include "kvshare/speculative.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
-#include "runtime/generator.h"
 #include "runtime_spec_util.h"
 
 namespace kvshare {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvshare/error.h"
+#include "kvshare/generator.h"
 #include "kvshare/model.h"
 #include "kvshare/sampler.h"
 #include "kvshare/speculative.h"
@@ -24,7 +25,6 @@
 #include "kvshare/tokenizer.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
-#include "runtime/generator.h"
 #include "runtime_spec_util.h"
 #include "runtime_tiny_vocab.h"
 #include "test_util.h"

@@ -23,14 +23,14 @@
 
 #include "commands.h"
 #include "kvshare/error.h"
+#include "kvshare/generator.h"
 #include "kvshare/model.h"
+#include "kvshare/model_info.h"
 #include "kvshare/sampler.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
-#include "model/quant.h"
 #include "kv_options.h"
 #include "model_path.h"
-#include "runtime/generator.h"
 #include "spec_flags.h"
 
 namespace kvshare::cli {
@@ -229,7 +229,7 @@ void RunBench(const BenchCliOptions& o) {
   const std::unique_ptr<ModelState> state = model->NewState(so);
   const std::string name(model->gguf().GetStringOpt("general.name").value_or(model->config().architecture));
   const auto load_before = LoadAverage();
-  const std::string kernel = KernelLevelName(DefaultKernelLevel());
+  const std::string kernel = MatMulKernelName();
   const std::string revision = Revision();
   const unsigned cpus = std::thread::hardware_concurrency();
   const std::string pp = "pp" + std::to_string(o.prompt_tokens), tg = "tg" + std::to_string(o.gen_tokens);

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
+#include "kvshare/generator.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
 #include "kvshare/model_cuda.h"
@@ -19,7 +20,6 @@
 #include "kvshare/tokenizer.h"
 #include "kv_options.h"
 #include "model_path.h"
-#include "runtime/generator.h"
 #include "sampler_flags.h"
 #include "spec_flags.h"
 

@@ -12,8 +12,8 @@
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
+#include "kvshare/model_info.h"
 #include "kvshare/speculative.h"
-#include "model/model_info.h"
 #include "kv_options.h"
 #include "model_path.h"
 

@@ -13,11 +13,11 @@
 #include "commands.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
+#include "kvshare/perplexity.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
 #include "kv_options.h"
 #include "model_path.h"
-#include "runtime/perplexity.h"
 
 namespace kvshare::cli {
 namespace {

@@ -19,11 +19,11 @@
 #include "kvshare/assistant.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
+#include "kvshare/generator.h"
 #include "kvshare/model.h"
 #include "kvshare/speculative.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
-#include "runtime/generator.h"
 
 namespace kvshare::python {
 namespace {

@@ -1,10 +1,15 @@
-#include "model/model_info.h"
+#include "kvshare/model_info.h"
 
 #include <cstdio>
 #include <map>
 #include <string>
 
+#include "model/quant.h"
+
 namespace kvshare {
+
+// A forwarder, so that front ends name the level without the kernels' header.
+const char* MatMulKernelName() { return KernelLevelName(DefaultKernelLevel()); }
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "runtime/generator.h"
+#include "kvshare/generator.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
 // ComputePerplexity (perplexity.h).
-#include "runtime/perplexity.h"
+#include "kvshare/perplexity.h"
 
 #include <algorithm>
 #include <cmath>

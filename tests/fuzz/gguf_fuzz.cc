@@ -10,7 +10,7 @@
 
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
-#include "model/model_info.h"
+#include "kvshare/model_info.h"
 #include "model/quant.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,5 +1,10 @@
-// Text generation loop: prefill the prompt, then sample and decode one token at
-// a time until an end-of-generation token, the token limit, or the context end.
+// kvshare/generator.h — the single-sequence text generation loop (runtime
+// layer; the `kvshare generate` / `bench` commands and the Python module's
+// Model.generate): prefill the prompt, then sample and decode one token at a
+// time until an end-of-generation token, the token limit, or the context end.
+// Tokens are int32 ids of the model's vocabulary; logits are float32
+// [n_vocab]; text comes out as UTF-8 pieces, each whole characters (the
+// TokenStreamDecoder of kvshare/tokenizer.h). Errors: kvshare::Error.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
-// Perplexity of a model over a token sequence, as llama.cpp's llama-perplexity
+// kvshare/perplexity.h — perplexity of a model over a token sequence (runtime
+// layer; `kvshare perplexity`), as llama.cpp's llama-perplexity
 // computes it: the tokens are cut into chunks of n_ctx; each chunk runs from an
 // empty cache with its first token replaced by <bos> (when the vocabulary adds
 // one), and the tokens of its second half are scored: for positions j in
