@@ -8,10 +8,11 @@
 
 namespace kvshare::cli {
 
-// Adds `--kv-dtype f32|f16|bf16|q8_0` (default: the value `dtype` holds) to cmd.
+// Adds `--kv-dtype f32|f16|bf16|q8_0` (or float32 / float16 / bfloat16;
+// default: the value `dtype` holds) to cmd; other names are refused at parse.
 void AddKvDtypeOption(CLI::App& cmd, std::string& dtype);
-// "f32" / "f16" / "bf16" / "q8_0" as a DType; throws kvshare::Error naming the
-// choices.
+// The option's value as a DType (KvCacheDTypeFromName); throws kvshare::Error
+// naming --kv-dtype and the accepted names.
 DType ParseKvDtype(const std::string& name);
 
 }  // namespace kvshare::cli

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace kvshare {
 
@@ -48,6 +49,14 @@ bool IsQuantized(DType dtype);
 // True for the dtypes a KV cache (and the GQA op's past / present) may be
 // stored in: float32, float16, bfloat16 and q8_0.
 bool IsKvCacheDType(DType dtype);
+// The KV cache dtype a name spells, for every front end's option (`kvshare
+// --kv-dtype`, the Python module's KvCache dtype= and Model kv_dtype=), so all
+// accept one vocabulary: DTypeName's "float32", "float16", "bfloat16", "q8_0"
+// and llama.cpp's "f32", "f16", "bf16" (exact, case-sensitive). Throws
+// kvshare::Error for any other name, naming `what` (the option) and listing
+// the accepted names: "kv_dtype 'int8' is not one of float32 (f32), float16
+// (f16), bfloat16 (bf16), q8_0".
+DType KvCacheDTypeFromName(std::string_view name, std::string_view what = "KV cache dtype");
 
 // Where a view's memory lives and an op runs: host memory and the CPU kernels,
 // or CUDA device memory (cudaMalloc / cudaMallocManaged) and the CUDA kernels

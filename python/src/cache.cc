@@ -21,14 +21,6 @@ AttentionType ParseType(const std::string& s) {
   throw Error("attention type must be 'full' or 'sliding', got '" + s + "'");
 }
 
-DType ParseCacheDType(const std::string& s) {
-  if (s == "float32") return DType::kFloat32;
-  if (s == "float16") return DType::kFloat16;
-  if (s == "bfloat16") return DType::kBFloat16;
-  if (s == "q8_0") return DType::kQ8_0;
-  throw Error("dtype must be 'float32', 'float16', 'bfloat16' or 'q8_0', got '" + s + "'");
-}
-
 KvLayout ParseLayout(const std::string& s) {
   if (s == "bnsh") return KvLayout::kBnsh;
   if (s == "token_major") return KvLayout::kTokenMajor;
@@ -38,7 +30,8 @@ KvLayout ParseLayout(const std::string& s) {
 KvCacheOptions MakeOptions(int max_batch, std::int64_t max_seq, int max_step, const std::string& dtype,
                            bool exact_rewind, const std::string& layout) {
   return KvCacheOptions{.max_batch = max_batch, .max_seq = max_seq, .max_step = max_step,
-                        .dtype = ParseCacheDType(dtype), .exact_rewind = exact_rewind, .layout = ParseLayout(layout)};
+                        .dtype = KvCacheDTypeFromName(dtype, "dtype"), .exact_rewind = exact_rewind,
+                        .layout = ParseLayout(layout)};
 }
 
 // A NumPy array over cache memory, keeping the cache alive through `owner`.
@@ -70,8 +63,8 @@ the last earlier layer of the same type, HF Gemma 3n / Gemma 4 rule). Full layer
 max_seq positions per row; sliding layers a ring of W + max_step - 1 positions unless
 exact_rewind. Buffers are zero-filled, allocated only for owning layers, laid out
 BNSH (max_batch, N_kv, C, H) or token-major (max_batch, C, N_kv*H). dtype: "float32",
-"float16", "bfloat16" or "q8_0" (32 int8 values along H per fp16 scale; every
-head_size a multiple of 32).
+"float16", "bfloat16" (or "f32", "f16", "bf16") or "q8_0" (32 int8 values along H
+per fp16 scale; every head_size a multiple of 32).
 
 One step: w = reserve(row, n_new) for each row taking part; attend(layer, ...) for
 every layer in order; commit_all(). Errors raise kvshare.Error (a ValueError) and leave

@@ -187,7 +187,7 @@ class PyModel {
       : core_(std::make_shared<ModelCore>()) {
     if (num_threads < 0) throw Error("num_threads must be >= 0 (0 = all cores), got " + std::to_string(num_threads));
     state_options_.max_context = max_context;
-    state_options_.kv_dtype = KvDTypeFromName(kv_dtype);
+    state_options_.kv_dtype = KvCacheDTypeFromName(kv_dtype, "kv_dtype");
     state_options_.num_kv_shared_layers = kv_shared_layers;
     const int threads =
         num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -353,15 +353,6 @@ class PyModel {
       core_->draft_core = d;
     }
     return core_->draft_model.get();
-  }
-
-  // "float32" / "float16" / "bfloat16" (or f32 / f16 / bf16) / "q8_0" as a DType.
-  static DType KvDTypeFromName(const std::string& name) {
-    if (name == "float32" || name == "f32") return DType::kFloat32;
-    if (name == "float16" || name == "f16") return DType::kFloat16;
-    if (name == "bfloat16" || name == "bf16") return DType::kBFloat16;
-    if (name == "q8_0") return DType::kQ8_0;
-    throw Error("kv_dtype must be \"float32\", \"float16\", \"bfloat16\" or \"q8_0\", got \"" + name + "\"");
   }
 
   std::shared_ptr<ModelCore> core_;

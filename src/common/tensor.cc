@@ -61,6 +61,30 @@ bool IsQuantized(DType dtype) { return dtype == DType::kQ8_0; }
 
 bool IsKvCacheDType(DType dtype) { return IsFloatingPoint(dtype) || dtype == DType::kQ8_0; }
 
+namespace {
+
+// The KV cache dtypes and their llama.cpp abbreviations (-ctk f16); the full
+// names are DTypeName's, so the two vocabularies cannot drift apart.
+struct KvDTypeSpelling {
+  DType dtype;
+  const char* short_name;  // null: the full name only
+};
+constexpr KvDTypeSpelling kKvDTypeSpellings[] = {
+    {DType::kFloat32, "f32"}, {DType::kFloat16, "f16"}, {DType::kBFloat16, "bf16"}, {DType::kQ8_0, nullptr}};
+
+}  // namespace
+
+DType KvCacheDTypeFromName(std::string_view name, std::string_view what) {
+  std::string accepted;
+  for (const KvDTypeSpelling& s : kKvDTypeSpellings) {
+    if (name == DTypeName(s.dtype) || (s.short_name != nullptr && name == s.short_name)) return s.dtype;
+    if (!accepted.empty()) accepted += ", ";
+    accepted += DTypeName(s.dtype);
+    if (s.short_name != nullptr) accepted += std::string(" (") + s.short_name + ")";
+  }
+  throw Error(std::string(what) + " '" + std::string(name) + "' is not one of " + accepted);
+}
+
 Shape::Shape(std::initializer_list<std::int64_t> d) {
   if (d.size() > static_cast<std::size_t>(kMaxRank)) {
     throw Error("Shape: rank must be <= " + std::to_string(kMaxRank) + ", got " + std::to_string(d.size()));
