@@ -1,4 +1,4 @@
-// A model's forward pass on an NVIDIA GPU (src/cuda/model/; built when the
+// A model's forward pass on an NVIDIA GPU (src/cuda_model/; built when the
 // CUDA backend is, KVSHARE_CUDA).
 #pragma once
 

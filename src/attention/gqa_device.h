@@ -1,9 +1,8 @@
 // The CUDA backend's entry points (src/cuda/), called by GroupQueryAttention
-// (gqa.cc) for GqaRunOptions::device == kCuda and by DeviceBytes (device
-// memory of KV caches) in KVSHARE_CUDA builds. Internal header.
+// (gqa.cc) for GqaRunOptions::device == kCuda in KVSHARE_CUDA builds. Internal
+// header: the attention layer declares what it needs and src/cuda/ defines it,
+// so attention/ never includes cuda/ (docs/architecture.md §1).
 #pragma once
-
-#include <cstddef>
 
 #include "attention/gqa_plan.h"
 #include "kvshare/attention.h"
@@ -20,12 +19,5 @@ void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out);
 // done. Throws kvshare::Error on a CUDA failure.
 void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
                              const GqaPlan& p, const GqaRunOptions& options);
-
-// bytes of zeroed device memory (cudaMalloc + cudaMemset); throws
-// kvshare::Error naming `what` the memory is for without a usable GPU or when
-// the allocation fails.
-void* CudaAllocZeroed(std::size_t bytes, const char* what);
-// Frees what CudaAllocZeroed returned (errors ignored: used by destructors).
-void CudaFree(void* ptr) noexcept;
 
 }  // namespace kvshare::detail

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/device_bytes.h"
+#include "cache/device_bytes.h"
 #include "cache/kv_geometry.h"
 #include "common/str.h"
 #include "kvshare/cache.h"

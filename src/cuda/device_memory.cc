@@ -1,10 +1,10 @@
-// Device memory for KV caches and the GPU model (attention/device_bytes.h
-// through gqa_device.h).
+// Device memory for KV caches and the GPU model (cache/device_bytes.h).
+#include "cuda/device_memory.h"
+
 #include <cuda_runtime.h>
 
 #include <string>
 
-#include "attention/gqa_device.h"
 #include "cuda/cuda_check.h"
 
 namespace kvshare::detail {

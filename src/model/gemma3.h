@@ -18,7 +18,7 @@ namespace detail {
 
 // The weights of one Gemma 3 layer as a loader keeps them: M per matrix, V
 // per norm vector (the CPU model: WeightMatrix and const float*; the GPU
-// model, src/cuda/model/: bf16 and fp32 device buffers).
+// model, src/cuda_model/: bf16 and fp32 device buffers).
 template <typename M, typename V>
 struct Gemma3Layer {
   M q, k, v, o, gate, up, down;

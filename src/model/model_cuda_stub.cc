@@ -1,5 +1,5 @@
 // MoveModelToCuda in builds without the CUDA backend (model_cuda.h); CUDA
-// builds define it in src/cuda/model/ instead.
+// builds define it in src/cuda_model/ instead.
 #include "kvshare/error.h"
 #include "kvshare/model_cuda.h"
 

@@ -1,4 +1,4 @@
-#include "attention/device_bytes.h"
+#include "cache/device_bytes.h"
 
 #include <string>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "kvshare/error.h"
 
 #if KVSHARE_HAVE_CUDA
-#include "attention/gqa_device.h"
+#include "cuda/device_memory.h"
 #endif
 
 namespace kvshare::detail {

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "attention/device_bytes.h"
+#include "cache/device_bytes.h"
 #include "common/float_convert.h"
 #include "cuda/cuda_check.h"
 #include "kvshare/cache.h"
@@ -32,7 +32,7 @@ using detail::CudaCheck;
 constexpr int kThreads = 256;
 
 // Device memory owned for a model's or a state's lifetime: the KV cache's
-// zero-filled owning buffer (attention/device_bytes.h).
+// zero-filled owning buffer (cache/device_bytes.h).
 using DevBuf = detail::DeviceBytes;
 
 DevBuf DeviceBuffer(std::size_t bytes, const char* what) { return DevBuf(Device::kCuda, bytes, what); }

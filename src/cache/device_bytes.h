@@ -1,8 +1,8 @@
 // An owning, zero-filled byte buffer in host memory or in CUDA device memory
 // (the KV cache's storage, KvCacheOptions::device; the GPU model's weights and
-// activations, src/cuda/model/). Internal header: the
-// attention layer owns it because its CUDA backend (src/cuda/) is the only
-// code that touches the device runtime.
+// activations, src/cuda_model/). Internal header of the cache layer, the
+// lowest layer that owns memory on a device; it reaches the device runtime
+// only through src/cuda/device_memory.h (docs/architecture.md §1).
 #pragma once
 
 #include <cstddef>
