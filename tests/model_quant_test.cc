@@ -16,7 +16,7 @@
 #include "kvshare/error.h"
 #include "hwy/targets.h"
 #include "model/quant.h"
-#include "model/quant_packed.h"
+#include "model/kernels/packed.h"
 
 namespace kvshare {
 namespace {
@@ -734,7 +734,7 @@ TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// Packed weights (quant_packed.h: 16 rows interleaved for the kernels with
+// Packed weights (kernels/packed.h: 16 rows interleaved for the kernels with
 // weight rows in the lanes) give bitwise the outputs of the AVX-512 kernels
 // on the unpacked weights: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS / Q4_K / Q6_K with random bytes
 // (every code, fifth / high bit, scale and min), 1 to 20 blocks per row (1 to

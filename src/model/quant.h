@@ -21,7 +21,7 @@
 
 namespace kvshare {
 namespace detail {
-struct PackedWeights;  // model/quant_packed.h
+struct PackedWeights;  // model/kernels/packed.h
 }  // namespace detail
 
 // ---- weight blocks (byte-exact ggml layouts; fp16 fields are IEEE half bits) ----
@@ -259,7 +259,7 @@ struct WeightMatrix {
   std::int64_t cols = 0;
   std::size_t row_bytes = 0;
   // The same rows repacked for the kernels that put weight rows in the SIMD
-  // lanes (model/quant_packed.h; PackForMatMul), or null. MatMul reads it at
+  // lanes (model/kernels/packed.h; PackForMatMul), or null. MatMul reads it at
   // the levels with a kernel for it and `data` at the others; the results are
   // bitwise those of the AVX-512 kernels either way (the unpacked AVX2 Q8_0
   // kernel differs from them in the last bits).

@@ -1,11 +1,10 @@
-// Reference dequantization and the scalar dot kernels (the plain twin of
-// quant_avx2_iq.cc) of the IQ1 / IQ2 / IQ3 types.
+// Reference dequantization of the IQ1 / IQ2 / IQ3 types (their dot kernels:
+// kernels/scalar/iq.cc, kernels/avx2/iq.cc).
 #include "model/quant_iq.h"
 
 #include <cmath>
 #include <type_traits>
 
-#include "model/quant_kernels.h"
 
 namespace kvshare::detail {
 namespace {
@@ -47,27 +46,6 @@ void DequantBlocks(const void* src, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i) Dequant(b[i], y + 256 * i);
 }
 
-// The scalar twin: per block, sum_ib sum_h ls_h (v . a)_h in int32, then
-// acc = fma(sum, factor * dx, acc): the SIMD kernels' arithmetic exactly.
-template <typename Block>
-float DotIq(const Block* w, const ActQ8K* x, std::int64_t nb) {
-  float acc = 0.0f;
-  for (std::int64_t b = 0; b < nb; ++b) {
-    int s = 0;
-    for (int ib = 0; ib < 8; ++ib) {
-      IqSub sub;
-      IqDecode(w[b], ib, &sub);
-      for (int h = 0; h < 2; ++h) {
-        int p = 0;
-        for (int k = 0; k < 16; ++k) p += sub.v[16 * h + k] * x[b].qs[32 * ib + 16 * h + k];
-        s += sub.ls[h] * p;
-      }
-    }
-    acc = std::fma(static_cast<float>(s), IqFactor(w[b]) * x[b].d, acc);
-  }
-  return acc;
-}
-
 }  // namespace
 
 bool IsIqGridType(GgmlType type) {
@@ -93,17 +71,5 @@ void DequantizeIqBlocks(GgmlType type, const void* src, float* dst, std::int64_t
   }
 }
 
-template <typename Block>
-void ScalarIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
-                  float* y, std::int64_t ys) {
-  for (std::int64_t r = 0; r < nrows; ++r) {
-    for (int j = 0; j < acts; ++j) y[j * ys + r] = DotIq(w + r * nb, x + j * xs, nb);
-  }
-}
-#define KVSHARE_IQ_INSTANTIATE(Block)                                                                              \
-  template void ScalarIqRows<Block>(const Block*, std::int64_t, const ActQ8K*, std::int64_t, std::int64_t, int,   \
-                                    float*, std::int64_t);
-KVSHARE_FOR_EACH_IQ_BLOCK(KVSHARE_IQ_INSTANTIATE)
-#undef KVSHARE_IQ_INSTANTIATE
 
 }  // namespace kvshare::detail

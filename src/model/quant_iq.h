@@ -186,7 +186,8 @@ inline float IqFactor(const BlockIQ1_M& b) { return F16ToF32(IQ1MScaleBits(b)) *
 // Whether `type` is one of the seven types above.
 bool IsIqGridType(GgmlType type);
 // Reference dequantization of nb blocks of an IQ grid type, element by
-// element in the fp32 operation order of gguf.quants.dequantize (quant_iq.cc).
+// element in the fp32 operation order of gguf.quants.dequantize (quant_iq.cc;
+// the dot kernels: kernels/scalar/iq.cc, kernels/avx2/iq.cc).
 void DequantizeIqBlocks(GgmlType type, const void* src, float* dst, std::int64_t nb);
 
 }  // namespace detail

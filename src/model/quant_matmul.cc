@@ -1,4 +1,5 @@
-// Kernel-level selection and the threaded MatMul driver.
+// Kernel-level selection, weight packing at load and the threaded MatMul
+// driver; which kernel runs for each type and level: kernels/dispatch.h.
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -10,8 +11,8 @@
 #include "kvshare/error.h"
 #include "kvshare/thread_pool.h"
 #include "model/quant.h"
-#include "model/quant_kernels.h"
-#include "model/quant_packed.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/packed.h"
 
 namespace kvshare {
 
@@ -74,19 +75,10 @@ WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
 
 namespace {
 
-const detail::QuantKernels& Kernels(KernelLevel level) {
-#ifdef KVSHARE_HAVE_X86_KERNELS
-  if (level == KernelLevel::kAvx512Vnni) return detail::kAvx512VnniKernels;
-  if (level == KernelLevel::kAvx2) return detail::kAvx2Kernels;
-#endif
-  (void)level;
-  return detail::kScalarKernels;
-}
-
 // Whether `level` has a kernel over packed weights of `type`.
 bool HasPackedKernel(KernelLevel level, GgmlType type) {
   if (level == KernelLevel::kFloat) return false;
-  const detail::QuantKernels& k = Kernels(level);
+  const detail::QuantKernels& k = detail::KernelsFor(level);
   return UsesSuperBlockActivations(type) ? k.packed_k != nullptr : k.packed != nullptr;
 }
 
@@ -262,7 +254,7 @@ void MatMulMany(const MatMulManyParams& p) {
     });
     return;
   }
-  const detail::QuantKernels& k = Kernels(p.level);
+  const detail::QuantKernels& k = detail::KernelsFor(p.level);
 
   // Quantize the activations once per format the targets use (row i -> its
   // own blocks), into this thread's scratch.

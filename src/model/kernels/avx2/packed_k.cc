@@ -1,25 +1,26 @@
-// AVX2 kernel over packed Q4_K / Q6_K weights (layout: quant_packed.h),
+// AVX2 kernel over packed Q4_K / Q6_K weights (layout: packed.h),
 // compiled with -mavx2 -mfma -mf16c; entered only when the CPU reports those
 // features (quant_matmul.cc).
 //
 // The 16 rows of a packed group are taken as two halves of 8, one per ymm, as
-// in quant_avx2_packed.cc: lane t of a half is weight row t, and each
+// in avx2/packed_q32.cc: lane t of a half is weight row t, and each
 // activation row's 4-byte group k is broadcast against code vector k. Without
 // VNNI a 4-byte group is maddubs (u8 x s8 -> int16 pairs) and madd against
 // ones. Q4_K codes are at most 15, so a 32-element sub-block's 8 maddubs
 // results summed in int16 stay below 8 * 2 * 15 * 128 = 30720; Q6_K codes are
 // at most 63, so a 16-element group's 4 are summed as two int16 pairs (each
 // below 2 * 2 * 63 * 128 = 32256) widened to int32. Per weight row and
-// activation row the arithmetic is that of quant_avx512_packed_k.cc (each
+// activation row the arithmetic is that of avx512/packed_k.cc (each
 // scale group's exact int32 sum times its integer scale into P_b; Q4_K's M_b
 // from the mins; y = fma(float(P_b), d_b * dx_b, y), z = fma(float(M_b),
 // dmin_b * dx_b, z) over the super-blocks in order, output y - z), so packed
 // outputs on AVX2 equal the AVX-512 ones bit for bit.
 #include <immintrin.h>
 
-#include "model/quant_kernels.h"
-#include "model/quant_packed.h"
-#include "model/quant_x86.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/rows.h"
+#include "model/kernels/packed.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {
@@ -239,7 +240,7 @@ void Avx2PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, c
                      int acts, float* y, std::int64_t ys) {
   // Q6_K with several passes (prefill, mixed steps): each half's codes are
   // decoded once into scratch (2 KiB per super-block) instead of once per
-  // pass, as the AVX-512 kernel does (quant_avx512_packed_k.cc). Q4_K, whose
+  // pass, as the AVX-512 kernel does (avx512/packed_k.cc). Q4_K, whose
   // nibble split is two cheap operations, is slower decoded and decodes every
   // pass (MatPacked at m = 64; docs/kernels.md).
   const bool decoded = w.type == GgmlType::kQ6_K && acts > kPassRows;

@@ -1,5 +1,5 @@
-// AVX-512 VNNI kernels for the 32-element block types Q8_0 / Q4_0 / Q5_0,
-// compiled with -mavx512{f,bw,vl,vnni} (entered only when the CPU reports
+// AVX-512 VNNI kernels for the 32-element block types Q8_0, Q4_0, Q4_1, Q5_0
+// and Q5_1 (kernels/dispatch.h), compiled with -mavx512{f,bw,vl,vnni} (entered only when the CPU reports
 // those features, quant_matmul.cc).
 //
 // Every output is defined by one arithmetic, whichever kernel computes it:
@@ -33,9 +33,10 @@
 #include <cstring>
 #include <vector>
 
-#include "model/quant_kernels.h"
-#include "model/quant_x86.h"
-#include "model/quant_q32_lanes.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/q32_lanes.h"
+#include "model/kernels/rows.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {
@@ -188,7 +189,49 @@ void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t n
   }
 }
 
-// The rows layout (RowsTile, quant_q32_lanes.h) takes this block dot product.
+// Q4_1 / Q5_1 (their own arithmetic: a float offset per block, not the int32
+// bias of Q4_0 / Q5_0): two blocks per 512-bit step, R activation rows at
+// once (weights unpacked once; each row's arithmetic exactly that of R = 1).
+inline __m512 Scales2(float a, float b) { return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b)); }
+inline __m512i Dpbusd(__m512i u, __m512i s) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s); }
+inline __m256i Dpbusd256(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+inline float HSum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// Q4_1 / Q5_1: unsigned codes q (UnsignedCodes<Block>):
+// dot = dw dx sum(q*x) - Offset (the code bias or the block minimum).
+template <int R, typename Block>
+void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  using Codes = UnsignedCodes<Block>;
+  __m512 acc[R];
+  float corr[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), corr[r] = 0.0f;
+  std::int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i q = Join(Codes::Get(w[b]), Codes::Get(w[b + 1]));
+    const float dw0 = H2F(w[b].d), dw1 = H2F(w[b + 1].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8* a = x + r * xs + b;
+      const float d0 = dw0 * a[0].d, d1 = dw1 * a[1].d;
+      const __m512i p = Dpbusd(q, Join(Load32(a[0].qs), Load32(a[1].qs)));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), Scales2(d0, d1), acc[r]);
+      corr[r] += Codes::Offset(w[b], a[0], d0) + Codes::Offset(w[b + 1], a[1], d1);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float s = HSum512(acc[r]);
+    if (b < nb) {
+      const ActQ8& a = x[r * xs + b];
+      const float d = H2F(w[b].d) * a.d;
+      const __m256i p = Dpbusd256(Codes::Get(w[b]), Load32(a.qs));
+      s += HSum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d)));
+      corr[r] += Codes::Offset(w[b], a, d);
+    }
+    out[r] = s - corr[r];
+  }
+}
+
+
+// The rows layout (RowsTile, q32_lanes.h) takes this block dot product.
 inline __m256i BlockDot(__m256i c, __m256i x) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, x);
 }
@@ -207,5 +250,8 @@ void Avx512Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std:
                     float* y, std::int64_t ys) {
   Q32Rows(w, nrows, x, xs, nb, acts, y, ys);
 }
+
+KVSHARE_DEFINE_ROWS(Avx512Q4_1Rows, BlockQ4_1, ActQ8, DotQ32UnsignedR)
+KVSHARE_DEFINE_ROWS(Avx512Q5_1Rows, BlockQ5_1, ActQ8, DotQ32UnsignedR)
 
 }  // namespace kvshare::detail

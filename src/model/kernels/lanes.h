@@ -1,8 +1,8 @@
 // Layout helpers shared by the kernels that hold 8 activation rows (lanes
 // layout) or 8 weight rows (rows layout) in the lanes of a 256-bit half:
-// quant_q32_lanes.h (Q8_0 / Q4_0 / Q5_0) and quant_avx512_k.cc (K-quants).
+// q32_lanes.h (Q8_0 / Q4_0 / Q5_0) and avx512/k_quants.cc (K-quants).
 // Everything is in an anonymous namespace so each kernel file gets its own
-// copy under its own target flags (as quant_x86.h).
+// copy under its own target flags (as x86.h).
 #pragma once
 
 #include <immintrin.h>
@@ -32,8 +32,8 @@ inline std::int64_t Even(std::int64_t nb) { return (nb + 1) & ~std::int64_t{1}; 
 
 // The slot of an activation layout's x holding bytes 4k .. 4k+3 of block b
 // for group g, ne = Even(nb) blocks per group: blocks 2q and 2q+1 sit in
-// adjacent slots so that they load as one zmm per k (quant_q32_lanes.h's
-// LaneActs, quant_avx512_k.cc's KLaneActs).
+// adjacent slots so that they load as one zmm per k (q32_lanes.h's
+// LaneActs, avx512/k_quants.cc's KLaneActs).
 inline std::size_t XSlot(std::int64_t g, std::int64_t ne, std::int64_t b, int k) {
   return static_cast<std::size_t>((g * ne + (b & ~std::int64_t{1})) * 8 + 2 * k + (b & 1));
 }

@@ -5,7 +5,7 @@
 #include "common/float_convert.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "model/quant_float.cc"
+#define HWY_TARGET_INCLUDE "model/kernels/float.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -54,7 +54,7 @@ float DotBF16Impl(const std::uint16_t* w, const float* x, std::int64_t n) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "model/quant_kernels.h"
+#include "model/kernels/dispatch.h"
 
 namespace kvshare::detail {
 HWY_EXPORT(DotF32Impl);

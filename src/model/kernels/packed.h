@@ -1,11 +1,11 @@
-// Weights repacked for the AVX-512 VNNI kernels with weight rows in the lanes
-// (quant_avx512_packed.cc: Q8_0 / Q4_0 / Q5_0 / IQ4_NL;
-// quant_avx512_packed_k.cc: Q4_K / Q6_K).
+// Weights repacked for the kernels with weight rows in the lanes
+// (avx2/ and avx512/ packed_q32.cc: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS;
+// packed_k.cc: Q4_K / Q6_K; which runs when: dispatch.h).
 //
 // The ggml layouts keep each row's blocks together, so a kernel that puts
 // activation rows in the SIMD lanes must spread every 4-byte group of weight
 // codes across them (one permute per vpdpbusd: the AVX-512 kernels of
-// quant_avx512_q32.cc / quant_avx512_k.cc reach about a third of the
+// avx512/q32.cc / avx512/k_quants.cc reach about a third of the
 // vpdpbusd rate at 8 activation rows). Here 16 weight rows are interleaved
 // at load time: for a group of 16 rows and block b, the 4-byte code group k
 // (elements 4k..4k+3) of the 16 rows fills one 64-byte vector, row t in
@@ -39,7 +39,7 @@
 //           sub-blocks, 8 per super-block.
 // Codes and scales are the file's (reordered, not re-rounded), so a kernel on
 // this layout computes every output with exactly the arithmetic of the
-// others (the file comments of quant_avx512_q32.cc and quant_avx512_k.cc):
+// others (the file comments of avx512/q32.cc and avx512/k_quants.cc):
 // bitwise the same results. Sizes: as stored, except Q4_K's unpacked scales
 // and mins (148 bytes per row and super-block instead of 144).
 #pragma once

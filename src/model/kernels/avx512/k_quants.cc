@@ -16,7 +16,7 @@
 // alone or in any group of activation rows. Bounds: |P_b| <= 16 * 128 * 16 *
 // 63 * 127 + 16 * 4096 * 2032 < 2^31.
 //
-// Two layouts, as the 32-element kernels (quant_avx512_q32.cc):
+// Two layouts, as the 32-element kernels (avx512/q32.cc):
 //  - Lanes (4 activation rows or more): a zmm holds 8 activation rows for
 //    each half of a 64-element chunk; each 4-byte group of the chunk's weight
 //    codes is spread over its half, 8 vpdpbusd per chunk in two chains (group
@@ -32,9 +32,9 @@
 #include <cstring>
 #include <vector>
 
-#include "model/quant_kernels.h"
-#include "model/quant_lanes.h"
-#include "model/quant_x86.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/lanes.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {

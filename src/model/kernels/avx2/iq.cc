@@ -5,14 +5,15 @@
 // gathering grid points and applying sign bits, then dotted with up to 8
 // activation rows: sum ls_h (v . a)_h in int32 per block, and
 // y = fma(sum, factor * dx, y) per block, the scalar twin's arithmetic, so
-// the results are bitwise those of quant_iq.cc.
+// the results are bitwise those of scalar/iq.cc.
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "model/quant_kernels.h"
-#include "model/quant_x86.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/rows.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {

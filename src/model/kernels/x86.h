@@ -58,7 +58,7 @@ inline __m512i Broadcast4Zmm(const std::int8_t* p) {
 
 // Byte i = 0x10 if bit i of the 32-bit mask is set, else 0.
 inline __m256i BitsToBytes(std::uint32_t bits) {
-#if defined(__AVX512BW__) && defined(__AVX512VL__)  // quant_avx512.cc: the bits are a byte mask
+#if defined(__AVX512BW__) && defined(__AVX512VL__)  // avx512/: the bits are a byte mask
   return _mm256_maskz_mov_epi8(static_cast<__mmask32>(bits), _mm256_set1_epi8(0x10));
 #else
   const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
@@ -170,7 +170,7 @@ inline __m256i Q4KMinPairsControl() {
 inline __m256i LoadBsums(const ActQ8K& a) { return Load32(a.bsums); }
 
 // The activation side of the packed kernels' Q4_K correction
-// (quant_avx512_packed_k.cc, quant_avx2_packed_k.cc): pair q = (sum of
+// (avx512/packed_k.cc, avx2/packed_k.cc): pair q = (sum of
 // sub-block 2q, of 2q + 1) as int16 halves of one int32 (|.| <= 32 * 128),
 // for vpdpwssd / madd against the rows' (min 2q, min 2q + 1).
 inline std::int32_t SubBlockSumPair(const ActQ8K& a, int q) {

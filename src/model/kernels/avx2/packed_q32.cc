@@ -1,4 +1,4 @@
-// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS weights (layout: quant_packed.h),
+// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS weights (layout: packed.h),
 // compiled with -mavx2 -mfma -mf16c; entered only when the CPU reports those
 // features (quant_matmul.cc).
 //
@@ -13,15 +13,16 @@
 // Per weight row and activation row the arithmetic is the AVX-512 kernels'
 // (p_b exact in int32, y = fma(float(p_b), dw_b * dx_b, y) over the blocks in
 // order), so packed outputs on AVX2 equal the AVX-512 ones bit for bit. (The
-// unpacked AVX2 Q8_0 kernel, quant_avx2.cc, sums 8 lanes of partial products
+// unpacked AVX2 Q8_0 kernel, avx2/q32.cc, sums 8 lanes of partial products
 // instead and differs in the last bits.)
 #include <immintrin.h>
 
 #include <cstring>
 
-#include "model/quant_kernels.h"
-#include "model/quant_packed.h"
-#include "model/quant_x86.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/rows.h"
+#include "model/kernels/packed.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {

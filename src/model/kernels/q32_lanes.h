@@ -1,8 +1,8 @@
 // The activation layout of the 32-element block kernels with activation rows
-// in the lanes (quant_avx512_q32.cc, quant_avx2_q32.cc): groups of 8 rows,
+// in the lanes (avx512/q32.cc, avx2/q32.cc): groups of 8 rows,
 // 4-byte groups of each block interleaved across the rows. Everything is in an
 // anonymous namespace so each kernel file gets its own copy under its own
-// target flags (as quant_x86.h).
+// target flags (as x86.h).
 #pragma once
 
 #include <immintrin.h>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "model/quant.h"
-#include "model/quant_lanes.h"
-#include "model/quant_x86.h"
+#include "model/kernels/lanes.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {

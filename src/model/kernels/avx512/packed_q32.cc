@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS weights (layout:
-// quant_packed.h; Q4_K / Q6_K: quant_avx512_packed_k.cc), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
+// packed.h; Q4_K / Q6_K: avx512/packed_k.cc), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
 // CPU reports those features (quant_matmul.cc).
 //
 // The 16 lanes are 16 weight rows. For block b, each activation row's 4-byte
@@ -7,14 +7,15 @@
 // a block of 16 weight rows against R activation rows is 8R vpdpbusd, R
 // conversions and R scale steps, with the codes decoded once for all R rows.
 // Per weight row and activation row the arithmetic is that of every other
-// kernel (quant_avx512_q32.cc): p_b exact in int32 (the codes' bias taken off
+// kernel (avx512/q32.cc): p_b exact in int32 (the codes' bias taken off
 // by starting from -bias * sum x), then y = fma(float(p_b), dw_b * dx_b, y)
 // over the blocks in order: bitwise the same outputs.
 #include <immintrin.h>
 
-#include "model/quant_kernels.h"
-#include "model/quant_packed.h"
-#include "model/quant_x86.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/rows.h"
+#include "model/kernels/packed.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {
@@ -133,7 +134,7 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
   // (a masked byte add per code vector) is done once per group into scratch
   // instead of once per pass, and the passes read plain code bytes as Q8_0's
   // do (MatPacked Q5_0 at m = 96; docs/kernels.md). The AVX2 kernel buffers
-  // the same way (quant_avx2_packed.cc).
+  // the same way (avx2/packed_q32.cc).
   const bool decoded = kType == GgmlType::kQ5_0 && acts > kPassRows;
   auto* scratch = decoded ? static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(8 * nb))) : nullptr;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {

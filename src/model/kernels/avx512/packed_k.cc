@@ -1,25 +1,26 @@
 // AVX-512 VNNI kernel over packed Q4_K / Q6_K weights (layout:
-// quant_packed.h), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
+// packed.h), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
 // CPU reports those features (quant_matmul.cc).
 //
-// The 16 lanes are 16 weight rows, as in quant_avx512_packed.cc. Per
+// The 16 lanes are 16 weight rows, as in avx512/packed_q32.cc. Per
 // super-block and activation row: each scale group's codes (Q4_K: a 32-
 // element sub-block, 8 code vectors; Q6_K: a 16-element group, 4) go through
 // vpdpbusd against the activation's 4-byte groups broadcast from memory, and
 // the group's exact int32 sum is multiplied by the group's integer scale per
 // lane (vpmulld) and added to P_b. Q6_K starts each group's sum at -32 *
 // bsum_g (the codes' bias), so P_b = sum_g s_g (sum c x - 32 bsum_g), the
-// same integer as quant_avx512_k.cc's sum_g s_g sum c x - sum_g 32 s_g bsum_g.
+// same integer as avx512/k_quants.cc's sum_g s_g sum c x - sum_g 32 s_g bsum_g.
 // Q4_K's M_b = sum_j m_j (sum of the activation's sub-block j) comes from 4
 // vpdpwssd of int16 pairs. Then y = fma(float(P_b), d_b * dx_b, y), z =
 // fma(float(M_b), dmin_b * dx_b, z) over the super-blocks in order, output
-// y - z (Q6_K: y): the arithmetic of quant_avx512_k.cc's file comment, so
+// y - z (Q6_K: y): the arithmetic of avx512/k_quants.cc's file comment, so
 // bitwise the same outputs.
 #include <immintrin.h>
 
-#include "model/quant_kernels.h"
-#include "model/quant_packed.h"
-#include "model/quant_x86.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/rows.h"
+#include "model/kernels/packed.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {

@@ -1,6 +1,6 @@
-// Repacking into 16-row interleaved groups (layout: quant_packed.h). Plain
+// Repacking into 16-row interleaved groups (layout: packed.h). Plain
 // C++: the layout, not the packing, is target-specific.
-#include "model/quant_packed.h"
+#include "model/kernels/packed.h"
 
 #include <cstring>
 #include <string>

@@ -1,22 +1,27 @@
-// AVX2 kernels for Q4_0 / Q5_0, compiled with -mavx2 -mfma -mf16c (entered
-// only when the CPU reports those features, quant_matmul.cc). The layouts and
-// the one arithmetic of quant_avx512_q32.cc (y = 0; per block b in order:
+// AVX2 kernels for the 32-element block types Q8_0, Q4_0, Q4_1, Q5_0 and
+// Q5_1 (kernels/dispatch.h), compiled with -mavx2 -mfma -mf16c (entered only
+// when the CPU reports those features, quant_matmul.cc).
+//
+// Q4_0 / Q5_0: the layouts and the one arithmetic of avx512/q32.cc (y = 0; per block b in order:
 // y = fma(float(p_b), dw_b * dx_b, y), p_b the exact int32 dot product), so a
 // row's result is bitwise the same in any group of activation rows; without
 // VNNI each 4-byte group is maddubs (u8 codes x s8 activations, int16 pairs)
 // and madd_epi16 against ones. The codes are at most 31, so a maddubs pair is
 // at most 2 * 31 * 127 = 7874 and four of them summed in int16 (31496) do not
-// saturate. (Q8_0 keeps the sign-trick kernel of quant_avx2.cc: its codes up
-// to 255 would saturate maddubs.)
+// saturate. Q8_0 takes the sign trick instead (|w| as the unsigned operand,
+// x with w's sign as the signed one): its codes up to 255 would saturate
+// maddubs. Q8_0, Q4_1 and Q5_1 take 4 activation rows per pass, a weight
+// block unpacked once for all of them.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "model/quant_kernels.h"
-#include "model/quant_x86.h"
-#include "model/quant_q32_lanes.h"
+#include "model/kernels/dispatch.h"
+#include "model/kernels/q32_lanes.h"
+#include "model/kernels/rows.h"
+#include "model/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {
@@ -86,7 +91,46 @@ void LaneRows(const Block* w, std::int64_t r0, const LaneActs& a, std::int64_t n
   }
 }
 
-// The rows layout (RowsTile, quant_q32_lanes.h) takes this block dot product.
+template <int R>
+void DotQ8_0R(const BlockQ8_0* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const __m256i q = Load32(w[b].qs);
+    const __m256i aq = _mm256_sign_epi8(q, q);
+    const float dw = H2F(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8& a = x[r * xs + b];
+      const __m256i p = DotU8S8(aq, _mm256_sign_epi8(Load32(a.qs), q));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a.d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+}
+
+// Q4_1 / Q5_1: unsigned codes q (UnsignedCodes<Block>):
+// dot = dw dx sum(q*x) - Offset (the code bias or the block minimum).
+template <int R, typename Block>
+void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64_t nb, float* out) {
+  using Codes = UnsignedCodes<Block>;
+  __m256 acc[R];
+  float corr[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const __m256i q = Codes::Get(w[b]);
+    const float dw = H2F(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const ActQ8& a = x[r * xs + b];
+      const float d = dw * a.d;
+      const __m256i p = DotU8S8(q, Load32(a.qs));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc[r]);
+      corr[r] += Codes::Offset(w[b], a, d);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]) - corr[r];
+}
+
+// The rows layout (RowsTile, q32_lanes.h) takes this block dot product.
 inline __m256i BlockDot(__m256i c, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), _mm256_set1_epi16(1));
 }
@@ -101,5 +145,9 @@ void Avx2Q5_0Rows(const BlockQ5_0* w, std::int64_t nrows, const ActQ8* x, std::i
                   float* y, std::int64_t ys) {
   Q32Rows(w, nrows, x, xs, nb, acts, y, ys);
 }
+
+KVSHARE_DEFINE_ROWS(Avx2Q8_0Rows, BlockQ8_0, ActQ8, DotQ8_0R)
+KVSHARE_DEFINE_ROWS(Avx2Q4_1Rows, BlockQ4_1, ActQ8, DotQ32UnsignedR)
+KVSHARE_DEFINE_ROWS(Avx2Q5_1Rows, BlockQ5_1, ActQ8, DotQ32UnsignedR)
 
 }  // namespace kvshare::detail
