@@ -9,11 +9,12 @@
 // temperature [0, 2] (default 1), top_p (0, 1], top_k (>= -1; -1 and 0 are
 // off), min_p [0, 1], repetition_penalty (0, 100], seed (integer; default
 // random), stop (string or array of up to 16 non-empty strings), ignore_eos
-// (vLLM / llama.cpp: generate exactly max_tokens), speculative (kvshare: bool,
+// (vLLM / llama.cpp: generate exactly max_tokens), logit_bias ({"<token id>":
+// bias in [-100, 100]}, added to the logits before the sampler), speculative (kvshare: bool,
 // default true; false opts the request out of the server's speculative
 // decoding), n (1 only),
 // user / metadata / store / service_tier (ignored),
-// presence_penalty and frequency_penalty (0 only), logit_bias (empty only).
+// presence_penalty and frequency_penalty (0 only).
 // Chat: messages (roles system / developer / user / assistant; content a
 // string or an array of {"type": "text", "text"} parts), max_completion_tokens,
 // logprobs (bool), top_logprobs [0, 20] (needs logprobs).
@@ -96,6 +97,7 @@ struct CompletionRequest {
     std::string name;  // kFunction
   } tool_choice;
   bool parallel_tool_calls = true;
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  // token id, bias in [-100, 100]
   std::vector<std::string> ignored;  // unknown fields, by path ("foo", "messages[0].bar")
 };
 
