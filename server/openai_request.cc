@@ -620,6 +620,28 @@ std::string ForcedToolCallSchema(const CompletionRequest& req) {
       .dump();
 }
 
+std::shared_ptr<const Grammar> AutoToolCallGrammar(const CompletionRequest& req, const ModelContext& ctx) {
+  if (!OffersTools(req) || req.tool_choice.mode != CompletionRequest::ToolChoice::Mode::kAuto) return nullptr;
+  std::vector<LazyTool> tools;
+  bool strict = false;
+  for (const CompletionRequest::Tool& t : req.tools) {
+    tools.push_back({t.function, t.strict});
+    strict = strict || t.strict;
+  }
+  if (!strict) return nullptr;  // today's behaviour: free text, calls parsed as they come
+  const ToolCallParserOptions parsing = *ToolCallParsing(req, ctx.chat->format());
+  std::vector<std::pair<std::int32_t, std::string>> markers;
+  for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {  // control tokens: the trie has no text for them
+    if (auto id = ctx.tokenizer->TokenId(m); id && ctx.tokenizer->TokenBytes(*id).empty()) markers.emplace_back(*id, m);
+  }
+  try {
+    return LazyToolCallGrammar(tools, parsing.syntax, req.parallel_tool_calls, std::move(markers));
+  } catch (const Error& e) {
+    throw BadRequest(std::string("Invalid 'tools': the strict calls cannot be enforced: ") + e.what() + ".", "tools",
+                     "invalid_schema");
+  }
+}
+
 void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body) {
   if (req.response_format.schema.empty()) return;
   using Ordered = nlohmann::ordered_json;
@@ -787,6 +809,8 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
           throw BadRequest(std::string("Invalid 'tools': the call cannot be enforced: ") + e.what() + ".", "tools",
                            "invalid_schema");
         }
+      } else if (auto lazy = AutoToolCallGrammar(req, ctx)) {
+        r.grammar = std::move(lazy);
       }
     }
   } else if (req.prompt_tokens) {

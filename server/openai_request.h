@@ -29,7 +29,8 @@
 // (JSON text)}}], content null or absent) and "tool" messages answer them
 // (tool_call_id required, content). How they are written and read back:
 // kvshare/chat_template.h and kvshare/tool_calls.h; "required" and a named
-// function are enforced by a grammar (see BuildRequest). Not with a
+// function are enforced by a grammar (see BuildRequest); under "auto", strict
+// tools by a lazy grammar from the call's opening on (AutoToolCallGrammar). Not with a
 // response_format other than text.
 // Completions: prompt (a string, token ids, or a one-element array of
 // either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
@@ -116,6 +117,15 @@ std::optional<ToolCallParserOptions> ToolCallParsing(const CompletionRequest& re
 // "arguments": <the tool's parameters; {} when it has none; any object when
 // they do not compile as a grammar and the tool is not strict>}}.
 std::string ForcedToolCallSchema(const CompletionRequest& req);
+
+struct ModelContext;
+// tool_choice "auto" with at least one strict tool: the lazy grammar of
+// LazyToolCallGrammar over all the offered tools (strict ones' arguments
+// enforced) in the syntax ToolCallParsing reads, with the tokenizer's Gemma 4
+// call markers. Null otherwise (free text, as without strict tools). Throws
+// ApiError 400 invalid_schema when a strict tool cannot be enforced in that
+// syntax (Gemma 4: a property name with ':').
+std::shared_ptr<const Grammar> AutoToolCallGrammar(const CompletionRequest& req, const ModelContext& ctx);
 
 struct RequestParsing {
   // OpenAI's strictness: unknown fields are a 400, `model` is required.
