@@ -112,6 +112,8 @@ class TokenTrie {
   std::size_t num_nodes() const;  // including the root
   // The bytes of token `id` as given (empty: never allowed); id in [0, vocab).
   std::string_view token_bytes(std::int32_t id) const;
+  // The tokens whose bytes start with `byte`, in the trie's order.
+  std::span<const std::int32_t> tokens_starting_with(unsigned char byte) const;
   struct Impl;
   const Impl& impl() const { return *impl_; }
 

@@ -158,6 +158,16 @@ TokenTrie::~TokenTrie() = default;
 std::int32_t TokenTrie::vocab_size() const { return impl_->vocab; }
 std::size_t TokenTrie::num_nodes() const { return impl_->byte.size(); }
 std::string_view TokenTrie::token_bytes(std::int32_t id) const { return impl_->bytes[static_cast<std::size_t>(id)]; }
+std::span<const std::int32_t> TokenTrie::tokens_starting_with(unsigned char byte) const {
+  // The root's children are the first bytes, in order; each subtree's tokens are contiguous.
+  const Impl& t = *impl_;
+  for (std::uint32_t c = 1; c < t.byte.size(); c = t.end[c]) {
+    if (t.byte[c] == byte) {
+      return std::span<const std::int32_t>(t.tokens).subspan(t.tok_begin[c], t.tok_begin[t.end[c]] - t.tok_begin[c]);
+    }
+  }
+  return {};
+}
 
 struct GrammarMatcher::Impl {
   Impl(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> v, std::vector<std::int32_t> e)

@@ -172,17 +172,27 @@ void LazyMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
     case Mode::kFree: {
       std::fill(mask.begin(), mask.end(), ~std::uint64_t{0});
       if (vocab % 64 != 0) mask.back() = (std::uint64_t{1} << (vocab % 64)) - 1;
-      // Only a token that fires the trigger can be refused: with no match in
-      // progress that takes a starting byte; with one, any token may
-      // continue it.
-      if (runs_.empty()) {
-        for (std::int32_t id : starters_) {
-          if (!StepFree(Bytes(id), false)) set(id, false);
+      // Only a token that fires the trigger can be refused: one holding a
+      // byte that can begin a trigger (starters_) and, with a match in
+      // progress, also the tokens whose first byte continues it (the trie
+      // keeps them together) and the control tokens given text.
+      for (std::int32_t id : starters_) {
+        if (!StepFree(Bytes(id), false)) set(id, false);
+      }
+      if (!runs_.empty()) {
+        for (int b = 0; b < 256; ++b) {
+          const auto c = static_cast<unsigned char>(b);
+          if (starts_[c] || std::none_of(runs_.begin(), runs_.end(), [&](const Run& r) {
+                return trigger_.Next(r.state, c) != GrammarAutomaton::kDead;
+              })) {
+            continue;  // starters are checked above; a byte that ends every match starts plain text
+          }
+          for (std::int32_t id : vocab_->tokens_starting_with(c)) {
+            if (!StepFree(Bytes(id), false)) set(id, false);
+          }
         }
-      } else {
-        for (std::int32_t id = 0; id < vocab; ++id) {
-          const std::string_view b = Bytes(id);
-          if (!b.empty() && !StepFree(b, false)) set(id, false);
+        for (const auto& [id, text] : spec_.token_text) {
+          if (!StepFree(text, false)) set(id, false);
         }
       }
       break;
