@@ -124,6 +124,35 @@ void CheckKnownFields(const json& body, bool chat, const RequestParsing& o, std:
   }
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}; the ids are
+// checked against the vocabulary in BuildRequest.
+std::vector<std::pair<std::int32_t, float>> ParseLogitBias(const json& body) {
+  std::vector<std::pair<std::int32_t, float>> out;
+  auto lb = body.find("logit_bias");
+  if (lb == body.end() || lb->is_null()) return out;
+  if (!lb->is_object()) WrongType("logit_bias", "an object", *lb);
+  if (lb->size() > 1024) {
+    throw BadRequest("Invalid 'logit_bias': at most 1024 tokens, got " + std::to_string(lb->size()) + ".", "logit_bias",
+                     "invalid_value");
+  }
+  for (const auto& [k, v] : lb->items()) {
+    const std::string name = "logit_bias." + k;
+    const bool digits = !k.empty() && k.size() <= 9 && k.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) {
+      throw BadRequest("Invalid 'logit_bias': the key '" + k + "' is not a token id (a non-negative integer as a string).",
+                       "logit_bias", "invalid_value");
+    }
+    if (!v.is_number()) WrongType(name, "a number", v);
+    const double bias = v.get<double>();
+    if (!std::isfinite(bias) || bias < -100 || bias > 100) {
+      throw BadRequest("Invalid '" + name + "': the bias must be in [-100, 100], got " + Num(bias) + ".", name,
+                       "invalid_value");
+    }
+    out.emplace_back(static_cast<std::int32_t>(std::stol(k)), static_cast<float>(bias));
+  }
+  return out;
+}
+
 std::vector<std::string> ParseStop(const json& body) {
   auto it = body.find("stop");
   if (it == body.end() || it->is_null()) return {};
@@ -591,6 +620,28 @@ std::string ForcedToolCallSchema(const CompletionRequest& req) {
       .dump();
 }
 
+std::shared_ptr<const Grammar> AutoToolCallGrammar(const CompletionRequest& req, const ModelContext& ctx) {
+  if (!OffersTools(req) || req.tool_choice.mode != CompletionRequest::ToolChoice::Mode::kAuto) return nullptr;
+  std::vector<LazyTool> tools;
+  bool strict = false;
+  for (const CompletionRequest::Tool& t : req.tools) {
+    tools.push_back({t.function, t.strict});
+    strict = strict || t.strict;
+  }
+  if (!strict) return nullptr;  // today's behaviour: free text, calls parsed as they come
+  const ToolCallParserOptions parsing = *ToolCallParsing(req, ctx.chat->format());
+  std::vector<std::pair<std::int32_t, std::string>> markers;
+  for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {  // control tokens: the trie has no text for them
+    if (auto id = ctx.tokenizer->TokenId(m); id && ctx.tokenizer->TokenBytes(*id).empty()) markers.emplace_back(*id, m);
+  }
+  try {
+    return LazyToolCallGrammar(tools, parsing.syntax, req.parallel_tool_calls, std::move(markers));
+  } catch (const Error& e) {
+    throw BadRequest(std::string("Invalid 'tools': the strict calls cannot be enforced: ") + e.what() + ".", "tools",
+                     "invalid_schema");
+  }
+}
+
 void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body) {
   if (req.response_format.schema.empty()) return;
   using Ordered = nlohmann::ordered_json;
@@ -688,10 +739,7 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
   for (const char* p : {"presence_penalty", "frequency_penalty"}) {
     if (Number(body, p, -2, 2).value_or(0) != 0) Unsupported(p, "other than 0");
   }
-  if (auto lb = body.find("logit_bias"); lb != body.end() && !lb->is_null()) {
-    if (!lb->is_object()) WrongType("logit_bias", "an object", *lb);
-    if (!lb->empty()) Unsupported("logit_bias", "with entries");
-  }
+  r.logit_bias = ParseLogitBias(body);
   if (chat) {
     r.logprobs = Bool(body, "logprobs").value_or(false);
     if (auto tl = Integer(body, "top_logprobs", 0, kMaxTopLogprobs)) {
@@ -761,6 +809,8 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
           throw BadRequest(std::string("Invalid 'tools': the call cannot be enforced: ") + e.what() + ".", "tools",
                            "invalid_schema");
         }
+      } else if (auto lazy = AutoToolCallGrammar(req, ctx)) {
+        r.grammar = std::move(lazy);
       }
     }
   } else if (req.prompt_tokens) {
@@ -802,6 +852,14 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
   r.ignore_eos = req.ignore_eos;
   r.speculative = req.speculative;
   r.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+  for (const auto& [id, bias] : req.logit_bias) {
+    if (id >= ctx.tokenizer->vocab_size()) {
+      throw BadRequest("Invalid 'logit_bias': token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(ctx.tokenizer->vocab_size()) + ").",
+                       "logit_bias", "invalid_value");
+    }
+  }
+  r.logit_bias = req.logit_bias;
   using Type = CompletionRequest::ResponseFormat::Type;
   if (req.response_format.type != Type::kText) {
     const std::string where =

@@ -9,11 +9,12 @@
 // temperature [0, 2] (default 1), top_p (0, 1], top_k (>= -1; -1 and 0 are
 // off), min_p [0, 1], repetition_penalty (0, 100], seed (integer; default
 // random), stop (string or array of up to 16 non-empty strings), ignore_eos
-// (vLLM / llama.cpp: generate exactly max_tokens), speculative (kvshare: bool,
+// (vLLM / llama.cpp: generate exactly max_tokens), logit_bias ({"<token id>":
+// bias in [-100, 100]}, added to the logits before the sampler), speculative (kvshare: bool,
 // default true; false opts the request out of the server's speculative
 // decoding), n (1 only),
 // user / metadata / store / service_tier (ignored),
-// presence_penalty and frequency_penalty (0 only), logit_bias (empty only).
+// presence_penalty and frequency_penalty (0 only).
 // Chat: messages (roles system / developer / user / assistant; content a
 // string or an array of {"type": "text", "text"} parts), max_completion_tokens,
 // logprobs (bool), top_logprobs [0, 20] (needs logprobs).
@@ -28,7 +29,8 @@
 // (JSON text)}}], content null or absent) and "tool" messages answer them
 // (tool_call_id required, content). How they are written and read back:
 // kvshare/chat_template.h and kvshare/tool_calls.h; "required" and a named
-// function are enforced by a grammar (see BuildRequest). Not with a
+// function are enforced by a grammar (see BuildRequest); under "auto", strict
+// tools by a lazy grammar from the call's opening on (AutoToolCallGrammar). Not with a
 // response_format other than text.
 // Completions: prompt (a string, token ids, or a one-element array of
 // either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
@@ -96,6 +98,7 @@ struct CompletionRequest {
     std::string name;  // kFunction
   } tool_choice;
   bool parallel_tool_calls = true;
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  // token id, bias in [-100, 100]
   std::vector<std::string> ignored;  // unknown fields, by path ("foo", "messages[0].bar")
 };
 
@@ -114,6 +117,15 @@ std::optional<ToolCallParserOptions> ToolCallParsing(const CompletionRequest& re
 // "arguments": <the tool's parameters; {} when it has none; any object when
 // they do not compile as a grammar and the tool is not strict>}}.
 std::string ForcedToolCallSchema(const CompletionRequest& req);
+
+struct ModelContext;
+// tool_choice "auto" with at least one strict tool: the lazy grammar of
+// LazyToolCallGrammar over all the offered tools (strict ones' arguments
+// enforced) in the syntax ToolCallParsing reads, with the tokenizer's Gemma 4
+// call markers. Null otherwise (free text, as without strict tools). Throws
+// ApiError 400 invalid_schema when a strict tool cannot be enforced in that
+// syntax (Gemma 4: a property name with ':').
+std::shared_ptr<const Grammar> AutoToolCallGrammar(const CompletionRequest& req, const ModelContext& ctx);
 
 struct RequestParsing {
   // OpenAI's strictness: unknown fields are a 400, `model` is required.

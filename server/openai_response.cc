@@ -23,8 +23,10 @@ std::string NewCallId() {
 
 void CompletionFormatter::EnableToolCalls(ToolCallParserOptions options) {
   if (options.syntax == ToolCallSyntax::kGemma4) {
+    // Only markers that decode to no text (control tokens): a user-defined
+    // one (as in the tiny fixture) already brings its text.
     for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {
-      if (auto id = tok_.TokenId(m)) markers_[*id] = m;
+      if (auto id = tok_.TokenId(m); id && tok_.TokenBytes(*id).empty()) markers_[*id] = m;
     }
   }
   parser_.emplace(std::move(options));

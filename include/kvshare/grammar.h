@@ -36,6 +36,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvshare {
@@ -66,6 +67,32 @@ std::shared_ptr<const Grammar> CompileJsonSchema(std::string_view schema, const 
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).
 std::shared_ptr<const Grammar> AnyJsonObjectGrammar(const JsonGrammarOptions& options = {});
 
+// Exactly the bytes of `text` (non-empty; throws kvshare::Error otherwise).
+std::shared_ptr<const Grammar> LiteralGrammar(std::string_view text);
+
+// A lazy grammar (llama.cpp's name): the output is free text until a trigger
+// appears in it, and from the trigger's first byte on it must be a document
+// of the body grammar (a tool call after its opening marker). The trigger is
+// found at the byte level, so it may come as one token or split across
+// several; a token that would complete a trigger with bytes the body refuses
+// is masked like any other. End tokens are allowed in free text and after a
+// complete body, never inside one.
+struct LazyGrammarOptions {
+  // Non-null: a grammar whose complete documents are the trigger texts
+  // (LiteralGrammar("<|tool_call>"), or a pattern with optional whitespace),
+  // searched for at every byte of the free text.
+  std::shared_ptr<const Grammar> trigger;
+  // Tokens that TokenTrie::FromTokenizer leaves out (control tokens) but the
+  // output may hold, with the text they stand for (Gemma 4's call markers):
+  // the trigger and the body see that text. Ids must be in the vocabulary.
+  std::vector<std::pair<std::int32_t, std::string>> token_text;
+  // After a complete body: true, free text again (another trigger starts
+  // another body); false, only an end token may follow.
+  bool repeat = false;
+};
+// Throws kvshare::Error for a null body or trigger, or a lazy body.
+std::shared_ptr<const Grammar> LazyGrammar(std::shared_ptr<const Grammar> body, LazyGrammarOptions options);
+
 // A vocabulary's tokens as byte strings in a prefix trie, built once per
 // vocabulary and shared (read-only) by every matcher.
 class TokenTrie {
@@ -83,6 +110,10 @@ class TokenTrie {
 
   std::int32_t vocab_size() const;
   std::size_t num_nodes() const;  // including the root
+  // The bytes of token `id` as given (empty: never allowed); id in [0, vocab).
+  std::string_view token_bytes(std::int32_t id) const;
+  // The tokens whose bytes start with `byte`, in the trie's order.
+  std::span<const std::int32_t> tokens_starting_with(unsigned char byte) const;
   struct Impl;
   const Impl& impl() const { return *impl_; }
 
@@ -95,7 +126,10 @@ class GrammarMatcher {
  public:
   // end_tokens: the ids that end generation (EOS, end of turn, stop tokens),
   // allowed exactly when the document is complete. Throws kvshare::Error for
-  // a null grammar or trie, or an end token outside [0, vocab).
+  // a null grammar or trie, or an end token (or a lazy grammar's token_text
+  // id) outside [0, vocab). A lazy grammar (LazyGrammar) is matched as it
+  // describes: the methods below speak of the whole output, free text
+  // included.
   GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> vocab,
                  std::vector<std::int32_t> end_tokens);
   ~GrammarMatcher();
@@ -128,6 +162,9 @@ class GrammarMatcher {
   bool CanEnd() const;
   // An end token was accepted: nothing may follow.
   bool Terminated() const;
+  // Lazy grammars: how many bodies a trigger has started so far (0 for a
+  // grammar that is not lazy).
+  int Triggered() const;
 
  private:
   struct Impl;

@@ -51,6 +51,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvshare/grammar.h"
@@ -147,6 +148,11 @@ struct RequestOptions {
   // would not be checked against the grammar); logprobs stay the model's.
   // Excludes ignore_eos.
   std::shared_ptr<const Grammar> grammar;
+  // Added to the logits of these tokens before the grammar's mask and the
+  // sampler (OpenAI's logit_bias; ids in [0, n_vocab), finite biases). Such a
+  // request is never speculated (its drafts were not proposed under the
+  // bias); logprobs stay the model's.
+  std::vector<std::pair<std::int32_t, float>> logit_bias;
 };
 
 struct TokenLogprob {

@@ -21,12 +21,16 @@
 // the caller writes their text into what it feeds (see ToolCallParser).
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
 #include "kvshare/chat_template.h"
+#include "kvshare/grammar.h"
 
 namespace kvshare {
 
@@ -93,5 +97,32 @@ class ToolCallParser {
 // Gemma 4's call body "call:NAME{...}" (between the markers) as a call with
 // JSON arguments; false when it does not parse.
 bool ParseGemma4Call(std::string_view body, ToolCall& out);
+
+// A tool offered under tool_choice "auto": `strict` ones have their
+// arguments enforced, the others take any object.
+struct LazyTool {
+  ToolFunction function;
+  bool strict = false;
+};
+
+// The lazy grammar (kvshare/grammar.h LazyGrammar) of calls under
+// tool_choice "auto": free text until the call's opening, then one call to
+// one of `tools` (the name one of theirs, a strict tool's arguments valid
+// against its parameters), which ToolCallParser reads as a call:
+//   kGemma4: trigger "<|tool_call>"; body
+//     <|tool_call>call:NAME{args in Gemma's notation}<tool_call|>
+//     (strings <|"|>…<|"|> without '<' inside, keys bare, no spaces); after
+//     it free text again when `parallel` (more calls, or the end), else
+//     only the end.
+//   kJson: trigger '{', up to 8 whitespace bytes, "tool_call (the opening of
+//     both forms); body {"tool_call": {"name", "arguments"}} or, when
+//     `parallel`, also {"tool_calls": [...]}; then only the end (the parser
+//     reads one object).
+// marker_tokens: the vocabulary's control tokens for "<|tool_call>",
+// "<tool_call|>" and "<|\"|>" with their text (kGemma4; TokenTrie leaves
+// control tokens out). Throws kvshare::Error for no tools, or a strict
+// tool's parameters that do not compile (the message names the tool).
+std::shared_ptr<const Grammar> LazyToolCallGrammar(std::span<const LazyTool> tools, ToolCallSyntax syntax, bool parallel,
+                                                   std::vector<std::pair<std::int32_t, std::string>> marker_tokens = {});
 
 }  // namespace kvshare

@@ -12,6 +12,7 @@
 #include <array>
 #include <bitset>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -95,6 +96,12 @@ namespace kvshare {
 class Grammar {
  public:
   explicit Grammar(detail::GrammarIr ir) : ir(std::move(ir)) {}
+  // A lazy grammar (kvshare::LazyGrammar): `ir` is its body's, so that code
+  // reading `ir` alone still sees the constrained language.
+  Grammar(detail::GrammarIr ir, std::shared_ptr<const LazyGrammarOptions> lazy, std::shared_ptr<const Grammar> body)
+      : ir(std::move(ir)), lazy(std::move(lazy)), body(std::move(body)) {}
   const detail::GrammarIr ir;
+  const std::shared_ptr<const LazyGrammarOptions> lazy;  // null: constrained from the first byte
+  const std::shared_ptr<const Grammar> body;             // lazy: the (eager) body grammar
 };
 }  // namespace kvshare

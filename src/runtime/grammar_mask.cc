@@ -10,6 +10,7 @@
 #include "kvshare/tokenizer.h"
 #include "runtime/grammar_automaton.h"
 #include "runtime/grammar_ir.h"
+#include "runtime/lazy_grammar.h"
 
 namespace kvshare {
 
@@ -156,6 +157,17 @@ std::shared_ptr<const TokenTrie> TokenTrie::FromTokenizer(const Tokenizer& token
 TokenTrie::~TokenTrie() = default;
 std::int32_t TokenTrie::vocab_size() const { return impl_->vocab; }
 std::size_t TokenTrie::num_nodes() const { return impl_->byte.size(); }
+std::string_view TokenTrie::token_bytes(std::int32_t id) const { return impl_->bytes[static_cast<std::size_t>(id)]; }
+std::span<const std::int32_t> TokenTrie::tokens_starting_with(unsigned char byte) const {
+  // The root's children are the first bytes, in order; each subtree's tokens are contiguous.
+  const Impl& t = *impl_;
+  for (std::uint32_t c = 1; c < t.byte.size(); c = t.end[c]) {
+    if (t.byte[c] == byte) {
+      return std::span<const std::int32_t>(t.tokens).subspan(t.tok_begin[c], t.tok_begin[t.end[c]] - t.tok_begin[c]);
+    }
+  }
+  return {};
+}
 
 struct GrammarMatcher::Impl {
   Impl(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> v, std::vector<std::int32_t> e)
@@ -180,6 +192,8 @@ struct GrammarMatcher::Impl {
   static constexpr std::size_t kCached = 8;
   std::vector<Cached> cache;
   std::uint64_t clock = 0;
+  // A lazy grammar's matcher: every method below forwards to it.
+  std::unique_ptr<detail::LazyMatcher> lazy;
 
   bool IsEnd(std::int32_t id) const { return std::find(end_tokens.begin(), end_tokens.end(), id) != end_tokens.end(); }
 };
@@ -194,18 +208,32 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shar
                   std::to_string(vocab->vocab_size()) + ")");
     }
   }
-  impl_ = std::make_unique<Impl>(std::move(grammar), std::move(vocab), std::move(end_tokens));
+  if (grammar->lazy) {
+    for (const auto& [id, text] : grammar->lazy->token_text) {
+      if (id < 0 || id >= vocab->vocab_size()) {
+        throw Error("GrammarMatcher: token_text id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                    std::to_string(vocab->vocab_size()) + ")");
+      }
+    }
+  }
+  impl_ = std::make_unique<Impl>(grammar, vocab, end_tokens);
+  if (grammar->lazy) impl_->lazy = std::make_unique<detail::LazyMatcher>(grammar, vocab, end_tokens);
 }
 
 GrammarMatcher::~GrammarMatcher() = default;
 GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
 GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
 
-bool GrammarMatcher::CanEnd() const { return !impl_->terminated && impl_->dfa.Accepting(impl_->state); }
-bool GrammarMatcher::Terminated() const { return impl_->terminated; }
+bool GrammarMatcher::CanEnd() const {
+  if (impl_->lazy) return impl_->lazy->CanEnd();
+  return !impl_->terminated && impl_->dfa.Accepting(impl_->state);
+}
+bool GrammarMatcher::Terminated() const { return impl_->lazy ? impl_->lazy->Terminated() : impl_->terminated; }
+int GrammarMatcher::Triggered() const { return impl_->lazy ? impl_->lazy->Triggered() : 0; }
 
 bool GrammarMatcher::AcceptBytes(std::string_view bytes) {
   Impl& m = *impl_;
+  if (m.lazy) return m.lazy->AcceptBytes(bytes);
   if (m.terminated) return false;
   std::uint32_t s = m.state;
   for (char c : bytes) {
@@ -218,6 +246,7 @@ bool GrammarMatcher::AcceptBytes(std::string_view bytes) {
 
 bool GrammarMatcher::CanAcceptBytes(std::string_view bytes) {
   Impl& m = *impl_;
+  if (m.lazy) return m.lazy->CanAcceptBytes(bytes);
   if (m.terminated) return false;
   std::uint32_t s = m.state;
   for (char c : bytes) {
@@ -233,6 +262,7 @@ bool GrammarMatcher::AcceptToken(std::int32_t id) {
     throw Error("GrammarMatcher::AcceptToken: token " + std::to_string(id) + " is outside the vocabulary [0, " +
                 std::to_string(m.vocab->vocab_size()) + ")");
   }
+  if (m.lazy) return m.lazy->AcceptToken(id);
   if (m.terminated) return false;
   if (m.IsEnd(id)) {
     if (!CanEnd()) return false;
@@ -245,6 +275,7 @@ bool GrammarMatcher::AcceptToken(std::int32_t id) {
 
 void GrammarMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
   Impl& m = *impl_;
+  if (m.lazy) return m.lazy->FillNextTokenMask(mask);
   const TokenTrie::Impl& t = m.vocab->impl();
   const std::size_t words = (static_cast<std::size_t>(t.vocab) + 63) / 64;
   if (mask.size() != words) {

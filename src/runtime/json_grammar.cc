@@ -8,10 +8,12 @@
 
 namespace kvshare::detail {
 
-JsonGrammar::JsonGrammar(const JsonGrammarOptions& options) : o_(options) {
+JsonGrammar::JsonGrammar(const JsonGrammarOptions& options, Notation notation) : o_(options), notation_(notation) {
   if (o_.max_whitespace < 0 || o_.max_whitespace > 4096) {
     throw Error("JsonGrammarOptions::max_whitespace must be in [0, 4096], got " + std::to_string(o_.max_whitespace));
   }
+  // Gemma's notation is written without spaces (the chat template's calls).
+  if (notation_ == Notation::kGemma) o_.max_whitespace = 0;
 }
 
 std::shared_ptr<const Grammar> JsonGrammar::Finish(std::uint32_t value) {
@@ -52,9 +54,15 @@ JsonGrammar::Seq JsonGrammar::Sep(char c) { return Ws() + Seq{b_.Byte(static_cas
 std::uint32_t JsonGrammar::Char() {
   if (char_) return *char_;
   const std::uint32_t c = b_.NewRule();
+  const bool gemma = notation_ == Notation::kGemma;
   std::bitset<256> plain, esc, hex, hex_nd, hex_lo;
   for (int x = 0x20; x <= 0x7F; ++x) plain.set(static_cast<std::size_t>(x));
-  plain.reset('"'), plain.reset('\\');
+  if (gemma) {
+    // Raw text up to the closing <|"|>: no escapes, line breaks as they are.
+    plain.reset('<'), plain.set('\t'), plain.set('\n'), plain.set('\r');
+  } else {
+    plain.reset('"'), plain.reset('\\');
+  }
   for (unsigned char x : std::string("\"\\/bfnrt")) esc.set(x);
   for (unsigned char x : std::string("0123456789abcdefABCDEF")) hex.set(x);
   hex_nd = hex, hex_nd.reset('d'), hex_nd.reset('D');
@@ -64,10 +72,12 @@ std::uint32_t JsonGrammar::Char() {
   for (int x = 0xE1; x <= 0xEF; ++x) e3.set(static_cast<std::size_t>(x));
   e3.reset(0xED);
   b_.Alt(c, {b_.Set(plain)});
-  b_.Alt(c, {b_.Byte('\\'), b_.Set(esc)});
-  b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Set(hex_nd), b_.Set(hex), b_.Set(hex), b_.Set(hex)});
-  b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Range('D', 'D'), b_.Set(hex_lo), b_.Set(hex), b_.Set(hex)});
-  b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Range('d', 'd'), b_.Set(hex_lo), b_.Set(hex), b_.Set(hex)});
+  if (!gemma) {
+    b_.Alt(c, {b_.Byte('\\'), b_.Set(esc)});
+    b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Set(hex_nd), b_.Set(hex), b_.Set(hex), b_.Set(hex)});
+    b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Range('D', 'D'), b_.Set(hex_lo), b_.Set(hex), b_.Set(hex)});
+    b_.Alt(c, {b_.Byte('\\'), b_.Byte('u'), b_.Range('d', 'd'), b_.Set(hex_lo), b_.Set(hex), b_.Set(hex)});
+  }
   b_.Alt(c, {b_.Range(0xC2, 0xDF), cont});
   b_.Alt(c, {b_.Byte(0xE0), b_.Range(0xA0, 0xBF), cont});
   b_.Alt(c, {b_.Set(e3), cont, cont});
@@ -79,8 +89,12 @@ std::uint32_t JsonGrammar::Char() {
   const std::uint32_t chars = b_.NewRule();
   b_.Alt(chars, {GrammarBuilder::Ref(c), GrammarBuilder::Ref(chars)});
   b_.Alt(chars, {});
-  b_.MarkPlainChar(c);
-  b_.MarkStringFrame(chars, 0, std::numeric_limits<std::int32_t>::max());
+  // The mask walk's shortcut for string content knows JSON's plain set
+  // only (grammar_mask.cc PlainNext): Gemma strings are walked byte by byte.
+  if (!gemma) {
+    b_.MarkPlainChar(c);
+    b_.MarkStringFrame(chars, 0, std::numeric_limits<std::int32_t>::max());
+  }
   chars_ = chars;
   return c;
 }
@@ -89,7 +103,8 @@ std::uint32_t JsonGrammar::String(int min, int max) {
   const auto key = std::make_pair(min, max);
   if (auto it = strings_.find(key); it != strings_.end()) return it->second;
   const std::uint32_t c = Char();
-  Seq s = {b_.Byte('"')};
+  const Seq quote = notation_ == Notation::kGemma ? b_.Lit("<|\"|>") : Seq{b_.Byte('"')};
+  Seq s = quote;
   for (int i = 0; i < min; ++i) s.push_back(GrammarBuilder::Ref(c));
   if (max < 0) {
     s.push_back(GrammarBuilder::Ref(*chars_));
@@ -101,12 +116,12 @@ std::uint32_t JsonGrammar::String(int min, int max) {
       const std::uint32_t r = b_.NewRule();
       b_.Alt(r, {});
       b_.Alt(r, {GrammarBuilder::Ref(c), GrammarBuilder::Ref(prev)});
-      b_.MarkStringFrame(r, 1, k);
+      if (notation_ == Notation::kJson) b_.MarkStringFrame(r, 1, k);
       prev = r;
     }
     s.push_back(GrammarBuilder::Ref(prev));
   }
-  s.push_back(b_.Byte('"'));
+  s = s + quote;
   const std::uint32_t r = b_.NewRule();
   b_.Alt(r, s);
   return strings_[key] = r;
@@ -165,7 +180,18 @@ std::uint32_t JsonGrammar::AnyValue() {
 
 std::uint32_t JsonGrammar::Map(std::uint32_t value) {
   const std::uint32_t r = b_.NewRule();
-  const Seq member = Seq{GrammarBuilder::Ref(String(0, -1))} + Sep(':') + Seq{GrammarBuilder::Ref(value)};
+  std::uint32_t key = 0;
+  if (notation_ == Notation::kGemma) {
+    // A bare key: what ParseGemma4Call reads back as one.
+    std::bitset<256> k;
+    for (int x = 0x21; x <= 0x7E; ++x) k.set(static_cast<std::size_t>(x));
+    for (unsigned char x : std::string("{}[],:<\"")) k.reset(x);
+    key = b_.NewRule();
+    b_.Alt(key, {b_.Set(k), GrammarBuilder::Ref(UpTo({b_.Set(k)}, -1))});
+  } else {
+    key = String(0, -1);
+  }
+  const Seq member = Seq{GrammarBuilder::Ref(key)} + Sep(':') + Seq{GrammarBuilder::Ref(value)};
   const std::uint32_t more = UpTo(Sep(',') + member, -1);
   b_.Alt(r, Seq{b_.Byte('{')} + Ws() + Seq{b_.Byte('}')});
   b_.Alt(r, Seq{b_.Byte('{')} + Ws() + member + Seq{GrammarBuilder::Ref(more)} + Ws() + Seq{b_.Byte('}')});

@@ -20,13 +20,20 @@ inline GrammarBuilder::Seq operator+(GrammarBuilder::Seq a, const GrammarBuilder
   return a;
 }
 
+// How values are written. kGemma: Gemma 4's call notation (kvshare/
+// tool_calls.h): strings <|"|>raw text<|"|> (no escapes, no '<' inside, so
+// that the closing quote cannot be forged), object keys bare, no whitespace;
+// numbers, true, false, null and arrays as in JSON.
+enum class Notation { kJson, kGemma };
+
 class JsonGrammar {
  public:
   using Seq = GrammarBuilder::Seq;
   static constexpr int kIntDigits = 16, kFracDigits = 16, kExpDigits = 3;
 
   // Throws kvshare::Error for max_whitespace outside [0, 4096].
-  explicit JsonGrammar(const JsonGrammarOptions& options);
+  explicit JsonGrammar(const JsonGrammarOptions& options, Notation notation = Notation::kJson);
+  Notation notation() const { return notation_; }
 
   GrammarBuilder& builder() { return b_; }
   // The grammar of whitespace and then rule `value`.
@@ -53,9 +60,17 @@ class JsonGrammar {
 
  private:
   JsonGrammarOptions o_;
+  Notation notation_;
   GrammarBuilder b_;
   std::optional<std::uint32_t> ws_, char_, chars_, any_, integer_, number_;
   std::map<std::pair<int, int>, std::uint32_t> strings_;
 };
+
+// Compiles the JSON Schema `schema` (JSON text) into rules of `j` and returns
+// the rule of its values (CompileJsonSchema is this and JsonGrammar::Finish);
+// in the kGemma notation, enum / const values and property names are written
+// in that notation. Throws kvshare::Error as CompileJsonSchema does, and for a
+// property name that the notation cannot write (kGemma: one with ':').
+std::uint32_t CompileSchemaRule(JsonGrammar& j, std::string_view schema);
 
 }  // namespace kvshare::detail

@@ -62,11 +62,28 @@ std::string JsonTypeOf(const Json& v) {
   return "number";
 }
 
+// A value as the grammar's notation writes it (enum / const).
+std::string ValueText(const Json& v, detail::Notation n) {
+  if (n == detail::Notation::kJson) return v.dump();
+  if (v.is_string()) return "<|\"|>" + v.get<std::string>() + "<|\"|>";
+  if (v.is_array() || v.is_object()) {
+    std::string out = v.is_array() ? "[" : "{";
+    bool first = true;
+    for (const auto& [k, x] : v.items()) {
+      if (!first) out += ",";
+      first = false;
+      if (v.is_object()) out += k + ":";
+      out += ValueText(x, n);
+    }
+    return out + (v.is_array() ? "]" : "}");
+  }
+  return v.dump();
+}
+
 class Compiler {
  public:
-  Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), j_(o), b_(j_.builder()) {}
+  Compiler(const Json& root, detail::JsonGrammar& j) : root_(root), j_(j), b_(j_.builder()) {}
 
-  std::shared_ptr<const Grammar> Finish(std::uint32_t value) { return j_.Finish(value); }
   std::uint32_t Schema(const Json& s, const std::string& path);
   std::uint32_t AnyObject() { return j_.Map(j_.AnyValue()); }
 
@@ -96,7 +113,7 @@ class Compiler {
 
   const Json& root_;
   int depth_ = 0;  // Schema calls in progress
-  detail::JsonGrammar j_;
+  detail::JsonGrammar& j_;
   GrammarBuilder& b_;
   std::map<std::string, std::uint32_t> refs_;
   // $refs entered since the last object or array: a cycle among them would
@@ -205,7 +222,7 @@ std::uint32_t Compiler::SchemaAt(const Json& s, const std::string& path) {
       const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
                       (t == "number" && types.count("integer") && v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
       if (!ok) continue;
-      b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(v.dump()))});
+      b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
       ++n;
     }
     if (n == 0) Fail(path, "no value of 'enum' / 'const' matches 'type'");
@@ -293,6 +310,12 @@ std::uint32_t Compiler::Object(const Json& s, const std::string& path) {
   std::vector<std::string> keys;
   std::vector<std::uint32_t> values;
   for (const auto& [k, v] : props->items()) {
+    if (j_.notation() == detail::Notation::kGemma) {
+      // Gemma keys are bare: ParseGemma4Call ends a key at ':' and refuses brackets and commas.
+      if (k.empty() || k.find_first_of("{}[],:<\" \t\n\r") != std::string::npos) {
+        Fail(path, "property name \"" + k + "\" cannot be written as a bare key in Gemma 4's call notation");
+      }
+    }
     keys.push_back(k);
     values.push_back(Schema(v, path + "/properties/" + k));
   }
@@ -300,7 +323,8 @@ std::uint32_t Compiler::Object(const Json& s, const std::string& path) {
   b_.Alt(none, {});
   std::uint32_t first = none, rest = none;
   for (std::size_t i = n; i-- > 0;) {
-    const Seq kv = b_.Lit(Json(keys[i]).dump()) + j_.Sep(':') + Seq{GrammarBuilder::Ref(values[i])};
+    const std::string key = j_.notation() == detail::Notation::kGemma ? keys[i] : Json(keys[i]).dump();
+    const Seq kv = b_.Lit(key) + j_.Sep(':') + Seq{GrammarBuilder::Ref(values[i])};
     const bool req = required.count(keys[i]) > 0;
     const std::uint32_t f = b_.NewRule(), r = b_.NewRule();
     b_.Alt(r, j_.Sep(',') + kv + Seq{GrammarBuilder::Ref(rest)});
@@ -419,18 +443,24 @@ Json ParseSchema(std::string_view text) {
 
 }  // namespace
 
-std::shared_ptr<const Grammar> CompileJsonSchema(std::string_view schema, const JsonGrammarOptions& options) {
+std::uint32_t detail::CompileSchemaRule(JsonGrammar& j, std::string_view schema) {
   const Json root = ParseSchema(schema);
-  Compiler c(root, options);
-  const std::uint32_t value = c.Schema(root, "#");
-  return c.Finish(value);
+  Compiler c(root, j);
+  return c.Schema(root, "#");
+}
+
+std::shared_ptr<const Grammar> CompileJsonSchema(std::string_view schema, const JsonGrammarOptions& options) {
+  detail::JsonGrammar j(options);
+  const std::uint32_t value = detail::CompileSchemaRule(j, schema);
+  return j.Finish(value);
 }
 
 std::shared_ptr<const Grammar> AnyJsonObjectGrammar(const JsonGrammarOptions& options) {
   const Json root = Json::object();
-  Compiler c(root, options);
+  detail::JsonGrammar j(options);
+  Compiler c(root, j);
   const std::uint32_t value = c.AnyObject();
-  return c.Finish(value);
+  return j.Finish(value);
 }
 
 }  // namespace kvshare

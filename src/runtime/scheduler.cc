@@ -221,6 +221,12 @@ struct Scheduler::Impl {
       if (s.empty()) throw Error("stop strings must not be empty");
     }
     Sampler check(r.sampler);  // throws naming a bad sampler option
+    for (const auto& [id, bias] : r.logit_bias) {
+      if (id < 0 || id >= v || !std::isfinite(bias)) {
+        throw Error("logit_bias: token " + std::to_string(id) + " (bias " + std::to_string(bias) +
+                    ") must be in the vocabulary [0, " + std::to_string(v) + ") with a finite bias");
+      }
+    }
     if (r.grammar && r.ignore_eos) {
       throw Error("ignore_eos cannot be combined with a grammar: generation must end when the document is complete");
     }
@@ -426,18 +432,21 @@ struct Scheduler::Impl {
   void SampleRow(Request& r, std::span<const float> rows, std::size_t V, std::span<const std::int32_t> drafts,
                  RowOutcome& out) const {
     try {
-      // A constrained row has no drafts: it samples from its one row, masked.
+      // A constrained or biased row has no drafts: it samples from its one
+      // row, biased, then masked.
       std::span<const float> sample_rows = rows;
-      if (r.matcher) {
+      if (r.matcher || !r.opt.logit_bias.empty()) {
         r.masked.assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(V));
-        r.matcher->MaskLogits(r.masked);
+        for (const auto& [id, bias] : r.opt.logit_bias) r.masked[static_cast<std::size_t>(id)] += bias;
+        if (r.matcher) r.matcher->MaskLogits(r.masked);
         sample_rows = r.masked;
       }
       const detail::Accepted a = detail::AcceptDrafts(
           r.sampler, sample_rows, V, drafts, r.history, [&](std::int32_t t, std::span<const float> row) {
             Sampled& s = out.tokens.emplace_back();
             s.token = s.info.token = t;
-            if (r.opt.top_logprobs >= 0) Logprobs(r.matcher ? rows.subspan(0, V) : row, t, r.opt.top_logprobs, s.info);
+            const bool own = r.matcher || !r.opt.logit_bias.empty();  // row is the masked copy: use the model's
+            if (r.opt.top_logprobs >= 0) Logprobs(own ? rows.subspan(0, V) : row, t, r.opt.top_logprobs, s.info);
             if (r.matcher && !r.matcher->AcceptToken(t)) {
               throw Error("constrained decoding: sampled token " + std::to_string(t) + " outside the grammar's mask");
             }
@@ -667,7 +676,7 @@ struct Scheduler::Impl {
       Slot& s = slots[static_cast<std::size_t>(i)];
       Request& r = *s.req;
       std::int64_t k = 0;
-      if (r.opt.speculative && !r.matcher) {
+      if (r.opt.speculative && !r.matcher && r.opt.logit_bias.empty()) {
         k = std::min<std::int64_t>({r.draft_length.Next(), r.opt.max_tokens - r.generated - 1, max_step - 1,
                                     state->max_context() - state->length(i) - 1, budget});
       }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/grammar.h"
+#include "kvshare/tool_calls.h"
 #include "openai_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -39,6 +41,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!req.response_format.schema.empty()) {
       try {
         (void)kvshare::CompileJsonSchema(req.response_format.schema);
+      } catch (const kvshare::Error&) {  // BuildRequest: 400 invalid_schema
+      }
+    }
+    std::vector<kvshare::LazyTool> tools;  // BuildRequest's lazy grammar under tool_choice "auto"
+    for (const auto& t : req.tools) tools.push_back({t.function, t.strict});
+    for (kvshare::ToolCallSyntax syntax : {kvshare::ToolCallSyntax::kJson, kvshare::ToolCallSyntax::kGemma4}) {
+      if (tools.empty()) break;
+      try {
+        (void)kvshare::LazyToolCallGrammar(tools, syntax, req.parallel_tool_calls);
       } catch (const kvshare::Error&) {  // BuildRequest: 400 invalid_schema
       }
     }
