@@ -13,7 +13,7 @@
 // TokenTrie: building the trie once per vocabulary (the server's first
 // constrained request).
 // Environment: KVSHARE_MODEL, else the default model where the CLI finds it
-// (tests/default_model_path.h).
+// (tests/model_default_path.h).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "default_model_path.h"
+#include "model_default_path.h"
 #include "kvshare/grammar.h"
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
@@ -86,7 +86,7 @@ const std::vector<Doc>& Docs() {
 void BM_GrammarMask(benchmark::State& state) {
   Vocab& v = Default();
   if (!v.model) {
-    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/default_model_path.h)");
+    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
     return;
   }
   const Doc& doc = Docs()[static_cast<std::size_t>(state.range(0))];
@@ -116,7 +116,7 @@ void BM_GrammarMask(benchmark::State& state) {
 void BM_DecodeStep(benchmark::State& state) {
   Vocab& v = Default();
   if (!v.model) {
-    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/default_model_path.h)");
+    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
     return;
   }
   ThreadPool pool(static_cast<int>(state.range(0)));
@@ -145,7 +145,7 @@ void BM_DecodeStep(benchmark::State& state) {
 void BM_TokenTrieBuild(benchmark::State& state) {
   Vocab& v = Default();
   if (!v.model) {
-    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/default_model_path.h)");
+    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
     return;
   }
   for (auto _ : state) benchmark::DoNotOptimize(TokenTrie::FromTokenizer(*v.tok));

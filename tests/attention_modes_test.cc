@@ -7,7 +7,7 @@
 #include <cmath>
 #include <utility>
 
-#include "gqa_case.h"
+#include "attention_gqa_case.h"
 #include "kvshare/thread_pool.h"
 
 namespace kvshare::testing {

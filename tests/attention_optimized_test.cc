@@ -15,7 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "attention/attend.h"
 #include "hwy/targets.h"
 #include "common/float_convert.h"

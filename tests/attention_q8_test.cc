@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "common/str.h"
-#include "gqa_case.h"
+#include "attention_gqa_case.h"
 #include "kvshare/error.h"
 #include "kvshare/thread_pool.h"
 

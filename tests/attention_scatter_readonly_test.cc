@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "gqa_case.h"
+#include "attention_gqa_case.h"
 
 namespace kvshare::testing {
 namespace {

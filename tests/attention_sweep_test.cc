@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "common/str.h"
-#include "gqa_case.h"
-#include "gqa_random_case.h"
+#include "attention_gqa_case.h"
+#include "attention_gqa_random_case.h"
 #include "kvshare/thread_pool.h"
 
 namespace kvshare::testing {

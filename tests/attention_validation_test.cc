@@ -6,7 +6,7 @@
 
 #include <functional>
 
-#include "gqa_case.h"
+#include "attention_gqa_case.h"
 #include "kvshare/error.h"
 
 namespace kvshare::testing {

@@ -16,7 +16,7 @@ namespace {
 
 constexpr int kHeads = 4, kWidth = 24, kMaxPos = 64;
 
-// Stacked layers: the per-dtype table (test_util.h) with headroom for 8 layers.
+// Stacked layers: the per-dtype table (common_test_util.h) with headroom for 8 layers.
 // (q8_0: the oracle holds the same dequantized K/V, so only fp32 rounding
 // differs; a rounding flip of one code moves one value by one step d.)
 double StackTol(DType dt) { return dt == DType::kFloat32 ? 1e-4 : 2e-2; }

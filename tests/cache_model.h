@@ -12,9 +12,9 @@
 #include <random>
 #include <vector>
 
-#include "gqa_case.h"
+#include "attention_gqa_case.h"
 #include "kvshare/cache.h"
-#include "test_util.h"
+#include "common_test_util.h"
 
 namespace kvshare::testing {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
 #include "kvshare/error.h"

@@ -17,7 +17,7 @@
 #include "cuda_test_util.h"
 #include "kvshare/cache.h"
 #include "kvshare/error.h"
-#include "test_util.h"
+#include "common_test_util.h"
 
 namespace kvshare::testing {
 namespace {

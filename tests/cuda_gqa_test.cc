@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "record_measured.h"
-#include "gqa_case.h"
-#include "gqa_random_case.h"
+#include "common_record_measured.h"
+#include "attention_gqa_case.h"
+#include "attention_gqa_random_case.h"
 #include "cuda_test_util.h"
 #include "kvshare/error.h"
 

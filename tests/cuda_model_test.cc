@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "cuda_test_util.h"
 #include "kvshare/model_cuda.h"
 #include "model_tiny_gemma.h"

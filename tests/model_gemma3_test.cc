@@ -1,5 +1,5 @@
 // Gemma 3 end to end on the real model; skipped when the file is absent
-// (default_model_path.h says where it is looked for).
+// (model_default_path.h says where it is looked for).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "record_measured.h"
-#include "default_model_path.h"
+#include "common_record_measured.h"
+#include "model_default_path.h"
 #include "kvshare/error.h"
 #include "kvshare/generator.h"
 #include "kvshare/model.h"

@@ -19,7 +19,7 @@
 #include "kvshare/thread_pool.h"
 #include "model_test_util.h"
 #include "model_tiny_gemma3n.h"
-#include "test_util.h"
+#include "common_test_util.h"
 
 namespace kvshare {
 namespace {

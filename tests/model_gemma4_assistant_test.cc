@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "kvshare/assistant.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"

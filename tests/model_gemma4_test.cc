@@ -20,7 +20,7 @@
 #include "kvshare/thread_pool.h"
 #include "model_test_util.h"
 #include "model_tiny_gemma4.h"
-#include "test_util.h"
+#include "common_test_util.h"
 
 namespace kvshare {
 namespace {

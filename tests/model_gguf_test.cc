@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "default_model_path.h"
+#include "model_default_path.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model_info.h"

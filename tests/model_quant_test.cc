@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "common/float_convert.h"
 #include "kvshare/error.h"
 #include "hwy/targets.h"

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "kvshare/error.h"
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
 #include "model_tiny_gemma.h"
-#include "test_util.h"
+#include "common_test_util.h"
 
 namespace kvshare {
 namespace {

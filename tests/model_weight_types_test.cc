@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvshare/gguf.h"
-#include "default_model_path.h"
+#include "model_default_path.h"
 #include "kvshare/grammar.h"
 #include "kvshare/model.h"
 #include "kvshare/tokenizer.h"

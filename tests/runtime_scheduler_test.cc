@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "default_model_path.h"
+#include "model_default_path.h"
 #include "kvshare/error.h"
 #include "kvshare/generator.h"
 #include "kvshare/model.h"

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "kvshare/assistant.h"
 #include "kvshare/generator.h"
 #include "kvshare/model.h"

@@ -23,11 +23,12 @@
 #include "kvshare/speculative.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
+#include "model_default_path.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 #include "runtime_spec_util.h"
 #include "runtime_tiny_vocab.h"
-#include "test_util.h"
+#include "common_test_util.h"
 
 namespace kvshare {
 namespace {

@@ -18,7 +18,7 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-#include "record_measured.h"
+#include "common_record_measured.h"
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
 #include "kvshare/tokenizer.h"

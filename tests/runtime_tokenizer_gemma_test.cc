@@ -1,6 +1,6 @@
 // The tokenizer on the real Gemma 3 vocabulary, read from the default model's GGUF
 // metadata by a minimal reader in this file (the tokenizer arrays only). Skipped
-// when the model is absent (default_model_path.h says where it is looked for).
+// when the model is absent (model_default_path.h says where it is looked for).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,8 +13,8 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-#include "record_measured.h"
-#include "default_model_path.h"
+#include "common_record_measured.h"
+#include "model_default_path.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"

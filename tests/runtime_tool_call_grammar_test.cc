@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "default_model_path.h"
+#include "model_default_path.h"
 #include "kvshare/chat_template.h"
 #include "kvshare/error.h"
 #include "kvshare/gguf.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/str.h"
-#include "gqa_case.h"
+#include "attention_gqa_case.h"
 
 namespace kvshare::testing {
 

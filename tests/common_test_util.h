@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "default_model_path.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
 #include "kvshare/tensor.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kvshare/attention.h"
-#include "test_util.h"
+#include "common_test_util.h"
 
 namespace kvshare::testing {
 
