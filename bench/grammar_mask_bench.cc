@@ -10,6 +10,9 @@
 // parallel).
 // DecodeStep/threads: one greedy one-token Forward of the default model at
 // a context of the prompt's tokens (about 70) up to 320, per_token likewise.
+// GrammarMaskLazy: a reply under tool_choice "auto" with one strict tool, in
+// the JSON convention (LazyToolCallGrammar): free text (the lazy trigger
+// search), then the call (the body's mask), walked as GrammarMask walks.
 // TokenTrie: building the trie once per vocabulary (the server's first
 // constrained request).
 // Environment: KVSHARE_MODEL, else the default model where the CLI finds it
@@ -29,6 +32,7 @@
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
 #include "kvshare/tokenizer.h"
+#include "kvshare/tool_calls.h"
 
 namespace kvshare {
 namespace {
@@ -83,15 +87,11 @@ const std::vector<Doc>& Docs() {
   return d;
 }
 
-void BM_GrammarMask(benchmark::State& state) {
-  Vocab& v = Default();
-  if (!v.model) {
-    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
-    return;
-  }
-  const Doc& doc = Docs()[static_cast<std::size_t>(state.range(0))];
-  const auto grammar = doc.schema != nullptr ? CompileJsonSchema(doc.schema) : AnyJsonObjectGrammar();
-  const std::vector<std::int32_t> tokens = v.tok->Encode(doc.text, {.add_bos = false});
+// One matcher per iteration walks `text` token by token (mask, then accept),
+// then masks once more; per_token as in GrammarMask.
+void WalkDocument(benchmark::State& state, const Vocab& v, const std::shared_ptr<const Grammar>& grammar,
+                  const std::string& text) {
+  const std::vector<std::int32_t> tokens = v.tok->Encode(text, {.add_bos = false});
   std::vector<float> logits(static_cast<std::size_t>(v.tok->vocab_size()), 1.0f), masked;
   for (auto _ : state) {
     GrammarMatcher m(grammar, v.trie, {v.tok->eos_id()});
@@ -111,6 +111,32 @@ void BM_GrammarMask(benchmark::State& state) {
   state.counters["tokens"] = steps;
   state.counters["per_token"] = benchmark::Counter(steps, benchmark::Counter::kIsIterationInvariantRate |
                                                               benchmark::Counter::kInvert);
+}
+
+void BM_GrammarMask(benchmark::State& state) {
+  Vocab& v = Default();
+  if (!v.model) {
+    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
+    return;
+  }
+  const Doc& doc = Docs()[static_cast<std::size_t>(state.range(0))];
+  WalkDocument(state, v, doc.schema != nullptr ? CompileJsonSchema(doc.schema) : AnyJsonObjectGrammar(), doc.text);
+}
+
+void BM_GrammarMaskLazy(benchmark::State& state) {
+  Vocab& v = Default();
+  if (!v.model) {
+    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
+    return;
+  }
+  const LazyTool tool{.function = {.name = "get_weather",
+                                   .description = "Current weather in a city",
+                                   .parameters = R"({"type": "object", "properties": {"city": {"type": "string"},
+                                       "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]})"},
+                      .strict = true};
+  WalkDocument(state, v, LazyToolCallGrammar(std::span<const LazyTool>(&tool, 1), ToolCallSyntax::kJson, false),
+               kLorem + "\n{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                        "\"unit\": \"celsius\"}}}");
 }
 
 void BM_DecodeStep(benchmark::State& state) {
@@ -153,6 +179,7 @@ void BM_TokenTrieBuild(benchmark::State& state) {
 }
 
 BENCHMARK(BM_GrammarMask)->Name("GrammarMask")->ArgName("doc")->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GrammarMaskLazy)->Name("GrammarMaskLazy")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeStep)->Name("DecodeStep")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TokenTrieBuild)->Name("TokenTrie")->Unit(benchmark::kMillisecond)->Iterations(3);
 
