@@ -8,9 +8,6 @@
 
 namespace kvshare {
 
-// A forwarder, so that front ends name the level without the kernels' header.
-const char* MatMulKernelName() { return KernelLevelName(DefaultKernelLevel()); }
-
 namespace {
 
 std::string ValueToString(const GgufValue& v) {

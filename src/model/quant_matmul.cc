@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvshare/error.h"
+#include "kvshare/model_info.h"
 #include "kvshare/thread_pool.h"
 #include "model/quant.h"
 #include "model/kernels/dispatch.h"
@@ -56,6 +57,10 @@ KernelLevel DefaultKernelLevel() {
   }();
   return level;
 }
+
+// kvshare/model_info.h: the level's name for the front ends, which do not see
+// this layer's kernel header.
+const char* MatMulKernelName() { return KernelLevelName(DefaultKernelLevel()); }
 
 WeightMatrix WeightMatrix::Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols) {
   if (!IsSupportedWeightType(type)) throw Error("WeightMatrix: unsupported weight type " + GgmlTypeName(type));
