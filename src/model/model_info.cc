@@ -4,8 +4,6 @@
 #include <map>
 #include <string>
 
-#include "model/quant.h"
-
 namespace kvshare {
 
 namespace {
