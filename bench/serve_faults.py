@@ -219,20 +219,22 @@ def check_sse(data):
 
 
 def check_calls(calls):
-    """Returned tool calls: each names get_weather with arguments that are JSON
-    following its schema."""
+    """Returned tool calls: each names TOOLS' function with arguments that are
+    JSON following its parameters."""
     if not calls:
         raise Bad("finish_reason tool_calls without tool_calls")
     for c in calls:
         f = c.get("function") or {}
-        if c.get("type") != "function" or f.get("name") != "get_weather" or not c.get("id"):
+        if c.get("type") != "function" or f.get("name") != TOOLS[0]["function"]["name"] or not c.get("id"):
             raise Bad(f"bad tool call {c!r}")
         try:
             args = json.loads(f.get("arguments"))
         except (TypeError, ValueError):
             raise Bad(f"tool call arguments are not JSON: {f.get('arguments')!r}")
-        if not (isinstance(args, dict) and set(args) == {"city"} and isinstance(args["city"], str)
-                and len(args["city"]) <= 20):
+        params = TOOLS[0]["function"]["parameters"]  # every property required, no others, strings bounded
+        if not (isinstance(args, dict) and set(args) == set(params["required"])
+                and all(isinstance(args[k], str) and len(args[k]) <= p["maxLength"]
+                        for k, p in params["properties"].items())):
             raise Bad(f"tool call arguments do not follow the schema: {args!r}")
 
 
