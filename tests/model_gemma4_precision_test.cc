@@ -20,11 +20,13 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvshare/gguf.h"
 #include "kvshare/model.h"
 #include "kvshare/thread_pool.h"
+#include "model_reference_ops.h"
 #include "model_tiny_gemma4.h"
 
 namespace kvshare {
@@ -69,27 +71,10 @@ std::vector<double> Forward(const GgufFile& f, const TinyGemma4Spec& s, const st
     std::memcpy(w.data(), t.data, w.size() * sizeof(float));  // F32 tensors
     return w;
   };
-  auto matmul = [](const std::vector<float>& w, const Vec& x, int n_out, int n_in) {  // y[t, r] = W[r, :] . x[t, :]
-    const std::size_t n = x.size() / static_cast<std::size_t>(n_in);
-    Vec y(n * static_cast<std::size_t>(n_out));
-    for (std::size_t t = 0; t < n; ++t) {
-      for (int r = 0; r < n_out; ++r) {
-        double acc = 0;
-        for (int k = 0; k < n_in; ++k) acc += static_cast<double>(w[static_cast<std::size_t>(r) * n_in + k]) * x[t * n_in + k];
-        y[t * n_out + r] = static_cast<T>(acc);
-      }
-    }
-    return y;
+  auto matmul = [](const std::vector<float>& w, const Vec& x, int n_out, int n_in) {
+    return testing::RefMatMul(w, x, n_out, n_in);
   };
-  auto rmsnorm = [](Vec x, int n, const float* w) {  // w == nullptr: no scale (Gemma 4's V norm)
-    for (std::size_t r = 0; r < x.size() / n; ++r) {
-      double ss = 0;
-      for (int i = 0; i < n; ++i) ss += static_cast<double>(x[r * n + i]) * x[r * n + i];
-      const T inv = static_cast<T>(1.0 / std::sqrt(ss / n + 1e-6));
-      for (int i = 0; i < n; ++i) x[r * n + i] = x[r * n + i] * inv * (w ? static_cast<T>(w[i]) : T(1));
-    }
-    return x;
-  };
+  auto rmsnorm = [](Vec x, int n, const float* w) { return testing::RefRmsNorm(std::move(x), n, w, 1e-6); };
   // NeoX pairs (i, i + H/2); the first `pairs` turn, the rest stay.
   auto rope = [&](Vec& x, int heads, int H, int pairs, double base) {
     for (int t = 0; t < P; ++t) {

@@ -19,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/float_convert.h"
@@ -27,6 +28,7 @@
 #include "kvshare/model.h"
 #include "model/quant.h"
 #include "model_gguf_writer.h"
+#include "model_reference_ops.h"
 
 namespace kvshare::testing {
 
@@ -280,26 +282,11 @@ inline std::vector<double> ReferenceLogits(const Model& model, const std::vector
     }
     return w;
   };
-  // y[t, r] = sum_c W[r, c] x[t, c]
   auto matmul = [](const std::vector<float>& w, const std::vector<double>& x, int rows, int cols) {
-    const int n = static_cast<int>(x.size()) / cols;
-    std::vector<double> y(static_cast<std::size_t>(n) * rows, 0.0);
-    for (int t = 0; t < n; ++t)
-      for (int r = 0; r < rows; ++r) {
-        double s = 0;
-        for (int k = 0; k < cols; ++k) s += static_cast<double>(w[static_cast<std::size_t>(r) * cols + k]) * x[static_cast<std::size_t>(t) * cols + k];
-        y[static_cast<std::size_t>(t) * rows + r] = s;
-      }
-    return y;
+    return RefMatMul(w, x, rows, cols);
   };
   auto rmsnorm = [&](std::vector<double> x, int n, const std::vector<float>& w) {
-    for (std::size_t r = 0; r < x.size() / n; ++r) {
-      double ss = 0;
-      for (int i = 0; i < n; ++i) ss += x[r * n + i] * x[r * n + i];
-      const double inv = 1.0 / std::sqrt(ss / n + c.rms_eps);
-      for (int i = 0; i < n; ++i) x[r * n + i] *= inv * w[static_cast<std::size_t>(i)];
-    }
-    return x;
+    return RefRmsNorm(std::move(x), n, w.data(), c.rms_eps);
   };
   auto rope = [&](std::vector<double>& x, int heads, double base) {  // NeoX pairs (i, i + H/2)
     for (int t = 0; t < T; ++t)
