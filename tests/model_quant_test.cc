@@ -745,7 +745,9 @@ TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
 // is the AVX-512 level where the CPU has it, else the same level unpacked,
 // except for Q8_0 / Q4_K / Q6_K on AVX2, whose unpacked kernels sum their
 // lanes or scale groups in another order: there within 1e-5 of the output's
-// magnitude.
+// magnitude. Q2_K / Q3_K pack for the AVX-512 kernel only, against their
+// unpacked AVX2 kernel (float lane sums) within the same bound; on AVX2 a
+// packed Q2_K / Q3_K matrix runs its ggml layout, bitwise the reference.
 TEST(MatMul, PackedMatchesUnpackedBitwise) {
   std::mt19937 rng(31);
   const bool avx512 = KernelLevelAvailable(KernelLevel::kAvx512Vnni);
@@ -757,8 +759,9 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   ThreadPool pool(3);
   int compared = 0, near = 0;
   for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                     GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+                     GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
     const bool k = UsesSuperBlockActivations(t);
+    const bool low_k = t == GgmlType::kQ2_K || t == GgmlType::kQ3_K;
     for (std::int64_t nblk : {1, 2, 3, k ? 5 : 20}) {
       for (std::int64_t rows : {16, 48, 160}) {
         for (std::int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 70}) {
@@ -767,7 +770,8 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
           packed.packed = detail::Pack(c.w.data, t, rows, nblk);
           ThreadPool* p = (m + rows) % 2 == 0 ? &pool : nullptr;
           for (KernelLevel level : levels) {
-            const bool exact = avx512 || level != KernelLevel::kAvx2 || (t != GgmlType::kQ8_0 && !k);
+            const bool exact = low_k ? level != KernelLevel::kAvx512Vnni
+                                     : avx512 || level != KernelLevel::kAvx2 || (t != GgmlType::kQ8_0 && !k);
             const KernelLevel ref = avx512 ? KernelLevel::kAvx512Vnni : level;
             std::vector<float> want(static_cast<std::size_t>(m * rows)), got(want.size(), NAN);
             MatMul(c.w, {.x = c.x.data(), .m = m, .y = want.data(), .pool = p, .level = ref});
@@ -792,6 +796,8 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   const KernelLevel def = DefaultKernelLevel();
   EXPECT_EQ(PackForMatMul(q4k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2);
   EXPECT_EQ(PackForMatMul(q50.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2);
+  const RandomMatMul q3k(GgmlType::kQ3_K, 16, 256, 0, rng);
+  EXPECT_EQ(PackForMatMul(q3k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni);
   // Mixed targets in one MatMulMany (default level); each against MatMul of
   // the unpacked matrix.
   const std::int64_t cols = 256, m = 9;

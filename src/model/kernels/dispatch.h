@@ -34,7 +34,7 @@
 //   iq.cc          IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M (lattice
 //                  grids through quant_iq.h's integer form)
 //   packed_q32.cc  packed Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS
-//   packed_k.cc    packed Q4_K Q6_K
+//   packed_k.cc    packed Q4_K Q6_K (and Q2_K Q3_K at AVX-512)
 // F32 / F16 / BF16 weights take float dot products at every level
 // (kernels/float.cc, Highway's own run-time dispatch).
 //
@@ -43,7 +43,8 @@
 // passes over the weights, unpacking each weight block once per pass. Figures
 // behind each choice: docs/kernels.md.
 //
-// Packed matrices (Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS Q4_K Q6_K, rows % 16 == 0):
+// Packed matrices (rows % 16 == 0; the types in the level's packed_types:
+// Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS Q4_K Q6_K, and at avx512 Q2_K Q3_K):
 //   scalar  reads the ggml layout (the level has no packed kernel, and
 //           PackForMatMul does not pack for it).
 //   avx2    Avx2PackedRows / Avx2PackedKRows (avx2/packed_q32.cc,
@@ -55,7 +56,9 @@
 //   avx512  Avx512PackedRows / Avx512PackedKRows (avx512/packed_q32.cc,
 //           packed_k.cc): 16 rows in the zmm lanes, vpdpbusd against 4
 //           activation bytes broadcast from memory; 8 per pass; Q5_0 (q32)
-//           and Q4_K / Q6_K (k) with acts > 8 decode once into scratch.
+//           and Q4_K / Q6_K / Q3_K / Q2_K (k) with acts > 8 decode once
+//           into scratch. Q2_K / Q3_K go through Q6_K's loop (16 groups
+//           with one integer scale each) with their own code decode.
 //   The two levels are not one algorithm at two widths (two 8-row halves
 //   with maddubs against 16 lanes with vpdpbusd, a one-row path only on
 //   AVX2, different decodes per type), so each level has its own file.
@@ -76,7 +79,7 @@
 //                                                       4 per pass
 //   Q4_K Q5_K Q6_K  k_quants: 4 per pass                k_quants: lanes / rows
 //                                                       layouts as Q4_0
-//   Q2_K Q3_K       k_quants: 8 per pass                = avx2
+//   Q2_K Q3_K       k_quants: 8 per pass                = avx2 (rows % 16 != 0)
 //   IQ4_NL MXFP4    grid4: pshufb grid, 4 per pass      = avx2
 //   IQ4_XS          grid4: 4 per pass                   = avx2
 //   NVFP4           grid4: 8 per pass                   = avx2
@@ -90,6 +93,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "model/quant.h"
 #include "model/quant_iq.h"
@@ -134,7 +138,10 @@ struct QuantKernels {
   DotRowsFn<BlockQ5_K, ActQ8K> q5_k;
   DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
   PackedRowsFn<ActQ8> packed = nullptr;     // packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS
-  PackedRowsFn<ActQ8K> packed_k = nullptr;  // packed Q4_K / Q6_K
+  PackedRowsFn<ActQ8K> packed_k = nullptr;  // packed K-quants (packed_types)
+  // Bit t set: the packed kernels take GgmlType t (PackForMatMul packs it).
+  std::uint64_t packed_types = 0;
+  bool Packs(GgmlType t) const { return ((packed_types >> static_cast<unsigned>(t)) & 1u) != 0; }
   DotRowsFn<BlockQ2_K, ActQ8K> q2_k = nullptr;
   DotRowsFn<BlockQ3_K, ActQ8K> q3_k = nullptr;
   DotRowsFn<BlockIQ4_NL, ActQ8> iq4_nl = nullptr;
@@ -234,6 +241,12 @@ inline constexpr QuantKernels kScalarKernels = {.q8_0 = ScalarQ8_0Rows,
                                                 .iq1_m = ScalarIqRows<BlockIQ1_M>};
 
 #ifdef KVSHARE_HAVE_X86_KERNELS
+constexpr std::uint64_t TypeBits(std::initializer_list<GgmlType> types) {
+  std::uint64_t bits = 0;
+  for (GgmlType t : types) bits |= std::uint64_t{1} << static_cast<unsigned>(t);
+  return bits;
+}
+
 inline constexpr QuantKernels kAvx2Kernels = {.q8_0 = Avx2Q8_0Rows,
                                               .q4_0 = Avx2Q4_0Rows,
                                               .q4_1 = Avx2Q4_1Rows,
@@ -244,6 +257,10 @@ inline constexpr QuantKernels kAvx2Kernels = {.q8_0 = Avx2Q8_0Rows,
                                               .q6_k = Avx2Q6_KRows,
                                               .packed = Avx2PackedRows,
                                               .packed_k = Avx2PackedKRows,
+                                              .packed_types = TypeBits({GgmlType::kQ8_0, GgmlType::kQ4_0,
+                                                                        GgmlType::kQ5_0, GgmlType::kIQ4_NL,
+                                                                        GgmlType::kIQ4_XS, GgmlType::kQ4_K,
+                                                                        GgmlType::kQ6_K}),
                                               .q2_k = Avx2Q2_KRows,
                                               .q3_k = Avx2Q3_KRows,
                                               .iq4_nl = Avx2IQ4_NLRows,
@@ -276,6 +293,7 @@ inline constexpr QuantKernels kAvx512VnniKernels = [] {
   k.q6_k = Avx512Q6_KRows;
   k.packed = Avx512PackedRows;
   k.packed_k = Avx512PackedKRows;
+  k.packed_types |= TypeBits({GgmlType::kQ2_K, GgmlType::kQ3_K});
   return k;
 }();
 #endif

@@ -111,6 +111,38 @@ void PackRow(const BlockQ6_K& blk, int t, const Dest& dst) {
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
 }
 
+// Q2_K / Q3_K: the 2-bit codes of element e sit at bits 2j of qs[32n + l]
+// (e = 128n + 32j + l). Codes plane vector k (k < 16): bits 2Q .. 2Q + 1 of
+// byte 4t + i hold the code of element 4 (k + 16Q) + i of row t (Q < 4).
+void PackQ2Codes(const std::uint8_t* qs, int t, const Dest& dst) {
+  for (int e = 0; e < 256; ++e) {
+    const int code = (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+    const int k4 = e / 4;  // 4-element group, 0..63
+    dst.codes[64 * (k4 % 16) + 4 * t + e % 4] |= static_cast<std::uint8_t>(code << (2 * (k4 / 16)));
+  }
+}
+
+void PackRow(const BlockQ2_K& blk, int t, const Dest& dst) {
+  PackQ2Codes(blk.qs, t, dst);
+  for (int g = 0; g < 16; ++g) dst.subs[16 * g + t] = blk.scales[g];  // scale | min << 4, as stored
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+  std::memcpy(dst.dmin + 2 * t, &blk.dmin, 2);
+}
+
+// Q3_K: the codes plane as Q2_K's; high plane vector k (k < 8): bit Q of
+// byte 4t + i = the high bit of element 4 (k + 8Q) + i (Q < 8); subs: the
+// signed scales sc_g - 32.
+void PackRow(const BlockQ3_K& blk, int t, const Dest& dst) {
+  PackQ2Codes(blk.qs, t, dst);
+  for (int e = 0; e < 256; ++e) {
+    const int hbit = (blk.hmask[e % 32] >> (e / 32)) & 1;  // bit 4n + j of hmask[l]
+    const int k4 = e / 4;
+    dst.high[64 * (k4 % 8) + 4 * t + e % 4] |= static_cast<std::uint8_t>(hbit << (k4 / 8));
+  }
+  for (int g = 0; g < 16; ++g) dst.subs[16 * g + t] = static_cast<std::uint8_t>(Q3KScale(g, blk.scales) - 32);
+  std::memcpy(dst.d + 2 * t, &blk.d, 2);
+}
+
 constexpr int kPlanes = 7;
 
 // Block gb's place in each plane.
@@ -163,6 +195,8 @@ PlaneBytes PackedPlaneBytes(GgmlType type) {
     case GgmlType::kQ5_0: return {.codes = 256, .high = 64, .d = 32};
     case GgmlType::kQ4_K: return {.codes = 2048, .subs = 128, .mins = 128, .d = 32, .dmin = 32};
     case GgmlType::kQ6_K: return {.codes = 2048, .high = 1024, .subs = 256, .d = 32};
+    case GgmlType::kQ2_K: return {.codes = 1024, .subs = 256, .d = 32, .dmin = 32};
+    case GgmlType::kQ3_K: return {.codes = 1024, .high = 512, .subs = 256, .d = 32};
     default: return {};
   }
 }
@@ -183,7 +217,7 @@ bool CanPack(GgmlType type, std::int64_t rows) {
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb) {
   if (!CanPack(type, rows) || nb <= 0 || data == nullptr) {
     throw Error("Pack: cannot repack " + GgmlTypeName(type) + " weights of " + std::to_string(rows) + " rows and " +
-                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q4_K or Q6_K data with a positive multiple of " +
+                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K or Q6_K data with a positive multiple of " +
                 std::to_string(kPackRows) + " rows)");
   }
   auto p = std::make_shared<PackedWeights>();
@@ -203,7 +237,7 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
   if (mem == nullptr) throw Error("Pack: out of memory for " + std::to_string(total) + " bytes of packed weights");
   p->storage.reset(mem);
   auto* at = static_cast<std::uint8_t*>(mem);
-  std::memset(at, 0, total);  // the Q5_0 masks are or-ed in
+  std::memset(at, 0, total);  // the Q5_0 masks and the Q2_K / Q3_K bits are or-ed in
   std::uint8_t* plane[kPlanes];
   for (int i = 0; i < kPlanes; ++i) {
     plane[i] = sizes[i] > 0 ? at : nullptr;
@@ -223,6 +257,8 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
     case GgmlType::kIQ4_NL: PackAll(static_cast<const BlockIQ4_NL*>(data), rows, nb, pb, plane); break;
     case GgmlType::kIQ4_XS: PackAllIQ4XS(static_cast<const BlockIQ4_XS*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ4_K: PackAll(static_cast<const BlockQ4_K*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kQ2_K: PackAll(static_cast<const BlockQ2_K*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kQ3_K: PackAll(static_cast<const BlockQ3_K*>(data), rows, nb, pb, plane); break;
     default: PackAll(static_cast<const BlockQ6_K*>(data), rows, nb, pb, plane); break;
   }
   return p;

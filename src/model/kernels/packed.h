@@ -1,6 +1,7 @@
 // Weights repacked for the kernels with weight rows in the lanes
 // (avx2/ and avx512/ packed_q32.cc: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS;
-// packed_k.cc: Q4_K / Q6_K; which runs when: dispatch.h).
+// packed_k.cc: Q4_K / Q6_K, and Q2_K / Q3_K on AVX-512 only; which runs
+// when: dispatch.h).
 //
 // The ggml layouts keep each row's blocks together, so a kernel that puts
 // activation rows in the SIMD lanes must spread every 4-byte group of weight
@@ -13,7 +14,7 @@
 // bytes broadcast from memory and no shuffle is left in the inner loop.
 //
 // Planes, each [rows / 16][nb][PlaneBytes(type).x] for block b of group g
-// (a block is 32 elements for Q8_0 / Q4_0 / Q5_0 / IQ4_NL, 256 for Q4_K / Q6_K):
+// (a block is 32 elements for Q8_0 / Q4_0 / Q5_0 / IQ4_NL, 256 for the K-quants):
 //   codes   Q8_0: vector k (k < 8) = the rows' bytes 4k..4k+3 as unsigned
 //           codes (int8 value + 128). Q4_0 / Q5_0 / IQ4_NL: vector k (k < 4)
 //           = the rows' qs bytes 4k..4k+3 as stored (low nibbles: group k,
@@ -22,17 +23,21 @@
 //           + k of sub-block 2c, high nibbles: of sub-block 2c + 1). Q6_K:
 //           vector k (k < 32) = the low 4 bits of group k's codes (codes are
 //           value + 32, 0..63) in the low nibbles and of group k + 32's in
-//           the high nibbles;
+//           the high nibbles. Q2_K / Q3_K: vector k (k < 16) = the 2-bit
+//           codes of groups k, k + 16, k + 32, k + 48 at bits 0-1, 2-3, 4-5,
+//           6-7 of each byte;
 //   high    Q5_0: 8 64-bit masks, bit 4t + i of mask k = fifth bit of
 //           element 4k + i of row t. Q6_K: vector k (k < 16) = the top 2
 //           code bits of groups k, k + 16, k + 32, k + 48 at bits 0-1, 2-3,
-//           4-5, 6-7 of each byte;
+//           4-5, 6-7 of each byte. Q3_K: vector k (k < 8) = the high code
+//           bits of groups k, k + 8, ..., k + 56 at bits 0, 1, ..., 7;
 //   subs    Q4_K: [8 sub-blocks][16 rows] 6-bit scales; Q6_K: [16 groups of
-//           16 elements][16 rows] int8 scales;
+//           16 elements][16 rows] int8 scales; Q2_K: the same with the
+//           stored byte (scale | min << 4); Q3_K: with the int8 sc_g - 32;
 //   mins    Q4_K: [4 pairs q][16 rows][2]: the 6-bit mins of sub-blocks 2q
 //           and 2q + 1;
 //   d       the 16 rows' fp16 block scales, row order;
-//   dmin    Q4_K: the 16 rows' fp16 dmin;
+//   dmin    Q4_K / Q2_K: the 16 rows' fp16 dmin;
 //   dsub    IQ4_XS: the 16 rows' sub-block scales d * (ls - 32) in fp32
 //           (IQ4XSSubScale), row order. IQ4_XS packs each 32-element
 //           sub-block as an IQ4_NL block with this scale: nb counts
@@ -41,7 +46,8 @@
 // this layout computes every output with exactly the arithmetic of the
 // others (the file comments of avx512/q32.cc and avx512/k_quants.cc):
 // bitwise the same results. Sizes: as stored, except Q4_K's unpacked scales
-// and mins (148 bytes per row and super-block instead of 144).
+// and mins (148 bytes per row and super-block instead of 144) and Q3_K's
+// unpacked scales (114 instead of 110).
 #pragma once
 
 #include <cstddef>
@@ -79,7 +85,7 @@ struct PlaneBytes {
 PlaneBytes PackedPlaneBytes(GgmlType type);
 
 struct PackedWeights {
-  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q4_K or Q6_K
+  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K or Q6_K
   std::int64_t rows = 0;            // a multiple of kPackRows
   std::int64_t nb = 0;              // blocks per row (IQ4_XS: its 32-element sub-blocks)
   PlaneBytes bytes;                 // PackedPlaneBytes(type)

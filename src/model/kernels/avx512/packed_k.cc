@@ -1,21 +1,26 @@
-// AVX-512 VNNI kernel over packed Q4_K / Q6_K weights (layout:
-// packed.h), compiled with -mavx512{f,bw,vl,vnni}; entered only when the
-// CPU reports those features (quant_matmul.cc).
+// AVX-512 VNNI kernel over packed Q4_K / Q6_K / Q3_K / Q2_K weights
+// (layout: packed.h), compiled with -mavx512{f,bw,vl,vnni}; entered only
+// when the CPU reports those features (quant_matmul.cc).
 //
 // The 16 lanes are 16 weight rows, as in avx512/packed_q32.cc. Per
 // super-block and activation row: each scale group's codes (Q4_K: a 32-
-// element sub-block, 8 code vectors; Q6_K: a 16-element group, 4) go through
-// vpdpbusd against the activation's 4-byte groups broadcast from memory, and
-// the group's exact int32 sum is multiplied by the group's integer scale per
-// lane (vpmulld) and added to P_b. Q6_K starts each group's sum at -32 *
-// bsum_g (the codes' bias), so P_b = sum_g s_g (sum c x - 32 bsum_g), the
-// same integer as avx512/k_quants.cc's sum_g s_g sum c x - sum_g 32 s_g bsum_g.
-// Q4_K's M_b = sum_j m_j (sum of the activation's sub-block j) comes from 4
-// vpdpwssd of int16 pairs. Then y = fma(float(P_b), d_b * dx_b, y), z =
+// element sub-block, 8 code vectors; the others: a 16-element group, 4) go
+// through vpdpbusd against the activation's 4-byte groups broadcast from
+// memory, and the group's exact int32 sum is multiplied by the group's
+// integer scale per lane (vpmulld) and added to P_b. Q6_K / Q3_K start each
+// group's sum at -32 / -4 * bsum_g (the codes' bias), so P_b = sum_g s_g (sum
+// c x - bias bsum_g), the same integer as avx512/k_quants.cc's (Q6_K) and
+// avx2/k_quants.cc's (Q3_K) sums. Q4_K's M_b = sum_j m_j (sum of the
+// activation's sub-block j) comes from 4 vpdpwssd of int16 pairs, Q2_K's
+// M_b = sum_g m_g bsum_g from 8. Then y = fma(float(P_b), d_b * dx_b, y), z =
 // fma(float(M_b), dmin_b * dx_b, z) over the super-blocks in order, output
-// y - z (Q6_K: y): the arithmetic of avx512/k_quants.cc's file comment, so
-// bitwise the same outputs.
+// y - z (Q6_K / Q3_K: y): for Q4_K / Q6_K the arithmetic of
+// avx512/k_quants.cc's file comment, so bitwise the same outputs. Q2_K /
+// Q3_K have no AVX-512 row kernel; their AVX2 one sums partial products in
+// float lanes, so packed and unpacked differ in the last bits.
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "model/kernels/dispatch.h"
 #include "model/kernels/rows.h"
@@ -125,19 +130,71 @@ inline __m512i Q6Codes(const std::uint8_t* codes, const std::uint8_t* high, int 
   return _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), lo, hi, 0xCA), _mm512_set1_epi8(0x3F));
 }
 
-// Q6_K groups 4Q .. 4Q + 3 (quarter Q of the super-block: codes' bits 4-5 at
-// bits 2Q of the high plane) into P.
-template <int kQuarter, int R, bool kDecoded>
-inline void Q6Quarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, std::int64_t b, __m512i P[R],
-                      const __m512i* dec) {
+// Q2_K / Q3_K low code bits of group k (k < 64, in quarter kQuarter = k /
+// 16): bits 2 kQuarter .. +1 of codes vector k % 16, at bits 0-1. The
+// 16-bit shift by at most 6 brings no bit of the other byte below bit 2.
+template <int kQuarter>
+inline __m512i Q2Bits(const std::uint8_t* codes, int k) {
+  const __m512i v = _mm512_load_si512(codes + 64 * (k % 16));
+  return kQuarter == 0 ? v : _mm512_srli_epi16(v, 2 * kQuarter);
+}
+
+// Q3_K code (0..7: the low bits plus 4 times the high bit) of group k: the
+// high bit is bit k / 8 of high vector k % 8, moved to bit 2.
+template <int kQuarter>
+inline __m512i Q3Codes(const std::uint8_t* codes, const std::uint8_t* high, int k) {
+  const __m512i hv = _mm512_load_si512(high + 64 * (k % 8));
+  const int hb = k / 8;  // 2 kQuarter or 2 kQuarter + 1
+  const __m512i hi = hb >= 2 ? _mm512_srli_epi16(hv, hb - 2) : _mm512_slli_epi16(hv, 2 - hb);
+  // (lo & 0x03) | (hi & 0x04): bitwise select with 0x03, then clear bits 3-7.
+  return _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_set1_epi8(0x03), Q2Bits<kQuarter>(codes, k), hi, 0xCA),
+                          _mm512_set1_epi8(0x07));
+}
+
+// The types whose super-block is 16 groups of 16 elements with one integer
+// scale each: Q6_K, Q3_K, Q2_K. kBias: the codes' offset (value = code -
+// kBias), taken off as kBias * bsum_g.
+template <GgmlType T>
+struct GroupType;
+template <>
+struct GroupType<GgmlType::kQ6_K> {
+  static constexpr int kBias = 32;
+  template <int kQuarter>
+  static __m512i Codes(const BlockPlanes& pl, int k) { return Q6Codes<kQuarter>(pl.codes, pl.high, k); }
+  static __m512i Scales(const std::uint8_t* s) { return _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))); }
+};
+template <>
+struct GroupType<GgmlType::kQ3_K> {
+  static constexpr int kBias = 4;
+  template <int kQuarter>
+  static __m512i Codes(const BlockPlanes& pl, int k) { return Q3Codes<kQuarter>(pl.codes, pl.high, k); }
+  static __m512i Scales(const std::uint8_t* s) { return _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))); }
+};
+template <>
+struct GroupType<GgmlType::kQ2_K> {
+  static constexpr int kBias = 0;
+  template <int kQuarter>
+  static __m512i Codes(const BlockPlanes& pl, int k) {
+    return _mm512_and_si512(Q2Bits<kQuarter>(pl.codes, k), _mm512_set1_epi8(0x03));
+  }
+  static __m512i Scales(const std::uint8_t* s) {  // the low nibble of scale | min << 4
+    return _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))), _mm512_set1_epi32(0xF));
+  }
+};
+
+// Groups 4Q .. 4Q + 3 (quarter Q of the super-block) into P.
+template <GgmlType T, int kQuarter, int R, bool kDecoded>
+inline void GroupQuarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, std::int64_t b, __m512i P[R],
+                         const __m512i* dec) {
+  using Type = GroupType<T>;
   for (int gq = 0; gq < 4; ++gq) {
     const int grp = 4 * kQuarter + gq;  // scale group: elements 16 grp .. +15, code vectors 4 grp .. +3
     __m512i c[4];
     for (int k = 0; k < 4; ++k) {
       c[k] = kDecoded ? _mm512_load_si512(dec + kDecodedVectors * b + 4 * grp + k)
-                      : Q6Codes<kQuarter>(pl.codes, pl.high, 4 * grp + k);
+                      : Type::template Codes<kQuarter>(pl, 4 * grp + k);
     }
-    const __m512i s = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * grp)));
+    const __m512i s = Type::Scales(pl.subs + 16 * grp);
     // Code vector k against every row before k + 1: the R chains are
     // independent, so each vpdpbusd waits on one issued R earlier, not on the
     // one before it (kvshare_bench MatPacked Q6_K at m = 8 / 64;
@@ -146,7 +203,7 @@ inline void Q6Quarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, s
     constexpr int kChains = R >= 4 ? 1 : 2;
     __m512i p[R][kChains];
     for (int j = 0; j < R; ++j) {
-      p[j][0] = _mm512_set1_epi32(-32 * x[j * xs + b].bsums[grp]);
+      p[j][0] = Type::kBias == 0 ? _mm512_setzero_si512() : _mm512_set1_epi32(-Type::kBias * x[j * xs + b].bsums[grp]);
       if constexpr (kChains > 1) p[j][1] = _mm512_setzero_si512();
     }
     for (int k = 0; k < 4; ++k) {
@@ -161,64 +218,100 @@ inline void Q6Quarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs, s
   }
 }
 
-// Q6_K: 16 weight rows against R activation rows; y[j * ys + t]. kDecoded
-// as for Q4_K.
-template <int R, bool kDecoded = false>
-void GroupRowsQ6K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_t xs, float* y, std::int64_t ys,
-                  const __m512i* dec) {
-  __m512 acc[R];
-  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+// Q2_K's mins of groups 2q and 2q + 1 (q < 8) as int16 pairs, row t in
+// int32 lane t: the high nibbles of subs rows 2q and 2q + 1, interleaved.
+inline __m512i Q2MinPairs(const std::uint8_t* subs, int q) {
+  const __m128i a = _mm_load_si128(reinterpret_cast<const __m128i*>(subs + 32 * q));
+  const __m128i b = _mm_load_si128(reinterpret_cast<const __m128i*>(subs + 32 * q + 16));
+  const __m256i ab = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
+  return _mm512_srli_epi16(_mm512_cvtepu8_epi16(ab), 4);
+}
+
+// Q6_K / Q3_K / Q2_K: 16 weight rows against R activation rows; y[j * ys +
+// t]. kDecoded as for Q4_K. Q2_K's M_b = sum_g m_g bsum_g (8 vpdpwssd of
+// int16 pairs) goes to a second accumulator with dmin, as Q4_K's.
+template <GgmlType T, int R, bool kDecoded = false>
+void GroupRowsScaled(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_t xs, float* y,
+                     std::int64_t ys, const __m512i* dec) {
+  constexpr bool kMins = T == GgmlType::kQ2_K;
+  __m512 acc[R], accm[R];
+  for (int j = 0; j < R; ++j) acc[j] = accm[j] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < w.nb; ++b) {
     const BlockPlanes pl = PlanesAt(w, g, b);
     if constexpr (!kDecoded) {
       PrefetchPackedAhead(pl.codes, w.bytes.codes);
-      PrefetchPackedAhead(pl.high, w.bytes.high);
+      if (pl.high != nullptr) PrefetchPackedAhead(pl.high, w.bytes.high);
     }
     __m512i P[R];
     for (int j = 0; j < R; ++j) P[j] = _mm512_setzero_si512();
-    Q6Quarter<0, R, kDecoded>(pl, x, xs, b, P, dec);
-    Q6Quarter<1, R, kDecoded>(pl, x, xs, b, P, dec);
-    Q6Quarter<2, R, kDecoded>(pl, x, xs, b, P, dec);
-    Q6Quarter<3, R, kDecoded>(pl, x, xs, b, P, dec);
+    GroupQuarter<T, 0, R, kDecoded>(pl, x, xs, b, P, dec);
+    GroupQuarter<T, 1, R, kDecoded>(pl, x, xs, b, P, dec);
+    GroupQuarter<T, 2, R, kDecoded>(pl, x, xs, b, P, dec);
+    GroupQuarter<T, 3, R, kDecoded>(pl, x, xs, b, P, dec);
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.d)));
     for (int j = 0; j < R; ++j) {
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[j]), _mm512_mul_ps(dw, _mm512_set1_ps(x[j * xs + b].d)), acc[j]);
     }
+    if constexpr (kMins) {
+      __m512i mins[8];
+      for (int q = 0; q < 8; ++q) mins[q] = Q2MinPairs(pl.subs, q);
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.dmin)));
+      for (int j = 0; j < R; ++j) {
+        const ActQ8K& a = x[j * xs + b];
+        __m512i M = _mm512_setzero_si512();
+        for (int q = 0; q < 8; ++q) {
+          std::int32_t pair;  // bsums 2q, 2q + 1 as the low, high int16
+          std::memcpy(&pair, a.bsums + 2 * q, 4);
+          M = _mm512_dpwssd_epi32(M, mins[q], _mm512_set1_epi32(pair));
+        }
+        accm[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, _mm512_set1_ps(a.d)), accm[j]);
+      }
+    }
   }
-  for (int j = 0; j < R; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
+  for (int j = 0; j < R; ++j) _mm512_storeu_ps(y + j * ys, kMins ? _mm512_sub_ps(acc[j], accm[j]) : acc[j]);
 }
 
 template <int R, bool kDecoded>
 void GroupRows(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_t xs, float* y, std::int64_t ys,
                const __m512i* dec) {
-  if (w.type == GgmlType::kQ4_K) {
-    GroupRowsQ4K<R, kDecoded>(w, g, x, xs, y, ys, dec);
-  } else {
-    GroupRowsQ6K<R, kDecoded>(w, g, x, xs, y, ys, dec);
+  switch (w.type) {
+    case GgmlType::kQ4_K: GroupRowsQ4K<R, kDecoded>(w, g, x, xs, y, ys, dec); return;
+    case GgmlType::kQ2_K: GroupRowsScaled<GgmlType::kQ2_K, R, kDecoded>(w, g, x, xs, y, ys, dec); return;
+    case GgmlType::kQ3_K: GroupRowsScaled<GgmlType::kQ3_K, R, kDecoded>(w, g, x, xs, y, ys, dec); return;
+    default: GroupRowsScaled<GgmlType::kQ6_K, R, kDecoded>(w, g, x, xs, y, ys, dec); return;
   }
 }
 
-template <int kQuarter>
-void DecodeQ6Quarter(const BlockPlanes& pl, __m512i* out) {
-  for (int k = 16 * kQuarter; k < 16 * (kQuarter + 1); ++k) out[k] = Q6Codes<kQuarter>(pl.codes, pl.high, k);
+template <GgmlType T, int kQuarter>
+void DecodeQuarter(const BlockPlanes& pl, __m512i* out) {
+  for (int k = 16 * kQuarter; k < 16 * (kQuarter + 1); ++k) out[k] = GroupType<T>::template Codes<kQuarter>(pl, k);
+}
+
+template <GgmlType T>
+void DecodeScaled(const BlockPlanes& pl, __m512i* out) {
+  DecodeQuarter<T, 0>(pl, out);
+  DecodeQuarter<T, 1>(pl, out);
+  DecodeQuarter<T, 2>(pl, out);
+  DecodeQuarter<T, 3>(pl, out);
 }
 
 // Group g's code vectors, decoded as the kernels form them, into out
-// (kDecodedVectors per block: Q4_K's 8 per sub-block, Q6_K's 4 per group).
+// (kDecodedVectors per block: Q4_K's 8 per sub-block, the others' 4 per
+// group).
 void DecodeGroup(const PackedWeights& w, std::int64_t g, __m512i* out) {
   for (std::int64_t b = 0; b < w.nb; ++b, out += kDecodedVectors) {
     const BlockPlanes pl = PlanesAt(w, g, b);
     PrefetchPackedAhead(pl.codes, w.bytes.codes);
-    if (w.type == GgmlType::kQ4_K) {
-      for (int sb = 0; sb < 8; ++sb) {
-        for (int k = 0; k < 8; ++k) out[8 * sb + k] = Q4Codes(pl.codes, sb, k);
-      }
-    } else {
-      PrefetchPackedAhead(pl.high, w.bytes.high);
-      DecodeQ6Quarter<0>(pl, out);
-      DecodeQ6Quarter<1>(pl, out);
-      DecodeQ6Quarter<2>(pl, out);
-      DecodeQ6Quarter<3>(pl, out);
+    if (pl.high != nullptr) PrefetchPackedAhead(pl.high, w.bytes.high);
+    switch (w.type) {
+      case GgmlType::kQ4_K:
+        for (int sb = 0; sb < 8; ++sb) {
+          for (int k = 0; k < 8; ++k) out[8 * sb + k] = Q4Codes(pl.codes, sb, k);
+        }
+        break;
+      case GgmlType::kQ2_K: DecodeScaled<GgmlType::kQ2_K>(pl, out); break;
+      case GgmlType::kQ3_K: DecodeScaled<GgmlType::kQ3_K>(pl, out); break;
+      default: DecodeScaled<GgmlType::kQ6_K>(pl, out); break;
     }
   }
 }
