@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common_record_measured.h"
@@ -568,6 +569,8 @@ TEST(MatMul, SimdMatchesScalarTwin) {
 // on the extreme blocks (every byte 0xFF: the largest grid indices and scales,
 // every sign negative) against activations of one sign at full scale, where
 // an int16 pair sum would saturate first, checked against a float64 product.
+// m = 1 (AVX2 kernel on both levels), 2 and 11 (AVX-512: a 16-row tile and 5
+// rows on the AVX2 kernel; passes of 8 and 3), 64 (8 full passes).
 TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
   std::mt19937 rng(17);
   int levels = 0;
@@ -575,8 +578,9 @@ TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
     if (!KernelLevelAvailable(level)) continue;
     ++levels;
     for (GgmlType t : kFmaTwinTypes) {
-      for (const bool extreme : {false, true}) {
-        const std::int64_t rows = 21, cols = 768, m = 11;
+      for (const auto& [extreme, m] : {std::pair{false, 1}, std::pair{false, 2}, std::pair{false, 11},
+                                       std::pair{false, 64}, std::pair{true, 11}}) {
+        const std::int64_t rows = 21, cols = 768;
         RandomMatMul c(t, rows, cols, m, rng);
         if (extreme) {
           std::vector<std::uint8_t> bytes(c.wbytes.size(), 0xFF);
@@ -598,7 +602,7 @@ TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
         MatMul(c.w, {.x = c.x.data(), .m = m, .y = ys.data(), .level = KernelLevel::kScalar});
         MatMul(c.w, {.x = c.x.data(), .m = m, .y = yv.data(), .level = level});
         EXPECT_EQ(0, std::memcmp(ys.data(), yv.data(), ys.size() * 4))
-            << GgmlTypeName(t) << " level " << KernelLevelName(level) << (extreme ? " extreme blocks" : "");
+            << GgmlTypeName(t) << " level " << KernelLevelName(level) << " m " << m << (extreme ? " extreme blocks" : "");
         if (!extreme) continue;
         // x in [1, 1.05): each int8 activation is off by at most amax/254.
         std::vector<float> wrow(static_cast<std::size_t>(cols));

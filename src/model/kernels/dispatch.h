@@ -210,6 +210,9 @@ RowsKernel<BlockQ2_0, ActQ8> Avx2Q2_0Rows;
 template <typename Block>
 void Avx2IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                 float* y, std::int64_t ys);
+template <typename Block>
+void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
 PackedKernel<ActQ8> Avx2PackedRows, Avx512PackedRows;
 PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows;
 #endif
@@ -294,6 +297,13 @@ inline constexpr QuantKernels kAvx512VnniKernels = [] {
   k.packed = Avx512PackedRows;
   k.packed_k = Avx512PackedKRows;
   k.packed_types |= TypeBits({GgmlType::kQ2_K, GgmlType::kQ3_K});
+  k.iq2_xxs = Avx512IqRows<BlockIQ2_XXS>;
+  k.iq2_xs = Avx512IqRows<BlockIQ2_XS>;
+  k.iq2_s = Avx512IqRows<BlockIQ2_S>;
+  k.iq3_xxs = Avx512IqRows<BlockIQ3_XXS>;
+  k.iq3_s = Avx512IqRows<BlockIQ3_S>;
+  k.iq1_s = Avx512IqRows<BlockIQ1_S>;
+  k.iq1_m = Avx512IqRows<BlockIQ1_M>;
   return k;
 }();
 #endif

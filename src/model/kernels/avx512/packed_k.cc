@@ -22,6 +22,7 @@
 
 #include <cstring>
 
+#include "model/kernels/avx512/group_dot.h"
 #include "model/kernels/dispatch.h"
 #include "model/kernels/rows.h"
 #include "model/kernels/packed.h"
@@ -194,27 +195,7 @@ inline void GroupQuarter(const BlockPlanes& pl, const ActQ8K* x, std::int64_t xs
       c[k] = kDecoded ? _mm512_load_si512(dec + kDecodedVectors * b + 4 * grp + k)
                       : Type::template Codes<kQuarter>(pl, 4 * grp + k);
     }
-    const __m512i s = Type::Scales(pl.subs + 16 * grp);
-    // Code vector k against every row before k + 1: the R chains are
-    // independent, so each vpdpbusd waits on one issued R earlier, not on the
-    // one before it (kvshare_bench MatPacked Q6_K at m = 8 / 64;
-    // docs/kernels.md).
-    // With one to three rows, two chains each.
-    constexpr int kChains = R >= 4 ? 1 : 2;
-    __m512i p[R][kChains];
-    for (int j = 0; j < R; ++j) {
-      p[j][0] = Type::kBias == 0 ? _mm512_setzero_si512() : _mm512_set1_epi32(-Type::kBias * x[j * xs + b].bsums[grp]);
-      if constexpr (kChains > 1) p[j][1] = _mm512_setzero_si512();
-    }
-    for (int k = 0; k < 4; ++k) {
-      for (int j = 0; j < R; ++j) {
-        p[j][k % kChains] = _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4Zmm(x[j * xs + b].qs + 16 * grp + 4 * k));
-      }
-    }
-    for (int j = 0; j < R; ++j) {
-      const __m512i pj = kChains == 1 ? p[j][0] : _mm512_add_epi32(p[j][0], p[j][kChains - 1]);
-      P[j] = _mm512_add_epi32(P[j], _mm512_mullo_epi32(pj, s));
-    }
+    GroupDot<Type::kBias, R>(c, Type::Scales(pl.subs + 16 * grp), x, xs, b, grp, P);
   }
 }
 
