@@ -142,11 +142,12 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
     b->Args({q6k, 640, 2048, m, 2, 2});
   }
   const std::int64_t iq4nl = static_cast<std::int64_t>(GgmlType::kIQ4_NL),
-                     iq4xs = static_cast<std::int64_t>(GgmlType::kIQ4_XS);
+                     iq4xs = static_cast<std::int64_t>(GgmlType::kIQ4_XS),
+                     mxfp4 = static_cast<std::int64_t>(GgmlType::kMXFP4);
   const std::int64_t q2k = static_cast<std::int64_t>(GgmlType::kQ2_K), q3k = static_cast<std::int64_t>(GgmlType::kQ3_K);
   for (std::int64_t m : {1, 8, 64}) {
-    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, q2k, q3k}) b->Args({t, 2048, 2048, m, 1, 2});
-    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs}) b->Args({t, 2048, 2048, m, 1, 1});  // AVX2 packed
+    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k}) b->Args({t, 2048, 2048, m, 1, 2});
+    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4}) b->Args({t, 2048, 2048, m, 1, 1});  // AVX2 packed
   }
 }
 

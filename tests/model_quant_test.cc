@@ -763,7 +763,7 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   ThreadPool pool(3);
   int compared = 0, near = 0;
   for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                     GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
+                     GgmlType::kMXFP4, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
     const bool k = UsesSuperBlockActivations(t);
     const bool low_k = t == GgmlType::kQ2_K || t == GgmlType::kQ3_K;
     for (std::int64_t nblk : {1, 2, 3, k ? 5 : 20}) {

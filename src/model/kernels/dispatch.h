@@ -33,8 +33,11 @@
 //   lowbit.cc      TQ1_0 TQ2_0 Q1_0 Q2_0 (ternary, binary, 2-bit codes)
 //   iq.cc          IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M (lattice
 //                  grids through quant_iq.h's integer form)
-//   packed_q32.cc  packed Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS
+//   packed_q32.cc  packed Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4
 //   packed_k.cc    packed Q4_K Q6_K (and Q2_K Q3_K at AVX-512)
+// and helpers beside them: iq_decode.h (the IQ sub-block decoders of avx2/
+// and avx512/ iq.cc), avx512/group_dot.h (the vpdpbusd step of avx512/
+// packed_k.cc and iq.cc).
 // F32 / F16 / BF16 weights take float dot products at every level
 // (kernels/float.cc, Highway's own run-time dispatch).
 //
@@ -44,7 +47,7 @@
 // behind each choice: docs/kernels.md.
 //
 // Packed matrices (rows % 16 == 0; the types in the level's packed_types:
-// Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS Q4_K Q6_K, and at avx512 Q2_K Q3_K):
+// Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4 Q4_K Q6_K, and at avx512 Q2_K Q3_K):
 //   scalar  reads the ggml layout (the level has no packed kernel, and
 //           PackForMatMul does not pack for it).
 //   avx2    Avx2PackedRows / Avx2PackedKRows (avx2/packed_q32.cc,
@@ -80,13 +83,18 @@
 //   Q4_K Q5_K Q6_K  k_quants: 4 per pass                k_quants: lanes / rows
 //                                                       layouts as Q4_0
 //   Q2_K Q3_K       k_quants: 8 per pass                = avx2 (rows % 16 != 0)
-//   IQ4_NL MXFP4    grid4: pshufb grid, 4 per pass      = avx2
+//   IQ4_NL MXFP4    grid4: pshufb grid, 4 per pass      = avx2 (rows % 16 != 0)
 //   IQ4_XS          grid4: 4 per pass                   = avx2
 //   NVFP4           grid4: 8 per pass                   = avx2
 //   TQ1_0 TQ2_0     lowbit: 4 per pass                  = avx2
 //   Q1_0 Q2_0       lowbit: 8 per pass                  = avx2
-//   IQ1-IQ3         iq: 8 per pass, ends each block in  = avx2
-//                   the scalar twin's fma (bitwise)
+//   IQ1-IQ3         iq: 8 per pass, ends each block in  iq: acts >= 2: tiles of
+//                   the scalar twin's fma (bitwise)     16 rows decoded once
+//                                                       into packed_k's lane
+//                                                       layout, vpdpbusd, 8 per
+//                                                       pass (bitwise); acts 1
+//                                                       and the rows past the
+//                                                       last tile: = avx2
 // "= avx2": no AVX-512 kernel for the type, so
 // kAvx512VnniKernels starts from kAvx2Kernels and replaces only the entries
 // it has (below).
@@ -137,7 +145,7 @@ struct QuantKernels {
   DotRowsFn<BlockQ4_K, ActQ8K> q4_k;
   DotRowsFn<BlockQ5_K, ActQ8K> q5_k;
   DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
-  PackedRowsFn<ActQ8> packed = nullptr;     // packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS
+  PackedRowsFn<ActQ8> packed = nullptr;     // packed 32-element types (packed_types)
   PackedRowsFn<ActQ8K> packed_k = nullptr;  // packed K-quants (packed_types)
   // Bit t set: the packed kernels take GgmlType t (PackForMatMul packs it).
   std::uint64_t packed_types = 0;
@@ -182,7 +190,7 @@ RowsKernel<BlockTQ2_0, ActQ8K> ScalarTQ2_0Rows;
 RowsKernel<BlockQ1_0, ActQ8> ScalarQ1_0Rows;
 RowsKernel<BlockQ2_0, ActQ8> ScalarQ2_0Rows;
 // The IQ1-IQ3 grid types: one template over the 7 block types (defined for
-// each in scalar/iq.cc and avx2/iq.cc).
+// each in scalar/iq.cc, avx2/iq.cc and avx512/iq.cc).
 template <typename Block>
 void ScalarIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys);
@@ -262,8 +270,8 @@ inline constexpr QuantKernels kAvx2Kernels = {.q8_0 = Avx2Q8_0Rows,
                                               .packed_k = Avx2PackedKRows,
                                               .packed_types = TypeBits({GgmlType::kQ8_0, GgmlType::kQ4_0,
                                                                         GgmlType::kQ5_0, GgmlType::kIQ4_NL,
-                                                                        GgmlType::kIQ4_XS, GgmlType::kQ4_K,
-                                                                        GgmlType::kQ6_K}),
+                                                                        GgmlType::kIQ4_XS, GgmlType::kMXFP4,
+                                                                        GgmlType::kQ4_K, GgmlType::kQ6_K}),
                                               .q2_k = Avx2Q2_KRows,
                                               .q3_k = Avx2Q3_KRows,
                                               .iq4_nl = Avx2IQ4_NLRows,

@@ -58,6 +58,14 @@ void PackRow(const Block& blk, int t, const Dest& dst) {
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
 }
 
+// MXFP4: Q4_0's code layout (nibbles index its E2M1 grid), the E8M0 scale
+// as fp32 in dsub (exact: a power of two).
+void PackRow(const BlockMXFP4& blk, int t, const Dest& dst) {
+  for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
+  const float s = Mxfp4Scale(blk.e);
+  std::memcpy(dst.dsub + 4 * t, &s, 4);
+}
+
 void PackRow(const BlockQ5_0& blk, int t, const Dest& dst) {
   for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
   std::uint32_t qh;
@@ -192,6 +200,7 @@ PlaneBytes PackedPlaneBytes(GgmlType type) {
     case GgmlType::kQ8_0: return {.codes = 512, .d = 32};
     case GgmlType::kQ4_0: case GgmlType::kIQ4_NL: return {.codes = 256, .d = 32};
     case GgmlType::kIQ4_XS: return {.codes = 256, .dsub = 64};  // per 32-element sub-block
+    case GgmlType::kMXFP4: return {.codes = 256, .dsub = 64};
     case GgmlType::kQ5_0: return {.codes = 256, .high = 64, .d = 32};
     case GgmlType::kQ4_K: return {.codes = 2048, .subs = 128, .mins = 128, .d = 32, .dmin = 32};
     case GgmlType::kQ6_K: return {.codes = 2048, .high = 1024, .subs = 256, .d = 32};
@@ -217,7 +226,7 @@ bool CanPack(GgmlType type, std::int64_t rows) {
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb) {
   if (!CanPack(type, rows) || nb <= 0 || data == nullptr) {
     throw Error("Pack: cannot repack " + GgmlTypeName(type) + " weights of " + std::to_string(rows) + " rows and " +
-                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K or Q6_K data with a positive multiple of " +
+                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K data with a positive multiple of " +
                 std::to_string(kPackRows) + " rows)");
   }
   auto p = std::make_shared<PackedWeights>();
@@ -255,6 +264,7 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
     case GgmlType::kQ4_0: PackAll(static_cast<const BlockQ4_0*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ5_0: PackAll(static_cast<const BlockQ5_0*>(data), rows, nb, pb, plane); break;
     case GgmlType::kIQ4_NL: PackAll(static_cast<const BlockIQ4_NL*>(data), rows, nb, pb, plane); break;
+    case GgmlType::kMXFP4: PackAll(static_cast<const BlockMXFP4*>(data), rows, nb, pb, plane); break;
     case GgmlType::kIQ4_XS: PackAllIQ4XS(static_cast<const BlockIQ4_XS*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ4_K: PackAll(static_cast<const BlockQ4_K*>(data), rows, nb, pb, plane); break;
     case GgmlType::kQ2_K: PackAll(static_cast<const BlockQ2_K*>(data), rows, nb, pb, plane); break;

@@ -1,5 +1,6 @@
 // Weights repacked for the kernels with weight rows in the lanes
-// (avx2/ and avx512/ packed_q32.cc: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS;
+// (avx2/ and avx512/ packed_q32.cc: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS /
+// MXFP4;
 // packed_k.cc: Q4_K / Q6_K, and Q2_K / Q3_K on AVX-512 only; which runs
 // when: dispatch.h).
 //
@@ -18,7 +19,8 @@
 //   codes   Q8_0: vector k (k < 8) = the rows' bytes 4k..4k+3 as unsigned
 //           codes (int8 value + 128). Q4_0 / Q5_0 / IQ4_NL: vector k (k < 4)
 //           = the rows' qs bytes 4k..4k+3 as stored (low nibbles: group k,
-//           high nibbles: group k + 4; IQ4_NL's are indices into its grid). Q4_K: vector 8c + k (c < 4, k < 8) = the
+//           high nibbles: group k + 4; IQ4_NL's and MXFP4's are indices into
+//           their grids). Q4_K: vector 8c + k (c < 4, k < 8) = the
 //           rows' qs bytes 32c + 4k .. +3 as stored (low nibbles: group 16c
 //           + k of sub-block 2c, high nibbles: of sub-block 2c + 1). Q6_K:
 //           vector k (k < 32) = the low 4 bits of group k's codes (codes are
@@ -41,7 +43,8 @@
 //   dsub    IQ4_XS: the 16 rows' sub-block scales d * (ls - 32) in fp32
 //           (IQ4XSSubScale), row order. IQ4_XS packs each 32-element
 //           sub-block as an IQ4_NL block with this scale: nb counts
-//           sub-blocks, 8 per super-block.
+//           sub-blocks, 8 per super-block. MXFP4: the E8M0 block scale
+//           2^(e - 128) (Mxfp4Scale), exact in fp32.
 // Codes and scales are the file's (reordered, not re-rounded), so a kernel on
 // this layout computes every output with exactly the arithmetic of the
 // others (the file comments of avx512/q32.cc and avx512/k_quants.cc):
@@ -85,7 +88,7 @@ struct PlaneBytes {
 PlaneBytes PackedPlaneBytes(GgmlType type);
 
 struct PackedWeights {
-  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K or Q6_K
+  GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K
   std::int64_t rows = 0;            // a multiple of kPackRows
   std::int64_t nb = 0;              // blocks per row (IQ4_XS: its 32-element sub-blocks)
   PlaneBytes bytes;                 // PackedPlaneBytes(type)

@@ -1,4 +1,4 @@
-// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS weights (layout: packed.h),
+// AVX2 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS / MXFP4 weights (layout: packed.h),
 // compiled with -mavx2 -mfma -mf16c; entered only when the CPU reports those
 // features (quant_matmul.cc).
 //
@@ -9,7 +9,8 @@
 // codes are at most 31, so four maddubs results summed in int16 stay below
 // 4 * 2 * 31 * 127 = 31496; Q8_0 takes the sign trick (|w| as the unsigned
 // operand, x with w's sign as the signed one: pairs at most 2 * 128 * 127),
-// and so does IQ4_NL once its nibbles are mapped to grid values (|v| <= 127).
+// and so do IQ4_NL and MXFP4 once their nibbles are mapped to grid values
+// (|v| <= 127).
 // Per weight row and activation row the arithmetic is the AVX-512 kernels'
 // (p_b exact in int32, y = fma(float(p_b), dw_b * dx_b, y) over the blocks in
 // order), so packed outputs on AVX2 equal the AVX-512 ones bit for bit. (The
@@ -29,8 +30,12 @@ namespace {
 
 constexpr int kPassRows = 8;
 
+// The 16-value grid types (nibbles index a table of signed values).
 template <GgmlType kType>
-constexpr bool kIq4 = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS;
+constexpr bool kIq4 = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
+// Whose scales are the fp32 dsub plane rather than fp16 d.
+template <GgmlType kType>
+constexpr bool kFloatScales = kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
 
 template <GgmlType kType>
 constexpr int Bias() {
@@ -42,15 +47,15 @@ template <GgmlType kType>
 constexpr bool kSigned = kType == GgmlType::kQ8_0 || kIq4<kType>;
 
 // Where a group's scales are (row order, 16 per block): the fp16 d plane, or
-// IQ4_XS's fp32 dsub; the 8 of half h of block b.
+// the fp32 dsub; the 8 of half h of block b.
 template <GgmlType kType>
 inline const void* GroupScales(const PackedWeights& w, std::size_t gb) {
-  if constexpr (kType == GgmlType::kIQ4_XS) return w.dsub + gb * kPackRows;
+  if constexpr (kFloatScales<kType>) return w.dsub + gb * kPackRows;
   return w.d + gb * kPackRows;
 }
 template <GgmlType kType>
 inline __m256 HalfScales(const void* scales, std::int64_t b, int h) {
-  if constexpr (kType == GgmlType::kIQ4_XS) return _mm256_loadu_ps(static_cast<const float*>(scales) + b * kPackRows + 8 * h);
+  if constexpr (kFloatScales<kType>) return _mm256_loadu_ps(static_cast<const float*>(scales) + b * kPackRows + 8 * h);
   return _mm256_cvtph_ps(_mm_loadu_si128(
       reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(scales) + b * kPackRows + 8 * h)));
 }
@@ -91,7 +96,8 @@ inline HalfRegs DecodeHalfRegs(const std::uint8_t* codes, const std::uint8_t* hi
       r.c[k + 4] = hi;
     }
     if constexpr (kIq4<kType>) {
-      const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+      const __m256i grid = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kType == GgmlType::kMXFP4 ? kMxfp4Values : kIq4Values)));
       for (int k = 0; k < 8; ++k) {
         r.s[k] = _mm256_shuffle_epi8(grid, r.c[k]);
         r.c[k] = _mm256_sign_epi8(r.s[k], r.s[k]);
@@ -276,6 +282,7 @@ void Avx2PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, co
     case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kIQ4_NL: PackedRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kIQ4_XS: PackedRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kMXFP4: PackedRowsT<GgmlType::kMXFP4>(w, r0, r1, x, xs, acts, y, ys); return;
     default: PackedRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
   }
 }
