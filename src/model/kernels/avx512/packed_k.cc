@@ -157,19 +157,21 @@ inline __m512i Q3Codes(const std::uint8_t* codes, const std::uint8_t* high, int 
 // kBias), taken off as kBias * bsum_g.
 template <GgmlType T>
 struct GroupType;
-template <>
-struct GroupType<GgmlType::kQ6_K> {
-  static constexpr int kBias = 32;
-  template <int kQuarter>
-  static __m512i Codes(const BlockPlanes& pl, int k) { return Q6Codes<kQuarter>(pl.codes, pl.high, k); }
+// The 16 rows' int8 scales of one group, widened to int32 lanes.
+struct SignedScales {
   static __m512i Scales(const std::uint8_t* s) { return _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))); }
 };
 template <>
-struct GroupType<GgmlType::kQ3_K> {
+struct GroupType<GgmlType::kQ6_K> : SignedScales {
+  static constexpr int kBias = 32;
+  template <int kQuarter>
+  static __m512i Codes(const BlockPlanes& pl, int k) { return Q6Codes<kQuarter>(pl.codes, pl.high, k); }
+};
+template <>
+struct GroupType<GgmlType::kQ3_K> : SignedScales {
   static constexpr int kBias = 4;
   template <int kQuarter>
   static __m512i Codes(const BlockPlanes& pl, int k) { return Q3Codes<kQuarter>(pl.codes, pl.high, k); }
-  static __m512i Scales(const std::uint8_t* s) { return _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))); }
 };
 template <>
 struct GroupType<GgmlType::kQ2_K> {
