@@ -139,6 +139,22 @@ void BM_GrammarMaskLazy(benchmark::State& state) {
                         "\"unit\": \"celsius\"}}}");
 }
 
+// A request's matcher construction alone, for the lazy tool-call grammar
+// (the free-text watch scans the vocabulary for trigger starters).
+void BM_GrammarMatcherStartLazy(benchmark::State& state) {
+  Vocab& v = Default();
+  if (!v.model) {
+    state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
+    return;
+  }
+  const LazyTool tool{.function = {.name = "get_weather", .parameters = R"({"type": "object"})"}, .strict = true};
+  const auto grammar = LazyToolCallGrammar(std::span<const LazyTool>(&tool, 1), ToolCallSyntax::kJson, false);
+  for (auto _ : state) {
+    GrammarMatcher m(grammar, v.trie, {v.tok->eos_id()});
+    benchmark::DoNotOptimize(&m);
+  }
+}
+
 void BM_DecodeStep(benchmark::State& state) {
   Vocab& v = Default();
   if (!v.model) {
@@ -180,6 +196,7 @@ void BM_TokenTrieBuild(benchmark::State& state) {
 
 BENCHMARK(BM_GrammarMask)->Name("GrammarMask")->ArgName("doc")->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GrammarMaskLazy)->Name("GrammarMaskLazy")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GrammarMatcherStartLazy)->Name("GrammarMatcherStartLazy")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeStep)->Name("DecodeStep")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TokenTrieBuild)->Name("TokenTrie")->Unit(benchmark::kMillisecond)->Iterations(3);
 

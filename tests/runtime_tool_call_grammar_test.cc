@@ -121,6 +121,27 @@ TEST(LazyGrammar, ControlTokensWithTextAndBadOptionsAreRefused) {
                Error);
 }
 
+// The tokens that can begin a trigger are scanned once per vocabulary,
+// trigger and token_text and kept between matchers: each of three matchers on
+// one vocabulary must still see its own.
+TEST(LazyGrammar, TriggerStartersAreKeptPerVocabularyTriggerAndTokenText) {
+  // SmallVocab's tokens and 8 "xa".
+  const auto vocab = std::make_shared<const TokenTrie>(std::vector<std::string>{"a", "<", "c>", "<c>", "x", "}", "c>y", "", "xa"});
+  std::vector<std::uint64_t> mask(1);
+  GrammarMatcher angle(SmallLazy(false), vocab, {7});
+  angle.FillNextTokenMask(mask);
+  EXPECT_TRUE(Bit(mask, 8)) << "\"xa\" is free text under the trigger \"<c>\"";
+  GrammarMatcher ex(LazyGrammar(LiteralGrammar("x}"), {.trigger = LiteralGrammar("x")}), vocab, {7});
+  ex.FillNextTokenMask(mask);
+  EXPECT_FALSE(Bit(mask, 8)) << "\"xa\" fires the trigger \"x\" with an 'a' the body refuses";
+  EXPECT_TRUE(Bit(mask, 4));
+  GrammarMatcher text(LazyGrammar(LiteralGrammar("<c>x}"), {.trigger = LiteralGrammar("<c>"), .token_text = {{7, "<c>y"}}}),
+                      vocab, {});
+  text.FillNextTokenMask(mask);
+  EXPECT_FALSE(Bit(mask, 7)) << "token 7 stands for \"<c>y\": the trigger, then a 'y' the body refuses";
+  EXPECT_TRUE(Bit(mask, 3));
+}
+
 // ---- Tool calls on the fixtures ----
 
 std::string Fixture(const std::string& rel) {

@@ -59,7 +59,7 @@ class LazyMatcher {
   // Free text: only tokens holding a byte that can begin a trigger can fire
   // one while no match is in progress, so only they are checked then.
   std::vector<std::uint8_t> starts_;  // per byte: can begin a trigger
-  std::vector<std::int32_t> starters_;
+  std::shared_ptr<const std::vector<std::int32_t>> starters_;  // shared between matchers (lazy_grammar.cc)
   std::vector<Run> scratch_runs_;
   std::string scratch_recent_;
 };
