@@ -4,7 +4,6 @@ target's features, the drafter's visibility masks and the independent reference 
 See gemma4_assistant_fixtures.py's docstring for what they mean."""
 import math
 import os
-import platform
 import shutil
 from pathlib import Path
 
@@ -104,16 +103,6 @@ def torch_setup():
     torch.set_num_threads(THREADS)
     torch.use_deterministic_algorithms(True)
     return torch
-
-
-def versions():
-    import tokenizers
-    import torch
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
-            "numpy": np.__version__}
 
 
 def tokenizer():

@@ -8,8 +8,8 @@ import numpy as np
 
 from gemma4_assistant_common import (ASSISTANTS, CONFIG_TARGET, DRAFT_CASES, F, K_DRAFT, OUT, PROMPTS, S,
                                      SEED_TARGET, STEPS, TARGET, TOP_K, Reference, load_assistant, load_target,
-                                     patch_hf, prompt_ids, target_features, torch_setup, versions, visible)
-from gemma4_fixtures import dump_lines, fmt_row, top_entry  # (same JSON style)
+                                     patch_hf, prompt_ids, target_features, torch_setup, visible)
+from gemma4_fixtures import dump_lines, fmt_row, top_entry, versions  # (same JSON style and versions)
 
 
 # ----------------------------------------------------------------------------------------------
