@@ -147,7 +147,7 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q2k = static_cast<std::int64_t>(GgmlType::kQ2_K), q3k = static_cast<std::int64_t>(GgmlType::kQ3_K);
   for (std::int64_t m : {1, 8, 64}) {
     for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k}) b->Args({t, 2048, 2048, m, 1, 2});
-    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4}) b->Args({t, 2048, 2048, m, 1, 1});  // AVX2 packed
+    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k}) b->Args({t, 2048, 2048, m, 1, 1});  // AVX2 packed
   }
 }
 

@@ -34,7 +34,7 @@
 //   iq.cc          IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M (lattice
 //                  grids through quant_iq.h's integer form)
 //   packed_q32.cc  packed Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4
-//   packed_k.cc    packed Q4_K Q6_K (and Q2_K Q3_K at AVX-512)
+//   packed_k.cc    packed Q4_K Q6_K Q2_K Q3_K
 // and helpers beside them: iq_decode.h (the IQ sub-block decoders of avx2/
 // and avx512/ iq.cc), avx512/group_dot.h (the vpdpbusd step of avx512/
 // packed_k.cc and iq.cc).
@@ -46,16 +46,19 @@
 // passes over the weights, unpacking each weight block once per pass. Figures
 // behind each choice: docs/kernels.md.
 //
-// Packed matrices (rows % 16 == 0; the types in the level's packed_types:
-// Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4 Q4_K Q6_K, and at avx512 Q2_K Q3_K):
+// Packed matrices (rows % 16 == 0; the types in the level's packed_types,
+// the same at avx2 and avx512: Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4 Q4_K Q6_K
+// Q2_K Q3_K):
 //   scalar  reads the ggml layout (the level has no packed kernel, and
 //           PackForMatMul does not pack for it).
 //   avx2    Avx2PackedRows / Avx2PackedKRows (avx2/packed_q32.cc,
 //           packed_k.cc): 16 rows as two ymm halves of 8, maddubs + madd.
 //           acts = 1 (q32): GroupOneRow, both halves per block against one
 //           broadcast (the decode step; faster than half by half). Else 8
-//           per pass; Q5_0 (q32) and Q6_K (k) with acts > 8 decode the codes
-//           once into scratch for all passes.
+//           per pass; Q5_0 (q32) and Q6_K / Q3_K / Q2_K (k) with acts > 8
+//           decode the codes once into scratch for all passes. Q2_K / Q3_K
+//           go through Q6_K's loop with their own code decode, a group's 4
+//           maddubs summed in int16 (codes <= 7) and one madd by the scale.
 //   avx512  Avx512PackedRows / Avx512PackedKRows (avx512/packed_q32.cc,
 //           packed_k.cc): 16 rows in the zmm lanes, vpdpbusd against 4
 //           activation bytes broadcast from memory; 8 per pass; Q5_0 (q32)
@@ -125,7 +128,7 @@ using DotRowsFn = RowsKernel<Block, Act>*;
 struct PackedWeights;
 
 // Weight rows [r0, r1) (multiples of kPackRows) of packed weights (Act: ActQ8
-// for Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS, ActQ8K for Q4_K / Q6_K) against
+// for Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS, ActQ8K for the K-quants) against
 // activation rows j < acts (row j at x + j * x_stride); y points at row r0's
 // output for activation row 0 (y[j * y_stride + r - r0]).
 template <typename Act>
@@ -271,7 +274,8 @@ inline constexpr QuantKernels kAvx2Kernels = {.q8_0 = Avx2Q8_0Rows,
                                               .packed_types = TypeBits({GgmlType::kQ8_0, GgmlType::kQ4_0,
                                                                         GgmlType::kQ5_0, GgmlType::kIQ4_NL,
                                                                         GgmlType::kIQ4_XS, GgmlType::kMXFP4,
-                                                                        GgmlType::kQ4_K, GgmlType::kQ6_K}),
+                                                                        GgmlType::kQ4_K, GgmlType::kQ6_K,
+                                                                        GgmlType::kQ2_K, GgmlType::kQ3_K}),
                                               .q2_k = Avx2Q2_KRows,
                                               .q3_k = Avx2Q3_KRows,
                                               .iq4_nl = Avx2IQ4_NLRows,
@@ -291,7 +295,8 @@ inline constexpr QuantKernels kAvx2Kernels = {.q8_0 = Avx2Q8_0Rows,
                                               .iq1_m = Avx2IqRows<BlockIQ1_M>};
 
 // The AVX2 table with the kernels that use VNNI: every other type (Q2_K,
-// Q3_K, the grid4, lowbit and IQ families) runs its AVX2 kernel here too.
+// Q3_K, the grid4, lowbit and IQ families) runs its AVX2 kernel here too, and
+// the packed kernels take the same types (packed_types).
 inline constexpr QuantKernels kAvx512VnniKernels = [] {
   QuantKernels k = kAvx2Kernels;
   k.q8_0 = Avx512Q8_0Rows;
@@ -304,7 +309,6 @@ inline constexpr QuantKernels kAvx512VnniKernels = [] {
   k.q6_k = Avx512Q6_KRows;
   k.packed = Avx512PackedRows;
   k.packed_k = Avx512PackedKRows;
-  k.packed_types |= TypeBits({GgmlType::kQ2_K, GgmlType::kQ3_K});
   k.iq2_xxs = Avx512IqRows<BlockIQ2_XXS>;
   k.iq2_xs = Avx512IqRows<BlockIQ2_XS>;
   k.iq2_s = Avx512IqRows<BlockIQ2_S>;

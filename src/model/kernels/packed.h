@@ -1,8 +1,7 @@
 // Weights repacked for the kernels with weight rows in the lanes
 // (avx2/ and avx512/ packed_q32.cc: Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS /
-// MXFP4;
-// packed_k.cc: Q4_K / Q6_K, and Q2_K / Q3_K on AVX-512 only; which runs
-// when: dispatch.h).
+// MXFP4; packed_k.cc: Q4_K / Q6_K / Q2_K / Q3_K; which runs when:
+// dispatch.h).
 //
 // The ggml layouts keep each row's blocks together, so a kernel that puts
 // activation rows in the SIMD lanes must spread every 4-byte group of weight
