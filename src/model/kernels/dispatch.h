@@ -91,13 +91,12 @@
 //   NVFP4           grid4: 8 per pass                   = avx2
 //   TQ1_0 TQ2_0     lowbit: 4 per pass                  = avx2
 //   Q1_0 Q2_0       lowbit: 8 per pass                  = avx2
-//   IQ1-IQ3         iq: 8 per pass, ends each block in  iq: acts >= 2: tiles of
-//                   the scalar twin's fma (bitwise)     16 rows decoded once
-//                                                       into packed_k's lane
-//                                                       layout, vpdpbusd, 8 per
-//                                                       pass (bitwise); acts 1
-//                                                       and the rows past the
-//                                                       last tile: = avx2
+//   IQ1-IQ3         iq: acts >= 2: tiles of 8 rows      iq: acts >= 2: tiles of
+//                   decoded once into the lane layout,  16 rows decoded once,
+//                   maddubs, 8 per pass; acts 1 and     vpdpbusd, 8 per pass;
+//                   the rows past the last tile: 8      acts 1 and the rows
+//                   per pass; all end each block in     past the last tile:
+//                   the scalar twin's fma (bitwise)     = avx2
 // "= avx2": no AVX-512 kernel for the type, so
 // kAvx512VnniKernels starts from kAvx2Kernels and replaces only the entries
 // it has (below).

@@ -3,10 +3,10 @@
 // -mavx512{f,bw,vl,vnni}, entered only when the CPU reports those features
 // (quant_matmul.cc).
 //
-// The AVX2 kernel (avx2/iq.cc) decodes every sub-block once per pass of 8
-// activation rows, so a 64-row prefill group decodes each weight block 8
+// The AVX2 row kernel (avx2/iq.cc) decodes every sub-block once per pass of
+// 8 activation rows, so a 64-row prefill group decodes each weight block 8
 // times, with scalar grid loads; that decode held IQ prefill at llama.cpp's
-// speed. Here a tile of 16 weight rows is decoded once (iq_decode.h) into the
+// speed. Here (as the AVX2 level's 8-row tiles do with maddubs) a tile of 16 weight rows is decoded once (iq_decode.h) into the
 // layout of the packed kernels (packed.h: 16 rows in the lanes, each 4-byte
 // group of elements in one 64-byte vector; codes = v + 64, unsigned) with the
 // odd scales per 16-element group and row and the block factors, and every
@@ -98,21 +98,26 @@ void TilePass(const Tile& tile, std::int64_t nb, const ActQ8K* x, std::int64_t x
   for (int j = 0; j < R; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
 }
 
+// Rows [0, nrows) (a multiple of kTileRows), tile by tile.
+template <typename Block>
+void TiledRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+               float* y, std::int64_t ys) {
+  const Tile tile{static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(kBlockVectors * nb)))};
+  for (std::int64_t r0 = 0; r0 < nrows; r0 += kTileRows) {
+    DecodeTile(w + r0 * nb, nb, tile);
+    ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
+      TilePass<decltype(rows)::value>(tile, nb, x + j0 * xs, xs, y + j0 * ys + r0, ys);
+    });
+  }
+}
+
 }  // namespace
 
 template <typename Block>
 void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys) {
   const std::int64_t tiled = acts >= kMinTileActs ? nrows / kTileRows * kTileRows : 0;
-  if (tiled > 0) {
-    const Tile tile{static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(kBlockVectors * nb)))};
-    for (std::int64_t r0 = 0; r0 < tiled; r0 += kTileRows) {
-      DecodeTile(w + r0 * nb, nb, tile);
-      ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
-        TilePass<decltype(rows)::value>(tile, nb, x + j0 * xs, xs, y + j0 * ys + r0, ys);
-      });
-    }
-  }
+  if (tiled > 0) TiledRows(w, tiled, x, xs, nb, acts, y, ys);
   if (tiled < nrows) Avx2IqRows(w + tiled * nb, nrows - tiled, x, xs, nb, acts, y + tiled, ys);
 }
 #define KVSHARE_IQ_INSTANTIATE(Block)                                                                              \
