@@ -4,7 +4,6 @@
 #include "runtime/lazy_grammar.h"
 
 #include <algorithm>
-#include <array>
 #include <mutex>
 
 #include "kvshare/error.h"
@@ -38,7 +37,7 @@ namespace {
 // vocabulary every time, so the scans are kept (the last kCached).
 class StarterCache {
  public:
-  using Bytes = std::array<std::uint64_t, 4>;  // bit b: byte b can begin the trigger
+  using Bytes = std::vector<std::uint8_t>;  // per byte: can begin the trigger (LazyMatcher::starts_)
   using Overrides = std::vector<std::pair<std::int32_t, std::string>>;
 
   template <class Scan>
@@ -80,12 +79,10 @@ LazyMatcher::LazyMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr
       end_tokens_(std::move(end_tokens)), trigger_(spec_.trigger->ir),
       body_(std::make_unique<GrammarMatcher>(grammar_->body, vocab_, std::vector<std::int32_t>{})) {
   starts_.assign(256, 0);
-  StarterCache::Bytes bits{};
   for (int b = 0; b < 256; ++b) {
     starts_[static_cast<std::size_t>(b)] = trigger_.Next(trigger_.initial(), static_cast<unsigned char>(b)) != GrammarAutomaton::kDead;
-    if (starts_[static_cast<std::size_t>(b)] != 0) bits[static_cast<std::size_t>(b / 64)] |= std::uint64_t{1} << (b % 64);
   }
-  starters_ = Starters().Get(vocab_, bits, spec_.token_text, [&] {
+  starters_ = Starters().Get(vocab_, starts_, spec_.token_text, [&] {
     std::vector<std::int32_t> ids;
     for (std::int32_t id = 0; id < vocab_->vocab_size(); ++id) {
       const std::string_view s = Bytes(id);
