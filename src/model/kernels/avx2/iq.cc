@@ -66,7 +66,7 @@ constexpr int kTileBlockVectors = 64 + 16 + 8 + 1;
 
 struct Tile {
   __m256i* at;
-  const __m256i* Block(std::int64_t b) const { return at + kTileBlockVectors * b; }
+  const __m256i* At(std::int64_t b) const { return at + kTileBlockVectors * b; }
 };
 
 template <typename Block>
@@ -110,7 +110,7 @@ void TilePass(const Tile& tile, std::int64_t nb, const ActQ8K* x, std::int64_t x
   __m256 acc[R];
   for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
-    const __m256i* v = tile.Block(b);
+    const __m256i* v = tile.At(b);
     __m256i P[R];
     for (int j = 0; j < R; ++j) P[j] = _mm256_setzero_si256();
     for (int grp = 0; grp < 16; ++grp) {
