@@ -41,7 +41,7 @@
 #include "common/q8_0.h"
 #include "bandwidth.h"
 #include "fma_peak.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdlib>
 
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::bench {
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "common/float_convert.h"
-#include "kvshare/attention.h"
-#include "kvshare/error.h"
+#include "kvshare/attention/gqa.h"
+#include "kvshare/common/error.h"
 
 #if KVSHARE_HAVE_CUDA
 #include <cuda_runtime.h>

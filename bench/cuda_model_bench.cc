@@ -17,7 +17,7 @@
 #if KVSHARE_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "kvshare/model_cuda.h"
+#include "kvshare/cuda_model/gemma3_cuda.h"
 // GCC 12 reports a false -Wstringop-overflow inside std::vector::insert as
 // inlined into the tests' GGUF writer here (the same code builds clean in the tests).
 #pragma GCC diagnostic push

@@ -2,7 +2,7 @@
 // attention_bench.cc sets its FLOPS against (as the triad is its memory roof).
 #pragma once
 
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::bench {
 

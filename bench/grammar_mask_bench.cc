@@ -1,4 +1,4 @@
-// Constrained decoding's per-token overhead (kvshare/grammar.h) with the
+// Constrained decoding's per-token overhead (kvshare/grammar/grammar.h) with the
 // default model's vocabulary (262144 tokens), against the same model's
 // decode step in the same run:
 //   kvshare_bench --benchmark_filter='GrammarMask|DecodeStep|TokenTrie'
@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "model_default_path.h"
-#include "kvshare/grammar.h"
-#include "kvshare/model.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
-#include "kvshare/tool_calls.h"
+#include "kvshare/grammar/grammar.h"
+#include "kvshare/model/model.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "kvshare/runtime/tool_calls.h"
 
 namespace kvshare {
 namespace {

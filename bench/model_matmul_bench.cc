@@ -30,7 +30,7 @@
 
 #include "bandwidth.h"
 #include "common/float_convert.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 namespace {

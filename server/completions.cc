@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "connection.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "openai_response.h"
 #include "server_impl.h"
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "kvshare/scheduler.h"
+#include "kvshare/runtime/scheduler.h"
 
 namespace kvshare::server {
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "api_error.h"
-#include "kvshare/error.h"
-#include "kvshare/grammar.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
 
 namespace kvshare::server {
 namespace {

@@ -28,7 +28,7 @@
 // tool_calls ([{"id", "type": "function", "function": {"name", "arguments"
 // (JSON text)}}], content null or absent) and "tool" messages answer them
 // (tool_call_id required, content). How they are written and read back:
-// kvshare/chat_template.h and kvshare/tool_calls.h; "required" and a named
+// kvshare/runtime/chat_template.h and kvshare/runtime/tool_calls.h; "required" and a named
 // function are enforced by a grammar (see BuildRequest); under "auto", strict
 // tools by a lazy grammar from the call's opening on (AutoToolCallGrammar). Not with a
 // response_format other than text.
@@ -38,7 +38,7 @@
 // object; llama-server's "schema" field there is taken as a json_schema) or
 // {"type": "json_schema", "json_schema": {"name", "description", "schema",
 // "strict"}} (vLLM's and OpenAI's shape; "schema" absent: any JSON value),
-// enforced by constrained decoding (kvshare/grammar.h: the schema subset;
+// enforced by constrained decoding (kvshare/grammar/grammar.h: the schema subset;
 // anything else is a 400 naming the keyword); not with ignore_eos.
 // Any other field (top level, in a message or in stream_options) is ignored
 // and listed in CompletionRequest::ignored, as vLLM and llama-server ignore
@@ -56,11 +56,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/chat_template.h"
-#include "kvshare/sampler.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/tokenizer.h"
-#include "kvshare/tool_calls.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/sampler.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "kvshare/runtime/tool_calls.h"
 
 namespace kvshare::server {
 

@@ -12,7 +12,7 @@
 // [DONE]. finish_reason: "stop", "length", or "abort" (cancelled, vLLM's word).
 //
 // Tool calls (EnableToolCalls): the reply goes through a ToolCallParser
-// (kvshare/tool_calls.h). Non-streaming: message.tool_calls [{"id":
+// (kvshare/runtime/tool_calls.h). Non-streaming: message.tool_calls [{"id":
 // "call_<24 alphanumerics>", "type": "function", "function": {"name",
 // "arguments" (JSON text)}}], content null when the reply is only calls, and
 // finish_reason "tool_calls" (unless "length" / "abort"). Streaming: content
@@ -30,8 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/scheduler.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "openai_request.h"
 
 namespace kvshare::server {

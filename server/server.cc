@@ -8,7 +8,7 @@
 
 #include "chat_page.h"
 #include "connection.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "server_impl.h"
 
 namespace kvshare::server {

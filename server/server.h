@@ -32,8 +32,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvshare/scheduler.h"
-#include "kvshare/speculative.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/runtime/speculative.h"
 
 namespace kvshare::server {
 

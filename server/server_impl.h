@@ -19,12 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.h"
-#include "kvshare/chat_template.h"
-#include "kvshare/model.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/speculative.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/runtime/speculative.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"
 #include "openai_request.h"
 #include "server.h"

@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "kvshare/attention.h"
+#include "kvshare/attention/gqa.h"
 #include "common_test_util.h"
 
 namespace kvshare::testing {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "attention_gqa_case.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::testing {
 namespace {

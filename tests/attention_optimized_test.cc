@@ -20,7 +20,7 @@
 #include "hwy/targets.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::detail {
 namespace {

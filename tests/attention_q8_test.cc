@@ -18,8 +18,8 @@
 #include "common_record_measured.h"
 #include "common/str.h"
 #include "attention_gqa_case.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include "common/str.h"
 #include "attention_gqa_case.h"
 #include "attention_gqa_random_case.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::testing {
 namespace {

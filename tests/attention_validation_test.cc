@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "attention_gqa_case.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::testing {
 namespace {

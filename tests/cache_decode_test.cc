@@ -8,8 +8,8 @@
 
 #include "cache_model.h"
 #include "common/str.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::testing {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "cache_specs.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::testing {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attention_gqa_case.h"
-#include "kvshare/cache.h"
+#include "kvshare/cache/kv_cache.h"
 #include "common_test_util.h"
 
 namespace kvshare::testing {

@@ -1,7 +1,7 @@
 // Model KV specs of the reference models (docs/architecture.md §5, §7).
 #pragma once
 
-#include "kvshare/cache.h"
+#include "kvshare/cache/kv_cache.h"
 
 namespace kvshare::testing {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cache_model.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::testing {
 namespace {

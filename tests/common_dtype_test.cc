@@ -1,12 +1,12 @@
-// KvCacheDTypeFromName (kvshare/tensor.h): the one name -> DType parser behind
+// KvCacheDTypeFromName (kvshare/common/tensor.h): the one name -> DType parser behind
 // `kvshare --kv-dtype`, the Python KvCache's dtype= and Model's kv_dtype=.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <string_view>
 
-#include "kvshare/error.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare {
 namespace {

@@ -13,8 +13,8 @@
 #include "common_record_measured.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
-#include "kvshare/error.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::detail {
 namespace {

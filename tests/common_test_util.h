@@ -11,7 +11,7 @@
 
 #include "common/float_convert.h"
 #include "common/q8_0.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::testing {
 

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare {
 namespace {

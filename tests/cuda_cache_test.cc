@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
 #include "common_test_util.h"
 
 namespace kvshare::testing {

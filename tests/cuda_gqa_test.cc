@@ -19,7 +19,7 @@
 #include "attention_gqa_case.h"
 #include "attention_gqa_random_case.h"
 #include "cuda_test_util.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::testing {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "common_record_measured.h"
 #include "cuda_test_util.h"
-#include "kvshare/model_cuda.h"
+#include "kvshare/cuda_model/gemma3_cuda.h"
 #include "model_tiny_gemma.h"
 
 namespace kvshare::testing {

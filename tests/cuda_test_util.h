@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/tensor.h"
 
 #if KVSHARE_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -14,12 +14,12 @@
 
 #include "common_record_measured.h"
 #include "model_default_path.h"
-#include "kvshare/error.h"
-#include "kvshare/generator.h"
-#include "kvshare/model.h"
-#include "kvshare/sampler.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/sampler.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare {
 namespace {

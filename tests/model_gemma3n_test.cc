@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/model.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/error.h"
+#include "kvshare/model/model.h"
+#include "kvshare/common/thread_pool.h"
 #include "model_test_util.h"
 #include "model_tiny_gemma3n.h"
 #include "common_test_util.h"

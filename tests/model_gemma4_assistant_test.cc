@@ -1,4 +1,4 @@
-// Gemma 4's assistant drafter (kvshare/assistant.h) against HF transformers
+// Gemma 4's assistant drafter (kvshare/model/gemma4_assistant.h) against HF transformers
 // on the trained tiny target + assistant pair of tests/fixtures/gemma4_assistant
 // (written by tests/tools/gemma4_assistant_fixtures.py): from each target cache
 // state of drafts.hf.json, four chained draft steps, teacher-forced on HF's
@@ -20,10 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common_record_measured.h"
-#include "kvshare/assistant.h"
-#include "kvshare/error.h"
-#include "kvshare/model.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/common/error.h"
+#include "kvshare/model/model.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare {
 namespace {

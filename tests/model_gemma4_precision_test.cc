@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "kvshare/gguf.h"
-#include "kvshare/model.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/model/model.h"
+#include "kvshare/common/thread_pool.h"
 #include "model_reference_ops.h"
 #include "model_tiny_gemma4.h"
 

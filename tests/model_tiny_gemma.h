@@ -1,5 +1,5 @@
 // Test helpers: a tiny random gemma3-architecture GGUF file (written with
-// model_gguf_writer.h) and an independent no-cache reference forward pass in
+// gguf_writer.h) and an independent no-cache reference forward pass in
 // double precision that reads the same file through the reference dequantizer.
 //
 // The file: n_layer layers with every `pattern`-th layer full and the others
@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "common/float_convert.h"
-#include "kvshare/cache.h"
-#include "kvshare/gguf.h"
-#include "kvshare/model.h"
-#include "model/quant.h"
-#include "model_gguf_writer.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/model/model.h"
+#include "quant/quant.h"
+#include "gguf_writer.h"
 #include "model_reference_ops.h"
 
 namespace kvshare::testing {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "model_gguf_writer.h"
+#include "gguf_writer.h"
 #include "model_tiny_gemma.h"
 
 namespace kvshare::testing {

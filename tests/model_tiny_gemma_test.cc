@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "common_record_measured.h"
-#include "kvshare/error.h"
-#include "kvshare/model.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/error.h"
+#include "kvshare/model/model.h"
+#include "kvshare/common/thread_pool.h"
 #include "model_tiny_gemma.h"
 #include "common_test_util.h"
 

@@ -10,9 +10,9 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
+#include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare {
 namespace {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/generator.h"
-#include "kvshare/model.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/model/model.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "model_tiny_gemma.h"
-#include "runtime_tiny_vocab.h"
+#include "tokenizer_tiny_vocab.h"
 
 namespace kvshare {
 namespace {

@@ -14,8 +14,8 @@
 // GCC 12 flags designated initializers that leave members at their defaults.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-#include "kvshare/error.h"
-#include "kvshare/sampler.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/sampler.h"
 #include "runtime/log_softmax.h"
 
 namespace kvshare {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/grammar.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/speculative.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/runtime/speculative.h"
 #include "runtime_scheduler_util.h"
 
 namespace kvshare {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/speculative.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/runtime/speculative.h"
 #include "runtime_scheduler_util.h"
 
 namespace kvshare {

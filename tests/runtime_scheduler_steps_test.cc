@@ -1,4 +1,4 @@
-// What the Scheduler (kvshare/scheduler.h) puts in each step, seen through
+// What the Scheduler (kvshare/runtime/scheduler.h) puts in each step, seen through
 // SchedulerOptions::on_step on a tiny float-weight Gemma 3:
 // - every decoding row's token comes first, then prompt chunks in admission
 //   order, exactly as the header's step rule says (an explicit step table);
@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvshare/scheduler.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/common/thread_pool.h"
 #include "runtime_scheduler_util.h"
 
 namespace kvshare {

@@ -1,4 +1,4 @@
-// Scheduler (kvshare/scheduler.h) on tiny random models written by the tests
+// Scheduler (kvshare/runtime/scheduler.h) on tiny random models written by the tests
 // (model_tiny_gemma.h, model_tiny_gemma4.h) and on the default model:
 // - requests run together (ragged prompts past the window, chunked prefill
 //   mixed with decode rows, more requests than slots) give bitwise the same
@@ -20,16 +20,16 @@
 #include <vector>
 
 #include "model_default_path.h"
-#include "kvshare/error.h"
-#include "kvshare/generator.h"
-#include "kvshare/model.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 #include "runtime_scheduler_util.h"
-#include "runtime_tiny_vocab.h"
+#include "tokenizer_tiny_vocab.h"
 
 namespace kvshare {
 namespace {

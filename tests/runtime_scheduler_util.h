@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/model.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "model_tiny_gemma.h"
-#include "runtime_tiny_vocab.h"
+#include "tokenizer_tiny_vocab.h"
 
 namespace kvshare::testing {
 

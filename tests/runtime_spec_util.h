@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/generator.h"
+#include "kvshare/runtime/generator.h"
 
 namespace kvshare::testing {
 

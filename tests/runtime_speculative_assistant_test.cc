@@ -19,13 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common_record_measured.h"
-#include "kvshare/assistant.h"
-#include "kvshare/generator.h"
-#include "kvshare/model.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/speculative.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/runtime/speculative.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "runtime_spec_util.h"
 
 namespace kvshare {

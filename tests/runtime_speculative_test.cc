@@ -1,4 +1,4 @@
-// Speculative decoding (kvshare/speculative.h): Sampler::Verify's acceptance
+// Speculative decoding (kvshare/runtime/speculative.h): Sampler::Verify's acceptance
 // rule keeps the target's distribution; the n-gram drafter's matches; and the
 // generator's greedy output with every drafter is bitwise the output without
 // speculation — the tokens and the logits each token was chosen from — on tiny
@@ -16,18 +16,18 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/generator.h"
-#include "kvshare/model.h"
-#include "kvshare/sampler.h"
-#include "kvshare/speculative.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/sampler.h"
+#include "kvshare/runtime/speculative.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "model_default_path.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 #include "runtime_spec_util.h"
-#include "runtime_tiny_vocab.h"
+#include "tokenizer_tiny_vocab.h"
 #include "common_test_util.h"
 
 namespace kvshare {

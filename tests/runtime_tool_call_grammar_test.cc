@@ -1,5 +1,5 @@
-// Lazy grammars (kvshare/grammar.h LazyGrammar) and the lazy grammar of
-// strict tool calls under tool_choice "auto" (kvshare/tool_calls.h
+// Lazy grammars (kvshare/grammar/grammar.h LazyGrammar) and the lazy grammar of
+// strict tool calls under tool_choice "auto" (kvshare/runtime/tool_calls.h
 // LazyToolCallGrammar): free text stays free, a trigger split across tokens
 // is found, a token that would fire it with bytes the body refuses is
 // masked, and once a call opens its arguments validate. The trigger is
@@ -22,14 +22,14 @@
 #include <nlohmann/json.hpp>
 
 #include "model_default_path.h"
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
-#include "kvshare/gguf.h"
-#include "kvshare/grammar.h"
-#include "kvshare/model.h"
-#include "kvshare/scheduler.h"
-#include "kvshare/tokenizer.h"
-#include "kvshare/tool_calls.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/grammar/grammar.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "kvshare/runtime/tool_calls.h"
 #include "runtime_scheduler_util.h"
 
 namespace kvshare {

@@ -10,9 +10,9 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
-#include "kvshare/tool_calls.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/tool_calls.h"
 
 namespace kvshare {
 namespace {

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.h"
-#include "kvshare/chat_template.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "openai_request.h"
 
 namespace kvshare::server {

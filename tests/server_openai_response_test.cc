@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/tokenizer.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"
 #include "openai_response.h"
-#include "runtime_tiny_vocab.h"
+#include "tokenizer_tiny_vocab.h"
 
 namespace kvshare::server {
 namespace {

@@ -1,5 +1,5 @@
 // The --kv-dtype option (tools/kv_options.h): the command line takes the
-// names KvCacheDTypeFromName (kvshare/tensor.h) takes, as the Python module
+// names KvCacheDTypeFromName (kvshare/common/tensor.h) takes, as the Python module
 // does, and refuses others at parse with the accepted names.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kv_options.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "model_path.h"
 
 namespace kvshare::cli {

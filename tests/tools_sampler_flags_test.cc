@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/sampler.h"
+#include "kvshare/runtime/sampler.h"
 #include "sampler_flags.h"
 
 namespace kvshare::cli {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "kvshare/attention.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/attention/gqa.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::cli {
 namespace {

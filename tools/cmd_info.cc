@@ -1,5 +1,5 @@
-// `kvshare info [--model PATH]`: prints the GGUF summary (model/model_info.h),
-// the chat format the file selects (kvshare/chat_template.h) and, for a
+// `kvshare info [--model PATH]`: prints the GGUF summary (kvshare/gguf/model_info.h),
+// the chat format the file selects (kvshare/runtime/chat_template.h) and, for a
 // supported architecture, the layer plan with the KV memory it takes.
 #include <algorithm>
 #include <iostream>
@@ -7,13 +7,13 @@
 #include <string>
 
 #include "commands.h"
-#include "kvshare/assistant.h"
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
-#include "kvshare/gguf.h"
-#include "kvshare/model.h"
-#include "kvshare/model_info.h"
-#include "kvshare/speculative.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/model/model.h"
+#include "kvshare/gguf/model_info.h"
+#include "kvshare/runtime/speculative.h"
 #include "kv_options.h"
 #include "model_path.h"
 

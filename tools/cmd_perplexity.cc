@@ -11,11 +11,11 @@
 #include <thread>
 
 #include "commands.h"
-#include "kvshare/error.h"
-#include "kvshare/model.h"
-#include "kvshare/perplexity.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/common/error.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/perplexity.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 #include "kv_options.h"
 #include "model_path.h"
 

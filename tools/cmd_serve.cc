@@ -15,8 +15,8 @@
 
 #include "commands.h"
 #include "kv_options.h"
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
 #include "model_path.h"
 #include "server.h"
 #include "spec_flags.h"

@@ -1,12 +1,12 @@
 #include "kv_options.h"
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::cli {
 
 void AddKvDtypeOption(CLI::App& cmd, std::string& dtype) {
   // Checked by the parser itself, so the command line takes exactly the names
-  // the Python module does (KvCacheDTypeFromName, kvshare/tensor.h). CLI11
+  // the Python module does (KvCacheDTypeFromName, kvshare/common/tensor.h). CLI11
   // puts "--kv-dtype: " before the message, so it names the value's kind.
   const CLI::Validator kv_dtype_name(
       [](std::string& name) -> std::string {

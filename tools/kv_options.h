@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::cli {
 

@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "commands.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvshare: GroupQueryAttention, KV caches and KV-shared layers for decoder LLMs"};

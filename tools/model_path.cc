@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::cli {
 namespace {

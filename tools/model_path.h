@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "kvshare/model.h"
+#include "kvshare/model/model.h"
 
 namespace kvshare::cli {
 

@@ -1,13 +1,13 @@
 // Sampling flags of the subcommands that generate text (kvshare generate):
 // registered on a CLI11 command with range checks, then turned into the
-// runtime's SamplerOptions (include/kvshare/sampler.h has the pipeline).
+// runtime's SamplerOptions (include/kvshare/runtime/sampler.h has the pipeline).
 #pragma once
 
 #include <cstdint>
 
 #include <CLI/CLI.hpp>
 
-#include "kvshare/sampler.h"
+#include "kvshare/runtime/sampler.h"
 
 namespace kvshare::cli {
 

@@ -1,6 +1,6 @@
 #include "spec_flags.h"
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "model_path.h"
 
 namespace kvshare::cli {

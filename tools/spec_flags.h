@@ -1,6 +1,6 @@
 // Speculative decoding flags of the subcommands that decode (generate, bench,
 // serve): registered on a CLI11 command, then turned into a Drafter and the
-// runtime's SpeculativeOptions (include/kvshare/speculative.h).
+// runtime's SpeculativeOptions (include/kvshare/runtime/speculative.h).
 #pragma once
 
 #include <memory>
@@ -8,8 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "kvshare/model.h"
-#include "kvshare/speculative.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/speculative.h"
 
 namespace kvshare::cli {
 

@@ -1,7 +1,7 @@
 """kvshare.group_query_attention: the GroupQueryAttention op on NumPy arrays.
 
 The op follows ONNX Runtime's ``com.microsoft.GroupQueryAttention`` plus
-kvshare's extensions; ``include/kvshare/attention.h`` is the full spec.
+kvshare's extensions; ``include/kvshare/attention/gqa.h`` is the full spec.
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
                           num_kv_blocks=0, scatter_mode="linear", present_key=None, present_value=None,
                           present=True, output_qk=None, bfloat16=False, kernel="auto", num_threads=1):
     """GroupQueryAttention (ONNX Runtime ``com.microsoft.GroupQueryAttention`` semantics
-    plus kvshare's KV modes). The C++ header ``include/kvshare/attention.h`` is the spec.
+    plus kvshare's KV modes). The C++ header ``include/kvshare/attention/gqa.h`` is the spec.
 
     Terms: B batch, S new tokens, N = num_heads, N_kv = kv_num_heads, H head size,
     T total KV length. T is the float dtype of ``query`` (float32, float16, or

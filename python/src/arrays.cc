@@ -1,6 +1,6 @@
 #include "arrays.h"
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::python {
 

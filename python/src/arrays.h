@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::python {
 

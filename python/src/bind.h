@@ -3,7 +3,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::python {
 

@@ -8,9 +8,9 @@
 
 #include "arrays.h"
 #include "bind.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::python {
 namespace {

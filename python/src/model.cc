@@ -16,14 +16,14 @@
 
 #include "arrays.h"
 #include "bind.h"
-#include "kvshare/assistant.h"
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
-#include "kvshare/generator.h"
-#include "kvshare/model.h"
-#include "kvshare/speculative.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/speculative.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare::python {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bind.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::python {
 

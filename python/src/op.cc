@@ -6,9 +6,9 @@
 
 #include "arrays.h"
 #include "bind.h"
-#include "kvshare/attention.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/attention/gqa.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare::python {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "common/host_device.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare {
 class ThreadPool;

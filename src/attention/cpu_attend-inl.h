@@ -16,7 +16,7 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvshare::detail::HWY_NAMESPACE {

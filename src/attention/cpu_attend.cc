@@ -34,7 +34,7 @@
 #include "attention/store_rows.h"
 #include "common/float_convert.h"
 #include "common/prefetch.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvshare::detail::HWY_NAMESPACE {

@@ -9,9 +9,9 @@
 #include "attention/gqa_plan.h"
 #include "attention/store_rows.h"
 #include "common/float_convert.h"
-#include "kvshare/attention.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/attention/gqa.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 
 namespace kvshare {
 namespace {

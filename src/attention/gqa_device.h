@@ -5,7 +5,7 @@
 #pragma once
 
 #include "attention/gqa_plan.h"
-#include "kvshare/attention.h"
+#include "kvshare/attention/gqa.h"
 
 namespace kvshare::detail {
 

@@ -8,7 +8,7 @@
 
 #include "attention/attend.h"
 #include "attention/gqa_plan.h"
-#include "kvshare/attention.h"
+#include "kvshare/attention/gqa.h"
 
 namespace kvshare::detail {
 

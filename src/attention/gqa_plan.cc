@@ -8,7 +8,7 @@
 
 #include "attention/gqa_plan.h"
 #include "common/str.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::detail {
 namespace {

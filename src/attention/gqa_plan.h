@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvshare/attention.h"
+#include "kvshare/attention/gqa.h"
 
 namespace kvshare::detail {
 

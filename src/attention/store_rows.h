@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::detail {
 

@@ -5,8 +5,8 @@
 
 #include "cache/kv_cache_impl.h"
 #include "common/str.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare {
 

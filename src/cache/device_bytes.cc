@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 #if KVSHARE_HAVE_CUDA
 #include "cuda/device_memory.h"

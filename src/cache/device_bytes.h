@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::detail {
 

@@ -8,8 +8,8 @@
 #include "cache/device_bytes.h"
 #include "cache/kv_geometry.h"
 #include "common/str.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare {
 namespace detail {

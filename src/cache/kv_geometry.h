@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvshare/cache.h"
+#include "kvshare/cache/kv_cache.h"
 
 namespace kvshare::detail {
 

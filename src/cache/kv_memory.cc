@@ -5,7 +5,7 @@
 
 #include "cache/kv_geometry.h"
 #include "common/str.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare {
 namespace detail {

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "common/str.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "common/host_device.h"
-#include "kvshare/error.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::detail {
 

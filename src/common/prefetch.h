@@ -1,7 +1,7 @@
 // PrefetchToL2: software prefetch of a byte range into L2 (prefetcht1), one
 // request per 64-byte line — for the streams the hardware prefetchers do not
 // run far enough ahead of: K / V rows in the attention kernel
-// (cpu_attend.cc), packed weight blocks in the matmul kernels (src/model/kernels/packed.h).
+// (cpu_attend.cc), packed weight blocks in the matmul kernels (src/quant/kernels/packed.h).
 #pragma once
 
 #include <cstddef>

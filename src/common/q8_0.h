@@ -27,7 +27,7 @@
 #include <cstring>
 
 #include "common/float_convert.h"
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 namespace kvshare::detail {
 

@@ -1,8 +1,8 @@
-#include "kvshare/tensor.h"
+#include "kvshare/common/tensor.h"
 
 #include <string>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare {
 

@@ -1,10 +1,10 @@
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/thread_pool.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare {
 namespace {

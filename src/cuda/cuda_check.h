@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::detail {
 

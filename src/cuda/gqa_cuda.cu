@@ -19,7 +19,7 @@
 #include "common/q8_0.h"
 #include "cuda/attend_cuda.h"
 #include "cuda/cuda_check.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::detail {
 namespace {

@@ -17,12 +17,12 @@
 #include "cache/device_bytes.h"
 #include "common/float_convert.h"
 #include "cuda/cuda_check.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
-#include "kvshare/model_cuda.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
+#include "kvshare/cuda_model/gemma3_cuda.h"
 #include "model/decoder.h"
 #include "model/gemma3.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 namespace {

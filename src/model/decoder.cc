@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "common/str.h"
-#include "kvshare/attention.h"
-#include "kvshare/error.h"
+#include "kvshare/attention/gqa.h"
+#include "kvshare/common/error.h"
 #include "model/activations.h"
 
 namespace kvshare::detail {

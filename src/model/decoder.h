@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/cache.h"
-#include "kvshare/gguf.h"
-#include "kvshare/model.h"
-#include "model/quant.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/model/model.h"
+#include "quant/quant.h"
 
 namespace kvshare::detail {
 

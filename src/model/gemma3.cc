@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/attention.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/attention/gqa.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 #include "model/decoder.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "kvshare/model.h"
+#include "kvshare/model/model.h"
 
 namespace kvshare {
 

@@ -19,15 +19,15 @@
 #include <vector>
 
 #include "common/str.h"
-#include "kvshare/cache.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 #include "model/activations.h"
 #include "model/decoder.h"
 #include "model/gemma3n.h"
 #include "model/gemma4_config.h"
 #include "model/gemma_blocks.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "kvshare/model.h"
+#include "kvshare/model/model.h"
 
 namespace kvshare {
 

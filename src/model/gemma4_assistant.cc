@@ -1,4 +1,4 @@
-// Gemma 4's assistant drafter on the CPU (kvshare/assistant.h): its layers
+// Gemma 4's assistant drafter on the CPU (kvshare/model/gemma4_assistant.h): its layers
 // attend to the target state's cache through GroupQueryAttention's read-only
 // static scatter form.
 #include <algorithm>
@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "common/str.h"
-#include "kvshare/assistant.h"
-#include "kvshare/attention.h"
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/attention/gqa.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 #include "model/decoder.h"
 #include "model/gemma4_config.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 namespace {
@@ -246,7 +246,7 @@ void Gemma4Assistant::Attend(Scratch& s, int l, const AssistantLayerSource& src,
   s.nonpad[static_cast<std::size_t>(a.row)] = p;
   s.pos[static_cast<std::size_t>(a.row)] = p;
   // The op binds the cache as present_key / present_value but writes nothing
-  // in the read-only form (kvshare/attention.h).
+  // in the read-only form (kvshare/attention/gqa.h).
   KvCache& cache = const_cast<KvCache&>(a.target_state->kv_cache());
   const LayerKvView view = cache.Layer(src.target_layer, B);
   const detail::RopeTable& rope = s.rope->tables[static_cast<std::size_t>(layer_rope_[ls])];

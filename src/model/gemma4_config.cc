@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "common/str.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::detail {
 

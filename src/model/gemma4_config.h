@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/gguf.h"
-#include "kvshare/model.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/model/model.h"
 #include "model/decoder.h"
 
 namespace kvshare::detail {

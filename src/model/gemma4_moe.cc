@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "common/str.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "model/activations.h"
 
 namespace kvshare::detail {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/decoder.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 namespace kvshare::detail {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "common/str.h"
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "model/activations.h"
 
 namespace kvshare::detail {

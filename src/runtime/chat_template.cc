@@ -1,6 +1,6 @@
-// Chat formats (include/kvshare/chat_template.h): choosing one the way
+// Chat formats (include/kvshare/runtime/chat_template.h): choosing one the way
 // llama.cpp does, and writing Gemma 3 / Gemma 4 conversations without Jinja.
-#include "kvshare/chat_template.h"
+#include "kvshare/runtime/chat_template.h"
 
 #include <algorithm>
 #include <array>
@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/error.h"
-#include "kvshare/gguf.h"
-#include "kvshare/tokenizer.h"
-#include "kvshare/tool_calls.h"
+#include "kvshare/common/error.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "kvshare/runtime/tool_calls.h"
 
 namespace kvshare {
 namespace {

@@ -1,9 +1,9 @@
-#include "kvshare/generator.h"
+#include "kvshare/runtime/generator.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "runtime/spec_round.h"
 
 namespace kvshare {

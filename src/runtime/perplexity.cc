@@ -1,12 +1,12 @@
 // ComputePerplexity (perplexity.h).
-#include "kvshare/perplexity.h"
+#include "kvshare/runtime/perplexity.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "runtime/log_softmax.h"
 
 namespace kvshare {

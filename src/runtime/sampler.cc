@@ -1,4 +1,4 @@
-#include "kvshare/sampler.h"
+#include "kvshare/runtime/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "kvshare/error.h"
+#include "kvshare/common/error.h"
 #include "runtime/logits_scan.h"
 
 namespace kvshare {

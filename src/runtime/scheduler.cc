@@ -1,5 +1,5 @@
-// Continuous batching over one multi-row ModelState (kvshare/scheduler.h).
-#include "kvshare/scheduler.h"
+// Continuous batching over one multi-row ModelState (kvshare/runtime/scheduler.h).
+#include "kvshare/runtime/scheduler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,8 +13,8 @@
 #include <tuple>
 #include <utility>
 
-#include "kvshare/error.h"
-#include "kvshare/thread_pool.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 #include "runtime/log_softmax.h"
 #include "runtime/spec_round.h"
 #include "runtime/text_release.h"

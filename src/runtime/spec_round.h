@@ -1,4 +1,4 @@
-// The parts of a speculative round (kvshare/speculative.h) that the
+// The parts of a speculative round (kvshare/runtime/speculative.h) that the
 // generator and the scheduler share: the adaptive draft length, and the
 // acceptance of a verify step's drafts. Internal to src/runtime.
 #pragma once
@@ -7,8 +7,8 @@
 #include <span>
 #include <vector>
 
-#include "kvshare/sampler.h"
-#include "kvshare/speculative.h"
+#include "kvshare/runtime/sampler.h"
+#include "kvshare/runtime/speculative.h"
 
 namespace kvshare::detail {
 

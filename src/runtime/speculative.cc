@@ -1,13 +1,13 @@
-// Drafters (kvshare/speculative.h): prompt lookup and a separate draft model.
-#include "kvshare/speculative.h"
+// Drafters (kvshare/runtime/speculative.h): prompt lookup and a separate draft model.
+#include "kvshare/runtime/speculative.h"
 
 #include <algorithm>
 #include <string>
 #include <string_view>
 
-#include "kvshare/error.h"
-#include "kvshare/gguf.h"
-#include "kvshare/sampler.h"
+#include "kvshare/common/error.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/runtime/sampler.h"
 
 namespace kvshare {
 namespace {

@@ -1,6 +1,6 @@
 // Releases generated text token by token for streaming, holding back the
 // text that could still turn into a stop string (the scheduler's stop
-// strings, kvshare/scheduler.h). Pieces are the per-token text a
+// strings, kvshare/runtime/scheduler.h). Pieces are the per-token text a
 // TokenStreamDecoder returns; a released piece keeps its token's index.
 #pragma once
 

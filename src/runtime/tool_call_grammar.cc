@@ -1,15 +1,15 @@
 // The lazy grammar of tool calls under tool_choice "auto"
-// (kvshare/tool_calls.h LazyToolCallGrammar): the model may answer in text,
+// (kvshare/runtime/tool_calls.h LazyToolCallGrammar): the model may answer in text,
 // but a call it opens is held to the offered names and the strict tools'
 // parameter schemas, in the syntax ToolCallParser reads.
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/error.h"
-#include "kvshare/tool_calls.h"
-#include "runtime/grammar_ir.h"
-#include "runtime/json_grammar.h"
+#include "kvshare/common/error.h"
+#include "kvshare/runtime/tool_calls.h"
+#include "grammar/grammar_ir.h"
+#include "grammar/json_grammar.h"
 
 namespace kvshare {
 namespace {

@@ -1,14 +1,14 @@
-// Function calls in model output (include/kvshare/tool_calls.h): the JSON
+// Function calls in model output (include/kvshare/runtime/tool_calls.h): the JSON
 // convention's prompt text, and the streaming parser for it and for Gemma 4's
 // own call markers.
-#include "kvshare/tool_calls.h"
+#include "kvshare/runtime/tool_calls.h"
 
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/error.h"
-#include "runtime/utf8.h"
+#include "kvshare/common/error.h"
+#include "common/utf8.h"
 
 namespace kvshare {
 namespace {

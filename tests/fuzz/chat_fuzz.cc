@@ -1,4 +1,4 @@
-// libFuzzer target for chat rendering (kvshare/chat_template.h): the input is
+// libFuzzer target for chat rendering (kvshare/runtime/chat_template.h): the input is
 // a JSON array of messages ({"role", "content"}, any JSON types; a non-string
 // content is rendered as its JSON text) or, when it is no JSON, a template
 // text for DetectChatFormat / ChooseChatFormat. Every format renders the
@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
 
 namespace {
 

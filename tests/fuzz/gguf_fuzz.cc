@@ -8,10 +8,10 @@
 #include <sstream>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/gguf.h"
-#include "kvshare/model_info.h"
-#include "model/quant.h"
+#include "kvshare/common/error.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/gguf/model_info.h"
+#include "quant/quant.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <string>
 
-#include "model_gguf_writer.h"
+#include "gguf_writer.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

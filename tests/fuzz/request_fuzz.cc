@@ -15,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.h"
-#include "kvshare/chat_template.h"
-#include "kvshare/error.h"
-#include "kvshare/grammar.h"
-#include "kvshare/tool_calls.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
+#include "kvshare/runtime/tool_calls.h"
 #include "openai_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

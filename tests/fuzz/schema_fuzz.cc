@@ -1,5 +1,5 @@
 // libFuzzer target for the JSON-Schema compiler and the grammar matcher
-// (kvshare/grammar.h). The input is a schema text, a NUL byte, then bytes
+// (kvshare/grammar/grammar.h). The input is a schema text, a NUL byte, then bytes
 // that drive a matcher over a small fixed vocabulary: a schema either
 // compiles or throws kvshare::Error; the matcher must take every token of
 // its own mask (and refuse, unchanged, every token outside it), agree with
@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/grammar.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target for the tool-call output parser (kvshare/tool_calls.h):
+// libFuzzer target for the tool-call output parser (kvshare/runtime/tool_calls.h):
 // the input is model output text. For each syntax (the JSON convention and
 // Gemma 4's markers), with and without a list of known names, the parser
 // must not crash, and feeding the text in two pieces split at a point the
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/tool_calls.h"
+#include "kvshare/runtime/tool_calls.h"
 
 namespace {
 

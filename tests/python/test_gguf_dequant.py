@@ -14,7 +14,7 @@
   refused with an error naming the tensor and the type.
 
 gguf-py has no dequantizer for Q1_0 and Q2_0 (nor Q2_0 in its type table):
-tests/model_quant_test.cc checks those against ggml's formulas on hand-built
+tests/quant_test.cc checks those against ggml's formulas on hand-built
 blocks.
 
 Needs: pip install gguf numpy pytest; the gguf_dequant_dump binary
@@ -177,7 +177,7 @@ def test_type_table_matches_gguf():
     assert set(ours) <= set(theirs), f"ids gguf does not know: {sorted(set(ours) - set(theirs))}"
     if newer := sorted(t.name for tid, t in theirs.items() if tid not in ours):
         warnings.warn(f"the installed gguf knows types the reader does not (add them to "
-                      f"src/model/gguf_metadata.cc so errors can name them): {newer}")
+                      f"src/gguf/gguf_metadata.cc so errors can name them): {newer}")
     for tid, (name, block, size, _) in ours.items():
         t = theirs[tid]
         assert name == t.name

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/chat_template.h"
+#include "kvshare/runtime/chat_template.h"
 #include "openai_request.h"
 
 int main(int argc, char** argv) {

@@ -1,7 +1,7 @@
 """Writes tests/fixtures/gemma4_tokenizer.json: a small vocabulary shaped like a
 Gemma 4 `tokenizer.json`, trained here with HF `tokenizers`, stored the way a
 converted GGUF holds it, plus HF's own encodings and decodings of a few hundred
-strings. tests/runtime_tokenizer_gemma4_test.cc holds kvshare's `gemma4`
+strings. tests/tokenizer_gemma4_test.cc holds kvshare's `gemma4`
 tokenizer to them, id for id and byte for byte.
 
 HF `tokenizers` is a peer, not a dependency: this script is run by hand and only

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/gguf.h"
-#include "model/quant.h"
+#include "kvshare/common/error.h"
+#include "kvshare/gguf/gguf.h"
+#include "quant/quant.h"
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--types") {

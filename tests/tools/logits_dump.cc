@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/error.h"
-#include "kvshare/model.h"
-#include "kvshare/thread_pool.h"
-#include "kvshare/tokenizer.h"
+#include "kvshare/common/error.h"
+#include "kvshare/model/model.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/tokenizer/tokenizer.h"
 
 namespace {
 

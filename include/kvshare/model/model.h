@@ -1,0 +1,214 @@
+// kvshare/model/model.h — decoder LLMs loaded from GGUF, run on the CPU.
+//
+// Model::Load maps a GGUF file (weights stay quantized in the mapping) and
+// builds the architecture named by `general.architecture` (gemma3, gemma3n,
+// gemma4; any size: every hyperparameter comes from metadata). A Model is
+// immutable and may be shared by many sessions; each ModelState owns a KV
+// cache of ModelStateOptions::max_batch sequences (rows), run one at a time by
+// Forward or together by ForwardBatch.
+//
+// Forward(state, tokens) appends `tokens` at positions state.length() ...
+// and returns the logits of the last one (or of the last few, ForwardOptions).
+// Inputs are run in chunks of at most ModelStateOptions::max_step tokens; each
+// chunk runs every layer's attention as one GroupQueryAttention call in static
+// scatter mode on the state's kvshare::KvCache (cache.h): full layers on
+// linear buffers of max_context positions, sliding layers on window rings of
+// window + max_step - 1 positions, KV-shared layers (the last
+// num_kv_shared_layers) read their source layer's buffers zero-copy and
+// compute no K/V. Decode passes one token.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvshare/cache/kv_cache.h"
+#include "kvshare/gguf/gguf.h"
+#include "kvshare/common/tensor.h"
+
+namespace kvshare {
+
+class ThreadPool;
+
+// Hyperparameters read from metadata.
+struct ModelConfig {
+  std::string architecture;
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_ff = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_vocab = 0;
+  int context_length = 0;       // trained context
+  float rms_eps = 1e-6f;
+  int sliding_window = 0;       // 0: none
+  float rope_base_full = 1e6f;
+  float rope_base_sliding = 1e4f;
+  float attn_scale = 0.0f;      // query scale
+  std::vector<bool> is_sliding; // [n_layer]
+  // Per layer [n_layer]: head size H, KV heads N_kv and dense FFN width (0: the
+  // layer has no dense FFN). Gemma 3: the scalars above, repeated; Gemma 4 mixes
+  // them by layer type (sliding key_length_swa / full key_length; per-layer
+  // head_count_kv and feed_forward_length arrays). The scalars n_ff, n_head_kv
+  // and head_dim are layer 0's.
+  std::vector<int> layer_head_dim;
+  std::vector<int> layer_n_head_kv;
+  std::vector<int> layer_n_ff;
+  // Trailing layers that reuse an earlier layer's K/V (`<arch>.attention.
+  // shared_kv_layers`, Gemma 3n / Gemma 4); 0 when the file has no such key.
+  int num_kv_shared_layers = 0;
+};
+
+// The attention layers of `config` as a cache spec (per layer: sliding or
+// full, window, N_kv, H, RoPE base) with the last `num_kv_shared_layers`
+// layers KV-shared. Does not validate the sharing (BuildLayerPlan does).
+ModelKvSpec KvSpecOf(const ModelConfig& config, int num_kv_shared_layers);
+
+// Largest num_kv_shared_layers whose layer plan is valid for `config`: every
+// shared layer needs a non-shared layer of its type (sliding / full) before the
+// first shared layer (Gemma 3 270M: 12, since layer 5 is the first full layer).
+// Every n in [0, MaxKvSharedLayers] is valid.
+int MaxKvSharedLayers(const ModelConfig& config);
+
+struct ModelStateOptions {
+  // Positions the KV cache can hold (prompt + generated tokens), >= 1.
+  int max_context = 4096;
+  // S_max: most tokens per internal step, >= 1 (clamped to max_context).
+  // Forward splits longer inputs into chunks of max_step tokens; sliding
+  // layers keep rings of window + max_step - 1 positions. Prefill speed is
+  // flat from 64 to 2048 on the 270M model (one CPU thread); 256 keeps the
+  // rings small (Gemma 3 270M at 4096 positions: 46.5 MiB fp32 vs 54 MiB at 512).
+  int max_step = 256;
+  // KV cache storage: float32, float16, bfloat16 or q8_0 (K/V are rounded to
+  // it when written; attention accumulates in fp32). q8_0 (llama.cpp's
+  // -ctk q8_0 -ctv q8_0: 32 int8 values along H per fp16 scale, 1.0625 bytes
+  // per value) needs every layer's head size to be a multiple of 32.
+  DType kv_dtype = DType::kFloat32;
+  // KV-shared trailing layers; nullopt: the model's own
+  // (ModelConfig::num_kv_shared_layers). Must be in [0, MaxKvSharedLayers].
+  // Overriding it on a model trained without sharing changes its outputs
+  // (the shared layers drop their own K/V projections); it is there to try
+  // sharing and see the memory it saves.
+  std::optional<int> num_kv_shared_layers;
+  // The GQA kernel of every attention layer. kReference (plain loops, double
+  // accumulation, slow) sums each query's keys in position order whatever the
+  // chunking, ring wrap or step; tests use it to compare cache layouts
+  // without kernel rounding differences.
+  GqaKernel attention_kernel = GqaKernel::kAuto;
+  // Rows (sequences) of the state's cache, >= 1: ForwardBatch runs up to this
+  // many sequences in one step. Every row gets max_context positions.
+  int max_batch = 1;
+  // Sliding layers keep every position (linear buffers of max_context, as
+  // llama.cpp's --swa-full) instead of window rings, so Rewind works to any
+  // length; costs the rings' savings (KvMemoryReport::saved_by_rings).
+  bool exact_rewind = false;
+  // In a prefill, run the trailing KV-shared layers only for the tokens whose
+  // logits are returned (they write no K/V, so the rest is never read; HF's
+  // _maybe_slice_kv_shared_inputs, vLLM's kv_sharing_fast_prefill). Exact:
+  // off gives the same logits; off exists to measure what it saves.
+  bool kv_shared_prefill_shortcut = true;
+};
+
+// Options of one Forward call.
+struct ForwardOptions {
+  // Return the logits of the last num_logits tokens of the call, 1 <= num_logits
+  // <= tokens.size(): [num_logits, n_vocab] row-major, in token order.
+  std::int64_t num_logits = 1;
+};
+
+// One row's part of a batched step (Model::ForwardBatch).
+struct BatchEntry {
+  int row = 0;                            // the state's row, in [0, max_batch)
+  std::span<const std::int32_t> tokens;   // appended to the row; non-empty
+  std::int64_t num_logits = 1;            // logits of the last num_logits tokens, [1, tokens.size()]
+};
+
+// The KV cache of up to max_batch sequences (a KvCache with one row each) and
+// scratch buffers. The row-less calls are row 0's.
+class ModelState {
+ public:
+  virtual ~ModelState() = default;
+  virtual int max_batch() const = 0;
+  // Tokens already in the cache of `row`.
+  virtual std::int64_t length(int row) const = 0;
+  std::int64_t length() const { return length(0); }
+  virtual int max_context() const = 0;
+  // Bytes held by the KV cache buffers (kv_cache().Memory().total_bytes).
+  virtual std::size_t kv_bytes() const = 0;
+  // The cache: its layer plan (Plan()), options and memory report (Memory():
+  // bytes per layer, saved by sharing and by rings).
+  virtual const KvCache& kv_cache() const = 0;
+  // Forget the sequence of `row` (length 0); buffers are kept.
+  virtual void Reset(int row) = 0;
+  void Reset() { Reset(0); }
+  // Drop the positions >= length of `row` (KvCache::Rewind: sliding rings can
+  // only go back while the window still holds what decoding needs; the error
+  // says which lengths work). Throws kvshare::Error, changing nothing.
+  virtual void Rewind(int row, std::int64_t length) = 0;
+  // [sum num_logits, n_embd]: the final hidden state of each logits row of the
+  // last Forward / ForwardBatch, in the same order — after the output norm, the
+  // LM head's input (what Gemma 4's assistant drafter takes, HF
+  // `hidden_states[-1]`). Valid until the next call on the state; empty where a
+  // model does not keep it (the GPU model).
+  virtual std::span<const float> hidden() const { return {}; }
+};
+
+class Model {
+ public:
+  // Opens and validates `path`. Throws kvshare::Error for a missing file, an
+  // unsupported architecture, or missing/ill-shaped tensors.
+  static std::unique_ptr<Model> Load(const std::string& path);
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const GgufFile& gguf() const = 0;
+  // What the loader noticed that does not stop the model, one sentence each
+  // (e.g. that llama.cpp's fixed KV-sharing rule would read this file's shared
+  // layers from other layers than HF's, which kvshare follows). Frontends print them.
+  virtual const std::vector<std::string>& warnings() const = 0;
+  // A state with an empty cache. Throws kvshare::Error when max_context or
+  // max_step < 1, kv_dtype is not a KV cache dtype (or q8_0 with a head size
+  // that is not a multiple of 32), or num_kv_shared_layers is
+  // outside [0, MaxKvSharedLayers(config())] (the message gives the range).
+  virtual std::unique_ptr<ModelState> NewState(const ModelStateOptions& options = {}) const = 0;
+
+  // Appends tokens (non-empty, ids in [0, n_vocab)) to `state` and returns the
+  // logits of the last options.num_logits tokens ([num_logits, n_vocab]; by
+  // default the last token's [n_vocab]), valid until the next call on state.
+  // Throws kvshare::Error, leaving the state unchanged, if the cache would
+  // overflow (length() + tokens.size() > max_context()), a token id is out of
+  // range, or num_logits is out of [1, tokens.size()]. An error while running
+  // (not expected once these checks pass) rewinds the state to its length
+  // before the call, or resets it (length 0) when a sliding ring no longer
+  // holds that length. Results do not depend on the thread count of `pool`
+  // (null: the calling thread).
+  virtual std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens,
+                                         ThreadPool* pool, const ForwardOptions& options = {}) const = 0;
+
+  // Runs several rows of `state` in one step: every entry appends its tokens to
+  // its row (decode rows 1 token, prefill rows a chunk or a whole prompt; rows
+  // distinct, any order), and every weight matrix is read once per internal step
+  // for all of them (inputs longer than max_step run in lock-step chunks).
+  // Returns [sum of num_logits, n_vocab]: entry by entry, in the given order,
+  // each its last num_logits tokens' logits; valid until the next call on state.
+  // A row's logits do not depend on which other rows share its step, nor on
+  // how its tokens were cut into calls: bitwise equal to running them alone
+  // through Forward, in any chunks (matmuls are row by row; the attention
+  // kernel's KV blocks and splits sit at absolute positions). Throws kvshare::Error, changing no
+  // row, for an empty entry list, a row out of range or repeated, and for what
+  // Forward checks per row (overflow of max_context, token ids, num_logits).
+  virtual std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
+                                              ThreadPool* pool) const = 0;
+
+  // out[i, :] = the input embedding of tokens[i] as the first layer takes it,
+  // [tokens.size(), n_embd] (Gemma: the token_embd row scaled by
+  // sqrt(n_embd)). Ids must be in [0, n_vocab) (kvshare::Error otherwise).
+  virtual void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const = 0;
+};
+
+}  // namespace kvshare

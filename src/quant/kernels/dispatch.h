@@ -1,0 +1,339 @@
+// The kernel dispatch table (internal to src/model): for every weight type,
+// kernel level and row count, which function computes MatMul's dot products,
+// and why.
+//
+// How a product reaches a kernel (quant_matmul.cc): DefaultKernelLevel picks
+// the level once per process (scalar, avx2 or avx512vnni from the CPU's
+// features; KVSHARE_KERNEL overrides; "float" dequantizes instead and uses no
+// kernel here). At load PackForMatMul repacks a matrix (packed.h: 16 weight
+// rows interleaved in the SIMD lanes) when the level has a packed kernel for
+// its type and its row count is a multiple of 16. MatMulQuantRows then calls,
+// for a task's weight rows and up to kMaxActRows activation rows (`acts`: 1
+// on a decode step, up to 64 per call in prefill and batched steps), the
+// level's packed kernel if the matrix was packed, else the type's row kernel
+// from the level's table. A row's output never depends on acts, the rows
+// beside it, nrows or the thread split. Most kernels of a type share one
+// arithmetic (per block in order: y = fma(float(p_b), dw_b * dx_b, y), p_b
+// exact in int32), so packed and unpacked, AVX2 and AVX-512 give the same
+// bits; the exceptions, which sum partial products in float lanes and differ
+// from the scalar twin in the last bits, say so in their file comments
+// (tests/quant_test.cc holds both).
+//
+// Where the kernels live: kernels/<level>/<family>.cc, the level folders
+// compiled with their ISA flags (src/model/CMakeLists.txt):
+//   scalar/  the plain twin of every kernel: any CPU; the reference the SIMD
+//            kernels are tested against
+//   avx2/    AVX2 + FMA + F16C
+//   avx512/  AVX-512 F / BW / VL + VNNI (vpdpbusd), for the types that have
+//            a kernel there; the rest run the AVX2 kernels
+// with one file per type family at each level:
+//   q32.cc         Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (32-element blocks, one fp16 scale)
+//   k_quants.cc    Q2_K Q3_K Q4_K Q5_K Q6_K (256-element super-blocks)
+//   grid4.cc       IQ4_NL IQ4_XS MXFP4 NVFP4 (4-bit indices into a 16-value grid)
+//   lowbit.cc      TQ1_0 TQ2_0 Q1_0 Q2_0 (ternary, binary, 2-bit codes)
+//   iq.cc          IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M (lattice
+//                  grids through quant_iq.h's integer form)
+//   packed_q32.cc  packed Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4
+//   packed_k.cc    packed Q4_K Q6_K Q2_K Q3_K
+// and helpers beside them: iq_decode.h (the IQ sub-block decoders of avx2/
+// and avx512/ iq.cc), avx512/group_dot.h (the vpdpbusd step of avx512/
+// packed_k.cc and iq.cc).
+// F32 / F16 / BF16 weights take float dot products at every level
+// (kernels/float.cc, Highway's own run-time dispatch).
+//
+// The table. "acts" is the activation row count of one call; "n per pass":
+// the kernel keeps n activation rows in registers and makes ceil(acts / n)
+// passes over the weights, unpacking each weight block once per pass. Figures
+// behind each choice: docs/kernels.md.
+//
+// Packed matrices (rows % 16 == 0; the types in the level's packed_types,
+// the same at avx2 and avx512: Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4 Q4_K Q6_K
+// Q2_K Q3_K):
+//   scalar  reads the ggml layout (the level has no packed kernel, and
+//           PackForMatMul does not pack for it).
+//   avx2    Avx2PackedRows / Avx2PackedKRows (avx2/packed_q32.cc,
+//           packed_k.cc): 16 rows as two ymm halves of 8, maddubs + madd.
+//           acts = 1 (q32): GroupOneRow, both halves per block against one
+//           broadcast (the decode step; faster than half by half). Else 8
+//           per pass; Q5_0 (q32) and Q6_K / Q3_K / Q2_K (k) with acts > 8
+//           decode the codes once into scratch for all passes. Q2_K / Q3_K
+//           go through Q6_K's loop with their own code decode, a group's 4
+//           maddubs summed in int16 (codes <= 7) and one madd by the scale.
+//   avx512  Avx512PackedRows / Avx512PackedKRows (avx512/packed_q32.cc,
+//           packed_k.cc): 16 rows in the zmm lanes, vpdpbusd against 4
+//           activation bytes broadcast from memory; 8 per pass; Q5_0 (q32)
+//           and Q4_K / Q6_K / Q3_K / Q2_K (k) with acts > 8 decode once
+//           into scratch. Q2_K / Q3_K go through Q6_K's loop (16 groups
+//           with one integer scale each) with their own code decode.
+//   The two levels are not one algorithm at two widths (two 8-row halves
+//   with maddubs against 16 lanes with vpdpbusd, a one-row path only on
+//   AVX2, different decodes per type), so each level has its own file.
+//
+// Unpacked matrices (every type at the scalar level; at avx2 / avx512 the
+// types without a packed kernel, and packable ones whose row count is not a
+// multiple of 16). Scalar: Scalar<type>Rows (ScalarIqRows<Block> for IQ1-IQ3)
+// in scalar/<family>.cc, one dot product at a time. AVX2 / AVX-512:
+// Avx2<type>Rows / Avx512<type>Rows (Avx2IqRows<Block>) in <level>/<family>.cc:
+//   type            avx2                               avx512vnni
+//   Q8_0            q32: sign trick (|w| x sign(x, w);  q32: Q4_0's kernel with
+//                   codes to 255 would saturate         bias 128 (vpdpbusd takes
+//                   maddubs), 4 per pass                u8 codes)
+//   Q4_0 Q5_0       q32: acts >= 4: 8 activation rows   q32: the same layouts
+//                   in the lanes, acts 1-3: 8 weight    with vpdpbusd
+//                   rows in the lanes (q32_lanes.h)
+//   Q4_1 Q5_1       q32: 4 per pass                     q32: two blocks per zmm,
+//                                                       4 per pass
+//   Q4_K Q5_K Q6_K  k_quants: 4 per pass                k_quants: lanes / rows
+//                                                       layouts as Q4_0
+//   Q2_K Q3_K       k_quants: 8 per pass                = avx2 (rows % 16 != 0)
+//   IQ4_NL MXFP4    grid4: pshufb grid, 4 per pass      = avx2 (rows % 16 != 0)
+//   IQ4_XS          grid4: 4 per pass                   = avx2
+//   NVFP4           grid4: 8 per pass                   = avx2
+//   TQ1_0 TQ2_0     lowbit: 4 per pass                  = avx2
+//   Q1_0 Q2_0       lowbit: 8 per pass                  = avx2
+//   IQ1-IQ3         iq: acts >= 2: tiles of 8 rows      iq: acts >= 2: tiles of
+//                   decoded once into the lane layout,  16 rows decoded once,
+//                   maddubs, 8 per pass; acts 1 and     vpdpbusd, 8 per pass;
+//                   the rows past the last tile: 8      acts 1 and the rows
+//                   per pass; all end each block in     past the last tile:
+//                   the scalar twin's fma (bitwise)     = avx2
+// "= avx2": no AVX-512 kernel for the type, so
+// kAvx512VnniKernels starts from kAvx2Kernels and replaces only the entries
+// it has (below).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "quant/quant.h"
+#include "quant/quant_iq.h"
+
+namespace kvshare::detail {
+
+inline constexpr int kMaxActRows = 64;
+
+// A row kernel: y[j * y_stride + r] = dot(weight row r, activation row j)
+// for the weight rows r < nrows (row r at w + r * nb: nb blocks each, rows
+// packed) and the activation rows j < acts (1 <= acts <= kMaxActRows; row j
+// at x + j * x_stride, in activation blocks: one per weight block, except
+// IQ4_XS: 8, NVFP4 / Q2_0: 2, Q1_0: 4). A row's result is the same, bit for
+// bit, whether it is computed alone or in a group, and whatever nrows is.
+template <typename Block, typename Act>
+using RowsKernel = void(const Block* w, std::int64_t nrows, const Act* x, std::int64_t x_stride, std::int64_t nb,
+                        int acts, float* y, std::int64_t y_stride);
+template <typename Block, typename Act>
+using DotRowsFn = RowsKernel<Block, Act>*;
+
+struct PackedWeights;
+
+// Weight rows [r0, r1) (multiples of kPackRows) of packed weights (Act: ActQ8
+// for Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS, ActQ8K for the K-quants) against
+// activation rows j < acts (row j at x + j * x_stride); y points at row r0's
+// output for activation row 0 (y[j * y_stride + r - r0]).
+template <typename Act>
+using PackedKernel = void(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Act* x,
+                          std::int64_t x_stride, int acts, float* y, std::int64_t y_stride);
+template <typename Act>
+using PackedRowsFn = PackedKernel<Act>*;
+
+// One level's kernels (null: the level has none; MatMul never reaches a null
+// row kernel, since every level fills every type).
+struct QuantKernels {
+  DotRowsFn<BlockQ8_0, ActQ8> q8_0;
+  DotRowsFn<BlockQ4_0, ActQ8> q4_0;
+  DotRowsFn<BlockQ4_1, ActQ8> q4_1;
+  DotRowsFn<BlockQ5_0, ActQ8> q5_0;
+  DotRowsFn<BlockQ5_1, ActQ8> q5_1;
+  DotRowsFn<BlockQ4_K, ActQ8K> q4_k;
+  DotRowsFn<BlockQ5_K, ActQ8K> q5_k;
+  DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
+  PackedRowsFn<ActQ8> packed = nullptr;     // packed 32-element types (packed_types)
+  PackedRowsFn<ActQ8K> packed_k = nullptr;  // packed K-quants (packed_types)
+  // Bit t set: the packed kernels take GgmlType t (PackForMatMul packs it).
+  std::uint64_t packed_types = 0;
+  bool Packs(GgmlType t) const { return ((packed_types >> static_cast<unsigned>(t)) & 1u) != 0; }
+  DotRowsFn<BlockQ2_K, ActQ8K> q2_k = nullptr;
+  DotRowsFn<BlockQ3_K, ActQ8K> q3_k = nullptr;
+  DotRowsFn<BlockIQ4_NL, ActQ8> iq4_nl = nullptr;
+  DotRowsFn<BlockIQ4_XS, ActQ8> iq4_xs = nullptr;
+  DotRowsFn<BlockTQ1_0, ActQ8K> tq1_0 = nullptr;
+  DotRowsFn<BlockTQ2_0, ActQ8K> tq2_0 = nullptr;
+  DotRowsFn<BlockMXFP4, ActQ8> mxfp4 = nullptr;
+  DotRowsFn<BlockNVFP4, ActQ8> nvfp4 = nullptr;
+  DotRowsFn<BlockQ1_0, ActQ8> q1_0 = nullptr;
+  DotRowsFn<BlockQ2_0, ActQ8> q2_0 = nullptr;
+  DotRowsFn<BlockIQ2_XXS, ActQ8K> iq2_xxs = nullptr;
+  DotRowsFn<BlockIQ2_XS, ActQ8K> iq2_xs = nullptr;
+  DotRowsFn<BlockIQ2_S, ActQ8K> iq2_s = nullptr;
+  DotRowsFn<BlockIQ3_XXS, ActQ8K> iq3_xxs = nullptr;
+  DotRowsFn<BlockIQ3_S, ActQ8K> iq3_s = nullptr;
+  DotRowsFn<BlockIQ1_S, ActQ8K> iq1_s = nullptr;
+  DotRowsFn<BlockIQ1_M, ActQ8K> iq1_m = nullptr;
+};
+
+// The kernels, one line per type: its scalar twin, then its SIMD kernels.
+// Each is defined in kernels/<level>/<family>.cc (the family: the table above).
+RowsKernel<BlockQ8_0, ActQ8> ScalarQ8_0Rows;
+RowsKernel<BlockQ4_0, ActQ8> ScalarQ4_0Rows;
+RowsKernel<BlockQ4_1, ActQ8> ScalarQ4_1Rows;
+RowsKernel<BlockQ5_0, ActQ8> ScalarQ5_0Rows;
+RowsKernel<BlockQ5_1, ActQ8> ScalarQ5_1Rows;
+RowsKernel<BlockQ2_K, ActQ8K> ScalarQ2_KRows;
+RowsKernel<BlockQ3_K, ActQ8K> ScalarQ3_KRows;
+RowsKernel<BlockQ4_K, ActQ8K> ScalarQ4_KRows;
+RowsKernel<BlockQ5_K, ActQ8K> ScalarQ5_KRows;
+RowsKernel<BlockQ6_K, ActQ8K> ScalarQ6_KRows;
+RowsKernel<BlockIQ4_NL, ActQ8> ScalarIQ4_NLRows;
+RowsKernel<BlockIQ4_XS, ActQ8> ScalarIQ4_XSRows;
+RowsKernel<BlockMXFP4, ActQ8> ScalarMXFP4Rows;
+RowsKernel<BlockNVFP4, ActQ8> ScalarNVFP4Rows;
+RowsKernel<BlockTQ1_0, ActQ8K> ScalarTQ1_0Rows;
+RowsKernel<BlockTQ2_0, ActQ8K> ScalarTQ2_0Rows;
+RowsKernel<BlockQ1_0, ActQ8> ScalarQ1_0Rows;
+RowsKernel<BlockQ2_0, ActQ8> ScalarQ2_0Rows;
+// The IQ1-IQ3 grid types: one template over the 7 block types (defined for
+// each in scalar/iq.cc, avx2/iq.cc and avx512/iq.cc).
+template <typename Block>
+void ScalarIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define KVSHARE_HAVE_X86_KERNELS 1
+RowsKernel<BlockQ8_0, ActQ8> Avx2Q8_0Rows, Avx512Q8_0Rows;
+RowsKernel<BlockQ4_0, ActQ8> Avx2Q4_0Rows, Avx512Q4_0Rows;
+RowsKernel<BlockQ4_1, ActQ8> Avx2Q4_1Rows, Avx512Q4_1Rows;
+RowsKernel<BlockQ5_0, ActQ8> Avx2Q5_0Rows, Avx512Q5_0Rows;
+RowsKernel<BlockQ5_1, ActQ8> Avx2Q5_1Rows, Avx512Q5_1Rows;
+RowsKernel<BlockQ2_K, ActQ8K> Avx2Q2_KRows;
+RowsKernel<BlockQ3_K, ActQ8K> Avx2Q3_KRows;
+RowsKernel<BlockQ4_K, ActQ8K> Avx2Q4_KRows, Avx512Q4_KRows;
+RowsKernel<BlockQ5_K, ActQ8K> Avx2Q5_KRows, Avx512Q5_KRows;
+RowsKernel<BlockQ6_K, ActQ8K> Avx2Q6_KRows, Avx512Q6_KRows;
+RowsKernel<BlockIQ4_NL, ActQ8> Avx2IQ4_NLRows;
+RowsKernel<BlockIQ4_XS, ActQ8> Avx2IQ4_XSRows;
+RowsKernel<BlockMXFP4, ActQ8> Avx2MXFP4Rows;
+RowsKernel<BlockNVFP4, ActQ8> Avx2NVFP4Rows;
+RowsKernel<BlockTQ1_0, ActQ8K> Avx2TQ1_0Rows;
+RowsKernel<BlockTQ2_0, ActQ8K> Avx2TQ2_0Rows;
+RowsKernel<BlockQ1_0, ActQ8> Avx2Q1_0Rows;
+RowsKernel<BlockQ2_0, ActQ8> Avx2Q2_0Rows;
+template <typename Block>
+void Avx2IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                float* y, std::int64_t ys);
+template <typename Block>
+void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+                  float* y, std::int64_t ys);
+PackedKernel<ActQ8> Avx2PackedRows, Avx512PackedRows;
+PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows;
+#endif
+
+inline constexpr QuantKernels kScalarKernels = {.q8_0 = ScalarQ8_0Rows,
+                                                .q4_0 = ScalarQ4_0Rows,
+                                                .q4_1 = ScalarQ4_1Rows,
+                                                .q5_0 = ScalarQ5_0Rows,
+                                                .q5_1 = ScalarQ5_1Rows,
+                                                .q4_k = ScalarQ4_KRows,
+                                                .q5_k = ScalarQ5_KRows,
+                                                .q6_k = ScalarQ6_KRows,
+                                                .q2_k = ScalarQ2_KRows,
+                                                .q3_k = ScalarQ3_KRows,
+                                                .iq4_nl = ScalarIQ4_NLRows,
+                                                .iq4_xs = ScalarIQ4_XSRows,
+                                                .tq1_0 = ScalarTQ1_0Rows,
+                                                .tq2_0 = ScalarTQ2_0Rows,
+                                                .mxfp4 = ScalarMXFP4Rows,
+                                                .nvfp4 = ScalarNVFP4Rows,
+                                                .q1_0 = ScalarQ1_0Rows,
+                                                .q2_0 = ScalarQ2_0Rows,
+                                                .iq2_xxs = ScalarIqRows<BlockIQ2_XXS>,
+                                                .iq2_xs = ScalarIqRows<BlockIQ2_XS>,
+                                                .iq2_s = ScalarIqRows<BlockIQ2_S>,
+                                                .iq3_xxs = ScalarIqRows<BlockIQ3_XXS>,
+                                                .iq3_s = ScalarIqRows<BlockIQ3_S>,
+                                                .iq1_s = ScalarIqRows<BlockIQ1_S>,
+                                                .iq1_m = ScalarIqRows<BlockIQ1_M>};
+
+#ifdef KVSHARE_HAVE_X86_KERNELS
+constexpr std::uint64_t TypeBits(std::initializer_list<GgmlType> types) {
+  std::uint64_t bits = 0;
+  for (GgmlType t : types) bits |= std::uint64_t{1} << static_cast<unsigned>(t);
+  return bits;
+}
+
+inline constexpr QuantKernels kAvx2Kernels = {.q8_0 = Avx2Q8_0Rows,
+                                              .q4_0 = Avx2Q4_0Rows,
+                                              .q4_1 = Avx2Q4_1Rows,
+                                              .q5_0 = Avx2Q5_0Rows,
+                                              .q5_1 = Avx2Q5_1Rows,
+                                              .q4_k = Avx2Q4_KRows,
+                                              .q5_k = Avx2Q5_KRows,
+                                              .q6_k = Avx2Q6_KRows,
+                                              .packed = Avx2PackedRows,
+                                              .packed_k = Avx2PackedKRows,
+                                              .packed_types = TypeBits({GgmlType::kQ8_0, GgmlType::kQ4_0,
+                                                                        GgmlType::kQ5_0, GgmlType::kIQ4_NL,
+                                                                        GgmlType::kIQ4_XS, GgmlType::kMXFP4,
+                                                                        GgmlType::kQ4_K, GgmlType::kQ6_K,
+                                                                        GgmlType::kQ2_K, GgmlType::kQ3_K}),
+                                              .q2_k = Avx2Q2_KRows,
+                                              .q3_k = Avx2Q3_KRows,
+                                              .iq4_nl = Avx2IQ4_NLRows,
+                                              .iq4_xs = Avx2IQ4_XSRows,
+                                              .tq1_0 = Avx2TQ1_0Rows,
+                                              .tq2_0 = Avx2TQ2_0Rows,
+                                              .mxfp4 = Avx2MXFP4Rows,
+                                              .nvfp4 = Avx2NVFP4Rows,
+                                              .q1_0 = Avx2Q1_0Rows,
+                                              .q2_0 = Avx2Q2_0Rows,
+                                              .iq2_xxs = Avx2IqRows<BlockIQ2_XXS>,
+                                              .iq2_xs = Avx2IqRows<BlockIQ2_XS>,
+                                              .iq2_s = Avx2IqRows<BlockIQ2_S>,
+                                              .iq3_xxs = Avx2IqRows<BlockIQ3_XXS>,
+                                              .iq3_s = Avx2IqRows<BlockIQ3_S>,
+                                              .iq1_s = Avx2IqRows<BlockIQ1_S>,
+                                              .iq1_m = Avx2IqRows<BlockIQ1_M>};
+
+// The AVX2 table with the kernels that use VNNI: every other type (Q2_K,
+// Q3_K, the grid4, lowbit and IQ families) runs its AVX2 kernel here too, and
+// the packed kernels take the same types (packed_types).
+inline constexpr QuantKernels kAvx512VnniKernels = [] {
+  QuantKernels k = kAvx2Kernels;
+  k.q8_0 = Avx512Q8_0Rows;
+  k.q4_0 = Avx512Q4_0Rows;
+  k.q4_1 = Avx512Q4_1Rows;
+  k.q5_0 = Avx512Q5_0Rows;
+  k.q5_1 = Avx512Q5_1Rows;
+  k.q4_k = Avx512Q4_KRows;
+  k.q5_k = Avx512Q5_KRows;
+  k.q6_k = Avx512Q6_KRows;
+  k.packed = Avx512PackedRows;
+  k.packed_k = Avx512PackedKRows;
+  k.iq2_xxs = Avx512IqRows<BlockIQ2_XXS>;
+  k.iq2_xs = Avx512IqRows<BlockIQ2_XS>;
+  k.iq2_s = Avx512IqRows<BlockIQ2_S>;
+  k.iq3_xxs = Avx512IqRows<BlockIQ3_XXS>;
+  k.iq3_s = Avx512IqRows<BlockIQ3_S>;
+  k.iq1_s = Avx512IqRows<BlockIQ1_S>;
+  k.iq1_m = Avx512IqRows<BlockIQ1_M>;
+  return k;
+}();
+#endif
+
+// The table of an integer level (kScalar, kAvx2, kAvx512Vnni; the caller has
+// checked KernelLevelAvailable). kFloat has none: it gets the scalar table,
+// which MatMul does not use for it.
+inline const QuantKernels& KernelsFor(KernelLevel level) {
+#ifdef KVSHARE_HAVE_X86_KERNELS
+  if (level == KernelLevel::kAvx512Vnni) return kAvx512VnniKernels;
+  if (level == KernelLevel::kAvx2) return kAvx2Kernels;
+#endif
+  (void)level;
+  return kScalarKernels;
+}
+
+// Float-weight dot products (kernels/float.cc: Highway, dynamically dispatched).
+float DotF32(const float* w, const float* x, std::int64_t n);
+float DotF16(const std::uint16_t* w, const float* x, std::int64_t n);
+float DotBF16(const std::uint16_t* w, const float* x, std::int64_t n);
+
+}  // namespace kvshare::detail

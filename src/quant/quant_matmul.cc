@@ -1,0 +1,317 @@
+// Kernel-level selection, weight packing at load and the threaded MatMul
+// driver; which kernel runs for each type and level: kernels/dispatch.h.
+#include <algorithm>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvshare/common/error.h"
+#include "kvshare/quant/kernel_level.h"
+#include "kvshare/common/thread_pool.h"
+#include "quant/quant.h"
+#include "quant/kernels/dispatch.h"
+#include "quant/kernels/packed.h"
+
+namespace kvshare {
+
+const char* KernelLevelName(KernelLevel level) {
+  switch (level) {
+    case KernelLevel::kScalar: return "scalar";
+    case KernelLevel::kAvx2: return "avx2";
+    case KernelLevel::kAvx512Vnni: return "avx512vnni";
+    case KernelLevel::kFloat: return "float";
+  }
+  return "?";
+}
+
+bool KernelLevelAvailable(KernelLevel level) {
+  switch (level) {
+    case KernelLevel::kScalar: return true;
+    case KernelLevel::kFloat: return true;
+#if defined(KVSHARE_HAVE_X86_KERNELS) && defined(__GNUC__)
+    case KernelLevel::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case KernelLevel::kAvx512Vnni:
+      return KernelLevelAvailable(KernelLevel::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+#endif
+    default: return false;
+  }
+}
+
+KernelLevel DefaultKernelLevel() {
+  static const KernelLevel level = [] {
+    if (const char* env = std::getenv("KVSHARE_KERNEL")) {
+      for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
+        if (std::strcmp(env, KernelLevelName(l)) == 0 && KernelLevelAvailable(l)) return l;
+      }
+      if (std::strcmp(env, "avx512") == 0 && KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
+    }
+    if (KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
+    if (KernelLevelAvailable(KernelLevel::kAvx2)) return KernelLevel::kAvx2;
+    return KernelLevel::kScalar;
+  }();
+  return level;
+}
+
+// kvshare/quant/kernel_level.h: the level's name for the front ends, which do not see
+// this layer's kernel header.
+const char* MatMulKernelName() { return KernelLevelName(DefaultKernelLevel()); }
+
+WeightMatrix WeightMatrix::Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols) {
+  if (!IsSupportedWeightType(type)) throw Error("WeightMatrix: unsupported weight type " + GgmlTypeName(type));
+  const std::int64_t bs = GgmlBlockSize(type);
+  if (rows < 0 || cols < 0 || cols % bs != 0) {
+    throw Error("WeightMatrix: cols = " + std::to_string(cols) + " must be a multiple of the " + GgmlTypeName(type) +
+                " block size " + std::to_string(bs));
+  }
+  return WeightMatrix{data, type, rows, cols, static_cast<std::size_t>(cols / bs * GgmlBlockBytes(type))};
+}
+
+WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
+  CheckWeightType(t);
+  if (t.n_dims > 2) throw Error("WeightMatrix: tensor '" + t.name + "' has rank " + std::to_string(t.n_dims) + ", expected <= 2");
+  return Make(t.data, t.type, t.ne[1], t.ne[0]);
+}
+
+namespace {
+
+// Whether `level` has a kernel over packed weights of `type`.
+bool HasPackedKernel(KernelLevel level, GgmlType type) {
+  if (level == KernelLevel::kFloat) return false;
+  const detail::QuantKernels& k = detail::KernelsFor(level);
+  return k.Packs(type);
+}
+
+}  // namespace
+
+WeightMatrix PackForMatMul(WeightMatrix w) {
+  if (w.packed == nullptr && w.data != nullptr && detail::CanPack(w.type, w.rows) &&
+      HasPackedKernel(DefaultKernelLevel(), w.type)) {
+    w.packed = detail::Pack(w.data, w.type, w.rows, w.cols / GgmlBlockSize(w.type));
+  }
+  return w;
+}
+
+namespace {
+
+// The work split: tasks of whole output rows of one target, about
+// kTasksPerThread tasks per thread over all targets (each target's share by
+// its weight bytes), at least kMinRowsPerTask rows each. Smaller tasks (fixed
+// 64-256 KiB of weights) streamed 10-25% slower from DRAM on 2 threads
+// (E2bVec): each new task restarts the hardware prefetchers' streams. Each
+// row's result does not depend on the split, so outputs stay identical for any
+// thread count.
+constexpr std::int64_t kMinRowsPerTask = 16;
+constexpr std::int64_t kTasksPerThread = 4;
+
+// first[k] = index of target k's first task (first.back() = all tasks);
+// rows_per_task[k] = its task size.
+struct TaskSplit {
+  std::vector<std::int64_t> first, rows_per_task;
+};
+
+TaskSplit SplitTasks(std::span<const MatMulTarget> targets, const ThreadPool* pool) {
+  double total = 0.0;
+  for (const MatMulTarget& t : targets) total += static_cast<double>(t.w.rows) * static_cast<double>(t.w.row_bytes);
+  const int threads = pool != nullptr ? pool->NumThreads() : 1;
+  const double per_task = std::max(1.0, total / (kTasksPerThread * threads));
+  TaskSplit s;
+  s.first.push_back(0);
+  for (const MatMulTarget& t : targets) {
+    const double bytes = static_cast<double>(t.w.rows) * static_cast<double>(t.w.row_bytes);
+    const std::int64_t want = std::max<std::int64_t>(1, std::llround(bytes / per_task));
+    std::int64_t rpt = std::max(kMinRowsPerTask, (t.w.rows + want - 1) / want);
+    if (t.w.packed != nullptr) rpt = (rpt + detail::kPackRows - 1) / detail::kPackRows * detail::kPackRows;
+    s.rows_per_task.push_back(rpt);
+    s.first.push_back(s.first.back() + (t.w.rows + rpt - 1) / rpt);
+  }
+  return s;
+}
+
+// Runs fn(k, r0, r1) for every task (rows [r0, r1) of target k) on the pool.
+template <class Fn>
+void ForEachTask(std::span<const MatMulTarget> targets, ThreadPool* pool, const Fn& fn) {
+  const TaskSplit s = SplitTasks(targets, pool);
+  ParallelFor(pool, s.first.back(), [&](std::int64_t task) {
+    std::size_t k = 0;
+    while (task >= s.first[k + 1]) ++k;
+    const std::int64_t r0 = (task - s.first[k]) * s.rows_per_task[k];
+    fn(k, r0, std::min(targets[k].w.rows, r0 + s.rows_per_task[k]));
+  });
+}
+
+// KernelLevel::kFloat, rows [r0, r1) of one target: dequantizes the weight
+// rows kMinRowsPerTask at a time and takes fp32 dot products of them with
+// every activation row.
+void MatMulFloatRows(const MatMulTarget& t, const float* x, std::int64_t m, std::int64_t r0, std::int64_t r1) {
+  const WeightMatrix& w = t.w;
+  const std::int64_t cols = w.cols;
+  const auto* base = static_cast<const std::uint8_t*>(w.data);
+  std::vector<float> wf(static_cast<std::size_t>(kMinRowsPerTask * cols));  // [kMinRowsPerTask, cols]
+  for (std::int64_t c0 = r0; c0 < r1; c0 += kMinRowsPerTask) {
+    const std::int64_t c1 = std::min(r1, c0 + kMinRowsPerTask);
+    for (std::int64_t r = c0; r < c1; ++r) {
+      DequantizeRow(w.type, base + static_cast<std::size_t>(r) * w.row_bytes, wf.data() + (r - c0) * cols, cols);
+    }
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t r = c0; r < c1; ++r) t.y[i * w.rows + r] = detail::DotF32(wf.data() + (r - c0) * cols, x + i * cols, cols);
+    }
+  }
+}
+
+// Integer levels, rows [r0, r1) of one target against activation rows
+// [i, i + n) (n <= kMaxActRows), quantized in a8 (per 32) or a8k (per 256).
+void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const float* x, const ActQ8* a8,
+                     const ActQ8K* a8k, std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
+  const WeightMatrix& w = t.w;
+  const std::int64_t cols = w.cols, rows = w.rows, nb = cols / GgmlBlockSize(w.type), nr = r1 - r0;
+  // Activation blocks per row: per 256 or per 32 (IQ4_XS: 8 per weight block,
+  // NVFP4 / Q2_0: 2, Q1_0: 4).
+  const std::int64_t na = UsesSuperBlockActivations(w.type) ? cols / 256 : cols / 32;
+  const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
+  float* y = t.y + i * rows + r0;
+  // A matrix packed for another level (the tests run every level on one
+  // matrix) falls through to its ggml layout where this level has no packed
+  // kernel for the type.
+  if (w.packed != nullptr && k.Packs(w.type)) {
+    if (UsesSuperBlockActivations(w.type)) {
+      k.packed_k(*w.packed, r0, r1, a8k + i * na, na, n, y, rows);
+    } else {
+      k.packed(*w.packed, r0, r1, a8 + i * na, na, n, y, rows);
+    }
+    return;
+  }
+  switch (w.type) {
+    case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ4_1: k.q4_1(static_cast<const BlockQ4_1*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ5_1: k.q5_1(static_cast<const BlockQ5_1*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ2_K: k.q2_k(static_cast<const BlockQ2_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kQ3_K: k.q3_k(static_cast<const BlockQ3_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kIQ4_NL:
+      k.iq4_nl(static_cast<const BlockIQ4_NL*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows);
+      return;
+    case GgmlType::kIQ4_XS:
+      k.iq4_xs(static_cast<const BlockIQ4_XS*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
+      return;
+    case GgmlType::kTQ1_0: k.tq1_0(static_cast<const BlockTQ1_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kTQ2_0: k.tq2_0(static_cast<const BlockTQ2_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kMXFP4: k.mxfp4(static_cast<const BlockMXFP4*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
+    case GgmlType::kNVFP4: return k.nvfp4(static_cast<const BlockNVFP4*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
+    case GgmlType::kQ1_0: return k.q1_0(static_cast<const BlockQ1_0*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
+    case GgmlType::kQ2_0: return k.q2_0(static_cast<const BlockQ2_0*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
+    case GgmlType::kIQ2_XXS: return k.iq2_xxs(static_cast<const BlockIQ2_XXS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ2_XS: return k.iq2_xs(static_cast<const BlockIQ2_XS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ2_S: return k.iq2_s(static_cast<const BlockIQ2_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ3_XXS: return k.iq3_xxs(static_cast<const BlockIQ3_XXS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ3_S: return k.iq3_s(static_cast<const BlockIQ3_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ1_S: return k.iq1_s(static_cast<const BlockIQ1_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    case GgmlType::kIQ1_M: return k.iq1_m(static_cast<const BlockIQ1_M*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
+    default: break;
+  }
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const void* wrow = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r) * w.row_bytes;
+    for (int j = 0; j < n; ++j) {
+      const float* xj = x + (i + j) * cols;
+      float& out = t.y[(i + j) * rows + r];
+      switch (w.type) {
+        case GgmlType::kF32: out = detail::DotF32(static_cast<const float*>(wrow), xj, cols); break;
+        case GgmlType::kF16: out = detail::DotF16(static_cast<const std::uint16_t*>(wrow), xj, cols); break;
+        case GgmlType::kBF16: out = detail::DotBF16(static_cast<const std::uint16_t*>(wrow), xj, cols); break;
+        default: out = 0.0f; break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void MatMulMany(const MatMulManyParams& p) {
+  if (p.m < 0) throw Error("MatMul: m = " + std::to_string(p.m) + " must be >= 0");
+  const std::int64_t cols = p.targets.empty() ? 0 : p.targets[0].w.cols;
+  for (const MatMulTarget& t : p.targets) {
+    if (!IsSupportedWeightType(t.w.type)) throw Error("MatMul: unsupported weight type " + GgmlTypeName(t.w.type));
+    if (t.w.cols != cols) {
+      throw Error("MatMulMany: every target must have the input length of the first (" + std::to_string(cols) +
+                  " columns), got " + std::to_string(t.w.cols));
+    }
+  }
+  std::int64_t rows = 0;
+  for (const MatMulTarget& t : p.targets) rows += t.w.rows;
+  if (p.m == 0 || rows == 0) return;
+  if (p.x == nullptr) throw Error("MatMul: null x, y or weight data");
+  for (const MatMulTarget& t : p.targets) {
+    if (t.w.rows > 0 && (t.y == nullptr || (t.w.data == nullptr && t.w.cols > 0))) throw Error("MatMul: null x, y or weight data");
+  }
+  if (!KernelLevelAvailable(p.level)) {
+    throw Error(std::string("MatMul: kernel level ") + KernelLevelName(p.level) + " is not available on this CPU/build");
+  }
+  const std::int64_t m = p.m;
+  if (p.level == KernelLevel::kFloat) {
+    ForEachTask(p.targets, p.pool, [&](std::size_t k, std::int64_t r0, std::int64_t r1) {
+      MatMulFloatRows(p.targets[k], p.x, m, r0, r1);
+    });
+    return;
+  }
+  const detail::QuantKernels& k = detail::KernelsFor(p.level);
+
+  // Quantize the activations once per format the targets use (row i -> its
+  // own blocks), into this thread's scratch.
+  thread_local std::vector<ActQ8> a8_scratch;
+  thread_local std::vector<ActQ8K> a8k_scratch;
+  bool q32 = false, kquant = false;
+  for (const MatMulTarget& t : p.targets) {
+    if (UsesSuperBlockActivations(t.w.type)) {
+      kquant = true;
+    } else if (t.w.type != GgmlType::kF32 && t.w.type != GgmlType::kF16 && t.w.type != GgmlType::kBF16) {
+      q32 = true;
+    }
+  }
+  // Rows are independent: ranges of rows on the pool (prefill, batched
+  // steps), each quantized exactly as alone.
+  const auto for_rows = [&](const auto& quantize_row) {
+    ParallelForRanges(p.pool, m, RowGrain(p.pool, m, cols),
+                      [&](std::int64_t i0, std::int64_t i1) {
+                        for (std::int64_t i = i0; i < i1; ++i) quantize_row(i);
+                      });
+  };
+  if (q32) {
+    const std::int64_t nb = cols / 32;
+    a8_scratch.resize(static_cast<std::size_t>(m * nb));
+    ActQ8* a = a8_scratch.data();
+    for_rows([&](std::int64_t i) { QuantizeRowQ8(p.x + i * cols, a + i * nb, cols); });
+  }
+  if (kquant) {
+    const std::int64_t nb = cols / 256;
+    a8k_scratch.resize(static_cast<std::size_t>(m * nb));
+    ActQ8K* a = a8k_scratch.data();
+    for_rows([&](std::int64_t i) { QuantizeRowQ8K(p.x + i * cols, a + i * nb, cols); });
+  }
+  // Pointers, not the thread_local names: the tasks run on other threads too.
+  const ActQ8* a8 = a8_scratch.data();
+  const ActQ8K* a8k = a8k_scratch.data();
+  // A task's weight rows meet the activation rows kMaxActRows at a time: each
+  // weight block is unpacked (and read from cache) once per group of rows.
+  ForEachTask(p.targets, p.pool, [&](std::size_t t, std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t i = 0; i < m; i += detail::kMaxActRows) {
+      const int n = static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i));
+      MatMulQuantRows(k, p.targets[t], p.x, a8, a8k, r0, r1, i, n);
+    }
+  });
+}
+
+void MatMul(const WeightMatrix& w, const MatMulParams& p) {
+  const MatMulTarget t{.w = w, .y = p.y};
+  MatMulMany({.x = p.x, .m = p.m, .targets = std::span<const MatMulTarget>(&t, 1), .pool = p.pool, .level = p.level});
+}
+
+}  // namespace kvshare
