@@ -65,17 +65,12 @@ std::uint32_t SchemaCompiler::OfTypes(std::set<std::string> types, const Json& s
 }
 
 std::uint32_t SchemaCompiler::OfType(const std::string& type, const Json& s, const std::string& path) {
-  if (type == "object") {
+  if (type == "object" || type == "array") {
+    // Its opening bracket is read before any member: a $ref cycle through
+    // it is not left recursion.
     std::vector<std::string> saved;
     saved.swap(unguarded_);
-    const std::uint32_t r = Object(s, path);
-    unguarded_.swap(saved);
-    return r;
-  }
-  if (type == "array") {
-    std::vector<std::string> saved;
-    saved.swap(unguarded_);
-    const std::uint32_t r = ArraySchema(s, path);
+    const std::uint32_t r = type == "object" ? Object(s, path) : ArraySchema(s, path);
     unguarded_.swap(saved);
     return r;
   }
