@@ -1,0 +1,133 @@
+// The JSON Schema compiler's alternatives: anyOf / oneOf / allOf and enum /
+// const (json_schema_compiler.h).
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "grammar/json_schema_compiler.h"
+
+namespace kvshare::detail {
+namespace {
+
+using Json = SchemaCompiler::Json;
+
+std::string JsonTypeOf(const Json& v) {
+  if (v.is_object()) return "object";
+  if (v.is_array()) return "array";
+  if (v.is_string()) return "string";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_null()) return "null";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  return "number";
+}
+
+// A value as the grammar's notation writes it (enum / const).
+std::string ValueText(const Json& v, Notation n) {
+  if (n == Notation::kJson) return v.dump();
+  if (v.is_string()) return "<|\"|>" + v.get<std::string>() + "<|\"|>";
+  if (v.is_array() || v.is_object()) {
+    std::string out = v.is_array() ? "[" : "{";
+    bool first = true;
+    for (const auto& [k, x] : v.items()) {
+      if (!first) out += ",";
+      first = false;
+      if (v.is_object()) out += k + ":";
+      out += ValueText(x, n);
+    }
+    return out + (v.is_array() ? "]" : "}");
+  }
+  return v.dump();
+}
+
+}  // namespace
+
+std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, const std::string& path) {
+  if (!branches.is_array() || branches.empty()) {
+    Fail(path, std::string("'") + key + "' must be a non-empty array of schemas");
+  }
+  const std::string p = path + "/" + key;
+  if (std::string(key) == "allOf") {
+    if (branches.size() != 1) throw Error("unsupported JSON Schema keyword 'allOf' with more than one schema at " + path);
+    return Schema(branches.front(), p + "/0");
+  }
+  if (std::string(key) == "oneOf") {
+    std::set<std::string> seen;
+    for (const Json& branch : branches) {
+      std::set<std::string> t = Types(branch, 0);
+      if (t.count("number")) t.insert("integer");
+      for (const std::string& name : t) {
+        if (!seen.insert(name).second) {
+          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path +
+                      ": its branches may overlap (both allow " + name +
+                      "); only oneOf with branches of disjoint types is supported, use anyOf");
+        }
+      }
+    }
+  }
+  const std::uint32_t r = b_.NewRule();
+  for (std::size_t i = 0; i < branches.size(); ++i) {
+    b_.Alt(r, {GrammarBuilder::Ref(Schema(branches[i], p + "/" + std::to_string(i)))});
+  }
+  return r;
+}
+
+std::set<std::string> SchemaCompiler::Types(const Json& s, int depth) {
+  std::set<std::string> all = TypeNames();
+  if (depth > 32 || !s.is_object()) return all;
+  if (auto r = s.find("$ref"); r != s.end() && r->is_string() && r->get<std::string>().rfind("#/", 0) == 0) {
+    const Json* t = &root_;
+    std::string rest = r->get<std::string>().substr(2);
+    while (!rest.empty()) {
+      const std::size_t slash = std::min(rest.find('/'), rest.size());
+      const std::string part = rest.substr(0, slash);
+      if (!t->is_object() || !t->contains(part)) return all;
+      t = &(*t)[part];
+      rest = slash < rest.size() ? rest.substr(slash + 1) : "";
+    }
+    return Types(*t, depth + 1);
+  }
+  std::set<std::string> out;
+  if (auto c = s.find("const"); c != s.end()) return {JsonTypeOf(*c)};
+  if (auto e = s.find("enum"); e != s.end() && e->is_array()) {
+    for (const Json& v : *e) out.insert(JsonTypeOf(v));
+    return out;
+  }
+  if (auto t = s.find("type"); t != s.end()) {
+    if (t->is_string()) return {t->get<std::string>()};
+    if (t->is_array()) {
+      for (const Json& n : *t) {
+        if (n.is_string()) out.insert(n.get<std::string>());
+      }
+      return out;
+    }
+  }
+  return all;
+}
+
+std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>& types, const std::string& path) {
+  std::vector<Json> values;
+  if (auto c = s.find("const"); c != s.end()) values.push_back(*c);
+  if (auto e = s.find("enum"); e != s.end()) {
+    if (!e->is_array() || e->empty()) Fail(path, "'enum' must be a non-empty array");
+    if (!values.empty()) {  // const and enum: the const, if listed
+      if (std::find(e->begin(), e->end(), values[0]) == e->end()) values.clear();
+    } else {
+      values.assign(e->begin(), e->end());
+    }
+  }
+  const std::uint32_t r = b_.NewRule();
+  int n = 0;
+  for (const Json& v : values) {
+    const std::string t = JsonTypeOf(v);
+    const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
+                    (t == "number" && types.count("integer") && v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
+    if (!ok) continue;
+    b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
+    ++n;
+  }
+  if (n == 0) Fail(path, "no value of 'enum' / 'const' matches 'type'");
+  return r;
+}
+
+}  // namespace kvshare::detail

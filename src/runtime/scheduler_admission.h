@@ -1,0 +1,59 @@
+// Admission (kvshare/runtime/scheduler.h, items 1 and 2 of a step): Submit
+// checks a request and queues it; at the start of each step the queued
+// requests join the waiting line, cancelled ones leave, and waiting ones take
+// free slots in arrival order, each the slot whose cached tokens it can
+// reuse the most of (prompt caching). Internal to src/runtime.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/scheduler.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "runtime/scheduler_request.h"
+
+namespace kvshare::detail {
+
+// Throws kvshare::Error for the first thing Scheduler::Submit refuses in r
+// (the header lists them), naming it and its range.
+void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context);
+
+// Threads: Submit runs on any thread and touches only `shared` (under its
+// mutex) and the trie (once); the other calls run on the stepping thread,
+// which alone owns the waiting line, the slots and the state.
+class Admission {
+ public:
+  // opt, tok, shared and rows must outlive the Admission.
+  Admission(const SchedulerOptions& opt, const Tokenizer& tok, std::int32_t n_vocab, SchedulerShared& shared,
+            SlotTable& rows)
+      : opt_(opt), tok_(tok), n_vocab_(n_vocab), shared_(shared), rows_(rows) {}
+
+  // Scheduler::Submit.
+  SubmitResult Submit(RequestOptions r, int waiting_upstream);
+  // Moves the submitted requests to the waiting line.
+  void TakeIncoming();
+  // Ends the cancelled requests (all with CancelAll), waiting or in a slot.
+  void RemoveCancelled();
+  // Gives free slots to waiting requests, rewinding each chosen row of
+  // `state` to the prefix it reuses.
+  void Admit(ModelState& state);
+
+ private:
+  // The vocabulary's trie, built by the first request with a grammar.
+  std::shared_ptr<const TokenTrie> Trie();
+
+  const SchedulerOptions& opt_;
+  const Tokenizer& tok_;
+  const std::int32_t n_vocab_;
+  SchedulerShared& shared_;
+  SlotTable& rows_;
+  std::deque<std::unique_ptr<Request>> waiting_;  // stepping thread only
+  std::uint64_t admit_counter_ = 0;               // orders Request::admit_seq
+  std::once_flag trie_once_;
+  std::shared_ptr<const TokenTrie> trie_;
+};
+
+}  // namespace kvshare::detail
