@@ -281,7 +281,7 @@ void RunBench(const BenchCliOptions& o) {
         }
         tests.emplace_back(tg + " b" + std::to_string(b) + at, b, o.gen_tokens, agg);
       }
-      if (o.spec.enabled() && depth == o.depths.front()) {
+      if (SpecRequest(o.spec).enabled() && depth == o.depths.front()) {
         const SpecBench sb = RunSpecBench(*model, tok, prompt, o.gen_tokens, o.repetitions, o, &pool);
         const std::string name = o.spec.spec.empty() ? "draft" : o.spec.spec;
         tests.emplace_back(tg + " gen", 1, o.gen_tokens, sb.plain);

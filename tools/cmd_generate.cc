@@ -126,8 +126,8 @@ void RunGenerate(const GenerateCliOptions& o) {
   }
   ThreadPool pool(threads);
   const ModelStateOptions so = StateOptions(o, model->config());
-  const Speculation spec = MakeSpeculation(
-      o.spec, *model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = &pool, .device = o.device});
+  const Speculation spec =
+      MakeSpeculation(o.spec, *model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = &pool}, o.device);
   Generator gen(*model, tok, &pool, so);
   if (o.verbose) std::fprintf(stderr, "[kvshare] KV cache:\n%s", gen.state().kv_cache().Memory().ToString().c_str());
   if (o.verbose && spec.drafter) {
