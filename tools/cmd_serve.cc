@@ -211,9 +211,12 @@ void RegisterServe(CLI::App& app) {
   AddSpecFlags(*cmd, o.spec);
   cmd->add_option("--kv-shared-layers", o.kv_shared_layers, "KV-shared trailing layers (default: the model's own)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--threads", o.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", o.threads, "Compute threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   cmd->add_option("--http-threads", o.http_threads, "Connection threads (0 = slots + max-queue + 8)")
-      ->check(CLI::Range(0, 4096));
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   cmd->add_option("--api-key", o.api_keys,
                   "Require this key as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (repeat for several); / and "
                   "/health stay open");

@@ -364,7 +364,7 @@ class PyModel {
   ModelStateOptions state_options_;
 };
 
-const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (today: Gemma 3), run on the CPU.
+const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (Gemma 3, 3n or 4), run on the CPU.
 
 Model(path, *, max_context=4096, num_threads=0, kv_dtype="float32", kv_shared_layers=None)
 
