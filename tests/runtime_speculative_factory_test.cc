@@ -14,6 +14,7 @@
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/drafter_factory.h"
+#include "model_test_util.h"
 
 namespace kvshare {
 namespace {
@@ -23,14 +24,9 @@ std::string Fixtures() {
   return std::string(src != nullptr ? src : ".") + "/tests/fixtures/";
 }
 
-// The message CheckSpeculation throws for `r` ("" when it throws none).
+// The message CheckSpeculation throws for `r` ("(no error)" when none).
 std::string CheckError(const SpeculationRequest& r) {
-  try {
-    CheckSpeculation(r);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::ErrorOf([&] { CheckSpeculation(r); });
 }
 
 void ExpectError(const SpeculationRequest& r, const std::string& part) {
@@ -47,8 +43,8 @@ const SpeculationNames kCliNames{.method = "--spec",
 
 TEST(DrafterFactory, ChecksWordedWithTheFrontEndsNames) {
   // Off: nothing is checked.
-  EXPECT_EQ(CheckError({.speculative = {.draft_max = 0}}), "");
-  EXPECT_EQ(CheckError({.method = "ngram"}), "");
+  EXPECT_EQ(CheckError({.speculative = {.draft_max = 0}}), "(no error)");
+  EXPECT_EQ(CheckError({.method = "ngram"}), "(no error)");
   ExpectError({.method = "medusa"}, "method must be \"\" (none) or \"ngram\" (prompt lookup), got \"medusa\"");
   ExpectError({.method = "ngram", .draft_path = "d.gguf", .names = kCliNames},
               "--spec ngram and --draft-model are exclusive: choose one drafter");

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/common/error.h"
+#include "model_test_util.h"
 #include "spec_flags.h"
 
 namespace kvshare::cli {
@@ -23,13 +23,9 @@ SpecFlags Parse(std::vector<std::string> args) {
   return flags;
 }
 
+// The message CheckSpecFlags throws ("(no error)" when none).
 std::string CheckError(const SpecFlags& f, const std::string& device = "cpu") {
-  try {
-    CheckSpecFlags(f, device);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::ErrorOf([&] { CheckSpecFlags(f, device); });
 }
 
 TEST(SpecFlags, ReachTheRequest) {
@@ -54,8 +50,8 @@ TEST(SpecFlags, ReachTheRequest) {
 }
 
 TEST(SpecFlags, ErrorsNameTheFlags) {
-  EXPECT_EQ(CheckError(Parse({}), "cuda"), "") << "no speculation: nothing to check";
-  EXPECT_EQ(CheckError(Parse({"--spec", "ngram"})), "");
+  EXPECT_EQ(CheckError(Parse({}), "cuda"), "(no error)") << "no speculation: nothing to check";
+  EXPECT_EQ(CheckError(Parse({"--spec", "ngram"})), "(no error)");
   EXPECT_NE(CheckError(Parse({"--spec", "ngram", "--draft-model", "d.gguf"}))
                 .find("--spec ngram and --draft-model are exclusive: choose one drafter"),
             std::string::npos);
