@@ -320,29 +320,17 @@ void Server::Load() {
   m.pool = std::make_unique<ThreadPool>(threads);
   SchedulerOptions so = m.opt.scheduler;
   if (!so.log) so.log = [&m](std::string_view l) { m.Log(std::string(l)); };
-  if (!m.opt.spec.empty() && !m.opt.draft_model_path.empty()) {
-    throw Error("choose one drafter: spec \"" + m.opt.spec + "\" or a draft model, not both");
-  }
-  if (m.opt.spec == "ngram") {
-    m.drafter = MakeNgramDrafter(m.opt.ngram);
-  } else if (!m.opt.spec.empty()) {
-    throw Error("unknown speculative decoding method \"" + m.opt.spec + "\" (known: ngram)");
-  } else if (!m.opt.draft_model_path.empty() && IsAssistantGguf(m.opt.draft_model_path)) {
-    m.assistant = AssistantModel::Load(m.opt.draft_model_path);
-    m.drafter = MakeAssistantDrafter(*m.assistant, *m.model, m.pool.get());
-  } else if (!m.opt.draft_model_path.empty()) {
-    m.draft_model = Model::Load(m.opt.draft_model_path);
-    m.drafter = MakeDraftModelDrafter(*m.draft_model, *m.model,
-                                      {.max_batch = so.slots, .max_context = so.max_context, .kv_dtype = so.kv_dtype,
-                                       .pool = m.pool.get()});
-  }
-  so.drafter = m.drafter.get();
+  m.speculation = MakeSpeculation(
+      m.opt.speculation, *m.model,
+      {.max_batch = so.slots, .max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = m.pool.get()});
+  so.drafter = m.speculation.drafter.get();
+  so.speculative = m.speculation.options;
   m.scheduler = std::make_unique<Scheduler>(*m.model, *m.tok, m.pool.get(), so);
   m.scheduler->Start();
   m.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   m.Log("chat template: " + std::string(ChatFormatName(choice.format)) + " (" + choice.reason + ")");
-  if (m.drafter) {
-    m.Log("speculative decoding: " + m.drafter->name() + " drafter, up to " + std::to_string(so.speculative.draft_max) +
+  if (so.drafter) {
+    m.Log("speculative decoding: " + so.drafter->name() + " drafter, up to " + std::to_string(so.speculative.draft_max) +
           " drafts per row and step" + (so.speculative.adaptive ? " (adaptive)" : ""));
   }
   m.phase.store(Phase::kReady);

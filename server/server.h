@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "kvshare/runtime/scheduler.h"
-#include "kvshare/runtime/speculative.h"
+#include "kvshare/runtime/drafter_factory.h"
 
 namespace kvshare::server {
 
@@ -47,13 +47,12 @@ struct ServerOptions {
   // A ChatFormatNames() entry; nullopt: as the file's tokenizer.chat_template says.
   std::optional<std::string> chat_template;
   SchedulerOptions scheduler;
-  // Speculative decoding (its k and adaptivity in scheduler.speculative):
-  // spec "ngram" drafts by prompt lookup; draft_model_path names a draft
-  // model GGUF with the served model's vocabulary. Both empty: none. Requests
+  // Speculative decoding (kvshare/runtime/drafter_factory.h): method "ngram"
+  // drafts by prompt lookup; draft_path names a draft model GGUF with the
+  // served model's vocabulary or a Gemma 4 assistant GGUF. Neither: none.
+  // Load() sets scheduler.drafter and scheduler.speculative from it. Requests
   // opt out with "speculative": false.
-  std::string spec;
-  std::string draft_model_path;
-  NgramOptions ngram;
+  SpeculationRequest speculation;
   int threads = 0;       // compute threads; 0: every core
   int http_threads = 0;  // connection threads; 0: slots + max_queue + 8
   std::vector<std::string> api_keys;

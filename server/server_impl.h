@@ -22,7 +22,7 @@
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/scheduler.h"
-#include "kvshare/runtime/speculative.h"
+#include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"
@@ -82,9 +82,7 @@ struct Server::Impl {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> chat;
   std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<Model> draft_model;  // --draft-model: a model of the target's vocabulary,
-  std::unique_ptr<AssistantModel> assistant;  // or a Gemma 4 assistant
-  std::unique_ptr<Drafter> drafter;
+  Speculation speculation;  // the drafter (and the draft model or assistant it runs)
   std::unique_ptr<Scheduler> scheduler;
   ModelContext ctx;
   std::int64_t created = 0;

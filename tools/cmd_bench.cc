@@ -281,7 +281,7 @@ void RunBench(const BenchCliOptions& o) {
         }
         tests.emplace_back(tg + " b" + std::to_string(b) + at, b, o.gen_tokens, agg);
       }
-      if (o.spec.enabled() && depth == o.depths.front()) {
+      if (SpecRequest(o.spec).enabled() && depth == o.depths.front()) {
         const SpecBench sb = RunSpecBench(*model, tok, prompt, o.gen_tokens, o.repetitions, o, &pool);
         const std::string name = o.spec.spec.empty() ? "draft" : o.spec.spec;
         tests.emplace_back(tg + " gen", 1, o.gen_tokens, sb.plain);
@@ -346,7 +346,10 @@ void RunBench(const BenchCliOptions& o) {
 
 void RegisterBench(CLI::App& app) {
   static BenchCliOptions o;
-  auto* cmd = app.add_subcommand("bench", "Prefill and decode speed (tok/s) of a GGUF model per thread count");
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Prefill and decode speed (tok/s; llama-bench's pp / tg) of a GGUF model per thread count, context depth "
+      "and batch size; with --spec / --draft-model, decode without and with speculative decoding");
   AddModelOption(*cmd, o.model);
   cmd->add_option("--prompt-tokens", o.prompt_tokens, "Prompt length for the prefill test")
       ->check(CLI::Range(1, 1 << 20))

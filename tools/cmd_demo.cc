@@ -95,13 +95,15 @@ void RunDemo(const DemoOptions& o) {
 void RegisterDemo(CLI::App& app) {
   static DemoOptions o;
   CLI::App* cmd = app.add_subcommand("demo", "GroupQueryAttention on random data: what it computed and how fast");
-  cmd->add_option("--heads", o.heads, "query heads N")->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-heads", o.kv_heads, "KV heads N_kv")->check(CLI::PositiveNumber);
-  cmd->add_option("--head-size", o.head_size, "head size H")->check(CLI::PositiveNumber);
-  cmd->add_option("--context", o.context, "decode context length T")->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("--prefill", o.prefill, "prefill length S")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--window", o.window, "local_window_size (-1 off)");
-  cmd->add_option("--threads", o.threads, "threads (0: all cores)");
+  cmd->add_option("--heads", o.heads, "Query heads N")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--kv-heads", o.kv_heads, "KV heads N_kv")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--head-size", o.head_size, "Head size H")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--context", o.context, "Decode context length T")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--prefill", o.prefill, "Prefill length S")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--window", o.window, "Sliding window (local_window_size; -1 = off)")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->capture_default_str();
   cmd->callback([] { RunDemo(o); });
 }
 

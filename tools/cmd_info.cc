@@ -88,11 +88,13 @@ void RunInfo(const InfoCliOptions& o) {
 
 void RegisterInfo(CLI::App& app) {
   static InfoCliOptions o;
-  auto* cmd = app.add_subcommand("info", "Print a GGUF model's metadata, tensor summary and chat template");
+  auto* cmd = app.add_subcommand(
+      "info", "Print a GGUF model's metadata, tensor summary, chat template, layer plan and KV cache bytes");
   AddModelOption(*cmd, o.model);
   cmd->add_option("model", o.positional, "GGUF file (same as --model; kept for older scripts)");
   cmd->add_option("--max-context", o.max_context, "Positions the KV memory report assumes")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
   AddKvDtypeOption(*cmd, o.kv_dtype);
   cmd->add_option("--draft-model", o.draft_model,
                   "A draft model or Gemma 4 assistant GGUF: also print how it drafts for this model (for an assistant, "

@@ -73,7 +73,7 @@ void RegisterPerplexity(CLI::App& app) {
       ->check(CLI::Range(4, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--chunks", o.chunks, "Score at most this many chunks (default: all)");
-  cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   AddKvDtypeOption(*cmd, o.kv_dtype);
   cmd->callback([] { RunPerplexity(o); });
 }

@@ -125,10 +125,8 @@ void RunServe(const ServeCliOptions& o) {
   so.scheduler.prompt_cache = !o.no_prompt_cache;
   so.scheduler.kv_dtype = ParseKvDtype(o.kv_dtype);
   if (o.kv_shared_layers >= 0) so.scheduler.num_kv_shared_layers = o.kv_shared_layers;
-  so.spec = o.spec.spec;
-  if (!o.spec.draft_model.empty()) so.draft_model_path = ResolveModel(o.spec.draft_model);
-  so.ngram = {.ngram_min = o.spec.ngram_min, .ngram_max = o.spec.ngram_max};
-  so.scheduler.speculative = {.draft_max = o.spec.draft_max, .adaptive = !o.spec.draft_fixed};
+  so.speculation = SpecRequest(o.spec);
+  if (!o.spec.draft_model.empty()) so.speculation.draft_path = ResolveModel(o.spec.draft_model);
   if (so.scheduler.step_tokens <= so.scheduler.slots) {
     throw Error("--step-tokens " + std::to_string(o.step_tokens) + " must be larger than --slots " +
                 std::to_string(o.slots) + " (every decoding slot takes one token of each step)");
@@ -213,9 +211,12 @@ void RegisterServe(CLI::App& app) {
   AddSpecFlags(*cmd, o.spec);
   cmd->add_option("--kv-shared-layers", o.kv_shared_layers, "KV-shared trailing layers (default: the model's own)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--threads", o.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", o.threads, "Compute threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   cmd->add_option("--http-threads", o.http_threads, "Connection threads (0 = slots + max-queue + 8)")
-      ->check(CLI::Range(0, 4096));
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   cmd->add_option("--api-key", o.api_keys,
                   "Require this key as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (repeat for several); / and "
                   "/health stay open");

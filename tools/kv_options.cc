@@ -21,7 +21,8 @@ void AddKvDtypeOption(CLI::App& cmd, std::string& dtype) {
   cmd.add_option("--kv-dtype", dtype,
                  "KV cache storage: f32, f16, bf16 (or float32, float16, bfloat16) or q8_0 (32 int8 values along "
                  "the head dimension per fp16 scale, as llama.cpp's -ctk q8_0 -ctv q8_0)")
-      ->check(kv_dtype_name);
+      ->check(kv_dtype_name)
+      ->capture_default_str();
 }
 
 DType ParseKvDtype(const std::string& name) { return KvCacheDTypeFromName(name, "--kv-dtype"); }

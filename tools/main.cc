@@ -5,7 +5,9 @@
 #include "kvshare/common/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvshare: GroupQueryAttention, KV caches and KV-shared layers for decoder LLMs"};
+  CLI::App app{
+      "kvshare: Gemma 3, 3n and 4 GGUF models (generate, serve, bench, perplexity, info) and the "
+      "GroupQueryAttention op alone (demo)"};
   app.require_subcommand(1);
   kvshare::cli::RegisterBench(app);
   kvshare::cli::RegisterDemo(app);

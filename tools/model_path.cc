@@ -53,8 +53,12 @@ std::string ResolveModel(const std::string& given) {
 
 std::unique_ptr<Model> LoadModel(const std::string& path) {
   std::unique_ptr<Model> model = Model::Load(path);
-  for (const std::string& w : model->warnings()) std::fprintf(stderr, "kvshare: warning: %s\n", w.c_str());
+  for (const std::string& w : model->warnings()) PrintWarning(w);
   return model;
+}
+
+void PrintWarning(std::string_view warning) {
+  std::fprintf(stderr, "kvshare: warning: %.*s\n", static_cast<int>(warning.size()), warning.data());
 }
 
 }  // namespace kvshare::cli

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -32,7 +33,10 @@ CLI::Option* AddModelOption(CLI::App& cmd, std::string& path);
 // kvshare::Error naming the path and what to do when there is no model file.
 std::string ResolveModel(const std::string& given);
 
-// Model::Load(path), then its warnings() on stderr ("kvshare: warning: ...").
+// Model::Load(path), then its warnings() on stderr (PrintWarning).
 std::unique_ptr<Model> LoadModel(const std::string& path);
+
+// "kvshare: warning: <warning>" on stderr.
+void PrintWarning(std::string_view warning);
 
 }  // namespace kvshare::cli

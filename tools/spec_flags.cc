@@ -1,6 +1,5 @@
 #include "spec_flags.h"
 
-#include "kvshare/common/error.h"
 #include "model_path.h"
 
 namespace kvshare::cli {
@@ -27,44 +26,29 @@ void AddSpecFlags(CLI::App& cmd, SpecFlags& f) {
       ->capture_default_str();
 }
 
-void CheckSpecFlags(const SpecFlags& f, const std::string& device) {
-  if (!f.enabled()) return;
-  if (!f.spec.empty() && !f.draft_model.empty()) {
-    throw Error("--spec " + f.spec + " and --draft-model are exclusive: choose one drafter");
-  }
-  if (device != "cpu") {
-    throw Error("speculative decoding (--spec / --draft-model) runs on the CPU only: on --device " + device +
-                " a verify step's logits are not bitwise those of one-token steps, so greedy output would not be "
-                "lossless; drop --device or the speculation flags");
-  }
-  if (f.ngram_max < f.ngram_min) {
-    throw Error("--ngram-max " + std::to_string(f.ngram_max) + " is below --ngram-min " + std::to_string(f.ngram_min));
-  }
-  CheckSpeculativeOptions({.draft_max = f.draft_max, .adaptive = !f.draft_fixed});
+SpeculationRequest SpecRequest(const SpecFlags& f, const std::string& device) {
+  return {.method = f.spec,
+          .draft_path = f.draft_model,
+          .ngram = {.ngram_min = f.ngram_min, .ngram_max = f.ngram_max},
+          .speculative = {.draft_max = f.draft_max, .adaptive = !f.draft_fixed},
+          .device = device == "cuda" ? Device::kCuda : Device::kCpu,
+          .names = {.method = "--spec",
+                    .draft = "--draft-model",
+                    .ngram_min = "--ngram-min",
+                    .ngram_max = "--ngram-max",
+                    .device = "--device",
+                    .method_choices = "ngram"}};
 }
 
-Speculation MakeSpeculation(const SpecFlags& f, const Model& target, const SpecTarget& where) {
-  Speculation s;
-  CheckSpecFlags(f, where.device);
-  if (!f.enabled()) return s;
-  s.options = {.draft_max = f.draft_max, .adaptive = !f.draft_fixed};
-  if (f.spec == "ngram") {
-    s.drafter = MakeNgramDrafter({.ngram_min = f.ngram_min, .ngram_max = f.ngram_max});
-    return s;
-  }
-  const std::string path = ResolveModel(f.draft_model);
-  if (IsAssistantGguf(path)) {
-    s.assistant = AssistantModel::Load(path);
-    s.drafter = MakeAssistantDrafter(*s.assistant, target, where.pool);
-    return s;
-  }
-  s.draft_model = LoadModel(path);
-  s.drafter = MakeDraftModelDrafter(*s.draft_model, target,
-                                    {.max_batch = where.max_batch,
-                                     .max_context = where.max_context,
-                                     .kv_dtype = where.kv_dtype,
-                                     .pool = where.pool});
-  return s;
+void CheckSpecFlags(const SpecFlags& f, const std::string& device) { CheckSpeculation(SpecRequest(f, device)); }
+
+Speculation MakeSpeculation(const SpecFlags& f, const Model& target, const DraftModelOptions& state,
+                            const std::string& device) {
+  SpeculationRequest r = SpecRequest(f, device);
+  CheckSpeculation(r);
+  if (!r.draft_path.empty()) r.draft_path = ResolveModel(r.draft_path);
+  r.on_warning = PrintWarning;
+  return kvshare::MakeSpeculation(r, target, state);
 }
 
 }  // namespace kvshare::cli

@@ -1,6 +1,7 @@
 // Speculative decoding flags of the subcommands that decode (generate, bench,
-// serve): registered on a CLI11 command, then turned into a Drafter and the
-// runtime's SpeculativeOptions (include/kvshare/runtime/speculative.h).
+// serve): registered on a CLI11 command, then turned into the runtime's
+// SpeculationRequest, whose drafter and SpeculativeOptions the runtime's
+// factory makes (include/kvshare/runtime/drafter_factory.h).
 #pragma once
 
 #include <memory>
@@ -9,50 +10,41 @@
 #include <CLI/CLI.hpp>
 
 #include "kvshare/model/model.h"
-#include "kvshare/runtime/speculative.h"
+#include "kvshare/runtime/drafter_factory.h"
 
 namespace kvshare::cli {
 
+// Defaults are the runtime's (SpeculativeOptions, NgramOptions).
 struct SpecFlags {
   std::string spec;         // --spec: "" (none) or "ngram"
   std::string draft_model;  // --draft-model PATH
-  int draft_max = 16;       // --draft-max
-  bool draft_fixed = false; // --draft-fixed: always --draft-max drafts
-  int ngram_min = 2;        // --ngram-min
-  int ngram_max = 4;        // --ngram-max
-  bool enabled() const { return !spec.empty() || !draft_model.empty(); }
+  int draft_max = SpeculativeOptions{}.draft_max;  // --draft-max
+  bool draft_fixed = !SpeculativeOptions{}.adaptive;  // --draft-fixed: always --draft-max drafts
+  int ngram_min = NgramOptions{}.ngram_min;  // --ngram-min
+  int ngram_max = NgramOptions{}.ngram_max;  // --ngram-max
 };
 
 // Adds --spec, --draft-model, --draft-max, --draft-fixed, --ngram-min and
 // --ngram-max to `cmd` (flags must outlive parsing).
 void AddSpecFlags(CLI::App& cmd, SpecFlags& flags);
 
-// What the flags ask for: the drafter (null when speculation is off), the draft
-// model it runs (when --draft-model), and the options.
-struct Speculation {
-  std::unique_ptr<Model> draft_model;
-  std::unique_ptr<AssistantModel> assistant;  // when --draft-model is a Gemma 4 assistant
-  std::unique_ptr<Drafter> drafter;
-  SpeculativeOptions options;
-};
+// The request the flags make (kvshare/runtime/drafter_factory.h), worded
+// with the CLI's flag names; `device` is the command's --device ("cpu",
+// "cuda"). The draft model path is taken as given (MakeSpeculation below
+// resolves it).
+SpeculationRequest SpecRequest(const SpecFlags& flags, const std::string& device = "cpu");
 
-// The target state's shape the drafter serves.
-struct SpecTarget {
-  int max_batch = 1;
-  int max_context = 4096;
-  DType kv_dtype = DType::kFloat32;
-  ThreadPool* pool = nullptr;
-  std::string device = "cpu";  // --device of the command
-};
-
-// The checks that need no model: throws kvshare::Error for --spec together
-// with --draft-model, options out of range, and speculation on a device where
-// a verify step is not bitwise a one-token step (cuda).
+// The checks that need no model (CheckSpeculation): throws kvshare::Error for
+// --spec together with --draft-model, options out of range, and speculation
+// on a device where a verify step is not bitwise a one-token step (cuda).
 void CheckSpecFlags(const SpecFlags& flags, const std::string& device);
 
-// Builds the drafter for `target` (CheckSpecFlags first). Throws
+// The drafter the flags ask for, serving `target` on a state of the shape
+// `state` gives (runtime MakeSpeculation); --draft-model is resolved first
+// (ResolveModel) and a loaded draft model's warnings go to stderr. Throws
 // kvshare::Error as CheckSpecFlags, then for a draft model that does not fit
 // the target.
-Speculation MakeSpeculation(const SpecFlags& flags, const Model& target, const SpecTarget& where);
+Speculation MakeSpeculation(const SpecFlags& flags, const Model& target, const DraftModelOptions& state,
+                            const std::string& device = "cpu");
 
 }  // namespace kvshare::cli

@@ -21,7 +21,7 @@
 #include "kvshare/common/error.h"
 #include "kvshare/runtime/generator.h"
 #include "kvshare/model/model.h"
-#include "kvshare/runtime/speculative.h"
+#include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
@@ -35,13 +35,14 @@ struct ModelCore {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Generator> generator;
-  // Speculative decoding: the n-gram drafter, and the draft-model drafter with
-  // the core of the Model it runs (kept alive while it drafts for this one).
-  std::unique_ptr<Drafter> ngram;
-  std::unique_ptr<Drafter> draft_model;
+  // Speculative decoding: the drafter of the last generate() that asked for
+  // one (kept, with its state, while later calls ask for the same), for the
+  // method, or the draft Model's core or the assistant it runs (held alive
+  // while it drafts for this Model; declared first, destroyed last).
+  std::string draft_method;
   std::shared_ptr<ModelCore> draft_core;
-  std::unique_ptr<Drafter> assistant_drafter;
-  std::shared_ptr<const AssistantModel> assistant;  // the one assistant_drafter runs
+  std::shared_ptr<const AssistantModel> assistant;
+  Speculation speculation;
   std::mutex busy_mu;
   bool busy = false;  // a generation stream is running
   GenerateStats last;
@@ -282,8 +283,7 @@ class PyModel {
     o.stop_tokens = tmpl.StopTokens();
     Sampler validate(o.sampler);  // option errors raise here, before the worker starts
     o.speculative = {.draft_max = draft_max, .adaptive = draft_adaptive};
-    o.drafter = DrafterFor(draft);
-    if (o.drafter != nullptr) CheckSpeculativeOptions(o.speculative);
+    o.drafter = DrafterFor(draft, o.speculative);
     return std::make_unique<Stream>(core_, std::move(ids), o, reset);
   }
 
@@ -320,46 +320,51 @@ class PyModel {
     return choice.format;
   }
 
-  // generate()'s draft argument as this model's drafter (null: none).
-  Drafter* DrafterFor(const py::object& draft) {
+  // generate()'s draft argument as this model's drafter (null: none): its
+  // type picks the request's field; the runtime's factory checks and makes it
+  // (kvshare/runtime/drafter_factory.h).
+  Drafter* DrafterFor(const py::object& draft, const SpeculativeOptions& options) {
     if (draft.is_none()) return nullptr;
+    const std::string choices = "None, \"ngram\" (prompt lookup), a kvshare.Model or a kvshare.Assistant";
+    SpeculationRequest r{.speculative = options, .names = {.method = "draft", .draft = "draft", .method_choices = choices}};
+    std::shared_ptr<ModelCore> draft_core;
+    std::shared_ptr<const AssistantModel> assistant;
     std::lock_guard<std::mutex> lock(core_->busy_mu);
     if (core_->busy) throw Error("another generation is running on this Model; exhaust or close() it first");
     if (py::isinstance<py::str>(draft)) {
-      if (draft.cast<std::string>() != "ngram") {
-        throw Error("draft must be None, \"ngram\" (prompt lookup), a kvshare.Model or a kvshare.Assistant, got \"" +
-                    draft.cast<std::string>() + "\"");
-      }
-      if (!core_->ngram) core_->ngram = MakeNgramDrafter();
-      return core_->ngram.get();
-    }
-    if (py::isinstance<PyAssistant>(draft)) {
-      const std::shared_ptr<const AssistantModel>& a = draft.cast<PyAssistant&>().model_;
-      if (core_->assistant != a) {
-        core_->assistant_drafter = MakeAssistantDrafter(*a, *core_->model, core_->pool.get());
-        core_->assistant = a;
-      }
-      return core_->assistant_drafter.get();
-    }
-    if (!py::isinstance<PyModel>(draft)) {
+      r.method = draft.cast<std::string>();
+      // "" would ask for no drafter, as None does; as a str it is a mistake.
+      if (r.method.empty()) throw Error("draft must be " + choices + ", got \"\"");
+    } else if (py::isinstance<PyAssistant>(draft)) {
+      assistant = draft.cast<PyAssistant&>().model_;
+      r.assistant = assistant.get();
+    } else if (py::isinstance<PyModel>(draft)) {
+      draft_core = draft.cast<PyModel&>().core_;
+      r.draft_model = draft_core->model.get();
+    } else {
       throw py::type_error("draft must be None, \"ngram\", a kvshare.Model or a kvshare.Assistant");
     }
-    const std::shared_ptr<ModelCore>& d = draft.cast<PyModel&>().core_;
-    if (core_->draft_core != d) {
-      core_->draft_model = MakeDraftModelDrafter(*d->model, *core_->model,
-                                                 {.max_context = state_options_.max_context,
-                                                  .kv_dtype = state_options_.kv_dtype,
-                                                  .pool = core_->pool.get()});
-      core_->draft_core = d;
+    CheckSpeculation(r);
+    Speculation& s = core_->speculation;
+    if (!s.drafter || core_->draft_method != r.method || core_->draft_core != draft_core ||
+        core_->assistant != assistant) {
+      s = {};  // the old drafter and its state go before the new one is made
+      s = MakeSpeculation(r, *core_->model,
+                          {.max_context = state_options_.max_context,
+                           .kv_dtype = state_options_.kv_dtype,
+                           .pool = core_->pool.get()});
+      core_->draft_method = r.method;
+      core_->draft_core = std::move(draft_core);
+      core_->assistant = std::move(assistant);
     }
-    return core_->draft_model.get();
+    return s.drafter.get();
   }
 
   std::shared_ptr<ModelCore> core_;
   ModelStateOptions state_options_;
 };
 
-const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (today: Gemma 3), run on the CPU.
+const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (Gemma 3, 3n or 4), run on the CPU.
 
 Model(path, *, max_context=4096, num_threads=0, kv_dtype="float32", kv_shared_layers=None)
 
@@ -462,8 +467,9 @@ void BindModel(py::module_& m) {
       .def("generate", &PyModel::Generate, py::arg("prompt"), py::kw_only(), py::arg("max_new_tokens") = 128,
            py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
            py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),
-           py::arg("reset") = true, py::arg("draft") = py::none(), py::arg("draft_max") = 16,
-           py::arg("draft_adaptive") = true, kGenerateDoc)
+           py::arg("reset") = true, py::arg("draft") = py::none(),
+           py::arg("draft_max") = SpeculativeOptions{}.draft_max,
+           py::arg("draft_adaptive") = SpeculativeOptions{}.adaptive, kGenerateDoc)
       .def("reset", &PyModel::Reset, "Forgets the cached sequence.")
       .def_property_readonly("cached_tokens", &PyModel::CachedTokens, "Tokens in the generator's KV cache.")
       .def_property_readonly("last_stats", &PyModel::LastStats, "Stats of the last finished generation (a dict).");

@@ -314,6 +314,28 @@ std::vector<QuerySpan> DecoderModel::FullSpans(const Step& step) {
   return spans;
 }
 
+std::int64_t DecoderModel::KeptRows(const Step& step) {
+  std::int64_t kept = 0;
+  for (const StepRow& r : step.rows) kept += r.keep;
+  return kept;
+}
+
+void DecoderModel::PackKeptRows(const Step& step, std::span<std::vector<float>> buffers, int width,
+                                std::vector<QuerySpan>* spans, std::vector<std::int64_t>* src) {
+  const std::int64_t E = width;
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < step.rows.size(); ++i) {
+    const StepRow& r = step.rows[i];
+    const std::int64_t from = r.begin + r.n - r.keep;
+    for (std::vector<float>& v : buffers) std::copy(v.begin() + from * E, v.begin() + (from + r.keep) * E, v.begin() + at * E);
+    if (spans != nullptr) (*spans)[i] = QuerySpan{.row = r.row, .begin = at, .n = r.keep, .skip = r.n - r.keep};
+    if (src != nullptr) {
+      for (std::int64_t j = 0; j < r.keep; ++j) (*src)[static_cast<std::size_t>(at + j)] = from + j;
+    }
+    at += r.keep;
+  }
+}
+
 KvCache NewStateCache(const ModelConfig& config, const ModelStateOptions& o, Device device) {
   if (o.max_context < 1) throw Error(Str("max_context must be >= 1, got ", o.max_context));
   if (o.max_step < 1) throw Error(Str("max_step must be >= 1 (tokens per chunk), got ", o.max_step));
@@ -413,8 +435,7 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
         step.tokens.insert(step.tokens.end(), entries[i].tokens.begin() + c0, entries[i].tokens.begin() + c0 + n);
         entry_of.push_back(i);
       }
-      std::int64_t kept = 0;
-      for (const StepRow& r : step.rows) kept += r.keep;
+      const std::int64_t kept = KeptRows(step);
       float* rows = RunStep(st, step, pool);
       if (kept == 0) continue;
       // Final norm and the (tied) output projection of every kept row at once.

@@ -211,6 +211,18 @@ class DecoderModel : public Model {
 
   // The QuerySpans of a step's rows, every token computed.
   static std::vector<QuerySpan> FullSpans(const Step& step);
+  // The rows read at the output: sum of keep over step.rows.
+  static std::int64_t KeptRows(const Step& step);
+  // Packs the kept rows to the front, as RunStep returns them: each step
+  // row's last `keep` rows of every buffer ([T, width] flat, T = the step's
+  // tokens) move to rows 0, 1, ... in step.rows order (a row never moves
+  // back past rows still to be read, so one forward copy per row suffices).
+  // With `spans` and `src` (the step's QuerySpans and the step token of each
+  // buffer row), also points the spans at the packed rows (skip = n - keep)
+  // and records the step token each packed row holds: KV-shared layers then
+  // run on the kept rows only (DecoderState::shared_prefill_shortcut_).
+  static void PackKeptRows(const Step& step, std::span<std::vector<float>> buffers, int width,
+                           std::vector<QuerySpan>* spans = nullptr, std::vector<std::int64_t>* src = nullptr);
   // BuildLayerPlan's message for n shared layers ("" when the plan is valid).
   std::string PlanError(int n) const;
   // Throws when the file's own num_kv_shared_layers gives no valid plan.

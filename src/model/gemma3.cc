@@ -156,14 +156,8 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
     for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
-  // The kept rows of every row, packed to the front in row order.
-  std::int64_t kept = 0;
-  for (const detail::StepRow& r : step.rows) {
-    std::copy(st.x.begin() + (r.begin + r.n - r.keep) * E, st.x.begin() + (r.begin + r.n) * E,
-              st.x.begin() + kept * E);
-    kept += r.keep;
-  }
-  return kept > 0 ? st.x.data() : nullptr;
+  PackKeptRows(step, std::span(&st.x, 1), E);
+  return KeptRows(step) > 0 ? st.x.data() : nullptr;
 }
 
 }  // namespace

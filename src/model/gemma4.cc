@@ -162,35 +162,20 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   for (const detail::StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
   const LayerPlan& plan = st.cache.Plan();
   std::vector<detail::QuerySpan> spans = FullSpans(step);
-  std::int64_t kept = 0;
-  for (const detail::StepRow& r : step.rows) kept += r.keep;
+  const std::int64_t kept = KeptRows(step);
   bool packed = false;  // st.x holds only the kept rows, packed to the front
   for (int l = 0; l < c.n_layer; ++l) {
     if (l == plan.first_shared && kept < T && st.shared_prefill_shortcut_) {
       // KV-shared layers write nothing: only the rows whose outputs are read run on.
       if (kept == 0) break;
-      std::int64_t at = 0;
-      for (std::size_t i = 0; i < step.rows.size(); ++i) {
-        const detail::StepRow& r = step.rows[i];
-        const std::int64_t from = r.begin + r.n - r.keep;
-        std::copy(st.x.begin() + from * E, st.x.begin() + (from + r.keep) * E, st.x.begin() + at * E);
-        for (std::int64_t j = 0; j < r.keep; ++j) st.src[static_cast<std::size_t>(at + j)] = from + j;
-        spans[i] = detail::QuerySpan{.row = r.row, .begin = at, .n = r.keep, .skip = r.n - r.keep};
-        at += r.keep;
-      }
+      PackKeptRows(step, std::span(&st.x, 1), E, &spans, &st.src);
       packed = true;
     }
     RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, pool);
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;
-  if (packed) return st.x.data();
-  // The kept rows of every row, packed to the front in row order.
-  std::int64_t at = 0;
-  for (const detail::StepRow& r : step.rows) {
-    std::copy(st.x.begin() + (r.begin + r.n - r.keep) * E, st.x.begin() + (r.begin + r.n) * E, st.x.begin() + at * E);
-    at += r.keep;
-  }
+  if (!packed) PackKeptRows(step, std::span(&st.x, 1), E);
   return st.x.data();
 }
 

@@ -171,7 +171,12 @@ def test_speculative_decoding_is_lossless(model):
     assert st["accepted_tokens"] == st["drafted_tokens"] or st["stop_reason"] != "max_tokens"
     with pytest.raises(kvshare.Error, match="draft_max"):
         model.generate(prompt, draft="ngram", draft_max=0)
+    # Back to prompt lookup after the draft model: the drafter follows the argument.
+    again = "".join(model.generate(prompt, chat=False, max_new_tokens=32, draft="ngram"))
+    assert again == plain and model.last_stats["accepted_tokens"] > 0
     with pytest.raises(kvshare.Error, match='draft must be None, "ngram"'):
         model.generate(prompt, draft="medusa")
+    with pytest.raises(kvshare.Error, match='draft must be None, "ngram".*got ""'):
+        model.generate(prompt, draft="")
     with pytest.raises(TypeError, match="draft must be"):
         model.generate(prompt, draft=3)

@@ -5,8 +5,9 @@
 // thread count.
 //
 // Between jobs, workers spin for a short while (ThreadPoolOptions::spin_us)
-// before they sleep: waking a sleeping thread costs tens of microseconds
-// (more under a hypervisor), which is the size of one decode step's matmul.
+// before they sleep: waking a sleeping thread costs about as much as one
+// decode step's matmul (docs/benchmarks.md, "Defaults chosen from
+// measurements").
 #pragma once
 
 #include <atomic>

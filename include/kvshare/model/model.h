@@ -80,9 +80,9 @@ struct ModelStateOptions {
   int max_context = 4096;
   // S_max: most tokens per internal step, >= 1 (clamped to max_context).
   // Forward splits longer inputs into chunks of max_step tokens; sliding
-  // layers keep rings of window + max_step - 1 positions. Prefill speed is
-  // flat from 64 to 2048 on the 270M model (one CPU thread); 256 keeps the
-  // rings small (Gemma 3 270M at 4096 positions: 46.5 MiB fp32 vs 54 MiB at 512).
+  // layers keep rings of window + max_step - 1 positions, so a smaller value
+  // keeps them smaller. The measurements behind the default:
+  // docs/benchmarks.md, "Defaults chosen from measurements".
   int max_step = 256;
   // KV cache storage: float32, float16, bfloat16 or q8_0 (K/V are rounded to
   // it when written; attention accumulates in fp32). q8_0 (llama.cpp's

@@ -115,8 +115,8 @@ struct SpeculativeOptions {
   // Off: always draft_max.
   bool adaptive = true;
   // Cost of each drafted position in a verify step relative to a one-token
-  // step, > 0. The default was measured for Gemma 3 270M on 2 CPU threads
-  // (docs/speculative.md).
+  // step, > 0 (the adaptive choice above and the scheduler's draft bids).
+  // The measurement behind the default: docs/speculative.md, "Draft length".
   double verify_cost = 0.06;
 };
 
