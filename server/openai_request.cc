@@ -255,9 +255,8 @@ bool ValidToolName(const std::string& n) {
   return true;
 }
 
-std::vector<CompletionRequest::Tool> ParseTools(const json& body, const RequestParsing& o,
-                                                std::vector<std::string>& ignored) {
-  std::vector<CompletionRequest::Tool> out;
+std::vector<OfferedTool> ParseTools(const json& body, const RequestParsing& o, std::vector<std::string>& ignored) {
+  std::vector<OfferedTool> out;
   auto it = body.find("tools");
   if (it == body.end() || it->is_null()) return out;
   if (!it->is_array()) WrongType("tools", "an array", *it);
@@ -283,7 +282,7 @@ std::vector<CompletionRequest::Tool> ParseTools(const json& body, const RequestP
         Unknown(name + ".function." + k, o, ignored);
       }
     }
-    CompletionRequest::Tool tool;
+    OfferedTool tool;
     auto n = f->find("name");
     if (n == f->end() || n->is_null()) {
       throw BadRequest("Missing required parameter: '" + name + ".function.name'.", name + ".function.name",
@@ -296,7 +295,7 @@ std::vector<CompletionRequest::Tool> ParseTools(const json& body, const RequestP
                            "' must be 1 to 64 characters of a-z, A-Z, 0-9, underscores and dashes.",
                        name + ".function.name", "invalid_value");
     }
-    for (const CompletionRequest::Tool& other : out) {
+    for (const OfferedTool& other : out) {
       if (other.function.name == tool.function.name) {
         throw BadRequest("Invalid '" + name + ".function.name': the name '" + tool.function.name +
                              "' is used by another tool; tool names must be unique.",
@@ -330,7 +329,7 @@ std::vector<CompletionRequest::Tool> ParseTools(const json& body, const RequestP
   return out;
 }
 
-CompletionRequest::ToolChoice ParseToolChoice(const json& body, const std::vector<CompletionRequest::Tool>& tools) {
+CompletionRequest::ToolChoice ParseToolChoice(const json& body, const std::vector<OfferedTool>& tools) {
   using Mode = CompletionRequest::ToolChoice::Mode;
   CompletionRequest::ToolChoice c;
   auto tc = body.find("tool_choice");
@@ -368,7 +367,7 @@ CompletionRequest::ToolChoice ParseToolChoice(const json& body, const std::vecto
     c.name = n->get<std::string>();
     std::string names;
     bool found = false;
-    for (const CompletionRequest::Tool& t : tools) {
+    for (const OfferedTool& t : tools) {
       found = found || t.function.name == c.name;
       names += (names.empty() ? "" : ", ") + t.function.name;
     }
@@ -574,72 +573,13 @@ bool OffersTools(const CompletionRequest& req) {
   return !req.tools.empty() && req.tool_choice.mode != CompletionRequest::ToolChoice::Mode::kNone;
 }
 
-std::optional<ToolCallParserOptions> ToolCallParsing(const CompletionRequest& req, ChatFormat format) {
+std::optional<ToolOffer> OfferedTools(const CompletionRequest& req) {
   using Mode = CompletionRequest::ToolChoice::Mode;
   if (!OffersTools(req)) return std::nullopt;
-  ToolCallParserOptions p;
-  const bool forced = req.tool_choice.mode == Mode::kRequired || req.tool_choice.mode == Mode::kFunction;
-  p.syntax = format == ChatFormat::kGemma4 && !forced ? ToolCallSyntax::kGemma4 : ToolCallSyntax::kJson;
-  for (const CompletionRequest::Tool& t : req.tools) {
-    if (req.tool_choice.mode != Mode::kFunction || t.function.name == req.tool_choice.name) p.names.push_back(t.function.name);
-  }
-  return p;
-}
-
-std::string ForcedToolCallSchema(const CompletionRequest& req) {
-  using Mode = CompletionRequest::ToolChoice::Mode;
-  json branches = json::array();
-  for (const CompletionRequest::Tool& t : req.tools) {
-    if (req.tool_choice.mode == Mode::kFunction && t.function.name != req.tool_choice.name) continue;
-    // No parameters: no arguments, {} only.
-    json args = {{"type", "object"}, {"additionalProperties", false}};
-    if (!t.function.parameters.empty()) {
-      args = {{"type", "object"}};
-      bool usable = t.strict;
-      if (!usable) {
-        // Parameters beyond the grammar's subset are only rendered: the call
-        // is still forced, its arguments are any object.
-        try {
-          CompileJsonSchema(t.function.parameters);
-          usable = true;
-        } catch (const Error&) {
-        }
-      }
-      if (usable) args = json::parse(t.function.parameters);
-    }
-    branches.push_back({{"type", "object"},
-                        {"properties", {{"name", {{"const", t.function.name}}}, {"arguments", args}}},
-                        {"required", {"name", "arguments"}},
-                        {"additionalProperties", false}});
-  }
-  json call = branches.size() == 1 ? branches[0] : json{{"anyOf", branches}};
-  return json{{"type", "object"},
-              {"properties", {{"tool_call", call}}},
-              {"required", {"tool_call"}},
-              {"additionalProperties", false}}
-      .dump();
-}
-
-std::shared_ptr<const Grammar> AutoToolCallGrammar(const CompletionRequest& req, const ModelContext& ctx) {
-  if (!OffersTools(req) || req.tool_choice.mode != CompletionRequest::ToolChoice::Mode::kAuto) return nullptr;
-  std::vector<LazyTool> tools;
-  bool strict = false;
-  for (const CompletionRequest::Tool& t : req.tools) {
-    tools.push_back({t.function, t.strict});
-    strict = strict || t.strict;
-  }
-  if (!strict) return nullptr;  // today's behaviour: free text, calls parsed as they come
-  const ToolCallParserOptions parsing = *ToolCallParsing(req, ctx.chat->format());
-  std::vector<std::pair<std::int32_t, std::string>> markers;
-  for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {  // control tokens: the trie has no text for them
-    if (auto id = ctx.tokenizer->TokenId(m); id && ctx.tokenizer->TokenBytes(*id).empty()) markers.emplace_back(*id, m);
-  }
-  try {
-    return LazyToolCallGrammar(tools, parsing.syntax, req.parallel_tool_calls, std::move(markers));
-  } catch (const Error& e) {
-    throw BadRequest(std::string("Invalid 'tools': the strict calls cannot be enforced: ") + e.what() + ".", "tools",
-                     "invalid_schema");
-  }
+  ToolOffer offer{.tools = req.tools, .function = req.tool_choice.name, .parallel = req.parallel_tool_calls};
+  if (req.tool_choice.mode == Mode::kRequired) offer.choice = ToolOffer::Choice::kRequired;
+  if (req.tool_choice.mode == Mode::kFunction) offer.choice = ToolOffer::Choice::kFunction;
+  return offer;
 }
 
 void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body) {
@@ -788,10 +728,11 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
                            "); start kvshare serve with --chat-template gemma|gemma4, or use /v1/completions.",
                        "messages", "chat_template_missing");
     }
+    const std::optional<ToolOffer> offer = OfferedTools(req);
     ChatTemplateOptions co;
-    if (OffersTools(req)) {
-      for (const CompletionRequest::Tool& t : req.tools) co.tools.push_back(t.function);
-      co.parallel_tool_calls = req.parallel_tool_calls;
+    if (offer) {
+      for (const OfferedTool& t : offer->tools) co.tools.push_back(t.function);
+      co.parallel_tool_calls = offer->parallel;
     }
     try {
       r.prompt = ctx.chat->Encode(req.messages, co);
@@ -799,18 +740,15 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
       throw BadRequest(std::string("Invalid 'messages': ") + e.what() + ".", "messages", "invalid_value");
     }
     r.stop_tokens = ctx.chat->StopTokens();
-    if (OffersTools(req)) {
+    if (offer) {
       for (std::int32_t t : ctx.chat->ToolStopTokens()) r.stop_tokens.push_back(t);
-      using Mode = CompletionRequest::ToolChoice::Mode;
-      if (req.tool_choice.mode == Mode::kRequired || req.tool_choice.mode == Mode::kFunction) {
-        try {
-          r.grammar = CompileJsonSchema(ForcedToolCallSchema(req));
-        } catch (const Error& e) {
-          throw BadRequest(std::string("Invalid 'tools': the call cannot be enforced: ") + e.what() + ".", "tools",
-                           "invalid_schema");
-        }
-      } else if (auto lazy = AutoToolCallGrammar(req, ctx)) {
-        r.grammar = std::move(lazy);
+      try {
+        r.grammar = ctx.chat->ToolCallGrammar(*offer);
+      } catch (const Error& e) {
+        throw BadRequest(std::string(offer->forced() ? "Invalid 'tools': the call cannot be enforced: "
+                                                     : "Invalid 'tools': the strict calls cannot be enforced: ") +
+                             e.what() + ".",
+                         "tools", "invalid_schema");
       }
     }
   } else if (req.prompt_tokens) {
