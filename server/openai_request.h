@@ -5,6 +5,10 @@
 // the caller passes to BuildRequest. What a chat format makes of tools (the
 // prompt, the call syntax, the grammar) is the runtime's
 // (kvshare/runtime/chat_template.h); this layer reads OpenAI's JSON.
+// Files: openai_request.cc (the body, sampling fields, the prompt),
+// request_fields.* (typed field readers), request_messages.* (messages),
+// request_tools.* (tools, tool_choice), response_format.* (response_format),
+// build_request.cc (BuildRequest).
 //
 // Accepted (both endpoints): model (the served id; absent: the served model),
 // stream, stream_options.include_usage (only with stream), max_tokens,
