@@ -129,12 +129,12 @@ void BM_GrammarMaskLazy(benchmark::State& state) {
     state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
     return;
   }
-  const LazyTool tool{.function = {.name = "get_weather",
+  const OfferedTool tool{.function = {.name = "get_weather",
                                    .description = "Current weather in a city",
                                    .parameters = R"({"type": "object", "properties": {"city": {"type": "string"},
                                        "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]})"},
                       .strict = true};
-  WalkDocument(state, v, LazyToolCallGrammar(std::span<const LazyTool>(&tool, 1), ToolCallSyntax::kJson, false),
+  WalkDocument(state, v, LazyToolCallGrammar(std::span<const OfferedTool>(&tool, 1), ToolCallSyntax::kJson, false),
                kLorem + "\n{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
                         "\"unit\": \"celsius\"}}}");
 }
@@ -147,8 +147,8 @@ void BM_GrammarMatcherStartLazy(benchmark::State& state) {
     state.SkipWithError("no default model (KVSHARE_MODEL, or the model directory of tests/model_default_path.h)");
     return;
   }
-  const LazyTool tool{.function = {.name = "get_weather", .parameters = R"({"type": "object"})"}, .strict = true};
-  const auto grammar = LazyToolCallGrammar(std::span<const LazyTool>(&tool, 1), ToolCallSyntax::kJson, false);
+  const OfferedTool tool{.function = {.name = "get_weather", .parameters = R"({"type": "object"})"}, .strict = true};
+  const auto grammar = LazyToolCallGrammar(std::span<const OfferedTool>(&tool, 1), ToolCallSyntax::kJson, false);
   for (auto _ : state) {
     GrammarMatcher m(grammar, v.trie, {v.tok->eos_id()});
     benchmark::DoNotOptimize(&m);

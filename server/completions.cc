@@ -75,7 +75,7 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   const auto t0 = std::chrono::steady_clock::now();
   auto fmt = std::make_unique<CompletionFormatter>(cr, NewId(chat ? "chatcmpl-" : "cmpl-"), UnixNow(), ctx.model_id, *tok);
   if (chat && ctx.chat) {
-    if (auto parsing = ToolCallParsing(cr, ctx.chat->format())) fmt->EnableToolCalls(std::move(*parsing));
+    if (auto offer = OfferedTools(cr)) fmt->EnableToolCalls(ToolCallParsing(ctx.chat->format(), *offer));
   }
   const int fd = FindConnectionSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   auto log_done = [this, id, chat, prompt_tokens, t0](const RequestEvent& e, bool stream, bool gone) {

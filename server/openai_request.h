@@ -2,7 +2,13 @@
 // /v1/completions) into what the scheduler needs, with OpenAI's error
 // wording. Every problem throws ApiError (api_error.h) naming the parameter;
 // nothing here touches the model except through the tokenizer and template
-// the caller passes to BuildRequest.
+// the caller passes to BuildRequest. What a chat format makes of tools (the
+// prompt, the call syntax, the grammar) is the runtime's
+// (kvshare/runtime/chat_template.h); this layer reads OpenAI's JSON.
+// Files: openai_request.cc (the body, sampling fields, the prompt),
+// request_fields.* (typed field readers), request_messages.* (messages),
+// request_tools.* (tools, tool_choice), response_format.* (response_format),
+// build_request.cc (BuildRequest).
 //
 // Accepted (both endpoints): model (the served id; absent: the served model),
 // stream, stream_options.include_usage (only with stream), max_tokens,
@@ -30,7 +36,7 @@
 // (tool_call_id required, content). How they are written and read back:
 // kvshare/runtime/chat_template.h and kvshare/runtime/tool_calls.h; "required" and a named
 // function are enforced by a grammar (see BuildRequest); under "auto", strict
-// tools by a lazy grammar from the call's opening on (AutoToolCallGrammar). Not with a
+// tools by a lazy grammar from the call's opening on (ChatTemplate::ToolCallGrammar). Not with a
 // response_format other than text.
 // Completions: prompt (a string, token ids, or a one-element array of
 // either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
@@ -56,11 +62,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvshare/runtime/chat_message.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/scheduler.h"
-#include "kvshare/tokenizer/tokenizer.h"
 #include "kvshare/runtime/tool_calls.h"
+#include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare::server {
 
@@ -87,12 +94,8 @@ struct CompletionRequest {
     std::string schema;  // the JSON Schema as JSON text; empty: none (json_object: any object)
     bool strict = false; // json_schema.strict (the schema is enforced either way)
   } response_format;
-  // Tools (chat).
-  struct Tool {
-    ToolFunction function;
-    bool strict = false;  // function.strict: parameters checked to compile as a grammar
-  };
-  std::vector<Tool> tools;
+  // Tools (chat); strict: function.strict, its parameters checked to compile as a grammar.
+  std::vector<OfferedTool> tools;
   struct ToolChoice {
     enum class Mode { kAuto, kNone, kRequired, kFunction } mode = Mode::kAuto;
     std::string name;  // kFunction
@@ -106,26 +109,10 @@ struct CompletionRequest {
 // not "none").
 bool OffersTools(const CompletionRequest& req);
 
-// How to read the reply of a request that offers tools: the JSON convention
-// for gemma and for a forced call ("required", a named function: the grammar
-// writes JSON), Gemma 4's own markers otherwise; only the offered names.
-// nullopt: the request offers no tools (the reply is all content).
-std::optional<ToolCallParserOptions> ToolCallParsing(const CompletionRequest& req, ChatFormat format);
-
-// The JSON Schema that forces one call in the JSON convention:
-// {"tool_call": {"name": <one of the offered names, or the named one>,
-// "arguments": <the tool's parameters; {} when it has none; any object when
-// they do not compile as a grammar and the tool is not strict>}}.
-std::string ForcedToolCallSchema(const CompletionRequest& req);
-
-struct ModelContext;
-// tool_choice "auto" with at least one strict tool: the lazy grammar of
-// LazyToolCallGrammar over all the offered tools (strict ones' arguments
-// enforced) in the syntax ToolCallParsing reads, with the tokenizer's Gemma 4
-// call markers. Null otherwise (free text, as without strict tools). Throws
-// ApiError 400 invalid_schema when a strict tool cannot be enforced in that
-// syntax (Gemma 4: a property name with ':').
-std::shared_ptr<const Grammar> AutoToolCallGrammar(const CompletionRequest& req, const ModelContext& ctx);
+// The request's tools as the runtime takes them (tool_choice "auto",
+// "required" or a named function, parallel_tool_calls); nullopt when it
+// offers none (OffersTools false).
+std::optional<ToolOffer> OfferedTools(const CompletionRequest& req);
 
 struct RequestParsing {
   // OpenAI's strictness: unknown fields are a 400, `model` is required.
@@ -159,8 +146,9 @@ struct ModelContext {
 // random seed is drawn when none was given. response_format's schema is
 // compiled into RequestOptions::grammar (400 invalid_schema naming what is
 // unsupported or wrong). With tools offered: they are written into the
-// prompt, the format's tool stop tokens end generation, and tool_choice
-// "required" or a named function sets the grammar of ForcedToolCallSchema.
+// prompt, the format's tool stop tokens end generation, and the grammar is
+// ChatTemplate::ToolCallGrammar's (400 invalid_schema when the call cannot be
+// enforced).
 RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx);
 
 }  // namespace kvshare::server

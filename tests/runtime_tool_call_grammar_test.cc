@@ -49,8 +49,8 @@ bool ValidLookup(const std::string& arguments) {
   return (a["k"] == "a" || a["k"] == "b") && a["n"].is_number_integer();
 }
 
-std::vector<LazyTool> LookupTool(bool strict) {
-  return {LazyTool{{"lookup", "Look a key up", kLookupSchema}, strict}};
+std::vector<OfferedTool> LookupTool(bool strict) {
+  return {OfferedTool{{"lookup", "Look a key up", kLookupSchema}, strict}};
 }
 
 bool Bit(const std::vector<std::uint64_t>& m, std::int32_t id) { return (m[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1; }
@@ -317,7 +317,7 @@ TEST(GemmaJsonToolGrammar, ForcedOpeningGivesAValidCallUnderRandomLogits) {
 }
 
 TEST(ToolCallGrammar, GemmaNotationRefusesKeysItCannotWrite) {
-  const std::vector<LazyTool> bad = {LazyTool{{"f", "", R"({"type": "object", "properties": {"a:b": {}}})"}, true}};
+  const std::vector<OfferedTool> bad = {OfferedTool{{"f", "", R"({"type": "object", "properties": {"a:b": {}}})"}, true}};
   EXPECT_THROW(LazyToolCallGrammar(bad, ToolCallSyntax::kGemma4, true), Error);
   EXPECT_NO_THROW(LazyToolCallGrammar(bad, ToolCallSyntax::kJson, true));
   EXPECT_THROW(LazyToolCallGrammar({}, ToolCallSyntax::kJson, true), Error);

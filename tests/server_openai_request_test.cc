@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -380,24 +381,27 @@ TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
   const CompletionRequest none = ParseCompletionRequest(
       Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "none"}}), true);
   EXPECT_FALSE(OffersTools(none));
-  EXPECT_FALSE(ToolCallParsing(none, ChatFormat::kGemma));
+  EXPECT_FALSE(OfferedTools(none));
   EXPECT_EQ(BuildRequest(none, f.ctx(true, 4096)).prompt, BuildRequest(plain, f.ctx(true, 4096)).prompt);
 
   const CompletionRequest autos = ParseCompletionRequest(Chat({{"messages", msgs}, {"tools", {WeatherTool()}}}), true);
   const RequestOptions a = BuildRequest(autos, f.ctx(true, 4096));
   EXPECT_GT(a.prompt.size(), without.prompt.size() + 100);  // the tool list is in the prompt
   EXPECT_EQ(a.grammar, nullptr);
-  auto parsing = ToolCallParsing(autos, ChatFormat::kGemma4);
-  ASSERT_TRUE(parsing);
-  EXPECT_EQ(parsing->syntax, ToolCallSyntax::kGemma4);
-  EXPECT_EQ(parsing->names, std::vector<std::string>{"get_weather"});
+  const std::optional<ToolOffer> offer = OfferedTools(autos);
+  ASSERT_TRUE(offer);
+  EXPECT_EQ(offer->choice, ToolOffer::Choice::kAuto);
+  const ToolCallParserOptions parsing = ToolCallParsing(ChatFormat::kGemma4, *offer);
+  EXPECT_EQ(parsing.syntax, ToolCallSyntax::kGemma4);
+  EXPECT_EQ(parsing.names, std::vector<std::string>{"get_weather"});
 
   const CompletionRequest req = ParseCompletionRequest(
       Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "required"}}), true);
   EXPECT_NE(BuildRequest(req, f.ctx(true, 4096)).grammar, nullptr);
   // A forced call is written by the grammar in the JSON convention, for gemma4 too.
-  EXPECT_EQ(ToolCallParsing(req, ChatFormat::kGemma4)->syntax, ToolCallSyntax::kJson);
-  EXPECT_EQ(json::parse(ForcedToolCallSchema(req)),
+  const ToolOffer forced = *OfferedTools(req);
+  EXPECT_EQ(ToolCallParsing(ChatFormat::kGemma4, forced).syntax, ToolCallSyntax::kJson);
+  EXPECT_EQ(json::parse(ForcedToolCallSchema(forced)),
             json::parse(R"({"type":"object","additionalProperties":false,"required":["tool_call"],"properties":{)"
                         R"("tool_call":{"type":"object","additionalProperties":false,"required":["name","arguments"],)"
                         R"("properties":{"name":{"const":"get_weather"},"arguments":)" +

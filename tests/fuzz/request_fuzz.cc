@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,12 +45,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       } catch (const kvshare::Error&) {  // BuildRequest: 400 invalid_schema
       }
     }
-    std::vector<kvshare::LazyTool> tools;  // BuildRequest's lazy grammar under tool_choice "auto"
-    for (const auto& t : req.tools) tools.push_back({t.function, t.strict});
+    // ChatTemplate::ToolCallGrammar's grammars (BuildRequest): the lazy one
+    // under tool_choice "auto" in both syntaxes, the forced call's schema.
     for (kvshare::ToolCallSyntax syntax : {kvshare::ToolCallSyntax::kJson, kvshare::ToolCallSyntax::kGemma4}) {
-      if (tools.empty()) break;
+      if (req.tools.empty()) break;
       try {
-        (void)kvshare::LazyToolCallGrammar(tools, syntax, req.parallel_tool_calls);
+        (void)kvshare::LazyToolCallGrammar(req.tools, syntax, req.parallel_tool_calls);
+      } catch (const kvshare::Error&) {  // BuildRequest: 400 invalid_schema
+      }
+    }
+    if (const std::optional<kvshare::ToolOffer> offer = kvshare::server::OfferedTools(req); offer && offer->forced()) {
+      try {
+        (void)kvshare::CompileJsonSchema(kvshare::ForcedToolCallSchema(*offer));
       } catch (const kvshare::Error&) {  // BuildRequest: 400 invalid_schema
       }
     }

@@ -50,14 +50,24 @@
 //           {"tool_response": {"name": …, "content": …}}.
 // A model file without a template gets plain completion; a template that is
 // none of the above also gets plain completion, and the caller should warn.
+//
+// Each format is one family in src/runtime/chat/ (none.cc, gemma.cc,
+// gemma4.cc): its rendering, its marker tokens, its tool stop token and the
+// syntax its calls are read and constrained in.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "kvshare/grammar/grammar.h"
+#include "kvshare/runtime/chat_message.h"
+#include "kvshare/runtime/tool_calls.h"
 
 namespace kvshare {
 
@@ -108,29 +118,7 @@ ChatFormatChoice ChooseChatFormat(std::optional<std::string_view> file_template,
 // The same with the template read from `file`'s tokenizer.chat_template.
 ChatFormatChoice ChooseChatFormat(const GgufFile& file, std::optional<std::string_view> name = std::nullopt);
 
-// ---- Formatting ----
-
-// One function call of an assistant message (OpenAI's tool_calls[i]).
-struct ToolCall {
-  std::string id;         // "call_..." (may be empty)
-  std::string name;
-  std::string arguments;  // JSON text, normally an object ("" means {})
-};
-
-// A function the model may call (OpenAI's tools[i].function).
-struct ToolFunction {
-  std::string name;
-  std::string description;
-  std::string parameters;  // JSON Schema of the arguments as JSON text; empty: none
-};
-
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant", "model" or "tool"
-  std::string content;
-  std::vector<ToolCall> tool_calls;  // assistant: the calls it made
-  std::string tool_call_id;          // tool: the call this message answers
-  std::string name;                  // tool: the function's name, when known
-};
+// ---- Formatting (ChatMessage, ToolFunction: kvshare/runtime/chat_message.h) ----
 
 struct ChatTemplateOptions {
   // End with the format's generation prompt so the model writes the next turn.
@@ -159,6 +147,15 @@ struct ChatTemplateOptions {
 // Throws kvshare::Error for a "tool" message without tool_call_id.
 std::string FormatChat(ChatFormat format, std::span<const ChatMessage> messages,
                        const ChatTemplateOptions& options = {});
+
+// ---- Tools offered in a request (kvshare/runtime/tool_calls.h ToolOffer) ----
+
+// How to read the reply of a request that makes `offer` in `format`: the
+// JSON convention for gemma (and none) and for a forced call (kRequired,
+// kFunction: the grammar writes JSON, see ChatTemplate::ToolCallGrammar),
+// Gemma 4's own markers for gemma4 under kAuto; only the offered names (for
+// kFunction only its name).
+ToolCallParserOptions ToolCallParsing(ChatFormat format, const ToolOffer& offer);
 
 // A chat format bound to a tokenizer: encodes conversations and knows the
 // format's end-of-turn token. Immutable; the tokenizer must outlive it.
@@ -189,6 +186,18 @@ class ChatTemplate {
   // "<|tool_response>" (the model hands over after its calls), when the
   // vocabulary has it; none for the other formats.
   std::vector<std::int32_t> ToolStopTokens() const;
+  // The grammar that holds the reply of a request making `offer`:
+  //   kRequired, kFunction: CompileJsonSchema(ForcedToolCallSchema(offer)),
+  //     one call in the JSON convention (every format);
+  //   kAuto with at least one strict tool: LazyToolCallGrammar over all the
+  //     offered tools in the syntax ToolCallParsing reads, with this
+  //     vocabulary's call markers when they are control tokens (gemma4:
+  //     "<|tool_call>", "<tool_call|>", "<|\"|>");
+  //   kAuto without strict tools: null (free text; calls are parsed as they come).
+  // Throws kvshare::Error when the call cannot be enforced (a strict tool's
+  // parameters do not compile, or use a property name Gemma 4's notation
+  // cannot write: one with ':').
+  std::shared_ptr<const Grammar> ToolCallGrammar(const ToolOffer& offer) const;
   // Ids that close a model turn before the next user turn is appended to a
   // cached conversation: the end-of-turn token (unless the model already wrote
   // it, `ended_with_end_of_turn`), then "\n". Empty for kNone.
@@ -199,6 +208,9 @@ class ChatTemplate {
   const Tokenizer* tokenizer_;
   std::int32_t end_of_turn_ = -1;
   std::int32_t tool_response_ = -1;
+  // The format's call markers that the vocabulary has as control tokens,
+  // with their text (LazyToolCallGrammar's marker_tokens).
+  std::vector<std::pair<std::int32_t, std::string>> tool_call_markers_;
 };
 
 }  // namespace kvshare

@@ -1,8 +1,9 @@
 // kvshare/runtime/tool_calls.h — function calls in model output: the JSON convention
-// used where a model has no tool format of its own (Gemma 2 / 3), and a
-// streaming parser that splits a reply into text and calls (runtime layer;
-// the server's tools / tool_calls build on it, the prompt side is in
-// kvshare/runtime/chat_template.h).
+// used where a model has no tool format of its own (Gemma 2 / 3), a
+// streaming parser that splits a reply into text and calls, and the grammars
+// that hold a call to the offered tools (runtime layer, src/runtime/chat/;
+// the server's tools / tool_calls build on it, the prompt side and the choice
+// per chat format are in kvshare/runtime/chat_template.h).
 //
 // JSON convention (ChatFormat::kGemma; also what a grammar forces for gemma4,
 // whose call markers are control tokens that the grammar cannot emit): the
@@ -29,8 +30,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/grammar/grammar.h"
+#include "kvshare/runtime/chat_message.h"
 
 namespace kvshare {
 
@@ -98,12 +99,35 @@ class ToolCallParser {
 // JSON arguments; false when it does not parse.
 bool ParseGemma4Call(std::string_view body, ToolCall& out);
 
-// A tool offered under tool_choice "auto": `strict` ones have their
-// arguments enforced, the others take any object.
-struct LazyTool {
+// A tool offered to the model (OpenAI's tools[i]): `strict` ones have their
+// arguments held to their parameters by the grammars below, the others take
+// any object (a tool without parameters takes {} only either way).
+struct OfferedTool {
   ToolFunction function;
   bool strict = false;
 };
+
+// What a request offers: its tools (non-empty) and how the model must use
+// them (OpenAI's tool_choice other than "none", and parallel_tool_calls).
+struct ToolOffer {
+  std::vector<OfferedTool> tools;
+  enum class Choice {
+    kAuto,      // the model may call any of them, or answer in text
+    kRequired,  // it must call one of them
+    kFunction,  // it must call `function`
+  };
+  Choice choice = Choice::kAuto;
+  std::string function;  // kFunction: the name of one of `tools`
+  bool parallel = true;  // several calls in one reply
+  // kRequired and kFunction: the reply must be a call.
+  bool forced() const { return choice != Choice::kAuto; }
+};
+
+// The JSON Schema (JSON text) that forces one call in the JSON convention:
+// {"tool_call": {"name": <one of the offered names, or the kFunction one>,
+// "arguments": <the tool's parameters; {} when it has none; any object when
+// they do not compile as a grammar and the tool is not strict>}}.
+std::string ForcedToolCallSchema(const ToolOffer& offer);
 
 // The lazy grammar (kvshare/grammar/grammar.h LazyGrammar) of calls under
 // tool_choice "auto": free text until the call's opening, then one call to
@@ -122,7 +146,8 @@ struct LazyTool {
 // "<tool_call|>" and "<|\"|>" with their text (kGemma4; TokenTrie leaves
 // control tokens out). Throws kvshare::Error for no tools, or a strict
 // tool's parameters that do not compile (the message names the tool).
-std::shared_ptr<const Grammar> LazyToolCallGrammar(std::span<const LazyTool> tools, ToolCallSyntax syntax, bool parallel,
+std::shared_ptr<const Grammar> LazyToolCallGrammar(std::span<const OfferedTool> tools, ToolCallSyntax syntax,
+                                                   bool parallel,
                                                    std::vector<std::pair<std::int32_t, std::string>> marker_tokens = {});
 
 }  // namespace kvshare

@@ -1,0 +1,22 @@
+// The chat endpoint's messages (OpenAI's shapes: roles system / developer /
+// user / assistant / tool, content a string or text parts, an assistant's
+// tool_calls, a tool message's tool_call_id) read into ChatMessage.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvshare/runtime/chat_message.h"
+#include "openai_request.h"
+
+namespace kvshare::server {
+
+// body["messages"]: a non-empty array; "developer" becomes "system". Throws
+// ApiError 400 naming the message and field; unknown fields of a message go
+// through Unknown (request_fields.h).
+std::vector<ChatMessage> ParseMessages(const nlohmann::json& body, const RequestParsing& o,
+                                       std::vector<std::string>& ignored);
+
+}  // namespace kvshare::server

@@ -1,0 +1,129 @@
+// Chat templates (include/kvshare/runtime/chat_template.h): a conversation
+// written by its format's family (family.h) and encoded with a tokenizer,
+// and the format's marker, stop and tool-call marker tokens.
+#include "kvshare/runtime/chat_template.h"
+
+#include <string>
+#include <vector>
+
+#include "kvshare/common/error.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "runtime/chat/family.h"
+
+namespace kvshare {
+namespace chat {
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+void BadRole(ChatFormat format, std::size_t i, const std::string& role) {
+  throw Error("chat template " + std::string(ChatFormatName(format)) + ": messages[" + std::to_string(i) +
+              "].role must be \"system\", \"user\", \"assistant\", \"model\" or \"tool\", got \"" + role +
+              "\"");
+}
+
+void CheckToolMessages(ChatFormat format, std::span<const ChatMessage> messages) {
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role == "tool" && messages[i].tool_call_id.empty()) {
+      throw Error("chat template " + std::string(ChatFormatName(format)) + ": messages[" + std::to_string(i) +
+                  "] (role \"tool\") has no tool_call_id: it must name the call it answers");
+    }
+  }
+}
+
+std::string ToolResponseName(std::span<const ChatMessage> messages, std::size_t i) {
+  std::size_t j = i;
+  while (j > 0 && messages[j - 1].role == "tool") --j;
+  if (j > 0) {
+    for (const ToolCall& c : messages[j - 1].tool_calls) {
+      if (c.id == messages[i].tool_call_id) return c.name;
+    }
+  }
+  return messages[i].name.empty() ? "unknown" : messages[i].name;
+}
+
+const Family& FamilyOf(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::kNone: return NoneFamily();
+    case ChatFormat::kGemma: return GemmaFamily();
+    case ChatFormat::kGemma4: return Gemma4Family();
+  }
+  return NoneFamily();
+}
+
+}  // namespace chat
+
+namespace {
+
+std::vector<chat::Segment> BuildSegments(ChatFormat format, std::span<const ChatMessage> messages,
+                                         const ChatTemplateOptions& options, bool bos_text) {
+  chat::Segments out;
+  if (bos_text) out.Markup("<bos>");
+  chat::FamilyOf(format).render(messages, options, out);
+  return out.Take();
+}
+
+}  // namespace
+
+std::string FormatChat(ChatFormat format, std::span<const ChatMessage> messages, const ChatTemplateOptions& options) {
+  std::string out;
+  for (const chat::Segment& s : BuildSegments(format, messages, options, options.bos_text)) out += s.text;
+  return out;
+}
+
+ChatTemplate::ChatTemplate(ChatFormat format, const Tokenizer& tokenizer) : format_(format), tokenizer_(&tokenizer) {
+  const chat::Family& family = chat::FamilyOf(format);
+  for (std::string_view m : family.markers) {
+    if (!tokenizer.TokenId(m)) {
+      throw Error("chat template " + std::string(ChatFormatName(format)) + " needs the token \"" + std::string(m) +
+                  "\", which this model's vocabulary does not have: the model does not use this format; choose "
+                  "another chat template (or none for plain completion)");
+    }
+  }
+  if (!family.markers.empty()) end_of_turn_ = *tokenizer.TokenId(family.markers.front());
+  if (!family.tool_stop.empty()) tool_response_ = tokenizer.TokenId(family.tool_stop).value_or(-1);
+  for (std::string_view m : family.tool_call_markers) {
+    // Control tokens: TokenTrie has no text for them, the lazy grammar is told it.
+    if (auto id = tokenizer.TokenId(m); id && tokenizer.TokenBytes(*id).empty()) {
+      tool_call_markers_.emplace_back(*id, std::string(m));
+    }
+  }
+}
+
+std::vector<std::int32_t> ChatTemplate::Encode(std::span<const ChatMessage> messages,
+                                               const ChatTemplateOptions& options) const {
+  std::vector<std::int32_t> ids;
+  if (options.add_bos && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
+  for (const chat::Segment& s : BuildSegments(format_, messages, options, /*bos_text=*/false)) {
+    const auto part = tokenizer_->Encode(
+        s.text, {.add_bos = false, .add_eos = false, .parse_special = s.markup || options.parse_special_in_content});
+    ids.insert(ids.end(), part.begin(), part.end());
+  }
+  return ids;
+}
+
+std::vector<std::int32_t> ChatTemplate::StopTokens() const {
+  if (end_of_turn_ < 0) return {};
+  return {end_of_turn_};
+}
+
+std::vector<std::int32_t> ChatTemplate::ToolStopTokens() const {
+  if (tool_response_ < 0) return {};
+  return {tool_response_};
+}
+
+std::vector<std::int32_t> ChatTemplate::CloseModelTurn(bool ended_with_end_of_turn) const {
+  if (chat::FamilyOf(format_).markers.empty()) return {};  // plain completion: no turns
+  std::vector<std::int32_t> ids;
+  if (!ended_with_end_of_turn) ids.push_back(end_of_turn_);
+  const auto nl = tokenizer_->Encode("\n", {.add_bos = false, .add_eos = false, .parse_special = false});
+  ids.insert(ids.end(), nl.begin(), nl.end());
+  return ids;
+}
+
+}  // namespace kvshare
