@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "kvshare/common/error.h"
-#include "runtime/spec_round.h"
+#include "runtime/speculative/spec_round.h"
 
 namespace kvshare {
 namespace {

@@ -1,5 +1,5 @@
-// Streaming a row's tokens and ending requests (scheduler_completion.h).
-#include "runtime/scheduler_completion.h"
+// Streaming a row's tokens and ending requests (scheduler/completion.h).
+#include "runtime/scheduler/completion.h"
 
 #include <algorithm>
 #include <cstddef>

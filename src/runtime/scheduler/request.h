@@ -2,9 +2,9 @@
 // Submit to its last event, the slots (KV-cache rows) that serve requests,
 // and what the stepping thread shares with the threads that submit, cancel
 // and read stats. The parts of a step work on these: admission
-// (scheduler_admission.h), planning (scheduler_step.h), speculation
-// (scheduler_drafts.h), sampling (scheduler_sample.h) and completion
-// (scheduler_completion.h). Internal to src/runtime.
+// (scheduler/admission.h), planning (scheduler/step.h), speculation
+// (scheduler/drafts.h), sampling (scheduler/sample.h) and completion
+// (scheduler/completion.h). Internal to src/runtime.
 #pragma once
 
 #include <atomic>
@@ -24,7 +24,7 @@
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "runtime/spec_round.h"
+#include "runtime/speculative/spec_round.h"
 #include "runtime/text_release.h"
 
 namespace kvshare::detail {

@@ -1,8 +1,8 @@
 // Continuous batching over one multi-row ModelState (kvshare/runtime/scheduler.h).
-// A step meets its parts in this order: admission (scheduler_admission.h),
-// planning (scheduler_step.h), speculation (scheduler_drafts.h), sampling
-// (scheduler_sample.h) and completion (scheduler_completion.h); the types
-// they share are in scheduler_request.h. This file runs them in turn and
+// A step meets its parts in this order: admission (scheduler/admission.h),
+// planning (scheduler/step.h), speculation (scheduler/drafts.h), sampling
+// (scheduler/sample.h) and completion (scheduler/completion.h); the types
+// they share are in scheduler/request.h. This file runs them in turn and
 // keeps the counters.
 #include "kvshare/runtime/scheduler.h"
 
@@ -17,12 +17,12 @@
 
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
-#include "runtime/scheduler_admission.h"
-#include "runtime/scheduler_completion.h"
-#include "runtime/scheduler_drafts.h"
-#include "runtime/scheduler_request.h"
-#include "runtime/scheduler_sample.h"
-#include "runtime/scheduler_step.h"
+#include "runtime/scheduler/admission.h"
+#include "runtime/scheduler/completion.h"
+#include "runtime/scheduler/drafts.h"
+#include "runtime/scheduler/request.h"
+#include "runtime/scheduler/sample.h"
+#include "runtime/scheduler/step.h"
 
 namespace kvshare {
 namespace {

@@ -13,7 +13,7 @@
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "runtime/scheduler_request.h"
+#include "runtime/scheduler/request.h"
 
 namespace kvshare::detail {
 

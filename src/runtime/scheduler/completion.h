@@ -10,8 +10,8 @@
 
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "runtime/scheduler_request.h"
-#include "runtime/scheduler_sample.h"
+#include "runtime/scheduler/request.h"
+#include "runtime/scheduler/sample.h"
 
 namespace kvshare::detail {
 

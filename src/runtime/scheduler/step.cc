@@ -1,5 +1,5 @@
-// What a scheduler step feeds, and what it did to the rows (scheduler_step.h).
-#include "runtime/scheduler_step.h"
+// What a scheduler step feeds, and what it did to the rows (scheduler/step.h).
+#include "runtime/scheduler/step.h"
 
 #include <algorithm>
 

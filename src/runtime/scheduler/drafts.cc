@@ -1,10 +1,10 @@
-// Drafting and keeping accepted drafts in the scheduler (scheduler_drafts.h).
-#include "runtime/scheduler_drafts.h"
+// Drafting and keeping accepted drafts in the scheduler (scheduler/drafts.h).
+#include "runtime/scheduler/drafts.h"
 
 #include <algorithm>
 #include <span>
 
-#include "runtime/spec_round.h"
+#include "runtime/speculative/spec_round.h"
 
 namespace kvshare::detail {
 

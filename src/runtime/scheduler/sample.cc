@@ -1,12 +1,12 @@
-// A decoding row's tokens from its logits (scheduler_sample.h).
-#include "runtime/scheduler_sample.h"
+// A decoding row's tokens from its logits (scheduler/sample.h).
+#include "runtime/scheduler/sample.h"
 
 #include <algorithm>
 #include <string>
 
 #include "kvshare/common/error.h"
 #include "runtime/log_softmax.h"
-#include "runtime/spec_round.h"
+#include "runtime/speculative/spec_round.h"
 
 namespace kvshare::detail {
 namespace {

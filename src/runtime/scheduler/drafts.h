@@ -13,8 +13,8 @@
 
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/scheduler.h"
-#include "runtime/scheduler_request.h"
-#include "runtime/scheduler_sample.h"
+#include "runtime/scheduler/request.h"
+#include "runtime/scheduler/sample.h"
 
 namespace kvshare::detail {
 

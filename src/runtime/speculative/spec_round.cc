@@ -1,4 +1,4 @@
-#include "runtime/spec_round.h"
+#include "runtime/speculative/spec_round.h"
 
 #include <algorithm>
 #include <cmath>

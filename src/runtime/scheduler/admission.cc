@@ -1,5 +1,5 @@
-// Admission of requests to the scheduler's slots (scheduler_admission.h).
-#include "runtime/scheduler_admission.h"
+// Admission of requests to the scheduler's slots (scheduler/admission.h).
+#include "runtime/scheduler/admission.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kvshare/common/error.h"
-#include "runtime/scheduler_completion.h"
+#include "runtime/scheduler/completion.h"
 
 namespace kvshare::detail {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "runtime/scheduler_request.h"
+#include "runtime/scheduler/request.h"
 
 namespace kvshare::detail {
 
@@ -33,7 +33,7 @@ struct RowOutcome {
 // r's tokens from its logits rows: [1 + drafts.size(), V], the pending
 // token's row then each draft's. Stops after a token that ends r (max_tokens,
 // or an end token unless ignore_eos; stop strings are found when the text is
-// released, scheduler_completion.h). Thread-safe across slots: each request
+// released, scheduler/completion.h). Thread-safe across slots: each request
 // has its own sampler and history, which the tokens are appended to. Errors
 // land in out.error, not thrown.
 void SampleRow(const Tokenizer& tok, Request& r, std::span<const float> rows, std::size_t V,

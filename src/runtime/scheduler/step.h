@@ -1,6 +1,6 @@
 // Step planning (kvshare/runtime/scheduler.h, item 3 of a step): what one
 // Model::ForwardBatch feeds: every decoding row's pending token first (then
-// its drafts, scheduler_drafts.h), then prompt chunks of the rows still
+// its drafts, scheduler/drafts.h), then prompt chunks of the rows still
 // reading their prompt, in admission order, until the step holds
 // step_tokens tokens; and, once the forward pass ran, what it did to each
 // row. Stepping thread. Internal to src/runtime.
@@ -13,7 +13,7 @@
 
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/scheduler.h"
-#include "runtime/scheduler_request.h"
+#include "runtime/scheduler/request.h"
 
 namespace kvshare::detail {
 
