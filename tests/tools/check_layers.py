@@ -9,7 +9,9 @@
   their own folder's, never src/.
 
 Exits 1 and names every include that breaks the rule (file, line, what it
-reaches, why). Run by ctest as `layers`.
+reaches, why). Run by ctest as `layers`. With --graph it also prints, per
+folder, the layers its #include lines reach (internal headers named), bottom
+to top: the include graph docs/architecture.md §1 shows.
 """
 import re
 import sys
@@ -58,7 +60,30 @@ def check_file(path: Path, layer: str, kind: str, errors: list):
                 errors.append(f"{rel}:{line}: \"{inc}\" climbs from {layer} to {parts[0]}")
 
 
+def graph() -> None:
+    """Per layer (its src/ folder and its public headers): the other layers its files include, public
+    (kvshare/<layer>/) or internal ([names])."""
+    places = [(f, [ROOT / "src" / f, ROOT / "include" / "kvshare" / f])
+              for f in sorted(SRC_FOLDERS, key=lambda f: RANK.get(f, 99))]
+    places += [(layer, [folder]) for layer, folder in FRONT_ENDS.items()]
+    for name, folders in places:
+        reached = {}
+        for path in (p for folder in folders if folder.is_dir() for p in files(folder)):
+            for _, inc in includes(path):
+                parts = inc.split("/")
+                if parts[0] == "kvshare" and len(parts) == 3 and parts[1] != name:
+                    reached.setdefault(parts[1], set())
+                elif parts[0] in SRC_FOLDERS and len(parts) > 1 and parts[0] != name:
+                    reached.setdefault(parts[0], set()).add("/".join(parts[1:]))
+        text = ", ".join(f"{k} [{', '.join(sorted(v))}]" if v else k
+                         for k, v in sorted(reached.items(), key=lambda kv: RANK.get(kv[0], 99)))
+        label = name if name in FRONT_ENDS else f"src/{name}"
+        print(f"{label:15s}-> {text or '(nothing)'}")
+
+
 def main() -> int:
+    if "--graph" in sys.argv[1:]:
+        graph()
     errors = []
     for folder in sorted(SRC_FOLDERS):
         if folder not in RANK:
