@@ -151,20 +151,14 @@ void DequantQ5_K(const BlockQ5_K* b, float* y, std::int64_t nb) {
 void DequantQ6_K(const BlockQ6_K* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
-    const std::uint8_t* ql = b[i].ql;
-    const std::uint8_t* qh = b[i].qh;
     const std::int8_t* sc = b[i].scales;
-    for (int n = 0; n < 2; ++n, y += 128, ql += 64, qh += 32, sc += 8) {
+    for (int n = 0; n < 2; ++n, y += 128, sc += 8) {
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
-        const int q1 = static_cast<int>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = static_cast<int>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(Q6KCode(b[i], n, 0, l) - 32);
+        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(Q6KCode(b[i], n, 1, l) - 32);
+        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(Q6KCode(b[i], n, 2, l) - 32);
+        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(Q6KCode(b[i], n, 3, l) - 32);
       }
     }
   }

@@ -207,6 +207,13 @@ inline void Q4KScaleMin(int j, const std::uint8_t* s, std::uint8_t* sc, std::uin
   }
 }
 
+// Q6_K's 6-bit code (value + 32, 0..63) of element 128n + 32k + l (n < 2,
+// k < 4, l < 32): the low 4 bits are nibble k / 2 of ql[64n + 32 (k % 2) + l],
+// the high 2 bits 2k of qh[32n + l]. Element = d * scales[e / 16] * (code - 32).
+inline int Q6KCode(const BlockQ6_K& b, int n, int k, int l) {
+  return ((b.ql[64 * n + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF) | (((b.qh[32 * n + l] >> (2 * k)) & 3) << 4);
+}
+
 // Q3_K's 6-bit scale of group g (0..15), unpacked from the 12 scale bytes
 // (without the -32 offset).
 inline int Q3KScale(int g, const std::uint8_t* s) {

@@ -94,13 +94,11 @@ void PackRow(const BlockQ4_K& blk, int t, const Dest& dst) {
 void PackRow(const BlockQ6_K& blk, int t, const Dest& dst) {
   std::uint8_t code[256];  // value + 32, element order
   for (int n = 0; n < 2; ++n) {
-    const std::uint8_t* ql = blk.ql + 64 * n;
-    const std::uint8_t* qh = blk.qh + 32 * n;
     for (int l = 0; l < 32; ++l) {
-      code[128 * n + l] = static_cast<std::uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-      code[128 * n + 32 + l] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-      code[128 * n + 64 + l] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-      code[128 * n + 96 + l] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      code[128 * n + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 0, l));
+      code[128 * n + 32 + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 1, l));
+      code[128 * n + 64 + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 2, l));
+      code[128 * n + 96 + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 3, l));
     }
   }
   for (int k = 0; k < 32; ++k) {
