@@ -59,6 +59,7 @@
 
 #include "common/prefetch.h"
 #include "kvshare/gguf/gguf.h"
+#include "quant/quant.h"
 
 namespace kvshare::detail {
 
@@ -101,6 +102,27 @@ struct PackedWeights {
   const float* dsub = nullptr;
   std::unique_ptr<void, void (*)(void*)> storage{nullptr, std::free};  // owns the planes
 };
+
+// How the packed 32-element types' codes read (avx2/ and avx512/
+// packed_q32.cc, each of which adds its own bias to them):
+// 4-bit indices into a 16-value grid: kIq4Values, or MXFP4's kMxfp4Values.
+template <GgmlType kType>
+inline constexpr bool kPackedGrid =
+    kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
+template <GgmlType kType>
+inline const std::int8_t* PackedGridValues() {
+  return kType == GgmlType::kMXFP4 ? kMxfp4Values : kIq4Values;
+}
+// Signed values (Q8_0's stored + 128, the grids' once looked up) rather than
+// unsigned codes with an offset.
+template <GgmlType kType>
+inline constexpr bool kPackedSigned = kType == GgmlType::kQ8_0 || kPackedGrid<kType>;
+// The unsigned codes' offset, value = code - offset: Q5_0 16, Q4_0 8.
+template <GgmlType kType>
+inline constexpr int kPackedCodeOffset = kPackedSigned<kType> ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
+// Whose scales are the fp32 dsub plane rather than the fp16 d plane.
+template <GgmlType kType>
+inline constexpr bool kPackedFloatScales = kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
 
 // Whether Pack can repack a matrix of this type and row count (a type above,
 // rows a positive multiple of kPackRows).
