@@ -28,8 +28,9 @@ namespace kvshare {
 
 // ggml tensor element types (ids as stored in GGUF). The reader knows every
 // one of them (name, block size and bytes: kGgmlTypes below, so it can
-// validate a file that holds them); the model layer computes with a subset
-// (IsSupportedWeightType in src/quant/quant.h) and refuses the rest at load.
+// validate a file that holds them); the quant layer computes with a subset
+// (its weight-type table, src/quant/weight_types.cc) and model loaders refuse
+// the rest.
 enum class GgmlType : std::uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,
   kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15,
@@ -41,7 +42,8 @@ enum class GgmlType : std::uint32_t {
 // One row of ggml's type table: facts of the GGUF file format (ggml-common.h's
 // block structs), known for every type above, also those kvshare does not
 // compute with. tests/python/test_gguf_dequant.py checks the table against the
-// PyPI gguf package's GGML_QUANT_SIZES.
+// PyPI gguf package's GGML_QUANT_SIZES; the weight types kvshare computes with
+// (src/quant/weight_types.cc) check their block structs against it.
 struct GgmlTypeInfo {
   GgmlType type;
   const char* name;     // "F32", "Q4_K", ...

@@ -85,13 +85,33 @@ struct PlaneBytes {
   std::size_t codes = 0, high = 0, subs = 0, mins = 0, d = 0, dmin = 0, dsub = 0;
   std::size_t Total() const { return codes + high + subs + mins + d + dmin + dsub; }
 };
-PlaneBytes PackedPlaneBytes(GgmlType type);
+// The planes in PlaneBytes order.
+inline constexpr int kPackPlanes = 7;
+
+// Packs `rows` rows (a multiple of kPackRows) of nb blocks at w (ggml layout)
+// into the planes (plane[i] in PlaneBytes order, zeroed; null where the type
+// has none), `sub` packed blocks per block (the type's activation blocks per
+// block: IQ4_XS 8, the others 1). Defined in packed.cc for the blocks with a
+// packed layout, each through its per-row pack function there (IQ4_XS: a
+// loop of its own, one sub-block at a time).
+template <typename Block>
+void PackRows(const Block* w, std::int64_t rows, std::int64_t nb, std::int64_t sub, const PlaneBytes& pb,
+              std::uint8_t* const plane[kPackPlanes]);
+// PackRows with the block type erased.
+using PackFn = void (*)(const void* w, std::int64_t rows, std::int64_t nb, std::int64_t sub, const PlaneBytes& pb,
+                        std::uint8_t* const plane[kPackPlanes]);
+
+// A type's packed layout (its row of quant/weight_types.cc).
+struct PackLayout {
+  PlaneBytes planes;      // per packed block
+  PackFn pack = nullptr;  // null: the type has no packed layout
+};
 
 struct PackedWeights {
   GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K
   std::int64_t rows = 0;            // a multiple of kPackRows
   std::int64_t nb = 0;              // blocks per row (IQ4_XS: its 32-element sub-blocks)
-  PlaneBytes bytes;                 // PackedPlaneBytes(type)
+  PlaneBytes bytes;                 // the type's PackLayout planes
   // The planes (64-byte aligned; null where the type has none).
   const std::uint8_t* codes = nullptr;
   const std::uint8_t* high = nullptr;
@@ -124,8 +144,8 @@ inline constexpr int kPackedCodeOffset = kPackedSigned<kType> ? 0 : kType == Ggm
 template <GgmlType kType>
 inline constexpr bool kPackedFloatScales = kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
 
-// Whether Pack can repack a matrix of this type and row count (a type above,
-// rows a positive multiple of kPackRows).
+// Whether Pack can repack a matrix of this type and row count (a type with a
+// packed layout, rows a positive multiple of kPackRows).
 bool CanPack(GgmlType type, std::int64_t rows);
 
 // The packed copy of `rows` rows of `nb` blocks of `type` at data (ggml
