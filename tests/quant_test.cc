@@ -18,6 +18,7 @@
 #include "hwy/targets.h"
 #include "quant/quant.h"
 #include "quant/kernels/packed.h"
+#include "quant/weight_types.h"
 
 namespace kvshare {
 namespace {
@@ -439,6 +440,14 @@ const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1, 
                            GgmlType::kIQ1_S, GgmlType::kIQ1_M,  GgmlType::kNVFP4, GgmlType::kQ1_0,
                            GgmlType::kQ2_0,  GgmlType::kF32,    GgmlType::kF16,   GgmlType::kBF16};
 
+// Every row of the weight-type table gets the checks below at every level.
+TEST(MatMul, ChecksEveryWeightType) {
+  for (const detail::WeightTypeTraits& t : detail::WeightTypes()) {
+    EXPECT_NE(std::find(std::begin(kTypes), std::end(kTypes), t.type), std::end(kTypes)) << t.name;
+  }
+  EXPECT_EQ(std::size(kTypes), detail::WeightTypes().size());
+}
+
 TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::mt19937 rng(1234);
   ThreadPool pool(3);
@@ -841,7 +850,15 @@ TEST(MatMul, PackRefusesWhatItCannotLayOut) {
   EXPECT_FALSE(detail::CanPack(GgmlType::kQ8_0, 24));
   EXPECT_FALSE(detail::CanPack(GgmlType::kQ8_0, 0));
   EXPECT_TRUE(detail::CanPack(GgmlType::kQ5_0, 32));
-  EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ5_K, 16, 1), Error);
+  try {
+    detail::Pack(w.data(), GgmlType::kQ5_K, 16, 1);
+    ADD_FAILURE() << "Q5_K packed";
+  } catch (const Error& e) {
+    // The packable types from the weight-type table: the packed 32-element
+    // types, then the packed K-quants.
+    EXPECT_STREQ(e.what(), "Pack: cannot repack Q5_K weights of 16 rows and 1 blocks (expected Q8_0, Q4_0, Q5_0, "
+                           "IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K data with a positive multiple of 16 rows)");
+  }
   EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ8_0, 8, 1), Error);
   EXPECT_THROW(detail::Pack(nullptr, GgmlType::kQ8_0, 16, 1), Error);
   // Not packable: returned unchanged, whatever the CPU.

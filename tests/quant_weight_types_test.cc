@@ -23,7 +23,9 @@
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
 #include "kvshare/gguf/model_info.h"
+#include "quant/kernels/packed.h"
 #include "quant/quant.h"
+#include "quant/weight_types.h"
 #include "gguf_writer.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
@@ -93,6 +95,38 @@ TEST(WeightTypes, ReaderKnowsEveryTypeAndReadsItsTensors) {
   std::ostringstream info;
   PrintModelInfo(f, info);
   EXPECT_THAT(info.str(), AllOf(HasSubstr("Q8_K"), HasSubstr("I32"), HasSubstr("F64")));
+}
+
+// The weight-type table (src/quant/weight_types.cc) agrees with the GGUF type
+// table and with itself; the functions that answer for a type read it.
+TEST(WeightTypes, TableRowsAreConsistent) {
+  for (const detail::WeightTypeTraits& t : detail::WeightTypes()) {
+    EXPECT_EQ(detail::FindWeightType(t.type), &t) << t.name;
+    EXPECT_EQ(GgmlTypeName(t.type), t.name);
+    EXPECT_EQ(GgmlBlockSize(t.type), t.block) << t.name;
+    EXPECT_EQ(GgmlBlockBytes(t.type), t.bytes) << t.name;
+    const std::int64_t act_elements = t.act == detail::ActFormat::kQ8 ? 32 : t.act == detail::ActFormat::kQ8K ? 256 : 1;
+    EXPECT_EQ(t.act_blocks * act_elements, t.block) << t.name;
+    EXPECT_TRUE(IsSupportedWeightType(t.type)) << t.name;
+    EXPECT_EQ(UsesSuperBlockActivations(t.type), t.act == detail::ActFormat::kQ8K) << t.name;
+    EXPECT_NE(t.dequantize, nullptr) << t.name;
+    for (const detail::LevelKernels& k : t.level) {
+      EXPECT_NE(k.rows, nullptr) << t.name;
+      if (k.packed != nullptr) {
+        EXPECT_TRUE(t.Packable()) << t.name;
+      }
+    }
+    EXPECT_EQ(t.level[0].packed, nullptr) << t.name << ": the scalar level reads the ggml layout";
+    EXPECT_EQ(t.Packable(), t.packing.planes.codes > 0) << t.name;
+    EXPECT_EQ(detail::CanPack(t.type, 16), t.Packable()) << t.name;
+  }
+  for (std::uint32_t id = 0; id < 256; ++id) {
+    const auto type = static_cast<GgmlType>(id);
+    if (detail::FindWeightType(type) != nullptr) {
+      EXPECT_TRUE(IsKnownGgmlType(id)) << id;
+    }
+    EXPECT_EQ(IsSupportedWeightType(type), detail::FindWeightType(type) != nullptr) << id;
+  }
 }
 
 // Ids outside the table (retired Q4_2 = 4, Q4_3 = 5, repacked 31..33, future

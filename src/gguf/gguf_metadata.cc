@@ -1,4 +1,5 @@
-// GGUF type tables, typed metadata getters and tensor lookup.
+// GGUF type names, typed metadata getters and tensor lookup (the ggml type
+// table itself: kGgmlTypes in kvshare/gguf/gguf.h).
 #include <cstring>
 #include <limits>
 #include <string>
@@ -9,35 +10,6 @@
 namespace kvshare {
 
 namespace {
-
-struct TypeInfo {
-  std::uint32_t id;
-  const char* name;
-  std::int64_t block;
-  std::int64_t bytes;
-};
-
-// Block sizes and bytes of ggml-common.h's block structs (docs/weight_types.md for
-// the types we compute with). tests/python/test_gguf_dequant.py checks the
-// table against the PyPI gguf package's GGML_QUANT_SIZES.
-constexpr TypeInfo kTypes[] = {
-    {0, "F32", 1, 4},          {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},     {3, "Q4_1", 32, 20},
-    {6, "Q5_0", 32, 22},       {7, "Q5_1", 32, 24},      {8, "Q8_0", 32, 34},     {9, "Q8_1", 32, 36},
-    {10, "Q2_K", 256, 84},     {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176},
-    {14, "Q6_K", 256, 210},    {15, "Q8_K", 256, 292},   {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
-    {18, "IQ3_XXS", 256, 98},  {19, "IQ1_S", 256, 50},   {20, "IQ4_NL", 32, 18},  {21, "IQ3_S", 256, 110},
-    {22, "IQ2_S", 256, 82},    {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},        {25, "I16", 1, 2},
-    {26, "I32", 1, 4},         {27, "I64", 1, 8},        {28, "F64", 1, 8},       {29, "IQ1_M", 256, 56},
-    {30, "BF16", 1, 2},        {34, "TQ1_0", 256, 54},   {35, "TQ2_0", 256, 66},  {39, "MXFP4", 32, 17},
-    {40, "NVFP4", 64, 36},     {41, "Q1_0", 128, 18},    {42, "Q2_0", 64, 18},
-};
-
-const TypeInfo* Info(std::uint32_t id) {
-  for (const TypeInfo& t : kTypes) {
-    if (t.id == id) return &t;
-  }
-  return nullptr;
-}
 
 bool IsInteger(GgufType t) {
   switch (t) {
@@ -104,18 +76,18 @@ GgufValue ArrayElement(const GgufValue& a, std::uint64_t k) {
 
 }  // namespace
 
-bool IsKnownGgmlType(std::uint32_t id) { return Info(id) != nullptr; }
+bool IsKnownGgmlType(std::uint32_t id) { return FindGgmlTypeInfo(static_cast<GgmlType>(id)) != nullptr; }
 
 std::string GgmlTypeName(GgmlType type) {
-  const TypeInfo* i = Info(static_cast<std::uint32_t>(type));
+  const GgmlTypeInfo* i = FindGgmlTypeInfo(type);
   return i ? i->name : "unknown(" + std::to_string(static_cast<std::uint32_t>(type)) + ")";
 }
 std::int64_t GgmlBlockSize(GgmlType type) {
-  const TypeInfo* i = Info(static_cast<std::uint32_t>(type));
+  const GgmlTypeInfo* i = FindGgmlTypeInfo(type);
   return i ? i->block : 0;
 }
 std::int64_t GgmlBlockBytes(GgmlType type) {
-  const TypeInfo* i = Info(static_cast<std::uint32_t>(type));
+  const GgmlTypeInfo* i = FindGgmlTypeInfo(type);
   return i ? i->bytes : 0;
 }
 

@@ -7,29 +7,19 @@
 
 #include "common/float_convert.h"
 #include "kvshare/common/error.h"
-#include "quant/quant_iq.h"
+#include "quant/weight_types.h"
 
 namespace kvshare {
 
-using detail::BF16ToF32;
-using detail::F16ToF32;
-
-bool IsSupportedWeightType(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
-    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-    case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS: case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
-    case GgmlType::kMXFP4: case GgmlType::kNVFP4: case GgmlType::kQ1_0: case GgmlType::kQ2_0:
-      return true;
-    default:
-      return detail::IsIqGridType(type);
-  }
-}
+bool IsSupportedWeightType(GgmlType type) { return detail::FindWeightType(type) != nullptr; }
 
 const char* SupportedWeightTypesString() {
-  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, "
-         "IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0";
+  static const std::string names = [] {
+    std::string s;
+    for (const detail::WeightTypeTraits& t : detail::WeightTypes()) s += (s.empty() ? "" : ", ") + std::string(t.name);
+    return s;
+  }();
+  return names.c_str();
 }
 
 void CheckWeightType(const GgufTensor& t) {
@@ -40,16 +30,19 @@ void CheckWeightType(const GgufTensor& t) {
 }
 
 bool UsesSuperBlockActivations(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-    case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
-      return true;
-    default:
-      return detail::IsIqGridType(type);
-  }
+  const detail::WeightTypeTraits* t = detail::FindWeightType(type);
+  return t != nullptr && t->act == detail::ActFormat::kQ8K;
 }
 
-namespace {
+namespace detail {
+
+void DequantF32(const float* b, float* y, std::int64_t nb) { std::memcpy(y, b, static_cast<std::size_t>(nb) * 4); }
+void DequantF16(const std::uint16_t* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) y[i] = F16ToF32(b[i]);
+}
+void DequantBF16(const std::uint16_t* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) y[i] = BF16ToF32(b[i]);
+}
 
 void DequantQ4_0(const BlockQ4_0* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, y += 32) {
@@ -151,20 +144,14 @@ void DequantQ5_K(const BlockQ5_K* b, float* y, std::int64_t nb) {
 void DequantQ6_K(const BlockQ6_K* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(b[i].d);
-    const std::uint8_t* ql = b[i].ql;
-    const std::uint8_t* qh = b[i].qh;
     const std::int8_t* sc = b[i].scales;
-    for (int n = 0; n < 2; ++n, y += 128, ql += 64, qh += 32, sc += 8) {
+    for (int n = 0; n < 2; ++n, y += 128, sc += 8) {
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
-        const int q1 = static_cast<int>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = static_cast<int>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(Q6KCode(b[i], n, 0, l) - 32);
+        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(Q6KCode(b[i], n, 1, l) - 32);
+        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(Q6KCode(b[i], n, 2, l) - 32);
+        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(Q6KCode(b[i], n, 3, l) - 32);
       }
     }
   }
@@ -202,6 +189,7 @@ void DequantQ3_K(const BlockQ3_K* b, float* y, std::int64_t nb) {
   }
 }
 
+namespace {
 void DequantIQ4Nibbles(const std::uint8_t* qs, float d, float* y) {
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>(kIq4Values[qs[j] & 0xF]);
@@ -209,17 +197,11 @@ void DequantIQ4Nibbles(const std::uint8_t* qs, float d, float* y) {
   }
 }
 
+}  // namespace
+
 void DequantIQ4_NL(const BlockIQ4_NL* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, y += 32) DequantIQ4Nibbles(b[i].qs, F16ToF32(b[i].d), y);
 }
-
-}  // namespace
-
-float IQ4XSSubScale(int ib, const BlockIQ4_XS& b) {
-  return detail::F16ToF32(b.d) * static_cast<float>(IQ4XSScale(ib, b) - 32);
-}
-
-namespace {
 
 void DequantIQ4_XS(const BlockIQ4_XS* b, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i) {
@@ -283,44 +265,20 @@ void DequantMXFP4(const BlockMXFP4* b, float* y, std::int64_t nb) {
   }
 }
 
-}  // namespace
+}  // namespace detail
+
+float IQ4XSSubScale(int ib, const BlockIQ4_XS& b) {
+  return detail::F16ToF32(b.d) * static_cast<float>(IQ4XSScale(ib, b) - 32);
+}
 
 void DequantizeRow(GgmlType type, const void* src, float* dst, std::int64_t n) {
-  if (!IsSupportedWeightType(type)) throw Error("DequantizeRow: unsupported ggml type " + GgmlTypeName(type));
-  const std::int64_t bs = GgmlBlockSize(type);
-  if (n < 0 || n % bs != 0) {
+  const detail::WeightTypeTraits* t = detail::FindWeightType(type);
+  if (t == nullptr) throw Error("DequantizeRow: unsupported ggml type " + GgmlTypeName(type));
+  if (n < 0 || n % t->block != 0) {
     throw Error("DequantizeRow: n = " + std::to_string(n) + " is not a multiple of the " + GgmlTypeName(type) +
-                " block size " + std::to_string(bs));
+                " block size " + std::to_string(t->block));
   }
-  const std::int64_t nb = n / bs;
-  switch (type) {
-    case GgmlType::kF32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
-    case GgmlType::kF16:
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(static_cast<const std::uint16_t*>(src)[i]);
-      return;
-    case GgmlType::kBF16:
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(static_cast<const std::uint16_t*>(src)[i]);
-      return;
-    case GgmlType::kQ4_0: DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
-    case GgmlType::kQ4_1: DequantQ4_1(static_cast<const BlockQ4_1*>(src), dst, nb); return;
-    case GgmlType::kQ5_0: DequantQ5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return;
-    case GgmlType::kQ5_1: DequantQ5_1(static_cast<const BlockQ5_1*>(src), dst, nb); return;
-    case GgmlType::kQ8_0: DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return;
-    case GgmlType::kQ4_K: DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb); return;
-    case GgmlType::kQ5_K: DequantQ5_K(static_cast<const BlockQ5_K*>(src), dst, nb); return;
-    case GgmlType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return;
-    case GgmlType::kQ2_K: DequantQ2_K(static_cast<const BlockQ2_K*>(src), dst, nb); return;
-    case GgmlType::kQ3_K: DequantQ3_K(static_cast<const BlockQ3_K*>(src), dst, nb); return;
-    case GgmlType::kIQ4_NL: DequantIQ4_NL(static_cast<const BlockIQ4_NL*>(src), dst, nb); return;
-    case GgmlType::kIQ4_XS: DequantIQ4_XS(static_cast<const BlockIQ4_XS*>(src), dst, nb); return;
-    case GgmlType::kTQ2_0: DequantTQ2_0(static_cast<const BlockTQ2_0*>(src), dst, nb); return;
-    case GgmlType::kTQ1_0: DequantTQ1_0(static_cast<const BlockTQ1_0*>(src), dst, nb); return;
-    case GgmlType::kMXFP4: DequantMXFP4(static_cast<const BlockMXFP4*>(src), dst, nb); return;
-    case GgmlType::kNVFP4: DequantNVFP4(static_cast<const BlockNVFP4*>(src), dst, nb); return;
-    case GgmlType::kQ1_0: DequantQ1_0(static_cast<const BlockQ1_0*>(src), dst, nb); return;
-    case GgmlType::kQ2_0: DequantQ2_0(static_cast<const BlockQ2_0*>(src), dst, nb); return;
-    default: detail::DequantizeIqBlocks(type, src, dst, nb); return;
-  }
+  t->dequantize(src, dst, n / t->block);
 }
 
 namespace {

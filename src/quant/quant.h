@@ -207,6 +207,13 @@ inline void Q4KScaleMin(int j, const std::uint8_t* s, std::uint8_t* sc, std::uin
   }
 }
 
+// Q6_K's 6-bit code (value + 32, 0..63) of element 128n + 32k + l (n < 2,
+// k < 4, l < 32): the low 4 bits are nibble k / 2 of ql[64n + 32 (k % 2) + l],
+// the high 2 bits 2k of qh[32n + l]. Element = d * scales[e / 16] * (code - 32).
+inline int Q6KCode(const BlockQ6_K& b, int n, int k, int l) {
+  return ((b.ql[64 * n + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF) | (((b.qh[32 * n + l] >> (2 * k)) & 3) << 4);
+}
+
 // Q3_K's 6-bit scale of group g (0..15), unpacked from the 12 scale bytes
 // (without the -32 offset).
 inline int Q3KScale(int g, const std::uint8_t* s) {
@@ -219,12 +226,41 @@ inline int IQ4XSScale(int ib, const BlockIQ4_XS& b) {
 // IQ4_XS sub-block ib's scale d * (ls - 32) in fp32, as every kernel forms it.
 float IQ4XSSubScale(int ib, const BlockIQ4_XS& b);
 
+// The reference dequantizers (quant.cc; the IQ1-IQ3 ones: quant_iq.h): nb
+// blocks at b to fp32 y, element by element as ggml does. DequantizeRow
+// reaches them through the weight-type table (quant/weight_types.h).
+namespace detail {
+void DequantF32(const float* b, float* y, std::int64_t nb);
+void DequantF16(const std::uint16_t* b, float* y, std::int64_t nb);
+void DequantBF16(const std::uint16_t* b, float* y, std::int64_t nb);
+void DequantQ4_0(const BlockQ4_0* b, float* y, std::int64_t nb);
+void DequantQ4_1(const BlockQ4_1* b, float* y, std::int64_t nb);
+void DequantQ5_0(const BlockQ5_0* b, float* y, std::int64_t nb);
+void DequantQ5_1(const BlockQ5_1* b, float* y, std::int64_t nb);
+void DequantQ8_0(const BlockQ8_0* b, float* y, std::int64_t nb);
+void DequantQ2_K(const BlockQ2_K* b, float* y, std::int64_t nb);
+void DequantQ3_K(const BlockQ3_K* b, float* y, std::int64_t nb);
+void DequantQ4_K(const BlockQ4_K* b, float* y, std::int64_t nb);
+void DequantQ5_K(const BlockQ5_K* b, float* y, std::int64_t nb);
+void DequantQ6_K(const BlockQ6_K* b, float* y, std::int64_t nb);
+void DequantIQ4_NL(const BlockIQ4_NL* b, float* y, std::int64_t nb);
+void DequantIQ4_XS(const BlockIQ4_XS* b, float* y, std::int64_t nb);
+void DequantTQ1_0(const BlockTQ1_0* b, float* y, std::int64_t nb);
+void DequantTQ2_0(const BlockTQ2_0* b, float* y, std::int64_t nb);
+void DequantMXFP4(const BlockMXFP4* b, float* y, std::int64_t nb);
+void DequantNVFP4(const BlockNVFP4* b, float* y, std::int64_t nb);
+void DequantQ1_0(const BlockQ1_0* b, float* y, std::int64_t nb);
+void DequantQ2_0(const BlockQ2_0* b, float* y, std::int64_t nb);
+}  // namespace detail
+
 // True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q1_0, Q2_0, Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
 // IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4: every type llama.cpp's
-// llama-quantize writes.
+// llama-quantize writes (the rows of the weight-type table,
+// quant/weight_types.cc).
 bool IsSupportedWeightType(GgmlType type);
-// "F32, F16, ..., MXFP4": the list above, for error messages.
+// "F32, F16, ..., Q2_0": the list above in the table's order, for error
+// messages.
 const char* SupportedWeightTypesString();
 // Throws kvshare::Error naming the tensor and its type unless `t`'s type is
 // one of the above, e.g. "tensor 'blk.0.attn_q.weight' has type Q8_K, which

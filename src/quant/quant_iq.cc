@@ -5,7 +5,6 @@
 #include <cmath>
 #include <type_traits>
 
-
 namespace kvshare::detail {
 namespace {
 
@@ -40,36 +39,14 @@ void Dequant(const Block& b, float* y) {
   }
 }
 
-template <typename Block>
-void DequantBlocks(const void* src, float* y, std::int64_t nb) {
-  const Block* b = static_cast<const Block*>(src);
-  for (std::int64_t i = 0; i < nb; ++i) Dequant(b[i], y + 256 * i);
-}
-
 }  // namespace
 
-bool IsIqGridType(GgmlType type) {
-  switch (type) {
-    case GgmlType::kIQ2_XXS: case GgmlType::kIQ2_XS: case GgmlType::kIQ2_S: case GgmlType::kIQ3_XXS:
-    case GgmlType::kIQ3_S: case GgmlType::kIQ1_S: case GgmlType::kIQ1_M:
-      return true;
-    default:
-      return false;
-  }
+template <typename Block>
+void DequantIq(const Block* b, float* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) Dequant(b[i], y + 256 * i);
 }
-
-void DequantizeIqBlocks(GgmlType type, const void* src, float* dst, std::int64_t nb) {
-  switch (type) {
-    case GgmlType::kIQ2_XXS: DequantBlocks<BlockIQ2_XXS>(src, dst, nb); return;
-    case GgmlType::kIQ2_XS: DequantBlocks<BlockIQ2_XS>(src, dst, nb); return;
-    case GgmlType::kIQ2_S: DequantBlocks<BlockIQ2_S>(src, dst, nb); return;
-    case GgmlType::kIQ3_XXS: DequantBlocks<BlockIQ3_XXS>(src, dst, nb); return;
-    case GgmlType::kIQ3_S: DequantBlocks<BlockIQ3_S>(src, dst, nb); return;
-    case GgmlType::kIQ1_S: DequantBlocks<BlockIQ1_S>(src, dst, nb); return;
-    case GgmlType::kIQ1_M: DequantBlocks<BlockIQ1_M>(src, dst, nb); return;
-    default: return;
-  }
-}
-
+#define KVSHARE_DEQUANT_IQ(Block) template void DequantIq<Block>(const Block*, float*, std::int64_t);
+KVSHARE_FOR_EACH_IQ_BLOCK(KVSHARE_DEQUANT_IQ)
+#undef KVSHARE_DEQUANT_IQ
 
 }  // namespace kvshare::detail

@@ -183,12 +183,12 @@ inline float IqFactor(const BlockIQ3_S& b) { return F16ToF32(b.d); }
 inline float IqFactor(const BlockIQ1_S& b) { return F16ToF32(b.d) * 0.125f; }
 inline float IqFactor(const BlockIQ1_M& b) { return F16ToF32(IQ1MScaleBits(b)) * 0.125f; }
 
-// Whether `type` is one of the seven types above.
-bool IsIqGridType(GgmlType type);
 // Reference dequantization of nb blocks of an IQ grid type, element by
-// element in the fp32 operation order of gguf.quants.dequantize (quant_iq.cc;
-// the dot kernels: kernels/scalar/iq.cc, kernels/avx2/iq.cc).
-void DequantizeIqBlocks(GgmlType type, const void* src, float* dst, std::int64_t nb);
+// element in the fp32 operation order of gguf.quants.dequantize (quant_iq.cc,
+// defined for the seven blocks above; the dot kernels: kernels/scalar/iq.cc,
+// kernels/avx2/iq.cc).
+template <typename Block>
+void DequantIq(const Block* b, float* y, std::int64_t nb);
 
 }  // namespace detail
 }  // namespace kvshare

@@ -1,5 +1,6 @@
 // Kernel-level selection, weight packing at load and the threaded MatMul
-// driver; which kernel runs for each type and level: kernels/dispatch.h.
+// driver; each type's kernels: its row of weight_types.cc (which runs when,
+// and why: kernels/dispatch.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "quant/quant.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"
+#include "quant/weight_types.h"
 
 namespace kvshare {
 
@@ -82,9 +84,8 @@ namespace {
 
 // Whether `level` has a kernel over packed weights of `type`.
 bool HasPackedKernel(KernelLevel level, GgmlType type) {
-  if (level == KernelLevel::kFloat) return false;
-  const detail::QuantKernels& k = detail::KernelsFor(level);
-  return k.Packs(type);
+  const detail::WeightTypeTraits* t = detail::FindWeightType(type);
+  return level != KernelLevel::kFloat && t != nullptr && t->At(level).packed != nullptr;
 }
 
 }  // namespace
@@ -165,72 +166,30 @@ void MatMulFloatRows(const MatMulTarget& t, const float* x, std::int64_t m, std:
 }
 
 // Integer levels, rows [r0, r1) of one target against activation rows
-// [i, i + n) (n <= kMaxActRows), quantized in a8 (per 32) or a8k (per 256).
-void MatMulQuantRows(const detail::QuantKernels& k, const MatMulTarget& t, const float* x, const ActQ8* a8,
-                     const ActQ8K* a8k, std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
+// [i, i + n) (n <= kMaxActRows): the fp32 rows x, or as quantized in a8 (per
+// 32) or a8k (per 256), as the type's act says.
+void MatMulQuantRows(KernelLevel level, const MatMulTarget& t, const float* x, const ActQ8* a8, const ActQ8K* a8k,
+                     std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
   const WeightMatrix& w = t.w;
-  const std::int64_t cols = w.cols, rows = w.rows, nb = cols / GgmlBlockSize(w.type), nr = r1 - r0;
-  // Activation blocks per row: per 256 or per 32 (IQ4_XS: 8 per weight block,
-  // NVFP4 / Q2_0: 2, Q1_0: 4).
-  const std::int64_t na = UsesSuperBlockActivations(w.type) ? cols / 256 : cols / 32;
-  const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
+  const detail::WeightTypeTraits& tr = *detail::FindWeightType(w.type);
+  const detail::LevelKernels& k = tr.At(level);
+  // Activation blocks per row: nb weight blocks of act_blocks each (per 256
+  // or per 32, so IQ4_XS: 8 per weight block, NVFP4 / Q2_0: 2, Q1_0: 4; float
+  // types: one float per element).
+  const std::int64_t rows = w.rows, nb = w.cols / tr.block, na = nb * tr.act_blocks;
+  const void* act = tr.act == detail::ActFormat::kQ8    ? static_cast<const void*>(a8 + i * na)
+                    : tr.act == detail::ActFormat::kQ8K ? static_cast<const void*>(a8k + i * na)
+                                                        : static_cast<const void*>(x + i * na);
   float* y = t.y + i * rows + r0;
   // A matrix packed for another level (the tests run every level on one
   // matrix) falls through to its ggml layout where this level has no packed
   // kernel for the type.
-  if (w.packed != nullptr && k.Packs(w.type)) {
-    if (UsesSuperBlockActivations(w.type)) {
-      k.packed_k(*w.packed, r0, r1, a8k + i * na, na, n, y, rows);
-    } else {
-      k.packed(*w.packed, r0, r1, a8 + i * na, na, n, y, rows);
-    }
+  if (w.packed != nullptr && k.packed != nullptr) {
+    k.packed(*w.packed, r0, r1, act, na, n, y, rows);
     return;
   }
-  switch (w.type) {
-    case GgmlType::kQ8_0: k.q8_0(static_cast<const BlockQ8_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ4_0: k.q4_0(static_cast<const BlockQ4_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ4_1: k.q4_1(static_cast<const BlockQ4_1*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ5_0: k.q5_0(static_cast<const BlockQ5_0*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ5_1: k.q5_1(static_cast<const BlockQ5_1*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ4_K: k.q4_k(static_cast<const BlockQ4_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ5_K: k.q5_k(static_cast<const BlockQ5_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ6_K: k.q6_k(static_cast<const BlockQ6_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ2_K: k.q2_k(static_cast<const BlockQ2_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kQ3_K: k.q3_k(static_cast<const BlockQ3_K*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kIQ4_NL:
-      k.iq4_nl(static_cast<const BlockIQ4_NL*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows);
-      return;
-    case GgmlType::kIQ4_XS:
-      k.iq4_xs(static_cast<const BlockIQ4_XS*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
-      return;
-    case GgmlType::kTQ1_0: k.tq1_0(static_cast<const BlockTQ1_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kTQ2_0: k.tq2_0(static_cast<const BlockTQ2_0*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kMXFP4: k.mxfp4(static_cast<const BlockMXFP4*>(wr), nr, a8 + i * nb, nb, nb, n, y, rows); return;
-    case GgmlType::kNVFP4: return k.nvfp4(static_cast<const BlockNVFP4*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
-    case GgmlType::kQ1_0: return k.q1_0(static_cast<const BlockQ1_0*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
-    case GgmlType::kQ2_0: return k.q2_0(static_cast<const BlockQ2_0*>(wr), nr, a8 + i * na, na, nb, n, y, rows);
-    case GgmlType::kIQ2_XXS: return k.iq2_xxs(static_cast<const BlockIQ2_XXS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
-    case GgmlType::kIQ2_XS: return k.iq2_xs(static_cast<const BlockIQ2_XS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
-    case GgmlType::kIQ2_S: return k.iq2_s(static_cast<const BlockIQ2_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
-    case GgmlType::kIQ3_XXS: return k.iq3_xxs(static_cast<const BlockIQ3_XXS*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
-    case GgmlType::kIQ3_S: return k.iq3_s(static_cast<const BlockIQ3_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
-    case GgmlType::kIQ1_S: return k.iq1_s(static_cast<const BlockIQ1_S*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
-    case GgmlType::kIQ1_M: return k.iq1_m(static_cast<const BlockIQ1_M*>(wr), nr, a8k + i * nb, nb, nb, n, y, rows);
-    default: break;
-  }
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const void* wrow = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r) * w.row_bytes;
-    for (int j = 0; j < n; ++j) {
-      const float* xj = x + (i + j) * cols;
-      float& out = t.y[(i + j) * rows + r];
-      switch (w.type) {
-        case GgmlType::kF32: out = detail::DotF32(static_cast<const float*>(wrow), xj, cols); break;
-        case GgmlType::kF16: out = detail::DotF16(static_cast<const std::uint16_t*>(wrow), xj, cols); break;
-        case GgmlType::kBF16: out = detail::DotBF16(static_cast<const std::uint16_t*>(wrow), xj, cols); break;
-        default: out = 0.0f; break;
-      }
-    }
-  }
+  const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
+  k.rows(wr, r1 - r0, act, na, nb, n, y, rows);
 }
 
 }  // namespace
@@ -262,7 +221,6 @@ void MatMulMany(const MatMulManyParams& p) {
     });
     return;
   }
-  const detail::QuantKernels& k = detail::KernelsFor(p.level);
 
   // Quantize the activations once per format the targets use (row i -> its
   // own blocks), into this thread's scratch.
@@ -270,11 +228,9 @@ void MatMulMany(const MatMulManyParams& p) {
   thread_local std::vector<ActQ8K> a8k_scratch;
   bool q32 = false, kquant = false;
   for (const MatMulTarget& t : p.targets) {
-    if (UsesSuperBlockActivations(t.w.type)) {
-      kquant = true;
-    } else if (t.w.type != GgmlType::kF32 && t.w.type != GgmlType::kF16 && t.w.type != GgmlType::kBF16) {
-      q32 = true;
-    }
+    const detail::ActFormat act = detail::FindWeightType(t.w.type)->act;
+    kquant = kquant || act == detail::ActFormat::kQ8K;
+    q32 = q32 || act == detail::ActFormat::kQ8;
   }
   // Rows are independent: ranges of rows on the pool (prefill, batched
   // steps), each quantized exactly as alone.
@@ -304,7 +260,7 @@ void MatMulMany(const MatMulManyParams& p) {
   ForEachTask(p.targets, p.pool, [&](std::size_t t, std::int64_t r0, std::int64_t r1) {
     for (std::int64_t i = 0; i < m; i += detail::kMaxActRows) {
       const int n = static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i));
-      MatMulQuantRows(k, p.targets[t], p.x, a8, a8k, r0, r1, i, n);
+      MatMulQuantRows(p.level, p.targets[t], p.x, a8, a8k, r0, r1, i, n);
     }
   });
 }

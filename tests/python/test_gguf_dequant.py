@@ -177,7 +177,7 @@ def test_type_table_matches_gguf():
     assert set(ours) <= set(theirs), f"ids gguf does not know: {sorted(set(ours) - set(theirs))}"
     if newer := sorted(t.name for tid, t in theirs.items() if tid not in ours):
         warnings.warn(f"the installed gguf knows types the reader does not (add them to "
-                      f"src/gguf/gguf_metadata.cc so errors can name them): {newer}")
+                      f"kGgmlTypes in include/kvshare/gguf/gguf.h so errors can name them): {newer}")
     for tid, (name, block, size, _) in ours.items():
         t = theirs[tid]
         assert name == t.name

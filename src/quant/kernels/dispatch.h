@@ -1,6 +1,7 @@
-// The kernel dispatch table (internal to src/model): for every weight type,
-// kernel level and row count, which function computes MatMul's dot products,
-// and why.
+// The matmul kernels (internal to src/quant): their signatures, and for every
+// weight type, kernel level and row count, which function computes MatMul's
+// dot products, and why. The kernels are declared here; each type's row of
+// the weight-type table (quant/weight_types.cc) names its kernel per level.
 //
 // How a product reaches a kernel (quant_matmul.cc): DefaultKernelLevel picks
 // the level once per process (scalar, avx2 or avx512vnni from the CPU's
@@ -10,17 +11,17 @@
 // its type and its row count is a multiple of 16. MatMulQuantRows then calls,
 // for a task's weight rows and up to kMaxActRows activation rows (`acts`: 1
 // on a decode step, up to 64 per call in prefill and batched steps), the
-// level's packed kernel if the matrix was packed, else the type's row kernel
-// from the level's table. A row's output never depends on acts, the rows
-// beside it, nrows or the thread split. Most kernels of a type share one
-// arithmetic (per block in order: y = fma(float(p_b), dw_b * dx_b, y), p_b
-// exact in int32), so packed and unpacked, AVX2 and AVX-512 give the same
-// bits; the exceptions, which sum partial products in float lanes and differ
-// from the scalar twin in the last bits, say so in their file comments
-// (tests/quant_test.cc holds both).
+// level's packed kernel if the matrix was packed, else the level's row
+// kernel, both from the type's row of the table. A row's output never
+// depends on acts, the rows beside it, nrows or the thread split. Most
+// kernels of a type share one arithmetic (per block in order:
+// y = fma(float(p_b), dw_b * dx_b, y), p_b exact in int32), so packed and
+// unpacked, AVX2 and AVX-512 give the same bits; the exceptions, which sum
+// partial products in float lanes and differ from the scalar twin in the last
+// bits, say so in their file comments (tests/quant_test.cc holds both).
 //
 // Where the kernels live: kernels/<level>/<family>.cc, the level folders
-// compiled with their ISA flags (src/model/CMakeLists.txt):
+// compiled with their ISA flags (src/quant/CMakeLists.txt):
 //   scalar/  the plain twin of every kernel: any CPU; the reference the SIMD
 //            kernels are tested against
 //   avx2/    AVX2 + FMA + F16C
@@ -46,9 +47,9 @@
 // passes over the weights, unpacking each weight block once per pass. Figures
 // behind each choice: docs/kernels.md.
 //
-// Packed matrices (rows % 16 == 0; the types in the level's packed_types,
-// the same at avx2 and avx512: Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS MXFP4 Q4_K Q6_K
-// Q2_K Q3_K):
+// Packed matrices (rows % 16 == 0; the types whose row names a packed kernel
+// for the level, the same at avx2 and avx512: Q8_0 Q4_0 Q5_0 IQ4_NL IQ4_XS
+// MXFP4 Q4_K Q6_K Q2_K Q3_K):
 //   scalar  reads the ggml layout (the level has no packed kernel, and
 //           PackForMatMul does not pack for it).
 //   avx2    Avx2PackedRows / Avx2PackedKRows (avx2/packed_q32.cc,
@@ -97,13 +98,11 @@
 //                   the rows past the last tile: 8      acts 1 and the rows
 //                   per pass; all end each block in     past the last tile:
 //                   the scalar twin's fma (bitwise)     = avx2
-// "= avx2": no AVX-512 kernel for the type, so
-// kAvx512VnniKernels starts from kAvx2Kernels and replaces only the entries
-// it has (below).
+// "= avx2": no AVX-512 kernel for the type: its row of the table names none
+// at avx512vnni, and the level runs the avx2 one.
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 
 #include "quant/quant.h"
 #include "quant/quant_iq.h"
@@ -133,43 +132,6 @@ struct PackedWeights;
 template <typename Act>
 using PackedKernel = void(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Act* x,
                           std::int64_t x_stride, int acts, float* y, std::int64_t y_stride);
-template <typename Act>
-using PackedRowsFn = PackedKernel<Act>*;
-
-// One level's kernels (null: the level has none; MatMul never reaches a null
-// row kernel, since every level fills every type).
-struct QuantKernels {
-  DotRowsFn<BlockQ8_0, ActQ8> q8_0;
-  DotRowsFn<BlockQ4_0, ActQ8> q4_0;
-  DotRowsFn<BlockQ4_1, ActQ8> q4_1;
-  DotRowsFn<BlockQ5_0, ActQ8> q5_0;
-  DotRowsFn<BlockQ5_1, ActQ8> q5_1;
-  DotRowsFn<BlockQ4_K, ActQ8K> q4_k;
-  DotRowsFn<BlockQ5_K, ActQ8K> q5_k;
-  DotRowsFn<BlockQ6_K, ActQ8K> q6_k;
-  PackedRowsFn<ActQ8> packed = nullptr;     // packed 32-element types (packed_types)
-  PackedRowsFn<ActQ8K> packed_k = nullptr;  // packed K-quants (packed_types)
-  // Bit t set: the packed kernels take GgmlType t (PackForMatMul packs it).
-  std::uint64_t packed_types = 0;
-  bool Packs(GgmlType t) const { return ((packed_types >> static_cast<unsigned>(t)) & 1u) != 0; }
-  DotRowsFn<BlockQ2_K, ActQ8K> q2_k = nullptr;
-  DotRowsFn<BlockQ3_K, ActQ8K> q3_k = nullptr;
-  DotRowsFn<BlockIQ4_NL, ActQ8> iq4_nl = nullptr;
-  DotRowsFn<BlockIQ4_XS, ActQ8> iq4_xs = nullptr;
-  DotRowsFn<BlockTQ1_0, ActQ8K> tq1_0 = nullptr;
-  DotRowsFn<BlockTQ2_0, ActQ8K> tq2_0 = nullptr;
-  DotRowsFn<BlockMXFP4, ActQ8> mxfp4 = nullptr;
-  DotRowsFn<BlockNVFP4, ActQ8> nvfp4 = nullptr;
-  DotRowsFn<BlockQ1_0, ActQ8> q1_0 = nullptr;
-  DotRowsFn<BlockQ2_0, ActQ8> q2_0 = nullptr;
-  DotRowsFn<BlockIQ2_XXS, ActQ8K> iq2_xxs = nullptr;
-  DotRowsFn<BlockIQ2_XS, ActQ8K> iq2_xs = nullptr;
-  DotRowsFn<BlockIQ2_S, ActQ8K> iq2_s = nullptr;
-  DotRowsFn<BlockIQ3_XXS, ActQ8K> iq3_xxs = nullptr;
-  DotRowsFn<BlockIQ3_S, ActQ8K> iq3_s = nullptr;
-  DotRowsFn<BlockIQ1_S, ActQ8K> iq1_s = nullptr;
-  DotRowsFn<BlockIQ1_M, ActQ8K> iq1_m = nullptr;
-};
 
 // The kernels, one line per type: its scalar twin, then its SIMD kernels.
 // Each is defined in kernels/<level>/<family>.cc (the family: the table above).
@@ -226,110 +188,6 @@ void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int6
 PackedKernel<ActQ8> Avx2PackedRows, Avx512PackedRows;
 PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows;
 #endif
-
-inline constexpr QuantKernels kScalarKernels = {.q8_0 = ScalarQ8_0Rows,
-                                                .q4_0 = ScalarQ4_0Rows,
-                                                .q4_1 = ScalarQ4_1Rows,
-                                                .q5_0 = ScalarQ5_0Rows,
-                                                .q5_1 = ScalarQ5_1Rows,
-                                                .q4_k = ScalarQ4_KRows,
-                                                .q5_k = ScalarQ5_KRows,
-                                                .q6_k = ScalarQ6_KRows,
-                                                .q2_k = ScalarQ2_KRows,
-                                                .q3_k = ScalarQ3_KRows,
-                                                .iq4_nl = ScalarIQ4_NLRows,
-                                                .iq4_xs = ScalarIQ4_XSRows,
-                                                .tq1_0 = ScalarTQ1_0Rows,
-                                                .tq2_0 = ScalarTQ2_0Rows,
-                                                .mxfp4 = ScalarMXFP4Rows,
-                                                .nvfp4 = ScalarNVFP4Rows,
-                                                .q1_0 = ScalarQ1_0Rows,
-                                                .q2_0 = ScalarQ2_0Rows,
-                                                .iq2_xxs = ScalarIqRows<BlockIQ2_XXS>,
-                                                .iq2_xs = ScalarIqRows<BlockIQ2_XS>,
-                                                .iq2_s = ScalarIqRows<BlockIQ2_S>,
-                                                .iq3_xxs = ScalarIqRows<BlockIQ3_XXS>,
-                                                .iq3_s = ScalarIqRows<BlockIQ3_S>,
-                                                .iq1_s = ScalarIqRows<BlockIQ1_S>,
-                                                .iq1_m = ScalarIqRows<BlockIQ1_M>};
-
-#ifdef KVSHARE_HAVE_X86_KERNELS
-constexpr std::uint64_t TypeBits(std::initializer_list<GgmlType> types) {
-  std::uint64_t bits = 0;
-  for (GgmlType t : types) bits |= std::uint64_t{1} << static_cast<unsigned>(t);
-  return bits;
-}
-
-inline constexpr QuantKernels kAvx2Kernels = {.q8_0 = Avx2Q8_0Rows,
-                                              .q4_0 = Avx2Q4_0Rows,
-                                              .q4_1 = Avx2Q4_1Rows,
-                                              .q5_0 = Avx2Q5_0Rows,
-                                              .q5_1 = Avx2Q5_1Rows,
-                                              .q4_k = Avx2Q4_KRows,
-                                              .q5_k = Avx2Q5_KRows,
-                                              .q6_k = Avx2Q6_KRows,
-                                              .packed = Avx2PackedRows,
-                                              .packed_k = Avx2PackedKRows,
-                                              .packed_types = TypeBits({GgmlType::kQ8_0, GgmlType::kQ4_0,
-                                                                        GgmlType::kQ5_0, GgmlType::kIQ4_NL,
-                                                                        GgmlType::kIQ4_XS, GgmlType::kMXFP4,
-                                                                        GgmlType::kQ4_K, GgmlType::kQ6_K,
-                                                                        GgmlType::kQ2_K, GgmlType::kQ3_K}),
-                                              .q2_k = Avx2Q2_KRows,
-                                              .q3_k = Avx2Q3_KRows,
-                                              .iq4_nl = Avx2IQ4_NLRows,
-                                              .iq4_xs = Avx2IQ4_XSRows,
-                                              .tq1_0 = Avx2TQ1_0Rows,
-                                              .tq2_0 = Avx2TQ2_0Rows,
-                                              .mxfp4 = Avx2MXFP4Rows,
-                                              .nvfp4 = Avx2NVFP4Rows,
-                                              .q1_0 = Avx2Q1_0Rows,
-                                              .q2_0 = Avx2Q2_0Rows,
-                                              .iq2_xxs = Avx2IqRows<BlockIQ2_XXS>,
-                                              .iq2_xs = Avx2IqRows<BlockIQ2_XS>,
-                                              .iq2_s = Avx2IqRows<BlockIQ2_S>,
-                                              .iq3_xxs = Avx2IqRows<BlockIQ3_XXS>,
-                                              .iq3_s = Avx2IqRows<BlockIQ3_S>,
-                                              .iq1_s = Avx2IqRows<BlockIQ1_S>,
-                                              .iq1_m = Avx2IqRows<BlockIQ1_M>};
-
-// The AVX2 table with the kernels that use VNNI: every other type (Q2_K,
-// Q3_K, the grid4, lowbit and IQ families) runs its AVX2 kernel here too, and
-// the packed kernels take the same types (packed_types).
-inline constexpr QuantKernels kAvx512VnniKernels = [] {
-  QuantKernels k = kAvx2Kernels;
-  k.q8_0 = Avx512Q8_0Rows;
-  k.q4_0 = Avx512Q4_0Rows;
-  k.q4_1 = Avx512Q4_1Rows;
-  k.q5_0 = Avx512Q5_0Rows;
-  k.q5_1 = Avx512Q5_1Rows;
-  k.q4_k = Avx512Q4_KRows;
-  k.q5_k = Avx512Q5_KRows;
-  k.q6_k = Avx512Q6_KRows;
-  k.packed = Avx512PackedRows;
-  k.packed_k = Avx512PackedKRows;
-  k.iq2_xxs = Avx512IqRows<BlockIQ2_XXS>;
-  k.iq2_xs = Avx512IqRows<BlockIQ2_XS>;
-  k.iq2_s = Avx512IqRows<BlockIQ2_S>;
-  k.iq3_xxs = Avx512IqRows<BlockIQ3_XXS>;
-  k.iq3_s = Avx512IqRows<BlockIQ3_S>;
-  k.iq1_s = Avx512IqRows<BlockIQ1_S>;
-  k.iq1_m = Avx512IqRows<BlockIQ1_M>;
-  return k;
-}();
-#endif
-
-// The table of an integer level (kScalar, kAvx2, kAvx512Vnni; the caller has
-// checked KernelLevelAvailable). kFloat has none: it gets the scalar table,
-// which MatMul does not use for it.
-inline const QuantKernels& KernelsFor(KernelLevel level) {
-#ifdef KVSHARE_HAVE_X86_KERNELS
-  if (level == KernelLevel::kAvx512Vnni) return kAvx512VnniKernels;
-  if (level == KernelLevel::kAvx2) return kAvx2Kernels;
-#endif
-  (void)level;
-  return kScalarKernels;
-}
 
 // Float-weight dot products (kernels/float.cc: Highway, dynamically dispatched).
 float DotF32(const float* w, const float* x, std::int64_t n);

@@ -13,6 +13,7 @@
 
 #include "kvshare/common/error.h"
 #include "quant/quant.h"
+#include "quant/weight_types.h"
 
 namespace kvshare::detail {
 namespace {
@@ -94,13 +95,11 @@ void PackRow(const BlockQ4_K& blk, int t, const Dest& dst) {
 void PackRow(const BlockQ6_K& blk, int t, const Dest& dst) {
   std::uint8_t code[256];  // value + 32, element order
   for (int n = 0; n < 2; ++n) {
-    const std::uint8_t* ql = blk.ql + 64 * n;
-    const std::uint8_t* qh = blk.qh + 32 * n;
     for (int l = 0; l < 32; ++l) {
-      code[128 * n + l] = static_cast<std::uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-      code[128 * n + 32 + l] = static_cast<std::uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-      code[128 * n + 64 + l] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-      code[128 * n + 96 + l] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      code[128 * n + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 0, l));
+      code[128 * n + 32 + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 1, l));
+      code[128 * n + 64 + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 2, l));
+      code[128 * n + 96 + l] = static_cast<std::uint8_t>(Q6KCode(blk, n, 3, l));
     }
   }
   for (int k = 0; k < 32; ++k) {
@@ -151,37 +150,37 @@ void PackRow(const BlockQ3_K& blk, int t, const Dest& dst) {
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
 }
 
-constexpr int kPlanes = 7;
-
 // Block gb's place in each plane.
-Dest At(std::uint8_t* const plane[kPlanes], const PlaneBytes& pb, std::size_t gb) {
-  const std::size_t bytes[kPlanes] = {pb.codes, pb.high, pb.subs, pb.mins, pb.d, pb.dmin, pb.dsub};
-  std::uint8_t* at[kPlanes];
-  for (int i = 0; i < kPlanes; ++i) at[i] = plane[i] != nullptr ? plane[i] + gb * bytes[i] : nullptr;
+Dest At(std::uint8_t* const plane[kPackPlanes], const PlaneBytes& pb, std::size_t gb) {
+  const std::size_t bytes[kPackPlanes] = {pb.codes, pb.high, pb.subs, pb.mins, pb.d, pb.dmin, pb.dsub};
+  std::uint8_t* at[kPackPlanes];
+  for (int i = 0; i < kPackPlanes; ++i) at[i] = plane[i] != nullptr ? plane[i] + gb * bytes[i] : nullptr;
   return {at[0], at[1], at[2], at[3], at[4], at[5], at[6]};
 }
 
+}  // namespace
+
 // Every group of rows into the planes (codes, high, subs, mins, d, dmin,
-// dsub; null where the type has none).
+// dsub; null where the type has none), through the block's PackRow above.
 template <typename Block>
-void PackAll(const Block* w, std::int64_t rows, std::int64_t nb, const PlaneBytes& pb,
-             std::uint8_t* const plane[kPlanes]) {
+void PackRows(const Block* w, std::int64_t rows, std::int64_t nb, std::int64_t sub, const PlaneBytes& pb,
+              std::uint8_t* const plane[kPackPlanes]) {
   for (std::int64_t g = 0; g < rows / kPackRows; ++g) {
     for (std::int64_t b = 0; b < nb; ++b) {
-      const Dest dst = At(plane, pb, static_cast<std::size_t>(g * nb + b));
+      const Dest dst = At(plane, pb, static_cast<std::size_t>((g * nb + b) * sub));
       for (int t = 0; t < kPackRows; ++t) PackRow(w[(g * kPackRows + t) * nb + b], t, dst);
     }
   }
 }
-
 // IQ4_XS: sub-block ib of super-block b as packed block 8b + ib (IQ4_NL's
-// codes, the fp32 sub-block scale).
-void PackAllIQ4XS(const BlockIQ4_XS* w, std::int64_t rows, std::int64_t nb, const PlaneBytes& pb,
-                  std::uint8_t* const plane[kPlanes]) {
+// codes, the fp32 sub-block scale); sub is 8.
+template <>
+void PackRows(const BlockIQ4_XS* w, std::int64_t rows, std::int64_t nb, std::int64_t sub, const PlaneBytes& pb,
+              std::uint8_t* const plane[kPackPlanes]) {
   for (std::int64_t g = 0; g < rows / kPackRows; ++g) {
     for (std::int64_t b = 0; b < nb; ++b) {
-      for (int ib = 0; ib < 8; ++ib) {
-        const Dest dst = At(plane, pb, static_cast<std::size_t>((g * nb + b) * 8 + ib));
+      for (int ib = 0; ib < sub; ++ib) {
+        const Dest dst = At(plane, pb, static_cast<std::size_t>((g * nb + b) * sub + ib));
         for (int t = 0; t < kPackRows; ++t) {
           const BlockIQ4_XS& blk = w[(g * kPackRows + t) * nb + b];
           for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 16 * ib + 4 * k, 4);
@@ -193,22 +192,19 @@ void PackAllIQ4XS(const BlockIQ4_XS* w, std::int64_t rows, std::int64_t nb, cons
   }
 }
 
-}  // namespace
-
-PlaneBytes PackedPlaneBytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ8_0: return {.codes = 512, .d = 32};
-    case GgmlType::kQ4_0: case GgmlType::kIQ4_NL: return {.codes = 256, .d = 32};
-    case GgmlType::kIQ4_XS: return {.codes = 256, .dsub = 64};  // per 32-element sub-block
-    case GgmlType::kMXFP4: return {.codes = 256, .dsub = 64};
-    case GgmlType::kQ5_0: return {.codes = 256, .high = 64, .d = 32};
-    case GgmlType::kQ4_K: return {.codes = 2048, .subs = 128, .mins = 128, .d = 32, .dmin = 32};
-    case GgmlType::kQ6_K: return {.codes = 2048, .high = 1024, .subs = 256, .d = 32};
-    case GgmlType::kQ2_K: return {.codes = 1024, .subs = 256, .d = 32, .dmin = 32};
-    case GgmlType::kQ3_K: return {.codes = 1024, .high = 512, .subs = 256, .d = 32};
-    default: return {};
-  }
-}
+#define KVSHARE_PACK_ROWS(Block)                                                                         \
+  template void PackRows(const Block*, std::int64_t, std::int64_t, std::int64_t, const PlaneBytes&, \
+                         std::uint8_t* const[kPackPlanes]);
+KVSHARE_PACK_ROWS(BlockQ8_0)
+KVSHARE_PACK_ROWS(BlockQ4_0)
+KVSHARE_PACK_ROWS(BlockQ5_0)
+KVSHARE_PACK_ROWS(BlockIQ4_NL)
+KVSHARE_PACK_ROWS(BlockMXFP4)
+KVSHARE_PACK_ROWS(BlockQ2_K)
+KVSHARE_PACK_ROWS(BlockQ3_K)
+KVSHARE_PACK_ROWS(BlockQ4_K)
+KVSHARE_PACK_ROWS(BlockQ6_K)
+#undef KVSHARE_PACK_ROWS
 
 void* DecodedCodeScratch(std::size_t vectors) {
   struct alignas(64) CodeVector {
@@ -220,26 +216,28 @@ void* DecodedCodeScratch(std::size_t vectors) {
 }
 
 bool CanPack(GgmlType type, std::int64_t rows) {
-  return PackedPlaneBytes(type).codes > 0 && rows > 0 && rows % kPackRows == 0;
+  const WeightTypeTraits* tr = FindWeightType(type);
+  return tr != nullptr && tr->Packable() && rows > 0 && rows % kPackRows == 0;
 }
 
 std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::int64_t rows, std::int64_t nb) {
   if (!CanPack(type, rows) || nb <= 0 || data == nullptr) {
     throw Error("Pack: cannot repack " + GgmlTypeName(type) + " weights of " + std::to_string(rows) + " rows and " +
-                std::to_string(nb) + " blocks (expected Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K data with a positive multiple of " +
-                std::to_string(kPackRows) + " rows)");
+                std::to_string(nb) + " blocks (expected " + PackableWeightTypesString() +
+                " data with a positive multiple of " + std::to_string(kPackRows) + " rows)");
   }
+  const WeightTypeTraits& tr = *FindWeightType(type);
   auto p = std::make_shared<PackedWeights>();
   p->type = type;
   p->rows = rows;
-  p->nb = type == GgmlType::kIQ4_XS ? nb * 8 : nb;
-  p->bytes = PackedPlaneBytes(type);
+  p->nb = nb * tr.act_blocks;  // the packed kernels take one activation block per packed block
+  p->bytes = tr.packing.planes;
   const auto blocks = static_cast<std::size_t>(rows / kPackRows * p->nb);
   const PlaneBytes& pb = p->bytes;
-  const std::size_t sizes[kPlanes] = {RoundUp64(blocks * pb.codes), RoundUp64(blocks * pb.high),
-                                      RoundUp64(blocks * pb.subs),  RoundUp64(blocks * pb.mins),
-                                      RoundUp64(blocks * pb.d),     RoundUp64(blocks * pb.dmin),
-                                      RoundUp64(blocks * pb.dsub)};
+  const std::size_t sizes[kPackPlanes] = {RoundUp64(blocks * pb.codes), RoundUp64(blocks * pb.high),
+                                          RoundUp64(blocks * pb.subs),  RoundUp64(blocks * pb.mins),
+                                          RoundUp64(blocks * pb.d),     RoundUp64(blocks * pb.dmin),
+                                          RoundUp64(blocks * pb.dsub)};
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
   void* mem = AllocatePacked(total);
@@ -247,8 +245,8 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
   p->storage.reset(mem);
   auto* at = static_cast<std::uint8_t*>(mem);
   std::memset(at, 0, total);  // the Q5_0 masks and the Q2_K / Q3_K bits are or-ed in
-  std::uint8_t* plane[kPlanes];
-  for (int i = 0; i < kPlanes; ++i) {
+  std::uint8_t* plane[kPackPlanes];
+  for (int i = 0; i < kPackPlanes; ++i) {
     plane[i] = sizes[i] > 0 ? at : nullptr;
     at += sizes[i];
   }
@@ -259,18 +257,7 @@ std::shared_ptr<const PackedWeights> Pack(const void* data, GgmlType type, std::
   p->d = reinterpret_cast<const std::uint16_t*>(plane[4]);
   p->dmin = reinterpret_cast<const std::uint16_t*>(plane[5]);
   p->dsub = reinterpret_cast<const float*>(plane[6]);
-  switch (type) {
-    case GgmlType::kQ8_0: PackAll(static_cast<const BlockQ8_0*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kQ4_0: PackAll(static_cast<const BlockQ4_0*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kQ5_0: PackAll(static_cast<const BlockQ5_0*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kIQ4_NL: PackAll(static_cast<const BlockIQ4_NL*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kMXFP4: PackAll(static_cast<const BlockMXFP4*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kIQ4_XS: PackAllIQ4XS(static_cast<const BlockIQ4_XS*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kQ4_K: PackAll(static_cast<const BlockQ4_K*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kQ2_K: PackAll(static_cast<const BlockQ2_K*>(data), rows, nb, pb, plane); break;
-    case GgmlType::kQ3_K: PackAll(static_cast<const BlockQ3_K*>(data), rows, nb, pb, plane); break;
-    default: PackAll(static_cast<const BlockQ6_K*>(data), rows, nb, pb, plane); break;
-  }
+  tr.packing.pack(data, rows, nb, tr.act_blocks, pb, plane);
   return p;
 }
 

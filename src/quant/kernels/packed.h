@@ -59,6 +59,7 @@
 
 #include "common/prefetch.h"
 #include "kvshare/gguf/gguf.h"
+#include "quant/quant.h"
 
 namespace kvshare::detail {
 
@@ -84,13 +85,33 @@ struct PlaneBytes {
   std::size_t codes = 0, high = 0, subs = 0, mins = 0, d = 0, dmin = 0, dsub = 0;
   std::size_t Total() const { return codes + high + subs + mins + d + dmin + dsub; }
 };
-PlaneBytes PackedPlaneBytes(GgmlType type);
+// The planes in PlaneBytes order.
+inline constexpr int kPackPlanes = 7;
+
+// Packs `rows` rows (a multiple of kPackRows) of nb blocks at w (ggml layout)
+// into the planes (plane[i] in PlaneBytes order, zeroed; null where the type
+// has none), `sub` packed blocks per block (the type's activation blocks per
+// block: IQ4_XS 8, the others 1). Defined in packed.cc for the blocks with a
+// packed layout, each through its per-row pack function there (IQ4_XS: a
+// loop of its own, one sub-block at a time).
+template <typename Block>
+void PackRows(const Block* w, std::int64_t rows, std::int64_t nb, std::int64_t sub, const PlaneBytes& pb,
+              std::uint8_t* const plane[kPackPlanes]);
+// PackRows with the block type erased.
+using PackFn = void (*)(const void* w, std::int64_t rows, std::int64_t nb, std::int64_t sub, const PlaneBytes& pb,
+                        std::uint8_t* const plane[kPackPlanes]);
+
+// A type's packed layout (its row of quant/weight_types.cc).
+struct PackLayout {
+  PlaneBytes planes;      // per packed block
+  PackFn pack = nullptr;  // null: the type has no packed layout
+};
 
 struct PackedWeights {
   GgmlType type = GgmlType::kQ8_0;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K
   std::int64_t rows = 0;            // a multiple of kPackRows
   std::int64_t nb = 0;              // blocks per row (IQ4_XS: its 32-element sub-blocks)
-  PlaneBytes bytes;                 // PackedPlaneBytes(type)
+  PlaneBytes bytes;                 // the type's PackLayout planes
   // The planes (64-byte aligned; null where the type has none).
   const std::uint8_t* codes = nullptr;
   const std::uint8_t* high = nullptr;
@@ -102,8 +123,29 @@ struct PackedWeights {
   std::unique_ptr<void, void (*)(void*)> storage{nullptr, std::free};  // owns the planes
 };
 
-// Whether Pack can repack a matrix of this type and row count (a type above,
-// rows a positive multiple of kPackRows).
+// How the packed 32-element types' codes read (avx2/ and avx512/
+// packed_q32.cc, each of which adds its own bias to them):
+// 4-bit indices into a 16-value grid: kIq4Values, or MXFP4's kMxfp4Values.
+template <GgmlType kType>
+inline constexpr bool kPackedGrid =
+    kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
+template <GgmlType kType>
+inline const std::int8_t* PackedGridValues() {
+  return kType == GgmlType::kMXFP4 ? kMxfp4Values : kIq4Values;
+}
+// Signed values (Q8_0's stored + 128, the grids' once looked up) rather than
+// unsigned codes with an offset.
+template <GgmlType kType>
+inline constexpr bool kPackedSigned = kType == GgmlType::kQ8_0 || kPackedGrid<kType>;
+// The unsigned codes' offset, value = code - offset: Q5_0 16, Q4_0 8.
+template <GgmlType kType>
+inline constexpr int kPackedCodeOffset = kPackedSigned<kType> ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
+// Whose scales are the fp32 dsub plane rather than the fp16 d plane.
+template <GgmlType kType>
+inline constexpr bool kPackedFloatScales = kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
+
+// Whether Pack can repack a matrix of this type and row count (a type with a
+// packed layout, rows a positive multiple of kPackRows).
 bool CanPack(GgmlType type, std::int64_t rows);
 
 // The packed copy of `rows` rows of `nb` blocks of `type` at data (ggml

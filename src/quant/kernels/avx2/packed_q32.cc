@@ -30,32 +30,23 @@ namespace {
 
 constexpr int kPassRows = 8;
 
-// The 16-value grid types (nibbles index a table of signed values).
-template <GgmlType kType>
-constexpr bool kIq4 = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
-// Whose scales are the fp32 dsub plane rather than fp16 d.
-template <GgmlType kType>
-constexpr bool kFloatScales = kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
-
+// The codes' bias: the signed types (kPackedSigned) go through the sign
+// trick unbiased.
 template <GgmlType kType>
 constexpr int Bias() {
-  return kType == GgmlType::kQ8_0 || kIq4<kType> ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
+  return kPackedCodeOffset<kType>;
 }
-
-// Types whose decoded codes are signed values taken with the sign trick.
-template <GgmlType kType>
-constexpr bool kSigned = kType == GgmlType::kQ8_0 || kIq4<kType>;
 
 // Where a group's scales are (row order, 16 per block): the fp16 d plane, or
 // the fp32 dsub; the 8 of half h of block b.
 template <GgmlType kType>
 inline const void* GroupScales(const PackedWeights& w, std::size_t gb) {
-  if constexpr (kFloatScales<kType>) return w.dsub + gb * kPackRows;
+  if constexpr (kPackedFloatScales<kType>) return w.dsub + gb * kPackRows;
   return w.d + gb * kPackRows;
 }
 template <GgmlType kType>
 inline __m256 HalfScales(const void* scales, std::int64_t b, int h) {
-  if constexpr (kFloatScales<kType>) return _mm256_loadu_ps(static_cast<const float*>(scales) + b * kPackRows + 8 * h);
+  if constexpr (kPackedFloatScales<kType>) return _mm256_loadu_ps(static_cast<const float*>(scales) + b * kPackRows + 8 * h);
   return _mm256_cvtph_ps(_mm_loadu_si128(
       reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(scales) + b * kPackRows + 8 * h)));
 }
@@ -95,9 +86,9 @@ inline HalfRegs DecodeHalfRegs(const std::uint8_t* codes, const std::uint8_t* hi
       r.c[k] = lo;
       r.c[k + 4] = hi;
     }
-    if constexpr (kIq4<kType>) {
+    if constexpr (kPackedGrid<kType>) {
       const __m256i grid = _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kType == GgmlType::kMXFP4 ? kMxfp4Values : kIq4Values)));
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(PackedGridValues<kType>())));
       for (int k = 0; k < 8; ++k) {
         r.s[k] = _mm256_shuffle_epi8(grid, r.c[k]);
         r.c[k] = _mm256_sign_epi8(r.s[k], r.s[k]);
@@ -112,7 +103,7 @@ void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, Half
   const HalfRegs r = DecodeHalfRegs<kType>(codes, high, h);
   for (int k = 0; k < 8; ++k) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(out.c[k]), r.c[k]);
-    if constexpr (kSigned<kType>) _mm256_store_si256(reinterpret_cast<__m256i*>(out.s[k]), r.s[k]);
+    if constexpr (kPackedSigned<kType>) _mm256_store_si256(reinterpret_cast<__m256i*>(out.s[k]), r.s[k]);
   }
 }
 
@@ -121,7 +112,7 @@ void DecodeHalf(const std::uint8_t* codes, const std::uint8_t* high, int h, Half
 template <GgmlType kType>
 inline __m256i HalfDotRegs(const HalfRegs& r, const ActQ8& a) {
   const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (kSigned<kType>) {
+  if constexpr (kPackedSigned<kType>) {
     __m256i p = _mm256_setzero_si256();
     for (int k = 0; k < 8; ++k) {
       const __m256i sx = _mm256_sign_epi8(Broadcast4Ymm(a.qs + 4 * k), r.s[k]);
@@ -144,7 +135,7 @@ inline __m256i HalfDot(const HalfCodes& hc, const ActQ8& a) {
   HalfRegs r;
   for (int k = 0; k < 8; ++k) {
     r.c[k] = Load32(hc.c[k]);
-    if constexpr (kSigned<kType>) r.s[k] = Load32(hc.s[k]);
+    if constexpr (kPackedSigned<kType>) r.s[k] = Load32(hc.s[k]);
   }
   return HalfDotRegs<kType>(r, a);
 }

@@ -24,22 +24,18 @@ namespace {
 // code vectors stay in the 32 zmm registers.
 constexpr int kPassRows = 8;
 
-// The grid types' codes are their grid values + 128 (kIq4Values in [-127,
-// 113], kMxfp4Values in [-12, 12]).
-template <GgmlType kType>
-constexpr bool kIq4 = kType == GgmlType::kIQ4_NL || kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
-// Whose scales are the fp32 dsub plane rather than fp16 d.
-template <GgmlType kType>
-constexpr bool kFloatScales = kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;
+// The codes' bias: vpdpbusd takes unsigned codes, so the signed types are
+// biased by 128 (the grid types' codes are their grid values + 128:
+// kIq4Values in [-127, 113], kMxfp4Values in [-12, 12]).
 template <GgmlType kType>
 constexpr int Bias() {
-  return kType == GgmlType::kQ8_0 || kIq4<kType> ? 128 : kType == GgmlType::kQ5_0 ? 16 : 8;
+  return kPackedSigned<kType> ? 128 : kPackedCodeOffset<kType>;
 }
 
 // The 16 rows' scales of block b: the fp16 d plane, or the fp32 dsub.
 template <GgmlType kType>
 inline __m512 BlockScales(const void* scales, std::int64_t b) {
-  if constexpr (kFloatScales<kType>) return _mm512_load_ps(static_cast<const float*>(scales) + b * kPackRows);
+  if constexpr (kPackedFloatScales<kType>) return _mm512_load_ps(static_cast<const float*>(scales) + b * kPackRows);
   return _mm512_cvtph_ps(
       _mm256_load_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(scales) + b * kPackRows)));
 }
@@ -60,10 +56,10 @@ inline void LoadCodes(const std::uint8_t* codes, const std::uint64_t* high, __m5
       const __m512i fifth = _mm512_set1_epi8(0x10);
       for (int k = 0; k < 8; ++k) c[k] = _mm512_mask_add_epi8(c[k], _cvtu64_mask64(high[k]), c[k], fifth);
     }
-    if constexpr (kIq4<kType>) {
+    if constexpr (kPackedGrid<kType>) {
       const __m512i grid = _mm512_xor_si512(
           _mm512_broadcast_i32x4(_mm_loadu_si128(
-              reinterpret_cast<const __m128i*>(kType == GgmlType::kMXFP4 ? kMxfp4Values : kIq4Values))),
+              reinterpret_cast<const __m128i*>(PackedGridValues<kType>()))),
           _mm512_set1_epi8(static_cast<char>(0x80)));
       for (int k = 0; k < 8; ++k) c[k] = _mm512_shuffle_epi8(grid, c[k]);
     }
@@ -145,7 +141,7 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * w.bytes.codes;
     const auto* high = w.high != nullptr ? reinterpret_cast<const std::uint64_t*>(w.high) + g * nb * 8 : nullptr;
-    const void* d = kFloatScales<kType> ? static_cast<const void*>(w.dsub + g * nb * kPackRows)
+    const void* d = kPackedFloatScales<kType> ? static_cast<const void*>(w.dsub + g * nb * kPackRows)
                                                : static_cast<const void*>(w.d + g * nb * kPackRows);
     float* yg = y + (g * kPackRows - r0);
     if constexpr (kType == GgmlType::kQ5_0) {

@@ -65,21 +65,15 @@ float DotQ6_K(const BlockQ6_K* w, const ActQ8K* x, std::int64_t nb) {
   float acc = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
     int sumi = 0;
-    const std::uint8_t* ql = w[b].ql;
-    const std::uint8_t* qh = w[b].qh;
     const std::int8_t* a = x[b].qs;
-    for (int n = 0; n < 2; ++n, ql += 64, qh += 32, a += 128) {
+    for (int n = 0; n < 2; ++n, a += 128) {
       int g[8] = {};
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
-        const int q1 = static_cast<int>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = static_cast<int>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        g[is] += q1 * a[l];
-        g[is + 2] += q2 * a[l + 32];
-        g[is + 4] += q3 * a[l + 64];
-        g[is + 6] += q4 * a[l + 96];
+        g[is] += (Q6KCode(w[b], n, 0, l) - 32) * a[l];
+        g[is + 2] += (Q6KCode(w[b], n, 1, l) - 32) * a[l + 32];
+        g[is + 4] += (Q6KCode(w[b], n, 2, l) - 32) * a[l + 64];
+        g[is + 6] += (Q6KCode(w[b], n, 3, l) - 32) * a[l + 96];
       }
       for (int k = 0; k < 8; ++k) sumi += w[b].scales[8 * n + k] * g[k];
     }
