@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "attention/attend.h"
+#include "bandwidth.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
-#include "bandwidth.h"
 #include "fma_peak.h"
 #include "kvshare/common/thread_pool.h"
 
@@ -89,7 +89,8 @@ struct AttnProblem {
     const std::size_t n = static_cast<std::size_t>(c.B) * c.Nkv * c.T * c.H;
     copy_bytes = kvshare::DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(n));
     if (c.S == 1) {
-      copies = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(kvshare::bench::DramFootprintBytes() / (2.0 * static_cast<double>(copy_bytes)))));
+      copies = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(kvshare::bench::DramFootprintBytes() /
+                                                                           (2.0 * static_cast<double>(copy_bytes)))));
     }
     if (c.kv_dtype == DType::kFloat32) {
       k32 = RandomCopies<float>(n, copies, [&] { return u(rng); });
@@ -183,7 +184,8 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
   if (triad > 0.0) {
     state.counters["bw_ratio"] = kv_bytes * iters / sec / triad;
     state.counters["roof_ratio"] = flops * iters / sec / std::min(fma_peak, flops / kv_bytes * triad);
-    state.counters["triad_bytes/s"] = benchmark::Counter(triad, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+    state.counters["triad_bytes/s"] =
+        benchmark::Counter(triad, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
   }
 }
 
@@ -201,8 +203,9 @@ void RegisterAll() {
         for (const auto& dt : dtypes) {
           for (const int threads : {1, 2}) {
             const AttnCase c{sh.N, sh.Nkv, sh.H, decode ? 1 : T, T, dt.first, threads};
-            const std::string name = std::string(decode ? "decode/" : "prefill/") + sh.name + "/T:" +
-                                     std::to_string(T) + "/" + dt.second + "/threads:" + std::to_string(threads);
+            const std::string name = std::string(decode ? "decode/" : "prefill/") + sh.name +
+                                     "/T:" + std::to_string(T) + "/" + dt.second +
+                                     "/threads:" + std::to_string(threads);
             benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
                 ->UseRealTime()
                 ->Unit(decode ? benchmark::kMicrosecond : benchmark::kMillisecond)
@@ -220,7 +223,10 @@ void RegisterAll() {
         const AttnCase c{4, 1, 256, 1, T, DType::kFloat16, threads, B};
         const std::string name = "decode/gemma_n4/B:" + std::to_string(B) + "/T:" + std::to_string(T) +
                                  "/f16/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.3);
       }
     }
   }

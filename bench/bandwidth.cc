@@ -14,7 +14,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kTriadFloats = std::size_t{64} << 20 >> 2;  // 64 MiB per array
 constexpr double kTriadBytesPerCall = 3.0 * 4.0 * static_cast<double>(kTriadFloats);
-constexpr std::size_t kReadWords = std::size_t{192} << 20 >> 3;   // 192 MiB
+constexpr std::size_t kReadWords = std::size_t{192} << 20 >> 3;  // 192 MiB
 constexpr double kReadBytesPerCall = 8.0 * static_cast<double>(kReadWords);
 
 struct TriadArrays {

@@ -54,15 +54,18 @@ struct DeviceBuffer {
   void* ptr = nullptr;
   std::size_t bytes = 0;
   DeviceBuffer(std::size_t n, bool random, DType dt) : bytes(n) {
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) throw kvshare::Error("cudaMalloc of " + std::to_string(bytes) + " bytes failed");
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess)
+      throw kvshare::Error("cudaMalloc of " + std::to_string(bytes) + " bytes failed");
     cudaMemset(ptr, 0, bytes);
     if (!random) return;
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<std::uint16_t> chunk(std::min<std::size_t>(bytes / 2, std::size_t{1} << 22));
-    for (auto& x : chunk) x = dt == DType::kBFloat16 ? kvshare::detail::F32ToBF16(u(rng)) : kvshare::detail::F32ToF16(u(rng));
+    for (auto& x : chunk)
+      x = dt == DType::kBFloat16 ? kvshare::detail::F32ToBF16(u(rng)) : kvshare::detail::F32ToF16(u(rng));
     for (std::size_t at = 0; at < bytes; at += chunk.size() * 2) {
-      cudaMemcpy(static_cast<char*>(ptr) + at, chunk.data(), std::min(chunk.size() * 2, bytes - at), cudaMemcpyHostToDevice);
+      cudaMemcpy(static_cast<char*>(ptr) + at, chunk.data(), std::min(chunk.size() * 2, bytes - at),
+                 cudaMemcpyHostToDevice);
     }
   }
   ~DeviceBuffer() { cudaFree(ptr); }
@@ -133,8 +136,10 @@ void BM_CudaAttend(benchmark::State& state, CudaCase c) {
   if (c.S == 1) {
     const double kv_bytes = 2.0 * c.B * static_cast<double>(kvh) * c.T * static_cast<double>(es);
     const double d2d = D2dBandwidth();
-    state.counters["kv_bytes/s"] = benchmark::Counter(kv_bytes * calls / sec, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
-    state.counters["d2d_bytes/s"] = benchmark::Counter(d2d, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+    state.counters["kv_bytes/s"] =
+        benchmark::Counter(kv_bytes * calls / sec, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+    state.counters["d2d_bytes/s"] =
+        benchmark::Counter(d2d, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
     state.counters["bw_ratio"] = kv_bytes * calls / sec / d2d;
   }
   double visible = 0.0;  // query s at position T - S + s sees min(pos + 1, W) keys
@@ -163,7 +168,8 @@ void RegisterCuda() {
     for (const int B : {1, 16, 64}) {
       for (const int T : {4096, 32768}) {
         const CudaCase c{B, 1, T, sh.N, sh.Nkv, sh.H, 0, DType::kFloat16};
-        const std::string name = std::string("cuda/decode/") + sh.name + "/B:" + std::to_string(B) + "/T:" + std::to_string(T) + "/f16";
+        const std::string name =
+            std::string("cuda/decode/") + sh.name + "/B:" + std::to_string(B) + "/T:" + std::to_string(T) + "/f16";
         benchmark::RegisterBenchmark(name.c_str(), BM_CudaAttend, c)->UseRealTime()->Unit(benchmark::kMicrosecond);
       }
     }

@@ -59,7 +59,8 @@ void BM_CudaGemma3(benchmark::State& state, bool decode) {
     return;
   }
   const kvshare::Model& m = *Gemma3Shapes();
-  auto st = m.NewState({.max_context = 2048, .max_step = static_cast<int>(kPrompt), .kv_dtype = kvshare::DType::kBFloat16});
+  auto st =
+      m.NewState({.max_context = 2048, .max_step = static_cast<int>(kPrompt), .kv_dtype = kvshare::DType::kBFloat16});
   const std::vector<std::int32_t> prompt = kvshare::testing::Tokens(static_cast<int>(kPrompt), m.config().n_vocab, 7);
   const std::int32_t next = 42;
   if (decode) m.Forward(*st, prompt, nullptr);
@@ -86,7 +87,13 @@ void BM_CudaGemma3(benchmark::State& state, bool) { state.SkipWithError("built w
 
 #endif
 
-BENCHMARK_CAPTURE(BM_CudaGemma3, prefill512, false)->Name("cuda/model/gemma3_270m_shapes/prefill512")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CudaGemma3, decode, true)->Name("cuda/model/gemma3_270m_shapes/decode")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaGemma3, prefill512, false)
+    ->Name("cuda/model/gemma3_270m_shapes/prefill512")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaGemma3, decode, true)
+    ->Name("cuda/model/gemma3_270m_shapes/decode")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "model_default_path.h"
+#include "kvshare/common/thread_pool.h"
 #include "kvshare/grammar/grammar.h"
 #include "kvshare/model/model.h"
-#include "kvshare/common/thread_pool.h"
-#include "kvshare/tokenizer/tokenizer.h"
 #include "kvshare/runtime/tool_calls.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "model_default_path.h"
 
 namespace kvshare {
 namespace {
@@ -109,8 +109,8 @@ void WalkDocument(benchmark::State& state, const Vocab& v, const std::shared_ptr
   }
   const double steps = static_cast<double>(tokens.size() + 1);
   state.counters["tokens"] = steps;
-  state.counters["per_token"] = benchmark::Counter(steps, benchmark::Counter::kIsIterationInvariantRate |
-                                                              benchmark::Counter::kInvert);
+  state.counters["per_token"] =
+      benchmark::Counter(steps, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 void BM_GrammarMask(benchmark::State& state) {
@@ -130,13 +130,14 @@ void BM_GrammarMaskLazy(benchmark::State& state) {
     return;
   }
   const OfferedTool tool{.function = {.name = "get_weather",
-                                   .description = "Current weather in a city",
-                                   .parameters = R"({"type": "object", "properties": {"city": {"type": "string"},
+                                      .description = "Current weather in a city",
+                                      .parameters = R"({"type": "object", "properties": {"city": {"type": "string"},
                                        "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]})"},
-                      .strict = true};
+                         .strict = true};
   WalkDocument(state, v, LazyToolCallGrammar(std::span<const OfferedTool>(&tool, 1), ToolCallSyntax::kJson, false),
-               kLorem + "\n{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
-                        "\"unit\": \"celsius\"}}}");
+               kLorem +
+                   "\n{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                   "\"unit\": \"celsius\"}}}");
 }
 
 // A request's matcher construction alone, for the lazy tool-call grammar
@@ -180,8 +181,8 @@ void BM_DecodeStep(benchmark::State& state) {
     const std::span<const float> l = v.model->Forward(*s, std::span<const std::int32_t>(&next, 1), &pool);
     next = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
   }
-  state.counters["per_token"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate |
-                                                          benchmark::Counter::kInvert);
+  state.counters["per_token"] =
+      benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 void BM_TokenTrieBuild(benchmark::State& state) {
@@ -197,7 +198,13 @@ void BM_TokenTrieBuild(benchmark::State& state) {
 BENCHMARK(BM_GrammarMask)->Name("GrammarMask")->ArgName("doc")->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GrammarMaskLazy)->Name("GrammarMaskLazy")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GrammarMatcherStartLazy)->Name("GrammarMatcherStartLazy")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DecodeStep)->Name("DecodeStep")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeStep)
+    ->Name("DecodeStep")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TokenTrieBuild)->Name("TokenTrie")->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace

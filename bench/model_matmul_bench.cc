@@ -21,8 +21,8 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -62,7 +62,8 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
       continue;
     }
     if (t == GgmlType::kIQ1_M) {  // d's fp16 bits: the top nibbles of the 4 scale words at byte 48
-      for (int k = 0; k < 4; ++k) blk[49 + 2 * k] = static_cast<std::uint8_t>((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
+      for (int k = 0; k < 4; ++k)
+        blk[49 + 2 * k] = static_cast<std::uint8_t>((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
       continue;
     }
     std::memcpy(blk + at, &h, 2);
@@ -85,7 +86,8 @@ void RunMatMul(benchmark::State& state, bool dram, bool packed = false) {
   }
   const auto w = RandomWeights(type, rows, cols);
   const std::size_t copies =
-      dram ? std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(bench::DramFootprintBytes() / static_cast<double>(w.size()))))
+      dram ? std::max<std::size_t>(
+                 1, static_cast<std::size_t>(std::ceil(bench::DramFootprintBytes() / static_cast<double>(w.size()))))
            : 1;
   bench::BigBuffer<std::uint8_t> all(w.size() * copies);
   for (std::size_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * w.size(), w.data(), w.size());
@@ -109,13 +111,16 @@ void RunMatMul(benchmark::State& state, bool dram, bool packed = false) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(w.size());
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * cols * m) * static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(rows * cols * m) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   if (dram) {
     const double triad = std::max(triad_before, bench::TriadBandwidth(pool.get(), 3));
     const double read = std::max(read_before, bench::ReadBandwidth(pool.get(), 3));
-    state.counters["triad_bytes/s"] = benchmark::Counter(triad, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
-    state.counters["read_bytes/s"] = benchmark::Counter(read, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+    state.counters["triad_bytes/s"] =
+        benchmark::Counter(triad, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+    state.counters["read_bytes/s"] =
+        benchmark::Counter(read, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
     state.counters["bw_ratio"] = bytes / sec / triad;
     state.counters["read_ratio"] = bytes / sec / read;
   }
@@ -147,7 +152,8 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q2k = static_cast<std::int64_t>(GgmlType::kQ2_K), q3k = static_cast<std::int64_t>(GgmlType::kQ3_K);
   for (std::int64_t m : {1, 8, 64}) {
     for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k}) b->Args({t, 2048, 2048, m, 1, 2});
-    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k}) b->Args({t, 2048, 2048, m, 1, 1});  // AVX2 packed
+    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k})
+      b->Args({t, 2048, 2048, m, 1, 1});  // AVX2 packed
   }
 }
 
@@ -159,9 +165,9 @@ void PackedDramShapes(benchmark::internal::Benchmark* b) {
                      q4k = static_cast<std::int64_t>(GgmlType::kQ4_K), q6k = static_cast<std::int64_t>(GgmlType::kQ6_K);
   for (std::int64_t m : {1, 8}) {
     for (std::int64_t th : {1, 2}) {
-      b->Args({q50, 2048, 640, m, th, 2});   // ffn_gate / ffn_up
-      b->Args({q4k, 640, 2048, m, th, 2});   // ffn_down (Q4_K layers)
-      b->Args({q6k, 640, 2048, m, th, 2});   // ffn_down (Q6_K layers)
+      b->Args({q50, 2048, 640, m, th, 2});    // ffn_gate / ffn_up
+      b->Args({q4k, 640, 2048, m, th, 2});    // ffn_down (Q4_K layers)
+      b->Args({q6k, 640, 2048, m, th, 2});    // ffn_down (Q6_K layers)
       b->Args({q80, 262144, 640, m, th, 2});  // tied embedding as LM head
       b->Args({q80, 262144, 640, m, th, 1});  // the same on the AVX2 packed kernel
     }
@@ -173,10 +179,10 @@ void Shapes(benchmark::internal::Benchmark* b) {
                      q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0);
   for (std::int64_t level : {0, 1, 2}) {
     for (std::int64_t th : {1, 2}) {
-      b->Args({q4k, 640, 2048, 1, th, level});     // ffn_down (Q4_K layers)
-      b->Args({q6k, 640, 2048, 1, th, level});     // ffn_down (Q6_K layers)
-      b->Args({q50, 2048, 640, 1, th, level});     // ffn_gate / ffn_up
-      b->Args({q80, 262144, 640, 1, th, level});   // tied embedding as LM head
+      b->Args({q4k, 640, 2048, 1, th, level});    // ffn_down (Q4_K layers)
+      b->Args({q6k, 640, 2048, 1, th, level});    // ffn_down (Q6_K layers)
+      b->Args({q50, 2048, 640, 1, th, level});    // ffn_gate / ffn_up
+      b->Args({q80, 262144, 640, 1, th, level});  // tied embedding as LM head
     }
   }
   b->Args({q4k, 640, 2048, 64, 2, 2});  // prefill-like m = 64
@@ -191,11 +197,12 @@ void Shapes(benchmark::internal::Benchmark* b) {
 void TypeShapes(benchmark::internal::Benchmark* b) {
   for (std::int64_t level : {1, 2}) {
     for (std::int64_t m : {1, 8, 64}) {
-      for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                         GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K,
-                         GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4,
-                         GgmlType::kNVFP4, GgmlType::kQ1_0, GgmlType::kQ2_0, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
-                         GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S, GgmlType::kIQ1_M}) {
+      for (GgmlType t :
+           {GgmlType::kQ4_K,   GgmlType::kQ5_K,    GgmlType::kQ6_K,  GgmlType::kQ4_0,    GgmlType::kQ4_1,
+            GgmlType::kQ5_0,   GgmlType::kQ5_1,    GgmlType::kQ8_0,  GgmlType::kQ2_K,    GgmlType::kQ3_K,
+            GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,  GgmlType::kTQ1_0, GgmlType::kTQ2_0,   GgmlType::kMXFP4,
+            GgmlType::kNVFP4,  GgmlType::kQ1_0,    GgmlType::kQ2_0,  GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
+            GgmlType::kIQ2_S,  GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S,   GgmlType::kIQ1_M}) {
         b->Args({static_cast<std::int64_t>(t), 2048, 2048, m, 1, level});
       }
     }
@@ -219,7 +226,11 @@ void E2bShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_MatMul)->Apply(Shapes)->Name("MatVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMul)->Apply(TypeShapes)->Name("MatTypes")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MatMulPacked)->Apply(PackedShapes)->Name("MatPacked")->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_MatMulPackedDram)->Apply(PackedDramShapes)->Name("MatPackedDram")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatMulPackedDram)
+    ->Apply(PackedDramShapes)
+    ->Name("MatPackedDram")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_MatMulDram)->Apply(E2bShapes)->Name("E2bVec")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace

@@ -17,7 +17,10 @@ class ApiError : public std::exception {
   // unavailable_error (503), server_error (500), not_supported_error (501).
   ApiError(int status, std::string message, std::string type = "invalid_request_error",
            std::optional<std::string> param = std::nullopt, std::optional<std::string> code = std::nullopt)
-      : status_(status), message_(std::move(message)), type_(std::move(type)), param_(std::move(param)),
+      : status_(status),
+        message_(std::move(message)),
+        type_(std::move(type)),
+        param_(std::move(param)),
         code_(std::move(code)) {}
 
   const char* what() const noexcept override { return message_.c_str(); }

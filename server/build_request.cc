@@ -54,7 +54,8 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
       }
     }
   } else if (req.prompt_tokens) {
-    if (req.prompt_tokens->empty()) throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
+    if (req.prompt_tokens->empty())
+      throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
     for (std::int32_t t : *req.prompt_tokens) {
       if (t >= ctx.tokenizer->vocab_size()) {
         throw BadRequest("Invalid 'prompt': token id " + std::to_string(t) + " is outside the vocabulary [0, " +
@@ -77,7 +78,8 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
                      what, "context_length_exceeded");
   }
   const int max_tokens = req.max_tokens.value_or(
-      req.chat ? static_cast<int>(ctx.max_context - n) : std::min<int>(kDefaultCompletionTokens, static_cast<int>(ctx.max_context - n)));
+      req.chat ? static_cast<int>(ctx.max_context - n)
+               : std::min<int>(kDefaultCompletionTokens, static_cast<int>(ctx.max_context - n)));
   if (n + max_tokens > ctx.max_context) {
     throw BadRequest("This model's maximum context length is " + std::to_string(ctx.max_context) +
                          " tokens. However, you requested " + std::to_string(n + max_tokens) + " tokens (" +
@@ -105,8 +107,8 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
     const std::string where =
         req.response_format.type == Type::kJsonObject ? "response_format.schema" : "response_format.json_schema.schema";
     try {
-      r.grammar = req.response_format.schema.empty() ? AnyJsonObjectGrammar()
-                                                     : CompileJsonSchema(req.response_format.schema);
+      r.grammar =
+          req.response_format.schema.empty() ? AnyJsonObjectGrammar() : CompileJsonSchema(req.response_format.schema);
     } catch (const Error& e) {
       throw BadRequest("Invalid '" + where + "': " + e.what() + ".", where, "invalid_schema");
     }

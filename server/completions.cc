@@ -73,20 +73,20 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   }
   const std::uint64_t id = sub.handle->id();
   const auto t0 = std::chrono::steady_clock::now();
-  auto fmt = std::make_unique<CompletionFormatter>(cr, NewId(chat ? "chatcmpl-" : "cmpl-"), UnixNow(), ctx.model_id, *tok);
+  auto fmt =
+      std::make_unique<CompletionFormatter>(cr, NewId(chat ? "chatcmpl-" : "cmpl-"), UnixNow(), ctx.model_id, *tok);
   if (chat && ctx.chat) {
     if (auto offer = OfferedTools(cr)) fmt->EnableToolCalls(ToolCallParsing(ctx.chat->format(), *offer));
   }
   const int fd = FindConnectionSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   auto log_done = [this, id, chat, prompt_tokens, t0](const RequestEvent& e, bool stream, bool gone) {
     char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "request %llu %s%s: prompt %zu tokens (%lld cached), output %lld tokens, %s (%s)%s, %.2f s",
-                  static_cast<unsigned long long>(id), chat ? "chat" : "completion", stream ? " stream" : "",
-                  prompt_tokens, static_cast<long long>(e.usage.cached_tokens),
-                  static_cast<long long>(e.usage.completion_tokens), FinishReasonName(e.reason), e.detail.c_str(),
-                  gone ? ", client gone" : "",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::snprintf(
+        buf, sizeof buf, "request %llu %s%s: prompt %zu tokens (%lld cached), output %lld tokens, %s (%s)%s, %.2f s",
+        static_cast<unsigned long long>(id), chat ? "chat" : "completion", stream ? " stream" : "", prompt_tokens,
+        static_cast<long long>(e.usage.cached_tokens), static_cast<long long>(e.usage.completion_tokens),
+        FinishReasonName(e.reason), e.detail.c_str(), gone ? ", client gone" : "",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     Log(buf);
   };
 

@@ -18,9 +18,11 @@ void Add(std::string& out, const char* name, const char* type, const char* help,
 std::string PrometheusText(const SchedulerStats& s, const HttpStats& http) {
   std::string o;
   Add(o, "requests_total", "counter", "Requests accepted by the scheduler.", static_cast<double>(s.requests_accepted));
-  Add(o, "requests_rejected_total", "counter", "Requests refused because the queue was full or the server draining (503).",
+  Add(o, "requests_rejected_total", "counter",
+      "Requests refused because the queue was full or the server draining (503).",
       static_cast<double>(s.requests_rejected));
-  Add(o, "requests_finished_total", "counter", "Requests finished, any reason.", static_cast<double>(s.requests_finished));
+  Add(o, "requests_finished_total", "counter", "Requests finished, any reason.",
+      static_cast<double>(s.requests_finished));
   Add(o, "requests_cancelled_total", "counter", "Requests cancelled (client gone, drain).",
       static_cast<double>(s.requests_cancelled));
   Add(o, "prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", static_cast<double>(s.prompt_tokens));
@@ -31,7 +33,8 @@ std::string PrometheusText(const SchedulerStats& s, const HttpStats& http) {
   Add(o, "generation_tokens_total", "counter", "Tokens sampled.", static_cast<double>(s.generated_tokens));
   Add(o, "prompt_cache_hits_total", "counter", "Admissions that reused at least one cached prompt token.",
       static_cast<double>(s.prompt_cache_hits));
-  Add(o, "prompt_cache_misses_total", "counter", "Admissions that reused none.", static_cast<double>(s.prompt_cache_misses));
+  Add(o, "prompt_cache_misses_total", "counter", "Admissions that reused none.",
+      static_cast<double>(s.prompt_cache_misses));
   Add(o, "prompt_cache_fallbacks_total", "counter",
       "Cached prefixes lost because sliding-window rings no longer held them (see --swa-full).",
       static_cast<double>(s.prompt_cache_fallbacks));
@@ -58,7 +61,8 @@ std::string PrometheusText(const SchedulerStats& s, const HttpStats& http) {
   Add(o, "http_connections_waiting", "gauge",
       "Connections accepted but waiting for a connection thread (they count toward the 503 queue limit).",
       http.connections_waiting);
-  o += "# HELP kvshare_http_responses_total HTTP responses by status code.\n# TYPE kvshare_http_responses_total counter\n";
+  o += "# HELP kvshare_http_responses_total HTTP responses by status code.\n# TYPE kvshare_http_responses_total "
+       "counter\n";
   for (const auto& [status, n] : http.responses_by_status) {
     o += "kvshare_http_responses_total{code=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
   }

@@ -13,8 +13,8 @@ namespace kvshare::server {
 
 struct HttpStats {
   std::map<int, std::uint64_t> responses_by_status;
-  int requests_in_flight = 0;  // completion requests being answered
-  int connections_waiting = 0; // accepted connections waiting for a connection thread
+  int requests_in_flight = 0;   // completion requests being answered
+  int connections_waiting = 0;  // accepted connections waiting for a connection thread
 };
 
 std::string PrometheusText(const SchedulerStats& s, const HttpStats& http);

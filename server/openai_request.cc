@@ -29,13 +29,27 @@ const std::set<std::string>& Ignored() {
 }
 
 void CheckKnownFields(const json& body, bool chat, const RequestParsing& o, std::vector<std::string>& ignored) {
-  static const std::set<std::string> common = {
-      "model",        "stream",       "stream_options",   "max_tokens",        "temperature",
-      "top_p",        "top_k",        "min_p",            "repetition_penalty", "seed",
-      "stop",         "n",            "presence_penalty", "frequency_penalty", "logit_bias",
-      "logprobs",     "ignore_eos",   "speculative",      "response_format"};
-  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
-                                                  "tool_choice", "parallel_tool_calls"};
+  static const std::set<std::string> common = {"model",
+                                               "stream",
+                                               "stream_options",
+                                               "max_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "top_k",
+                                               "min_p",
+                                               "repetition_penalty",
+                                               "seed",
+                                               "stop",
+                                               "n",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "logit_bias",
+                                               "logprobs",
+                                               "ignore_eos",
+                                               "speculative",
+                                               "response_format"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
+                                                  "tools",    "tool_choice",           "parallel_tool_calls"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k) || Ignored().count(k) || (chat ? chat_only.count(k) : completion_only.count(k))) continue;
@@ -58,8 +72,9 @@ std::vector<std::pair<std::int32_t, float>> ParseLogitBias(const json& body) {
     const std::string name = "logit_bias." + k;
     const bool digits = !k.empty() && k.size() <= 9 && k.find_first_not_of("0123456789") == std::string::npos;
     if (!digits) {
-      throw BadRequest("Invalid 'logit_bias': the key '" + k + "' is not a token id (a non-negative integer as a string).",
-                       "logit_bias", "invalid_value");
+      throw BadRequest(
+          "Invalid 'logit_bias': the key '" + k + "' is not a token id (a non-negative integer as a string).",
+          "logit_bias", "invalid_value");
     }
     if (!v.is_number()) WrongType(name, "a number", v);
     const double bias = v.get<double>();
@@ -102,9 +117,11 @@ std::vector<std::int32_t> TokenArray(const json& a, const std::string& name) {
   std::vector<std::int32_t> ids;
   for (const json& t : a) {
     if (!t.is_number_integer() && !t.is_number_unsigned()) WrongType(name, "a string or an array of integers", t);
-    const std::int64_t v = t.is_number_unsigned() ? static_cast<std::int64_t>(std::min<std::uint64_t>(t.get<std::uint64_t>(), INT32_MAX))
-                                                  : t.get<std::int64_t>();
-    if (v < 0 || v > INT32_MAX) throw BadRequest("Invalid 'prompt': token id " + std::to_string(v) + " is out of range.", name, "invalid_value");
+    const std::int64_t v = t.is_number_unsigned()
+                               ? static_cast<std::int64_t>(std::min<std::uint64_t>(t.get<std::uint64_t>(), INT32_MAX))
+                               : t.get<std::int64_t>();
+    if (v < 0 || v > INT32_MAX)
+      throw BadRequest("Invalid 'prompt': token id " + std::to_string(v) + " is out of range.", name, "invalid_value");
     ids.push_back(static_cast<std::int32_t>(v));
   }
   return ids;
@@ -137,8 +154,8 @@ void ParsePrompt(const json& body, CompletionRequest& r) {
 
 CompletionRequest ParseCompletionRequest(const json& body, bool chat, const RequestParsing& o) {
   if (!body.is_object()) {
-    throw BadRequest("Invalid request body: expected a JSON object, but got " + TypeName(body) + " instead.", std::nullopt,
-                     "invalid_type");
+    throw BadRequest("Invalid request body: expected a JSON object, but got " + TypeName(body) + " instead.",
+                     std::nullopt, "invalid_type");
   }
   CompletionRequest r;
   CheckKnownFields(body, chat, o, r.ignored);
@@ -192,9 +209,10 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
   r.stop = ParseStop(body);
   r.ignore_eos = Bool(body, "ignore_eos").value_or(false);
   if (r.ignore_eos && r.response_format.type != CompletionRequest::ResponseFormat::Type::kText) {
-    throw BadRequest("Invalid 'ignore_eos': it cannot be combined with a JSON 'response_format' (generation ends when "
-                     "the JSON is complete).",
-                     "ignore_eos", "invalid_value");
+    throw BadRequest(
+        "Invalid 'ignore_eos': it cannot be combined with a JSON 'response_format' (generation ends when "
+        "the JSON is complete).",
+        "ignore_eos", "invalid_value");
   }
   r.speculative = Bool(body, "speculative").value_or(true);
   if (Integer(body, "n", 1, 128).value_or(1) != 1) {
@@ -218,9 +236,10 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
     r.tool_choice = ParseToolChoice(body, r.tools);
     r.parallel_tool_calls = Bool(body, "parallel_tool_calls").value_or(true);
     if (OffersTools(r) && r.response_format.type != CompletionRequest::ResponseFormat::Type::kText) {
-      throw BadRequest("Invalid 'response_format': it cannot be combined with 'tools' (the reply is either tool calls "
-                       "or text); send tool_choice \"none\" or drop response_format.",
-                       "response_format", "invalid_value");
+      throw BadRequest(
+          "Invalid 'response_format': it cannot be combined with 'tools' (the reply is either tool calls "
+          "or text); send tool_choice \"none\" or drop response_format.",
+          "response_format", "invalid_value");
     }
     if (OffersTools(r) && r.ignore_eos) {
       throw BadRequest("Invalid 'ignore_eos': it cannot be combined with 'tools'.", "ignore_eos", "invalid_value");

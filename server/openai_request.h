@@ -74,13 +74,13 @@ namespace kvshare::server {
 struct CompletionRequest {
   bool chat = false;
   std::string model;
-  std::vector<ChatMessage> messages;             // chat
-  std::optional<std::string> prompt_text;        // completions
+  std::vector<ChatMessage> messages;                       // chat
+  std::optional<std::string> prompt_text;                  // completions
   std::optional<std::vector<std::int32_t>> prompt_tokens;  // completions, as ids
   bool stream = false;
   bool include_usage = false;
   std::optional<int> max_tokens;
-  SamplerOptions sampler;                        // temperature default 1.0
+  SamplerOptions sampler;  // temperature default 1.0
   bool seed_given = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;
@@ -90,9 +90,9 @@ struct CompletionRequest {
   // response_format: kText (unconstrained), kJsonObject, kJsonSchema.
   struct ResponseFormat {
     enum class Type { kText, kJsonObject, kJsonSchema } type = Type::kText;
-    std::string name;    // json_schema.name (informational)
-    std::string schema;  // the JSON Schema as JSON text; empty: none (json_object: any object)
-    bool strict = false; // json_schema.strict (the schema is enforced either way)
+    std::string name;     // json_schema.name (informational)
+    std::string schema;   // the JSON Schema as JSON text; empty: none (json_object: any object)
+    bool strict = false;  // json_schema.strict (the schema is enforced either way)
   } response_format;
   // Tools (chat); strict: function.strict, its parameters checked to compile as a grammar.
   std::vector<OfferedTool> tools;
@@ -102,7 +102,7 @@ struct CompletionRequest {
   } tool_choice;
   bool parallel_tool_calls = true;
   std::vector<std::pair<std::int32_t, float>> logit_bias;  // token id, bias in [-100, 100]
-  std::vector<std::string> ignored;  // unknown fields, by path ("foo", "messages[0].bar")
+  std::vector<std::string> ignored;                        // unknown fields, by path ("foo", "messages[0].bar")
 };
 
 // Whether the request offers its tools to the model (some tools, tool_choice
@@ -131,7 +131,7 @@ void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body);
 
 // What the model side needs to turn a request into scheduler input.
 struct ModelContext {
-  std::string model_id;        // the served name (/v1/models)
+  std::string model_id;  // the served name (/v1/models)
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat = nullptr;  // the chat format (kNone: plain completion)
   std::string chat_unavailable;        // why chat requests are refused (format kNone), or empty

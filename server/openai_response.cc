@@ -58,7 +58,8 @@ const char* CompletionFormatter::ReasonName(kvshare::FinishReason reason, bool c
 std::string CompletionFormatter::DeltaChunks(const ToolCallDelta& d, const json& lp) const {
   std::string out;
   if (!d.content.empty() || !lp.is_null()) {
-    out += Sse(Chunk({{"index", 0}, {"delta", {{"content", d.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+    out +=
+        Sse(Chunk({{"index", 0}, {"delta", {{"content", d.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
   }
   for (const ToolCall& c : d.calls) {
     const std::size_t index = streamed_calls_++;

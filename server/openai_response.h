@@ -94,8 +94,8 @@ class CompletionFormatter {
   // Tool calls: the parser (none: all text is content), marker token texts.
   mutable std::optional<ToolCallParser> parser_;
   std::map<std::int32_t, std::string> markers_;
-  mutable std::string content_;            // non-streaming: parsed content
-  mutable std::vector<ToolCall> calls_;    // non-streaming: parsed calls, with ids
+  mutable std::string content_;          // non-streaming: parsed content
+  mutable std::vector<ToolCall> calls_;  // non-streaming: parsed calls, with ids
   mutable std::size_t streamed_calls_ = 0;
 };
 

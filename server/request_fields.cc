@@ -36,8 +36,8 @@ std::optional<double> Number(const json& body, const std::string& name, double l
   const double v = it->get<double>();
   if (!std::isfinite(v)) throw BadRequest("Invalid '" + name + "': must be a finite number.", name, "invalid_value");
   if (lo_open ? v <= lo : v < lo) {
-    throw BadRequest("Invalid '" + name + "': decimal below minimum value. Expected a value " + (lo_open ? "> " : ">= ") +
-                         Num(lo) + ", but got " + Num(v) + " instead.",
+    throw BadRequest("Invalid '" + name + "': decimal below minimum value. Expected a value " +
+                         (lo_open ? "> " : ">= ") + Num(lo) + ", but got " + Num(v) + " instead.",
                      name, "decimal_below_min_value");
   }
   if (v > hi) {

@@ -21,10 +21,12 @@ std::string ContentText(const json& content, std::size_t index) {
     if (!part.is_object()) WrongType(pname, "an object", part);
     auto type = part.find("type");
     if (type == part.end() || !type->is_string()) {
-      throw BadRequest("Missing required parameter: '" + pname + ".type'.", pname + ".type", "missing_required_parameter");
+      throw BadRequest("Missing required parameter: '" + pname + ".type'.", pname + ".type",
+                       "missing_required_parameter");
     }
     if (type->get<std::string>() != "text") {
-      throw BadRequest("Invalid '" + pname + ".type': only \"text\" content parts are supported by this server, got \"" +
+      throw BadRequest("Invalid '" + pname +
+                           ".type': only \"text\" content parts are supported by this server, got \"" +
                            type->get<std::string>() + "\".",
                        pname + ".type", "unsupported_parameter");
     }
@@ -38,7 +40,8 @@ std::string ContentText(const json& content, std::size_t index) {
 // One entry of an assistant message's tool_calls.
 ToolCall ParseToolCall(const json& c, const std::string& name) {
   if (!c.is_object()) WrongType(name, "an object", c);
-  if (auto t = c.find("type"); t != c.end() && !t->is_null() && (!t->is_string() || t->get<std::string>() != "function")) {
+  if (auto t = c.find("type");
+      t != c.end() && !t->is_null() && (!t->is_string() || t->get<std::string>() != "function")) {
     throw BadRequest("Invalid '" + name + ".type': only \"function\" tool calls are supported.", name + ".type",
                      "invalid_value");
   }
@@ -86,9 +89,10 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
   }
   if (!it->is_array()) WrongType("messages", "an array", *it);
   if (it->empty()) {
-    throw BadRequest("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array "
-                     "instead.",
-                     "messages", "empty_array");
+    throw BadRequest(
+        "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array "
+        "instead.",
+        "messages", "empty_array");
   }
   std::vector<ChatMessage> out;
   for (std::size_t i = 0; i < it->size(); ++i) {
@@ -97,14 +101,16 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
     if (!m.is_object()) WrongType(name, "an object", m);
     auto role = m.find("role");
     if (role == m.end()) {
-      throw BadRequest("Missing required parameter: '" + name + ".role'.", name + ".role", "missing_required_parameter");
+      throw BadRequest("Missing required parameter: '" + name + ".role'.", name + ".role",
+                       "missing_required_parameter");
     }
     if (!role->is_string()) WrongType(name + ".role", "a string", *role);
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";
     if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
-      throw BadRequest("Invalid value: '" + role->get<std::string>() + "'. Supported values are: 'system', 'developer', "
-                       "'user', 'assistant' and 'tool'.",
+      throw BadRequest("Invalid value: '" + role->get<std::string>() +
+                           "'. Supported values are: 'system', 'developer', "
+                           "'user', 'assistant' and 'tool'.",
                        name + ".role", "invalid_value");
     }
     auto content = m.find("content");
@@ -122,8 +128,9 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
     if (r == "tool") {
       auto id = m.find("tool_call_id");
       if (id == m.end() || id->is_null()) {
-        throw BadRequest("Missing required parameter: '" + name + ".tool_call_id' (a tool message must name the "
-                         "call it answers: the id of one of the previous assistant message's tool_calls).",
+        throw BadRequest("Missing required parameter: '" + name +
+                             ".tool_call_id' (a tool message must name the "
+                             "call it answers: the id of one of the previous assistant message's tool_calls).",
                          name + ".tool_call_id", "missing_required_parameter");
       }
       if (!id->is_string()) WrongType(name + ".tool_call_id", "a string", *id);
@@ -132,7 +139,8 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
     }
     if (auto tc = m.find("tool_calls"); r == "assistant" && tc != m.end() && !tc->is_null()) {
       if (!tc->is_array()) WrongType(name + ".tool_calls", "an array", *tc);
-      for (std::size_t j = 0; j < tc->size(); ++j) msg.tool_calls.push_back(ParseToolCall((*tc)[j], name + ".tool_calls[" + std::to_string(j) + "]"));
+      for (std::size_t j = 0; j < tc->size(); ++j)
+        msg.tool_calls.push_back(ParseToolCall((*tc)[j], name + ".tool_calls[" + std::to_string(j) + "]"));
     }
     out.push_back(std::move(msg));
   }

@@ -33,7 +33,8 @@ std::vector<OfferedTool> ParseTools(const json& body, const RequestParsing& o, s
     const json& t = (*it)[i];
     const std::string name = "tools[" + std::to_string(i) + "]";
     if (!t.is_object()) WrongType(name, "an object", t);
-    if (auto ty = t.find("type"); ty != t.end() && !ty->is_null() && (!ty->is_string() || ty->get<std::string>() != "function")) {
+    if (auto ty = t.find("type");
+        ty != t.end() && !ty->is_null() && (!ty->is_string() || ty->get<std::string>() != "function")) {
       throw BadRequest("Invalid '" + name + ".type': only \"function\" tools are supported.", name + ".type",
                        "invalid_value");
     }
@@ -112,8 +113,9 @@ CompletionRequest::ToolChoice ParseToolChoice(const json& body, const std::vecto
     } else if (v == "required") {
       c.mode = Mode::kRequired;
     } else {
-      throw BadRequest("Invalid value: '" + v + "'. Supported values are: 'none', 'auto', 'required' and an object "
-                       "{\"type\": \"function\", \"function\": {\"name\": ...}}.",
+      throw BadRequest("Invalid value: '" + v +
+                           "'. Supported values are: 'none', 'auto', 'required' and an object "
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}.",
                        "tool_choice", "invalid_value");
     }
   } else if (tc->is_object()) {
@@ -123,9 +125,10 @@ CompletionRequest::ToolChoice ParseToolChoice(const json& body, const std::vecto
                        "invalid_value");
     }
     if (f == tc->end() || !f->is_object()) {
-      throw BadRequest("Missing required parameter: 'tool_choice.function' (an object with the name of the tool to "
-                       "call).",
-                       "tool_choice.function", "missing_required_parameter");
+      throw BadRequest(
+          "Missing required parameter: 'tool_choice.function' (an object with the name of the tool to "
+          "call).",
+          "tool_choice.function", "missing_required_parameter");
     }
     auto n = f->find("name");
     if (n == f->end() || !n->is_string()) {

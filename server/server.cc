@@ -121,11 +121,12 @@ json ParseBody(const httplib::Request& req) {
   } catch (const json::exception& e) {
     // parse_error, and out_of_range for a number beyond double ("1e400"),
     // which would otherwise escape as a 500.
-    throw BadRequest(std::string("We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-                                 "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
-                                 "sent was not valid JSON.) Parser: ") +
-                         e.what(),
-                     std::nullopt, "invalid_json");
+    throw BadRequest(
+        std::string("We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+                    "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
+                    "sent was not valid JSON.) Parser: ") +
+            e.what(),
+        std::nullopt, "invalid_json");
   }
 }
 
@@ -151,13 +152,16 @@ void Server::Impl::SetupRoutes() {
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404) {
-      SendError(res, ApiError(404, "Unknown request URL: " + req.method + " " + req.path + ". Please check the URL for typos.",
-                              "invalid_request_error", std::nullopt, "unknown_url"));
+      SendError(
+          res,
+          ApiError(404, "Unknown request URL: " + req.method + " " + req.path + ". Please check the URL for typos.",
+                   "invalid_request_error", std::nullopt, "unknown_url"));
     } else if (res.status == 413) {
       SendError(res, ApiError(413, "Request body too large: at most " + std::to_string(opt.max_body_bytes) + " bytes.",
                               "invalid_request_error", std::nullopt, "request_too_large"));
     } else {
-      SendError(res, ApiError(res.status, "Bad request.", res.status >= 500 ? "server_error" : "invalid_request_error"));
+      SendError(res,
+                ApiError(res.status, "Bad request.", res.status >= 500 ? "server_error" : "invalid_request_error"));
     }
   });
   http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
@@ -178,90 +182,103 @@ void Server::Impl::SetupRoutes() {
   });
 
   http.Get("/v1/models", Guarded([this](const httplib::Request&, httplib::Response& res) {
-    CheckReady();
-    json m = {{"id", ctx.model_id},
-              {"object", "model"},
-              {"created", created},
-              {"owned_by", "kvshare"},
-              {"max_model_len", ctx.max_context}};
-    res.set_content(Dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
-  }));
+             CheckReady();
+             json m = {{"id", ctx.model_id},
+                       {"object", "model"},
+                       {"created", created},
+                       {"owned_by", "kvshare"},
+                       {"max_model_len", ctx.max_context}};
+             res.set_content(Dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+           }));
 
   http.Get("/metrics", Guarded([this](const httplib::Request&, httplib::Response& res) {
-    HttpStats hs;
-    {
-      std::lock_guard<std::mutex> lock(stats_mu);
-      hs.responses_by_status = responses;
-    }
-    hs.requests_in_flight = in_flight.load();
-    hs.connections_waiting = http_waiting.load();
-    SchedulerStats ss;
-    if (phase.load() != Phase::kLoading) ss = scheduler->Stats();
-    res.set_content(PrometheusText(ss, hs), "text/plain; version=0.0.4");
-  }));
+             HttpStats hs;
+             {
+               std::lock_guard<std::mutex> lock(stats_mu);
+               hs.responses_by_status = responses;
+             }
+             hs.requests_in_flight = in_flight.load();
+             hs.connections_waiting = http_waiting.load();
+             SchedulerStats ss;
+             if (phase.load() != Phase::kLoading) ss = scheduler->Stats();
+             res.set_content(PrometheusText(ss, hs), "text/plain; version=0.0.4");
+           }));
 
-  http.Post("/tokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-    CheckReady();
-    const json body = ParseBody(req);
-    if (!body.is_object()) throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
-    for (const auto& [k, v] : body.items()) {
-      if (k != "content" && k != "add_special" && k != "parse_special" && k != "with_pieces") {
-        throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
-      }
-    }
-    auto content = body.find("content");
-    if (content == body.end()) throw BadRequest("Missing required parameter: 'content'.", "content", "missing_required_parameter");
-    if (!content->is_string()) throw BadRequest("Invalid type for 'content': expected a string.", "content", "invalid_type");
-    auto flag = [&](const char* name, bool def) {
-      auto it = body.find(name);
-      if (it == body.end() || it->is_null()) return def;
-      if (!it->is_boolean()) throw BadRequest(std::string("Invalid type for '") + name + "': expected a boolean.", name, "invalid_type");
-      return it->get<bool>();
-    };
-    const std::vector<std::int32_t> ids = tok->Encode(
-        content->get<std::string>(), {.add_bos = flag("add_special", false), .add_eos = false, .parse_special = flag("parse_special", true)});
-    json tokens = json::array();
-    const bool pieces = flag("with_pieces", false);
-    for (std::int32_t id : ids) {
-      if (pieces) {
-        tokens.push_back({{"id", id}, {"piece", std::string(tok->TokenBytes(id, true))}});
-      } else {
-        tokens.push_back(id);
-      }
-    }
-    res.set_content(Dump({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", ctx.max_context}}), "application/json");
-  }));
+  http.Post(
+      "/tokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+        CheckReady();
+        const json body = ParseBody(req);
+        if (!body.is_object())
+          throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
+        for (const auto& [k, v] : body.items()) {
+          if (k != "content" && k != "add_special" && k != "parse_special" && k != "with_pieces") {
+            throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
+          }
+        }
+        auto content = body.find("content");
+        if (content == body.end())
+          throw BadRequest("Missing required parameter: 'content'.", "content", "missing_required_parameter");
+        if (!content->is_string())
+          throw BadRequest("Invalid type for 'content': expected a string.", "content", "invalid_type");
+        auto flag = [&](const char* name, bool def) {
+          auto it = body.find(name);
+          if (it == body.end() || it->is_null()) return def;
+          if (!it->is_boolean())
+            throw BadRequest(std::string("Invalid type for '") + name + "': expected a boolean.", name, "invalid_type");
+          return it->get<bool>();
+        };
+        const std::vector<std::int32_t> ids = tok->Encode(
+            content->get<std::string>(),
+            {.add_bos = flag("add_special", false), .add_eos = false, .parse_special = flag("parse_special", true)});
+        json tokens = json::array();
+        const bool pieces = flag("with_pieces", false);
+        for (std::int32_t id : ids) {
+          if (pieces) {
+            tokens.push_back({{"id", id}, {"piece", std::string(tok->TokenBytes(id, true))}});
+          } else {
+            tokens.push_back(id);
+          }
+        }
+        res.set_content(Dump({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", ctx.max_context}}),
+                        "application/json");
+      }));
 
   http.Post("/detokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-    CheckReady();
-    const json body = ParseBody(req);
-    if (!body.is_object()) throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
-    for (const auto& [k, v] : body.items()) {
-      if (k != "tokens") throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
-    }
-    auto tokens = body.find("tokens");
-    if (tokens == body.end()) throw BadRequest("Missing required parameter: 'tokens'.", "tokens", "missing_required_parameter");
-    if (!tokens->is_array()) throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens", "invalid_type");
-    std::vector<std::int32_t> ids;
-    for (const json& t : *tokens) {
-      if (!t.is_number_integer()) throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens", "invalid_type");
-      const std::int64_t v = t.get<std::int64_t>();
-      if (v < 0 || v >= tok->vocab_size()) {
-        throw BadRequest("Invalid 'tokens': token id " + std::to_string(v) + " is outside the vocabulary [0, " +
-                             std::to_string(tok->vocab_size()) + ").",
-                         "tokens", "invalid_value");
-      }
-      ids.push_back(static_cast<std::int32_t>(v));
-    }
-    res.set_content(Dump({{"content", tok->Decode(ids)}}), "application/json");
-  }));
+              CheckReady();
+              const json body = ParseBody(req);
+              if (!body.is_object())
+                throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
+              for (const auto& [k, v] : body.items()) {
+                if (k != "tokens")
+                  throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
+              }
+              auto tokens = body.find("tokens");
+              if (tokens == body.end())
+                throw BadRequest("Missing required parameter: 'tokens'.", "tokens", "missing_required_parameter");
+              if (!tokens->is_array())
+                throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens", "invalid_type");
+              std::vector<std::int32_t> ids;
+              for (const json& t : *tokens) {
+                if (!t.is_number_integer())
+                  throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens",
+                                   "invalid_type");
+                const std::int64_t v = t.get<std::int64_t>();
+                if (v < 0 || v >= tok->vocab_size()) {
+                  throw BadRequest("Invalid 'tokens': token id " + std::to_string(v) +
+                                       " is outside the vocabulary [0, " + std::to_string(tok->vocab_size()) + ").",
+                                   "tokens", "invalid_value");
+                }
+                ids.push_back(static_cast<std::int32_t>(v));
+              }
+              res.set_content(Dump({{"content", tok->Decode(ids)}}), "application/json");
+            }));
 
   http.Post("/v1/chat/completions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res, /*chat=*/true);
-  }));
+              HandleCompletion(req, res, /*chat=*/true);
+            }));
   http.Post("/v1/completions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res, /*chat=*/false);
-  }));
+              HandleCompletion(req, res, /*chat=*/false);
+            }));
 }
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -269,7 +286,9 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   if (m.opt.model_id.empty()) m.opt.model_id = DefaultModelId(m.opt.model_path);
   const SchedulerOptions& so = m.opt.scheduler;
   const int threads = m.opt.http_threads > 0 ? m.opt.http_threads : so.slots + so.max_queue + 8;
-  m.http.new_task_queue = [threads, &m] { return new CountingThreadPool(static_cast<std::size_t>(threads), m.http_waiting); };
+  m.http.new_task_queue = [threads, &m] {
+    return new CountingThreadPool(static_cast<std::size_t>(threads), m.http_waiting);
+  };
   m.http.set_tcp_nodelay(true);
   m.http.set_keep_alive_max_count(1000);
   m.http.set_keep_alive_timeout(5);
@@ -283,7 +302,8 @@ Server::~Server() { Stop(); }
 
 int Server::Bind() {
   Impl& m = *impl_;
-  m.port = m.opt.port == 0 ? m.http.bind_to_any_port(m.opt.host) : (m.http.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1);
+  m.port = m.opt.port == 0 ? m.http.bind_to_any_port(m.opt.host)
+                           : (m.http.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1);
   if (m.port <= 0) {
     throw Error("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
                 " (in use, or not an address of this machine); choose another --host / --port");
@@ -307,16 +327,19 @@ void Server::Load() {
   const ChatFormatChoice choice = ChooseChatFormat(m.model->gguf(), name);
   m.chat = std::make_unique<ChatTemplate>(choice.format, *m.tok);
   if (choice.source == ChatFormatSource::kFileUnrecognized) {
-    m.Log("warning: " + choice.reason + "; chat requests are refused (name a format with --chat-template gemma|gemma4)");
+    m.Log("warning: " + choice.reason +
+          "; chat requests are refused (name a format with --chat-template gemma|gemma4)");
   }
   m.ctx.model_id = m.opt.model_id;
   m.ctx.tokenizer = m.tok.get();
   m.ctx.chat = m.chat.get();
   m.ctx.max_context = m.opt.scheduler.max_context;
   if (choice.format == ChatFormat::kNone) {
-    m.ctx.chat_unavailable = choice.source == ChatFormatSource::kNamed ? "--chat-template none was given" : choice.reason;
+    m.ctx.chat_unavailable =
+        choice.source == ChatFormatSource::kNamed ? "--chat-template none was given" : choice.reason;
   }
-  const int threads = m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   m.pool = std::make_unique<ThreadPool>(threads);
   SchedulerOptions so = m.opt.scheduler;
   if (!so.log) so.log = [&m](std::string_view l) { m.Log(std::string(l)); };
@@ -327,11 +350,13 @@ void Server::Load() {
   so.speculative = m.speculation.options;
   m.scheduler = std::make_unique<Scheduler>(*m.model, *m.tok, m.pool.get(), so);
   m.scheduler->Start();
-  m.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  m.created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   m.Log("chat template: " + std::string(ChatFormatName(choice.format)) + " (" + choice.reason + ")");
   if (so.drafter) {
-    m.Log("speculative decoding: " + so.drafter->name() + " drafter, up to " + std::to_string(so.speculative.draft_max) +
-          " drafts per row and step" + (so.speculative.adaptive ? " (adaptive)" : ""));
+    m.Log("speculative decoding: " + so.drafter->name() + " drafter, up to " +
+          std::to_string(so.speculative.draft_max) + " drafts per row and step" +
+          (so.speculative.adaptive ? " (adaptive)" : ""));
   }
   m.phase.store(Phase::kReady);
 }

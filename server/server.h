@@ -32,8 +32,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvshare/runtime/scheduler.h"
 #include "kvshare/runtime/drafter_factory.h"
+#include "kvshare/runtime/scheduler.h"
 
 namespace kvshare::server {
 

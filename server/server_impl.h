@@ -19,11 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.h"
-#include "kvshare/runtime/chat_template.h"
-#include "kvshare/model/model.h"
-#include "kvshare/runtime/scheduler.h"
-#include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/drafter_factory.h"
+#include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"
 #include "openai_request.h"

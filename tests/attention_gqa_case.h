@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "kvshare/attention/gqa.h"
 #include "common_test_util.h"
+#include "kvshare/attention/gqa.h"
 
 namespace kvshare::testing {
 

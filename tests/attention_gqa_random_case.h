@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/str.h"
 #include "attention_gqa_case.h"
+#include "common/str.h"
 
 namespace kvshare::testing {
 
@@ -22,7 +22,9 @@ struct Rng {
   int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(g); }
   bool Coin(double p = 0.5) { return std::uniform_real_distribution<double>(0, 1)(g) < p; }
   template <typename T>
-  T Pick(std::initializer_list<T> xs) { return *(xs.begin() + Int(0, static_cast<int>(xs.size()) - 1)); }
+  T Pick(std::initializer_list<T> xs) {
+    return *(xs.begin() + Int(0, static_cast<int>(xs.size()) - 1));
+  }
 };
 
 // Work budget per config (B*S*N*T*H multiply-adds for the double reference).
@@ -200,10 +202,11 @@ inline GqaCase RandomCase(Rng& r, KvMode mode, std::string* desc) {
     c.has_rope = true;
   }
   c.output = Buffer(dt, {B, S, static_cast<std::int64_t>(N) * H});
-  *desc = detail::Str(KvModeName(mode), " B=", B, " S=", S, " T=", maxT, " N=", N, "/", Nkv, " H=", H, " dt=", DTypeName(dt),
-               " cache=", DTypeName(cdt), " causal=", a.causal, " W=", a.local_window_size, " softcap=", a.softcap,
-               " bias=", c.has_bias, " sink=", sink, " smooth=", a.smooth_softmax, " qk=", a.qk_output, " rope=",
-               a.do_rotary, " packed=", packed, " block=", a.kv_block_size, " circular=", circular, " first=", first_prompt);
+  *desc = detail::Str(KvModeName(mode), " B=", B, " S=", S, " T=", maxT, " N=", N, "/", Nkv, " H=", H,
+                      " dt=", DTypeName(dt), " cache=", DTypeName(cdt), " causal=", a.causal,
+                      " W=", a.local_window_size, " softcap=", a.softcap, " bias=", c.has_bias, " sink=", sink,
+                      " smooth=", a.smooth_softmax, " qk=", a.qk_output, " rope=", a.do_rotary, " packed=", packed,
+                      " block=", a.kv_block_size, " circular=", circular, " first=", first_prompt);
   return c;
 }
 

@@ -35,14 +35,19 @@ struct History {
     }
   }
   std::int64_t MaxT() const { return *std::max_element(T.begin(), T.end()); }
-  float K(int b, std::int64_t j, int n, int e) const { return k[static_cast<std::size_t>(b)][static_cast<std::size_t>((j * Nkv + n) * H + e)]; }
-  float V(int b, std::int64_t j, int n, int e) const { return v[static_cast<std::size_t>(b)][static_cast<std::size_t>((j * Nkv + n) * H + e)]; }
+  float K(int b, std::int64_t j, int n, int e) const {
+    return k[static_cast<std::size_t>(b)][static_cast<std::size_t>((j * Nkv + n) * H + e)];
+  }
+  float V(int b, std::int64_t j, int n, int e) const {
+    return v[static_cast<std::size_t>(b)][static_cast<std::size_t>((j * Nkv + n) * H + e)];
+  }
 
   Buffer Query() const {
     Buffer qb(DType::kFloat32, {B, S, static_cast<std::int64_t>(N) * H});
     for (int b = 0; b < B; ++b)
       for (std::size_t i = 0; i < q[static_cast<std::size_t>(b)].size(); ++i)
-        qb.Set(static_cast<std::int64_t>(b) * S * N * H + static_cast<std::int64_t>(i), q[static_cast<std::size_t>(b)][i]);
+        qb.Set(static_cast<std::int64_t>(b) * S * N * H + static_cast<std::int64_t>(i),
+               q[static_cast<std::size_t>(b)][i]);
     return qb;
   }
   // BNSH cache of capacity C holding rows [0, rows_b) of each history.
@@ -289,8 +294,8 @@ TEST(GqaModes, BorrowedEmptyAndOmittedKvAreExact) {
       const auto before = c.past_key.ToFloat();
       c.Run();
       EXPECT_LT(MaxRelDiff(c.output.ToFloat(), h.Expected(c.attrs)), 1e-6);
-      EXPECT_EQ(c.past_key.ToFloat(), before);            // never written
-      EXPECT_EQ(c.present_key.ToFloat(), before);         // present is a copy
+      EXPECT_EQ(c.past_key.ToFloat(), before);     // never written
+      EXPECT_EQ(c.present_key.ToFloat(), before);  // present is a copy
     }
   }
 }
@@ -313,7 +318,8 @@ TEST(GqaModes, ExternalKvMatchesBorrowed) {
 // the calling thread and on a pool (padding outputs are zeroed as pool items).
 TEST(GqaModes, StaticScatterLinearRaggedAnyBatch) {
   ThreadPool two(2);
-  for (auto [bnsh, pool] : {std::pair<bool, ThreadPool*>{false, nullptr}, {true, nullptr}, {false, &two}, {true, &two}}) {
+  for (auto [bnsh, pool] :
+       {std::pair<bool, ThreadPool*>{false, nullptr}, {true, nullptr}, {false, &two}, {true, &two}}) {
     History h(3, 4, 8, 2, 32, {9, 4, 6}, 16);
     const std::vector<std::int64_t> n_new = {4, 2, 3};  // row 1 and 2 have padding queries
     const std::int64_t C = 12;
@@ -365,7 +371,8 @@ TEST(GqaModes, StaticScatterLinearRaggedAnyBatch) {
       const auto got = c.output.ToFloat();
       std::vector<float> got_b(got.begin() + b * 4 * 256, got.begin() + b * 4 * 256 + hb.S * 256);
       EXPECT_LT(MaxRelDiff(got_b, want), kTol) << "row " << b;
-      for (std::int64_t i = hb.S * 256; i < 4 * 256; ++i) EXPECT_EQ(got[static_cast<std::size_t>(b * 4 * 256 + i)], 0.f);
+      for (std::int64_t i = hb.S * 256; i < 4 * 256; ++i)
+        EXPECT_EQ(got[static_cast<std::size_t>(b * 4 * 256 + i)], 0.f);
     }
   }
 }
@@ -549,8 +556,10 @@ TEST(GqaModes, RotaryRotatesQueryAndNewKeyOnly) {
       for (int b = 0; b < 2; ++b)
         for (int s = 0; s < S; ++s) {
           const std::int64_t pos = h.T[static_cast<std::size_t>(b)] - S + s;
-          for (int hh = 0; hh < N; ++hh) rotate(&want.q[static_cast<std::size_t>(b)][static_cast<std::size_t>((s * N + hh) * H)], pos);
-          for (int n = 0; n < Nkv; ++n) rotate(&want.k[static_cast<std::size_t>(b)][static_cast<std::size_t>((pos * Nkv + n) * H)], pos);
+          for (int hh = 0; hh < N; ++hh)
+            rotate(&want.q[static_cast<std::size_t>(b)][static_cast<std::size_t>((s * N + hh) * H)], pos);
+          for (int n = 0; n < Nkv; ++n)
+            rotate(&want.k[static_cast<std::size_t>(b)][static_cast<std::size_t>((pos * Nkv + n) * H)], pos);
         }
       EXPECT_LT(MaxRelDiff(c.output.ToFloat(), want.Expected(c.attrs)), kTol) << interleaved << " " << half;
       // Borrowed (omitted K/V) over the rotated cache rotates only Q.
@@ -566,7 +575,8 @@ TEST(GqaModes, RotaryRotatesQueryAndNewKeyOnly) {
       h.SetSeqlens(bq);
       bq.output = Buffer(DType::kFloat32, {2, S, N * H});
       bq.Run();
-      EXPECT_LT(MaxRelDiff(bq.output.ToFloat(), want.Expected(c.attrs)), kTol) << "borrowed " << interleaved << " " << half;
+      EXPECT_LT(MaxRelDiff(bq.output.ToFloat(), want.Expected(c.attrs)), kTol)
+          << "borrowed " << interleaved << " " << half;
     }
   }
 }

@@ -15,11 +15,11 @@
 #include <tuple>
 #include <vector>
 
-#include "common_record_measured.h"
 #include "attention/attend.h"
-#include "hwy/targets.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
+#include "common_record_measured.h"
+#include "hwy/targets.h"
 #include "kvshare/common/thread_pool.h"
 
 namespace kvshare::detail {
@@ -65,12 +65,12 @@ struct Case {
                     " N=" + std::to_string(N) + " Nkv=" + std::to_string(Nkv) + " H=" + std::to_string(H) +
                     " causal=" + std::to_string(causal) + " window=" + std::to_string(window) +
                     " softcap=" + std::to_string(softcap) + " bias=" + std::to_string(bias) +
-                    " sink=" + std::to_string(sink) + " qk=" + std::to_string(qk_mode) + " kv=" +
-                    DTypeName(kv_dtype) + " out=" + DTypeName(out_dtype) + " bsnh=" + std::to_string(bsnh) +
-                    " ring=" + std::to_string(ring) + " block=" + std::to_string(block) + " rows:";
+                    " sink=" + std::to_string(sink) + " qk=" + std::to_string(qk_mode) + " kv=" + DTypeName(kv_dtype) +
+                    " out=" + DTypeName(out_dtype) + " bsnh=" + std::to_string(bsnh) + " ring=" + std::to_string(ring) +
+                    " block=" + std::to_string(block) + " rows:";
     for (int b = 0; b < B; ++b) {
-      s += " (" + std::to_string(kv_len[b]) + "," + std::to_string(q_offset[b]) + "," +
-           std::to_string(valid_q[b]) + ")";
+      s +=
+          " (" + std::to_string(kv_len[b]) + "," + std::to_string(q_offset[b]) + "," + std::to_string(valid_q[b]) + ")";
     }
     return s;
   }
@@ -139,7 +139,8 @@ struct Problem {
       const std::size_t n = static_cast<std::size_t>(bb) * bn * c.S * c.T;
       bias.resize(n * DTypeSize(c.bias_dtype));
       std::uniform_real_distribution<float> ub(-2.0f, 2.0f);
-      for (std::size_t i = 0; i < n; ++i) StoreFromFloat(bias.data(), c.bias_dtype, static_cast<std::int64_t>(i), ub(rng));
+      for (std::size_t i = 0; i < n; ++i)
+        StoreFromFloat(bias.data(), c.bias_dtype, static_cast<std::int64_t>(i), ub(rng));
       p.bias.data = bias.data();
       p.bias.dtype = c.bias_dtype;
       p.bias.s_stride = c.T;
@@ -447,8 +448,17 @@ std::vector<Case> BlockingCases() {
                  float softcap, DType kv) {
     Case c;
     c.seed = rng();
-    c.B = B; c.S = S; c.T = T; c.N = N; c.Nkv = Nkv; c.H = H;
-    c.causal = causal; c.window = window; c.sink = sink; c.bias = bias; c.softcap = softcap;
+    c.B = B;
+    c.S = S;
+    c.T = T;
+    c.N = N;
+    c.Nkv = Nkv;
+    c.H = H;
+    c.causal = causal;
+    c.window = window;
+    c.sink = sink;
+    c.bias = bias;
+    c.softcap = softcap;
     c.kv_dtype = kv;
     c.scale = 3.0f / std::sqrt(static_cast<float>(H));
     FillRows(rng, c);
@@ -481,7 +491,8 @@ TEST(AttendOptimized, BlockSizesMatchUnblocked) {
       Problem pr(c);
       AttendOptimized(pr.p, nullptr);
       double err = 0.0;
-      for (std::size_t i = 0; i < want.size(); ++i) err = std::max(err, static_cast<double>(std::abs(pr.Out(i) - want[i])));
+      for (std::size_t i = 0; i < want.size(); ++i)
+        err = std::max(err, static_cast<double>(std::abs(pr.Out(i) - want[i])));
       // out is a convex combination of V rows (|v| <= 1), so fp32 rounding
       // scales with max |v| = 1, not with |out| (which cancels for long T).
       EXPECT_LE(err, 1e-6 * std::max(max_abs, 1.0)) << c.Describe();
@@ -509,7 +520,6 @@ TEST(AttendOptimized, BitwiseIdenticalAcrossThreadCounts) {
   }
 }
 
-
 // One query's output does not depend on the queries it shares a call with:
 // the queries of a prefill run in one call, in chunks of any size, or one at a
 // time (decode) give bitwise the same rows (KV blocks and splits sit at
@@ -521,18 +531,28 @@ TEST(AttendOptimized, QueryResultIndependentOfChunking) {
                  DType kv, int block) {
     Case c;
     c.seed = rng();
-    c.S = S; c.T = T; c.N = N; c.Nkv = Nkv; c.H = H; c.window = window; c.ring = ring;
-    c.sink = sink; c.bias = bias; c.softcap = softcap; c.kv_dtype = kv; c.block = block;
+    c.S = S;
+    c.T = T;
+    c.N = N;
+    c.Nkv = Nkv;
+    c.H = H;
+    c.window = window;
+    c.ring = ring;
+    c.sink = sink;
+    c.bias = bias;
+    c.softcap = softcap;
+    c.kv_dtype = kv;
+    c.block = block;
     c.scale = 3.0f / std::sqrt(static_cast<float>(H));
     c.kv_len = {T};
     c.q_offset = {T - S};
     c.valid_q = {S};
     cases.push_back(c);
   };
-  add(70, 2100, 4, 1, 256, 0, 0, false, false, 0.0f, DType::kFloat32, 0);     // full layer, past two splits
-  add(45, 1500, 4, 1, 256, 512, 0, false, false, 0.0f, DType::kFloat16, 0);   // sliding window
-  add(45, 1500, 4, 1, 256, 512, 600, false, false, 0.0f, DType::kFloat32, 0); // window ring
-  add(33, 1300, 8, 2, 64, 97, 0, true, true, 30.0f, DType::kBFloat16, 7);     // odd block, sink, bias, softcap
+  add(70, 2100, 4, 1, 256, 0, 0, false, false, 0.0f, DType::kFloat32, 0);      // full layer, past two splits
+  add(45, 1500, 4, 1, 256, 512, 0, false, false, 0.0f, DType::kFloat16, 0);    // sliding window
+  add(45, 1500, 4, 1, 256, 512, 600, false, false, 0.0f, DType::kFloat32, 0);  // window ring
+  add(33, 1300, 8, 2, 64, 97, 0, true, true, 30.0f, DType::kBFloat16, 7);      // odd block, sink, bias, softcap
   for (const Case& c : cases) {
     Problem whole(c);
     AttendOptimized(whole.p, nullptr);
@@ -567,13 +587,22 @@ TEST(AttendOptimized, QueryResultIndependentOfChunking) {
 // against the double reference within the fp32 tolerance.
 TEST(AttendOptimized, QueryResultIndependentOfOtherRows) {
   std::mt19937_64 rng(77);
-  for (const auto& [window, ring, block, kv] : {std::tuple{0, 0, 0, DType::kFloat32}, std::tuple{512, 0, 0, DType::kFloat16},
-                                                std::tuple{512, 700, 0, DType::kFloat32}, std::tuple{97, 0, 7, DType::kBFloat16},
-                                                std::tuple{512, 700, 0, DType::kQ8_0}}) {
+  for (const auto& [window, ring, block, kv] :
+       {std::tuple{0, 0, 0, DType::kFloat32}, std::tuple{512, 0, 0, DType::kFloat16},
+        std::tuple{512, 700, 0, DType::kFloat32}, std::tuple{97, 0, 7, DType::kBFloat16},
+        std::tuple{512, 700, 0, DType::kQ8_0}}) {
     Case c;
     c.seed = rng();
-    c.B = 4; c.S = 41; c.T = 2100; c.N = 4; c.Nkv = 1; c.H = 64;
-    c.window = window; c.ring = ring; c.block = block; c.kv_dtype = kv;
+    c.B = 4;
+    c.S = 41;
+    c.T = 2100;
+    c.N = 4;
+    c.Nkv = 1;
+    c.H = 64;
+    c.window = window;
+    c.ring = ring;
+    c.block = block;
+    c.kv_dtype = kv;
     c.scale = 3.0f / std::sqrt(static_cast<float>(c.H));
     // Row 0: a prefill chunk past two 1024-key splits; 1: decode; 2: a short
     // prefill; 3: no query at all.
@@ -589,8 +618,8 @@ TEST(AttendOptimized, QueryResultIndependentOfOtherRows) {
     for (int b = 0; b < c.B; ++b) {
       for (int s = 0; s < c.valid_q[static_cast<std::size_t>(b)]; ++s) {
         AttendParams p = whole.p;
-        const std::int64_t len = c.kv_len[static_cast<std::size_t>(b)], off = c.q_offset[static_cast<std::size_t>(b)] + s,
-                           valid = 1;
+        const std::int64_t len = c.kv_len[static_cast<std::size_t>(b)],
+                           off = c.q_offset[static_cast<std::size_t>(b)] + s, valid = 1;
         std::vector<float> out(row, -1.0f);
         p.batch = 1;
         p.q_len = 1;
@@ -603,7 +632,8 @@ TEST(AttendOptimized, QueryResultIndependentOfOtherRows) {
         p.out = out.data();
         AttendOptimized(p, nullptr);
         const std::size_t at = (static_cast<std::size_t>(b) * c.S + static_cast<std::size_t>(s)) * row;
-        ASSERT_EQ(0, std::memcmp(out.data(), reinterpret_cast<const float*>(whole.out.data()) + at, row * sizeof(float)))
+        ASSERT_EQ(0,
+                  std::memcmp(out.data(), reinterpret_cast<const float*>(whole.out.data()) + at, row * sizeof(float)))
             << c.Describe() << " row " << b << " query " << s;
         for (std::size_t i = 0; i < row; ++i) {
           max_ref = std::max(max_ref, std::abs(ref.out[at + i]));

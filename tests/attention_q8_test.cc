@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "common_record_measured.h"
-#include "common/str.h"
 #include "attention_gqa_case.h"
+#include "common/str.h"
+#include "common_record_measured.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 
@@ -185,8 +185,9 @@ void AddRows(Rows& r, const Buffer& buf, bool bnsh, int B, int Nkv, int H) {
   for (int b = 0; b < B; ++b) {
     for (int n = 0; n < Nkv; ++n) {
       for (std::int64_t j = 0; j < C; ++j) {
-        const std::int64_t off = bnsh ? ((static_cast<std::int64_t>(b) * Nkv + n) * C + j) * H
-                                      : (static_cast<std::int64_t>(b) * C + j) * Nkv * H + static_cast<std::int64_t>(n) * H;
+        const std::int64_t off =
+            bnsh ? ((static_cast<std::int64_t>(b) * Nkv + n) * C + j) * H
+                 : (static_cast<std::int64_t>(b) * C + j) * Nkv * H + static_cast<std::int64_t>(n) * H;
         r.at[static_cast<std::size_t>(b * Nkv + n)].push_back(base + off);
       }
     }
@@ -237,8 +238,10 @@ double ExpectWithinBound(const Twin& t) {
       for (const float* v : vs) {
         const std::vector<double> e = BlockBounds(v, H);
         for (int i = 0; i < H; ++i) {
-          vmax[static_cast<std::size_t>(i)] = std::max(vmax[static_cast<std::size_t>(i)], std::fabs(static_cast<double>(v[i])));
-          ev[static_cast<std::size_t>(i)] = std::max(ev[static_cast<std::size_t>(i)], e[static_cast<std::size_t>(i / 32)]);
+          vmax[static_cast<std::size_t>(i)] =
+              std::max(vmax[static_cast<std::size_t>(i)], std::fabs(static_cast<double>(v[i])));
+          ev[static_cast<std::size_t>(i)] =
+              std::max(ev[static_cast<std::size_t>(i)], e[static_cast<std::size_t>(i / 32)]);
         }
       }
       for (int s = 0; s < S; ++s) {
@@ -289,12 +292,20 @@ struct ModeVariant {
 };
 
 const std::vector<ModeVariant>& AllForms() {
-  static const std::vector<ModeVariant> forms = {
-      {KvMode::kAppend, 0},          {KvMode::kAppend, 1},           {KvMode::kAppend, 2},
-      {KvMode::kShareBuffer, 0},     {KvMode::kBorrowedEmptyKv, 0},  {KvMode::kBorrowedEmptyKv, 1},
-      {KvMode::kBorrowedOmittedKv, 0}, {KvMode::kBorrowedOmittedKv, 1}, {KvMode::kExternalKv, 0},
-      {KvMode::kExternalKv, 1},      {KvMode::kStaticScatter, 0},    {KvMode::kStaticScatter, 1},
-      {KvMode::kStaticScatter, 2},   {KvMode::kStaticScatter, 3}};
+  static const std::vector<ModeVariant> forms = {{KvMode::kAppend, 0},
+                                                 {KvMode::kAppend, 1},
+                                                 {KvMode::kAppend, 2},
+                                                 {KvMode::kShareBuffer, 0},
+                                                 {KvMode::kBorrowedEmptyKv, 0},
+                                                 {KvMode::kBorrowedEmptyKv, 1},
+                                                 {KvMode::kBorrowedOmittedKv, 0},
+                                                 {KvMode::kBorrowedOmittedKv, 1},
+                                                 {KvMode::kExternalKv, 0},
+                                                 {KvMode::kExternalKv, 1},
+                                                 {KvMode::kStaticScatter, 0},
+                                                 {KvMode::kStaticScatter, 1},
+                                                 {KvMode::kStaticScatter, 2},
+                                                 {KvMode::kStaticScatter, 3}};
   return forms;
 }
 

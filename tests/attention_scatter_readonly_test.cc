@@ -39,7 +39,8 @@ GqaCase ScatterCase(const Buffer& q, const Buffer& cache_k, const Buffer& cache_
 
 TEST(GqaScatterReadOnly, EqualsWritingCallAndWritesNothing) {
   std::mt19937_64 rng(31);
-  const Buffer cos = RandomBuffer(DType::kFloat32, {64, H / 2}, rng), sin = RandomBuffer(DType::kFloat32, {64, H / 2}, rng);
+  const Buffer cos = RandomBuffer(DType::kFloat32, {64, H / 2}, rng),
+               sin = RandomBuffer(DType::kFloat32, {64, H / 2}, rng);
   const std::vector<std::int64_t> wi = {0, 13, 7}, n = {4, 1, 3};  // ragged; rows 1, 2 have padding queries
   for (bool circular : {false, true}) {
     for (bool bnsh : {false, true}) {

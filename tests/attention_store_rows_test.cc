@@ -19,9 +19,25 @@ namespace kvshare {
 namespace {
 
 std::vector<float> SpecialValues(std::mt19937& rng) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f, -1e6f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          std::nanf(""), -std::nanf(""), 6.1e-5f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1e-9f, -3e-6f};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          1e6f,
+                          -1e6f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::nanf(""),
+                          -std::nanf(""),
+                          6.1e-5f,
+                          5.96e-8f,
+                          2.98e-8f,
+                          2.99e-8f,
+                          1e-9f,
+                          -3e-6f};
   // Exactly half-way between two fp16 values (ties to even), normal and subnormal.
   for (int k = 0; k < 40; ++k) {
     const std::uint16_t h = static_cast<std::uint16_t>(rng() & 0x7BFF);
@@ -50,7 +66,8 @@ TEST(StoreRows, MatchesElementStoresBitwise) {
       for (auto& f : x) f = pool[rng() % pool.size()];
       const std::int64_t base = 5;
       std::vector<std::uint8_t> want(static_cast<std::size_t>((n + base) * 4), 0xAB), got(want);
-      for (std::int64_t i = 0; i < n; ++i) detail::StoreFromFloat(want.data(), dt, base + i, x[static_cast<std::size_t>(i)]);
+      for (std::int64_t i = 0; i < n; ++i)
+        detail::StoreFromFloat(want.data(), dt, base + i, x[static_cast<std::size_t>(i)]);
       detail::StoreRowFromFloat(got.data(), dt, base, x.data(), n);
       ASSERT_EQ(want, got) << "dtype " << static_cast<int>(dt) << " n " << n;
     }

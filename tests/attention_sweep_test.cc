@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "common_record_measured.h"
-#include "common/str.h"
 #include "attention_gqa_case.h"
 #include "attention_gqa_random_case.h"
+#include "common/str.h"
+#include "common_record_measured.h"
 #include "kvshare/common/thread_pool.h"
 
 namespace kvshare::testing {
@@ -23,8 +23,9 @@ TEST(GqaSweep, OptimizedMatchesReferenceOverRandomConfigs) {
   const int configs = std::getenv("KVSHARE_SWEEP_CONFIGS") ? std::atoi(std::getenv("KVSHARE_SWEEP_CONFIGS")) : 540;
   Rng r(20261121);
   ThreadPool pool(2);
-  const KvMode modes[] = {KvMode::kAppend, KvMode::kShareBuffer, KvMode::kBorrowedEmptyKv,
-                          KvMode::kBorrowedOmittedKv, KvMode::kExternalKv, KvMode::kStaticScatter};
+  const KvMode modes[] = {KvMode::kAppend,          KvMode::kShareBuffer,
+                          KvMode::kBorrowedEmptyKv, KvMode::kBorrowedOmittedKv,
+                          KvMode::kExternalKv,      KvMode::kStaticScatter};
   int ran = 0;
   for (int i = 0; i < configs; ++i) {
     const KvMode mode = modes[i % 6];
@@ -37,7 +38,8 @@ TEST(GqaSweep, OptimizedMatchesReferenceOverRandomConfigs) {
     opt.Run(GqaKernel::kOptimized, i % 2 ? &pool : nullptr);
     const double tol = ref.output.dtype == DType::kFloat32 ? 1e-5 : 1e-2;
     ExpectClose(opt.output, ref.output, tol, "output");
-    if (ref.has_qk) ExpectClose(opt.qk, ref.qk, ref.qk.dtype == DType::kFloat32 && tol < 1e-4 ? 1e-5 : 1e-2, "output_qk");
+    if (ref.has_qk)
+      ExpectClose(opt.qk, ref.qk, ref.qk.dtype == DType::kFloat32 && tol < 1e-4 ? 1e-5 : 1e-2, "output_qk");
     EXPECT_EQ(opt.present_key.bytes, ref.present_key.bytes);
     EXPECT_EQ(opt.past_key.bytes, ref.past_key.bytes);
     if (::testing::Test::HasFailure()) break;

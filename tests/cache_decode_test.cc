@@ -48,8 +48,9 @@ TEST_P(CacheDecode, IncrementalEqualsFullRecompute) {
   for (int n : steps) T += n;
   const TinyModel::Acts x = model.RandomTokens(T, rng);
   const TinyModel::Acts want = model.Reference(x, dtype);
-  KvCache cache(SpecFor(dtype),
-                {.max_batch = 1, .max_seq = 32, .max_step = 7, .dtype = dtype, .exact_rewind = exact, .layout = layout});
+  KvCache cache(
+      SpecFor(dtype),
+      {.max_batch = 1, .max_seq = 32, .max_step = 7, .dtype = dtype, .exact_rewind = exact, .layout = layout});
   EXPECT_EQ(cache.Layer(0).scatter_mode,
             exact ? GqaAttributes::ScatterMode::kLinear : GqaAttributes::ScatterMode::kCircular);
   int at = 0;
@@ -61,10 +62,10 @@ TEST_P(CacheDecode, IncrementalEqualsFullRecompute) {
   EXPECT_EQ(cache.Length(0), T);
 }
 
-INSTANTIATE_TEST_SUITE_P(DtypesRingsLayouts, CacheDecode,
-                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16,
-                                                                              DType::kQ8_0),
-                                            ::testing::Bool(), ::testing::Values(KvLayout::kBnsh, KvLayout::kTokenMajor)));
+INSTANTIATE_TEST_SUITE_P(
+    DtypesRingsLayouts, CacheDecode,
+    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kQ8_0),
+                       ::testing::Bool(), ::testing::Values(KvLayout::kBnsh, KvLayout::kTokenMajor)));
 
 TEST(CacheDecode, ReferenceAndOptimizedKernelsAgree) {
   const TinyModel model(MixedStackSpec(), kHeads, kWidth, kMaxPos, 3);
@@ -197,8 +198,8 @@ void RaggedBatchWithResetEqualsRowsAlone(DType dtype) {
   std::vector<KvCache> alone;
   for (int b = 0; b < B; ++b) alone.emplace_back(spec, KvCacheOptions{.max_seq = 30, .max_step = 4, .dtype = dtype});
   // n_new per step and row; -1 = reset the row before this step.
-  const std::vector<std::vector<int>> plan = {
-      {4, 2, 3}, {1, 4, 0}, {1, 1, 1}, {0, 3, 1}, {4, -1, 1}, {1, 4, 2}, {2, 1, 0}, {1, 1, 4}, {1, 2, 1}, {3, 1, 1}};
+  const std::vector<std::vector<int>> plan = {{4, 2, 3}, {1, 4, 0}, {1, 1, 1}, {0, 3, 1}, {4, -1, 1},
+                                              {1, 4, 2}, {2, 1, 0}, {1, 1, 4}, {1, 2, 1}, {3, 1, 1}};
   std::vector<TinyModel::Acts> hist(B);  // tokens since the last reset, per row
   for (std::size_t step = 0; step < plan.size(); ++step) {
     int S = 1;
@@ -245,25 +246,25 @@ TEST(CacheBatch, RaggedBatchWithResetEqualsRowsAloneQ8_0) { RaggedBatchWithReset
 
 // A batch step through the cache gives bitwise the same result for any thread count.
 TEST(CacheBatch, ThreadCountDoesNotChangeResults) {
- for (const DType dtype : {DType::kBFloat16, DType::kQ8_0}) {
-  const ModelKvSpec spec = SpecFor(dtype);
-  const TinyModel model(spec, kHeads, kWidth, kMaxPos, 13);
-  std::mt19937_64 rng(14);
-  const KvCacheOptions opt{.max_batch = 2, .max_seq = 24, .max_step = 4, .dtype = dtype};
-  KvCache one(spec, opt), many(spec, opt);
-  ThreadPool pool(3);
-  for (const auto& n : std::vector<std::vector<int>>{{4, 3}, {1, 1}, {0, 4}, {2, 1}, {1, 0}}) {
-    const int S = std::max(1, std::max(n[0], n[1]));
-    const TinyModel::Acts in = model.RandomTokens(2 * S, rng);
-    for (KvCache* c : {&one, &many})
-      for (int b = 0; b < 2; ++b) c->Reserve(b, n[static_cast<std::size_t>(b)]);
-    const auto a = model.Step(one, in, 2, S, GqaKernel::kOptimized, nullptr);
-    const auto b = model.Step(many, in, 2, S, GqaKernel::kOptimized, &pool);
-    EXPECT_EQ(a, b) << DTypeName(dtype);
-    one.CommitAll();
-    many.CommitAll();
+  for (const DType dtype : {DType::kBFloat16, DType::kQ8_0}) {
+    const ModelKvSpec spec = SpecFor(dtype);
+    const TinyModel model(spec, kHeads, kWidth, kMaxPos, 13);
+    std::mt19937_64 rng(14);
+    const KvCacheOptions opt{.max_batch = 2, .max_seq = 24, .max_step = 4, .dtype = dtype};
+    KvCache one(spec, opt), many(spec, opt);
+    ThreadPool pool(3);
+    for (const auto& n : std::vector<std::vector<int>>{{4, 3}, {1, 1}, {0, 4}, {2, 1}, {1, 0}}) {
+      const int S = std::max(1, std::max(n[0], n[1]));
+      const TinyModel::Acts in = model.RandomTokens(2 * S, rng);
+      for (KvCache* c : {&one, &many})
+        for (int b = 0; b < 2; ++b) c->Reserve(b, n[static_cast<std::size_t>(b)]);
+      const auto a = model.Step(one, in, 2, S, GqaKernel::kOptimized, nullptr);
+      const auto b = model.Step(many, in, 2, S, GqaKernel::kOptimized, &pool);
+      EXPECT_EQ(a, b) << DTypeName(dtype);
+      one.CommitAll();
+      many.CommitAll();
+    }
   }
- }
 }
 
 }  // namespace

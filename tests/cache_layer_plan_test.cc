@@ -32,13 +32,9 @@ void ExpectSharing(const ModelKvSpec& spec, int first, int sliding_src, int full
   }
 }
 
-TEST(LayerPlan, Gemma3nE2bSharedLayersReadLayers18And19) {
-  ExpectSharing(Gemma3nSpec(30, 10), 20, 18, 19);
-}
+TEST(LayerPlan, Gemma3nE2bSharedLayersReadLayers18And19) { ExpectSharing(Gemma3nSpec(30, 10), 20, 18, 19); }
 
-TEST(LayerPlan, Gemma3nE4bSharedLayersReadLayers18And19) {
-  ExpectSharing(Gemma3nSpec(35, 15), 20, 18, 19);
-}
+TEST(LayerPlan, Gemma3nE4bSharedLayersReadLayers18And19) { ExpectSharing(Gemma3nSpec(35, 15), 20, 18, 19); }
 
 TEST(LayerPlan, Gemma4E2bSharedLayersReadLayers13And14) {
   const ModelKvSpec spec = Gemma4E2bSpec();

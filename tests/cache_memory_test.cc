@@ -45,9 +45,10 @@ TEST(KvMemory, Q8_0TakesThirtyFourBytesPerThirtyTwoValues) {
 }
 
 TEST(KvMemory, ExactRewindKeepsFullLengthSlidingBuffers) {
-  const KvMemoryReport r =
-      EstimateKvMemory(Gemma4E2bSpec(), KvCacheOptions{.max_seq = 32768, .dtype = DType::kBFloat16, .exact_rewind = true});
-  EXPECT_EQ(r.total_bytes, 15ull * 32768 * 1024 + 3ull * 32768 * 1024);  // 12 sliding x 1 KiB + 3 full x 2 KiB per token
+  const KvMemoryReport r = EstimateKvMemory(
+      Gemma4E2bSpec(), KvCacheOptions{.max_seq = 32768, .dtype = DType::kBFloat16, .exact_rewind = true});
+  EXPECT_EQ(r.total_bytes,
+            15ull * 32768 * 1024 + 3ull * 32768 * 1024);  // 12 sliding x 1 KiB + 3 full x 2 KiB per token
   EXPECT_EQ(r.saved_by_rings, 0u);
 }
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "attention_gqa_case.h"
-#include "kvshare/cache/kv_cache.h"
 #include "common_test_util.h"
+#include "kvshare/cache/kv_cache.h"
 
 namespace kvshare::testing {
 
@@ -147,7 +147,8 @@ class TinyModel {
           std::vector<float> ot(static_cast<std::size_t>(N_) * H);
           for (std::size_t i = 0; i < ot.size(); ++i) ot[i] = out.Get(static_cast<std::int64_t>(bs * ot.size() + i));
           const std::vector<float> y = MatVec(ot, w.wo, D_);
-          for (int d = 0; d < D_; ++d) h[bs * static_cast<std::size_t>(D_) + static_cast<std::size_t>(d)] += y[static_cast<std::size_t>(d)];
+          for (int d = 0; d < D_; ++d)
+            h[bs * static_cast<std::size_t>(D_) + static_cast<std::size_t>(d)] += y[static_cast<std::size_t>(d)];
         }
       }
     }
@@ -159,7 +160,8 @@ class TinyModel {
   Acts StepRow(KvCache& cache, int row, const Acts& x, int from, int n, GqaKernel kernel = GqaKernel::kAuto) const {
     const int B = cache.Options().max_batch;
     Acts in(static_cast<std::size_t>(B) * n * D_, 0.f);
-    std::copy(x.begin() + static_cast<std::ptrdiff_t>(from) * D_, x.begin() + static_cast<std::ptrdiff_t>(from + n) * D_,
+    std::copy(x.begin() + static_cast<std::ptrdiff_t>(from) * D_,
+              x.begin() + static_cast<std::ptrdiff_t>(from + n) * D_,
               in.begin() + static_cast<std::ptrdiff_t>(row) * n * D_);
     cache.Reserve(row, n);
     const Acts out = Step(cache, in, B, n, kernel);
@@ -185,7 +187,8 @@ class TinyModel {
   static std::vector<float> MatVec(const std::vector<float>& a, const std::vector<float>& m, int cols) {
     std::vector<float> y(static_cast<std::size_t>(cols), 0.f);
     for (std::size_t i = 0; i < a.size(); ++i)
-      for (int c = 0; c < cols; ++c) y[static_cast<std::size_t>(c)] += a[i] * m[i * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)];
+      for (int c = 0; c < cols; ++c)
+        y[static_cast<std::size_t>(c)] += a[i] * m[i * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)];
     return y;
   }
   // Same float formula and table as the op's RoPE.
@@ -217,7 +220,8 @@ class TinyModel {
     }
   }
   static void Put(Buffer& b, int row, const std::vector<float>& v) {
-    for (std::size_t i = 0; i < v.size(); ++i) b.Set(static_cast<std::int64_t>(row) * static_cast<std::int64_t>(v.size()) + static_cast<std::int64_t>(i), v[i]);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      b.Set(static_cast<std::int64_t>(row) * static_cast<std::int64_t>(v.size()) + static_cast<std::int64_t>(i), v[i]);
   }
 
   ModelKvSpec spec_;

@@ -50,7 +50,8 @@ TEST(KvCacheState, WritingBeyondCapacityThrowsAndLeavesCacheUnchanged) {
   ASSERT_EQ(cache.Length(2), 40);
   const auto bytes = Snapshot(cache);
   const auto wi = Vec(cache.WriteIndices()), np = Vec(cache.NonpadKvSeqlen());
-  EXPECT_EQ(ErrorOf([&] { cache.Reserve(2, 8); }), "row 2: 40 + 8 tokens exceed max_seq 44; increase max_seq to at least 48");
+  EXPECT_EQ(ErrorOf([&] { cache.Reserve(2, 8); }),
+            "row 2: 40 + 8 tokens exceed max_seq 44; increase max_seq to at least 48");
   EXPECT_NE(ErrorOf([&] { cache.Reserve(2, 9); }).find("9 new tokens exceed max_step 8"), std::string::npos);
   EXPECT_NE(ErrorOf([&] { cache.Reserve(3, 1); }).find("row 3 is out of range [0, max_batch = 3)"), std::string::npos);
   EXPECT_NE(ErrorOf([&] { cache.Reserve(1, -1); }).find("n_new must be >= 0"), std::string::npos);
@@ -140,7 +141,7 @@ TEST(KvCacheState, Q8_0SharedLayersAliasTheirSourceAndWriteNothing) {
   EXPECT_EQ(f6.value.data, f4.value.data);
   EXPECT_EQ(s5.key.dtype, DType::kQ8_0);
   EXPECT_EQ(s5.key.shape, (Shape{1, 2, 5 + 4 - 1, 32}));
-  EXPECT_EQ(s5.key.NumBytes(), 2u * 8 * 34);  // 2 heads x 8 positions x one block
+  EXPECT_EQ(s5.key.NumBytes(), 2u * 8 * 34);   // 2 heads x 8 positions x one block
   EXPECT_EQ(f6.key.NumBytes(), 16u * 2 * 34);  // 16 positions x two blocks
   EXPECT_EQ(cache.Memory().total_bytes, 2u * (s3.key.NumBytes() * 3 + f4.key.NumBytes() * 2));
   const TinyModel::Acts x = model.RandomTokens(6, rng);
@@ -161,7 +162,8 @@ TEST(KvCacheState, AttendLayerErrors) {
   Buffer q = RandomBuffer(DType::kFloat32, {2, 2, 4 * 16}, rng), out(DType::kFloat32, {2, 2, 4 * 16});
   Buffer k = RandomBuffer(DType::kFloat32, {2, 2, 2 * 16}, rng);
   cache.Reserve(0, 2);
-  LayerAttendArgs a{.query = q.View(), .key = k.View(), .value = k.View(), .attrs = {.num_heads = 4}, .output = out.Mut()};
+  LayerAttendArgs a{
+      .query = q.View(), .key = k.View(), .value = k.View(), .attrs = {.num_heads = 4}, .output = out.Mut()};
   EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 5, a); }).find("layer 5: is KV-shared (reads layer 3's cache)"),
             std::string::npos);
   LayerAttendArgs no_kv{.query = q.View(), .attrs = {.num_heads = 4}, .output = out.Mut()};
@@ -178,9 +180,11 @@ TEST(KvCacheState, AttendLayerErrors) {
   LayerAttendArgs part{.query = q1.View(), .attrs = {.num_heads = 4}, .output = o1.Mut()};
   EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 5, part); }).find("row 1 has 1 reserved tokens but the query batch is 1"),
             std::string::npos);
-  LayerAttendArgs wrong_window{.query = q.View(), .attrs = {.num_heads = 4, .local_window_size = 7}, .output = out.Mut()};
-  EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 5, wrong_window); }).find("local_window_size 7 differs from the layer's 5"),
-            std::string::npos);
+  LayerAttendArgs wrong_window{
+      .query = q.View(), .attrs = {.num_heads = 4, .local_window_size = 7}, .output = out.Mut()};
+  EXPECT_NE(
+      ErrorOf([&] { AttendLayer(cache, 5, wrong_window); }).find("local_window_size 7 differs from the layer's 5"),
+      std::string::npos);
   // Full layer query with the sliding head size.
   EXPECT_NE(ErrorOf([&] { AttendLayer(cache, 6, no_kv); }).find("must be num_heads (4) * head_size (32) = 128"),
             std::string::npos);
@@ -216,8 +220,8 @@ TEST(KvCacheState, SharedLayerQueryOffsetsMatchTheFullQuery) {
   Buffer q_tail(DType::kFloat32, {2, 2, 4 * 16}), tail(DType::kFloat32, {2, 2, 4 * 16});
   const std::int64_t w = 4 * 16;
   for (int i = 0; i < w; ++i) {
-    q_tail.Set(0 * 2 * w + i, q.Get(0 * 4 * w + 3 * w + i));      // row 0: its 4th query row
-    q_tail.Set(1 * 2 * w + i, q.Get(1 * 4 * w + 1 * w + i));      // row 1: its 2nd and 3rd
+    q_tail.Set(0 * 2 * w + i, q.Get(0 * 4 * w + 3 * w + i));  // row 0: its 4th query row
+    q_tail.Set(1 * 2 * w + i, q.Get(1 * 4 * w + 1 * w + i));  // row 1: its 2nd and 3rd
     q_tail.Set(1 * 2 * w + w + i, q.Get(1 * 4 * w + 2 * w + i));
   }
   const std::vector<std::int64_t> offs = {3, 1};
@@ -233,19 +237,22 @@ TEST(KvCacheState, SharedLayerQueryOffsetsMatchTheFullQuery) {
 }
 
 TEST(KvCacheState, OptionErrorsSayWhatToChange) {
-  EXPECT_NE(ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 0}); }).find("max_seq must be >= 1"), std::string::npos);
-  EXPECT_NE(ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 4, .max_step = 8}); })
-                .find("max_step 8 exceeds max_seq 4"),
+  EXPECT_NE(ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 0}); }).find("max_seq must be >= 1"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kInt32}); })
-                .find("dtype must be float32, float16, bfloat16 or q8_0"),
+  EXPECT_NE(
+      ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 4, .max_step = 8}); }).find("max_step 8 exceeds max_seq 4"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf([] {
+              KvCache c(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kInt32});
+            }).find("dtype must be float32, float16, bfloat16 or q8_0"),
             std::string::npos);
   // q8_0 stores blocks of 32 along H: the stack's sliding layers have H = 16.
   const std::string q8 = ErrorOf([] { KvCache c(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kQ8_0}); });
   EXPECT_NE(q8.find("layer 0 has head_size 16, not a multiple of 32"), std::string::npos) << q8;
   EXPECT_NE(q8.find("use float16 or bfloat16"), std::string::npos) << q8;
-  EXPECT_NE(ErrorOf([] { EstimateKvMemory(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kQ8_0}); })
-                .find("not a multiple of 32"),
+  EXPECT_NE(ErrorOf([] {
+              EstimateKvMemory(MixedStackSpec(), {.max_seq = 4, .dtype = DType::kQ8_0});
+            }).find("not a multiple of 32"),
             std::string::npos);
   EXPECT_EQ(ErrorOf([] { KvCache c(MixedStackSpec(32, 64), {.max_seq = 4, .dtype = DType::kQ8_0}); }), "");
   EXPECT_NE(ErrorOf([] { KvCache c(MixedStackSpec(), {.max_batch = 0, .max_seq = 4}); }).find("max_batch must be >= 1"),

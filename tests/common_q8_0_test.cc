@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common_record_measured.h"
 #include "common/float_convert.h"
 #include "common/q8_0.h"
+#include "common_record_measured.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/tensor.h"
 

@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,9 +22,7 @@ struct Buffer {
   Shape shape;
 
   Buffer() = default;
-  Buffer(DType dt, Shape s) : dtype(dt), shape(s) {
-    bytes.assign(DTypeBytes(dt, shape.NumElements()) + 1, 0);
-  }
+  Buffer(DType dt, Shape s) : dtype(dt), shape(s) { bytes.assign(DTypeBytes(dt, shape.NumElements()) + 1, 0); }
   ConstTensorView View() const { return ConstTensorView{bytes.data(), dtype, shape}; }
   TensorView Mut() { return TensorView{bytes.data(), dtype, shape}; }
   std::int64_t Size() const { return shape.NumElements(); }

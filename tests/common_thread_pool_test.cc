@@ -139,7 +139,7 @@ TEST(ThreadPool, RowGrainSpreadsFewRowsAndCapsManyRows) {
   EXPECT_EQ(RowGrain(nullptr, 8, 640), 8);   // one thread: one range
   EXPECT_EQ(RowGrain(&two, 1000, 640), 12);  // many rows: about kParallelGrainValues values
   EXPECT_EQ(RowGrain(&two, 1, 1 << 20), 1);
-  EXPECT_EQ(RowGrain(&two, 0, 0), 1024);     // degenerate sizes still give a grain >= 1
+  EXPECT_EQ(RowGrain(&two, 0, 0), 1024);  // degenerate sizes still give a grain >= 1
 }
 
 }  // namespace

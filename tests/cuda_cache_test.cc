@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "common_test_util.h"
 #include "cuda_test_util.h"
 #include "kvshare/cache/kv_cache.h"
 #include "kvshare/common/error.h"
-#include "common_test_util.h"
 
 namespace kvshare::testing {
 namespace {
@@ -94,7 +94,8 @@ TEST_P(CudaCacheDevice, DecodeMatchesCpuCache) {
   const DType dtype = GetParam();
   const ModelKvSpec spec = Spec();
   KvCache cpu(spec, {.max_batch = 2, .max_seq = kMaxSeq, .max_step = kMaxStep, .dtype = dtype});
-  KvCache gpu(spec, {.max_batch = 2, .max_seq = kMaxSeq, .max_step = kMaxStep, .dtype = dtype, .device = Device::kCuda});
+  KvCache gpu(spec,
+              {.max_batch = 2, .max_seq = kMaxSeq, .max_step = kMaxStep, .dtype = dtype, .device = Device::kCuda});
   Buffer cos[2], sin[2];
   RopeTables(10000.f, cos[0], sin[0]);
   RopeTables(1e6f, cos[1], sin[1]);

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "common_record_measured.h"
 #include "attention_gqa_case.h"
 #include "attention_gqa_random_case.h"
+#include "common_record_measured.h"
 #include "cuda_test_util.h"
 #include "kvshare/common/error.h"
 
@@ -140,7 +140,8 @@ void ExpectGpuMatchesCpu(const GqaCase& c, const std::string& desc) {
   ref.Run(GqaKernel::kReference);
   ASSERT_NO_THROW(RunOnGpu(gpu));
   ExpectClose(gpu.output, ref.output, OutputTolerance(c), "output");
-  double& worst = WorstError()[std::string("kv ") + DTypeName(AttendedKvDtype(c)) + ", output " + DTypeName(c.output.dtype)];
+  double& worst =
+      WorstError()[std::string("kv ") + DTypeName(AttendedKvDtype(c)) + ", output " + DTypeName(c.output.dtype)];
   worst = std::max(worst, MaxRelDiff(gpu.output.ToFloat(), ref.output.ToFloat()));
   if (ref.has_qk) ExpectClose(gpu.qk, ref.qk, Tolerance(ref.qk.dtype, ref.output.dtype), "output_qk");
   EXPECT_EQ(gpu.present_key.bytes, ref.present_key.bytes) << "present_key";
@@ -157,10 +158,12 @@ class CudaGqaDevice : public ::testing::Test {
 };
 
 TEST_F(CudaGqaDevice, SweepMatchesCpuReference) {
-  const int configs = std::getenv("KVSHARE_CUDA_SWEEP_CONFIGS") ? std::atoi(std::getenv("KVSHARE_CUDA_SWEEP_CONFIGS")) : 360;
+  const int configs =
+      std::getenv("KVSHARE_CUDA_SWEEP_CONFIGS") ? std::atoi(std::getenv("KVSHARE_CUDA_SWEEP_CONFIGS")) : 360;
   Rng r(20261123);
-  const KvMode modes[] = {KvMode::kAppend, KvMode::kShareBuffer, KvMode::kBorrowedEmptyKv,
-                          KvMode::kBorrowedOmittedKv, KvMode::kExternalKv, KvMode::kStaticScatter};
+  const KvMode modes[] = {KvMode::kAppend,          KvMode::kShareBuffer,
+                          KvMode::kBorrowedEmptyKv, KvMode::kBorrowedOmittedKv,
+                          KvMode::kExternalKv,      KvMode::kStaticScatter};
   int ran = 0;
   for (int i = 0; i < configs; ++i) {
     std::string desc;
@@ -170,7 +173,8 @@ TEST_F(CudaGqaDevice, SweepMatchesCpuReference) {
     ++ran;
   }
   testing::RecordMeasured("CudaGqa sweep: %d configurations compared with the CPU reference\n", ran);
-  for (const auto& [what, err] : WorstError()) testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+  for (const auto& [what, err] : WorstError())
+    testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
 // Prompt chunks on the tensor-core kernel (fp16 / bf16 caches, H 64 / 128 /
@@ -206,8 +210,9 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
             }
             c.SetScatter(n, end);
             c.output = Buffer(dt, {B, S, N * H});
-            ExpectGpuMatchesCpu(c, "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) +
-                                       " " + DTypeName(dt) + " W " + std::to_string(W) + " S " + std::to_string(S));
+            ExpectGpuMatchesCpu(c, "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " +
+                                       std::to_string(Nkv) + " " + DTypeName(dt) + " W " + std::to_string(W) + " S " +
+                                       std::to_string(S));
             if (HasFailure()) return;
             ++ran;
           }
@@ -216,7 +221,8 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
     }
   }
   testing::RecordMeasured("CudaGqa prompt chunks: %d configurations compared with the CPU reference\n", ran);
-  for (const auto& [what, err] : WorstError()) testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+  for (const auto& [what, err] : WorstError())
+    testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
 // Static scatter decode at Gemma shapes (H = 256, 8 heads on 1 KV head, f16

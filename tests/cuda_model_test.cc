@@ -81,7 +81,8 @@ TEST_P(CudaModelDevice, LogitsFollowTheReference) {
       gpu->Forward(*st, std::span<const std::int32_t>(tokens.data(), P), nullptr, {.num_logits = P});
   ASSERT_EQ(pre.size(), static_cast<std::size_t>(P * V));
   for (std::int64_t t = 0; t < P; ++t) {
-    const double e = RowError(pre.subspan(static_cast<std::size_t>(t * V), static_cast<std::size_t>(V)), &ref[t * V], V);
+    const double e =
+        RowError(pre.subspan(static_cast<std::size_t>(t * V), static_cast<std::size_t>(V)), &ref[t * V], V);
     EXPECT_LT(e, kTolerance) << "prefill position " << t;
     worst = std::max(worst, e);
   }
@@ -93,8 +94,8 @@ TEST_P(CudaModelDevice, LogitsFollowTheReference) {
     worst = std::max(worst, e);
   }
   EXPECT_EQ(st->length(), static_cast<std::int64_t>(tokens.size()));
-  testing::RecordMeasured("CudaModel %s cache: largest relative logits error %.3g over %zu positions\n", DTypeName(GetParam()), worst,
-              tokens.size());
+  testing::RecordMeasured("CudaModel %s cache: largest relative logits error %.3g over %zu positions\n",
+                          DTypeName(GetParam()), worst, tokens.size());
   // Rewind and decode again.
   st->Rewind(0, 15);
   const std::span<const float> again = gpu->Forward(*st, std::span<const std::int32_t>(&tokens[15], 1), nullptr);

@@ -10,19 +10,19 @@
 #include <fstream>
 #include <sstream>
 
-#include "model_default_path.h"
+#include "gguf_writer.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/gguf/model_info.h"
-#include "gguf_writer.h"
+#include "model_default_path.h"
 
 namespace kvshare {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::GgufKv;
 using testing::GgufSpec;
 using testing::GgufTensorSpec;
+using ::testing::HasSubstr;
 using testing::ValidSpec;
 
 std::string ParseError(const std::vector<std::uint8_t>& bytes) {
@@ -96,7 +96,8 @@ TEST(Gguf, TypeMismatchNamesKeyAndTypes) {
   EXPECT_THAT(m1, HasSubstr("expected uint32"));
   EXPECT_THAT(m1, HasSubstr("type string"));
   EXPECT_THAT(msg([&] { f.GetString("gemma3.block_count"); }), HasSubstr("has type uint32, expected string"));
-  EXPECT_THAT(msg([&] { f.GetF32Array("tokenizer.ggml.tokens"); }), HasSubstr("array of string, expected array of float32"));
+  EXPECT_THAT(msg([&] { f.GetF32Array("tokenizer.ggml.tokens"); }),
+              HasSubstr("array of string, expected array of float32"));
   EXPECT_THAT(msg([&] { f.GetU32("test.neg"); }), HasSubstr("does not fit in uint32"));
   EXPECT_THAT(msg([&] { f.GetBool("absent.key"); }), HasSubstr("'absent.key' is missing"));
   EXPECT_THAT(msg([&] { f.GetF32Opt("gemma3.block_count"); }), HasSubstr("expected float32"));
@@ -133,22 +134,13 @@ const BadCase kBadCases[] = {
     {"huge tensor count", [](GgufSpec& s) { s.tensor_count = 1ull << 60; }, "tensor_count at byte 8"},
     {"huge kv count", [](GgufSpec& s) { s.kv_count = ~0ull; }, "metadata_kv_count at byte 16"},
     {"kv count too large by one", [](GgufSpec& s) { s.kv_count = s.kvs.size() + 1; }, "at byte"},
-    {"huge key length",
-     [](GgufSpec& s) {
-       s.kvs[0].key = std::string(70000, 'k');
-     },
-     "key length"},
-    {"huge string length",
-     [](GgufSpec& s) {
-       s.kvs[0].value.assign(8, 0xff);
-     },
+    {"huge key length", [](GgufSpec& s) { s.kvs[0].key = std::string(70000, 'k'); }, "key length"},
+    {"huge string length", [](GgufSpec& s) { s.kvs[0].value.assign(8, 0xff); },
      "metadata 'general.architecture' length"},
     {"bad metadata type", [](GgufSpec& s) { s.kvs[1].type = 13; }, "metadata 'gemma3.block_count' type at byte"},
-    {"bad array element type",
-     [](GgufSpec& s) { s.kvs[5].value[0] = 77; },
+    {"bad array element type", [](GgufSpec& s) { s.kvs[5].value[0] = 77; },
      "metadata 'tokenizer.ggml.tokens' array element type"},
-    {"huge array count",
-     [](GgufSpec& s) { std::memset(s.kvs[6].value.data() + 4, 0x7f, 8); },
+    {"huge array count", [](GgufSpec& s) { std::memset(s.kvs[6].value.data() + 4, 0x7f, 8); },
      "metadata 'tokenizer.ggml.scores' array count"},
     {"bad bool", [](GgufSpec& s) { s.kvs[3].value[0] = 2; }, "bool value 2"},
     {"duplicate key", [](GgufSpec& s) { s.kvs[1].key = "general.architecture"; }, "duplicate key"},
@@ -164,30 +156,40 @@ const BadCase kBadCases[] = {
        s.kvs.push_back({"test.nested", 9, w.bytes});
      },
      "nested deeper"},
-    {"alignment not power of two",
-     [](GgufSpec& s) { s.kvs.push_back(GgufKv::U32("general.alignment", 48)); },
+    {"alignment not power of two", [](GgufSpec& s) { s.kvs.push_back(GgufKv::U32("general.alignment", 48)); },
      "metadata 'general.alignment' at byte"},
     {"alignment zero", [](GgufSpec& s) { s.kvs.push_back(GgufKv::U32("general.alignment", 0)); }, "not a power of two"},
-    {"alignment wrong type",
-     [](GgufSpec& s) { s.kvs.push_back(GgufKv::U64("general.alignment", 32)); },
+    {"alignment wrong type", [](GgufSpec& s) { s.kvs.push_back(GgufKv::U64("general.alignment", 32)); },
      "general.alignment' at byte"},
-    {"n_dims 5", [](GgufSpec& s) { s.tensors[0].ne = {1, 1, 1, 8, 2}; }, "tensor[0] 'norm.weight' n_dims"},
-    {"zero dim", [](GgufSpec& s) { s.tensors[0].ne = {8, 0}; }, "tensor[0] 'norm.weight' ne[1]"},
+    {"n_dims 5",
+     [](GgufSpec& s) {
+       s.tensors[0].ne = {1, 1, 1, 8, 2};
+     },
+     "tensor[0] 'norm.weight' n_dims"},
+    {"zero dim",
+     [](GgufSpec& s) {
+       s.tensors[0].ne = {8, 0};
+     },
+     "tensor[0] 'norm.weight' ne[1]"},
     {"overflow dims",
-     [](GgufSpec& s) { s.tensors[0].ne = {1ull << 32, 1ull << 32}; },
+     [](GgufSpec& s) {
+       s.tensors[0].ne = {1ull << 32, 1ull << 32};
+     },
      "tensor[0] 'norm.weight' ne[1]"},
     {"byte size beyond file", [](GgufSpec& s) { s.tensors[0].ne = {1ull << 40}; }, "tensor[0] 'norm.weight' ne"},
     {"unknown ggml type", [](GgufSpec& s) { s.tensors[1].type = 5; }, "tensor[1] 'blk.0.attn_v.weight' type"},
     {"ne[0] not a block multiple",
-     [](GgufSpec& s) { s.tensors[1].ne = {16, 6}; },
+     [](GgufSpec& s) {
+       s.tensors[1].ne = {16, 6};
+     },
      "not a multiple of the Q8_0 block size"},
     {"misaligned offset", [](GgufSpec& s) { s.tensors[1].offset = 65; }, "tensor[1] 'blk.0.attn_v.weight' offset"},
     {"data beyond EOF",
-     [](GgufSpec& s) { s.tensors[1].ne = {32, 4}; },
+     [](GgufSpec& s) {
+       s.tensors[1].ne = {32, 4};
+     },
      "extends beyond the end of the file"},
-    {"offset beyond EOF",
-     [](GgufSpec& s) { s.tensors[0].offset = 1ull << 40; },
-     "tensor[0] 'norm.weight' offset"},
+    {"offset beyond EOF", [](GgufSpec& s) { s.tensors[0].offset = 1ull << 40; }, "tensor[0] 'norm.weight' offset"},
     {"empty tensor name", [](GgufSpec& s) { s.tensors[0].name = ""; }, "tensor[0] name"},
     {"long tensor name", [](GgufSpec& s) { s.tensors[0].name = std::string(64, 'n'); }, "tensor[0] name length"},
     {"duplicate tensor name", [](GgufSpec& s) { s.tensors[1].name = "norm.weight"; }, "duplicate tensor name"},

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,9 +74,9 @@ struct GgufKv {
 
 struct GgufTensorSpec {
   std::string name;
-  std::vector<std::uint64_t> ne;   // GGUF order
-  std::uint32_t type = 0;          // ggml type id
-  std::vector<std::uint8_t> data;  // tensor bytes
+  std::vector<std::uint64_t> ne;        // GGUF order
+  std::uint32_t type = 0;               // ggml type id
+  std::vector<std::uint8_t> data;       // tensor bytes
   std::optional<std::uint64_t> offset;  // default: running aligned offset
 };
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "kvshare/gguf/gguf.h"
-#include "model_default_path.h"
 #include "kvshare/grammar/grammar.h"
 #include "kvshare/model/model.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "model_default_path.h"
 
 namespace kvshare {
 namespace {
@@ -38,7 +38,9 @@ class GemmaGrammar : public ::testing::Test {
   void SetUp() override {
     if (tok_ == nullptr) GTEST_SKIP() << "model not found at " << ModelPath();
   }
-  static bool Bit(const std::vector<std::uint64_t>& m, std::int32_t id) { return (m[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1; }
+  static bool Bit(const std::vector<std::uint64_t>& m, std::int32_t id) {
+    return (m[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
+  }
   static inline Tokenizer* tok_ = nullptr;
   static inline std::shared_ptr<const TokenTrie>* trie_ = nullptr;
 };
@@ -77,7 +79,7 @@ TEST_F(GemmaGrammar, TrieWalkEqualsAScanOfTheWholeVocabulary) {
   // States: the start, inside an unbounded string, inside a bounded one
   // after a cut character (the first byte of "ü"), before a number.
   for (const std::string& prefix : {std::string(), std::string(R"({"name": "a", "note": "x)"),
-                                   std::string("{\"name\": \"Gr\xC3"), std::string(R"({"name": "a", "n": )")}) {
+                                    std::string("{\"name\": \"Gr\xC3"), std::string(R"({"name": "a", "n": )")}) {
     GrammarMatcher m(grammar, *trie_, {tok_->eos_id()});
     ASSERT_TRUE(m.AcceptBytes(prefix)) << prefix;
     std::vector<std::uint64_t> mask((static_cast<std::size_t>(tok_->vocab_size()) + 63) / 64);

@@ -51,8 +51,13 @@ const std::vector<Case>& Cases() {
       {R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
            "required": ["name", "age"]})",
        {R"({"name": "Ann", "age": 31})", R"({"name":"","age":-0})", "{\n  \"name\": \"\\u00e9\\n\",\n  \"age\": 7\n}"},
-       {{R"({"age": 31, "name": "Ann"})", 2}, {R"({"name": "Ann"})", 14}, {R"({"name": "Ann", "age": 01})", 24},
-        {R"({"name": "Ann", "age": 1.5})", 24}, {R"({"name": "A)" "\x01", 11}}},
+       {{R"({"age": 31, "name": "Ann"})", 2},
+        {R"({"name": "Ann"})", 14},
+        {R"({"name": "Ann", "age": 01})", 24},
+        {R"({"name": "Ann", "age": 1.5})", 24},
+        {R"({"name": "A)"
+         "\x01",
+         11}}},
       {R"({"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}, "c": {"type": "number"}}})",
        {"{}", R"({"b": null})", R"({"a": true, "c": -1.5e+10})", R"({"a":false,"b":null,"c":0.25})"},
        {{R"({"b": null, "a": true})", 13}, {R"({, "a": true})", 1}, {R"({"a": true,})", 11}, {R"({"c": 1.})", 8}}},
@@ -141,17 +146,18 @@ TEST(JsonSchema, AnyJsonObject) {
 }
 
 TEST(JsonSchema, AcceptsTheSupportedSubset) {
-  for (const char* s : {
-           R"(true)",
-           R"({"type": "object", "title": "T", "description": "d", "properties": {}, "additionalProperties": false})",
-           R"({"type": "array", "items": false})",
-           R"({"type": "array", "uniqueItems": false})",
-           R"({"oneOf": [{"type": "string"}, {"type": "integer"}, {"$ref": "#/$defs/o"}], "$defs": {"o": {"type": "object"}}})",
-           R"({"allOf": [{"type": "string"}]})",
-           R"({"definitions": {"a~b": {"type": "null"}}, "$ref": "#/definitions/a~0b"})",
-           R"({"type": "object", "properties": {"self": {"$ref": "#"}}})",
-           R"({"type": ["integer", "number"], "enum": [1, 2.5]})",
-       }) {
+  for (
+      const char* s : {
+          R"(true)",
+          R"({"type": "object", "title": "T", "description": "d", "properties": {}, "additionalProperties": false})",
+          R"({"type": "array", "items": false})",
+          R"({"type": "array", "uniqueItems": false})",
+          R"({"oneOf": [{"type": "string"}, {"type": "integer"}, {"$ref": "#/$defs/o"}], "$defs": {"o": {"type": "object"}}})",
+          R"({"allOf": [{"type": "string"}]})",
+          R"({"definitions": {"a~b": {"type": "null"}}, "$ref": "#/definitions/a~0b"})",
+          R"({"type": "object", "properties": {"self": {"$ref": "#"}}})",
+          R"({"type": ["integer", "number"], "enum": [1, 2.5]})",
+      }) {
     EXPECT_NO_THROW(CompileJsonSchema(s)) << s;
   }
 }
@@ -209,7 +215,8 @@ TEST(JsonSchema, RefusesDeepNestingInsteadOfOverflowingTheStack) {
   };
   auto ref_chain = [](int n) {
     std::string s = R"({"$ref": "#/$defs/d0", "$defs": {)";
-    for (int i = 0; i < n; ++i) s += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
+    for (int i = 0; i < n; ++i)
+      s += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
     return s + "\"d" + std::to_string(n) + "\": {\"type\": \"null\"}}}";
   };
   const std::string deep_enum = R"({"enum": [)" + std::string(200000, '[') + std::string(200000, ']') + "]}";
@@ -218,12 +225,12 @@ TEST(JsonSchema, RefusesDeepNestingInsteadOfOverflowingTheStack) {
   std::string wide = R"({"type": "object", "properties": {)";
   for (int i = 0; i < 200000; ++i) wide += "\"p" + std::to_string(i) + "\": {}, ";
   wide += R"("last": {}}})";
-  for (const auto& [schema, want] : std::vector<std::pair<std::string, std::string>>{
-           {nested_items(200000), "nested deeper than 256 levels"},
-           {nested_items(129), "schemas nested deeper than 128 levels"},
-           {ref_chain(1000), "schemas nested deeper than 128 levels"},
-           {wide, "an object of more than 1024 members"},
-           {deep_enum, "nested deeper than 256 levels"}}) {
+  for (const auto& [schema, want] :
+       std::vector<std::pair<std::string, std::string>>{{nested_items(200000), "nested deeper than 256 levels"},
+                                                        {nested_items(129), "schemas nested deeper than 128 levels"},
+                                                        {ref_chain(1000), "schemas nested deeper than 128 levels"},
+                                                        {wide, "an object of more than 1024 members"},
+                                                        {deep_enum, "nested deeper than 256 levels"}}) {
     try {
       CompileJsonSchema(schema);
       ADD_FAILURE() << "compiled: " << schema.substr(0, 80);
@@ -238,10 +245,11 @@ TEST(JsonSchema, RefusesDeepNestingInsteadOfOverflowingTheStack) {
 // (so that characters can be split over tokens), '\\' escapes; token 0 is
 // the end token (no bytes), token 1 is a control token (no bytes).
 std::vector<std::string> RandomVocab(std::mt19937& rng, int n) {
-  const std::vector<std::string> atoms = {"{", "}", "[", "]", ":", ",", "\"", " ", "\n", "\t", "-", ".", "e", "E", "+",
-                                          "0", "1", "2", "7", "9", "true", "false", "null", "name", "age", "a", "b",
-                                          "k", "v", "next", "x", "é", "€", "😀", "\\", "\\n", "\\u00e9", "\\\"", "red",
-                                          "green", "\xC3", "\xA9", "\xE2", "\x82", "\xAC", "\xF0", "\x9F", "\x98", "\x80"};
+  const std::vector<std::string> atoms = {
+      "{",     "}",    "[",    "]",    ":",    ",",    "\"",   " ",    "\n",    "\t",   "-",       ".",    "e",
+      "E",     "+",    "0",    "1",    "2",    "7",    "9",    "true", "false", "null", "name",    "age",  "a",
+      "b",     "k",    "v",    "next", "x",    "é",    "€",    "😀",    "\\",    "\\n",  "\\u00e9", "\\\"", "red",
+      "green", "\xC3", "\xA9", "\xE2", "\x82", "\xAC", "\xF0", "\x9F", "\x98",  "\x80"};
   std::vector<std::string> v = {"", ""};
   for (const std::string& a : atoms) v.push_back(a);
   for (char c = 0x20; c < 0x7F; ++c) {  // so that every document can be tokenized
@@ -274,7 +282,9 @@ std::vector<std::int32_t> Tokenize(const std::vector<std::string>& vocab, const 
   return out;
 }
 
-bool Bit(const std::vector<std::uint64_t>& mask, std::int32_t id) { return (mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1; }
+bool Bit(const std::vector<std::uint64_t>& mask, std::int32_t id) {
+  return (mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
+}
 
 TEST(GrammarMask, TrieWalkEqualsAScanOfEveryTokenAndKeepsValidContinuations) {
   std::mt19937 rng(7);
@@ -294,7 +304,8 @@ TEST(GrammarMask, TrieWalkEqualsAScanOfEveryTokenAndKeepsValidContinuations) {
           for (std::size_t id = 0; id < vocab.size(); ++id) {
             const auto t = static_cast<std::int32_t>(id);
             const bool want = id == 0 ? m.CanEnd() : !vocab[id].empty() && m.CanAcceptBytes(vocab[id]);
-            ASSERT_EQ(Bit(mask, t), want) << c.schema << "\n" << doc << "\nstep " << step << " token '" << vocab[id] << "'";
+            ASSERT_EQ(Bit(mask, t), want) << c.schema << "\n"
+                                          << doc << "\nstep " << step << " token '" << vocab[id] << "'";
           }
           ++checked;
           if (step == tokens.size()) {

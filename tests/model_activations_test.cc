@@ -20,7 +20,8 @@ double GeluTanhRef(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 /
 // Values around 0, both tails (where 1 + tanh cancels), saturation and
 // random normals of scale 3 (Gemma's gate pre-activations are O(1..10)).
 std::vector<float> Inputs(std::size_t n, std::mt19937& rng) {
-  std::vector<float> g = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 20.0f, -20.0f, 1e4f, -1e4f};
+  std::vector<float> g = {0.0f,  -0.0f, 1e-30f, -1e-30f, 0.5f,   -0.5f, 3.0f,
+                          -3.0f, 8.0f,  -8.0f,  20.0f,   -20.0f, 1e4f,  -1e4f};
   std::normal_distribution<float> nd(0.0f, 3.0f);
   while (g.size() < n) g.push_back(nd(rng));
   g.resize(n);
@@ -33,7 +34,8 @@ std::vector<float> Inputs(std::size_t n, std::mt19937& rng) {
 void ExpectNearFormula(const std::vector<float>& g, const std::vector<float>& u, const std::vector<float>& out) {
   for (std::size_t i = 0; i < g.size(); ++i) {
     const double want = GeluTanhRef(g[i]) * u[i];
-    const double tol = 1e-6 * std::max(1.0, std::fabs(static_cast<double>(g[i]))) * std::fabs(static_cast<double>(u[i]));
+    const double tol =
+        1e-6 * std::max(1.0, std::fabs(static_cast<double>(g[i]))) * std::fabs(static_cast<double>(u[i]));
     EXPECT_NEAR(out[i], want, tol) << "x = " << g[i] << " u = " << u[i];
   }
 }

@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "common_record_measured.h"
-#include "model_default_path.h"
 #include "kvshare/common/error.h"
-#include "kvshare/runtime/generator.h"
-#include "kvshare/model/model.h"
-#include "kvshare/runtime/sampler.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/runtime/sampler.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "model_default_path.h"
 
 namespace kvshare {
 namespace {
@@ -221,8 +221,9 @@ void Gemma3Test::LowPrecisionKvKeepsConfidentPredictions(DType kv, float max_log
   }
   EXPECT_GE(confident, kSteps / 4) << "too few confident steps to compare";  // measured 8
   EXPECT_LT(max_diff, max_logit_diff);
-  testing::RecordMeasured("[ measured ] %s vs fp32 KV, same %d tokens: max |logit diff| %.3g, %d confident steps agree\n",
-              DTypeName(kv), kSteps + 1, max_diff, confident);
+  testing::RecordMeasured(
+      "[ measured ] %s vs fp32 KV, same %d tokens: max |logit diff| %.3g, %d confident steps agree\n", DTypeName(kv),
+      kSteps + 1, max_diff, confident);
 }
 
 TEST_F(Gemma3Test, Fp16KvKeepsConfidentPredictions) { LowPrecisionKvKeepsConfidentPredictions(DType::kFloat16, 4.0f); }

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "common_test_util.h"
 #include "kvshare/common/error.h"
-#include "kvshare/model/model.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/model.h"
 #include "model_test_util.h"
 #include "model_tiny_gemma3n.h"
-#include "common_test_util.h"
 
 namespace kvshare {
 namespace {
@@ -74,7 +74,8 @@ TEST(Gemma3n, CachedDecodeEqualsRecompute) {
       const std::size_t row = static_cast<std::size_t>(P - 1 + i);
       const std::vector<float> want(all.begin() + static_cast<std::ptrdiff_t>(row * V),
                                     all.begin() + static_cast<std::ptrdiff_t>((row + 1) * V));
-      EXPECT_LT(MaxRelDiff(cached[static_cast<std::size_t>(i)], want), kFp32Tol) << "ple_vocab " << ple_vocab << " step " << i;
+      EXPECT_LT(MaxRelDiff(cached[static_cast<std::size_t>(i)], want), kFp32Tol)
+          << "ple_vocab " << ple_vocab << " step " << i;
     }
   }
 }
@@ -120,12 +121,15 @@ TEST(Gemma3n, BatchOfRaggedRowsEqualsRowsAlone) {
   for (int r = 0; r < 3; ++r) alone.push_back(m->NewState({.max_context = 48, .max_step = 4}));
   ThreadPool pool(2);
   std::vector<BatchEntry> entries;
-  for (int r : {2, 0, 1}) entries.push_back({.row = r, .tokens = prompts[static_cast<std::size_t>(r)], .num_logits = 2});
+  for (int r : {2, 0, 1})
+    entries.push_back({.row = r, .tokens = prompts[static_cast<std::size_t>(r)], .num_logits = 2});
   std::span<const float> got = m->ForwardBatch(*batch, entries, &pool);
   std::size_t at = 0;
   for (const BatchEntry& e : entries) {
-    const std::vector<float> want = Logits(*m, *alone[static_cast<std::size_t>(e.row)], prompts[static_cast<std::size_t>(e.row)], 2);
-    EXPECT_EQ(std::vector<float>(got.begin() + static_cast<std::ptrdiff_t>(at), got.begin() + static_cast<std::ptrdiff_t>(at + want.size())),
+    const std::vector<float> want =
+        Logits(*m, *alone[static_cast<std::size_t>(e.row)], prompts[static_cast<std::size_t>(e.row)], 2);
+    EXPECT_EQ(std::vector<float>(got.begin() + static_cast<std::ptrdiff_t>(at),
+                                 got.begin() + static_cast<std::ptrdiff_t>(at + want.size())),
               want)
         << "prefill row " << e.row;
     at += want.size();
@@ -139,7 +143,8 @@ TEST(Gemma3n, BatchOfRaggedRowsEqualsRowsAlone) {
     got = m->ForwardBatch(*batch, entries, &pool);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const int r = entries[i].row;
-      EXPECT_EQ(std::vector<float>(got.begin() + static_cast<std::ptrdiff_t>(i * V), got.begin() + static_cast<std::ptrdiff_t>((i + 1) * V)),
+      EXPECT_EQ(std::vector<float>(got.begin() + static_cast<std::ptrdiff_t>(i * V),
+                                   got.begin() + static_cast<std::ptrdiff_t>((i + 1) * V)),
                 Logits(*m, *alone[static_cast<std::size_t>(r)], toks[static_cast<std::size_t>(r)], 1))
           << "step " << step << " row " << r;
     }
@@ -156,16 +161,21 @@ TEST(Gemma3n, BadFilesAreRefusedNamingTheKeyOrTensor) {
       {"missing_laurel", [](TinyGemma3nSpec& s) { s.edit = Drop("blk.1.laurel_r.weight"); }, "blk.1.laurel_r.weight"},
       {"missing_router", [](TinyGemma3nSpec& s) { s.edit = Drop("blk.3.altup_router.weight"); },
        "blk.3.altup_router.weight"},
-      {"missing_altup_key", [](TinyGemma3nSpec& s) { s.edit = [](testing::GgufSpec& g) {
-         std::erase_if(g.kvs, [](const testing::GgufKv& k) { return k.key == "gemma3n.altup.num_inputs"; });
-       }; },
+      {"missing_altup_key",
+       [](TinyGemma3nSpec& s) {
+         s.edit = [](testing::GgufSpec& g) {
+           std::erase_if(g.kvs, [](const testing::GgufKv& k) { return k.key == "gemma3n.altup.num_inputs"; });
+         };
+       },
        "gemma3n.altup.num_inputs"},
-      {"altup_count",
-       [](TinyGemma3nSpec& s) { s.edit = Replace(testing::GgufKv::U32("gemma3n.altup.num_inputs", 3)); },
+      {"altup_count", [](TinyGemma3nSpec& s) { s.edit = Replace(testing::GgufKv::U32("gemma3n.altup.num_inputs", 3)); },
        "tensor 'altup_proj.weight' is [64, 64, 3]: gemma3n.altup.num_inputs = 3 needs 2 projections"},
       {"active_idx", [](TinyGemma3nSpec& s) { s.edit = Replace(testing::GgufKv::U32("gemma3n.altup.active_idx", 4)); },
        "gemma3n.altup.active_idx = 4 is outside [0, altup.num_inputs = 4)"},
-      {"sparsity_length", [](TinyGemma3nSpec& s) { s.sparsity = {1.6448536f, -INFINITY}; },
+      {"sparsity_length",
+       [](TinyGemma3nSpec& s) {
+         s.sparsity = {1.6448536f, -INFINITY};
+       },
        "'gemma3n.activation_sparsity_scale' has 2 entries, expected block_count = 6"},
       {"ple_table", [](TinyGemma3nSpec& s) { s.ple_vocab = 70; }, "tensor 'per_layer_token_embd.weight' is"},
       {"missing_k", [](TinyGemma3nSpec& s) { s.edit = Drop("blk.2.attn_k.weight"); }, "blk.2.attn_k.weight"},

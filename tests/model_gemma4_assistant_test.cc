@@ -20,10 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common_record_measured.h"
-#include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/common/error.h"
-#include "kvshare/model/model.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/model/model.h"
 
 namespace kvshare {
 namespace {
@@ -85,7 +85,8 @@ TEST_F(AssistantFixture, DraftStepsMatchHf) {
       // The target's cache holds seq; its hidden state at L - 1 is the first step's h.
       auto st = target_->NewState({.max_context = 128});
       const std::span<const float> logits = target_->Forward(*st, seq, &pool);
-      const std::int32_t next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const std::int32_t next =
+          static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       ASSERT_EQ(next, c["target_next"].get<std::int32_t>()) << what;
       std::vector<float> h(st->hidden().begin(), st->hidden().end());
       ExpectSummary(h, c["hidden_in"], 1e-5, what + " target hidden");
@@ -127,8 +128,10 @@ TEST_F(AssistantFixture, DraftStepsMatchHf) {
       }
     }
   }
-  testing::RecordMeasured("assistant draft steps vs HF: %d steps (%d with the centroid head), max |kvshare - HF| / logit range "
-              "%.3g\n", steps, ordered_steps, worst);
+  testing::RecordMeasured(
+      "assistant draft steps vs HF: %d steps (%d with the centroid head), max |kvshare - HF| / logit range "
+      "%.3g\n",
+      steps, ordered_steps, worst);
   EXPECT_GE(steps, 40);
   EXPECT_GE(ordered_steps, 20);
 }

@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "kvshare/common/thread_pool.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
-#include "kvshare/common/thread_pool.h"
 #include "model_reference_ops.h"
 #include "model_tiny_gemma4.h"
 
@@ -81,7 +81,8 @@ std::vector<double> Forward(const GgufFile& f, const TinyGemma4Spec& s, const st
       for (int i = 0; i < pairs; ++i) {
         T c, sn;
         if (hf_rope) {
-          const float inv = 1.0f / std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(H));
+          const float inv =
+              1.0f / std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(H));
           const float a = static_cast<float>(t) * inv;
           c = static_cast<T>(std::cos(a));
           sn = static_cast<T>(std::sin(a));
@@ -103,7 +104,8 @@ std::vector<double> Forward(const GgufFile& f, const TinyGemma4Spec& s, const st
   Vec x(static_cast<std::size_t>(P) * E);
   const T embd_scale = static_cast<T>(std::sqrt(static_cast<double>(E)));
   for (int t = 0; t < P; ++t) {
-    for (int i = 0; i < E; ++i) x[static_cast<std::size_t>(t) * E + i] = embd[static_cast<std::size_t>(tokens[t]) * E + i] * embd_scale;
+    for (int i = 0; i < E; ++i)
+      x[static_cast<std::size_t>(t) * E + i] = embd[static_cast<std::size_t>(tokens[t]) * E + i] * embd_scale;
   }
   const int L = static_cast<int>(s.sliding.size());
   for (int l = 0; l < L; ++l) {
@@ -145,7 +147,8 @@ std::vector<double> Forward(const GgufFile& f, const TinyGemma4Spec& s, const st
         for (int i = 0; i < H; ++i) att[(static_cast<std::size_t>(t) * N + hq) * H + i] = static_cast<T>(acc[i]);
       }
     }
-    const Vec o = rmsnorm(matmul(load(p + "attn_output.weight"), att, E, N * H), E, load(p + "post_attention_norm.weight").data());
+    const Vec o = rmsnorm(matmul(load(p + "attn_output.weight"), att, E, N * H), E,
+                          load(p + "post_attention_norm.weight").data());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     const Vec h2 = rmsnorm(x, E, load(p + "ffn_norm.weight").data());
     Vec g = matmul(load(p + "ffn_gate.weight"), h2, s.n_ff, E);
@@ -154,7 +157,8 @@ std::vector<double> Forward(const GgufFile& f, const TinyGemma4Spec& s, const st
       const double a = g[i];
       g[i] = static_cast<T>(0.5 * a * (1.0 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))) * up[i];
     }
-    const Vec dn = rmsnorm(matmul(load(p + "ffn_down.weight"), g, E, s.n_ff), E, load(p + "post_ffw_norm.weight").data());
+    const Vec dn =
+        rmsnorm(matmul(load(p + "ffn_down.weight"), g, E, s.n_ff), E, load(p + "post_ffw_norm.weight").data());
     const T scale = static_cast<T>(load(p + "layer_output_scale.weight")[0]);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = (x[i] + dn[i]) * scale;
   }

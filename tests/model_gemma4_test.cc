@@ -10,17 +10,17 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
-#include <utility>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common_test_util.h"
 #include "kvshare/common/error.h"
-#include "kvshare/model/model.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/model.h"
 #include "model_test_util.h"
 #include "model_tiny_gemma4.h"
-#include "common_test_util.h"
 
 namespace kvshare {
 namespace {
@@ -38,7 +38,6 @@ using testing::TinyGemma4Spec;
 constexpr double kFp32Tol = 1e-5;
 
 using testing::Tokens;
-
 
 TEST(Gemma4, ConfigAndPlanFromMetadata) {
   TinyGemma4Spec spec;
@@ -82,8 +81,7 @@ TEST(Gemma4, WarnsWhereLlamaCppWouldShareFromOtherLayers) {
   auto file = TempGemma4(spec, "warn");
   auto m = Model::Load(file.path);
   ASSERT_EQ(m->warnings().size(), 1u);
-  EXPECT_NE(m->warnings()[0].find("layer 4 reads 3 (llama.cpp: 2), layer 5 reads 2 (llama.cpp: 3)"),
-            std::string::npos)
+  EXPECT_NE(m->warnings()[0].find("layer 4 reads 3 (llama.cpp: 2), layer 5 reads 2 (llama.cpp: 3)"), std::string::npos)
       << m->warnings()[0];
   auto st = m->NewState({.max_context = 16});
   EXPECT_EQ(st->kv_cache().Plan().layers[4].source_layer, 3);
@@ -198,16 +196,18 @@ TEST(Gemma4, BatchOfRaggedRowsEqualsRowsAlone) {
   // Prefill of all three (row 2 first), every prompt position's logits.
   std::vector<BatchEntry> entries;
   for (int r : {2, 0, 1}) {
-    entries.push_back({.row = r, .tokens = prompts[static_cast<std::size_t>(r)],
+    entries.push_back({.row = r,
+                       .tokens = prompts[static_cast<std::size_t>(r)],
                        .num_logits = static_cast<std::int64_t>(prompts[static_cast<std::size_t>(r)].size())});
   }
   ThreadPool pool(2);
   std::span<const float> got = m->ForwardBatch(*batch, entries, &pool);
   std::size_t at = 0;
   for (const BatchEntry& e : entries) {
-    const std::vector<float> want = Logits(*m, *alone[static_cast<std::size_t>(e.row)], prompts[static_cast<std::size_t>(e.row)],
-                                           e.num_logits);
-    const std::vector<float> part(got.begin() + static_cast<std::ptrdiff_t>(at), got.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
+    const std::vector<float> want =
+        Logits(*m, *alone[static_cast<std::size_t>(e.row)], prompts[static_cast<std::size_t>(e.row)], e.num_logits);
+    const std::vector<float> part(got.begin() + static_cast<std::ptrdiff_t>(at),
+                                  got.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
     EXPECT_EQ(part, want) << "prefill row " << e.row;
     at += want.size();
   }
@@ -223,7 +223,8 @@ TEST(Gemma4, BatchOfRaggedRowsEqualsRowsAlone) {
     ASSERT_EQ(got.size(), 3u * static_cast<std::size_t>(V));
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const int r = entries[i].row;
-      const std::vector<float> want = Logits(*m, *alone[static_cast<std::size_t>(r)], toks[static_cast<std::size_t>(r)], 1);
+      const std::vector<float> want =
+          Logits(*m, *alone[static_cast<std::size_t>(r)], toks[static_cast<std::size_t>(r)], 1);
       const std::vector<float> part(got.begin() + static_cast<std::ptrdiff_t>(i * V),
                                     got.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
       EXPECT_EQ(part, want) << "step " << step << " row " << r;
@@ -262,7 +263,6 @@ TEST(Gemma4, BatchErrorsChangeNoRow) {
   EXPECT_EQ(st->length(0), 3);
 }
 
-
 TEST(Gemma4, BadFilesAreRefusedNamingTheKeyOrTensor) {
   struct Case {
     std::string tag;
@@ -293,12 +293,17 @@ TEST(Gemma4, BadFilesAreRefusedNamingTheKeyOrTensor) {
        },
        "gemma4.attention.shared_kv_layers = 6 is not a valid layer plan"},
       {"bidirectional",
-       [](TinyGemma4Spec& s) { s.edit = [](testing::GgufSpec& g) { g.kvs.push_back(testing::GgufKv::Bool("gemma4.attention.causal", false)); }; },
+       [](TinyGemma4Spec& s) {
+         s.edit = [](testing::GgufSpec& g) {
+           g.kvs.push_back(testing::GgufKv::Bool("gemma4.attention.causal", false));
+         };
+       },
        "gemma4.attention.causal is false"},
       {"fused_qkv",
        [](TinyGemma4Spec& s) {
          s.edit = [](testing::GgufSpec& g) {
-           g.tensors.push_back({"blk.0.attn_qkv.weight", {64, 8}, 0, std::vector<std::uint8_t>(64 * 8 * 4), std::nullopt});
+           g.tensors.push_back(
+               {"blk.0.attn_qkv.weight", {64, 8}, 0, std::vector<std::uint8_t>(64 * 8 * 4), std::nullopt});
          };
        },
        "blk.0.attn_qkv.weight': fused QKV"},

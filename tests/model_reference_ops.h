@@ -17,7 +17,8 @@ std::vector<T> RefMatMul(const std::vector<float>& w, const std::vector<T>& x, i
   for (std::size_t t = 0; t < n; ++t) {
     for (int r = 0; r < n_out; ++r) {
       double acc = 0;
-      for (int k = 0; k < n_in; ++k) acc += static_cast<double>(w[static_cast<std::size_t>(r) * n_in + k]) * x[t * n_in + k];
+      for (int k = 0; k < n_in; ++k)
+        acc += static_cast<double>(w[static_cast<std::size_t>(r) * n_in + k]) * x[t * n_in + k];
       y[t * n_out + r] = static_cast<T>(acc);
     }
   }

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "gguf_writer.h"
 #include "kvshare/common/error.h"
 #include "kvshare/model/model.h"
-#include "gguf_writer.h"
 
 namespace kvshare::testing {
 

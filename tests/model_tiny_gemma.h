@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "common/float_convert.h"
+#include "gguf_writer.h"
 #include "kvshare/cache/kv_cache.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
-#include "quant/quant.h"
-#include "gguf_writer.h"
 #include "model_reference_ops.h"
+#include "quant/quant.h"
 
 namespace kvshare::testing {
 
@@ -41,8 +41,8 @@ struct TinyGemmaSpec {
   int head_dim = 16;
   int n_vocab = 50;
   int window = 5;
-  int pattern = 3;           // layers 2, 5, ... are full
-  int shared_kv_layers = 0;  // written to the metadata when > 0
+  int pattern = 3;                                 // layers 2, 5, ... are full
+  int shared_kv_layers = 0;                        // written to the metadata when > 0
   std::vector<GgmlType> types = {GgmlType::kF32};  // matrix types, used in turn
   std::uint64_t seed = 1;
 };
@@ -94,9 +94,7 @@ inline std::vector<std::uint8_t> EncodeRow(GgmlType type, const float* x, int n)
     out.insert(out.end(), c, c + b);
   };
   switch (type) {
-    case GgmlType::kF32:
-      put(x, 4 * static_cast<std::size_t>(n));
-      break;
+    case GgmlType::kF32: put(x, 4 * static_cast<std::size_t>(n)); break;
     case GgmlType::kF16:
       for (int i = 0; i < n; ++i) {
         const std::uint16_t h = detail::F32ToF16(x[i]);
@@ -141,7 +139,8 @@ inline std::vector<std::uint8_t> EncodeRow(GgmlType type, const float* x, int n)
         const float d = (hi - lo) / top;
         std::uint8_t q[32];
         for (int j = 0; j < 32; ++j) {
-          q[j] = static_cast<std::uint8_t>(d > 0 ? std::clamp(std::lround((v[j] - lo) / d), 0L, static_cast<long>(top)) : 0);
+          q[j] = static_cast<std::uint8_t>(d > 0 ? std::clamp(std::lround((v[j] - lo) / d), 0L, static_cast<long>(top))
+                                                 : 0);
         }
         std::uint8_t qs[16];
         std::uint32_t qh = 0;
@@ -161,8 +160,7 @@ inline std::vector<std::uint8_t> EncodeRow(GgmlType type, const float* x, int n)
         EncodeQ5K(x + 256 * b, out.data() + out.size() - sizeof(BlockQ5_K));
       }
       break;
-    default:
-      throw std::runtime_error("EncodeRow: unsupported type");
+    default: throw std::runtime_error("EncodeRow: unsupported type");
   }
   return out;
 }
@@ -193,8 +191,11 @@ inline GgufSpec TinyGemmaGguf(const TinyGemmaSpec& m) {
     const GgmlType t = m.types[type_i++ % m.types.size()];
     std::normal_distribution<float> d(0.f, stddev);
     std::vector<float> row(static_cast<std::size_t>(cols));
-    GgufTensorSpec ts{name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)},
-                      static_cast<std::uint32_t>(t), {}, std::nullopt};
+    GgufTensorSpec ts{name,
+                      {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)},
+                      static_cast<std::uint32_t>(t),
+                      {},
+                      std::nullopt};
     for (int r = 0; r < rows; ++r) {
       for (float& e : row) e = d(rng);
       const auto bytes = EncodeRow(t, row.data(), cols);
@@ -206,8 +207,8 @@ inline GgufSpec TinyGemmaGguf(const TinyGemmaSpec& m) {
     std::normal_distribution<float> d(1.f, 0.2f);
     std::vector<float> w(static_cast<std::size_t>(n));
     for (float& e : w) e = d(rng);
-    g.tensors.push_back(GgufTensorSpec{name, {static_cast<std::uint64_t>(n)}, 0, EncodeRow(GgmlType::kF32, w.data(), n),
-                                       std::nullopt});
+    g.tensors.push_back(
+        GgufTensorSpec{name, {static_cast<std::uint64_t>(n)}, 0, EncodeRow(GgmlType::kF32, w.data(), n), std::nullopt});
   };
   const int E = m.n_embd, qd = m.n_head * m.head_dim, kvd = m.n_head_kv * m.head_dim;
   const float in_s = 1.0f / std::sqrt(static_cast<float>(E));
@@ -244,16 +245,18 @@ inline std::vector<std::int32_t> Tokens(int n, int vocab, unsigned seed) {
 }
 
 // Writes the file to `path`.
-inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) { WriteFile(path, TinyGemmaGguf(m).Build()); }
+inline void WriteTinyGemma(const std::string& path, const TinyGemmaSpec& m) {
+  WriteFile(path, TinyGemmaGguf(m).Build());
+}
 
 // A file under the test temp directory, written by write(path), removed on destruction.
 struct TempGguf {
   std::string path;
   template <typename Write>
   TempGguf(const std::string& tag, Write write) {
-    path = (std::filesystem::temp_directory_path() /
-            ("kvshare_tiny_" + tag + "_" + std::to_string(::getpid()) + ".gguf"))
-               .string();
+    path =
+        (std::filesystem::temp_directory_path() / ("kvshare_tiny_" + tag + "_" + std::to_string(::getpid()) + ".gguf"))
+            .string();
     write(path);
   }
   TempGguf(const TinyGemmaSpec& spec, const std::string& tag)
@@ -304,7 +307,8 @@ inline std::vector<double> ReferenceLogits(const Model& model, const std::vector
   std::vector<double> x(static_cast<std::size_t>(T) * E);
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < E; ++i)
-      x[static_cast<std::size_t>(t) * E + i] = embd[static_cast<std::size_t>(tokens[t]) * E + i] * std::sqrt(static_cast<double>(E));
+      x[static_cast<std::size_t>(t) * E + i] =
+          embd[static_cast<std::size_t>(tokens[t]) * E + i] * std::sqrt(static_cast<double>(E));
   std::vector<std::vector<double>> ks(c.n_layer), vs(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -330,7 +334,8 @@ inline std::vector<double> ReferenceLogits(const Model& model, const std::vector
           if (swa && t - j >= c.sliding_window) continue;
           double d = 0;
           for (int i = 0; i < H; ++i)
-            d += q[(static_cast<std::size_t>(t) * N + hq) * H + i] * K[(static_cast<std::size_t>(j) * Nkv + hk) * H + i];
+            d +=
+                q[(static_cast<std::size_t>(t) * N + hq) * H + i] * K[(static_cast<std::size_t>(j) * Nkv + hk) * H + i];
           s.push_back(d * c.attn_scale);
           js.push_back(j);
         }
@@ -339,9 +344,11 @@ inline std::vector<double> ReferenceLogits(const Model& model, const std::vector
         for (double& e : s) den += (e = std::exp(e - mx));
         for (std::size_t k = 0; k < s.size(); ++k)
           for (int i = 0; i < H; ++i)
-            att[(static_cast<std::size_t>(t) * N + hq) * H + i] += s[k] / den * V[(static_cast<std::size_t>(js[k]) * Nkv + hk) * H + i];
+            att[(static_cast<std::size_t>(t) * N + hq) * H + i] +=
+                s[k] / den * V[(static_cast<std::size_t>(js[k]) * Nkv + hk) * H + i];
       }
-    const std::vector<double> o = rmsnorm(matmul(load(p + "attn_output.weight"), att, E, N * H), E, load(p + "post_attention_norm.weight"));
+    const std::vector<double> o =
+        rmsnorm(matmul(load(p + "attn_output.weight"), att, E, N * H), E, load(p + "post_attention_norm.weight"));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     const std::vector<double> h2 = rmsnorm(x, E, load(p + "ffn_norm.weight"));
     std::vector<double> gt = matmul(load(p + "ffn_gate.weight"), h2, c.n_ff, E);
@@ -350,7 +357,8 @@ inline std::vector<double> ReferenceLogits(const Model& model, const std::vector
       const double v = gt[i];
       gt[i] = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))) * up[i];
     }
-    const std::vector<double> dn = rmsnorm(matmul(load(p + "ffn_down.weight"), gt, E, c.n_ff), E, load(p + "post_ffw_norm.weight"));
+    const std::vector<double> dn =
+        rmsnorm(matmul(load(p + "ffn_down.weight"), gt, E, c.n_ff), E, load(p + "post_ffw_norm.weight"));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += dn[i];
   }
   return matmul(embd, rmsnorm(x, E, load("output_norm.weight")), c.n_vocab, E);

@@ -45,12 +45,15 @@ inline void WriteTinyGemma3n(const std::string& path, const TinyGemma3nSpec& m) 
   const int L = static_cast<int>(m.sliding.size()), E = m.n_embd, n = m.altup;
   const std::string a = "gemma3n.";
   GgufSpec g;
-  const auto u32 = [&](const std::string& k, int v) { g.kvs.push_back(GgufKv::U32(a + k, static_cast<std::uint32_t>(v))); };
+  const auto u32 = [&](const std::string& k, int v) {
+    g.kvs.push_back(GgufKv::U32(a + k, static_cast<std::uint32_t>(v)));
+  };
   g.kvs.push_back(GgufKv::Str("general.architecture", "gemma3n"));
   u32("block_count", L);
   u32("context_length", 4096);
   u32("embedding_length", E);
-  g.kvs.push_back(GgufKv::I32Array(a + "feed_forward_length", std::vector<std::int32_t>(static_cast<std::size_t>(L), m.n_ff)));
+  g.kvs.push_back(
+      GgufKv::I32Array(a + "feed_forward_length", std::vector<std::int32_t>(static_cast<std::size_t>(L), m.n_ff)));
   u32("attention.head_count", m.n_head);
   u32("attention.head_count_kv", m.n_head_kv);
   u32("attention.key_length", m.head_dim);
@@ -90,7 +93,8 @@ inline void WriteTinyGemma3n(const std::string& path, const TinyGemma3nSpec& m) 
   matrix("token_embd.weight", m.n_vocab, E, 0.5f);
   norm("output_norm.weight", E);
   for (const char* name : {"altup_proj.weight", "altup_unembd_proj.weight"}) {
-    f32(name, {ue, ue, static_cast<std::uint64_t>(n - 1)}, random(static_cast<std::size_t>(E * E * (n - 1)), 0.f, in_s));
+    f32(name, {ue, ue, static_cast<std::uint64_t>(n - 1)},
+        random(static_cast<std::size_t>(E * E * (n - 1)), 0.f, in_s));
   }
   matrix("per_layer_token_embd.weight", m.ple_vocab > 0 ? m.ple_vocab : m.n_vocab, m.ple * L, 0.5f);
   matrix("per_layer_model_proj.weight", m.ple * L, E, in_s);

@@ -31,11 +31,11 @@ struct TinyGemma4Spec {
   int n_ff = 48;
   bool double_wide = true;  // shared layers get 2 * n_ff (an array key)
   int window = 5;
-  int shared = 3;           // gemma4.attention.shared_kv_layers
+  int shared = 3;               // gemma4.attention.shared_kv_layers
   bool shared_have_kv = false;  // K/V tensors on shared layers too (Google's bf16 releases)
-  int ple = 8;              // embedding_length_per_layer_input (0: none)
-  bool k_eq_v = false;      // no attn_v on full layers
-  int experts = 0;          // > 0: every layer is MoE (+ dense MLP) with this many experts
+  int ple = 8;                  // embedding_length_per_layer_input (0: none)
+  bool k_eq_v = false;          // no attn_v on full layers
+  int experts = 0;              // > 0: every layer is MoE (+ dense MLP) with this many experts
   int experts_used = 2;
   int expert_ff = 16;
   bool layer_scale = true;
@@ -72,8 +72,9 @@ inline void WriteTinyGemma4(const std::string& path, const TinyGemma4Spec& m) {
   g.kvs.push_back(m.double_wide ? GgufKv::I32Array(a + "feed_forward_length", ff)
                                 : GgufKv::U32(a + "feed_forward_length", static_cast<std::uint32_t>(m.n_ff)));
   g.kvs.push_back(GgufKv::U32(a + "attention.head_count", static_cast<std::uint32_t>(m.n_head)));
-  g.kvs.push_back(m.kv_swa != m.kv_full ? GgufKv::I32Array(a + "attention.head_count_kv", kv)
-                                        : GgufKv::U32(a + "attention.head_count_kv", static_cast<std::uint32_t>(m.kv_swa)));
+  g.kvs.push_back(m.kv_swa != m.kv_full
+                      ? GgufKv::I32Array(a + "attention.head_count_kv", kv)
+                      : GgufKv::U32(a + "attention.head_count_kv", static_cast<std::uint32_t>(m.kv_swa)));
   for (const char* k : {"attention.key_length", "attention.value_length", "rope.dimension_count"}) {
     g.kvs.push_back(GgufKv::U32(a + k, static_cast<std::uint32_t>(m.hd_full)));
   }

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "common_record_measured.h"
-#include "kvshare/common/error.h"
-#include "kvshare/model/model.h"
-#include "kvshare/common/thread_pool.h"
-#include "model_tiny_gemma.h"
 #include "common_test_util.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/model/model.h"
+#include "model_tiny_gemma.h"
 
 namespace kvshare {
 namespace {
@@ -48,8 +48,7 @@ std::int32_t Argmax(const std::vector<float>& v) {
 std::vector<float> AllLogits(const Model& m, const std::vector<std::int32_t>& tokens, ModelStateOptions o,
                              ThreadPool* pool = nullptr) {
   auto st = m.NewState(o);
-  std::span<const float> l =
-      m.Forward(*st, tokens, pool, {.num_logits = static_cast<std::int64_t>(tokens.size())});
+  std::span<const float> l = m.Forward(*st, tokens, pool, {.num_logits = static_cast<std::int64_t>(tokens.size())});
   return std::vector<float>(l.begin(), l.end());
 }
 
@@ -150,8 +149,8 @@ TEST_P(TinyGemmaCache, CachedGenerationEqualsRecompute) {
   auto m = Model::Load(file.path);
   const int V = m->config().n_vocab, P = 11, steps = 20;
   ThreadPool pool(2);
-  const ModelStateOptions o{.max_context = 40, .max_step = p.max_step, .kv_dtype = p.kv,
-                            .num_kv_shared_layers = p.shared};
+  const ModelStateOptions o{
+      .max_context = 40, .max_step = p.max_step, .kv_dtype = p.kv, .num_kv_shared_layers = p.shared};
   auto st = m->NewState(o);
   EXPECT_LT(st->kv_cache().Memory().layers[0].capacity, P + steps);  // the sliding ring wraps
   std::vector<std::int32_t> seq = Tokens(P, V, 11);
@@ -166,8 +165,8 @@ TEST_P(TinyGemmaCache, CachedGenerationEqualsRecompute) {
   }
   ASSERT_EQ(st->length(), P + steps);
   const int T = P + steps;
-  const auto full = AllLogits(*m, seq, {.max_context = T, .max_step = T, .kv_dtype = p.kv,
-                                        .num_kv_shared_layers = p.shared}, &pool);
+  const auto full =
+      AllLogits(*m, seq, {.max_context = T, .max_step = T, .kv_dtype = p.kv, .num_kv_shared_layers = p.shared}, &pool);
   for (int i = 0; i <= steps; ++i) {
     EXPECT_LT(MaxRelDiff(cached[static_cast<std::size_t>(i)], Slice(full, static_cast<std::size_t>(P - 1 + i), V)),
               kFp32Tol)
@@ -175,18 +174,18 @@ TEST_P(TinyGemmaCache, CachedGenerationEqualsRecompute) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, TinyGemmaCache,
-    ::testing::Values(CacheCase{0, 16, DType::kFloat32}, CacheCase{0, 3, DType::kFloat32},
-                      CacheCase{0, 1, DType::kFloat32}, CacheCase{2, 3, DType::kFloat32},
-                      CacheCase{3, 4, DType::kFloat32}, CacheCase{3, 1, DType::kFloat32},
-                      CacheCase{2, 3, DType::kFloat16}, CacheCase{3, 4, DType::kBFloat16},
-                      CacheCase{0, 3, DType::kQ8_0, 32}, CacheCase{3, 1, DType::kQ8_0, 32},
-                      CacheCase{2, 16, DType::kQ8_0, 64}),
-    [](const ::testing::TestParamInfo<CacheCase>& i) {
-      return "shared" + std::to_string(i.param.shared) + "_step" + std::to_string(i.param.max_step) + "_" +
-             DTypeName(i.param.kv) + "_h" + std::to_string(i.param.head_dim);
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, TinyGemmaCache,
+                         ::testing::Values(CacheCase{0, 16, DType::kFloat32}, CacheCase{0, 3, DType::kFloat32},
+                                           CacheCase{0, 1, DType::kFloat32}, CacheCase{2, 3, DType::kFloat32},
+                                           CacheCase{3, 4, DType::kFloat32}, CacheCase{3, 1, DType::kFloat32},
+                                           CacheCase{2, 3, DType::kFloat16}, CacheCase{3, 4, DType::kBFloat16},
+                                           CacheCase{0, 3, DType::kQ8_0, 32}, CacheCase{3, 1, DType::kQ8_0, 32},
+                                           CacheCase{2, 16, DType::kQ8_0, 64}),
+                         [](const ::testing::TestParamInfo<CacheCase>& i) {
+                           return "shared" + std::to_string(i.param.shared) + "_step" +
+                                  std::to_string(i.param.max_step) + "_" + DTypeName(i.param.kv) + "_h" +
+                                  std::to_string(i.param.head_dim);
+                         });
 
 // Greedy generation on a q8_0 cache stays close to float32: every step's
 // logits (fed the float32 run's tokens) within kQ8_0LogitTol relative, and the
@@ -384,8 +383,9 @@ TEST(TinyGemma, LogitsIndependentOfChunking) {
   std::span<const float> l;
   for (int at = 0, i = 0; at < T; at += 300, ++i) {
     const std::size_t n = static_cast<std::size_t>(std::min(300, T - at));
-    const std::vector<BatchEntry> entries = {{.row = 0, .tokens = std::span(other).subspan(static_cast<std::size_t>(i), 1)},
-                                             {.row = 1, .tokens = all.subspan(static_cast<std::size_t>(at), n)}};
+    const std::vector<BatchEntry> entries = {
+        {.row = 0, .tokens = std::span(other).subspan(static_cast<std::size_t>(i), 1)},
+        {.row = 1, .tokens = all.subspan(static_cast<std::size_t>(at), n)}};
     l = m->ForwardBatch(*batch, entries, &pool);
   }
   EXPECT_EQ(Slice(l, 1, static_cast<std::size_t>(V)), want) << "batched";
@@ -432,7 +432,8 @@ TEST(TinyGemma, HiddenStatesAreTheLmHeadInput) {
     std::vector<double> want(static_cast<std::size_t>(V));
     for (int v = 0; v < V; ++v) {
       double dot = 0;
-      for (int i = 0; i < E; ++i) dot += static_cast<double>(hidden[r * E + i]) * emb[static_cast<std::size_t>(v) * E + i] * unscale;
+      for (int i = 0; i < E; ++i)
+        dot += static_cast<double>(hidden[r * E + i]) * emb[static_cast<std::size_t>(v) * E + i] * unscale;
       want[static_cast<std::size_t>(v)] = dot;
     }
     EXPECT_LT(MaxRelDiff(Slice(logits, r, V), AsFloat(want)), kFp32Tol) << "row " << r;

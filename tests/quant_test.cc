@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "common_record_measured.h"
 #include "common/float_convert.h"
-#include "kvshare/common/error.h"
+#include "common_record_measured.h"
 #include "hwy/targets.h"
-#include "quant/quant.h"
+#include "kvshare/common/error.h"
 #include "quant/kernels/packed.h"
+#include "quant/quant.h"
 #include "quant/weight_types.h"
 
 namespace kvshare {
@@ -121,9 +121,9 @@ TEST(Dequant, Q5_K) {
     b.scales[j + 8] = 0x35;
   }
   std::memset(b.qs, 0x97, sizeof b.qs);  // low nibble 7, high nibble 9
-  b.qh[0] = 0x01;   // element 0 (sub-block 0)
-  b.qh[1] = 0x02;   // element 33 (sub-block 1)
-  b.qh[31] = 0x80;  // element 255 (sub-block 7)
+  b.qh[0] = 0x01;                        // element 0 (sub-block 0)
+  b.qh[1] = 0x02;                        // element 33 (sub-block 1)
+  b.qh[31] = 0x80;                       // element 255 (sub-block 7)
   const auto y = Dequant(GgmlType::kQ5_K, &b, 256);
   EXPECT_EQ(y[0], 22.0f);     // 1*1*(7+16) - 0.5*2
   EXPECT_EQ(y[1], 6.0f);      // 1*1*7 - 1
@@ -156,12 +156,12 @@ TEST(Dequant, Q2_K) {
   for (int i = 0; i < 64; ++i) b.qs[i] = 0xE4;  // 2-bit fields 0, 1, 2, 3 (j = 0..3)
   b.qs[33] = 0x03;                              // n = 1, l = 1: code 3 at j = 0, 0 at j = 1..3
   const auto y = Dequant(GgmlType::kQ2_K, &b, 256);
-  EXPECT_EQ(y[0], 0.0f);               // code 0, sc 1, m 0
-  EXPECT_EQ(y[17], -0.25f);             // group 1: sc 2, m 1, code 0
-  EXPECT_EQ(y[32], 0.5f * 3 * 1 - 0.5f);      // j = 1: group 2 (sc 3, m 2), code 1
+  EXPECT_EQ(y[0], 0.0f);                        // code 0, sc 1, m 0
+  EXPECT_EQ(y[17], -0.25f);                     // group 1: sc 2, m 1, code 0
+  EXPECT_EQ(y[32], 0.5f * 3 * 1 - 0.5f);        // j = 1: group 2 (sc 3, m 2), code 1
   EXPECT_EQ(y[96 + 20], 0.5f * 8 * 3 - 0.75f);  // j = 3, l = 20: group 7 (sc 8, m 3), code 3
-  EXPECT_EQ(y[129], 0.5f * 9 * 3);       // n = 1, l = 1, j = 0: group 8 (sc 9, m 0), code 3
-  EXPECT_EQ(y[161], -0.5f);              // j = 1: group 10 (sc 11, m 2), code 0
+  EXPECT_EQ(y[129], 0.5f * 9 * 3);              // n = 1, l = 1, j = 0: group 8 (sc 9, m 0), code 3
+  EXPECT_EQ(y[161], -0.5f);                     // j = 1: group 10 (sc 11, m 2), code 0
 }
 
 TEST(Dequant, Q3_K) {
@@ -177,12 +177,12 @@ TEST(Dequant, Q3_K) {
   }
   for (int g = 0; g < 16; ++g) EXPECT_EQ(Q3KScale(g, b.scales), g + 30) << g;
   for (int i = 0; i < 64; ++i) b.qs[i] = 0xE4;  // codes 0, 1, 2, 3 at j = 0..3
-  b.hmask[5] = 0x01;                           // element 5 (n = 0, j = 0) keeps its code; others - 4
-  b.hmask[7] = 0x80;                           // element 128 + 96 + 7 (n = 1, j = 3)
+  b.hmask[5] = 0x01;                            // element 5 (n = 0, j = 0) keeps its code; others - 4
+  b.hmask[7] = 0x80;                            // element 128 + 96 + 7 (n = 1, j = 3)
   const auto y = Dequant(GgmlType::kQ3_K, &b, 256);
-  EXPECT_EQ(y[0], 0.5f * -2 * -4);       // group 0: s - 32 = -2, code 0 - 4
-  EXPECT_EQ(y[5], 0.0f);                 // code 0, high bit set
-  EXPECT_EQ(y[64 + 16], 0.5f * 3 * -2);  // j = 2, l = 16: group 5, code 2 - 4
+  EXPECT_EQ(y[0], 0.5f * -2 * -4);            // group 0: s - 32 = -2, code 0 - 4
+  EXPECT_EQ(y[5], 0.0f);                      // code 0, high bit set
+  EXPECT_EQ(y[64 + 16], 0.5f * 3 * -2);       // j = 2, l = 16: group 5, code 2 - 4
   EXPECT_EQ(y[128 + 96 + 7], 0.5f * 12 * 3);  // group 14, code 3, high bit set
   EXPECT_EQ(y[128 + 96 + 8], 0.5f * 12 * -1);
 }
@@ -390,8 +390,8 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
   MatMul(w, {.x = x.data(), .m = s.m, .y = y.data(), .pool = pool, .level = level});
 
   // Float weights, and every weight type on the kFloat level, see unrounded activations.
-  const bool float_w = s.type == GgmlType::kF32 || s.type == GgmlType::kF16 || s.type == GgmlType::kBF16 ||
-                       level == KernelLevel::kFloat;
+  const bool float_w =
+      s.type == GgmlType::kF32 || s.type == GgmlType::kF16 || s.type == GgmlType::kBF16 || level == KernelLevel::kFloat;
   // Activations are quantized per block of qb with step amax/127: each x_i moves
   // by at most amax_b/254, so |err| <= sum_b amax_b/254 * sum_{i in b} |w_i|,
   // plus fp32 accumulation (relative 1e-5 of sum |w_i x_i| and of the scale-sum terms).
@@ -422,23 +422,21 @@ void CheckMatMul(const MatShape& s, KernelLevel level, ThreadPool* pool, std::mt
   }
 }
 
-const GgmlType kIntTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,
-                              GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,  GgmlType::kQ6_K,
-                              GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                              GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4, GgmlType::kIQ2_XXS,
-                              GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
-                              GgmlType::kIQ1_S, GgmlType::kIQ1_M, GgmlType::kNVFP4, GgmlType::kQ1_0,
-                              GgmlType::kQ2_0};
+const GgmlType kIntTypes[] = {
+    GgmlType::kQ8_0,    GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,    GgmlType::kQ5_1,
+    GgmlType::kQ4_K,    GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kQ2_K,    GgmlType::kQ3_K,
+    GgmlType::kIQ4_NL,  GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0,   GgmlType::kMXFP4,
+    GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
+    GgmlType::kIQ1_S,   GgmlType::kIQ1_M,  GgmlType::kNVFP4, GgmlType::kQ1_0,    GgmlType::kQ2_0};
 // The types whose SIMD kernels repeat the scalar twin's fma per block.
 const GgmlType kFmaTwinTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
                                   GgmlType::kIQ3_S,   GgmlType::kIQ1_S,  GgmlType::kIQ1_M};
-const GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,   GgmlType::kQ5_0,
-                           GgmlType::kQ5_1, GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,
-                           GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                           GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kMXFP4,  GgmlType::kIQ2_XXS,
-                           GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
-                           GgmlType::kIQ1_S, GgmlType::kIQ1_M,  GgmlType::kNVFP4, GgmlType::kQ1_0,
-                           GgmlType::kQ2_0,  GgmlType::kF32,    GgmlType::kF16,   GgmlType::kBF16};
+const GgmlType kTypes[] = {
+    GgmlType::kQ8_0,    GgmlType::kQ4_0,  GgmlType::kQ4_1,  GgmlType::kQ5_0,    GgmlType::kQ5_1,   GgmlType::kQ4_K,
+    GgmlType::kQ5_K,    GgmlType::kQ6_K,  GgmlType::kQ2_K,  GgmlType::kQ3_K,    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+    GgmlType::kTQ1_0,   GgmlType::kTQ2_0, GgmlType::kMXFP4, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+    GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S, GgmlType::kIQ1_M,   GgmlType::kNVFP4,  GgmlType::kQ1_0,
+    GgmlType::kQ2_0,    GgmlType::kF32,   GgmlType::kF16,   GgmlType::kBF16};
 
 // Every row of the weight-type table gets the checks below at every level.
 TEST(MatMul, ChecksEveryWeightType) {
@@ -461,7 +459,8 @@ TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
       // Odd block counts (1, 3, 5 blocks: the AVX-512 pair loop's tail), odd
       // rows, m = 1 and m = 3, 6 (activation-row groups of 3, and of 4 + 2).
       for (std::int64_t nblk : {std::int64_t{1}, std::int64_t{3}, k ? std::int64_t{5} : std::int64_t{20}}) {
-        const std::int64_t cols = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ? 32 * nblk + 7 : bs * nblk;
+        const std::int64_t cols =
+            t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ? 32 * nblk + 7 : bs * nblk;
         for (std::int64_t rows : {1, 7, 33}) {
           for (std::int64_t m : {1, 3, 6}) {
             CheckMatMul({t, rows, cols, m}, level, rows == 33 ? &pool : nullptr, rng);
@@ -480,7 +479,8 @@ struct RandomMatMul {
   WeightMatrix w;
   std::vector<float> x;
   RandomMatMul(GgmlType t, std::int64_t rows, std::int64_t cols, std::int64_t m, std::mt19937& rng)
-      : wbytes(RandomWeights(t, rows, cols, rng)), w(WeightMatrix::Make(wbytes.data(), t, rows, cols)),
+      : wbytes(RandomWeights(t, rows, cols, rng)),
+        w(WeightMatrix::Make(wbytes.data(), t, rows, cols)),
         x(static_cast<std::size_t>(m * cols)) {
     std::normal_distribution<float> nd;
     for (auto& v : x) v = nd(rng);
@@ -544,8 +544,8 @@ int CompareWithScalarTwin(GgmlType t, std::int64_t rows, std::int64_t cols, std:
       for (std::int64_t k = 0; k < cols; ++k) mag += std::fabs(c.x[i * cols + k]) * (std::fabs(wrow[k]) + wmax);
       const std::size_t at = static_cast<std::size_t>(i * rows + r);
       EXPECT_NEAR(yv[at], ys[at], 1e-5 * mag + 1e-6)
-          << GgmlTypeName(t) << " level " << KernelLevelName(level) << " rows " << rows << " cols " << cols << " m " << m
-          << " at row " << r << " x-row " << i;
+          << GgmlTypeName(t) << " level " << KernelLevelName(level) << " rows " << rows << " cols " << cols << " m "
+          << m << " at row " << r << " x-row " << i;
       if (std::fabs(yv[at] - ys[at]) > 1e-5 * mag + 1e-6) return compared;  // one report per shape
       ++compared;
     }
@@ -565,7 +565,8 @@ TEST(MatMul, SimdMatchesScalarTwin) {
     for (GgmlType t : kIntTypes) {
       for (std::int64_t nblk : {1, 2, 3, 9}) {
         for (std::int64_t rows : {1, 5, 17, 33}) {
-          for (std::int64_t m : {1, 2, 5, 9}) compared += CompareWithScalarTwin(t, rows, GgmlBlockSize(t) * nblk, m, level, &pool, rng);
+          for (std::int64_t m : {1, 2, 5, 9})
+            compared += CompareWithScalarTwin(t, rows, GgmlBlockSize(t) * nblk, m, level, &pool, rng);
         }
       }
     }
@@ -600,7 +601,8 @@ TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
               bytes[at] = 0x00;
               bytes[at + 1] = 0x14;
             } else {
-              for (int k = 0; k < 4; ++k) bytes[at + 48 + 2 * k + 1] = static_cast<std::uint8_t>(0x0F | ((0x1400 >> (4 * k)) & 0xF) << 4);
+              for (int k = 0; k < 4; ++k)
+                bytes[at + 48 + 2 * k + 1] = static_cast<std::uint8_t>(0x0F | ((0x1400 >> (4 * k)) & 0xF) << 4);
             }
           }
           c.wbytes = bytes;
@@ -611,7 +613,8 @@ TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
         MatMul(c.w, {.x = c.x.data(), .m = m, .y = ys.data(), .level = KernelLevel::kScalar});
         MatMul(c.w, {.x = c.x.data(), .m = m, .y = yv.data(), .level = level});
         EXPECT_EQ(0, std::memcmp(ys.data(), yv.data(), ys.size() * 4))
-            << GgmlTypeName(t) << " level " << KernelLevelName(level) << " m " << m << (extreme ? " extreme blocks" : "");
+            << GgmlTypeName(t) << " level " << KernelLevelName(level) << " m " << m
+            << (extreme ? " extreme blocks" : "");
         if (!extreme) continue;
         // x in [1, 1.05): each int8 activation is off by at most amax/254.
         std::vector<float> wrow(static_cast<std::size_t>(cols));
@@ -624,7 +627,8 @@ TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
               wsum += std::fabs(wrow[k]);
               amax = std::fmax(amax, c.x[i * cols + k]);
             }
-            ASSERT_NEAR(yv[static_cast<std::size_t>(i * rows + r)], ref, amax / 254.0 * wsum * 1.0001 + 1e-5 * amax * wsum)
+            ASSERT_NEAR(yv[static_cast<std::size_t>(i * rows + r)], ref,
+                        amax / 254.0 * wsum * 1.0001 + 1e-5 * amax * wsum)
                 << GgmlTypeName(t) << " extreme blocks, level " << KernelLevelName(level);
           }
         }
@@ -710,9 +714,18 @@ void ExpectQuantizersMatchReference() {
         for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 32 == 0) ? 127.0f : static_cast<float>(i % 20) - 9.5f;
         break;
       case 2: std::fill(x.begin(), x.begin() + 64, 0.0f); break;  // all-zero blocks
-      case 3: x[5] = nan; x[40] = -nan; x[300 % n] = nan; break;
-      case 4: x[9] = inf; x[77] = -inf; break;
-      case 5: for (float& v : x) v = std::ldexp(v, -130); break;  // subnormal
+      case 3:
+        x[5] = nan;
+        x[40] = -nan;
+        x[300 % n] = nan;
+        break;
+      case 4:
+        x[9] = inf;
+        x[77] = -inf;
+        break;
+      case 5:
+        for (float& v : x) v = std::ldexp(v, -130);
+        break;                                                        // subnormal
       case 6: std::fill(x.begin() + 32, x.begin() + 64, nan); break;  // a block of NaN only
       default: break;
     }
@@ -785,15 +798,16 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
           ThreadPool* p = (m + rows) % 2 == 0 ? &pool : nullptr;
           for (KernelLevel level : levels) {
             const bool ref_packed = low_k && avx512 && level == KernelLevel::kAvx2;
-            const bool exact = low_k ? ref_packed
-                                     : avx512 || level != KernelLevel::kAvx2 || (t != GgmlType::kQ8_0 && !k);
+            const bool exact =
+                low_k ? ref_packed : avx512 || level != KernelLevel::kAvx2 || (t != GgmlType::kQ8_0 && !k);
             const KernelLevel ref = avx512 ? KernelLevel::kAvx512Vnni : level;
             std::vector<float> want(static_cast<std::size_t>(m * rows)), got(want.size(), NAN);
             MatMul(ref_packed ? packed : c.w, {.x = c.x.data(), .m = m, .y = want.data(), .pool = p, .level = ref});
             MatMul(packed, {.x = c.x.data(), .m = m, .y = got.data(), .pool = p, .level = level});
             if (exact) {
               ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
-                  << GgmlTypeName(t) << " " << KernelLevelName(level) << " rows " << rows << " blocks " << nblk << " m " << m;
+                  << GgmlTypeName(t) << " " << KernelLevelName(level) << " rows " << rows << " blocks " << nblk << " m "
+                  << m;
               compared += static_cast<int>(want.size());
             } else {
               float mag = 0.0f;
@@ -829,7 +843,8 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   EXPECT_EQ(targets[1].w.packed, nullptr);  // Q5_K: no packed layout
   EXPECT_EQ(targets[2].w.packed, nullptr);  // 7 rows: not whole groups of 16
   MatMulMany({.x = a.x.data(), .m = m, .targets = targets, .pool = &pool});
-  for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(0, std::memcmp(want[k].data(), got[k].data(), want[k].size() * 4)) << k;
+  for (std::size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(0, std::memcmp(want[k].data(), got[k].data(), want[k].size() * 4)) << k;
   // The scalar and float levels read the unpacked rows.
   WeightMatrix ap = a.w;
   ap.packed = detail::Pack(a.w.data, a.w.type, a.w.rows, cols / 32);
@@ -856,8 +871,9 @@ TEST(MatMul, PackRefusesWhatItCannotLayOut) {
   } catch (const Error& e) {
     // The packable types from the weight-type table: the packed 32-element
     // types, then the packed K-quants.
-    EXPECT_STREQ(e.what(), "Pack: cannot repack Q5_K weights of 16 rows and 1 blocks (expected Q8_0, Q4_0, Q5_0, "
-                           "IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K data with a positive multiple of 16 rows)");
+    EXPECT_STREQ(e.what(),
+                 "Pack: cannot repack Q5_K weights of 16 rows and 1 blocks (expected Q8_0, Q4_0, Q5_0, "
+                 "IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_K or Q6_K data with a positive multiple of 16 rows)");
   }
   EXPECT_THROW(detail::Pack(w.data(), GgmlType::kQ8_0, 8, 1), Error);
   EXPECT_THROW(detail::Pack(nullptr, GgmlType::kQ8_0, 16, 1), Error);

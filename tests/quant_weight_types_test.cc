@@ -12,31 +12,31 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <span>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common_record_measured.h"
+#include "gguf_writer.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
-#include "kvshare/model/model.h"
 #include "kvshare/gguf/model_info.h"
+#include "kvshare/model/model.h"
+#include "model_tiny_gemma.h"
+#include "model_tiny_gemma4.h"
 #include "quant/kernels/packed.h"
 #include "quant/quant.h"
 #include "quant/weight_types.h"
-#include "gguf_writer.h"
-#include "model_tiny_gemma.h"
-#include "model_tiny_gemma4.h"
 
 namespace kvshare {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::GgufSpec;
 using testing::GgufTensorSpec;
+using ::testing::HasSubstr;
 
 struct TypeFacts {
   GgmlType type;
@@ -73,8 +73,11 @@ TEST(WeightTypes, ReaderKnowsEveryTypeAndReadsItsTensors) {
     EXPECT_EQ(GgmlBlockSize(t.type), t.block) << t.name;
     EXPECT_EQ(GgmlBlockBytes(t.type), t.bytes) << t.name;
     EXPECT_FALSE(IsSupportedWeightType(t.type)) << t.name;
-    g.tensors.push_back(GgufTensorSpec{std::string("w.") + t.name, {256, 3}, static_cast<std::uint32_t>(t.type),
-                                       RandomBytes(TensorBytes(t, 3, 256), 1), std::nullopt});
+    g.tensors.push_back(GgufTensorSpec{std::string("w.") + t.name,
+                                       {256, 3},
+                                       static_cast<std::uint32_t>(t.type),
+                                       RandomBytes(TensorBytes(t, 3, 256), 1),
+                                       std::nullopt});
   }
   const std::vector<std::uint8_t> bytes = g.Build();
   const GgufFile f = GgufFile::Parse(bytes.data(), bytes.size(), "types.gguf");
@@ -161,7 +164,8 @@ TEST(WeightTypes, ModelLoadRefusesUnsupportedWeightTypes) {
       if (ts.name != name) continue;
       ++found;
       ts.type = static_cast<std::uint32_t>(t.type);
-      ts.data = RandomBytes(TensorBytes(t, static_cast<std::int64_t>(ts.ne[1]), static_cast<std::int64_t>(ts.ne[0])), 2);
+      ts.data =
+          RandomBytes(TensorBytes(t, static_cast<std::int64_t>(ts.ne[1]), static_cast<std::int64_t>(ts.ne[0])), 2);
     }
     ASSERT_EQ(found, 1);
     const testing::TempGguf file(std::string("unsupported_") + t.name,
@@ -170,10 +174,12 @@ TEST(WeightTypes, ModelLoadRefusesUnsupportedWeightTypes) {
       Model::Load(file.path);
       ADD_FAILURE() << t.name << " loaded";
     } catch (const Error& e) {
-      EXPECT_THAT(e.what(), AllOf(HasSubstr("tensor '" + name + "' has type " + t.name),
-                                  HasSubstr("(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
-                                            "IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, "
-                                            "TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0)")));
+      EXPECT_THAT(
+          e.what(),
+          AllOf(HasSubstr("tensor '" + name + "' has type " + t.name),
+                HasSubstr("(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                          "IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, "
+                          "TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0)")));
     }
   }
 }

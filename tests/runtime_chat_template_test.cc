@@ -10,8 +10,8 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
+#include "kvshare/runtime/chat_template.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare {
@@ -39,9 +39,9 @@ VocabData MakeVocab(const std::vector<std::string>& control, const std::vector<s
     std::snprintf(buf, sizeof buf, "<0x%02X>", b);
     add(buf, 0.0f, kByte);
   }
-  const std::vector<std::string> pieces = {"▁", "a", "b", "d", "e", "g", "h", "i", "l", "m", "o", "r", "s", "t", "u",
-                                           "y", "he", "ll", "llo", "hello", "us", "user", "mo", "mod", "model",
-                                           "th", "thought", "ought", "ug", "ht"};
+  const std::vector<std::string> pieces = {"▁",  "a",    "b",  "d",   "e",     "g",  "h",       "i",     "l",   "m",
+                                           "o",  "r",    "s",  "t",   "u",     "y",  "he",      "ll",    "llo", "hello",
+                                           "us", "user", "mo", "mod", "model", "th", "thought", "ought", "ug",  "ht"};
   for (std::size_t i = 0; i < pieces.size(); ++i) add(pieces[i], -static_cast<float>(i), kNormal);
   v.pad = 0;
   v.eos = 1;
@@ -100,7 +100,8 @@ TEST(ChatFormat, DetectsByMarkerTextAsLlamaCpp) {
 
 TEST(ChatFormat, ChoosesFromTheFileOrByName) {
   // No template in the file (a base model): plain completion.
-  for (std::optional<std::string_view> none : {std::optional<std::string_view>{}, std::optional<std::string_view>{""}}) {
+  for (std::optional<std::string_view> none :
+       {std::optional<std::string_view>{}, std::optional<std::string_view>{""}}) {
     const ChatFormatChoice c = ChooseChatFormat(none);
     EXPECT_EQ(c.format, ChatFormat::kNone);
     EXPECT_EQ(c.source, ChatFormatSource::kFileHasNone);
@@ -136,10 +137,8 @@ TEST(ChatFormat, ChoosesFromTheFileOrByName) {
 }
 
 TEST(ChatFormat, GemmaText) {
-  const std::vector<ChatMessage> msgs = {{"system", "  Be brief. "},
-                                         {"user", "Hi!\n"},
-                                         {"assistant", "Hello."},
-                                         {"user", "Bye"}};
+  const std::vector<ChatMessage> msgs = {
+      {"system", "  Be brief. "}, {"user", "Hi!\n"}, {"assistant", "Hello."}, {"user", "Bye"}};
   EXPECT_EQ(FormatChat(ChatFormat::kGemma, msgs),
             "<start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n"
             "<start_of_turn>model\nHello.<end_of_turn>\n"
@@ -174,7 +173,9 @@ TEST(ChatFormat, Gemma4Text) {
                        std::vector<ChatMessage>{{"user", "q"}, {"system", "s"}, {"assistant", "A"}, {"assistant", "B"}},
                        {.add_generation_prompt = false}),
             "<|turn>user\nq<turn|>\n<|turn>system\ns<turn|>\n<|turn>model\nA<turn|>\nB<turn|>\n");
-  const std::string e = ErrorOf([] { FormatChat(ChatFormat::kGemma4, std::vector<ChatMessage>{{"user", "x"}, {"function", "y"}}); });
+  const std::string e = ErrorOf([] {
+    FormatChat(ChatFormat::kGemma4, std::vector<ChatMessage>{{"user", "x"}, {"function", "y"}});
+  });
   EXPECT_NE(e.find("chat template gemma4: messages[1].role must be"), std::string::npos) << e;
 }
 

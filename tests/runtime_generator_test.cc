@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kvshare/runtime/generator.h"
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/generator.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "model_tiny_gemma.h"
 #include "tokenizer_tiny_vocab.h"

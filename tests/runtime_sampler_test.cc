@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -81,20 +81,14 @@ TEST(Sampler, FiltersKeepTheRightSupport) {
   EXPECT_EQ(Support({.temperature = 1, .seed = 1}, logits), (std::set<int32_t>{0, 1, 2, 3}));
   EXPECT_EQ(Support({.temperature = 1, .top_k = 2, .seed = 1}, logits), (std::set<int32_t>{0, 1}));
   // top_p: 0.5 < 0.7 <= 0.5 + 0.3.
-  EXPECT_EQ(Support({.temperature = 1, .top_p = 0.7f, .seed = 2}, logits),
-            (std::set<int32_t>{0, 1}));
-  EXPECT_EQ(Support({.temperature = 1, .top_p = 0.9f, .seed = 2}, logits),
-            (std::set<int32_t>{0, 1, 2}));
-  EXPECT_EQ(Support({.temperature = 1, .top_p = 0.01f, .seed = 2}, logits),
-            (std::set<int32_t>{0}));
+  EXPECT_EQ(Support({.temperature = 1, .top_p = 0.7f, .seed = 2}, logits), (std::set<int32_t>{0, 1}));
+  EXPECT_EQ(Support({.temperature = 1, .top_p = 0.9f, .seed = 2}, logits), (std::set<int32_t>{0, 1, 2}));
+  EXPECT_EQ(Support({.temperature = 1, .top_p = 0.01f, .seed = 2}, logits), (std::set<int32_t>{0}));
   // min_p: threshold 0.2 × 0.5 = 0.1 drops only the 0.05 token.
-  EXPECT_EQ(Support({.temperature = 1, .min_p = 0.2f, .seed = 3}, logits),
-            (std::set<int32_t>{0, 1, 2}));
-  EXPECT_EQ(Support({.temperature = 1, .min_p = 0.7f, .seed = 3}, logits),
-            (std::set<int32_t>{0}));
+  EXPECT_EQ(Support({.temperature = 1, .min_p = 0.2f, .seed = 3}, logits), (std::set<int32_t>{0, 1, 2}));
+  EXPECT_EQ(Support({.temperature = 1, .min_p = 0.7f, .seed = 3}, logits), (std::set<int32_t>{0}));
   // Combined: top_k 3 then min_p 0.4 (threshold 0.2).
-  EXPECT_EQ(Support({.temperature = 1, .top_k = 3, .min_p = 0.4f, .seed = 4}, logits),
-            (std::set<int32_t>{0, 1}));
+  EXPECT_EQ(Support({.temperature = 1, .top_k = 3, .min_p = 0.4f, .seed = 4}, logits), (std::set<int32_t>{0, 1}));
   // -inf logits are never drawn.
   EXPECT_EQ(Support({.temperature = 5, .seed = 5}, std::vector<float>{kNegInf, 0, kNegInf, 0}),
             (std::set<int32_t>{1, 3}));
@@ -168,10 +162,8 @@ TEST(Sampler, SeededReproducible) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   for (float& x : logits) x = normal(rng);
-  const SamplerOptions o{.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f,
-                         .seed = 42};
-  Sampler a(o), b(o), c({.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f,
-                         .seed = 43});
+  const SamplerOptions o{.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f, .seed = 42};
+  Sampler a(o), b(o), c({.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f, .seed = 43});
   std::vector<int32_t> ra, rb, rc;
   for (int i = 0; i < 100; ++i) {
     ra.push_back(a.Sample(logits));
@@ -206,14 +198,11 @@ void ExpectError(const SamplerOptions& o, const std::string& message) {
 TEST(Sampler, ValidatesOptions) {
   ExpectError({.top_p = 1.5f}, "top_p must be in (0, 1], got 1.5");
   ExpectError({.top_p = 0.0f}, "top_p must be in (0, 1], got 0");
-  ExpectError({.temperature = -1.0f},
-              "temperature must be finite and >= 0 (0 selects greedy), got -1");
+  ExpectError({.temperature = -1.0f}, "temperature must be finite and >= 0 (0 selects greedy), got -1");
   ExpectError({.top_k = -3}, "top_k must be >= 0 (0 disables it), got -3");
   ExpectError({.min_p = 2.0f}, "min_p must be in [0, 1], got 2");
-  ExpectError({.repetition_penalty = 0.0f},
-              "repetition_penalty must be finite and > 0 (1 disables it), got 0");
-  ExpectError({.repeat_last_n = -2},
-              "repeat_last_n must be >= -1 (-1: whole history, 0: off), got -2");
+  ExpectError({.repetition_penalty = 0.0f}, "repetition_penalty must be finite and > 0 (1 disables it), got 0");
+  ExpectError({.repeat_last_n = -2}, "repeat_last_n must be >= -1 (-1: whole history, 0: off), got -2");
   ExpectError({.temperature = std::numeric_limits<float>::quiet_NaN()},
               "temperature must be finite and >= 0 (0 selects greedy), got nan");
 }
@@ -229,8 +218,7 @@ TEST(Sampler, ValidatesInputs) {
     return std::string("no error");
   };
   EXPECT_EQ(message({}, {}), "Sampler::Sample: logits must not be empty");
-  EXPECT_EQ(message({0, std::nanf(""), 1}, {}),
-            "Sampler::Sample: logits[1] must be finite or -inf, got nan");
+  EXPECT_EQ(message({0, std::nanf(""), 1}, {}), "Sampler::Sample: logits[1] must be finite or -inf, got nan");
   EXPECT_EQ(message({kNegInf, kNegInf}, {}), "Sampler::Sample: all logits are -inf");
   // The first bad entry of a long row, wherever the vector boundaries fall.
   std::vector<float> row(1000, 0.5f);
@@ -252,7 +240,8 @@ TEST(TopLogits, MatchesPartialSortWithTies) {
     const std::size_t n = trial == 0 ? 262144 : 1 + rng() % 200;
     std::vector<float> x(n);
     const int distinct = 1 + static_cast<int>(rng() % 6);
-    for (float& v : x) v = (rng() % 10 == 0) ? ninf : static_cast<float>(static_cast<int>(rng() % distinct)) * 0.5f - 1.0f;
+    for (float& v : x)
+      v = (rng() % 10 == 0) ? ninf : static_cast<float>(static_cast<int>(rng() % distinct)) * 0.5f - 1.0f;
     if (trial == 0) {  // a vocabulary-sized row of logits, the maximum last
       std::normal_distribution<float> nd(0.0f, 3.0f);
       for (float& v : x) v = nd(rng);
@@ -262,9 +251,12 @@ TEST(TopLogits, MatchesPartialSortWithTies) {
     std::vector<std::int32_t> ids(n);
     std::iota(ids.begin(), ids.end(), 0);
     const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), n);
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(kk), ids.end(), [&](std::int32_t a, std::int32_t b) {
-      return x[static_cast<std::size_t>(a)] != x[static_cast<std::size_t>(b)] ? x[static_cast<std::size_t>(a)] > x[static_cast<std::size_t>(b)] : a < b;
-    });
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(kk), ids.end(),
+                      [&](std::int32_t a, std::int32_t b) {
+                        return x[static_cast<std::size_t>(a)] != x[static_cast<std::size_t>(b)]
+                                   ? x[static_cast<std::size_t>(a)] > x[static_cast<std::size_t>(b)]
+                                   : a < b;
+                      });
     const auto top = detail::TopLogits(x, k);
     ASSERT_EQ(top.size(), kk) << "trial " << trial;
     for (std::size_t i = 0; i < kk; ++i) {

@@ -31,7 +31,10 @@ TEST(SchedulerGrammar, ConstrainedRequestsGiveDocumentsOfTheGrammar) {
   TinySetup t;
   std::unique_ptr<Drafter> ngram = MakeNgramDrafter({.ngram_min = 1, .ngram_max = 3});
   StepRecorder rec(t.V);
-  SchedulerOptions o{.slots = 3, .max_context = 96, .step_tokens = 16, .drafter = ngram.get(),
+  SchedulerOptions o{.slots = 3,
+                     .max_context = 96,
+                     .step_tokens = 16,
+                     .drafter = ngram.get(),
                      .speculative = {.draft_max = 4, .adaptive = false}};
   o.on_step = rec.Hook();
   Scheduler s(*t.model, t.tok, nullptr, o);

@@ -83,8 +83,8 @@ struct TokenLogits {
     std::vector<std::vector<float>> out;
     const std::vector<Fed>& f = fed.at(request);
     for (std::size_t j = 0; j < f.size(); ++j) {
-      const std::size_t used = j + 1 < f.size() ? static_cast<std::size_t>(f[j + 1].position - f[j].position)
-                                                : tokens - out.size();
+      const std::size_t used =
+          j + 1 < f.size() ? static_cast<std::size_t>(f[j + 1].position - f[j].position) : tokens - out.size();
       for (std::size_t i = 0; i < used && i < f[j].rows.size(); ++i) out.push_back(f[j].rows[i]);
     }
     return out;
@@ -92,7 +92,8 @@ struct TokenLogits {
 };
 
 std::vector<Result> Serve(const TinySetup& t, SchedulerOptions o, const std::vector<RequestOptions>& reqs,
-                          SchedulerStats* stats = nullptr, std::vector<std::vector<std::vector<float>>>* logits = nullptr) {
+                          SchedulerStats* stats = nullptr,
+                          std::vector<std::vector<std::vector<float>>>* logits = nullptr) {
   TokenLogits rec{.V = t.V};
   if (logits != nullptr) o.on_step = rec.Hook();
   Scheduler s(*t.model, t.tok, nullptr, o);
@@ -149,7 +150,10 @@ TEST(SchedulerSpeculative, AloneAndAmongOthersAgree) {
   TinySetup t;
   const std::vector<RequestOptions> reqs = Requests(t.V);
   std::unique_ptr<Drafter> ngram = MakeNgramDrafter({.ngram_min = 1, .ngram_max = 3});
-  SchedulerOptions o{.slots = 4, .max_context = 96, .step_tokens = 16, .drafter = ngram.get(),
+  SchedulerOptions o{.slots = 4,
+                     .max_context = 96,
+                     .step_tokens = 16,
+                     .drafter = ngram.get(),
                      .speculative = {.draft_max = 4, .adaptive = false}};
   const std::vector<Result> together = Serve(t, o, reqs);
   for (std::size_t i = 0; i < reqs.size(); ++i) {
@@ -166,7 +170,10 @@ TEST(SchedulerSpeculative, PerRequestOptOut) {
   reqs[1].speculative = false;
   std::unique_ptr<Drafter> ngram = MakeNgramDrafter({.ngram_min = 1, .ngram_max = 3});
   StepRecorder rec(t.V);
-  SchedulerOptions o{.slots = 2, .max_context = 96, .step_tokens = 12, .drafter = ngram.get(),
+  SchedulerOptions o{.slots = 2,
+                     .max_context = 96,
+                     .step_tokens = 12,
+                     .drafter = ngram.get(),
                      .speculative = {.draft_max = 4, .adaptive = false}};
   o.on_step = rec.Hook();
   Scheduler s(*t.model, t.tok, nullptr, o);
@@ -189,10 +196,11 @@ TEST(SchedulerSpeculative, PerRequestOptOut) {
 TEST(SchedulerSpeculative, BadOptions) {
   TinySetup t;
   std::unique_ptr<Drafter> ngram = MakeNgramDrafter();
-  EXPECT_THROW(Scheduler(*t.model, t.tok, nullptr,
-                         {.slots = 2, .max_context = 32, .step_tokens = 8, .drafter = ngram.get(),
-                          .speculative = {.draft_max = 0}}),
-               Error);
+  EXPECT_THROW(
+      Scheduler(
+          *t.model, t.tok, nullptr,
+          {.slots = 2, .max_context = 32, .step_tokens = 8, .drafter = ngram.get(), .speculative = {.draft_max = 0}}),
+      Error);
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvshare/runtime/scheduler.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/runtime/scheduler.h"
 #include "runtime_scheduler_util.h"
 
 namespace kvshare {
@@ -49,7 +49,8 @@ TEST(SchedulerSteps, DecodeTokensFirstThenPromptChunksInAdmissionOrder) {
   Scheduler s(*t.model, t.tok, nullptr, {.slots = 3, .max_context = 64, .step_tokens = 8, .on_step = rec.Hook()});
   std::vector<std::shared_ptr<RequestHandle>> hs;
   for (int len : {3, 10, 12}) {
-    hs.push_back(MustSubmit(s, {.prompt = Prompt(len, t.V, static_cast<unsigned>(len)), .max_tokens = 6, .ignore_eos = true}));
+    hs.push_back(
+        MustSubmit(s, {.prompt = Prompt(len, t.V, static_cast<unsigned>(len)), .max_tokens = 6, .ignore_eos = true}));
   }
   for (int i = 0; i < 5; ++i) s.Step();
   const std::vector<Planned> want = {
@@ -88,7 +89,8 @@ TEST(SchedulerSteps, TokenBudgetHoldsAndDecodeRowsNeverStarve) {
     std::vector<std::shared_ptr<RequestHandle>> hs;
     const int lens[] = {1, 23, 4, 40, 9, 2, 17};
     for (int i = 0; i < 7; ++i) {
-      RequestOptions r{.prompt = Prompt(lens[i], t.V, 60 + static_cast<unsigned>(i)), .max_tokens = 3 + 2 * i, .ignore_eos = true};
+      RequestOptions r{
+          .prompt = Prompt(lens[i], t.V, 60 + static_cast<unsigned>(i)), .max_tokens = 3 + 2 * i, .ignore_eos = true};
       hs.push_back(MustSubmit(s, r));
       reqs[hs.back()->id()] = r;
     }

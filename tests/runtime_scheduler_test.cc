@@ -19,13 +19,13 @@
 #include <thread>
 #include <vector>
 
-#include "model_default_path.h"
 #include "kvshare/common/error.h"
-#include "kvshare/runtime/generator.h"
-#include "kvshare/model/model.h"
-#include "kvshare/runtime/scheduler.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/generator.h"
+#include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "model_default_path.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 #include "runtime_scheduler_util.h"
@@ -54,7 +54,8 @@ std::vector<RequestOptions> MixedRequests(int V) {
     r.prompt = Prompt(lens[i], V, 100 + static_cast<unsigned>(i));
     r.max_tokens = 5 + 3 * i;
     r.top_logprobs = i % 3 == 0 ? 3 : (i % 3 == 1 ? 0 : -1);
-    if (i % 2 == 1) r.sampler = {.temperature = 0.9f, .top_k = 20, .top_p = 0.95f, .seed = 7u + static_cast<unsigned>(i)};
+    if (i % 2 == 1)
+      r.sampler = {.temperature = 0.9f, .top_k = 20, .top_p = 0.95f, .seed = 7u + static_cast<unsigned>(i)};
     rs.push_back(r);
   }
   return rs;
@@ -268,7 +269,7 @@ TEST(Scheduler, WaitingUpstreamCountsTowardTheQueue) {
   ASSERT_EQ(ok.status, SubmitStatus::kAccepted);
   accepted.push_back(ok.handle);
   EXPECT_EQ(s.Submit(r, 2).status, SubmitStatus::kQueueFull);  // 1 queued + 2 upstream = 3 = 2 + 1 free slot
-  SubmitResult neg = s.Submit(r, -5);  // a negative count is none
+  SubmitResult neg = s.Submit(r, -5);                          // a negative count is none
   ASSERT_EQ(neg.status, SubmitStatus::kAccepted);
   accepted.push_back(neg.handle);
   EXPECT_EQ(RunAll(s, accepted).size(), 2u);
@@ -289,7 +290,7 @@ TEST(Scheduler, QueueIsBoundedAndDrainRefuses) {
   EXPECT_EQ(full.status, SubmitStatus::kQueueFull);
   EXPECT_EQ(full.handle, nullptr);
   EXPECT_EQ(s.Stats().queue_depth, 2);  // both wait until the first step admits one
-  s.Step();  // the first is running, one waits: still full
+  s.Step();                             // the first is running, one waits: still full
   EXPECT_EQ(s.Stats().active_slots, 1);
   EXPECT_EQ(s.Stats().queue_depth, 1);
   EXPECT_EQ(s.Submit(r).status, SubmitStatus::kQueueFull);
@@ -342,9 +343,10 @@ TEST(Scheduler, StopStringsTokensAndLength) {
   // A stop token ends generation at it (the token adds no text).
   r = base;
   r.stop_tokens = {full.tokens[3].token};
-  const std::size_t at = static_cast<std::size_t>(
-      std::find_if(full.tokens.begin(), full.tokens.end(), [&](const OutputToken& x) { return x.token == r.stop_tokens[0]; }) -
-      full.tokens.begin());
+  const std::size_t at =
+      static_cast<std::size_t>(std::find_if(full.tokens.begin(), full.tokens.end(),
+                                            [&](const OutputToken& x) { return x.token == r.stop_tokens[0]; }) -
+                               full.tokens.begin());
   const Result st = Alone(t, r, o);
   EXPECT_EQ(st.text, full.text.substr(0, at));
   EXPECT_EQ(st.last.detail, "stop token");
@@ -366,7 +368,8 @@ TEST(Scheduler, SubmitChecksRequests) {
       {{.prompt = Prompt(10, t.V, 1), .max_tokens = 7}, "= 17 exceeds the context of 16 tokens per slot"},
       {{.prompt = {2}, .max_tokens = 1, .top_logprobs = 21}, "top_logprobs must be in [-1, 20]"},
       {{.prompt = {2}, .max_tokens = 1, .stop = {""}}, "stop strings must not be empty"},
-      {{.prompt = {2}, .max_tokens = 1, .sampler = {.temperature = 1.0f, .top_p = 1.5f}}, "top_p must be in (0, 1], got 1.5"},
+      {{.prompt = {2}, .max_tokens = 1, .sampler = {.temperature = 1.0f, .top_p = 1.5f}},
+       "top_p must be in (0, 1], got 1.5"},
   };
   for (const auto& [r, want] : bad) {
     try {
@@ -393,7 +396,8 @@ TEST(Scheduler, Gemma4ConcurrentAndCachedEqualAlone) {
   Scheduler s(*model, tok, &pool, o);
   std::vector<RequestOptions> rs;
   for (int i = 0; i < 5; ++i) {
-    rs.push_back({.prompt = Prompt(4 + 7 * i, spec.n_vocab, 40 + static_cast<unsigned>(i)), .max_tokens = 6 + i,
+    rs.push_back({.prompt = Prompt(4 + 7 * i, spec.n_vocab, 40 + static_cast<unsigned>(i)),
+                  .max_tokens = 6 + i,
                   .top_logprobs = 2});
   }
   rs.push_back(rs[3]);  // served from the cache of request 3's slot (if free) or cold: same result
@@ -437,8 +441,9 @@ TEST(Scheduler, DefaultModelEightConcurrentEqualAlone) {
   }
   // Shares all but the question with request 6 (still cached in a slot).
   RequestOptions follow = rs[6];
-  follow.prompt = tok.Encode(std::string(base).append(base).append(base).append(base).append(base).append(base).append(base) +
-                             "Question 9: the capital of Spain is");
+  follow.prompt =
+      tok.Encode(std::string(base).append(base).append(base).append(base).append(base).append(base).append(base) +
+                 "Question 9: the capital of Spain is");
   const Result hit = RunAll(s, {MustSubmit(s, follow)})[0];
   EXPECT_GT(hit.last.usage.cached_tokens, 100);
   Scheduler cold(*model, tok, &pool, {.slots = 1, .max_context = 1024, .step_tokens = 128});

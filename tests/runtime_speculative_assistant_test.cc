@@ -19,12 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common_record_measured.h"
+#include "kvshare/common/thread_pool.h"
 #include "kvshare/model/gemma4_assistant.h"
-#include "kvshare/runtime/generator.h"
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/runtime/speculative.h"
-#include "kvshare/common/thread_pool.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "runtime_spec_util.h"
 
@@ -78,7 +78,8 @@ TEST_F(SpeculativeAssistant, RoundsEqualTheCleanHfLoop) {
       o.speculative = {.draft_max = spec_["k"].get<int>(), .adaptive = false};
       const GenRun got = Generate(gen, ids, o);
       EXPECT_EQ(got.tokens, p["greedy"].get<std::vector<std::int32_t>>()) << what;
-      EXPECT_EQ(got.tokens, (*hf)["tokens"].get<std::vector<std::int32_t>>()) << what << ": HF generate(assistant_model=...)";
+      EXPECT_EQ(got.tokens, (*hf)["tokens"].get<std::vector<std::int32_t>>())
+          << what << ": HF generate(assistant_model=...)";
       EXPECT_EQ(got.stats.speculative.drafted, (*clean)["drafted"].get<std::int64_t>()) << what;
       EXPECT_EQ(got.stats.speculative.accepted, (*clean)["accepted"].get<std::int64_t>()) << what;
       EXPECT_EQ(got.stats.speculative.rounds, static_cast<std::int64_t>((*clean)["rounds"].size())) << what;
@@ -86,7 +87,7 @@ TEST_F(SpeculativeAssistant, RoundsEqualTheCleanHfLoop) {
       accepted += got.stats.speculative.accepted;
     }
     testing::RecordMeasured("%s: accepted %lld / drafted %lld\n", name, static_cast<long long>(accepted),
-                static_cast<long long>(drafted));
+                            static_cast<long long>(drafted));
   }
 }
 
@@ -170,8 +171,10 @@ TEST_F(SpeculativeAssistant, SchedulerRowsDraftFromTheirOwnState) {
   // Each row drafts k every round as one stream does: the totals of the
   // clean HF loop over the four prompts (each row's drafts come from its own
   // hidden state and cache row).
-  EXPECT_EQ(spec_stats.spec_accepted_tokens, spec_["totals"]["clean_hf_hf_assistant_plain"]["accepted"].get<std::uint64_t>());
-  EXPECT_EQ(spec_stats.spec_drafted_tokens, spec_["totals"]["clean_hf_hf_assistant_plain"]["drafted"].get<std::uint64_t>());
+  EXPECT_EQ(spec_stats.spec_accepted_tokens,
+            spec_["totals"]["clean_hf_hf_assistant_plain"]["accepted"].get<std::uint64_t>());
+  EXPECT_EQ(spec_stats.spec_drafted_tokens,
+            spec_["totals"]["clean_hf_hf_assistant_plain"]["drafted"].get<std::uint64_t>());
   EXPECT_LT(spec_stats.steps, plain_stats.steps);
 }
 

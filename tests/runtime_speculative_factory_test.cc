@@ -76,10 +76,9 @@ TEST(DrafterFactory, ChoosesTheDrafter) {
 
   // A draft model from a path: loaded and owned; its warnings reported.
   std::vector<std::string> warnings;
-  const Speculation from_path =
-      MakeSpeculation({.draft_path = g4 + "hfrule.f32.gguf",
-                       .on_warning = [&](std::string_view w) { warnings.emplace_back(w); }},
-                      *target, {.max_context = 64});
+  const Speculation from_path = MakeSpeculation(
+      {.draft_path = g4 + "hfrule.f32.gguf", .on_warning = [&](std::string_view w) { warnings.emplace_back(w); }},
+      *target, {.max_context = 64});
   ASSERT_NE(from_path.drafter, nullptr);
   EXPECT_EQ(from_path.drafter->name(), "draft-model");
   ASSERT_NE(from_path.draft_model, nullptr);

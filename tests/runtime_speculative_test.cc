@@ -16,19 +16,19 @@
 #include <string>
 #include <vector>
 
+#include "common_test_util.h"
 #include "kvshare/common/error.h"
-#include "kvshare/runtime/generator.h"
+#include "kvshare/common/thread_pool.h"
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/speculative.h"
-#include "kvshare/common/thread_pool.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "model_default_path.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 #include "runtime_spec_util.h"
 #include "tokenizer_tiny_vocab.h"
-#include "common_test_util.h"
 
 namespace kvshare {
 namespace {
@@ -127,7 +127,8 @@ class NoisyOracle final : public Drafter {
   std::string name() const override { return "noisy-oracle"; }
   void Draft(const DraftContext& ctx, int max_tokens, std::vector<int32_t>& out) override {
     std::bernoulli_distribution flip(noise_);
-    for (std::size_t i = ctx.tokens.size(); i < truth_.size() && out.size() < static_cast<std::size_t>(max_tokens) + 1; ++i) {
+    for (std::size_t i = ctx.tokens.size(); i < truth_.size() && out.size() < static_cast<std::size_t>(max_tokens) + 1;
+         ++i) {
       const int32_t t = truth_[i];
       out.push_back(flip(rng_) ? (t + 1) % n_vocab_ : t);
     }

@@ -21,15 +21,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model_default_path.h"
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/grammar/grammar.h"
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/scheduler.h"
-#include "kvshare/tokenizer/tokenizer.h"
 #include "kvshare/runtime/tool_calls.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "model_default_path.h"
 #include "runtime_scheduler_util.h"
 
 namespace kvshare {
@@ -53,7 +53,9 @@ std::vector<OfferedTool> LookupTool(bool strict) {
   return {OfferedTool{{"lookup", "Look a key up", kLookupSchema}, strict}};
 }
 
-bool Bit(const std::vector<std::uint64_t>& m, std::int32_t id) { return (m[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1; }
+bool Bit(const std::vector<std::uint64_t>& m, std::int32_t id) {
+  return (m[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
+}
 
 // ---- The mechanism, on a vocabulary small enough to list ----
 
@@ -116,9 +118,10 @@ TEST(LazyGrammar, ControlTokensWithTextAndBadOptionsAreRefused) {
   EXPECT_THROW(LazyGrammar(nullptr, {.trigger = LiteralGrammar("x")}), Error);
   EXPECT_THROW(LazyGrammar(LiteralGrammar("x"), {}), Error);
   EXPECT_THROW(LiteralGrammar(""), Error);
-  EXPECT_THROW(GrammarMatcher(LazyGrammar(LiteralGrammar("x"), {.trigger = LiteralGrammar("x"), .token_text = {{99, "x"}}}),
-                              SmallVocab(), {}),
-               Error);
+  EXPECT_THROW(
+      GrammarMatcher(LazyGrammar(LiteralGrammar("x"), {.trigger = LiteralGrammar("x"), .token_text = {{99, "x"}}}),
+                     SmallVocab(), {}),
+      Error);
 }
 
 // The tokens that can begin a trigger are scanned once per vocabulary,
@@ -126,7 +129,8 @@ TEST(LazyGrammar, ControlTokensWithTextAndBadOptionsAreRefused) {
 // one vocabulary must still see its own.
 TEST(LazyGrammar, TriggerStartersAreKeptPerVocabularyTriggerAndTokenText) {
   // SmallVocab's tokens and 8 "xa".
-  const auto vocab = std::make_shared<const TokenTrie>(std::vector<std::string>{"a", "<", "c>", "<c>", "x", "}", "c>y", "", "xa"});
+  const auto vocab =
+      std::make_shared<const TokenTrie>(std::vector<std::string>{"a", "<", "c>", "<c>", "x", "}", "c>y", "", "xa"});
   std::vector<std::uint64_t> mask(1);
   GrammarMatcher angle(SmallLazy(false), vocab, {7});
   angle.FillNextTokenMask(mask);
@@ -135,8 +139,8 @@ TEST(LazyGrammar, TriggerStartersAreKeptPerVocabularyTriggerAndTokenText) {
   ex.FillNextTokenMask(mask);
   EXPECT_FALSE(Bit(mask, 8)) << "\"xa\" fires the trigger \"x\" with an 'a' the body refuses";
   EXPECT_TRUE(Bit(mask, 4));
-  GrammarMatcher text(LazyGrammar(LiteralGrammar("<c>x}"), {.trigger = LiteralGrammar("<c>"), .token_text = {{7, "<c>y"}}}),
-                      vocab, {});
+  GrammarMatcher text(
+      LazyGrammar(LiteralGrammar("<c>x}"), {.trigger = LiteralGrammar("<c>"), .token_text = {{7, "<c>y"}}}), vocab, {});
   text.FillNextTokenMask(mask);
   EXPECT_FALSE(Bit(mask, 7)) << "token 7 stands for \"<c>y\": the trigger, then a 'y' the body refuses";
   EXPECT_TRUE(Bit(mask, 3));
@@ -160,7 +164,8 @@ std::vector<std::pair<std::int32_t, std::string>> Markers(const Tokenizer& tok) 
 }
 
 // The output as the server feeds its parser: marker tokens as their text.
-std::string MarkedText(const std::vector<OutputToken>& tokens, const std::vector<std::pair<std::int32_t, std::string>>& markers) {
+std::string MarkedText(const std::vector<OutputToken>& tokens,
+                       const std::vector<std::pair<std::int32_t, std::string>>& markers) {
   std::string out;
   for (const OutputToken& t : tokens) {
     for (const auto& [id, text] : markers) {
@@ -317,7 +322,8 @@ TEST(GemmaJsonToolGrammar, ForcedOpeningGivesAValidCallUnderRandomLogits) {
 }
 
 TEST(ToolCallGrammar, GemmaNotationRefusesKeysItCannotWrite) {
-  const std::vector<OfferedTool> bad = {OfferedTool{{"f", "", R"({"type": "object", "properties": {"a:b": {}}})"}, true}};
+  const std::vector<OfferedTool> bad = {
+      OfferedTool{{"f", "", R"({"type": "object", "properties": {"a:b": {}}})"}, true}};
   EXPECT_THROW(LazyToolCallGrammar(bad, ToolCallSyntax::kGemma4, true), Error);
   EXPECT_NO_THROW(LazyToolCallGrammar(bad, ToolCallSyntax::kJson, true));
   EXPECT_THROW(LazyToolCallGrammar({}, ToolCallSyntax::kJson, true), Error);

@@ -10,8 +10,8 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
+#include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/tool_calls.h"
 
 namespace kvshare {
@@ -60,8 +60,9 @@ TEST(ToolCallRendering, Gemma4EndsInsideTheModelTurnAfterResponsesOrCalls) {
   o.tools = WeatherTools();
   auto m = WeatherConversation();
   m.resize(4);
-  EXPECT_TRUE(FormatChat(ChatFormat::kGemma4, m, o).ends_with(R"(<tool_call|><|tool_response>response:get_weather{)"
-                                                             R"(value:<|"|>18 C, sunny<|"|>}<tool_response|>)"));
+  EXPECT_TRUE(FormatChat(ChatFormat::kGemma4, m, o)
+                  .ends_with(R"(<tool_call|><|tool_response>response:get_weather{)"
+                             R"(value:<|"|>18 C, sunny<|"|>}<tool_response|>)"));
   m.resize(3);
   m.erase(m.begin());  // no system message: the tools still open a system turn
   EXPECT_EQ(FormatChat(ChatFormat::kGemma4, m, o),
@@ -100,14 +101,15 @@ TEST(ToolCallRendering, GemmaSeveralCallsAndResponsesFormOneTurnEach) {
   }
   ChatTemplateOptions o;
   o.add_generation_prompt = false;
-  EXPECT_EQ(FormatChat(ChatFormat::kGemma, m, o),
-            "<start_of_turn>user\nParis and Rome?<end_of_turn>\n<start_of_turn>model\nChecking.\n"
-            R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris"}},{"name":"get_weather","arguments":{}}]})"
-            "<end_of_turn>\n<start_of_turn>user\n"
-            R"({"tool_response":{"name":"get_weather","content":"ra"}})"
-            "\n"
-            R"({"tool_response":{"name":"get_weather","content":"rb"}})"
-            "<end_of_turn>\n");
+  EXPECT_EQ(
+      FormatChat(ChatFormat::kGemma, m, o),
+      "<start_of_turn>user\nParis and Rome?<end_of_turn>\n<start_of_turn>model\nChecking.\n"
+      R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris"}},{"name":"get_weather","arguments":{}}]})"
+      "<end_of_turn>\n<start_of_turn>user\n"
+      R"({"tool_response":{"name":"get_weather","content":"ra"}})"
+      "\n"
+      R"({"tool_response":{"name":"get_weather","content":"rb"}})"
+      "<end_of_turn>\n");
 }
 
 TEST(ToolCallRendering, ToolMessageWithoutIdIsAnError) {
@@ -166,7 +168,8 @@ const ToolCallParserOptions kJson{ToolCallSyntax::kJson, {"get_weather", "get_ti
 const ToolCallParserOptions kGemma4{ToolCallSyntax::kGemma4, {"get_weather", "get_time"}};
 
 TEST(ToolCallParser, JsonOneCall) {
-  const Parsed p = ParseEverySplit(R"( {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}} )", kJson);
+  const Parsed p =
+      ParseEverySplit(R"( {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}} )", kJson);
   EXPECT_EQ(p.content, "");
   ASSERT_EQ(p.calls.size(), 1u);
   EXPECT_EQ(p.calls[0].name, "get_weather");
@@ -187,10 +190,10 @@ TEST(ToolCallParser, JsonParallelCallsAndTextBefore) {
 
 TEST(ToolCallParser, JsonMalformedStaysText) {
   for (const std::string& text : {
-           R"(Use {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"})",    // unclosed
-           R"({"tool_call": {"name": "launch_rockets", "arguments": {}}})",                  // unknown name
-           R"({"tool_call": {"name": "get_weather", "arguments": [1]}})",                    // not an object
-           R"({"tool_call": {"name": "get_weather", "arguments": {}}} and more text)",       // trailing text
+           R"(Use {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"})",  // unclosed
+           R"({"tool_call": {"name": "launch_rockets", "arguments": {}}})",                // unknown name
+           R"({"tool_call": {"name": "get_weather", "arguments": [1]}})",                  // not an object
+           R"({"tool_call": {"name": "get_weather", "arguments": {}}} and more text)",     // trailing text
            R"(The set {1, 2} has two elements.)",
        }) {
     const Parsed p = ParseEverySplit(text, kJson);
@@ -223,10 +226,10 @@ TEST(ToolCallParser, Gemma4ParallelCallsWithTextAndNestedValues) {
 
 TEST(ToolCallParser, Gemma4MalformedStaysText) {
   for (const std::string& text : {
-           std::string(R"(<|tool_call>call:get_weather{city:Paris}<tool_call|>)"),       // bare string value
-           std::string(R"(<|tool_call>call:launch{}<tool_call|>)"),                     // unknown name
-           std::string(R"(<|tool_call>get_weather{}<tool_call|>)"),                     // no "call:"
-           std::string(R"(before <|tool_call>call:get_weather{city:<|"|>Pa)"),          // unclosed
+           std::string(R"(<|tool_call>call:get_weather{city:Paris}<tool_call|>)"),  // bare string value
+           std::string(R"(<|tool_call>call:launch{}<tool_call|>)"),                 // unknown name
+           std::string(R"(<|tool_call>get_weather{}<tool_call|>)"),                 // no "call:"
+           std::string(R"(before <|tool_call>call:get_weather{city:<|"|>Pa)"),      // unclosed
            std::string("a < b and <|tool but not a call"),
        }) {
     const Parsed p = ParseEverySplit(text, kGemma4);

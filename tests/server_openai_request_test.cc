@@ -99,8 +99,9 @@ json Completion(json extra = json::object()) {
 
 TEST(OpenAiRequest, WrongTypesAndShapes) {
   ExpectError(json::array(), true, {400, "", "invalid_type", "expected a JSON object"});
-  ExpectError(Chat({{"temperature", "hot"}}), true,
-              {400, "temperature", "invalid_type", "Invalid type for 'temperature': expected a decimal, but got a string"});
+  ExpectError(
+      Chat({{"temperature", "hot"}}), true,
+      {400, "temperature", "invalid_type", "Invalid type for 'temperature': expected a decimal, but got a string"});
   ExpectError(Chat({{"max_tokens", 1.5}}), true, {400, "max_tokens", "invalid_type", "expected an integer"});
   ExpectError(Chat({{"stream", 1}}), true, {400, "stream", "invalid_type", "expected a boolean"});
   ExpectError(Chat({{"stop", 3}}), true, {400, "stop", "invalid_type", "a string or an array of strings"});
@@ -123,7 +124,8 @@ TEST(OpenAiRequest, StrictMissingAndUnknownFields) {
   ExpectError(Chat({{"temprature", 1}}), true,
               {400, "temprature", "unknown_parameter", "Unrecognized request argument supplied: temprature"}, nullptr,
               strict);
-  ExpectError(Chat({{"prompt", "x"}}), true, {400, "prompt", "unknown_parameter", ""}, nullptr, strict);  // a completions field
+  ExpectError(Chat({{"prompt", "x"}}), true, {400, "prompt", "unknown_parameter", ""}, nullptr,
+              strict);  // a completions field
   ExpectError(Completion({{"messages", {}}}), false, {400, "messages", "unknown_parameter", ""}, nullptr, strict);
   ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_call_id", "1"}}}}}), true,
               {400, "messages[0].tool_call_id", "unknown_parameter", ""}, nullptr, strict);
@@ -163,8 +165,10 @@ TEST(OpenAiRequest, OutOfRangeValues) {
   ExpectError(Chat({{"max_tokens", 0}}), true, {400, "max_tokens", "integer_below_min_value", "Expected a value >= 1"});
   ExpectError(Chat({{"top_k", -2}}), true, {400, "top_k", "integer_below_min_value", ""});
   ExpectError(Chat({{"n", 2}}), true, {400, "n", "unsupported_parameter", "only n = 1"});
-  ExpectError(Chat({{"logprobs", true}, {"top_logprobs", 21}}), true, {400, "top_logprobs", "integer_above_max_value", ""});
-  ExpectError(Chat({{"top_logprobs", 2}}), true, {400, "top_logprobs", "invalid_value", "'logprobs' must be set to true"});
+  ExpectError(Chat({{"logprobs", true}, {"top_logprobs", 21}}), true,
+              {400, "top_logprobs", "integer_above_max_value", ""});
+  ExpectError(Chat({{"top_logprobs", 2}}), true,
+              {400, "top_logprobs", "invalid_value", "'logprobs' must be set to true"});
   ExpectError(Completion({{"logprobs", 30}}), false, {400, "logprobs", "integer_above_max_value", ""});
   ExpectError(Chat({{"stop", json::array({"a", ""})}}), true, {400, "stop", "invalid_value", "must not be empty"});
   ExpectError(Chat({{"stop", std::vector<std::string>(17, "x")}}), true, {400, "stop", "array_above_max_length", ""});
@@ -184,8 +188,10 @@ TEST(OpenAiRequest, ModelPromptAndContextChecks) {
   ExpectError(Chat({{"model", "gpt-4o"}}), true, {404, "model", "model_not_found", "The model `gpt-4o` does not exist"},
               &f);
   ExpectError(Completion({{"prompt", ""}}), false, {400, "prompt", "invalid_value", "the prompt is empty"}, &f);
-  ExpectError(Completion({{"prompt", json::array()}}), false, {400, "prompt", "invalid_value", "the prompt is empty"}, &f);
-  ExpectError(Completion({{"prompt", {2, 100000}}}), false, {400, "prompt", "invalid_value", "outside the vocabulary"}, &f);
+  ExpectError(Completion({{"prompt", json::array()}}), false, {400, "prompt", "invalid_value", "the prompt is empty"},
+              &f);
+  ExpectError(Completion({{"prompt", {2, 100000}}}), false, {400, "prompt", "invalid_value", "outside the vocabulary"},
+              &f);
   // 64 tokens per request: a 60-token prompt plus 10 is 70.
   const std::string long_text(59, 'a');
   ExpectError(Completion({{"prompt", long_text}, {"max_tokens", 10}}), false,
@@ -204,19 +210,29 @@ TEST(OpenAiRequest, ModelPromptAndContextChecks) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status(), 400);
     EXPECT_EQ(e.code().value_or(""), "chat_template_missing");
-    EXPECT_NE(e.message().find("--chat-template gemma|gemma4, or use /v1/completions"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("--chat-template gemma|gemma4, or use /v1/completions"), std::string::npos)
+        << e.message();
   }
 }
 
 TEST(OpenAiRequest, GoodBodiesBecomeSchedulerRequests) {
   Fixture f;
   // Chat: the Gemma template, its end of turn as a stop token, the rest of the context by default.
-  CompletionRequest c = ParseCompletionRequest(
-      Chat({{"temperature", 0.5}, {"top_p", 0.9}, {"top_k", -1}, {"min_p", 0.1}, {"seed", 42}, {"stop", "x"},
-            {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"logprobs", true}, {"top_logprobs", 3},
-            {"messages", {{{"role", "developer"}, {"content", "be brief"}},
-                          {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}}}}}),
-      true);
+  CompletionRequest c =
+      ParseCompletionRequest(Chat({{"temperature", 0.5},
+                                   {"top_p", 0.9},
+                                   {"top_k", -1},
+                                   {"min_p", 0.1},
+                                   {"seed", 42},
+                                   {"stop", "x"},
+                                   {"stream", true},
+                                   {"stream_options", {{"include_usage", true}}},
+                                   {"logprobs", true},
+                                   {"top_logprobs", 3},
+                                   {"messages",
+                                    {{{"role", "developer"}, {"content", "be brief"}},
+                                     {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}}}}}),
+                             true);
   EXPECT_TRUE(c.stream);
   EXPECT_TRUE(c.include_usage);
   EXPECT_EQ(c.messages[0].role, "system");
@@ -261,8 +277,9 @@ TEST(OpenAiRequest, ResponseFormat) {
                        {"properties", {{"b", {{"type", "string"}}}, {"a", {{"type", "integer"}}}}},
                        {"required", {"b"}}};
   for (bool chat : {true, false}) {
-    const json extra = {{"response_format", {{"type", "json_schema"},
-                                             {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}};
+    const json extra = {
+        {"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}};
     CompletionRequest r = ParseCompletionRequest(chat ? Chat(extra) : Completion(extra), chat);
     EXPECT_EQ(r.response_format.type, Type::kJsonSchema);
     EXPECT_EQ(r.response_format.name, "n");
@@ -307,17 +324,15 @@ TEST(OpenAiRequest, ResponseFormat) {
               {400, "response_format.json_schema.schema", "invalid_type", ""});
   ExpectError(Completion({{"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}), false,
               {400, "ignore_eos", "invalid_value", ""});
-  ExpectError(rf({{"type", "json_schema"},
-                  {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "^a+$"}}}}}}),
-              false,
-              {400, "response_format.json_schema.schema", "invalid_schema",
-               "unsupported JSON Schema keyword 'pattern' at #"},
-              &f);
+  ExpectError(
+      rf({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "^a+$"}}}}}}), false,
+      {400, "response_format.json_schema.schema", "invalid_schema", "unsupported JSON Schema keyword 'pattern' at #"},
+      &f);
   ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "array"}, {"minItems", "2"}}}}}}),
               false, {400, "response_format.json_schema.schema", "invalid_schema", "'minItems' must be"}, &f);
   const RequestParsing strict{.strict = true};
-  ExpectError(rf({{"type", "json_object"}, {"x", 1}}), false,
-              {400, "response_format.x", "unknown_parameter", ""}, nullptr, strict);
+  ExpectError(rf({{"type", "json_object"}, {"x", 1}}), false, {400, "response_format.x", "unknown_parameter", ""},
+              nullptr, strict);
   ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"y", 1}}}}), false,
               {400, "response_format.json_schema.y", "unknown_parameter", ""}, nullptr, strict);
 }
@@ -342,9 +357,11 @@ TEST(OpenAiRequest, ToolShapesAreCheckedNamingTheField) {
               {400, "tools[0].function.parameters", "invalid_type", "an object"});
   ExpectError(Chat({{"tools", {WeatherTool(), WeatherTool()}}}), true,
               {400, "tools[1].function.name", "invalid_value", "unique"});
-  ExpectError(Chat({{"tools", {WeatherTool()}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}),
-              true, {400, "tool_choice.function.name", "invalid_value", "no tool named 'f' in 'tools' (tools: get_weather)"});
-  ExpectError(Chat({{"tools", {WeatherTool()}}, {"tool_choice", "always"}}), true, {400, "tool_choice", "invalid_value", ""});
+  ExpectError(
+      Chat({{"tools", {WeatherTool()}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}), true,
+      {400, "tool_choice.function.name", "invalid_value", "no tool named 'f' in 'tools' (tools: get_weather)"});
+  ExpectError(Chat({{"tools", {WeatherTool()}}, {"tool_choice", "always"}}), true,
+              {400, "tool_choice", "invalid_value", ""});
   ExpectError(Chat({{"tool_choice", "required"}}), true, {400, "tool_choice", "invalid_value", "at least one tool"});
   ExpectError(Chat({{"parallel_tool_calls", "yes"}}), true, {400, "parallel_tool_calls", "invalid_type", ""});
   json strict = WeatherTool({{"type", "object"}, {"properties", {{"id", {{"type", "string"}, {"pattern", "^a"}}}}}});
@@ -368,8 +385,10 @@ TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
   const json msgs = {{{"role", "user"}, {"content", "hi"}},
                      {{"role", "assistant"},
                       {"content", nullptr},
-                      {"tool_calls", {{{"id", "c1"}, {"type", "function"},
-                                       {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Rome\"}"}}}}}}},
+                      {"tool_calls",
+                       {{{"id", "c1"},
+                         {"type", "function"},
+                         {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Rome\"}"}}}}}}},
                      {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}};
   const CompletionRequest plain = ParseCompletionRequest(Chat({{"messages", msgs}}), true);
   ASSERT_EQ(plain.messages.size(), 3u);
@@ -378,8 +397,8 @@ TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
   EXPECT_EQ(plain.messages[2].tool_call_id, "c1");
   const RequestOptions without = BuildRequest(plain, f.ctx(true, 4096));
 
-  const CompletionRequest none = ParseCompletionRequest(
-      Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "none"}}), true);
+  const CompletionRequest none =
+      ParseCompletionRequest(Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "none"}}), true);
   EXPECT_FALSE(OffersTools(none));
   EXPECT_FALSE(OfferedTools(none));
   EXPECT_EQ(BuildRequest(none, f.ctx(true, 4096)).prompt, BuildRequest(plain, f.ctx(true, 4096)).prompt);
@@ -395,8 +414,8 @@ TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
   EXPECT_EQ(parsing.syntax, ToolCallSyntax::kGemma4);
   EXPECT_EQ(parsing.names, std::vector<std::string>{"get_weather"});
 
-  const CompletionRequest req = ParseCompletionRequest(
-      Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "required"}}), true);
+  const CompletionRequest req =
+      ParseCompletionRequest(Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "required"}}), true);
   EXPECT_NE(BuildRequest(req, f.ctx(true, 4096)).grammar, nullptr);
   // A forced call is written by the grammar in the JSON convention, for gemma4 too.
   const ToolOffer forced = *OfferedTools(req);

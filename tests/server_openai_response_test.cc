@@ -66,7 +66,8 @@ TEST(OpenAiResponse, ChatStreamWithUsage) {
   sse += f.StreamEvent(Finish(FinishReason::kLength));
   const std::vector<std::string> ev = Events(sse);
   ASSERT_EQ(ev.size(), 5u);  // role, content, finish, usage, [DONE]; an empty event adds nothing
-  const json role = json::parse(ev[0]), content = json::parse(ev[1]), fin = json::parse(ev[2]), usage = json::parse(ev[3]);
+  const json role = json::parse(ev[0]), content = json::parse(ev[1]), fin = json::parse(ev[2]),
+             usage = json::parse(ev[3]);
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
   EXPECT_TRUE(role["usage"].is_null());
@@ -160,12 +161,12 @@ TEST(Metrics, PrometheusText) {
   h.responses_by_status = {{200, 9}, {503, 1}};
   h.connections_waiting = 5;
   const std::string t = PrometheusText(s, h);
-  for (const char* line : {"kvshare_requests_total 10\n", "kvshare_active_slots 3\n", "kvshare_queue_depth 2\n",
-                           "kvshare_slots 8\n", "kvshare_prompt_cache_hits_total 4\n", "kvshare_kv_cache_bytes 1000\n",
-                           "kvshare_kv_cache_used_bytes 250\n", "kvshare_decode_tokens_per_second 12.5\n",
-                           "# TYPE kvshare_requests_total counter\n", "# TYPE kvshare_queue_depth gauge\n",
-                           "kvshare_http_responses_total{code=\"503\"} 1\n", "kvshare_prefill_tokens_per_second 0\n",
-                           "kvshare_http_connections_waiting 5\n"}) {
+  for (const char* line :
+       {"kvshare_requests_total 10\n", "kvshare_active_slots 3\n", "kvshare_queue_depth 2\n", "kvshare_slots 8\n",
+        "kvshare_prompt_cache_hits_total 4\n", "kvshare_kv_cache_bytes 1000\n", "kvshare_kv_cache_used_bytes 250\n",
+        "kvshare_decode_tokens_per_second 12.5\n", "# TYPE kvshare_requests_total counter\n",
+        "# TYPE kvshare_queue_depth gauge\n", "kvshare_http_responses_total{code=\"503\"} 1\n",
+        "kvshare_prefill_tokens_per_second 0\n", "kvshare_http_connections_waiting 5\n"}) {
     EXPECT_NE(t.find(line), std::string::npos) << line << " in\n" << t;
   }
 }

@@ -19,10 +19,10 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include "common_record_measured.h"
+#include "gguf_writer.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "gguf_writer.h"
 #include "tokenizer_merge_bpe_twin.h"
 
 namespace kvshare {
@@ -131,8 +131,8 @@ TEST_F(Gemma4Fixture, EncodeMatchesHfTokenizers) {
     with_bos += add_bos;
     plain_special += !parse_special;
   }
-  testing::RecordMeasured("encode cases: %d (%d with BOS, %d without special-token parsing)\n", checked,
-              with_bos, plain_special);
+  testing::RecordMeasured("encode cases: %d (%d with BOS, %d without special-token parsing)\n", checked, with_bos,
+                          plain_special);
   EXPECT_GE(checked, 300);
 }
 
@@ -168,14 +168,46 @@ TEST_F(Gemma4Fixture, EncodeDecodeRoundTrips) {
 
 // Random strings from pieces of every kind the fixture covers.
 std::string RandomText(std::mt19937& rng, int max_units) {
-  static const std::vector<std::string> units = {
-      "a", "b", "e", "h", "l", "o", "t", "s", "n", " ", " ", "  ", "   ", "\n", "\n\n", "\n\n\n",
-      "\n\n\n\n\n", "\t", "\r\n", "the", " the", "token", "izer", "hello", "world", ".", ",", "!",
-      "'", "\"", "(", ")", "{", "}", "<", ">", "|", "=", "_", "0", "1", "42", "é", "ü", "ß", "ñ",
-      "e\u0301", "Ω", "π", "αβγ", "Привет", "мир", "你好", "天天", "日本語", "です", "한국어",
-      "입니다", "مرحبا", "ال", "שלום", "नमस्ते", "ไทย", "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "\u200d",
-      "\u00a0", "—", "<|channel>", "<|\"|>", "<|turn>", "<bos>", "<0x41>", "\xE2\x96\x81",
-      "fibonacci(n", "return ", "<stdio.h>", "class=\"main\">Text "};
+  static const std::vector<std::string> units = {"a",           "b",
+                                                 "e",           "h",
+                                                 "l",           "o",
+                                                 "t",           "s",
+                                                 "n",           " ",
+                                                 " ",           "  ",
+                                                 "   ",         "\n",
+                                                 "\n\n",        "\n\n\n",
+                                                 "\n\n\n\n\n",  "\t",
+                                                 "\r\n",        "the",
+                                                 " the",        "token",
+                                                 "izer",        "hello",
+                                                 "world",       ".",
+                                                 ",",           "!",
+                                                 "'",           "\"",
+                                                 "(",           ")",
+                                                 "{",           "}",
+                                                 "<",           ">",
+                                                 "|",           "=",
+                                                 "_",           "0",
+                                                 "1",           "42",
+                                                 "é",           "ü",
+                                                 "ß",           "ñ",
+                                                 "e\u0301",     "Ω",
+                                                 "π",           "αβγ",
+                                                 "Привет",      "мир",
+                                                 "你好",        "天天",
+                                                 "日本語",      "です",
+                                                 "한국어",      "입니다",
+                                                 "مرحبا",       "ال",
+                                                 "שלום",        "नमस्ते",
+                                                 "ไทย",         "😀",
+                                                 "👍🏽",    "👨‍👩‍👧",
+                                                 "🇫🇷",          "\u200d",
+                                                 "\u00a0",      "—",
+                                                 "<|channel>",  "<|\"|>",
+                                                 "<|turn>",     "<bos>",
+                                                 "<0x41>",      "\xE2\x96\x81",
+                                                 "fibonacci(n", "return ",
+                                                 "<stdio.h>",   "class=\"main\">Text "};
   std::uniform_int_distribution<int> n_units(0, max_units);
   std::uniform_int_distribution<size_t> pick(0, units.size() - 1);
   std::string s;
@@ -227,7 +259,6 @@ TEST_F(Gemma4Fixture, LongRunIsFast) {
   EXPECT_LT(s, 10.0);
   EXPECT_EQ(tok_->Decode(ids, {.render_special = true}), text);
 }
-
 
 // The tiny Gemma 4 models' own vocabulary (tests/fixtures/gemma4/, written by
 // tests/tools/gemma4_fixtures.py with HF tokenizers and llama.cpp's converter):

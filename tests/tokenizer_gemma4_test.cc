@@ -12,11 +12,11 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include "gguf_writer.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "gguf_writer.h"
 #include "tokenizer_merge_bpe_twin.h"
 
 namespace kvshare {
@@ -103,8 +103,7 @@ TEST(Gemma4Tokenizer, EqualRanksMergeLeftmostFirst) {
 
 TEST(Gemma4Tokenizer, SpacesBecomeU2581AndMerge) {
   Tokenizer tok(MakeVocab({"▁", "a", "b", "▁a", "▁▁"}, {"▁ a", "▁ ▁"}));
-  EXPECT_EQ(Pieces(tok, tok.Encode(" a  b ", {.add_bos = false})),
-            (Strings{"▁a", "▁▁", "b", "▁"}));
+  EXPECT_EQ(Pieces(tok, tok.Encode(" a  b ", {.add_bos = false})), (Strings{"▁a", "▁▁", "b", "▁"}));
   EXPECT_EQ(Pieces(tok, tok.Encode("▁a", {.add_bos = false})), (Strings{"▁a"}));  // literal ▁
   EXPECT_EQ(tok.Decode(tok.Encode(" a  b ")), " a  b ");
 }
@@ -114,17 +113,14 @@ TEST(Gemma4Tokenizer, NewlineRunsAreSplitOff) {
   Tokenizer tok(MakeVocab({"a", "\n", "a\n", "\na", "\n\n"}, {"a \n", "\n a", "\n \n"}));
   EXPECT_EQ(Pieces(tok, tok.Encode("a\na", {.add_bos = false})), (Strings{"a", "\n", "a"}));
   EXPECT_EQ(Pieces(tok, tok.Encode("\n\n\na", {.add_bos = false})), (Strings{"\n\n", "\n", "a"}));
-  EXPECT_EQ(Pieces(tok, tok.Encode("\r\n", {.add_bos = false})),
-            (Strings{"<0x0D>", "\n"}));
+  EXPECT_EQ(Pieces(tok, tok.Encode("\r\n", {.add_bos = false})), (Strings{"<0x0D>", "\n"}));
 }
 
 TEST(Gemma4Tokenizer, NewlineRunThatIsATokenIsWhole) {
   // Merges alone give "\n\n" + "\n" (the pair "\n\n" "\n" is not listed);
   // llama.cpp's Gemma 4 rule emits a newline run that is a token whole.
-  Tokenizer tok(MakeVocab({"a", "\n", "\n\n", "\n\n\n", "aa", "aaa"},
-                          {"\n \n", "\n \n\n", "a a", "a aa"}));
-  EXPECT_EQ(Pieces(tok, tok.Encode("x\n\n\ny", {.add_bos = false})),
-            (Strings{"<0x78>", "\n\n\n", "<0x79>"}));
+  Tokenizer tok(MakeVocab({"a", "\n", "\n\n", "\n\n\n", "aa", "aaa"}, {"\n \n", "\n \n\n", "a a", "a aa"}));
+  EXPECT_EQ(Pieces(tok, tok.Encode("x\n\n\ny", {.add_bos = false})), (Strings{"<0x78>", "\n\n\n", "<0x79>"}));
   EXPECT_EQ(Pieces(tok, tok.Encode("\n\n\n\n\n", {.add_bos = false})), (Strings{"\n\n", "\n\n", "\n"}));
   // Not for other runs: "aaa" is a token, merges give "aa" + "a".
   EXPECT_EQ(Pieces(tok, tok.Encode("aaa", {.add_bos = false})), (Strings{"aa", "a"}));
@@ -132,8 +128,7 @@ TEST(Gemma4Tokenizer, NewlineRunThatIsATokenIsWhole) {
 
 TEST(Gemma4Tokenizer, ByteFallbackAndUnk) {
   Tokenizer tok(MakeVocab({"a", "é", "aé"}, {"a é"}));
-  EXPECT_EQ(tok.Encode("你", {.add_bos = false}),
-            (std::vector<int32_t>{ByteId(0xE4), ByteId(0xBD), ByteId(0xA0)}));
+  EXPECT_EQ(tok.Encode("你", {.add_bos = false}), (std::vector<int32_t>{ByteId(0xE4), ByteId(0xBD), ByteId(0xA0)}));
   EXPECT_EQ(Pieces(tok, tok.Encode("aé", {.add_bos = false})), (Strings{"aé"}));
   EXPECT_EQ(tok.Decode(tok.Encode("a你é😀")), "a你é😀");
   // Ill-formed input becomes U+FFFD (here spelled as bytes).
@@ -182,8 +177,7 @@ TEST(Gemma4Tokenizer, RandomVocabMatchesTwin) {
         const size_t u = unit(rng);
         text += u == alphabet.size() ? " " : alphabet[u];
       }
-      ASSERT_EQ(tok.Encode(text, {.add_bos = false}), twin.Encode(text))
-          << "round " << round << " text " << Show(text);
+      ASSERT_EQ(tok.Encode(text, {.add_bos = false}), twin.Encode(text)) << "round " << round << " text " << Show(text);
     }
   }
 }
@@ -199,15 +193,48 @@ TEST(Gemma4Tokenizer, RejectsBadVocab) {
   };
   const VocabData v = MakeVocab({"a", "b", "ab"}, {"a b"});
   EXPECT_NO_THROW(Tokenizer{v});
-  { auto b = v; b.model = "gpt2"; expect_error(b, "VocabData.model must be \"llama\" or \"gemma4\", got \"gpt2\""); }
-  { auto b = v; b.merges.clear(); expect_error(b, "VocabData.merges must not be empty for model \"gemma4\""); }
-  { auto b = v; b.merges = {"ab"}; expect_error(b, "VocabData.merges[0] = \"ab\" must be two tokens separated by a space"); }
-  { auto b = v; b.merges = {"a b", "a "}; expect_error(b, "VocabData.merges[1] = \"a \" must be two tokens"); }
-  { auto b = v; b.merges = {"a x"}; expect_error(b, "VocabData.merges[0] = \"a x\": right part \"x\" is not a token"); }
-  { auto b = v; b.merges = {"b a"}; expect_error(b, "the merged piece \"ba\" is not a token"); }
-  { auto b = v; b.merges = {"a b", "a b"}; expect_error(b, "VocabData.merges[1] = \"a b\" repeats merges[0]"); }
+  {
+    auto b = v;
+    b.model = "gpt2";
+    expect_error(b, "VocabData.model must be \"llama\" or \"gemma4\", got \"gpt2\"");
+  }
+  {
+    auto b = v;
+    b.merges.clear();
+    expect_error(b, "VocabData.merges must not be empty for model \"gemma4\"");
+  }
+  {
+    auto b = v;
+    b.merges = {"ab"};
+    expect_error(b, "VocabData.merges[0] = \"ab\" must be two tokens separated by a space");
+  }
+  {
+    auto b = v;
+    b.merges = {"a b", "a "};
+    expect_error(b, "VocabData.merges[1] = \"a \" must be two tokens");
+  }
+  {
+    auto b = v;
+    b.merges = {"a x"};
+    expect_error(b, "VocabData.merges[0] = \"a x\": right part \"x\" is not a token");
+  }
+  {
+    auto b = v;
+    b.merges = {"b a"};
+    expect_error(b, "the merged piece \"ba\" is not a token");
+  }
+  {
+    auto b = v;
+    b.merges = {"a b", "a b"};
+    expect_error(b, "VocabData.merges[1] = \"a b\" repeats merges[0]");
+  }
   // "llama" ignores merges.
-  { auto b = v; b.model = "llama"; b.merges = {"junk"}; EXPECT_NO_THROW(Tokenizer{b}); }
+  {
+    auto b = v;
+    b.model = "llama";
+    b.merges = {"junk"};
+    EXPECT_NO_THROW(Tokenizer{b});
+  }
 }
 
 // ---- ReadVocab on small GGUFs ----
@@ -217,7 +244,7 @@ testing::GgufSpec VocabSpec(const char* model, bool with_merges) {
   s.kvs.push_back(GgufKv::Str("general.architecture", "gemma4"));
   if (model != nullptr) s.kvs.push_back(GgufKv::Str("tokenizer.ggml.model", model));
   s.kvs.push_back(GgufKv::StrArray("tokenizer.ggml.tokens",
-                                    {"<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "<|tool_response>"}));
+                                   {"<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "<|tool_response>"}));
   s.kvs.push_back(GgufKv::F32Array("tokenizer.ggml.scores", std::vector<float>(8, -1000.0f)));
   s.kvs.push_back(GgufKv::I32Array("tokenizer.ggml.token_type", {3, 3, 3, 3, 1, 1, 1, 4}));
   if (with_merges) s.kvs.push_back(GgufKv::StrArray("tokenizer.ggml.merges", {"a b"}));
@@ -243,8 +270,8 @@ TEST(Gemma4ReadVocab, ReadsModelAndMerges) {
   const VocabData v = ReadVocab(GgufFile::Parse(bytes.data(), bytes.size()));
   EXPECT_EQ(v.model, "gemma4");
   EXPECT_EQ(v.merges, (Strings{"a b"}));
-  EXPECT_TRUE(v.add_bos);             // forced, as llama.cpp does for gemma4
-  EXPECT_FALSE(v.add_space_prefix);   // BPE: never a space prefix
+  EXPECT_TRUE(v.add_bos);                 // forced, as llama.cpp does for gemma4
+  EXPECT_FALSE(v.add_space_prefix);       // BPE: never a space prefix
   EXPECT_EQ(v.token_types[7], kControl);  // end of generation in llama.cpp: CONTROL
   Tokenizer tok(v);
   EXPECT_EQ(tok.Encode("ab"), (std::vector<int32_t>{2, 6}));

@@ -14,12 +14,12 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include "common_record_measured.h"
-#include "model_default_path.h"
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/chat_template.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "model_default_path.h"
 #include "tokenizer_bpe_twin.h"
 
 namespace kvshare {
@@ -67,8 +67,7 @@ TEST_F(GemmaTokenizer, MetadataAndSpecialIds) {
 TEST_F(GemmaTokenizer, KnownIds) {
   // HF's Gemma 3 tokenizer gives [2, 9259, 1902] ("<bos>", "Hello", "▁world").
   EXPECT_EQ(tok_->Encode("Hello world"), (std::vector<int32_t>{2, 9259, 1902}));
-  EXPECT_EQ(tok_->Encode("<start_of_turn>", {.add_bos = false, .parse_special = true}),
-            (std::vector<int32_t>{105}));
+  EXPECT_EQ(tok_->Encode("<start_of_turn>", {.add_bos = false, .parse_special = true}), (std::vector<int32_t>{105}));
   EXPECT_EQ(tok_->Encode("\n\n", {.add_bos = false}), (std::vector<int32_t>{108}));
 }
 

@@ -62,10 +62,10 @@ constexpr int32_t ByteId(int b) { return 9 + b; }
 // Normal pieces with scores decreasing with their index (as in Gemma).
 std::vector<Entry> RichPieces() {
   std::vector<std::string> pieces = {
-      "▁", "a", "b", "c", "d", "e", "h", "l", "o", "r", "w", "s", "t", "u", "<", ">", "_",
-      "he", "ll", "llo", "hell", "hello", "▁hello", "▁w", "or", "wor", "world", "▁world",
-      "▁the", "th", "the", "▁t", "ab", "bc", "abc", "你", "好", "你好", "日", "本", "st",
-      "<s", "<st", "ta", "ar", "art", "tart", "▁▁", "▁a", "us", "user", "se", "er"};
+      "▁",    "a",  "b",   "c",   "d",    "e",   "h",    "l",     "o",      "r",    "w",  "s",   "t",     "u",
+      "<",    ">",  "_",   "he",  "ll",   "llo", "hell", "hello", "▁hello", "▁w",   "or", "wor", "world", "▁world",
+      "▁the", "th", "the", "▁t",  "ab",   "bc",  "abc",  "你",    "好",     "你好", "日", "本",  "st",    "<s",
+      "<st",  "ta", "ar",  "art", "tart", "▁▁",  "▁a",   "us",    "user",   "se",   "er"};
   std::vector<Entry> out;
   for (size_t i = 0; i < pieces.size(); ++i) {
     out.push_back({pieces[i], -static_cast<float>(i), kNormal});
@@ -74,10 +74,25 @@ std::vector<Entry> RichPieces() {
 }
 
 std::string RandomText(std::mt19937& rng, int max_units) {
-  static const std::vector<std::string> units = {
-      "a", "b", "c", "h", "e", "l", "o", "w", "r", "d", " ", " ", "  ", "\n", "\n\n", "\t", "<",
-      ">", "s", "t", "hello", "world", "the", "é", "ü", "你", "好", "日本語", "😀", "🎉", "👍🏽",
-      "Ω", "ß", "\xF0\x9F\xA6\x80", "<bos>", "<start_of_turn>", "~", "0"};
+  static const std::vector<std::string> units = {"a",        "b",
+                                                 "c",        "h",
+                                                 "e",        "l",
+                                                 "o",        "w",
+                                                 "r",        "d",
+                                                 " ",        " ",
+                                                 "  ",       "\n",
+                                                 "\n\n",     "\t",
+                                                 "<",        ">",
+                                                 "s",        "t",
+                                                 "hello",    "world",
+                                                 "the",      "é",
+                                                 "ü",        "你",
+                                                 "好",       "日本語",
+                                                 "😀",        "🎉",
+                                                 "👍🏽", "Ω",
+                                                 "ß",        "\xF0\x9F\xA6\x80",
+                                                 "<bos>",    "<start_of_turn>",
+                                                 "~",        "0"};
   std::uniform_int_distribution<int> n_units(0, max_units);
   std::uniform_int_distribution<size_t> pick(0, units.size() - 1);
   std::string s;
@@ -92,8 +107,7 @@ TEST(Tokenizer, HandComputedMerges) {
   // "▁w" (-23) outranks "or" (-24); "▁wor" is no piece, so "▁world" is never reached.
   EXPECT_EQ(tok.Encode("hello world", {.add_bos = false}),
             (std::vector<int32_t>{id("hello"), id("▁w"), id("or"), id("l"), id("d")}));
-  EXPECT_EQ(tok.Encode("hello world"),
-            (std::vector<int32_t>{2, id("hello"), id("▁w"), id("or"), id("l"), id("d")}));
+  EXPECT_EQ(tok.Encode("hello world"), (std::vector<int32_t>{2, id("hello"), id("▁w"), id("or"), id("l"), id("d")}));
   EXPECT_EQ(tok.Encode("wor", {.add_bos = false}), (std::vector<int32_t>{id("wor")}));  // w+(or)
   EXPECT_EQ(tok.Encode(" the", {.add_bos = false}), (std::vector<int32_t>{id("▁the")}));
   EXPECT_EQ(tok.Encode("你好日", {.add_bos = false}), (std::vector<int32_t>{id("你好"), id("日")}));
@@ -101,8 +115,8 @@ TEST(Tokenizer, HandComputedMerges) {
 
 TEST(Tokenizer, MergeOrderFollowsScores) {
   auto encode = [](float ab, float bc) {
-    Tokenizer tok(MakeVocab({{"a", -10, kNormal}, {"b", -11, kNormal}, {"c", -12, kNormal},
-                             {"ab", ab, kNormal}, {"bc", bc, kNormal}}));
+    Tokenizer tok(MakeVocab(
+        {{"a", -10, kNormal}, {"b", -11, kNormal}, {"c", -12, kNormal}, {"ab", ab, kNormal}, {"bc", bc, kNormal}}));
     std::vector<std::string> pieces;
     for (int32_t id : tok.Encode("abc", {.add_bos = false})) {
       pieces.emplace_back(tok.TokenText(id));
@@ -114,8 +128,7 @@ TEST(Tokenizer, MergeOrderFollowsScores) {
   EXPECT_EQ(encode(-1, -1), (std::vector<std::string>{"ab", "c"}));  // tie: leftmost
   // Leftmost on ties for overlapping identical pairs too.
   Tokenizer tok(MakeVocab({{"a", -1, kNormal}, {"aa", 0, kNormal}}));
-  EXPECT_EQ(tok.Encode("aaa", {.add_bos = false}),
-            (std::vector<int32_t>{*tok.TokenId("aa"), *tok.TokenId("a")}));
+  EXPECT_EQ(tok.Encode("aaa", {.add_bos = false}), (std::vector<int32_t>{*tok.TokenId("aa"), *tok.TokenId("a")}));
 }
 
 TEST(Tokenizer, ByteFallback) {
@@ -147,12 +160,10 @@ TEST(Tokenizer, SpecialTokens) {
     EXPECT_NE(tok.Type(id), TokenType::kControl) << "id " << id;
   }
   EXPECT_EQ(tok.Decode(plain), text + "\n\n\n");
-  EXPECT_EQ(std::vector<int32_t>(plain.end() - 2, plain.end()),
-            (std::vector<int32_t>{kNlNl, kNlNl}));
+  EXPECT_EQ(std::vector<int32_t>(plain.end() - 2, plain.end()), (std::vector<int32_t>{kNlNl, kNlNl}));
   EXPECT_EQ(tok.Encode("\n\n\n", {.add_bos = false}), (std::vector<int32_t>{kNlNl, kNl}));
   // "<bos>" text is not BOS unless asked.
-  EXPECT_EQ(tok.Encode("<bos>", {.add_bos = false, .parse_special = true}),
-            (std::vector<int32_t>{2}));
+  EXPECT_EQ(tok.Encode("<bos>", {.add_bos = false, .parse_special = true}), (std::vector<int32_t>{2}));
   EXPECT_NE(tok.Encode("<bos>", {.add_bos = false}), (std::vector<int32_t>{2}));
   EXPECT_EQ(tok.Encode("a  b", {.add_bos = false}),
             (std::vector<int32_t>{*tok.TokenId("a"), kTwoSpaces, *tok.TokenId("b")}));
@@ -229,7 +240,9 @@ TEST(TokenStreamDecoder, HoldsPartialUtf8) {
   EXPECT_EQ(stream.pending_bytes(), 3u);
   EXPECT_EQ(stream.Feed(ByteId(0x80)), "😀");
   EXPECT_EQ(stream.Feed(ByteId(0xE4)), "");
-  EXPECT_EQ(stream.Feed(*tok.TokenId("b")), "\xEF\xBF\xBD" "b");  // broken sequence
+  EXPECT_EQ(stream.Feed(*tok.TokenId("b")),
+            "\xEF\xBF\xBD"
+            "b");  // broken sequence
   EXPECT_EQ(stream.Feed(ByteId(0xE4)), "");
   EXPECT_EQ(stream.Flush(), "\xEF\xBF\xBD");
   EXPECT_THROW(stream.Feed(-5), Error);
@@ -271,14 +284,46 @@ TEST(Tokenizer, RejectsBadVocab) {
     }
   };
   VocabData v = MakeVocab(RichPieces());
-  { auto b = v; b.scores.pop_back(); expect_error(b, "VocabData.scores must have one entry per token"); }
-  { auto b = v; b.token_types.pop_back(); expect_error(b, "VocabData.token_types must have"); }
-  { auto b = v; b.token_types[300] = 9; expect_error(b, "must be in [1, 6], got 9"); }
-  { auto b = v; b.tokens[300] = ""; expect_error(b, "VocabData.tokens[300] must not be empty"); }
-  { auto b = v; b.tokens[301] = b.tokens[300]; expect_error(b, "duplicates token 300"); }
-  { auto b = v; b.tokens[ByteId(10)] = "<0x0a>"; expect_error(b, "has type BYTE"); }
-  { auto b = v; b.unk = -1; expect_error(b, "VocabData.unk must name the unknown token"); }
-  { auto b = v; b.bos = 100000; expect_error(b, "VocabData.bos must be -1 or in [0,"); }
+  {
+    auto b = v;
+    b.scores.pop_back();
+    expect_error(b, "VocabData.scores must have one entry per token");
+  }
+  {
+    auto b = v;
+    b.token_types.pop_back();
+    expect_error(b, "VocabData.token_types must have");
+  }
+  {
+    auto b = v;
+    b.token_types[300] = 9;
+    expect_error(b, "must be in [1, 6], got 9");
+  }
+  {
+    auto b = v;
+    b.tokens[300] = "";
+    expect_error(b, "VocabData.tokens[300] must not be empty");
+  }
+  {
+    auto b = v;
+    b.tokens[301] = b.tokens[300];
+    expect_error(b, "duplicates token 300");
+  }
+  {
+    auto b = v;
+    b.tokens[ByteId(10)] = "<0x0a>";
+    expect_error(b, "has type BYTE");
+  }
+  {
+    auto b = v;
+    b.unk = -1;
+    expect_error(b, "VocabData.unk must name the unknown token");
+  }
+  {
+    auto b = v;
+    b.bos = 100000;
+    expect_error(b, "VocabData.bos must be -1 or in [0,");
+  }
   expect_error(VocabData{}, "VocabData.tokens must not be empty");
 }
 

@@ -34,9 +34,8 @@ TEST(SpecFlags, ReachTheRequest) {
   const SpeculativeOptions defaults;
   EXPECT_EQ(off.speculative.draft_max, defaults.draft_max);
   EXPECT_EQ(off.speculative.adaptive, defaults.adaptive);
-  const SpeculationRequest r =
-      SpecRequest(Parse({"--spec", "ngram", "--draft-max", "5", "--draft-fixed", "--ngram-min", "1", "--ngram-max", "3"}),
-                  "cuda");
+  const SpeculationRequest r = SpecRequest(
+      Parse({"--spec", "ngram", "--draft-max", "5", "--draft-fixed", "--ngram-min", "1", "--ngram-max", "3"}), "cuda");
   EXPECT_EQ(r.method, "ngram");
   EXPECT_TRUE(r.draft_path.empty());
   EXPECT_EQ(r.speculative.draft_max, 5);

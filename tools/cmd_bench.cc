@@ -22,14 +22,14 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "kv_options.h"
 #include "kvshare/common/error.h"
-#include "kvshare/runtime/generator.h"
+#include "kvshare/common/thread_pool.h"
 #include "kvshare/model/model.h"
 #include "kvshare/quant/kernel_level.h"
+#include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/sampler.h"
-#include "kvshare/common/thread_pool.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "kv_options.h"
 #include "model_path.h"
 #include "spec_flags.h"
 
@@ -214,9 +214,11 @@ void RunBench(const BenchCliOptions& o) {
   // The batched tests append the prompt and then gen tokens to each row.
   const int context = max_depth + std::max(o.prompt_tokens, o.gen_tokens) + (o.batches.empty() ? 0 : o.gen_tokens);
   if (context > model->config().context_length) {
-    throw Error("the deepest --depth plus the longer of --prompt-tokens and --gen-tokens (plus --gen-tokens again with "
-                "--batch) is " + std::to_string(context) +
-                " tokens, more than the model's context length " + std::to_string(model->config().context_length));
+    throw Error(
+        "the deepest --depth plus the longer of --prompt-tokens and --gen-tokens (plus --gen-tokens again with "
+        "--batch) is " +
+        std::to_string(context) + " tokens, more than the model's context length " +
+        std::to_string(model->config().context_length));
   }
   // Sliding layers keep every position when there is depth, so each test starts
   // from the same context by a Rewind instead of a new fill.
@@ -256,7 +258,8 @@ void RunBench(const BenchCliOptions& o) {
       // The context (untimed; the same for every thread count), then a warm-up
       // that faults in the weights and the cache buffers.
       state->Reset();
-      if (depth > 0) model->Forward(*state, std::span<const std::int32_t>(filler).first(static_cast<std::size_t>(depth)), &pool);
+      if (depth > 0)
+        model->Forward(*state, std::span<const std::int32_t>(filler).first(static_cast<std::size_t>(depth)), &pool);
       RunOnce(*model, *state, depth,
               std::vector<std::int32_t>(prompt.begin(), prompt.begin() + std::min(o.prompt_tokens, 64)),
               std::min(o.gen_tokens, 8), &pool);
@@ -268,7 +271,7 @@ void RunBench(const BenchCliOptions& o) {
       }
       const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
       std::vector<std::tuple<std::string, int, int, std::vector<double>>> tests = {{pp + at, 1, o.prompt_tokens, pre},
-                                                                                 {tg + at, 1, o.gen_tokens, dec}};
+                                                                                   {tg + at, 1, o.gen_tokens, dec}};
       // Batched decode: each row after the depth's context and the prompt.
       std::vector<std::int32_t> row_context(filler.begin(), filler.begin() + depth);
       row_context.insert(row_context.end(), prompt.begin(), prompt.end());
@@ -297,19 +300,26 @@ void RunBench(const BenchCliOptions& o) {
         const Stat s = Summarize(rates);
         std::printf("%7d  %-16s %10.1f %10.1f %10.1f\n", threads, test.c_str(), s.median, s.min, s.max);
         std::fflush(stdout);
-        results.push_back({{"threads", threads}, {"test", test}, {"depth", depth}, {"batch", batch}, {"tokens", tokens},
-                           {"tok_s_median", s.median}, {"tok_s_min", s.min}, {"tok_s_max", s.max}, {"tok_s", rates}});
+        results.push_back({{"threads", threads},
+                           {"test", test},
+                           {"depth", depth},
+                           {"batch", batch},
+                           {"tokens", tokens},
+                           {"tok_s_median", s.median},
+                           {"tok_s_min", s.min},
+                           {"tok_s_max", s.max},
+                           {"tok_s", rates}});
       }
     }
   }
   const auto load_after = LoadAverage();
   for (const nlohmann::json& j : spec_info) {
-    std::printf("\nspeculative (%s, %d threads): accepted %lld / drafted %lld (%.1f%%) in %lld verify steps; "
-                "speed-up %.2fx (medians)",
-                j["drafter"].get<std::string>().c_str(), j["threads"].get<int>(), j["accepted"].get<long long>(),
-                j["drafted"].get<long long>(),
-                100.0 * j["accepted"].get<double>() / std::max(1.0, j["drafted"].get<double>()),
-                j["verify_steps"].get<long long>(), j["speedup_median"].get<double>());
+    std::printf(
+        "\nspeculative (%s, %d threads): accepted %lld / drafted %lld (%.1f%%) in %lld verify steps; "
+        "speed-up %.2fx (medians)",
+        j["drafter"].get<std::string>().c_str(), j["threads"].get<int>(), j["accepted"].get<long long>(),
+        j["drafted"].get<long long>(), 100.0 * j["accepted"].get<double>() / std::max(1.0, j["drafted"].get<double>()),
+        j["verify_steps"].get<long long>(), j["speedup_median"].get<double>());
   }
   std::printf("\nload average after: %.2f %.2f %.2f\n", load_after[0], load_after[1], load_after[2]);
 

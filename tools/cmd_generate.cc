@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "commands.h"
-#include "kvshare/runtime/chat_template.h"
+#include "kv_options.h"
 #include "kvshare/common/error.h"
-#include "kvshare/runtime/generator.h"
+#include "kvshare/common/thread_pool.h"
+#include "kvshare/cuda_model/gemma3_cuda.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
-#include "kvshare/cuda_model/gemma3_cuda.h"
-#include "kvshare/common/thread_pool.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/generator.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "kv_options.h"
 #include "model_path.h"
 #include "sampler_flags.h"
 #include "spec_flags.h"
@@ -126,8 +126,8 @@ void RunGenerate(const GenerateCliOptions& o) {
   }
   ThreadPool pool(threads);
   const ModelStateOptions so = StateOptions(o, model->config());
-  const Speculation spec =
-      MakeSpeculation(o.spec, *model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = &pool}, o.device);
+  const Speculation spec = MakeSpeculation(
+      o.spec, *model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = &pool}, o.device);
   Generator gen(*model, tok, &pool, so);
   if (o.verbose) std::fprintf(stderr, "[kvshare] KV cache:\n%s", gen.state().kv_cache().Memory().ToString().c_str());
   if (o.verbose && spec.drafter) {
@@ -186,15 +186,16 @@ void RunGenerate(const GenerateCliOptions& o) {
 
 void RegisterGenerate(CLI::App& app) {
   static GenerateCliOptions o;
-  auto* cmd = app.add_subcommand(
-      "generate", "Generate text with a GGUF model (Gemma 3, 3n or 4): one prompt, or a chat on stdin");
+  auto* cmd = app.add_subcommand("generate",
+                                 "Generate text with a GGUF model (Gemma 3, 3n or 4): one prompt, or a chat on stdin");
   AddModelOption(*cmd, o.model);
   cmd->add_option("--prompt", o.prompt,
                   "Prompt text, wrapped in the model's chat template when its file has one (see --chat-template)");
   cmd->add_flag("--chat", o.chat, "Interactive chat: one user turn per stdin line (needs a chat template)");
-  auto* tmpl = cmd->add_option("--chat-template", o.chat_template,
-                               "Chat format: gemma (Gemma 2, 3, 3n), gemma4 (Gemma 4) or none (plain completion). Default: "
-                               "the one the file's tokenizer.chat_template uses; none when it has no template");
+  auto* tmpl =
+      cmd->add_option("--chat-template", o.chat_template,
+                      "Chat format: gemma (Gemma 2, 3, 3n), gemma4 (Gemma 4) or none (plain completion). Default: "
+                      "the one the file's tokenizer.chat_template uses; none when it has no template");
   tmpl->check(CLI::IsMember(std::vector<std::string>(ChatFormatNames().begin(), ChatFormatNames().end())));
   cmd->add_flag("--raw", o.raw, "Plain completion: --prompt as is (with <bos>), no chat template")->excludes(tmpl);
   cmd->add_option("-n,--max-tokens", o.n, "Maximum new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();

@@ -7,14 +7,14 @@
 #include <string>
 
 #include "commands.h"
-#include "kvshare/model/gemma4_assistant.h"
-#include "kvshare/runtime/chat_template.h"
+#include "kv_options.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
-#include "kvshare/model/model.h"
 #include "kvshare/gguf/model_info.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/speculative.h"
-#include "kv_options.h"
 #include "model_path.h"
 
 namespace kvshare::cli {
@@ -48,9 +48,9 @@ void PrintDrafter(const std::string& path, const Model& target) {
             << "every layer reads the target's KV cache (no cache of its own):\n";
   for (const AssistantLayerSource& s : a->Sources(target, plan)) {
     const std::size_t l = static_cast<std::size_t>(s.layer);
-    std::cout << "    drafter layer " << s.layer << " (" << AttentionTypeName(s.type) << ", H "
-              << ac.layer_head_dim[l] << ", " << ac.layer_n_head_kv[l] << " KV head"
-              << (ac.layer_n_head_kv[l] == 1 ? "" : "s") << ") reads target layer " << s.target_layer;
+    std::cout << "    drafter layer " << s.layer << " (" << AttentionTypeName(s.type) << ", H " << ac.layer_head_dim[l]
+              << ", " << ac.layer_n_head_kv[l] << " KV head" << (ac.layer_n_head_kv[l] == 1 ? "" : "s")
+              << ") reads target layer " << s.target_layer;
     if (s.cache_layer != s.target_layer) std::cout << " (KV-shared: the cache of layer " << s.cache_layer << ")";
     std::cout << "\n";
   }

@@ -11,12 +11,12 @@
 #include <thread>
 
 #include "commands.h"
+#include "kv_options.h"
 #include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/perplexity.h"
-#include "kvshare/common/thread_pool.h"
 #include "kvshare/tokenizer/tokenizer.h"
-#include "kv_options.h"
 #include "model_path.h"
 
 namespace kvshare::cli {

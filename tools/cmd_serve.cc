@@ -15,8 +15,8 @@
 
 #include "commands.h"
 #include "kv_options.h"
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
+#include "kvshare/runtime/chat_template.h"
 #include "model_path.h"
 #include "server.h"
 #include "spec_flags.h"
@@ -143,9 +143,9 @@ void RunServe(const ServeCliOptions& o) {
   Say("listening on http://" + o.host + ":" + std::to_string(port) + " (loading " + so.model_path + ")");
   srv.StartHttp();
   srv.Load();
-  Say("ready: model " + srv.model_id() + ", " + std::to_string(o.slots) + " slots of " +
-      std::to_string(o.max_context) + " tokens, " + std::to_string(o.step_tokens) + " tokens per step, queue " +
-      std::to_string(o.max_queue) + (o.swa_full ? ", full-length sliding caches (--swa-full)" : "") +
+  Say("ready: model " + srv.model_id() + ", " + std::to_string(o.slots) + " slots of " + std::to_string(o.max_context) +
+      " tokens, " + std::to_string(o.step_tokens) + " tokens per step, queue " + std::to_string(o.max_queue) +
+      (o.swa_full ? ", full-length sliding caches (--swa-full)" : "") +
       (o.api_keys.empty() ? "" : ", API key required"));
 
   signals.Wait(1);
@@ -154,7 +154,8 @@ void RunServe(const ServeCliOptions& o) {
   std::snprintf(secs, sizeof secs, "%g", o.drain_timeout);
   Say(signals.name() + ": draining (no new requests; finishing the ones in flight, up to " + secs +
       " s; a second signal cancels them)");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(o.drain_timeout * 1000));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(o.drain_timeout * 1000));
   bool idle = false;
   while (!(idle = srv.WaitIdle(std::chrono::milliseconds(50)))) {
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -185,7 +186,8 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--port", o.port, "Port (0: any free port, printed at start)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--alias", o.alias, "Model name served in /v1/models and expected in requests (default: the file name)");
+  cmd->add_option("--alias", o.alias,
+                  "Model name served in /v1/models and expected in requests (default: the file name)");
   cmd->add_option("--chat-template", o.chat_template,
                   "Chat format for /v1/chat/completions: gemma, gemma4 or none. Default: the file's "
                   "tokenizer.chat_template (chat requests are refused when it has none)")

@@ -21,7 +21,8 @@ std::filesystem::path DefaultModelDir() {
     return std::filesystem::path(xdg) / "kvshare";
   }
   if (const std::string home = Env("HOME"); !home.empty()) return std::filesystem::path(home) / ".cache" / "kvshare";
-  throw Error("no place for the default model: set KVSHARE_MODEL_DIR (or XDG_CACHE_HOME, or HOME), or pass --model PATH");
+  throw Error(
+      "no place for the default model: set KVSHARE_MODEL_DIR (or XDG_CACHE_HOME, or HOME), or pass --model PATH");
 }
 
 std::filesystem::path DefaultModelPath() { return DefaultModelDir() / kDefaultModelName; }

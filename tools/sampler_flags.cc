@@ -29,7 +29,8 @@ void AddSamplerFlags(CLI::App& cmd, SamplerFlags& f) {
   cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
-  cmd.add_option("--top-p", f.top_p, "Keep the smallest set of most likely tokens whose probability reaches p (1 = off)")
+  cmd.add_option("--top-p", f.top_p,
+                 "Keep the smallest set of most likely tokens whose probability reaches p (1 = off)")
       ->check(FloatRange(0, 1, true, false))
       ->capture_default_str();
   cmd.add_option("--min-p", f.min_p, "Drop tokens less likely than p times the most likely one (0 = off)")

@@ -16,12 +16,12 @@ namespace kvshare::cli {
 
 // Defaults are the runtime's (SpeculativeOptions, NgramOptions).
 struct SpecFlags {
-  std::string spec;         // --spec: "" (none) or "ngram"
-  std::string draft_model;  // --draft-model PATH
-  int draft_max = SpeculativeOptions{}.draft_max;  // --draft-max
+  std::string spec;                                   // --spec: "" (none) or "ngram"
+  std::string draft_model;                            // --draft-model PATH
+  int draft_max = SpeculativeOptions{}.draft_max;     // --draft-max
   bool draft_fixed = !SpeculativeOptions{}.adaptive;  // --draft-fixed: always --draft-max drafts
-  int ngram_min = NgramOptions{}.ngram_min;  // --ngram-min
-  int ngram_max = NgramOptions{}.ngram_max;  // --ngram-max
+  int ngram_min = NgramOptions{}.ngram_min;           // --ngram-min
+  int ngram_max = NgramOptions{}.ngram_max;           // --ngram-max
 };
 
 // Adds --spec, --draft-model, --draft-max, --draft-fixed, --ngram-min and

@@ -37,7 +37,8 @@ Shape ShapeOf(const py::array& a, const std::string& name) {
 namespace {
 py::array AsArray(const py::handle& obj, const std::string& name) {
   if (!py::isinstance<py::array>(obj)) {
-    throw Error("'" + name + "' must be a numpy.ndarray, got " + std::string(py::str(py::type::of(obj).attr("__name__"))));
+    throw Error("'" + name + "' must be a numpy.ndarray, got " +
+                std::string(py::str(py::type::of(obj).attr("__name__"))));
   }
   return py::reinterpret_borrow<py::array>(obj);
 }

@@ -29,8 +29,11 @@ KvLayout ParseLayout(const std::string& s) {
 
 KvCacheOptions MakeOptions(int max_batch, std::int64_t max_seq, int max_step, const std::string& dtype,
                            bool exact_rewind, const std::string& layout) {
-  return KvCacheOptions{.max_batch = max_batch, .max_seq = max_seq, .max_step = max_step,
-                        .dtype = KvCacheDTypeFromName(dtype, "dtype"), .exact_rewind = exact_rewind,
+  return KvCacheOptions{.max_batch = max_batch,
+                        .max_seq = max_seq,
+                        .max_step = max_step,
+                        .dtype = KvCacheDTypeFromName(dtype, "dtype"),
+                        .exact_rewind = exact_rewind,
                         .layout = ParseLayout(layout)};
 }
 
@@ -77,8 +80,8 @@ void BindCache(py::module_& m) {
       .def(py::init([](const std::string& type, int window, int kv_heads, int head_size, float rope_base) {
              return LayerSpec{ParseType(type), window, kv_heads, head_size, rope_base};
            }),
-           py::kw_only(), py::arg("type") = "full", py::arg("window") = 0, py::arg("kv_heads"),
-           py::arg("head_size"), py::arg("rope_base") = 10000.f)
+           py::kw_only(), py::arg("type") = "full", py::arg("window") = 0, py::arg("kv_heads"), py::arg("head_size"),
+           py::arg("rope_base") = 10000.f)
       .def_property_readonly("type", [](const LayerSpec& s) { return std::string(AttentionTypeName(s.type)); })
       .def_readonly("window", &LayerSpec::window)
       .def_readonly("kv_heads", &LayerSpec::kv_heads)
@@ -89,8 +92,11 @@ void BindCache(py::module_& m) {
                ", kv_heads=" + std::to_string(s.kv_heads) + ", head_size=" + std::to_string(s.head_size) + ")";
       });
 
-  py::class_<ModelKvSpec>(m, "ModelKvSpec", "The attention layers of a model and how many trailing layers are KV-shared.")
-      .def(py::init([](std::vector<LayerSpec> layers, int shared) { return ModelKvSpec{std::move(layers), shared}; }),
+  py::class_<ModelKvSpec>(m, "ModelKvSpec",
+                          "The attention layers of a model and how many trailing layers are KV-shared.")
+      .def(py::init([](std::vector<LayerSpec> layers, int shared) {
+             return ModelKvSpec{std::move(layers), shared};
+           }),
            py::arg("layers"), py::arg("num_kv_shared_layers") = 0)
       .def_readonly("layers", &ModelKvSpec::layers)
       .def_readonly("num_kv_shared_layers", &ModelKvSpec::num_kv_shared_layers);
@@ -153,10 +159,12 @@ void BindCache(py::module_& m) {
       .def("reserved", &KvCache::Reserved, py::arg("row"), "Uncommitted reserved positions of row.")
       .def("oldest_rewind_length", &KvCache::OldestRewindLength, py::arg("row"),
            "Smallest length > 0 that rewind(row, ...) accepts now.")
-      .def_property_readonly("write_indices", [](const KvCache& c) { return IndexVector(c.WriteIndices()); },
-                             "int64 (max_batch,): length per row (a copy).")
-      .def_property_readonly("nonpad_kv_seqlen", [](const KvCache& c) { return IndexVector(c.NonpadKvSeqlen()); },
-                             "int64 (max_batch,): length + reserved per row (a copy).")
+      .def_property_readonly(
+          "write_indices", [](const KvCache& c) { return IndexVector(c.WriteIndices()); },
+          "int64 (max_batch,): length per row (a copy).")
+      .def_property_readonly(
+          "nonpad_kv_seqlen", [](const KvCache& c) { return IndexVector(c.NonpadKvSeqlen()); },
+          "int64 (max_batch,): length + reserved per row (a copy).")
       .def_property_readonly("plan", &KvCache::Plan)
       .def("memory", &KvCache::Memory, "KvMemoryReport of the allocated buffers.")
       .def(
@@ -214,11 +222,11 @@ void BindCache(py::module_& m) {
             }
             return out;
           },
-          py::arg("layer"), py::arg("query"), py::arg("key") = py::none(), py::arg("value") = py::none(),
-          py::kw_only(), py::arg("cos_cache") = py::none(), py::arg("sin_cache") = py::none(),
-          py::arg("head_sink") = py::none(), py::arg("num_heads"), py::arg("scale") = 0.0f,
-          py::arg("softcap") = 0.0f, py::arg("do_rotary") = 0, py::arg("rotary_interleaved") = 0,
-          py::arg("smooth_softmax") = -1, py::arg("bfloat16") = false, py::arg("num_threads") = 1,
+          py::arg("layer"), py::arg("query"), py::arg("key") = py::none(), py::arg("value") = py::none(), py::kw_only(),
+          py::arg("cos_cache") = py::none(), py::arg("sin_cache") = py::none(), py::arg("head_sink") = py::none(),
+          py::arg("num_heads"), py::arg("scale") = 0.0f, py::arg("softcap") = 0.0f, py::arg("do_rotary") = 0,
+          py::arg("rotary_interleaved") = 0, py::arg("smooth_softmax") = -1, py::arg("bfloat16") = false,
+          py::arg("num_threads") = 1,
           R"(Runs GroupQueryAttention for `layer` in static scatter mode on the cache buffers.
 
 query (B, S, num_heads*H) with B <= max_batch, S <= max_step; key/value (B, S, N_kv*H)

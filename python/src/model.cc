@@ -16,13 +16,13 @@
 
 #include "arrays.h"
 #include "bind.h"
-#include "kvshare/model/gemma4_assistant.h"
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
-#include "kvshare/runtime/generator.h"
-#include "kvshare/model/model.h"
-#include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/gemma4_assistant.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/drafter_factory.h"
+#include "kvshare/runtime/generator.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare::python {
@@ -197,8 +197,8 @@ class PyModel {
       core_->model = Model::Load(path);
       core_->tokenizer = std::make_unique<Tokenizer>(ReadVocab(core_->model->gguf()));
       core_->pool = std::make_unique<ThreadPool>(threads);
-      core_->generator = std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(),
-                                                     state_options_);
+      core_->generator =
+          std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(), state_options_);
     }
     // What the loader noticed (e.g. llama.cpp would share KV differently): Python warnings.
     for (const std::string& w : core_->model->warnings()) {
@@ -232,8 +232,8 @@ class PyModel {
   }
 
   std::vector<int32_t> Tokenize(const std::string& text, std::optional<bool> add_bos, bool parse_special) const {
-    return core_->tokenizer->Encode(text, EncodeOptions{.add_bos = add_bos, .add_eos = std::nullopt,
-                                                        .parse_special = parse_special});
+    return core_->tokenizer->Encode(
+        text, EncodeOptions{.add_bos = add_bos, .add_eos = std::nullopt, .parse_special = parse_special});
   }
 
   std::vector<int32_t> ChatTokens(const std::vector<std::pair<std::string, std::string>>& messages,
@@ -278,8 +278,13 @@ class PyModel {
     }
     GenerateOptions o;
     o.max_new_tokens = max_new_tokens;
-    o.sampler = SamplerOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = min_p,
-                               .repetition_penalty = repetition_penalty, .repeat_last_n = 64, .seed = seed};
+    o.sampler = SamplerOptions{.temperature = temperature,
+                               .top_k = top_k,
+                               .top_p = top_p,
+                               .min_p = min_p,
+                               .repetition_penalty = repetition_penalty,
+                               .repeat_last_n = 64,
+                               .seed = seed};
     o.stop_tokens = tmpl.StopTokens();
     Sampler validate(o.sampler);  // option errors raise here, before the worker starts
     o.speculative = {.draft_max = draft_max, .adaptive = draft_adaptive};
@@ -309,7 +314,8 @@ class PyModel {
     if (!chat.is_none() && !chat.cast<bool>()) return ChatFormat::kNone;
     const ChatFormatChoice choice = ChooseChatFormat(core_->model->gguf());
     if (chat.is_none() && choice.source == ChatFormatSource::kFileUnrecognized) {
-      const std::string msg = choice.reason + "; using plain completion. Name a format with chat=\"gemma\" or "
+      const std::string msg = choice.reason +
+                              "; using plain completion. Name a format with chat=\"gemma\" or "
                               "\"gemma4\" (chat=False silences this warning)";
       if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
     }
@@ -326,7 +332,8 @@ class PyModel {
   Drafter* DrafterFor(const py::object& draft, const SpeculativeOptions& options) {
     if (draft.is_none()) return nullptr;
     const std::string choices = "None, \"ngram\" (prompt lookup), a kvshare.Model or a kvshare.Assistant";
-    SpeculationRequest r{.speculative = options, .names = {.method = "draft", .draft = "draft", .method_choices = choices}};
+    SpeculationRequest r{.speculative = options,
+                         .names = {.method = "draft", .draft = "draft", .method_choices = choices}};
     std::shared_ptr<ModelCore> draft_core;
     std::shared_ptr<const AssistantModel> assistant;
     std::lock_guard<std::mutex> lock(core_->busy_mu);
@@ -349,10 +356,9 @@ class PyModel {
     if (!s.drafter || core_->draft_method != r.method || core_->draft_core != draft_core ||
         core_->assistant != assistant) {
       s = {};  // the old drafter and its state go before the new one is made
-      s = MakeSpeculation(r, *core_->model,
-                          {.max_context = state_options_.max_context,
-                           .kv_dtype = state_options_.kv_dtype,
-                           .pool = core_->pool.get()});
+      s = MakeSpeculation(
+          r, *core_->model,
+          {.max_context = state_options_.max_context, .kv_dtype = state_options_.kv_dtype, .pool = core_->pool.get()});
       core_->draft_method = r.method;
       core_->draft_core = std::move(draft_core);
       core_->assistant = std::move(assistant);

@@ -25,8 +25,8 @@ T Get(const py::dict& d, const char* key, T fallback) {
 
 GqaAttributes ParseAttributes(const py::dict& d) {
   static const std::set<std::string> known = {
-      "num_heads", "kv_num_heads",  "causal",     "scale",         "softcap",       "local_window_size",
-      "do_rotary", "rotary_interleaved", "smooth_softmax", "qk_output", "kv_block_size", "num_kv_blocks",
+      "num_heads",   "kv_num_heads",       "causal",         "scale",     "softcap",       "local_window_size",
+      "do_rotary",   "rotary_interleaved", "smooth_softmax", "qk_output", "kv_block_size", "num_kv_blocks",
       "scatter_mode"};
   for (const auto& kv : d) {
     const std::string k = py::str(kv.first);
@@ -67,10 +67,12 @@ GqaKernel ParseKernel(const std::string& k) {
 std::string Gqa(const py::dict& inputs, const py::dict& outputs, const py::dict& attributes, bool bfloat16,
                 const std::string& kernel, int num_threads, bool detect_only) {
   for (const auto& kv : inputs) {
-    if (!kInputs.count(py::str(kv.first))) throw Error("unknown GroupQueryAttention input '" + std::string(py::str(kv.first)) + "'");
+    if (!kInputs.count(py::str(kv.first)))
+      throw Error("unknown GroupQueryAttention input '" + std::string(py::str(kv.first)) + "'");
   }
   for (const auto& kv : outputs) {
-    if (!kOutputs.count(py::str(kv.first))) throw Error("unknown GroupQueryAttention output '" + std::string(py::str(kv.first)) + "'");
+    if (!kOutputs.count(py::str(kv.first)))
+      throw Error("unknown GroupQueryAttention output '" + std::string(py::str(kv.first)) + "'");
   }
   const GqaAttributes attrs = ParseAttributes(attributes);
   ArrayKeeper keep;

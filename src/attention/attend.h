@@ -45,11 +45,11 @@ struct BiasSource {
 };
 
 struct AttendParams {
-  int batch = 0;       // B
-  int q_len = 0;       // S
-  int num_heads = 0;   // N
-  int kv_heads = 0;    // N_kv; query head h reads kv head h / (N / N_kv)
-  int head_size = 0;   // H
+  int batch = 0;      // B
+  int q_len = 0;      // S
+  int num_heads = 0;  // N
+  int kv_heads = 0;   // N_kv; query head h reads kv head h / (N / N_kv)
+  int head_size = 0;  // H
 
   // Queries after RoPE, before scaling: float32, dense [B, S, N, H].
   const float* q = nullptr;
@@ -65,9 +65,9 @@ struct AttendParams {
   const std::int64_t* q_offset = nullptr;
   const std::int64_t* valid_q = nullptr;
 
-  bool causal = true;  // key j visible only if j <= p
-  int window = 0;      // > 0: key j visible only if p - j < window
-  float scale = 1.0f;  // x = scale * (q . k)
+  bool causal = true;    // key j visible only if j <= p
+  int window = 0;        // > 0: key j visible only if p - j < window
+  float scale = 1.0f;    // x = scale * (q . k)
   float softcap = 0.0f;  // > 0: x = softcap * tanh(x / softcap), before the bias
   BiasSource bias;       // added to visible scores after softcap
   // Per-head sink logit [N] (float32), or null. Adds exp(sink - m) to the

@@ -86,16 +86,16 @@ constexpr std::size_t KvRowBytes(std::size_t H) {
 // The scale d of the q8_0 block at blk (its fp16 bits widened in a register).
 HWY_INLINE float Q8_0Scale(const unsigned char* HWY_RESTRICT blk) {
   const hn::CappedTag<float, 1> d1;
-  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(hn::Rebind<hwy::float16_t, decltype(d1)>(),
-                                                 reinterpret_cast<const hwy::float16_t*>(blk))));
+  return hn::GetLane(hn::PromoteTo(
+      d1, hn::LoadU(hn::Rebind<hwy::float16_t, decltype(d1)>(), reinterpret_cast<const hwy::float16_t*>(blk))));
 }
 
 // Lanes(d) int8 codes at q as float (not yet scaled).
 template <class D>
 HWY_INLINE hn::Vec<D> LoadQ8_0Codes(D d, const unsigned char* HWY_RESTRICT q) {
   const hn::RebindToSigned<D> di;
-  return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, D>(),
-                                                      reinterpret_cast<const std::int8_t*>(q))));
+  return hn::ConvertTo(
+      d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, D>(), reinterpret_cast<const std::int8_t*>(q))));
 }
 
 // out[0, H) = the q8_0 row at row, dequantized (the same products as the
@@ -126,8 +126,7 @@ HWY_INLINE void FoldBlocksStore4(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
 // out[k] = sum of the lanes of a_k, k < 4 (a transposing reduction: 3
 // shuffles + 3 adds per 128-bit block instead of four full reductions).
 template <class D>
-HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3,
-                            float* HWY_RESTRICT out) {
+HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3, float* HWY_RESTRICT out) {
   if constexpr (hn::MaxLanes(D()) < 4) {
     out[0] = hn::GetLane(hn::SumOfLanes(d, a0));
     out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
@@ -140,15 +139,14 @@ HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn
     const auto u23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
     const auto b01 = hn::BitCast(d64, u01), b23 = hn::BitCast(d64, u23);
     // Per block: [sum a0, sum a1, sum a2, sum a3] (partial over the block).
-    const auto w = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, b01, b23)),
-                           hn::BitCast(d, hn::InterleaveUpper(d64, b01, b23)));
+    const auto w =
+        hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, b01, b23)), hn::BitCast(d, hn::InterleaveUpper(d64, b01, b23)));
     FoldBlocksStore4(d, w, out);
   }
 }
 #else
 template <class D>
-HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3,
-                            float* HWY_RESTRICT out) {
+HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3, float* HWY_RESTRICT out) {
   out[0] = hn::GetLane(hn::SumOfLanes(d, a0));
   out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
   out[2] = hn::GetLane(hn::SumOfLanes(d, a2));
@@ -336,8 +334,8 @@ HWY_INLINE void StorePvAcc(D d, const hn::Vec<D> (&a)[kRowTile][NV], std::size_t
 // rescale); v_j is the row at vv + off[j].
 template <std::size_t NV, class D, typename T>
 HWY_INLINE void PvChunk(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
-                        const float* HWY_RESTRICT p, std::size_t ldp, const T* HWY_RESTRICT vv,
-                        const std::int64_t* off, std::size_t nk, std::size_t c) {
+                        const float* HWY_RESTRICT p, std::size_t ldp, const T* HWY_RESTRICT vv, const std::int64_t* off,
+                        std::size_t nk, std::size_t c) {
   using V = hn::Vec<D>;
   const std::size_t L = hn::Lanes(d);
   V a[kRowTile][NV];
@@ -396,8 +394,8 @@ inline constexpr std::size_t kPvSubBlockBytes = 16 * 1024;
 // length or nk, so keys that a row does not see (p = 0) never change its sum.
 template <class D, typename T>
 HWY_INLINE void PvRows(D d, float* HWY_RESTRICT acc, std::size_t H, const float* HWY_RESTRICT alpha,
-                       const float* HWY_RESTRICT p, std::size_t ldp, const T* HWY_RESTRICT vv,
-                       const std::int64_t* off, std::size_t nk, const char* active, std::size_t groups) {
+                       const float* HWY_RESTRICT p, std::size_t ldp, const T* HWY_RESTRICT vv, const std::int64_t* off,
+                       std::size_t nk, const char* active, std::size_t groups) {
   const std::size_t L = hn::Lanes(d);
   const std::size_t sub = std::max<std::size_t>(4, kPvSubBlockBytes / KvRowBytes<T>(H));
   for (std::size_t j0 = 0; j0 < nk; j0 += sub) {

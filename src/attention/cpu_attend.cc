@@ -25,6 +25,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/cpu_attend.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 
@@ -73,10 +74,10 @@ struct RowInfo {
 struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> buf;
   std::size_t cap = 0;
-  std::vector<std::int64_t> koff, voff;  // element offsets of a block's K / V rows
+  std::vector<std::int64_t> koff, voff;    // element offsets of a block's K / V rows
   hwy::AlignedFreeUniquePtr<float[]> kdq;  // [kKeyTile, H]: a q8_0 K tile, dequantized
   std::size_t kdq_cap = 0;
-  std::vector<std::int64_t> kdq_off;     // offsets of its rows, laid out as koff
+  std::vector<std::int64_t> kdq_off;  // offsets of its rows, laid out as koff
   std::vector<RowInfo> rows;
   std::vector<float> m, l, alpha;
   std::vector<char> active;  // per row group of kRowTile rows
@@ -122,8 +123,7 @@ void WithKvType(DType dtype, F&& f) {
 // [j0, j1). Returns the number of real rows (the rest up to a multiple of
 // kRowTile are zero padding).
 template <class D>
-std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, std::int64_t j1,
-                      Scratch& s) {
+std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, std::int64_t j1, Scratch& s) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, G = cx.G;
   const std::size_t rows = static_cast<std::size_t>(t.s1 - t.s0) * G;
@@ -152,8 +152,8 @@ std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, 
     ri.keys.lo = std::max(ri.keys.lo, j0);
     ri.keys.hi = std::min(ri.keys.hi, j1 - 1);
     ri.bias_off = t.b * p.bias.b_stride + ri.h * p.bias.h_stride + ri.s * p.bias.s_stride;
-    const float* q = p.q + ((static_cast<std::int64_t>(t.b) * p.q_len + ri.s) * p.num_heads + ri.h) *
-                               static_cast<std::int64_t>(H);
+    const float* q =
+        p.q + ((static_cast<std::int64_t>(t.b) * p.q_len + ri.s) * p.num_heads + ri.h) * static_cast<std::int64_t>(H);
     ScaleRow(d, q, H, p.scale, s.qs + r * H);
   }
   for (std::size_t r = rows; r < rp; ++r) s.rows[r].keys = KeyRange{};
@@ -282,8 +282,8 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
 // Writes the normalized output rows of a tile from (m, l, acc) and records
 // the final (m, l) for the qk pass.
 template <class D>
-void Finalize(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, const float* m, const float* l,
-              float* acc, const std::vector<RowInfo>& ri) {
+void Finalize(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, const float* m, const float* l, float* acc,
+              const std::vector<RowInfo>& ri) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H;
   for (std::size_t r = 0; r < rows; ++r) {
@@ -300,8 +300,8 @@ void Finalize(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, const f
       lf = l[r] * scale + extra;
       inv = scale / lf;
     }
-    const std::int64_t off = ((static_cast<std::int64_t>(t.b) * p.q_len + s) * p.num_heads + h) *
-                             static_cast<std::int64_t>(H);
+    const std::int64_t off =
+        ((static_cast<std::int64_t>(t.b) * p.q_len + s) * p.num_heads + h) * static_cast<std::int64_t>(H);
     if (p.out_dtype == DType::kFloat32) {
       ScaleRow(d, a, H, inv, static_cast<float*>(p.out) + off);
     } else {
@@ -480,7 +480,8 @@ void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
       return;
     }
     const std::int64_t i0 = r * num_splits / runs, i1 = (r + 1) * num_splits / runs;
-    for (std::int64_t i = i0; i < i1; ++i) RunSplit<D, kSoftcap, kBias>(d, cx, plan.splits[static_cast<std::size_t>(i)]);
+    for (std::int64_t i = i0; i < i1; ++i)
+      RunSplit<D, kSoftcap, kBias>(d, cx, plan.splits[static_cast<std::size_t>(i)]);
   });
   std::vector<std::size_t> split_tiles;
   for (std::size_t i = 0; i < plan.tiles.size(); ++i) {

@@ -17,8 +17,7 @@ AttendPlan BuildAttendPlan(const AttendParams& p) {
   // Split-KV at absolute key positions that are multiples of split_len, for
   // every tile whatever S: a query's splits (and so its result) depend only on
   // its own visible keys, not on the queries it shares a call or a tile with.
-  const std::int64_t split_len =
-      (static_cast<std::int64_t>(kSplitKeys) + plan.block - 1) / plan.block * plan.block;
+  const std::int64_t split_len = (static_cast<std::int64_t>(kSplitKeys) + plan.block - 1) / plan.block * plan.block;
   const std::int64_t H = p.head_size;
 
   for (int b = 0; b < p.batch; ++b) {

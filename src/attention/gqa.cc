@@ -140,8 +140,9 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
                          const GqaRunOptions& options) {
   if (options.device == Device::kCuda) {
     if (options.kernel == GqaKernel::kReference) {
-      throw Error("GroupQueryAttention: the reference kernel (GqaKernel::kReference) runs on the CPU only; "
-                  "with device cuda use kAuto or kOptimized");
+      throw Error(
+          "GroupQueryAttention: the reference kernel (GqaKernel::kReference) runs on the CPU only; "
+          "with device cuda use kAuto or kOptimized");
     }
 #if KVSHARE_HAVE_CUDA
     // Where every tensor lives first (index inputs must be host-readable),
@@ -150,8 +151,9 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
     detail::GroupQueryAttentionCuda(attrs, in, out, detail::PlanGqa(attrs, in, out), options);
     return;
 #else
-    throw Error("GroupQueryAttention: device cuda requested, but this kvshare was built without CUDA "
-                "(configure with -DKVSHARE_CUDA=ON and nvcc on PATH)");
+    throw Error(
+        "GroupQueryAttention: device cuda requested, but this kvshare was built without CUDA "
+        "(configure with -DKVSHARE_CUDA=ON and nvcc on PATH)");
 #endif
   }
   if (options.device != Device::kCpu) throw Error("GroupQueryAttention: unknown device in GqaRunOptions");
@@ -255,15 +257,15 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
   std::vector<float> sink;
   if (in.head_sink) {
     sink.resize(static_cast<std::size_t>(N));
-    for (int h = 0; h < N; ++h) sink[static_cast<std::size_t>(h)] = LoadAsFloat(in.head_sink->data, in.head_sink->dtype, h);
+    for (int h = 0; h < N; ++h)
+      sink[static_cast<std::size_t>(h)] = LoadAsFloat(in.head_sink->data, in.head_sink->dtype, h);
   } else if (attrs.smooth_softmax == 1) {
     sink.assign(static_cast<std::size_t>(N), 0.0f);
   }
 
-  const detail::AttendParams ap =
-      detail::MakeAttendParams(attrs, in, out, p, q.data(), k_src, v_src,
-                               detail::AttendRows{p.kv_len.data(), p.q_offset.data(), p.valid_q.data()},
-                               sink.empty() ? nullptr : sink.data());
+  const detail::AttendParams ap = detail::MakeAttendParams(
+      attrs, in, out, p, q.data(), k_src, v_src,
+      detail::AttendRows{p.kv_len.data(), p.q_offset.data(), p.valid_q.data()}, sink.empty() ? nullptr : sink.data());
   if (options.kernel == GqaKernel::kReference) {
     detail::AttendReference(ap);
   } else {

@@ -17,7 +17,7 @@ void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out);
 // Runs the op on the GPU for plan p = PlanGqa(attrs, in, out): RoPE on Q, the
 // new K/V rows into present / the cache, attention; returns when the stream is
 // done. Throws kvshare::Error on a CUDA failure.
-void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
-                             const GqaPlan& p, const GqaRunOptions& options);
+void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out, const GqaPlan& p,
+                             const GqaRunOptions& options);
 
 }  // namespace kvshare::detail

@@ -77,8 +77,10 @@ inline KvPlace PlaceKv(const GqaAttributes& attrs, const GqaInputs& in, const Gq
       break;
     case KvMode::kExternalKv: {
       const std::int64_t kv_hidden = static_cast<std::int64_t>(p.kv_heads) * p.head_size;
-      place.k = CacheDst{const_cast<void*>(p.k_src.data), p.k_src.dtype, p.ext_kv_len * kv_hidden, p.head_size, kv_hidden};
-      place.v = CacheDst{const_cast<void*>(p.v_src.data), p.v_src.dtype, p.ext_kv_len * kv_hidden, p.head_size, kv_hidden};
+      place.k =
+          CacheDst{const_cast<void*>(p.k_src.data), p.k_src.dtype, p.ext_kv_len * kv_hidden, p.head_size, kv_hidden};
+      place.v =
+          CacheDst{const_cast<void*>(p.v_src.data), p.v_src.dtype, p.ext_kv_len * kv_hidden, p.head_size, kv_hidden};
       break;
     }
     case KvMode::kStaticScatter:
@@ -101,9 +103,9 @@ struct AttendRows {
 // The attention kernel's parameters for plan p: q (float32 [B, S, N, H], after
 // RoPE), K / V where they live, the row arrays, sink (float32 [N] or null), and
 // the bias / output / output_qk views of in / out.
-inline AttendParams MakeAttendParams(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out, const GqaPlan& p,
-                              const float* q, const KvSource& k, const KvSource& v, const AttendRows& rows,
-                              const float* sink) {
+inline AttendParams MakeAttendParams(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
+                                     const GqaPlan& p, const float* q, const KvSource& k, const KvSource& v,
+                                     const AttendRows& rows, const float* sink) {
   AttendParams ap;
   ap.batch = p.batch;
   ap.q_len = p.q_len;

@@ -16,19 +16,20 @@ namespace {
 [[noreturn]] void Fail(const std::string& msg) { throw Error("GroupQueryAttention: " + msg); }
 
 // Formats the message only on failure: validation runs on every call.
-#define KVS_CHECK(cond, ...)                \
-  do {                                      \
-    if (!(cond)) Fail(Str(__VA_ARGS__));    \
+#define KVS_CHECK(cond, ...)             \
+  do {                                   \
+    if (!(cond)) Fail(Str(__VA_ARGS__)); \
   } while (0)
 
 void RequireFloat(const ConstTensorView& t, const char* name) {
-  KVS_CHECK(IsFloatingPoint(t.dtype), "Input '", name, "' must be float32, float16 or bfloat16, got ", DTypeName(t.dtype));
+  KVS_CHECK(IsFloatingPoint(t.dtype), "Input '", name, "' must be float32, float16 or bfloat16, got ",
+            DTypeName(t.dtype));
 }
 
 // A KV cache tensor (past / present / external K/V): float or q8_0.
 void RequireKvCacheDType(DType dtype, const char* name) {
-  KVS_CHECK(IsKvCacheDType(dtype), "Input '", name, "' must be float32, float16, bfloat16 or q8_0 (a KV cache dtype), got ",
-            DTypeName(dtype));
+  KVS_CHECK(IsKvCacheDType(dtype), "Input '", name,
+            "' must be float32, float16, bfloat16 or q8_0 (a KV cache dtype), got ", DTypeName(dtype));
 }
 
 // q8_0 stores blocks of 32 values along the head dimension.
@@ -49,21 +50,27 @@ void RequireRank(const ConstTensorView& t, const char* name, int rank) {
 void ValidateAttributes(const GqaAttributes& a) {
   KVS_CHECK(a.num_heads > 0, "num_heads must be > 0, got ", a.num_heads);
   KVS_CHECK(a.kv_num_heads > 0, "kv_num_heads must be > 0, got ", a.kv_num_heads);
-  KVS_CHECK(a.num_heads % a.kv_num_heads == 0, "num_heads must be a multiple of kv_num_heads. Got num_heads % kv_num_heads == ",
-              a.num_heads % a.kv_num_heads);
+  KVS_CHECK(
+      a.num_heads % a.kv_num_heads == 0,
+      "num_heads must be a multiple of kv_num_heads. Got num_heads % kv_num_heads == ", a.num_heads % a.kv_num_heads);
   KVS_CHECK(a.causal == 0 || a.causal == 1, "causal must be 0 or 1, got ", a.causal);
-  KVS_CHECK(a.local_window_size == -1 || a.local_window_size > 0, "local_window_size must be -1 (off) or > 0, got ", a.local_window_size);
-  KVS_CHECK(!(a.causal == 0 && a.local_window_size != -1), "local_window_size must be -1 when causal is 0, got ", a.local_window_size);
-  KVS_CHECK(std::isfinite(a.scale) && a.scale >= 0.0f, "scale must be finite and >= 0 (0 means 1/sqrt(head_size)), got ", a.scale);
-  KVS_CHECK(std::isfinite(a.softcap) && a.softcap >= 0.0f, "softcap must be finite and >= 0 (0 means off), got ", a.softcap);
+  KVS_CHECK(a.local_window_size == -1 || a.local_window_size > 0, "local_window_size must be -1 (off) or > 0, got ",
+            a.local_window_size);
+  KVS_CHECK(!(a.causal == 0 && a.local_window_size != -1), "local_window_size must be -1 when causal is 0, got ",
+            a.local_window_size);
+  KVS_CHECK(std::isfinite(a.scale) && a.scale >= 0.0f,
+            "scale must be finite and >= 0 (0 means 1/sqrt(head_size)), got ", a.scale);
+  KVS_CHECK(std::isfinite(a.softcap) && a.softcap >= 0.0f, "softcap must be finite and >= 0 (0 means off), got ",
+            a.softcap);
   KVS_CHECK(a.do_rotary == 0 || a.do_rotary == 1, "do_rotary must be 0 or 1, got ", a.do_rotary);
-  KVS_CHECK(a.rotary_interleaved == 0 || a.rotary_interleaved == 1, "rotary_interleaved must be 0 or 1, got ", a.rotary_interleaved);
+  KVS_CHECK(a.rotary_interleaved == 0 || a.rotary_interleaved == 1, "rotary_interleaved must be 0 or 1, got ",
+            a.rotary_interleaved);
   KVS_CHECK(a.qk_output >= 0 && a.qk_output <= 2, "qk_output attribute received unsupported value ", a.qk_output,
-                                                    " (expected 0 none, 1 before softmax, 2 after softmax)");
+            " (expected 0 none, 1 before softmax, 2 after softmax)");
   KVS_CHECK(a.kv_block_size >= 0, "kv_block_size must be >= 0 (0 means chosen by the kernel), got ", a.kv_block_size);
   KVS_CHECK(a.num_kv_blocks >= 0, "num_kv_blocks must be >= 0 (0 means unused), got ", a.num_kv_blocks);
-  KVS_CHECK(a.kv_block_size == 0 || a.num_kv_blocks == 0, "kv_block_size (", a.kv_block_size, ") and num_kv_blocks (", a.num_kv_blocks,
-              ") are alternatives: set at most one");
+  KVS_CHECK(a.kv_block_size == 0 || a.num_kv_blocks == 0, "kv_block_size (", a.kv_block_size, ") and num_kv_blocks (",
+            a.num_kv_blocks, ") are alternatives: set at most one");
 }
 
 // Checks a BNSH cache tensor (past or present): rank 4, batch, kv heads, head size.
@@ -93,19 +100,21 @@ std::vector<std::int64_t> ReadSeqlensK(const GqaInputs& in, int B) {
   const Shape& s = t.shape;
   const bool ok = (s.rank == 1 && s[0] == B) || (s.rank == 2 && ((s[0] == B && s[1] == 1) || (s[0] == 1 && s[1] == B)));
   KVS_CHECK(ok, "seqlens_k has unexpected shape ", s.ToString(), ": expected [", B, "], [", B, ", 1] or [1, ", B,
-                  "] (batch_size ", B, ")");
+            "] (batch_size ", B, ")");
   RequireData(t, "seqlens_k");
   std::vector<std::int64_t> v(static_cast<std::size_t>(B));
   for (int b = 0; b < B; ++b) {
     v[static_cast<std::size_t>(b)] = t.As<std::int32_t>()[b];
-    KVS_CHECK(v[static_cast<std::size_t>(b)] >= 0, "seqlens_k[", b, "] = ", v[static_cast<std::size_t>(b)], " is out of range: must be >= 0");
+    KVS_CHECK(v[static_cast<std::size_t>(b)] >= 0, "seqlens_k[", b, "] = ", v[static_cast<std::size_t>(b)],
+              " is out of range: must be >= 0");
   }
   return v;
 }
 
 std::vector<std::int64_t> ReadIndexVector(const std::optional<ConstTensorView>& t, const char* name, int B) {
   KVS_CHECK(t->dtype == DType::kInt64, "Input '", name, "' must be int64, got ", DTypeName(t->dtype));
-  KVS_CHECK(t->shape.rank == 1 && t->shape[0] == B, "Input '", name, "' must have shape [batch_size] = [", B, "], got ", t->shape.ToString());
+  KVS_CHECK(t->shape.rank == 1 && t->shape[0] == B, "Input '", name, "' must have shape [batch_size] = [", B, "], got ",
+            t->shape.ToString());
   RequireData(*t, name);
   std::vector<std::int64_t> v(static_cast<std::size_t>(B));
   for (int b = 0; b < B; ++b) v[static_cast<std::size_t>(b)] = t->As<std::int64_t>()[b];
@@ -129,12 +138,14 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
   p.kv_heads = Nkv;
 
   const bool has_key = in.key.has_value(), has_value = in.value.has_value();
-  KVS_CHECK(has_key == has_value, "Input 'key' and 'value' shall be both present, or both absent in the case of packed qkv.");
+  KVS_CHECK(has_key == has_value,
+            "Input 'key' and 'value' shall be both present, or both absent in the case of packed qkv.");
   const bool has_pk = in.past_key.has_value(), has_pv = in.past_value.has_value();
   KVS_CHECK(has_pk == has_pv, "Input 'past_key' and 'past_value' shall be both present or both absent.");
   const bool has_wi = in.write_indices.has_value(), has_np = in.nonpad_kv_seqlen.has_value();
-  KVS_CHECK(has_wi == has_np, "Input 'write_indices' and 'nonpad_kv_seqlen' shall be both present (static scatter mode) "
-                            "or both absent.");
+  KVS_CHECK(has_wi == has_np,
+            "Input 'write_indices' and 'nonpad_kv_seqlen' shall be both present (static scatter mode) "
+            "or both absent.");
   const bool has_prk = out.present_key.has_value(), has_prv = out.present_value.has_value();
   KVS_CHECK(has_prk == has_prv, "Output 'present_key' and 'present_value' shall be both present or both absent.");
 
@@ -143,21 +154,27 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
     RequireKvCacheDType(in.past_value->dtype, "past_value");
     RequireData(*in.past_key, "past_key");
     RequireData(*in.past_value, "past_value");
-    KVS_CHECK(in.past_key->dtype == in.past_value->dtype, "Input 'past_key' and 'past_value' must have the same dtype, got ", DTypeName(in.past_key->dtype),
-                " and ", DTypeName(in.past_value->dtype));
+    KVS_CHECK(in.past_key->dtype == in.past_value->dtype,
+              "Input 'past_key' and 'past_value' must have the same dtype, got ", DTypeName(in.past_key->dtype),
+              " and ", DTypeName(in.past_value->dtype));
     RequireRank(*in.past_key, "past_key", 4);
     RequireRank(*in.past_value, "past_value", 4);
   }
   if (has_prk) {
-    KVS_CHECK(out.present_key->data != nullptr || out.present_key->NumElements() == 0, "Output 'present_key' has a null data pointer");
-    KVS_CHECK(out.present_value->data != nullptr || out.present_value->NumElements() == 0, "Output 'present_value' has a null data pointer");
-    KVS_CHECK(IsKvCacheDType(out.present_key->dtype) && out.present_key->dtype == out.present_value->dtype, "Output 'present_key' and 'present_value' must share one KV cache dtype (float32, float16, bfloat16 or q8_0), got ",
-                DTypeName(out.present_key->dtype), " and ", DTypeName(out.present_value->dtype));
+    KVS_CHECK(out.present_key->data != nullptr || out.present_key->NumElements() == 0,
+              "Output 'present_key' has a null data pointer");
+    KVS_CHECK(out.present_value->data != nullptr || out.present_value->NumElements() == 0,
+              "Output 'present_value' has a null data pointer");
+    KVS_CHECK(IsKvCacheDType(out.present_key->dtype) && out.present_key->dtype == out.present_value->dtype,
+              "Output 'present_key' and 'present_value' must share one KV cache dtype (float32, float16, bfloat16 or "
+              "q8_0), got ",
+              DTypeName(out.present_key->dtype), " and ", DTypeName(out.present_value->dtype));
   }
   p.present_aliases_past = has_pk && has_prk && in.past_key->data == out.present_key->data &&
                            in.past_value->data == out.present_value->data && in.past_key->data != nullptr;
   if (has_pk && has_prk && !p.present_aliases_past) {
-    KVS_CHECK(in.past_key->data != out.present_key->data && in.past_value->data != out.present_value->data, "past_key/present_key and past_value/present_value must both alias (share buffer) or both be distinct");
+    KVS_CHECK(in.past_key->data != out.present_key->data && in.past_value->data != out.present_value->data,
+              "past_key/present_key and past_value/present_value must both alias (share buffer) or both be distinct");
   }
 
   auto head_from_unpacked = [&]() {
@@ -165,8 +182,10 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
     return D / N;
   };
   auto head_from_packed = [&]() {
-    KVS_CHECK(D % (N + 2 * Nkv) == 0, "Input 'query' dimension 2 (", D, ") of packed QKV must be a multiple of "
-                                        "num_heads + 2 * kv_num_heads (", N + 2 * Nkv, ")");
+    KVS_CHECK(D % (N + 2 * Nkv) == 0, "Input 'query' dimension 2 (", D,
+              ") of packed QKV must be a multiple of "
+              "num_heads + 2 * kv_num_heads (",
+              N + 2 * Nkv, ")");
     return D / (N + 2 * Nkv);
   };
 
@@ -189,8 +208,9 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
     const ConstTensorView& k = *in.key;
     const std::int64_t kv_seq = k.shape.rank == 3 ? k.shape[1] : -1;
     if (kv_seq == 0) {
-      KVS_CHECK(has_pk, "query and key must have the same sequence length: Input 'key' has 0 rows but no past_key is "
-                      "given (the borrowed empty-K/V mode needs past_key/past_value holding the source layer's KV)");
+      KVS_CHECK(has_pk,
+                "query and key must have the same sequence length: Input 'key' has 0 rows but no past_key is "
+                "given (the borrowed empty-K/V mode needs past_key/past_value holding the source layer's KV)");
       p.mode = KvMode::kBorrowedEmptyKv;
     } else if (!has_pk && kv_seq != p.q_len) {
       p.mode = KvMode::kExternalKv;
@@ -243,10 +263,12 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
       KVS_CHECK(k.shape[1] == p.q_len, "Input 'query' and 'key' shall have same dim 1 (sequence length)");
     }
     KVS_CHECK(v.shape[1] == k.shape[1], "Input 'query' and 'value' shall have same dim 1 (sequence length)");
-    KVS_CHECK(k.shape[2] % Nkv == 0, "kv_hidden_size must be a multiple of kv_num_heads. Got kv_hidden_size % "
-                                       "kv_num_heads == ", k.shape[2] % Nkv);
-    KVS_CHECK(k.shape[2] / Nkv == H, "kv_hidden_size / kv_num_heads must be equal to head_size. Got ",
-                                       k.shape[2] / Nkv, " expected ", H);
+    KVS_CHECK(k.shape[2] % Nkv == 0,
+              "kv_hidden_size must be a multiple of kv_num_heads. Got kv_hidden_size % "
+              "kv_num_heads == ",
+              k.shape[2] % Nkv);
+    KVS_CHECK(k.shape[2] / Nkv == H, "kv_hidden_size / kv_num_heads must be equal to head_size. Got ", k.shape[2] / Nkv,
+              " expected ", H);
     KVS_CHECK(v.shape[2] == k.shape[2], "Input 'value' is expected to have same hidden size as key.");
     p.k_src = {k.data, k.dtype, k.shape[1] * kv_hidden, kv_hidden, 0};
     p.v_src = {v.data, v.dtype, v.shape[1] * kv_hidden, kv_hidden, 0};
@@ -257,14 +279,16 @@ void ResolveModeAndShapes(const GqaAttributes& a, const GqaInputs& in, const Gqa
     KVS_CHECK(p.mode != KvMode::kExternalKv, "unreachable: external K/V with past");
     CheckBnsh(in.past_key->shape, "past_key", p.batch, Nkv, p.head_size);
     CheckBnsh(in.past_value->shape, "past_value", p.batch, Nkv, p.head_size);
-    KVS_CHECK(in.past_key->shape[2] == in.past_value->shape[2], "BNSH Input 'past_key' and 'past_value' should have same dimension 2 (max sequencelength or past "
-                "sequence length), got ", in.past_key->shape[2], " and ", in.past_value->shape[2]);
+    KVS_CHECK(in.past_key->shape[2] == in.past_value->shape[2],
+              "BNSH Input 'past_key' and 'past_value' should have same dimension 2 (max sequencelength or past "
+              "sequence length), got ",
+              in.past_key->shape[2], " and ", in.past_value->shape[2]);
     p.past_len = in.past_key->shape[2];
     p.cache_dtype = in.past_key->dtype;
     RequireQ8HeadSize(p.cache_dtype, p.head_size, "past_key");
     if (has_prk) {
-      KVS_CHECK(out.present_key->dtype == p.cache_dtype, "Output 'present_key' must have the dtype of 'past_key' (", DTypeName(p.cache_dtype), "), got ",
-                  DTypeName(out.present_key->dtype));
+      KVS_CHECK(out.present_key->dtype == p.cache_dtype, "Output 'present_key' must have the dtype of 'past_key' (",
+                DTypeName(p.cache_dtype), "), got ", DTypeName(out.present_key->dtype));
     }
   } else if (has_prk) {
     p.cache_dtype = out.present_key->dtype;
@@ -285,22 +309,27 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
   p.n_write.assign(Bs, 0);
 
   if (p.mode == KvMode::kStaticScatter) {
-    KVS_CHECK(!in.seqlens_k && !in.total_sequence_length, "static scatter mode (write_indices / nonpad_kv_seqlen) takes no seqlens_k or total_sequence_length");
-    KVS_CHECK(!in.past_key || p.present_aliases_past, "static scatter mode: past_key/past_value must be absent or alias present_key/present_value (the cache)");
-    KVS_CHECK(out.present_key.has_value(), "static scatter mode needs the cache buffers as present_key/present_value "
-                                         "([B, C, kv_hidden] or BNSH [B, N_kv, C, H])");
+    KVS_CHECK(!in.seqlens_k && !in.total_sequence_length,
+              "static scatter mode (write_indices / nonpad_kv_seqlen) takes no seqlens_k or total_sequence_length");
+    KVS_CHECK(!in.past_key || p.present_aliases_past,
+              "static scatter mode: past_key/past_value must be absent or alias present_key/present_value (the cache)");
+    KVS_CHECK(out.present_key.has_value(),
+              "static scatter mode needs the cache buffers as present_key/present_value "
+              "([B, C, kv_hidden] or BNSH [B, N_kv, C, H])");
     const Shape& ck = out.present_key->shape;
     KVS_CHECK(ck == out.present_value->shape, "static scatter mode: present_key shape ", ck.ToString(),
-                                                 " and present_value shape ", out.present_value->shape.ToString(),
-                                                 " must be equal");
+              " and present_value shape ", out.present_value->shape.ToString(), " must be equal");
     if (ck.rank == 3) {
-      KVS_CHECK(ck[0] == B && ck[2] == static_cast<std::int64_t>(Nkv) * H, "static scatter mode: 3-D cache must be [batch_size, C, kv_hidden] = [", B, ", C, ", Nkv * H,
-                  "], got ", ck.ToString());
+      KVS_CHECK(ck[0] == B && ck[2] == static_cast<std::int64_t>(Nkv) * H,
+                "static scatter mode: 3-D cache must be [batch_size, C, kv_hidden] = [", B, ", C, ", Nkv * H, "], got ",
+                ck.ToString());
       p.present_len = ck[1];
       p.scatter_bnsh = false;
     } else {
-      KVS_CHECK(ck.rank == 4, "static scatter mode: cache must be 3-D [B, C, kv_hidden] or 4-D BNSH [B, N_kv, C, H], "
-                                "got rank ", ck.rank);
+      KVS_CHECK(ck.rank == 4,
+                "static scatter mode: cache must be 3-D [B, C, kv_hidden] or 4-D BNSH [B, N_kv, C, H], "
+                "got rank ",
+                ck.rank);
       CheckBnsh(ck, "present_key", B, Nkv, H);
       p.present_len = ck[2];
       p.scatter_bnsh = true;
@@ -311,11 +340,13 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
     RequireQ8HeadSize(p.cache_dtype, H, "present_key");
     const bool circular = a.scatter_mode == GqaAttributes::ScatterMode::kCircular;
     if (circular) {
-      KVS_CHECK(a.causal == 1 && a.local_window_size > 0, "circular scatter mode needs causal = 1 and local_window_size > 0 (a window-sized ring), got causal ",
-                  a.causal, ", local_window_size ", a.local_window_size);
-      KVS_CHECK(C >= static_cast<std::int64_t>(a.local_window_size) + S - 1, "circular scatter mode: cache capacity C = ", C, " is too small for local_window_size W = ",
-                  a.local_window_size, " and sequence_length S = ", S, ": need C >= W + S - 1 = ",
-                  a.local_window_size + S - 1, " so every key a query needs is still resident");
+      KVS_CHECK(a.causal == 1 && a.local_window_size > 0,
+                "circular scatter mode needs causal = 1 and local_window_size > 0 (a window-sized ring), got causal ",
+                a.causal, ", local_window_size ", a.local_window_size);
+      KVS_CHECK(
+          C >= static_cast<std::int64_t>(a.local_window_size) + S - 1, "circular scatter mode: cache capacity C = ", C,
+          " is too small for local_window_size W = ", a.local_window_size, " and sequence_length S = ", S,
+          ": need C >= W + S - 1 = ", a.local_window_size + S - 1, " so every key a query needs is still resident");
     }
     const auto wi = ReadIndexVector(in.write_indices, "write_indices", B);
     const auto np = ReadIndexVector(in.nonpad_kv_seqlen, "nonpad_kv_seqlen", B);
@@ -323,12 +354,13 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
       const auto i = static_cast<std::size_t>(b);
       constexpr std::int64_t kMaxIndex = std::int64_t{1} << 48;  // keeps every position sum far from overflow
       KVS_CHECK(wi[i] >= 0 && wi[i] < kMaxIndex, "write_indices[", b, "] = ", wi[i], " must be >= 0 and < 2^48");
-      KVS_CHECK(np[i] >= wi[i] && np[i] - wi[i] <= S, "nonpad_kv_seqlen[", b, "] = ", np[i], " must be in [write_indices[", b, "], write_indices[", b,
-                  "] + sequence_length] = [", wi[i], ", ", wi[i] + S, "]");
+      KVS_CHECK(np[i] >= wi[i] && np[i] - wi[i] <= S, "nonpad_kv_seqlen[", b, "] = ", np[i],
+                " must be in [write_indices[", b, "], write_indices[", b, "] + sequence_length] = [", wi[i], ", ",
+                wi[i] + S, "]");
       const std::int64_t n = np[i] - wi[i];
       if (!circular) {
         KVS_CHECK(np[i] <= C, "static scatter (linear): row ", b, " writes rows [", wi[i], ", ", np[i],
-                                ") past the cache capacity C = ", C, "; rewind, enlarge the cache, or use circular mode");
+                  ") past the cache capacity C = ", C, "; rewind, enlarge the cache, or use circular mode");
       }
       p.kv_len[i] = np[i];
       p.q_offset[i] = wi[i];
@@ -357,7 +389,7 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
       case KvMode::kShareBuffer: {
         if (p.first_prompt) {
           KVS_CHECK(T <= S, "seqlens_k[", b, "] = ", seqlens[i], " is out of range [0, ", S,
-                              ") on a first prompt (sequence_length == total_sequence_length == ", S, ")");
+                    ") on a first prompt (sequence_length == total_sequence_length == ", S, ")");
           p.q_offset[i] = 0;
           p.past_rows[i] = 0;
           p.write_at[i] = 0;
@@ -365,9 +397,10 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
           KVS_CHECK(T >= S, "seqlens_k[", b, "] = ", seqlens[i], " is too small for sequence_length ", S);
           const std::int64_t past = T - S;
           KVS_CHECK(past <= p.past_len, "seqlens_k[", b, "] = ", seqlens[i], " requires ", past,
-                                          " past KV rows, which exceeds the past buffer sequence length ", p.past_len, ".");
-          KVS_CHECK(p.mode != KvMode::kShareBuffer || T <= p.past_len, "seqlens_k[", b, "] = ", seqlens[i], " is out of range [0, ", p.past_len,
-                      "): the shared past/present buffer holds ", p.past_len, " rows");
+                    " past KV rows, which exceeds the past buffer sequence length ", p.past_len, ".");
+          KVS_CHECK(p.mode != KvMode::kShareBuffer || T <= p.past_len, "seqlens_k[", b, "] = ", seqlens[i],
+                    " is out of range [0, ", p.past_len, "): the shared past/present buffer holds ", p.past_len,
+                    " rows");
           p.q_offset[i] = past;
           p.past_rows[i] = past;
           p.write_at[i] = past;
@@ -378,7 +411,7 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
       case KvMode::kBorrowedEmptyKv:
       case KvMode::kBorrowedOmittedKv: {
         KVS_CHECK(T <= p.past_len, "total_seqlen (", T, ") exceeds past buffer size (", p.past_len,
-                                     ") in shared KV mode (seqlens_k[", b, "] = ", seqlens[i], ")");
+                  ") in shared KV mode (seqlens_k[", b, "] = ", seqlens[i], ")");
         if (p.first_prompt) {
           p.q_offset[i] = 0;
         } else {
@@ -389,7 +422,7 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
       }
       case KvMode::kExternalKv: {
         KVS_CHECK(T <= p.ext_kv_len, "seqlens_k[", b, "] = ", seqlens[i], " is out of range [0, ", p.ext_kv_len,
-                                       "): key/value hold ", p.ext_kv_len, " rows (external K/V mode)");
+                  "): key/value hold ", p.ext_kv_len, " rows (external K/V mode)");
         p.q_offset[i] = T - S;
         break;
       }
@@ -403,24 +436,28 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
       p.present_len = std::max(tsl, p.past_len);
       if (out.present_key) {
         const Shape want{B, Nkv, p.present_len, H};
-        KVS_CHECK(out.present_key->shape == want && out.present_value->shape == want, "Output 'present_key'/'present_value' must have shape ", want.ToString(),
-                    " (batch_size, kv_num_heads, max(total_sequence_length, past length), head_size), got ",
-                    out.present_key->shape.ToString(), " and ", out.present_value->shape.ToString());
+        KVS_CHECK(out.present_key->shape == want && out.present_value->shape == want,
+                  "Output 'present_key'/'present_value' must have shape ", want.ToString(),
+                  " (batch_size, kv_num_heads, max(total_sequence_length, past length), head_size), got ",
+                  out.present_key->shape.ToString(), " and ", out.present_value->shape.ToString());
       }
       break;
     }
     case KvMode::kShareBuffer: {
       p.present_len = p.past_len;
-      KVS_CHECK(out.present_key->shape == in.past_key->shape && out.present_value->shape == in.past_value->shape, "share buffer: present_key/present_value must have the shapes of past_key/past_value");
-      KVS_CHECK(!p.first_prompt || S <= p.past_len, "share buffer: sequence_length ", S, " exceeds the buffer capacity ", p.past_len);
+      KVS_CHECK(out.present_key->shape == in.past_key->shape && out.present_value->shape == in.past_value->shape,
+                "share buffer: present_key/present_value must have the shapes of past_key/past_value");
+      KVS_CHECK(!p.first_prompt || S <= p.past_len, "share buffer: sequence_length ", S,
+                " exceeds the buffer capacity ", p.past_len);
       break;
     }
     case KvMode::kBorrowedEmptyKv:
     case KvMode::kBorrowedOmittedKv: {
       p.present_len = p.past_len;
       if (out.present_key && !p.present_aliases_past) {
-        KVS_CHECK(out.present_key->shape == in.past_key->shape && out.present_value->shape == in.past_value->shape, "Output 'present_key'/'present_value' must have the shape of past_key ", in.past_key->shape.ToString(),
-                    " in the borrowed KV modes, got ", out.present_key->shape.ToString());
+        KVS_CHECK(out.present_key->shape == in.past_key->shape && out.present_value->shape == in.past_value->shape,
+                  "Output 'present_key'/'present_value' must have the shape of past_key ",
+                  in.past_key->shape.ToString(), " in the borrowed KV modes, got ", out.present_key->shape.ToString());
       }
       break;
     }
@@ -428,8 +465,9 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
       p.present_len = p.ext_kv_len;
       if (out.present_key) {
         const Shape want{B, Nkv, p.ext_kv_len, H};
-        KVS_CHECK(out.present_key->shape == want && out.present_value->shape == want, "Output 'present_key'/'present_value' must have shape ", want.ToString(),
-                    " (a BNSH copy of key/value) in external K/V mode, got ", out.present_key->shape.ToString());
+        KVS_CHECK(out.present_key->shape == want && out.present_value->shape == want,
+                  "Output 'present_key'/'present_value' must have shape ", want.ToString(),
+                  " (a BNSH copy of key/value) in external K/V mode, got ", out.present_key->shape.ToString());
       }
       break;
     }
@@ -453,10 +491,11 @@ void PlanRotary(const GqaAttributes& a, const GqaInputs& in, GqaPlan& p) {
   const int H = p.head_size;
   KVS_CHECK(H % 16 == 0, "head_size shall be a multiple of 16. Got head_size % 16 == ", H % 16);
   KVS_CHECK(c.shape[1] == s.shape[1], "cos_cache and sin_cache dimension 1 must be the same.");
-  KVS_CHECK(c.shape[0] == s.shape[0], "cos_cache and sin_cache dimension 0 must be the same, got ", c.shape[0],
-                                        " and ", s.shape[0]);
-  KVS_CHECK(c.shape[1] > 0 && c.shape[1] <= H / 2 && c.shape[1] % 8 == 0, "cos_cache dimension 1 must be <= head_size / 2 and a multiple of 8. Got ", c.shape[1],
-              " with head_size ", H);
+  KVS_CHECK(c.shape[0] == s.shape[0], "cos_cache and sin_cache dimension 0 must be the same, got ", c.shape[0], " and ",
+            s.shape[0]);
+  KVS_CHECK(c.shape[1] > 0 && c.shape[1] <= H / 2 && c.shape[1] % 8 == 0,
+            "cos_cache dimension 1 must be <= head_size / 2 and a multiple of 8. Got ", c.shape[1], " with head_size ",
+            H);
   p.rotary_half_dim = static_cast<int>(c.shape[1]);
   const std::int64_t max_pos = c.shape[0];
   const int B = p.batch, S = p.q_len;
@@ -470,7 +509,7 @@ void PlanRotary(const GqaAttributes& a, const GqaInputs& in, GqaPlan& p) {
     KVS_CHECK(pid->shape[1] >= S, "position_ids dimension 1 must be atleast sequence length, got ", pid->shape[1]);
   } else if (p.mode != KvMode::kStaticScatter) {
     KVS_CHECK(max_pos >= p.total_len, "cos_cache dimension 0 shall not be less than total_sequence_length. Got ",
-                                        max_pos, " < ", p.total_len);
+              max_pos, " < ", p.total_len);
   }
   for (int b = 0; b < B; ++b) {
     for (int s = 0; s < S; ++s) {
@@ -479,15 +518,17 @@ void PlanRotary(const GqaAttributes& a, const GqaInputs& in, GqaPlan& p) {
       if (pid) {
         const std::int64_t* row = pid->As<std::int64_t>() + b * pid->shape[1];
         if (p.first_prompt) {
-          KVS_CHECK(row[0] >= 0 && row[0] <= max_pos - S, "position_ids base value out of cos/sin cache range: position_ids[", b, ", 0] = ", row[0],
-                      ", allowed [0, ", max_pos - S, "] for cos_cache dimension 0 = ", max_pos, " and sequence_length ", S);
+          KVS_CHECK(row[0] >= 0 && row[0] <= max_pos - S,
+                    "position_ids base value out of cos/sin cache range: position_ids[", b, ", 0] = ", row[0],
+                    ", allowed [0, ", max_pos - S, "] for cos_cache dimension 0 = ", max_pos, " and sequence_length ",
+                    S);
         }
         pos = p.first_prompt ? row[0] + s : row[s];
       } else {
         pos = p.q_offset[static_cast<std::size_t>(b)] + s;
       }
-      KVS_CHECK(pos >= 0 && pos < max_pos, "position_ids value out of range: position ", pos, " (row ", b, ", query ", s,
-                                             ") is outside [0, ", max_pos, ") of cos_cache/sin_cache");
+      KVS_CHECK(pos >= 0 && pos < max_pos, "position_ids value out of range: position ", pos, " (row ", b, ", query ",
+                s, ") is outside [0, ", max_pos, ") of cos_cache/sin_cache");
       p.rope_pos[static_cast<std::size_t>(b) * S + s] = pos;
     }
   }
@@ -501,17 +542,21 @@ void PlanExtras(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& o
 
   if (in.attention_bias) {
     const ConstTensorView& t = *in.attention_bias;
-    KVS_CHECK(!circular, "attention_bias is not supported with the circular scatter cache (its columns would be ring "
-                       "slots, not positions); use the linear mode or fold the bias into the inputs");
+    KVS_CHECK(!circular,
+              "attention_bias is not supported with the circular scatter cache (its columns would be ring "
+              "slots, not positions); use the linear mode or fold the bias into the inputs");
     RequireFloat(t, "attention_bias");
     RequireRank(t, "attention_bias", 4);
     RequireData(t, "attention_bias");
-    KVS_CHECK(t.shape[0] == B || t.shape[0] == 1, "attention_bias dimension 0 must be equal to the batch size or 1, got ", t.shape[0]);
-    KVS_CHECK(t.shape[1] == N || t.shape[1] == 1, "attention_bias dimension 1 must be equal to the num heads or 1, got ", t.shape[1]);
+    KVS_CHECK(t.shape[0] == B || t.shape[0] == 1,
+              "attention_bias dimension 0 must be equal to the batch size or 1, got ", t.shape[0]);
+    KVS_CHECK(t.shape[1] == N || t.shape[1] == 1,
+              "attention_bias dimension 1 must be equal to the num heads or 1, got ", t.shape[1]);
     KVS_CHECK(t.shape[2] == S, "attention_bias dimension 2 must be equal to the sequence length, got ", t.shape[2]);
-    KVS_CHECK(t.shape[3] == p.qk_cols, p.mode == KvMode::kStaticScatter ? "attention_bias dimension 3 must be equal to the cache capacity C = "
-                                                 : "attention_bias dimension 3 must be equal to total_sequence_length = ",
-                p.qk_cols, ", got ", t.shape[3]);
+    KVS_CHECK(t.shape[3] == p.qk_cols,
+              p.mode == KvMode::kStaticScatter ? "attention_bias dimension 3 must be equal to the cache capacity C = "
+                                               : "attention_bias dimension 3 must be equal to total_sequence_length = ",
+              p.qk_cols, ", got ", t.shape[3]);
   }
   if (in.head_sink) {
     const ConstTensorView& t = *in.head_sink;
@@ -527,7 +572,7 @@ void PlanExtras(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& o
     const Shape want{B, S, static_cast<std::int64_t>(N) * p.head_size};
     KVS_CHECK(o.shape == want, "Output 'output' must have shape ", want.ToString(), ", got ", o.shape.ToString());
     KVS_CHECK(o.dtype == p.dtype, "Output 'output' must have the dtype of 'query' (", DTypeName(p.dtype), "), got ",
-                                    DTypeName(o.dtype));
+              DTypeName(o.dtype));
     KVS_CHECK(o.data != nullptr, "Output 'output' has a null data pointer");
   }
   if (a.qk_output != 0) {
@@ -536,7 +581,8 @@ void PlanExtras(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& o
     const TensorView& t = *out.output_qk;
     const Shape want{B, N, S, p.qk_cols};
     KVS_CHECK(t.shape == want, "Output 'output_qk' must have shape ", want.ToString(), ", got ", t.shape.ToString());
-    KVS_CHECK(t.dtype == DType::kFloat32 || t.dtype == p.dtype, "Output 'output_qk' must be float32 or the dtype of 'query', got ", DTypeName(t.dtype));
+    KVS_CHECK(t.dtype == DType::kFloat32 || t.dtype == p.dtype,
+              "Output 'output_qk' must be float32 or the dtype of 'query', got ", DTypeName(t.dtype));
     KVS_CHECK(t.data != nullptr, "Output 'output_qk' has a null data pointer");
   } else {
     KVS_CHECK(!out.output_qk.has_value(), "Output QK buffer was provided but qk_output attribute was not configured");

@@ -37,7 +37,8 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
     if (cache.Plan().layers[static_cast<std::size_t>(layer)].owns_cache) {
       fail("query_offsets are for KV-shared layers only (an owning layer writes every reserved row)");
     }
-    if (static_cast<std::int64_t>(offs.size()) != B) fail(Str("query_offsets has ", offs.size(), " values, expected B = ", B));
+    if (static_cast<std::int64_t>(offs.size()) != B)
+      fail(Str("query_offsets has ", offs.size(), " values, expected B = ", B));
     for (int b = 0; b < B; ++b) {
       if (offs[b] < 0 || offs[b] > cache.Reserved(b)) {
         fail(Str("query_offsets[", b, "] = ", offs[b], " is out of range [0, ", cache.Reserved(b),
@@ -71,7 +72,8 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
   GqaInputs in;
   in.query = a.query;
   KvCache::Impl& impl = *cache.impl_;
-  detail::KvSlot& slot = impl.slots[static_cast<std::size_t>(cache.Plan().layers[static_cast<std::size_t>(layer)].cache_slot)];
+  detail::KvSlot& slot =
+      impl.slots[static_cast<std::size_t>(cache.Plan().layers[static_cast<std::size_t>(layer)].cache_slot)];
   if (view.shared) {
     if (a.key || a.value) {
       fail(Str("is KV-shared (reads layer ", view.source_layer, "'s cache) and never writes: pass no key/value"));

@@ -87,8 +87,8 @@ void KvCache::Rewind(int row, std::int64_t length) {
   m.CheckRow(row, "Rewind");
   detail::KvRowState& r = m.rows[static_cast<std::size_t>(row)];
   if (length < 0 || length > r.length) {
-    throw Error(Str("KvCache::Rewind: row ", row, ": length ", length, " is out of range [0, Length(row) = ", r.length,
-                    "]"));
+    throw Error(
+        Str("KvCache::Rewind: row ", row, ": length ", length, " is out of range [0, Length(row) = ", r.length, "]"));
   }
   if (length > 0) {
     for (const detail::KvSlot& s : m.slots) {
@@ -97,10 +97,11 @@ void KvCache::Rewind(int row, std::int64_t length) {
       const std::int64_t need_from = std::max<std::int64_t>(0, length - W + 1);
       if (need_from >= lost) continue;
       throw Error(Str("KvCache::Rewind: row ", row, " to length ", length, ": sliding layer ", s.layer, " (window ", W,
-                      ") keeps a ring of ", s.geometry.capacity, " positions (window + max_step - 1), and positions 0..",
-                      lost - 1, " of this row are gone (overwritten); decoding on from length ", length,
-                      " needs positions ", need_from, "..", length - 1, ". Rewind to 0 or to a length >= ",
-                      lost + W - 1, ", or keep every position with KvCacheOptions{.exact_rewind = true} "
+                      ") keeps a ring of ", s.geometry.capacity,
+                      " positions (window + max_step - 1), and positions 0..", lost - 1,
+                      " of this row are gone (overwritten); decoding on from length ", length, " needs positions ",
+                      need_from, "..", length - 1, ". Rewind to 0 or to a length >= ", lost + W - 1,
+                      ", or keep every position with KvCacheOptions{.exact_rewind = true} "
                       "(full-length buffers for sliding layers)"));
     }
   }

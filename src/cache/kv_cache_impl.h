@@ -17,7 +17,7 @@ namespace detail {
 struct KvSlot {
   int layer = 0;
   KvGeometry geometry;
-  DeviceBytes k, v;  // [max_batch, N_kv, C, H] or [max_batch, C, N_kv*H], zero-filled, on options.device
+  DeviceBytes k, v;                 // [max_batch, N_kv, C, H] or [max_batch, C, N_kv*H], zero-filled, on options.device
   std::uint64_t written_epoch = 0;  // reserve epoch of the last successful write by the owning layer
 };
 
@@ -43,7 +43,8 @@ struct KvCache::Impl {
 
   void CheckRow(int row, const char* fn) const {
     if (row < 0 || row >= options.max_batch) {
-      throw Error(detail::Str("KvCache::", fn, ": row ", row, " is out of range [0, max_batch = ", options.max_batch, ")"));
+      throw Error(
+          detail::Str("KvCache::", fn, ": row ", row, " is out of range [0, max_batch = ", options.max_batch, ")"));
     }
   }
   void Sync(int row) {

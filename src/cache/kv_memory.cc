@@ -28,8 +28,10 @@ void ValidateKvDtypeForSpec(const ModelKvSpec& spec, const KvCacheOptions& o) {
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const int H = spec.layers[i].head_size;
     if (H % kQ8_0BlockSize != 0) {
-      throw Error(Str("KvCacheOptions: dtype q8_0 stores blocks of ", kQ8_0BlockSize, " values along the head dimension, "
-                      "but layer ", i, " has head_size ", H, ", not a multiple of ", kQ8_0BlockSize,
+      throw Error(Str("KvCacheOptions: dtype q8_0 stores blocks of ", kQ8_0BlockSize,
+                      " values along the head dimension, "
+                      "but layer ",
+                      i, " has head_size ", H, ", not a multiple of ", kQ8_0BlockSize,
                       "; use float16 or bfloat16 for this model"));
     }
   }

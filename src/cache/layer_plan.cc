@@ -25,9 +25,7 @@ void CheckLayer(const LayerSpec& l, int i) {
 
 }  // namespace
 
-const char* AttentionTypeName(AttentionType type) {
-  return type == AttentionType::kSliding ? "sliding" : "full";
-}
+const char* AttentionTypeName(AttentionType type) { return type == AttentionType::kSliding ? "sliding" : "full"; }
 
 std::string LayerPlan::ToString() const {
   std::ostringstream os;
@@ -75,10 +73,9 @@ LayerPlan BuildLayerPlan(const ModelKvSpec& spec) {
     }
     const char* type = AttentionTypeName(l.type);
     if (src < 0) {
-      Fail(Str("layer ", i, " (", type, ") is KV-shared (num_kv_shared_layers = ", n, " of ", L,
-               " layers: layers ", plan.first_shared, "..", L - 1, ") but no non-shared ", type,
-               " layer precedes layer ", plan.first_shared,
-               " to read K/V from; lower num_kv_shared_layers or fix the layer types"));
+      Fail(Str("layer ", i, " (", type, ") is KV-shared (num_kv_shared_layers = ", n, " of ", L, " layers: layers ",
+               plan.first_shared, "..", L - 1, ") but no non-shared ", type, " layer precedes layer ",
+               plan.first_shared, " to read K/V from; lower num_kv_shared_layers or fix the layer types"));
     }
     const LayerSpec& s = spec.layers[static_cast<std::size_t>(src)];
     auto mismatch = [&](const char* what, auto mine, auto theirs) {

@@ -46,7 +46,7 @@ KVSHARE_HOST_DEVICE inline std::uint16_t F32ToF16(float f) {
   const std::uint32_t abs = x & 0x7FFFFFFFu;
   if (abs >= 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
   if (abs >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // subnormal or zero in half
+  if (abs < 0x38800000u) {                                                    // subnormal or zero in half
     if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
     const std::uint32_t e = abs >> 23;
     const std::uint32_t m = (abs & 0x7FFFFFu) | 0x800000u;

@@ -19,10 +19,10 @@
 // 65504.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <math.h>
 #include <string.h>
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 

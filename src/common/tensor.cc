@@ -14,8 +14,9 @@ std::size_t DTypeSize(DType dtype) {
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
     case DType::kQ8_0:
-      throw Error("DTypeSize: q8_0 is block-quantized (32 elements in 34 bytes) and has no per-element size; "
-                  "use DTypeBytes(dtype, n)");
+      throw Error(
+          "DTypeSize: q8_0 is block-quantized (32 elements in 34 bytes) and has no per-element size; "
+          "use DTypeBytes(dtype, n)");
   }
   return 0;
 }

@@ -77,7 +77,8 @@ __device__ void LoadQuery(const AttendParams& p, const QueryRow& q, int lane, fl
 }
 
 // Score x of key j (every lane gets the same value).
-__device__ float Score(const AttendParams& p, const QueryRow& q, const float (&qv)[kPerLane], std::int64_t j, int lane) {
+__device__ float Score(const AttendParams& p, const QueryRow& q, const float (&qv)[kPerLane], std::int64_t j,
+                       int lane) {
   const std::int64_t base = KvOffset(p.k, q.b, q.n, j);
   float part = 0.0f;
 #pragma unroll
@@ -152,7 +153,8 @@ __global__ void SplitKernel(AttendParams p, std::int64_t rows, int splits, std::
 // receives (M, L) for the probabilities. Fixed orders: deterministic.
 constexpr int kCombineThreads = 128;
 
-__global__ void __launch_bounds__(kCombineThreads) CombineKernel(AttendParams p, int splits, const float* ws, float2* ml) {
+__global__ void __launch_bounds__(kCombineThreads)
+    CombineKernel(AttendParams p, int splits, const float* ws, float2* ml) {
   __shared__ float weight[kMaxSplits];
   __shared__ float row_ml[2];
   const std::int64_t r = blockIdx.x;
@@ -248,7 +250,8 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
     const DeviceScratch ws(static_cast<std::size_t>(rows * sp.key_splits * (p.head_size + 2)) * sizeof(float), stream,
                            "GroupQueryAttention (device cuda): workspace allocation");
     AttendMmaCuda(p, sp, ws.As<float>(), stream);
-    CombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, sp.key_splits, ws.As<float>(), nullptr);
+    CombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, sp.key_splits, ws.As<float>(),
+                                                                               nullptr);
     CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): combine kernel launch");
     return;
   }
@@ -263,7 +266,8 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
         p, rows, splits, per_split, ws.As<float>());
     CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): attention kernel launch");
   }
-  CombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, splits, ws.As<float>(), ml.As<float2>());
+  CombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, splits, ws.As<float>(),
+                                                                             ml.As<float2>());
   CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): combine kernel launch");
   if (p.qk_mode == 2) {
     ProbsKernel<<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(p, rows, ml.As<float2>());

@@ -69,8 +69,8 @@ __device__ void Merge(float& m, float& l, float (&acc)[E], float m2, float l2, c
 }
 
 template <typename Pair, int E, int GC>
-__global__ void __launch_bounds__(kWarps * kWarp) DecodeKernel(AttendParams p, int splits, std::int64_t per_split,
-                                                                float* ws) {
+__global__ void __launch_bounds__(kWarps* kWarp)
+    DecodeKernel(AttendParams p, int splits, std::int64_t per_split, float* ws) {
   extern __shared__ float slot[];  // [GC][2 + H]: m, l, acc
   const int H = p.head_size, G = p.num_heads / p.kv_heads;
   const int LK = H / E, KPW = kWarp / LK;
@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) DecodeKernel(AttendParams p, i
     l[g] = 0.0f;
   }
 
-  for (std::int64_t j0 = lo + static_cast<std::int64_t>(warp) * KPW; j0 < hi; j0 += static_cast<std::int64_t>(kWarps) * KPW) {
+  for (std::int64_t j0 = lo + static_cast<std::int64_t>(warp) * KPW; j0 < hi;
+       j0 += static_cast<std::int64_t>(kWarps) * KPW) {
     const std::int64_t j = j0 + seg;
     const bool live = j < hi;
     float kf[E], vf[E];
@@ -196,7 +197,8 @@ void Launch(const AttendParams& p, int splits, std::int64_t per_split, float* ws
     case 2: DecodeKernel<Pair, E, 2><<<grid, kWarps * kWarp, smem, stream>>>(p, splits, per_split, ws); break;
     case 4: DecodeKernel<Pair, E, 4><<<grid, kWarps * kWarp, smem, stream>>>(p, splits, per_split, ws); break;
     default:
-      if constexpr (kMaxGc >= 8) DecodeKernel<Pair, E, 8><<<grid, kWarps * kWarp, smem, stream>>>(p, splits, per_split, ws);
+      if constexpr (kMaxGc >= 8)
+        DecodeKernel<Pair, E, 8><<<grid, kWarps * kWarp, smem, stream>>>(p, splits, per_split, ws);
       break;
   }
   CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): decode kernel launch");
@@ -211,9 +213,11 @@ bool DecodeKernelApplies(const AttendParams& p) {
 void AttendDecodeCuda(const AttendParams& p, int splits, std::int64_t per_split, float* ws, cudaStream_t stream) {
   const bool bf16 = p.k.dtype == DType::kBFloat16;
   if (p.head_size == 512) {
-    bf16 ? Launch<__nv_bfloat162, 16>(p, splits, per_split, ws, stream) : Launch<__half2, 16>(p, splits, per_split, ws, stream);
+    bf16 ? Launch<__nv_bfloat162, 16>(p, splits, per_split, ws, stream)
+         : Launch<__half2, 16>(p, splits, per_split, ws, stream);
   } else {
-    bf16 ? Launch<__nv_bfloat162, 8>(p, splits, per_split, ws, stream) : Launch<__half2, 8>(p, splits, per_split, ws, stream);
+    bf16 ? Launch<__nv_bfloat162, 8>(p, splits, per_split, ws, stream)
+         : Launch<__half2, 8>(p, splits, per_split, ws, stream);
   }
 }
 

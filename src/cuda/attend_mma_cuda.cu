@@ -71,15 +71,17 @@ __device__ void LdMatrixX4Trans(std::uint32_t (&r)[4], std::uint32_t addr) {
 template <typename T>
 __device__ void Mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   if constexpr (std::is_same_v<T, __half>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
@@ -144,16 +146,16 @@ __device__ Range WarpUnion(Range r) {
 template <typename T, int H, int WM, int WK, int WD, int KT, bool QR, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaSplit sp, float* ws) {
   static_assert(WM * WK * WD == kWarps, "warp roles");
-  constexpr int KW = KT / WK;      // keys of a tile per warp
-  constexpr int NB = KW / 8;       // score n-blocks
-  constexpr int DC = H / 16;       // k-chunks of Q K^T
-  constexpr int HD = H / WD;       // output dims per warp
-  constexpr int ND = HD / 8;       // output n-blocks
+  constexpr int KW = KT / WK;  // keys of a tile per warp
+  constexpr int NB = KW / 8;   // score n-blocks
+  constexpr int DC = H / 16;   // k-chunks of Q K^T
+  constexpr int HD = H / WD;   // output dims per warp
+  constexpr int ND = HD / 8;   // output n-blocks
   constexpr bool kQInRegs = QR;
   static_assert(KW % 16 == 0 && HD % 16 == 0 && H % 64 == 0, "tile shape");
 
   extern __shared__ __align__(128) unsigned char smem[];
-  const std::uint32_t q_smem = SmemAddr(smem);  // [WM * 16][H]
+  const std::uint32_t q_smem = SmemAddr(smem);             // [WM * 16][H]
   const std::uint32_t kv_smem = q_smem + WM * 16 * H * 2;  // stages x (K, V) x [KT][H]
   constexpr std::uint32_t kTileBytes = KT * H * 2;
   __shared__ long long cta_lo[kWarps], cta_hi[kWarps];
@@ -207,8 +209,8 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
       v[2] = Pack<T>(y.x, y.y);
       v[3] = Pack<T>(y.z, y.w);
     }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_smem + TileOffset<H>(r, c)), "r"(v[0]),
-                 "r"(v[1]), "r"(v[2]), "r"(v[3]));
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_smem + TileOffset<H>(r, c)), "r"(v[0]), "r"(v[1]),
+                 "r"(v[2]), "r"(v[3]));
   }
   __syncthreads();
   Range cta;
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
   // A fragments of Q chunk kc (16 rows x 16 dims): ldmatrix x4 of rows
   // 0-7 / 8-15 and dims 0-7 / 8-15.
   const std::uint32_t q_tile = q_smem + wm * 16 * H * 2;
-  auto load_q = [&](int kc, std::uint32_t (&a)[4]) {
+  auto load_q = [&](int kc, std::uint32_t(&a)[4]) {
     const int mat = lane >> 3;
     LdMatrixX4(a, q_tile + TileOffset<H>((mat & 1) * 8 + (lane & 7), 2 * kc + (mat >> 1)));
   };
@@ -281,8 +283,10 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
       bool whole[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        vis_lo[i] = static_cast<int>(min(max(row[i].lo - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KW)));
-        vis_hi[i] = static_cast<int>(min(max(row[i].hi - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KW)));
+        vis_lo[i] =
+            static_cast<int>(min(max(row[i].lo - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KW)));
+        vis_hi[i] =
+            static_cast<int>(min(max(row[i].hi - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KW)));
         whole[i] = vis_lo[i] <= 0 && vis_hi[i] >= KW - 1;
       }
       float mx[2] = {-INFINITY, -INFINITY};
@@ -335,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
           const int mat = lane >> 3;
           std::uint32_t vb[4];
           LdMatrixX4Trans(vb, v_tile + TileOffset<H>(wk * KW + kc * 16 + (mat & 1) * 8 + (lane & 7),
-                                                    wd * (HD / 8) + d + (mat >> 1)));
+                                                     wd * (HD / 8) + d + (mat >> 1)));
           Mma<T>(o[d], a, vb[0], vb[1]);
           Mma<T>(o[d + 1], a, vb[2], vb[3]);
         }
@@ -411,7 +415,9 @@ __global__ void __launch_bounds__(kThreads, MINB) MmaKernel(AttendParams p, MmaS
   }
 }
 
-bool DecodeShape(const AttendParams& p) { return static_cast<std::int64_t>(p.q_len) * (p.num_heads / p.kv_heads) <= 16; }
+bool DecodeShape(const AttendParams& p) {
+  return static_cast<std::int64_t>(p.q_len) * (p.num_heads / p.kv_heads) <= 16;
+}
 
 // QR: Q fragments held in registers across the tiles (else reloaded from
 // shared memory); MINB: blocks per multiprocessor the registers must allow.
@@ -481,7 +487,8 @@ void LaunchType(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStream
 int SmCount() {
   static const int count = [] {
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
       cudaGetLastError();
       return 132;
     }

@@ -26,10 +26,10 @@ inline void RequireCudaDevice(const std::string& what) {
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e == cudaSuccess && devices > 0) return;
   cudaGetLastError();
-  throw Error(what + ": device cuda requested, but no CUDA device is usable (" +
-              (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
-                                : std::string("no devices")) +
-              "); run on a machine with an NVIDIA GPU and driver, or use device cpu");
+  throw Error(
+      what + ": device cuda requested, but no CUDA device is usable (" +
+      (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) : std::string("no devices")) +
+      "); run on a machine with an NVIDIA GPU and driver, or use device cpu");
 }
 
 // Device memory from the stream-ordered allocator, freed on the same stream
@@ -45,7 +45,9 @@ class DeviceScratch {
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
   template <typename T>
-  T* As() const { return static_cast<T*>(ptr_); }
+  T* As() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;

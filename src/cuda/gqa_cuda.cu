@@ -250,8 +250,8 @@ void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out) {
   host(in.nonpad_kv_seqlen, "nonpad_kv_seqlen");
 }
 
-void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
-                             const GqaPlan& p, const GqaRunOptions& options) {
+void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out, const GqaPlan& p,
+                             const GqaRunOptions& options) {
   if (p.head_size > kCudaMaxHeadSize) {
     throw Error("GroupQueryAttention (device cuda): head_size " + std::to_string(p.head_size) +
                 " is above the CUDA kernels' limit of " + std::to_string(kCudaMaxHeadSize));
@@ -263,8 +263,8 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
 
   RopeArgs rope;
   if (attrs.do_rotary == 1) {
-    rope = RopeArgs{in.cos_cache->data, in.sin_cache->data, in.cos_cache->dtype, in.sin_cache->dtype,
-                    p.rotary_half_dim, attrs.rotary_interleaved == 1};
+    rope = RopeArgs{in.cos_cache->data,  in.sin_cache->data, in.cos_cache->dtype,
+                    in.sin_cache->dtype, p.rotary_half_dim,  attrs.rotary_interleaved == 1};
   }
 
   // Q as fp32 [B, S, N, H], rotated at its absolute positions.
@@ -273,7 +273,7 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
                         "GroupQueryAttention (device cuda): query scratch allocation");
   if (q_heads > 0) {
     QueryKernel<<<static_cast<unsigned>(q_heads), kThreads, smem, stream>>>(p.q_src, S, N, H, rope, rows.valid_q,
-                                                                             rows.rope_pos, q.As<float>());
+                                                                            rows.rope_pos, q.As<float>());
     CheckLaunch("query kernel");
   }
 
@@ -314,7 +314,7 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
     const int row_bytes = static_cast<int>(DTypeBytes(p.k_src.dtype, H));
     for (const auto& [src, dst] : {std::pair{p.k_src, kd}, std::pair{p.v_src, vd}}) {
       CopyExternalKernel<<<static_cast<unsigned>(ext_blocks), kThreads, smem, stream>>>(src, dst, p.ext_kv_len, Nkv, H,
-                                                                                       row_bytes);
+                                                                                        row_bytes);
       CheckLaunch("present copy kernel");
     }
   }
@@ -338,9 +338,9 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
     Check(cudaMemsetAsync(sink.As<void>(), 0, static_cast<std::size_t>(N) * sizeof(float), stream), "sink zero fill");
   }
 
-  const AttendParams ap = MakeAttendParams(attrs, in, out, p, q.As<float>(), k_src, v_src,
-                                           AttendRows{rows.kv_len, rows.q_offset, rows.valid_q},
-                                           has_sink ? sink.As<float>() : nullptr);
+  const AttendParams ap =
+      MakeAttendParams(attrs, in, out, p, q.As<float>(), k_src, v_src,
+                       AttendRows{rows.kv_len, rows.q_offset, rows.valid_q}, has_sink ? sink.As<float>() : nullptr);
   if (ap.qk != nullptr) Check(cudaMemsetAsync(ap.qk, 0, out.output_qk->NumBytes(), stream), "output_qk zero fill");
   const std::int64_t max_kv = p.kv_len.empty() ? 0 : *std::max_element(p.kv_len.begin(), p.kv_len.end());
   AttendCuda(ap, max_kv, stream);

@@ -115,10 +115,11 @@ DevMatrix UploadMatrix(const WeightMatrix& w, const std::string& name) {
     const std::int64_t n = std::min(kBlockRows, w.rows - r0);
     for (std::int64_t r = 0; r < n; ++r) {
       DequantizeRow(w.type, static_cast<const std::uint8_t*>(w.data) + (r0 + r) * w.row_bytes, row.data(), w.cols);
-      for (std::int64_t c = 0; c < w.cols; ++c) block[static_cast<std::size_t>(r * w.cols + c)] = detail::F32ToBF16(row[static_cast<std::size_t>(c)]);
+      for (std::int64_t c = 0; c < w.cols; ++c)
+        block[static_cast<std::size_t>(r * w.cols + c)] = detail::F32ToBF16(row[static_cast<std::size_t>(c)]);
     }
-    CudaCheck(cudaMemcpy(As<std::uint16_t>(m.data) + r0 * w.cols, block.data(), static_cast<std::size_t>(n * w.cols) * 2,
-                         cudaMemcpyHostToDevice),
+    CudaCheck(cudaMemcpy(As<std::uint16_t>(m.data) + r0 * w.cols, block.data(),
+                         static_cast<std::size_t>(n * w.cols) * 2, cudaMemcpyHostToDevice),
               (name + ": upload").c_str());
   }
   return m;
@@ -223,7 +224,8 @@ class CudaGemma3 final : public Model {
     return ForwardBatch(state, std::span<const BatchEntry>(&one, 1), pool);
   }
 
-  std::span<const float> ForwardBatch(ModelState& base, std::span<const BatchEntry> entries, ThreadPool*) const override {
+  std::span<const float> ForwardBatch(ModelState& base, std::span<const BatchEntry> entries,
+                                      ThreadPool*) const override {
     auto* state = dynamic_cast<CudaGemma3State*>(&base);
     if (state == nullptr) throw Error("Forward: the state was not made by this model's NewState");
     CudaGemma3State& st = *state;
@@ -245,7 +247,8 @@ class CudaGemma3 final : public Model {
         RunChunk(st, e.row, e.tokens.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(m)));
         // This chunk's tokens among the last num_logits of the call.
         const std::int64_t first = std::max(b, n - e.num_logits);
-        if (first < b + m) Logits(st, first - b, b + m - first, st.logits.data() + (first - (n - e.num_logits)) * c.n_vocab);
+        if (first < b + m)
+          Logits(st, first - b, b + m - first, st.logits.data() + (first - (n - e.num_logits)) * c.n_vocab);
       }
       CudaCheck(cudaDeviceSynchronize(), "Forward (device cuda)");
     } catch (...) {
@@ -265,11 +268,12 @@ class CudaGemma3 final : public Model {
   // the row-major W) X.
   void Gemm(const DevMatrix& w, const __nv_bfloat16* x, std::int64_t S, float* y) const {
     const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t s = cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(S),
-                                          static_cast<int>(w.cols), &one, As<__nv_bfloat16>(w.data), CUDA_R_16BF,
-                                          static_cast<int>(w.cols), x, CUDA_R_16BF, static_cast<int>(w.cols), &zero, y,
-                                          CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) throw Error("Forward (device cuda): cublasGemmEx failed with status " + std::to_string(s));
+    const cublasStatus_t s = cublasGemmEx(
+        blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(S), static_cast<int>(w.cols), &one,
+        As<__nv_bfloat16>(w.data), CUDA_R_16BF, static_cast<int>(w.cols), x, CUDA_R_16BF, static_cast<int>(w.cols),
+        &zero, y, CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw Error("Forward (device cuda): cublasGemmEx failed with status " + std::to_string(s));
   }
 
   // X (fp32, [S, n]) to bf16 into st.xb, then Y = X W^T.
@@ -307,7 +311,7 @@ class CudaGemma3 final : public Model {
       CudaCheck(cudaMemcpy(h, x, act_bytes, cudaMemcpyDeviceToDevice), "Forward (device cuda): copy");
       RmsNorm(h, S, E, As<float>(L.attn_norm), c.rms_eps);
       Project(st, L.q, h, S, q);
-      if (owns) {  // a KV-shared layer reads its source's K/V and computes none
+      if (owns) {                                   // a KV-shared layer reads its source's K/V and computes none
         Gemm(L.k, As<__nv_bfloat16>(st.xb), S, k);  // xb still holds h in bf16
         Gemm(L.v, As<__nv_bfloat16>(st.xb), S, v);
         RmsNorm(k, S * c.n_head_kv, Hd, As<float>(L.k_norm), c.rms_eps);
@@ -322,8 +326,10 @@ class CudaGemma3 final : public Model {
         a.value = ConstTensorView{As<float>(st.v), DType::kFloat32, {B, S, kvd}};
       }
       const std::int64_t max_pos = st.max_context();
-      a.cos_cache = ConstTensorView{As<float>(st.cos[static_cast<std::size_t>(family)]), DType::kFloat32, {max_pos, st.rope_half}};
-      a.sin_cache = ConstTensorView{As<float>(st.sin[static_cast<std::size_t>(family)]), DType::kFloat32, {max_pos, st.rope_half}};
+      a.cos_cache = ConstTensorView{
+          As<float>(st.cos[static_cast<std::size_t>(family)]), DType::kFloat32, {max_pos, st.rope_half}};
+      a.sin_cache = ConstTensorView{
+          As<float>(st.sin[static_cast<std::size_t>(family)]), DType::kFloat32, {max_pos, st.rope_half}};
       a.attrs.num_heads = c.n_head;
       a.attrs.scale = c.attn_scale;
       a.attrs.do_rotary = 1;

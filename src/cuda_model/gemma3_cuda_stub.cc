@@ -7,8 +7,9 @@
 namespace kvshare {
 
 std::unique_ptr<Model> MoveModelToCuda(std::unique_ptr<Model>) {
-  throw Error("device cuda: this kvshare was built without CUDA (no nvcc at configure, or -DKVSHARE_CUDA=OFF); "
-              "rebuild with the CUDA toolkit on PATH, or use device cpu");
+  throw Error(
+      "device cuda: this kvshare was built without CUDA (no nvcc at configure, or -DKVSHARE_CUDA=OFF); "
+      "rebuild with the CUDA toolkit on PATH, or use device cpu");
 }
 
 }  // namespace kvshare

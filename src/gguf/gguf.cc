@@ -18,7 +18,7 @@ namespace kvshare {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x46554747u;  // "GGUF" little-endian
-constexpr std::uint64_t kMaxNameLen = 63;       // ggml: GGML_MAX_NAME = 64 incl. NUL
+constexpr std::uint64_t kMaxNameLen = 63;      // ggml: GGML_MAX_NAME = 64 incl. NUL
 constexpr std::uint64_t kMaxKeyLen = 65535;
 constexpr int kMaxArrayDepth = 8;
 
@@ -33,10 +33,17 @@ struct Mapping {
 // Minimum encoded size of one element of a metadata type (for count bounds).
 std::uint64_t MinEncodedSize(std::uint32_t t) {
   switch (static_cast<GgufType>(t)) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kBool: return 1;
-    case GgufType::kUint16: case GgufType::kInt16: return 2;
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kFloat32: return 4;
-    case GgufType::kUint64: case GgufType::kInt64: case GgufType::kFloat64: return 8;
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kBool: return 1;
+    case GgufType::kUint16:
+    case GgufType::kInt16: return 2;
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kFloat32: return 4;
+    case GgufType::kUint64:
+    case GgufType::kInt64:
+    case GgufType::kFloat64: return 8;
     case GgufType::kString: return 8;
     case GgufType::kArray: return 12;
   }
@@ -60,8 +67,9 @@ class GgufParser {
   }
   void Need(const std::string& field, std::uint64_t n) const {
     if (n > size_ - pos_) {
-      Fail(field, pos_, "needs " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) +
-                            " remain (file truncated?)");
+      Fail(field, pos_,
+           "needs " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) +
+               " remain (file truncated?)");
     }
   }
   template <typename T>
@@ -100,14 +108,38 @@ void GgufParser::ReadValue(GgufValue& v, std::uint32_t type, const std::string& 
   v.type = static_cast<GgufType>(type);
   v.file_offset = pos_;
   switch (v.type) {
-    case GgufType::kUint8: v.u = Read<std::uint8_t>(field); v.i = static_cast<std::int64_t>(v.u); return;
-    case GgufType::kInt8: v.i = Read<std::int8_t>(field); v.u = static_cast<std::uint64_t>(v.i); return;
-    case GgufType::kUint16: v.u = Read<std::uint16_t>(field); v.i = static_cast<std::int64_t>(v.u); return;
-    case GgufType::kInt16: v.i = Read<std::int16_t>(field); v.u = static_cast<std::uint64_t>(v.i); return;
-    case GgufType::kUint32: v.u = Read<std::uint32_t>(field); v.i = static_cast<std::int64_t>(v.u); return;
-    case GgufType::kInt32: v.i = Read<std::int32_t>(field); v.u = static_cast<std::uint64_t>(v.i); return;
-    case GgufType::kUint64: v.u = Read<std::uint64_t>(field); v.i = static_cast<std::int64_t>(v.u); return;
-    case GgufType::kInt64: v.i = Read<std::int64_t>(field); v.u = static_cast<std::uint64_t>(v.i); return;
+    case GgufType::kUint8:
+      v.u = Read<std::uint8_t>(field);
+      v.i = static_cast<std::int64_t>(v.u);
+      return;
+    case GgufType::kInt8:
+      v.i = Read<std::int8_t>(field);
+      v.u = static_cast<std::uint64_t>(v.i);
+      return;
+    case GgufType::kUint16:
+      v.u = Read<std::uint16_t>(field);
+      v.i = static_cast<std::int64_t>(v.u);
+      return;
+    case GgufType::kInt16:
+      v.i = Read<std::int16_t>(field);
+      v.u = static_cast<std::uint64_t>(v.i);
+      return;
+    case GgufType::kUint32:
+      v.u = Read<std::uint32_t>(field);
+      v.i = static_cast<std::int64_t>(v.u);
+      return;
+    case GgufType::kInt32:
+      v.i = Read<std::int32_t>(field);
+      v.u = static_cast<std::uint64_t>(v.i);
+      return;
+    case GgufType::kUint64:
+      v.u = Read<std::uint64_t>(field);
+      v.i = static_cast<std::int64_t>(v.u);
+      return;
+    case GgufType::kInt64:
+      v.i = Read<std::int64_t>(field);
+      v.u = static_cast<std::uint64_t>(v.i);
+      return;
     case GgufType::kFloat32: v.f = Read<float>(field); return;
     case GgufType::kFloat64: v.f = Read<double>(field); return;
     case GgufType::kBool: {
@@ -131,8 +163,8 @@ void GgufParser::ReadValue(GgufValue& v, std::uint32_t type, const std::string& 
       const std::uint64_t count = ReadCount(field + " array count");
       if (count > (size_ - pos_) / min) {
         Fail(field + " array count", count_at,
-             std::to_string(count) + " elements of " + GgufTypeName(static_cast<GgufType>(et)) +
-                 " cannot fit in the " + std::to_string(size_ - pos_) + " bytes left in the file");
+             std::to_string(count) + " elements of " + GgufTypeName(static_cast<GgufType>(et)) + " cannot fit in the " +
+                 std::to_string(size_ - pos_) + " bytes left in the file");
       }
       v.elem_type = static_cast<GgufType>(et);
       v.count = count;
@@ -140,7 +172,8 @@ void GgufParser::ReadValue(GgufValue& v, std::uint32_t type, const std::string& 
       if (v.elem_type == GgufType::kString) {
         v.strings.reserve(static_cast<std::size_t>(count));
         for (std::uint64_t k = 0; k < count; ++k) {
-          v.strings.push_back(ReadString(field + "[" + std::to_string(k) + "]", std::numeric_limits<std::uint64_t>::max()));
+          v.strings.push_back(
+              ReadString(field + "[" + std::to_string(k) + "]", std::numeric_limits<std::uint64_t>::max()));
         }
       } else if (v.elem_type == GgufType::kArray) {
         v.items.resize(static_cast<std::size_t>(count));
@@ -176,10 +209,12 @@ void GgufParser::Run(GgufFile& f) {
   const std::uint64_t n_kv = ReadCount("metadata_kv_count");
   // Each tensor info takes >= 24 bytes, each kv >= 13: reject counts the file cannot hold.
   if (n_tensors > (size_ - pos_) / 24) {
-    Fail("tensor_count", 8, std::to_string(n_tensors) + " tensors cannot fit in a " + std::to_string(size_) + "-byte file");
+    Fail("tensor_count", 8,
+         std::to_string(n_tensors) + " tensors cannot fit in a " + std::to_string(size_) + "-byte file");
   }
   if (n_kv > (size_ - pos_) / 13) {
-    Fail("metadata_kv_count", 16, std::to_string(n_kv) + " entries cannot fit in a " + std::to_string(size_) + "-byte file");
+    Fail("metadata_kv_count", 16,
+         std::to_string(n_kv) + " entries cannot fit in a " + std::to_string(size_) + "-byte file");
   }
 
   f.keys_.reserve(static_cast<std::size_t>(n_kv));
@@ -193,7 +228,8 @@ void GgufParser::Run(GgufFile& f) {
     const std::string field = "metadata '" + key + "'";
     const std::uint64_t type_at = pos_;
     const std::uint32_t type = Read<std::uint32_t>(field + " type");
-    if (MinEncodedSize(type) == 0) Fail(field + " type", type_at, "unknown metadata value type " + std::to_string(type));
+    if (MinEncodedSize(type) == 0)
+      Fail(field + " type", type_at, "unknown metadata value type " + std::to_string(type));
     GgufValue v;
     ReadValue(v, type, field, 0);
     if (key == "general.alignment") {
@@ -247,7 +283,8 @@ void GgufParser::Run(GgufFile& f) {
     const std::uint64_t bs = static_cast<std::uint64_t>(GgmlBlockSize(ti.type));
     if (static_cast<std::uint64_t>(ti.ne[0]) % bs != 0) {
       Fail(tf + " ne[0]", nd_at + 4,
-           std::to_string(ti.ne[0]) + " is not a multiple of the " + GgmlTypeName(ti.type) + " block size " + std::to_string(bs));
+           std::to_string(ti.ne[0]) + " is not a multiple of the " + GgmlTypeName(ti.type) + " block size " +
+               std::to_string(bs));
     }
     const std::uint64_t blocks = elems / bs;
     const std::uint64_t bb = static_cast<std::uint64_t>(GgmlBlockBytes(ti.type));
@@ -256,9 +293,12 @@ void GgufParser::Run(GgufFile& f) {
     const std::uint64_t off_at = pos_;
     ti.offset = Read<std::uint64_t>(tf + " offset");
     if (ti.offset % f.alignment_ != 0) {
-      Fail(tf + " offset", off_at, std::to_string(ti.offset) + " is not a multiple of the alignment " + std::to_string(f.alignment_));
+      Fail(tf + " offset", off_at,
+           std::to_string(ti.offset) + " is not a multiple of the alignment " + std::to_string(f.alignment_));
     }
-    if (nbytes > size_) Fail(tf + " ne", nd_at + 4, std::to_string(nbytes) + " bytes of data exceed the file size " + std::to_string(size_));
+    if (nbytes > size_)
+      Fail(tf + " ne", nd_at + 4,
+           std::to_string(nbytes) + " bytes of data exceed the file size " + std::to_string(size_));
     ti.nbytes = static_cast<std::size_t>(nbytes);
     if (f.tensor_index_.count(ti.name) != 0) Fail(tf + " name", info_at, "duplicate tensor name");
     f.tensors_.push_back(std::move(ti));  // reserved: no reallocation
@@ -269,19 +309,19 @@ void GgufParser::Run(GgufFile& f) {
   // Data section: aligned start, every tensor inside the file.
   const std::uint64_t a = f.alignment_;
   const std::uint64_t pad = (a - pos_ % a) % a;
-  if (pad > size_ - pos_ && n_tensors > 0) Fail("data section padding", pos_, "file ends before the aligned data section");
+  if (pad > size_ - pos_ && n_tensors > 0)
+    Fail("data section padding", pos_, "file ends before the aligned data section");
   f.data_offset_ = pos_ + (pad <= size_ - pos_ ? pad : size_ - pos_);
   const std::uint64_t data_size = size_ - f.data_offset_;
   for (std::size_t t = 0; t < f.tensors_.size(); ++t) {
     GgufTensor& ti = f.tensors_[t];
     if (ti.offset > data_size || ti.nbytes > data_size - ti.offset) {
       Fail("tensor[" + std::to_string(t) + "] '" + ti.name + "' offset", pending[t].info_at,
-           "data [" + std::to_string(ti.offset) + ", +" + std::to_string(ti.nbytes) + ") extends beyond the end of the file (data section is " +
-               std::to_string(data_size) + " bytes)");
+           "data [" + std::to_string(ti.offset) + ", +" + std::to_string(ti.nbytes) +
+               ") extends beyond the end of the file (data section is " + std::to_string(data_size) + " bytes)");
     }
     ti.data = p_ + f.data_offset_ + ti.offset;
   }
-
 }
 
 GgufFile GgufFile::Parse(const std::uint8_t* data, std::size_t size, std::string name) {

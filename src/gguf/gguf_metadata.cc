@@ -13,11 +13,15 @@ namespace {
 
 bool IsInteger(GgufType t) {
   switch (t) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kUint16: case GgufType::kInt16:
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kUint64: case GgufType::kInt64:
-      return true;
-    default:
-      return false;
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kUint64:
+    case GgufType::kInt64: return true;
+    default: return false;
   }
 }
 bool IsSigned(GgufType t) {
@@ -27,7 +31,8 @@ bool IsSigned(GgufType t) {
 [[noreturn]] void Mismatch(const std::string& file, std::string_view key, const char* expected, const GgufValue& v) {
   std::string actual = GgufTypeName(v.type);
   if (v.type == GgufType::kArray) actual += " of " + GgufTypeName(v.elem_type);
-  throw Error("GGUF " + file + ": metadata key '" + std::string(key) + "' has type " + actual + ", expected " + expected);
+  throw Error("GGUF " + file + ": metadata key '" + std::string(key) + "' has type " + actual + ", expected " +
+              expected);
 }
 
 // Integer value of v, checked to lie in [lo, hi].
@@ -59,14 +64,39 @@ GgufValue ArrayElement(const GgufValue& a, std::uint64_t k) {
     return x;
   };
   switch (a.elem_type) {
-    case GgufType::kUint8: case GgufType::kBool: v.u = load(std::uint8_t{}); v.i = static_cast<std::int64_t>(v.u); break;
-    case GgufType::kInt8: v.i = load(std::int8_t{}); v.u = static_cast<std::uint64_t>(v.i); break;
-    case GgufType::kUint16: v.u = load(std::uint16_t{}); v.i = static_cast<std::int64_t>(v.u); break;
-    case GgufType::kInt16: v.i = load(std::int16_t{}); v.u = static_cast<std::uint64_t>(v.i); break;
-    case GgufType::kUint32: v.u = load(std::uint32_t{}); v.i = static_cast<std::int64_t>(v.u); break;
-    case GgufType::kInt32: v.i = load(std::int32_t{}); v.u = static_cast<std::uint64_t>(v.i); break;
-    case GgufType::kUint64: v.u = load(std::uint64_t{}); v.i = static_cast<std::int64_t>(v.u); break;
-    case GgufType::kInt64: v.i = load(std::int64_t{}); v.u = static_cast<std::uint64_t>(v.i); break;
+    case GgufType::kUint8:
+    case GgufType::kBool:
+      v.u = load(std::uint8_t{});
+      v.i = static_cast<std::int64_t>(v.u);
+      break;
+    case GgufType::kInt8:
+      v.i = load(std::int8_t{});
+      v.u = static_cast<std::uint64_t>(v.i);
+      break;
+    case GgufType::kUint16:
+      v.u = load(std::uint16_t{});
+      v.i = static_cast<std::int64_t>(v.u);
+      break;
+    case GgufType::kInt16:
+      v.i = load(std::int16_t{});
+      v.u = static_cast<std::uint64_t>(v.i);
+      break;
+    case GgufType::kUint32:
+      v.u = load(std::uint32_t{});
+      v.i = static_cast<std::int64_t>(v.u);
+      break;
+    case GgufType::kInt32:
+      v.i = load(std::int32_t{});
+      v.u = static_cast<std::uint64_t>(v.i);
+      break;
+    case GgufType::kUint64:
+      v.u = load(std::uint64_t{});
+      v.i = static_cast<std::int64_t>(v.u);
+      break;
+    case GgufType::kInt64:
+      v.i = load(std::int64_t{});
+      v.u = static_cast<std::uint64_t>(v.i);
+      break;
     case GgufType::kFloat32: v.f = load(float{}); break;
     case GgufType::kFloat64: v.f = load(double{}); break;
     default: break;
@@ -92,7 +122,7 @@ std::int64_t GgmlBlockBytes(GgmlType type) {
 }
 
 std::string GgufTypeName(GgufType type) {
-  static const char* kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32", "float32",
+  static const char* kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
                                  "bool",  "string", "array",  "uint64", "int64",  "float64"};
   const auto id = static_cast<std::uint32_t>(type);
   return id < 13 ? kNames[id] : "unknown(" + std::to_string(id) + ")";
@@ -117,9 +147,15 @@ const GgufValue& Require(const GgufFile& f, std::string_view key) {
 }
 }  // namespace
 
-std::uint32_t GgufFile::GetU32(std::string_view key) const { return IntValue<std::uint32_t>(name_, key, "uint32", Require(*this, key)); }
-std::int32_t GgufFile::GetI32(std::string_view key) const { return IntValue<std::int32_t>(name_, key, "int32", Require(*this, key)); }
-std::uint64_t GgufFile::GetU64(std::string_view key) const { return IntValue<std::uint64_t>(name_, key, "uint64", Require(*this, key)); }
+std::uint32_t GgufFile::GetU32(std::string_view key) const {
+  return IntValue<std::uint32_t>(name_, key, "uint32", Require(*this, key));
+}
+std::int32_t GgufFile::GetI32(std::string_view key) const {
+  return IntValue<std::int32_t>(name_, key, "int32", Require(*this, key));
+}
+std::uint64_t GgufFile::GetU64(std::string_view key) const {
+  return IntValue<std::uint64_t>(name_, key, "uint64", Require(*this, key));
+}
 
 float GgufFile::GetF32(std::string_view key) const {
   const GgufValue& v = Require(*this, key);

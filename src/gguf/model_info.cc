@@ -11,13 +11,16 @@ namespace {
 std::string ValueToString(const GgufValue& v) {
   char buf[64];
   switch (v.type) {
-    case GgufType::kInt8: case GgufType::kInt16: case GgufType::kInt32: case GgufType::kInt64:
-      return std::to_string(v.i);
-    case GgufType::kUint8: case GgufType::kUint16: case GgufType::kUint32: case GgufType::kUint64:
-      return std::to_string(v.u);
-    case GgufType::kFloat32: case GgufType::kFloat64:
-      std::snprintf(buf, sizeof buf, "%g", v.f);
-      return buf;
+    case GgufType::kInt8:
+    case GgufType::kInt16:
+    case GgufType::kInt32:
+    case GgufType::kInt64: return std::to_string(v.i);
+    case GgufType::kUint8:
+    case GgufType::kUint16:
+    case GgufType::kUint32:
+    case GgufType::kUint64: return std::to_string(v.u);
+    case GgufType::kFloat32:
+    case GgufType::kFloat64: std::snprintf(buf, sizeof buf, "%g", v.f); return buf;
     case GgufType::kBool: return v.u ? "true" : "false";
     case GgufType::kString: {
       std::string s(v.str.data(), v.str.size() < 60 ? v.str.size() : 60);
@@ -54,7 +57,8 @@ void PrintModelInfo(const GgufFile& file, std::ostream& os) {
     os << "hyperparameters:\n";
     const std::string prefix = arch + ".";
     for (const std::string& k : file.keys()) {
-      if (k.compare(0, prefix.size(), prefix) == 0) os << "  " << k.substr(prefix.size()) << ": " << ValueToString(*file.Find(k)) << "\n";
+      if (k.compare(0, prefix.size(), prefix) == 0)
+        os << "  " << k.substr(prefix.size()) << ": " << ValueToString(*file.Find(k)) << "\n";
     }
   }
   bool tok_header = false;
@@ -80,11 +84,12 @@ void PrintModelInfo(const GgufFile& file, std::ostream& os) {
     total.elems += t.NumElements();
     total.bytes += t.nbytes;
   }
-  os << "tensors: " << total.count << " (" << total.elems << " elements, " << Mb(static_cast<double>(total.bytes)) << ")\n";
+  os << "tensors: " << total.count << " (" << total.elems << " elements, " << Mb(static_cast<double>(total.bytes))
+     << ")\n";
   for (const auto& [name, a] : by_type) {
     char line[160];
-    std::snprintf(line, sizeof line, "  %-6s %5d tensors %14lld elements %12s  %.3f bits/weight\n", name.c_str(), a.count,
-                  static_cast<long long>(a.elems), Mb(static_cast<double>(a.bytes)).c_str(),
+    std::snprintf(line, sizeof line, "  %-6s %5d tensors %14lld elements %12s  %.3f bits/weight\n", name.c_str(),
+                  a.count, static_cast<long long>(a.elems), Mb(static_cast<double>(a.bytes)).c_str(),
                   a.elems ? 8.0 * static_cast<double>(a.bytes) / static_cast<double>(a.elems) : 0.0);
     os << line;
   }

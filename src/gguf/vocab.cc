@@ -31,8 +31,9 @@ VocabData ReadVocab(const GgufFile& file) {
   v.model = std::string(file.GetStringOpt("tokenizer.ggml.model").value_or("llama"));
   if (v.model == "gemma4") {
     if (!file.Has("tokenizer.ggml.merges")) {
-      throw Error("tokenizer.ggml.merges is missing; it is required for tokenizer.ggml.model = "
-                  "\"gemma4\"");
+      throw Error(
+          "tokenizer.ggml.merges is missing; it is required for tokenizer.ggml.model = "
+          "\"gemma4\"");
     }
     for (std::string_view m : file.GetStringArray("tokenizer.ggml.merges")) v.merges.emplace_back(m);
     // As llama.cpp loads it: BOS always (PR 21500), no space prefix (BPE), and
@@ -48,8 +49,7 @@ VocabData ReadVocab(const GgufFile& file) {
       }
     }
   } else if (v.model != "llama") {
-    throw Error("tokenizer.ggml.model = \"" + v.model +
-                "\" is not supported (supported: \"llama\", \"gemma4\")");
+    throw Error("tokenizer.ggml.model = \"" + v.model + "\" is not supported (supported: \"llama\", \"gemma4\")");
   }
   return v;
 }

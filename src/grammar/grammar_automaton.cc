@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "kvshare/common/error.h"
 
@@ -82,9 +82,7 @@ void GrammarAutomaton::Expand(std::uint32_t pos, std::uint32_t parent, int depth
         Expand(n.pos, n.parent, depth + 1);
       }
       return;
-    case ElemKind::kBytes:
-      out_.push_back(Intern(pos, parent));
-      return;
+    case ElemKind::kBytes: out_.push_back(Intern(pos, parent)); return;
     case ElemKind::kRule: {
       // A reference in tail position returns straight to the parent.
       const std::uint32_t ret = g_->elems[pos + 1].kind == ElemKind::kEnd ? parent : Intern(pos + 1, parent);

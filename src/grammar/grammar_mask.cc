@@ -5,12 +5,12 @@
 #include <limits>
 #include <string>
 
-#include "kvshare/common/error.h"
-#include "kvshare/grammar/grammar.h"
-#include "kvshare/tokenizer/tokenizer.h"
 #include "grammar/grammar_automaton.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/lazy_grammar.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
+#include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare {
 
@@ -82,7 +82,8 @@ TokenTrie::TokenTrie(std::span<const std::string> token_bytes) : impl_(std::make
   for (std::int32_t id = 0; id < t.vocab; ++id) {
     const std::size_t n = t.bytes[static_cast<std::size_t>(id)].size();
     if (n == 0) continue;
-    if (n > 65535) throw Error("TokenTrie: token " + std::to_string(id) + " has " + std::to_string(n) + " bytes, more than 65535");
+    if (n > 65535)
+      throw Error("TokenTrie: token " + std::to_string(id) + " has " + std::to_string(n) + " bytes, more than 65535");
     order.push_back(id);
   }
   std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
@@ -128,7 +129,8 @@ TokenTrie::TokenTrie(std::span<const std::string> token_bytes) : impl_(std::make
       const int v = PlainNext(u, t.byte[i]);
       if (v < 0) continue;
       bool all = true;
-      for (std::uint32_t c = static_cast<std::uint32_t>(i) + 1; c < t.end[i] && all; c = t.end[c]) all = (ok[c] >> v) & 1;
+      for (std::uint32_t c = static_cast<std::uint32_t>(i) + 1; c < t.end[i] && all; c = t.end[c])
+        all = (ok[c] >> v) & 1;
       if (all) bits |= static_cast<std::uint8_t>(1u << u);
     }
     ok[i] = bits;
@@ -138,7 +140,8 @@ TokenTrie::TokenTrie(std::span<const std::string> token_bytes) : impl_(std::make
   t.max_chars.assign(n, 0);
   for (std::size_t i = n; i-- > 1;) {
     unsigned most = 0;
-    for (std::uint32_t c = static_cast<std::uint32_t>(i) + 1; c < t.end[i]; c = t.end[c]) most = std::max<unsigned>(most, t.max_chars[c]);
+    for (std::uint32_t c = static_cast<std::uint32_t>(i) + 1; c < t.end[i]; c = t.end[c])
+      most = std::max<unsigned>(most, t.max_chars[c]);
     const bool starts = t.byte[i] < 0x80 || t.byte[i] >= 0xC0;  // not a continuation byte
     t.max_chars[i] = static_cast<std::uint16_t>(std::min<unsigned>(65535, most + (starts ? 1 : 0)));
   }
@@ -171,16 +174,15 @@ std::span<const std::int32_t> TokenTrie::tokens_starting_with(unsigned char byte
 
 struct GrammarMatcher::Impl {
   Impl(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> v, std::vector<std::int32_t> e)
-      : grammar(std::move(g)), vocab(std::move(v)), end_tokens(std::move(e)), dfa(grammar->ir),
-        state(dfa.initial()) {}
+      : grammar(std::move(g)), vocab(std::move(v)), end_tokens(std::move(e)), dfa(grammar->ir), state(dfa.initial()) {}
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenTrie> vocab;
   std::vector<std::int32_t> end_tokens;
   detail::GrammarAutomaton dfa;
   std::uint32_t state;
   bool terminated = false;
-  std::vector<std::uint32_t> walk;   // DFA state per trie depth
-  std::vector<std::uint64_t> mask;   // MaskLogits' scratch
+  std::vector<std::uint32_t> walk;  // DFA state per trie depth
+  std::vector<std::uint64_t> mask;  // MaskLogits' scratch
   // The masks of the last few states: a mask depends on the state alone, and
   // states recur (inside an unbounded string every character returns to
   // its state; the items of an array repeat theirs).

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <utility>
 
-#include "kvshare/grammar/grammar.h"
 #include "grammar/grammar_ir.h"
+#include "kvshare/grammar/grammar.h"
 
 namespace kvshare::detail {
 
@@ -42,8 +42,8 @@ class JsonGrammar {
   // Rules (their indices) and sequences; each shared piece is made once.
   // [0, n] repetitions of item (n < 0: any number).
   std::uint32_t UpTo(const Seq& item, int n);
-  Seq Ws();           // whitespace of one gap (empty when none is allowed)
-  Seq Sep(char c);    // c between two gaps
+  Seq Ws();         // whitespace of one gap (empty when none is allowed)
+  Seq Sep(char c);  // c between two gaps
   // One JSON string character: plain, escaped, or a multi-byte UTF-8
   // character (strict: no overlongs or surrogates). The first alternative
   // is the plain set (GrammarIr::plain_char_pos); it must match

@@ -6,10 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/common/error.h"
-#include "kvshare/grammar/grammar.h"
 #include "grammar/json_grammar.h"
 #include "grammar/json_schema_compiler.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
 
 namespace kvshare {
 namespace {

@@ -48,7 +48,8 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
   }
   const std::string p = path + "/" + key;
   if (std::string(key) == "allOf") {
-    if (branches.size() != 1) throw Error("unsupported JSON Schema keyword 'allOf' with more than one schema at " + path);
+    if (branches.size() != 1)
+      throw Error("unsupported JSON Schema keyword 'allOf' with more than one schema at " + path);
     return Schema(branches.front(), p + "/0");
   }
   if (std::string(key) == "oneOf") {
@@ -58,9 +59,8 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
       if (t.count("number")) t.insert("integer");
       for (const std::string& name : t) {
         if (!seen.insert(name).second) {
-          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path +
-                      ": its branches may overlap (both allow " + name +
-                      "); only oneOf with branches of disjoint types is supported, use anyOf");
+          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path + ": its branches may overlap (both allow " +
+                      name + "); only oneOf with branches of disjoint types is supported, use anyOf");
         }
       }
     }
@@ -121,7 +121,8 @@ std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>&
   for (const Json& v : values) {
     const std::string t = JsonTypeOf(v);
     const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
-                    (t == "number" && types.count("integer") && v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
+                    (t == "number" && types.count("integer") &&
+                     v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
     if (!ok) continue;
     b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
     ++n;

@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/common/error.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/json_grammar.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::detail {
 

@@ -39,8 +39,10 @@ std::set<std::string> SchemaCompiler::DeclaredTypes(const Json& s, const std::st
     if (names.empty()) Fail(path, "'type' must not be an empty array");
     for (const Json& n : names) {
       if (!n.is_string() || !TypeNames().count(n.get<std::string>())) {
-        Fail(path, "'type' must be one of object, array, string, number, integer, boolean, null (or an array of "
-                   "them), got " + n.dump());
+        Fail(path,
+             "'type' must be one of object, array, string, number, integer, boolean, null (or an array of "
+             "them), got " +
+                 n.dump());
       }
       types.insert(n.get<std::string>());
     }
@@ -50,7 +52,8 @@ std::set<std::string> SchemaCompiler::DeclaredTypes(const Json& s, const std::st
 
 std::uint32_t SchemaCompiler::OfTypes(std::set<std::string> types, const Json& s, const std::string& path) {
   if (types.empty()) {  // implied by the keywords present
-    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) types.insert("object");
+    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+      types.insert("object");
     if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types.insert("array");
     if (s.contains("minLength") || s.contains("maxLength")) types.insert("string");
     if (types.empty()) return j_.AnyValue();

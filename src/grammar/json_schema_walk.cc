@@ -14,17 +14,16 @@ namespace {
 constexpr int kMaxSchemaDepth = 128;  // schemas inside schemas, $ref hops included
 
 const std::set<std::string>& Annotations() {
-  static const std::set<std::string> s = {"title",      "description", "default",  "examples",  "$comment",
-                                          "$schema",    "$id",         "deprecated", "readOnly", "writeOnly",
-                                          "$defs",      "definitions"};
+  static const std::set<std::string> s = {"title", "description", "default",  "examples",  "$comment", "$schema",
+                                          "$id",   "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions"};
   return s;
 }
 
 const std::set<std::string>& Supported() {
-  static const std::set<std::string> s = {"type",      "properties", "required",  "additionalProperties",
-                                          "items",     "minItems",   "maxItems",  "minLength",
-                                          "maxLength", "enum",       "const",     "anyOf",
-                                          "oneOf",     "allOf",      "$ref",      "uniqueItems"};
+  static const std::set<std::string> s = {"type",      "properties", "required", "additionalProperties",
+                                          "items",     "minItems",   "maxItems", "minLength",
+                                          "maxLength", "enum",       "const",    "anyOf",
+                                          "oneOf",     "allOf",      "$ref",     "uniqueItems"};
   return s;
 }
 
@@ -91,7 +90,8 @@ std::uint32_t SchemaCompiler::Ref(const std::string& ref, const std::string& pat
     Fail(path, "'$ref' " + ref + " refers back to itself without an object or array in between (left recursion)");
   }
   if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
-  if (ref.empty() || ref[0] != '#') Fail(path, "only local '$ref's (\"#\", \"#/$defs/NAME\") are supported, got " + ref);
+  if (ref.empty() || ref[0] != '#')
+    Fail(path, "only local '$ref's (\"#\", \"#/$defs/NAME\") are supported, got " + ref);
   const Json* target = &root_;
   std::size_t at = 1;
   while (at < ref.size()) {

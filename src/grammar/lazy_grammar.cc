@@ -75,12 +75,16 @@ StarterCache& Starters() {
 
 LazyMatcher::LazyMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> vocab,
                          std::vector<std::int32_t> end_tokens)
-    : grammar_(std::move(grammar)), spec_(*grammar_->lazy), vocab_(std::move(vocab)),
-      end_tokens_(std::move(end_tokens)), trigger_(spec_.trigger->ir),
+    : grammar_(std::move(grammar)),
+      spec_(*grammar_->lazy),
+      vocab_(std::move(vocab)),
+      end_tokens_(std::move(end_tokens)),
+      trigger_(spec_.trigger->ir),
       body_(std::make_unique<GrammarMatcher>(grammar_->body, vocab_, std::vector<std::int32_t>{})) {
   starts_.assign(256, 0);
   for (int b = 0; b < 256; ++b) {
-    starts_[static_cast<std::size_t>(b)] = trigger_.Next(trigger_.initial(), static_cast<unsigned char>(b)) != GrammarAutomaton::kDead;
+    starts_[static_cast<std::size_t>(b)] =
+        trigger_.Next(trigger_.initial(), static_cast<unsigned char>(b)) != GrammarAutomaton::kDead;
   }
   starters_ = Starters().Get(vocab_, starts_, spec_.token_text, [&] {
     std::vector<std::int32_t> ids;
@@ -122,15 +126,13 @@ void LazyMatcher::EndBodyIfComplete() {
 bool LazyMatcher::Step(std::string_view bytes, bool commit) {
   if (terminated_) return false;
   switch (mode_) {
-    case Mode::kDone:
-      return bytes.empty();
+    case Mode::kDone: return bytes.empty();
     case Mode::kBody:
       if (!commit) return body_->CanAcceptBytes(bytes);
       if (!body_->AcceptBytes(bytes)) return false;
       EndBodyIfComplete();
       return true;
-    case Mode::kFree:
-      return StepFree(bytes, commit);
+    case Mode::kFree: return StepFree(bytes, commit);
   }
   return false;
 }
@@ -212,8 +214,7 @@ void LazyMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
   std::fill(mask.begin(), mask.end(), 0);
   if (terminated_) return;
   switch (mode_) {
-    case Mode::kDone:
-      break;
+    case Mode::kDone: break;
     case Mode::kBody:
       body_->FillNextTokenMask(mask);
       for (const auto& [id, text] : spec_.token_text) set(id, body_->CanAcceptBytes(text));

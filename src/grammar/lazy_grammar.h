@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvshare/grammar/grammar.h"
 #include "grammar/grammar_automaton.h"
 #include "grammar/grammar_ir.h"
+#include "kvshare/grammar/grammar.h"
 
 namespace kvshare::detail {
 
@@ -58,7 +58,7 @@ class LazyMatcher {
   std::string recent_;  // free text from the oldest run's start on
   // Free text: only tokens holding a byte that can begin a trigger can fire
   // one while no match is in progress, so only they are checked then.
-  std::vector<std::uint8_t> starts_;  // per byte: can begin a trigger
+  std::vector<std::uint8_t> starts_;                           // per byte: can begin a trigger
   std::shared_ptr<const std::vector<std::int32_t>> starters_;  // shared between matchers (lazy_grammar.cc)
   std::vector<Run> scratch_runs_;
   std::string scratch_recent_;

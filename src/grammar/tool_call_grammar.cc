@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "kvshare/common/error.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/json_grammar.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare {
 namespace {
@@ -28,7 +28,8 @@ std::string_view Parameters(const CallableFunction& f) {
 
 // OPEN (NAME ARGUMENTS | ...) CLOSE.
 std::shared_ptr<const Grammar> MarkedBody(std::span<const CallableFunction> functions, const MarkedCallSyntax& syntax) {
-  detail::JsonGrammar j({}, syntax.notation == CallNotation::kGemma ? detail::Notation::kGemma : detail::Notation::kJson);
+  detail::JsonGrammar j({},
+                        syntax.notation == CallNotation::kGemma ? detail::Notation::kGemma : detail::Notation::kJson);
   GrammarBuilder& b = j.builder();
   const std::uint32_t calls = b.NewRule();
   for (const CallableFunction& f : functions) {

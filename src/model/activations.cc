@@ -6,6 +6,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "model/activations.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 

@@ -130,9 +130,13 @@ RopeTable BuildRopeTable(const RopeFamily& f, std::int64_t max_pos) {
 // ---- State and layer pieces ----
 
 DecoderState::DecoderState(KvCache c, const ModelStateOptions& o, std::shared_ptr<const RopeSet> r)
-    : cache(std::move(c)), max_context_(o.max_context), max_step_(static_cast<int>(cache.Options().max_step)),
-      kernel_(o.attention_kernel), shared_prefill_shortcut_(o.kv_shared_prefill_shortcut),
-      kv_bytes_(cache.Memory().total_bytes), rope(std::move(r)) {}
+    : cache(std::move(c)),
+      max_context_(o.max_context),
+      max_step_(static_cast<int>(cache.Options().max_step)),
+      kernel_(o.attention_kernel),
+      shared_prefill_shortcut_(o.kv_shared_prefill_shortcut),
+      kv_bytes_(cache.Memory().total_bytes),
+      rope(std::move(r)) {}
 
 void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const QuerySpan> spans, ThreadPool* pool) {
   const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * c.head_dim;
@@ -220,8 +224,8 @@ void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatr
         const double mean = sum / static_cast<double>(F);
         double var = 0;
         for (std::int64_t i = 0; i < F; ++i) var += (row[i] - mean) * (row[i] - mean);
-        const float cutoff =
-            static_cast<float>(mean) + static_cast<float>(std::sqrt(var / static_cast<double>(F))) * topk_std_multiplier;
+        const float cutoff = static_cast<float>(mean) +
+                             static_cast<float>(std::sqrt(var / static_cast<double>(F))) * topk_std_multiplier;
         for (std::int64_t i = 0; i < F; ++i) row[i] = std::max(0.0f, row[i] - cutoff);
       }
     });
@@ -258,7 +262,8 @@ void DecoderModel::ValidateSharing(const std::string& key) const {
   const int n = cfg_.num_kv_shared_layers;
   if (n == 0) return;
   if (n < 0 || n >= cfg_.n_layer) {
-    throw Error(Str(key, " = ", n, " is out of range for ", cfg_.n_layer, " layers (valid: 0..", cfg_.n_layer - 1, ")"));
+    throw Error(
+        Str(key, " = ", n, " is out of range for ", cfg_.n_layer, " layers (valid: 0..", cfg_.n_layer - 1, ")"));
   }
   const std::string why = PlanError(n);
   if (!why.empty()) {
@@ -276,13 +281,15 @@ void DecoderModel::WarnIfLlamaCppSharesDifferently() {
   for (int il = n_kv; il < cfg_.n_layer; ++il) {
     const int llama_src = n_kv - (cfg_.is_sliding[static_cast<std::size_t>(il)] ? 2 : 1);
     const int src = plan.layers[static_cast<std::size_t>(il)].source_layer;
-    if (llama_src != src) diffs += Str(diffs.empty() ? "" : ", ", "layer ", il, " reads ", src, " (llama.cpp: ", llama_src, ")");
+    if (llama_src != src)
+      diffs += Str(diffs.empty() ? "" : ", ", "layer ", il, " reads ", src, " (llama.cpp: ", llama_src, ")");
   }
   if (!diffs.empty()) {
-    warnings_.push_back(Str("KV sharing: this file's layer pattern makes llama.cpp's fixed rule (n_kv - 2 for sliding, ",
-                            "n_kv - 1 for full layers) pick other source layers than HF's rule (the last owning layer ",
-                            "of the same type), which kvshare follows: ", diffs,
-                            ". llama.cpp computes this model differently from HF transformers."));
+    warnings_.push_back(
+        Str("KV sharing: this file's layer pattern makes llama.cpp's fixed rule (n_kv - 2 for sliding, ",
+            "n_kv - 1 for full layers) pick other source layers than HF's rule (the last owning layer ",
+            "of the same type), which kvshare follows: ", diffs,
+            ". llama.cpp computes this model differently from HF transformers."));
   }
 }
 
@@ -291,8 +298,8 @@ void DecoderModel::RequireKvWeights(const LayerPlan& plan, const std::function<b
     if (!has_kv(l)) {
       throw Error(Str("num_kv_shared_layers = ", cfg_.n_layer - plan.first_shared, " makes layer ", l,
                       " compute its own K/V, but the file has no blk.", l, ".attn_k.weight (the file shares that ",
-                      "layer's KV); use at least ", cfg_.n_layer - l, " shared layers (the file's own: ",
-                      cfg_.num_kv_shared_layers, ")"));
+                      "layer's KV); use at least ", cfg_.n_layer - l,
+                      " shared layers (the file's own: ", cfg_.num_kv_shared_layers, ")"));
     }
   }
 }
@@ -327,7 +334,8 @@ void DecoderModel::PackKeptRows(const Step& step, std::span<std::vector<float>> 
   for (std::size_t i = 0; i < step.rows.size(); ++i) {
     const StepRow& r = step.rows[i];
     const std::int64_t from = r.begin + r.n - r.keep;
-    for (std::vector<float>& v : buffers) std::copy(v.begin() + from * E, v.begin() + (from + r.keep) * E, v.begin() + at * E);
+    for (std::vector<float>& v : buffers)
+      std::copy(v.begin() + from * E, v.begin() + (from + r.keep) * E, v.begin() + at * E);
     if (spans != nullptr) (*spans)[i] = QuerySpan{.row = r.row, .begin = at, .n = r.keep, .skip = r.n - r.keep};
     if (src != nullptr) {
       for (std::int64_t j = 0; j < r.keep; ++j) (*src)[static_cast<std::size_t>(at + j)] = from + j;

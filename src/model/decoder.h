@@ -108,9 +108,9 @@ class DecoderState : public ModelState {
   std::size_t kv_bytes_;
   std::shared_ptr<const RopeSet> rope;
   std::span<const float> hidden() const override { return hidden_rows; }
-  std::vector<float> logits;     // [sum num_logits, n_vocab]
-  std::vector<float> hidden_rows;  // [sum num_logits, n_embd]: ModelState::hidden()
-  std::vector<float> head_out;   // [rows, n_vocab] LM head output of a multi-entry step
+  std::vector<float> logits;                        // [sum num_logits, n_vocab]
+  std::vector<float> hidden_rows;                   // [sum num_logits, n_embd]: ModelState::hidden()
+  std::vector<float> head_out;                      // [rows, n_vocab] LM head output of a multi-entry step
   std::vector<float> pad_q, pad_k, pad_v, pad_out;  // [B, S_max, ...] packed attention inputs
   std::vector<std::int64_t> query_offsets;
 };
@@ -153,8 +153,7 @@ struct AttentionCall {
   const RopeTable* rope = nullptr;
   float scale = 1.0f;
 };
-void Attend(DecoderState& st, int layer, const AttentionCall& call, std::span<const QuerySpan> spans,
-            ThreadPool* pool);
+void Attend(DecoderState& st, int layer, const AttentionCall& call, std::span<const QuerySpan> spans, ThreadPool* pool);
 
 // out[S, E] = down(gelu_tanh(gate x) * up x), x: [S, E]; g, u: scratch grown to
 // [S, n_ff]. out may not alias x. With a finite topk_std_multiplier k (Gemma
@@ -242,12 +241,12 @@ class DecoderModel : public Model {
 
   GgufFile file_;
   ModelConfig cfg_;
-  WeightMatrix embd_w_;            // token_embd rows, as stored (looked up, not multiplied)
+  WeightMatrix embd_w_;  // token_embd rows, as stored (looked up, not multiplied)
   WeightMatrix out_w_;
   const float* out_norm_ = nullptr;
-  float final_softcap_ = 0.0f;     // 0: off
+  float final_softcap_ = 0.0f;  // 0: off
   std::vector<RopeFamily> rope_families_;
-  std::vector<int> layer_rope_;    // [n_layer]: index into rope_families_
+  std::vector<int> layer_rope_;  // [n_layer]: index into rope_families_
   std::vector<std::string> warnings_;
 
  private:

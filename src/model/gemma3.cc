@@ -83,7 +83,8 @@ class Gemma3 final : public detail::DecoderModel {
     };
     out_norm_ = t.Vec("output_norm.weight", c.n_embd);
     const auto vec = [&](const std::string& name, std::int64_t n) { return t.Vec(name, n); };
-    for (int i = 0; i < c.n_layer; ++i) layers_.push_back(detail::LoadGemma3Layer<WeightMatrix, const float*>(c, i, mat, vec));
+    for (int i = 0; i < c.n_layer; ++i)
+      layers_.push_back(detail::LoadGemma3Layer<WeightMatrix, const float*>(c, i, mat, vec));
     // RoPE: NeoX over the whole head, base by layer type.
     rope_families_ = {{.base = c.rope_base_full, .rotary_dim = c.head_dim},
                       {.base = c.rope_base_sliding, .rotary_dim = c.head_dim}};
@@ -126,7 +127,8 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
     std::copy(st.x.begin(), st.x.end(), st.h.begin());
     RmsNorm(st.h.data(), S, E, L.attn_norm, c.rms_eps, pool);
     if (owns) {  // a KV-shared layer reads its source's K/V and computes none
-      const MatMulTarget qkv[] = {{.w = L.q, .y = st.q.data()}, {.w = L.k, .y = st.k.data()}, {.w = L.v, .y = st.v.data()}};
+      const MatMulTarget qkv[] = {
+          {.w = L.q, .y = st.q.data()}, {.w = L.k, .y = st.k.data()}, {.w = L.v, .y = st.v.data()}};
       detail::MatMulRowsMany(qkv, st.h.data(), S, pool);
       RmsNorm(st.k.data(), S * c.n_head_kv, Hd, L.k_norm, c.rms_eps, pool);
     } else {

@@ -44,14 +44,14 @@ struct Layer {
   const float* ffn_norm = nullptr;
   WeightMatrix gate, up, down;
   const float* post_ffw_norm = nullptr;
-  float sparsity = -INFINITY;  // Phi^-1(activation sparsity); -inf: none
+  float sparsity = -INFINITY;       // Phi^-1(activation sparsity); -inf: none
   WeightMatrix laurel_l, laurel_r;  // [rank, E], [E, rank]
   const float* laurel_norm = nullptr;
   // AltUp (n = streams): coefficients as float rows.
-  std::vector<float> router;        // [n, E]
+  std::vector<float> router;  // [n, E]
   const float* router_norm = nullptr;
-  std::vector<float> predict_coef;  // [n * n, n]
-  std::vector<float> correct_coef;  // [n, n]
+  std::vector<float> predict_coef;       // [n * n, n]
+  std::vector<float> correct_coef;       // [n, n]
   const float* correct_scale = nullptr;  // [E]
   detail::PerLayerGateWeights ple_gate;
 };
@@ -120,8 +120,9 @@ Gemma3n::Gemma3n(GgufFile file) : DecoderModel(std::move(file)) {
   if (active_ < 0 || active_ >= n_altup_) {
     throw Error(Str(a, "altup.active_idx = ", active_, " is outside [0, altup.num_inputs = ", n_altup_, ")"));
   }
-  const std::vector<float> sparsity = f.Has(a + "activation_sparsity_scale") ? f.GetF32Array(a + "activation_sparsity_scale")
-                                                                             : std::vector<float>(L, -INFINITY);
+  const std::vector<float> sparsity = f.Has(a + "activation_sparsity_scale")
+                                          ? f.GetF32Array(a + "activation_sparsity_scale")
+                                          : std::vector<float>(L, -INFINITY);
   if (sparsity.size() != L) {
     throw Error(Str("metadata key '", a, "activation_sparsity_scale' has ", sparsity.size(),
                     " entries, expected block_count = ", L, " (one std multiplier per layer, -inf for none)"));
@@ -268,7 +269,9 @@ void Gemma3n::RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpa
       const float* xj = st.x[static_cast<std::size_t>(j)].data() + s * E;
       for (int d = 0; d < E; ++d) {
         float acc = 0;
-        for (int i = 0; i < n; ++i) acc += st.x[static_cast<std::size_t>(i)][static_cast<std::size_t>(s * E + d)] * st.coef[static_cast<std::size_t>(j * n + i)];
+        for (int i = 0; i < n; ++i)
+          acc += st.x[static_cast<std::size_t>(i)][static_cast<std::size_t>(s * E + d)] *
+                 st.coef[static_cast<std::size_t>(j * n + i)];
         out[d] = acc + xj[d];
       }
     }
@@ -284,16 +287,15 @@ void Gemma3n::RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpa
   RmsNorm(st.f.data(), S, E, Ly.laurel_norm, c.rms_eps, pool);
 
   // Attention, then a = (act + attn + laurel) / sqrt(2), laurel = h + its branch.
-  detail::GemmaAttentionBlock(
-      st, Ly.attn,
-      {.layer = l,
-       .owns = owns,
-       .n_head = c.n_head,
-       .scale = c.attn_scale,
-       .eps = c.rms_eps,
-       .rope = LayerRope(st, l),
-       .spans = spans},
-      st.h.data(), st.o.data(), st.attn, pool);
+  detail::GemmaAttentionBlock(st, Ly.attn,
+                              {.layer = l,
+                               .owns = owns,
+                               .n_head = c.n_head,
+                               .scale = c.attn_scale,
+                               .eps = c.rms_eps,
+                               .rope = LayerRope(st, l),
+                               .spans = spans},
+                              st.h.data(), st.o.data(), st.attn, pool);
   const float sqrt2 = std::sqrt(2.0f);  // HF divides by math.sqrt(2)
   for (std::size_t i = 0; i < SE; ++i) st.o[i] = ((act[i] + st.o[i]) + (st.h[i] + st.f[i])) / sqrt2;
 
@@ -389,8 +391,10 @@ float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool
                        proj.data(), pool);
     for (std::int64_t s = 0; s < kept; ++s) {
       const float target = Rms(x0.data() + s * E, E);
-      const float now = std::sqrt(std::max(static_cast<float>(detail::SumOfSquares(proj.data() + s * E, E) / E), 1e-5f));
-      for (int d = 0; d < E; ++d) out[static_cast<std::size_t>(s * E + d)] += proj[static_cast<std::size_t>(s * E + d)] * target / now;
+      const float now =
+          std::sqrt(std::max(static_cast<float>(detail::SumOfSquares(proj.data() + s * E, E) / E), 1e-5f));
+      for (int d = 0; d < E; ++d)
+        out[static_cast<std::size_t>(s * E + d)] += proj[static_cast<std::size_t>(s * E + d)] * target / now;
     }
   }
   for (float& v : out) v /= static_cast<float>(n);

@@ -20,8 +20,8 @@
 #include "model/activations.h"
 #include "model/decoder.h"
 #include "model/gemma4_config.h"
-#include "model/gemma_blocks.h"
 #include "model/gemma4_moe.h"
+#include "model/gemma_blocks.h"
 #include "quant/quant.h"
 
 namespace kvshare {
@@ -40,7 +40,7 @@ struct Layer {
   std::optional<WeightMatrix> gate, up, down;  // dense MLP (n_ff > 0)
   std::optional<detail::Gemma4Moe> moe;
   detail::PerLayerGateWeights ple_gate;  // per-layer embeddings (PLE width > 0)
-  float out_scale = 1.0f;  // layer_output_scale
+  float out_scale = 1.0f;                // layer_output_scale
   bool has_out_scale = false;
 };
 
@@ -99,8 +99,9 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
   const std::int64_t E = c.n_embd;
   ple_.Load(t, c.n_layer, ple, E, c.n_vocab, /*min_rows=*/c.n_vocab);
   if (f.FindTensor("blk.0.attn_qkv.weight") != nullptr) {
-    throw Error("tensor 'blk.0.attn_qkv.weight': fused QKV (convert_hf_to_gguf.py --fuse-qkv) is not supported; "
-                "convert without --fuse-qkv");
+    throw Error(
+        "tensor 'blk.0.attn_qkv.weight': fused QKV (convert_hf_to_gguf.py --fuse-qkv) is not supported; "
+        "convert without --fuse-qkv");
   }
 
   const int first_shared = c.n_layer - c.num_kv_shared_layers;
@@ -122,11 +123,13 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
       Ly.down = t.Mat(p + "ffn_down.weight", E, n_ff);
     }
     if (f.FindTensor(p + "ffn_gate_inp.weight") != nullptr) {
-      if (!expert_count) throw Error(Str("tensor '", p, "ffn_gate_inp.weight' marks an MoE layer but metadata key '", a,
-                                         "expert_count' is missing"));
+      if (!expert_count)
+        throw Error(Str("tensor '", p, "ffn_gate_inp.weight' marks an MoE layer but metadata key '", a,
+                        "expert_count' is missing"));
       Ly.moe = detail::LoadGemma4Moe(t, p, a, E);
     } else if (n_ff == 0) {
-      throw Error(Str("layer ", i, " has neither a dense FFN (", a, "feed_forward_length[", i, "] = 0) nor MoE tensors"));
+      throw Error(
+          Str("layer ", i, " has neither a dense FFN (", a, "feed_forward_length[", i, "] = 0) nor MoE tensors"));
     }
     if (ple > 0) Ly.ple_gate = detail::LoadPerLayerGate(t, p, ple, E);
     for (std::optional<WeightMatrix>* w : {&Ly.gate, &Ly.up, &Ly.down}) {
@@ -199,16 +202,15 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
   // Attention.
   std::copy(x, x + S * E, st.h.data());
   RmsNorm(st.h.data(), S, E, Ly.attn_norm, c.rms_eps, pool);
-  detail::GemmaAttentionBlock(
-      st, Ly.attn,
-      {.layer = l,
-       .owns = owns,
-       .n_head = c.n_head,
-       .scale = c.attn_scale,
-       .eps = c.rms_eps,
-       .rope = LayerRope(st, l),
-       .spans = spans},
-      st.h.data(), st.o.data(), st.attn, pool);
+  detail::GemmaAttentionBlock(st, Ly.attn,
+                              {.layer = l,
+                               .owns = owns,
+                               .n_head = c.n_head,
+                               .scale = c.attn_scale,
+                               .eps = c.rms_eps,
+                               .rope = LayerRope(st, l),
+                               .spans = spans},
+                              st.h.data(), st.o.data(), st.attn, pool);
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
 
   // FFN: dense GeGLU, and on MoE layers its normed output plus the experts'.

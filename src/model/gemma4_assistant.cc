@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "common/str.h"
-#include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/attention/gqa.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/gemma4_assistant.h"
 #include "model/decoder.h"
 #include "model/gemma4_config.h"
 #include "quant/quant.h"
@@ -39,8 +39,8 @@ struct Layer {
 class Scratch final : public AssistantScratch {
  public:
   std::vector<float> in, x, h, o, f, g, u, y, q, attn, logits, hidden_out;
-  std::vector<float> q_pad, out_pad;                 // [B, N * H] query / output of the op
-  std::vector<std::int64_t> write_at, nonpad, pos;   // [B]
+  std::vector<float> q_pad, out_pad;                // [B, N * H] query / output of the op
+  std::vector<std::int64_t> write_at, nonpad, pos;  // [B]
   std::shared_ptr<const detail::RopeSet> rope;
   std::vector<float> centroid_logits, row;
   std::vector<AssistantLayerSource> sources;  // of sources_model with its first shared layer at sources_first_shared
@@ -66,12 +66,12 @@ class Gemma4Assistant final : public AssistantModel {
   AssistantConfig cfg_;
   std::vector<detail::RopeFamily> rope_families_;  // [full, sliding]
   std::vector<int> layer_rope_;
-  WeightMatrix embd_;       // the assistant's tied table [n_vocab, E], as stored (the centroid head reads rows)
-  WeightMatrix head_;       // the same prepared for MatMul (the plain head only)
+  WeightMatrix embd_;        // the assistant's tied table [n_vocab, E], as stored (the centroid head reads rows)
+  WeightMatrix head_;        // the same prepared for MatMul (the plain head only)
   WeightMatrix pre_, post_;  // [E, 2 E_b], [E_b, E]
   const float* out_norm_ = nullptr;
-  WeightMatrix centroids_;                // [num_centroids, E] (ordered embeddings)
-  std::vector<std::int32_t> ordering_;    // [n_vocab]: the vocabulary by cluster
+  WeightMatrix centroids_;              // [num_centroids, E] (ordered embeddings)
+  std::vector<std::int32_t> ordering_;  // [n_vocab]: the vocabulary by cluster
   std::vector<Layer> layers_;
   mutable std::mutex rope_mu_;
   mutable std::shared_ptr<const detail::RopeSet> rope_;
@@ -100,9 +100,11 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
                     ": every layer of a Gemma 4 assistant reads the target's KV"));
   }
   if (const auto ple = f.GetU32Opt(a + "embedding_length_per_layer_input"); ple && *ple != 0) {
-    throw Error(Str(a, "embedding_length_per_layer_input = ", *ple, ": a Gemma 4 assistant has no per-layer embeddings"));
+    throw Error(
+        Str(a, "embedding_length_per_layer_input = ", *ple, ": a Gemma 4 assistant has no per-layer embeddings"));
   }
-  if (f.GetU32Opt(a + "expert_count")) throw Error(Str(a, "expert_count is set: a Gemma 4 assistant has no MoE layers"));
+  if (f.GetU32Opt(a + "expert_count"))
+    throw Error(Str(a, "expert_count is set: a Gemma 4 assistant has no MoE layers"));
 
   const std::int64_t E = cfg_.n_embd, Eb = cfg_.n_embd_backbone;
   embd_ = WeightMatrix::FromTensor(f.Tensor("token_embd.weight"));
@@ -124,8 +126,8 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
                       " centroids, which must divide the vocabulary of ", cfg_.n_vocab));
     }
     if (cfg_.centroid_top_k < 1 || cfg_.centroid_top_k > cfg_.num_centroids) {
-      throw Error(Str(a, "centroid_intermediate_top_k = ", cfg_.centroid_top_k, " must be in [1, ",
-                      cfg_.num_centroids, "] (the number of centroids)"));
+      throw Error(Str(a, "centroid_intermediate_top_k = ", cfg_.centroid_top_k, " must be in [1, ", cfg_.num_centroids,
+                      "] (the number of centroids)"));
     }
     const GgufTensor& ot = f.Tensor("masked_embd_ordering");
     if (ot.type != GgmlType::kI32 || ot.NumElements() != cfg_.n_vocab) {
@@ -152,7 +154,8 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
     const std::size_t li = static_cast<std::size_t>(i);
     const std::int64_t hd = cfg_.layer_head_dim[li], qd = cfg_.n_head * hd, ff = cfg_.layer_n_ff[li];
     if (f.FindTensor(p + "attn_k.weight") != nullptr) {
-      throw Error(Str("tensor '", p, "attn_k.weight': a Gemma 4 assistant layer computes no K/V (it reads the target's)"));
+      throw Error(
+          Str("tensor '", p, "attn_k.weight': a Gemma 4 assistant layer computes no K/V (it reads the target's)"));
     }
     if (ff < 1) throw Error(Str(a, "feed_forward_length[", i, "] = ", ff, ": every assistant layer has a dense MLP"));
     Layer L;
@@ -179,7 +182,8 @@ std::vector<AssistantLayerSource> Gemma4Assistant::Sources(const Model& target, 
   }
   if (tc.n_embd != cfg_.n_embd_backbone) {
     throw Error(Str("the assistant was trained for a target of width ", cfg_.n_embd_backbone, " (", kArch,
-                    ".embedding_length_out, HF backbone_hidden_size), but the target's embedding_length is ", tc.n_embd));
+                    ".embedding_length_out, HF backbone_hidden_size), but the target's embedding_length is ",
+                    tc.n_embd));
   }
   std::vector<AssistantLayerSource> out;
   for (int l = 0; l < cfg_.n_layer; ++l) {
@@ -196,8 +200,8 @@ std::vector<AssistantLayerSource> Gemma4Assistant::Sources(const Model& target, 
     const std::size_t ls = static_cast<std::size_t>(l), ts = static_cast<std::size_t>(last);
     if (tc.layer_head_dim[ts] != cfg_.layer_head_dim[ls] || tc.layer_n_head_kv[ts] != cfg_.layer_n_head_kv[ls]) {
       throw Error(Str("assistant layer ", l, " (", type, ") has head size ", cfg_.layer_head_dim[ls], " and ",
-                      cfg_.layer_n_head_kv[ls], " KV heads, but the K/V it reads (target layer ", last, ") have head size ",
-                      tc.layer_head_dim[ts], " and ", tc.layer_n_head_kv[ts], " KV heads"));
+                      cfg_.layer_n_head_kv[ls], " KV heads, but the K/V it reads (target layer ", last,
+                      ") have head size ", tc.layer_head_dim[ts], " and ", tc.layer_n_head_kv[ts], " KV heads"));
     }
     if (cfg_.n_head % tc.layer_n_head_kv[ts] != 0) {
       throw Error(Str("assistant layer ", l, ": ", cfg_.n_head, " query heads are not a multiple of the ",
@@ -362,7 +366,8 @@ AssistantStepOut Gemma4Assistant::Step(AssistantScratch& base, const AssistantSt
     detail::GegluMlp(L.gate, L.up, L.down, s.h.data(), 1, s.f.data(), s.g, s.u, a.pool);
     RmsNorm(s.f.data(), 1, static_cast<int>(E), L.post_ffw_norm, cfg_.rms_eps);
     for (std::int64_t i = 0; i < E; ++i) {
-      s.x[static_cast<std::size_t>(i)] = (s.x[static_cast<std::size_t>(i)] + s.f[static_cast<std::size_t>(i)]) * L.out_scale;
+      s.x[static_cast<std::size_t>(i)] =
+          (s.x[static_cast<std::size_t>(i)] + s.f[static_cast<std::size_t>(i)]) * L.out_scale;
     }
   }
   std::copy(s.x.begin(), s.x.end(), s.y.begin());

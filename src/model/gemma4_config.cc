@@ -32,8 +32,9 @@ Gemma4Geometry ReadGemma4Geometry(const GgufFile& f, const std::string& a) {
   // Head sizes: key_length is the full (global) layers', key_length_swa the sliding layers'.
   const int hd_full = static_cast<int>(f.GetU32(a + "attention.key_length"));
   const int hd_swa = static_cast<int>(f.GetU32Or(a + "attention.key_length_swa", static_cast<std::uint32_t>(hd_full)));
-  for (const auto& [k_key, v_key, want] : {std::tuple{"attention.key_length", "attention.value_length", hd_full},
-                                           std::tuple{"attention.key_length_swa", "attention.value_length_swa", hd_swa}}) {
+  for (const auto& [k_key, v_key, want] :
+       {std::tuple{"attention.key_length", "attention.value_length", hd_full},
+        std::tuple{"attention.key_length_swa", "attention.value_length_swa", hd_swa}}) {
     const auto v_len = f.GetU32Opt(a + v_key);
     if (v_len && static_cast<int>(*v_len) != want) {
       throw Error(Str(a, v_key, " = ", *v_len, " differs from ", a, k_key, " = ", want,

@@ -13,9 +13,9 @@
 namespace kvshare::detail {
 
 struct Gemma4Geometry {
-  ModelConfig config;                    // every field but n_vocab (from the tensors) and architecture
+  ModelConfig config;                     // every field but n_vocab (from the tensors) and architecture
   std::vector<RopeFamily> rope_families;  // [full, sliding]: NeoX; full layers turn by rope_freqs.weight
-  std::vector<int> layer_rope;           // [n_layer]: index into rope_families
+  std::vector<int> layer_rope;            // [n_layer]: index into rope_families
 };
 
 // Reads `<prefix>block_count`, embedding_length, attention.* (head counts,

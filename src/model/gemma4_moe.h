@@ -13,14 +13,14 @@ namespace kvshare::detail {
 
 struct Gemma4Moe {
   int n_expert = 0;
-  int n_used = 0;  // top-k
-  int n_ff = 0;    // per expert
-  WeightMatrix router;                // ffn_gate_inp [n_expert, E] (F32 in converted files)
-  const float* router_scale = nullptr;  // ffn_gate_inp.scale [E]
-  const float* expert_scale = nullptr;  // ffn_down_exps.scale [n_expert]; null: 1
-  std::vector<WeightMatrix> gate_up;  // per expert [2 n_ff, E], gate rows first (or empty)
-  std::vector<WeightMatrix> gate, up;  // per expert [n_ff, E] when stored apart
-  std::vector<WeightMatrix> down;     // per expert [E, n_ff]
+  int n_used = 0;                          // top-k
+  int n_ff = 0;                            // per expert
+  WeightMatrix router;                     // ffn_gate_inp [n_expert, E] (F32 in converted files)
+  const float* router_scale = nullptr;     // ffn_gate_inp.scale [E]
+  const float* expert_scale = nullptr;     // ffn_down_exps.scale [n_expert]; null: 1
+  std::vector<WeightMatrix> gate_up;       // per expert [2 n_ff, E], gate rows first (or empty)
+  std::vector<WeightMatrix> gate, up;      // per expert [n_ff, E] when stored apart
+  std::vector<WeightMatrix> down;          // per expert [E, n_ff]
   const float* pre_ffw_norm_2 = nullptr;   // [E] expert input norm
   const float* post_ffw_norm_1 = nullptr;  // [E] dense MLP output norm
   const float* post_ffw_norm_2 = nullptr;  // [E] expert sum norm
@@ -34,8 +34,8 @@ struct MoeScratch {
   std::vector<float> router_in, logits, in, rows, gu, act, y;
   std::vector<std::int64_t> token;  // rows routed to one expert
   std::vector<float> weight;
-  std::vector<int> chosen;          // [S, n_used] expert ids
-  std::vector<float> chosen_w;      // [S, n_used] their weights
+  std::vector<int> chosen;      // [S, n_used] expert ids
+  std::vector<float> chosen_w;  // [S, n_used] their weights
 };
 
 // out[S, E] = RMSNorm(sum_k w_k expert_{e_k}(RMSNorm(h, pre_ffw_norm_2)), post_ffw_norm_2),

@@ -42,8 +42,8 @@ PerLayerGateWeights LoadPerLayerGate(const TensorLookup& t, const std::string& p
           .post_norm = t.Vec(p + "post_norm.weight", E)};
 }
 
-void GemmaAttentionBlock(DecoderState& st, const GemmaAttentionWeights& w, const GemmaAttentionCall& c,
-                         const float* h, float* out, GemmaAttentionScratch& s, ThreadPool* pool) {
+void GemmaAttentionBlock(DecoderState& st, const GemmaAttentionWeights& w, const GemmaAttentionCall& c, const float* h,
+                         float* out, GemmaAttentionScratch& s, ThreadPool* pool) {
   std::int64_t S = 0;
   for (const QuerySpan& sp : c.spans) S += sp.n;
   const int Hd = w.hd;
@@ -54,9 +54,8 @@ void GemmaAttentionBlock(DecoderState& st, const GemmaAttentionWeights& w, const
   if (c.owns) {
     Grow(s.k, S * kvd);
     Grow(s.v, S * kvd);
-    const MatMulTarget qkv[] = {{.w = w.q, .y = s.q.data()},
-                                {.w = *w.k, .y = s.k.data()},
-                                {.w = w.v ? *w.v : WeightMatrix{}, .y = s.v.data()}};
+    const MatMulTarget qkv[] = {
+        {.w = w.q, .y = s.q.data()}, {.w = *w.k, .y = s.k.data()}, {.w = w.v ? *w.v : WeightMatrix{}, .y = s.v.data()}};
     MatMulRowsMany(std::span<const MatMulTarget>(qkv, w.v ? 3 : 2), h, S, pool);
     if (!w.v) std::copy(s.k.begin(), s.k.begin() + S * kvd, s.v.begin());  // k_eq_v: V is the raw K projection
   } else {

@@ -60,10 +60,10 @@ void GemmaAttentionBlock(DecoderState& st, const GemmaAttentionWeights& w, const
 
 // Per-layer embeddings (PLE; HF get_per_layer_inputs + project_per_layer_inputs).
 struct PerLayerEmbeddings {
-  int width = 0;    // embedding_length_per_layer_input (0: none)
+  int width = 0;  // embedding_length_per_layer_input (0: none)
   int n_layer = 0;
-  WeightMatrix table;  // per_layer_token_embd [vocab_ple, n_layer * width]: rows looked up
-  WeightMatrix proj;   // per_layer_model_proj [n_layer * width, E], prepared for MatMul
+  WeightMatrix table;                // per_layer_token_embd [vocab_ple, n_layer * width]: rows looked up
+  WeightMatrix proj;                 // per_layer_model_proj [n_layer * width, E], prepared for MatMul
   const float* proj_norm = nullptr;  // per_layer_proj_norm [width]
 
   // Reads the three tensors (kvshare::Error naming a missing or ill-shaped

@@ -16,8 +16,8 @@
 #include <memory>
 #include <span>
 
-#include "kvshare/gguf/gguf.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/gguf/gguf.h"
 
 namespace kvshare {
 namespace detail {
@@ -64,7 +64,7 @@ struct BlockQ5_K {
   std::uint16_t dmin;
   std::uint8_t scales[12];  // as in Q4_K
   std::uint8_t qh[32];
-  std::uint8_t qs[128];     // as in Q4_K
+  std::uint8_t qs[128];  // as in Q4_K
 };
 struct BlockQ6_K {
   std::uint8_t ql[128];
@@ -325,7 +325,7 @@ KernelLevel DefaultKernelLevel();
 struct MatMulParams {
   const float* x = nullptr;  // [m, w.cols]
   std::int64_t m = 0;
-  float* y = nullptr;        // [m, w.rows]
+  float* y = nullptr;          // [m, w.rows]
   ThreadPool* pool = nullptr;  // null: run on the calling thread
   KernelLevel level = DefaultKernelLevel();
 };
@@ -354,7 +354,7 @@ struct MatMulManyParams {
   const float* x = nullptr;  // [m, cols]: the input of every target
   std::int64_t m = 0;
   std::span<const MatMulTarget> targets;  // every w.cols == cols; types may differ
-  ThreadPool* pool = nullptr;  // null: run on the calling thread
+  ThreadPool* pool = nullptr;             // null: run on the calling thread
   KernelLevel level = DefaultKernelLevel();
 };
 

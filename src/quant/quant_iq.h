@@ -117,7 +117,8 @@ inline void IqPoint(std::uint64_t point, std::uint8_t signs, std::int8_t* v) {
 inline void IqDecode(const BlockIQ2_XXS& b, int ib, IqSub* o) {
   std::uint32_t aux[2];
   std::memcpy(aux, b.qs + 4 * ib, 8);
-  for (int l = 0; l < 4; ++l) IqPoint(kIq2xxsGrid[(aux[0] >> (8 * l)) & 0xFF], Iq2Signs(aux[1] >> (7 * l)), o->v + 8 * l);
+  for (int l = 0; l < 4; ++l)
+    IqPoint(kIq2xxsGrid[(aux[0] >> (8 * l)) & 0xFF], Iq2Signs(aux[1] >> (7 * l)), o->v + 8 * l);
   o->ls[0] = o->ls[1] = 2 * static_cast<int>(aux[1] >> 28) + 1;
 }
 inline void IqDecode(const BlockIQ2_XS& b, int ib, IqSub* o) {
@@ -140,8 +141,8 @@ inline void IqDecode(const BlockIQ3_XXS& b, int ib, IqSub* o) {
   std::uint32_t aux;
   std::memcpy(&aux, b.qs + 64 + 4 * ib, 4);
   for (int l = 0; l < 4; ++l) {
-    const std::uint64_t point = kIq3xxsGrid[b.qs[8 * ib + 2 * l]] |
-                                static_cast<std::uint64_t>(kIq3xxsGrid[b.qs[8 * ib + 2 * l + 1]]) << 32;
+    const std::uint64_t point =
+        kIq3xxsGrid[b.qs[8 * ib + 2 * l]] | static_cast<std::uint64_t>(kIq3xxsGrid[b.qs[8 * ib + 2 * l + 1]]) << 32;
     IqPoint(point, Iq2Signs(aux >> (7 * l)), o->v + 8 * l);
   }
   o->ls[0] = o->ls[1] = 2 * static_cast<int>(aux >> 28) + 1;
@@ -156,7 +157,8 @@ inline void IqDecode(const BlockIQ3_S& b, int ib, IqSub* o) {
 }
 // IQ1: 8 values 8g + delta_sign from an int8 grid point.
 inline void Iq1Point(std::uint64_t point, int delta_sign, std::int8_t* v) {
-  for (int k = 0; k < 8; ++k) v[k] = static_cast<std::int8_t>(8 * static_cast<std::int8_t>(point >> (8 * k)) + delta_sign);
+  for (int k = 0; k < 8; ++k)
+    v[k] = static_cast<std::int8_t>(8 * static_cast<std::int8_t>(point >> (8 * k)) + delta_sign);
 }
 inline void IqDecode(const BlockIQ1_S& b, int ib, IqSub* o) {
   const unsigned qh = b.qh[ib];

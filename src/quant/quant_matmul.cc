@@ -2,19 +2,19 @@
 // driver; each type's kernels: its row of weight_types.cc (which runs when,
 // and why: kernels/dispatch.h).
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kvshare/common/error.h"
-#include "kvshare/quant/kernel_level.h"
 #include "kvshare/common/thread_pool.h"
-#include "quant/quant.h"
+#include "kvshare/quant/kernel_level.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"
+#include "quant/quant.h"
 #include "quant/weight_types.h"
 
 namespace kvshare {
@@ -51,7 +51,8 @@ KernelLevel DefaultKernelLevel() {
       for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
         if (std::strcmp(env, KernelLevelName(l)) == 0 && KernelLevelAvailable(l)) return l;
       }
-      if (std::strcmp(env, "avx512") == 0 && KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
+      if (std::strcmp(env, "avx512") == 0 && KernelLevelAvailable(KernelLevel::kAvx512Vnni))
+        return KernelLevel::kAvx512Vnni;
     }
     if (KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
     if (KernelLevelAvailable(KernelLevel::kAvx2)) return KernelLevel::kAvx2;
@@ -76,7 +77,8 @@ WeightMatrix WeightMatrix::Make(const void* data, GgmlType type, std::int64_t ro
 
 WeightMatrix WeightMatrix::FromTensor(const GgufTensor& t) {
   CheckWeightType(t);
-  if (t.n_dims > 2) throw Error("WeightMatrix: tensor '" + t.name + "' has rank " + std::to_string(t.n_dims) + ", expected <= 2");
+  if (t.n_dims > 2)
+    throw Error("WeightMatrix: tensor '" + t.name + "' has rank " + std::to_string(t.n_dims) + ", expected <= 2");
   return Make(t.data, t.type, t.ne[1], t.ne[0]);
 }
 
@@ -160,7 +162,8 @@ void MatMulFloatRows(const MatMulTarget& t, const float* x, std::int64_t m, std:
       DequantizeRow(w.type, base + static_cast<std::size_t>(r) * w.row_bytes, wf.data() + (r - c0) * cols, cols);
     }
     for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t r = c0; r < c1; ++r) t.y[i * w.rows + r] = detail::DotF32(wf.data() + (r - c0) * cols, x + i * cols, cols);
+      for (std::int64_t r = c0; r < c1; ++r)
+        t.y[i * w.rows + r] = detail::DotF32(wf.data() + (r - c0) * cols, x + i * cols, cols);
     }
   }
 }
@@ -209,10 +212,12 @@ void MatMulMany(const MatMulManyParams& p) {
   if (p.m == 0 || rows == 0) return;
   if (p.x == nullptr) throw Error("MatMul: null x, y or weight data");
   for (const MatMulTarget& t : p.targets) {
-    if (t.w.rows > 0 && (t.y == nullptr || (t.w.data == nullptr && t.w.cols > 0))) throw Error("MatMul: null x, y or weight data");
+    if (t.w.rows > 0 && (t.y == nullptr || (t.w.data == nullptr && t.w.cols > 0)))
+      throw Error("MatMul: null x, y or weight data");
   }
   if (!KernelLevelAvailable(p.level)) {
-    throw Error(std::string("MatMul: kernel level ") + KernelLevelName(p.level) + " is not available on this CPU/build");
+    throw Error(std::string("MatMul: kernel level ") + KernelLevelName(p.level) +
+                " is not available on this CPU/build");
   }
   const std::int64_t m = p.m;
   if (p.level == KernelLevel::kFloat) {
@@ -235,10 +240,9 @@ void MatMulMany(const MatMulManyParams& p) {
   // Rows are independent: ranges of rows on the pool (prefill, batched
   // steps), each quantized exactly as alone.
   const auto for_rows = [&](const auto& quantize_row) {
-    ParallelForRanges(p.pool, m, RowGrain(p.pool, m, cols),
-                      [&](std::int64_t i0, std::int64_t i1) {
-                        for (std::int64_t i = i0; i < i1; ++i) quantize_row(i);
-                      });
+    ParallelForRanges(p.pool, m, RowGrain(p.pool, m, cols), [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) quantize_row(i);
+    });
   };
   if (q32) {
     const std::int64_t nb = cols / 32;

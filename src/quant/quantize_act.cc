@@ -13,6 +13,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quant/quantize_act.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -76,7 +77,9 @@ HWY_EXPORT(QuantizeRowQ8Impl);
 HWY_EXPORT(QuantizeRowQ8KImpl);
 }  // namespace detail
 
-void QuantizeRowQ8(const float* x, ActQ8* y, std::int64_t n) { HWY_DYNAMIC_DISPATCH(detail::QuantizeRowQ8Impl)(x, y, n); }
+void QuantizeRowQ8(const float* x, ActQ8* y, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(detail::QuantizeRowQ8Impl)(x, y, n);
+}
 void QuantizeRowQ8K(const float* x, ActQ8K* y, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(detail::QuantizeRowQ8KImpl)(x, y, n);
 }

@@ -49,7 +49,7 @@ void ErasedDequant(const void* src, float* dst, std::int64_t nb) {
   K(static_cast<const Block*>(src), dst, nb);
 }
 template <typename Block, void (*K)(const Block*, std::int64_t, std::int64_t, std::int64_t, const PlaneBytes&,
-                                     std::uint8_t* const[kPackPlanes])>
+                                    std::uint8_t* const[kPackPlanes])>
 void ErasedPack(const void* w, std::int64_t rows, std::int64_t nb, std::int64_t sub, const PlaneBytes& pb,
                 std::uint8_t* const plane[kPackPlanes]) {
   K(static_cast<const Block*>(w), rows, nb, sub, pb, plane);
@@ -65,11 +65,13 @@ constexpr PackedFn ErasedPacked() {
 }
 
 template <typename Act>
-constexpr ActFormat kActFormat = std::is_same_v<Act, ActQ8> ? ActFormat::kQ8
+constexpr ActFormat kActFormat = std::is_same_v<Act, ActQ8>    ? ActFormat::kQ8
                                  : std::is_same_v<Act, ActQ8K> ? ActFormat::kQ8K
                                                                : ActFormat::kFloat;
 template <typename Act>
-constexpr std::int64_t kActElements = std::is_same_v<Act, ActQ8> ? 32 : std::is_same_v<Act, ActQ8K> ? 256 : 1;
+constexpr std::int64_t kActElements = std::is_same_v<Act, ActQ8>    ? 32
+                                      : std::is_same_v<Act, ActQ8K> ? 256
+                                                                    : 1;
 
 // The row of kType from what kRowOf() states and the GGUF table's facts.
 // (The Row comes from a function, not as a template argument itself: GCC 12
@@ -119,10 +121,12 @@ constexpr WeightTypeTraits Make() {
 // Row states).
 #define KVSHARE_TYPE(TYPE, BLOCK, ACT, ...) Make<GgmlType::TYPE, [] { return Row<BLOCK, ACT>{__VA_ARGS__}; }>()
 // The packed kernels of the 32-element types (ActQ8) and the K-quants (ActQ8K).
-#define KVSHARE_PACKED_Q32 {nullptr, KVSHARE_X86(Avx2PackedRows), KVSHARE_X86(Avx512PackedRows)}
-#define KVSHARE_PACKED_K {nullptr, KVSHARE_X86(Avx2PackedKRows), KVSHARE_X86(Avx512PackedKRows)}
+#define KVSHARE_PACKED_Q32 \
+  { nullptr, KVSHARE_X86(Avx2PackedRows), KVSHARE_X86(Avx512PackedRows) }
+#define KVSHARE_PACKED_K \
+  { nullptr, KVSHARE_X86(Avx2PackedKRows), KVSHARE_X86(Avx512PackedKRows) }
 // The IQ1-IQ3 grid types: one kernel template per level over their blocks.
-#define KVSHARE_IQ_TYPE(TYPE, BLOCK)                                 \
+#define KVSHARE_IQ_TYPE(TYPE, BLOCK)                                \
   KVSHARE_TYPE(TYPE, BLOCK, ActQ8K, .dequantize = DequantIq<BLOCK>, \
                .rows = {ScalarIqRows<BLOCK>, KVSHARE_X86(Avx2IqRows<BLOCK>), KVSHARE_X86(Avx512IqRows<BLOCK>)})
 
@@ -149,13 +153,11 @@ constexpr WeightTypeTraits kTypes[] = {
     KVSHARE_TYPE(kQ5_1, BlockQ5_1, ActQ8, .dequantize = DequantQ5_1,
                  .rows = {ScalarQ5_1Rows, KVSHARE_X86(Avx2Q5_1Rows), KVSHARE_X86(Avx512Q5_1Rows)}),
     KVSHARE_TYPE(kQ2_K, BlockQ2_K, ActQ8K, .dequantize = DequantQ2_K,
-                 .rows = {ScalarQ2_KRows, KVSHARE_X86(Avx2Q2_KRows)},
-                 .packed = KVSHARE_PACKED_K, .planes = {.codes = 1024, .subs = 256, .d = 32, .dmin = 32},
-                 .pack = PackRows),
+                 .rows = {ScalarQ2_KRows, KVSHARE_X86(Avx2Q2_KRows)}, .packed = KVSHARE_PACKED_K,
+                 .planes = {.codes = 1024, .subs = 256, .d = 32, .dmin = 32}, .pack = PackRows),
     KVSHARE_TYPE(kQ3_K, BlockQ3_K, ActQ8K, .dequantize = DequantQ3_K,
-                 .rows = {ScalarQ3_KRows, KVSHARE_X86(Avx2Q3_KRows)},
-                 .packed = KVSHARE_PACKED_K, .planes = {.codes = 1024, .high = 512, .subs = 256, .d = 32},
-                 .pack = PackRows),
+                 .rows = {ScalarQ3_KRows, KVSHARE_X86(Avx2Q3_KRows)}, .packed = KVSHARE_PACKED_K,
+                 .planes = {.codes = 1024, .high = 512, .subs = 256, .d = 32}, .pack = PackRows),
     KVSHARE_TYPE(kQ4_K, BlockQ4_K, ActQ8K, .dequantize = DequantQ4_K,
                  .rows = {ScalarQ4_KRows, KVSHARE_X86(Avx2Q4_KRows), KVSHARE_X86(Avx512Q4_KRows)},
                  .packed = KVSHARE_PACKED_K, .planes = {.codes = 2048, .subs = 128, .mins = 128, .d = 32, .dmin = 32},
@@ -174,19 +176,19 @@ constexpr WeightTypeTraits kTypes[] = {
     KVSHARE_IQ_TYPE(kIQ3_XXS, BlockIQ3_XXS),
     KVSHARE_IQ_TYPE(kIQ3_S, BlockIQ3_S),
     KVSHARE_TYPE(kIQ4_NL, BlockIQ4_NL, ActQ8, .dequantize = DequantIQ4_NL,
-                 .rows = {ScalarIQ4_NLRows, KVSHARE_X86(Avx2IQ4_NLRows)},
-                 .packed = KVSHARE_PACKED_Q32, .planes = {.codes = 256, .d = 32}, .pack = PackRows),
+                 .rows = {ScalarIQ4_NLRows, KVSHARE_X86(Avx2IQ4_NLRows)}, .packed = KVSHARE_PACKED_Q32,
+                 .planes = {.codes = 256, .d = 32}, .pack = PackRows),
     // Packed per 32-element sub-block: 8 packed blocks per block.
     KVSHARE_TYPE(kIQ4_XS, BlockIQ4_XS, ActQ8, .dequantize = DequantIQ4_XS,
-                 .rows = {ScalarIQ4_XSRows, KVSHARE_X86(Avx2IQ4_XSRows)},
-                 .packed = KVSHARE_PACKED_Q32, .planes = {.codes = 256, .dsub = 64}, .pack = PackRows),
+                 .rows = {ScalarIQ4_XSRows, KVSHARE_X86(Avx2IQ4_XSRows)}, .packed = KVSHARE_PACKED_Q32,
+                 .planes = {.codes = 256, .dsub = 64}, .pack = PackRows),
     KVSHARE_TYPE(kTQ1_0, BlockTQ1_0, ActQ8K, .dequantize = DequantTQ1_0,
                  .rows = {ScalarTQ1_0Rows, KVSHARE_X86(Avx2TQ1_0Rows)}),
     KVSHARE_TYPE(kTQ2_0, BlockTQ2_0, ActQ8K, .dequantize = DequantTQ2_0,
                  .rows = {ScalarTQ2_0Rows, KVSHARE_X86(Avx2TQ2_0Rows)}),
     KVSHARE_TYPE(kMXFP4, BlockMXFP4, ActQ8, .dequantize = DequantMXFP4,
-                 .rows = {ScalarMXFP4Rows, KVSHARE_X86(Avx2MXFP4Rows)},
-                 .packed = KVSHARE_PACKED_Q32, .planes = {.codes = 256, .dsub = 64}, .pack = PackRows),
+                 .rows = {ScalarMXFP4Rows, KVSHARE_X86(Avx2MXFP4Rows)}, .packed = KVSHARE_PACKED_Q32,
+                 .planes = {.codes = 256, .dsub = 64}, .pack = PackRows),
     KVSHARE_TYPE(kNVFP4, BlockNVFP4, ActQ8, .dequantize = DequantNVFP4,
                  .rows = {ScalarNVFP4Rows, KVSHARE_X86(Avx2NVFP4Rows)}),
     KVSHARE_TYPE(kQ1_0, BlockQ1_0, ActQ8, .dequantize = DequantQ1_0,

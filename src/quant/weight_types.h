@@ -52,10 +52,10 @@ struct LevelKernels {
 
 struct WeightTypeTraits {
   GgmlType type;
-  const char* name;          // GgmlTypeName
-  std::int64_t block;        // elements per block (kGgmlTypes)
-  std::int64_t bytes;        // bytes per block (kGgmlTypes) = sizeof(the block struct)
-  DequantFn dequantize;      // the reference dequantizer (DequantizeRow)
+  const char* name;      // GgmlTypeName
+  std::int64_t block;    // elements per block (kGgmlTypes)
+  std::int64_t bytes;    // bytes per block (kGgmlTypes) = sizeof(the block struct)
+  DequantFn dequantize;  // the reference dequantizer (DequantizeRow)
   ActFormat act;
   // Activation blocks per weight block: block / 32 or block / 256 (kFloat: 1
   // float per element), so a row of nb weight blocks meets nb * act_blocks.

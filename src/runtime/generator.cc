@@ -30,8 +30,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
     std::string what = "prompt of " + std::to_string(prompt.size()) + " tokens";
     if (cached > 0) what = std::to_string(cached) + " tokens of earlier turns + " + what;
     throw Error(what + " + " + std::to_string(options.max_new_tokens) + " new tokens exceeds --max-context " +
-                std::to_string(state_->max_context()) + "; increase --max-context to at least " +
-                std::to_string(need));
+                std::to_string(state_->max_context()) + "; increase --max-context to at least " + std::to_string(need));
   }
   Sampler sampler(options.sampler);
   TokenStreamDecoder decoder(tokenizer_);
@@ -51,19 +50,19 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   const std::size_t V = static_cast<std::size_t>(model_.config().n_vocab);
   const std::int64_t max_step = state_->kv_cache().Options().max_step;
   detail::DraftLength draft_length(options.speculative);
-  std::vector<int32_t> feed;                  // the pending token, then the drafts verified with it
-  std::span<const std::int32_t> drafts;       // the drafts `rows` verifies (after row 0)
-  std::int64_t fed_at = state_->length();     // cache length before `feed`
-  std::size_t hidden_row = 0;                 // the row of `rows` that chose the pending token
+  std::vector<int32_t> feed;               // the pending token, then the drafts verified with it
+  std::span<const std::int32_t> drafts;    // the drafts `rows` verifies (after row 0)
+  std::int64_t fed_at = state_->length();  // cache length before `feed`
+  std::size_t hidden_row = 0;              // the row of `rows` that chose the pending token
   bool stop = false;
   const auto emit = [&](int32_t tok, std::span<const float> logits) {
     if (options.on_token) options.on_token(tok, logits);
     ++stats.generated_tokens;
     stats.last_token = tok;
     stats.last_token_in_cache = false;
-    if (!options.ignore_eos && (tokenizer_.IsEndOfGeneration(tok) || std::find(options.stop_tokens.begin(),
-                                                                              options.stop_tokens.end(), tok) !=
-                                                                        options.stop_tokens.end())) {
+    if (!options.ignore_eos &&
+        (tokenizer_.IsEndOfGeneration(tok) ||
+         std::find(options.stop_tokens.begin(), options.stop_tokens.end(), tok) != options.stop_tokens.end())) {
       stats.stop_reason = tok == tokenizer_.eos_id() ? "eos" : "end_of_turn";
       stop = true;
       return false;
@@ -89,8 +88,8 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
     feed.assign(1, history_.back());
     if (options.drafter != nullptr) {
       const std::int64_t left = options.max_new_tokens - stats.generated_tokens;  // >= 1
-      const std::int64_t k = std::min<std::int64_t>({draft_length.Next(), left - 1, max_step - 1,
-                                                     state_->max_context() - state_->length() - 1});
+      const std::int64_t k = std::min<std::int64_t>(
+          {draft_length.Next(), left - 1, max_step - 1, state_->max_context() - state_->length() - 1});
       if (k > 0) {
         auto t1 = std::chrono::steady_clock::now();
         const std::size_t E = static_cast<std::size_t>(model_.config().n_embd);

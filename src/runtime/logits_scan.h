@@ -8,8 +8,8 @@
 namespace kvshare::detail {
 
 struct LogitsScan {
-  float max;                    // max over x (-inf when every value is -inf); meaningless when invalid >= 0
-  std::int64_t invalid = -1;    // index of the first NaN or +inf, -1 if none
+  float max;                  // max over x (-inf when every value is -inf); meaningless when invalid >= 0
+  std::int64_t invalid = -1;  // index of the first NaN or +inf, -1 if none
 };
 
 // x[0 .. n), n >= 1.

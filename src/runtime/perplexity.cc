@@ -19,8 +19,8 @@ double NegLogProb(std::span<const float> logits, std::int32_t token) {
 
 }  // namespace
 
-PerplexityResult ComputePerplexity(const Model& model, std::span<const std::int32_t> tokens,
-                                   const PerplexityOptions& o, ThreadPool* pool, const PerplexityProgress& progress) {
+PerplexityResult ComputePerplexity(const Model& model, std::span<const std::int32_t> tokens, const PerplexityOptions& o,
+                                   ThreadPool* pool, const PerplexityProgress& progress) {
   if (o.n_ctx < 4 || o.n_ctx % 2 != 0) {
     throw Error("perplexity: n_ctx must be even and >= 4, got " + std::to_string(o.n_ctx));
   }
@@ -47,9 +47,9 @@ PerplexityResult ComputePerplexity(const Model& model, std::span<const std::int3
         model.Forward(*state, chunk, pool, {.num_logits = static_cast<std::int64_t>(o.n_ctx - first)});
     for (int j = first; j < o.n_ctx - 1; ++j) {
       const std::size_t row = static_cast<std::size_t>(j - first);
-      const double v = NegLogProb(logits.subspan(row * static_cast<std::size_t>(V), static_cast<std::size_t>(V)),
-                                  tokens[static_cast<std::size_t>(c) * static_cast<std::size_t>(o.n_ctx) +
-                                         static_cast<std::size_t>(j) + 1]);
+      const double v = NegLogProb(
+          logits.subspan(row * static_cast<std::size_t>(V), static_cast<std::size_t>(V)),
+          tokens[static_cast<std::size_t>(c) * static_cast<std::size_t>(o.n_ctx) + static_cast<std::size_t>(j) + 1]);
       sum += v;
       sum2 += v * v;
       ++r.scored;

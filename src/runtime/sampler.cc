@@ -32,29 +32,23 @@ void Validate(const SamplerOptions& o) {
     throw Error("min_p must be in [0, 1], got " + Num(o.min_p));
   }
   if (!(o.repetition_penalty > 0.0f) || !std::isfinite(o.repetition_penalty)) {
-    throw Error("repetition_penalty must be finite and > 0 (1 disables it), got " +
-                Num(o.repetition_penalty));
+    throw Error("repetition_penalty must be finite and > 0 (1 disables it), got " + Num(o.repetition_penalty));
   }
   if (o.repeat_last_n < -1) {
-    throw Error("repeat_last_n must be >= -1 (-1: whole history, 0: off), got " +
-                std::to_string(o.repeat_last_n));
+    throw Error("repeat_last_n must be >= -1 (-1: whole history, 0: off), got " + std::to_string(o.repeat_last_n));
   }
 }
 
 }  // namespace
 
-Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
-  Validate(options_);
-}
+Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) { Validate(options_); }
 
 void Sampler::Reseed(uint64_t seed) {
   options_.seed = seed;
   rng_.seed(seed);
 }
 
-double Sampler::NextUniform() {
-  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-}
+double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
   const int32_t greedy = Filter(logits, history);
@@ -94,8 +88,8 @@ int32_t Sampler::Filter(std::span<const float> logits, std::span<const int32_t> 
   if (scan.max == -std::numeric_limits<float>::infinity()) throw Error("Sampler::Sample: all logits are -inf");
   for (size_t i = 0; i < history.size(); ++i) {
     if (history[i] < 0 || static_cast<size_t>(history[i]) >= n) {
-      throw Error("Sampler::Sample: history[" + std::to_string(i) + "] must be in [0, " +
-                  std::to_string(n) + "), got " + std::to_string(history[i]));
+      throw Error("Sampler::Sample: history[" + std::to_string(i) + "] must be in [0, " + std::to_string(n) +
+                  "), got " + std::to_string(history[i]));
     }
   }
 
@@ -115,7 +109,8 @@ int32_t Sampler::Filter(std::span<const float> logits, std::span<const int32_t> 
   }
 
   // max over x: the validity scan's, unless the penalty made a copy.
-  const float top = x.data() == logits.data() ? scan.max : detail::ScanLogits(x.data(), static_cast<std::int64_t>(n)).max;
+  const float top =
+      x.data() == logits.data() ? scan.max : detail::ScanLogits(x.data(), static_cast<std::int64_t>(n)).max;
 
   // 2. Greedy: argmax, lowest id on ties.
   if (options_.temperature == 0.0f) {

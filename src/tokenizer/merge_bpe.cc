@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <queue>
 
-#include "kvshare/common/error.h"
 #include "common/utf8.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::runtime {
 namespace {
@@ -23,8 +23,8 @@ std::string MergeError(size_t i, std::string_view merge, const std::string& what
 
 }  // namespace
 
-MergeBpe::MergeBpe(const PieceIds* piece_to_id, const std::array<int32_t, 256>& byte_ids,
-                   int32_t unk, std::span<const std::string> merges)
+MergeBpe::MergeBpe(const PieceIds* piece_to_id, const std::array<int32_t, 256>& byte_ids, int32_t unk,
+                   std::span<const std::string> merges)
     : piece_to_id_(piece_to_id), byte_ids_(byte_ids), unk_(unk) {
   merges_.reserve(merges.size());
   std::string joined;
@@ -39,8 +39,7 @@ MergeBpe::MergeBpe(const PieceIds* piece_to_id, const std::array<int32_t, 256>& 
     auto find = [&](std::string_view piece, const char* role) {
       auto it = piece_to_id_->find(piece);
       if (it == piece_to_id_->end()) {
-        throw Error(MergeError(i, m, std::string(": ") + role + " \"" + std::string(piece) +
-                                         "\" is not a token"));
+        throw Error(MergeError(i, m, std::string(": ") + role + " \"" + std::string(piece) + "\" is not a token"));
       }
       return it->second;
     };

@@ -11,10 +11,10 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/utf8.h"
 #include "kvshare/common/error.h"
 #include "tokenizer/merge_bpe.h"
 #include "tokenizer/spm_model_proto.h"
-#include "common/utf8.h"
 
 namespace kvshare {
 namespace {
@@ -48,8 +48,8 @@ std::string ReplaceAll(std::string_view s, std::string_view from, std::string_vi
 
 void CheckId(int32_t id, int32_t n, const char* what) {
   if (id < -1 || id >= n) {
-    throw Error(std::string("VocabData.") + what + " must be -1 or in [0, " + std::to_string(n) +
-                "), got " + std::to_string(id));
+    throw Error(std::string("VocabData.") + what + " must be -1 or in [0, " + std::to_string(n) + "), got " +
+                std::to_string(id));
   }
 }
 
@@ -81,26 +81,24 @@ void Tokenizer::Impl::Validate() const {
   if (nt == 0) throw Error("VocabData.tokens must not be empty");
   if (nt > static_cast<size_t>(INT32_MAX)) throw Error("VocabData.tokens has too many entries");
   if (vocab.scores.size() != nt) {
-    throw Error("VocabData.scores must have one entry per token (" + std::to_string(nt) +
-                "), got " + std::to_string(vocab.scores.size()));
+    throw Error("VocabData.scores must have one entry per token (" + std::to_string(nt) + "), got " +
+                std::to_string(vocab.scores.size()));
   }
   if (vocab.token_types.size() != nt) {
-    throw Error("VocabData.token_types must have one entry per token (" + std::to_string(nt) +
-                "), got " + std::to_string(vocab.token_types.size()));
+    throw Error("VocabData.token_types must have one entry per token (" + std::to_string(nt) + "), got " +
+                std::to_string(vocab.token_types.size()));
   }
   for (size_t i = 0; i < nt; ++i) {
     const int32_t t = vocab.token_types[i];
     if (t < 1 || t > 6) {
-      throw Error("VocabData.token_types[" + std::to_string(i) + "] must be in [1, 6], got " +
-                  std::to_string(t));
+      throw Error("VocabData.token_types[" + std::to_string(i) + "] must be in [1, 6], got " + std::to_string(t));
     }
     if (vocab.tokens[i].empty()) {
       throw Error("VocabData.tokens[" + std::to_string(i) + "] must not be empty");
     }
     if (t == static_cast<int32_t>(TokenType::kByte) && ParseByteToken(vocab.tokens[i]) < 0) {
       throw Error("VocabData.tokens[" + std::to_string(i) +
-                  "] has type BYTE and must be \"<0xNN>\" (upper-case hex), got \"" +
-                  vocab.tokens[i] + "\"");
+                  "] has type BYTE and must be \"<0xNN>\" (upper-case hex), got \"" + vocab.tokens[i] + "\"");
     }
   }
   CheckId(vocab.bos, n(), "bos");
@@ -128,8 +126,8 @@ void Tokenizer::Impl::Build() {
     const auto type = static_cast<TokenType>(vocab.token_types[i]);
     types[i] = type;
     if (!piece_to_id.emplace(text, i).second) {
-      throw Error("VocabData.tokens[" + std::to_string(i) + "] = \"" + text +
-                  "\" duplicates token " + std::to_string(piece_to_id[text]));
+      throw Error("VocabData.tokens[" + std::to_string(i) + "] = \"" + text + "\" duplicates token " +
+                  std::to_string(piece_to_id[text]));
     }
     switch (type) {
       case TokenType::kNormal:
@@ -154,9 +152,7 @@ void Tokenizer::Impl::Build() {
         spm_types[i] = runtime::kSpmControl;
         specials.emplace(text, std::make_pair(i, true));
         break;
-      case TokenType::kUnused:
-        spm_types[i] = runtime::kSpmControl;
-        break;
+      case TokenType::kUnused: spm_types[i] = runtime::kSpmControl; break;
     }
   }
   // sentencepiece needs exactly one UNKNOWN piece: the unk id (Gemma stores <unk>
@@ -175,8 +171,7 @@ void Tokenizer::Impl::Build() {
       !vocab.start_of_turn_text.empty() && it != piece_to_id.end()) {
     start_of_turn = it->second;
   }
-  if (auto it = piece_to_id.find(vocab.end_of_turn_text);
-      !vocab.end_of_turn_text.empty() && it != piece_to_id.end()) {
+  if (auto it = piece_to_id.find(vocab.end_of_turn_text); !vocab.end_of_turn_text.empty() && it != piece_to_id.end()) {
     end_of_turn = it->second;
   }
 
@@ -283,12 +278,10 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
 
 std::string_view Tokenizer::TokenBytes(int32_t id, bool render_special) const {
   if (id < 0 || id >= impl_->n()) {
-    throw Error("token id must be in [0, " + std::to_string(impl_->n()) + "), got " +
-                std::to_string(id));
+    throw Error("token id must be in [0, " + std::to_string(impl_->n()) + "), got " + std::to_string(id));
   }
   const TokenType t = impl_->types[id];
-  if (render_special &&
-      (t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUnused)) {
+  if (render_special && (t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUnused)) {
     return impl_->vocab.tokens[id];
   }
   return impl_->bytes[id];
@@ -315,16 +308,14 @@ int32_t Tokenizer::vocab_size() const { return impl_->n(); }
 
 std::string_view Tokenizer::TokenText(int32_t id) const {
   if (id < 0 || id >= impl_->n()) {
-    throw Error("token id must be in [0, " + std::to_string(impl_->n()) + "), got " +
-                std::to_string(id));
+    throw Error("token id must be in [0, " + std::to_string(impl_->n()) + "), got " + std::to_string(id));
   }
   return impl_->vocab.tokens[id];
 }
 
 TokenType Tokenizer::Type(int32_t id) const {
   if (id < 0 || id >= impl_->n()) {
-    throw Error("token id must be in [0, " + std::to_string(impl_->n()) + "), got " +
-                std::to_string(id));
+    throw Error("token id must be in [0, " + std::to_string(impl_->n()) + "), got " + std::to_string(id));
   }
   return impl_->types[id];
 }

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
+#include "kvshare/runtime/chat_template.h"
 
 namespace {
 

@@ -17,12 +17,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const kvshare::GgufFile f = kvshare::ParseGguf(data, size);
     for (const std::string& k : f.keys()) {
-      try { (void)f.GetU32(k); } catch (const kvshare::Error&) {}
-      try { (void)f.GetF32(k); } catch (const kvshare::Error&) {}
-      try { (void)f.GetString(k); } catch (const kvshare::Error&) {}
-      try { (void)f.GetStringArray(k); } catch (const kvshare::Error&) {}
-      try { (void)f.GetF32Array(k); } catch (const kvshare::Error&) {}
-      try { (void)f.GetI32Array(k); } catch (const kvshare::Error&) {}
+      try {
+        (void)f.GetU32(k);
+      } catch (const kvshare::Error&) {
+      }
+      try {
+        (void)f.GetF32(k);
+      } catch (const kvshare::Error&) {
+      }
+      try {
+        (void)f.GetString(k);
+      } catch (const kvshare::Error&) {
+      }
+      try {
+        (void)f.GetStringArray(k);
+      } catch (const kvshare::Error&) {
+      }
+      try {
+        (void)f.GetF32Array(k);
+      } catch (const kvshare::Error&) {
+      }
+      try {
+        (void)f.GetI32Array(k);
+      } catch (const kvshare::Error&) {
+      }
     }
     std::ostringstream os;
     kvshare::PrintModelInfo(f, os);

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.h"
-#include "kvshare/runtime/chat_template.h"
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
+#include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/tool_calls.h"
 #include "openai_request.h"
 
@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   nlohmann::json parsed;
   try {
-    parsed = nlohmann::json::parse(body);  // server.cc ParseBody: any json::exception is a 400
+    parsed = nlohmann::json::parse(body);       // server.cc ParseBody: any json::exception is a 400
   } catch (const nlohmann::json::exception&) {  // parse_error, out_of_range ("1e400")
     return 0;
   }
@@ -60,7 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       } catch (const kvshare::Error&) {  // BuildRequest: 400 invalid_schema
       }
     }
-    for (kvshare::ChatFormat f : {kvshare::ChatFormat::kNone, kvshare::ChatFormat::kGemma, kvshare::ChatFormat::kGemma4}) {
+    for (kvshare::ChatFormat f :
+         {kvshare::ChatFormat::kNone, kvshare::ChatFormat::kGemma, kvshare::ChatFormat::kGemma4}) {
       try {
         (void)kvshare::FormatChat(f, req.messages);
       } catch (const kvshare::Error&) {

@@ -23,8 +23,28 @@ namespace {
 std::vector<std::string> Vocab() {
   std::vector<std::string> v;
   for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
-  for (const char* t : {"{\"", "\":", "\",", "\"}", "true", "false", "null", "  ", "\n", "12", "-0", ".5", "e+",
-                        "\\u00", "\\n", "é", "\xf0\x9f\x98\x80", "[]", "{}", "\"a\"", "\"name\"", ", "}) {
+  for (const char* t : {"{\"",
+                        "\":",
+                        "\",",
+                        "\"}",
+                        "true",
+                        "false",
+                        "null",
+                        "  ",
+                        "\n",
+                        "12",
+                        "-0",
+                        ".5",
+                        "e+",
+                        "\\u00",
+                        "\\n",
+                        "é",
+                        "\xf0\x9f\x98\x80",
+                        "[]",
+                        "{}",
+                        "\"a\"",
+                        "\"name\"",
+                        ", "}) {
     v.emplace_back(t);
   }
   v.emplace_back();  // the end token: no bytes (a control token)
@@ -50,7 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view drive = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1);
   std::shared_ptr<const kvshare::Grammar> g;
   try {
-    g = kvshare::CompileJsonSchema(schema, {.max_whitespace = drive.empty() ? 8 : static_cast<unsigned char>(drive[0]) % 9});
+    g = kvshare::CompileJsonSchema(schema,
+                                   {.max_whitespace = drive.empty() ? 8 : static_cast<unsigned char>(drive[0]) % 9});
   } catch (const kvshare::Error&) {
     return 0;
   }

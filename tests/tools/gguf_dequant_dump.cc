@@ -6,8 +6,8 @@
 //                                                     of the first MAX_ROWS rows
 // A tensor of a type kvshare does not compute with fails (exit 1) with the
 // model loader's error, naming the tensor and the type.
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "kvshare/common/error.h"
-#include "kvshare/model/model.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/model/model.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
 namespace {

@@ -137,19 +137,19 @@ class ThreadPool;
 
 // Attributes of com.microsoft.GroupQueryAttention, plus kvshare extensions.
 struct GqaAttributes {
-  int num_heads = 0;             // N, > 0
-  int kv_num_heads = 0;          // N_kv, > 0, N % N_kv == 0
-  int causal = 1;                // 1 causal, 0 bidirectional (window must be -1 then)
-  float scale = 0.0f;            // 0 => 1/sqrt(H)
-  float softcap = 0.0f;          // > 0 => softcap * tanh(x / softcap); < 0 is an error
-  int local_window_size = -1;    // W keys including the current one; -1 off; 0 is an error
-  int do_rotary = 0;             // 1 => RoPE from cos_cache / sin_cache
-  int rotary_interleaved = 0;    // 1 => GPT-J pairs (2i, 2i+1); 0 => half split
-  int smooth_softmax = -1;       // exactly 1 => sink logit 0 (ORT enables only on 1)
-  int qk_output = 0;             // 0 none, 1 scores before softmax, 2 probabilities
+  int num_heads = 0;           // N, > 0
+  int kv_num_heads = 0;        // N_kv, > 0, N % N_kv == 0
+  int causal = 1;              // 1 causal, 0 bidirectional (window must be -1 then)
+  float scale = 0.0f;          // 0 => 1/sqrt(H)
+  float softcap = 0.0f;        // > 0 => softcap * tanh(x / softcap); < 0 is an error
+  int local_window_size = -1;  // W keys including the current one; -1 off; 0 is an error
+  int do_rotary = 0;           // 1 => RoPE from cos_cache / sin_cache
+  int rotary_interleaved = 0;  // 1 => GPT-J pairs (2i, 2i+1); 0 => half split
+  int smooth_softmax = -1;     // exactly 1 => sink logit 0 (ORT enables only on 1)
+  int qk_output = 0;           // 0 none, 1 scores before softmax, 2 probabilities
   // Extensions.
-  int kv_block_size = 0;         // keys per block in the optimized kernel; 0 => chosen
-  int num_kv_blocks = 0;         // alternative: split max T into this many blocks; 0 => unused
+  int kv_block_size = 0;  // keys per block in the optimized kernel; 0 => chosen
+  int num_kv_blocks = 0;  // alternative: split max T into this many blocks; 0 => unused
   enum class ScatterMode { kLinear, kCircular };
   ScatterMode scatter_mode = ScatterMode::kLinear;  // static scatter mode only
 };
@@ -173,11 +173,11 @@ struct GqaInputs {
   std::optional<ConstTensorView> past_value;
   std::optional<ConstTensorView> seqlens_k;              // int32 [B] ([B,1], [1,B] accepted)
   std::optional<ConstTensorView> total_sequence_length;  // int32 scalar or [1]
-  std::optional<ConstTensorView> cos_cache;       // (max_pos, R/2), any float dtype
-  std::optional<ConstTensorView> sin_cache;       // (max_pos, R/2)
-  std::optional<ConstTensorView> position_ids;    // int64 (B, S)
-  std::optional<ConstTensorView> attention_bias;  // (B|1, N|1, S, T_cols), any float dtype
-  std::optional<ConstTensorView> head_sink;       // (N), any float dtype
+  std::optional<ConstTensorView> cos_cache;              // (max_pos, R/2), any float dtype
+  std::optional<ConstTensorView> sin_cache;              // (max_pos, R/2)
+  std::optional<ConstTensorView> position_ids;           // int64 (B, S)
+  std::optional<ConstTensorView> attention_bias;         // (B|1, N|1, S, T_cols), any float dtype
+  std::optional<ConstTensorView> head_sink;              // (N), any float dtype
   // Static scatter mode.
   std::optional<ConstTensorView> write_indices;     // int64 [B]
   std::optional<ConstTensorView> nonpad_kv_seqlen;  // int64 [B]
@@ -185,12 +185,12 @@ struct GqaInputs {
 
 // Outputs. The caller allocates every buffer.
 struct GqaOutputs {
-  TensorView output;                          // (B, S, N*H), dtype T
+  TensorView output;  // (B, S, N*H), dtype T
   // BNSH (B, N_kv, C, H) (or 3-D in scatter mode), a KV cache dtype (float or
   // q8_0): the past's dtype when past is given.
   std::optional<TensorView> present_key;
   std::optional<TensorView> present_value;
-  std::optional<TensorView> output_qk;        // (B, N, S, T_cols), float32 or T
+  std::optional<TensorView> output_qk;  // (B, N, S, T_cols), float32 or T
 };
 
 enum class GqaKernel {
@@ -221,9 +221,8 @@ struct GqaRunOptions {
   // 512) the tensor-core kernel runs, which rounds the queries and the
   // probabilities to the K/V dtype (FlashAttention-2's scheme, Dao 2023):
   // outputs then match the CPU within the 16-bit tolerance (1e-2 relative to
-  // the largest output; measured errors in docs/kernels.md). Every other case, and every case with KVSHARE_CUDA_PLAIN=1 in the
-  // environment, runs fp32 kernels that match within the fp32 / fp16
-  // tolerance table (1e-5 / 1e-2 relative).
+  // the largest output; measured errors in docs/kernels.md). Every other case, and every case with KVSHARE_CUDA_PLAIN=1
+  // in the environment, runs fp32 kernels that match within the fp32 / fp16 tolerance table (1e-5 / 1e-2 relative).
   Device device = Device::kCpu;
   void* cuda_stream = nullptr;  // cudaStream_t for kCuda; null => the legacy default stream
 };
@@ -247,7 +246,7 @@ KvMode DetectKvMode(const GqaAttributes& attrs, const GqaInputs& inputs, const G
 // Thread-safe for distinct outputs. On the CPU each calling thread keeps its
 // rotated-query scratch (B * S * num_heads * head_size floats, up to 64 MiB;
 // larger ones are freed after the call) for its next call.
-void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& inputs,
-                         const GqaOutputs& outputs, const GqaRunOptions& options = {});
+void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& inputs, const GqaOutputs& outputs,
+                         const GqaRunOptions& options = {});
 
 }  // namespace kvshare

@@ -47,9 +47,9 @@ const char* AttentionTypeName(AttentionType type);  // "sliding", "full"
 // One attention layer's KV-relevant shape.
 struct LayerSpec {
   AttentionType type = AttentionType::kFull;
-  int window = 0;            // W keys including the current one; > 0 for sliding, ignored for full
-  int kv_heads = 0;          // N_kv > 0
-  int head_size = 0;         // H > 0, a multiple of 8 (16 with RoPE)
+  int window = 0;             // W keys including the current one; > 0 for sliding, ignored for full
+  int kv_heads = 0;           // N_kv > 0
+  int head_size = 0;          // H > 0, a multiple of 8 (16 with RoPE)
   float rope_base = 10000.f;  // must match the source's for a shared layer
 };
 
@@ -89,15 +89,15 @@ enum class KvLayout {
 };
 
 struct KvCacheOptions {
-  int max_batch = 1;           // rows B
-  std::int64_t max_seq = 0;    // positions per row (> 0)
-  int max_step = 1;            // S_max: most new tokens per row and per step (chunk size)
+  int max_batch = 1;         // rows B
+  std::int64_t max_seq = 0;  // positions per row (> 0)
+  int max_step = 1;          // S_max: most new tokens per row and per step (chunk size)
   // Storage: float32, float16, bfloat16, or q8_0 (blocks of 32 int8 values
   // along H with an fp16 scale, 34 bytes per 32 values: 1.0625 bytes per
   // value; every layer's head_size must then be a multiple of 32). K/V rows
   // are rounded / quantized to it when written; attention accumulates in fp32.
   DType dtype = DType::kFloat32;
-  bool exact_rewind = false;   // sliding layers keep every position (linear max_seq buffers)
+  bool exact_rewind = false;  // sliding layers keep every position (linear max_seq buffers)
   KvLayout layout = KvLayout::kBnsh;
   // Where the K/V buffers live (tensor.h). Device::kCuda: in GPU memory
   // (cudaMalloc, zero-filled; KVSHARE_CUDA builds), so every AttendLayer on
@@ -118,8 +118,8 @@ struct LayerMemory {
   int source_layer = 0;
   std::int64_t capacity = 0;  // C positions per row (of the source for a shared layer)
   bool ring = false;
-  std::size_t bytes = 0;             // allocated for this layer (0 when shared)
-  std::size_t bytes_if_owned = 0;    // what it would take with its own cache (same ring policy)
+  std::size_t bytes = 0;              // allocated for this layer (0 when shared)
+  std::size_t bytes_if_owned = 0;     // what it would take with its own cache (same ring policy)
   std::size_t bytes_full_length = 0;  // what its own cache would take at max_seq positions
 };
 
@@ -139,16 +139,16 @@ KvMemoryReport EstimateKvMemory(const ModelKvSpec& spec, const KvCacheOptions& o
 // What to bind to the GQA op for one layer (all views point into the cache).
 struct LayerKvView {
   int layer = 0;
-  int source_layer = 0;    // == layer when the layer owns its cache
-  bool shared = false;     // true: read-only, pass no key/value to the op
+  int source_layer = 0;  // == layer when the layer owns its cache
+  bool shared = false;   // true: read-only, pass no key/value to the op
   // The source's K buffer, BNSH [B, N_kv, C, H] or 3-D [B, C, kv_hidden], in
   // KvCacheOptions::dtype (shape in elements; a q8_0 row of H takes H / 32 * 34 bytes).
   TensorView key;
-  TensorView value;        // likewise V
+  TensorView value;                  // likewise V
   ConstTensorView write_indices;     // int64 [B]: Length(row)
   ConstTensorView nonpad_kv_seqlen;  // int64 [B]: Length(row) + reserved n_new
   GqaAttributes::ScatterMode scatter_mode = GqaAttributes::ScatterMode::kLinear;  // kCircular for rings
-  int window = -1;         // local_window_size for the op (-1 for full layers)
+  int window = -1;  // local_window_size for the op (-1 for full layers)
   std::int64_t capacity = 0;
 };
 
@@ -212,8 +212,8 @@ class KvCache {
 
 // Arguments of one attention layer run through the cache.
 struct LayerAttendArgs {
-  ConstTensorView query;                // (B, S, N*H), B <= max_batch, S <= max_step
-  std::optional<ConstTensorView> key;   // (B, S, N_kv*H): required for owning layers, absent for shared
+  ConstTensorView query;               // (B, S, N*H), B <= max_batch, S <= max_step
+  std::optional<ConstTensorView> key;  // (B, S, N_kv*H): required for owning layers, absent for shared
   std::optional<ConstTensorView> value;
   std::optional<ConstTensorView> cos_cache;  // (max_pos, R/2) when attrs.do_rotary
   std::optional<ConstTensorView> sin_cache;
@@ -222,7 +222,7 @@ struct LayerAttendArgs {
   // local_window_size are taken from the layer (0 / -1 mean "from the layer";
   // any other value must match it); scatter_mode is set by the cache.
   GqaAttributes attrs;
-  TensorView output;                    // (B, S, N*H)
+  TensorView output;  // (B, S, N*H)
   GqaRunOptions run;
   // KV-shared layers only: int64 values, one per row b < B (empty: all 0). Row
   // b's query holds its reserved rows from query_offsets[b] on (positions

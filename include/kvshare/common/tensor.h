@@ -95,7 +95,9 @@ struct ConstTensorView {
   std::int64_t NumElements() const { return shape.NumElements(); }
   std::size_t NumBytes() const { return DTypeBytes(dtype, NumElements()); }
   template <typename T>
-  const T* As() const { return static_cast<const T*>(data); }
+  const T* As() const {
+    return static_cast<const T*>(data);
+  }
 };
 
 // Writable view.
@@ -107,7 +109,9 @@ struct TensorView {
   std::int64_t NumElements() const { return shape.NumElements(); }
   std::size_t NumBytes() const { return DTypeBytes(dtype, NumElements()); }
   template <typename T>
-  T* As() const { return static_cast<T*>(data); }
+  T* As() const {
+    return static_cast<T*>(data);
+  }
   ConstTensorView AsConst() const { return ConstTensorView{data, dtype, shape}; }
 };
 

@@ -32,11 +32,41 @@ namespace kvshare {
 // (its weight-type table, src/quant/weight_types.cc) and model loaders refuse
 // the rest.
 enum class GgmlType : std::uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,
-  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15,
-  kIQ2_XXS = 16, kIQ2_XS = 17, kIQ3_XXS = 18, kIQ1_S = 19, kIQ4_NL = 20, kIQ3_S = 21, kIQ2_S = 22,
-  kIQ4_XS = 23, kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28, kIQ1_M = 29, kBF16 = 30,
-  kTQ1_0 = 34, kTQ2_0 = 35, kMXFP4 = 39, kNVFP4 = 40, kQ1_0 = 41, kQ2_0 = 42,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kIQ1_M = 29,
+  kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
+  kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
+  kQ2_0 = 42,
 };
 
 // One row of ggml's type table: facts of the GGUF file format (ggml-common.h's
@@ -46,28 +76,45 @@ enum class GgmlType : std::uint32_t {
 // (src/quant/weight_types.cc) check their block structs against it.
 struct GgmlTypeInfo {
   GgmlType type;
-  const char* name;     // "F32", "Q4_K", ...
-  std::int64_t block;   // elements per block (1 for plain types)
-  std::int64_t bytes;   // bytes per block
+  const char* name;    // "F32", "Q4_K", ...
+  std::int64_t block;  // elements per block (1 for plain types)
+  std::int64_t bytes;  // bytes per block
 };
 inline constexpr GgmlTypeInfo kGgmlTypes[] = {
-    {GgmlType::kF32, "F32", 1, 4},           {GgmlType::kF16, "F16", 1, 2},
-    {GgmlType::kQ4_0, "Q4_0", 32, 18},       {GgmlType::kQ4_1, "Q4_1", 32, 20},
-    {GgmlType::kQ5_0, "Q5_0", 32, 22},       {GgmlType::kQ5_1, "Q5_1", 32, 24},
-    {GgmlType::kQ8_0, "Q8_0", 32, 34},       {GgmlType::kQ8_1, "Q8_1", 32, 36},
-    {GgmlType::kQ2_K, "Q2_K", 256, 84},      {GgmlType::kQ3_K, "Q3_K", 256, 110},
-    {GgmlType::kQ4_K, "Q4_K", 256, 144},     {GgmlType::kQ5_K, "Q5_K", 256, 176},
-    {GgmlType::kQ6_K, "Q6_K", 256, 210},     {GgmlType::kQ8_K, "Q8_K", 256, 292},
-    {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66}, {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74},
-    {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98}, {GgmlType::kIQ1_S, "IQ1_S", 256, 50},
-    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18},   {GgmlType::kIQ3_S, "IQ3_S", 256, 110},
-    {GgmlType::kIQ2_S, "IQ2_S", 256, 82},    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136},
-    {GgmlType::kI8, "I8", 1, 1},             {GgmlType::kI16, "I16", 1, 2},
-    {GgmlType::kI32, "I32", 1, 4},           {GgmlType::kI64, "I64", 1, 8},
-    {GgmlType::kF64, "F64", 1, 8},           {GgmlType::kIQ1_M, "IQ1_M", 256, 56},
-    {GgmlType::kBF16, "BF16", 1, 2},         {GgmlType::kTQ1_0, "TQ1_0", 256, 54},
-    {GgmlType::kTQ2_0, "TQ2_0", 256, 66},    {GgmlType::kMXFP4, "MXFP4", 32, 17},
-    {GgmlType::kNVFP4, "NVFP4", 64, 36},     {GgmlType::kQ1_0, "Q1_0", 128, 18},
+    {GgmlType::kF32, "F32", 1, 4},
+    {GgmlType::kF16, "F16", 1, 2},
+    {GgmlType::kQ4_0, "Q4_0", 32, 18},
+    {GgmlType::kQ4_1, "Q4_1", 32, 20},
+    {GgmlType::kQ5_0, "Q5_0", 32, 22},
+    {GgmlType::kQ5_1, "Q5_1", 32, 24},
+    {GgmlType::kQ8_0, "Q8_0", 32, 34},
+    {GgmlType::kQ8_1, "Q8_1", 32, 36},
+    {GgmlType::kQ2_K, "Q2_K", 256, 84},
+    {GgmlType::kQ3_K, "Q3_K", 256, 110},
+    {GgmlType::kQ4_K, "Q4_K", 256, 144},
+    {GgmlType::kQ5_K, "Q5_K", 256, 176},
+    {GgmlType::kQ6_K, "Q6_K", 256, 210},
+    {GgmlType::kQ8_K, "Q8_K", 256, 292},
+    {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66},
+    {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74},
+    {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98},
+    {GgmlType::kIQ1_S, "IQ1_S", 256, 50},
+    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18},
+    {GgmlType::kIQ3_S, "IQ3_S", 256, 110},
+    {GgmlType::kIQ2_S, "IQ2_S", 256, 82},
+    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136},
+    {GgmlType::kI8, "I8", 1, 1},
+    {GgmlType::kI16, "I16", 1, 2},
+    {GgmlType::kI32, "I32", 1, 4},
+    {GgmlType::kI64, "I64", 1, 8},
+    {GgmlType::kF64, "F64", 1, 8},
+    {GgmlType::kIQ1_M, "IQ1_M", 256, 56},
+    {GgmlType::kBF16, "BF16", 1, 2},
+    {GgmlType::kTQ1_0, "TQ1_0", 256, 54},
+    {GgmlType::kTQ2_0, "TQ2_0", 256, 66},
+    {GgmlType::kMXFP4, "MXFP4", 32, 17},
+    {GgmlType::kNVFP4, "NVFP4", 64, 36},
+    {GgmlType::kQ1_0, "Q1_0", 128, 18},
     {GgmlType::kQ2_0, "Q2_0", 64, 18},
 };
 // The row of `type`; null for ids outside the table.
@@ -89,8 +136,19 @@ std::int64_t GgmlBlockBytes(GgmlType type);
 
 // GGUF metadata value types (ids as stored).
 enum class GgufType : std::uint32_t {
-  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
-  kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
 };
 // "uint32", "string", "array", ...
 std::string GgufTypeName(GgufType type);
@@ -103,8 +161,8 @@ struct GgufValue {
   // which of u/i is authoritative.
   std::uint64_t u = 0;
   std::int64_t i = 0;
-  double f = 0.0;                 // float32 / float64 scalars
-  std::string_view str;           // kString
+  double f = 0.0;        // float32 / float64 scalars
+  std::string_view str;  // kString
   // kArray: element type and count; `raw` points at the first element for
   // numeric/bool arrays (little-endian, packed); `strings` holds string
   // elements; `items` holds nested arrays.
@@ -171,7 +229,7 @@ class GgufFile {
   bool GetBool(std::string_view key) const;
   std::string_view GetString(std::string_view key) const;
   std::vector<std::string_view> GetStringArray(std::string_view key) const;
-  std::vector<float> GetF32Array(std::string_view key) const;     // float32/float64 elements
+  std::vector<float> GetF32Array(std::string_view key) const;         // float32/float64 elements
   std::vector<std::int32_t> GetI32Array(std::string_view key) const;  // integer elements that fit
   std::vector<bool> GetBoolArray(std::string_view key) const;
   // n values from a key that is either an integer scalar (repeated n times) or an

@@ -33,13 +33,13 @@ struct VocabData {
   // tokenizer.ggml.merges, "gemma4" only (required there, ignored for "llama"):
   // "left right", the two token texts separated by one space; rank = index.
   std::vector<std::string> merges;
-  int32_t bos = -1;                  // tokenizer.ggml.bos_token_id (-1: none)
-  int32_t eos = -1;                  // tokenizer.ggml.eos_token_id (-1: none)
-  int32_t pad = -1;                  // tokenizer.ggml.padding_token_id (-1: none)
-  int32_t unk = -1;                  // tokenizer.ggml.unknown_token_id (required)
-  bool add_bos = true;               // tokenizer.ggml.add_bos_token
-  bool add_eos = false;              // tokenizer.ggml.add_eos_token
-  bool add_space_prefix = false;     // tokenizer.ggml.add_space_prefix (Gemma 3: false)
+  int32_t bos = -1;               // tokenizer.ggml.bos_token_id (-1: none)
+  int32_t eos = -1;               // tokenizer.ggml.eos_token_id (-1: none)
+  int32_t pad = -1;               // tokenizer.ggml.padding_token_id (-1: none)
+  int32_t unk = -1;               // tokenizer.ggml.unknown_token_id (required)
+  bool add_bos = true;            // tokenizer.ggml.add_bos_token
+  bool add_eos = false;           // tokenizer.ggml.add_eos_token
+  bool add_space_prefix = false;  // tokenizer.ggml.add_space_prefix (Gemma 3: false)
   // End-of-turn token text; its id (if present) is looked up by text, as
   // llama.cpp does. Empty: none.
   std::string end_of_turn_text = "<end_of_turn>";
@@ -50,8 +50,8 @@ struct VocabData {
 // "llama" (also when absent) or "gemma4"; "gemma4" requires
 // `tokenizer.ggml.merges` and, as llama.cpp loads it, always adds BOS, never a
 // space prefix, and makes its end-of-generation tokens <eos>, <turn|> and
-// <|tool_response> CONTROL (the converter writes the last USER_DEFINED). Throws kvshare::Error if the vocabulary arrays are missing, or
-// naming the key and its value for an unsupported tokenizer model.
+// <|tool_response> CONTROL (the converter writes the last USER_DEFINED). Throws kvshare::Error if the vocabulary arrays
+// are missing, or naming the key and its value for an unsupported tokenizer model.
 VocabData ReadVocab(const GgufFile& file);
 
 }  // namespace kvshare

@@ -53,10 +53,10 @@ struct AssistantConfig {
   int n_head = 0;
   int n_vocab = 0;
   float rms_eps = 1e-6f;
-  int sliding_window = 0;        // W of its sliding layers
-  std::vector<bool> is_sliding;  // [n_layer]
+  int sliding_window = 0;                                        // W of its sliding layers
+  std::vector<bool> is_sliding;                                  // [n_layer]
   std::vector<int> layer_head_dim, layer_n_head_kv, layer_n_ff;  // [n_layer]
-  bool ordered_embeddings = false;  // the centroid-masked head
+  bool ordered_embeddings = false;                               // the centroid-masked head
   int num_centroids = 0;
   int centroid_top_k = 0;
 };
@@ -65,8 +65,8 @@ struct AssistantConfig {
 struct AssistantLayerSource {
   int layer = 0;                              // the drafter's
   AttentionType type = AttentionType::kFull;  // its attention type
-  int target_layer = 0;  // the target's last layer of that type (HF's shared_kv_states entry)
-  int cache_layer = 0;   // the layer whose cache buffers hold that K/V (its source when it is KV-shared)
+  int target_layer = 0;                       // the target's last layer of that type (HF's shared_kv_states entry)
+  int cache_layer = 0;  // the layer whose cache buffers hold that K/V (its source when it is KV-shared)
 };
 
 // One draft step's inputs (see the top of this file).

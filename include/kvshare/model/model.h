@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "kvshare/cache/kv_cache.h"
-#include "kvshare/gguf/gguf.h"
 #include "kvshare/common/tensor.h"
+#include "kvshare/gguf/gguf.h"
 
 namespace kvshare {
 
@@ -44,13 +44,13 @@ struct ModelConfig {
   int n_head_kv = 0;
   int head_dim = 0;
   int n_vocab = 0;
-  int context_length = 0;       // trained context
+  int context_length = 0;  // trained context
   float rms_eps = 1e-6f;
-  int sliding_window = 0;       // 0: none
+  int sliding_window = 0;  // 0: none
   float rope_base_full = 1e6f;
   float rope_base_sliding = 1e4f;
-  float attn_scale = 0.0f;      // query scale
-  std::vector<bool> is_sliding; // [n_layer]
+  float attn_scale = 0.0f;       // query scale
+  std::vector<bool> is_sliding;  // [n_layer]
   // Per layer [n_layer]: head size H, KV heads N_kv and dense FFN width (0: the
   // layer has no dense FFN). Gemma 3: the scalars above, repeated; Gemma 4 mixes
   // them by layer type (sliding key_length_swa / full key_length; per-layer
@@ -123,9 +123,9 @@ struct ForwardOptions {
 
 // One row's part of a batched step (Model::ForwardBatch).
 struct BatchEntry {
-  int row = 0;                            // the state's row, in [0, max_batch)
-  std::span<const std::int32_t> tokens;   // appended to the row; non-empty
-  std::int64_t num_logits = 1;            // logits of the last num_logits tokens, [1, tokens.size()]
+  int row = 0;                           // the state's row, in [0, max_batch)
+  std::span<const std::int32_t> tokens;  // appended to the row; non-empty
+  std::int64_t num_logits = 1;           // logits of the last num_logits tokens, [1, tokens.size()]
 };
 
 // The KV cache of up to max_batch sequences (a KvCache with one row each) and
@@ -187,8 +187,8 @@ class Model {
   // before the call, or resets it (length 0) when a sliding ring no longer
   // holds that length. Results do not depend on the thread count of `pool`
   // (null: the calling thread).
-  virtual std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens,
-                                         ThreadPool* pool, const ForwardOptions& options = {}) const = 0;
+  virtual std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
+                                         const ForwardOptions& options = {}) const = 0;
 
   // Runs several rows of `state` in one step: every entry appends its tokens to
   // its row (decode rows 1 token, prefill rows a chunk or a whole prompt; rows

@@ -11,7 +11,7 @@ namespace kvshare {
 
 // One function call of an assistant message (OpenAI's tool_calls[i]).
 struct ToolCall {
-  std::string id;         // "call_..." (may be empty)
+  std::string id;  // "call_..." (may be empty)
   std::string name;
   std::string arguments;  // JSON text, normally an object ("" means {})
 };

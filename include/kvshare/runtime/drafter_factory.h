@@ -22,8 +22,8 @@ namespace kvshare {
 // errors name what the user typed ("--draft-model" on the CLI, "draft" in
 // Python). The defaults are the request's own field names.
 struct SpeculationNames {
-  std::string method = "method";          // the option naming a method ("ngram")
-  std::string draft = "draft_path";       // the option naming a draft model or an assistant
+  std::string method = "method";     // the option naming a method ("ngram")
+  std::string draft = "draft_path";  // the option naming a draft model or an assistant
   std::string ngram_min = "ngram.ngram_min";
   std::string ngram_max = "ngram.ngram_max";
   std::string device = "device";

@@ -49,14 +49,14 @@ struct GenerateStats {
   std::int64_t prompt_tokens = 0;
   std::int64_t generated_tokens = 0;  // sampled tokens, the stop token included
   double prefill_seconds = 0;
-  double decode_seconds = 0;          // Forward time of decode steps (drafting included)
-  std::int64_t decode_steps = 0;      // target Forward calls after the prompt's
-  SpeculativeStats speculative;       // verify steps, drafted and accepted tokens
+  double decode_seconds = 0;                 // Forward time of decode steps (drafting included)
+  std::int64_t decode_steps = 0;             // target Forward calls after the prompt's
+  SpeculativeStats speculative;              // verify steps, drafted and accepted tokens
   std::size_t kv_bytes = 0;                  // KV cache buffers as allocated
   std::size_t kv_bytes_without_sharing = 0;  // the same cache with no KV-shared layers
-  std::string stop_reason;            // "eos", "end_of_turn" (any other stop token), "max_tokens"
+  std::string stop_reason;                   // "eos", "end_of_turn" (any other stop token), "max_tokens"
   int32_t last_token = -1;
-  bool last_token_in_cache = false;   // false when generation stopped on the last sample
+  bool last_token_in_cache = false;  // false when generation stopped on the last sample
 };
 
 // Streams text as it becomes complete.

@@ -35,12 +35,12 @@ struct DraftVerdict {
 };
 
 struct SamplerOptions {
-  float temperature = 0.0f;        // >= 0; 0 → greedy
-  int32_t top_k = 0;               // >= 0; 0 → off
-  float top_p = 1.0f;              // (0, 1]; 1 → off
-  float min_p = 0.0f;              // [0, 1]; 0 → off
-  float repetition_penalty = 1.0f; // > 0; 1 → off
-  int32_t repeat_last_n = 64;      // >= -1; -1 → all of history, 0 → off
+  float temperature = 0.0f;         // >= 0; 0 → greedy
+  int32_t top_k = 0;                // >= 0; 0 → off
+  float top_p = 1.0f;               // (0, 1]; 1 → off
+  float min_p = 0.0f;               // [0, 1]; 0 → off
+  float repetition_penalty = 1.0f;  // > 0; 1 → off
+  int32_t repeat_last_n = 64;       // >= -1; -1 → all of history, 0 → off
   uint64_t seed = 0;
 };
 

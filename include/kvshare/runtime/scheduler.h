@@ -54,11 +54,11 @@
 #include <utility>
 #include <vector>
 
+#include "kvshare/common/tensor.h"
 #include "kvshare/grammar/grammar.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/speculative.h"
-#include "kvshare/common/tensor.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare {
@@ -76,7 +76,7 @@ struct StepTrace {
     int logits_rows = 1;        // its rows in `logits`: a decode row's pending token and drafts, else 1
     std::int64_t position = 0;  // the row's cached tokens before the step (its first token's position)
   };
-  std::vector<Entry> entries;     // in Model::ForwardBatch order
+  std::vector<Entry> entries;  // in Model::ForwardBatch order
   // [sum of logits_rows, n_vocab], entry after entry: a decode entry's rows
   // for its pending token and each draft, other entries their last token's.
   std::span<const float> logits;
@@ -120,9 +120,9 @@ struct SchedulerOptions {
 // One generation request. Token ids, not text: the caller applies the chat
 // template and tokenizer.
 struct RequestOptions {
-  std::vector<std::int32_t> prompt;   // non-empty, ids in [0, n_vocab)
-  int max_tokens = 16;                // >= 1; prompt.size() + max_tokens <= max_context
-  SamplerOptions sampler;             // per request, its own seed
+  std::vector<std::int32_t> prompt;  // non-empty, ids in [0, n_vocab)
+  int max_tokens = 16;               // >= 1; prompt.size() + max_tokens <= max_context
+  SamplerOptions sampler;            // per request, its own seed
   // Tokens that end generation besides the tokenizer's end-of-generation ones
   // (the chat format's end of turn, ChatTemplate::StopTokens()).
   std::vector<std::int32_t> stop_tokens;
@@ -163,9 +163,9 @@ struct TokenLogprob {
 // A sampled token whose text has been released.
 struct OutputToken {
   std::int32_t token = 0;
-  std::string text;                // its share of the released text (may be empty)
-  float logprob = 0;               // when logprobs were asked for
-  std::vector<TokenLogprob> top;   // top_logprobs alternatives, most likely first
+  std::string text;               // its share of the released text (may be empty)
+  float logprob = 0;              // when logprobs were asked for
+  std::vector<TokenLogprob> top;  // top_logprobs alternatives, most likely first
 };
 
 enum class FinishReason {
@@ -184,15 +184,15 @@ struct RequestUsage {
 
 // What a request produced since the last Wait.
 struct RequestEvent {
-  std::string text;                  // newly released text (UTF-8)
-  std::vector<OutputToken> tokens;   // the tokens of that text
+  std::string text;                 // newly released text (UTF-8)
+  std::vector<OutputToken> tokens;  // the tokens of that text
   bool finished = false;
   FinishReason reason = FinishReason::kStop;
   // Why, in words: "eos", "end_of_turn", "stop token", "stop string",
   // "max_tokens", "cancelled", or the internal error's message.
   std::string detail;
-  RequestUsage usage;                // final when finished
-  bool error = false;                // finished by an internal error (detail says which)
+  RequestUsage usage;  // final when finished
+  bool error = false;  // finished by an internal error (detail says which)
 };
 
 // The caller's side of one submitted request. Thread-safe.
@@ -231,15 +231,15 @@ struct SchedulerStats {
   std::uint64_t prompt_tokens = 0;       // of admitted requests
   std::uint64_t prefill_tokens = 0;      // prompt tokens computed (prompt - cached)
   std::uint64_t cached_prompt_tokens = 0;
-  std::uint64_t generated_tokens = 0;    // sampled
+  std::uint64_t generated_tokens = 0;        // sampled
   std::uint64_t prompt_cache_hits = 0;       // admissions that reused >= 1 cached token
   std::uint64_t prompt_cache_misses = 0;     // admissions that reused none
   std::uint64_t prompt_cache_fallbacks = 0;  // a usable prefix lost to a sliding ring
   std::uint64_t steps = 0;
-  std::uint64_t spec_verify_rows = 0;       // decode rows that verified >= 1 draft
-  std::uint64_t spec_drafted_tokens = 0;    // drafts fed to verify steps
-  std::uint64_t spec_accepted_tokens = 0;   // drafts accepted
-  double busy_seconds = 0;               // time in ForwardBatch, drafting and sampling
+  std::uint64_t spec_verify_rows = 0;      // decode rows that verified >= 1 draft
+  std::uint64_t spec_drafted_tokens = 0;   // drafts fed to verify steps
+  std::uint64_t spec_accepted_tokens = 0;  // drafts accepted
+  double busy_seconds = 0;                 // time in ForwardBatch, drafting and sampling
   // Tokens per second over about the last 10 seconds of wall time.
   double recent_prefill_tokens_per_second = 0;
   double recent_decode_tokens_per_second = 0;

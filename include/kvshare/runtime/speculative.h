@@ -87,12 +87,13 @@ std::unique_ptr<Drafter> MakeNgramDrafter(const NgramOptions& options = {});
 // step per draft. Throws kvshare::Error when the draft's vocabulary is not
 // the target's (size, or the first token whose text differs).
 struct DraftModelOptions {
-  int max_batch = 1;          // rows, as the target state's
-  int max_context = 4096;     // positions per row, as the target state's
+  int max_batch = 1;       // rows, as the target state's
+  int max_context = 4096;  // positions per row, as the target state's
   DType kv_dtype = DType::kFloat32;
   ThreadPool* pool = nullptr;  // runs the draft model (null: the calling thread)
 };
-std::unique_ptr<Drafter> MakeDraftModelDrafter(const Model& draft, const Model& target, const DraftModelOptions& options);
+std::unique_ptr<Drafter> MakeDraftModelDrafter(const Model& draft, const Model& target,
+                                               const DraftModelOptions& options);
 
 // Gemma 4's assistant (kvshare/model/gemma4_assistant.h): each draft one assistant step
 // that reads the target state's cache (no cache of its own), chained through

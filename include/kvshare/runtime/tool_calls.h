@@ -26,8 +26,8 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <utility>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvshare/grammar/grammar.h"
@@ -89,10 +89,10 @@ class ToolCallParser {
   void ParseJsonHeld(ToolCallDelta& out);
 
   ToolCallParserOptions options_;
-  std::string held_;          // text not yet decided
-  std::string space_;         // whitespace-only content waiting for more text
-  bool in_call_ = false;      // kGemma4: inside <|tool_call>…
-  bool json_started_ = false; // kJson: a '{' has been seen
+  std::string held_;           // text not yet decided
+  std::string space_;          // whitespace-only content waiting for more text
+  bool in_call_ = false;       // kGemma4: inside <|tool_call>…
+  bool json_started_ = false;  // kJson: a '{' has been seen
 };
 
 // Gemma 4's call body "call:NAME{...}" (between the markers) as a call with
@@ -146,8 +146,8 @@ std::string ForcedToolCallSchema(const ToolOffer& offer);
 // "<tool_call|>" and "<|\"|>" with their text (kGemma4; TokenTrie leaves
 // control tokens out). Throws kvshare::Error for no tools, or a strict
 // tool's parameters that do not compile (the message names the tool).
-std::shared_ptr<const Grammar> LazyToolCallGrammar(std::span<const OfferedTool> tools, ToolCallSyntax syntax,
-                                                   bool parallel,
-                                                   std::vector<std::pair<std::int32_t, std::string>> marker_tokens = {});
+std::shared_ptr<const Grammar> LazyToolCallGrammar(
+    std::span<const OfferedTool> tools, ToolCallSyntax syntax, bool parallel,
+    std::vector<std::pair<std::int32_t, std::string>> marker_tokens = {});
 
 }  // namespace kvshare

@@ -130,8 +130,8 @@ struct PackedWeights;
 // activation rows j < acts (row j at x + j * x_stride); y points at row r0's
 // output for activation row 0 (y[j * y_stride + r - r0]).
 template <typename Act>
-using PackedKernel = void(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Act* x,
-                          std::int64_t x_stride, int acts, float* y, std::int64_t y_stride);
+using PackedKernel = void(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Act* x, std::int64_t x_stride,
+                          int acts, float* y, std::int64_t y_stride);
 
 // The kernels, one line per type: its scalar twin, then its SIMD kernels.
 // Each is defined in kernels/<level>/<family>.cc (the family: the table above).

@@ -7,6 +7,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quant/kernels/float.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -62,7 +63,11 @@ HWY_EXPORT(DotF16Impl);
 HWY_EXPORT(DotBF16Impl);
 
 float DotF32(const float* w, const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(DotF32Impl)(w, x, n); }
-float DotF16(const std::uint16_t* w, const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(DotF16Impl)(w, x, n); }
-float DotBF16(const std::uint16_t* w, const float* x, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(DotBF16Impl)(w, x, n); }
+float DotF16(const std::uint16_t* w, const float* x, std::int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotF16Impl)(w, x, n);
+}
+float DotBF16(const std::uint16_t* w, const float* x, std::int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotBF16Impl)(w, x, n);
+}
 }  // namespace kvshare::detail
 #endif  // HWY_ONCE

@@ -35,8 +35,9 @@ inline __m256i Points64(std::uint64_t p0, std::uint64_t p1, std::uint64_t p2, st
 // Eight 4-element IQ3 points.
 template <typename Index>
 inline __m256i Points32(const std::uint32_t* grid, const Index& idx) {
-  return _mm256_setr_epi32(static_cast<int>(grid[idx(0)]), static_cast<int>(grid[idx(1)]), static_cast<int>(grid[idx(2)]),
-                           static_cast<int>(grid[idx(3)]), static_cast<int>(grid[idx(4)]), static_cast<int>(grid[idx(5)]),
+  return _mm256_setr_epi32(static_cast<int>(grid[idx(0)]), static_cast<int>(grid[idx(1)]),
+                           static_cast<int>(grid[idx(2)]), static_cast<int>(grid[idx(3)]),
+                           static_cast<int>(grid[idx(4)]), static_cast<int>(grid[idx(5)]),
                            static_cast<int>(grid[idx(6)]), static_cast<int>(grid[idx(7)]));
 }
 // IQ1 values 8g + delta_sign from int8 grid points g and per-8 deltas (+-1 bytes).
@@ -69,7 +70,8 @@ Sub Decode(const BlockIQ2_XXS& b, int ib) {
 }
 Sub Decode(const BlockIQ2_XS& b, int ib) {
   const std::uint16_t* q = b.qs + 4 * ib;
-  const __m256i g = Points64(kIq2xsGrid[q[0] & 511], kIq2xsGrid[q[1] & 511], kIq2xsGrid[q[2] & 511], kIq2xsGrid[q[3] & 511]);
+  const __m256i g =
+      Points64(kIq2xsGrid[q[0] & 511], kIq2xsGrid[q[1] & 511], kIq2xsGrid[q[2] & 511], kIq2xsGrid[q[3] & 511]);
   const std::uint32_t bits = Iq2Signs(q[0] >> 9) | static_cast<std::uint32_t>(Iq2Signs(q[1] >> 9)) << 8 |
                              static_cast<std::uint32_t>(Iq2Signs(q[2] >> 9)) << 16 |
                              static_cast<std::uint32_t>(Iq2Signs(q[3] >> 9)) << 24;

@@ -53,7 +53,7 @@ void PackRow(const BlockQ8_0& blk, int t, const Dest& dst) {
 // Q4_0, and IQ4_NL in Q4_0's layout (the kernels map its nibbles through the
 // IQ4 grid).
 template <typename Block>
-  requires std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockIQ4_NL>
+requires std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockIQ4_NL>
 void PackRow(const Block& blk, int t, const Dest& dst) {
   for (int k = 0; k < 4; ++k) std::memcpy(dst.codes + 64 * k + 4 * t, blk.qs + 4 * k, 4);
   std::memcpy(dst.d + 2 * t, &blk.d, 2);
@@ -104,7 +104,8 @@ void PackRow(const BlockQ6_K& blk, int t, const Dest& dst) {
   }
   for (int k = 0; k < 32; ++k) {
     for (int i = 0; i < 4; ++i) {
-      dst.codes[64 * k + 4 * t + i] = static_cast<std::uint8_t>((code[4 * k + i] & 0xF) | (code[4 * (k + 32) + i] & 0xF) << 4);
+      dst.codes[64 * k + 4 * t + i] =
+          static_cast<std::uint8_t>((code[4 * k + i] & 0xF) | (code[4 * (k + 32) + i] & 0xF) << 4);
     }
   }
   for (int k = 0; k < 16; ++k) {
@@ -192,7 +193,7 @@ void PackRows(const BlockIQ4_XS* w, std::int64_t rows, std::int64_t nb, std::int
   }
 }
 
-#define KVSHARE_PACK_ROWS(Block)                                                                         \
+#define KVSHARE_PACK_ROWS(Block)                                                                    \
   template void PackRows(const Block*, std::int64_t, std::int64_t, std::int64_t, const PlaneBytes&, \
                          std::uint8_t* const[kPackPlanes]);
 KVSHARE_PACK_ROWS(BlockQ8_0)

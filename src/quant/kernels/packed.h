@@ -139,7 +139,9 @@ template <GgmlType kType>
 inline constexpr bool kPackedSigned = kType == GgmlType::kQ8_0 || kPackedGrid<kType>;
 // The unsigned codes' offset, value = code - offset: Q5_0 16, Q4_0 8.
 template <GgmlType kType>
-inline constexpr int kPackedCodeOffset = kPackedSigned<kType> ? 0 : kType == GgmlType::kQ5_0 ? 16 : 8;
+inline constexpr int kPackedCodeOffset = kPackedSigned<kType>       ? 0
+                                         : kType == GgmlType::kQ5_0 ? 16
+                                                                    : 8;
 // Whose scales are the fp32 dsub plane rather than the fp16 d plane.
 template <GgmlType kType>
 inline constexpr bool kPackedFloatScales = kType == GgmlType::kIQ4_XS || kType == GgmlType::kMXFP4;

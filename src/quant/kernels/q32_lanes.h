@@ -12,9 +12,9 @@
 #include <cstring>
 #include <vector>
 
-#include "quant/quant.h"
 #include "quant/kernels/lanes.h"
 #include "quant/kernels/x86.h"
+#include "quant/quant.h"
 
 namespace kvshare::detail {
 namespace {
@@ -131,7 +131,8 @@ void Q32Rows(const Block* w, std::int64_t nrows, const ActQ8* x, std::int64_t xs
         MakeLaneActs(x, xs, nb, acts, Codes<Block>::kBias, a);
         c.Assign(static_cast<std::size_t>(kTile * Even(nb)));
         dw.resize(static_cast<std::size_t>(kTile * Even(nb)));
-        ForLaneTiles(w, nrows, nb, [&](auto T, std::int64_t r0) { LaneRows<Block, T()>(w, r0, a, nb, acts, y, ys, c, dw); });
+        ForLaneTiles(w, nrows, nb,
+                     [&](auto T, std::int64_t r0) { LaneRows<Block, T()>(w, r0, a, nb, acts, y, ys, c, dw); });
       },
       [&](auto R) {
         ForRowTiles(w, nrows, nb, [&](const Block* const* rows, int valid, std::int64_t r0) {

@@ -99,13 +99,17 @@ struct UnsignedCodes<BlockQ5_0> {
 template <>
 struct UnsignedCodes<BlockQ4_1> {
   static __m256i Get(const BlockQ4_1& b) { return Nibbles(b.qs); }
-  static float Offset(const BlockQ4_1& b, const ActQ8& a, float) { return -(H2F(b.m) * a.d) * static_cast<float>(a.sum); }
+  static float Offset(const BlockQ4_1& b, const ActQ8& a, float) {
+    return -(H2F(b.m) * a.d) * static_cast<float>(a.sum);
+  }
 };
 
 template <>
 struct UnsignedCodes<BlockQ5_1> {
   static __m256i Get(const BlockQ5_1& b) { return FiveBitCodes(b.qh, b.qs); }
-  static float Offset(const BlockQ5_1& b, const ActQ8& a, float) { return -(H2F(b.m) * a.d) * static_cast<float>(a.sum); }
+  static float Offset(const BlockQ5_1& b, const ActQ8& a, float) {
+    return -(H2F(b.m) * a.d) * static_cast<float>(a.sum);
+  }
 };
 
 // Codes of a Q4_K / Q5_K super-block in 4 chunks of 64 elements: lo[c] holds

@@ -60,8 +60,7 @@ std::optional<ChatFormat> DetectChatFormat(std::string_view text) {
 ChatFormatChoice ChooseChatFormat(std::optional<std::string_view> file_template, std::optional<std::string_view> name) {
   if (name) return {ChatFormatFromName(*name), ChatFormatSource::kNamed, "named by the caller"};
   if (!file_template || file_template->empty()) {
-    return {ChatFormat::kNone, ChatFormatSource::kFileHasNone,
-            "the file has no tokenizer.chat_template"};
+    return {ChatFormat::kNone, ChatFormatSource::kFileHasNone, "the file has no tokenizer.chat_template"};
   }
   const std::optional<ChatFormat> f = DetectChatFormat(*file_template);
   if (!f) {

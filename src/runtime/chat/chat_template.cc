@@ -23,8 +23,7 @@ std::string_view Trim(std::string_view s) {
 
 void BadRole(ChatFormat format, std::size_t i, const std::string& role) {
   throw Error("chat template " + std::string(ChatFormatName(format)) + ": messages[" + std::to_string(i) +
-              "].role must be \"system\", \"user\", \"assistant\", \"model\" or \"tool\", got \"" + role +
-              "\"");
+              "].role must be \"system\", \"user\", \"assistant\", \"model\" or \"tool\", got \"" + role + "\"");
 }
 
 void CheckToolMessages(ChatFormat format, std::span<const ChatMessage> messages) {

@@ -29,7 +29,8 @@ std::string StripThinking(std::string_view text) {
   std::string out;
   for (std::size_t start = 0;;) {
     const std::size_t close = text.find("<channel|>", start);
-    std::string_view part = text.substr(start, close == std::string_view::npos ? std::string_view::npos : close - start);
+    std::string_view part =
+        text.substr(start, close == std::string_view::npos ? std::string_view::npos : close - start);
     if (const std::size_t open = part.find("<|channel>"); open != std::string_view::npos) part = part.substr(0, open);
     out += part;
     if (close == std::string_view::npos) break;
@@ -50,7 +51,8 @@ std::vector<std::pair<std::string, const Json*>> DictSort(const Json& object) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
   };
-  std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) { return lower(a.first) < lower(b.first); });
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const auto& a, const auto& b) { return lower(a.first) < lower(b.first); });
   return items;
 }
 
@@ -111,7 +113,8 @@ std::string RequiredList(const Json& required) {
   std::string out = "required:[";
   if (required.is_array()) {
     for (std::size_t i = 0; i < required.size(); ++i) {
-      out += (i ? "," : "") + std::string(kQ) + (required[i].is_string() ? required[i].get<std::string>() : required[i].dump()) + std::string(kQ);
+      out += (i ? "," : "") + std::string(kQ) +
+             (required[i].is_string() ? required[i].get<std::string>() : required[i].dump()) + std::string(kQ);
     }
   }
   return out + "]";
@@ -119,7 +122,8 @@ std::string RequiredList(const Json& required) {
 
 // The template's format_parameters (its `required` argument is unused there too).
 std::string FormatParameters(const Json& properties) {
-  static const std::array<std::string_view, 5> kStandard = {"description", "type", "properties", "required", "nullable"};
+  static const std::array<std::string_view, 5> kStandard = {"description", "type", "properties", "required",
+                                                            "nullable"};
   std::string out;
   bool found_first = false;
   for (const auto& [key, vp] : DictSort(properties)) {

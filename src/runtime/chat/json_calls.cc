@@ -65,8 +65,10 @@ bool JsonCallEntry(const OrderedJson& e, ToolCall& out) {
 OrderedJson Closed(OrderedJson properties) {
   OrderedJson required = OrderedJson::array();
   for (const auto& [k, v] : properties.items()) required.push_back(k);
-  return OrderedJson{
-      {"type", "object"}, {"properties", std::move(properties)}, {"required", required}, {"additionalProperties", false}};
+  return OrderedJson{{"type", "object"},
+                     {"properties", std::move(properties)},
+                     {"required", required},
+                     {"additionalProperties", false}};
 }
 
 }  // namespace
@@ -147,7 +149,9 @@ std::string ToolCallInstructions(std::span<const ToolFunction> tools, bool paral
 }
 
 std::string JsonToolCallText(std::span<const ToolCall> calls) {
-  auto entry = [](const ToolCall& c) { return OrderedJson{{"name", c.name}, {"arguments", ArgumentsJson(c.arguments)}}; };
+  auto entry = [](const ToolCall& c) {
+    return OrderedJson{{"name", c.name}, {"arguments", ArgumentsJson(c.arguments)}};
+  };
   if (calls.size() == 1) return OrderedJson{{"tool_call", entry(calls[0])}}.dump();
   OrderedJson list = OrderedJson::array();
   for (const ToolCall& c : calls) list.push_back(entry(c));

@@ -27,7 +27,8 @@ std::size_t PartialMarker(std::string_view text, std::string_view marker) {
 ToolCallParser::ToolCallParser(ToolCallParserOptions options) : options_(std::move(options)) {}
 
 bool ToolCallParser::KnownName(const std::string& name) const {
-  return options_.names.empty() || std::find(options_.names.begin(), options_.names.end(), name) != options_.names.end();
+  return options_.names.empty() ||
+         std::find(options_.names.begin(), options_.names.end(), name) != options_.names.end();
 }
 
 void ToolCallParser::EmitContent(std::string_view text, ToolCallDelta& out) {

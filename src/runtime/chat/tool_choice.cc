@@ -32,7 +32,8 @@ std::shared_ptr<const Grammar> LazyToolCallGrammar(std::span<const OfferedTool> 
   if (tools.empty()) throw Error("LazyToolCallGrammar: no tools");
   std::vector<CallableFunction> functions;
   for (const OfferedTool& t : tools) functions.push_back({t.function.name, t.function.parameters, t.strict});
-  if (syntax == ToolCallSyntax::kGemma4) return chat::gemma4::CallGrammar(functions, parallel, std::move(marker_tokens));
+  if (syntax == ToolCallSyntax::kGemma4)
+    return chat::gemma4::CallGrammar(functions, parallel, std::move(marker_tokens));
   return chat::JsonCallGrammar(functions, parallel);
 }
 

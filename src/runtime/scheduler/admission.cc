@@ -99,9 +99,9 @@ void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_cont
   if (r.max_tokens < 1) throw Error("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
   const std::int64_t need = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
   if (need > max_context) {
-    throw Error("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " + std::to_string(r.max_tokens) +
-                " = " + std::to_string(need) + " exceeds the context of " + std::to_string(max_context) +
-                " tokens per slot");
+    throw Error("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
+                std::to_string(r.max_tokens) + " = " + std::to_string(need) + " exceeds the context of " +
+                std::to_string(max_context) + " tokens per slot");
   }
   if (r.top_logprobs < -1 || r.top_logprobs > kMaxTopLogprobs) {
     throw Error("top_logprobs must be in [-1, 20], got " + std::to_string(r.top_logprobs));

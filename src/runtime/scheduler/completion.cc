@@ -62,7 +62,10 @@ void StreamToken(const Tokenizer& tok, SchedulerShared& shared, SlotTable& rows,
     Emit(r, pieces, e);
     rows.Free(s);
     Finish(shared, r, FinishReason::kStop,
-           t == tok.eos_id() ? "eos" : t == tok.end_of_turn_id() ? "end_of_turn" : "stop token", std::move(e));
+           t == tok.eos_id()           ? "eos"
+           : t == tok.end_of_turn_id() ? "end_of_turn"
+                                       : "stop token",
+           std::move(e));
     return;
   }
   r.token_info.push_back(std::move(sampled.info));

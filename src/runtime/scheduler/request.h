@@ -69,7 +69,11 @@ class Handle final : public RequestHandle {
 struct Request {
   Request(std::shared_ptr<Handle> h, RequestOptions o, const Tokenizer& tok, const SpeculativeOptions& spec,
           std::shared_ptr<const TokenTrie> trie)
-      : handle(std::move(h)), opt(std::move(o)), sampler(opt.sampler), decoder(tok), releaser(opt.stop),
+      : handle(std::move(h)),
+        opt(std::move(o)),
+        sampler(opt.sampler),
+        decoder(tok),
+        releaser(opt.stop),
         draft_length(spec) {
     history = opt.prompt;
     if (opt.grammar) {
@@ -85,18 +89,18 @@ struct Request {
   Sampler sampler;
   TokenStreamDecoder decoder;
   TextReleaser releaser;
-  std::vector<std::int32_t> history;     // prompt + sampled (repetition penalty)
-  std::vector<OutputToken> token_info;   // per sampled token: id and logprobs (text filled on release)
-  std::int64_t prefilled = 0;            // prompt tokens in the cache
-  std::int64_t cached = 0;               // of which reused from the prompt cache
+  std::vector<std::int32_t> history;    // prompt + sampled (repetition penalty)
+  std::vector<OutputToken> token_info;  // per sampled token: id and logprobs (text filled on release)
+  std::int64_t prefilled = 0;           // prompt tokens in the cache
+  std::int64_t cached = 0;              // of which reused from the prompt cache
   int generated = 0;
-  std::int32_t next_token = -1;          // sampled, fed at the next step
+  std::int32_t next_token = -1;  // sampled, fed at the next step
   std::uint64_t admit_seq = 0;
-  DraftLength draft_length;              // speculative decoding: drafts per step
-  std::vector<std::int32_t> feed;        // this step's decode tokens: next_token, then its drafts
-  std::vector<float> hidden;             // the target's hidden state that chose next_token (drafters that need it)
+  DraftLength draft_length;                 // speculative decoding: drafts per step
+  std::vector<std::int32_t> feed;           // this step's decode tokens: next_token, then its drafts
+  std::vector<float> hidden;                // the target's hidden state that chose next_token (drafters that need it)
   std::unique_ptr<GrammarMatcher> matcher;  // constrained decoding (opt.grammar)
-  std::vector<float> masked;             // the logits row with the grammar's mask applied
+  std::vector<float> masked;                // the logits row with the grammar's mask applied
 
   bool decoding() const { return prefilled == static_cast<std::int64_t>(opt.prompt.size()); }
 };
@@ -112,10 +116,10 @@ struct Slot {
 // atomics from any thread.
 struct SchedulerShared {
   mutable std::mutex mu;
-  std::condition_variable wake;  // the stepping thread's sleep while idle
+  std::condition_variable wake;                   // the stepping thread's sleep while idle
   std::deque<std::unique_ptr<Request>> incoming;  // under mu: submitted, not yet seen by a step
-  std::atomic<int> queued{0};   // incoming + waiting
-  std::atomic<int> active{0};   // slots with a request
+  std::atomic<int> queued{0};                     // incoming + waiting
+  std::atomic<int> active{0};                     // slots with a request
   std::atomic<bool> draining{false};
   std::atomic<bool> cancel_all{false};
   std::uint64_t next_id = 1;      // under mu

@@ -44,8 +44,8 @@ void SampleRow(const Tokenizer& tok, Request& r, std::span<const float> rows, st
       if (r.matcher) r.matcher->MaskLogits(r.masked);
       sample_rows = r.masked;
     }
-    const Accepted a = AcceptDrafts(
-        r.sampler, sample_rows, V, drafts, r.history, [&](std::int32_t t, std::span<const float> row) {
+    const Accepted a =
+        AcceptDrafts(r.sampler, sample_rows, V, drafts, r.history, [&](std::int32_t t, std::span<const float> row) {
           Sampled& s = out.tokens.emplace_back();
           s.token = s.info.token = t;
           const bool own = r.matcher || !r.opt.logit_bias.empty();  // row is the masked copy: use the model's

@@ -85,7 +85,8 @@ struct Scheduler::Impl {
     rows.slots.resize(static_cast<std::size_t>(o.slots));
     for (const LayerMemory& l : state->kv_cache().Memory().layers) {
       if (!l.owns_cache || l.capacity == 0) continue;
-      layer_bytes.push_back({l.capacity, l.bytes / static_cast<std::size_t>(o.slots) / static_cast<std::size_t>(l.capacity)});
+      layer_bytes.push_back(
+          {l.capacity, l.bytes / static_cast<std::size_t>(o.slots) / static_cast<std::size_t>(l.capacity)});
     }
     shared.stats.slots = o.slots;
     shared.stats.kv_bytes = state->kv_bytes();
@@ -163,13 +164,15 @@ struct Scheduler::Impl {
                                              std::span<const float> logits) {
     const std::size_t V = static_cast<std::size_t>(model.config().n_vocab);
     std::vector<detail::RowOutcome> out(to_sample.size());
-    ParallelFor(to_sample.size() > 1 ? pool : nullptr, static_cast<std::int64_t>(to_sample.size()), [&](std::int64_t i) {
-      const detail::SampleEntry& e = to_sample[static_cast<std::size_t>(i)];
-      const BatchEntry& b = entries[e.entry];
-      detail::SampleRow(tok, *rows.at(b.row).req, logits.subspan(e.first_row * V, static_cast<std::size_t>(b.num_logits) * V),
-                        V, b.tokens.subspan(b.tokens.size() - static_cast<std::size_t>(b.num_logits) + 1),
-                        out[static_cast<std::size_t>(i)]);
-    });
+    ParallelFor(to_sample.size() > 1 ? pool : nullptr, static_cast<std::int64_t>(to_sample.size()),
+                [&](std::int64_t i) {
+                  const detail::SampleEntry& e = to_sample[static_cast<std::size_t>(i)];
+                  const BatchEntry& b = entries[e.entry];
+                  detail::SampleRow(tok, *rows.at(b.row).req,
+                                    logits.subspan(e.first_row * V, static_cast<std::size_t>(b.num_logits) * V), V,
+                                    b.tokens.subspan(b.tokens.size() - static_cast<std::size_t>(b.num_logits) + 1),
+                                    out[static_cast<std::size_t>(i)]);
+                });
     return out;
   }
 
@@ -242,7 +245,8 @@ struct Scheduler::Impl {
     for (int i = 0; i < opt.slots; ++i) {
       const std::int64_t len = state->length(i);
       tokens += len;
-      for (const auto& [capacity, bytes] : layer_bytes) used += static_cast<std::size_t>(std::min(len, capacity)) * bytes;
+      for (const auto& [capacity, bytes] : layer_bytes)
+        used += static_cast<std::size_t>(std::min(len, capacity)) * bytes;
     }
     shared.kv_bytes_used = used;
     shared.kv_tokens = tokens;

@@ -37,8 +37,8 @@ StepBatch PlanBatch(SlotTable& rows, const StepRows& split, std::int64_t step_to
     const std::int64_t n = std::min<std::int64_t>(budget, static_cast<std::int64_t>(r.opt.prompt.size()) - r.prefilled);
     batch.entries.push_back(
         {.row = i,
-         .tokens = std::span<const std::int32_t>(r.opt.prompt).subspan(static_cast<std::size_t>(r.prefilled),
-                                                                        static_cast<std::size_t>(n))});
+         .tokens = std::span<const std::int32_t>(r.opt.prompt)
+                       .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n))});
     budget -= n;
     batch.n_prefill += n;
   }

@@ -23,7 +23,8 @@ void CheckSpeculation(const SpeculationRequest& r) {
     throw Error("speculative decoding (" + n.method + " / " + n.draft + ") runs on the CPU only: on " + n.device + " " +
                 DeviceName(r.device) +
                 " a verify step's logits are not bitwise those of one-token steps, so greedy output would not be "
-                "lossless; drop " + n.device + " or the speculative decoding options");
+                "lossless; drop " +
+                n.device + " or the speculative decoding options");
   }
   if (r.ngram.ngram_max < r.ngram.ngram_min) {
     throw Error(n.ngram_max + " " + std::to_string(r.ngram.ngram_max) + " is below " + n.ngram_min + " " +

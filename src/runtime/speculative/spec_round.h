@@ -58,8 +58,8 @@ struct Accepted {
   int accepted = 0;  // drafts accepted (the first `accepted` of them)
 };
 template <typename Emit>
-Accepted AcceptDrafts(Sampler& sampler, std::span<const float> rows, std::size_t V, std::span<const std::int32_t> drafts,
-                      std::vector<std::int32_t>& history, Emit&& emit) {
+Accepted AcceptDrafts(Sampler& sampler, std::span<const float> rows, std::size_t V,
+                      std::span<const std::int32_t> drafts, std::vector<std::int32_t>& history, Emit&& emit) {
   Accepted a;
   for (std::size_t i = 0; i <= drafts.size(); ++i) {
     const std::span<const float> row = rows.subspan(i * V, V);

@@ -41,8 +41,8 @@ class NgramDrafter final : public Drafter {
 void CheckSameVocabulary(const Model& draft, const Model& target) {
   const int nd = draft.config().n_vocab, nt = target.config().n_vocab;
   if (nd != nt) {
-    throw Error("the draft model's vocabulary has " + std::to_string(nd) + " tokens, the target's " + std::to_string(nt) +
-                "; a draft model must use the target's vocabulary (the same tokenizer)");
+    throw Error("the draft model's vocabulary has " + std::to_string(nd) + " tokens, the target's " +
+                std::to_string(nt) + "; a draft model must use the target's vocabulary (the same tokenizer)");
   }
   constexpr std::string_view kTokens = "tokenizer.ggml.tokens";
   const bool hd = draft.gguf().Has(kTokens), ht = target.gguf().Has(kTokens);
@@ -51,7 +51,8 @@ void CheckSameVocabulary(const Model& draft, const Model& target) {
                 ", so its vocabulary cannot be checked against the " + (hd ? "draft" : "target") + " model's");
   }
   if (!hd) return;
-  const std::vector<std::string_view> a = draft.gguf().GetStringArray(kTokens), b = target.gguf().GetStringArray(kTokens);
+  const std::vector<std::string_view> a = draft.gguf().GetStringArray(kTokens),
+                                      b = target.gguf().GetStringArray(kTokens);
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
     if (a[i] != b[i]) {
       throw Error("the draft model's token " + std::to_string(i) + " is '" + std::string(a[i]) + "', the target's '" +

@@ -126,7 +126,8 @@ void DotNVFP4R(const BlockNVFP4* w, const ActQ8* x, std::int64_t xs, std::int64_
       const __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
       const __m256i codes = _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi));
       const __m256i v = _mm256_shuffle_epi8(table, codes), abs = _mm256_sign_epi8(v, v);
-      const __m256 d = _mm256_set_m128(_mm_set1_ps(Ue4m3Scale(w[b].d[2 * h + 1])), _mm_set1_ps(Ue4m3Scale(w[b].d[2 * h])));
+      const __m256 d =
+          _mm256_set_m128(_mm_set1_ps(Ue4m3Scale(w[b].d[2 * h + 1])), _mm_set1_ps(Ue4m3Scale(w[b].d[2 * h])));
       for (int r = 0; r < R; ++r) {
         const ActQ8& a = x[r * xs + 2 * b + h];
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, _mm256_sign_epi8(Load32(a.qs), v)), ones);

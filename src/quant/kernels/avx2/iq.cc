@@ -89,7 +89,8 @@ void DecodeTile(const Block* w, std::int64_t nb, const Tile& tile) {
       factor[t] = IqFactor(blk);
     }
     for (int k = 0; k < 64; ++k) {
-      out[k] = _mm256_i32gather_epi32(reinterpret_cast<const int*>(rows), _mm256_add_epi32(row_start, _mm256_set1_epi32(k)), 4);
+      out[k] = _mm256_i32gather_epi32(reinterpret_cast<const int*>(rows),
+                                      _mm256_add_epi32(row_start, _mm256_set1_epi32(k)), 4);
     }
     for (int g = 0; g < 16; ++g) {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(ls[g])));
@@ -146,7 +147,8 @@ void TilePass(const Tile& tile, std::int64_t nb, const ActQ8K* x, std::int64_t x
 template <typename Block>
 void TiledRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                float* y, std::int64_t ys) {
-  const Tile tile{static_cast<__m256i*>(DecodedCodeScratch(static_cast<std::size_t>((kTileBlockVectors * nb + 1) / 2)))};
+  const Tile tile{
+      static_cast<__m256i*>(DecodedCodeScratch(static_cast<std::size_t>((kTileBlockVectors * nb + 1) / 2)))};
   for (std::int64_t r0 = 0; r0 < nrows; r0 += kTileRows) {
     DecodeTile(w + r0 * nb, nb, tile);
     ForEachPass<kTilePassRows>(acts, [&](auto rows, int j0) {
@@ -174,9 +176,9 @@ void Avx2IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_
   const auto rows = KVSHARE_ROWS_KERNEL_N(IqKernel<Block>::template Dot, Block, ActQ8K, 8);
   rows(w + tiled * nb, nrows - tiled, x, xs, nb, acts, y + tiled, ys);
 }
-#define KVSHARE_IQ_INSTANTIATE(Block)                                                                            \
-  template void Avx2IqRows<Block>(const Block*, std::int64_t, const ActQ8K*, std::int64_t, std::int64_t, int,   \
-                                  float*, std::int64_t);
+#define KVSHARE_IQ_INSTANTIATE(Block)                                                                                 \
+  template void Avx2IqRows<Block>(const Block*, std::int64_t, const ActQ8K*, std::int64_t, std::int64_t, int, float*, \
+                                  std::int64_t);
 KVSHARE_FOR_EACH_IQ_BLOCK(KVSHARE_IQ_INSTANTIATE)
 #undef KVSHARE_IQ_INSTANTIATE
 

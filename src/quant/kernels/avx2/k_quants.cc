@@ -64,8 +64,9 @@ void DotQ2_KR(const BlockQ2_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales));
     __m256i sumi[R];
     for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
-    GroupSums<R>(w[b].qs, _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)), x, xs, b,
-                 [&](int, int j, __m256i bits) { return _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3); }, sumi);
+    GroupSums<R>(
+        w[b].qs, _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)), x, xs, b,
+        [&](int, int j, __m256i bits) { return _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3); }, sumi);
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
     const float dw = H2F(w[b].d), dmin = H2F(w[b].dmin);
     for (int r = 0; r < R; ++r) {
@@ -103,13 +104,17 @@ void DotQ3_KR(const BlockQ3_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
     const __m256i hm = Load32(w[b].hmask);
     __m256i sumi[R];
     for (int r = 0; r < R; ++r) {
-      sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, LoadBsums(x[r * xs + b])), 2));
+      sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                 _mm256_slli_epi32(_mm256_madd_epi16(sc16, LoadBsums(x[r * xs + b])), 2));
     }
-    GroupSums<R>(w[b].qs, sc16, x, xs, b, [&](int n, int j, __m256i bits) {
-      // 16-bit shifts by at most 7: bit 0 of each byte comes from the same byte.
-      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one);
-      return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3), _mm256_slli_epi16(high, 2));
-    }, sumi);
+    GroupSums<R>(
+        w[b].qs, sc16, x, xs, b,
+        [&](int n, int j, __m256i bits) {
+          // 16-bit shifts by at most 7: bit 0 of each byte comes from the same byte.
+          const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one);
+          return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3), _mm256_slli_epi16(high, 2));
+        },
+        sumi);
     const float dw = H2F(w[b].d);
     for (int r = 0; r < R; ++r) {
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]), _mm256_set1_ps(dw * x[r * xs + b].d), acc[r]);
@@ -140,7 +145,8 @@ void DotQKMinR(const Block* w, const ActQ8K* x, std::int64_t xs, std::int64_t nb
       for (int c = 0; c < 4; ++c) {
         const __m256i plo = _mm256_maddubs_epi16(lo[c], Load32(a.qs + 64 * c));
         const __m256i phi = _mm256_maddubs_epi16(hi[c], Load32(a.qs + 64 * c + 32));
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(plo, sc[2 * c]), _mm256_madd_epi16(phi, sc[2 * c + 1])));
+        sumi = _mm256_add_epi32(
+            sumi, _mm256_add_epi32(_mm256_madd_epi16(plo, sc[2 * c]), _mm256_madd_epi16(phi, sc[2 * c + 1])));
       }
       const __m256i summ = _mm256_madd_epi16(mins, LoadBsums(a));
       const __m128 d = _mm_mul_ps(dwm, _mm_set1_ps(a.d));  // dw dx, dmin dx
@@ -200,7 +206,6 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
   }
   for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
 }
-
 
 }  // namespace
 

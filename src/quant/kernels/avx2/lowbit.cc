@@ -26,7 +26,8 @@ struct TernaryCodes {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i s = _mm256_madd_epi16(LoadBsums(a), ones);
     s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
-    for (int k = 0; k < 8; ++k) s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(c[k], Load32(a.qs + 32 * k)), ones));
+    for (int k = 0; k < 8; ++k)
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(c[k], Load32(a.qs + 32 * k)), ones));
     return s;
   }
 };
@@ -135,10 +136,10 @@ void DotQ2_0R(const BlockQ2_0* w, const ActQ8* x, std::int64_t xs, std::int64_t 
     const float d = H2F(w[b].d);
     for (int h = 0; h < 2; ++h) {
       const std::uint8_t* q = w[b].qs + 8 * h;
-      const __m256i c = _mm256_setr_epi32(
-          static_cast<int>(kCodes.of[q[0]]), static_cast<int>(kCodes.of[q[1]]), static_cast<int>(kCodes.of[q[2]]),
-          static_cast<int>(kCodes.of[q[3]]), static_cast<int>(kCodes.of[q[4]]), static_cast<int>(kCodes.of[q[5]]),
-          static_cast<int>(kCodes.of[q[6]]), static_cast<int>(kCodes.of[q[7]]));
+      const __m256i c = _mm256_setr_epi32(static_cast<int>(kCodes.of[q[0]]), static_cast<int>(kCodes.of[q[1]]),
+                                          static_cast<int>(kCodes.of[q[2]]), static_cast<int>(kCodes.of[q[3]]),
+                                          static_cast<int>(kCodes.of[q[4]]), static_cast<int>(kCodes.of[q[5]]),
+                                          static_cast<int>(kCodes.of[q[6]]), static_cast<int>(kCodes.of[q[7]]));
       for (int r = 0; r < R; ++r) {
         const ActQ8& a = x[r * xs + 2 * b + h];
         const __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(c, Load32(a.qs)), ones),

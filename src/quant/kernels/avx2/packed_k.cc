@@ -23,8 +23,8 @@
 #include <cstring>
 
 #include "quant/kernels/dispatch.h"
-#include "quant/kernels/rows.h"
 #include "quant/kernels/packed.h"
+#include "quant/kernels/rows.h"
 #include "quant/kernels/x86.h"
 
 namespace kvshare::detail {
@@ -69,12 +69,9 @@ struct HalfPlanes {
 HalfPlanes PlanesAt(const PackedWeights& w, std::int64_t g, std::int64_t b, int h) {
   const auto gb = static_cast<std::size_t>(g * w.nb + b);
   const auto at = [gb](const std::uint8_t* p, std::size_t bytes) { return p != nullptr ? p + gb * bytes : nullptr; };
-  return {at(w.codes, w.bytes.codes) + 32 * h,
-          w.high != nullptr ? at(w.high, w.bytes.high) + 32 * h : nullptr,
-          at(w.subs, w.bytes.subs) + 8 * h,
-          w.mins != nullptr ? at(w.mins, w.bytes.mins) + 16 * h : nullptr,
-          w.d + gb * kPackRows + 8 * h,
-          w.dmin != nullptr ? w.dmin + gb * kPackRows + 8 * h : nullptr};
+  return {at(w.codes, w.bytes.codes) + 32 * h, w.high != nullptr ? at(w.high, w.bytes.high) + 32 * h : nullptr,
+          at(w.subs, w.bytes.subs) + 8 * h,    w.mins != nullptr ? at(w.mins, w.bytes.mins) + 16 * h : nullptr,
+          w.d + gb * kPackRows + 8 * h,        w.dmin != nullptr ? w.dmin + gb * kPackRows + 8 * h : nullptr};
 }
 
 // The decoded code vector i of super-block b (DecodeHalf's layout).
@@ -116,7 +113,8 @@ void HalfRowsQ4K(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x,
     for (int j = 0; j < R; ++j) {
       const ActQ8K& a = x[j * xs + b];
       __m256i M = _mm256_setzero_si256();
-      for (int q = 0; q < 4; ++q) M = _mm256_add_epi32(M, _mm256_madd_epi16(mins[q], _mm256_set1_epi32(SubBlockSumPair(a, q))));
+      for (int q = 0; q < 4; ++q)
+        M = _mm256_add_epi32(M, _mm256_madd_epi16(mins[q], _mm256_set1_epi32(SubBlockSumPair(a, q))));
       const __m256 dx = _mm256_set1_ps(a.d);
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P[j]), _mm256_mul_ps(dw, dx), acc[j]);
       accm[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmin, dx), accm[j]);
@@ -210,14 +208,18 @@ template <>
 struct GroupType<GgmlType::kQ6_K> {
   static constexpr int kBias = 32;
   template <int kQuarter>
-  static __m256i Codes(const HalfPlanes& pl, int k) { return Q6Codes<kQuarter>(pl.codes, pl.high, k); }
+  static __m256i Codes(const HalfPlanes& pl, int k) {
+    return Q6Codes<kQuarter>(pl.codes, pl.high, k);
+  }
   static __m256i Scales(const std::uint8_t* s) { return Load8S(s); }
 };
 template <>
 struct GroupType<GgmlType::kQ3_K> {
   static constexpr int kBias = 4;
   template <int kQuarter>
-  static __m256i Codes(const HalfPlanes& pl, int k) { return Q3Codes<kQuarter>(pl.codes, pl.high, k); }
+  static __m256i Codes(const HalfPlanes& pl, int k) {
+    return Q3Codes<kQuarter>(pl.codes, pl.high, k);
+  }
   static __m256i Scales(const std::uint8_t* s) {  // int8 sc_g - 32
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
     return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
@@ -252,8 +254,10 @@ inline void GroupQuarter(const HalfPlanes& pl, const ActQ8K* x, std::int64_t xs,
     for (int j = 0; j < R; ++j) {
       const ActQ8K& a = x[j * xs + b];
       const std::int8_t* q = a.qs + 16 * grp;
-      const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], Broadcast4Ymm(q)), _mm256_maddubs_epi16(c[1], Broadcast4Ymm(q + 4)));
-      const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], Broadcast4Ymm(q + 8)), _mm256_maddubs_epi16(c[3], Broadcast4Ymm(q + 12)));
+      const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], Broadcast4Ymm(q)),
+                                          _mm256_maddubs_epi16(c[1], Broadcast4Ymm(q + 4)));
+      const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], Broadcast4Ymm(q + 8)),
+                                          _mm256_maddubs_epi16(c[3], Broadcast4Ymm(q + 12)));
       if constexpr (T == GgmlType::kQ6_K) {
         const __m256i p = _mm256_add_epi32(_mm256_set1_epi32(-Type::kBias * a.bsums[grp]),
                                            _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
@@ -302,7 +306,8 @@ void HalfRowsScaled(const PackedWeights& w, std::int64_t g, int h, const ActQ8K*
       const __m256 dmin = Load8H(pl.dmin);
       for (int j = 0; j < R; ++j) {
         const ActQ8K& a = x[j * xs + b];
-        accm[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(PairSum(mp, a)), _mm256_mul_ps(dmin, _mm256_set1_ps(a.d)), accm[j]);
+        accm[j] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(PairSum(mp, a)), _mm256_mul_ps(dmin, _mm256_set1_ps(a.d)), accm[j]);
       }
     }
   }
@@ -373,8 +378,9 @@ void Avx2PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, c
   // is slower decoded and decodes every pass (MatPacked at m = 64;
   // docs/kernels.md).
   const bool decoded = w.type != GgmlType::kQ4_K && acts > kPassRows;
-  auto* dec = decoded ? static_cast<std::uint8_t*>(DecodedCodeScratch(static_cast<std::size_t>(kDecodedVectors / 2 * w.nb)))
-                      : nullptr;
+  auto* dec = decoded
+                  ? static_cast<std::uint8_t*>(DecodedCodeScratch(static_cast<std::size_t>(kDecodedVectors / 2 * w.nb)))
+                  : nullptr;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     for (int h = 0; h < 2; ++h) {
       float* yh = y + (g * kPackRows - r0) + 8 * h;

@@ -21,8 +21,8 @@
 #include <cstring>
 
 #include "quant/kernels/dispatch.h"
-#include "quant/kernels/rows.h"
 #include "quant/kernels/packed.h"
+#include "quant/kernels/rows.h"
 #include "quant/kernels/x86.h"
 
 namespace kvshare::detail {
@@ -46,7 +46,8 @@ inline const void* GroupScales(const PackedWeights& w, std::size_t gb) {
 }
 template <GgmlType kType>
 inline __m256 HalfScales(const void* scales, std::int64_t b, int h) {
-  if constexpr (kPackedFloatScales<kType>) return _mm256_loadu_ps(static_cast<const float*>(scales) + b * kPackRows + 8 * h);
+  if constexpr (kPackedFloatScales<kType>)
+    return _mm256_loadu_ps(static_cast<const float*>(scales) + b * kPackRows + 8 * h);
   return _mm256_cvtph_ps(_mm_loadu_si128(
       reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(scales) + b * kPackRows + 8 * h)));
 }
@@ -87,8 +88,8 @@ inline HalfRegs DecodeHalfRegs(const std::uint8_t* codes, const std::uint8_t* hi
       r.c[k + 4] = hi;
     }
     if constexpr (kPackedGrid<kType>) {
-      const __m256i grid = _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(PackedGridValues<kType>())));
+      const __m256i grid =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(PackedGridValues<kType>())));
       for (int k = 0; k < 8; ++k) {
         r.s[k] = _mm256_shuffle_epi8(grid, r.c[k]);
         r.c[k] = _mm256_sign_epi8(r.s[k], r.s[k]);
@@ -123,7 +124,8 @@ inline __m256i HalfDotRegs(const HalfRegs& r, const ActQ8& a) {
     __m256i s[2];
     for (int q = 0; q < 2; ++q) {
       s[q] = _mm256_maddubs_epi16(r.c[4 * q], Broadcast4Ymm(a.qs + 16 * q));
-      for (int k = 4 * q + 1; k < 4 * q + 4; ++k) s[q] = _mm256_add_epi16(s[q], _mm256_maddubs_epi16(r.c[k], Broadcast4Ymm(a.qs + 4 * k)));
+      for (int k = 4 * q + 1; k < 4 * q + 4; ++k)
+        s[q] = _mm256_add_epi16(s[q], _mm256_maddubs_epi16(r.c[k], Broadcast4Ymm(a.qs + 4 * k)));
     }
     const __m256i init = _mm256_set1_epi32(-Bias<kType>() * a.sum);
     return _mm256_add_epi32(init, _mm256_add_epi32(_mm256_madd_epi16(s[0], ones), _mm256_madd_epi16(s[1], ones)));
@@ -179,7 +181,8 @@ void HalfRows(Src&& src, const void* scales, int h, std::int64_t nb, const ActQ8
     const __m256 dw = HalfScales<kType>(scales, b, h);
     for (int j = 0; j < R; ++j) {
       const ActQ8& a = x[j * xs + b];
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfDot<kType>(hc, a)), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[j]);
+      acc[j] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfDot<kType>(hc, a)), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[j]);
     }
   }
   for (int j = 0; j < R; ++j) _mm256_storeu_ps(y + j * ys, acc[j]);
@@ -242,13 +245,15 @@ template <GgmlType kType>
 void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
                  float* y, std::int64_t ys) {
   if (acts == 1) {
-    for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) GroupOneRow<kType>(w, g, x, y + (g * kPackRows - r0));
+    for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g)
+      GroupOneRow<kType>(w, g, x, y + (g * kPackRows - r0));
     return;
   }
   const bool buffered = kType == GgmlType::kQ5_0 && acts > kPassRows;
   static_assert(sizeof(HalfCodes) % 64 == 0 && alignof(HalfCodes) <= 64, "HalfCodes in 64-byte code vectors");
-  auto* scratch = buffered ? static_cast<HalfCodes*>(DecodedCodeScratch(static_cast<std::size_t>(w.nb) * sizeof(HalfCodes) / 64))
-                           : nullptr;
+  auto* scratch =
+      buffered ? static_cast<HalfCodes*>(DecodedCodeScratch(static_cast<std::size_t>(w.nb) * sizeof(HalfCodes) / 64))
+               : nullptr;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     for (int h = 0; h < 2; ++h) {
       const void* scales = GroupScales<kType>(w, static_cast<std::size_t>(g * w.nb));

@@ -35,7 +35,8 @@ inline void GroupDot(const __m512i c[4], __m512i s, const ActQ8K* x, std::int64_
   }
   for (int k = 0; k < 4; ++k) {
     for (int j = 0; j < R; ++j) {
-      p[j][k % kChains] = _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4Zmm(x[j * xs + b].qs + 16 * grp + 4 * k));
+      p[j][k % kChains] =
+          _mm512_dpbusd_epi32(p[j][k % kChains], c[k], Broadcast4Zmm(x[j * xs + b].qs + 16 * grp + 4 * k));
     }
   }
   for (int j = 0; j < R; ++j) {

@@ -6,10 +6,9 @@
 // The AVX2 row kernel (avx2/iq.cc) decodes every sub-block once per pass of
 // 8 activation rows, so a 64-row prefill group decodes each weight block 8
 // times, with scalar grid loads; that decode held IQ prefill at llama.cpp's
-// speed. Here (as the AVX2 level's 8-row tiles do with maddubs) a tile of 16 weight rows is decoded once (iq_decode.h) into the
-// layout of the packed kernels (packed.h: 16 rows in the lanes, each 4-byte
-// group of elements in one 64-byte vector; codes = v + 64, unsigned) with the
-// odd scales per 16-element group and row and the block factors, and every
+// speed. Here (as the AVX2 level's 8-row tiles do with maddubs) a tile of 16 weight rows is decoded once (iq_decode.h)
+// into the layout of the packed kernels (packed.h: 16 rows in the lanes, each 4-byte group of elements in one 64-byte
+// vector; codes = v + 64, unsigned) with the odd scales per 16-element group and row and the block factors, and every
 // pass of 8 activation rows runs vpdpbusd over it (group_dot.h). The block
 // sums are the scalar twin's exact integers (sum_g ls_g (v . a)_g, the bias
 // taken off as 64 bsum_g) and each block ends in its fma(sum, factor * dx,
@@ -29,9 +28,9 @@
 namespace kvshare::detail {
 namespace {
 
-constexpr int kPassRows = 8;    // activation rows per pass
-constexpr int kTileRows = 16;   // weight rows per tile (the lanes)
-constexpr int kCodeBias = 64;   // |v| <= 62: v + 64 is an unsigned byte
+constexpr int kPassRows = 8;               // activation rows per pass
+constexpr int kTileRows = 16;              // weight rows per tile (the lanes)
+constexpr int kCodeBias = 64;              // |v| <= 62: v + 64 is an unsigned byte
 constexpr int kBlockVectors = 64 + 4 + 1;  // per block: codes, scales (256 bytes), factors (16 floats)
 // Tiles from 2 activation rows on. MatTypes 2048 x 2048, 1 thread, against
 // the AVX2 kernel in the same build: m = 64 2.1-2.4 ms against 8.9-10.9,
@@ -120,8 +119,8 @@ void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int6
   if (tiled > 0) TiledRows(w, tiled, x, xs, nb, acts, y, ys);
   if (tiled < nrows) Avx2IqRows(w + tiled * nb, nrows - tiled, x, xs, nb, acts, y + tiled, ys);
 }
-#define KVSHARE_IQ_INSTANTIATE(Block)                                                                              \
-  template void Avx512IqRows<Block>(const Block*, std::int64_t, const ActQ8K*, std::int64_t, std::int64_t, int,   \
+#define KVSHARE_IQ_INSTANTIATE(Block)                                                                           \
+  template void Avx512IqRows<Block>(const Block*, std::int64_t, const ActQ8K*, std::int64_t, std::int64_t, int, \
                                     float*, std::int64_t);
 KVSHARE_FOR_EACH_IQ_BLOCK(KVSHARE_IQ_INSTANTIATE)
 #undef KVSHARE_IQ_INSTANTIATE

@@ -67,7 +67,8 @@ struct Q4KScales {
   template <typename Block>
   static __m512i LaneScales(const Block& b, std::int32_t u[8]) {
     const __m128i sm = Q4KScalesMins(b.scales);  // bytes sc0..7, m0..7
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u),
+                        _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8))));
     const __m128i pick = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     return _mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, pick));
   }
@@ -79,8 +80,9 @@ struct Q4KScales {
     const __m512i sm = _mm512_broadcast_i32x4(Q4KScalesMins(b.scales));
     for (int c = 0; c < 4; ++c) {
       const int lo = 0xFF00 | (2 * c), hi = 0xFF00 | (2 * c + 1);  // int16 lanes: byte k, then a zero byte
-      sc[c] = _mm512_shuffle_epi8(sm, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(lo))),
-                                                         _mm256_set1_epi16(static_cast<short>(hi)), 1));
+      sc[c] =
+          _mm512_shuffle_epi8(sm, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(lo))),
+                                                     _mm256_set1_epi16(static_cast<short>(hi)), 1));
     }
     corr = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm), Q4KMinPairsControl());
   }
@@ -104,7 +106,8 @@ template <>
 struct KType<BlockQ4_K> : Q4KScales {
   static void Chunks(const BlockQ4_K& b, __m512i c[4]) {
     const __m512i m4 = _mm512_set1_epi8(0xF), shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    for (int k = 0; k < 4; ++k) c[k] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(Load32(b.qs + 32 * k)), shift), m4);
+    for (int k = 0; k < 4; ++k)
+      c[k] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_broadcast_i64x4(Load32(b.qs + 32 * k)), shift), m4);
   }
 };
 
@@ -142,7 +145,9 @@ struct KType<BlockQ6_K> {
       q[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh2, m30));
     }
   }
-  static __m256i Scales16(const BlockQ6_K& b) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))); }
+  static __m256i Scales16(const BlockQ6_K& b) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  }
   // The 16 s_g as int32 lanes, and u[p] = 32 s_2p | 32 s_2p+1 << 16
   // (|32 s| <= 4096; 8 ints written).
   static __m512i LaneScales(const BlockQ6_K& b, std::int32_t u[8]) {
@@ -154,11 +159,12 @@ struct KType<BlockQ6_K> {
   // corr = 32 s_g per int16 lane g against the 16 bsums.
   static void RowsScales(const BlockQ6_K& b, __m512i sc[4], __m256i& corr) {
     // int16 lane i -> i / 8 (+ 4c below)
-    const __m512i base = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
-                                          0, 0, 0);
+    const __m512i base = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
+                                          0, 0, 0, 0, 0, 0);
     const __m256i s16 = Scales16(b);
     for (int c = 0; c < 4; ++c) {
-      sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(base, _mm512_set1_epi16(static_cast<short>(4 * c))), _mm512_castsi256_si512(s16));
+      sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(base, _mm512_set1_epi16(static_cast<short>(4 * c))),
+                                       _mm512_castsi256_si512(s16));
     }
     corr = _mm256_slli_epi16(s16, 5);
   }
@@ -260,8 +266,8 @@ void Decode(const Block& w, KDecoded& o) {
 // T weight rows (decoded block b) against activation group g: the exact P_b
 // per lane (Q6_K: minus the correction) and, for Q4_K / Q5_K, M_b.
 template <typename Block, int T>
-void LaneBlock(const KDecoded dec[T], const KLaneActs& a, std::int64_t g, std::int64_t nb, std::int64_t b, __m256i p8[T],
-               __m256i m8[T]) {
+void LaneBlock(const KDecoded dec[T], const KLaneActs& a, std::int64_t g, std::int64_t nb, std::int64_t b,
+               __m256i p8[T], __m256i m8[T]) {
   using K = KType<Block>;
   const std::int64_t ne = nb * 8;
   __m512i P[T];
@@ -272,10 +278,11 @@ void LaneBlock(const KDecoded dec[T], const KLaneActs& a, std::int64_t g, std::i
     for (int t = 0; t < T; ++t) {
       __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
       DotGroups(dec[t].chunk[c], xk, lo, hi);  // lo: groups 4c, 4c+2 of the halves; hi: 4c+1, 4c+3
-      if constexpr (K::kMin) {  // Q4_K / Q5_K: both 16-groups of a half share the sub-block's scale
+      if constexpr (K::kMin) {                 // Q4_K / Q5_K: both 16-groups of a half share the sub-block's scale
         P[t] = _mm512_add_epi32(P[t], _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), dec[t].slo[c]));
       } else {
-        P[t] = _mm512_add_epi32(P[t], _mm512_add_epi32(_mm512_mullo_epi32(lo, dec[t].slo[c]), _mm512_mullo_epi32(hi, dec[t].shi[c])));
+        P[t] = _mm512_add_epi32(
+            P[t], _mm512_add_epi32(_mm512_mullo_epi32(lo, dec[t].slo[c]), _mm512_mullo_epi32(hi, dec[t].shi[c])));
       }
     }
   }
@@ -283,17 +290,19 @@ void LaneBlock(const KDecoded dec[T], const KLaneActs& a, std::int64_t g, std::i
   for (int t = 0; t < T; ++t) {
     __m256i corr = _mm256_setzero_si256();
     for (int p = 0; p < K::kCorrPairs; ++p) {
-      corr = _mm256_dpwssd_epi32(corr, _mm256_set1_epi32(dec[t].u[p]),
-                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(a.corr[gb * 8 + static_cast<std::size_t>(p)])));
+      corr = _mm256_dpwssd_epi32(
+          corr, _mm256_set1_epi32(dec[t].u[p]),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(a.corr[gb * 8 + static_cast<std::size_t>(p)])));
     }
-    SplitCorrection<Block>(_mm256_add_epi32(_mm512_castsi512_si256(P[t]), _mm512_extracti64x4_epi64(P[t], 1)), corr, p8[t],
-                           m8[t]);
+    SplitCorrection<Block>(_mm256_add_epi32(_mm512_castsi512_si256(P[t]), _mm512_extracti64x4_epi64(P[t], 1)), corr,
+                           p8[t], m8[t]);
   }
 }
 
 // Weight rows r0 .. r0+T-1 against every activation group.
 template <typename Block, int T>
-void KLaneRows(const Block* w, std::int64_t r0, const KLaneActs& a, std::int64_t nb, int acts, float* y, std::int64_t ys) {
+void KLaneRows(const Block* w, std::int64_t r0, const KLaneActs& a, std::int64_t nb, int acts, float* y,
+               std::int64_t ys) {
   using K = KType<Block>;
   const std::int64_t groups = (acts + kLanes - 1) / kLanes;
   __m256 acc[kMaxActRows / kLanes][T], accm[kMaxActRows / kLanes][T];
@@ -310,7 +319,8 @@ void KLaneRows(const Block* w, std::int64_t r0, const KLaneActs& a, std::int64_t
       for (int t = 0; t < T; ++t) {
         acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p8[t]), _mm256_mul_ps(_mm256_set1_ps(dec[t].d), dx), acc[g][t]);
         if constexpr (K::kMin) {
-          accm[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m8[t]), _mm256_mul_ps(_mm256_set1_ps(dec[t].dmin), dx), accm[g][t]);
+          accm[g][t] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(m8[t]), _mm256_mul_ps(_mm256_set1_ps(dec[t].dmin), dx), accm[g][t]);
         }
       }
     }
@@ -351,8 +361,8 @@ void RowsBlock(const Block& w, const ActQ8K* const xb[R], __m256i p[R], __m256i 
 // Weight rows in the lanes: rows[t] (rows past the matrix repeat the last
 // one; lanes t >= valid are not stored) against R <= 3 activation rows.
 template <int R, typename Block>
-void KRowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ8K* x, std::int64_t xs, std::int64_t nb,
-               float* y, std::int64_t ys) {
+void KRowsTile(const Block* const rows[8], int valid, std::int64_t r0, const ActQ8K* x, std::int64_t xs,
+               std::int64_t nb, float* y, std::int64_t ys) {
   using K = KType<Block>;
   // Byte offsets of the rows from rows[0] (for the scale gather).
   alignas(32) std::int32_t off[8];
@@ -381,7 +391,8 @@ void KRowsTile(const Block* const rows[8], int valid, std::int64_t r0, const Act
     for (int r = 0; r < R; ++r) {
       const __m256 dx = _mm256_set1_ps(xb[r]->d);
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumLanes8(vp[r])), _mm256_mul_ps(dw8, dx), acc[r]);
-      if constexpr (K::kMin) accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumLanes8(vm[r])), _mm256_mul_ps(dm8, dx), accm[r]);
+      if constexpr (K::kMin)
+        accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumLanes8(vm[r])), _mm256_mul_ps(dm8, dx), accm[r]);
     }
   }
   if constexpr (K::kMin) {

@@ -24,8 +24,8 @@
 
 #include "quant/kernels/avx512/group_dot.h"
 #include "quant/kernels/dispatch.h"
-#include "quant/kernels/rows.h"
 #include "quant/kernels/packed.h"
+#include "quant/kernels/rows.h"
 #include "quant/kernels/x86.h"
 
 namespace kvshare::detail {
@@ -52,8 +52,8 @@ struct BlockPlanes {
 BlockPlanes PlanesAt(const PackedWeights& w, std::int64_t g, std::int64_t b) {
   const auto gb = static_cast<std::size_t>(g * w.nb + b);
   const auto at = [gb](const std::uint8_t* p, std::size_t bytes) { return p != nullptr ? p + gb * bytes : nullptr; };
-  return {at(w.codes, w.bytes.codes), at(w.high, w.bytes.high), at(w.subs, w.bytes.subs), at(w.mins, w.bytes.mins),
-          w.d + gb * kPackRows,       w.dmin != nullptr ? w.dmin + gb * kPackRows : nullptr};
+  return {at(w.codes, w.bytes.codes), at(w.high, w.bytes.high), at(w.subs, w.bytes.subs),
+          at(w.mins, w.bytes.mins),   w.d + gb * kPackRows,     w.dmin != nullptr ? w.dmin + gb * kPackRows : nullptr};
 }
 
 // Q4_K code vector k (k < 8) of sub-block sb: the low or high nibbles of
@@ -94,7 +94,8 @@ void GroupRowsQ4K(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::
       }
     }
     __m512i mins[4];
-    for (int q = 0; q < 4; ++q) mins[q] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.mins + 32 * q)));
+    for (int q = 0; q < 4; ++q)
+      mins[q] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.mins + 32 * q)));
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.d)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pl.dmin)));
     for (int j = 0; j < R; ++j) {
@@ -159,19 +160,25 @@ template <GgmlType T>
 struct GroupType;
 // The 16 rows' int8 scales of one group, widened to int32 lanes.
 struct SignedScales {
-  static __m512i Scales(const std::uint8_t* s) { return _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))); }
+  static __m512i Scales(const std::uint8_t* s) {
+    return _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s)));
+  }
 };
 template <>
 struct GroupType<GgmlType::kQ6_K> : SignedScales {
   static constexpr int kBias = 32;
   template <int kQuarter>
-  static __m512i Codes(const BlockPlanes& pl, int k) { return Q6Codes<kQuarter>(pl.codes, pl.high, k); }
+  static __m512i Codes(const BlockPlanes& pl, int k) {
+    return Q6Codes<kQuarter>(pl.codes, pl.high, k);
+  }
 };
 template <>
 struct GroupType<GgmlType::kQ3_K> : SignedScales {
   static constexpr int kBias = 4;
   template <int kQuarter>
-  static __m512i Codes(const BlockPlanes& pl, int k) { return Q3Codes<kQuarter>(pl.codes, pl.high, k); }
+  static __m512i Codes(const BlockPlanes& pl, int k) {
+    return Q3Codes<kQuarter>(pl.codes, pl.high, k);
+  }
 };
 template <>
 struct GroupType<GgmlType::kQ2_K> {
@@ -181,7 +188,8 @@ struct GroupType<GgmlType::kQ2_K> {
     return _mm512_and_si512(Q2Bits<kQuarter>(pl.codes, k), _mm512_set1_epi8(0x03));
   }
   static __m512i Scales(const std::uint8_t* s) {  // the low nibble of scale | min << 4
-    return _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))), _mm512_set1_epi32(0xF));
+    return _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))),
+                            _mm512_set1_epi32(0xF));
   }
 };
 
@@ -320,8 +328,8 @@ void Avx512PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1,
   // m = 96: Q6_K 0.86 (faster in 5 of 5), Q4_K 0.97 (3 of 5); 2048 x 2048,
   // m = 64: Q6_K 0.96 (4 of 4), Q4_K 0.95 (4 of 4).
   const bool decoded = acts > kPassRows;
-  auto* dec = decoded ? static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(kDecodedVectors * w.nb)))
-                      : nullptr;
+  auto* dec =
+      decoded ? static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(kDecodedVectors * w.nb))) : nullptr;
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     float* yg = y + (g * kPackRows - r0);
     if (decoded) {

@@ -13,8 +13,8 @@
 #include <immintrin.h>
 
 #include "quant/kernels/dispatch.h"
-#include "quant/kernels/rows.h"
 #include "quant/kernels/packed.h"
+#include "quant/kernels/rows.h"
 #include "quant/kernels/x86.h"
 
 namespace kvshare::detail {
@@ -58,8 +58,7 @@ inline void LoadCodes(const std::uint8_t* codes, const std::uint64_t* high, __m5
     }
     if constexpr (kPackedGrid<kType>) {
       const __m512i grid = _mm512_xor_si512(
-          _mm512_broadcast_i32x4(_mm_loadu_si128(
-              reinterpret_cast<const __m128i*>(PackedGridValues<kType>()))),
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(PackedGridValues<kType>()))),
           _mm512_set1_epi8(static_cast<char>(0x80)));
       for (int k = 0; k < 8; ++k) c[k] = _mm512_shuffle_epi8(grid, c[k]);
     }
@@ -120,8 +119,8 @@ void DecodeGroup(const std::uint8_t* codes, const std::uint64_t* high, std::int6
 
 // Every pass of kPassRows activation rows over one group.
 template <GgmlType kType, bool kDecoded>
-void Passes(const std::uint8_t* codes, const std::uint64_t* high, const void* scales, std::int64_t nb,
-            const ActQ8* x, std::int64_t xs, int acts, float* y, std::int64_t ys) {
+void Passes(const std::uint8_t* codes, const std::uint64_t* high, const void* scales, std::int64_t nb, const ActQ8* x,
+            std::int64_t xs, int acts, float* y, std::int64_t ys) {
   ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
     GroupRows<kType, decltype(rows)::value, kDecoded>(codes, high, scales, nb, x + j0 * xs, xs, y + j0 * ys, ys);
   });
@@ -142,7 +141,7 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
     const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * w.bytes.codes;
     const auto* high = w.high != nullptr ? reinterpret_cast<const std::uint64_t*>(w.high) + g * nb * 8 : nullptr;
     const void* d = kPackedFloatScales<kType> ? static_cast<const void*>(w.dsub + g * nb * kPackRows)
-                                               : static_cast<const void*>(w.d + g * nb * kPackRows);
+                                              : static_cast<const void*>(w.d + g * nb * kPackRows);
     float* yg = y + (g * kPackRows - r0);
     if constexpr (kType == GgmlType::kQ5_0) {
       if (decoded) {

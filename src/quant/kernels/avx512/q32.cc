@@ -44,8 +44,9 @@ namespace {
 // Both blocks' 16 nibble bytes as [qs0, qs0 >> 4, qs1, qs1 >> 4] (128-bit
 // lanes, each masked to its low nibble): low nibbles are elements 0..15.
 inline __m512i NibblePair(const std::uint8_t* qs0, const std::uint8_t* qs1) {
-  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+  const __m256i q =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
   const __m512i v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(q));
   return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0xF));
 }
@@ -55,7 +56,9 @@ inline __m512i NibblePair(const std::uint8_t* qs0, const std::uint8_t* qs1) {
 template <>
 struct Codes<BlockQ8_0> {
   static constexpr int kBias = 128;
-  static __m256i Get(const BlockQ8_0& b) { return _mm256_xor_si256(Load32(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
+  static __m256i Get(const BlockQ8_0& b) {
+    return _mm256_xor_si256(Load32(b.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
   static __m512i Pair(const BlockQ8_0& b0, const BlockQ8_0& b1) {
     return _mm512_xor_si512(Join(Load32(b0.qs), Load32(b1.qs)), _mm512_set1_epi8(static_cast<char>(0x80)));
   }
@@ -86,7 +89,8 @@ struct Codes<BlockQ5_0> {
 // [d0 x 8, d1 x 8] from two fp16 scales (each exactly H2F's value).
 inline __m512 HalfScales2(std::uint16_t d0, std::uint16_t d1) {
   const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(static_cast<std::uint32_t>(d1) << 16 | d0)));
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(both));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                               _mm512_castps128_ps512(both));
 }
 
 // ---- Lanes layout -----------------------------------------------------------
@@ -105,9 +109,13 @@ struct Buffered {
   __m512i Pair(int t, std::int64_t b) const { return Load64(c[static_cast<std::size_t>(t * ne + b)]); }
   __m512 Scales(int t, std::int64_t b) const {
     const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    return _mm512_permutexvar_ps(halves, _mm512_castpd_ps(_mm512_castpd128_pd512(_mm_load_sd(reinterpret_cast<const double*>(dw + t * ne + b)))));
+    return _mm512_permutexvar_ps(
+        halves,
+        _mm512_castpd_ps(_mm512_castpd128_pd512(_mm_load_sd(reinterpret_cast<const double*>(dw + t * ne + b)))));
   }
-  void One(int t, std::int64_t b, std::uint8_t out[32]) const { std::memcpy(out, c[static_cast<std::size_t>(t * ne + b)], 32); }
+  void One(int t, std::int64_t b, std::uint8_t out[32]) const {
+    std::memcpy(out, c[static_cast<std::size_t>(t * ne + b)], 32);
+  }
   float Scale(int t, std::int64_t b) const { return dw[t * ne + b]; }
 };
 
@@ -230,11 +238,8 @@ void DotQ32UnsignedR(const Block* w, const ActQ8* x, std::int64_t xs, std::int64
   }
 }
 
-
 // The rows layout (RowsTile, q32_lanes.h) takes this block dot product.
-inline __m256i BlockDot(__m256i c, __m256i x) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, x);
-}
+inline __m256i BlockDot(__m256i c, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, x); }
 
 }  // namespace
 

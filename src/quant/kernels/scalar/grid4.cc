@@ -40,7 +40,8 @@ float DotMXFP4(const BlockMXFP4* w, const ActQ8* x, std::int64_t nb) {
   float acc = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
     int s = 0;
-    for (int j = 0; j < 16; ++j) s += kMxfp4Values[w[b].qs[j] & 0xF] * x[b].qs[j] + kMxfp4Values[w[b].qs[j] >> 4] * x[b].qs[j + 16];
+    for (int j = 0; j < 16; ++j)
+      s += kMxfp4Values[w[b].qs[j] & 0xF] * x[b].qs[j] + kMxfp4Values[w[b].qs[j] >> 4] * x[b].qs[j + 16];
     acc += Mxfp4Scale(w[b].e) * x[b].d * static_cast<float>(s);
   }
   return acc;

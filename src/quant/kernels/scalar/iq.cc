@@ -40,8 +40,8 @@ void ScalarIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int6
     for (int j = 0; j < acts; ++j) y[j * ys + r] = DotIq(w + r * nb, x + j * xs, nb);
   }
 }
-#define KVSHARE_IQ_INSTANTIATE(Block)                                                                              \
-  template void ScalarIqRows<Block>(const Block*, std::int64_t, const ActQ8K*, std::int64_t, std::int64_t, int,   \
+#define KVSHARE_IQ_INSTANTIATE(Block)                                                                           \
+  template void ScalarIqRows<Block>(const Block*, std::int64_t, const ActQ8K*, std::int64_t, std::int64_t, int, \
                                     float*, std::int64_t);
 KVSHARE_FOR_EACH_IQ_BLOCK(KVSHARE_IQ_INSTANTIATE)
 #undef KVSHARE_IQ_INSTANTIATE

@@ -96,7 +96,8 @@ float DotQ2_K(const BlockQ2_K* w, const ActQ8K* x, std::int64_t nb) {
   float acc = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
     int g[16] = {};
-    SumQ2Groups(w[b].qs, x[b].qs, [](int, int, int, int q) { return q; }, g);
+    SumQ2Groups(
+        w[b].qs, x[b].qs, [](int, int, int, int q) { return q; }, g);
     int sumi = 0, summ = 0;
     for (int k = 0; k < 16; ++k) {
       sumi += (w[b].scales[k] & 0xF) * g[k];
@@ -113,7 +114,9 @@ float DotQ3_K(const BlockQ3_K* w, const ActQ8K* x, std::int64_t nb) {
   for (std::int64_t b = 0; b < nb; ++b) {
     int g[16] = {};
     const std::uint8_t* hm = w[b].hmask;
-    SumQ2Groups(w[b].qs, x[b].qs, [hm](int n, int j, int l, int q) { return q - (((hm[l] >> (4 * n + j)) & 1) != 0 ? 0 : 4); }, g);
+    SumQ2Groups(
+        w[b].qs, x[b].qs, [hm](int n, int j, int l, int q) { return q - (((hm[l] >> (4 * n + j)) & 1) != 0 ? 0 : 4); },
+        g);
     int sumi = 0;
     for (int k = 0; k < 16; ++k) sumi += (Q3KScale(k, w[b].scales) - 32) * g[k];
     acc += F16ToF32(w[b].d) * x[b].d * static_cast<float>(sumi);

@@ -24,7 +24,8 @@ float DotTQ2_0(const BlockTQ2_0* w, const ActQ8K* x, std::int64_t nb) {
   float acc = 0.0f;
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::uint8_t* qs = w[b].qs;
-    acc += DotTernary(F16ToF32(w[b].d), x[b], [qs](int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; });
+    acc += DotTernary(F16ToF32(w[b].d), x[b],
+                      [qs](int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; });
   }
   return acc;
 }
