@@ -182,7 +182,7 @@ std::uint32_t JsonGrammar::Map(std::uint32_t value) {
   const std::uint32_t r = b_.NewRule();
   std::uint32_t key = 0;
   if (notation_ == Notation::kGemma) {
-    // A bare key: what ParseGemma4Call reads back as one.
+    // A bare key: what the runtime's ParseGemma4Call reads back as one.
     std::bitset<256> k;
     for (int x = 0x21; x <= 0x7E; ++x) k.set(static_cast<std::size_t>(x));
     for (unsigned char x : std::string("{}[],:<\"")) k.reset(x);

@@ -20,8 +20,8 @@ inline GrammarBuilder::Seq operator+(GrammarBuilder::Seq a, const GrammarBuilder
   return a;
 }
 
-// How values are written. kGemma: Gemma 4's call notation (kvshare/
-// tool_calls.h): strings <|"|>raw text<|"|> (no escapes, no '<' inside, so
+// How values are written. kGemma: Gemma 4's call notation (read back by
+// src/runtime/chat/gemma4_calls.cc): strings <|"|>raw text<|"|> (no escapes, no '<' inside, so
 // that the closing quote cannot be forged), object keys bare, no whitespace;
 // numbers, true, false, null and arrays as in JSON.
 enum class Notation { kJson, kGemma };

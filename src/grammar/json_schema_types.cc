@@ -130,7 +130,7 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
   std::vector<std::uint32_t> values;
   for (const auto& [k, v] : props->items()) {
     if (j_.notation() == Notation::kGemma) {
-      // Gemma keys are bare: ParseGemma4Call ends a key at ':' and refuses brackets and commas.
+      // Gemma keys are bare: the runtime's ParseGemma4Call ends a key at ':' and refuses brackets and commas.
       if (k.empty() || k.find_first_of("{}[],:<\" \t\n\r") != std::string::npos) {
         Fail(path, "property name \"" + k + "\" cannot be written as a bare key in Gemma 4's call notation");
       }
