@@ -159,7 +159,9 @@ template <typename Block>
 void ScalarIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys);
 
-#if defined(__x86_64__) || defined(_M_X64)
+// KVSHARE_SCALAR_KERNELS_ONLY: a build of the quant layer with the scalar
+// twins alone (the fuzz targets: clang-14 does not compile the SIMD files).
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(KVSHARE_SCALAR_KERNELS_ONLY)
 #define KVSHARE_HAVE_X86_KERNELS 1
 RowsKernel<BlockQ8_0, ActQ8> Avx2Q8_0Rows, Avx512Q8_0Rows;
 RowsKernel<BlockQ4_0, ActQ8> Avx2Q4_0Rows, Avx512Q4_0Rows;
