@@ -6,20 +6,11 @@
 #include <cmath>
 #include <string>
 
+#include "attention/gqa_check.h"
 #include "attention/gqa_plan.h"
-#include "common/str.h"
-#include "kvshare/common/error.h"
 
 namespace kvshare::detail {
 namespace {
-
-[[noreturn]] void Fail(const std::string& msg) { throw Error("GroupQueryAttention: " + msg); }
-
-// Formats the message only on failure: validation runs on every call.
-#define KVS_CHECK(cond, ...)             \
-  do {                                   \
-    if (!(cond)) Fail(Str(__VA_ARGS__)); \
-  } while (0)
 
 void RequireFloat(const ConstTensorView& t, const char* name) {
   KVS_CHECK(IsFloatingPoint(t.dtype), "Input '", name, "' must be float32, float16 or bfloat16, got ",
