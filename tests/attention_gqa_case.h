@@ -15,9 +15,9 @@ namespace kvshare::testing {
 struct GqaCase {
   GqaAttributes attrs;
   Buffer query, key, value, past_key, past_value, seqlens_k, total_len, cos, sin, position_ids, bias, sink,
-      write_indices, nonpad;
+      write_indices, nonpad, spans;
   bool has_key = false, has_past = false, has_seqlens = false, has_rope = false, has_pos = false, has_bias = false,
-       has_sink = false, has_scatter = false;
+       has_sink = false, has_scatter = false, has_spans = false;
   // Outputs.
   Buffer output, present_key, present_value, qk;
   bool has_present = false, alias_present = false, has_qk = false;
@@ -51,6 +51,7 @@ struct GqaCase {
       in.write_indices = write_indices.View();
       in.nonpad_kv_seqlen = nonpad.View();
     }
+    if (has_spans) in.bidirectional_spans = spans.View();
     if (drop_value) in.value.reset();
     if (drop_past_value) in.past_value.reset();
     if (drop_sin) in.sin_cache.reset();

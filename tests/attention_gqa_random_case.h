@@ -36,6 +36,30 @@ inline std::int64_t Budget() {
 #endif
 }
 
+// The static scatter cache of a random case (c.attrs set) and its rows:
+// capacity maxT + 0..3 (linear) or W + S - 1 + 0..3 (circular, a ring), BNSH
+// or 3-D [B, C, kv_hidden] in cdt with random contents; row b writes S new
+// rows (or 0..S, 30%) ending at T[b] (a ring: up to 50 later). Returns C.
+inline std::int64_t RandomScatterCache(Rng& r, GqaCase& c, DType cdt, const std::vector<std::int64_t>& T, int S,
+                                       int maxT, int H, bool circular) {
+  GqaAttributes& a = c.attrs;
+  const auto B = static_cast<std::int64_t>(T.size());
+  const std::int64_t Nkv = a.kv_num_heads, kvh = Nkv * H;
+  const std::int64_t cap = circular ? a.local_window_size + S - 1 + r.Int(0, 3) : maxT + r.Int(0, 3);
+  const Shape cs = r.Coin(0.5) ? Shape{B, Nkv, cap, H} : Shape{B, cap, kvh};
+  c.present_key = RandomBuffer(cdt, cs, r.g);
+  c.present_value = RandomBuffer(cdt, cs, r.g);
+  c.has_present = true;
+  if (circular) a.scatter_mode = GqaAttributes::ScatterMode::kCircular;
+  std::vector<std::int64_t> n, end;
+  for (const std::int64_t t : T) {
+    n.push_back(r.Coin(0.3) ? r.Int(0, S) : S);
+    end.push_back(circular ? t + r.Int(0, 50) : t);
+  }
+  c.SetScatter(n, end);
+  return cap;
+}
+
 // Builds a random valid case. Shapes are shrunk until the reference fits the budget.
 inline GqaCase RandomCase(Rng& r, KvMode mode, std::string* desc) {
   GqaCase c;
@@ -151,19 +175,7 @@ inline GqaCase RandomCase(Rng& r, KvMode mode, std::string* desc) {
         c.value = RandomBuffer(dt, {B, S, kvh}, g);
         c.has_key = true;
       }
-      cap = circular ? a.local_window_size + S - 1 + r.Int(0, 3) : maxT + r.Int(0, 3);
-      const bool bnsh = r.Coin(0.5);
-      const Shape cs = bnsh ? Shape{B, Nkv, cap, H} : Shape{B, cap, kvh};
-      c.present_key = RandomBuffer(cdt, cs, g);
-      c.present_value = RandomBuffer(cdt, cs, g);
-      c.has_present = true;
-      if (circular) a.scatter_mode = GqaAttributes::ScatterMode::kCircular;
-      std::vector<std::int64_t> n, end;
-      for (int b = 0; b < B; ++b) {
-        n.push_back(r.Coin(0.3) ? r.Int(0, S) : S);
-        end.push_back(circular ? T[static_cast<std::size_t>(b)] + r.Int(0, 50) : T[static_cast<std::size_t>(b)]);
-      }
-      c.SetScatter(n, end);
+      cap = RandomScatterCache(r, c, cdt, T, S, maxT, H, circular);
       break;
     }
   }

@@ -35,6 +35,21 @@ def _as_index_array(x, dtype):
     return np.asarray(x, dtype=dtype)
 
 
+def _as_spans(x):
+    """bidirectional_spans: an ndarray passes through unchanged (the op checks
+    it); one list per row of (start, end) pairs becomes int64 (B, K, 2), each
+    row padded with (0, 0) up to the longest."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    rows = [list(r) for r in x]
+    k = max((len(r) for r in rows), default=0)
+    out = np.zeros((len(rows), k, 2), dtype=np.int64)
+    for b, r in enumerate(rows):
+        if r:
+            out[b, :len(r)] = np.asarray(r, dtype=np.int64).reshape(len(r), 2)
+    return out
+
+
 def _head_size(query, key, past_key, present_key, write_indices, n, n_kv):
     d = query.shape[-1]
     packed = d // (n + 2 * n_kv)
@@ -73,12 +88,13 @@ def _present_shape(query, key, past_key, total_sequence_length, n, n_kv, h):
 
 
 def _prepare(query, key, value, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache,
-             position_ids, attention_bias, head_sink, write_indices, nonpad_kv_seqlen, attrs, present_key,
-             present_value, present, output_qk):
+             position_ids, attention_bias, head_sink, write_indices, nonpad_kv_seqlen, bidirectional_spans, attrs,
+             present_key, present_value, present, output_qk):
     inputs = dict(query=query, key=key, value=value, past_key=past_key, past_value=past_value,
                   seqlens_k=seqlens_k, total_sequence_length=total_sequence_length, cos_cache=cos_cache,
                   sin_cache=sin_cache, position_ids=position_ids, attention_bias=attention_bias,
-                  head_sink=head_sink, write_indices=write_indices, nonpad_kv_seqlen=nonpad_kv_seqlen)
+                  head_sink=head_sink, write_indices=write_indices, nonpad_kv_seqlen=nonpad_kv_seqlen,
+                  bidirectional_spans=_as_spans(bidirectional_spans))
     for name in _INT32_INPUTS:
         inputs[name] = _as_index_array(inputs[name], np.int32)
     for name in _INT64_INPUTS:
@@ -116,11 +132,12 @@ def _prepare(query, key, value, past_key, past_value, seqlens_k, total_sequence_
 
 def group_query_attention(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,
                           total_sequence_length=None, cos_cache=None, sin_cache=None, position_ids=None,
-                          attention_bias=None, head_sink=None, write_indices=None, nonpad_kv_seqlen=None, *,
-                          num_heads, kv_num_heads, causal=1, scale=0.0, softcap=0.0, local_window_size=-1,
-                          do_rotary=0, rotary_interleaved=0, smooth_softmax=-1, qk_output=0, kv_block_size=0,
-                          num_kv_blocks=0, scatter_mode="linear", present_key=None, present_value=None,
-                          present=True, output_qk=None, bfloat16=False, kernel="auto", num_threads=1):
+                          attention_bias=None, head_sink=None, write_indices=None, nonpad_kv_seqlen=None,
+                          bidirectional_spans=None, *, num_heads, kv_num_heads, causal=1, scale=0.0, softcap=0.0,
+                          local_window_size=-1, do_rotary=0, rotary_interleaved=0, smooth_softmax=-1, qk_output=0,
+                          kv_block_size=0, num_kv_blocks=0, scatter_mode="linear", present_key=None,
+                          present_value=None, present=True, output_qk=None, bfloat16=False, kernel="auto",
+                          num_threads=1):
     """GroupQueryAttention (ONNX Runtime ``com.microsoft.GroupQueryAttention`` semantics
     plus kvshare's KV modes). The C++ header ``include/kvshare/attention/gqa.h`` is the spec.
 
@@ -143,6 +160,10 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
       write_indices, nonpad_kv_seqlen: int64 (B,) = static scatter mode; the cache is then
           passed as present_key/present_value, 3-D (B, C, N_kv*H) or BNSH (B, N_kv, C, H),
           and written in place.
+      bidirectional_spans: int64 (B, K, 2), per row K pairs [start, end) of absolute positions,
+          sorted and disjoint, each end <= the row's key count, then (0, 0) padding; or one list
+          of (start, end) pairs per row (padded here). A query inside a span also sees the later
+          keys of its span (image soft tokens, Gemma 3 / 4); needs causal=1; CPU only.
 
     Attributes: as the ONNX op (num_heads, kv_num_heads, causal, scale, softcap,
     local_window_size, do_rotary, rotary_interleaved, smooth_softmax, qk_output) plus
@@ -174,16 +195,17 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
                  num_kv_blocks=num_kv_blocks, scatter_mode=scatter_mode)
     inputs, outputs = _prepare(query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
                                cos_cache, sin_cache, position_ids, attention_bias, head_sink, write_indices,
-                               nonpad_kv_seqlen, attrs, present_key, present_value, present, output_qk)
+                               nonpad_kv_seqlen, bidirectional_spans, attrs, present_key, present_value, present,
+                               output_qk)
     _core.gqa(inputs, outputs, attrs, bfloat16=bfloat16, kernel=kernel, num_threads=num_threads)
     return GqaResult(outputs["output"], outputs["present_key"], outputs["present_value"], outputs["output_qk"])
 
 
 def detect_kv_mode(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,
                    total_sequence_length=None, cos_cache=None, sin_cache=None, position_ids=None,
-                   attention_bias=None, head_sink=None, write_indices=None, nonpad_kv_seqlen=None, *,
-                   num_heads, kv_num_heads, present_key=None, present_value=None, present=True,
-                   output_qk=None, bfloat16=False, **attributes):
+                   attention_bias=None, head_sink=None, write_indices=None, nonpad_kv_seqlen=None,
+                   bidirectional_spans=None, *, num_heads, kv_num_heads, present_key=None, present_value=None,
+                   present=True, output_qk=None, bfloat16=False, **attributes):
     """The KV-source mode these arguments select in :func:`group_query_attention`:
     "append", "share_buffer", "borrowed_empty_kv", "borrowed_omitted_kv",
     "external_kv" or "static_scatter". Validates like the op (raises kvshare.Error)
@@ -191,5 +213,6 @@ def detect_kv_mode(query, key=None, value=None, past_key=None, past_value=None, 
     attrs = dict(num_heads=num_heads, kv_num_heads=kv_num_heads, **attributes)
     inputs, outputs = _prepare(query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
                                cos_cache, sin_cache, position_ids, attention_bias, head_sink, write_indices,
-                               nonpad_kv_seqlen, attrs, present_key, present_value, present, output_qk)
+                               nonpad_kv_seqlen, bidirectional_spans, attrs, present_key, present_value, present,
+                               output_qk)
     return _core.gqa(inputs, outputs, attrs, bfloat16=bfloat16, detect_only=True)

@@ -13,9 +13,21 @@
 namespace kvshare::python {
 namespace {
 
-const std::set<std::string> kInputs = {
-    "query",     "key",       "value",        "past_key",       "past_value", "seqlens_k",     "total_sequence_length",
-    "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink",  "write_indices", "nonpad_kv_seqlen"};
+const std::set<std::string> kInputs = {"query",
+                                       "key",
+                                       "value",
+                                       "past_key",
+                                       "past_value",
+                                       "seqlens_k",
+                                       "total_sequence_length",
+                                       "cos_cache",
+                                       "sin_cache",
+                                       "position_ids",
+                                       "attention_bias",
+                                       "head_sink",
+                                       "write_indices",
+                                       "nonpad_kv_seqlen",
+                                       "bidirectional_spans"};
 const std::set<std::string> kOutputs = {"output", "present_key", "present_value", "output_qk"};
 
 template <typename T>
@@ -101,6 +113,7 @@ std::string Gqa(const py::dict& inputs, const py::dict& outputs, const py::dict&
   gi.head_sink = in("head_sink");
   gi.write_indices = in("write_indices");
   gi.nonpad_kv_seqlen = in("nonpad_kv_seqlen");
+  gi.bidirectional_spans = in("bidirectional_spans");
   GqaOutputs go;
   const auto output = out("output");
   if (!output) throw Error("GroupQueryAttention: Output 'output' is required");

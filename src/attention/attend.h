@@ -65,7 +65,19 @@ struct AttendParams {
   const std::int64_t* q_offset = nullptr;
   const std::int64_t* valid_q = nullptr;
 
-  bool causal = true;    // key j visible only if j <= p
+  // Bidirectional spans (gqa.h), validated; null without them.
+  //   causal_end [B, S]: replaces p + 1 in the causal rule for query s of row
+  //     b (the end of p's span when p lies in one): the optimized kernel reads
+  //     it through VisibleKeys (so would the CUDA kernels; its front end
+  //     refuses spans for now and passes null).
+  //   spans [B, spans_per_row, 2]: the pairs [start, end), (0, 0) padding:
+  //     the reference reads them instead (same span), so the two check each
+  //     other.
+  const std::int64_t* causal_end = nullptr;
+  const std::int64_t* spans = nullptr;
+  std::int64_t spans_per_row = 0;
+
+  bool causal = true;    // key j visible only if j <= p (or j < causal_end)
   int window = 0;        // > 0: key j visible only if p - j < window
   float scale = 1.0f;    // x = scale * (q . k)
   float softcap = 0.0f;  // > 0: x = softcap * tanh(x / softcap), before the bias
@@ -99,12 +111,15 @@ struct KeyRange {
 };
 
 // Keys visible to query s of row b (empty for padding queries): the
-// visibility rule of attention.h, for every kernel (CPU and CUDA).
+// visibility rule of gqa.h, for every kernel (CPU and CUDA). With spans the
+// keys stay one range: only the causal bound moves (to the span's end), the
+// window's bound stays p - W + 1.
 KVSHARE_HOST_DEVICE inline KeyRange VisibleKeys(const AttendParams& p, int b, std::int64_t s) {
   if (s >= p.valid_q[b]) return {};
   const std::int64_t pos = p.q_offset[b] + s;
   KeyRange r{0, p.kv_len[b] - 1};
-  if (p.causal && pos < r.hi) r.hi = pos;
+  const std::int64_t causal_hi = p.causal_end != nullptr ? p.causal_end[b * p.q_len + s] - 1 : pos;
+  if (p.causal && causal_hi < r.hi) r.hi = causal_hi;
   if (p.window > 0 && pos - p.window + 1 > r.lo) r.lo = pos - p.window + 1;
   return r;
 }

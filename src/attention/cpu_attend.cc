@@ -13,8 +13,10 @@
 // qk output is a second pass that recomputes the scores.
 //
 // Policies: softcap and bias are compile-time switches chosen once in
-// AttendImpl; causal / window only shape the per-row key ranges; the sink
-// enters at finalization.
+// AttendImpl; causal / window / bidirectional spans only shape the per-row
+// key ranges (VisibleKeys, attend.h: a span moves a row's upper bound to its
+// end), so the tile key unions and the per-block row tests skip fully masked
+// blocks with spans as without; the sink enters at finalization.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

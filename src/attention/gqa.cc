@@ -139,6 +139,11 @@ KvMode DetectKvMode(const GqaAttributes& attrs, const GqaInputs& inputs, const G
 void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
                          const GqaRunOptions& options) {
   if (options.device == Device::kCuda) {
+    if (in.bidirectional_spans) {
+      throw Error(
+          "GroupQueryAttention: Input 'bidirectional_spans' is not supported with device cuda (the CUDA kernels "
+          "do not take it yet); run this call on the CPU (GqaRunOptions::device = Device::kCpu)");
+    }
     if (options.kernel == GqaKernel::kReference) {
       throw Error(
           "GroupQueryAttention: the reference kernel (GqaKernel::kReference) runs on the CPU only; "
@@ -263,9 +268,11 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
     sink.assign(static_cast<std::size_t>(N), 0.0f);
   }
 
-  const detail::AttendParams ap = detail::MakeAttendParams(
-      attrs, in, out, p, q.data(), k_src, v_src,
-      detail::AttendRows{p.kv_len.data(), p.q_offset.data(), p.valid_q.data()}, sink.empty() ? nullptr : sink.data());
+  const detail::AttendParams ap =
+      detail::MakeAttendParams(attrs, in, out, p, q.data(), k_src, v_src,
+                               detail::AttendRows{p.kv_len.data(), p.q_offset.data(), p.valid_q.data(),
+                                                  p.causal_end.empty() ? nullptr : p.causal_end.data()},
+                               sink.empty() ? nullptr : sink.data());
   if (options.kernel == GqaKernel::kReference) {
     detail::AttendReference(ap);
   } else {

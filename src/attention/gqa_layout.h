@@ -98,6 +98,7 @@ struct AttendRows {
   const std::int64_t* kv_len = nullptr;
   const std::int64_t* q_offset = nullptr;
   const std::int64_t* valid_q = nullptr;
+  const std::int64_t* causal_end = nullptr;  // [B, S] or null (no bidirectional spans)
 };
 
 // The attention kernel's parameters for plan p: q (float32 [B, S, N, H], after
@@ -118,6 +119,9 @@ inline AttendParams MakeAttendParams(const GqaAttributes& attrs, const GqaInputs
   ap.kv_len = rows.kv_len;
   ap.q_offset = rows.q_offset;
   ap.valid_q = rows.valid_q;
+  ap.causal_end = rows.causal_end;
+  ap.spans = p.spans;
+  ap.spans_per_row = p.spans_per_row;
   ap.causal = attrs.causal == 1;
   ap.window = attrs.local_window_size > 0 ? attrs.local_window_size : 0;
   ap.scale = p.scale;

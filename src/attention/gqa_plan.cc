@@ -596,6 +596,7 @@ GqaPlan PlanGqa(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutput
   GqaPlan p;
   ResolveModeAndShapes(attrs, in, out, p);
   PlanRows(attrs, in, out, p);
+  PlanSpans(attrs, in, p);
   PlanRotary(attrs, in, p);
   PlanExtras(attrs, in, out, p);
   return p;

@@ -44,6 +44,14 @@ struct GqaPlan {
   std::vector<std::int64_t> write_at;   // first cache row (slot) of the new rows
   std::vector<std::int64_t> n_write;    // new rows written for row b
 
+  // Bidirectional spans (gqa.h), validated; empty / null without them.
+  //   causal_end [B * S]: the first key the causal rule hides from query s of
+  //     row b at position p: the end of p's span when p lies in one, else p + 1.
+  //   spans: the input's data, int64 [B, spans_per_row, 2].
+  std::vector<std::int64_t> causal_end;
+  const std::int64_t* spans = nullptr;
+  std::int64_t spans_per_row = 0;
+
   // RoPE positions [B * S] (only when do_rotary).
   std::vector<std::int64_t> rope_pos;
   int rotary_half_dim = 0;  // cos_cache dim 1
@@ -52,6 +60,10 @@ struct GqaPlan {
   std::int64_t qk_cols = 0;
   int kv_block_size = 0;
 };
+
+// Validates bidirectional_spans against the rows of p (kv_len, q_offset, set
+// by the row planning) and fills p.causal_end and p.spans (gqa_spans.cc).
+void PlanSpans(const GqaAttributes& attrs, const GqaInputs& in, GqaPlan& p);
 
 // Validates attrs, inputs and outputs together and resolves the plan.
 // Throws kvshare::Error on any problem; touches no output.

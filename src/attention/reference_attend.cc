@@ -16,6 +16,19 @@ double KvAt(const KvSource& src, std::int64_t b, std::int64_t n, std::int64_t j,
   return LoadAsFloat(src.data, src.dtype, b * src.batch_stride + n * src.head_stride + slot * src.row_stride + h);
 }
 
+// The bidirectional span [start, end) of row b that holds position pos, or
+// the empty [0, 0) (gqa.h: padding pairs (0, 0) hold nothing).
+struct Span {
+  std::int64_t start = 0, end = 0;
+};
+Span SpanAt(const AttendParams& p, std::int64_t b, std::int64_t pos) {
+  for (std::int64_t k = 0; p.spans != nullptr && k < p.spans_per_row; ++k) {
+    const std::int64_t* pair = p.spans + (b * p.spans_per_row + k) * 2;
+    if (pair[0] <= pos && pos < pair[1]) return {pair[0], pair[1]};
+  }
+  return {};
+}
+
 }  // namespace
 
 void AttendReference(const AttendParams& p) {
@@ -31,6 +44,7 @@ void AttendReference(const AttendParams& p) {
     for (std::int64_t s = 0; s < S; ++s) {
       const std::int64_t pos = p.q_offset[b] + s;
       const bool valid = s < p.valid_q[b];
+      const Span span = SpanAt(p, b, pos);
       for (std::int64_t h = 0; h < N; ++h) {
         const std::int64_t n = h / group;
         const float* q = p.q + ((b * S + s) * N + h) * H;
@@ -38,7 +52,8 @@ void AttendReference(const AttendParams& p) {
         bool any = false;
         for (std::int64_t j = 0; j < T; ++j) {
           bool vis = valid;
-          if (p.causal && j > pos) vis = false;
+          const bool same_span = span.start <= j && j < span.end;
+          if (p.causal && j > pos && !same_span) vis = false;
           if (p.window > 0 && pos - j >= p.window) vis = false;
           visible[static_cast<std::size_t>(j)] = vis;
           if (!vis) continue;

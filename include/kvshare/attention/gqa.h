@@ -28,6 +28,34 @@
 // local_window_size = W > 0) p - j < W: W keys including the current one, as in
 // HF `sliding_window` and ORT >= PR #25927.
 //
+// Bidirectional spans (kvshare extension; input bidirectional_spans, int64
+// [B, K, 2], K >= 0): row b's spans [start, end) of absolute positions, sorted
+// and disjoint, then (0, 0) pairs as padding up to K (rows with fewer spans).
+// A query at position p inside a span also sees the later keys p < j < end of
+// its span; the window still applies and never hides them (j > p). Key j is
+// then visible iff j < T_b, and (j <= p or j and p lie in the same span), and
+// p - j < W. This is HF transformers' blockwise overlay (masking_utils) for the
+// soft tokens of one image: full layers causal OR same block, sliding layers
+// (p - j < W) AND (causal OR same block); Gemma 3 applies it on every layer,
+// Gemma 4 26B-A4B / 31B on sliding layers only (docs/architecture.md §6).
+// Queries outside every span, and keys outside the query's span, keep the
+// causal rule, so a query's visible keys stay one range: [p - W + 1, end - 1]
+// inside a span, [p - W + 1, p] outside (clipped to [0, T_b)). Touching spans
+// (one's end == the next's start) are separate blocks; HF's block is a maximal
+// run of image tokens, so a caller merges runs it wants as one. A span of
+// length 1 changes nothing.
+// Every key of a span must be in the cache when its queries attend: each
+// span's end must be <= T_b (seqlens_k[b] + 1, or nonpad_kv_seqlen[b] in static
+// scatter mode). So a chunked prefill ends its chunks at span boundaries (or
+// outside spans) and passes the spans that end by the chunk's T_b: those of
+// earlier chunks change nothing for later queries, and keeping them is
+// harmless. Requires causal = 1 (with causal = 0 every key is visible
+// already). Valid in every KV mode: append, share buffer, static scatter
+// (linear and circular: the span's keys after p are newer than p, so a ring of
+// C >= W + S - 1 still holds them), and the borrowed and external modes (a
+// KV-shared layer reads its source layer's rows over the same positions). The
+// CPU kernels take it; device cuda refuses it (GqaRunOptions).
+//
 // RoPE (do_rotary = 1) rotates Q and the *new* K only, at absolute positions;
 // cached and borrowed K is never re-rotated. Half (GPT-NeoX) mode pairs
 // (i, i + R/2), interleaved (GPT-J) mode pairs (2i, 2i+1), R = 2 * cos_cache.dim1;
@@ -121,8 +149,12 @@
 // ---------------------------------------------------------------------------
 // Errors: every bad shape, dtype, range or combination raises kvshare::Error
 // naming the input, the expected and the actual value (ORT's wording where one
-// exists). Out-of-range seqlens_k, write_indices, nonpad_kv_seqlen and
-// position_ids are errors, never out-of-bounds accesses. Validation completes
+// exists). Out-of-range seqlens_k, write_indices, nonpad_kv_seqlen,
+// position_ids and bidirectional_spans are errors, never out-of-bounds
+// accesses. bidirectional_spans errors name the row b and the pair k: a
+// wrong dtype or shape, causal = 0, start < 0, start >= end (other than
+// padding), a span after padding, a span that starts before the previous one
+// ends (unsorted or overlapping), end > T_b. Validation completes
 // before any output or cache is written.
 #pragma once
 
@@ -181,6 +213,10 @@ struct GqaInputs {
   // Static scatter mode.
   std::optional<ConstTensorView> write_indices;     // int64 [B]
   std::optional<ConstTensorView> nonpad_kv_seqlen;  // int64 [B]
+  // int64 [B, K, 2]: per row K pairs [start, end) of absolute positions,
+  // sorted, disjoint, each end <= T_b, then (0, 0) padding ("Bidirectional
+  // spans" above). causal = 1 only; CPU only.
+  std::optional<ConstTensorView> bidirectional_spans;
 };
 
 // Outputs. The caller allocates every buffer.
@@ -211,7 +247,9 @@ struct GqaRunOptions {
   //    position_ids, write_indices and nonpad_kv_seqlen. Validation reads them
   //    there, with the same code and messages as on the CPU, before anything
   //    is launched; the kernels get a device copy.
-  // kernel must be kAuto or kOptimized (the reference kernel is CPU-only).
+  // kernel must be kAuto or kOptimized (the reference kernel is CPU-only), and
+  // bidirectional_spans must be absent (the CUDA kernels do not take it yet:
+  // kvshare::Error before any work).
   // The call returns when the work on cuda_stream is complete; a CUDA failure
   // (no device or driver, a host pointer where device memory is required, a
   // failed launch or allocation) raises kvshare::Error naming the call.
