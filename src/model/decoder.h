@@ -20,6 +20,7 @@
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
 #include "quant/quant.h"
+#include "quant/tensor_lookup.h"
 
 namespace kvshare::detail {
 
@@ -34,32 +35,6 @@ void MatMulRows(const WeightMatrix& w, const float* x, std::int64_t m, float* y,
 // The same for several weights that share X (MatMulMany: one pool job, X
 // quantized once); each y as MatMulRows gives it, bit for bit.
 void MatMulRowsMany(std::span<const MatMulTarget> targets, const float* x, std::int64_t m, ThreadPool* pool);
-
-// Tensors of a GGUF file by name, with their expected shapes. Every error is a
-// kvshare::Error naming the tensor, the expected and the actual shape / type.
-class TensorLookup {
- public:
-  explicit TensorLookup(const GgufFile& file) : file_(file) {}
-  // A 2-D weight [rows, cols] (GGUF ne = {cols, rows}) of a supported type.
-  WeightMatrix Mat(const std::string& name, std::int64_t rows, std::int64_t cols) const;
-  std::optional<WeightMatrix> MatOpt(const std::string& name, std::int64_t rows, std::int64_t cols) const;
-  // w prepared for MatMul: packed where this CPU has a kernel for its layout
-  // (PackForMatMul), and then its file pages released (GgufFile::ReleasePages:
-  // MatMul reads the packed copy, so the model does not hold both). For the
-  // matrices of matrix products, not for tables that are only looked up.
-  WeightMatrix ForMatMul(WeightMatrix w) const;
-  // A 3-D stack of `count` weights [rows, cols] (GGUF ne = {cols, rows, count}),
-  // one WeightMatrix per entry of the last dimension (MoE experts).
-  std::vector<WeightMatrix> MatStack(const std::string& name, std::int64_t rows, std::int64_t cols,
-                                     std::int64_t count) const;
-  // An F32 vector of n elements (norm weights, scales).
-  const float* Vec(const std::string& name, std::int64_t n) const;
-  const float* VecOpt(const std::string& name, std::int64_t n) const;
-  const GgufFile& file() const { return file_; }
-
- private:
-  const GgufFile& file_;
-};
 
 // NeoX RoPE cos/sin tables [max_pos, R/2] for one layer family: pair i of the
 // first R dims (i, i + R/2) turns by theta_i = p * base^(-2i/R) / factor_i.
