@@ -1,0 +1,48 @@
+// kvshare/vision/image.h — images as the vision encoders take them: decoding
+// of the file formats clients send, and the resize the HF image processors do.
+//
+// Decoding goes through well-kept libraries (stb_image for JPEG, PNG, GIF,
+// BMP; libwebp for WebP); every failure is a kvshare::Error that names what
+// was wrong (a truncated or corrupt file, a format that is not one of these,
+// an image over ImageLimits) before any pixel is used.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvshare {
+
+// An 8-bit RGB image: rgb[(y * width + x) * 3 + c], row-major HWC.
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<std::uint8_t> rgb;
+};
+
+// What DecodeImage accepts. A file above max_bytes or an image above
+// max_pixels (width * height) is refused before its pixels are decoded.
+struct ImageLimits {
+  std::size_t max_bytes = std::size_t{64} << 20;
+  std::int64_t max_pixels = std::int64_t{64} << 20;  // 8192 x 8192
+};
+
+// Decodes JPEG, PNG, GIF (first frame), BMP or WebP (first frame) bytes to
+// RGB (grey and palette images expanded; alpha dropped, as PIL's
+// convert("RGB") does). Throws kvshare::Error naming the problem: empty or
+// truncated data, a corrupt file (the decoder's reason), a format it does not
+// read (named by its signature where known, e.g. "TIFF", "HEIC"), a file or
+// image over `limits`.
+Image DecodeImage(std::span<const std::uint8_t> bytes, const ImageLimits& limits = {});
+
+// Reads `path` and decodes it (DecodeImage); the error names the path.
+Image LoadImageFile(const std::string& path, const ImageLimits& limits = {});
+
+// An image from raw 8-bit pixels, HWC row-major with `channels` 1 (grey),
+// 3 (RGB) or 4 (RGBA, alpha dropped). Throws kvshare::Error on a size that
+// does not match or a channel count out of that set.
+Image ImageFromPixels(std::span<const std::uint8_t> pixels, int height, int width, int channels);
+
+}  // namespace kvshare
