@@ -271,7 +271,19 @@ struct TempGguf {
 // visible keys (j <= t, t - j < W on sliding layers) of the layer's KV source
 // (its own, or for the last n_shared layers the last earlier non-shared layer
 // of its type). Returns logits [T, n_vocab].
-inline std::vector<double> ReferenceLogits(const Model& model, const std::vector<std::int32_t>& tokens, int n_shared) {
+// Rows that replace token embeddings in ReferenceLogits (an image's soft
+// tokens): with `bidirectional`, queries and keys inside [begin, begin +
+// count) see each other on the layers `mode` names (HF's blockwise overlay).
+struct ReferenceImage {
+  int begin = 0;
+  int count = 0;
+  std::vector<float> rows;  // [count, n_embd]
+  bool bidirectional = true;
+};
+
+inline std::vector<double> ReferenceLogits(const Model& model, const std::vector<std::int32_t>& tokens, int n_shared,
+                                           const std::vector<ReferenceImage>& images = {},
+                                           ImageAttention mode = ImageAttention::kCausal) {
   const ModelConfig& c = model.config();
   const GgufFile& f = model.gguf();
   const LayerPlan plan = BuildLayerPlan(KvSpecOf(c, n_shared));
@@ -309,6 +321,15 @@ inline std::vector<double> ReferenceLogits(const Model& model, const std::vector
     for (int i = 0; i < E; ++i)
       x[static_cast<std::size_t>(t) * E + i] =
           embd[static_cast<std::size_t>(tokens[t]) * E + i] * std::sqrt(static_cast<double>(E));
+  std::vector<int> block(static_cast<std::size_t>(T), -1);  // the image each position belongs to
+  for (std::size_t b = 0; b < images.size(); ++b) {
+    const ReferenceImage& im = images[b];
+    for (int t = im.begin; t < im.begin + im.count; ++t) {
+      for (int i = 0; i < E; ++i)
+        x[static_cast<std::size_t>(t) * E + i] = im.rows[static_cast<std::size_t>(t - im.begin) * E + i];
+      if (im.bidirectional) block[static_cast<std::size_t>(t)] = static_cast<int>(b);
+    }
+  }
   std::vector<std::vector<double>> ks(c.n_layer), vs(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -330,7 +351,11 @@ inline std::vector<double> ReferenceLogits(const Model& model, const std::vector
         const int hk = hq / G;
         std::vector<double> s;
         std::vector<int> js;
-        for (int j = 0; j <= t; ++j) {
+        const bool overlay = mode == ImageAttention::kAllLayers || (mode == ImageAttention::kSlidingLayers && swa);
+        for (int j = 0; j < T; ++j) {
+          const bool same = overlay && block[static_cast<std::size_t>(t)] >= 0 &&
+                            block[static_cast<std::size_t>(t)] == block[static_cast<std::size_t>(j)];
+          if (j > t && !same) continue;
           if (swa && t - j >= c.sliding_window) continue;
           double d = 0;
           for (int i = 0; i < H; ++i)

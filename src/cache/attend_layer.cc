@@ -90,6 +90,7 @@ void AttendLayer(KvCache& cache, int layer, const LayerAttendArgs& a) {
   in.cos_cache = a.cos_cache;
   in.sin_cache = a.sin_cache;
   in.head_sink = a.head_sink;
+  in.bidirectional_spans = a.bidirectional_spans;
   std::vector<std::int64_t> shifted;  // write indices + query_offsets
   in.write_indices = view.write_indices;
   if (!offs.empty()) {

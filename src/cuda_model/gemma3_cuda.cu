@@ -220,7 +220,8 @@ class CudaGemma3 final : public Model {
   std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
                                  const ForwardOptions& options) const override {
     if (tokens.empty()) throw Error("Forward: tokens is empty");
-    const BatchEntry one{.row = 0, .tokens = tokens, .num_logits = options.num_logits};
+    const BatchEntry one{
+        .row = 0, .tokens = tokens, .num_logits = options.num_logits, .embeddings = options.embeddings};
     return ForwardBatch(state, std::span<const BatchEntry>(&one, 1), pool);
   }
 
@@ -237,6 +238,10 @@ class CudaGemma3 final : public Model {
     }
     const BatchEntry& e = entries[0];
     detail::CheckBatchEntry(st, c, e, entries.size());
+    if (!e.embeddings.empty()) {
+      throw Error("Forward (device cuda): embedding inputs (image soft tokens) run on the CPU model only so far; "
+                  "use device cpu for prompts with images");
+    }
     const auto n = static_cast<std::int64_t>(e.tokens.size());
     const std::int64_t start = st.length(e.row);
     st.logits.resize(static_cast<std::size_t>(e.num_logits * c.n_vocab));

@@ -82,6 +82,23 @@ DecoderState::DecoderState(KvCache c, const ModelStateOptions& o, std::shared_pt
       kv_bytes_(cache.Memory().total_bytes),
       rope(std::move(r)) {}
 
+namespace {
+// The op's bidirectional_spans [B, K, 2] for the rows of `spans` on `layer`
+// (rows without spans padded with (0, 0)), or nullopt when none applies.
+std::optional<ConstTensorView> SpansArg(DecoderState& st, int layer, std::span<const QuerySpan> spans, int B) {
+  if (st.bidirectional_layer.empty() || !st.bidirectional_layer[static_cast<std::size_t>(layer)]) return std::nullopt;
+  std::size_t K = 0;
+  for (const QuerySpan& sp : spans) K = std::max(K, st.step_spans[static_cast<std::size_t>(sp.row)].size() / 2);
+  if (K == 0) return std::nullopt;
+  st.spans_arg.assign(static_cast<std::size_t>(B) * K * 2, 0);
+  for (const QuerySpan& sp : spans) {
+    const std::vector<std::int64_t>& v = st.step_spans[static_cast<std::size_t>(sp.row)];
+    std::copy(v.begin(), v.end(), st.spans_arg.begin() + static_cast<std::ptrdiff_t>(sp.row * K * 2));
+  }
+  return ConstTensorView{st.spans_arg.data(), DType::kInt64, {B, static_cast<std::int64_t>(K), 2}};
+}
+}  // namespace
+
 void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const QuerySpan> spans, ThreadPool* pool) {
   const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * c.head_dim;
   const bool owns = c.k != nullptr;
@@ -107,6 +124,7 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
       st.query_offsets.assign(1, sp.skip);
       args.query_offsets = st.query_offsets;
     }
+    args.bidirectional_spans = SpansArg(st, layer, spans, 1);
     AttendLayer(st.cache, layer, args);
     return;
   }
@@ -143,6 +161,7 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
     for (const QuerySpan& sp : spans) st.query_offsets[static_cast<std::size_t>(sp.row)] = sp.skip;
     args.query_offsets = st.query_offsets;
   }
+  args.bidirectional_spans = SpansArg(st, layer, spans, B);
   AttendLayer(st.cache, layer, args);
   for (const QuerySpan& sp : spans) {
     const auto from = st.pad_out.begin() + sp.row * S * qd;
@@ -332,13 +351,22 @@ void CheckBatchEntry(const ModelState& st, const ModelConfig& config, const Batc
 }
 
 std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) const {
-  return MakeState(NewStateCache(cfg_, o, Device::kCpu), o, RopeFor(o.max_context));
+  std::unique_ptr<DecoderState> st = MakeState(NewStateCache(cfg_, o, Device::kCpu), o, RopeFor(o.max_context));
+  st->bidirectional_layer = BidirectionalLayers(cfg_, o.image_attention.value_or(cfg_.image_attention));
+  st->step_spans.resize(static_cast<std::size_t>(st->max_batch()));
+  return st;
+}
+
+void DecoderModel::EmbedStep(const Step& step, float* out) const {
+  EmbedTokens(step.tokens, out);
+  const std::int64_t E = cfg_.n_embd;
+  for (const StepEmbedding& m : step.embeddings) std::copy(m.rows, m.rows + m.count * E, out + m.at * E);
 }
 
 std::span<const float> DecoderModel::Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
                                              const ForwardOptions& options) const {
   if (tokens.empty()) throw Error("Forward: tokens is empty");
-  const BatchEntry one{.row = 0, .tokens = tokens, .num_logits = options.num_logits};
+  const BatchEntry one{.row = 0, .tokens = tokens, .num_logits = options.num_logits, .embeddings = options.embeddings};
   return ForwardBatch(state, std::span<const BatchEntry>(&one, 1), pool);
 }
 
@@ -351,9 +379,12 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
   if (entries.empty()) throw Error("ForwardBatch: no entries");
   std::vector<bool> seen(static_cast<std::size_t>(st.max_batch()), false);
   std::vector<std::int64_t> start, first_logit, out_at;  // per entry
-  std::int64_t total_logits = 0, longest = 0;
+  std::int64_t total_logits = 0;
+  const bool bidi =
+      std::find(st.bidirectional_layer.begin(), st.bidirectional_layer.end(), true) != st.bidirectional_layer.end();
   for (const BatchEntry& e : entries) {
     CheckBatchEntry(st, c, e, entries.size());
+    CheckEmbeddings(e, st.max_step_, bidi);
     if (seen[static_cast<std::size_t>(e.row)]) throw Error(Str("ForwardBatch: row ", e.row, " appears twice"));
     seen[static_cast<std::size_t>(e.row)] = true;
     const std::int64_t S = static_cast<std::int64_t>(e.tokens.size());
@@ -362,7 +393,6 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
     first_logit.push_back(S - e.num_logits);  // token index of the entry's first returned row
     out_at.push_back(total_logits);
     total_logits += e.num_logits;
-    longest = std::max(longest, S);
   }
   const int E = c.n_embd;
   const std::int64_t V = c.n_vocab;
@@ -370,23 +400,31 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
   st.hidden_rows.resize(static_cast<std::size_t>(total_logits * E));
   try {
     Step step;
-    for (std::int64_t c0 = 0; c0 < longest; c0 += st.max_step_) {
-      // Chunk c0 of every entry that still has tokens, in lock-step.
+    std::vector<std::int64_t> pos(entries.size(), 0);  // per entry: its next token
+    std::vector<std::int64_t> chunk0(entries.size());  // per entry: this step's first token
+    for (;;) {
+      // The next chunk of every entry that still has tokens, in lock-step
+      // (chunks are cut per entry: an image's tokens stay in one step).
       step.tokens.clear();
       step.rows.clear();
+      step.embeddings.clear();
       std::vector<std::size_t> entry_of;  // step row -> entry
       for (std::size_t i = 0; i < entries.size(); ++i) {
-        const std::int64_t S = static_cast<std::int64_t>(entries[i].tokens.size());
-        if (c0 >= S) continue;
-        const std::int64_t n = std::min<std::int64_t>(st.max_step_, S - c0);
-        const std::int64_t lo = std::max(c0, first_logit[i]), hi = c0 + n;  // rows whose logits are asked for
-        step.rows.push_back(StepRow{.row = entries[i].row,
+        const BatchEntry& e = entries[i];
+        const std::int64_t S = static_cast<std::int64_t>(e.tokens.size());
+        if (pos[i] >= S) continue;
+        const std::int64_t n = ChunkLength(e, pos[i], st.max_step_, bidi);
+        const std::int64_t lo = std::max(pos[i], first_logit[i]), hi = pos[i] + n;  // rows whose logits are asked for
+        step.rows.push_back(StepRow{.row = e.row,
                                     .begin = static_cast<std::int64_t>(step.tokens.size()),
                                     .n = n,
                                     .keep = std::max<std::int64_t>(0, hi - lo)});
-        step.tokens.insert(step.tokens.end(), entries[i].tokens.begin() + c0, entries[i].tokens.begin() + c0 + n);
+        AddStepInputs(e, pos[i], n, start[i], E, bidi, step, st.step_spans[static_cast<std::size_t>(e.row)]);
+        chunk0[i] = pos[i];
+        pos[i] += n;
         entry_of.push_back(i);
       }
+      if (step.rows.empty()) break;
       const std::int64_t kept = KeptRows(step);
       float* rows = RunStep(st, step, pool);
       if (kept == 0) continue;
@@ -399,7 +437,7 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
       bool direct = true;
       for (std::size_t r = 0; r < step.rows.size(); ++r) {
         const std::size_t i = entry_of[r];
-        dest[r] = out_at[i] + std::max(c0, first_logit[i]) - first_logit[i];
+        dest[r] = out_at[i] + std::max(chunk0[i], first_logit[i]) - first_logit[i];
         if (r > 0 && dest[r] != dest[r - 1] + step.rows[r - 1].keep) direct = false;
       }
       std::int64_t at = 0;

@@ -88,6 +88,13 @@ class DecoderState : public ModelState {
   std::vector<float> head_out;                      // [rows, n_vocab] LM head output of a multi-entry step
   std::vector<float> pad_q, pad_k, pad_v, pad_out;  // [B, S_max, ...] packed attention inputs
   std::vector<std::int64_t> query_offsets;
+  // Layers where an image's tokens see each other ([n_layer]; all false for
+  // a causal variant), and the current step's bidirectional spans per cache
+  // row ([max_batch] lists of absolute [start, end)); Attend passes them to
+  // the op on those layers.
+  std::vector<bool> bidirectional_layer;
+  std::vector<std::vector<std::int64_t>> step_spans;
+  std::vector<std::int64_t> spans_arg;  // [B, K, 2] scratch of the op's input
 };
 
 // One step of a batched forward: tokens of several cache rows, flat.
@@ -97,9 +104,17 @@ struct StepRow {
   std::int64_t n = 0;      // its tokens in this step (its reservation)
   std::int64_t keep = 0;   // the last `keep` of them are read at the output (logits)
 };
+// Caller-given input rows of a step (EmbeddingSpan): step tokens
+// [at, at + count) take `rows` instead of their token embeddings.
+struct StepEmbedding {
+  std::int64_t at = 0;
+  std::int64_t count = 0;
+  const float* rows = nullptr;  // [count, n_embd]
+};
 struct Step {
-  std::vector<std::int32_t> tokens;  // [T] row by row
+  std::vector<std::int32_t> tokens;  // [T] row by row (0 at embedding rows)
   std::vector<StepRow> rows;
+  std::vector<StepEmbedding> embeddings;
 };
 
 // A row's query rows in the flat activations of one attention layer: n rows
@@ -155,6 +170,20 @@ KvCache NewStateCache(const ModelConfig& config, const ModelStateOptions& o, Dev
 // num_logits in [1, tokens]. Throws kvshare::Error.
 void CheckBatchEntry(const ModelState& st, const ModelConfig& config, const BatchEntry& e, std::size_t entries);
 
+// Embedding spans (embedding_spans.cc). BidirectionalLayers: the layers where
+// `mode` lets an image's tokens see each other. CheckEmbeddings: Forward's
+// checks of e.embeddings (model.h), kvshare::Error naming the row and span.
+// ChunkLength: tokens of e from pos in the next step, at most max_step and
+// cut before a bidirectional span that would straddle the cut. AddStepInputs:
+// appends e's tokens [pos, pos + n) to step with their embedding rows (ids 0
+// there) and sets row_spans to the bidirectional spans in this chunk as
+// absolute positions (start: the row's length before the call).
+std::vector<bool> BidirectionalLayers(const ModelConfig& config, ImageAttention mode);
+void CheckEmbeddings(const BatchEntry& e, int max_step, bool bidirectional_applies);
+std::int64_t ChunkLength(const BatchEntry& e, std::int64_t pos, int max_step, bool bidirectional_applies);
+void AddStepInputs(const BatchEntry& e, std::int64_t pos, std::int64_t n, std::int64_t start, int n_embd,
+                   bool bidirectional_applies, Step& step, std::vector<std::int64_t>& row_spans);
+
 // The Model of a decoder-only family. Derived classes fill cfg_, the LM head
 // (out_w_, out_norm_, final_softcap_), the RoPE families and their layer map,
 // and implement MakeState / RunStep.
@@ -171,6 +200,9 @@ class DecoderModel : public Model {
   void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override;
 
  protected:
+  // out[T, n_embd]: the step's token embeddings, then its caller-given rows
+  // (Step::embeddings) over theirs.
+  void EmbedStep(const Step& step, float* out) const;
   explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
 
   // A state over `cache` (the architecture adds its scratch).

@@ -58,6 +58,7 @@ class Gemma3 final : public detail::DecoderModel {
     c.rope_base_full = f.GetF32Or(a + "rope.freq_base", 1e6f);
     c.rope_base_sliding = f.GetF32Or(a + "rope.freq_base_swa", 1e4f);
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    c.image_attention = ImageAttention::kAllLayers;  // HF Gemma 3: an image's tokens see each other on every layer
     // Layer pattern: every 6th layer is global (llama.cpp set_swa_pattern(6)).
     const int pattern = static_cast<int>(f.GetU32Or(a + "attention.sliding_window_pattern", 6));
     c.is_sliding.resize(c.n_layer);
@@ -116,7 +117,7 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   st.o.resize(sz(S, E));
 
   // Embeddings scaled by sqrt(n_embd).
-  EmbedTokens(step.tokens, st.x.data());
+  EmbedStep(step, st.x.data());
 
   for (const detail::StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
   const std::vector<detail::QuerySpan> spans = FullSpans(step);

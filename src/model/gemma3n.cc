@@ -347,7 +347,7 @@ float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool
   const std::size_t TE = static_cast<std::size_t>(T * E);
   for (std::vector<float>& v : st.x) v.resize(TE);
   std::vector<float>& x0 = st.x[0];
-  EmbedTokens(step.tokens, x0.data());
+  EmbedStep(step, x0.data());
   ple_.Compute(x0.data(), step.tokens, E, c.rms_eps, st.ple, st.ple_tok, pool);
   // Streams 1..n-1: projections of the embedding, rescaled to its RMS.
   for (int i = 1; i < n; ++i) {

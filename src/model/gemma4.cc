@@ -98,6 +98,9 @@ Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
   out_norm_ = t.Vec("output_norm.weight", c.n_embd);
   const std::int64_t E = c.n_embd;
   ple_.Load(t, c.n_layer, ple, E, c.n_vocab, /*min_rows=*/c.n_vocab);
+  // HF sets use_bidirectional_attention = "vision" on the variants without
+  // per-layer embeddings (26B-A4B, 31B, unified 12B): sliding layers only.
+  c.image_attention = ple_.width > 0 ? ImageAttention::kCausal : ImageAttention::kSlidingLayers;
   if (f.FindTensor("blk.0.attn_qkv.weight") != nullptr) {
     throw Error(
         "tensor 'blk.0.attn_qkv.weight': fused QKV (convert_hf_to_gguf.py --fuse-qkv) is not supported; "
@@ -157,7 +160,7 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   const std::int64_t T = static_cast<std::int64_t>(step.tokens.size());
   const int E = c.n_embd;
   st.x.resize(static_cast<std::size_t>(T * E));
-  EmbedTokens(step.tokens, st.x.data());
+  EmbedStep(step, st.x.data());
   if (ple_.width > 0) ple_.Compute(st.x.data(), step.tokens, E, c.rms_eps, st.ple, st.ple_tok, pool);
   st.src.resize(static_cast<std::size_t>(T));
   for (std::int64_t i = 0; i < T; ++i) st.src[static_cast<std::size_t>(i)] = i;

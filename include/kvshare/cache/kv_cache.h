@@ -231,6 +231,11 @@ struct LayerAttendArgs {
   // whose outputs are read (HF's _maybe_slice_kv_shared_inputs, vLLM's
   // kv_sharing_fast_prefill).
   std::span<const std::int64_t> query_offsets;
+  // The op's bidirectional_spans (int64 [B, K, 2], absolute positions): the
+  // tokens of one image that see each other on this layer. The spans must lie
+  // in the rows' current reservations' ends (end <= the row's length after
+  // this step); the op checks them.
+  std::optional<ConstTensorView> bidirectional_spans;
 };
 
 // Runs the GQA op for `layer` in static scatter mode on the cache's buffers:

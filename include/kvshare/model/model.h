@@ -34,6 +34,14 @@ namespace kvshare {
 
 class ThreadPool;
 
+// Which layers let the tokens of one image attend to each other in both
+// directions (HF's blockwise overlay); the others stay causal.
+enum class ImageAttention { kCausal, kAllLayers, kSlidingLayers };
+// "causal", "all", "sliding"; ImageAttentionFromName throws kvshare::Error
+// naming the valid names.
+const char* ImageAttentionName(ImageAttention mode);
+ImageAttention ImageAttentionFromName(const std::string& name);
+
 // Hyperparameters read from metadata.
 struct ModelConfig {
   std::string architecture;
@@ -62,6 +70,12 @@ struct ModelConfig {
   // Trailing layers that reuse an earlier layer's K/V (`<arch>.attention.
   // shared_kv_layers`, Gemma 3n / Gemma 4); 0 when the file has no such key.
   int num_kv_shared_layers = 0;
+  // Where the soft tokens of one image see each other (EmbeddingSpan::
+  // bidirectional). The GGUF carries no flag, so it follows the variant as HF
+  // transformers does (docs/architecture.md §6): Gemma 3 every layer; Gemma 4
+  // without per-layer embeddings (26B-A4B, 31B, the unified 12B) sliding
+  // layers only; Gemma 3n and the Gemma 4 E-models causal.
+  ImageAttention image_attention = ImageAttention::kCausal;
 };
 
 // The attention layers of `config` as a cache spec (per layer: sliding or
@@ -112,6 +126,21 @@ struct ModelStateOptions {
   // _maybe_slice_kv_shared_inputs, vLLM's kv_sharing_fast_prefill). Exact:
   // off gives the same logits; off exists to measure what it saves.
   bool kv_shared_prefill_shortcut = true;
+  // Overrides ModelConfig::image_attention (nullopt: the model's), e.g. for a
+  // fine-tune whose config says otherwise.
+  std::optional<ImageAttention> image_attention;
+};
+
+// Input rows that replace token embeddings: an image's (or audio clip's) soft
+// tokens, spliced in where the prompt holds their placeholder tokens.
+struct EmbeddingSpan {
+  std::int64_t begin = 0;       // index of its first token in the call's tokens
+  std::int64_t count = 0;       // tokens it replaces, >= 1
+  const float* rows = nullptr;  // [count, n_embd] float32, as the first layer takes them (no sqrt(n_embd) scale)
+  // The span's tokens see each other (one image) on the layers
+  // ModelConfig::image_attention names; false (audio) keeps them causal. A
+  // bidirectional span must run in one internal step: count <= max_step.
+  bool bidirectional = false;
 };
 
 // Options of one Forward call.
@@ -119,13 +148,18 @@ struct ForwardOptions {
   // Return the logits of the last num_logits tokens of the call, 1 <= num_logits
   // <= tokens.size(): [num_logits, n_vocab] row-major, in token order.
   std::int64_t num_logits = 1;
+  // Sorted, disjoint spans of `tokens` whose embeddings come from the caller.
+  // The token ids there are placeholders (the per-layer embeddings of Gemma
+  // 3n / Gemma 4 E-models take id 0 there, as HF does).
+  std::span<const EmbeddingSpan> embeddings;
 };
 
 // One row's part of a batched step (Model::ForwardBatch).
 struct BatchEntry {
-  int row = 0;                           // the state's row, in [0, max_batch)
-  std::span<const std::int32_t> tokens;  // appended to the row; non-empty
-  std::int64_t num_logits = 1;           // logits of the last num_logits tokens, [1, tokens.size()]
+  int row = 0;                                // the state's row, in [0, max_batch)
+  std::span<const std::int32_t> tokens;       // appended to the row; non-empty
+  std::int64_t num_logits = 1;                // logits of the last num_logits tokens, [1, tokens.size()]
+  std::span<const EmbeddingSpan> embeddings;  // as ForwardOptions::embeddings
 };
 
 // The KV cache of up to max_batch sequences (a KvCache with one row each) and
@@ -182,7 +216,10 @@ class Model {
   // default the last token's [n_vocab]), valid until the next call on state.
   // Throws kvshare::Error, leaving the state unchanged, if the cache would
   // overflow (length() + tokens.size() > max_context()), a token id is out of
-  // range, or num_logits is out of [1, tokens.size()]. An error while running
+  // range, num_logits is out of [1, tokens.size()], or an embedding span is
+  // empty, out of the tokens, unsorted or overlapping, has no rows, or is
+  // bidirectional (on a model that applies it) and longer than max_step (the
+  // message says which max_step it needs). An error while running
   // (not expected once these checks pass) rewinds the state to its length
   // before the call, or resets it (length 0) when a sliding ring no longer
   // holds that length. Results do not depend on the thread count of `pool`
