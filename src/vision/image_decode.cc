@@ -1,8 +1,10 @@
-// Image decoding (kvshare/vision/image.h): stb_image for JPEG, PNG, GIF and
-// BMP, libwebp (with its demuxer, for animated files) for WebP. The format
-// is sniffed and the container walked first (image_format.h), so a wrong
-// format or a truncated file is named before a decoder runs, and the pixel
-// limit is checked on the header's size before any pixel is decoded.
+// Image decoding (kvshare/vision/image.h): libjpeg-turbo for JPEG
+// (image_jpeg.h), stb_image for PNG, GIF and BMP, libwebp (with its demuxer,
+// for animated files) for WebP. The format is sniffed and the container
+// walked first (image_format.h), so a wrong format or a truncated file is
+// named before a decoder runs, and the pixel limit is checked on the
+// header's size before any pixel is decoded. The EXIF orientation is applied
+// last (image_orientation.h).
 #include <stb/stb_image.h>
 #include <webp/decode.h>
 #include <webp/demux.h>
@@ -13,10 +15,13 @@
 #include <fstream>
 #include <memory>
 #include <system_error>
+#include <utility>
 
 #include "kvshare/common/error.h"
 #include "kvshare/vision/image.h"
 #include "vision/image_format.h"
+#include "vision/image_jpeg.h"
+#include "vision/image_orientation.h"
 
 namespace kvshare {
 namespace {
@@ -124,9 +129,16 @@ Image DecodeImage(std::span<const std::uint8_t> bytes, const ImageLimits& limits
     throw Error("unsupported image format: " + what + " (kvshare reads JPEG, PNG, GIF, BMP and WebP)");
   }
   detail::CheckImageComplete(sniffed.format, bytes);
-  if (sniffed.format == ImageFormat::kWebp) return DecodeWebp(bytes, limits);
-  if (bytes.size() > std::size_t{0x7FFFFFFF}) throw Error("image data over 2 GiB is not supported");
-  return DecodeStb(bytes, sniffed.name.c_str(), limits);
+  Image image;
+  if (sniffed.format == ImageFormat::kJpeg) {
+    image = detail::DecodeJpeg(bytes, limits);
+  } else if (sniffed.format == ImageFormat::kWebp) {
+    image = DecodeWebp(bytes, limits);
+  } else {
+    if (bytes.size() > std::size_t{0x7FFFFFFF}) throw Error("image data over 2 GiB is not supported");
+    image = DecodeStb(bytes, sniffed.name.c_str(), limits);
+  }
+  return detail::ApplyOrientation(std::move(image), detail::ExifOrientation(sniffed.format, bytes));
 }
 
 Image LoadImageFile(const std::string& path, const ImageLimits& limits) {

@@ -4,15 +4,16 @@ Run by hand with Pillow (the reference venv of docs/vision.md):
     /opt/kvshare-ref/venv/bin/python tests/tools/vision_image_fixtures.py
 
 Each <name>.<ext> is a 7x5 image (odd sizes, so row padding shows) and
-<name>.rgb holds what `Image.open(f).convert("RGB")` gives: the pixels HF's
-load_image hands a processor (alpha dropped, palettes and grey expanded).
+<name>_<ext>.rgb holds what `exif_transpose(Image.open(f)).convert("RGB")`
+gives: the pixels transformers' load_image hands a processor (upright, alpha
+dropped, palettes and grey expanded). exif<N>.* carry EXIF orientation N.
 unsupported.* are formats kvshare names and refuses.
 """
 import io
 import os
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "fixtures", "vision", "images")
 W, H = 7, 5
@@ -34,7 +35,7 @@ def save(name, image, fmt, **kw):
         f.write(data)
     decoded = Image.open(io.BytesIO(data))
     decoded.seek(0)
-    rgb = np.asarray(decoded.convert("RGB"))
+    rgb = np.asarray(ImageOps.exif_transpose(decoded).convert("RGB"))
     with open(os.path.join(OUT, os.path.splitext(name)[0] + "_" + name.split(".")[-1] + ".rgb"), "wb") as f:
         f.write(rgb.tobytes())
     print(f"{name}: {len(data)} bytes, {decoded.mode} {decoded.size}")
@@ -69,6 +70,13 @@ def main():
     save("lossy.webp", rgb, "WEBP", quality=95)
     save("alpha.webp", rgba, "WEBP", lossless=True, exact=True)
     save("anim.webp", rgb, "WEBP", lossless=True, save_all=True, append_images=[Image.fromarray(255 - pixels(5, 3))])
+    for orientation, fmt, ext in ((6, "JPEG", "jpg"), (3, "PNG", "png"), (8, "WEBP", "webp"), (5, "JPEG", "jpg")):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        extra = {"quality": 95} if fmt == "JPEG" else {"lossless": True} if fmt == "WEBP" else {}
+        save(f"exif{orientation}.{ext}", rgb, fmt, exif=exif.tobytes(), **extra)
+    cmyk = Image.fromarray(pixels(6, 4), "CMYK")
+    save("cmyk.jpg", cmyk, "JPEG", quality=95)
     rgb.save(os.path.join(OUT, "unsupported.tiff"), "TIFF")
 
 

@@ -4,10 +4,10 @@ photos (by hand, not CI; the table goes in docs/vision.md "Preprocessing").
     cmake --build build --target vision_preprocess_dump
     /opt/kvshare-ref/venv/bin/python tests/tools/vision_preprocess_check.py [build/tests/vision_preprocess_dump]
 
-Photos: scikit-image's skimage/data (astronaut, chelsea, coffee, camera (grey),
-rocket (JPEG)), plus a small downscaled chelsea and very wide / tall crops of
+Photos: scikit-image's skimage/data (astronaut, chelsea, coffee, camera (grey), logo (RGBA),
+rocket and hubble_deep_field (JPEG)), plus a small downscaled chelsea and very wide / tall crops of
 coffee written as PNG. HF's side gets what its load_image gives for a file:
-PIL's Image.open(...).convert("RGB"). Families, with the released configs'
+PIL's exif_transpose(Image.open(...)).convert("RGB"). Families, with the released configs'
 settings:
   gemma3      Gemma3ImageProcessor 896x896 bilinear, mean = std = 0.5
   gemma3-pas  the same with pan-and-scan (min crop 256, 4 crops, ratio 1.2)
@@ -24,7 +24,7 @@ import tempfile
 
 import numpy as np
 import skimage
-from PIL import Image
+from PIL import Image, ImageOps
 from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor
 from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
 from transformers.models.siglip.image_processing_siglip import SiglipImageProcessor
@@ -36,7 +36,8 @@ DATA = os.path.join(os.path.dirname(skimage.__file__), "data")
 
 def photos(tmp):
     out = {name: os.path.join(DATA, name) for name in
-           ("astronaut.png", "chelsea.png", "coffee.png", "camera.png", "rocket.jpg")}
+           ("astronaut.png", "chelsea.png", "coffee.png", "camera.png", "logo.png", "rocket.jpg",
+            "hubble_deep_field.jpg")}
     chelsea = Image.open(out["chelsea.png"]).convert("RGB")
     coffee = Image.open(out["coffee.png"]).convert("RGB")
     extra = {
@@ -81,7 +82,7 @@ def main():
         processors[f"gemma4@{budget}"] = (Gemma4ImageProcessor(max_soft_tokens=budget), ["gemma4", str(budget)], 1.0)
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in photos(tmp).items():
-            pil = Image.open(path).convert("RGB")
+            pil = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
             for family, (processor, args, std) in processors.items():
                 ours = kvshare(path, tmp, args)
                 hf = processor(images=pil, return_tensors="np")
