@@ -13,6 +13,7 @@ settings:
   gemma3-pas  the same with pan-and-scan (min crop 256, 4 crops, ratio 1.2)
   gemma3n     SiglipImageProcessor 768x768 bilinear, rescale only
   gemma4@B    Gemma4ImageProcessor, max_soft_tokens B, bicubic, rescale only
+  gemma4u@280 Gemma4UnifiedImageProcessor (the same arithmetic, 48-px patches)
 Prints, per family and image, the shapes (and Gemma 4's soft tokens) and the
 largest difference in 8-bit levels (|a - b| * 255 * std). Exit status 1 when
 a shape differs or a difference exceeds one level.
@@ -27,6 +28,7 @@ import skimage
 from PIL import Image, ImageOps
 from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor
 from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
+from transformers.models.gemma4_unified.image_processing_gemma4_unified import Gemma4UnifiedImageProcessor
 from transformers.models.siglip.image_processing_siglip import SiglipImageProcessor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,6 +82,7 @@ def main():
     }
     for budget in (70, 140, 280, 560, 1120):
         processors[f"gemma4@{budget}"] = (Gemma4ImageProcessor(max_soft_tokens=budget), ["gemma4", str(budget)], 1.0)
+    processors["gemma4u@280"] = (Gemma4UnifiedImageProcessor(max_soft_tokens=280), ["gemma4", "280"], 1.0)
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in photos(tmp).items():
             pil = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
@@ -88,9 +91,10 @@ def main():
                 hf = processor(images=pil, return_tensors="np")
                 if family.startswith("gemma4"):
                     n = int(hf["num_soft_tokens_per_image"][0])
-                    patches = hf["pixel_values"][0][: n * 9]
+                    unified = family.startswith("gemma4u")  # one 48-px patch per token
+                    patches = hf["pixel_values"][0][: n if unified else n * 9]
                     theirs = [patches]
-                    mine = [to_patches(ours[0])]
+                    mine = [to_patches(ours[0], 48 if unified else 16)]
                     shape = f"{ours[0].shape[1]}x{ours[0].shape[2]}, {n} tokens"
                     same = mine[0].shape == patches.shape and (ours[0].shape[1] // 48) * (ours[0].shape[2] // 48) == n
                 else:
