@@ -1,10 +1,11 @@
 // kvshare/vision/image.h — images as the vision encoders take them: decoding
 // of the file formats clients send, and the resize the HF image processors do.
 //
-// Decoding goes through well-kept libraries (stb_image for JPEG, PNG, GIF,
-// BMP; libwebp for WebP); every failure is a kvshare::Error that names what
-// was wrong (a truncated or corrupt file, a format that is not one of these,
-// an image over ImageLimits) before any pixel is used.
+// Decoding goes through well-kept libraries (libjpeg-turbo for JPEG, as
+// Pillow and torchvision decode it; stb_image for PNG, GIF, BMP; libwebp for
+// WebP); every failure is a kvshare::Error that names what was wrong (a
+// truncated or corrupt file, a format that is not one of these, an image
+// over ImageLimits) before any pixel is used.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +32,9 @@ struct ImageLimits {
 
 // Decodes JPEG, PNG, GIF (first frame), BMP or WebP (first frame) bytes to
 // RGB (grey and palette images expanded; alpha dropped, as PIL's
-// convert("RGB") does). Throws kvshare::Error naming the problem: empty or
+// convert("RGB") does), turned upright by its EXIF orientation (JPEG, PNG,
+// WebP), as transformers' image loading does (load_image calls
+// exif_transpose). Throws kvshare::Error naming the problem: empty or
 // truncated data, a corrupt file (the decoder's reason), a format it does not
 // read (named by its signature where known, e.g. "TIFF", "HEIC"), a file or
 // image over `limits`.

@@ -1,0 +1,210 @@
+// Image decoding (kvshare/vision/image.h): tiny files of every format against
+// Pillow's exif_transpose + convert("RGB") (tests/tools/vision_image_fixtures.py), and every
+// error path: empty, truncated (all prefixes of every fixture), corrupt,
+// unsupported formats named by signature, limits, raw pixels.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvshare/common/error.h"
+#include "kvshare/vision/image.h"
+
+namespace kvshare {
+namespace {
+
+std::string ImageDir() {
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/images/";
+}
+
+std::vector<std::uint8_t> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << path;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string ErrorOf(std::span<const std::uint8_t> bytes, const ImageLimits& limits = {}) {
+  try {
+    DecodeImage(bytes, limits);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<std::uint8_t> Bytes(std::string_view s) { return {s.begin(), s.end()}; }
+
+struct Fixture {
+  const char* file;
+  bool turned;  // EXIF orientation 5..8: stored 7x5, decoded 5x7
+};
+
+// All decode exactly as Pillow does (JPEG too: both use libjpeg-turbo's
+// accurate integer IDCT and fancy upsampling).
+constexpr Fixture kFixtures[] = {
+    {"rgb.png", false},     {"rgba.png", false},      {"grey.png", false},   {"grey_alpha.png", false},
+    {"palette.png", false}, {"bilevel.png", false},   {"rgb.jpg", false},    {"progressive.jpg", false},
+    {"grey.jpg", false},    {"cmyk.jpg", false},      {"anim.gif", false},   {"rgb.bmp", false},
+    {"palette.bmp", false}, {"lossless.webp", false}, {"lossy.webp", false}, {"alpha.webp", false},
+    {"anim.webp", false},   {"exif6.jpg", true},      {"exif5.jpg", true},   {"exif3.png", false},
+    {"exif8.webp", true},
+};
+
+std::string ExpectedName(const std::string& file) {
+  const auto dot = file.rfind('.');
+  return file.substr(0, dot) + "_" + file.substr(dot + 1) + ".rgb";
+}
+
+TEST(VisionImage, DecodesEveryFormatAsPillowDoes) {
+  for (const Fixture& f : kFixtures) {
+    SCOPED_TRACE(f.file);
+    const Image image = LoadImageFile(ImageDir() + f.file);
+    const std::vector<std::uint8_t> expected = ReadFile(ImageDir() + ExpectedName(f.file));
+    EXPECT_EQ(image.width, f.turned ? 5 : 7);
+    EXPECT_EQ(image.height, f.turned ? 7 : 5);
+    EXPECT_EQ(image.rgb, expected);
+  }
+}
+
+TEST(VisionImage, EveryTruncationIsACleanErrorOrAnImage) {
+  for (const Fixture& f : kFixtures) {
+    SCOPED_TRACE(f.file);
+    const std::vector<std::uint8_t> bytes = ReadFile(ImageDir() + f.file);
+    int truncated = 0;
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      try {
+        const Image image = DecodeImage(std::span(bytes).first(n));
+        EXPECT_GT(image.width, 0);
+        EXPECT_EQ(image.rgb.size(), std::size_t(image.width) * image.height * 3);
+      } catch (const Error& e) {
+        truncated += std::string(e.what()).find("truncated") != std::string::npos;
+      }
+    }
+    // The container walk names most cuts as truncations (the rest: cuts
+    // inside the signature, or after the data a decoder needs, such as a
+    // GIF's later frames).
+    EXPECT_GT(truncated, static_cast<int>(bytes.size() / 2));
+  }
+}
+
+TEST(VisionImage, CorruptBytesNeverCrash) {
+  std::mt19937 rng(46);
+  for (const Fixture& f : kFixtures) {
+    SCOPED_TRACE(f.file);
+    const std::vector<std::uint8_t> bytes = ReadFile(ImageDir() + f.file);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<std::uint8_t> bad = bytes;
+      const int flips = 1 + trial % 4;
+      for (int k = 0; k < flips; ++k) bad[rng() % bad.size()] ^= static_cast<std::uint8_t>(1 + rng() % 255);
+      try {
+        const Image image = DecodeImage(bad);
+        EXPECT_EQ(image.rgb.size(), std::size_t(image.width) * image.height * 3);
+      } catch (const Error&) {
+      }
+    }
+  }
+}
+
+TEST(VisionImage, NamesTruncationAndCorruption) {
+  const std::vector<std::uint8_t> png = ReadFile(ImageDir() + "rgb.png");
+  EXPECT_NE(ErrorOf(std::span(png).first(png.size() - 20)).find("truncated PNG image"), std::string::npos);
+  const std::vector<std::uint8_t> jpg = ReadFile(ImageDir() + "rgb.jpg");
+  EXPECT_NE(ErrorOf(std::span(jpg).first(jpg.size() - 2)).find("truncated JPEG image"), std::string::npos);
+  const std::vector<std::uint8_t> webp = ReadFile(ImageDir() + "lossy.webp");
+  EXPECT_NE(ErrorOf(std::span(webp).first(40)).find("truncated WebP image"), std::string::npos);
+  // A PNG whose compressed data is garbage: the decoder's reason.
+  std::vector<std::uint8_t> bad = png;
+  for (std::size_t i = 41; i < 60; ++i) bad[i] = 0xAB;
+  const std::string corrupt = ErrorOf(bad);
+  EXPECT_NE(corrupt.find("corrupt PNG image: "), std::string::npos) << corrupt;
+}
+
+TEST(VisionImage, NamesUnsupportedFormats) {
+  EXPECT_EQ(ErrorOf({}), "image data is empty");
+  const std::vector<std::uint8_t> tiff = ReadFile(ImageDir() + "unsupported.tiff");
+  EXPECT_EQ(ErrorOf(tiff), "unsupported image format: TIFF (kvshare reads JPEG, PNG, GIF, BMP and WebP)");
+  const std::pair<std::string_view, const char*> cases[] = {
+      {std::string_view("\0\0\0\x18"
+                        "ftypheic\0\0\0\0",
+                        16),
+       "HEIC/HEIF"},
+      {std::string_view("\0\0\0\x1C"
+                        "ftypavif\0\0\0\0",
+                        16),
+       "AVIF"},
+      {"%PDF-1.7\n", "PDF"},
+      {"\xEF\xBB\xBF  <?xml version=\"1.0\"?><svg/>", "SVG/XML"},
+      {"<svg xmlns=\"http://www.w3.org/2000/svg\"/>", "SVG/XML"},
+      {"<!DOCTYPE html><html></html>", "HTML"},
+      {"data:image/png;base64,iVBORw0KGgo=", "a data: URL"},
+      {"iVBORw0KGgoAAAANSUhEUg", "base64 text"},
+      {"RIFF\x10\0\0\0WAVEfmt ", "RIFF (not WebP)"},
+      {std::string_view("\0\1\2 not an image", 15), "an unknown format"},
+  };
+  for (const auto& [bytes, name] : cases) {
+    const std::string error = ErrorOf(Bytes(bytes));
+    EXPECT_NE(error.find(std::string("unsupported image format: ") + name), std::string::npos) << error;
+  }
+}
+
+TEST(VisionImage, RefusesImagesOverTheLimitsBeforeDecoding) {
+  for (const char* file : {"rgb.png", "rgb.jpg", "anim.gif", "rgb.bmp", "lossy.webp", "anim.webp"}) {
+    SCOPED_TRACE(file);
+    const std::vector<std::uint8_t> bytes = ReadFile(ImageDir() + file);
+    EXPECT_NE(ErrorOf(bytes, {.max_pixels = 34}).find("image of 7x5 = 35 pixels is over the limit of 34 pixels"),
+              std::string::npos);
+    EXPECT_EQ(ErrorOf(bytes, {.max_pixels = 35}), "");
+    EXPECT_NE(ErrorOf(bytes, {.max_bytes = bytes.size() - 1}).find("is over the limit of"), std::string::npos);
+  }
+  // A PNG header claiming 100000 x 100000 is refused from its header alone.
+  std::vector<std::uint8_t> png = ReadFile(ImageDir() + "rgb.png");
+  for (int at : {16, 20}) {
+    png[at] = 0;
+    png[at + 1] = 0x01;
+    png[at + 2] = 0x86;
+    png[at + 3] = 0xA0;
+  }
+  const std::string error = ErrorOf(png);
+  EXPECT_TRUE(error.find("over the limit") != std::string::npos || error.find("corrupt PNG") != std::string::npos)
+      << error;
+}
+
+TEST(VisionImage, LoadImageFileNamesThePath) {
+  try {
+    LoadImageFile(ImageDir() + "no_such_file.png");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_file.png"), std::string::npos);
+  }
+  try {
+    LoadImageFile(ImageDir() + "unsupported.tiff");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported.tiff': unsupported image format: TIFF"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(VisionImage, FromPixels) {
+  const std::vector<std::uint8_t> grey = {1, 2, 3, 4, 5, 6};
+  const Image g = ImageFromPixels(grey, 2, 3, 1);
+  EXPECT_EQ(g.width, 3);
+  EXPECT_EQ(g.height, 2);
+  EXPECT_EQ(g.rgb, (std::vector<std::uint8_t>{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5, 6, 6, 6}));
+  const std::vector<std::uint8_t> rgba = {10, 20, 30, 0, 40, 50, 60, 255};
+  EXPECT_EQ(ImageFromPixels(rgba, 1, 2, 4).rgb, (std::vector<std::uint8_t>{10, 20, 30, 40, 50, 60}));
+  const std::vector<std::uint8_t> rgb = {7, 8, 9};
+  EXPECT_EQ(ImageFromPixels(rgb, 1, 1, 3).rgb, rgb);
+  EXPECT_THROW(ImageFromPixels(rgb, 1, 1, 2), Error);
+  EXPECT_THROW(ImageFromPixels(rgb, 1, 2, 3), Error);
+  EXPECT_THROW(ImageFromPixels(rgb, 0, 1, 3), Error);
+  EXPECT_THROW(ImageFromPixels({}, 1, 1, 3), Error);
+}
+
+}  // namespace
+}  // namespace kvshare
