@@ -4,6 +4,7 @@
 // how calls are read back from output: kvshare/runtime/tool_calls.h.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant: the calls it made
   std::string tool_call_id;          // tool: the call this message answers
   std::string name;                  // tool: the function's name, when known
+  // Where this message's images sit in `content` (OpenAI content parts in
+  // order): byte offsets, non-decreasing, each <= content.size(). The text
+  // between them is written as separate parts (each trimmed where the
+  // format trims a message). Images are numbered across the conversation in
+  // message order (ChatTemplate::Encode's image_slots).
+  std::vector<std::size_t> image_at;
 };
 
 }  // namespace kvshare

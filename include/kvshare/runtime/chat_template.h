@@ -173,8 +173,13 @@ class ChatTemplate {
   // ChatTemplateOptions::add_bos; bos_text is ignored). Markup is encoded with
   // parse_special, message contents without it (parse_special_in_content).
   // kNone: the contents joined, without parse_special: plain completion.
-  std::vector<std::int32_t> Encode(std::span<const ChatMessage> messages,
-                                   const ChatTemplateOptions& options = {}) const;
+  // With `image_slots`: the messages' images (ChatMessage::image_at) write no
+  // tokens; image_slots[i] is the index in the result where image i's
+  // tokens go (kvshare/runtime/image_prompt.h splices them). Without it an
+  // image is encoded as the format's placeholder text (what FormatChat
+  // writes: gemma "<start_of_image>", gemma4 "<|image|>").
+  std::vector<std::int32_t> Encode(std::span<const ChatMessage> messages, const ChatTemplateOptions& options = {},
+                                   std::vector<std::size_t>* image_slots = nullptr) const;
 
   // The token that ends a turn ("<end_of_turn>", "<turn|>"); -1 for kNone.
   std::int32_t end_of_turn_id() const { return end_of_turn_; }

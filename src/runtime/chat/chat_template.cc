@@ -21,6 +21,25 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+void NoImagesIn(ChatFormat format, std::size_t i, const std::string& what) {
+  throw Error("chat template " + std::string(ChatFormatName(format)) + ": messages[" + std::to_string(i) + "] (" +
+              what + ") has images; images go in user messages");
+}
+
+void Content(Segments& out, const Family& family, const ChatMessage& m, std::string_view (*shape)(std::string_view)) {
+  std::size_t from = 0;
+  for (std::size_t at : m.image_at) {
+    if (at < from || at > m.content.size()) {
+      throw Error("chat message: image offset " + std::to_string(at) + " is outside the content (" +
+                  std::to_string(m.content.size()) + " bytes) or before the previous image");
+    }
+    out.Text(shape(std::string_view(m.content).substr(from, at - from)));
+    out.Image(family.image_placeholder);
+    from = at;
+  }
+  out.Text(shape(std::string_view(m.content).substr(from)));
+}
+
 void BadRole(ChatFormat format, std::size_t i, const std::string& role) {
   throw Error("chat template " + std::string(ChatFormatName(format)) + ": messages[" + std::to_string(i) +
               "].role must be \"system\", \"user\", \"assistant\", \"model\" or \"tool\", got \"" + role + "\"");
@@ -95,10 +114,16 @@ ChatTemplate::ChatTemplate(ChatFormat format, const Tokenizer& tokenizer) : form
 }
 
 std::vector<std::int32_t> ChatTemplate::Encode(std::span<const ChatMessage> messages,
-                                               const ChatTemplateOptions& options) const {
+                                               const ChatTemplateOptions& options,
+                                               std::vector<std::size_t>* image_slots) const {
   std::vector<std::int32_t> ids;
   if (options.add_bos && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
+  if (image_slots != nullptr) image_slots->clear();
   for (const chat::Segment& s : BuildSegments(format_, messages, options, /*bos_text=*/false)) {
+    if (s.image && image_slots != nullptr) {
+      image_slots->push_back(ids.size());
+      continue;
+    }
     const auto part = tokenizer_->Encode(
         s.text, {.add_bos = false, .add_eos = false, .parse_special = s.markup || options.parse_special_in_content});
     ids.insert(ids.end(), part.begin(), part.end());

@@ -23,6 +23,7 @@ void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions& op
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "system") {
+      if (!m.image_at.empty()) NoImagesIn(ChatFormat::kGemma, i, m.role);
       system_prompt += Trim(m.content);
       continue;
     }
@@ -57,12 +58,13 @@ void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions& op
         out.Text("\n");
       }
     } else if (!m.tool_calls.empty()) {
+      if (!m.image_at.empty()) NoImagesIn(ChatFormat::kGemma, i, "assistant message with tool calls");
       const std::string_view text = Trim(m.content);
       out.Text(text);
       if (!text.empty()) out.Text("\n");
       out.Text(JsonToolCallText(m.tool_calls));
     } else {
-      out.Text(Trim(m.content));
+      Content(out, GemmaFamily(), m, Trim);
     }
     out.Markup("<end_of_turn>\n");
   }
@@ -77,6 +79,7 @@ const Family& GemmaFamily() {
                         .template_marker = "<start_of_turn>",
                         .markers = kMarkers,
                         .tool_syntax = ToolCallSyntax::kJson,
+                        .image_placeholder = "<start_of_image>",
                         .render = Render};
   return f;
 }

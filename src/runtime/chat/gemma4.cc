@@ -248,7 +248,7 @@ void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions& op
   const bool system = !messages.empty() && messages[0].role == "system";
   if (system || !options.tools.empty()) {
     out.Markup("<|turn>system\n");
-    if (system) out.Text(Trim(messages[0].content));
+    if (system) Content(out, Gemma4Family(), messages[0], Trim);
     // Tool declarations are written as markup: their <|"|> quotes are tokens.
     for (const ToolFunction& t : options.tools) out.Markup("<|tool>" + FunctionDeclaration(t) + "<tool|>");
     out.Markup("<turn|>\n");
@@ -290,9 +290,10 @@ void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions& op
       }
     }
     if (model) {
+      if (!m.image_at.empty()) NoImagesIn(ChatFormat::kGemma4, i, m.role);
       out.Text(StripThinking(m.content));
     } else {
-      out.Text(Trim(m.content));
+      Content(out, Gemma4Family(), m, Trim);
     }
     if (last == "tool_call" && !responses) {
       out.Markup("<|tool_response>");
@@ -312,6 +313,7 @@ const Family& Gemma4Family() {
                         .tool_stop = "<|tool_response>",
                         .tool_syntax = ToolCallSyntax::kGemma4,
                         .tool_call_markers = kToolCallMarkers,
+                        .image_placeholder = "<|image|>",
                         .render = Render};
   return f;
 }

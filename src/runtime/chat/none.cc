@@ -6,8 +6,10 @@
 namespace kvshare::chat {
 namespace {
 
+std::string_view AsIs(std::string_view s) { return s; }
+
 void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions&, Segments& out) {
-  for (const ChatMessage& m : messages) out.Text(m.content);
+  for (const ChatMessage& m : messages) Content(out, NoneFamily(), m, AsIs);
 }
 
 }  // namespace
