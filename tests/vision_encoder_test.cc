@@ -42,6 +42,19 @@ double RelErr(const std::vector<float>& got, const std::vector<double>& want) {
 constexpr double kTolFloat = 5e-6;
 constexpr double kTolQ8 = 6e-2;
 
+// The config fields every transformer-style encoder has, against the tiny model.
+template <typename Tiny>
+void ExpectGeometry(const VisionConfig& c, const Tiny& m, int pool) {
+  EXPECT_EQ(c.patch_size, m.patch);
+  EXPECT_EQ(c.n_embd, m.d);
+  EXPECT_EQ(c.n_ff, m.ff);
+  EXPECT_EQ(c.n_layer, m.layers);
+  EXPECT_EQ(c.n_head, m.heads);
+  EXPECT_EQ(c.head_dim, m.d / m.heads);
+  EXPECT_EQ(c.pool, pool);
+  EXPECT_EQ(c.n_embd_text, m.text);
+}
+
 TEST(VisionEncoderTest, Gemma3MatchesReference) {
   for (const auto& [mat, proj, swapped, tol] : {std::tuple{GgmlType::kF32, GgmlType::kF32, false, kTolFloat},
                                                 std::tuple{GgmlType::kF32, GgmlType::kF16, true, kTolFloat},
@@ -54,14 +67,7 @@ TEST(VisionEncoderTest, Gemma3MatchesReference) {
     const VisionConfig& c = enc->config();
     EXPECT_EQ(c.projector, ProjectorType::kGemma3);
     EXPECT_EQ(c.image_size, m.side * m.patch);
-    EXPECT_EQ(c.patch_size, m.patch);
-    EXPECT_EQ(c.n_embd, m.d);
-    EXPECT_EQ(c.n_ff, m.ff);
-    EXPECT_EQ(c.n_layer, m.layers);
-    EXPECT_EQ(c.n_head, m.heads);
-    EXPECT_EQ(c.head_dim, m.d / m.heads);
-    EXPECT_EQ(c.pool, m.pool);
-    EXPECT_EQ(c.n_embd_text, m.text);
+    ExpectGeometry(c, m, m.pool);
     EXPECT_FLOAT_EQ(c.image_mean[1], 0.5f);
     EXPECT_FLOAT_EQ(c.image_std[2], 0.5f);
     const PixelTensor px = RandomPixels(c.image_size, c.image_size, -1.0, 1.0, 11);
@@ -83,14 +89,7 @@ TEST(VisionEncoderTest, Gemma4MatchesReference) {
     const VisionConfig& c = enc->config();
     EXPECT_EQ(c.projector, ProjectorType::kGemma4V);
     EXPECT_EQ(c.image_size, 0);  // the file's 224 is a dummy
-    EXPECT_EQ(c.patch_size, m.patch);
-    EXPECT_EQ(c.n_embd, m.d);
-    EXPECT_EQ(c.n_ff, m.ff);
-    EXPECT_EQ(c.n_layer, m.layers);
-    EXPECT_EQ(c.n_head, m.heads);
-    EXPECT_EQ(c.head_dim, m.d / m.heads);
-    EXPECT_EQ(c.pool, 3);
-    EXPECT_EQ(c.n_embd_text, m.text);
+    ExpectGeometry(c, m, 3);
     // 2 x 3 tokens from a 6 x 9 patch grid: rows and columns differ, so the
     // RoPE halves and the position tables are told apart.
     const PixelTensor px = RandomPixels(24, 36, 0.0, 1.0, 12);

@@ -36,9 +36,7 @@ class Gemma4UnifiedEncoder final : public EncoderBase {
  private:
   Norm ln1_, ln2_, ln3_;
   Linear dense_;
-  const float* table_x_ = nullptr;  // [n_pos, d]
-  const float* table_y_ = nullptr;
-  std::int64_t n_pos_ = 0;
+  PositionTables pos_;
   Linear proj_;
 };
 
@@ -53,14 +51,7 @@ Gemma4UnifiedEncoder::Gemma4UnifiedEncoder(GgufFile file, const VisionConfig& co
   ln1_ = LoadNorm(t, "v.patch_norm.1", in);
   dense_ = LoadLinear(t, "v.patch_embd", d, in, {.bias = true});
   ln2_ = LoadNorm(t, "v.patch_norm.2", d);
-  const GgufTensor& pos = file_.Tensor("v.position_embd.weight");
-  if (pos.type != GgmlType::kF32 || pos.n_dims != 3 || pos.ne[0] != d || pos.ne[2] != 2) {
-    throw Error(Str("tensor 'v.position_embd.weight' must be F32 [", d, ", n_pos, 2], got ", GgmlTypeName(pos.type),
-                    " ", pos.DimsString()));
-  }
-  n_pos_ = pos.ne[1];
-  table_x_ = reinterpret_cast<const float*>(pos.data);
-  table_y_ = table_x_ + n_pos_ * d;
+  pos_ = PositionTables::Load(file_, d);
   ln3_ = LoadNorm(t, "v.patch_norm.3", d);
   proj_ = LoadLinear(t, "mm.input_projection", config_.n_embd_text, d);
 }
@@ -69,20 +60,13 @@ std::vector<float> Gemma4UnifiedEncoder::Encode(const PixelTensor& pixels, Threa
   CheckPixels(pixels);
   const VisionConfig& c = config_;
   const int gh = pixels.height / c.patch_size, gw = pixels.width / c.patch_size;
-  if (gh > n_pos_ || gw > n_pos_) {
-    throw Error(Str("gemma4uv encoder: a ", pixels.height, " x ", pixels.width, " image has ", gh, " x ", gw,
-                    " patches, more per side than the position table's ", n_pos_));
-  }
+  pos_.CheckGrid(gh, gw, "gemma4uv");
   const std::int64_t S = static_cast<std::int64_t>(gh) * gw, d = c.n_embd, in = 3LL * c.patch_size * c.patch_size;
   std::vector<float> patches = PatchifyChw(pixels, c.patch_size), x(static_cast<std::size_t>(S * d)), scratch;
   LayerNormRows(patches.data(), S, in, ln1_.w, ln1_.b, kLayerNormEps, pool);
   ApplyLinear(dense_, patches.data(), S, x.data(), scratch, pool);
   LayerNormRows(x.data(), S, d, ln2_.w, ln2_.b, kLayerNormEps, pool);
-  for (std::int64_t s = 0; s < S; ++s) {
-    const float* tx = table_x_ + (s % gw) * d;
-    const float* ty = table_y_ + (s / gw) * d;
-    for (std::int64_t i = 0; i < d; ++i) x[static_cast<std::size_t>(s * d + i)] += tx[i] + ty[i];
-  }
+  pos_.Add(x.data(), gh, gw, "gemma4uv");
   LayerNormRows(x.data(), S, d, ln3_.w, ln3_.b, kLayerNormEps, pool);
   RmsNormRows(x.data(), S, d, nullptr, c.eps, pool);
   std::vector<float> out(static_cast<std::size_t>(S * c.n_embd_text));

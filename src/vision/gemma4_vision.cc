@@ -45,10 +45,8 @@ class Gemma4VisionEncoder final : public EncoderBase {
   // column, the second by its row, each half NeoX style.
   void Rope(float* x, int gw, std::int64_t S, ThreadPool* pool) const;
 
-  WeightMatrix patch_;              // [d, 3 p p]
-  const float* table_x_ = nullptr;  // [n_pos, d]
-  const float* table_y_ = nullptr;
-  std::int64_t n_pos_ = 0;
+  WeightMatrix patch_;  // [d, 3 p p]
+  PositionTables pos_;
   std::vector<Gemma4Layer> layers_;
   const float* std_bias_ = nullptr;  // [d], 26B / 31B only
   const float* std_scale_ = nullptr;
@@ -62,14 +60,7 @@ Gemma4VisionEncoder::Gemma4VisionEncoder(GgufFile file, const VisionConfig& conf
   const VisionConfig& c = config_;
   const std::int64_t d = c.n_embd;
   patch_ = PatchKernel(t, "v.patch_embd.weight", c.patch_size, 3, d);
-  const GgufTensor& pos = file_.Tensor("v.position_embd.weight");
-  if (pos.type != GgmlType::kF32 || pos.n_dims != 3 || pos.ne[0] != d || pos.ne[2] != 2) {
-    throw Error(Str("tensor 'v.position_embd.weight' must be F32 [", d, ", n_pos, 2], got ", GgmlTypeName(pos.type),
-                    " ", pos.DimsString()));
-  }
-  n_pos_ = pos.ne[1];
-  table_x_ = reinterpret_cast<const float*>(pos.data);
-  table_y_ = table_x_ + n_pos_ * d;
+  pos_ = PositionTables::Load(file_, d);
   const LinearOptions clip{.clamps = true};
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = Str("v.blk.", l, ".");
@@ -127,10 +118,7 @@ std::vector<float> Gemma4VisionEncoder::Encode(const PixelTensor& pixels, Thread
   CheckPixels(pixels);
   const VisionConfig& c = config_;
   const int gh = pixels.height / c.patch_size, gw = pixels.width / c.patch_size;
-  if (gh > n_pos_ || gw > n_pos_) {
-    throw Error(Str("gemma4v encoder: a ", pixels.height, " x ", pixels.width, " image has ", gh, " x ", gw,
-                    " patches, more per side than the position table's ", n_pos_));
-  }
+  pos_.CheckGrid(gh, gw, "gemma4v");
   const std::int64_t S = static_cast<std::int64_t>(gh) * gw, d = c.n_embd;
   const std::size_t sd = static_cast<std::size_t>(S * d), sf = static_cast<std::size_t>(S * c.n_ff);
 
@@ -138,11 +126,7 @@ std::vector<float> Gemma4VisionEncoder::Encode(const PixelTensor& pixels, Thread
   for (float& v : patches) v = 2.0f * v - 1.0f;
   std::vector<float> x(sd), h(sd), q(sd), k(sd), v(sd), a(sd), g(sf), u(sf), scratch;
   MatMul(patch_, {.x = patches.data(), .m = S, .y = x.data(), .pool = pool});
-  for (std::int64_t s = 0; s < S; ++s) {
-    const float* tx = table_x_ + (s % gw) * d;
-    const float* ty = table_y_ + (s / gw) * d;
-    for (std::int64_t i = 0; i < d; ++i) x[s * d + i] += tx[i] + ty[i];
-  }
+  pos_.Add(x.data(), gh, gw, "gemma4v");
   const std::int64_t rows = S * c.n_head;  // per-head rows of q / k / v
   for (const Gemma4Layer& L : layers_) {
     h = x;

@@ -196,6 +196,36 @@ void BidirectionalAttention(const float* q, const float* k, const float* v, std:
   GroupQueryAttention(attrs, in, o, GqaRunOptions{.pool = pool});
 }
 
+PositionTables PositionTables::Load(const GgufFile& file, std::int64_t d) {
+  const GgufTensor& pos = file.Tensor("v.position_embd.weight");
+  if (pos.type != GgmlType::kF32 || pos.n_dims != 3 || pos.ne[0] != d || pos.ne[2] != 2) {
+    throw Error(Str("tensor 'v.position_embd.weight' must be F32 [", d, ", n_pos, 2], got ", GgmlTypeName(pos.type),
+                    " ", pos.DimsString()));
+  }
+  PositionTables t;
+  t.n_pos = pos.ne[1];
+  t.d = d;
+  t.x = reinterpret_cast<const float*>(pos.data);
+  t.y = t.x + t.n_pos * d;
+  return t;
+}
+
+void PositionTables::CheckGrid(int gh, int gw, const char* encoder) const {
+  if (gh > n_pos || gw > n_pos) {
+    throw Error(Str(encoder, " encoder: the image has ", gh, " x ", gw,
+                    " patches, more per side than the position table's ", n_pos));
+  }
+}
+
+void PositionTables::Add(float* rows, int gh, int gw, const char* encoder) const {
+  CheckGrid(gh, gw, encoder);
+  for (std::int64_t s = 0; s < static_cast<std::int64_t>(gh) * gw; ++s) {
+    const float* tx = x + (s % gw) * d;
+    const float* ty = y + (s / gw) * d;
+    for (std::int64_t i = 0; i < d; ++i) rows[s * d + i] += tx[i] + ty[i];
+  }
+}
+
 WeightMatrix PatchKernel(const TensorLookup& t, const std::string& name, int p, int c, std::int64_t out) {
   const GgufTensor& k = t.file().Tensor(name);
   if (k.ne[0] != p || k.ne[1] != p || k.ne[2] != c || k.ne[3] != out) {

@@ -91,6 +91,24 @@ std::vector<float> PatchifyChw(const PixelTensor& pixels, int p);
 void BidirectionalAttention(const float* q, const float* k, const float* v, std::int64_t S, int heads, int hd,
                             float scale, float* out, ThreadPool* pool);
 
+// Gemma 4's two learned position tables (`v.position_embd.weight`, F32
+// GGUF ne {d, n_pos, 2}: the x table, then the y table).
+struct PositionTables {
+  const float* x = nullptr;  // [n_pos, d]
+  const float* y = nullptr;
+  std::int64_t n_pos = 0;
+  std::int64_t d = 0;
+
+  // kvshare::Error for a missing tensor or another type or shape.
+  static PositionTables Load(const GgufFile& file, std::int64_t d);
+  // Throws kvshare::Error, naming `encoder`, when a side of a gh x gw patch
+  // grid is over n_pos.
+  void CheckGrid(int gh, int gw, const char* encoder) const;
+  // rows[s] += x[col] + y[row] for the patches s of a gh x gw grid
+  // (row-major), after CheckGrid.
+  void Add(float* rows, int gh, int gw, const char* encoder) const;
+};
+
 // The file's 4-D conv kernel {p, p, c, out} (a patch embedding) as the matrix
 // [out, c * p * p] over PatchifyChw's columns, prepared for MatMul.
 WeightMatrix PatchKernel(const TensorLookup& t, const std::string& name, int p, int c, std::int64_t out);
