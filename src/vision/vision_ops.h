@@ -18,7 +18,7 @@
 
 namespace kvshare::detail {
 
-// y = clamp(W clamp(x, in_min, in_max), out_min, out_max) + bias: a Linear,
+// y = clamp(W clamp(x, in_min, in_max) + bias, out_min, out_max): a Linear,
 // or HF's Gemma4ClippableLinear (the four 1-element F32 tensors
 // `<base>.input_min` ... `.output_max` next to `<base>.weight`; a missing
 // bound is +-inf).
