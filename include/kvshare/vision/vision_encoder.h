@@ -40,11 +40,11 @@ const char* ProjectorTypeName(ProjectorType type);
 // The encoder's geometry, from the mmproj's keys and shapes.
 struct VisionConfig {
   ProjectorType projector = ProjectorType::kGemma3;
-  int image_size = 0;   // fixed input side (Gemma 3: 896, Gemma 3n: 768); 0: variable (Gemma 4)
-  int patch_size = 0;   // pixels per patch side (14 / 16; Gemma 4 unified: 48)
-  int n_embd = 0;       // encoder width (0 for Gemma 4 unified's dense embedder: its mm_embed_dim)
-  int n_ff = 0;         // 0 where the encoder has no MLP blocks
-  int n_layer = 0;      // transformer blocks (0 for Gemma 3n's CNN and Gemma 4 unified)
+  int image_size = 0;  // fixed input side (Gemma 3: 896, Gemma 3n: 768); 0: variable (Gemma 4)
+  int patch_size = 0;  // pixels per patch side (14 / 16; unified: 48; Gemma 3n: image_size / 16)
+  int n_embd = 0;      // encoder width (Gemma 4 unified: its dense embedder's, mm_embed_dim)
+  int n_ff = 0;        // 0 where the encoder has no MLP blocks
+  int n_layer = 0;     // transformer blocks (0 for Gemma 3n's CNN and Gemma 4 unified)
   int n_head = 0;
   int head_dim = 0;
   int pool = 1;         // patches per token side (Gemma 3: 4, Gemma 4: 3, unified 1)
@@ -53,6 +53,11 @@ struct VisionConfig {
   float image_mean[3] = {0.f, 0.f, 0.f};
   float image_std[3] = {1.f, 1.f, 1.f};
 };
+
+// Throws kvshare::Error naming both widths unless the mmproj's soft tokens
+// (config.n_embd_text) have the text model's embedding width: a projector
+// converted from another model (size) than the text GGUF.
+void CheckMmprojFitsText(const VisionConfig& config, int text_n_embd);
 
 // One preprocessed image (or crop): float32 [3, height, width] (CHW), the
 // values the HF processor hands the model (resized, rescaled by 1/255 and,
