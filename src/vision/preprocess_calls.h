@@ -1,7 +1,6 @@
 // The one call from the encoders to image preprocessing: the pixel tensors
 // the model's HF processor would hand the encoder `config` describes.
-// Implemented for now by preprocess_placeholder.cc (nearest-neighbour resize,
-// NOT HF-exact); the HF-exact resizers (src/vision/preprocess.h) replace it.
+// preprocess_image.cc: the HF-exact processors of preprocess.h.
 // Internal to src/vision.
 #pragma once
 
