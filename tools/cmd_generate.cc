@@ -1,5 +1,6 @@
 // `kvshare generate`: streams text from a GGUF model (one prompt, or an
 // interactive chat on stdin), then prints timing stats to stderr.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "image_flags.h"
 #include "kv_options.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
@@ -41,6 +43,7 @@ struct GenerateCliOptions {
   std::string kv_dtype = "f32";
   std::string device = "cpu";
   bool verbose = false;
+  ImageFlags image;
 };
 
 void PrintStats(const GenerateStats& s) {
@@ -80,6 +83,7 @@ ModelStateOptions StateOptions(const GenerateCliOptions& o, const ModelConfig& c
     so.num_kv_shared_layers = o.kv_shared_layers;
   }
   so.kv_dtype = ParseKvDtype(o.kv_dtype);
+  so.image_attention = ImageAttentionFlag(o.image);
   return so;
 }
 
@@ -125,7 +129,14 @@ void RunGenerate(const GenerateCliOptions& o) {
                 "; name one with --chat-template gemma|gemma4, or use --prompt TEXT for plain completion");
   }
   ThreadPool pool(threads);
-  const ModelStateOptions so = StateOptions(o, model->config());
+  if (o.chat && !o.image.images.empty()) throw Error("--image goes with --prompt (not --chat)");
+  if (!o.image.images.empty() && o.device != "cpu") throw Error("--image runs on the CPU only so far: drop --device");
+  const EncodedImages images = EncodeImageFlags(o.image, *model, &pool);
+  ModelStateOptions so = StateOptions(o, model->config());
+  for (const PromptImage& im : images.images) {
+    // An image's tokens see each other, so each runs in one step.
+    for (int n : im.tokens) so.max_step = std::max(so.max_step, n);
+  }
   const Speculation spec = MakeSpeculation(
       o.spec, *model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = &pool}, o.device);
   Generator gen(*model, tok, &pool, so);
@@ -146,8 +157,18 @@ void RunGenerate(const GenerateCliOptions& o) {
   };
 
   if (!o.chat) {
-    const std::vector<ChatMessage> msgs = {{"user", o.prompt}};
-    const std::vector<int32_t> ids = tmpl.Encode(msgs);
+    std::vector<ChatMessage> msgs = {{"user", o.prompt}};
+    msgs[0].image_at.assign(images.images.size(), 0);  // the images, then the text
+    std::vector<std::size_t> slots;
+    std::vector<int32_t> ids = tmpl.Encode(msgs, {}, &slots);
+    ImagePrompt ip;
+    if (!images.images.empty()) {
+      ip = ImageSplicer(tok, images.encoder->config().projector).Splice(ids, slots, images.images);
+      ids = ip.tokens;
+      go.prompt_embeddings = ip.embeddings;
+      std::fprintf(stderr, "[kvshare] %zu image(s): %zu soft-token span(s), encoded in %.3f s\n", images.images.size(),
+                   ip.embeddings.size(), images.seconds);
+    }
     if (o.verbose) {
       std::fprintf(stderr, "[kvshare] prompt ids:");
       for (int32_t id : ids) std::fprintf(stderr, " %d", id);
@@ -201,6 +222,7 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("-n,--max-tokens", o.n, "Maximum new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   AddSamplerFlags(*cmd, o.sampling);
   AddSpecFlags(*cmd, o.spec);
+  AddImageFlags(*cmd, o.image);
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "KV cache capacity in tokens")
       ->check(CLI::Range(1, 1 << 20))

@@ -43,7 +43,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   // `prompt` when the conversation goes on from it).
   history_.resize(static_cast<std::size_t>(cached));
   auto t0 = std::chrono::steady_clock::now();
-  std::span<const float> rows = model_.Forward(*state_, prompt, pool_);
+  std::span<const float> rows = model_.Forward(*state_, prompt, pool_, {.embeddings = options.prompt_embeddings});
   stats.prefill_seconds = Since(t0);
   history_.insert(history_.end(), prompt.begin(), prompt.end());
 

@@ -40,6 +40,10 @@ struct GenerateOptions {
   // and serve row 0 of this generator's state.
   Drafter* drafter = nullptr;
   SpeculativeOptions speculative;
+  // Rows that replace prompt tokens (an image's soft tokens: ImagePrompt of
+  // kvshare/runtime/image_prompt.h), offsets into the prompt; checked as
+  // Forward checks them. They must outlive the call.
+  std::span<const EmbeddingSpan> prompt_embeddings;
   // Called for every sampled token (the stop token included) with the logits
   // it was chosen from ([n_vocab], valid during the call). Null: none.
   std::function<void(int32_t token, std::span<const float> logits)> on_token;

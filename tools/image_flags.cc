@@ -1,0 +1,70 @@
+// The image flags of `kvshare generate` (image_flags.h).
+#include "image_flags.h"
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
+
+#include "kvshare/common/error.h"
+#include "kvshare/vision/image.h"
+
+namespace kvshare::cli {
+
+void AddImageFlags(CLI::App& cmd, ImageFlags& f) {
+  cmd.add_option("--mmproj", f.mmproj,
+                 "The model's vision encoder: an mmproj GGUF as llama.cpp's converter writes it (Gemma 3, 3n, 4)");
+  cmd.add_option("--image", f.images,
+                 "An image (JPEG, PNG, GIF, BMP, WebP) put before the prompt text; repeat for several, in order. "
+                 "Needs --mmproj");
+  cmd.add_option("--image-max-soft-tokens", f.max_soft_tokens,
+                 "Gemma 4: soft tokens per image; the image is resized (aspect kept) to fill this budget")
+      ->check(CLI::IsMember({70, 140, 280, 560, 1120}))
+      ->capture_default_str();
+  cmd.add_flag("--pan-and-scan", f.pan_and_scan,
+               "Gemma 3: also encode 2-4 crops of a long image along its long side (HF's pan-and-scan)");
+  cmd.add_option("--image-attention", f.image_attention,
+                 "Layers where an image's tokens see each other: causal, all or sliding. Default: the model's "
+                 "(Gemma 3 all; Gemma 4 26B-A4B / 31B sliding; Gemma 3n and Gemma 4 E-models causal)")
+      ->check(CLI::IsMember({"causal", "all", "sliding"}));
+}
+
+namespace {
+std::vector<std::uint8_t> ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("--image " + path + ": cannot open the file");
+  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+EncodedImages EncodeImageFlags(const ImageFlags& f, const Model& model, ThreadPool* pool) {
+  EncodedImages out;
+  if (f.mmproj.empty()) {
+    if (!f.images.empty()) throw Error("--image needs --mmproj PATH: the model's vision encoder (an mmproj GGUF)");
+    return out;
+  }
+  try {
+    out.encoder = VisionEncoder::Load(f.mmproj);
+    CheckMmprojFitsText(out.encoder->config(), model.config().n_embd);
+  } catch (const Error& e) {
+    throw Error("--mmproj " + f.mmproj + ": " + e.what());
+  }
+  const PreprocessOptions po{.max_soft_tokens = f.max_soft_tokens, .pan_and_scan = f.pan_and_scan};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string& path : f.images) {
+    const std::vector<std::uint8_t> bytes = ReadBytes(path);
+    try {
+      out.images.push_back(EncodePromptImage(*out.encoder, DecodeImage(bytes), ImageKey(bytes, po), po, pool));
+    } catch (const Error& e) {
+      throw Error("--image " + path + ": " + e.what());
+    }
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+std::optional<ImageAttention> ImageAttentionFlag(const ImageFlags& f) {
+  if (f.image_attention.empty()) return std::nullopt;
+  return ImageAttentionFromName(f.image_attention);
+}
+
+}  // namespace kvshare::cli

@@ -1,0 +1,46 @@
+// The image flags of `kvshare generate` (--mmproj, --image, ...) and the
+// encoding of the images they name (kvshare/runtime/image_prompt.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/image_prompt.h"
+#include "kvshare/vision/vision_encoder.h"
+
+namespace kvshare {
+class ThreadPool;
+}
+
+namespace kvshare::cli {
+
+struct ImageFlags {
+  std::string mmproj;               // --mmproj PATH
+  std::vector<std::string> images;  // --image PATH (repeatable, in order)
+  int max_soft_tokens = 280;        // --image-max-soft-tokens (Gemma 4)
+  bool pan_and_scan = false;        // --pan-and-scan (Gemma 3)
+  std::string image_attention;      // --image-attention causal|all|sliding; empty: the model's
+};
+
+void AddImageFlags(CLI::App& cmd, ImageFlags& flags);
+
+// The encoder and the encoded images of `flags` (none without --image).
+struct EncodedImages {
+  std::unique_ptr<VisionEncoder> encoder;
+  std::vector<PromptImage> images;
+  double seconds = 0;  // preprocessing and encoding, all images
+};
+
+// Loads --mmproj (checking it fits `model`) and decodes and encodes every
+// --image. Throws kvshare::Error naming the flag and file at fault: --image
+// without --mmproj, an unreadable or bad image, an mmproj of another model.
+EncodedImages EncodeImageFlags(const ImageFlags& flags, const Model& model, ThreadPool* pool);
+
+// --image-attention as ModelStateOptions::image_attention (nullopt: the model's).
+std::optional<ImageAttention> ImageAttentionFlag(const ImageFlags& flags);
+
+}  // namespace kvshare::cli
