@@ -46,9 +46,10 @@ struct TinyMnv5 {
   std::uint32_t seed = 1;
 };
 
-// Every block kind: edge residual with and without skip, UIR with dw_start
-// and dw_mid, with only one of them and with neither, MQA with and without
-// K/V down-sampling, heads 2 and 3.
+// Every block kind: edge residual with and without skip; UIR with dw_start
+// and dw_mid (dw_mid strided), dw_start only (strided at a stage start and
+// not), dw_mid only, neither; MQA with and without K/V down-sampling, heads 2
+// and 3.
 inline TinyMnv5 DefaultTinyMnv5() {
   using B = Mnv5BlockSpec;
   TinyMnv5 m;
@@ -56,7 +57,9 @@ inline TinyMnv5 DefaultTinyMnv5() {
       {B{.kind = B::kEdge, .out = 12, .mid = 24}, B{.kind = B::kEdge, .out = 12, .mid = 20}},
       {B{.kind = B::kUir, .out = 16, .mid = 24, .k_start = 3, .k_mid = 5},
        B{.kind = B::kUir, .out = 16, .mid = 32, .k_start = 3, .layer_scale = false}},
-      {B{.kind = B::kUir, .out = 20, .mid = 32, .k_mid = 3}, B{.kind = B::kUir, .out = 20, .mid = 20},
+      {B{.kind = B::kUir, .out = 20, .mid = 32, .k_start = 5},
+       B{.kind = B::kUir, .out = 20, .mid = 20, .k_mid = 3},
+       B{.kind = B::kUir, .out = 20, .mid = 20},
        B{.kind = B::kMqa, .out = 20, .heads = 2, .head_dim = 8, .kv_down = true},
        B{.kind = B::kUir, .out = 20, .mid = 40}},
       {B{.kind = B::kUir, .out = 24, .mid = 40, .k_start = 3, .k_mid = 3},

@@ -183,7 +183,7 @@ TEST(VisionMobileNetV5, LoadErrors) {
   }
   {
     TinyMnv5Writer w(m);  // a UIR without pw_exp is of no known kind
-    Drop(w, "v.blk.2.1.pw_exp.conv.weight");
+    Drop(w, "v.blk.2.2.pw_exp.conv.weight");
     ExpectLoadError(w.Bytes(), ConfigFor(m), "no known kind");
   }
   {
