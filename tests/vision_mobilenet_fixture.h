@@ -42,7 +42,8 @@ struct TinyMnv5 {
   int msfa_mid = 48;
   int n_embd = 32;  // fusion output channels
   int n_text = 24;
-  bool f16_convs = false;  // store k x k and 1x1 kernels as F16
+  bool f16_convs = false;   // store k x k and 1x1 kernels as F16
+  bool keep_values = true;  // keep the float64 copies the reference reads
   std::uint32_t seed = 1;
 };
 
@@ -57,14 +58,47 @@ inline TinyMnv5 DefaultTinyMnv5() {
       {B{.kind = B::kEdge, .out = 12, .mid = 24}, B{.kind = B::kEdge, .out = 12, .mid = 20}},
       {B{.kind = B::kUir, .out = 16, .mid = 24, .k_start = 3, .k_mid = 5},
        B{.kind = B::kUir, .out = 16, .mid = 32, .k_start = 3, .layer_scale = false}},
-      {B{.kind = B::kUir, .out = 20, .mid = 32, .k_start = 5},
-       B{.kind = B::kUir, .out = 20, .mid = 20, .k_mid = 3},
+      {B{.kind = B::kUir, .out = 20, .mid = 32, .k_start = 5}, B{.kind = B::kUir, .out = 20, .mid = 20, .k_mid = 3},
        B{.kind = B::kUir, .out = 20, .mid = 20},
        B{.kind = B::kMqa, .out = 20, .heads = 2, .head_dim = 8, .kv_down = true},
        B{.kind = B::kUir, .out = 20, .mid = 40}},
       {B{.kind = B::kUir, .out = 24, .mid = 40, .k_start = 3, .k_mid = 3},
        B{.kind = B::kMqa, .out = 24, .heads = 3, .head_dim = 8}},
   };
+  return m;
+}
+
+// timm's mobilenetv5_300m_enc at 768 px (Gemma 3n's tower: stem 64, stages
+// of 128 / 256 / 640 / 1280 channels, MQA 12 x 64 with K/V stride 2, then
+// 16 x 96; fusion to 2048), F16 kernels, text width 2048. For by-hand timing.
+inline TinyMnv5 RealMnv5_300m() {
+  using B = Mnv5BlockSpec;
+  TinyMnv5 m;
+  m.image_size = 768;
+  m.patch_size = 3;
+  m.stem = 64;
+  m.msfa_mid = 3840;
+  m.n_embd = 2048;
+  m.n_text = 2048;
+  m.f16_convs = true;
+  m.keep_values = false;
+  m.stages.resize(4);
+  m.stages[0] = {B{.kind = B::kEdge, .out = 128, .mid = 256}, B{.kind = B::kEdge, .out = 128, .mid = 512},
+                 B{.kind = B::kEdge, .out = 128, .mid = 512}};
+  m.stages[1] = {B{.kind = B::kUir, .out = 256, .mid = 768, .k_start = 3, .k_mid = 5}};
+  for (int k : {5, 3, 5, 3}) m.stages[1].push_back(B{.kind = B::kUir, .out = 256, .mid = 1024, .k_start = k});
+  m.stages[2] = {B{.kind = B::kUir, .out = 640, .mid = 1536, .k_start = 5, .k_mid = 5}};
+  for (int i = 0; i < 7; ++i) m.stages[2].push_back(B{.kind = B::kUir, .out = 640, .mid = 2560, .k_start = 5});
+  m.stages[2].push_back(B{.kind = B::kUir, .out = 640, .mid = 640});
+  for (int i = 0; i < 13; ++i) {
+    m.stages[2].push_back(B{.kind = B::kMqa, .out = 640, .heads = 12, .head_dim = 64, .kv_down = true});
+    m.stages[2].push_back(B{.kind = B::kUir, .out = 640, .mid = 1280});
+  }
+  m.stages[3] = {B{.kind = B::kUir, .out = 1280, .mid = 3840, .k_start = 5, .k_mid = 5}};
+  for (int i = 0; i < 19; ++i) {
+    m.stages[3].push_back(B{.kind = B::kMqa, .out = 1280, .heads = 16, .head_dim = 96});
+    m.stages[3].push_back(B{.kind = B::kUir, .out = 1280, .mid = 2560});
+  }
   return m;
 }
 
@@ -129,18 +163,22 @@ class TinyMnv5Writer {
   void Add(const std::string& name, std::vector<std::uint64_t> ne, double std, double mean, bool f16) {
     std::uint64_t n = 1;
     for (auto d : ne) n *= d;
-    std::normal_distribution<double> dist(mean, std);
+    // Uniform with the given mean and standard deviation (cheaper than normal
+    // for the full-size tower).
+    std::uniform_real_distribution<float> dist(static_cast<float>(mean - std * std::sqrt(3.0)),
+                                               static_cast<float>(mean + std * std::sqrt(3.0)));
     Mnv5Tensor t{ne, {}};
     GgufTensorSpec g{name, ne, f16 ? 1u : 0u, {}, std::nullopt};
+    g.data.reserve(n * (f16 ? 2 : 4));
     for (std::uint64_t i = 0; i < n; ++i) {
-      const float f = static_cast<float>(dist(rng_));
+      const float f = dist(rng_);
       if (f16) {
         const std::uint16_t h = detail::F32ToF16(f);
-        t.v.push_back(detail::F16ToF32(h));
+        if (m_.keep_values) t.v.push_back(detail::F16ToF32(h));
         g.data.push_back(static_cast<std::uint8_t>(h & 0xFF));
         g.data.push_back(static_cast<std::uint8_t>(h >> 8));
       } else {
-        t.v.push_back(f);
+        if (m_.keep_values) t.v.push_back(f);
         std::uint8_t b[4];
         std::memcpy(b, &f, 4);
         g.data.insert(g.data.end(), b, b + 4);

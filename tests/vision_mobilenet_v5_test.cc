@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -219,6 +220,37 @@ TEST(VisionMobileNetV5, EncodeRejectsWrongGeometry) {
     EXPECT_THROW(l.encoder->Encode(p, nullptr), Error);
   }
   EXPECT_THROW(l.encoder->Preprocess(Image{}, {}), Error);
+}
+
+}  // namespace
+}  // namespace kvshare
+
+namespace kvshare {
+namespace {
+
+// By hand (--gtest_also_run_disabled_tests): the real tower's geometry with
+// random F16 weights, timed at 1 and 2 threads; docs/vision.md has numbers.
+TEST(VisionMobileNetV5, DISABLED_RealGeometryTiming) {
+  const TinyMnv5 m = testing::RealMnv5_300m();
+  std::vector<std::uint8_t> bytes;
+  {
+    TinyMnv5Writer w(m);
+    bytes = w.Bytes();
+  }
+  const Loaded l = Load(std::move(bytes), ConfigFor(m));
+  const PixelTensor px = RandomPixels(m.image_size, 5);
+  std::vector<float> first;
+  for (int threads : {1, 2, 1, 2}) {
+    ThreadPool pool(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<float> out = l.encoder->Encode(px, &pool);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("768 px, %d thread(s): %.2f s\n", threads, s);
+    ASSERT_EQ(out.size(), 256u * 2048u);
+    for (float v : out) ASSERT_TRUE(std::isfinite(v));
+    if (first.empty()) first = out;
+    EXPECT_EQ(out, first);
+  }
 }
 
 }  // namespace

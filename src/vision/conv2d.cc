@@ -1,13 +1,6 @@
-// 2-D convolution through oneDNN in fixed row chunks (conv2d.h).
-//
-// Threads: Debian's oneDNN runs on OpenMP. Each chunk runs on one kvshare
-// pool thread with OpenMP limited to that thread, so the pool's size is the
-// number of cores used, and since the chunking does not depend on it, every
-// output element comes from the same oneDNN call on the same chunk geometry
-// whatever the thread count: bitwise the same result.
+// 2-D convolution through oneDNN in fixed row chunks (conv2d.h); threads as
+// onednn.h says.
 #include "vision/conv2d.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,6 +10,7 @@
 #include "common/str.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
+#include "vision/onednn.h"
 
 namespace kvshare::detail {
 
@@ -27,23 +21,6 @@ using dnnl::memory;
 // Output rows per chunk: at most kMaxChunks chunks per convolution, enough to
 // keep 16 cores busy, few enough that one chunk amortizes a oneDNN call.
 constexpr int kMaxChunks = 32;
-
-const dnnl::engine& CpuEngine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// Limits OpenMP (oneDNN's threading) to the calling thread while alive.
-class OmpOneThread {
- public:
-  OmpOneThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~OmpOneThread() { omp_set_num_threads(saved_); }
-  OmpOneThread(const OmpOneThread&) = delete;
-  OmpOneThread& operator=(const OmpOneThread&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace
 

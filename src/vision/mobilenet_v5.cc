@@ -78,13 +78,13 @@ class MobileNetV5Encoder final : public VisionEncoder {
     const int d = msfa_.out_channels;
     soft_norm_ = w.Vec("mm.soft_emb_norm.weight", d);
     proj_ = w.Pointwise("mm.input_projection.weight", d);
-    if (config_.n_embd_text != 0 && config_.n_embd_text != proj_.rows) {
-      throw Error(Str("gemma3nv mmproj '", file_.name(), "': mm.input_projection gives ", proj_.rows,
+    if (config_.n_embd_text != 0 && config_.n_embd_text != proj_.out()) {
+      throw Error(Str("gemma3nv mmproj '", file_.name(), "': mm.input_projection gives ", proj_.out(),
                       " features per token, the configuration expects n_embd_text ", config_.n_embd_text));
     }
     config_.projector = ProjectorType::kGemma3nV;
     config_.n_embd = d;
-    config_.n_embd_text = static_cast<int>(proj_.rows);
+    config_.n_embd_text = proj_.out();
     config_.n_layer = 0;
     ones_.assign(static_cast<std::size_t>(config_.n_embd_text), 1.0f);
   }
@@ -122,7 +122,7 @@ class MobileNetV5Encoder final : public VisionEncoder {
     const float scale = std::sqrt(static_cast<float>(f.c));
     for (float& v : f.data) v *= scale;
     RmsNormPixels(f, soft_norm_.data(), config_.eps, /*gelu=*/false, pool);
-    FeatureMap out = Pointwise(proj_, f, pool);
+    FeatureMap out = proj_.Forward(f, pool);
     RmsNormPixels(out, ones_.data(), config_.eps, /*gelu=*/false, pool);
     return std::move(out.data);
   }
@@ -137,7 +137,7 @@ class MobileNetV5Encoder final : public VisionEncoder {
   MultiScaleFusion msfa_;
   int grid_ = kDefaultGrid;
   std::vector<float> soft_norm_;
-  WeightMatrix proj_;
+  PointwiseConv proj_;       // mm.input_projection [n_embd_text, n_embd]
   std::vector<float> ones_;  // [n_embd_text]: the weightless final norm
 };
 

@@ -10,6 +10,7 @@
 #include "kvshare/attention/gqa.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
+#include "model/activations.h"
 
 namespace kvshare::detail {
 
@@ -17,14 +18,10 @@ namespace {
 
 constexpr std::int64_t kPixelGrain = 64;  // pixels per pool item for per-pixel work
 
-bool IsFloatType(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
-
-// All elements of a float tensor as fp32.
+// All elements of a tensor as fp32: every weight type kvshare reads (rows of
+// whole blocks, as GGUF stores them).
 std::vector<float> ToFloats(const GgufTensor& t) {
-  if (!IsFloatType(t.type)) {
-    throw Error(Str("tensor '", t.name, "' has type ", GgmlTypeName(t.type),
-                    "; MobileNet-V5 norms, scales and k x k kernels must be F32, F16 or BF16"));
-  }
+  CheckWeightType(t);
   std::vector<float> out(static_cast<std::size_t>(t.NumElements()));
   DequantizeRow(t.type, t.data, out.data(), t.NumElements());
   return out;
@@ -69,33 +66,17 @@ FeatureMap MultiQuery(const FeatureMap& q, const FeatureMap& k, const FeatureMap
 
 }  // namespace
 
-float GeluTanh(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-
 void RmsNormPixels(FeatureMap& x, const float* w, float eps, bool gelu, ThreadPool* pool) {
   const int C = x.c;
+  const std::vector<float> ones(gelu ? static_cast<std::size_t>(C) : 0, 1.0f);
   ParallelForRanges(pool, x.Pixels(), kPixelGrain, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t p = p0; p < p1; ++p) {
       float* r = x.data.data() + p * C;
-      double ss = 0.0;
-      for (int c = 0; c < C; ++c) ss += static_cast<double>(r[c]) * r[c];
-      const float inv = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
-      if (gelu) {
-        for (int c = 0; c < C; ++c) r[c] = GeluTanh(r[c] * inv * w[c]);
-      } else {
-        for (int c = 0; c < C; ++c) r[c] = r[c] * inv * w[c];
-      }
+      const float inv = static_cast<float>(1.0 / std::sqrt(SumOfSquares(r, C) / C + eps));
+      for (int c = 0; c < C; ++c) r[c] = r[c] * inv * w[c];
+      if (gelu) GeluTanhMul(r, ones.data(), r, C);
     }
   });
-}
-
-FeatureMap Pointwise(const WeightMatrix& w, const FeatureMap& x, ThreadPool* pool) {
-  if (w.cols != x.c) throw Error(Str("1x1 convolution expects ", w.cols, " input channels, got ", x.c));
-  FeatureMap y(x.h, x.w, static_cast<int>(w.rows));
-  MatMul(w, MatMulParams{.x = x.data.data(), .m = x.Pixels(), .y = y.data.data(), .pool = pool});
-  return y;
 }
 
 // ---- weights ----
@@ -126,16 +107,15 @@ Conv2d Mnv5Weights::Conv(const std::string& name, int in, int stride, bool with_
   return Conv2d(spec, ToFloats(t), std::move(bias));
 }
 
-WeightMatrix Mnv5Weights::Pointwise(const std::string& name, int in, int out) const {
+PointwiseConv Mnv5Weights::Pointwise(const std::string& name, int in, int out) const {
   const GgufTensor& t = file().Tensor(name);
-  const bool as4d = t.n_dims == 4 && t.ne[0] == 1 && t.ne[1] == 1;
+  const bool as4d = t.n_dims == 4 && t.ne[0] == 1 && t.ne[1] == 1 && t.ne[3] >= 1;
   const std::int64_t cols = as4d ? t.ne[2] : t.ne[0], rows = as4d ? t.ne[3] : t.ne[1];
   if (!(as4d || t.n_dims == 2) || cols != in || (out >= 0 && rows != out)) {
     throw Error(Str("tensor '", name, "' is ", t.DimsString(), ", expected a 1x1 convolution [1, 1, ", in, ", ",
                     out >= 0 ? Str(out) : std::string("out"), "]"));
   }
-  CheckWeightType(t);
-  return lookup_.ForMatMul(WeightMatrix::Make(t.data, t.type, rows, cols));
+  return PointwiseConv(in, static_cast<int>(rows), ToFloats(t));
 }
 
 // ---- blocks ----
@@ -148,8 +128,8 @@ EdgeResidual LoadEdgeResidual(const Mnv5Weights& w, const std::string& p, int in
   if (b.conv_exp.spec().depthwise) throw Error(Str("tensor '", p, "conv_exp.weight' must be a full convolution"));
   b.bn1 = w.Vec(p + "bn1.weight", mid);
   b.conv_pwl = w.Pointwise(p + "conv_pwl.weight", mid);
-  b.bn2 = w.Vec(p + "bn2.weight", b.conv_pwl.rows);
-  b.skip = in == b.conv_pwl.rows && stride == 1;
+  b.bn2 = w.Vec(p + "bn2.weight", b.conv_pwl.out());
+  b.skip = in == b.conv_pwl.out() && stride == 1;
   return b;
 }
 
@@ -163,14 +143,14 @@ UniversalInvertedResidual LoadUir(const Mnv5Weights& w, const std::string& p, in
     throw Error(Str("block '", p, "' starts a stage (stride 2) but has no depthwise convolution"));
   }
   b.pw_exp = w.Pointwise(p + "pw_exp.conv.weight", in);
-  const int mid = static_cast<int>(b.pw_exp.rows);
+  const int mid = b.pw_exp.out();
   b.pw_exp_bn = w.Vec(p + "pw_exp.bn.weight", mid);
   if (has_mid) {
     b.dw_mid.emplace(w.Conv(p + "dw_mid.conv.weight", mid, stride));
     b.dw_mid_bn = w.Vec(p + "dw_mid.bn.weight", mid);
   }
   b.pw_proj = w.Pointwise(p + "pw_proj.conv.weight", mid);
-  const int out = static_cast<int>(b.pw_proj.rows);
+  const int out = b.pw_proj.out();
   b.pw_proj_bn = w.Vec(p + "pw_proj.bn.weight", out);
   if (w.Has(p + "layer_scale.gamma")) b.layer_scale = w.Vec(p + "layer_scale.gamma", out);
   b.skip = in == out && stride == 1;
@@ -184,14 +164,14 @@ MobileAttention LoadMqa(const Mnv5Weights& w, const std::string& p, int in, int 
   b.norm = w.Vec(p + "norm.weight", in);
   b.key = w.Pointwise(a + "key.proj.weight", in);
   b.value = w.Pointwise(a + "value.proj.weight", in);
-  b.key_dim = static_cast<int>(b.key.rows);
-  b.value_dim = static_cast<int>(b.value.rows);
+  b.key_dim = b.key.out();
+  b.value_dim = b.value.out();
   b.query = w.Pointwise(a + "query.proj.weight", in);
-  if (b.query.rows % b.key_dim != 0) {
-    throw Error(Str("tensor '", a, "query.proj.weight' has ", b.query.rows, " outputs, not a multiple of the key size ",
-                    b.key_dim));
+  if (b.query.out() % b.key_dim != 0) {
+    throw Error(Str("tensor '", a, "query.proj.weight' has ", b.query.out(),
+                    " outputs, not a multiple of the key size ", b.key_dim));
   }
-  b.heads = static_cast<int>(b.query.rows / b.key_dim);
+  b.heads = b.query.out() / b.key_dim;
   if (b.value_dim != b.key_dim) {
     throw Error(Str("block '", p, "': value size ", b.value_dim, " differs from key size ", b.key_dim,
                     " (the GQA op takes one head size)"));
@@ -206,15 +186,15 @@ MobileAttention LoadMqa(const Mnv5Weights& w, const std::string& p, int in, int 
     *norm = w.Vec(a + name + ".norm.weight", in);
   }
   b.output = w.Pointwise(a + "output.proj.weight", b.heads * b.value_dim);
-  if (w.Has(p + "layer_scale.gamma")) b.layer_scale = w.Vec(p + "layer_scale.gamma", b.output.rows);
-  b.skip = in == b.output.rows;
+  if (w.Has(p + "layer_scale.gamma")) b.layer_scale = w.Vec(p + "layer_scale.gamma", b.output.out());
+  b.skip = in == b.output.out();
   return b;
 }
 
 FeatureMap Forward(const EdgeResidual& b, const FeatureMap& x, ThreadPool* pool) {
   FeatureMap h = b.conv_exp.Forward(x, pool);
   Norm(h, b.bn1, true, pool);
-  FeatureMap y = Pointwise(b.conv_pwl, h, pool);
+  FeatureMap y = b.conv_pwl.Forward(h, pool);
   Norm(y, b.bn2, false, pool);
   if (b.skip) AddInPlace(y, x);
   return y;
@@ -228,13 +208,13 @@ FeatureMap Forward(const UniversalInvertedResidual& b, const FeatureMap& x, Thre
     Norm(start, b.dw_start_bn, false, pool);
     cur = &start;
   }
-  FeatureMap h = Pointwise(b.pw_exp, *cur, pool);
+  FeatureMap h = b.pw_exp.Forward(*cur, pool);
   Norm(h, b.pw_exp_bn, true, pool);
   if (b.dw_mid) {
     h = b.dw_mid->Forward(h, pool);
     Norm(h, b.dw_mid_bn, true, pool);
   }
-  FeatureMap y = Pointwise(b.pw_proj, h, pool);
+  FeatureMap y = b.pw_proj.Forward(h, pool);
   Norm(y, b.pw_proj_bn, false, pool);
   ScaleChannels(y, b.layer_scale);
   if (b.skip) AddInPlace(y, x);
@@ -244,17 +224,17 @@ FeatureMap Forward(const UniversalInvertedResidual& b, const FeatureMap& x, Thre
 FeatureMap Forward(const MobileAttention& b, const FeatureMap& x, ThreadPool* pool) {
   FeatureMap xn = x;
   Norm(xn, b.norm, false, pool);
-  const FeatureMap q = Pointwise(b.query, xn, pool);
-  auto project = [&](const std::optional<Conv2d>& down, const std::vector<float>& norm, const WeightMatrix& proj) {
-    if (!down) return Pointwise(proj, xn, pool);
+  const FeatureMap q = b.query.Forward(xn, pool);
+  auto project = [&](const std::optional<Conv2d>& down, const std::vector<float>& norm, const PointwiseConv& proj) {
+    if (!down) return proj.Forward(xn, pool);
     FeatureMap d = down->Forward(xn, pool);
     Norm(d, norm, false, pool);
-    return Pointwise(proj, d, pool);
+    return proj.Forward(d, pool);
   };
   const FeatureMap k = project(b.key_down, b.key_norm, b.key);
   const FeatureMap v = project(b.value_down, b.value_norm, b.value);
   const FeatureMap o = MultiQuery(q, k, v, b.heads, pool);
-  FeatureMap y = Pointwise(b.output, o, pool);
+  FeatureMap y = b.output.Forward(o, pool);
   ScaleChannels(y, b.layer_scale);
   if (b.skip) AddInPlace(y, x);
   return y;
@@ -279,9 +259,9 @@ int Mnv5BlockOutChannels(const Mnv5Block& b) {
   return std::visit(
       [](const auto& blk) -> int {
         using T = std::decay_t<decltype(blk)>;
-        if constexpr (std::is_same_v<T, EdgeResidual>) return static_cast<int>(blk.conv_pwl.rows);
-        if constexpr (std::is_same_v<T, UniversalInvertedResidual>) return static_cast<int>(blk.pw_proj.rows);
-        if constexpr (std::is_same_v<T, MobileAttention>) return static_cast<int>(blk.output.rows);
+        if constexpr (std::is_same_v<T, EdgeResidual>) return blk.conv_pwl.out();
+        if constexpr (std::is_same_v<T, UniversalInvertedResidual>) return blk.pw_proj.out();
+        if constexpr (std::is_same_v<T, MobileAttention>) return blk.output.out();
       },
       b);
 }
@@ -296,9 +276,9 @@ MultiScaleFusion LoadMultiScaleFusion(const Mnv5Weights& w, int in_channels, int
   MultiScaleFusion m;
   m.out_grid = out_grid;
   m.pw_exp = w.Pointwise("v.msfa.ffn.pw_exp.conv.weight", in_channels);
-  m.pw_exp_bn = w.Vec("v.msfa.ffn.pw_exp.bn.weight", m.pw_exp.rows);
-  m.pw_proj = w.Pointwise("v.msfa.ffn.pw_proj.conv.weight", static_cast<int>(m.pw_exp.rows));
-  m.out_channels = static_cast<int>(m.pw_proj.rows);
+  m.pw_exp_bn = w.Vec("v.msfa.ffn.pw_exp.bn.weight", m.pw_exp.out());
+  m.pw_proj = w.Pointwise("v.msfa.ffn.pw_proj.conv.weight", m.pw_exp.out());
+  m.out_channels = m.pw_proj.out();
   m.pw_proj_bn = w.Vec("v.msfa.ffn.pw_proj.bn.weight", m.out_channels);
   m.norm = w.Vec("v.msfa.norm.weight", m.out_channels);
   return m;
@@ -326,9 +306,9 @@ FeatureMap MultiScaleFusionForward(const MultiScaleFusion& m, const std::vector<
       }
     }
   });
-  FeatureMap h = Pointwise(m.pw_exp, cat, pool);
+  FeatureMap h = m.pw_exp.Forward(cat, pool);
   Norm(h, m.pw_exp_bn, true, pool);
-  FeatureMap y = Pointwise(m.pw_proj, h, pool);
+  FeatureMap y = m.pw_proj.Forward(h, pool);
   Norm(y, m.pw_proj_bn, false, pool);
   // Average pool to out_grid (timm: kernel = stride = H / out_grid).
   const int s = H / G, OC = y.c;

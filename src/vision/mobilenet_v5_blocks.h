@@ -2,9 +2,8 @@
 // as llama.cpp's converter names them: v.blk.{stage}.{i}.*; docs/vision.md):
 // edge residual, universal inverted residual (UIR), mobile multi-query
 // attention (MQA) and the multi-scale fusion adapter (MSFA). Activations are
-// FeatureMaps (pixels x channels); k x k convolutions run through oneDNN
-// (conv2d.h), 1x1 convolutions through quant/'s MatMul, attention through
-// the GQA op (causal = 0). Every norm is timm's RmsNorm2d (over the channels
+// FeatureMaps (pixels x channels); convolutions run through oneDNN
+// (conv2d.h, pointwise.h), attention through the GQA op (causal = 0). Every norm is timm's RmsNorm2d (over the channels
 // of each pixel, weight as is, eps 1e-6); every activation tanh-GELU.
 // Internal to src/vision.
 #pragma once
@@ -14,23 +13,20 @@
 #include <variant>
 #include <vector>
 
-#include "quant/quant.h"
 #include "quant/tensor_lookup.h"
 #include "vision/conv2d.h"
+#include "vision/pointwise.h"
 
 namespace kvshare::detail {
 
 inline constexpr float kMnv5NormEps = 1e-6f;  // timm RmsNorm2d's default
 
-// x[p, :] = rms_norm(x[p, :]) * w for every pixel p, then tanh-GELU if `gelu`.
+// x[p, :] = rms_norm(x[p, :]) * w for every pixel p, then torch's
+// GELU(approximate='tanh') if `gelu` (model/activations.h).
 void RmsNormPixels(FeatureMap& x, const float* w, float eps, bool gelu, ThreadPool* pool);
-// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), torch's GELU(approximate='tanh').
-float GeluTanh(float x);
-// A 1x1 convolution: y[p, :] = W x[p, :], W [out, in].
-FeatureMap Pointwise(const WeightMatrix& w, const FeatureMap& x, ThreadPool* pool);
 
-// Reads the tower's tensors, checking shapes, converting float types to
-// fp32 where the code wants fp32 (norms, scales, k x k kernels).
+// Reads the tower's tensors, checking shapes, as fp32 (oneDNN's kernels
+// take fp32; every weight type kvshare reads is dequantized at load).
 class Mnv5Weights {
  public:
   explicit Mnv5Weights(const GgufFile& file) : lookup_(file) {}
@@ -41,9 +37,9 @@ class Mnv5Weights {
   // A k x k convolution of `in` input channels (ggml ne {k, k, in or 1, out}):
   // depthwise when ne[2] == 1 < in. `out` = -1 accepts any count.
   Conv2d Conv(const std::string& name, int in, int stride, bool with_bias = false) const;
-  // A 1x1 convolution [out, in] (ne {1, 1, in, out} or {in, out}); `out` =
-  // -1 accepts any count. Packed for MatMul.
-  WeightMatrix Pointwise(const std::string& name, int in, int out = -1) const;
+  // A 1x1 convolution [out, in] (ne {1, 1, in, out}, or a Linear {in, out});
+  // `out` = -1 accepts any count.
+  PointwiseConv Pointwise(const std::string& name, int in, int out = -1) const;
 
  private:
   TensorLookup lookup_;
@@ -52,7 +48,7 @@ class Mnv5Weights {
 struct EdgeResidual {
   Conv2d conv_exp;         // k x k, stride s, in -> mid
   std::vector<float> bn1;  // [mid], then GELU
-  WeightMatrix conv_pwl;   // [out, mid]
+  PointwiseConv conv_pwl;  // [out, mid]
   std::vector<float> bn2;  // [out]
   bool skip = false;       // in == out and stride 1
 };
@@ -60,11 +56,11 @@ struct EdgeResidual {
 struct UniversalInvertedResidual {
   std::optional<Conv2d> dw_start;  // depthwise k x k (stride s when there is no dw_mid), no GELU
   std::vector<float> dw_start_bn;
-  WeightMatrix pw_exp;  // [mid, in], norm, GELU
+  PointwiseConv pw_exp;  // [mid, in], norm, GELU
   std::vector<float> pw_exp_bn;
   std::optional<Conv2d> dw_mid;  // depthwise k x k, stride s, norm, GELU
   std::vector<float> dw_mid_bn;
-  WeightMatrix pw_proj;  // [out, mid], norm
+  PointwiseConv pw_proj;  // [out, mid], norm
   std::vector<float> pw_proj_bn;
   std::vector<float> layer_scale;  // [out] or empty
   bool skip = false;
@@ -73,11 +69,11 @@ struct UniversalInvertedResidual {
 struct MobileAttention {
   std::vector<float> norm;  // [in]
   int heads = 0, key_dim = 0, value_dim = 0;
-  WeightMatrix query;                          // [heads * key_dim, in]
+  PointwiseConv query;                         // [heads * key_dim, in]
   std::optional<Conv2d> key_down, value_down;  // depthwise k x k, stride 2 ("same")
   std::vector<float> key_norm, value_norm;
-  WeightMatrix key, value;  // [key_dim, in], [value_dim, in]
-  WeightMatrix output;      // [out, heads * value_dim]
+  PointwiseConv key, value;  // [key_dim, in], [value_dim, in]
+  PointwiseConv output;      // [out, heads * value_dim]
   std::vector<float> layer_scale;
   bool skip = false;
 };
@@ -95,7 +91,7 @@ FeatureMap Mnv5BlockForward(const Mnv5Block& b, const FeatureMap& x, ThreadPool*
 // size, concatenate channels, pw_exp 1x1 + norm + GELU, pw_proj 1x1 + norm,
 // average-pool by high / out_grid, norm.
 struct MultiScaleFusion {
-  WeightMatrix pw_exp, pw_proj;
+  PointwiseConv pw_exp, pw_proj;
   std::vector<float> pw_exp_bn, pw_proj_bn, norm;
   int out_grid = 16;
   int out_channels = 0;
