@@ -1,7 +1,7 @@
 // Test helper: a plain float64 forward pass of the tiny MobileNet-V5 tower and
-// Gemma 3n vision embedder, written from the description in docs/vision.md
-// (timm MobileNetV5Encoder, HF Gemma3nMultimodalEmbedder) with loops over a
-// [C][H][W] layout: no oneDNN, no MatMul, no GQA op. Its Variant switches
+// Gemma 3n vision embedder, written from the description in
+// docs/vision_mobilenet_v5.md (timm MobileNetV5Encoder, HF
+// Gemma3nMultimodalEmbedder) with loops over a [C][H][W] layout: no oneDNN, no MatMul, no GQA op. Its Variant switches
 // plant the mistakes a port can make, so the tests can show that the
 // comparison would catch them.
 #pragma once

@@ -1,7 +1,7 @@
 // A 2-D convolution over NHWC activations (batch 1) through oneDNN, with
 // TensorFlow / timm "same" padding, run in fixed row chunks on kvshare's
 // ThreadPool so results do not depend on the thread count
-// (docs/vision.md, "Convolutions"). Internal to src/vision.
+// (docs/vision_mobilenet_v5.md, "Kernels and threads"). Internal to src/vision.
 #pragma once
 
 #include <cstdint>

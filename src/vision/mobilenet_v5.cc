@@ -5,7 +5,7 @@
 // adapter over the outputs of the last two stages. Embedder (HF
 // Gemma3nModel.get_image_features + Gemma3nMultimodalEmbedder): tokens in
 // row-major grid order, x sqrt(n_embd), RMSNorm (soft_emb_norm), projection
-// to the text width, RMSNorm without weight. docs/vision.md has the details.
+// to the text width, RMSNorm without weight. docs/vision_mobilenet_v5.md has the details.
 #include "vision/mobilenet_v5.h"
 
 #include <cmath>

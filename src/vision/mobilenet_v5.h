@@ -1,5 +1,5 @@
 // Gemma 3n's image encoder: MobileNet-V5 with its multi-scale fusion and the
-// vision embedder (projector type gemma3nv; docs/vision.md). Internal to
+// vision embedder (projector type gemma3nv; docs/vision_mobilenet_v5.md). Internal to
 // src/vision: VisionEncoder::Load dispatches here.
 #pragma once
 

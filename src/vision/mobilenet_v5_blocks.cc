@@ -1,7 +1,7 @@
 // MobileNet-V5 blocks (mobilenet_v5_blocks.h). The order of steps is timm's
 // (_efficientnet_blocks.py EdgeResidual / UniversalInvertedResidual /
 // MobileAttention, attention2d.py MultiQueryAttention2d, mobilenetv5.py
-// MobileNetV5MultiScaleFusionAdapter); docs/vision.md lists them.
+// MobileNetV5MultiScaleFusionAdapter); docs/vision_mobilenet_v5.md lists them.
 #include "vision/mobilenet_v5_blocks.h"
 
 #include <cmath>

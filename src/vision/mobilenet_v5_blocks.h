@@ -1,5 +1,5 @@
 // The blocks of Gemma 3n's MobileNet-V5 image tower (timm MobileNetV5Encoder,
-// as llama.cpp's converter names them: v.blk.{stage}.{i}.*; docs/vision.md):
+// as llama.cpp's converter names them: v.blk.{stage}.{i}.*; docs/vision_mobilenet_v5.md):
 // edge residual, universal inverted residual (UIR), mobile multi-query
 // attention (MQA) and the multi-scale fusion adapter (MSFA). Activations are
 // FeatureMaps (pixels x channels); convolutions run through oneDNN

@@ -5,7 +5,7 @@
 //
 // Why not quant/'s MatMul: its float kernels are dot products per output,
 // built for decode-sized m; the encoders' products have m in the thousands,
-// where oneDNN's blocked sgemm is several times faster (docs/vision.md).
+// where oneDNN's blocked sgemm is several times faster (docs/vision_mobilenet_v5.md).
 #pragma once
 
 #include <cstdint>
