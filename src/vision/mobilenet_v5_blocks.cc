@@ -19,22 +19,32 @@ namespace {
 constexpr std::int64_t kPixelGrain = 64;  // pixels per pool item for per-pixel work
 
 // All elements of a tensor as fp32: every weight type kvshare reads (rows of
-// whole blocks, as GGUF stores them).
-std::vector<float> ToFloats(const GgufTensor& t) {
+// whole blocks, as GGUF stores them). The encoder keeps the copy, so the
+// file's pages are released.
+std::vector<float> ToFloats(const GgufFile& file, const GgufTensor& t) {
   CheckWeightType(t);
   std::vector<float> out(static_cast<std::size_t>(t.NumElements()));
   DequantizeRow(t.type, t.data, out.data(), t.NumElements());
+  file.ReleasePages(t.data, t.nbytes);
   return out;
 }
 
-void AddInPlace(FeatureMap& y, const FeatureMap& x) {
-  for (std::size_t i = 0; i < y.data.size(); ++i) y.data[i] += x.data[i];
-}
-
-void ScaleChannels(FeatureMap& y, const std::vector<float>& s) {
-  if (s.empty()) return;
-  const std::size_t c = static_cast<std::size_t>(y.c);
-  for (std::size_t i = 0; i < y.data.size(); ++i) y.data[i] *= s[i % c];
+// y = y * s (per channel, s empty: 1) + x (x null: 0), pixel by pixel.
+void ScaleAdd(FeatureMap& y, const std::vector<float>& s, const FeatureMap* x, ThreadPool* pool) {
+  if (s.empty() && x == nullptr) return;
+  const int C = y.c;
+  ParallelForRanges(pool, y.Pixels(), kPixelGrain, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      float* r = y.data.data() + p * C;
+      if (!s.empty()) {
+        for (int c = 0; c < C; ++c) r[c] *= s[c];
+      }
+      if (x != nullptr) {
+        const float* a = x->data.data() + p * C;
+        for (int c = 0; c < C; ++c) r[c] += a[c];
+      }
+    }
+  });
 }
 
 void Norm(FeatureMap& x, const std::vector<float>& w, bool gelu, ThreadPool* pool) {
@@ -84,7 +94,7 @@ void RmsNormPixels(FeatureMap& x, const float* w, float eps, bool gelu, ThreadPo
 std::vector<float> Mnv5Weights::Vec(const std::string& name, std::int64_t n) const {
   const GgufTensor& t = file().Tensor(name);
   if (t.NumElements() != n) throw Error(Str("tensor '", name, "' is ", t.DimsString(), ", expected ", n, " elements"));
-  return ToFloats(t);
+  return ToFloats(file(), t);
 }
 
 Conv2d Mnv5Weights::Conv(const std::string& name, int in, int stride, bool with_bias) const {
@@ -104,7 +114,7 @@ Conv2d Mnv5Weights::Conv(const std::string& name, int in, int stride, bool with_
     const std::string bname = name.substr(0, name.size() - std::string("weight").size()) + "bias";
     if (Has(bname)) bias = Vec(bname, spec.out_channels);
   }
-  return Conv2d(spec, ToFloats(t), std::move(bias));
+  return Conv2d(spec, ToFloats(file(), t), std::move(bias));
 }
 
 PointwiseConv Mnv5Weights::Pointwise(const std::string& name, int in, int out) const {
@@ -115,7 +125,7 @@ PointwiseConv Mnv5Weights::Pointwise(const std::string& name, int in, int out) c
     throw Error(Str("tensor '", name, "' is ", t.DimsString(), ", expected a 1x1 convolution [1, 1, ", in, ", ",
                     out >= 0 ? Str(out) : std::string("out"), "]"));
   }
-  return PointwiseConv(in, static_cast<int>(rows), ToFloats(t));
+  return PointwiseConv(in, static_cast<int>(rows), ToFloats(file(), t));
 }
 
 // ---- blocks ----
@@ -196,7 +206,7 @@ FeatureMap Forward(const EdgeResidual& b, const FeatureMap& x, ThreadPool* pool)
   Norm(h, b.bn1, true, pool);
   FeatureMap y = b.conv_pwl.Forward(h, pool);
   Norm(y, b.bn2, false, pool);
-  if (b.skip) AddInPlace(y, x);
+  ScaleAdd(y, {}, b.skip ? &x : nullptr, pool);
   return y;
 }
 
@@ -216,8 +226,7 @@ FeatureMap Forward(const UniversalInvertedResidual& b, const FeatureMap& x, Thre
   }
   FeatureMap y = b.pw_proj.Forward(h, pool);
   Norm(y, b.pw_proj_bn, false, pool);
-  ScaleChannels(y, b.layer_scale);
-  if (b.skip) AddInPlace(y, x);
+  ScaleAdd(y, b.layer_scale, b.skip ? &x : nullptr, pool);
   return y;
 }
 
@@ -235,8 +244,7 @@ FeatureMap Forward(const MobileAttention& b, const FeatureMap& x, ThreadPool* po
   const FeatureMap v = project(b.value_down, b.value_norm, b.value);
   const FeatureMap o = MultiQuery(q, k, v, b.heads, pool);
   FeatureMap y = b.output.Forward(o, pool);
-  ScaleChannels(y, b.layer_scale);
-  if (b.skip) AddInPlace(y, x);
+  ScaleAdd(y, b.layer_scale, b.skip ? &x : nullptr, pool);
   return y;
 }
 
