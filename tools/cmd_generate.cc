@@ -160,10 +160,16 @@ void RunGenerate(const GenerateCliOptions& o) {
     std::vector<ChatMessage> msgs = {{"user", o.prompt}};
     msgs[0].image_at.assign(images.images.size(), 0);  // the images, then the text
     std::vector<std::size_t> slots;
-    std::vector<int32_t> ids = tmpl.Encode(msgs, {}, &slots);
-    ImagePrompt ip;
+    std::optional<ImageSplicer> splicer;
+    ChatTemplateOptions co;
     if (!images.images.empty()) {
-      ip = ImageSplicer(tok, images.encoder->config().projector).Splice(ids, slots, images.images);
+      splicer.emplace(tok, images.encoder->config().projector);
+      co.image_padding_text = splicer->padding_text();
+    }
+    std::vector<int32_t> ids = tmpl.Encode(msgs, co, &slots);
+    ImagePrompt ip;
+    if (splicer) {
+      ip = splicer->Splice(ids, slots, images.images);
       ids = ip.tokens;
       go.prompt_embeddings = ip.embeddings;
       std::fprintf(stderr, "[kvshare] %zu image(s): %zu soft-token span(s), encoded in %.3f s\n", images.images.size(),

@@ -58,6 +58,10 @@ class Gemma3 final : public detail::DecoderModel {
     c.rope_base_full = f.GetF32Or(a + "rope.freq_base", 1e6f);
     c.rope_base_sliding = f.GetF32Or(a + "rope.freq_base_swa", 1e4f);
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    // HF Gemma3ForCausalLM caps the logits when its config sets
+    // final_logit_softcapping (the released models do not; the converter
+    // writes the key only when set).
+    final_softcap_ = f.GetF32Or(a + "final_logit_softcapping", 0.0f);
     c.image_attention = ImageAttention::kAllLayers;  // HF Gemma 3: an image's tokens see each other on every layer
     // Layer pattern: every 6th layer is global (llama.cpp set_swa_pattern(6)).
     const int pattern = static_cast<int>(f.GetU32Or(a + "attention.sliding_window_pattern", 6));

@@ -55,7 +55,7 @@ ImageSplicer::ImageSplicer(const Tokenizer& tokenizer, ProjectorType projector)
   // The soft token's id is a placeholder (its row is replaced); a vocabulary
   // without it gets the end marker's id there.
   soft_ = tokenizer.TokenId(gemma4 ? "<|image|>" : "<image_soft_token>").value_or(end_);
-  if (!gemma4) newlines_ = tokenizer.Encode("\n\n", {.add_bos = false, .add_eos = false, .parse_special = false});
+  if (!gemma4) padding_ = "\n\n";
 }
 
 ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
@@ -85,11 +85,14 @@ ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<co
     const std::int64_t width = static_cast<std::int64_t>(im.rows.size()) / n_soft;  // n_embd_text
     const float* rows = im.rows.data();
     for (std::size_t c = 0; c < im.tokens.size(); ++c) {
-      if (im.tokens.size() > 1)
-        text(p.tokens, c == 0   ? "Here is the original image "
-                       : c == 1 ? " and here are some crops to help you see better "
-                                : " ");
-      p.tokens.insert(p.tokens.end(), newlines_.begin(), newlines_.end());
+      if (im.tokens.size() > 1) {
+        // Pan-and-scan (HF Gemma3Processor): the crops' padding is written
+        // here; the chat template wrote the padding around the whole image.
+        const std::string lead = c == 0   ? "Here is the original image " + padding_
+                                 : c == 1 ? padding_ + " and here are some crops to help you see better " + padding_
+                                          : padding_ + " " + padding_;
+        text(p.tokens, lead.c_str());
+      }
       p.tokens.push_back(begin_);
       p.embeddings.push_back(EmbeddingSpan{.begin = static_cast<std::int64_t>(p.tokens.size()),
                                            .count = im.tokens[c],
@@ -98,7 +101,6 @@ ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<co
       p.keys.push_back(im.key ^ (0x9e3779b97f4a7c15ull * (c + 1)));
       p.tokens.insert(p.tokens.end(), static_cast<std::size_t>(im.tokens[c]), soft_);
       p.tokens.push_back(end_);
-      p.tokens.insert(p.tokens.end(), newlines_.begin(), newlines_.end());
       rows += im.tokens[c] * width;
     }
   }

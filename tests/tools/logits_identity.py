@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """By-hand check that a refactor changed no number: runs tests/logits_dump on
-every model fixture (tests/fixtures/**/*.gguf, drafters excluded) and on the
+every model fixture (tests/fixtures/**/*.gguf, drafters and mmprojs excluded) and on the
 default model, at every kernel level this CPU has, and records the SHA-256 of
 each logits file in a JSON manifest; --compare checks two manifests.
 
@@ -50,7 +50,8 @@ def available_levels() -> list:
 
 
 def models() -> list:
-    found = sorted(p for p in (ROOT / "tests" / "fixtures").rglob("*.gguf") if "assistant" not in p.name)
+    found = sorted(p for p in (ROOT / "tests" / "fixtures").rglob("*.gguf")
+                   if "assistant" not in p.name and "mmproj" not in p.name)
     default = Path(os.environ.get("KVSHARE_MODEL_DIR", Path.home() / ".cache" / "kvshare")) / "gemma-3-270m-q4_k_m.gguf"
     if default.exists():
         found.append(default)

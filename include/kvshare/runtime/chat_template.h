@@ -133,6 +133,11 @@ struct ChatTemplateOptions {
   // contents. Off by default, so a user who types "<end_of_turn>" cannot end a
   // turn; the markup around the messages is always parsed.
   bool parse_special_in_content = false;
+  // ChatTemplate::Encode with image_slots only: text written before and
+  // after each image's tokens (ImageSplicer::padding_text(): Gemma 3 / 3n's
+  // "\n\n"), tokenized together with the neighbouring text as HF's processor
+  // tokenizes its whole prompt string.
+  std::string image_padding_text;
   // Functions offered to the model (see "Tools" at the top of this file).
   // Empty: none offered; kNone ignores them.
   std::vector<ToolFunction> tools;

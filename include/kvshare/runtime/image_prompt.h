@@ -3,6 +3,9 @@
 // put them (ChatTemplate::Encode's image_slots), in each family's markers as
 // its HF processor writes them:
 //   gemma3    "\n\n" <start_of_image> N x <image_soft_token> <end_of_image> "\n\n"
+//             (the "\n\n" is padding_text(): ChatTemplate::Encode writes it
+//             with the neighbouring text, so it tokenizes as in HF's whole
+//             prompt string; Splice writes the markers and soft tokens)
 //             (pan-and-scan: "Here is the original image " seq " and here are
 //             some crops to help you see better " seq " " seq ...)
 //   gemma3nv  the same markers, no pan-and-scan
@@ -15,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvshare/model/model.h"
@@ -63,12 +67,15 @@ class ImageSplicer {
   // the end, or an image has no tokens.
   ImagePrompt Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
                      std::span<const PromptImage> images) const;
+  // Text around each image (ChatTemplateOptions::image_padding_text):
+  // "\n\n" for Gemma 3 / 3n, "" for Gemma 4.
+  const std::string& padding_text() const { return padding_; }
 
  private:
   const Tokenizer* tokenizer_;
   ProjectorType projector_;
   std::int32_t begin_ = -1, soft_ = -1, end_ = -1;
-  std::vector<std::int32_t> newlines_;  // "\n\n" (Gemma 3 / 3n), empty for Gemma 4
+  std::string padding_;
 };
 
 }  // namespace kvshare

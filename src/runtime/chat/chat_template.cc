@@ -4,6 +4,7 @@
 #include "kvshare/runtime/chat_template.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvshare/common/error.h"
@@ -119,7 +120,32 @@ std::vector<std::int32_t> ChatTemplate::Encode(std::span<const ChatMessage> mess
   std::vector<std::int32_t> ids;
   if (options.add_bos && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
   if (image_slots != nullptr) image_slots->clear();
-  for (const chat::Segment& s : BuildSegments(format_, messages, options, /*bos_text=*/false)) {
+  std::vector<chat::Segment> segs = BuildSegments(format_, messages, options, /*bos_text=*/false);
+  if (image_slots != nullptr && !options.image_padding_text.empty()) {
+    // The padding joins the text on each side of an image (two images in a
+    // row share one piece of text between them).
+    const std::string& pad = options.image_padding_text;
+    std::vector<chat::Segment> padded;
+    std::string pending;
+    for (chat::Segment& s : segs) {
+      if (s.image) {
+        if (!pending.empty()) padded.push_back({std::exchange(pending, ""), false});
+        if (!padded.empty() && !padded.back().image) {
+          padded.back().text += pad;
+        } else {
+          padded.push_back({pad, false});
+        }
+        padded.push_back(std::move(s));
+        pending = pad;
+      } else {
+        s.text = std::exchange(pending, "") + s.text;
+        padded.push_back(std::move(s));
+      }
+    }
+    if (!pending.empty()) padded.push_back({pending, false});
+    segs = std::move(padded);
+  }
+  for (const chat::Segment& s : segs) {
     if (s.image && image_slots != nullptr) {
       image_slots->push_back(ids.size());
       continue;
