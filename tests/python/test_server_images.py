@@ -8,6 +8,7 @@ model (prompt tokens, and the logits depend on the image); the same request
 twice is the same; each bad input is a 400 naming the problem; a server
 without --mmproj refuses images naming the flag."""
 import base64
+import shutil
 import struct
 import zlib
 
@@ -175,3 +176,30 @@ def test_without_mmproj_images_name_the_flag():
         assert m["capabilities"] == ["completion"]
         res = request(s, "POST", P, chat([{"type": "text", "text": "Hi"}, image_part(data_url(png(8, 8, 7)))]))
         check_400(res, "images_unsupported", "--mmproj")
+
+
+def test_chat_page_attaches_images(server, tmp_path):
+    """The chat page's Image button (shown since /v1/models says
+    "multimodal") attaches a file as a data: URL to the next message."""
+    if shutil.which("chromium") is None:
+        pytest.skip("no chromium (Debian package chromium)")
+    from cdp import Browser
+    from test_server_chat_page import open_page, send
+    path = tmp_path / "a.png"
+    path.write_bytes(png(24, 24, 8))
+    b = Browser()
+    try:
+        open_page(b, server)
+        assert b.wait("!document.getElementById('attach').hidden")
+        b.eval("document.getElementById('max').value = 3; document.getElementById('temp').value = 0")
+        root = b.call("DOM.getDocument")["root"]["nodeId"]
+        node = b.call("DOM.querySelector", nodeId=root, selector="#files")["nodeId"]
+        b.call("DOM.setFileInputFiles", nodeId=node, files=[str(path)])
+        assert b.wait("document.getElementById('attach').textContent === 'Image (1)'")
+        send(b, "Describe.")
+        assert b.wait("(document.querySelector('.msg.user') || {}).textContent") == "Describe. [1 image]"
+        b.wait("(() => { const s = document.querySelector('.stats'); return s && s.textContent.includes('·'); })()")
+        assert b.eval("document.querySelector('.msg.error') === null")
+        server.wait_log(r"chat stream: .*output \d+ tokens")
+    finally:
+        b.close()
