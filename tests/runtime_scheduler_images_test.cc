@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvshare/common/error.h"
@@ -120,46 +121,40 @@ TEST(SchedulerImages, PromptCacheKeysOnTheImage) {
   EXPECT_EQ(RunAll(s, {MustSubmit(s, text)})[0].last.usage.cached_tokens, kImageBegin);
 }
 
+// Submit throws an Error whose message has `words`.
+void ExpectRefused(Scheduler& s, RequestOptions r, const std::string& words) {
+  try {
+    s.Submit(std::move(r));
+    ADD_FAILURE() << "accepted; wanted an error with: " << words;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
 TEST(SchedulerImages, BadSpansAreRefusedAtSubmit) {
   TinySetup t;
   Scheduler s(*t.model, t.tok, nullptr, {.slots = 3, .max_context = 48, .step_tokens = 8});
-  auto expect_error = [&](RequestOptions r, const std::string& words) {
-    try {
-      s.Submit(std::move(r));
-      ADD_FAILURE() << "accepted; wanted an error with: " << words;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-    }
-  };
   // 7 tokens > step_tokens - slots + 1 = 6.
-  expect_error(ImageRequest(t, 1, 11), "must run in one step");
+  ExpectRefused(s, ImageRequest(t, 1, 11), "must run in one step");
   Scheduler wide(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 48, .step_tokens = 16});
   RequestOptions r = ImageRequest(t, 1, 11);
   EXPECT_EQ(wide.Submit(r).status, SubmitStatus::kAccepted);
-  auto expect_wide_error = [&](RequestOptions bad, const std::string& words) {
-    try {
-      wide.Submit(std::move(bad));
-      ADD_FAILURE() << "accepted; wanted an error with: " << words;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-    }
-  };
   RequestOptions keys = r;
   keys.embedding_keys.clear();
-  expect_wide_error(keys, "keys (one per span)");
+  ExpectRefused(wide, keys, "keys (one per span)");
   RequestOptions past = r;
   past.embeddings[0].begin = 12;
-  expect_wide_error(past, "within the prompt");
+  ExpectRefused(wide, past, "within the prompt");
   RequestOptions overlap = r;
   overlap.embeddings.push_back(r.embeddings[0]);
   overlap.embedding_keys.push_back(1);
-  expect_wide_error(overlap, "disjoint");
+  ExpectRefused(wide, overlap, "disjoint");
   RequestOptions empty = r;
   empty.embeddings[0].count = 0;
-  expect_wide_error(empty, "non-empty");
+  ExpectRefused(wide, empty, "non-empty");
   RequestOptions no_rows = r;
   no_rows.embeddings[0].rows = nullptr;
-  expect_wide_error(no_rows, "has no rows");
+  ExpectRefused(wide, no_rows, "has no rows");
 }
 
 }  // namespace
