@@ -9,6 +9,7 @@
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
 #include "openai_request.h"
+#include "request_images.h"
 
 namespace kvshare::server {
 namespace {
@@ -36,11 +37,13 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
       for (const OfferedTool& t : offer->tools) co.tools.push_back(t.function);
       co.parallel_tool_calls = offer->parallel;
     }
+    std::vector<std::size_t> image_slots;
     try {
-      r.prompt = ctx.chat->Encode(req.messages, co);
+      r.prompt = ctx.chat->Encode(req.messages, co, req.images.empty() ? nullptr : &image_slots);
     } catch (const Error& e) {
       throw BadRequest(std::string("Invalid 'messages': ") + e.what() + ".", "messages", "invalid_value");
     }
+    if (!req.images.empty()) AttachImages(req, ctx, image_slots, r);
     r.stop_tokens = ctx.chat->StopTokens();
     if (offer) {
       for (std::int32_t t : ctx.chat->ToolStopTokens()) r.stop_tokens.push_back(t);

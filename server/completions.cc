@@ -46,7 +46,8 @@ struct Stream {
 
 void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
   CheckReady();
-  CompletionRequest cr = ParseCompletionRequest(ParseBody(req), chat, {.strict = opt.strict_openai});
+  CompletionRequest cr = ParseCompletionRequest(
+      ParseBody(req), chat, {.strict = opt.strict_openai, .allow_image_urls = opt.allow_image_urls});
   KeepSchemaKeyOrder(cr, req.body);
   RequestOptions ro = BuildRequest(cr, ctx);
   if (!cr.ignored.empty()) {

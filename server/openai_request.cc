@@ -48,8 +48,8 @@ void CheckKnownFields(const json& body, bool chat, const RequestParsing& o, std:
                                                "ignore_eos",
                                                "speculative",
                                                "response_format"};
-  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
-                                                  "tools",    "tool_choice",           "parallel_tool_calls"};
+  static const std::set<std::string> chat_only = {"messages",    "max_completion_tokens", "top_logprobs",   "tools",
+                                                  "tool_choice", "parallel_tool_calls",   "max_soft_tokens"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
   for (const auto& [k, v] : body.items()) {
     if (common.count(k) || Ignored().count(k) || (chat ? chat_only.count(k) : completion_only.count(k))) continue;
@@ -168,7 +168,15 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
     r.model = model->get<std::string>();
   }
   if (chat) {
-    r.messages = ParseMessages(body, o, r.ignored);
+    r.messages = ParseMessages(body, o, r.images, r.ignored);
+    if (auto b = Integer(body, "max_soft_tokens", 1, INT32_MAX)) {
+      if (*b != 70 && *b != 140 && *b != 280 && *b != 560 && *b != 1120) {
+        throw BadRequest("Invalid 'max_soft_tokens': " + std::to_string(*b) +
+                             " is not one of Gemma 4's image token budgets 70, 140, 280, 560, 1120.",
+                         "max_soft_tokens", "invalid_value");
+      }
+      r.max_soft_tokens = static_cast<int>(*b);
+    }
   } else {
     ParsePrompt(body, r);
   }

@@ -22,7 +22,11 @@
 // user / metadata / store / service_tier (ignored),
 // presence_penalty and frequency_penalty (0 only).
 // Chat: messages (roles system / developer / user / assistant; content a
-// string or an array of {"type": "text", "text"} parts), max_completion_tokens,
+// string or an array of {"type": "text", "text"} and {"type": "image_url",
+// "image_url": {"url": "data:image/png;base64,..."}} parts: several images per
+// message and conversation, with kvshare serve --mmproj; http(s) URLs are
+// refused), max_soft_tokens (kvshare / Gemma 4: an image's token budget, 70,
+// 140, 280, 560 or 1120), max_completion_tokens,
 // logprobs (bool), top_logprobs [0, 20] (needs logprobs).
 // Chat tools: tools (an array of {"type": "function", "function": {"name"
 // ([A-Za-z0-9_-]{1,64}, unique), "description", "parameters" (an object),
@@ -64,17 +68,28 @@
 
 #include "kvshare/runtime/chat_message.h"
 #include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/runtime/tool_calls.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "kvshare/vision/image.h"
+#include "kvshare/vision/vision_encoder.h"
 
 namespace kvshare::server {
+
+// One image_url content part's image (request_images.h).
+struct RequestImage {
+  std::vector<std::uint8_t> bytes;  // the file, as sent
+  std::string param;                // where it was: "messages[0].content[1].image_url.url"
+};
 
 struct CompletionRequest {
   bool chat = false;
   std::string model;
   std::vector<ChatMessage> messages;                       // chat
+  std::vector<RequestImage> images;                        // chat: image_url parts, in message and part order
+  std::optional<int> max_soft_tokens;                      // chat: Gemma 4's image token budget
   std::optional<std::string> prompt_text;                  // completions
   std::optional<std::vector<std::int32_t>> prompt_tokens;  // completions, as ids
   bool stream = false;
@@ -117,6 +132,9 @@ std::optional<ToolOffer> OfferedTools(const CompletionRequest& req);
 struct RequestParsing {
   // OpenAI's strictness: unknown fields are a 400, `model` is required.
   bool strict = false;
+  // http(s) image URLs (kvshare serve --allow-image-urls): fetching is not
+  // built, so they are refused either way, with a message that says which.
+  bool allow_image_urls = false;
 };
 
 // Parses `body` (any JSON value). `chat` picks the endpoint's fields.
@@ -136,6 +154,14 @@ struct ModelContext {
   const ChatTemplate* chat = nullptr;  // the chat format (kNone: plain completion)
   std::string chat_unavailable;        // why chat requests are refused (format kNone), or empty
   int max_context = 0;                 // per request: prompt + max_tokens
+  // Images (kvshare serve --mmproj); no encoder: image parts are a 400.
+  struct Images {
+    const VisionEncoder* encoder = nullptr;
+    const ImageSplicer* splicer = nullptr;
+    ImageLimits limits;
+    int max_soft_tokens = 280;  // Gemma 4's budget when a request names none (--image-max-soft-tokens)
+    int max_image_tokens = 0;   // one image's soft tokens must fit a step: step_tokens - slots + 1
+  } images;
 };
 
 // Checks the model name (404 model_not_found; none given: the served one),

@@ -3,13 +3,17 @@
 
 #include "api_error.h"
 #include "request_fields.h"
+#include "request_images.h"
 
 namespace kvshare::server {
 namespace {
 
 using nlohmann::json;
 
-std::string ContentText(const json& content, std::size_t index) {
+// The message's text, with its image parts' places in msg.image_at and
+// their bytes appended to `images`.
+std::string ContentText(const json& content, std::size_t index, const RequestParsing& o, ChatMessage& msg,
+                        std::vector<RequestImage>& images) {
   const std::string name = "messages[" + std::to_string(index) + "].content";
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return "";
@@ -24,9 +28,15 @@ std::string ContentText(const json& content, std::size_t index) {
       throw BadRequest("Missing required parameter: '" + pname + ".type'.", pname + ".type",
                        "missing_required_parameter");
     }
+    if (type->get<std::string>() == "image_url") {
+      images.push_back(ReadImageUrlPart(part, pname, o));
+      msg.image_at.push_back(text.size());
+      continue;
+    }
     if (type->get<std::string>() != "text") {
       throw BadRequest("Invalid '" + pname +
-                           ".type': only \"text\" content parts are supported by this server, got \"" +
+                           ".type': only \"text\" and \"image_url\" content parts are supported by this server, "
+                           "got \"" +
                            type->get<std::string>() + "\".",
                        pname + ".type", "unsupported_parameter");
     }
@@ -82,7 +92,8 @@ ToolCall ParseToolCall(const json& c, const std::string& name) {
 
 }  // namespace
 
-std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o, std::vector<std::string>& ignored) {
+std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o, std::vector<RequestImage>& images,
+                                       std::vector<std::string>& ignored) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
     throw BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
@@ -124,7 +135,8 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
       if (k == "tool_call_id" && r == "tool") continue;
       Unknown(name + "." + k, o, ignored);
     }
-    ChatMessage msg{r, content == m.end() ? std::string() : ContentText(*content, i)};
+    ChatMessage msg{r, ""};
+    if (content != m.end()) msg.content = ContentText(*content, i, o, msg, images);
     if (r == "tool") {
       auto id = m.find("tool_call_id");
       if (id == m.end() || id->is_null()) {

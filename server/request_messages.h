@@ -1,6 +1,7 @@
 // The chat endpoint's messages (OpenAI's shapes: roles system / developer /
 // user / assistant / tool, content a string or text parts, an assistant's
-// tool_calls, a tool message's tool_call_id) read into ChatMessage.
+// tool_calls, a tool message's tool_call_id, image_url parts) read into
+// ChatMessage.
 #pragma once
 
 #include <string>
@@ -15,8 +16,9 @@ namespace kvshare::server {
 
 // body["messages"]: a non-empty array; "developer" becomes "system". Throws
 // ApiError 400 naming the message and field; unknown fields of a message go
-// through Unknown (request_fields.h).
+// through Unknown (request_fields.h). image_url parts go to `images` in
+// order (request_images.h), each marked in its message's image_at.
 std::vector<ChatMessage> ParseMessages(const nlohmann::json& body, const RequestParsing& o,
-                                       std::vector<std::string>& ignored);
+                                       std::vector<RequestImage>& images, std::vector<std::string>& ignored);
 
 }  // namespace kvshare::server

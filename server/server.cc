@@ -187,7 +187,9 @@ void Server::Impl::SetupRoutes() {
                        {"object", "model"},
                        {"created", created},
                        {"owned_by", "kvshare"},
-                       {"max_model_len", ctx.max_context}};
+                       {"max_model_len", ctx.max_context},
+                       {"capabilities", ctx.images.encoder != nullptr ? json::array({"completion", "multimodal"})
+                                                                      : json::array({"completion"})}};
              res.set_content(Dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
            }));
 
@@ -337,6 +339,17 @@ void Server::Load() {
   if (choice.format == ChatFormat::kNone) {
     m.ctx.chat_unavailable =
         choice.source == ChatFormatSource::kNamed ? "--chat-template none was given" : choice.reason;
+  }
+  if (!m.opt.mmproj_path.empty()) {
+    m.vision = VisionEncoder::Load(m.opt.mmproj_path);
+    CheckMmprojFitsText(m.vision->config(), m.model->config().n_embd);
+    m.splicer = std::make_unique<ImageSplicer>(*m.tok, m.vision->config().projector);
+    m.ctx.images.encoder = m.vision.get();
+    m.ctx.images.splicer = m.splicer.get();
+    m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;
+    m.ctx.images.max_image_tokens = m.opt.scheduler.step_tokens - m.opt.scheduler.slots + 1;
+    m.Log("images: " + std::string(ProjectorTypeName(m.vision->config().projector)) + " encoder from " +
+          m.opt.mmproj_path);
   }
   const int threads =
       m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -4,7 +4,8 @@
 // Endpoints:
 //   POST /v1/chat/completions, /v1/completions   OpenAI (streaming SSE or not;
 //        openai_request.h lists the parameters, openai_response.h the bodies)
-//   GET  /v1/models                               the one served model
+//   GET  /v1/models                               the one served model ("capabilities":
+//        ["completion"], with "multimodal" when an mmproj is loaded, as llama-server says it)
 //   GET  /health, /v1/health                      503 while loading or draining, then 200 {"status":"ok"}
 //   GET  /metrics                                 Prometheus text (metrics.h)
 //   POST /tokenize   {"content", "add_special"=false, "with_pieces"=false} -> {"tokens"}
@@ -62,6 +63,15 @@ struct ServerOptions {
   // served model, and unknown fields are ignored, named in a log line and in
   // the response header X-Kvshare-Ignored-Fields (openai_request.h).
   bool strict_openai = false;
+  // Images: the mmproj GGUF of the served model (empty: image parts are a
+  // 400 naming --mmproj); Load() checks that it fits the text model (its
+  // width, the family's markers in the vocabulary). http(s) image URLs are
+  // refused either way (allow_image_urls changes the message: fetching is
+  // not built). image_max_soft_tokens: Gemma 4's budget for requests that
+  // name none.
+  std::string mmproj_path;
+  bool allow_image_urls = false;
+  int image_max_soft_tokens = 280;
   // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
   std::function<void(std::string_view)> log;
 };

@@ -23,6 +23,7 @@
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/drafter_factory.h"
+#include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"
@@ -81,6 +82,8 @@ struct Server::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> chat;
+  std::unique_ptr<VisionEncoder> vision;  // --mmproj
+  std::unique_ptr<ImageSplicer> splicer;
   std::unique_ptr<ThreadPool> pool;
   Speculation speculation;  // the drafter (and the draft model or assistant it runs)
   std::unique_ptr<Scheduler> scheduler;

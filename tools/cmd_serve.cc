@@ -46,6 +46,9 @@ struct ServeCliOptions {
   bool quiet = false;
   bool strict_openai = false;
   SpecFlags spec;
+  std::string mmproj;
+  bool allow_image_urls = false;
+  int image_max_soft_tokens = 280;
 };
 
 void Say(const std::string& line) {
@@ -136,6 +139,9 @@ void RunServe(const ServeCliOptions& o) {
   so.api_keys = o.api_keys;
   so.max_body_bytes = static_cast<std::size_t>(o.max_body_kib) * 1024;
   so.strict_openai = o.strict_openai;
+  so.mmproj_path = o.mmproj;
+  so.allow_image_urls = o.allow_image_urls;
+  so.image_max_soft_tokens = o.image_max_soft_tokens;
   if (!o.quiet) so.log = [](std::string_view l) { Say(std::string(l)); };
 
   server::Server srv(so);
@@ -233,6 +239,15 @@ void RegisterServe(CLI::App& app) {
                 "OpenAI's strictness: requests must name the model, unknown fields are a 400 (default: a request "
                 "without a model goes to the served one, unknown fields are ignored and named in the log and in the "
                 "X-Kvshare-Ignored-Fields response header)");
+  cmd->add_option("--mmproj", o.mmproj,
+                  "The model's vision projector GGUF (llama.cpp's mmproj): chat requests may send image_url parts "
+                  "as data: URLs");
+  cmd->add_flag("--allow-image-urls", o.allow_image_urls,
+                "Accept http(s) image URLs (fetching is not built yet: they are refused with a message saying so)");
+  cmd->add_option("--image-max-soft-tokens", o.image_max_soft_tokens,
+                  "Gemma 4: an image's token budget when a request names none (its max_soft_tokens)")
+      ->check(CLI::IsMember({70, 140, 280, 560, 1120}))
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "No log lines (startup and shutdown lines stay)");
   cmd->callback([] { RunServe(o); });
 }

@@ -8,7 +8,9 @@
 //      request takes the free slot whose cached tokens share the longest
 //      prefix with its prompt, rewinds that row to the common prefix and
 //      prefills only the rest (at least its last prompt token, whose logits
-//      it samples from). Sliding layers on window rings can only rewind while
+//      it samples from). With images (RequestOptions::embeddings) the
+//      prefix also needs equal image keys and never ends inside an image.
+//      Sliding layers on window rings can only rewind while
 //      the ring still holds the positions needed (KvCache::Rewind); when it
 //      does not, the slot is reset and the whole prompt is prefilled again,
 //      and the fallback is logged (SchedulerOptions::log) and counted.
@@ -19,7 +21,8 @@
 //      row's drafts: each row drafts on its own, one verify step for all),
 //      then prefill chunks of the rows still reading their prompt, in
 //      admission order, until the step holds step_tokens tokens (chunked
-//      prefill);
+//      prefill; a chunk ends before an image it would cut, and that image
+//      waits for the next step);
 //   4. each row whose prompt is complete samples its next token with its own
 //      Sampler (per-request options and seed), or accepts its drafts by the
 //      standard rule (Sampler::Verify; rejected drafts are rewound out of
@@ -153,6 +156,18 @@ struct RequestOptions {
   // request is never speculated (its drafts were not proposed under the
   // bias); logprobs stay the model's.
   std::vector<std::pair<std::int32_t, float>> logit_bias;
+  // Images (kvshare/runtime/image_prompt.h, ImagePrompt): sorted, disjoint
+  // spans of `prompt` whose rows replace the placeholder tokens' embeddings
+  // (offsets into `prompt`). A span runs in one step (a bidirectional one
+  // must), so its count must be <= step_tokens - slots + 1 (a step's room
+  // for a prompt chunk when every other slot decodes). `embedding_keys[i]` identifies
+  // span i's rows (ImagePrompt::keys): the prompt cache reuses a prefix only
+  // where the tokens and the keys of the spans in it match, and never resumes
+  // inside a span. `embedding_rows` keeps the rows alive until the request
+  // ends (e.g. a shared_ptr to the PromptImages).
+  std::vector<EmbeddingSpan> embeddings;
+  std::vector<std::uint64_t> embedding_keys;  // [embeddings.size()]
+  std::shared_ptr<const void> embedding_rows;
 };
 
 struct TokenLogprob {
@@ -265,7 +280,9 @@ class Scheduler {
   // Queues a request. Throws kvshare::Error (nothing queued) for an empty
   // prompt, an id out of range, max_tokens < 1, prompt + max_tokens over
   // max_context, top_logprobs outside [-1, 20], an empty stop string,
-  // invalid sampler options, or a grammar with ignore_eos. The first request
+  // invalid sampler options, a grammar with ignore_eos, or embeddings that
+  // are unsorted, overlap, leave the prompt, lack rows or a key, or exceed
+  // step_tokens - slots + 1 tokens. The first request
   // with a grammar builds the vocabulary's TokenTrie (once, shared). Returns kQueueFull / kDraining without a handle
   // when the request cannot be taken now. `waiting_upstream`: requests that
   // wait before reaching Submit (an HTTP server's connections queued for a

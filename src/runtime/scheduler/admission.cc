@@ -9,6 +9,7 @@
 
 #include "kvshare/common/error.h"
 #include "runtime/scheduler/completion.h"
+#include "runtime/scheduler/image_spans.h"
 
 namespace kvshare::detail {
 namespace {
@@ -34,13 +35,15 @@ struct SlotChoice {
 };
 
 SlotChoice ChooseSlot(const std::vector<Slot>& slots, const KvCache& cache, const std::vector<std::int32_t>& prompt,
-                      bool prompt_cache) {
+                      const std::vector<CachedSpan>& spans, bool prompt_cache) {
   SlotChoice c;
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
     const Slot& s = slots[static_cast<std::size_t>(i)];
     if (s.req) continue;
     // At least the last prompt token is prefilled: its logits are sampled.
-    std::size_t raw = prompt_cache ? std::min(CommonPrefix(s.tokens, prompt), prompt.size() - 1) : 0;
+    // Images: the placeholder tokens match whatever the image; the keys decide.
+    std::size_t raw =
+        prompt_cache ? ClampReuse(std::min(CommonPrefix(s.tokens, prompt), prompt.size() - 1), s.spans, spans) : 0;
     std::size_t eff = raw;
     if (eff > 0 && eff < s.tokens.size() && eff < static_cast<std::size_t>(cache.OldestRewindLength(i))) {
       eff = 0;
@@ -81,13 +84,14 @@ std::size_t ResumeAt(ModelState& state, const SchedulerOptions& opt, Slot& s, in
       reuse = 0;
     }
     s.tokens.resize(reuse);
+    KeepSpansWithin(s.spans, static_cast<std::int64_t>(reuse));
   }
   return reuse;
 }
 
 }  // namespace
 
-void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context) {
+void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span) {
   if (r.prompt.empty()) throw Error("the prompt is empty: nothing to generate from");
   const std::int32_t v = n_vocab;
   for (std::size_t i = 0; i < r.prompt.size(); ++i) {
@@ -119,6 +123,7 @@ void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_cont
   if (r.grammar && r.ignore_eos) {
     throw Error("ignore_eos cannot be combined with a grammar: generation must end when the document is complete");
   }
+  ValidateEmbeddings(r, max_span);
 }
 
 std::shared_ptr<const TokenTrie> Admission::Trie() {
@@ -127,7 +132,7 @@ std::shared_ptr<const TokenTrie> Admission::Trie() {
 }
 
 SubmitResult Admission::Submit(RequestOptions r, int waiting_upstream) {
-  ValidateRequest(r, n_vocab_, opt_.max_context);
+  ValidateRequest(r, n_vocab_, opt_.max_context, opt_.step_tokens - opt_.slots + 1);
   std::shared_ptr<const TokenTrie> vocab = r.grammar ? Trie() : nullptr;
   std::unique_lock<std::mutex> lock(shared_.mu);
   if (shared_.draining.load()) {
@@ -182,7 +187,8 @@ void Admission::Admit(ModelState& state) {
   while (!waiting_.empty()) {
     std::unique_ptr<Request>& r = waiting_.front();
     const std::vector<std::int32_t>& prompt = r->opt.prompt;
-    const SlotChoice c = ChooseSlot(rows_.slots, state.kv_cache(), prompt, opt_.prompt_cache);
+    std::vector<CachedSpan> spans = SpansOf(r->opt);
+    const SlotChoice c = ChooseSlot(rows_.slots, state.kv_cache(), prompt, spans, opt_.prompt_cache);
     if (c.slot < 0) return;  // no free slot
     std::string fallback;
     if (c.raw > c.reuse) {
@@ -205,6 +211,7 @@ void Admission::Admit(ModelState& state) {
     if (!fallback.empty()) LogLine(opt_, fallback);
     r->prefilled = r->cached = static_cast<std::int64_t>(reuse);
     r->admit_seq = ++admit_counter_;
+    s.spans = std::move(spans);  // those within the reused prefix are the cached ones
     s.req = std::move(r);
     s.last_used = ++rows_.use_clock;
     waiting_.pop_front();

@@ -18,8 +18,9 @@
 namespace kvshare::detail {
 
 // Throws kvshare::Error for the first thing Scheduler::Submit refuses in r
-// (the header lists them), naming it and its range.
-void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context);
+// (the header lists them), naming it and its range; a span may hold at most
+// max_span tokens.
+void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span);
 
 // Threads: Submit runs on any thread and touches only `shared` (under its
 // mutex) and the trie (once); the other calls run on the stepping thread,

@@ -24,6 +24,7 @@
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "runtime/scheduler/image_spans.h"
 #include "runtime/speculative/spec_round.h"
 #include "runtime/text_release.h"
 
@@ -101,12 +102,14 @@ struct Request {
   std::vector<float> hidden;                // the target's hidden state that chose next_token (drafters that need it)
   std::unique_ptr<GrammarMatcher> matcher;  // constrained decoding (opt.grammar)
   std::vector<float> masked;                // the logits row with the grammar's mask applied
+  std::vector<EmbeddingSpan> chunk_spans;   // this step's prompt chunk's image spans (relative to it)
 
   bool decoding() const { return prefilled == static_cast<std::int64_t>(opt.prompt.size()); }
 };
 
 struct Slot {
   std::vector<std::int32_t> tokens;  // what the row's cache holds
+  std::vector<CachedSpan> spans;     // the image spans among them (may reach past a cancelled prefill's end)
   std::unique_ptr<Request> req;      // null: free
   std::uint64_t last_used = 0;
 };

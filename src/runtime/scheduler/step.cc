@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "runtime/scheduler/image_spans.h"
+
 namespace kvshare::detail {
 
 StepRows SplitRows(SlotTable& rows) {
@@ -34,11 +36,14 @@ StepBatch PlanBatch(SlotTable& rows, const StepRows& split, std::int64_t step_to
   for (int i : prefill) {
     if (budget <= 0) break;
     Request& r = *rows.at(i).req;
-    const std::int64_t n = std::min<std::int64_t>(budget, static_cast<std::int64_t>(r.opt.prompt.size()) - r.prefilled);
-    batch.entries.push_back(
-        {.row = i,
-         .tokens = std::span<const std::int32_t>(r.opt.prompt)
-                       .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n))});
+    std::int64_t n = std::min<std::int64_t>(budget, static_cast<std::int64_t>(r.opt.prompt.size()) - r.prefilled);
+    // An image that does not fit waits for the next step, keeping admission order.
+    n = ChunkTokens(r.opt, r.prefilled, n, r.chunk_spans);
+    if (n == 0) break;
+    batch.entries.push_back({.row = i,
+                             .tokens = std::span<const std::int32_t>(r.opt.prompt)
+                                           .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n)),
+                             .embeddings = r.chunk_spans});
     budget -= n;
     batch.n_prefill += n;
   }
