@@ -48,7 +48,9 @@ GgufTensorSpec& TensorIn(GgufSpec& s, const std::string& name) {
 template <typename Tiny>
 std::string LoadError(Tiny m, std::function<void(GgufSpec&)> edit) {
   m.edit = std::move(edit);
-  const std::string path = ::testing::TempDir() + "kvshare_vision_err.gguf";
+  // One file per test: ctest runs the tests of this suite in parallel.
+  const std::string path = ::testing::TempDir() + "kvshare_vision_err_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".gguf";
   WriteFile(path, m.Build().Build());
   return ErrorOf([&] { VisionEncoder::Load(path); });
 }
