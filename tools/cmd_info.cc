@@ -11,10 +11,14 @@
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/gguf/model_info.h"
+#include "kvshare/gguf/vocab.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/speculative.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "kvshare/vision/vision_encoder.h"
 #include "model_path.h"
 
 namespace kvshare::cli {
@@ -26,7 +30,37 @@ struct InfoCliOptions {
   int max_context = 4096;  // --max-context: positions the KV report assumes
   std::string kv_dtype = "f32";
   std::string draft_model;  // --draft-model: how it drafts for this target
+  std::string mmproj;       // --mmproj: the vision encoder's geometry, and whether it fits the model
 };
+
+// An mmproj's encoder geometry; with `text`, whether it fits that model and
+// how the model attends among an image's tokens.
+void PrintMmproj(const std::string& path, const Model* text) {
+  const std::unique_ptr<VisionEncoder> enc = VisionEncoder::Load(path);
+  const VisionConfig& v = enc->config();
+  std::cout << "vision encoder " << path << ": " << ProjectorTypeName(v.projector) << "\n  input: ";
+  if (v.image_size > 0) {
+    std::cout << v.image_size << " x " << v.image_size << " px";
+  } else {
+    std::cout << "variable size, sides multiples of " << v.patch_size * v.pool
+              << " px, within a soft-token budget (70 / 140 / 280 / 560 / 1120; default 280)";
+  }
+  std::cout << "\n  patch " << v.patch_size << " px, pool " << v.pool << ", width " << v.n_embd;
+  if (v.n_layer > 0) std::cout << ", " << v.n_layer << " layers, " << v.n_head << " heads of " << v.head_dim;
+  if (v.n_ff > 0) std::cout << ", feed-forward " << v.n_ff;
+  std::cout << "\n  output: " << v.n_embd_text << " wide soft tokens\n";
+  if (text == nullptr) return;
+  CheckMmprojFitsText(v, text->config().n_embd);
+  const Tokenizer tok(ReadVocab(text->gguf()));
+  ImageSplicer(tok, v.projector);  // throws when the vocabulary lacks the image markers
+  const ImageAttention mode = text->config().image_attention;
+  std::cout << "  fits this model (width " << text->config().n_embd << ", image markers in its vocabulary); an "
+            << "image's tokens see each other "
+            << (mode == ImageAttention::kCausal      ? "on no layer (causal)"
+                : mode == ImageAttention::kAllLayers ? "on every layer"
+                                                     : "on sliding layers")
+            << "\n";
+}
 
 // --draft-model next to the target: a Gemma 4 assistant's layer map onto the
 // target's cache, or a draft model's own cache.
@@ -62,6 +96,10 @@ void RunInfo(const InfoCliOptions& o) {
   }
   const GgufFile file = GgufFile::Open(ResolveModel(o.model.empty() ? o.positional : o.model));
   PrintModelInfo(file, std::cout);
+  if (file.GetStringOpt("general.architecture").value_or("") == "clip") {  // an mmproj given as the model
+    PrintMmproj(file.name(), nullptr);
+    return;
+  }
   const ChatFormatChoice chat = ChooseChatFormat(file);
   std::cout << "chat template: " << ChatFormatName(chat.format)
             << (chat.format == ChatFormat::kNone ? " (plain completion)" : "") << ": " << chat.reason << "\n";
@@ -82,6 +120,7 @@ void RunInfo(const InfoCliOptions& o) {
             << c.num_kv_shared_layers << " of " << c.n_layer << " layers KV-shared):\n"
             << EstimateKvMemory(KvSpecOf(c, c.num_kv_shared_layers), kv).ToString();
   if (!o.draft_model.empty()) PrintDrafter(ResolveModel(o.draft_model), *model);
+  if (!o.mmproj.empty()) PrintMmproj(o.mmproj, model.get());
 }
 
 }  // namespace
@@ -99,6 +138,8 @@ void RegisterInfo(CLI::App& app) {
   cmd->add_option("--draft-model", o.draft_model,
                   "A draft model or Gemma 4 assistant GGUF: also print how it drafts for this model (for an assistant, "
                   "which target cache each of its layers reads)");
+  cmd->add_option("--mmproj", o.mmproj,
+                  "An mmproj GGUF (vision encoder): also print its geometry and whether it fits this model");
   cmd->callback([] { RunInfo(o); });
 }
 
