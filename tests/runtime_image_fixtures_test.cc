@@ -21,7 +21,9 @@
 #include "kvshare/gguf/vocab.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/image_prompt.h"
+#include "kvshare/runtime/speculative.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "kvshare/vision/vision_encoder.h"
 
@@ -162,6 +164,39 @@ TEST_P(ImageFixtures, PromptAndLogitsMatchHf) {
       row.assign(next.begin(), next.end());
     }
   }
+}
+
+// Speculative decoding keeps greedy decoding's tokens with images in the
+// prompt (the drafts and verify rounds come after the image's prefill).
+TEST_P(ImageFixtures, SpeculationKeepsTheGreedyTokens) {
+  const Tokenizer tok(ReadVocab(model_->gguf()));
+  const auto& p = j_["prompts"]["two_images"];
+  const auto ids = p["prompt_ids"].get<std::vector<std::int32_t>>();
+  std::vector<EmbeddingSpan> spans;
+  for (std::size_t k = 0; k < p["images"].size(); ++k) {
+    const std::size_t i = p["images"][k].get<std::size_t>();
+    spans.push_back({.begin = p["image_spans"][k][0].get<std::int64_t>(),
+                     .count = p["image_spans"][k][1].get<std::int64_t>(),
+                     .rows = features_[i].data(),
+                     .bidirectional = true});
+  }
+  const auto run = [&](Drafter* drafter) {
+    Generator gen(*model_, tok, nullptr, {.max_context = 128, .image_attention = Mode()});
+    std::vector<std::int32_t> out;
+    GenerateOptions o;
+    o.max_new_tokens = 12;
+    o.sampler.temperature = 0.0f;
+    o.ignore_eos = true;
+    o.drafter = drafter;
+    o.prompt_embeddings = spans;
+    o.on_token = [&](std::int32_t t, std::span<const float>) { out.push_back(t); };
+    gen.Generate(ids, o, [](std::string_view) {});
+    return out;
+  };
+  const std::vector<std::int32_t> plain = run(nullptr);
+  ASSERT_EQ(plain.size(), 12u);
+  const std::unique_ptr<Drafter> ngram = MakeNgramDrafter({.ngram_min = 1, .ngram_max = 3});
+  EXPECT_EQ(run(ngram.get()), plain);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ImageFixtures,
