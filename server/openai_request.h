@@ -59,6 +59,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -161,6 +162,10 @@ struct ModelContext {
     ImageLimits limits;
     int max_soft_tokens = 280;  // Gemma 4's budget when a request names none (--image-max-soft-tokens)
     int max_image_tokens = 0;   // one image's soft tokens must fit a step: step_tokens - slots + 1
+    // The encoder's own pool (--image-threads), for one request at a time:
+    // AttachImages holds pool_mu while it encodes (null pool: inline).
+    ThreadPool* pool = nullptr;
+    std::mutex* pool_mu = nullptr;
   } images;
 };
 

@@ -2,6 +2,7 @@
 #include "request_images.h"
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -157,9 +158,12 @@ void AttachImages(const CompletionRequest& req, const ModelContext& ctx, const s
                          " images). Please send fewer or smaller images (max_soft_tokens) or shorten the messages.",
                      "messages", "context_length_exceeded");
   }
+  // One request's images at a time on the encode pool (it is not reentrant).
+  std::unique_lock<std::mutex> lock;
+  if (im.pool_mu != nullptr) lock = std::unique_lock<std::mutex>(*im.pool_mu);
   for (std::size_t i = 0; i < pixels.size(); ++i) {
     for (const PixelTensor& px : pixels[i]) {
-      const std::vector<float> rows = im.encoder->Encode(px, nullptr);
+      const std::vector<float> rows = im.encoder->Encode(px, im.pool);
       (*images)[i].rows.insert((*images)[i].rows.end(), rows.begin(), rows.end());
     }
   }

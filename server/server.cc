@@ -340,6 +340,8 @@ void Server::Load() {
     m.ctx.chat_unavailable =
         choice.source == ChatFormatSource::kNamed ? "--chat-template none was given" : choice.reason;
   }
+  const int threads =
+      m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!m.opt.mmproj_path.empty()) {
     m.vision = VisionEncoder::Load(m.opt.mmproj_path);
     CheckMmprojFitsText(m.vision->config(), m.model->config().n_embd);
@@ -348,11 +350,15 @@ void Server::Load() {
     m.ctx.images.splicer = m.splicer.get();
     m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;
     m.ctx.images.max_image_tokens = m.opt.scheduler.step_tokens - m.opt.scheduler.slots + 1;
+    // Its own pool: the scheduler's is not reentrant and is busy with the
+    // batch's steps, which an encode (seconds at real geometry) would stall.
+    const int image_threads = m.opt.image_threads > 0 ? m.opt.image_threads : threads;
+    m.image_pool = std::make_unique<ThreadPool>(image_threads);
+    m.ctx.images.pool = m.image_pool.get();
+    m.ctx.images.pool_mu = &m.image_pool_mu;
     m.Log("images: " + std::string(ProjectorTypeName(m.vision->config().projector)) + " encoder from " +
-          m.opt.mmproj_path);
+          m.opt.mmproj_path + ", " + std::to_string(image_threads) + " encode threads");
   }
-  const int threads =
-      m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   m.pool = std::make_unique<ThreadPool>(threads);
   SchedulerOptions so = m.opt.scheduler;
   if (!so.log) so.log = [&m](std::string_view l) { m.Log(std::string(l)); };

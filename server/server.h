@@ -69,9 +69,13 @@ struct ServerOptions {
   // refused either way (allow_image_urls changes the message: fetching is
   // not built). image_max_soft_tokens: Gemma 4's budget for requests that
   // name none.
+  // image_threads: the threads that encode an image (its connection thread
+  // included; 0: as many as `threads`), a pool of their own beside the
+  // scheduler's, serving one request's images at a time.
   std::string mmproj_path;
   bool allow_image_urls = false;
   int image_max_soft_tokens = 280;
+  int image_threads = 0;
   // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
   std::function<void(std::string_view)> log;
 };

@@ -84,6 +84,8 @@ struct Server::Impl {
   std::unique_ptr<ChatTemplate> chat;
   std::unique_ptr<VisionEncoder> vision;  // --mmproj
   std::unique_ptr<ImageSplicer> splicer;
+  std::unique_ptr<ThreadPool> image_pool;  // --image-threads; encodes one request's images at a time
+  std::mutex image_pool_mu;
   std::unique_ptr<ThreadPool> pool;
   Speculation speculation;  // the drafter (and the draft model or assistant it runs)
   std::unique_ptr<Scheduler> scheduler;

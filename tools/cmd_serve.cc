@@ -49,6 +49,7 @@ struct ServeCliOptions {
   std::string mmproj;
   bool allow_image_urls = false;
   int image_max_soft_tokens = 280;
+  int image_threads = 0;
 };
 
 void Say(const std::string& line) {
@@ -142,6 +143,7 @@ void RunServe(const ServeCliOptions& o) {
   so.mmproj_path = o.mmproj;
   so.allow_image_urls = o.allow_image_urls;
   so.image_max_soft_tokens = o.image_max_soft_tokens;
+  so.image_threads = o.image_threads;
   if (!o.quiet) so.log = [](std::string_view l) { Say(std::string(l)); };
 
   server::Server srv(so);
@@ -247,6 +249,11 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--image-max-soft-tokens", o.image_max_soft_tokens,
                   "Gemma 4: an image's token budget when a request names none (its max_soft_tokens)")
       ->check(CLI::IsMember({70, 140, 280, 560, 1120}))
+      ->capture_default_str();
+  cmd->add_option("--image-threads", o.image_threads,
+                  "Threads that encode an image (0 = as many as --threads): a pool of its own beside the "
+                  "scheduler's, one request's images at a time")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "No log lines (startup and shutdown lines stay)");
   cmd->callback([] { RunServe(o); });

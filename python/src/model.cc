@@ -16,6 +16,7 @@
 
 #include "arrays.h"
 #include "bind.h"
+#include "images.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/model/gemma4_assistant.h"
@@ -23,6 +24,7 @@
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/generator.h"
+#include "kvshare/runtime/image_prompt.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare::python {
@@ -35,6 +37,10 @@ struct ModelCore {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Generator> generator;
+  // The vision encoder (Model(mmproj=...)) and the splicer of its family's
+  // markers; null without one.
+  std::unique_ptr<VisionEncoder> vision;
+  std::unique_ptr<ImageSplicer> splicer;
   // Speculative decoding: the drafter of the last generate() that asked for
   // one (kept, with its state, while later calls ask for the same), for the
   // method, or the draft Model's core or the assistant it runs (held alive
@@ -75,8 +81,10 @@ py::dict StatsDict(const GenerateStats& s) {
 // One generation: a worker thread runs Generator::Generate and queues text.
 class Stream {
  public:
-  Stream(std::shared_ptr<ModelCore> core, std::vector<int32_t> prompt, GenerateOptions options, bool reset)
-      : core_(std::move(core)) {
+  // `hold` keeps what options point into (the prompt's image rows) alive.
+  Stream(std::shared_ptr<ModelCore> core, std::vector<int32_t> prompt, GenerateOptions options, bool reset,
+         std::shared_ptr<const void> hold)
+      : core_(std::move(core)), hold_(std::move(hold)) {
     {
       std::lock_guard<std::mutex> lock(core_->busy_mu);
       if (core_->busy) {
@@ -147,6 +155,7 @@ class Stream {
 
  private:
   std::shared_ptr<ModelCore> core_;
+  std::shared_ptr<const void> hold_;
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -183,11 +192,12 @@ class PyAssistant {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, int max_context, int num_threads, const std::string& kv_dtype,
-          std::optional<int> kv_shared_layers)
+  PyModel(const std::string& path, const std::optional<std::string>& mmproj, int max_context, int max_step,
+          int num_threads, const std::string& kv_dtype, std::optional<int> kv_shared_layers)
       : core_(std::make_shared<ModelCore>()) {
     if (num_threads < 0) throw Error("num_threads must be >= 0 (0 = all cores), got " + std::to_string(num_threads));
     state_options_.max_context = max_context;
+    state_options_.max_step = max_step;
     state_options_.kv_dtype = KvCacheDTypeFromName(kv_dtype, "kv_dtype");
     state_options_.num_kv_shared_layers = kv_shared_layers;
     const int threads =
@@ -199,6 +209,7 @@ class PyModel {
       core_->pool = std::make_unique<ThreadPool>(threads);
       core_->generator =
           std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(), state_options_);
+      if (mmproj) LoadVision(*mmproj);
     }
     // What the loader noticed (e.g. llama.cpp would share KV differently): Python warnings.
     for (const std::string& w : core_->model->warnings()) {
@@ -251,30 +262,45 @@ class PyModel {
 
   py::array_t<float> Logits(const std::vector<int32_t>& tokens) const {
     std::vector<float> out;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(core_->busy_mu);
-      if (core_->busy) throw Error("a generation is running on this Model; exhaust or close() it first");
+    Exclusive([&] {
       auto state = core_->model->NewState(state_options_);
       const std::span<const float> l = core_->model->Forward(*state, tokens, core_->pool.get());
       out.assign(l.begin(), l.end());
-    }
+    });
     return py::array_t<float>(static_cast<py::ssize_t>(out.size()), out.data());
   }
 
   std::unique_ptr<Stream> Generate(const py::object& prompt, int max_new_tokens, float temperature, int top_k,
                                    float top_p, float min_p, float repetition_penalty, std::uint64_t seed,
                                    const py::object& chat, bool reset, const py::object& draft, int draft_max,
-                                   bool draft_adaptive) {
+                                   bool draft_adaptive, const py::object& images, int max_soft_tokens,
+                                   bool pan_and_scan) {
     const ChatTemplate tmpl(FormatFor(chat), *core_->tokenizer);
+    const PreprocessOptions po{.max_soft_tokens = max_soft_tokens, .pan_and_scan = pan_and_scan};
+    const std::vector<ImageArg> image_args = ImageArgs(images, po);
+    if (!image_args.empty() && !py::isinstance<py::str>(prompt)) {
+      throw Error("images go with a str prompt (they are put before its text in the user message), not token ids");
+    }
     std::vector<int32_t> ids;
+    std::vector<std::size_t> slots;
     if (py::isinstance<py::str>(prompt)) {
       // Continuing a sequence: no second BOS.
       const bool continuing = !reset && core_->generator->state().length() > 0;
-      const std::vector<ChatMessage> msgs = {{"user", prompt.cast<std::string>()}};
-      ids = tmpl.Encode(msgs, {.add_bos = !continuing});
+      std::vector<ChatMessage> msgs = {{"user", prompt.cast<std::string>()}};
+      msgs[0].image_at.assign(image_args.size(), 0);  // the images, then the text (as kvshare generate --image)
+      ChatTemplateOptions co{.add_bos = !continuing};
+      if (!image_args.empty()) co.image_padding_text = core_->splicer->padding_text();
+      ids = tmpl.Encode(msgs, co, image_args.empty() ? nullptr : &slots);
     } else {
       ids = prompt.cast<std::vector<int32_t>>();
+    }
+    std::shared_ptr<EncodedPrompt> encoded;
+    if (!image_args.empty()) {
+      Exclusive([&] {
+        encoded = EncodePromptImages(*core_->vision, *core_->splicer, image_args, po, ids, slots, core_->pool.get());
+        if (FitStep(encoded->max_span, reset)) reset = true;
+      });
+      ids = encoded->prompt.tokens;
     }
     GenerateOptions o;
     o.max_new_tokens = max_new_tokens;
@@ -289,7 +315,44 @@ class PyModel {
     Sampler validate(o.sampler);  // option errors raise here, before the worker starts
     o.speculative = {.draft_max = draft_max, .adaptive = draft_adaptive};
     o.drafter = DrafterFor(draft, o.speculative);
-    return std::make_unique<Stream>(core_, std::move(ids), o, reset);
+    if (encoded) o.prompt_embeddings = encoded->prompt.embeddings;
+    return std::make_unique<Stream>(core_, std::move(ids), o, reset, encoded);
+  }
+
+  bool TakesImages() const { return core_->vision != nullptr; }
+
+  py::object VisionConfig() const {
+    if (!core_->vision) return py::none();
+    return VisionConfigDict(core_->vision->config());
+  }
+
+  py::list PreprocessImage(const py::handle& image, int max_soft_tokens, bool pan_and_scan) const {
+    const PreprocessOptions po{.max_soft_tokens = max_soft_tokens, .pan_and_scan = pan_and_scan};
+    const ImageArg arg = ReadImageArg(image, "image", po);
+    std::vector<PixelTensor> pixels;
+    {
+      py::gil_scoped_release release;
+      pixels = Vision().Preprocess(arg.image, po);
+    }
+    py::list out;
+    for (const PixelTensor& p : pixels) out.append(PixelsToArray(p));
+    return out;
+  }
+
+  py::array_t<float> EncodeImage(const py::handle& image, int max_soft_tokens, bool pan_and_scan) const {
+    const PreprocessOptions po{.max_soft_tokens = max_soft_tokens, .pan_and_scan = pan_and_scan};
+    const ImageArg arg = ReadImageArg(image, "image", po);
+    PromptImage encoded;
+    Exclusive([&] { encoded = EncodePromptImage(Vision(), arg.image, arg.key, po, core_->pool.get()); });
+    return RowsToArray(encoded.rows, Vision().config().n_embd_text);
+  }
+
+  py::array_t<float> EncodePixels(const py::handle& pixels) const {
+    const VisionEncoder& vision = Vision();
+    const PixelTensor p = PixelsFromArray(pixels, "pixels");
+    std::vector<float> rows;
+    Exclusive([&] { rows = vision.Encode(p, core_->pool.get()); });
+    return RowsToArray(rows, vision.config().n_embd_text);
   }
 
   void Reset() {
@@ -366,21 +429,90 @@ class PyModel {
     return s.drafter.get();
   }
 
+  // Runs `f` without the GIL and with this Model's pool to itself: throws
+  // when a generation stream is running (it owns the pool until it ends).
+  template <typename F>
+  void Exclusive(F&& f) const {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(core_->busy_mu);
+    if (core_->busy) throw Error("a generation is running on this Model; exhaust or close() it first");
+    f();
+  }
+
+  const VisionEncoder& Vision() const {
+    if (!core_->vision) {
+      throw Error(
+          "this Model takes no images: load its vision encoder with kvshare.Model(path, mmproj=PATH) (the "
+          "model's mmproj GGUF)");
+    }
+    return *core_->vision;
+  }
+
+  void LoadVision(const std::string& path) {
+    try {
+      core_->vision = VisionEncoder::Load(path);
+      CheckMmprojFitsText(core_->vision->config(), core_->model->config().n_embd);
+      core_->splicer = std::make_unique<ImageSplicer>(*core_->tokenizer, core_->vision->config().projector);
+    } catch (const Error& e) {
+      throw Error("mmproj " + path + ": " + e.what());
+    }
+  }
+
+  // generate()'s images (None or a list) as decoded images.
+  std::vector<ImageArg> ImageArgs(const py::object& images, const PreprocessOptions& po) const {
+    std::vector<ImageArg> out;
+    if (images.is_none()) return out;
+    if (!py::isinstance<py::list>(images) && !py::isinstance<py::tuple>(images)) {
+      throw py::type_error("images must be a list of images (paths, bytes or uint8 numpy arrays), got " +
+                           std::string(py::str(py::type::of(images).attr("__name__"))));
+    }
+    const py::sequence seq = py::reinterpret_borrow<py::sequence>(images);
+    if (seq.size() > 0) Vision();  // no encoder: the error before any image is read
+    for (std::size_t i = 0; i < seq.size(); ++i) {
+      out.push_back(ReadImageArg(seq[i], "images[" + std::to_string(i) + "]", po));
+    }
+    return out;
+  }
+
+  // An image's soft tokens see each other, so each runs in one step
+  // (EmbeddingSpan): a larger one than the generator's max_step makes a new
+  // generator, which only a new sequence may do. Call under busy_mu.
+  // Returns whether it made a new generator.
+  bool FitStep(int span, bool reset) {
+    if (span <= state_options_.max_step) return false;
+    if (!reset && core_->generator->state().length() > 0) {
+      throw Error("an image of " + std::to_string(span) + " soft tokens needs a step of that many tokens (this " +
+                  "sequence has " + std::to_string(state_options_.max_step) +
+                  "); send it with reset=True, or fewer soft tokens (max_soft_tokens)");
+    }
+    ModelStateOptions so = state_options_;
+    so.max_step = span;
+    core_->generator = std::make_unique<Generator>(*core_->model, *core_->tokenizer, core_->pool.get(), so);
+    state_options_ = so;
+    return true;
+  }
+
   std::shared_ptr<ModelCore> core_;
   ModelStateOptions state_options_;
 };
 
 const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (Gemma 3, 3n or 4), run on the CPU.
 
-Model(path, *, max_context=4096, num_threads=0, kv_dtype="float32", kv_shared_layers=None)
+Model(path, *, mmproj=None, max_context=4096, max_step=256, num_threads=0,
+      kv_dtype="float32", kv_shared_layers=None)
 
-path: GGUF file; max_context: positions the KV cache holds (prompt + generated);
+path: GGUF file; mmproj: the model's vision encoder, an mmproj GGUF as
+llama.cpp's converter writes it (Gemma 3, 3n, 4), for generate(images=...);
+max_context: positions the KV cache holds (prompt + generated);
+max_step: most tokens per internal forward step (a larger image's soft tokens,
+which see each other, grow it for a new sequence);
 num_threads: 0 = all cores; kv_dtype: KV cache storage ("float32", "float16",
 "bfloat16", or "q8_0": 32 int8 values per fp16 scale, 1.0625 bytes per value, as
 llama.cpp's -ctk q8_0 -ctv q8_0); kv_shared_layers: trailing layers that reuse an earlier layer's K/V
 (None = the file's own setting; overriding it on a model trained without sharing
 changes its outputs). Raises kvshare.Error for a missing or invalid file or a bad
-option (kv_shared_layers out of range names the valid range).
+option (kv_shared_layers out of range names the valid range), and for an mmproj
+kvshare does not run or that belongs to another model (its width or markers).
 One generation at a time per Model.)";
 
 const char* kGenerateDoc = R"(Generates text; returns an iterator of str pieces (streamed as decoded).
@@ -404,11 +536,38 @@ tokens are drafted per step (fewer while the acceptance rate is low, unless
 draft_adaptive=False) and verified in one forward pass. Greedy output is
 bitwise the same as without; sampling keeps the model's distribution. .stats
 then counts verify_steps, drafted_tokens and accepted_tokens.
+Images (a Model loaded with mmproj=...): images = a list of file paths (str or
+os.PathLike; JPEG, PNG, GIF, BMP, WebP), file bytes, or uint8 numpy arrays
+(H, W, 3 or 4; or (H, W) grey), put in order before the prompt text in the
+user message (a str prompt), as kvshare generate --image does. They are
+decoded, preprocessed and encoded at the call (GIL released). max_soft_tokens:
+Gemma 4's budget per image (70, 140, 280, 560, 1120); pan_and_scan: Gemma 3's
+crops of long images. kvshare.Error at the call for images without an mmproj,
+a bad file or array (naming images[i]), or token ids as the prompt.
 Raises kvshare.Error at the call for bad sampling options, and from the first
 next() for errors of the run itself (e.g. a prompt that does not fit max_context).
 The iterator's close() (or dropping it) stops the generation;
 its .stats (a dict) is set once it has finished. The GIL is released while tokens
 are computed.)";
+
+const char* kPreprocessDoc = R"(The pixel tensors of an image as the model's HF processor makes them.
+
+image: a path, file bytes or a uint8 numpy array (as generate's images).
+Returns a list of float32 (3, H, W) arrays: one, or with Gemma 3's
+pan_and_scan the image then its crops. kvshare.Error without an mmproj.)";
+
+const char* kEncodeImageDoc = R"(An image's soft tokens: float32 (tokens, n_embd).
+
+image: a path, file bytes or a uint8 numpy array (as generate's images),
+preprocessed (max_soft_tokens, pan_and_scan) and encoded; the rows of every
+pixel tensor in order, what generate splices into the prompt (before the
+language model's sqrt(n_embd) scale). kvshare.Error without an mmproj.)";
+
+const char* kEncodePixelsDoc = R"(The soft tokens of one pixel tensor: float32 (tokens, n_embd).
+
+pixels: float32 (3, H, W), as preprocess_image returns them or as HF's
+processor hands them to the model (Gemma 3 / 3n: image_size square; Gemma 4:
+sides multiples of 48). kvshare.Error for another dtype, shape or geometry.)";
 
 }  // namespace
 
@@ -455,9 +614,11 @@ void BindModel(py::module_& m) {
       .def_property_readonly("config", &PyAssistant::Config, "Hyperparameters read from the GGUF metadata (a dict).");
 
   py::class_<PyModel>(m, "Model", kModelDoc)
-      .def(py::init<const std::string&, int, int, const std::string&, std::optional<int>>(), py::arg("path"),
-           py::kw_only(), py::arg("max_context") = 4096, py::arg("num_threads") = 0, py::arg("kv_dtype") = "float32",
-           py::arg("kv_shared_layers") = py::none())
+      .def(py::init<const std::string&, const std::optional<std::string>&, int, int, int, const std::string&,
+                    std::optional<int>>(),
+           py::arg("path"), py::kw_only(), py::arg("mmproj") = py::none(), py::arg("max_context") = 4096,
+           py::arg("max_step") = ModelStateOptions{}.max_step, py::arg("num_threads") = 0,
+           py::arg("kv_dtype") = "float32", py::arg("kv_shared_layers") = py::none())
       .def_property_readonly("config", &PyModel::Config, "Hyperparameters read from the GGUF metadata (a dict).")
       .def_property_readonly("warnings", &PyModel::Warnings,
                              "What the loader noticed that does not stop the model (also issued as UserWarning).")
@@ -475,7 +636,20 @@ void BindModel(py::module_& m) {
            py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),
            py::arg("reset") = true, py::arg("draft") = py::none(),
            py::arg("draft_max") = SpeculativeOptions{}.draft_max,
-           py::arg("draft_adaptive") = SpeculativeOptions{}.adaptive, kGenerateDoc)
+           py::arg("draft_adaptive") = SpeculativeOptions{}.adaptive, py::arg("images") = py::none(),
+           py::arg("max_soft_tokens") = PreprocessOptions{}.max_soft_tokens,
+           py::arg("pan_and_scan") = PreprocessOptions{}.pan_and_scan, kGenerateDoc)
+      .def_property_readonly("takes_images", &PyModel::TakesImages,
+                             "True when the Model was loaded with its vision encoder (mmproj=...).")
+      .def_property_readonly("vision_config", &PyModel::VisionConfig,
+                             "The vision encoder's geometry read from the mmproj (a dict), or None without one.")
+      .def("preprocess_image", &PyModel::PreprocessImage, py::arg("image"), py::kw_only(),
+           py::arg("max_soft_tokens") = PreprocessOptions{}.max_soft_tokens,
+           py::arg("pan_and_scan") = PreprocessOptions{}.pan_and_scan, kPreprocessDoc)
+      .def("encode_image", &PyModel::EncodeImage, py::arg("image"), py::kw_only(),
+           py::arg("max_soft_tokens") = PreprocessOptions{}.max_soft_tokens,
+           py::arg("pan_and_scan") = PreprocessOptions{}.pan_and_scan, kEncodeImageDoc)
+      .def("encode_pixels", &PyModel::EncodePixels, py::arg("pixels"), kEncodePixelsDoc)
       .def("reset", &PyModel::Reset, "Forgets the cached sequence.")
       .def_property_readonly("cached_tokens", &PyModel::CachedTokens, "Tokens in the generator's KV cache.")
       .def_property_readonly("last_stats", &PyModel::LastStats, "Stats of the last finished generation (a dict).");

@@ -5,7 +5,7 @@ tokens an image; the key and tensor names of llama.cpp's converter, as
 tests/vision_tiny_mmproj.h writes them). Checks: /v1/models says the model
 takes images; one and several images per message and conversation reach the
 model (prompt tokens, and the logits depend on the image); the same request
-twice is the same; each bad input is a 400 naming the problem; a server
+twice is the same, and with any --image-threads; each bad input is a 400 naming the problem; a server
 without --mmproj refuses images naming the flag."""
 import base64
 import shutil
@@ -138,6 +138,18 @@ def test_images_reach_the_model(server):
     res = request(server, "POST", P, body)
     assert res.status == 200, res.text
     assert res.json()["usage"]["prompt_tokens"] >= n_text + 3 * (SOFT_TOKENS + 2)
+
+
+def test_encode_threads_do_not_change_the_result(server, mmproj):
+    """--image-threads sizes the encoder's own pool; the rows, so the reply,
+    are the same for any count (the module's server: as many as --threads)."""
+    body = chat([{"type": "text", "text": "Describe."}, image_part(data_url(png(40, 30, 9)))])
+    want = request(server, "POST", P, body)
+    with Server(need_default_model(), "--slots", 2, "--max-context", 256, "--step-tokens", 64, "--chat-template",
+                "gemma", "--mmproj", mmproj, "--image-threads", 3) as s:
+        s.wait_log(r"images: gemma3 encoder from .*, 3 encode threads")
+        got = request(s, "POST", P, body)
+    assert got.status == 200 and got.json()["choices"] == want.json()["choices"], got.text
 
 
 def check_400(res, code, part):

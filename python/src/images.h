@@ -1,0 +1,61 @@
+// Images from Python for Model's vision encoder (kvshare/vision/*.h,
+// kvshare/runtime/image_prompt.h): the image kinds generate(images=...)
+// takes, pixel tensors as NumPy arrays, and the encoding of a prompt's images.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvshare/runtime/image_prompt.h"
+#include "kvshare/vision/image.h"
+#include "kvshare/vision/vision_encoder.h"
+
+namespace kvshare::python {
+
+namespace py = pybind11;
+
+// One image argument, decoded; `name` ("images[0]", "image") starts errors.
+//   str / os.PathLike   a file: JPEG, PNG, GIF, BMP or WebP (LoadImageFile)
+//   bytes / bytearray / memoryview   the file's bytes (DecodeImage)
+//   numpy.ndarray       uint8 pixels, HWC with 1, 3 or 4 channels, or 2-D grey
+// Throws kvshare::Error for a bad file or array (dtype, shape) and
+// py::type_error for any other kind. Needs the GIL.
+struct ImageArg {
+  Image image;
+  std::uint64_t key = 0;  // ImageKey of the file's bytes, or of the pixels and their shape
+};
+ImageArg ReadImageArg(const py::handle& obj, const std::string& name, const PreprocessOptions& options);
+
+// A float32 [3, H, W] array as a PixelTensor (copied). Throws kvshare::Error
+// for another dtype or rank, or a first dimension other than 3.
+PixelTensor PixelsFromArray(const py::handle& obj, const std::string& name);
+py::array_t<float> PixelsToArray(const PixelTensor& pixels);
+
+// `rows` as a float32 [rows.size() / width, width] array.
+py::array_t<float> RowsToArray(const std::vector<float>& rows, int width);
+
+py::dict VisionConfigDict(const VisionConfig& config);
+
+// A prompt's images, encoded and spliced; the spans point into `images`, so
+// this must outlive the generation that reads them.
+struct EncodedPrompt {
+  std::vector<PromptImage> images;
+  ImagePrompt prompt;
+  int max_span = 0;  // most soft tokens of one pixel tensor (the model's max_step must hold it)
+};
+
+// Preprocesses and encodes every image on `pool` (EncodePromptImage) and
+// splices them into `ids` at `slots`. Throws kvshare::Error naming images[i]
+// for an image the encoder refuses (e.g. a budget outside the allowed set).
+std::shared_ptr<EncodedPrompt> EncodePromptImages(const VisionEncoder& encoder, const ImageSplicer& splicer,
+                                                  const std::vector<ImageArg>& images, const PreprocessOptions& options,
+                                                  std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
+                                                  ThreadPool* pool);
+
+}  // namespace kvshare::python
