@@ -349,6 +349,21 @@ void Server::Load() {
     m.ctx.images.encoder = m.vision.get();
     m.ctx.images.splicer = m.splicer.get();
     m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;
+    // An image runs in one step beside every other slot's decode token: make
+    // room for the largest one (fixed-size encoders: their token count;
+    // Gemma 4: the default budget, which bounds its tokens).
+    const VisionConfig& vc = m.vision->config();
+    const int largest = vc.image_size > 0
+                            ? m.vision->TokensFor(PixelTensor{
+                                  vc.image_size, vc.image_size,
+                                  std::vector<float>(3 * static_cast<std::size_t>(vc.image_size) * vc.image_size)})
+                            : m.opt.image_max_soft_tokens;
+    const int need = largest + m.opt.scheduler.slots - 1;
+    if (m.opt.scheduler.step_tokens < need) {
+      m.Log("step tokens raised from " + std::to_string(m.opt.scheduler.step_tokens) + " to " + std::to_string(need) +
+            " so that an image of " + std::to_string(largest) + " tokens runs in one step beside every slot");
+      m.opt.scheduler.step_tokens = need;
+    }
     m.ctx.images.max_image_tokens = m.opt.scheduler.step_tokens - m.opt.scheduler.slots + 1;
     // Its own pool: the scheduler's is not reentrant and is busy with the
     // batch's steps, which an encode (seconds at real geometry) would stall.
