@@ -47,11 +47,6 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
     Fail(path, std::string("'") + key + "' must be a non-empty array of schemas");
   }
   const std::string p = path + "/" + key;
-  if (std::string(key) == "allOf") {
-    if (branches.size() != 1)
-      throw Error("unsupported JSON Schema keyword 'allOf' with more than one schema at " + path);
-    return Schema(branches.front(), p + "/0");
-  }
   if (std::string(key) == "oneOf") {
     std::set<std::string> seen;
     for (const Json& branch : branches) {
@@ -59,8 +54,9 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
       if (t.count("number")) t.insert("integer");
       for (const std::string& name : t) {
         if (!seen.insert(name).second) {
-          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path + ": its branches may overlap (both allow " +
-                      name + "); only oneOf with branches of disjoint types is supported, use anyOf");
+          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path +
+                      "/oneOf: its branches may overlap (both allow " + name +
+                      "); only oneOf with branches of disjoint types is supported, use anyOf");
         }
       }
     }
@@ -116,6 +112,11 @@ std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>&
       values.assign(e->begin(), e->end());
     }
   }
+  // The other keywords (minLength, pattern, ...) keep the values they allow.
+  Json rest = s;
+  rest.erase("enum");
+  rest.erase("const");
+  const bool check = Constrains(rest, "type");
   const std::uint32_t r = b_.NewRule();
   int n = 0;
   for (const Json& v : values) {
@@ -123,7 +124,7 @@ std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>&
     const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
                     (t == "number" && types.count("integer") &&
                      v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
-    if (!ok) continue;
+    if (!ok || (check && !Matches(rest, v))) continue;
     b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
     ++n;
   }

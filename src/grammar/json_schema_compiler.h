@@ -4,12 +4,18 @@
 // file: json_schema_walk.cc (the recursion and its depth limit, the keyword
 // checks, $ref resolution), json_schema_types.cc ('type': objects, arrays,
 // strings and the other scalars), json_schema_combinators.cc (anyOf /
-// oneOf / allOf, enum / const). json_schema.cc parses the text and holds the
-// entry points. Internal to src/grammar.
+// oneOf, enum / const), json_schema_merge.cc (allOf and the siblings of
+// $ref / anyOf / oneOf merged into one schema), json_schema_numbers.cc
+// (numeric bounds, multipleOf), json_schema_objects.cc (properties and their
+// counts, patternProperties, propertyNames, dependentRequired),
+// json_schema_arrays.cc (items, prefixItems), json_schema_formats.cc
+// (`format` as regular expressions, json_regex.h). json_schema.cc parses the
+// text and holds the entry points. Internal to src/grammar.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +27,10 @@
 #include "kvshare/common/error.h"
 
 namespace kvshare::detail {
+
+// A `format`'s expression (json_schema_formats.cc); null for a format that
+// is not enforced (an annotation).
+const std::string* FormatPattern(const std::string& name);
 
 class SchemaCompiler {
  public:
@@ -42,12 +52,33 @@ class SchemaCompiler {
   [[noreturn]] static void Fail(const std::string& path, const std::string& what) {
     throw Error("JSON Schema at " + path + ": " + what);
   }
+  // A keyword that cannot be enforced exactly, named with its JSON pointer.
+  [[noreturn]] static void Unsupported(const std::string& path, const std::string& key, const std::string& why) {
+    throw Error("unsupported JSON Schema keyword '" + key + "' at " + path + "/" + key + ": " + why);
+  }
+  // Whether s has a keyword that constrains values other than `except`.
+  static bool Constrains(const Json& s, const char* except);
   // object, array, string, number, integer, boolean, null.
   static const std::set<std::string>& TypeNames();
 
   // json_schema_walk.cc: one schema's keywords, checked, then dispatched.
   std::uint32_t SchemaAt(const Json& s, const std::string& path);
   std::uint32_t Ref(const std::string& ref, const std::string& path);
+  // The schema a local $ref points to (throws when it does not resolve).
+  const Json& Resolve(const std::string& ref, const std::string& path);
+  // Whether the document's $schema names draft 4, 6 or 7, where the
+  // siblings of $ref are ignored.
+  bool LegacyRef() const;
+
+  // json_schema_merge.cc: s rewritten without allOf, without siblings next
+  // to $ref (2019-09 on) and with the siblings of anyOf / oneOf moved into
+  // each branch; nullopt when s has none of these.
+  std::optional<Json> Normalized(const Json& s, const std::string& path);
+  // The schema of the values both a and b accept (objects, or booleans).
+  Json Merge(const Json& a, const Json& b, const std::string& path, int hops = 0);
+  // Whether `value`, written as compact JSON, is a document of `schema`'s
+  // grammar (a separate one, built for the question).
+  bool Matches(const Json& schema, const Json& value);
 
   // json_schema_types.cc.
   // The names 'type' lists (empty when absent).
@@ -57,7 +88,27 @@ class SchemaCompiler {
   std::uint32_t OfTypes(std::set<std::string> types, const Json& s, const std::string& path);
   std::uint32_t OfType(const std::string& type, const Json& s, const std::string& path);
   std::uint32_t Object(const Json& s, const std::string& path);
+  // Declared properties in order (names, value rules, required flags), with
+  // [min, max] of them present (max < 0: any number).
+  std::uint32_t Properties(const std::vector<std::string>& keys, const std::vector<std::uint32_t>& values,
+                           const std::vector<bool>& required, int min, int max, const std::string& path);
   std::uint32_t ArraySchema(const Json& s, const std::string& path);
+  // Strings: lengths, pattern, format.
+  std::uint32_t StringSchema(const Json& s, const std::string& path);
+  static constexpr std::uint32_t kAnyKey = 0xFFFFFFFF;
+  // A map (an object of any keys): keys of `key` (a string rule; kAnyKey: any),
+  // values of `value`, [min, max] members (max < 0: any number).
+  std::uint32_t MapOf(std::uint32_t key, std::uint32_t value, int min, int max);
+
+  // json_schema_numbers.cc.
+  struct NumBound {
+    bool set = false;
+    long long v = 0;
+    bool excl = false;
+  };
+  std::uint32_t NumberSchema(const Json& s, bool integer, const std::string& path);
+  std::uint32_t Digits(long long a, long long b);  // decimal forms of [a, b], 0 <= a <= b
+  void Magnitude(std::uint32_t r, const Seq& sign, NumBound lo, NumBound hi, int fd);
   // s[key] as a bound in [0, 4096], `absent` when s has no such key.
   int Bound(const Json& s, const char* key, const std::string& path, int absent);
 
@@ -76,6 +127,7 @@ class SchemaCompiler {
   JsonGrammar& j_;
   GrammarBuilder& b_;
   std::map<std::string, std::uint32_t> refs_;
+  std::optional<bool> nested_ids_;  // json_schema_walk.cc NestedIds, found once
   // $refs entered since the last object or array: a cycle among them would
   // be left recursion (it reads nothing before coming back).
   std::vector<std::string> unguarded_;

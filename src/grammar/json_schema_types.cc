@@ -1,11 +1,12 @@
-// The JSON Schema compiler's 'type' keyword: objects (properties, required,
-// additionalProperties), arrays (items and their bounds), strings (length
-// bounds), numbers, booleans and null (json_schema_compiler.h).
+// The JSON Schema compiler's 'type' keyword: which types a schema allows,
+// strings (length bounds, pattern, format), booleans and null; objects,
+// arrays and numbers have files of their own (json_schema_compiler.h).
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "grammar/json_regex.h"
 #include "grammar/json_schema_compiler.h"
 
 namespace kvshare::detail {
@@ -52,10 +53,24 @@ std::set<std::string> SchemaCompiler::DeclaredTypes(const Json& s, const std::st
 
 std::uint32_t SchemaCompiler::OfTypes(std::set<std::string> types, const Json& s, const std::string& path) {
   if (types.empty()) {  // implied by the keywords present
-    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
-      types.insert("object");
-    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types.insert("array");
-    if (s.contains("minLength") || s.contains("maxLength")) types.insert("string");
+    // A keyword of one type implies it (narrower than the spec, where it
+    // leaves other types free: the output is still valid).
+    for (const char* k : {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+                          "minProperties", "maxProperties", "dependentRequired", "dependencies"}) {
+      if (s.contains(k)) types.insert("object");
+    }
+    for (const char* k : {"items", "prefixItems", "additionalItems", "minItems", "maxItems"}) {
+      if (s.contains(k)) types.insert("array");
+    }
+    for (const char* k : {"minLength", "maxLength", "pattern"}) {
+      if (s.contains(k)) types.insert("string");
+    }
+    if (auto f = s.find("format"); f != s.end() && f->is_string() && FormatPattern(f->get<std::string>())) {
+      types.insert("string");
+    }
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
+      if (s.contains(k)) types.insert("number");
+    }
     if (types.empty()) return j_.AnyValue();
   }
   if (types.size() == 1) return OfType(*types.begin(), s, path);
@@ -77,12 +92,8 @@ std::uint32_t SchemaCompiler::OfType(const std::string& type, const Json& s, con
     unguarded_.swap(saved);
     return r;
   }
-  if (type == "string") {
-    const int min = Bound(s, "minLength", path, 0), max = Bound(s, "maxLength", path, -1);
-    if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
-    return j_.String(min, max);
-  }
-  if (type == "number" || type == "integer") return j_.Number(type == "integer");
+  if (type == "string") return StringSchema(s, path);
+  if (type == "number" || type == "integer") return NumberSchema(s, type == "integer", path);
   const std::uint32_t r = b_.NewRule();
   if (type == "boolean") {
     b_.Alt(r, b_.Lit("true"));
@@ -93,86 +104,27 @@ std::uint32_t SchemaCompiler::OfType(const std::string& type, const Json& s, con
   return r;
 }
 
-std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
-  const Json empty = Json::object();
-  const Json* props = &empty;
-  if (auto p = s.find("properties"); p != s.end()) {
-    if (!p->is_object()) Fail(path, "'properties' must be an object");
-    props = &*p;
+std::uint32_t SchemaCompiler::StringSchema(const Json& s, const std::string& path) {
+  const int min = Bound(s, "minLength", path, 0), max = Bound(s, "maxLength", path, -1);
+  if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
+  std::string pattern, key;
+  if (auto p = s.find("pattern"); p != s.end()) {
+    if (!p->is_string()) Fail(path, "'pattern' must be a string");
+    pattern = p->get<std::string>(), key = "pattern";
   }
-  std::set<std::string> required;
-  if (auto r = s.find("required"); r != s.end()) {
-    if (!r->is_array()) Fail(path, "'required' must be an array of strings");
-    for (const Json& k : *r) {
-      if (!k.is_string()) Fail(path, "'required' must be an array of strings");
-      if (!props->contains(k.get<std::string>())) {
-        Fail(path, "required property '" + k.get<std::string>() + "' is not declared in 'properties'");
-      }
-      required.insert(k.get<std::string>());
+  if (auto f = s.find("format"); f != s.end() && f->is_string()) {
+    if (const std::string* re = FormatPattern(f->get<std::string>())) {
+      if (!key.empty()) Unsupported(path, "format", "'format' next to 'pattern' cannot be merged");
+      pattern = *re, key = "format";
     }
   }
-  const Json* extra = nullptr;
-  if (auto a = s.find("additionalProperties"); a != s.end()) {
-    if (!a->is_boolean() && !a->is_object()) Fail(path, "'additionalProperties' must be a boolean or a schema");
-    extra = &*a;
+  if (key.empty()) return j_.String(min, max);
+  try {
+    RegexEmitter e(j_);
+    return e.String(ParseRegex(pattern), min, max);
+  } catch (const RegexError& err) {
+    Unsupported(path, key, err.what());
   }
-  if (props->empty()) {
-    if (extra != nullptr && extra->is_boolean() && !extra->get<bool>()) {
-      const std::uint32_t r = b_.NewRule();
-      b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{b_.Byte('}')});
-      return r;
-    }
-    return j_.Map(extra == nullptr ? j_.AnyValue() : Schema(*extra, path + "/additionalProperties"));
-  }
-  // first[i] / rest[i]: properties i.. when none / some came before.
-  const std::size_t n = props->size();
-  std::vector<std::string> keys;
-  std::vector<std::uint32_t> values;
-  for (const auto& [k, v] : props->items()) {
-    if (j_.notation() == Notation::kGemma) {
-      // Gemma keys are bare: the runtime's ParseGemma4Call ends a key at ':' and refuses brackets and commas.
-      if (k.empty() || k.find_first_of("{}[],:<\" \t\n\r") != std::string::npos) {
-        Fail(path, "property name \"" + k + "\" cannot be written as a bare key in Gemma 4's call notation");
-      }
-    }
-    keys.push_back(k);
-    values.push_back(Schema(v, path + "/properties/" + k));
-  }
-  const std::uint32_t none = b_.NewRule();
-  b_.Alt(none, {});
-  std::uint32_t first = none, rest = none;
-  for (std::size_t i = n; i-- > 0;) {
-    const std::string key = j_.notation() == Notation::kGemma ? keys[i] : Json(keys[i]).dump();
-    const Seq kv = b_.Lit(key) + j_.Sep(':') + Seq{GrammarBuilder::Ref(values[i])};
-    const bool req = required.count(keys[i]) > 0;
-    const std::uint32_t f = b_.NewRule(), r = b_.NewRule();
-    b_.Alt(r, j_.Sep(',') + kv + Seq{GrammarBuilder::Ref(rest)});
-    if (!req) b_.Alt(r, {GrammarBuilder::Ref(rest)});
-    b_.Alt(f, kv + Seq{GrammarBuilder::Ref(rest)});
-    if (!req) b_.Alt(f, {GrammarBuilder::Ref(first)});
-    first = f, rest = r;
-  }
-  const std::uint32_t r = b_.NewRule();
-  b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{GrammarBuilder::Ref(first)} + j_.Ws() + Seq{b_.Byte('}')});
-  return r;
-}
-
-std::uint32_t SchemaCompiler::ArraySchema(const Json& s, const std::string& path) {
-  const int min = Bound(s, "minItems", path, 0), max = Bound(s, "maxItems", path, -1);
-  if (max >= 0 && min > max) Fail(path, "minItems " + std::to_string(min) + " > maxItems " + std::to_string(max));
-  std::uint32_t item = 0;
-  auto it = s.find("items");
-  if (it == s.end()) {
-    item = j_.AnyValue();
-  } else if (it->is_array()) {
-    throw Error("unsupported JSON Schema keyword 'items' as an array (tuple validation) at " + path);
-  } else if (it->is_boolean() && !it->get<bool>()) {
-    if (min > 0) Fail(path, "'items': false with minItems > 0 matches nothing");
-    return j_.Array(0, 0, 0);
-  } else {
-    item = Schema(*it, path + "/items");
-  }
-  return j_.Array(item, min, max);
 }
 
 }  // namespace kvshare::detail

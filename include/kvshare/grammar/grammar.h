@@ -4,22 +4,35 @@
 // document (runtime layer; the server's response_format builds on it, and a
 // tool's `parameters` schema can be compiled the same way).
 //
-// Supported JSON Schema subset (CompileJsonSchema):
-//   type (a name or an array of names: object, array, string, number,
-//   integer, boolean, null), properties, required, additionalProperties,
-//   items, minItems, maxItems, minLength, maxLength, enum, const, anyOf,
-//   oneOf (only when its branches' types are pairwise disjoint, so that
-//   "exactly one" equals "at least one"), allOf with one branch, $ref to "#",
-//   "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed when it passes
-//   through an object or array). Annotations (title, description, default,
-//   examples, $comment, $schema, $id, deprecated, readOnly, writeOnly) are
-//   ignored. Every other keyword (pattern, format, minimum, patternProperties,
-//   if/then/else, not, prefixItems, uniqueItems: true, ...) is a compile error
-//   naming the keyword and where it is.
+// JSON Schema (CompileJsonSchema), drafts 4, 6, 7, 2019-09 and 2020-12:
+//   type (a name or an array), properties, required, additionalProperties
+//   (a boolean or a schema), patternProperties, propertyNames,
+//   minProperties / maxProperties, dependentRequired (and draft 4-7's array
+//   form of dependencies: the dependents are made required), items (a schema,
+//   or an array with additionalItems), prefixItems, minItems / maxItems,
+//   minLength / maxLength, pattern (ECMA-262 without lookaround and
+//   backreferences), format (date-time, date, time, duration, email,
+//   hostname, ipv4, ipv6, uuid, uri: exact or narrower grammars), minimum /
+//   maximum / exclusiveMinimum / exclusiveMaximum in both drafts' forms
+//   (exact; fractional bounds on numbers are refused), multipleOf (10^-p on
+//   numbers, any k on a bounded integer range of at most 1024 multiples),
+//   enum / const of any JSON value, anyOf, oneOf (when its branches' types
+//   are pairwise disjoint), allOf (merged), siblings of anyOf / oneOf (moved
+//   into each branch) and of $ref (merged from 2019-09 on, ignored before),
+//   local $refs (JSON pointers, recursion through an object or array).
+//   Annotations and unknown keywords are ignored, as the spec says. What a
+//   grammar cannot enforce exactly (not, if / then / else, contains,
+//   uniqueItems: true, unevaluated*, dependentSchemas, $dynamicRef, remote or
+//   anchor $refs, two different patterns merged, ...) is a compile error
+//   naming the keyword and its JSON pointer ("unsupported JSON Schema keyword
+//   'uniqueItems' at #/properties/tags/uniqueItems: ...").
 // Output shape (all of it valid against the schema):
-//   - objects hold only their declared properties, in declaration order,
-//     required ones always; additionalProperties other than false is allowed
-//     but only used for objects that declare no properties (a free-form map);
+//   - objects hold only their declared properties (and the required ones it
+//     does not declare), in declaration order, required ones always;
+//     additionalProperties / patternProperties / propertyNames give the keys
+//     and values of objects that declare no properties (maps);
+//   - a keyword of one type implies it ({"minimum": 0} writes numbers only);
+//   - bounded numbers are written without an exponent;
 //   - strings: UTF-8 (strict: no surrogates, no overlongs) or the escapes
 //     \" \\ \/ \b \f \n \r \t \uXXXX (XXXX not a surrogate), so each escape or
 //     character counts as one code point for minLength / maxLength;
@@ -55,7 +68,7 @@ struct JsonGrammarOptions {
 
 // Compiles a JSON Schema (JSON text) into a grammar of the JSON documents
 // described above. Throws kvshare::Error for invalid JSON, an unsupported
-// keyword ("unsupported JSON Schema keyword 'pattern' at #/properties/id"),
+// keyword ("unsupported JSON Schema keyword 'not' at #/properties/id/not: ..."),
 // a malformed value of a supported one, an unresolvable $ref, a schema that
 // matches nothing (minItems > maxItems, required property not declared),
 // bounds above 4096, an object of more than 1024 members, a text nested

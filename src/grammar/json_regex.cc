@@ -1,0 +1,596 @@
+// ECMA-262 regular expressions as grammar rules over JSON string content
+// (json_regex.h): a recursive-descent parser into RegexNode, then one rule
+// per node, characters encoded as JSON writes them.
+#include "grammar/json_regex.h"
+
+#include <algorithm>
+#include <bitset>
+#include <string>
+
+namespace kvshare::detail {
+namespace {
+
+constexpr int kMaxRepeat = 1000;
+constexpr char32_t kMaxCode = 0x10FFFF;
+
+CodeRanges Normalize(CodeRanges r) {
+  std::sort(r.begin(), r.end());
+  CodeRanges out;
+  for (const auto& [lo, hi] : r) {
+    if (!out.empty() && lo <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, hi);
+    } else {
+      out.emplace_back(lo, hi);
+    }
+  }
+  return out;
+}
+
+CodeRanges Complement(const CodeRanges& r) {
+  CodeRanges out;
+  char32_t next = 0;
+  for (const auto& [lo, hi] : r) {
+    if (lo > next) out.emplace_back(next, lo - 1);
+    next = hi + 1;
+  }
+  if (next <= kMaxCode) out.emplace_back(next, kMaxCode);
+  return out;
+}
+
+CodeRanges Digits() { return {{'0', '9'}}; }
+CodeRanges Word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
+CodeRanges Space() {
+  return Normalize({{'\t', '\r'},
+                    {' ', ' '},
+                    {0xA0, 0xA0},
+                    {0x1680, 0x1680},
+                    {0x2000, 0x200A},
+                    {0x2028, 0x2029},
+                    {0x202F, 0x202F},
+                    {0x205F, 0x205F},
+                    {0x3000, 0x3000},
+                    {0xFEFF, 0xFEFF}});
+}
+
+// UTF-8 text → code points (invalid bytes are taken as Latin-1: a schema is
+// parsed by nlohmann, which has checked its UTF-8 already).
+std::u32string Decode(std::string_view s) {
+  std::u32string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (n == 1 || i + n > s.size()) {
+      out += c;
+      ++i;
+      continue;
+    }
+    char32_t cp = c & (0x7F >> n);
+    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out += cp;
+    i += n;
+  }
+  return out;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string_view pattern) : p_(Decode(pattern)) {}
+
+  RegexNode Parse() {
+    RegexNode n = Alt(0);
+    if (i_ < p_.size()) throw RegexError("unmatched ')'");
+    return n;
+  }
+
+ private:
+  bool More() const { return i_ < p_.size(); }
+  char32_t Peek(std::size_t ahead = 0) const { return i_ + ahead < p_.size() ? p_[i_ + ahead] : 0; }
+
+  RegexNode Alt(int depth) {
+    if (depth > 64) throw RegexError("groups nested deeper than 64");
+    RegexNode alt{RegexNode::kAlt};
+    alt.kids.push_back(Seq(depth));
+    while (More() && Peek() == '|') {
+      ++i_;
+      alt.kids.push_back(Seq(depth));
+    }
+    return alt.kids.size() == 1 ? std::move(alt.kids[0]) : alt;
+  }
+
+  RegexNode Seq(int depth) {
+    RegexNode seq{RegexNode::kSeq};
+    while (More() && Peek() != '|' && Peek() != ')') {
+      RegexNode atom = Atom(depth);
+      int min = 0, max = 0;
+      if (Quantifier(min, max)) {
+        if (atom.kind == RegexNode::kBol || atom.kind == RegexNode::kEol) throw RegexError("a quantified anchor");
+        if (More() && Peek() == '?') ++i_;  // lazy: the same language
+        RegexNode rep{RegexNode::kRepeat};
+        rep.min = min, rep.max = max;
+        rep.kids.push_back(std::move(atom));
+        atom = std::move(rep);
+      }
+      seq.kids.push_back(std::move(atom));
+    }
+    return seq;
+  }
+
+  // {n}, {n,}, {n,m} at i_ (not consumed when it is not one: '{' is then a
+  // literal, as Annex B reads it).
+  bool Braces(int& min, int& max, bool consume) {
+    std::size_t k = i_ + 1;
+    auto number = [&](int& out) {
+      const std::size_t start = k;
+      long long v = 0;
+      while (k < p_.size() && p_[k] >= '0' && p_[k] <= '9') v = std::min<long long>(v * 10 + (p_[k++] - '0'), 1 << 30);
+      out = static_cast<int>(v);
+      return k > start;
+    };
+    int lo = 0, hi = 0;
+    if (!number(lo)) return false;
+    hi = lo;
+    if (k < p_.size() && p_[k] == ',') {
+      ++k;
+      if (!number(hi)) hi = -1;
+    }
+    if (k >= p_.size() || p_[k] != '}') return false;
+    if (consume) {
+      i_ = k + 1;
+      if (hi >= 0 && hi < lo) throw RegexError("a repetition {n,m} with m < n");
+      if (lo > kMaxRepeat || hi > kMaxRepeat) throw RegexError("a repetition count above 1000");
+      min = lo, max = hi;
+    }
+    return true;
+  }
+
+  bool Quantifier(int& min, int& max) {
+    if (!More()) return false;
+    switch (Peek()) {
+      case '*': ++i_, min = 0, max = -1; return true;
+      case '+': ++i_, min = 1, max = -1; return true;
+      case '?': ++i_, min = 0, max = 1; return true;
+      case '{': return Braces(min, max, true);
+      default: return false;
+    }
+  }
+
+  static RegexNode SetNode(CodeRanges r) {
+    RegexNode n{RegexNode::kSet};
+    n.set = Normalize(std::move(r));
+    return n;
+  }
+
+  RegexNode Atom(int depth) {
+    const char32_t c = p_[i_++];
+    switch (c) {
+      case '(': {
+        if (Peek() == '?') {
+          if (Peek(1) == ':') {
+            i_ += 2;
+          } else if (Peek(1) == '=' || Peek(1) == '!' || (Peek(1) == '<' && (Peek(2) == '=' || Peek(2) == '!'))) {
+            throw RegexError("lookaround (?=, ?!, ?<=, ?<!)");
+          } else if (Peek(1) == '<') {
+            while (More() && Peek() != '>') ++i_;
+            if (!More()) throw RegexError("an unterminated group name");
+            ++i_;
+          } else {
+            throw RegexError("an unknown group (?" + std::string(1, static_cast<char>(Peek(1))) + ")");
+          }
+        }
+        RegexNode inner = Alt(depth + 1);
+        if (!More() || Peek() != ')') throw RegexError("an unterminated group");
+        ++i_;
+        return inner;
+      }
+      case ')': throw RegexError("unmatched ')'");
+      case '[': return Class();
+      case '.': return SetNode(Complement(Normalize({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}})));
+      case '^': return RegexNode{RegexNode::kBol};
+      case '$': return RegexNode{RegexNode::kEol};
+      case '*':
+      case '+':
+      case '?': throw RegexError("nothing to repeat");
+      case '{': {
+        int a = 0, b = 0;
+        --i_;
+        if (Braces(a, b, false)) throw RegexError("nothing to repeat");
+        ++i_;
+        return SetNode({{c, c}});
+      }
+      case '\\': {
+        CodeRanges r;
+        Escape(false, r);
+        return SetNode(std::move(r));
+      }
+      default: return SetNode({{c, c}});
+    }
+  }
+
+  int Hex(int digits) {
+    int v = 0;
+    for (int k = 0; k < digits; ++k) {
+      const char32_t h = Peek();
+      int d = h >= '0' && h <= '9'   ? static_cast<int>(h - '0')
+              : h >= 'a' && h <= 'f' ? static_cast<int>(h - 'a' + 10)
+              : h >= 'A' && h <= 'F' ? static_cast<int>(h - 'A' + 10)
+                                     : -1;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+      ++i_;
+    }
+    return v;
+  }
+
+  // After a '\\': the characters it stands for, added to r.
+  void Escape(bool in_class, CodeRanges& r) {
+    if (!More()) throw RegexError("a trailing '\\'");
+    const char32_t c = p_[i_++];
+    auto add = [&r](const CodeRanges& s) { r.insert(r.end(), s.begin(), s.end()); };
+    switch (c) {
+      case 'd': return add(Digits());
+      case 'D': return add(Complement(Digits()));
+      case 'w': return add(Word());
+      case 'W': return add(Complement(Word()));
+      case 's': return add(Space());
+      case 'S': return add(Complement(Space()));
+      case 't': return add({{'\t', '\t'}});
+      case 'n': return add({{'\n', '\n'}});
+      case 'r': return add({{'\r', '\r'}});
+      case 'f': return add({{'\f', '\f'}});
+      case 'v': return add({{'\v', '\v'}});
+      case 'b':
+        if (in_class) return add({{'\b', '\b'}});
+        throw RegexError("a word boundary (\\b)");
+      case 'B': throw RegexError("a word boundary (\\B)");
+      case 'p':
+      case 'P': throw RegexError("a Unicode property escape (\\p, \\P)");
+      case 'k': throw RegexError("a backreference (\\k)");
+      case '0':
+        if (Peek() >= '0' && Peek() <= '9') throw RegexError("an octal escape");
+        return add({{0, 0}});
+      case 'c':
+        if ((Peek() >= 'a' && Peek() <= 'z') || (Peek() >= 'A' && Peek() <= 'Z')) {
+          const char32_t x = p_[i_++] % 32;
+          return add({{x, x}});
+        }
+        return add({{'\\', '\\'}, {'c', 'c'}});
+      case 'x': {
+        const int v = Hex(2);
+        if (v < 0) throw RegexError("a malformed \\x escape");
+        return add({{static_cast<char32_t>(v), static_cast<char32_t>(v)}});
+      }
+      case 'u': {
+        int v = -1;
+        if (Peek() == '{') {
+          ++i_;
+          v = 0;
+          while (More() && Peek() != '}') {
+            const int d = Hex(1);
+            if (d < 0 || v > 0x10FFFF) throw RegexError("a malformed \\u{...} escape");
+            v = v * 16 + d;
+          }
+          if (!More() || v > 0x10FFFF) throw RegexError("a malformed \\u{...} escape");
+          ++i_;
+        } else {
+          v = Hex(4);
+          if (v < 0) throw RegexError("a malformed \\u escape");
+          // A surrogate pair written as two escapes is one character.
+          if (v >= 0xD800 && v <= 0xDBFF && Peek() == '\\' && Peek(1) == 'u') {
+            const std::size_t save = i_;
+            i_ += 2;
+            const int lo = Hex(4);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+              v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+            } else {
+              i_ = save;
+            }
+          }
+        }
+        return add({{static_cast<char32_t>(v), static_cast<char32_t>(v)}});
+      }
+      default:
+        if (c >= '1' && c <= '9') throw RegexError("a backreference (\\" + std::string(1, static_cast<char>(c)) + ")");
+        return add({{c, c}});  // identity escape
+    }
+  }
+
+  RegexNode Class() {
+    bool negate = false;
+    if (Peek() == '^') negate = true, ++i_;
+    CodeRanges r;
+    bool first = true;
+    while (true) {
+      if (!More()) throw RegexError("an unterminated class [...]");
+      if (Peek() == ']' && !first) break;
+      if (Peek() == ']') break;  // [] matches nothing, [^] anything
+      first = false;
+      CodeRanges lo_set;
+      char32_t lo = 0;
+      bool single = ClassAtom(lo_set, lo);
+      if (single && Peek() == '-' && Peek(1) != ']' && Peek(1) != 0) {
+        ++i_;
+        CodeRanges hi_set;
+        char32_t hi = 0;
+        if (!ClassAtom(hi_set, hi)) throw RegexError("a class range with a class (\\d, \\w, \\s) as an end");
+        if (hi < lo) throw RegexError("a class range out of order");
+        r.emplace_back(lo, hi);
+      } else {
+        r.insert(r.end(), lo_set.begin(), lo_set.end());
+      }
+    }
+    ++i_;
+    r = Normalize(std::move(r));
+    return SetNode(negate ? Complement(r) : r);
+  }
+
+  // One class member: true with its character in c (and in set), false for
+  // an escape that stands for several (\d, \w, \s and their complements).
+  bool ClassAtom(CodeRanges& set, char32_t& c) {
+    if (Peek() == '\\') {
+      ++i_;
+      Escape(true, set);
+      if (set.size() == 1 && set[0].first == set[0].second) {
+        c = set[0].first;
+        return true;
+      }
+      return false;
+    }
+    c = p_[i_++];
+    set.emplace_back(c, c);
+    return true;
+  }
+
+  std::u32string p_;
+  std::size_t i_ = 0;
+};
+
+void Encode(char32_t cp, unsigned char* out, int& n) {
+  if (cp < 0x80) {
+    out[0] = static_cast<unsigned char>(cp), n = 1;
+  } else if (cp < 0x800) {
+    out[0] = static_cast<unsigned char>(0xC0 | (cp >> 6)), out[1] = static_cast<unsigned char>(0x80 | (cp & 0x3F)),
+    n = 2;
+  } else if (cp < 0x10000) {
+    out[0] = static_cast<unsigned char>(0xE0 | (cp >> 12));
+    out[1] = static_cast<unsigned char>(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = static_cast<unsigned char>(0x80 | (cp & 0x3F)), n = 3;
+  } else {
+    out[0] = static_cast<unsigned char>(0xF0 | (cp >> 18));
+    out[1] = static_cast<unsigned char>(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = static_cast<unsigned char>(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = static_cast<unsigned char>(0x80 | (cp & 0x3F)), n = 4;
+  }
+}
+
+// The UTF-8 byte-range sequences of the code points [lo, hi] (all of one
+// encoded length after the first split), as in the regex crates' utf8
+// ranges: split until each byte position is one range.
+void Utf8Ranges(char32_t lo, char32_t hi, std::vector<std::vector<std::pair<unsigned char, unsigned char>>>& out) {
+  for (char32_t m : {char32_t{0x7F}, char32_t{0x7FF}, char32_t{0xFFFF}}) {
+    if (lo <= m && hi > m) {
+      Utf8Ranges(lo, m, out);
+      Utf8Ranges(m + 1, hi, out);
+      return;
+    }
+  }
+  for (int i = 1; i < 4; ++i) {
+    const char32_t m = (char32_t{1} << (6 * i)) - 1;
+    if ((lo & ~m) != (hi & ~m)) {
+      if ((lo & m) != 0) {
+        Utf8Ranges(lo, lo | m, out);
+        Utf8Ranges((lo | m) + 1, hi, out);
+        return;
+      }
+      if ((hi & m) != m) {
+        Utf8Ranges(lo, (hi & ~m) - 1, out);
+        Utf8Ranges(hi & ~m, hi, out);
+        return;
+      }
+    }
+  }
+  unsigned char a[4], b[4];
+  int n = 0, nb = 0;
+  Encode(lo, a, n);
+  Encode(hi, b, nb);
+  std::vector<std::pair<unsigned char, unsigned char>> seq;
+  for (int k = 0; k < n; ++k) seq.emplace_back(a[k], b[k]);
+  out.push_back(std::move(seq));
+}
+
+}  // namespace
+
+RegexNode ParseRegex(std::string_view pattern) { return Parser(pattern).Parse(); }
+
+std::uint32_t RegexEmitter::Char(const CodeRanges& set) {
+  if (auto it = chars_.find(set); it != chars_.end()) return it->second;
+  const std::uint32_t r = b_.NewRule();
+  std::bitset<256> plain;
+  bool any = false;
+  auto lit = [&](std::string_view s) { b_.Alt(r, b_.Lit(s)), any = true; };
+  static const char* kHex = "0123456789abcdef";
+  const bool gemma = j_.notation() == Notation::kGemma;
+  for (const auto& [lo, hi] : set) {
+    for (char32_t c = lo; c <= std::min<char32_t>(hi, 0x7F); ++c) {
+      if (gemma) {  // raw text up to the closing <|"|>: no escapes, no '<'
+        if (c != '<' && (c >= 0x20 || c == '\t' || c == '\n' || c == '\r')) plain.set(c);
+      } else if (c == '"') {
+        lit("\\\"");
+      } else if (c == '\\') {
+        lit("\\\\");
+      } else if (c >= 0x20) {
+        plain.set(c);
+        if (c == '/') lit("\\/");
+      } else {
+        const char* short_esc = c == '\b'   ? "\\b"
+                                : c == '\f' ? "\\f"
+                                : c == '\n' ? "\\n"
+                                : c == '\r' ? "\\r"
+                                : c == '\t' ? "\\t"
+                                            : nullptr;
+        if (short_esc != nullptr) lit(short_esc);
+        // \u00XX, hex digits in either case.
+        std::bitset<256> d1, d2;
+        d1.set(kHex[c >> 4]);
+        d2.set(kHex[c & 15]);
+        if ((c & 15) >= 10) d2.set(kHex[c & 15] - 'a' + 'A');
+        b_.Alt(r, b_.Lit("\\u00") + GrammarBuilder::Seq{b_.Set(d1), b_.Set(d2)});
+        any = true;
+      }
+    }
+    // Above ASCII: raw UTF-8, surrogates left out (JSON text cannot hold them).
+    for (auto [a, z] : {std::pair<char32_t, char32_t>{std::max<char32_t>(lo, 0x80), std::min<char32_t>(hi, 0xD7FF)},
+                        std::pair<char32_t, char32_t>{std::max<char32_t>(lo, 0xE000), hi}}) {
+      if (a > z) continue;
+      std::vector<std::vector<std::pair<unsigned char, unsigned char>>> seqs;
+      Utf8Ranges(a, z, seqs);
+      for (const auto& seq : seqs) {
+        GrammarBuilder::Seq s;
+        for (const auto& [x, y] : seq) s.push_back(b_.Range(x, y));
+        b_.Alt(r, s);
+        any = true;
+      }
+    }
+  }
+  if (plain.any()) b_.Alt(r, {b_.Set(plain)}), any = true;
+  if (!any) throw RegexError("a class that matches no character a JSON string can hold");
+  return chars_[set] = r;
+}
+
+GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
+  if (budget_-- == 0) throw RegexError("an expression too large to compile (repetitions of repetitions)");
+  switch (n.kind) {
+    case RegexNode::kSet: return {GrammarBuilder::Ref(Char(n.set))};
+    case RegexNode::kSeq: {
+      GrammarBuilder::Seq s;
+      for (const RegexNode& k : n.kids) {
+        if (k.kind == RegexNode::kBol || k.kind == RegexNode::kEol) throw RegexError("an anchor (^, $) inside a group");
+        s = s + Node(k);
+      }
+      return s;
+    }
+    case RegexNode::kAlt: {
+      const std::uint32_t r = b_.NewRule();
+      for (const RegexNode& k : n.kids) b_.Alt(r, Node(k));
+      return {GrammarBuilder::Ref(r)};
+    }
+    case RegexNode::kRepeat: {
+      const GrammarBuilder::Seq item = Node(n.kids[0]);
+      if (budget_ < item.size() * static_cast<std::size_t>(std::max(n.min, n.max) + 1)) {
+        throw RegexError("an expression too large to compile (repetitions of repetitions)");
+      }
+      budget_ -= item.size() * static_cast<std::size_t>(std::max(n.min, n.max) + 1);
+      GrammarBuilder::Seq s;
+      for (int i = 0; i < n.min; ++i) s = s + item;
+      if (n.max < 0 || n.max > n.min) s.push_back(GrammarBuilder::Ref(j_.UpTo(item, n.max < 0 ? -1 : n.max - n.min)));
+      return s;
+    }
+    default: throw RegexError("an anchor (^, $) inside a group");
+  }
+}
+
+namespace {
+
+// The length range [lo, hi] (hi < 0: unbounded) of what n matches.
+std::pair<long long, long long> Lengths(const RegexNode& n) {
+  switch (n.kind) {
+    case RegexNode::kSet: return {1, 1};
+    case RegexNode::kSeq: {
+      long long lo = 0, hi = 0;
+      for (const RegexNode& k : n.kids) {
+        auto [a, b] = Lengths(k);
+        lo += a;
+        hi = hi < 0 || b < 0 ? -1 : hi + b;
+      }
+      return {lo, hi};
+    }
+    case RegexNode::kAlt: {
+      long long lo = -1, hi = 0;
+      for (const RegexNode& k : n.kids) {
+        auto [a, b] = Lengths(k);
+        lo = lo < 0 ? a : std::min(lo, a);
+        hi = hi < 0 || b < 0 ? -1 : std::max(hi, b);
+      }
+      return {std::max(lo, 0LL), hi};
+    }
+    case RegexNode::kRepeat: {
+      auto [a, b] = Lengths(n.kids[0]);
+      return {a * n.min, n.max < 0 ? (b == 0 ? 0 : -1) : b < 0 ? -1 : b * n.max};
+    }
+    default: return {0, 0};
+  }
+}
+
+}  // namespace
+
+std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
+  // Top-level alternatives, each with its anchors; an unanchored side may
+  // hold any characters.
+  std::vector<const RegexNode*> alts;
+  if (re.kind == RegexNode::kAlt) {
+    for (const RegexNode& k : re.kids) alts.push_back(&k);
+  } else {
+    alts.push_back(&re);
+  }
+  RegexNode any_char{RegexNode::kSet};
+  any_char.set = {{0, kMaxCode}};
+  RegexNode any{RegexNode::kRepeat};
+  any.min = 0, any.max = -1;
+  any.kids.push_back(any_char);
+  const std::uint32_t r = b_.NewRule();
+  int n = 0;
+  for (const RegexNode* a : alts) {
+    RegexNode body{RegexNode::kSeq};
+    std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
+    const bool bol = !kids.empty() && kids.front().kind == RegexNode::kBol;
+    if (bol) kids.erase(kids.begin());
+    const bool eol = !kids.empty() && kids.back().kind == RegexNode::kEol;
+    if (eol) kids.pop_back();
+    if (!bol) body.kids.push_back(any);
+    for (RegexNode& k : kids) body.kids.push_back(std::move(k));
+    if (!eol) body.kids.push_back(any);
+    // ".*" twice in a row (an empty unanchored alternative) is ".*" once.
+    for (std::size_t k = 1; k < body.kids.size();) {
+      const bool twice = body.kids[k].kind == RegexNode::kRepeat && body.kids[k - 1].kind == RegexNode::kRepeat &&
+                         body.kids[k].max < 0 && body.kids[k - 1].max < 0 && body.kids[k].min == 0 &&
+                         body.kids[k - 1].min == 0 && body.kids[k].kids[0].set == any_char.set &&
+                         body.kids[k - 1].kids[0].set == any_char.set;
+      if (twice) {
+        body.kids.erase(body.kids.begin() + static_cast<std::ptrdiff_t>(k));
+      } else {
+        ++k;
+      }
+    }
+    if (min > 0 || max >= 0) {
+      auto [lo, hi] = Lengths(body);
+      const bool inside = lo >= min && (max < 0 || (hi >= 0 && hi <= max));
+      if (!inside) {
+        // The whole body one class repeated: the bounds intersect exactly.
+        RegexNode* one = nullptr;
+        if (body.kids.size() == 1) one = &body.kids[0];
+        if (one != nullptr && one->kind == RegexNode::kSet) {
+          RegexNode rep{RegexNode::kRepeat};
+          rep.min = rep.max = 1;
+          rep.kids.push_back(*one);
+          *one = rep;
+        }
+        if (one == nullptr || one->kind != RegexNode::kRepeat || one->kids[0].kind != RegexNode::kSet) {
+          throw RegexError("a pattern with a length bound (minLength / maxLength) narrower than the pattern's");
+        }
+        one->min = std::max(one->min, min);
+        if (max >= 0) one->max = one->max < 0 ? max : std::min(one->max, max);
+        if (one->max >= 0 && one->min > one->max) continue;  // this alternative matches nothing
+        RegexNode single{RegexNode::kSeq};
+        single.kids.push_back(*one);
+        body = single;
+      }
+    }
+    const GrammarBuilder::Seq quote =
+        j_.notation() == Notation::kGemma ? b_.Lit("<|\"|>") : GrammarBuilder::Seq{b_.Byte('"')};
+    b_.Alt(r, quote + Node(body) + quote);
+    ++n;
+  }
+  if (n == 0) throw RegexError("a pattern that no string of the length bounds matches");
+  return r;
+}
+
+}  // namespace kvshare::detail

@@ -1,0 +1,68 @@
+// ECMA-262 regular expressions (JSON Schema's `pattern`, `patternProperties`
+// and the `format` grammars) compiled into rules of a JsonGrammar that match
+// JSON strings whose decoded content the expression finds (unanchored, as
+// the spec says: "a" matches "xay"). Internal to src/grammar.
+//
+// Supported: literals, '.', classes [...] / [^...] with ranges, the escapes
+// \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uHHHH \u{H...} \cX and identity
+// escapes, groups (...), (?:...), (?<name>...), alternation, the quantifiers
+// * + ? {n} {n,} {n,m} (lazy or not: the same language), and the anchors
+// ^ and $ at the start / end of a top-level alternative. Refused (RegexError):
+// lookaround, backreferences, word boundaries, Unicode property escapes,
+// anchors anywhere else, repetition counts above 1000.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "grammar/json_grammar.h"
+
+namespace kvshare::detail {
+
+struct RegexError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Code point ranges [lo, hi], sorted and disjoint.
+using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;
+
+struct RegexNode {
+  enum Kind { kSet, kSeq, kAlt, kRepeat, kBol, kEol } kind = kSeq;
+  CodeRanges set;               // kSet
+  std::vector<RegexNode> kids;  // kSeq, kAlt; kRepeat: one
+  int min = 0, max = 0;         // kRepeat (max < 0: unbounded)
+};
+
+// Throws RegexError naming what is not supported or malformed.
+RegexNode ParseRegex(std::string_view pattern);
+
+// Emits rules for the content of JSON strings (between the quotes) of one
+// JsonGrammar. Characters are written raw (UTF-8) except '"' and '\\' (and,
+// optionally, '/'), which are escaped, and control characters, written as
+// \b \f \n \r \t or \u00XX; \uXXXX escapes of other characters are not used.
+class RegexEmitter {
+ public:
+  explicit RegexEmitter(JsonGrammar& j) : j_(j), b_(j.builder()) {}
+  // The string content that `re` finds; with a length bound [min, max]
+  // (max < 0: none) when it can be applied exactly (the whole expression a
+  // repetition of one class, or the bound implied by the expression);
+  // otherwise throws RegexError. Returns a rule of the whole string, quotes
+  // included.
+  std::uint32_t String(const RegexNode& re, int min, int max);
+  // The content rule of one character of `set`.
+  std::uint32_t Char(const CodeRanges& set);
+
+ private:
+  GrammarBuilder::Seq Node(const RegexNode& n);
+  JsonGrammar& j_;
+  GrammarBuilder& b_;
+  std::map<CodeRanges, std::uint32_t> chars_;
+  std::size_t budget_ = 200000;  // grammar elements one expression may emit
+};
+
+}  // namespace kvshare::detail

@@ -1,0 +1,236 @@
+// The JSON Schema compiler's intersections (json_schema_compiler.h): allOf
+// merged into one schema, the siblings of $ref merged with its target
+// (2019-09 on; ignored in drafts 4 to 7 as they say) and the siblings of
+// anyOf / oneOf moved into each branch, so that the rest of the compiler
+// sees one schema at a time. A pair of keywords whose intersection has no
+// exact form here (two different patterns, two oneOfs) is refused with its
+// pointer, never loosened. Also the value check (Matches) that enum and
+// patternProperties use.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar_automaton.h"
+#include "grammar/json_schema_compiler.h"
+
+namespace kvshare::detail {
+namespace {
+
+using Json = SchemaCompiler::Json;
+
+constexpr std::size_t kMaxProduct = 64;  // branches of anyOf x anyOf
+
+// Draft 4's boolean exclusiveMinimum / exclusiveMaximum as draft 6's numbers.
+Json Draft6Bounds(Json s) {
+  for (auto [flag, bound] : {std::pair<const char*, const char*>{"exclusiveMinimum", "minimum"},
+                             std::pair<const char*, const char*>{"exclusiveMaximum", "maximum"}}) {
+    auto f = s.find(flag);
+    if (f == s.end() || !f->is_boolean()) continue;
+    const bool on = f->get<bool>();
+    s.erase(flag);
+    if (on && s.contains(bound)) {
+      s[flag] = s[bound];
+      s.erase(bound);
+    }
+  }
+  return s;
+}
+
+Json AllOf(const Json& a, const Json& b) {
+  if (a == b) return a;
+  return Json{{"allOf", Json::array({a, b})}};
+}
+
+}  // namespace
+
+std::optional<Json> SchemaCompiler::Normalized(const Json& s, const std::string& path) {
+  if (auto all = s.find("allOf"); all != s.end()) {
+    if (!all->is_array() || all->empty()) Fail(path, "'allOf' must be a non-empty array of schemas");
+    Json out = s;
+    out.erase("allOf");
+    for (std::size_t i = 0; i < all->size(); ++i) out = Merge(out, (*all)[i], path + "/allOf/" + std::to_string(i));
+    return out;
+  }
+  if (auto ref = s.find("$ref"); ref != s.end() && Constrains(s, "$ref")) {
+    if (!ref->is_string()) Fail(path, "'$ref' must be a string");
+    if (LegacyRef()) return Json{{"$ref", *ref}};
+    Json rest = s;
+    rest.erase("$ref");
+    return Merge(rest, Json{{"$ref", *ref}}, path);
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
+    auto c = s.find(key);
+    if (c == s.end() || !Constrains(s, key)) continue;
+    if (!c->is_array() || c->empty()) Fail(path, std::string("'") + key + "' must be a non-empty array of schemas");
+    Json rest = s;
+    rest.erase(key);
+    Json branches = Json::array();
+    for (std::size_t i = 0; i < c->size(); ++i) {
+      branches.push_back(Merge(rest, (*c)[i], path + "/" + key + "/" + std::to_string(i)));
+    }
+    return Json{{key, branches}};
+  }
+  return std::nullopt;
+}
+
+Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string& path, int hops) {
+  if (hops > 32) Fail(path, "'$ref's merged with sibling keywords (or inside allOf) refer back to themselves");
+  if (a_in.is_boolean()) {
+    if (!a_in.get<bool>()) Fail(path, "the schema false matches nothing");
+    return b_in;
+  }
+  if (b_in.is_boolean()) {
+    if (!b_in.get<bool>()) Fail(path, "the schema false matches nothing");
+    return a_in;
+  }
+  if (!a_in.is_object() || !b_in.is_object()) Fail(path, "expected a schema (an object or a boolean)");
+  // A $ref in b is its target, merged with b's other keywords.
+  if (auto r = b_in.find("$ref"); r != b_in.end() && r->is_string()) {
+    Json rest = b_in;
+    rest.erase("$ref");
+    const Json& target = Resolve(r->get<std::string>(), path);
+    return Merge(LegacyRef() ? a_in : Merge(a_in, rest, path, hops + 1), target, path, hops + 1);
+  }
+  if (a_in.contains("$ref")) return Merge(b_in, a_in, path, hops + 1);
+  Json a = Draft6Bounds(a_in);
+  const Json b = Draft6Bounds(b_in);
+  auto refuse = [&](const std::string& key) {
+    Unsupported(path, key, "two different values inside allOf (or next to $ref / anyOf / oneOf) cannot be merged");
+  };
+  // A tuple on one side only: the other side's items would apply to the
+  // tuple's places too, which the merged schema could not say.
+  const auto tuple = [](const Json& x) {
+    return x.contains("prefixItems") || (x.contains("items") && x["items"].is_array());
+  };
+  if (tuple(a) != tuple(b) && (tuple(a) ? b : a).contains("items")) refuse("items");
+  // Properties first: each side's additionalProperties / patternProperties
+  // apply to the other side's names.
+  auto apply_rest = [&](const Json& props_other, const Json& side, Json& merged) {
+    for (const auto& [k, v] : props_other.items()) {
+      if (side.contains("properties") && side["properties"].contains(k)) continue;
+      Json extra = v;
+      bool matched = false;
+      if (auto pp = side.find("patternProperties"); pp != side.end() && pp->is_object()) {
+        for (const auto& [pat, ps] : pp->items()) {
+          if (Matches(Json{{"type", "string"}, {"pattern", pat}}, Json(k))) extra = AllOf(extra, ps), matched = true;
+        }
+      }
+      if (!matched) {
+        if (auto ap = side.find("additionalProperties"); ap != side.end()) extra = AllOf(extra, *ap);
+      }
+      merged[k] = extra;
+    }
+  };
+  if (a.contains("properties") || b.contains("properties")) {
+    const Json empty = Json::object();
+    const Json& pa = a.contains("properties") ? a["properties"] : empty;
+    const Json& pb = b.contains("properties") ? b["properties"] : empty;
+    if (!pa.is_object() || !pb.is_object()) Fail(path, "'properties' must be an object");
+    Json merged = Json::object();
+    apply_rest(pa, b, merged);
+    Json from_b = Json::object();
+    apply_rest(pb, a, from_b);
+    for (const auto& [k, v] : pa.items()) {
+      if (pb.contains(k)) merged[k] = AllOf(v, pb[k]);
+    }
+    for (const auto& [k, v] : from_b.items()) merged[k] = v;
+    a["properties"] = merged;
+  }
+  for (const auto& [k, v] : b.items()) {
+    if (k == "properties" || k == "$defs" || k == "definitions") continue;
+    auto it = a.find(k);
+    if (it == a.end()) {
+      a[k] = v;
+      continue;
+    }
+    Json& x = *it;
+    if (x == v) continue;
+    if (k == "type") {
+      auto names = [](const Json& t) {
+        std::vector<std::string> out;
+        if (t.is_string()) out.push_back(t.get<std::string>());
+        if (t.is_array()) {
+          for (const Json& n : t) {
+            if (n.is_string()) out.push_back(n.get<std::string>());
+          }
+        }
+        return out;
+      };
+      const auto ta = names(x), tb = names(v);
+      Json both = Json::array();
+      for (const std::string& t : ta) {
+        const bool in_b = std::find(tb.begin(), tb.end(), t) != tb.end();
+        const bool num_b = t == "integer" && std::find(tb.begin(), tb.end(), "number") != tb.end();
+        const bool int_b = t == "number" && std::find(tb.begin(), tb.end(), "integer") != tb.end();
+        if (in_b || num_b) both.push_back(t);
+        if (int_b) both.push_back("integer");
+      }
+      if (both.empty()) Fail(path, "the types of allOf's schemas (" + x.dump() + ", " + v.dump() + ") share no value");
+      x = both.size() == 1 ? both[0] : both;
+    } else if (k == "required") {
+      for (const Json& n : v) {
+        if (std::find(x.begin(), x.end(), n) == x.end()) x.push_back(n);
+      }
+    } else if (k == "minLength" || k == "minItems" || k == "minProperties" || k == "minimum" ||
+               k == "exclusiveMinimum") {
+      if (v.is_number() && x.is_number() && v.get<double>() > x.get<double>()) x = v;
+    } else if (k == "maxLength" || k == "maxItems" || k == "maxProperties" || k == "maximum" ||
+               k == "exclusiveMaximum") {
+      if (v.is_number() && x.is_number() && v.get<double>() < x.get<double>()) x = v;
+    } else if (k == "enum") {
+      if (!x.is_array() || !v.is_array()) Fail(path, "'enum' must be an array");
+      Json both = Json::array();
+      for (const Json& e : x) {
+        if (std::find(v.begin(), v.end(), e) != v.end()) both.push_back(e);
+      }
+      if (both.empty()) Fail(path, "the enums of allOf's schemas share no value");
+      x = both;
+    } else if (k == "const") {
+      Fail(path, "allOf's schemas have different 'const' values");
+    } else if (k == "items" && x.is_object() == v.is_object() && !x.is_array() && !v.is_array()) {
+      x = AllOf(x, v);
+    } else if (k == "additionalProperties" || k == "propertyNames" || k == "additionalItems") {
+      x = AllOf(x, v);
+    } else if (k == "uniqueItems") {
+      x = x.is_boolean() && x.get<bool>() ? x : v;
+    } else if (k == "dependentRequired" || k == "patternProperties") {
+      if (!x.is_object() || !v.is_object()) refuse(k);
+      for (const auto& [name, d] : v.items()) {
+        if (!x.contains(name)) {
+          x[name] = d;
+        } else if (k == "patternProperties") {
+          x[name] = AllOf(x[name], d);
+        } else {
+          for (const Json& n : d) x[name].push_back(n);
+        }
+      }
+    } else if (k == "anyOf" && x.is_array() && v.is_array() && x.size() * v.size() <= kMaxProduct) {
+      Json product = Json::array();
+      for (const Json& p : x) {
+        for (const Json& q : v) product.push_back(AllOf(p, q));
+      }
+      x = product;
+    } else if (k == "allOf" && x.is_array() && v.is_array()) {
+      for (const Json& e : v) x.push_back(e);
+    } else if (Constrains(Json{{k, v}}, "")) {
+      refuse(k);
+    }
+  }
+  return a;
+}
+
+bool SchemaCompiler::Matches(const Json& schema, const Json& value) {
+  JsonGrammar j(JsonGrammarOptions{.max_whitespace = 0});  // value.dump() is compact JSON
+  SchemaCompiler c(root_, j);
+  c.depth_ = depth_;  // one limit for the whole compile
+  const auto grammar = j.Finish(c.Schema(schema, "#"));
+  GrammarAutomaton a(grammar->ir);
+  std::uint32_t state = a.initial();
+  for (char ch : value.dump()) {
+    state = a.Next(state, static_cast<unsigned char>(ch));
+    if (state == GrammarAutomaton::kDead) return false;
+  }
+  return a.Accepting(state);
+}
+
+}  // namespace kvshare::detail
