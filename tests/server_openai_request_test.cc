@@ -324,10 +324,11 @@ TEST(OpenAiRequest, ResponseFormat) {
               {400, "response_format.json_schema.schema", "invalid_type", ""});
   ExpectError(Completion({{"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}), false,
               {400, "ignore_eos", "invalid_value", ""});
-  ExpectError(
-      rf({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "^a+$"}}}}}}), false,
-      {400, "response_format.json_schema.schema", "invalid_schema", "unsupported JSON Schema keyword 'pattern' at #"},
-      &f);
+  ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "array"}, {"uniqueItems", true}}}}}}),
+              false,
+              {400, "response_format.json_schema.schema", "invalid_schema",
+               "unsupported JSON Schema keyword 'uniqueItems' at #"},
+              &f);
   ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "array"}, {"minItems", "2"}}}}}}),
               false, {400, "response_format.json_schema.schema", "invalid_schema", "'minItems' must be"}, &f);
   const RequestParsing strict{.strict = true};
@@ -364,10 +365,10 @@ TEST(OpenAiRequest, ToolShapesAreCheckedNamingTheField) {
               {400, "tool_choice", "invalid_value", ""});
   ExpectError(Chat({{"tool_choice", "required"}}), true, {400, "tool_choice", "invalid_value", "at least one tool"});
   ExpectError(Chat({{"parallel_tool_calls", "yes"}}), true, {400, "parallel_tool_calls", "invalid_type", ""});
-  json strict = WeatherTool({{"type", "object"}, {"properties", {{"id", {{"type", "string"}, {"pattern", "^a"}}}}}});
+  json strict = WeatherTool({{"type", "object"}, {"properties", {{"id", {{"type", "array"}, {"uniqueItems", true}}}}}});
   strict["function"]["strict"] = true;
   ExpectError(Chat({{"tools", {strict}}}), true,
-              {400, "tools[0].function.parameters", "invalid_schema", "unsupported JSON Schema keyword 'pattern'"});
+              {400, "tools[0].function.parameters", "invalid_schema", "unsupported JSON Schema keyword 'uniqueItems'"});
   ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "tool"}, {"content", "42"}}}}}), true,
               {400, "messages[1].tool_call_id", "missing_required_parameter", "the call it answers"});
   json call = {{"id", "c1"}, {"type", "function"}, {"function", {{"arguments", "{}"}}}};

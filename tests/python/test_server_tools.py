@@ -156,8 +156,8 @@ def test_gemma3_none_is_plain_content(gemma3):
     ({"tool_choice": "required"}, "tool_choice", "at least one tool"),
     ({"tools": [{"type": "function", "function": {
         "name": "f", "strict": True,
-        "parameters": {"type": "object", "properties": {"id": {"type": "string", "pattern": "^x"}}}}}]},
-     "tools[0].function.parameters", "'pattern'"),
+        "parameters": {"type": "object", "properties": {"id": {"type": "array", "uniqueItems": True}}}}}]},
+     "tools[0].function.parameters", "'uniqueItems'"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42"}]},
      "messages[1].tool_call_id", "Missing"),
     ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"arguments": "{}"}}]}]},
