@@ -19,7 +19,7 @@ constexpr int kDefaultCompletionTokens = 16;  // OpenAI's legacy completions def
 }  // namespace
 
 RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx) {
-  if (!req.model.empty() && req.model != ctx.model_id) {
+  if (ctx.strict_model && !req.model.empty() && req.model != ctx.model_id) {
     throw ApiError(404, "The model `" + req.model + "` does not exist. This server serves `" + ctx.model_id + "`.",
                    "invalid_request_error", "model", "model_not_found");
   }

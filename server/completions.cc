@@ -50,6 +50,10 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
       ParseBody(req), chat, {.strict = opt.strict_openai, .allow_image_urls = opt.allow_image_urls});
   KeepSchemaKeyOrder(cr, req.body);
   RequestOptions ro = BuildRequest(cr, ctx);
+  if (!cr.model.empty() && cr.model != ctx.model_id) {
+    res.set_header("X-Kvshare-Served-Model", ctx.model_id);
+    Log("request names model '" + cr.model + "'; serving " + ctx.model_id + " (--strict-openai answers 404)");
+  }
   if (!cr.ignored.empty()) {
     std::string names;
     for (const std::string& f : cr.ignored) names += (names.empty() ? "" : ", ") + f;

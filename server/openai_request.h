@@ -150,7 +150,8 @@ void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body);
 
 // What the model side needs to turn a request into scheduler input.
 struct ModelContext {
-  std::string model_id;  // the served name (/v1/models)
+  std::string model_id;       // the served name (/v1/models)
+  bool strict_model = false;  // another model name is a 404 (--strict-openai); else it is served
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat = nullptr;  // the chat format (kNone: plain completion)
   std::string chat_unavailable;        // why chat requests are refused (format kNone), or empty
@@ -169,7 +170,8 @@ struct ModelContext {
   } images;
 };
 
-// Checks the model name (404 model_not_found; none given: the served one),
+// Checks the model name (with strict_model another name is a 404
+// model_not_found; otherwise any name, or none, gets the served model),
 // applies the chat template or
 // tokenizes the prompt (400 for an empty prompt or ids out of range), picks
 // max_tokens (chat: the rest of the context when absent; completions: 16) and

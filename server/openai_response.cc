@@ -52,7 +52,14 @@ json CompletionFormatter::ToolCallsJson(const std::vector<ToolCall>& calls) cons
 
 const char* CompletionFormatter::ReasonName(kvshare::FinishReason reason, bool calls) const {
   if (calls && reason == kvshare::FinishReason::kStop) return "tool_calls";
+  // OpenAI has no "abort": a cancelled or drained request stops, and says
+  // why in AddAbortCause's field.
+  if (reason == kvshare::FinishReason::kAbort) return "stop";
   return FinishReasonName(reason);
+}
+
+void CompletionFormatter::AddAbortCause(json& choice, const RequestEvent& e) {
+  if (e.reason == kvshare::FinishReason::kAbort) choice["kvshare_abort"] = e.detail.empty() ? "abort" : e.detail;
 }
 
 std::string CompletionFormatter::DeltaChunks(const ToolCallDelta& d, const json& lp) const {
@@ -175,11 +182,10 @@ std::string CompletionFormatter::StreamEvent(const RequestEvent& e) const {
     out += Sse(ApiError(500, e.detail, "server_error").ToJson());
   } else {
     const char* reason = ReasonName(e.reason, streamed_calls_ > 0);
-    if (chat_) {
-      out += Sse(Chunk({{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}));
-    } else {
-      out += Sse(Chunk({{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}}));
-    }
+    json last = chat_ ? json{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
+                      : json{{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};
+    AddAbortCause(last, e);
+    out += Sse(Chunk(last));
     if (include_usage_) {
       json u = {{"id", id_},
                 {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
@@ -231,6 +237,7 @@ json CompletionFormatter::Final() const {
   } else {
     choice = {{"text", text_}, {"index", 0}, {"logprobs", lp}, {"finish_reason", reason}};
   }
+  AddAbortCause(choice, last_);
   return {{"id", id_},
           {"object", chat_ ? "chat.completion" : "text_completion"},
           {"created", created_},

@@ -76,7 +76,10 @@ class CompletionFormatter {
   nlohmann::json ToolCallsJson(const std::vector<ToolCall>& calls) const;
   // Streaming chunks for a parser delta (calls numbered from streamed_calls_).
   std::string DeltaChunks(const ToolCallDelta& delta, const nlohmann::json& logprobs) const;
+  // OpenAI's finish_reason values only: a cancelled or drained request
+  // (kAbort) is "stop", and AddAbortCause adds "kvshare_abort": its cause.
   const char* ReasonName(kvshare::FinishReason reason, bool calls) const;
+  static void AddAbortCause(nlohmann::json& choice, const RequestEvent& e);
 
   bool chat_;
   bool logprobs_;

@@ -147,6 +147,19 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
       }
       if (!id->is_string()) WrongType(name + ".tool_call_id", "a string", *id);
       msg.tool_call_id = id->get<std::string>();
+      // As OpenAI: it answers a call of the assistant message before this run
+      // of tool messages.
+      std::size_t prev = out.size();
+      while (prev > 0 && out[prev - 1].role == "tool") --prev;
+      bool known = false;
+      if (prev > 0 && out[prev - 1].role == "assistant") {
+        for (const ToolCall& c : out[prev - 1].tool_calls) known = known || c.id == msg.tool_call_id;
+      }
+      if (!known) {
+        throw BadRequest("Invalid parameter: '" + name + ".tool_call_id' of '" + msg.tool_call_id +
+                             "' not found in 'tool_calls' of the previous assistant message.",
+                         name + ".tool_call_id", "invalid_value");
+      }
       if (auto n = m.find("name"); n != m.end() && n->is_string()) msg.name = n->get<std::string>();
     }
     if (auto tc = m.find("tool_calls"); r == "assistant" && tc != m.end() && !tc->is_null()) {

@@ -1,9 +1,13 @@
 // Server lifecycle, routes, API keys, error bodies and the small endpoints
 // (server.h); the completion endpoints are in completions.cc.
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "chat_page.h"
@@ -32,6 +36,27 @@ bool ConstantTimeEqual(const std::string& a, const std::string& b) {
 }
 
 bool IsPublic(const std::string& path) { return path == "/" || path == "/health" || path == "/v1/health"; }
+
+// The credentials of an "Authorization: Bearer KEY" header, or "": the scheme
+// is case-insensitive (RFC 7235 §2.1), one or more spaces follow it.
+std::string BearerToken(const std::string& auth) {
+  constexpr std::string_view kScheme = "bearer";
+  if (auth.size() <= kScheme.size() || auth[kScheme.size()] != ' ') return "";
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(auth[i])) != kScheme[i]) return "";
+  }
+  const std::size_t start = auth.find_first_not_of(' ', kScheme.size());
+  return start == std::string::npos ? "" : auth.substr(start);
+}
+
+// Socket options of the listening socket: SO_REUSEADDR (restart while old
+// connections sit in TIME_WAIT) but never cpp-httplib's default
+// SO_REUSEPORT, with which a second server on the same port starts and the
+// kernel splits connections between the two.
+void ListenSocketOptions(int sock) {
+  int yes = 1;
+  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+}
 
 // Runs a handler, turning exceptions into error responses.
 template <class F>
@@ -131,6 +156,29 @@ json ParseBody(const httplib::Request& req) {
 }
 
 void Server::Impl::SetupRoutes() {
+  // CORS (--cors-origin): the allowed origins get Access-Control-Allow-Origin
+  // on every answer, and preflight OPTIONS requests a 204 naming the methods
+  // and headers a browser client sends.
+  if (!opt.cors_origins.empty()) {
+    http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const std::string origin = req.get_header_value("Origin");
+      const bool any = std::find(opt.cors_origins.begin(), opt.cors_origins.end(), "*") != opt.cors_origins.end();
+      if (origin.empty() ||
+          (!any && std::find(opt.cors_origins.begin(), opt.cors_origins.end(), origin) == opt.cors_origins.end())) {
+        return;
+      }
+      res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+      if (!any) res.set_header("Vary", "Origin");
+      res.set_header("Access-Control-Expose-Headers", "X-Kvshare-Ignored-Fields, X-Kvshare-Served-Model, Retry-After");
+    });
+    http.Options(".*", [](const httplib::Request& req, httplib::Response& res) {
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
+      res.set_header("Access-Control-Max-Age", "600");
+    });
+  }
   // API keys: every path but the page and the health check.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (opt.api_keys.empty() || IsPublic(req.path) || req.method == "OPTIONS") {
@@ -138,7 +186,7 @@ void Server::Impl::SetupRoutes() {
     }
     std::string key = req.get_header_value("X-Api-Key");
     const std::string auth = req.get_header_value("Authorization");
-    if (key.empty() && auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+    if (key.empty()) key = BearerToken(auth);
     for (const std::string& k : opt.api_keys) {
       if (ConstantTimeEqual(key, k)) return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -181,16 +229,33 @@ void Server::Impl::SetupRoutes() {
     res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
 
-  http.Get("/v1/models", Guarded([this](const httplib::Request&, httplib::Response& res) {
+  const auto model_json = [this] {
+    return json{{"id", ctx.model_id},
+                {"object", "model"},
+                {"created", created},
+                {"owned_by", "kvshare"},
+                {"max_model_len", ctx.max_context},
+                {"capabilities", ctx.images.encoder != nullptr ? json::array({"completion", "multimodal"})
+                                                               : json::array({"completion"})}};
+  };
+  http.Get("/v1/models", Guarded([this, model_json](const httplib::Request&, httplib::Response& res) {
              CheckReady();
-             json m = {{"id", ctx.model_id},
-                       {"object", "model"},
-                       {"created", created},
-                       {"owned_by", "kvshare"},
-                       {"max_model_len", ctx.max_context},
-                       {"capabilities", ctx.images.encoder != nullptr ? json::array({"completion", "multimodal"})
-                                                                      : json::array({"completion"})}};
-             res.set_content(Dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+             res.set_content(Dump({{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
+           }));
+  // The SDK's models.retrieve: the served model under its own name, or (not
+  // --strict-openai) under any name, as completions serve any name.
+  http.Get(R"(/v1/models/(.+))", Guarded([this, model_json](const httplib::Request& req, httplib::Response& res) {
+             CheckReady();
+             const std::string id = req.matches[1];
+             if (id != ctx.model_id) {
+               if (opt.strict_openai) {
+                 throw ApiError(404,
+                                "The model `" + id + "` does not exist. This server serves `" + ctx.model_id + "`.",
+                                "invalid_request_error", "model", "model_not_found");
+               }
+               res.set_header("X-Kvshare-Served-Model", ctx.model_id);
+             }
+             res.set_content(Dump(model_json()), "application/json");
            }));
 
   http.Get("/metrics", Guarded([this](const httplib::Request&, httplib::Response& res) {
@@ -291,6 +356,7 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   m.http.new_task_queue = [threads, &m] {
     return new CountingThreadPool(static_cast<std::size_t>(threads), m.http_waiting);
   };
+  m.http.set_socket_options(ListenSocketOptions);
   m.http.set_tcp_nodelay(true);
   m.http.set_keep_alive_max_count(1000);
   m.http.set_keep_alive_timeout(5);
@@ -333,6 +399,7 @@ void Server::Load() {
           "; chat requests are refused (name a format with --chat-template gemma|gemma4)");
   }
   m.ctx.model_id = m.opt.model_id;
+  m.ctx.strict_model = m.opt.strict_openai;
   m.ctx.tokenizer = m.tok.get();
   m.ctx.chat = m.chat.get();
   m.ctx.max_context = m.opt.scheduler.max_context;

@@ -58,10 +58,12 @@ struct ServerOptions {
   int http_threads = 0;  // connection threads; 0: slots + max_queue + 8
   std::vector<std::string> api_keys;
   std::size_t max_body_bytes = 8u << 20;
-  // OpenAI's strictness (--strict-openai): requests must name the model, and
-  // unknown fields are a 400. Off: a request without `model` goes to the
-  // served model, and unknown fields are ignored, named in a log line and in
-  // the response header X-Kvshare-Ignored-Fields (openai_request.h).
+  // OpenAI's strictness (--strict-openai): requests must name the served
+  // model (another name is a 404), and unknown fields are a 400. Off: any
+  // model name (or none) gets the served model, named in the response header
+  // X-Kvshare-Served-Model and a log line; unknown fields are ignored, named
+  // in a log line and in the response header X-Kvshare-Ignored-Fields
+  // (openai_request.h).
   bool strict_openai = false;
   // Images: the mmproj GGUF of the served model (empty: image parts are a
   // 400 naming --mmproj); Load() checks that it fits the text model (its
@@ -72,6 +74,9 @@ struct ServerOptions {
   // image_threads: the threads that encode an image (its connection thread
   // included; 0: as many as `threads`), a pool of their own beside the
   // scheduler's, serving one request's images at a time.
+  // Browser origins allowed to call the API (CORS, --cors-origin; "*": any);
+  // empty: no CORS headers.
+  std::vector<std::string> cors_origins;
   std::string mmproj_path;
   bool allow_image_urls = false;
   int image_max_soft_tokens = 280;

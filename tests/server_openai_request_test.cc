@@ -45,9 +45,11 @@ struct Fixture {
   Tokenizer tok{Vocab()};
   ChatTemplate gemma{ChatFormat::kGemma, tok};
   ChatTemplate none{ChatFormat::kNone, tok};
+  bool strict = false;  // --strict-openai: another model name is a 404
   ModelContext ctx(bool chat = true, int max_context = 64) {
     ModelContext c;
     c.model_id = "tiny";
+    c.strict_model = strict;
     c.tokenizer = &tok;
     c.chat = chat ? &gemma : &none;
     if (!chat) c.chat_unavailable = "the file has no tokenizer.chat_template";
@@ -153,6 +155,9 @@ TEST(OpenAiRequest, TolerantByDefault) {
   EXPECT_TRUE(ParseCompletionRequest(Chat(), true).ignored.empty());
   ExpectError(json{{"prompt", "x"}, {"temperature", "hot"}}, false, {400, "temperature", "invalid_type", ""});
   ExpectError(json{{"extra", 1}}, false, {400, "prompt", "missing_required_parameter", ""});
+  // Any model name is served by default; --strict-openai: a 404.
+  EXPECT_NO_THROW(BuildRequest(ParseCompletionRequest(Completion({{"model", "gpt-4o"}}), false), f.ctx(false)));
+  f.strict = true;
   ExpectError(Completion({{"model", "gpt-4o"}}), false, {404, "model", "model_not_found", ""}, &f);
 }
 
@@ -185,8 +190,10 @@ TEST(OpenAiRequest, OutOfRangeValues) {
 
 TEST(OpenAiRequest, ModelPromptAndContextChecks) {
   Fixture f;
+  f.strict = true;
   ExpectError(Chat({{"model", "gpt-4o"}}), true, {404, "model", "model_not_found", "The model `gpt-4o` does not exist"},
               &f);
+  f.strict = false;
   ExpectError(Completion({{"prompt", ""}}), false, {400, "prompt", "invalid_value", "the prompt is empty"}, &f);
   ExpectError(Completion({{"prompt", json::array()}}), false, {400, "prompt", "invalid_value", "the prompt is empty"},
               &f);
@@ -371,6 +378,21 @@ TEST(OpenAiRequest, ToolShapesAreCheckedNamingTheField) {
               {400, "tools[0].function.parameters", "invalid_schema", "unsupported JSON Schema keyword 'uniqueItems'"});
   ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "tool"}, {"content", "42"}}}}}), true,
               {400, "messages[1].tool_call_id", "missing_required_parameter", "the call it answers"});
+  // A tool message answers a call of the assistant message before its run (OpenAI's 400 otherwise).
+  const json c1 = {{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}};
+  const json asked = {{"role", "assistant"}, {"tool_calls", json::array({c1})}};
+  const json answer = {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "42"}};
+  EXPECT_NO_THROW(ParseCompletionRequest(
+      Chat({{"messages", {{{"role", "user"}, {"content", "x"}}, asked, answer, answer}}}), true));
+  ExpectError(Chat({{"messages",
+                     {{{"role", "user"}, {"content", "x"}},
+                      asked,
+                      {{"role", "tool"}, {"tool_call_id", "c2"}, {"content", "42"}}}}}),
+              true, {400, "messages[2].tool_call_id", "invalid_value", "'c2' not found in 'tool_calls'"});
+  ExpectError(
+      Chat({{"messages",
+             {{{"role", "user"}, {"content", "x"}}, {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "42"}}}}}),
+      true, {400, "messages[1].tool_call_id", "invalid_value", "not found"});
   json call = {{"id", "c1"}, {"type", "function"}, {"function", {{"arguments", "{}"}}}};
   ExpectError(Chat({{"messages", {{{"role", "assistant"}, {"tool_calls", {call}}}}}}), true,
               {400, "messages[0].tool_calls[0].function.name", "missing_required_parameter", ""});

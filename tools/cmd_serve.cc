@@ -41,6 +41,7 @@ struct ServeCliOptions {
   int threads = 0;
   int http_threads = 0;
   std::vector<std::string> api_keys;
+  std::vector<std::string> cors_origins;
   double drain_timeout = 30;
   int max_body_kib = 8192;
   bool quiet = false;
@@ -138,6 +139,7 @@ void RunServe(const ServeCliOptions& o) {
   so.threads = o.threads;
   so.http_threads = o.http_threads;
   so.api_keys = o.api_keys;
+  so.cors_origins = o.cors_origins;
   so.max_body_bytes = static_cast<std::size_t>(o.max_body_kib) * 1024;
   so.strict_openai = o.strict_openai;
   so.mmproj_path = o.mmproj;
@@ -147,12 +149,15 @@ void RunServe(const ServeCliOptions& o) {
   if (!o.quiet) so.log = [](std::string_view l) { Say(std::string(l)); };
 
   server::Server srv(so);
+  // Bound (and answering /health with "loading") before the model loads, but
+  // "listening" is said only once it has loaded: a start-up error comes first.
   const int port = srv.Bind();
-  Say("listening on http://" + o.host + ":" + std::to_string(port) + " (loading " + so.model_path + ")");
+  Say("loading " + so.model_path);
   srv.StartHttp();
   srv.Load();
-  Say("ready: model " + srv.model_id() + ", " + std::to_string(o.slots) + " slots of " + std::to_string(o.max_context) +
-      " tokens, " + std::to_string(o.step_tokens) + " tokens per step, queue " + std::to_string(o.max_queue) +
+  Say("listening on http://" + o.host + ":" + std::to_string(port) + ", ready: model " + srv.model_id() + ", " +
+      std::to_string(o.slots) + " slots of " + std::to_string(o.max_context) + " tokens, " +
+      std::to_string(o.step_tokens) + " tokens per step, queue " + std::to_string(o.max_queue) +
       (o.swa_full ? ", full-length sliding caches (--swa-full)" : "") +
       (o.api_keys.empty() ? "" : ", API key required"));
 
@@ -227,6 +232,10 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--http-threads", o.http_threads, "Connection threads (0 = slots + max-queue + 8)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  cmd->add_option("--cors-origin", o.cors_origins,
+                  "A browser origin allowed to call the API (CORS; repeatable; * for any), e.g. "
+                  "http://localhost:3000; preflight OPTIONS requests are answered")
+      ->take_all();
   cmd->add_option("--api-key", o.api_keys,
                   "Require this key as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (repeat for several); / and "
                   "/health stay open");

@@ -4,6 +4,8 @@ status, while a good streaming request running at the same time completes
 with exactly its text; the server then keeps serving. Also: API keys, and a
 full queue refused with 503 + Retry-After."""
 import json
+import os
+import subprocess
 import threading
 import time
 
@@ -52,8 +54,6 @@ BAD = [
      "This model's maximum context length is 256 tokens. However, your prompt resulted in"),
     ("POST", P, {**GOOD, "max_tokens": 250}, 400, "invalid_request_error", "context_length_exceeded", "prompt",
      "This model's maximum context length is 256 tokens. However, you requested"),
-    ("POST", P, {**GOOD, "model": "gpt-4o"}, 404, "invalid_request_error", "model_not_found", "model",
-     "The model `gpt-4o` does not exist"),
     # The default model is a base model: no chat template in its file.
     ("POST", C, {"model": DEFAULT_ID, "messages": MSGS}, 400, "invalid_request_error", "chat_template_missing",
      "messages", "This model has no chat template"),
@@ -125,9 +125,9 @@ def test_openai_client_sees_the_errors(server):
         c.completions.create(model=DEFAULT_ID, prompt="word " * 400, max_tokens=5)
     assert e.value.status_code == 400 and e.value.code == "context_length_exceeded"
     assert "maximum context length is 256 tokens" in e.value.message
-    with pytest.raises(openai.NotFoundError) as e:
-        c.completions.create(model="nope", prompt="x", max_tokens=5)
-    assert e.value.code == "model_not_found"
+    # Another model name is served (not --strict-openai, whose 404 the
+    # strict server below checks).
+    assert c.completions.create(model="nope", prompt="x", max_tokens=2).model == DEFAULT_ID
 
 
 def test_api_key():
@@ -140,6 +140,10 @@ def test_api_key():
             assert request(s, "GET" if path != "/tokenize" else "POST", path, {"content": "x"} if path == "/tokenize"
                            else None).status == 401
         assert request(s, "POST", P, body, {"Authorization": "Bearer sekret"}).status == 200
+        # The scheme is case-insensitive (RFC 7235); a missing key is still refused.
+        assert request(s, "POST", P, body, {"Authorization": "bearer  sekret"}).status == 200
+        assert request(s, "POST", P, body, {"Authorization": "BEARER sekret"}).status == 200
+        assert request(s, "POST", P, body, {"Authorization": "Bearersekret"}).status == 401
         assert request(s, "POST", P, body, {"X-Api-Key": "sekret"}).status == 200
         assert request(s, "GET", "/health").status == 200
         assert request(s, "GET", "/").status == 200
@@ -206,8 +210,47 @@ def test_tolerant_requests_and_strict_openai():
         r = c.completions.create(model=DEFAULT_ID, prompt=GOOD["prompt"], max_tokens=4, temperature=0,
                                  extra_body={"cache_prompt": True})
         assert r.choices[0].text == want
+        # Any model name is served (tools hard-code "gpt-4o"), and named back.
+        res = request(s, "POST", P, {**GOOD, "max_tokens": 4, "model": "gpt-4o"})
+        assert res.status == 200 and res.json()["choices"][0]["text"] == want, res.text
+        assert res.headers["x-kvshare-served-model"] == DEFAULT_ID
+        assert any("names model 'gpt-4o'; serving" in line for line in s.log), s.log
+        assert c.models.retrieve(DEFAULT_ID).id == DEFAULT_ID
+        assert c.models.retrieve("gpt-4o").id == DEFAULT_ID
     with Server(need_default_model(), "--slots", 1, "--max-context", 128, "--strict-openai") as s:
+        check_error(request(s, "POST", P, {**GOOD, "model": "gpt-4o"}), 404, "invalid_request_error",
+                    "model_not_found", "model", "The model `gpt-4o` does not exist")
+        check_error(request(s, "GET", "/v1/models/gpt-4o", None), 404, "invalid_request_error", "model_not_found",
+                    "model", "The model `gpt-4o` does not exist")
         check_error(request(s, "POST", P, {**GOOD, "max_tokens": 4, "temprature": 0.5}), 400, "invalid_request_error",
                     "unknown_parameter", "temprature", "Unrecognized request argument supplied: temprature")
         check_error(request(s, "POST", P, {"prompt": "x", "max_tokens": 2}), 400, "invalid_request_error",
                     "missing_required_parameter", "model", "You must provide a model parameter")
+
+
+def test_cors_and_a_port_in_use():
+    """--cors-origin: allowed origins get Access-Control-Allow-Origin and a
+    preflight answer; others none. A second server on a port in use is a
+    start-up error (no SO_REUSEPORT), and "listening" is logged only once the
+    model has loaded."""
+    with Server(need_default_model(), "--slots", 1, "--max-context", 128, "--cors-origin",
+                "http://localhost:3000") as s:
+        pre = request(s, "OPTIONS", P, None, {"Origin": "http://localhost:3000",
+                                                "Access-Control-Request-Method": "POST",
+                                                "Access-Control-Request-Headers": "authorization, content-type"})
+        assert pre.status == 204, pre.text
+        assert pre.headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert "POST" in pre.headers["access-control-allow-methods"]
+        assert pre.headers["access-control-allow-headers"] == "authorization, content-type"
+        res = request(s, "POST", P, {**GOOD, "max_tokens": 2}, {"Origin": "http://localhost:3000"})
+        assert res.status == 200 and res.headers["access-control-allow-origin"] == "http://localhost:3000"
+        res = request(s, "POST", P, {**GOOD, "max_tokens": 2}, {"Origin": "http://evil.example"})
+        assert res.status == 200 and "access-control-allow-origin" not in res.headers
+        loading = [i for i, line in enumerate(s.log) if "] loading " in line]
+        listening = [i for i, line in enumerate(s.log) if "listening on http://" in line]
+        assert loading and listening and loading[0] < listening[0], s.log
+        proc = subprocess.run([os.environ["KVSHARE_CLI"], "serve", "--model", need_default_model(), "--port",
+                               str(s.port)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0
+        assert f"cannot listen on 127.0.0.1:{s.port}" in proc.stderr, proc.stderr
+        assert "listening on" not in proc.stderr
