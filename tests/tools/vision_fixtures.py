@@ -582,21 +582,29 @@ GENERATE_RULE_PROMPTS = ("two_images",)
 def generate_rule_reference(model, name, work: Path, pname, ids, px, forward_pre):
     """Prefill logits and 16 greedy steps of one prompt under generate_masks' rule, computed
     twice (model reloaded) and required bit-identical, as write_hf's own."""
-    pre, tokens, steps = run_prompt(model, name, ids, px, generate_rule=True)
-    pre2, tokens2, steps2 = run_prompt(load_model(name, work), name, ids, px, generate_rule=True)
-    assert tokens == tokens2 and np.array_equal(pre, pre2) and np.array_equal(steps, steps2), name
+    pre, tokens, steps = run_prompt_twice(model, name, work, ids, px, generate_rule=True)
     rule_effect = float(np.max(np.abs(pre - forward_pre)))
     assert rule_effect > 1e-3, rule_effect  # the two rules differ on this prompt
-    top2 = np.sort(steps, axis=1)
     print(f"  {name}/{pname} generate rule: tokens {tokens[:6]}..., vs forward path {rule_effect:.3g}")
-    return {
-        "rule": BIDIR_GENERATE,
-        "prefill_logits": write_f32(OUT / f"{name}.{pname}.generate_rule.prefill_logits.f32", pre),
-        "tokens": tokens,
-        "step_logits": write_f32(OUT / f"{name}.{pname}.generate_rule.step_logits.f32", steps),
-        "min_top2_margin": float("%.6g" % np.min(top2[:, -1] - top2[:, -2])),
-        "forward_path_max_abs_diff": float("%.4g" % rule_effect),
-    }
+    return dict(rule=BIDIR_GENERATE, **logits_refs(f"{name}.{pname}.generate_rule", pre, tokens, steps),
+                forward_path_max_abs_diff=float("%.4g" % rule_effect))
+
+
+def run_prompt_twice(model, name, work: Path, ids, px, generate_rule=False):
+    """run_prompt, repeated on a reloaded model and required bit-identical."""
+    pre, tokens, steps = run_prompt(model, name, ids, px, generate_rule)
+    pre2, tokens2, steps2 = run_prompt(load_model(name, work), name, ids, px, generate_rule)
+    assert tokens == tokens2 and np.array_equal(pre, pre2) and np.array_equal(steps, steps2), \
+        f"{name}: HF not deterministic"
+    return pre, tokens, steps
+
+
+def logits_refs(stem, pre, tokens, steps):
+    """The JSON entries (and files <stem>.{prefill,step}_logits.f32) of one prompt's run."""
+    top2 = np.sort(steps, axis=1)
+    return {"prefill_logits": write_f32(OUT / f"{stem}.prefill_logits.f32", pre), "tokens": tokens,
+            "step_logits": write_f32(OUT / f"{stem}.step_logits.f32", steps),
+            "min_top2_margin": float("%.6g" % np.min(top2[:, -1] - top2[:, -2]))}
 
 
 def write_hf(name, work: Path):
@@ -627,11 +635,7 @@ def write_hf(name, work: Path):
         ids, s = build_prompt(name, work, n_img, text, [feats[k].shape[0] for k in order])
         spans = spans_of(ids, soft_id)
         assert [n for _, n in spans] == [feats[k].shape[0] for k in order], spans
-        pre, tokens, steps = run_prompt(model, name, ids, px)
-        m2 = load_model(name, work)
-        pre2, tokens2, steps2 = run_prompt(m2, name, ids, px)
-        assert tokens == tokens2 and np.array_equal(pre, pre2) and np.array_equal(steps, steps2), \
-            f"{name}/{pname}: HF not deterministic"
+        pre, tokens, steps = run_prompt_twice(model, name, work, ids, px)
         full = forward_logits(model, name, ids + tokens[:-1], px)
         full_diff = float(np.max(np.abs(full - np.concatenate([pre, steps[1:]]))))
         assert full_diff < 1e-4, (name, pname, full_diff)
@@ -643,14 +647,9 @@ def write_hf(name, work: Path):
             assert mask_effect == 0.0, mask_effect
         else:
             assert mask_effect > 1e-3, (name, pname, mask_effect)
-        top2 = np.sort(steps, axis=1)
         prompts[pname] = {
             "text": s, "prompt_ids": ids, "n_prompt": len(ids), "images": order,
-            "image_spans": spans,
-            "prefill_logits": write_f32(OUT / f"{name}.{pname}.prefill_logits.f32", pre),
-            "tokens": tokens,
-            "step_logits": write_f32(OUT / f"{name}.{pname}.step_logits.f32", steps),
-            "min_top2_margin": float("%.6g" % np.min(top2[:, -1] - top2[:, -2])),
+            "image_spans": spans, **logits_refs(f"{name}.{pname}", pre, tokens, steps),
             "full_forward_max_abs_diff": float("%.3g" % full_diff),
             "image_mirror_max_abs_diff": float("%.4g" % image_effect),
             "causal_mask_max_abs_diff": float("%.4g" % mask_effect),
