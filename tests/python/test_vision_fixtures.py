@@ -74,11 +74,14 @@ def test_hf_outputs_consistent(name):
             else:
                 begin, end = hf["marker_ids"]["<|image>"], hf["marker_ids"]["<image|>"]
             assert ids[start - 1] == begin and ids[start + n] == end
-        pre = read_array(p["prefill_logits"])
-        steps = read_array(p["step_logits"])
-        assert pre.shape == (len(ids), vocab) and steps.shape == (STEPS, vocab)
-        assert np.array_equal(steps[0], pre[-1])
-        assert list(np.argmax(steps, axis=1)) == p["tokens"]
+        for ref in [p] + ([p["generate_rule"]] if "generate_rule" in p else []):
+            pre = read_array(ref["prefill_logits"])
+            steps = read_array(ref["step_logits"])
+            assert pre.shape == (len(ids), vocab) and steps.shape == (STEPS, vocab)
+            assert np.array_equal(steps[0], pre[-1])
+            assert list(np.argmax(steps, axis=1)) == ref["tokens"]
+    # the unified model also has references under HF's generate-time mask rule (the one kvshare keeps)
+    assert any("generate_rule" in p for p in hf["prompts"].values()) == (name == "gemma4_unified")
 
 
 def gguf_fields(path):
@@ -98,6 +101,11 @@ def test_gguf_keys(name):
     arch = text_keys["general.architecture"]
     n_text = text_keys[f"{arch}.embedding_length"]
     assert n_text == hf["hf_config"]["text_config"]["hidden_size"]
+    if name == "gemma3":  # the GGUF has no layer pattern: HF's layers must be llama.cpp's (every 6th full)
+        assert f"{arch}.attention.sliding_window_pattern" not in text_keys
+        types = hf["hf_config"]["text_config"]["layer_types"]
+        assert types == ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(len(types))]
+        assert "full_attention" in types
     # the runtime finds the markers by their text in the vocabulary
     for text, tid in hf["marker_ids"].items():
         assert vocab[tid] == text

@@ -140,15 +140,17 @@ def token_ids(tok_dir: Path, strings):
 G3_MARKERS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
 G4_MARKERS = ["<|image>", "<|image|>", "<image|>", "<|audio>", "<|audio|>", "<audio|>", "<|video|>"]
 
-# Per model: the family, seed, pixel geometry of the encoder fixture ((height, width) per tensor),
+# Per model: the family, seed (chosen among a few so that the 16 greedy steps change token at
+# least once in both prompts, top-2 margins > 1e-3: random models tend to repeat one token), pixel
+# geometry of the encoder fixture ((height, width) per tensor),
 # and the prompts' text. Layouts: every prompt is longer than the sliding window, and an image's
 # soft tokens outnumber the window where the family attends bidirectionally inside images (so the
 # window AND same-image rule is exercised).
 MODELS = {
     "gemma3": dict(family="gemma3", seed=31, sizes=[(112, 112), (112, 112)]),
-    "gemma4": dict(family="gemma4", seed=41, sizes=[(96, 144), (144, 144)]),
-    "gemma4_large": dict(family="gemma4", seed=42, sizes=[(96, 144), (144, 144)]),
-    "gemma4_unified": dict(family="gemma4", seed=43, sizes=[(96, 144), (144, 144)]),
+    "gemma4": dict(family="gemma4", seed=44, sizes=[(96, 144), (144, 144)]),
+    "gemma4_large": dict(family="gemma4", seed=50, sizes=[(96, 144), (144, 144)]),
+    "gemma4_unified": dict(family="gemma4", seed=48, sizes=[(96, 144), (144, 144)]),
 }
 PROMPTS = {  # name -> (text around the images, number of images)
     "one_image": ("Describe the picture in one line.", 1),
@@ -156,16 +158,24 @@ PROMPTS = {  # name -> (text around the images, number of images)
 }
 
 
+GEMMA3_FF = 32  # MLP width of the gemma3 text model (6 layers must fit the folder's size budget)
+
+
 def model_config(name, tok_ids):
     """The HF config of `name` (a composite *Config)."""
     if name == "gemma3":
         from transformers import Gemma3Config, Gemma3TextConfig, SiglipVisionConfig
 
+        # 6 layers, the 6th full: a Gemma 3 GGUF carries no layer pattern (the converter writes
+        # none; llama.cpp and kvshare make every 6th layer full), so the HF config must follow it.
         text = Gemma3TextConfig(
-            vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
-            layer_types=[S, S, F, S], num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=GEMMA3_FF, num_hidden_layers=6,
+            layer_types=[S, S, S, S, S, F], num_attention_heads=2, num_key_value_heads=1, head_dim=32,
             query_pre_attn_scalar=32, sliding_window=12, max_position_embeddings=512, rms_norm_eps=1e-6,
-            final_logit_softcapping=30.0, initializer_range=0.15, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+            # no final softcap: HF 5.23's Gemma3ForConditionalGeneration never applies it (only
+            # Gemma3ForCausalLM does), while the converter writes it and llama.cpp applies it; the
+            # released Gemma 3 configs have none
+            final_logit_softcapping=None, initializer_range=0.15, pad_token_id=0, eos_token_id=1, bos_token_id=2,
             rope_parameters={S: {"rope_type": "default", "rope_theta": 10000.0},
                              F: {"rope_type": "default", "rope_theta": 1000000.0}})
         # 112 px / 14 = 8x8 patches, 16 tokens: pooling 2 (not the real 4, so the converter writes
@@ -496,9 +506,23 @@ def spans_of(ids, soft_id):
     return spans
 
 
-def forward_logits(model, name, ids, pixels, types=True, swap=None):
+def generate_masks(model, n, tt):
+    """The unified model's masks as Gemma4UnifiedForConditionalGeneration.create_masks_for_generate
+    builds them (the rule `generate` uses with a compileable cache, and llama.cpp's): same image
+    ORed onto the sliding layers only, inside the window; full layers causal. Handed to forward
+    as a prebuilt {layer type: mask} dict, which Gemma4UnifiedModel.forward uses as is."""
+    import torch
+
+    emb = torch.zeros(1, n, model.config.get_text_config().hidden_size)
+    return model.create_masks_for_generate(config=model.config, inputs_embeds=emb, attention_mask=None,
+                                           past_key_values=None, position_ids=torch.arange(n)[None],
+                                           mm_token_type_ids=tt)
+
+
+def forward_logits(model, name, ids, pixels, types=True, swap=None, generate_rule=False):
     """Logits [len(ids), vocab] of one full forward (no cache). types=False leaves out the
-    token-type input (HF then masks causally); swap replaces the pixel tensors."""
+    token-type input (HF then masks causally); swap replaces the pixel tensors; generate_rule
+    (unified model only) masks by generate_masks instead of the forward path's rule."""
     import torch
 
     pixels = swap if swap is not None else pixels
@@ -518,15 +542,17 @@ def forward_logits(model, name, ids, pixels, types=True, swap=None):
         kw["image_position_ids"] = torch.cat([pad(pos, -1) for _, pos in parts])
         if types:
             kw["mm_token_type_ids"] = tt
+        if generate_rule:
+            kw["attention_mask"] = generate_masks(model, len(ids), tt)
     with torch.no_grad():
         return model(**kw).logits[0].float().numpy()
 
 
-def run_prompt(model, name, ids, pixels):
-    pre = forward_logits(model, name, ids, pixels)
+def run_prompt(model, name, ids, pixels, generate_rule=False):
+    pre = forward_logits(model, name, ids, pixels, generate_rule=generate_rule)
     seq, tokens, steps = list(ids), [], []
     for i in range(STEPS):
-        row = pre[-1] if i == 0 else forward_logits(model, name, seq, pixels)[-1]
+        row = pre[-1] if i == 0 else forward_logits(model, name, seq, pixels, generate_rule=generate_rule)[-1]
         t = int(np.argmax(row))
         steps.append(row.copy())
         tokens.append(t)
@@ -543,6 +569,42 @@ BIDIR = {
     "gemma4_unified": "HF 5.23 Gemma4UnifiedModel.forward (the path used here): same-image ORed onto BOTH full "
                       "and sliding layers, after the window (create_masks_for_generate with block_sequence_ids)",
 }
+BIDIR_GENERATE = ("sliding layers only: window AND (causal OR same image); full layers causal (HF 5.23 "
+                  "Gemma4UnifiedForConditionalGeneration.create_masks_for_generate, as generate uses it with a "
+                  "compileable cache; llama.cpp's rule too)")
+
+
+# The unified model's prompts that also get references under generate_masks' rule (one: the
+# folder's size budget); the two-image prompt's first image (9 tokens) is longer than the window.
+GENERATE_RULE_PROMPTS = ("two_images",)
+
+
+def generate_rule_reference(model, name, work: Path, pname, ids, px, forward_pre):
+    """Prefill logits and 16 greedy steps of one prompt under generate_masks' rule, computed
+    twice (model reloaded) and required bit-identical, as write_hf's own."""
+    pre, tokens, steps = run_prompt_twice(model, name, work, ids, px, generate_rule=True)
+    rule_effect = float(np.max(np.abs(pre - forward_pre)))
+    assert rule_effect > 1e-3, rule_effect  # the two rules differ on this prompt
+    print(f"  {name}/{pname} generate rule: tokens {tokens[:6]}..., vs forward path {rule_effect:.3g}")
+    return dict(rule=BIDIR_GENERATE, **logits_refs(f"{name}.{pname}.generate_rule", pre, tokens, steps),
+                forward_path_max_abs_diff=float("%.4g" % rule_effect))
+
+
+def run_prompt_twice(model, name, work: Path, ids, px, generate_rule=False):
+    """run_prompt, repeated on a reloaded model and required bit-identical."""
+    pre, tokens, steps = run_prompt(model, name, ids, px, generate_rule)
+    pre2, tokens2, steps2 = run_prompt(load_model(name, work), name, ids, px, generate_rule)
+    assert tokens == tokens2 and np.array_equal(pre, pre2) and np.array_equal(steps, steps2), \
+        f"{name}: HF not deterministic"
+    return pre, tokens, steps
+
+
+def logits_refs(stem, pre, tokens, steps):
+    """The JSON entries (and files <stem>.{prefill,step}_logits.f32) of one prompt's run."""
+    top2 = np.sort(steps, axis=1)
+    return {"prefill_logits": write_f32(OUT / f"{stem}.prefill_logits.f32", pre), "tokens": tokens,
+            "step_logits": write_f32(OUT / f"{stem}.step_logits.f32", steps),
+            "min_top2_margin": float("%.6g" % np.min(top2[:, -1] - top2[:, -2]))}
 
 
 def write_hf(name, work: Path):
@@ -573,11 +635,7 @@ def write_hf(name, work: Path):
         ids, s = build_prompt(name, work, n_img, text, [feats[k].shape[0] for k in order])
         spans = spans_of(ids, soft_id)
         assert [n for _, n in spans] == [feats[k].shape[0] for k in order], spans
-        pre, tokens, steps = run_prompt(model, name, ids, px)
-        m2 = load_model(name, work)
-        pre2, tokens2, steps2 = run_prompt(m2, name, ids, px)
-        assert tokens == tokens2 and np.array_equal(pre, pre2) and np.array_equal(steps, steps2), \
-            f"{name}/{pname}: HF not deterministic"
+        pre, tokens, steps = run_prompt_twice(model, name, work, ids, px)
         full = forward_logits(model, name, ids + tokens[:-1], px)
         full_diff = float(np.max(np.abs(full - np.concatenate([pre, steps[1:]]))))
         assert full_diff < 1e-4, (name, pname, full_diff)
@@ -589,20 +647,17 @@ def write_hf(name, work: Path):
             assert mask_effect == 0.0, mask_effect
         else:
             assert mask_effect > 1e-3, (name, pname, mask_effect)
-        top2 = np.sort(steps, axis=1)
         prompts[pname] = {
             "text": s, "prompt_ids": ids, "n_prompt": len(ids), "images": order,
-            "image_spans": spans,
-            "prefill_logits": write_f32(OUT / f"{name}.{pname}.prefill_logits.f32", pre),
-            "tokens": tokens,
-            "step_logits": write_f32(OUT / f"{name}.{pname}.step_logits.f32", steps),
-            "min_top2_margin": float("%.6g" % np.min(top2[:, -1] - top2[:, -2])),
+            "image_spans": spans, **logits_refs(f"{name}.{pname}", pre, tokens, steps),
             "full_forward_max_abs_diff": float("%.3g" % full_diff),
             "image_mirror_max_abs_diff": float("%.4g" % image_effect),
             "causal_mask_max_abs_diff": float("%.4g" % mask_effect),
         }
         print(f"  {name}/{pname}: {len(ids)} ids, spans {spans}, tokens {tokens[:6]}..., margin "
               f"{prompts[pname]['min_top2_margin']}, swap {image_effect:.3g}, causal {mask_effect:.3g}")
+        if name == "gemma4_unified" and pname in GENERATE_RULE_PROMPTS:
+            prompts[pname]["generate_rule"] = generate_rule_reference(model, name, work, pname, ids, px, pre)
     head = {
         "source": f"HF transformers {type(model).__name__}, CPU, fp32, eager attention, use_cache=False "
                   "(full recompute per step), greedy",
