@@ -2,11 +2,14 @@
 // image, per thread count: Preprocess (resize and normalize) and Encode (the
 // tower and projector: what llama-mtmd-cli logs as "image slice encoded in"),
 // median / min / max over repetitions after a warm-up run, thread counts taken
-// in turn each repetition (so a drifting machine hits them alike). Checks that
+// in turn each repetition (so a drifting machine hits them alike); also the
+// process CPU seconds of Encode (all threads): on a shared machine the wall
+// time of a 1-thread run grows with the load, its CPU time much less. Checks that
 // every run gives bit-identical soft tokens, whatever the thread count.
 // bench/vision_peer.py compares it with llama.cpp on the same files.
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -50,7 +53,7 @@ void RunBenchImage(const BenchImageOptions& o) {
   const PreprocessOptions po{.max_soft_tokens = o.max_soft_tokens};
   const auto load_before = LoadAverage();
 
-  std::map<int, std::vector<double>> pre, encode;
+  std::map<int, std::vector<double>> pre, encode, encode_cpu;
   std::vector<float> first;
   bool identical = true;
   int tokens = 0, height = 0, width = 0;
@@ -61,8 +64,10 @@ void RunBenchImage(const BenchImageOptions& o) {
       const std::vector<PixelTensor> px = enc->Preprocess(image, po);
       const double pre_s = Since(t0);
       t0 = std::chrono::steady_clock::now();
+      const std::clock_t c0 = std::clock();
       const std::vector<float> out = enc->Encode(px.front(), &pool);
       const double enc_s = Since(t0);
+      const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
       if (first.empty()) {
         first = out;
         tokens = enc->TokensFor(px.front());
@@ -74,6 +79,7 @@ void RunBenchImage(const BenchImageOptions& o) {
       if (rep >= 0) {
         pre[threads].push_back(pre_s);
         encode[threads].push_back(enc_s);
+        encode_cpu[threads].push_back(cpu_s);
       }
     }
   }
@@ -84,7 +90,8 @@ void RunBenchImage(const BenchImageOptions& o) {
   std::printf("%7s  %-10s %10s %10s %10s\n", "threads", "step", "median s", "min s", "max s");
   nlohmann::json results = nlohmann::json::array();
   for (int threads : o.threads) {
-    for (const auto& [step, times] : {std::pair{"preprocess", &pre[threads]}, std::pair{"encode", &encode[threads]}}) {
+    for (const auto& [step, times] : {std::pair{"preprocess", &pre[threads]}, std::pair{"encode", &encode[threads]},
+                                      std::pair{"encode_cpu", &encode_cpu[threads]}}) {
       const Stat s = Summarize(*times);
       std::printf("%7d  %-10s %10.3f %10.3f %10.3f\n", threads, step, s.median, s.min, s.max);
       results.push_back({{"threads", threads},
