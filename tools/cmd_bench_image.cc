@@ -1,7 +1,7 @@
 // `kvshare bench-image`: how long an mmproj's vision encoder takes on one
 // image, per thread count: Preprocess (resize and normalize) and Encode (the
 // tower and projector: what llama-mtmd-cli logs as "image slice encoded in"),
-// median / min / max over repetitions after a warm-up run, thread counts taken
+// median / min / max over repetitions after warm-up runs, thread counts taken
 // in turn each repetition (so a drifting machine hits them alike); also the
 // process CPU seconds of Encode (all threads): on a shared machine the wall
 // time of a 1-thread run grows with the load, its CPU time much less. Checks that
@@ -33,6 +33,7 @@ struct BenchImageOptions {
   std::string image;
   std::vector<int> threads = {1, 2};
   int repetitions = 3;
+  int warmup = 1;
   int max_soft_tokens = 280;
   std::string json;
 };
@@ -57,7 +58,7 @@ void RunBenchImage(const BenchImageOptions& o) {
   std::vector<float> first;
   bool identical = true;
   int tokens = 0, height = 0, width = 0;
-  for (int rep = -1; rep < o.repetitions; ++rep) {  // rep -1: the warm-up (pages in the weights)
+  for (int rep = -o.warmup; rep < o.repetitions; ++rep) {  // rep < 0: warm-up (pages in the weights)
     for (int threads : o.threads) {
       ThreadPool pool(threads);
       t0 = std::chrono::steady_clock::now();
@@ -138,8 +139,11 @@ void RegisterBenchImage(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--repetitions", o.repetitions, "Timed runs per thread count, after one warm-up")
+  cmd->add_option("--repetitions", o.repetitions, "Timed runs per thread count")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed runs per thread count first (page in the weights)")
+      ->check(CLI::Range(0, 100))
       ->capture_default_str();
   cmd->add_option("--image-max-soft-tokens", o.max_soft_tokens, "Gemma 4: the soft-token budget")
       ->check(CLI::IsMember({70, 140, 280, 560, 1120}))
