@@ -4,7 +4,8 @@ for speed measurements (speed depends only on shapes and types).
 A tensor spec is (name, ggml shape ne0-first, kind): kind "w" is a matrix
 written as F16 with N(0, 0.02) entries, "n" a norm or scale written as F32
 around 1, "c" small F32 coefficients N(0, 0.1), "r" a rope_freqs vector whose
-first `rope_pairs` entries are 1 and the rest 1e30 (pairs that do not turn).
+first `rope_pairs` entries are 1 and the rest 1e30 (pairs that do not turn), and
+a float kind an F32 tensor with every entry that value (clamp bounds).
 
 Needs numpy and gguf (PyPI; written against gguf 0.19).
 """
@@ -19,14 +20,15 @@ import numpy as np
 import gguf
 
 
-def add_vocabulary(w: gguf.GGUFWriter, vocab: int) -> None:
+def add_vocabulary(w: gguf.GGUFWriter, vocab: int, markers: tuple[str, ...] = ()) -> None:
     """A synthetic SentencePiece-style vocabulary (tokenizer.ggml.model "llama":
-    specials, 256 byte tokens, distinct filler pieces) that both engines load."""
+    specials, 256 byte tokens, distinct filler pieces) that both engines load;
+    `markers` (e.g. image markers) become control tokens in the last ids."""
     tokens = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.UNKNOWN]
     types += [gguf.TokenType.BYTE] * 256
     letters = "abcdefghijklmnopqrstuvwxyz"
-    while len(tokens) < vocab:  # "▁a", "▁b", ..., then longer pieces
+    while len(tokens) < vocab - len(markers):  # "▁a", "▁b", ..., then longer pieces
         n = len(tokens) - 260
         piece = ""
         while True:
@@ -36,6 +38,8 @@ def add_vocabulary(w: gguf.GGUFWriter, vocab: int) -> None:
                 break
         tokens.append("\u2581" + piece)
         types.append(gguf.TokenType.NORMAL)
+    tokens += list(markers)
+    types += [gguf.TokenType.CONTROL] * len(markers)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * 260 + [-float(i) for i in range(vocab - 260)])
@@ -63,7 +67,9 @@ def write_tensors(w: gguf.GGUFWriter, specs, rng: np.random.Generator, rope_pair
         ti = w.tensors[0].pop(name)  # as GGUFWriter.write_tensor_data does, but written in chunks
         w.write_padding(fout, fout.tell())
         n = int(np.prod(shape))
-        if kind == "w":
+        if isinstance(kind, float):
+            np.full(n, kind, dtype=np.float32).tofile(fout)
+        elif kind == "w":
             chunk = 1 << 26
             for lo in range(0, n, chunk):
                 m = min(chunk, n - lo)

@@ -16,6 +16,7 @@
 #include "common_record_measured.h"
 #include "hwy/targets.h"
 #include "kvshare/common/error.h"
+#include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"
 #include "quant/quant.h"
 #include "quant/weight_types.h"
@@ -517,6 +518,34 @@ TEST(MatMul, RowResultIndependentOfActivationGroup) {
         MatMul(c.w, {.x = c.x.data() + i * cols, .m = 1, .y = one.data(), .level = level});
         EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * rows, one.size() * 4))
             << GgmlTypeName(t) << " level " << KernelLevelName(level) << " activation row " << i;
+      }
+    }
+  }
+}
+
+// Float weights run in register tiles of several weight and activation rows
+// (kernels/float.cc): every output must equal the one-row dot product
+// (detail::DotF32 / DotF16 / DotBF16) bit for bit, on row counts around the
+// tile sizes and row lengths with a partial SIMD chunk and a scalar tail.
+TEST(MatMul, FloatTilesMatchOneDot) {
+  std::mt19937 rng(5);
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    for (std::int64_t cols : {7, 53, 588}) {
+      const std::int64_t rows = 7, m = 11;
+      const RandomMatMul c(t, rows, cols, m, rng);
+      std::vector<float> y(static_cast<std::size_t>(m * rows));
+      MatMul(c.w, {.x = c.x.data(), .m = m, .y = y.data()});
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::uint8_t* wr = c.wbytes.data() + static_cast<std::size_t>(r) * c.w.row_bytes;
+        const auto* w16 = reinterpret_cast<const std::uint16_t*>(wr);
+        for (std::int64_t i = 0; i < m; ++i) {
+          const float* xi = c.x.data() + i * cols;
+          const float want = t == GgmlType::kF32   ? detail::DotF32(reinterpret_cast<const float*>(wr), xi, cols)
+                             : t == GgmlType::kF16 ? detail::DotF16(w16, xi, cols)
+                                                   : detail::DotBF16(w16, xi, cols);
+          EXPECT_EQ(0, std::memcmp(&want, &y[static_cast<std::size_t>(i * rows + r)], 4))
+              << GgmlTypeName(t) << " cols " << cols << " row " << r << " x-row " << i;
+        }
       }
     }
   }

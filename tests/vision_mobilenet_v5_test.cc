@@ -16,6 +16,7 @@
 
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
+#include "vision/mmproj.h"
 #include "vision/mobilenet_v5.h"
 #include "vision_mobilenet_fixture.h"
 #include "vision_mobilenet_reference.h"
@@ -153,6 +154,24 @@ TEST(VisionMobileNetV5, ConfigFromShapes) {
   EXPECT_EQ(l.encoder->config().image_size, m.image_size);
   EXPECT_EQ(&l.encoder->gguf(), &l.encoder->gguf());
   EXPECT_EQ(l.encoder->gguf().name(), "tiny.mmproj");
+}
+
+// Through ReadVisionConfig (as VisionEncoder::Load reads a file): the token
+// grid comes from the converter's dummy patch_size (image_size / tokens), as
+// in the released mmproj (768 / 3: 256 tokens), not from the config's cell.
+TEST(VisionMobileNetV5, TokenGridFromTheFilesPatchSize) {
+  TinyMnv5 m = DefaultTinyMnv5();
+  m.patch_size = 2;  // 128 / 2 = 64 tokens: an 8 x 8 grid
+  m.keep_values = false;
+  TinyMnv5Writer w(m);
+  std::vector<std::uint8_t> bytes = w.Bytes();
+  GgufFile f = GgufFile::Parse(bytes.data(), bytes.size(), "tiny.mmproj");
+  const VisionConfig c = detail::ReadVisionConfig(f);
+  const auto enc = detail::LoadMobileNetV5(std::move(f), c);
+  const PixelTensor px = RandomPixels(m.image_size, 13);
+  EXPECT_EQ(enc->TokensFor(px), 64);
+  EXPECT_EQ(enc->config().patch_size, 16);
+  EXPECT_EQ(enc->Encode(px, nullptr).size(), static_cast<std::size_t>(64 * m.n_text));
 }
 
 void ExpectLoadError(std::vector<std::uint8_t> bytes, const VisionConfig& c, const std::string& needle) {

@@ -7,6 +7,8 @@ namespace kvshare::cli {
 
 // `kvshare bench`: prefill and decode tok/s of a GGUF model per thread count.
 void RegisterBench(CLI::App& app);
+// `kvshare bench-image`: preprocessing and encoding time of one image per thread count.
+void RegisterBenchImage(CLI::App& app);
 // `kvshare demo`: GroupQueryAttention on random data, timed.
 void RegisterDemo(CLI::App& app);
 // `kvshare generate`: text generation with a GGUF model.

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
       "GroupQueryAttention op alone (demo)"};
   app.require_subcommand(1);
   kvshare::cli::RegisterBench(app);
+  kvshare::cli::RegisterBenchImage(app);
   kvshare::cli::RegisterDemo(app);
   kvshare::cli::RegisterGenerate(app);
   kvshare::cli::RegisterInfo(app);

@@ -134,11 +134,9 @@ constexpr WeightTypeTraits Make() {
 // products at every level (kernels/float.cc dispatches itself), so they name
 // only the first. Which kernel is which and why: kernels/dispatch.h.
 constexpr WeightTypeTraits kTypes[] = {
-    KVSHARE_TYPE(kF32, float, float, .dequantize = DequantF32, .rows = {ScalarRowsOf<float, float, DotF32>}),
-    KVSHARE_TYPE(kF16, std::uint16_t, float, .dequantize = DequantF16,
-                 .rows = {ScalarRowsOf<std::uint16_t, float, DotF16>}),
-    KVSHARE_TYPE(kBF16, std::uint16_t, float, .dequantize = DequantBF16,
-                 .rows = {ScalarRowsOf<std::uint16_t, float, DotBF16>}),
+    KVSHARE_TYPE(kF32, float, float, .dequantize = DequantF32, .rows = {RowsF32}),
+    KVSHARE_TYPE(kF16, std::uint16_t, float, .dequantize = DequantF16, .rows = {RowsF16}),
+    KVSHARE_TYPE(kBF16, std::uint16_t, float, .dequantize = DequantBF16, .rows = {RowsBF16}),
     KVSHARE_TYPE(kQ8_0, BlockQ8_0, ActQ8, .dequantize = DequantQ8_0,
                  .rows = {ScalarQ8_0Rows, KVSHARE_X86(Avx2Q8_0Rows), KVSHARE_X86(Avx512Q8_0Rows)},
                  .packed = KVSHARE_PACKED_Q32, .planes = {.codes = 512, .d = 32}, .pack = PackRows),

@@ -68,7 +68,10 @@ class MobileNetV5Encoder final : public VisionEncoder {
     }
     const std::size_t n = stages_.size();
     const int fused = stage_channels_[n - 2] + stage_channels_[n - 1];
-    grid_ = TokenGrid(config_.image_size, config_.patch_size);
+    // The converter's dummy clip.vision.patch_size (image_size / tokens), not
+    // config_.patch_size: ReadVisionConfig sets that to the token cell.
+    grid_ = TokenGrid(config_.image_size, static_cast<int>(file_.GetU32Or("clip.vision.patch_size", 0)));
+    config_.patch_size = config_.image_size / grid_;
     msfa_ = LoadMultiScaleFusion(w, fused, grid_);
     if (stage_sides_[n - 2] % grid_ != 0) {
       throw Error(Str("gemma3nv mmproj '", file_.name(), "': image_size ", config_.image_size, " gives a ",

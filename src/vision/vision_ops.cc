@@ -8,6 +8,7 @@
 #include "kvshare/attention/gqa.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
+#include "model/activations.h"
 
 namespace kvshare::detail {
 
@@ -115,21 +116,18 @@ void RmsNormRows(float* x, std::int64_t rows, std::int64_t n, const float* w, fl
   });
 }
 
-float GeluTanh(float x) {
-  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
-}
-
 void GeluTanhRows(float* x, std::int64_t n, ThreadPool* pool) {
+  // The model's GeGLU kernel against ones: one vectorized GELU for both.
+  constexpr std::int64_t kChunk = 1024;
+  static const std::vector<float> ones(kChunk, 1.0f);
   ParallelForRanges(pool, n, kParallelGrainValues, [&](std::int64_t a, std::int64_t b) {
-    for (std::int64_t i = a; i < b; ++i) x[i] = GeluTanh(x[i]);
+    for (std::int64_t i = a; i < b; i += kChunk) GeluTanhMul(x + i, ones.data(), x + i, std::min(kChunk, b - i));
   });
 }
 
 void GeluTanhMulRows(float* g, const float* u, std::int64_t n, ThreadPool* pool) {
-  ParallelForRanges(pool, n, kParallelGrainValues, [&](std::int64_t a, std::int64_t b) {
-    for (std::int64_t i = a; i < b; ++i) g[i] = GeluTanh(g[i]) * u[i];
-  });
+  ParallelForRanges(pool, n, kParallelGrainValues,
+                    [&](std::int64_t a, std::int64_t b) { GeluTanhMul(g + a, u + a, g + a, b - a); });
 }
 
 void AddRows(float* a, const float* b, std::int64_t n, ThreadPool* pool) {

@@ -64,8 +64,9 @@ void LayerNormRows(float* x, std::int64_t rows, std::int64_t n, const float* w, 
 // the mean square in double.
 void RmsNormRows(float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, ThreadPool* pool);
 
-// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-float GeluTanh(float x);
+// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with the
+// model's vectorized kernel (model/activations.h: Highway's tanh, a few ulp;
+// the same arithmetic for every element whatever the split).
 // x[i] = gelu_tanh(x[i]), in place.
 void GeluTanhRows(float* x, std::int64_t n, ThreadPool* pool);
 // g[i] = gelu_tanh(g[i]) * u[i] (GeGLU), in place.

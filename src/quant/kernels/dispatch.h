@@ -195,5 +195,9 @@ PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows;
 float DotF32(const float* w, const float* x, std::int64_t n);
 float DotF16(const std::uint16_t* w, const float* x, std::int64_t n);
 float DotBF16(const std::uint16_t* w, const float* x, std::int64_t n);
+// Their RowsKernels (nb = elements a row): register tiles of several weight and
+// activation rows, each output bitwise equal to the Dot above.
+RowsKernel<float, float> RowsF32;
+RowsKernel<std::uint16_t, float> RowsF16, RowsBF16;
 
 }  // namespace kvshare::detail
