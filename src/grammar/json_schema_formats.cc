@@ -1,7 +1,9 @@
 // The JSON Schema compiler's `format` values as ECMA-262 expressions, compiled
 // like `pattern` (json_regex.h). Each is exact or narrower than its RFC
 // (never wider), so that no invalid value can be written:
-//   - date, date-time: RFC 3339 with the days of each month and leap years;
+//   - date, date-time: RFC 3339 with the days of each month and leap years,
+//     years 0001 to 9999 (Python's date, which jsonschema's checker uses,
+//     has no year 0);
 //     a leap second only as 23:59:60 in UTC (Z or +00:00 / -00:00);
 //   - time: RFC 3339 full-time (an offset is required);
 //   - duration: RFC 3339 Appendix A (ISO 8601 durations);
@@ -25,8 +27,8 @@ namespace kvshare::detail {
 namespace {
 
 const std::string kDate =
-    R"(\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))"
-    R"(|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
+    R"((?:\d{3}[1-9]|\d\d[1-9]\d|\d[1-9]\d\d|[1-9]\d{3})-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))"
+    R"(|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)";
 const std::string kFrac = R"((?:\.\d+)?)";
 const std::string kTime = R"((?:(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)" + kFrac +
                           R"((?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)|23:59:60)" + kFrac + R"((?:[Zz]|[+-]00:00)))";

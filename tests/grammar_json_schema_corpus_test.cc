@@ -1,0 +1,69 @@
+// What tests/tools/schema_corpus.py (real-world schemas) made the JSON Schema
+// compiler take or fix: pattern next to a length bound (a narrower language
+// within the bound), class escapes that match in both ECMA-262 and Python's
+// re (what the jsonschema package validates with), years 0001-9999 in dates.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
+
+namespace kvshare {
+namespace {
+
+std::shared_ptr<const TokenTrie> ByteVocab() {
+  std::vector<std::string> bytes(257);
+  for (int b = 0; b < 256; ++b) bytes[static_cast<std::size_t>(b) + 1] = std::string(1, static_cast<char>(b));
+  return std::make_shared<const TokenTrie>(bytes);
+}
+
+// Whether the grammar of `schema` takes `doc` whole and may end after it.
+bool Takes(const std::string& schema, const std::string& doc) {
+  GrammarMatcher m(CompileJsonSchema(schema), ByteVocab(), {0});
+  return m.AcceptBytes(doc) && m.CanEnd();
+}
+
+TEST(JsonSchemaCorpus, PatternWithALengthBoundKeepsBoth) {
+  // Two repetitions: no single class to bound, so each repetition is cut to
+  // fit maxLength 8 and raised to reach minLength 3.
+  const std::string s = R"({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3, "maxLength": 8})";
+  EXPECT_TRUE(Takes(s, R"("a-b")"));
+  EXPECT_TRUE(Takes(s, R"("ab-cd")"));
+  EXPECT_FALSE(Takes(s, R"("ab")"));         // under minLength
+  EXPECT_FALSE(Takes(s, R"("abcd-efgh")"));  // over maxLength
+  EXPECT_FALSE(Takes(s, R"("a-B")"));        // outside the pattern
+  // Unanchored: the free sides are bounded too.
+  const std::string u = R"({"type": "string", "pattern": "x\\d", "maxLength": 4})";
+  EXPECT_TRUE(Takes(u, R"("ax1b")"));
+  EXPECT_FALSE(Takes(u, R"("aax1b")"));
+  // A fixed part longer than maxLength matches nothing.
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "pattern": "^abcd[a-z]*$", "maxLength": 3})"), Error);
+}
+
+TEST(JsonSchemaCorpus, ClassEscapesMatchInBothEngines) {
+  // U+FEFF is ECMA-262 white space, not Python's; U+001C and U+0085 are
+  // Python's, not ECMA's; U+0663 is a Python \d, not an ECMA one.
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\s$"})", "\" \""));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\s$"})", "\"\xEF\xBB\xBF\""));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\S$"})", R"("\u001c")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^[^\\s]$"})", "\"\xC2\x85\""));
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\S$"})", R"("a")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\D$"})", "\"\xD9\xA3\""));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^[^\\d]$"})", "\"\xD9\xA3\""));
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\D$"})", R"("x")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\W$"})", "\"\xC3\xA9\""));
+}
+
+TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
+  EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-01-01")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-02-29")"));
+  EXPECT_TRUE(Takes(R"({"type": "string", "format": "date"})", R"("0001-01-01")"));
+  EXPECT_TRUE(Takes(R"({"type": "string", "format": "date"})", R"("0400-02-29")"));
+  EXPECT_TRUE(Takes(R"({"type": "string", "format": "date-time"})", R"("2024-02-29T23:59:60Z")"));
+}
+
+}  // namespace
+}  // namespace kvshare
