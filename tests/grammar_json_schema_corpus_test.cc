@@ -65,5 +65,30 @@ TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
   EXPECT_TRUE(Takes(R"({"type": "string", "format": "date-time"})", R"("2024-02-29T23:59:60Z")"));
 }
 
+TEST(JsonSchemaCorpus, UniqueItems) {
+  // Items of a few values: each at most once, in the schema's order.
+  const std::string e =
+      R"({"type": "array", "uniqueItems": true, "minItems": 1, "items": {"$ref": "#/$defs/c"},
+          "$defs": {"c": {"enum": ["red", "green", "blue", "red"]}}})";
+  EXPECT_TRUE(Takes(e, R"(["red", "blue"])"));
+  EXPECT_TRUE(Takes(e, R"(["red", "green", "blue"])"));
+  EXPECT_FALSE(Takes(e, R"(["red", "red"])"));
+  EXPECT_FALSE(Takes(e, R"(["blue", "red"])"));  // another order: narrower than the spec
+  EXPECT_FALSE(Takes(e, R"([])"));
+  const std::string b = R"({"type": "array", "uniqueItems": true, "items": {"type": "boolean"}})";
+  EXPECT_TRUE(Takes(b, R"([false, true])"));
+  EXPECT_FALSE(Takes(b, R"([true, true])"));
+  // Other items: at most one, when minItems allows it.
+  const std::string s = R"({"uniqueItems": true, "items": {"type": "string"}})";
+  EXPECT_TRUE(Takes(s, R"(["a"])"));
+  EXPECT_TRUE(Takes(s, R"([])"));
+  EXPECT_FALSE(Takes(s, R"(["a", "b"])"));
+  EXPECT_FALSE(Takes(s, R"("a")"));  // uniqueItems implies an array
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "array", "uniqueItems": true, "minItems": 2})"), Error);
+  // enum values are checked against it too.
+  EXPECT_FALSE(Takes(R"({"enum": [[1, 1], [2]], "uniqueItems": true})", "[1, 1]"));
+  EXPECT_TRUE(Takes(R"({"enum": [[1, 1], [2]], "uniqueItems": true})", "[2]"));
+}
+
 }  // namespace
 }  // namespace kvshare

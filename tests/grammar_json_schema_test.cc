@@ -199,7 +199,7 @@ TEST(JsonSchema, RefusesWhatItDoesNotSupportNamingIt) {
       {R"({"properties": {"n": {"type": "number", "minimum": 0.5}}})",
        "keyword 'minimum' at #/properties/n/minimum: a fractional bound"},
       {R"({"type": "integer", "multipleOf": 3})", "keyword 'multipleOf' at #/multipleOf"},
-      {R"({"properties": {"tags": {"type": "array", "uniqueItems": true}}})",
+      {R"({"properties": {"tags": {"type": "array", "minItems": 2, "uniqueItems": true}}})",
        "keyword 'uniqueItems' at #/properties/tags/uniqueItems"},
       {R"({"if": {}, "then": {}})", "keyword 'if' at #/if"},
       {R"({"not": {"type": "null"}})", "keyword 'not' at #/not"},

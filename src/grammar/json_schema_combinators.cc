@@ -101,7 +101,8 @@ std::set<std::string> SchemaCompiler::Types(const Json& s, int depth) {
   return all;
 }
 
-std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>& types, const std::string& path) {
+std::vector<SchemaCompiler::Json> SchemaCompiler::AllowedValues(const Json& s, const std::set<std::string>& types,
+                                                                const std::string& path) {
   std::vector<Json> values;
   if (auto c = s.find("const"); c != s.end()) values.push_back(*c);
   if (auto e = s.find("enum"); e != s.end()) {
@@ -117,18 +118,22 @@ std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>&
   rest.erase("enum");
   rest.erase("const");
   const bool check = Constrains(rest, "type");
-  const std::uint32_t r = b_.NewRule();
-  int n = 0;
+  std::vector<Json> out;
   for (const Json& v : values) {
     const std::string t = JsonTypeOf(v);
     const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
                     (t == "number" && types.count("integer") &&
                      v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
-    if (!ok || (check && !Matches(rest, v))) continue;
-    b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
-    ++n;
+    if (ok && (!check || Matches(rest, v))) out.push_back(v);
   }
-  if (n == 0) Fail(path, "no value of 'enum' / 'const' matches 'type'");
+  return out;
+}
+
+std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>& types, const std::string& path) {
+  const std::vector<Json> values = AllowedValues(s, types, path);
+  if (values.empty()) Fail(path, "no value of 'enum' / 'const' matches 'type'");
+  const std::uint32_t r = b_.NewRule();
+  for (const Json& v : values) b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
   return r;
 }
 

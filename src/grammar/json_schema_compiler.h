@@ -92,7 +92,17 @@ class SchemaCompiler {
   // [min, max] of them present (max < 0: any number).
   std::uint32_t Properties(const std::vector<std::string>& keys, const std::vector<std::uint32_t>& values,
                            const std::vector<bool>& required, int min, int max, const std::string& path);
+  // The content (between the braces / brackets) of members in the given
+  // order, each optional unless required, with [min, max] of them present
+  // (max < 0: any number); min_key / max_key name the bounds in errors.
+  std::uint32_t Members(const std::vector<Seq>& members, const std::vector<bool>& required, int min, int max,
+                        const char* min_key, const char* max_key, const std::string& path);
   std::uint32_t ArraySchema(const Json& s, const std::string& path);
+  // uniqueItems: true on array schema s with [min, max] items
+  // (json_schema_arrays.cc): the rule of the arrays when its items have a few
+  // values (each at most once); otherwise nullopt with max lowered to 1, or
+  // refused when minItems > 1.
+  std::optional<std::uint32_t> DistinctItems(const Json& s, int min, int& max, const std::string& path);
   // Strings: lengths, pattern, format.
   std::uint32_t StringSchema(const Json& s, const std::string& path);
   static constexpr std::uint32_t kAnyKey = 0xFFFFFFFF;
@@ -121,6 +131,9 @@ class SchemaCompiler {
   // enum / const: those values of them that are of one of `types` (any when
   // empty).
   std::uint32_t Values(const Json& s, const std::set<std::string>& types, const std::string& path);
+  // The values of enum / const that are of one of `types` and match s's
+  // other keywords (empty: none).
+  std::vector<Json> AllowedValues(const Json& s, const std::set<std::string>& types, const std::string& path);
 
   const Json& root_;
   int depth_ = 0;  // Schema calls in progress

@@ -17,6 +17,9 @@
 //   - uuid: RFC 4122 8-4-4-4-12 hex;
 //   - uri: RFC 3986 absolute URI (scheme ":" hier-part, optional query and
 //     fragment) with reg-name hosts (no IP literals in brackets).
+//   - iri, iri-reference, uri-reference, idn-email, idn-hostname,
+//     json-pointer, relative-json-pointer, regex, uri-template: narrower
+//     stand-ins (below).
 // An unknown format is an annotation (ignored), as the spec says.
 #include <map>
 #include <string>
@@ -54,6 +57,11 @@ const std::string kUri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?://(?:(?:" + kUnreserved +
                          "*)*|/(?:" + kPchar + "+(?:/" + kPchar + "*)*)?|" + kPchar + "+(?:/" + kPchar +
                          "*)*)?(?:\\?(?:" + kPchar + "|[/?])*)?(?:#(?:" + kPchar + "|[/?])*)?";
 
+const std::string kRelPath = "[A-Za-z0-9._~-]+(?:/[A-Za-z0-9._~-]*)*";
+const std::string kPointer = "(?:/(?:[^/~]|~[01])*)*";
+// IDNA 2008 refuses "--" in places 3-4 of a label: none at all, 62 at most.
+const std::string kIdnLabel = "(?:[a-z0-9]{1,20}(?:-[a-z0-9]{1,20}){0,2})";
+
 }  // namespace
 
 const std::string* FormatPattern(const std::string& name) {
@@ -68,6 +76,19 @@ const std::string* FormatPattern(const std::string& name) {
       {"ipv6", "^" + kIpv6 + "$"},
       {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
       {"uri", "^" + kUri + "$"},
+      // Narrower stand-ins for the formats the jsonschema package checks
+      // (some only with optional packages installed): ASCII forms of the
+      // IRI and IDN ones, uri-reference as a URI or a relative path of
+      // unreserved characters, regex as literal characters only.
+      {"iri", "^" + kUri + "$"},
+      {"uri-reference", "^(?:" + kUri + "|" + kRelPath + ")$"},
+      {"iri-reference", "^(?:" + kUri + "|" + kRelPath + ")$"},
+      {"idn-email", "^" + kAtom + "(?:\\." + kAtom + ")*@" + kHostname + "$"},
+      {"idn-hostname", "^" + kIdnLabel + "(?:\\." + kIdnLabel + "){0,3}$"},
+      {"json-pointer", "^" + kPointer + "$"},
+      {"relative-json-pointer", "^(?:0|[1-9][0-9]{0,8})(?:#|" + kPointer + ")$"},
+      {"regex", "^[A-Za-z0-9 _-]*$"},
+      {"uri-template", "^[A-Za-z0-9/._~-]*$"},
   };
   auto it = formats.find(name);
   return it == formats.end() ? nullptr : &it->second;

@@ -62,6 +62,7 @@ std::uint32_t SchemaCompiler::OfTypes(std::set<std::string> types, const Json& s
     for (const char* k : {"items", "prefixItems", "additionalItems", "minItems", "maxItems"}) {
       if (s.contains(k)) types.insert("array");
     }
+    if (auto u = s.find("uniqueItems"); u != s.end() && *u == true) types.insert("array");
     for (const char* k : {"minLength", "maxLength", "pattern"}) {
       if (s.contains(k)) types.insert("string");
     }
