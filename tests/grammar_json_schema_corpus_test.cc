@@ -65,6 +65,40 @@ TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
   EXPECT_TRUE(Takes(R"({"type": "string", "format": "date-time"})", R"("2024-02-29T23:59:60Z")"));
 }
 
+TEST(JsonSchemaCorpus, UpperBoundsAbove4096AreLowered) {
+  const std::string s = R"({"type": "string", "maxLength": 400000})";
+  EXPECT_TRUE(Takes(s, "\"" + std::string(4096, 'a') + "\""));
+  EXPECT_FALSE(Takes(s, "\"" + std::string(4097, 'a') + "\""));
+  EXPECT_TRUE(Takes(R"({"type": "array", "maxItems": 18446744073709551615})", "[1]"));
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "minLength": 5000})"), Error);
+}
+
+TEST(JsonSchemaCorpus, OneOfWithBranchesThatExcludeEachOther) {
+  // A discriminator (pydantic's tagged unions): kind is required in both.
+  const std::string d = R"({"oneOf": [{"$ref": "#/$defs/C"}, {"$ref": "#/$defs/S"}], "discriminator": {},
+      "$defs": {"C": {"type": "object", "properties": {"kind": {"const": "c"}, "r": {"type": "number"}},
+                      "required": ["kind"]},
+                "S": {"type": "object", "properties": {"kind": {"enum": ["s", "q"]}, "r": {"type": "number"}},
+                      "required": ["kind"]}}})";
+  EXPECT_TRUE(Takes(d, R"({"kind": "c", "r": 1})"));
+  EXPECT_TRUE(Takes(d, R"({"kind": "q"})"));
+  // Required properties that the other branch never writes.
+  const std::string r = R"({"oneOf": [{"properties": {"a": {}}, "required": ["a"]},
+                                      {"properties": {"b": {}}, "required": ["b"]}]})";
+  EXPECT_TRUE(Takes(r, R"({"a": 1})"));
+  EXPECT_FALSE(Takes(r, R"({"a": 1, "b": 2})"));
+  EXPECT_NO_THROW(CompileJsonSchema(R"({"oneOf": [{"type": "string"}, {"type": "object"}]})"));
+  // Overlapping: {"a": 1} is valid against both; "s" too (a schema without
+  // 'type' takes strings).
+  for (const char* s : {R"({"oneOf": [{"type": "string"}, {"properties": {"x": {}}}]})",
+                        R"({"oneOf": [{"properties": {"a": {}}}, {"properties": {"a": {}, "b": {}}}]})",
+                        R"({"oneOf": [{"properties": {"a": {}}, "required": ["a"]}, {"required": ["a"]}]})",
+                        R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})",
+                        R"({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]})"}) {
+    EXPECT_THROW(CompileJsonSchema(s), Error) << s;
+  }
+}
+
 TEST(JsonSchemaCorpus, UniqueItems) {
   // Items of a few values: each at most once, in the schema's order.
   const std::string e =

@@ -213,7 +213,7 @@ TEST(JsonSchema, RefusesWhatItDoesNotSupportNamingIt) {
       {R"({"$ref": "#", "type": "object"})", "refer back to themselves"},
       {R"({"type": "strin"})", "'type' must be one of"},
       {R"({"type": "string", "maxLength": -1})", "'maxLength' must be a non-negative integer"},
-      {R"({"type": "string", "maxLength": 100000})", "above the supported 4096"},
+      {R"({"type": "string", "minLength": 100000})", "above the supported 4096"},
       {R"({"type": "array", "minItems": 3, "maxItems": 2})", "minItems 3 > maxItems 2"},
       {R"({"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": false})",
        "required property 'b' is not allowed"},

@@ -75,7 +75,10 @@ bool FitLengths(RegexNode& body, int min, int max) {
     return (max < 0 || (hi >= 0 && hi <= max)) && Size(body) <= kMaxSize;
   };
   // Largest cap that fits; with max < 0 only the size bounds it.
-  int lo_k = -1, hi_k = max < 0 ? std::max(min, 1) * 4 : max;
+  // Each repetition at most 256 more than its minimum: bounded repetitions
+  // side by side (".{0,k}x.{0,k}") leave the matcher up to k states per byte.
+  constexpr int kMaxCap = 256;
+  int lo_k = -1, hi_k = std::min(max < 0 ? std::max(min, 1) * 4 : max, std::max(min, kMaxCap));
   while (lo_k < hi_k) {
     const int mid = lo_k + (hi_k - lo_k + 1) / 2;
     if (cap(mid)) {

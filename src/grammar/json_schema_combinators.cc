@@ -48,15 +48,15 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
   }
   const std::string p = path + "/" + key;
   if (std::string(key) == "oneOf") {
-    std::set<std::string> seen;
-    for (const Json& branch : branches) {
-      std::set<std::string> t = Types(branch, 0);
-      if (t.count("number")) t.insert("integer");
-      for (const std::string& name : t) {
-        if (!seen.insert(name).second) {
-          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path +
-                      "/oneOf: its branches may overlap (both allow " + name +
-                      "); only oneOf with branches of disjoint types is supported, use anyOf");
+    // Exactly one branch must match: compiled as anyOf when no branch's
+    // output can match another branch.
+    for (std::size_t i = 0; i < branches.size(); ++i) {
+      for (std::size_t k = i + 1; k < branches.size(); ++k) {
+        if (!Excludes(branches[i], branches[k]) || !Excludes(branches[k], branches[i])) {
+          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path + "/oneOf: branches " + std::to_string(i) +
+                      " and " + std::to_string(k) +
+                      " may overlap (no distinct types, required properties or const / enum values tell them "
+                      "apart); use anyOf");
         }
       }
     }

@@ -86,6 +86,8 @@ class SchemaCompiler {
   // Values of any of `types` (when empty, those the keywords present imply;
   // none: any value).
   std::uint32_t OfTypes(std::set<std::string> types, const Json& s, const std::string& path);
+  // The types s's keywords imply when it names none (empty: any).
+  static std::set<std::string> ImpliedTypes(const Json& s);
   std::uint32_t OfType(const std::string& type, const Json& s, const std::string& path);
   std::uint32_t Object(const Json& s, const std::string& path);
   // Declared properties in order (names, value rules, required flags), with
@@ -128,6 +130,12 @@ class SchemaCompiler {
   // The JSON types a schema's instances may have (for oneOf), all seven when
   // it does not say.
   std::set<std::string> Types(const Json& s, int depth);
+  // Whether no value the grammar of oneOf branch a writes is valid against
+  // branch b (json_schema_oneof.cc), as far as types, required properties and
+  // const / enum / type discriminators show.
+  // depth: properties looked into so far (at most 4: each level may try
+  // every required property).
+  bool Excludes(const Json& a, const Json& b, int depth = 0);
   // enum / const: those values of them that are of one of `types` (any when
   // empty).
   std::uint32_t Values(const Json& s, const std::set<std::string>& types, const std::string& path);

@@ -25,7 +25,7 @@
 namespace {
 
 // One random document: a uniformly random allowed byte each step, ending as
-// soon as allowed with probability 1/4; past max_bytes / 4 the bytes that
+// soon as allowed with probability 1/4; past max_bytes / 8 the bytes that
 // close a string, array or object are preferred, so walks end instead of
 // growing. Empty when the walk is still open after max_bytes.
 std::string Sample(const std::shared_ptr<const kvshare::Grammar>& grammar,
@@ -41,7 +41,7 @@ std::string Sample(const std::shared_ptr<const kvshare::Grammar>& grammar,
       if (mask[static_cast<std::size_t>(id / 64)] >> (id % 64) & 1) allowed.push_back(id);
     }
     const bool can_end = mask[0] & 1;
-    const bool closing = static_cast<int>(text.size()) > max_bytes / 4;
+    const bool closing = static_cast<int>(text.size()) > max_bytes / 8;
     if (can_end && (allowed.empty() || closing || rng() % 4 == 0)) return text;
     if (allowed.empty()) break;
     int pick = allowed[rng() % allowed.size()];

@@ -78,10 +78,11 @@ struct JsonGrammarOptions {
 // keyword ("unsupported JSON Schema keyword 'not' at #/properties/id/not: ..."),
 // a malformed value of a supported one, an unresolvable $ref, a schema that
 // matches nothing (minItems > maxItems, required property not declared),
-// bounds above 4096, an object of more than 1024 members, a text nested
-// deeper than 256 arrays / objects, or
-// schemas nested deeper than 128 (properties, items, anyOf, $ref hops: the
-// compiler recurses once per level).
+// minLength / minItems / minProperties above 4096 (maxLength / maxItems /
+// maxProperties above it are lowered to it), an object of more than 1024
+// members, a text nested deeper than 256 arrays / objects, or schemas
+// nested deeper than 128 (properties, items, anyOf, $ref hops: the compiler
+// recurses once per level).
 std::shared_ptr<const Grammar> CompileJsonSchema(std::string_view schema, const JsonGrammarOptions& options = {});
 
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).
