@@ -8,17 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "grammar_byte_vocab.h"
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
 
 namespace kvshare {
 namespace {
 
-std::shared_ptr<const TokenTrie> ByteVocab() {
-  std::vector<std::string> bytes(257);
-  for (int b = 0; b < 256; ++b) bytes[static_cast<std::size_t>(b) + 1] = std::string(1, static_cast<char>(b));
-  return std::make_shared<const TokenTrie>(bytes);
-}
+using testing::ByteVocab;
 
 // Whether the grammar of `schema` takes `doc` whole and may end after it.
 bool Takes(const std::string& schema, const std::string& doc) {

