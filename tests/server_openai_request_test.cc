@@ -331,7 +331,8 @@ TEST(OpenAiRequest, ResponseFormat) {
               {400, "response_format.json_schema.schema", "invalid_type", ""});
   ExpectError(Completion({{"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}), false,
               {400, "ignore_eos", "invalid_value", ""});
-  ExpectError(rf({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "array"}, {"uniqueItems", true}}}}}}),
+  ExpectError(rf({{"type", "json_schema"},
+                  {"json_schema", {{"schema", {{"type", "array"}, {"minItems", 2}, {"uniqueItems", true}}}}}}),
               false,
               {400, "response_format.json_schema.schema", "invalid_schema",
                "unsupported JSON Schema keyword 'uniqueItems' at #"},
@@ -372,7 +373,8 @@ TEST(OpenAiRequest, ToolShapesAreCheckedNamingTheField) {
               {400, "tool_choice", "invalid_value", ""});
   ExpectError(Chat({{"tool_choice", "required"}}), true, {400, "tool_choice", "invalid_value", "at least one tool"});
   ExpectError(Chat({{"parallel_tool_calls", "yes"}}), true, {400, "parallel_tool_calls", "invalid_type", ""});
-  json strict = WeatherTool({{"type", "object"}, {"properties", {{"id", {{"type", "array"}, {"uniqueItems", true}}}}}});
+  json strict = WeatherTool(
+      {{"type", "object"}, {"properties", {{"id", {{"type", "array"}, {"minItems", 2}, {"uniqueItems", true}}}}}});
   strict["function"]["strict"] = true;
   ExpectError(Chat({{"tools", {strict}}}), true,
               {400, "tools[0].function.parameters", "invalid_schema", "unsupported JSON Schema keyword 'uniqueItems'"});

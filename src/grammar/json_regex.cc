@@ -39,6 +39,31 @@ CodeRanges Complement(const CodeRanges& r) {
 
 CodeRanges Digits() { return {{'0', '9'}}; }
 CodeRanges Word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
+// The class escapes as two sets each: `inner`, what both ECMA-262 and
+// Python's re (which the jsonschema package validates `pattern` with) put in
+// the class, and `outer`, what either does. A class used as is takes the
+// inner set, one that a negated class [^...] complements the outer, so that
+// every string written matches in both engines. ECMA's \s has U+FEFF, which
+// Python's lacks; Python's has U+001C-U+001F and U+0085; Python's \d and \w
+// are Unicode-wide, so outside ASCII \D and \W take nothing.
+CodeRanges NonAscii() { return {{0x80, kMaxCode}}; }
+CodeRanges Union(CodeRanges a, const CodeRanges& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return Normalize(std::move(a));
+}
+CodeRanges Ascii(const CodeRanges& a) {
+  CodeRanges out;
+  for (auto [lo, hi] : a) {
+    if (lo < 0x80) out.emplace_back(lo, std::min<char32_t>(hi, 0x7F));
+  }
+  return out;
+}
+CodeRanges Space();
+CodeRanges SpaceInner() {
+  return {{'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+          {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
+}
+CodeRanges SpaceOuter() { return Union(Space(), {{0x1C, 0x1F}, {0x85, 0x85}}); }
 CodeRanges Space() {
   return Normalize({{'\t', '\r'},
                     {' ', ' '},
@@ -227,12 +252,13 @@ class Parser {
     const char32_t c = p_[i_++];
     auto add = [&r](const CodeRanges& s) { r.insert(r.end(), s.begin(), s.end()); };
     switch (c) {
-      case 'd': return add(Digits());
-      case 'D': return add(Complement(Digits()));
-      case 'w': return add(Word());
-      case 'W': return add(Complement(Word()));
-      case 's': return add(Space());
-      case 'S': return add(Complement(Space()));
+      // Inside [^...] the outer sets, elsewhere the inner ones (above Space()).
+      case 'd': return add(negated_ ? Union(Digits(), NonAscii()) : Digits());
+      case 'D': return add(negated_ ? Complement(Digits()) : Ascii(Complement(Digits())));
+      case 'w': return add(negated_ ? Union(Word(), NonAscii()) : Word());
+      case 'W': return add(negated_ ? Complement(Word()) : Ascii(Complement(Word())));
+      case 's': return add(negated_ ? SpaceOuter() : SpaceInner());
+      case 'S': return add(Complement(negated_ ? SpaceInner() : SpaceOuter()));
       case 't': return add({{'\t', '\t'}});
       case 'n': return add({{'\n', '\n'}});
       case 'r': return add({{'\r', '\r'}});
@@ -297,6 +323,7 @@ class Parser {
   RegexNode Class() {
     bool negate = false;
     if (Peek() == '^') negate = true, ++i_;
+    negated_ = negate;
     CodeRanges r;
     bool first = true;
     while (true) {
@@ -319,6 +346,7 @@ class Parser {
       }
     }
     ++i_;
+    negated_ = false;
     r = Normalize(std::move(r));
     return SetNode(negate ? Complement(r) : r);
   }
@@ -342,6 +370,7 @@ class Parser {
 
   std::u32string p_;
   std::size_t i_ = 0;
+  bool negated_ = false;  // inside [^...] (Escape picks the outer sets)
 };
 
 void Encode(char32_t cp, unsigned char* out, int& n) {
@@ -488,40 +517,6 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
   }
 }
 
-namespace {
-
-// The length range [lo, hi] (hi < 0: unbounded) of what n matches.
-std::pair<long long, long long> Lengths(const RegexNode& n) {
-  switch (n.kind) {
-    case RegexNode::kSet: return {1, 1};
-    case RegexNode::kSeq: {
-      long long lo = 0, hi = 0;
-      for (const RegexNode& k : n.kids) {
-        auto [a, b] = Lengths(k);
-        lo += a;
-        hi = hi < 0 || b < 0 ? -1 : hi + b;
-      }
-      return {lo, hi};
-    }
-    case RegexNode::kAlt: {
-      long long lo = -1, hi = 0;
-      for (const RegexNode& k : n.kids) {
-        auto [a, b] = Lengths(k);
-        lo = lo < 0 ? a : std::min(lo, a);
-        hi = hi < 0 || b < 0 ? -1 : std::max(hi, b);
-      }
-      return {std::max(lo, 0LL), hi};
-    }
-    case RegexNode::kRepeat: {
-      auto [a, b] = Lengths(n.kids[0]);
-      return {a * n.min, n.max < 0 ? (b == 0 ? 0 : -1) : b < 0 ? -1 : b * n.max};
-    }
-    default: return {0, 0};
-  }
-}
-
-}  // namespace
-
 std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   // Top-level alternatives, each with its anchors; an unanchored side may
   // hold any characters.
@@ -538,6 +533,7 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   any.kids.push_back(any_char);
   const std::uint32_t r = b_.NewRule();
   int n = 0;
+  bool unfitted = false;
   for (const RegexNode* a : alts) {
     RegexNode body{RegexNode::kSeq};
     std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
@@ -574,7 +570,16 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
           *one = rep;
         }
         if (one == nullptr || one->kind != RegexNode::kRepeat || one->kids[0].kind != RegexNode::kSet) {
-          throw RegexError("a pattern with a length bound (minLength / maxLength) narrower than the pattern's");
+          // Otherwise a narrower language within the bounds (FitLengths).
+          if (!FitLengths(body, min, max)) {
+            unfitted = true;  // no strings of the bounds (or too many elements): this alternative matches none
+            continue;
+          }
+          const GrammarBuilder::Seq quote =
+              j_.notation() == Notation::kGemma ? b_.Lit("<|\"|>") : GrammarBuilder::Seq{b_.Byte('"')};
+          b_.Alt(r, quote + Node(body) + quote);
+          ++n;
+          continue;
         }
         one->min = std::max(one->min, min);
         if (max >= 0) one->max = one->max < 0 ? max : std::min(one->max, max);
@@ -588,6 +593,9 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
         j_.notation() == Notation::kGemma ? b_.Lit("<|\"|>") : GrammarBuilder::Seq{b_.Byte('"')};
     b_.Alt(r, quote + Node(body) + quote);
     ++n;
+  }
+  if (n == 0 && unfitted) {
+    throw RegexError("a pattern whose strings could not be fitted to its length bound (minLength / maxLength)");
   }
   if (n == 0) throw RegexError("a pattern that no string of the length bounds matches");
   return r;

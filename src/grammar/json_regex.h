@@ -41,6 +41,14 @@ struct RegexNode {
 // Throws RegexError naming what is not supported or malformed.
 RegexNode ParseRegex(std::string_view pattern);
 
+// The length range [lo, hi] (hi < 0: unbounded) of what n matches, in code
+// points (json_regex_lengths.cc).
+std::pair<long long, long long> Lengths(const RegexNode& n);
+// Narrows n's repetitions so that everything it matches has a length in
+// [min, max] (max < 0: none), keeping its grammar to about 40000 elements;
+// false when no narrowing does (json_regex_lengths.cc says how).
+bool FitLengths(RegexNode& n, int min, int max);
+
 // Emits rules for the content of JSON strings (between the quotes) of one
 // JsonGrammar. Characters are written raw (UTF-8) except '"' and '\\' (and,
 // optionally, '/'), which are escaped, and control characters, written as

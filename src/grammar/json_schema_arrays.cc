@@ -1,7 +1,9 @@
 // The JSON Schema compiler's arrays (json_schema_compiler.h): items (a
 // schema, or draft 4-2019's array of schemas with additionalItems),
-// prefixItems with items for the rest (2020-12), minItems / maxItems.
+// prefixItems with items for the rest (2020-12), minItems / maxItems,
+// uniqueItems.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,9 @@ namespace kvshare::detail {
 std::uint32_t SchemaCompiler::ArraySchema(const Json& s, const std::string& path) {
   int min = Bound(s, "minItems", path, 0), max = Bound(s, "maxItems", path, -1);
   if (max >= 0 && min > max) Fail(path, "minItems " + std::to_string(min) + " > maxItems " + std::to_string(max));
+  if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>()) {
+    if (std::optional<std::uint32_t> r = DistinctItems(s, min, max, path)) return *r;
+  }
   // The tuple part (one schema per place) and the schema of the rest.
   const Json* tuple = nullptr;
   const Json* rest = nullptr;
@@ -82,6 +87,51 @@ std::uint32_t SchemaCompiler::ArraySchema(const Json& s, const std::string& path
   }
   if (np == 0 && max != 0) Fail(path, "internal: an empty tuple");
   return r;
+}
+
+std::optional<std::uint32_t> SchemaCompiler::DistinctItems(const Json& s, int min, int& max, const std::string& path) {
+  constexpr std::size_t kMaxDistinct = 64;  // values whose subsets are written out (Members counts to 64)
+  // The items' schema, through $refs that stand alone.
+  const Json* t = nullptr;
+  if (auto it = s.find("items"); it != s.end() && it->is_object() && !s.contains("prefixItems")) t = &*it;
+  for (int hop = 0; t != nullptr && hop < 32 && t->size() == 1 && t->contains("$ref") && (*t)["$ref"].is_string();
+       ++hop) {
+    t = &Resolve((*t)["$ref"].get<std::string>(), path + "/items");
+  }
+  std::vector<Json> values;
+  if (t != nullptr && (t->contains("enum") || t->contains("const"))) {
+    bool plain = true;  // no keyword that Values does not see
+    for (const char* k : {"$ref", "anyOf", "oneOf", "allOf"}) plain = plain && !t->contains(k);
+    if (plain) values = AllowedValues(*t, DeclaredTypes(*t, path + "/items"), path + "/items");
+  } else if (t != nullptr && t->value("type", Json()) == "boolean" && !Constrains(*t, "type")) {
+    values = {Json(false), Json(true)};
+  }
+  // Scalars only: equal objects may differ in member order, and ==
+  // compares them in order.
+  bool scalars = !values.empty() && values.size() <= kMaxDistinct;
+  std::vector<Json> distinct;
+  for (const Json& v : values) {
+    scalars = scalars && !v.is_object() && !v.is_array();
+    if (std::find(distinct.begin(), distinct.end(), v) == distinct.end()) distinct.push_back(v);
+  }
+  if (scalars) {
+    // Each value at most once, in the schema's order: distinct by construction.
+    std::vector<Seq> members;
+    for (const Json& v : distinct) members.push_back(Seq{GrammarBuilder::Ref(Values(Json{{"const", v}}, {}, path))});
+    const std::uint32_t inner =
+        Members(members, std::vector<bool>(members.size(), false), min, max, "minItems", "maxItems", path);
+    const std::uint32_t r = b_.NewRule();
+    b_.Alt(r, Seq{b_.Byte('[')} + j_.Ws() + Seq{GrammarBuilder::Ref(inner)} + j_.Ws() + Seq{b_.Byte(']')});
+    return r;
+  }
+  if (max >= 0 && max <= 1) return std::nullopt;  // one item or none: distinct already
+  if (min > 1) {
+    Unsupported(path, "uniqueItems",
+                "distinct items can be enforced only for items of at most 64 enum / const values, or with "
+                "minItems <= 1 (then at most one item is written)");
+  }
+  max = 1;  // narrower than the spec: an array of at most one item is distinct
+  return std::nullopt;
 }
 
 }  // namespace kvshare::detail

@@ -48,15 +48,15 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
   }
   const std::string p = path + "/" + key;
   if (std::string(key) == "oneOf") {
-    std::set<std::string> seen;
-    for (const Json& branch : branches) {
-      std::set<std::string> t = Types(branch, 0);
-      if (t.count("number")) t.insert("integer");
-      for (const std::string& name : t) {
-        if (!seen.insert(name).second) {
-          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path +
-                      "/oneOf: its branches may overlap (both allow " + name +
-                      "); only oneOf with branches of disjoint types is supported, use anyOf");
+    // Exactly one branch must match: compiled as anyOf when no branch's
+    // output can match another branch.
+    for (std::size_t i = 0; i < branches.size(); ++i) {
+      for (std::size_t k = i + 1; k < branches.size(); ++k) {
+        if (!Excludes(branches[i], branches[k]) || !Excludes(branches[k], branches[i])) {
+          throw Error("unsupported JSON Schema keyword 'oneOf' at " + path + "/oneOf: branches " + std::to_string(i) +
+                      " and " + std::to_string(k) +
+                      " may overlap (no distinct types, required properties or const / enum values tell them "
+                      "apart); use anyOf");
         }
       }
     }
@@ -101,7 +101,8 @@ std::set<std::string> SchemaCompiler::Types(const Json& s, int depth) {
   return all;
 }
 
-std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>& types, const std::string& path) {
+std::vector<SchemaCompiler::Json> SchemaCompiler::AllowedValues(const Json& s, const std::set<std::string>& types,
+                                                                const std::string& path) {
   std::vector<Json> values;
   if (auto c = s.find("const"); c != s.end()) values.push_back(*c);
   if (auto e = s.find("enum"); e != s.end()) {
@@ -117,18 +118,22 @@ std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>&
   rest.erase("enum");
   rest.erase("const");
   const bool check = Constrains(rest, "type");
-  const std::uint32_t r = b_.NewRule();
-  int n = 0;
+  std::vector<Json> out;
   for (const Json& v : values) {
     const std::string t = JsonTypeOf(v);
     const bool ok = types.empty() || types.count(t) || (t == "integer" && types.count("number")) ||
                     (t == "number" && types.count("integer") &&
                      v.get<double>() == static_cast<double>(static_cast<long long>(v.get<double>())));
-    if (!ok || (check && !Matches(rest, v))) continue;
-    b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
-    ++n;
+    if (ok && (!check || Matches(rest, v))) out.push_back(v);
   }
-  if (n == 0) Fail(path, "no value of 'enum' / 'const' matches 'type'");
+  return out;
+}
+
+std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>& types, const std::string& path) {
+  const std::vector<Json> values = AllowedValues(s, types, path);
+  if (values.empty()) Fail(path, "no value of 'enum' / 'const' matches 'type'");
+  const std::uint32_t r = b_.NewRule();
+  for (const Json& v : values) b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
   return r;
 }
 

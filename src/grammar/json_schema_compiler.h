@@ -86,13 +86,25 @@ class SchemaCompiler {
   // Values of any of `types` (when empty, those the keywords present imply;
   // none: any value).
   std::uint32_t OfTypes(std::set<std::string> types, const Json& s, const std::string& path);
+  // The types s's keywords imply when it names none (empty: any).
+  static std::set<std::string> ImpliedTypes(const Json& s);
   std::uint32_t OfType(const std::string& type, const Json& s, const std::string& path);
   std::uint32_t Object(const Json& s, const std::string& path);
   // Declared properties in order (names, value rules, required flags), with
   // [min, max] of them present (max < 0: any number).
   std::uint32_t Properties(const std::vector<std::string>& keys, const std::vector<std::uint32_t>& values,
                            const std::vector<bool>& required, int min, int max, const std::string& path);
+  // The content (between the braces / brackets) of members in the given
+  // order, each optional unless required, with [min, max] of them present
+  // (max < 0: any number); min_key / max_key name the bounds in errors.
+  std::uint32_t Members(const std::vector<Seq>& members, const std::vector<bool>& required, int min, int max,
+                        const char* min_key, const char* max_key, const std::string& path);
   std::uint32_t ArraySchema(const Json& s, const std::string& path);
+  // uniqueItems: true on array schema s with [min, max] items
+  // (json_schema_arrays.cc): the rule of the arrays when its items have a few
+  // values (each at most once); otherwise nullopt with max lowered to 1, or
+  // refused when minItems > 1.
+  std::optional<std::uint32_t> DistinctItems(const Json& s, int min, int& max, const std::string& path);
   // Strings: lengths, pattern, format.
   std::uint32_t StringSchema(const Json& s, const std::string& path);
   static constexpr std::uint32_t kAnyKey = 0xFFFFFFFF;
@@ -118,9 +130,18 @@ class SchemaCompiler {
   // The JSON types a schema's instances may have (for oneOf), all seven when
   // it does not say.
   std::set<std::string> Types(const Json& s, int depth);
+  // Whether no value the grammar of oneOf branch a writes is valid against
+  // branch b (json_schema_oneof.cc), as far as types, required properties and
+  // const / enum / type discriminators show.
+  // depth: properties looked into so far (at most 4: each level may try
+  // every required property).
+  bool Excludes(const Json& a, const Json& b, int depth = 0);
   // enum / const: those values of them that are of one of `types` (any when
   // empty).
   std::uint32_t Values(const Json& s, const std::set<std::string>& types, const std::string& path);
+  // The values of enum / const that are of one of `types` and match s's
+  // other keywords (empty: none).
+  std::vector<Json> AllowedValues(const Json& s, const std::set<std::string>& types, const std::string& path);
 
   const Json& root_;
   int depth_ = 0;  // Schema calls in progress

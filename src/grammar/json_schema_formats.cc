@@ -1,7 +1,9 @@
 // The JSON Schema compiler's `format` values as ECMA-262 expressions, compiled
 // like `pattern` (json_regex.h). Each is exact or narrower than its RFC
 // (never wider), so that no invalid value can be written:
-//   - date, date-time: RFC 3339 with the days of each month and leap years;
+//   - date, date-time: RFC 3339 with the days of each month and leap years,
+//     years 0001 to 9999 (Python's date, which jsonschema's checker uses,
+//     has no year 0);
 //     a leap second only as 23:59:60 in UTC (Z or +00:00 / -00:00);
 //   - time: RFC 3339 full-time (an offset is required);
 //   - duration: RFC 3339 Appendix A (ISO 8601 durations);
@@ -15,6 +17,9 @@
 //   - uuid: RFC 4122 8-4-4-4-12 hex;
 //   - uri: RFC 3986 absolute URI (scheme ":" hier-part, optional query and
 //     fragment) with reg-name hosts (no IP literals in brackets).
+//   - iri, iri-reference, uri-reference, idn-email, idn-hostname,
+//     json-pointer, relative-json-pointer, regex, uri-template: narrower
+//     stand-ins (below).
 // An unknown format is an annotation (ignored), as the spec says.
 #include <map>
 #include <string>
@@ -25,8 +30,8 @@ namespace kvshare::detail {
 namespace {
 
 const std::string kDate =
-    R"(\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))"
-    R"(|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
+    R"((?:\d{3}[1-9]|\d\d[1-9]\d|\d[1-9]\d\d|[1-9]\d{3})-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))"
+    R"(|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)";
 const std::string kFrac = R"((?:\.\d+)?)";
 const std::string kTime = R"((?:(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)" + kFrac +
                           R"((?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)|23:59:60)" + kFrac + R"((?:[Zz]|[+-]00:00)))";
@@ -52,6 +57,11 @@ const std::string kUri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?://(?:(?:" + kUnreserved +
                          "*)*|/(?:" + kPchar + "+(?:/" + kPchar + "*)*)?|" + kPchar + "+(?:/" + kPchar +
                          "*)*)?(?:\\?(?:" + kPchar + "|[/?])*)?(?:#(?:" + kPchar + "|[/?])*)?";
 
+const std::string kRelPath = "[A-Za-z0-9._~-]+(?:/[A-Za-z0-9._~-]*)*";
+const std::string kPointer = "(?:/(?:[^/~]|~[01])*)*";
+// IDNA 2008 refuses "--" in places 3-4 of a label: none at all, 62 at most.
+const std::string kIdnLabel = "(?:[a-z0-9]{1,20}(?:-[a-z0-9]{1,20}){0,2})";
+
 }  // namespace
 
 const std::string* FormatPattern(const std::string& name) {
@@ -66,6 +76,19 @@ const std::string* FormatPattern(const std::string& name) {
       {"ipv6", "^" + kIpv6 + "$"},
       {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
       {"uri", "^" + kUri + "$"},
+      // Narrower stand-ins for the formats the jsonschema package checks
+      // (some only with optional packages installed): ASCII forms of the
+      // IRI and IDN ones, uri-reference as a URI or a relative path of
+      // unreserved characters, regex as literal characters only.
+      {"iri", "^" + kUri + "$"},
+      {"uri-reference", "^(?:" + kUri + "|" + kRelPath + ")$"},
+      {"iri-reference", "^(?:" + kUri + "|" + kRelPath + ")$"},
+      {"idn-email", "^" + kAtom + "(?:\\." + kAtom + ")*@" + kHostname + "$"},
+      {"idn-hostname", "^" + kIdnLabel + "(?:\\." + kIdnLabel + "){0,3}$"},
+      {"json-pointer", "^" + kPointer + "$"},
+      {"relative-json-pointer", "^(?:0|[1-9][0-9]{0,8})(?:#|" + kPointer + ")$"},
+      {"regex", "^[A-Za-z0-9 _-]*$"},
+      {"uri-template", "^[A-Za-z0-9/._~-]*$"},
   };
   auto it = formats.find(name);
   return it == formats.end() ? nullptr : &it->second;

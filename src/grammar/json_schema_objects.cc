@@ -142,14 +142,27 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
 
 std::uint32_t SchemaCompiler::Properties(const std::vector<std::string>& keys, const std::vector<std::uint32_t>& values,
                                          const std::vector<bool>& required, int min, int max, const std::string& path) {
-  const int n = static_cast<int>(keys.size());
-  if (min > n) Fail(path, "minProperties is above the properties the object may hold");
+  std::vector<Seq> members;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::string key = j_.notation() == Notation::kGemma ? keys[i] : Json(keys[i]).dump();
+    members.push_back(b_.Lit(key) + j_.Sep(':') + Seq{GrammarBuilder::Ref(values[i])});
+  }
+  const std::uint32_t inner = Members(members, required, min, max, "minProperties", "maxProperties", path);
+  const std::uint32_t r = b_.NewRule();
+  b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{GrammarBuilder::Ref(inner)} + j_.Ws() + Seq{b_.Byte('}')});
+  return r;
+}
+
+std::uint32_t SchemaCompiler::Members(const std::vector<Seq>& members, const std::vector<bool>& required, int min,
+                                      int max, const char* min_key, const char* max_key, const std::string& path) {
+  const int n = static_cast<int>(members.size());
+  if (min > n) Fail(path, std::string(min_key) + " is above the members the value may hold");
   const bool counted = min > 0 || (max >= 0 && max < n);
   if (counted && n > kMaxCounted) {
-    Unsupported(path, min > 0 ? "minProperties" : "maxProperties", "more than 64 declared properties to count");
+    Unsupported(path, min > 0 ? min_key : max_key, "more than 64 members to count");
   }
   const int cap = counted ? n : 0;  // counts tracked: 0..cap
-  // first[c] / rest[c]: properties i.. after c written (none / some came
+  // first[c] / rest[c]: members i.. after c written (none / some came
   // before); 0 where no document completes from there.
   std::vector<std::uint32_t> first(static_cast<std::size_t>(cap) + 1), rest(static_cast<std::size_t>(cap) + 1);
   for (int c = 0; c <= cap; ++c) {
@@ -159,9 +172,7 @@ std::uint32_t SchemaCompiler::Properties(const std::vector<std::string>& keys, c
     first[static_cast<std::size_t>(c)] = rest[static_cast<std::size_t>(c)] = none + 1;  // +1: 0 means dead
   }
   for (int i = n - 1; i >= 0; --i) {
-    const std::string key = j_.notation() == Notation::kGemma ? keys[static_cast<std::size_t>(i)]
-                                                              : Json(keys[static_cast<std::size_t>(i)]).dump();
-    const Seq kv = b_.Lit(key) + j_.Sep(':') + Seq{GrammarBuilder::Ref(values[static_cast<std::size_t>(i)])};
+    const Seq& kv = members[static_cast<std::size_t>(i)];
     const bool req = required[static_cast<std::size_t>(i)];
     std::vector<std::uint32_t> nf(first.size()), nr(rest.size());
     for (int c = 0; c <= (counted ? std::min(i, cap) : 0); ++c) {
@@ -182,10 +193,8 @@ std::uint32_t SchemaCompiler::Properties(const std::vector<std::string>& keys, c
     first.swap(nf);
     rest.swap(nr);
   }
-  if (first[0] == 0) Fail(path, "minProperties / maxProperties leave no object the properties can form");
-  const std::uint32_t r = b_.NewRule();
-  b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{GrammarBuilder::Ref(first[0] - 1)} + j_.Ws() + Seq{b_.Byte('}')});
-  return r;
+  if (first[0] == 0) Fail(path, std::string(min_key) + " / " + max_key + " leave no value the members can form");
+  return first[0] - 1;
 }
 
 std::uint32_t SchemaCompiler::MapOf(std::uint32_t key, std::uint32_t value, int min, int max) {

@@ -3,6 +3,7 @@
 // arrays and numbers have files of their own (json_schema_compiler.h).
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,9 +28,13 @@ int SchemaCompiler::Bound(const Json& s, const char* key, const std::string& pat
   if (!it->is_number_integer() && !it->is_number_unsigned()) {
     Fail(path, std::string("'") + key + "' must be a non-negative integer, got " + it->dump());
   }
-  const long long v = it->get<long long>();
+  const bool huge = it->is_number_unsigned() && it->get<unsigned long long>() > kMaxBound;
+  const long long v = huge ? kMaxBound + 1LL : it->get<long long>();
   if (v < 0) Fail(path, std::string("'") + key + "' must be a non-negative integer, got " + it->dump());
-  if (v > kMaxBound) Fail(path, std::string("'") + key + "' " + std::to_string(v) + " is above the supported 4096");
+  // An upper bound above 4096 is lowered to it: fewer items or characters
+  // are still valid, and the counted grammar stays small.
+  if (v > kMaxBound && std::string_view(key).starts_with("max")) return kMaxBound;
+  if (v > kMaxBound) Fail(path, std::string("'") + key + "' " + it->dump() + " is above the supported 4096");
   return static_cast<int>(v);
 }
 
@@ -51,26 +56,33 @@ std::set<std::string> SchemaCompiler::DeclaredTypes(const Json& s, const std::st
   return types;
 }
 
+std::set<std::string> SchemaCompiler::ImpliedTypes(const Json& s) {
+  // A keyword of one type implies it (narrower than the spec, where it
+  // leaves other types free: the output is still valid).
+  std::set<std::string> types;
+  for (const char* k : {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+                        "minProperties", "maxProperties", "dependentRequired", "dependencies"}) {
+    if (s.contains(k)) types.insert("object");
+  }
+  for (const char* k : {"items", "prefixItems", "additionalItems", "minItems", "maxItems"}) {
+    if (s.contains(k)) types.insert("array");
+  }
+  if (auto u = s.find("uniqueItems"); u != s.end() && *u == true) types.insert("array");
+  for (const char* k : {"minLength", "maxLength", "pattern"}) {
+    if (s.contains(k)) types.insert("string");
+  }
+  if (auto f = s.find("format"); f != s.end() && f->is_string() && FormatPattern(f->get<std::string>())) {
+    types.insert("string");
+  }
+  for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
+    if (s.contains(k)) types.insert("number");
+  }
+  return types;
+}
+
 std::uint32_t SchemaCompiler::OfTypes(std::set<std::string> types, const Json& s, const std::string& path) {
   if (types.empty()) {  // implied by the keywords present
-    // A keyword of one type implies it (narrower than the spec, where it
-    // leaves other types free: the output is still valid).
-    for (const char* k : {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-                          "minProperties", "maxProperties", "dependentRequired", "dependencies"}) {
-      if (s.contains(k)) types.insert("object");
-    }
-    for (const char* k : {"items", "prefixItems", "additionalItems", "minItems", "maxItems"}) {
-      if (s.contains(k)) types.insert("array");
-    }
-    for (const char* k : {"minLength", "maxLength", "pattern"}) {
-      if (s.contains(k)) types.insert("string");
-    }
-    if (auto f = s.find("format"); f != s.end() && f->is_string() && FormatPattern(f->get<std::string>())) {
-      types.insert("string");
-    }
-    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
-      if (s.contains(k)) types.insert("number");
-    }
+    types = ImpliedTypes(s);
     if (types.empty()) return j_.AnyValue();
   }
   if (types.size() == 1) return OfType(*types.begin(), s, path);

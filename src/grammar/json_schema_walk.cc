@@ -68,9 +68,6 @@ void CheckKeywords(const SchemaCompiler::Json& s, const std::string& path) {
   if (s.contains("if") && (s.contains("then") || s.contains("else"))) {
     refuse("if", "if / then / else cannot be enforced exactly by a grammar");
   }
-  if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>()) {
-    refuse("uniqueItems", "distinct items cannot be enforced by a grammar");
-  }
   if (auto d = s.find("dependencies"); d != s.end() && d->is_object()) {
     for (const auto& [k, v] : d->items()) {
       if (!v.is_array()) refuse("dependencies", "only the array form (dependentRequired) can be enforced");

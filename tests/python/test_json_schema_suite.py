@@ -32,8 +32,10 @@ SHA256 = "0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326"
 DRAFTS = ["draft4", "draft6", "draft7", "draft2019-09", "draft2020-12"]
 FORMATS = ["date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"]
 # Valid instances of compiled groups that the grammar takes, at least (what
-# it takes today, 63%, less a margin); see the module docstring.
-VALID_FLOOR = 0.60
+# it takes today, 53%, less a margin; 63% before uniqueItems compiled to at
+# most one item and the format stand-ins implied strings); see the module
+# docstring.
+VALID_FLOOR = 0.50
 
 
 def suite_dir():

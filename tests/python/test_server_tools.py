@@ -156,7 +156,7 @@ def test_gemma3_none_is_plain_content(gemma3):
     ({"tool_choice": "required"}, "tool_choice", "at least one tool"),
     ({"tools": [{"type": "function", "function": {
         "name": "f", "strict": True,
-        "parameters": {"type": "object", "properties": {"id": {"type": "array", "uniqueItems": True}}}}}]},
+        "parameters": {"type": "object", "properties": {"id": {"type": "array", "minItems": 2, "uniqueItems": True}}}}}]},
      "tools[0].function.parameters", "'uniqueItems'"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42"}]},
      "messages[1].tool_call_id", "Missing"),

@@ -11,8 +11,15 @@
 //   form of dependencies: the dependents are made required), items (a schema,
 //   or an array with additionalItems), prefixItems, minItems / maxItems,
 //   minLength / maxLength, pattern (ECMA-262 without lookaround and
-//   backreferences), format (date-time, date, time, duration, email,
-//   hostname, ipv4, ipv6, uuid, uri: exact or narrower grammars), minimum /
+//   backreferences; \d \s \w and their complements as both ECMA-262 and
+//   Python's re read them; next to a length bound it does not imply, its
+//   repetitions are narrowed to fit), format (date-time, date, time,
+//   duration, email, hostname, ipv4, ipv6, uuid, uri: exact or narrower
+//   grammars; iri, iri-reference, uri-reference, idn-email, idn-hostname,
+//   json-pointer, relative-json-pointer, regex, uri-template: narrower
+//   stand-ins), uniqueItems: true (items of at most 64 enum / const values
+//   or booleans: each at most once, in the schema's order; other items: at
+//   most one item, refused when minItems > 1), minimum /
 //   maximum / exclusiveMinimum / exclusiveMaximum in both drafts' forms
 //   (exact; fractional bounds on numbers are refused), multipleOf (10^-p on
 //   numbers, any k on a bounded integer range of at most 1024 multiples),
@@ -22,10 +29,10 @@
 //   local $refs (JSON pointers, recursion through an object or array).
 //   Annotations and unknown keywords are ignored, as the spec says. What a
 //   grammar cannot enforce exactly (not, if / then / else, contains,
-//   uniqueItems: true, unevaluated*, dependentSchemas, $dynamicRef, remote or
-//   anchor $refs, two different patterns merged, ...) is a compile error
-//   naming the keyword and its JSON pointer ("unsupported JSON Schema keyword
-//   'uniqueItems' at #/properties/tags/uniqueItems: ...").
+//   unevaluated*, dependentSchemas, $dynamicRef, remote or anchor $refs, two
+//   different patterns merged, ...) is a compile error naming the keyword
+//   and its JSON pointer ("unsupported JSON Schema keyword 'contains' at
+//   #/properties/tags/contains: ...").
 // Output shape (all of it valid against the schema):
 //   - objects hold only their declared properties (and the required ones it
 //     does not declare), in declaration order, required ones always;
@@ -71,10 +78,11 @@ struct JsonGrammarOptions {
 // keyword ("unsupported JSON Schema keyword 'not' at #/properties/id/not: ..."),
 // a malformed value of a supported one, an unresolvable $ref, a schema that
 // matches nothing (minItems > maxItems, required property not declared),
-// bounds above 4096, an object of more than 1024 members, a text nested
-// deeper than 256 arrays / objects, or
-// schemas nested deeper than 128 (properties, items, anyOf, $ref hops: the
-// compiler recurses once per level).
+// minLength / minItems / minProperties above 4096 (maxLength / maxItems /
+// maxProperties above it are lowered to it), an object of more than 1024
+// members, a text nested deeper than 256 arrays / objects, or schemas
+// nested deeper than 128 (properties, items, anyOf, $ref hops: the compiler
+// recurses once per level).
 std::shared_ptr<const Grammar> CompileJsonSchema(std::string_view schema, const JsonGrammarOptions& options = {});
 
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).

@@ -1,0 +1,125 @@
+// What tests/tools/schema_corpus.py (real-world schemas) made the JSON Schema
+// compiler take or fix: pattern next to a length bound (a narrower language
+// within the bound), class escapes that match in both ECMA-262 and Python's
+// re (what the jsonschema package validates with), years 0001-9999 in dates.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grammar_byte_vocab.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
+
+namespace kvshare {
+namespace {
+
+using testing::ByteVocab;
+
+// Whether the grammar of `schema` takes `doc` whole and may end after it.
+bool Takes(const std::string& schema, const std::string& doc) {
+  GrammarMatcher m(CompileJsonSchema(schema), ByteVocab(), {0});
+  return m.AcceptBytes(doc) && m.CanEnd();
+}
+
+TEST(JsonSchemaCorpus, PatternWithALengthBoundKeepsBoth) {
+  // Two repetitions: no single class to bound, so each repetition is cut to
+  // fit maxLength 8 and raised to reach minLength 3.
+  const std::string s = R"({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3, "maxLength": 8})";
+  EXPECT_TRUE(Takes(s, R"("a-b")"));
+  EXPECT_TRUE(Takes(s, R"("ab-cd")"));
+  EXPECT_FALSE(Takes(s, R"("ab")"));         // under minLength
+  EXPECT_FALSE(Takes(s, R"("abcd-efgh")"));  // over maxLength
+  EXPECT_FALSE(Takes(s, R"("a-B")"));        // outside the pattern
+  // Unanchored: the free sides are bounded too.
+  const std::string u = R"({"type": "string", "pattern": "x\\d", "maxLength": 4})";
+  EXPECT_TRUE(Takes(u, R"("ax1b")"));
+  EXPECT_FALSE(Takes(u, R"("aax1b")"));
+  // A fixed part longer than maxLength matches nothing.
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "pattern": "^abcd[a-z]*$", "maxLength": 3})"), Error);
+}
+
+TEST(JsonSchemaCorpus, ClassEscapesMatchInBothEngines) {
+  // U+FEFF is ECMA-262 white space, not Python's; U+001C and U+0085 are
+  // Python's, not ECMA's; U+0663 is a Python \d, not an ECMA one.
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\s$"})", "\" \""));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\s$"})", "\"\xEF\xBB\xBF\""));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\S$"})", R"("\u001c")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^[^\\s]$"})", "\"\xC2\x85\""));
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\S$"})", R"("a")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\D$"})", "\"\xD9\xA3\""));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^[^\\d]$"})", "\"\xD9\xA3\""));
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\D$"})", R"("x")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\W$"})", "\"\xC3\xA9\""));
+}
+
+TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
+  EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-01-01")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-02-29")"));
+  EXPECT_TRUE(Takes(R"({"type": "string", "format": "date"})", R"("0001-01-01")"));
+  EXPECT_TRUE(Takes(R"({"type": "string", "format": "date"})", R"("0400-02-29")"));
+  EXPECT_TRUE(Takes(R"({"type": "string", "format": "date-time"})", R"("2024-02-29T23:59:60Z")"));
+}
+
+TEST(JsonSchemaCorpus, UpperBoundsAbove4096AreLowered) {
+  const std::string s = R"({"type": "string", "maxLength": 400000})";
+  EXPECT_TRUE(Takes(s, "\"" + std::string(4096, 'a') + "\""));
+  EXPECT_FALSE(Takes(s, "\"" + std::string(4097, 'a') + "\""));
+  EXPECT_TRUE(Takes(R"({"type": "array", "maxItems": 18446744073709551615})", "[1]"));
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "minLength": 5000})"), Error);
+}
+
+TEST(JsonSchemaCorpus, OneOfWithBranchesThatExcludeEachOther) {
+  // A discriminator (pydantic's tagged unions): kind is required in both.
+  const std::string d = R"({"oneOf": [{"$ref": "#/$defs/C"}, {"$ref": "#/$defs/S"}], "discriminator": {},
+      "$defs": {"C": {"type": "object", "properties": {"kind": {"const": "c"}, "r": {"type": "number"}},
+                      "required": ["kind"]},
+                "S": {"type": "object", "properties": {"kind": {"enum": ["s", "q"]}, "r": {"type": "number"}},
+                      "required": ["kind"]}}})";
+  EXPECT_TRUE(Takes(d, R"({"kind": "c", "r": 1})"));
+  EXPECT_TRUE(Takes(d, R"({"kind": "q"})"));
+  // Required properties that the other branch never writes.
+  const std::string r = R"({"oneOf": [{"properties": {"a": {}}, "required": ["a"]},
+                                      {"properties": {"b": {}}, "required": ["b"]}]})";
+  EXPECT_TRUE(Takes(r, R"({"a": 1})"));
+  EXPECT_FALSE(Takes(r, R"({"a": 1, "b": 2})"));
+  EXPECT_NO_THROW(CompileJsonSchema(R"({"oneOf": [{"type": "string"}, {"type": "object"}]})"));
+  // Overlapping: {"a": 1} is valid against both; "s" too (a schema without
+  // 'type' takes strings).
+  for (const char* s : {R"({"oneOf": [{"type": "string"}, {"properties": {"x": {}}}]})",
+                        R"({"oneOf": [{"properties": {"a": {}}}, {"properties": {"a": {}, "b": {}}}]})",
+                        R"({"oneOf": [{"properties": {"a": {}}, "required": ["a"]}, {"required": ["a"]}]})",
+                        R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})",
+                        R"({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]})"}) {
+    EXPECT_THROW(CompileJsonSchema(s), Error) << s;
+  }
+}
+
+TEST(JsonSchemaCorpus, UniqueItems) {
+  // Items of a few values: each at most once, in the schema's order.
+  const std::string e =
+      R"({"type": "array", "uniqueItems": true, "minItems": 1, "items": {"$ref": "#/$defs/c"},
+          "$defs": {"c": {"enum": ["red", "green", "blue", "red"]}}})";
+  EXPECT_TRUE(Takes(e, R"(["red", "blue"])"));
+  EXPECT_TRUE(Takes(e, R"(["red", "green", "blue"])"));
+  EXPECT_FALSE(Takes(e, R"(["red", "red"])"));
+  EXPECT_FALSE(Takes(e, R"(["blue", "red"])"));  // another order: narrower than the spec
+  EXPECT_FALSE(Takes(e, R"([])"));
+  const std::string b = R"({"type": "array", "uniqueItems": true, "items": {"type": "boolean"}})";
+  EXPECT_TRUE(Takes(b, R"([false, true])"));
+  EXPECT_FALSE(Takes(b, R"([true, true])"));
+  // Other items: at most one, when minItems allows it.
+  const std::string s = R"({"uniqueItems": true, "items": {"type": "string"}})";
+  EXPECT_TRUE(Takes(s, R"(["a"])"));
+  EXPECT_TRUE(Takes(s, R"([])"));
+  EXPECT_FALSE(Takes(s, R"(["a", "b"])"));
+  EXPECT_FALSE(Takes(s, R"("a")"));  // uniqueItems implies an array
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "array", "uniqueItems": true, "minItems": 2})"), Error);
+  // enum values are checked against it too.
+  EXPECT_FALSE(Takes(R"({"enum": [[1, 1], [2]], "uniqueItems": true})", "[1, 1]"));
+  EXPECT_TRUE(Takes(R"({"enum": [[1, 1], [2]], "uniqueItems": true})", "[2]"));
+}
+
+}  // namespace
+}  // namespace kvshare
