@@ -420,11 +420,8 @@ void Server::Load() {
     // room for the largest one (fixed-size encoders: their token count;
     // Gemma 4: the default budget, which bounds its tokens).
     const VisionConfig& vc = m.vision->config();
-    const int largest = vc.image_size > 0
-                            ? m.vision->TokensFor(PixelTensor{
-                                  vc.image_size, vc.image_size,
-                                  std::vector<float>(3 * static_cast<std::size_t>(vc.image_size) * vc.image_size)})
-                            : m.opt.image_max_soft_tokens;
+    const int largest =
+        vc.image_size > 0 ? m.vision->TokensForSize(vc.image_size, vc.image_size) : m.opt.image_max_soft_tokens;
     const int need = largest + m.opt.scheduler.slots - 1;
     if (m.opt.scheduler.step_tokens < need) {
       m.Log("step tokens raised from " + std::to_string(m.opt.scheduler.step_tokens) + " to " + std::to_string(need) +

@@ -99,6 +99,8 @@ TEST_P(ImageFixtures, EncoderMatchesHf) {
   for (std::size_t i = 0; i < features_.size(); ++i) {
     const auto& e = j_["encoder"][i];
     EXPECT_EQ(encoder_->TokensFor(Pixels(e["pixels"], gemma3_)), e["tokens"].get<int>());
+    EXPECT_EQ(encoder_->TokensForSize(e["pixels"]["shape"][1].get<int>(), e["pixels"]["shape"][2].get<int>()),
+              e["tokens"].get<int>());
     EXPECT_LT(MaxRelDiff(features_[i], ReadRaw<float>(e["features"])), kTol) << "pixel tensor " << i;
   }
 }

@@ -170,6 +170,7 @@ TEST(VisionMobileNetV5, TokenGridFromTheFilesPatchSize) {
   const auto enc = detail::LoadMobileNetV5(std::move(f), c);
   const PixelTensor px = RandomPixels(m.image_size, 13);
   EXPECT_EQ(enc->TokensFor(px), 64);
+  EXPECT_EQ(enc->TokensForSize(m.image_size, m.image_size), 64);
   EXPECT_EQ(enc->config().patch_size, 16);
   EXPECT_EQ(enc->Encode(px, nullptr).size(), static_cast<std::size_t>(64 * m.n_text));
 }

@@ -54,8 +54,7 @@ void EncoderBase::CheckPixels(const PixelTensor& pixels) const {
 
 int EncoderBase::TokensFor(const PixelTensor& pixels) const {
   CheckPixels(pixels);
-  const int cell = config_.patch_size * config_.pool;
-  return (pixels.height / cell) * (pixels.width / cell);
+  return TokensForSize(pixels.height, pixels.width);
 }
 
 }  // namespace detail

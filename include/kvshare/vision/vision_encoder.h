@@ -96,6 +96,13 @@ class VisionEncoder {
   virtual std::vector<PixelTensor> Preprocess(const Image& image, const PreprocessOptions& options = {}) const = 0;
   // Soft tokens of one pixel tensor: its token count (Encode's rows).
   virtual int TokensFor(const PixelTensor& pixels) const = 0;
+  // Soft tokens of a height x width pixel tensor of this encoder's geometry
+  // (one per patch_size * pool cell), without the tensor: what TokensFor
+  // gives for it.
+  int TokensForSize(int height, int width) const {
+    const int cell = config().patch_size * config().pool;
+    return (height / cell) * (width / cell);
+  }
   // [TokensFor(pixels), n_embd_text] row-major. Throws kvshare::Error on a
   // tensor of the wrong geometry (fixed-size encoders: image_size square;
   // Gemma 4: sides multiples of 48). Results do not depend on the thread
