@@ -35,7 +35,7 @@ readonly APT_CLI="libcli11-dev nlohmann-json3-dev"
 readonly APT_SERVER="libcpp-httplib-dev pkg-config"
 readonly APT_TESTS="libgtest-dev libgmock-dev"
 readonly APT_BENCH="libbenchmark-dev"
-readonly APT_CI="clang libclang-rt-14-dev"
+readonly APT_CI="clang libclang-rt-14-dev ccache"
 # The server's tests: the chat page in headless Chromium, nginx in front of two servers.
 readonly APT_SERVE_TESTS="chromium nginx"
 # Python modules as pip-name:import-name (openai: the official client drives the server's tests;

@@ -140,7 +140,8 @@ class TinyMnv5Writer {
       }
       ends.push_back(ch);
     }
-    const int fused = ends[ends.size() - 2] + ends.back();
+    // A one-stage model (a load-error case) has nothing to fuse; write its last stage alone.
+    const int fused = ends.size() >= 2 ? ends[ends.size() - 2] + ends.back() : ends.back();
     Conv("v.msfa.ffn.pw_exp.conv.weight", 1, fused, m.msfa_mid);
     Norm("v.msfa.ffn.pw_exp.bn.weight", m.msfa_mid);
     Conv("v.msfa.ffn.pw_proj.conv.weight", 1, m.msfa_mid, m.n_embd);
