@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Bottom to top; a layer may include its own rank and lower ones. cuda/ is the
 # op's device backend (it includes attention/'s plan headers; cache/ allocates
 # through it); cuda_model/ is the GPU forward pass above model/.
-LAYERS = ["common", "attention", "cuda", "cache", "gguf", "quant", "model", "cuda_model", "vision",
+LAYERS = ["common", "attention", "cuda", "cache", "gguf", "quant", "model", "cuda_model", "vision", "audio",
           "tokenizer", "grammar", "runtime", "server", "tools"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 RANK["python"] = RANK["tools"]
