@@ -10,7 +10,10 @@ gemma4a.mmproj.f32.gguf: a tiny random Gemma4ForConditionalGeneration with an
   (channels[0] / 4) * channels[1], so channels[0] stays 128 = the mel bins),
   converted by the llama.cpp
   sdist's convert_hf_to_gguf.py --mmproj --outtype f32: what the converter
-  writes, keys and tensor names unchanged.
+  writes, keys and tensor names unchanged. Its q / k weights are scaled by 8
+  (so the attention softcap bends the logits) and two linears get finite
+  clamps. HF's tower and embedder outputs on two inputs go to gemma4a.json
+  and gemma4a.*.f32 (hf_outputs).
 gemma3na.mmproj.f32.gguf: that converter cannot write a Gemma 3n mmproj (it
   stops on the audio SSCP's conv_{0,1}.norm.weight), and a tiny Gemma 3n
   needs a full MobileNet-V5; so this script writes an audio-only mmproj
@@ -31,6 +34,7 @@ import sys
 from pathlib import Path
 
 import gguf
+import numpy as np
 import torch
 
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "audio"
@@ -60,6 +64,17 @@ def gemma4a(llama_cpp: Path, work: Path):
     torch.manual_seed(5)
     model = Gemma4ForConditionalGeneration(cfg).to(torch.float32).eval()
     randomize(model.model.audio_tower, 6)
+    with torch.no_grad():
+        # Logits large enough for the softcap (50) to bend them, and finite
+        # clamps on a few linears (HF's defaults are +-inf: no-ops).
+        for layer in model.model.audio_tower.layers:
+            layer.self_attn.q_proj.linear.weight.mul_(8.0)
+            layer.self_attn.k_proj.linear.weight.mul_(8.0)
+        first = model.model.audio_tower.layers[0]
+        first.feed_forward1.ffw_layer_1.output_min.fill_(-1.0)
+        first.feed_forward1.ffw_layer_1.output_max.fill_(1.0)
+        first.self_attn.v_proj.input_min.fill_(-0.8)
+        first.self_attn.v_proj.input_max.fill_(0.8)
     d = work / "gemma4a"
     shutil.rmtree(d, ignore_errors=True)
     model.save_pretrained(d)
@@ -75,6 +90,33 @@ def gemma4a(llama_cpp: Path, work: Path):
         sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
         raise SystemExit("convert failed: " + " ".join(cmd))
     print(f"{out.name}: {out.stat().st_size} bytes")
+    hf_outputs(model)
+
+
+def hf_outputs(model):
+    """HF's audio tower and embedder on two feature sets: the hello clip's
+    Gemma 4 features (tests/tools/audio_fixtures.py; padded frames at the end)
+    and 101 frames of seeded random features, the last 18 masked (3 attention
+    blocks; padded queries and keys), written as
+    gemma4a.<input>.{tower,embed}.f32 ([T', 48] and [T', 64], every frame) and
+    gemma4a.json (frame counts and the output mask)."""
+    clips = json.loads((OUT / "audio.json").read_text())["clips"]
+    hello = next(c for c in clips if c["name"] == "hello_22050")
+    feats = np.fromfile(OUT / "hello_22050.gemma4.f32", dtype=np.float32).reshape(-1, 128)
+    mask = np.array([m == "1" for m in hello["gemma4"]["mask"]])
+    rng = np.random.default_rng(11)
+    rand = rng.normal(-3.0, 2.0, (101, 128)).astype(np.float32)
+    rand.tofile(OUT / "gemma4a.random.features.f32")
+    meta = {}
+    for name, x, m in (("hello", feats, mask), ("random", rand, np.arange(101) < 83)):
+        with torch.no_grad():
+            out = model.model.get_audio_features(torch.from_numpy(x)[None], torch.from_numpy(m)[None])
+        out.last_hidden_state[0].numpy().astype(np.float32).tofile(OUT / f"gemma4a.{name}.tower.f32")
+        out.pooler_output[0].numpy().astype(np.float32).tofile(OUT / f"gemma4a.{name}.embed.f32")
+        omask = out.attention_mask[0].numpy()
+        meta[name] = {"frames": int(x.shape[0]), "tokens": int(omask.shape[0]),
+                      "mask": "".join("1" if v else "0" for v in omask)}
+    (OUT / "gemma4a.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
 def gemma3na_name(hf: str, tmap) -> str:

@@ -1,0 +1,56 @@
+// kvshare/audio/audio_encoder.h — the audio encoders, loaded from an mmproj
+// GGUF (kvshare/audio/audio_mmproj.h; docs/audio.md "Encoders").
+//
+// Use: features from the encoder's front end (AudioFrontEndFor(config()) or,
+// for gemma4ua, RawAudioFrames(samples, config().samples_per_token)), then
+// Encode(features): the soft tokens of the valid frames, [tokens,
+// n_embd_text] as the language model's first layer takes them (not scaled by
+// sqrt(n_embd)). Runs: gemma4a (Gemma 4's conformer) and gemma4ua (the
+// unified model's projection); gemma3na is read but not yet run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvshare/audio/audio_features.h"
+#include "kvshare/audio/audio_mmproj.h"
+#include "kvshare/gguf/gguf.h"
+
+namespace kvshare {
+
+class ThreadPool;
+
+// A tower's output for every subsampled frame, valid or not (HF's
+// last_hidden_state), and which are valid (HF's output mask).
+struct AudioTowerOutput {
+  int n_frames = 0;
+  int width = 0;
+  std::vector<float> values;         // [n_frames, width] row-major
+  std::vector<std::uint8_t> mask;    // [n_frames]
+};
+
+class AudioEncoder {
+ public:
+  // Opens and validates an mmproj file (ReadAudioConfig's errors), and
+  // throws kvshare::Error for a projector type this build does not run yet
+  // (naming it) or a tensor of an unsupported type.
+  static std::unique_ptr<AudioEncoder> Load(const std::string& path);
+  virtual ~AudioEncoder() = default;
+
+  virtual const AudioConfig& config() const = 0;
+
+  // The tower alone, before the embedder: gemma4a [frames after the two
+  // stride-2 convolutions, n_embd_out]; gemma4ua the frames unchanged.
+  // Throws kvshare::Error for features of the wrong width (n_bins) or with
+  // mask and frame counts that disagree.
+  virtual AudioTowerOutput Tower(const AudioFeatures& features, ThreadPool* pool) const = 0;
+
+  // Soft tokens of the valid frames (AudioSoftTokens(config(), features)
+  // rows), [tokens, n_embd_text] row-major. Results do not depend on the
+  // thread count of `pool` (null: the calling thread).
+  virtual std::vector<float> Encode(const AudioFeatures& features, ThreadPool* pool) const = 0;
+};
+
+}  // namespace kvshare

@@ -1,0 +1,142 @@
+// The audio encoders (kvshare/audio/audio_encoder.h) against transformers
+// 5.23: Gemma 4's tower and embedder on the tiny random gemma4a mmproj
+// (tests/tools/audio_mmproj_fixtures.py) given HF's features — a speech clip
+// and random frames with padding at the end (3 attention blocks, padded keys
+// and queries); the unified model's projection against a plain double
+// reference; thread-count independence; the refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "audio_fixture.h"
+#include "kvshare/audio/audio_encoder.h"
+#include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
+
+namespace kvshare {
+namespace {
+
+using testing::AudioDir;
+
+// f32 rounding through 2 conformer blocks of width 32 (HF: float32 torch ops,
+// kvshare: float32 MatMul, double attention sums): relative to the largest
+// output value.
+constexpr double kRelTol = 1e-5;
+
+double MaxRelDiff(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double scale = 0.0, worst = 0.0;
+  for (float w : want) scale = std::max(scale, double(std::abs(w)));
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+  return worst / scale;
+}
+
+AudioFeatures Features(const std::string& file, const std::string& mask) {
+  AudioFeatures f;
+  f.values = testing::ReadF32(file);
+  f.n_bins = 128;
+  f.n_frames = static_cast<int>(f.values.size() / 128);
+  for (char c : mask) f.mask.push_back(c == '1');
+  return f;
+}
+
+nlohmann::json Gemma4aOutputs() {
+  std::ifstream in(AudioDir() + "gemma4a.json");
+  EXPECT_TRUE(in);
+  return nlohmann::json::parse(in);
+}
+
+TEST(AudioEncoder, Gemma4aMatchesTransformers) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
+  const nlohmann::json outs = Gemma4aOutputs();
+  std::string hello_mask;
+  for (const auto& clip : testing::AudioClips()) {
+    if (clip["name"] == "hello_22050") hello_mask = clip["gemma4"]["mask"];
+  }
+  const AudioFeatures inputs[] = {
+      Features(AudioDir() + "hello_22050.gemma4.f32", hello_mask),
+      Features(AudioDir() + "gemma4a.random.features.f32", std::string(83, '1') + std::string(18, '0'))};
+  const char* names[] = {"hello", "random"};
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(names[i]);
+    const nlohmann::json& want = outs[names[i]];
+    const AudioTowerOutput tower = enc->Tower(inputs[i], nullptr);
+    ASSERT_EQ(tower.n_frames, want["tokens"].get<int>());
+    ASSERT_EQ(tower.width, 48);
+    std::string mask;
+    for (auto m : tower.mask) mask += m ? '1' : '0';
+    EXPECT_EQ(mask, want["mask"].get<std::string>());
+    EXPECT_LT(MaxRelDiff(tower.values, testing::ReadF32(AudioDir() + "gemma4a." + names[i] + ".tower.f32")), kRelTol);
+    // Soft tokens: HF's embedder output on the valid frames.
+    const std::vector<float> all = testing::ReadF32(AudioDir() + "gemma4a." + names[i] + ".embed.f32");
+    std::vector<float> valid;
+    for (int t = 0; t < tower.n_frames; ++t) {
+      if (tower.mask[t]) valid.insert(valid.end(), all.begin() + t * 64, all.begin() + (t + 1) * 64);
+    }
+    const std::vector<float> tokens = enc->Encode(inputs[i], nullptr);
+    EXPECT_EQ(tokens.size(), std::size_t(AudioSoftTokens(enc->config(), inputs[i])) * 64);
+    EXPECT_LT(MaxRelDiff(tokens, valid), kRelTol);
+  }
+}
+
+TEST(AudioEncoder, ResultsDoNotDependOnThreads) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
+  const AudioFeatures f =
+      Features(AudioDir() + "gemma4a.random.features.f32", std::string(83, '1') + std::string(18, '0'));
+  ThreadPool pool(3);
+  EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool));
+}
+
+TEST(AudioEncoder, Gemma4uaIsRmsNormThenProjection) {
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  const std::string path = std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/gemma4_unified.mmproj.f32.gguf";
+  const auto enc = AudioEncoder::Load(path);
+  ASSERT_EQ(enc->config().samples_per_token, 64);
+  std::vector<float> clip(300);
+  for (std::size_t i = 0; i < clip.size(); ++i) clip[i] = std::sin(0.05f * i) * 0.3f;
+  const AudioFeatures f = RawAudioFrames(clip, 64);
+  const std::vector<float> got = enc->Encode(f, nullptr);
+  ASSERT_EQ(got.size(), 5u * 64);
+  // Plain reference: the weight read from the file, double sums.
+  const GgufFile file = GgufFile::Open(path);
+  const GgufTensor& w = file.Tensor("mm.a.input_projection.weight");  // ne {64 in, 64 out}, F32
+  const float* wf = reinterpret_cast<const float*>(w.data);
+  for (int t = 0; t < 5; ++t) {
+    const float* x = f.values.data() + t * 64;
+    double ms = 0.0;
+    for (int i = 0; i < 64; ++i) ms += double(x[i]) * x[i];
+    const double inv = 1.0 / std::sqrt(ms / 64 + 1e-6);
+    for (int o = 0; o < 64; ++o) {
+      double acc = 0.0;
+      for (int i = 0; i < 64; ++i) acc += wf[o * 64 + i] * (x[i] * inv);
+      EXPECT_NEAR(got[t * 64 + o], acc, 1e-5 * (1.0 + std::abs(acc))) << t << " " << o;
+    }
+  }
+}
+
+TEST(AudioEncoder, Refusals) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
+  AudioFeatures wrong = RawAudioFrames(std::vector<float>(100, 0.1f), 64);
+  try {
+    enc->Encode(wrong, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemma4a encoder: features are 2 x 64, expected at least one frame of 128"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    AudioEncoder::Load(AudioDir() + "gemma3na.mmproj.f32.gguf");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemma3na audio encoder (Gemma 3n's USM conformer) is not implemented yet"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvshare
