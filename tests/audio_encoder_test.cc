@@ -1,9 +1,10 @@
 // The audio encoders (kvshare/audio/audio_encoder.h) against transformers
-// 5.23: Gemma 4's tower and embedder on the tiny random gemma4a mmproj
-// (tests/tools/audio_mmproj_fixtures.py) given HF's features — a speech clip
-// and random frames with padding at the end (3 attention blocks, padded keys
-// and queries); the unified model's projection against a plain double
-// reference; thread-count independence; the refusals.
+// 5.23: Gemma 4's and Gemma 3n's towers and embedders on the tiny random
+// gemma4a / gemma3na mmproj files (tests/tools/audio_mmproj_fixtures.py)
+// given HF's features — a speech clip and random frames with padding at the
+// end (3 attention blocks, padded keys and queries); the unified model's
+// projection against a plain double reference; thread-count independence;
+// the refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,35 +44,33 @@ AudioFeatures Features(const std::string& file, const std::string& mask) {
   return f;
 }
 
-nlohmann::json Gemma4aOutputs() {
-  std::ifstream in(AudioDir() + "gemma4a.json");
-  EXPECT_TRUE(in);
-  return nlohmann::json::parse(in);
-}
-
-TEST(AudioEncoder, Gemma4aMatchesTransformers) {
-  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
-  const nlohmann::json outs = Gemma4aOutputs();
+// HF's outputs for `prefix` (gemma4a / gemma3na) on the two inputs of
+// tests/tools/audio_mmproj_fixtures.py's write_outputs.
+void ExpectMatchesHf(const std::string& prefix, const std::string& extractor, int width) {
+  const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf");
+  std::ifstream in(AudioDir() + prefix + ".json");
+  ASSERT_TRUE(in);
+  const nlohmann::json outs = nlohmann::json::parse(in);
   std::string hello_mask;
   for (const auto& clip : testing::AudioClips()) {
-    if (clip["name"] == "hello_22050") hello_mask = clip["gemma4"]["mask"];
+    if (clip["name"] == "hello_22050") hello_mask = clip[extractor]["mask"];
   }
   const AudioFeatures inputs[] = {
-      Features(AudioDir() + "hello_22050.gemma4.f32", hello_mask),
-      Features(AudioDir() + "gemma4a.random.features.f32", std::string(83, '1') + std::string(18, '0'))};
+      Features(AudioDir() + "hello_22050." + extractor + ".f32", hello_mask),
+      Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'))};
   const char* names[] = {"hello", "random"};
   for (int i = 0; i < 2; ++i) {
-    SCOPED_TRACE(names[i]);
+    SCOPED_TRACE(prefix + " " + names[i]);
     const nlohmann::json& want = outs[names[i]];
     const AudioTowerOutput tower = enc->Tower(inputs[i], nullptr);
     ASSERT_EQ(tower.n_frames, want["tokens"].get<int>());
-    ASSERT_EQ(tower.width, 48);
+    ASSERT_EQ(tower.width, width);
     std::string mask;
     for (auto m : tower.mask) mask += m ? '1' : '0';
     EXPECT_EQ(mask, want["mask"].get<std::string>());
-    EXPECT_LT(MaxRelDiff(tower.values, testing::ReadF32(AudioDir() + "gemma4a." + names[i] + ".tower.f32")), kRelTol);
+    EXPECT_LT(MaxRelDiff(tower.values, testing::ReadF32(AudioDir() + prefix + "." + names[i] + ".tower.f32")), kRelTol);
     // Soft tokens: HF's embedder output on the valid frames.
-    const std::vector<float> all = testing::ReadF32(AudioDir() + "gemma4a." + names[i] + ".embed.f32");
+    const std::vector<float> all = testing::ReadF32(AudioDir() + prefix + "." + names[i] + ".embed.f32");
     std::vector<float> valid;
     for (int t = 0; t < tower.n_frames; ++t) {
       if (tower.mask[t]) valid.insert(valid.end(), all.begin() + t * 64, all.begin() + (t + 1) * 64);
@@ -82,12 +81,17 @@ TEST(AudioEncoder, Gemma4aMatchesTransformers) {
   }
 }
 
+TEST(AudioEncoder, Gemma4aMatchesTransformers) { ExpectMatchesHf("gemma4a", "gemma4", 48); }
+
+TEST(AudioEncoder, Gemma3naMatchesTransformers) { ExpectMatchesHf("gemma3na", "gemma3n", 32); }
+
 TEST(AudioEncoder, ResultsDoNotDependOnThreads) {
-  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
-  const AudioFeatures f =
-      Features(AudioDir() + "gemma4a.random.features.f32", std::string(83, '1') + std::string(18, '0'));
+  const AudioFeatures f = Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'));
   ThreadPool pool(3);
-  EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool));
+  for (const char* prefix : {"gemma4a", "gemma3na"}) {
+    const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf");
+    EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool)) << prefix;
+  }
 }
 
 TEST(AudioEncoder, Gemma4uaIsRmsNormThenProjection) {
@@ -128,13 +132,13 @@ TEST(AudioEncoder, Refusals) {
               std::string::npos)
         << e.what();
   }
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  const std::string vision = std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/gemma3.mmproj.f32.gguf";
   try {
-    AudioEncoder::Load(AudioDir() + "gemma3na.mmproj.f32.gguf");
+    AudioEncoder::Load(vision);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("gemma3na audio encoder (Gemma 3n's USM conformer) is not implemented yet"),
-              std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("this model cannot take audio"), std::string::npos) << e.what();
   }
 }
 

@@ -24,7 +24,12 @@ class Gemma4UnifiedAudio : public AudioEncoderBase {
     return AudioTowerOutput{f.n_frames, f.n_bins, f.values, f.mask};
   }
   std::vector<float> Encode(const AudioFeatures& f, ThreadPool* pool) const override {
-    return EmbedValid(Tower(f, pool), embed_, pool);
+    std::vector<float> rows = ValidRows(Tower(f, pool));
+    const std::int64_t n = f.n_frames;
+    RmsNormRows(rows.data(), n, config_.samples_per_token, nullptr, config_.eps, pool);
+    std::vector<float> out(std::size_t(n) * config_.n_embd_text), scratch;
+    ApplyLinear(embed_, rows.data(), n, out.data(), scratch, pool);
+    return out;
   }
 
  private:
@@ -49,19 +54,14 @@ void AudioEncoderBase::CheckFeatures(const AudioFeatures& f, int width) const {
   }
 }
 
-std::vector<float> AudioEncoderBase::EmbedValid(const AudioTowerOutput& tower, const Linear& embed,
-                                                ThreadPool* pool) const {
+std::vector<float> AudioEncoderBase::ValidRows(const AudioTowerOutput& tower) {
   std::vector<float> rows;
   for (int t = 0; t < tower.n_frames; ++t) {
     if (!tower.mask[t]) continue;
     const float* r = tower.values.data() + static_cast<std::size_t>(t) * tower.width;
     rows.insert(rows.end(), r, r + tower.width);
   }
-  const std::int64_t n = static_cast<std::int64_t>(rows.size()) / tower.width;
-  RmsNormRows(rows.data(), n, tower.width, nullptr, config_.eps, pool);
-  std::vector<float> out(static_cast<std::size_t>(n) * config_.n_embd_text), scratch;
-  ApplyLinear(embed, rows.data(), n, out.data(), scratch, pool);
-  return out;
+  return rows;
 }
 
 }  // namespace detail
@@ -72,10 +72,9 @@ std::unique_ptr<AudioEncoder> AudioEncoder::Load(const std::string& path) {
   switch (config.projector) {
     case AudioProjectorType::kGemma4A: return detail::LoadGemma4Audio(std::move(file), config);
     case AudioProjectorType::kGemma4UA: return detail::LoadGemma4UnifiedAudio(std::move(file), config);
-    case AudioProjectorType::kGemma3nA: break;
+    case AudioProjectorType::kGemma3nA: return detail::LoadGemma3nAudio(std::move(file), config);
   }
-  throw Error(detail::Str("mmproj ", path, ": the ", AudioProjectorTypeName(config.projector),
-                          " audio encoder (Gemma 3n's USM conformer) is not implemented yet; gemma4a and gemma4ua run"));
+  throw Error("unreachable audio projector type");
 }
 
 namespace detail {

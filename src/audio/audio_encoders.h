@@ -20,14 +20,14 @@ class AudioEncoderBase : public AudioEncoder {
   // Throws kvshare::Error unless `f` holds n_frames >= 1 rows of `width`
   // values and a mask per frame.
   void CheckFeatures(const AudioFeatures& f, int width) const;
-  // The valid rows of a tower's output, each RMSNorm'd without weight (eps)
-  // and projected by `embed` (HF Gemma4MultimodalEmbedder): [valid, text].
-  std::vector<float> EmbedValid(const AudioTowerOutput& tower, const Linear& embed, ThreadPool* pool) const;
+  // The valid rows of a tower's output, [valid, width].
+  static std::vector<float> ValidRows(const AudioTowerOutput& tower);
 
   GgufFile file_;  // declared first: the weights point into its mapping
   AudioConfig config_;
 };
 
+std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config);
 std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config);
 std::unique_ptr<AudioEncoder> LoadGemma4UnifiedAudio(GgufFile file, const AudioConfig& config);
 

@@ -24,7 +24,11 @@ gemma3na.mmproj.f32.gguf: that converter cannot write a Gemma 3n mmproj (it
   random Gemma3nAudioEncoder + audio Gemma3nMultimodalEmbedder; the two
   names the converter lacks are written as a.conv1d.{0,1}.norm.weight
   (Gemma 4's spelling for its SSCP norms). F32 throughout (the converter
-  would force a.pre_encode.out and mm.a.input_projection to F16).
+  would force a.pre_encode.out and mm.a.input_projection to F16). Its q / k
+  weights are scaled by 8 too; HF's tower (audio_mel_mask True = padding, as
+  Gemma3nModel passes it) and soft embedder outputs go to gemma3na.json and
+  gemma3na.*.f32.
+Both use the same two inputs (write_outputs; random.features.f32).
 """
 import argparse
 import json
@@ -94,29 +98,13 @@ def gemma4a(llama_cpp: Path, work: Path):
 
 
 def hf_outputs(model):
-    """HF's audio tower and embedder on two feature sets: the hello clip's
-    Gemma 4 features (tests/tools/audio_fixtures.py; padded frames at the end)
-    and 101 frames of seeded random features, the last 18 masked (3 attention
-    blocks; padded queries and keys), written as
-    gemma4a.<input>.{tower,embed}.f32 ([T', 48] and [T', 64], every frame) and
-    gemma4a.json (frame counts and the output mask)."""
-    clips = json.loads((OUT / "audio.json").read_text())["clips"]
-    hello = next(c for c in clips if c["name"] == "hello_22050")
-    feats = np.fromfile(OUT / "hello_22050.gemma4.f32", dtype=np.float32).reshape(-1, 128)
-    mask = np.array([m == "1" for m in hello["gemma4"]["mask"]])
-    rng = np.random.default_rng(11)
-    rand = rng.normal(-3.0, 2.0, (101, 128)).astype(np.float32)
-    rand.tofile(OUT / "gemma4a.random.features.f32")
-    meta = {}
-    for name, x, m in (("hello", feats, mask), ("random", rand, np.arange(101) < 83)):
+    """HF's Gemma 4 audio tower and embedder (get_audio_features)."""
+    def run(feats, valid):
         with torch.no_grad():
-            out = model.model.get_audio_features(torch.from_numpy(x)[None], torch.from_numpy(m)[None])
-        out.last_hidden_state[0].numpy().astype(np.float32).tofile(OUT / f"gemma4a.{name}.tower.f32")
-        out.pooler_output[0].numpy().astype(np.float32).tofile(OUT / f"gemma4a.{name}.embed.f32")
-        omask = out.attention_mask[0].numpy()
-        meta[name] = {"frames": int(x.shape[0]), "tokens": int(omask.shape[0]),
-                      "mask": "".join("1" if v else "0" for v in omask)}
-    (OUT / "gemma4a.json").write_text(json.dumps(meta, indent=1) + "\n")
+            o = model.model.get_audio_features(torch.from_numpy(feats)[None], torch.from_numpy(valid)[None])
+        return o.last_hidden_state[0], o.pooler_output[0], o.attention_mask[0]
+
+    write_outputs("gemma4a", "gemma4", run)
 
 
 def gemma3na_name(hf: str, tmap) -> str:
@@ -145,6 +133,10 @@ def gemma3na():
     embedder = Gemma3nMultimodalEmbedder(cfg, text).to(torch.float32).eval()
     randomize(tower, 8)
     randomize(embedder, 9)
+    with torch.no_grad():  # logits large enough for the softcap (50) to bend them
+        for block in tower.conformer:
+            block.attention.attn.q_proj.weight.mul_(8.0)
+            block.attention.attn.k_proj.weight.mul_(8.0)
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, cfg.conf_num_hidden_layers)
     out = OUT / "gemma3na.mmproj.f32.gguf"
     w = gguf.GGUFWriter(str(out), "clip")
@@ -169,6 +161,36 @@ def gemma3na():
     w.write_tensors_to_file()
     w.close()
     print(f"{out.name}: {out.stat().st_size} bytes")
+
+    def run(feats, valid):
+        with torch.no_grad():
+            # Gemma3nModel.get_audio_features: the tower takes True = padding.
+            o = tower(torch.from_numpy(feats)[None], torch.from_numpy(~valid)[None])
+            return o.last_hidden_state[0], embedder(inputs_embeds=o.last_hidden_state)[0], ~o.audio_mel_mask[0]
+
+    write_outputs("gemma3na", "gemma3n", run)
+
+
+def write_outputs(prefix, extractor, run):
+    """`run` (features [T, 128], valid mask [T]) -> (tower [T', w], soft tokens
+    [T', text], valid [T']) on two inputs: the hello clip's features for
+    `extractor` (tests/tools/audio_fixtures.py) and 101 seeded random frames,
+    the last 18 padded (3 attention blocks; padded queries and keys); written
+    as <prefix>.<input>.{tower,embed}.f32 (every frame) and <prefix>.json."""
+    clips = json.loads((OUT / "audio.json").read_text())["clips"]
+    hello = next(c for c in clips if c["name"] == "hello_22050")
+    feats = np.fromfile(OUT / f"hello_22050.{extractor}.f32", dtype=np.float32).reshape(-1, 128)
+    mask = np.array([m == "1" for m in hello[extractor]["mask"]])
+    rand = np.random.default_rng(11).normal(-3.0, 2.0, (101, 128)).astype(np.float32)
+    rand.tofile(OUT / "random.features.f32")
+    meta = {}
+    for name, x, m in (("hello", feats, mask), ("random", rand, np.arange(101) < 83)):
+        tower, embed, valid = run(x, m)
+        tower.numpy().astype(np.float32).tofile(OUT / f"{prefix}.{name}.tower.f32")
+        embed.numpy().astype(np.float32).tofile(OUT / f"{prefix}.{name}.embed.f32")
+        meta[name] = {"frames": int(x.shape[0]), "tokens": int(valid.shape[0]),
+                      "mask": "".join("1" if v else "0" for v in valid.numpy())}
+    (OUT / f"{prefix}.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
 def main():

@@ -5,8 +5,10 @@
 // for gemma4ua, RawAudioFrames(samples, config().samples_per_token)), then
 // Encode(features): the soft tokens of the valid frames, [tokens,
 // n_embd_text] as the language model's first layer takes them (not scaled by
-// sqrt(n_embd)). Runs: gemma4a (Gemma 4's conformer) and gemma4ua (the
-// unified model's projection); gemma3na is read but not yet run.
+// sqrt(n_embd)). Runs gemma3na (Gemma 3n's USM conformer and the soft path
+// of its embedder), gemma4a (Gemma 4's conformer and embedder) and gemma4ua
+// (the unified model's projection). Gemma 3n's prompt always holds 188 audio
+// slots; the hard embedding that fills those past the clip is not made here.
 #pragma once
 
 #include <cstdint>
@@ -33,16 +35,18 @@ struct AudioTowerOutput {
 
 class AudioEncoder {
  public:
-  // Opens and validates an mmproj file (ReadAudioConfig's errors), and
-  // throws kvshare::Error for a projector type this build does not run yet
-  // (naming it) or a tensor of an unsupported type.
+  // Opens and validates an mmproj file (ReadAudioConfig's errors: not an
+  // mmproj, no audio encoder, an unknown projector type, a missing or
+  // ill-shaped tensor) and throws kvshare::Error for a tensor of an
+  // unsupported type (the SSCP convolutions must be F32).
   static std::unique_ptr<AudioEncoder> Load(const std::string& path);
   virtual ~AudioEncoder() = default;
 
   virtual const AudioConfig& config() const = 0;
 
   // The tower alone, before the embedder: gemma4a [frames after the two
-  // stride-2 convolutions, n_embd_out]; gemma4ua the frames unchanged.
+  // stride-2 convolutions, n_embd_out]; gemma3na every 4th of those, padded
+  // ones zeroed, [ceil(frames / 4), n_embd]; gemma4ua the frames unchanged.
   // Throws kvshare::Error for features of the wrong width (n_bins) or with
   // mask and frame counts that disagree.
   virtual AudioTowerOutput Tower(const AudioFeatures& features, ThreadPool* pool) const = 0;

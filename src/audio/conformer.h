@@ -1,0 +1,57 @@
+// The conformer block Gemma 3n's and Gemma 4's audio towers share (HF
+// Gemma3nAudioConformerBlock, Gemma4AudioLayer; docs/audio.md "Encoders"):
+// half FFN, chunked local attention with relative positions, light
+// convolution, half FFN, norm. The two differ in a few constants
+// (ConformerOptions). Internal to src/audio.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "vision/vision_ops.h"
+
+namespace kvshare::detail {
+
+struct ConformerBlock {
+  // Half FFNs: x + 0.5 * post(down(silu(up(pre(x))))); [1] after the convolution.
+  const float* ffn_pre[2] = {nullptr, nullptr};
+  const float* ffn_post[2] = {nullptr, nullptr};
+  Linear ffn_up[2], ffn_down[2];
+  // Attention: x + attn_post_norm(out(Attn(attn_pre_norm(x)))).
+  const float* attn_pre_norm = nullptr;
+  const float* attn_post_norm = nullptr;
+  Linear q, k, v, out;
+  Linear rel;                          // the relative-position projection
+  std::vector<float> per_dim_scale;    // [head_dim], softplus applied
+  // Light convolution: x + pw2(silu(norm_conv(dw(glu(pw1(conv_norm(x))))))).
+  const float* conv_norm = nullptr;
+  const float* norm_conv = nullptr;
+  const float* conv_dw = nullptr;      // [d, kernel]: tap j of channel c at c * kernel + j
+  Linear pw1, pw2;
+  const float* final_norm = nullptr;
+};
+
+struct ConformerOptions {
+  int n_embd = 0;
+  int n_ff = 0;
+  int n_head = 0;
+  int head_dim = 0;
+  int conv_kernel = 0;
+  float eps = 1e-6f;
+  // Keys visible to a query: 0 <= q - k <= max_distance (Gemma 3n 12, Gemma 4 11).
+  int max_distance = 12;
+  float k_scale = 1.0f;                // Gemma 4: ln(1 + e) / ln 2
+  float hidden_logit = -1.0e9f;        // what a hidden slot's logit becomes
+  bool zero_padded_before_conv = false;  // Gemma 3n zeroes padded frames before the light convolution
+};
+
+// The sinusoids of relative distances 12 .. 0 (row c: distance 12 - c), d / 2
+// timescales from 1 to 1e4, sin then cos, float32 as HF computes them:
+// [13, d].
+std::vector<float> RelativeSinusoids(int d);
+
+// One block on h [T, n_embd] in place; valid[t] marks real frames.
+void RunConformerBlock(const ConformerBlock& b, const ConformerOptions& o, const std::vector<float>& sinusoids,
+                       std::vector<float>& h, const std::vector<std::uint8_t>& valid, ThreadPool* pool);
+
+}  // namespace kvshare::detail

@@ -1,0 +1,145 @@
+// Gemma 3n's audio tower (`gemma3na`; HF Gemma3nAudioEncoder + the audio
+// Gemma3nMultimodalEmbedder's soft path; docs/audio.md "Encoders"): two
+// subsampling convolutions (zeros at the end of time only, cumulative group
+// norm, ReLU; the mask is not applied), a linear, the conformer blocks
+// (conformer.h: 13 keys, k unscaled, raw per_dim_scale through softplus,
+// padded frames zeroed before the light convolution), every 4th frame, then
+// RMSNorm (soft_emb_norm), the projection and RMSNorm without weight.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "audio/audio_encoders.h"
+#include "audio/conformer.h"
+#include "audio/sscp.h"
+#include "common/str.h"
+#include "quant/tensor_lookup.h"
+
+namespace kvshare::detail {
+namespace {
+
+constexpr double kGroupNormEps = 1e-3;  // sscp_conv_group_norm_eps (not in the GGUF)
+constexpr int kReduction = 4;           // conf_reduction_factor (not in the GGUF)
+
+// HF Gemma3nAudioCumulativeGroupNorm on x [frames, n] (n = freq * channels,
+// channel fastest): frame t is normalized by the mean and variance of frames
+// 0 .. t over all n values (the variance summing each frame's squared
+// distance to its own running mean), then scaled per channel.
+void CumulativeGroupNorm(std::vector<float>& x, int frames, int n, int channels, const float* w) {
+  double sum = 0.0, sq = 0.0;
+  for (int t = 0; t < frames; ++t) {
+    float* row = x.data() + std::size_t(t) * n;
+    for (int i = 0; i < n; ++i) sum += row[i];
+    const double count = double(n) * (t + 1);
+    const double mean = sum / count;
+    for (int i = 0; i < n; ++i) sq += (row[i] - mean) * (row[i] - mean);
+    const double inv = 1.0 / std::sqrt(sq / count + kGroupNormEps);
+    for (int i = 0; i < n; ++i) row[i] = static_cast<float>((row[i] - mean) * inv) * w[i % channels];
+  }
+}
+
+std::vector<float> Softplus(const float* x, int n) {
+  std::vector<float> y(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) y[i] = static_cast<float>(std::log1p(std::exp(double(x[i]))));
+  return y;
+}
+
+class Gemma3nAudio : public AudioEncoderBase {
+ public:
+  Gemma3nAudio(GgufFile file, const AudioConfig& c) : AudioEncoderBase(std::move(file), c) {
+    const TensorLookup t(file_);
+    for (int i = 0; i < 2; ++i) {
+      conv_[i] = SscpConv::Load(file_, i, i == 0 ? 1 : c.sscp_channels[0], c.sscp_channels[i]);
+      conv_norm_[i] = t.Vec(Str("a.conv1d.", i, ".norm.weight"), c.sscp_channels[i]);
+    }
+    sscp_proj_ = LoadLinear(t, "a.pre_encode.out", c.n_embd, std::int64_t{c.sscp_freq} * c.sscp_channels[1]);
+    const std::int64_t d = c.n_embd, ff = c.n_ff;
+    for (int i = 0; i < c.n_layer; ++i) {
+      const std::string p = Str("a.blk.", i, ".");
+      ConformerBlock b;
+      for (int f = 0; f < 2; ++f) {
+        const std::string s = f == 0 ? "" : "_1";
+        b.ffn_pre[f] = t.Vec(p + "ffn_norm" + s + ".weight", d);
+        b.ffn_post[f] = t.Vec(p + "ffn_post_norm" + s + ".weight", d);
+        b.ffn_up[f] = LoadLinear(t, p + "ffn_up" + s, ff, d);
+        b.ffn_down[f] = LoadLinear(t, p + "ffn_down" + s, d, ff);
+      }
+      b.attn_pre_norm = t.Vec(p + "ln1.weight", d);
+      b.attn_post_norm = t.Vec(p + "ln2.weight", d);
+      b.q = LoadLinear(t, p + "attn_q", d, d);
+      b.k = LoadLinear(t, p + "attn_k", d, d);
+      b.v = LoadLinear(t, p + "attn_v", d, d);
+      b.out = LoadLinear(t, p + "attn_out", d, d);
+      b.rel = LoadLinear(t, p + "linear_pos", d, d);
+      b.per_dim_scale = Softplus(t.Vec(p + "per_dim_scale", c.head_dim), c.head_dim);  // stored raw
+      b.conv_norm = t.Vec(p + "conv_norm.weight", d);
+      b.norm_conv = t.Vec(p + "norm_conv.weight", d);
+      b.conv_dw = t.Vec(p + "conv_dw.weight", d * c.conv_kernel);
+      b.pw1 = LoadLinear(t, p + "conv_pw1", 2 * d, d);
+      b.pw2 = LoadLinear(t, p + "conv_pw2", d, d);
+      b.final_norm = t.Vec(p + "layer_pre_norm.weight", d);  // the block's last norm, despite the name
+      blocks_.push_back(std::move(b));
+    }
+    options_ = ConformerOptions{.n_embd = c.n_embd, .n_ff = c.n_ff, .n_head = c.n_head, .head_dim = c.head_dim,
+                                .conv_kernel = c.conv_kernel, .eps = c.eps, .max_distance = 12, .k_scale = 1.0f,
+                                .hidden_logit = std::numeric_limits<float>::lowest(),
+                                .zero_padded_before_conv = true};
+    sinusoids_ = RelativeSinusoids(c.n_embd);
+    soft_norm_ = t.Vec("mm.a.soft_emb_norm.weight", d);
+    embed_ = LoadLinear(t, "mm.a.input_projection", c.n_embd_text, d);
+  }
+
+  AudioTowerOutput Tower(const AudioFeatures& f, ThreadPool* pool) const override {
+    CheckFeatures(f, config_.n_mel);
+    std::vector<float> x = f.values;  // [frames, freq, channels]
+    int frames = f.n_frames, freq = f.n_bins;
+    for (int i = 0; i < 2; ++i) {
+      x = SscpConvolve(conv_[i], x, frames, freq, /*time_offset=*/0, pool);
+      frames = (frames - 1) / 2 + 1;
+      freq = (freq - 1) / 2 + 1;
+      CumulativeGroupNorm(x, frames, freq * conv_[i].out, conv_[i].out, conv_norm_[i]);
+      for (float& v : x) v = std::max(v, 0.0f);
+    }
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(frames));
+    for (int t = 0; t < frames; ++t) mask[t] = f.mask[std::min(4 * t, f.n_frames - 1)];  // time stride 2 x 2
+    std::vector<float> h(std::size_t(frames) * config_.n_embd), scratch;
+    ApplyLinear(sscp_proj_, x.data(), frames, h.data(), scratch, pool);
+    for (const ConformerBlock& b : blocks_) RunConformerBlock(b, options_, sinusoids_, h, mask, pool);
+    const int kept = (frames + kReduction - 1) / kReduction, d = config_.n_embd;
+    AudioTowerOutput out{kept, d, std::vector<float>(std::size_t(kept) * d, 0.0f), std::vector<std::uint8_t>(kept)};
+    for (int t = 0; t < kept; ++t) {
+      out.mask[t] = mask[std::size_t(t) * kReduction];
+      if (out.mask[t]) std::copy_n(h.begin() + std::size_t(t) * kReduction * d, d, out.values.begin() + std::size_t(t) * d);
+    }
+    return out;
+  }
+
+  std::vector<float> Encode(const AudioFeatures& f, ThreadPool* pool) const override {
+    std::vector<float> rows = ValidRows(Tower(f, pool));
+    const std::int64_t n = static_cast<std::int64_t>(rows.size()) / config_.n_embd;
+    RmsNormRows(rows.data(), n, config_.n_embd, soft_norm_, config_.eps, pool);
+    std::vector<float> out(std::size_t(n) * config_.n_embd_text), scratch;
+    ApplyLinear(embed_, rows.data(), n, out.data(), scratch, pool);
+    RmsNormRows(out.data(), n, config_.n_embd_text, nullptr, config_.eps, pool);
+    return out;
+  }
+
+ private:
+  SscpConv conv_[2];
+  const float* conv_norm_[2] = {nullptr, nullptr};
+  Linear sscp_proj_, embed_;
+  const float* soft_norm_ = nullptr;
+  std::vector<ConformerBlock> blocks_;
+  ConformerOptions options_;
+  std::vector<float> sinusoids_;
+};
+
+}  // namespace
+
+std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config) {
+  return std::make_unique<Gemma3nAudio>(std::move(file), config);
+}
+
+}  // namespace kvshare::detail

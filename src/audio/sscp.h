@@ -1,0 +1,31 @@
+// The subsampling convolutions both audio towers start with (HF
+// Gemma4AudioSubSampleConvProjection, Gemma3nAudioSubSampleConvProjection):
+// 3x3 kernels, stride 2 in time and frequency. Internal to src/audio.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kvshare/gguf/gguf.h"
+#include "quant/quant.h"
+
+namespace kvshare::detail {
+
+struct SscpConv {
+  WeightMatrix w;  // [out, in * 9]: columns (in, ky, kx), the GGUF kernel {3, 3, in, out} as stored (F32)
+  int in = 0, out = 0;
+  // `a.conv1d.<i>.weight` (F32, as the converters write it). Throws
+  // kvshare::Error naming the tensor for another type.
+  static SscpConv Load(const GgufFile& file, int i, int in, int out);
+};
+
+// y [t_out, f_out, out] (channel fastest) of x [frames, freq, in]: output
+// frame t reads input frames 2t + time_offset + ky (Gemma 4: -1, one frame of
+// zeros on each side; Gemma 3n: 0, two frames of zeros at the end only),
+// frequency bin f reads 2f - 1 + kx (one bin of zeros on each side). t_out =
+// (frames - 1) / 2 + 1, f_out = (freq - 1) / 2 + 1. Im2col rows through MatMul,
+// a block of output frames at a time.
+std::vector<float> SscpConvolve(const SscpConv& c, const std::vector<float>& x, int frames, int freq, int time_offset,
+                                ThreadPool* pool);
+
+}  // namespace kvshare::detail
