@@ -24,12 +24,7 @@ class Gemma4UnifiedAudio : public AudioEncoderBase {
     return AudioTowerOutput{f.n_frames, f.n_bins, f.values, f.mask};
   }
   std::vector<float> Encode(const AudioFeatures& f, ThreadPool* pool) const override {
-    std::vector<float> rows = ValidRows(Tower(f, pool));
-    const std::int64_t n = f.n_frames;
-    RmsNormRows(rows.data(), n, config_.samples_per_token, nullptr, config_.eps, pool);
-    std::vector<float> out(std::size_t(n) * config_.n_embd_text), scratch;
-    ApplyLinear(embed_, rows.data(), n, out.data(), scratch, pool);
-    return out;
+    return EmbedValid(Tower(f, pool), nullptr, embed_, /*post_norm=*/false, pool);
   }
 
  private:
@@ -54,14 +49,20 @@ void AudioEncoderBase::CheckFeatures(const AudioFeatures& f, int width) const {
   }
 }
 
-std::vector<float> AudioEncoderBase::ValidRows(const AudioTowerOutput& tower) {
+std::vector<float> AudioEncoderBase::EmbedValid(const AudioTowerOutput& tower, const float* pre, const Linear& embed,
+                                                bool post_norm, ThreadPool* pool) const {
   std::vector<float> rows;
   for (int t = 0; t < tower.n_frames; ++t) {
     if (!tower.mask[t]) continue;
     const float* r = tower.values.data() + static_cast<std::size_t>(t) * tower.width;
     rows.insert(rows.end(), r, r + tower.width);
   }
-  return rows;
+  const std::int64_t n = static_cast<std::int64_t>(rows.size()) / tower.width;
+  RmsNormRows(rows.data(), n, tower.width, pre, config_.eps, pool);
+  std::vector<float> out(static_cast<std::size_t>(n) * config_.n_embd_text), scratch;
+  ApplyLinear(embed, rows.data(), n, out.data(), scratch, pool);
+  if (post_norm) RmsNormRows(out.data(), n, config_.n_embd_text, nullptr, config_.eps, pool);
+  return out;
 }
 
 }  // namespace detail

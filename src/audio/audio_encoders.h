@@ -20,8 +20,11 @@ class AudioEncoderBase : public AudioEncoder {
   // Throws kvshare::Error unless `f` holds n_frames >= 1 rows of `width`
   // values and a mask per frame.
   void CheckFeatures(const AudioFeatures& f, int width) const;
-  // The valid rows of a tower's output, [valid, width].
-  static std::vector<float> ValidRows(const AudioTowerOutput& tower);
+  // The soft tokens of a tower's valid rows (HF's multimodal embedders):
+  // RMSNorm (weight `pre`, or none when null) -> `embed` -> RMSNorm without
+  // weight when `post_norm` (Gemma 3n). [valid, n_embd_text].
+  std::vector<float> EmbedValid(const AudioTowerOutput& tower, const float* pre, const Linear& embed, bool post_norm,
+                                ThreadPool* pool) const;
 
   GgufFile file_;  // declared first: the weights point into its mapping
   AudioConfig config_;

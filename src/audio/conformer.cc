@@ -111,6 +111,17 @@ void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<f
 
 }  // namespace
 
+void LoadHalfFfns(const TensorLookup& t, const std::string& prefix, std::int64_t d, std::int64_t ff,
+                  const LinearOptions& options, ConformerBlock& b) {
+  for (int f = 0; f < 2; ++f) {
+    const std::string s = f == 0 ? "" : "_1";
+    b.ffn_pre[f] = t.Vec(prefix + "ffn_norm" + s + ".weight", d);
+    b.ffn_post[f] = t.Vec(prefix + "ffn_post_norm" + s + ".weight", d);
+    b.ffn_up[f] = LoadLinear(t, prefix + "ffn_up" + s, ff, d, options);
+    b.ffn_down[f] = LoadLinear(t, prefix + "ffn_down" + s, d, ff, options);
+  }
+}
+
 std::vector<float> RelativeSinusoids(int d) {
   const int half = d / 2;
   const double inc = std::log(1.0e4) / std::max(half - 1, 1);

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "quant/tensor_lookup.h"
 #include "vision/vision_ops.h"
 
 namespace kvshare::detail {
@@ -44,6 +46,11 @@ struct ConformerOptions {
   float hidden_logit = -1.0e9f;        // what a hidden slot's logit becomes
   bool zero_padded_before_conv = false;  // Gemma 3n zeroes padded frames before the light convolution
 };
+
+// The half FFNs of block `prefix` ("a.blk.N."): ffn_norm, ffn_up, ffn_down,
+// ffn_post_norm, then the same with "_1" (both converters' names).
+void LoadHalfFfns(const TensorLookup& t, const std::string& prefix, std::int64_t d, std::int64_t ff,
+                  const LinearOptions& options, ConformerBlock& b);
 
 // The sinusoids of relative distances 12 .. 0 (row c: distance 12 - c), d / 2
 // timescales from 1 to 1e4, sin then cos, float32 as HF computes them:

@@ -22,23 +22,14 @@ class Gemma4Audio : public AudioEncoderBase {
  public:
   Gemma4Audio(GgufFile file, const AudioConfig& c) : AudioEncoderBase(std::move(file), c) {
     const TensorLookup t(file_);
-    for (int i = 0; i < 2; ++i) {
-      conv_[i] = SscpConv::Load(file_, i, i == 0 ? 1 : c.sscp_channels[0], c.sscp_channels[i]);
-      conv_norm_[i] = t.Vec(Str("a.conv1d.", i, ".norm.weight"), c.sscp_channels[i]);
-    }
+    LoadSscp(file_, c.sscp_channels, conv_);
     sscp_proj_ = LoadLinear(t, "a.input_projection", c.n_embd, std::int64_t{c.sscp_freq} * c.sscp_channels[1]);
     const std::int64_t d = c.n_embd, ff = c.n_ff;
     const LinearOptions clamps{.clamps = c.clipped_linears};
     for (int i = 0; i < c.n_layer; ++i) {
       const std::string p = Str("a.blk.", i, ".");
       ConformerBlock b;
-      for (int f = 0; f < 2; ++f) {
-        const std::string s = f == 0 ? "" : "_1";
-        b.ffn_pre[f] = t.Vec(p + "ffn_norm" + s + ".weight", d);
-        b.ffn_post[f] = t.Vec(p + "ffn_post_norm" + s + ".weight", d);
-        b.ffn_up[f] = LoadLinear(t, p + "ffn_up" + s, ff, d, clamps);
-        b.ffn_down[f] = LoadLinear(t, p + "ffn_down" + s, d, ff, clamps);
-      }
+      LoadHalfFfns(t, p, d, ff, clamps, b);
       b.attn_pre_norm = t.Vec(p + "attn_pre_norm.weight", d);
       b.attn_post_norm = t.Vec(p + "attn_post_norm.weight", d);
       b.q = LoadLinear(t, p + "attn_q", d, d, clamps);
@@ -79,7 +70,7 @@ class Gemma4Audio : public AudioEncoderBase {
       x = SscpConvolve(conv_[i], x, frames, freq, /*time_offset=*/-1, pool);
       frames = (frames - 1) / 2 + 1;
       freq = (freq - 1) / 2 + 1;
-      LayerNormRows(x.data(), std::int64_t(frames) * freq, conv_[i].out, conv_norm_[i], nullptr, config_.eps, pool);
+      LayerNormRows(x.data(), std::int64_t(frames) * freq, conv_[i].out, conv_[i].norm, nullptr, config_.eps, pool);
       for (float& v : x) v = std::max(v, 0.0f);
       std::vector<std::uint8_t> kept;
       for (std::size_t t = 0; t < mask.size(); t += 2) kept.push_back(mask[t]);
@@ -95,17 +86,11 @@ class Gemma4Audio : public AudioEncoderBase {
   }
 
   std::vector<float> Encode(const AudioFeatures& f, ThreadPool* pool) const override {
-    std::vector<float> rows = ValidRows(Tower(f, pool));
-    const std::int64_t n = static_cast<std::int64_t>(rows.size()) / config_.n_embd_out;
-    RmsNormRows(rows.data(), n, config_.n_embd_out, nullptr, config_.eps, pool);
-    std::vector<float> out(std::size_t(n) * config_.n_embd_text), scratch;
-    ApplyLinear(embed_, rows.data(), n, out.data(), scratch, pool);
-    return out;
+    return EmbedValid(Tower(f, pool), nullptr, embed_, /*post_norm=*/false, pool);
   }
 
  private:
   SscpConv conv_[2];
-  const float* conv_norm_[2] = {nullptr, nullptr};
   Linear sscp_proj_, out_proj_, embed_;
   std::vector<ConformerBlock> blocks_;
   ConformerOptions options_;

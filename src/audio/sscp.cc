@@ -5,6 +5,7 @@
 
 #include "common/str.h"
 #include "kvshare/common/error.h"
+#include "quant/tensor_lookup.h"
 
 namespace kvshare::detail {
 
@@ -18,9 +19,14 @@ SscpConv SscpConv::Load(const GgufFile& file, int i, int in, int out) {
   SscpConv c;
   c.in = in;
   c.out = out;
+  c.norm = TensorLookup(file).Vec(Str("a.conv1d.", i, ".norm.weight"), out);
   c.w = WeightMatrix{.data = t.data, .type = GgmlType::kF32, .rows = out, .cols = 9LL * in,
                      .row_bytes = sizeof(float) * 9 * static_cast<std::size_t>(in)};
   return c;
+}
+
+void LoadSscp(const GgufFile& file, const int (&channels)[2], SscpConv (&conv)[2]) {
+  for (int i = 0; i < 2; ++i) conv[i] = SscpConv::Load(file, i, i == 0 ? 1 : channels[0], channels[i]);
 }
 
 std::vector<float> SscpConvolve(const SscpConv& c, const std::vector<float>& x, int frames, int freq, int time_offset,

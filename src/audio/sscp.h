@@ -13,11 +13,15 @@ namespace kvshare::detail {
 
 struct SscpConv {
   WeightMatrix w;  // [out, in * 9]: columns (in, ky, kx), the GGUF kernel {3, 3, in, out} as stored (F32)
+  const float* norm = nullptr;  // [out]: `a.conv1d.<i>.norm.weight`, the norm after it
   int in = 0, out = 0;
-  // `a.conv1d.<i>.weight` (F32, as the converters write it). Throws
-  // kvshare::Error naming the tensor for another type.
+  // `a.conv1d.<i>.weight` (F32, as the converters write it) and its norm.
+  // Throws kvshare::Error naming the tensor for another type or shape.
   static SscpConv Load(const GgufFile& file, int i, int in, int out);
 };
+
+// Both convolutions: in 1 -> channels[0] -> channels[1].
+void LoadSscp(const GgufFile& file, const int (&channels)[2], SscpConv (&conv)[2]);
 
 // y [t_out, f_out, out] (channel fastest) of x [frames, freq, in]: output
 // frame t reads input frames 2t + time_offset + ky (Gemma 4: -1, one frame of
