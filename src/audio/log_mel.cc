@@ -1,9 +1,9 @@
 // The HF log-mel extractors (kvshare/audio/audio_features.h), step for step
 // as transformers 5.23 orders them (docs/audio.md "Features"): pad and cut,
-// windows of frame_length + 1 samples every hop, preemphasis and the window
-// in float32 (as numpy computes them on the float32 clip), then the FFT
-// magnitude, the mel filter bank, the floor and the log in double (HF: a
-// float32 FFT, then float64 from the filter bank on), cast to float32.
+// windows of frame_length + 1 samples every hop, preemphasis, HF's float32
+// window values, the FFT magnitude, the mel filter bank, the floor and the
+// log, all in double (HF runs the window product and the FFT in float32,
+// then float64 from the filter bank on), cast to float32 at the end.
 #include <algorithm>
 #include <cmath>
 #include <utility>
