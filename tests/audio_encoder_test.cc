@@ -85,6 +85,29 @@ TEST(AudioEncoder, Gemma4aMatchesTransformers) { ExpectMatchesHf("gemma4a", "gem
 
 TEST(AudioEncoder, Gemma3naMatchesTransformers) { ExpectMatchesHf("gemma3na", "gemma3n", 32); }
 
+// Gemma 3n's prompt rows: the soft tokens of the valid frames, the hard token
+// of the last audio row for padded frames and up to 188 (HF
+// Gemma3nModel.forward); the hard tokens against HF's embedder.
+TEST(AudioEncoder, Gemma3naPromptHas188Rows) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma3na.mmproj.f32.gguf");
+  const std::vector<float> hard = testing::ReadF32(AudioDir() + "gemma3na.hard.f32");  // rows 0 and 7
+  EXPECT_LT(MaxRelDiff(enc->HardToken(0), {hard.begin(), hard.begin() + 64}), kRelTol);
+  const std::vector<float> last(hard.begin() + 64, hard.end());
+  EXPECT_LT(MaxRelDiff(enc->HardToken(7), last), kRelTol);
+  EXPECT_THROW(enc->HardToken(8), Error);
+  const AudioFeatures f = Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'));
+  const std::vector<float> rows = enc->PromptTokens(f, nullptr);
+  ASSERT_EQ(rows.size(), 188u * 64);
+  const std::vector<float> soft = testing::ReadF32(AudioDir() + "gemma3na.random.embed.f32");  // 7 frames, the 7th padded
+  EXPECT_LT(MaxRelDiff({rows.begin(), rows.begin() + 6 * 64}, {soft.begin(), soft.begin() + 6 * 64}), kRelTol);
+  for (int t = 6; t < 188; ++t) {
+    ASSERT_EQ(std::vector<float>(rows.begin() + t * 64, rows.begin() + (t + 1) * 64), enc->HardToken(7)) << t;
+  }
+  const auto g4 = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
+  EXPECT_EQ(g4->PromptTokens(f, nullptr), g4->Encode(f, nullptr));
+  EXPECT_THROW(g4->HardToken(0), Error);
+}
+
 TEST(AudioEncoder, ResultsDoNotDependOnThreads) {
   const AudioFeatures f = Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'));
   ThreadPool pool(3);

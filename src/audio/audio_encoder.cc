@@ -67,6 +67,11 @@ std::vector<float> AudioEncoderBase::EmbedValid(const AudioTowerOutput& tower, c
 
 }  // namespace detail
 
+std::vector<float> AudioEncoder::HardToken(int) const {
+  throw Error(detail::Str("the ", AudioProjectorTypeName(config().projector),
+                          " audio encoder has no hard tokens (only Gemma 3n's gemma3na has)"));
+}
+
 std::unique_ptr<AudioEncoder> AudioEncoder::Load(const std::string& path) {
   GgufFile file = GgufFile::Open(path);
   const AudioConfig config = ReadAudioConfig(file);

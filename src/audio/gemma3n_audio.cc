@@ -15,6 +15,7 @@
 #include "audio/conformer.h"
 #include "audio/sscp.h"
 #include "common/str.h"
+#include "kvshare/common/error.h"
 #include "quant/tensor_lookup.h"
 
 namespace kvshare::detail {
@@ -22,6 +23,7 @@ namespace {
 
 constexpr double kGroupNormEps = 1e-3;  // sscp_conv_group_norm_eps (not in the GGUF)
 constexpr int kReduction = 4;           // conf_reduction_factor (not in the GGUF)
+constexpr int kPromptSlots = 188;       // audio_soft_tokens_per_image: 30 s
 
 // HF Gemma3nAudioCumulativeGroupNorm on x [frames, n] (n = freq * channels,
 // channel fastest): frame t is normalized by the mean and variance of frames
@@ -79,6 +81,8 @@ class Gemma3nAudio : public AudioEncoderBase {
                                 .zero_padded_before_conv = true};
     sinusoids_ = RelativeSinusoids(c.n_embd);
     soft_norm_ = t.Vec("mm.a.soft_emb_norm.weight", d);
+    hard_norm_ = t.Vec("mm.a.hard_emb_norm.weight", d);
+    hard_table_ = t.Vec("mm.a.embedding.weight", d * c.n_vocab_hard);
     embed_ = LoadLinear(t, "mm.a.input_projection", c.n_embd_text, d);
   }
 
@@ -111,10 +115,45 @@ class Gemma3nAudio : public AudioEncoderBase {
     return EmbedValid(Tower(f, pool), soft_norm_, embed_, /*post_norm=*/true, pool);
   }
 
+  std::vector<float> PromptTokens(const AudioFeatures& f, ThreadPool* pool) const override {
+    const AudioTowerOutput tower = Tower(f, pool);
+    if (tower.n_frames > kPromptSlots) {
+      throw Error(Str("gemma3na encoder: the clip gives ", tower.n_frames, " audio tokens, more than the ",
+                      kPromptSlots, " the prompt holds (30 s; cut or split the clip)"));
+    }
+    const std::vector<float> soft = EmbedValid(tower, soft_norm_, embed_, /*post_norm=*/true, pool);
+    const std::vector<float> pad = HardToken(config_.n_vocab_hard - 1);
+    const std::size_t w = static_cast<std::size_t>(config_.n_embd_text);
+    std::vector<float> out;
+    out.reserve(kPromptSlots * w);
+    std::size_t next = 0;  // soft rows are the valid frames, in order
+    for (int t = 0; t < kPromptSlots; ++t) {
+      const bool valid = t < tower.n_frames && tower.mask[t];
+      const float* row = valid ? soft.data() + (next++) * w : pad.data();
+      out.insert(out.end(), row, row + w);
+    }
+    return out;
+  }
+
+  std::vector<float> HardToken(int row) const override {
+    if (row < 0 || row >= config_.n_vocab_hard) {
+      throw Error(Str("gemma3na encoder: hard token row ", row, " is outside 0..", config_.n_vocab_hard - 1));
+    }
+    const int d = config_.n_embd;
+    std::vector<float> x(hard_table_ + std::size_t(row) * d, hard_table_ + std::size_t(row + 1) * d);
+    RmsNormRows(x.data(), 1, d, hard_norm_, config_.eps, nullptr);
+    std::vector<float> out(static_cast<std::size_t>(config_.n_embd_text)), scratch;
+    ApplyLinear(embed_, x.data(), 1, out.data(), scratch, nullptr);
+    RmsNormRows(out.data(), 1, config_.n_embd_text, nullptr, config_.eps, nullptr);
+    return out;
+  }
+
  private:
   SscpConv conv_[2];
   Linear sscp_proj_, embed_;
   const float* soft_norm_ = nullptr;
+  const float* hard_norm_ = nullptr;
+  const float* hard_table_ = nullptr;  // [n_vocab_hard, n_embd]
   std::vector<ConformerBlock> blocks_;
   ConformerOptions options_;
   std::vector<float> sinusoids_;

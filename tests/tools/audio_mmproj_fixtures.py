@@ -27,7 +27,7 @@ gemma3na.mmproj.f32.gguf: that converter cannot write a Gemma 3n mmproj (it
   would force a.pre_encode.out and mm.a.input_projection to F16). Its q / k
   weights are scaled by 8 too; HF's tower (audio_mel_mask True = padding, as
   Gemma3nModel passes it) and soft embedder outputs go to gemma3na.json and
-  gemma3na.*.f32.
+  gemma3na.*.f32; its hard tokens of rows 0 and vocab - 1 to gemma3na.hard.f32.
 Both use the same two inputs (write_outputs; random.features.f32).
 """
 import argparse
@@ -169,6 +169,9 @@ def gemma3na():
             return o.last_hidden_state[0], embedder(inputs_embeds=o.last_hidden_state)[0], ~o.audio_mel_mask[0]
 
     write_outputs("gemma3na", "gemma3n", run)
+    with torch.no_grad():  # hard tokens: row 0 (end of audio) and the last row (the prompt's padding)
+        ids = torch.tensor([[cfg.vocab_offset, cfg.vocab_offset + cfg.vocab_size - 1]])
+        embedder(input_ids=ids)[0].numpy().astype(np.float32).tofile(OUT / "gemma3na.hard.f32")
 
 
 def write_outputs(prefix, extractor, run):

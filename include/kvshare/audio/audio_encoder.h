@@ -55,6 +55,23 @@ class AudioEncoder {
   // rows), [tokens, n_embd_text] row-major. Results do not depend on the
   // thread count of `pool` (null: the calling thread).
   virtual std::vector<float> Encode(const AudioFeatures& features, ThreadPool* pool) const = 0;
+
+  // The rows the prompt's audio placeholders take, [rows, n_embd_text]:
+  // Encode's soft tokens for gemma4a and gemma4ua; for gemma3na always 188
+  // (HF Gemma3nModel.forward: per tower frame the soft token, or for a padded
+  // frame the hard token of the last audio vocabulary row, then that hard
+  // token up to 188). Throws kvshare::Error as Encode does, and for a
+  // gemma3na clip of more than 188 tower frames.
+  virtual std::vector<float> PromptTokens(const AudioFeatures& features, ThreadPool* pool) const {
+    return Encode(features, pool);
+  }
+
+  // gemma3na's hard tokens (ids vocab_offset + row: the end-of-audio marker
+  // is row 0): RMSNorm(mm.a.hard_emb_norm)(mm.a.embedding[row]) ->
+  // projection -> RMSNorm without weight, [n_embd_text]. Throws
+  // kvshare::Error for a row outside 0 .. n_vocab_hard - 1 and for the
+  // projector types without hard tokens.
+  virtual std::vector<float> HardToken(int row) const;
 };
 
 }  // namespace kvshare
