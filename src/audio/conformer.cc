@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kvshare/common/thread_pool.h"
+
 namespace kvshare::detail {
 namespace {
 
@@ -30,6 +32,45 @@ void HalfFfn(const ConformerBlock& b, int which, const ConformerOptions& o, std:
   for (std::size_t i = 0; i < h.size(); ++i) h[i] += 0.5f * y[i];
 }
 
+// One query frame t over its block's 24 context slots, every head.
+void AttendQuery(const ConformerOptions& o, const std::vector<float>& q, const std::vector<float>& k,
+                 const std::vector<float>& v, const std::vector<float>& rel, const std::vector<std::uint8_t>& valid,
+                 std::int64_t t, std::vector<float>& out) {
+  const std::int64_t T = static_cast<std::int64_t>(valid.size()), d = o.n_embd;
+  const int hd = o.head_dim;
+  const std::int64_t first = t / kChunk * kChunk - kPast;
+  for (int h = 0; h < o.n_head; ++h) {
+    const float* qt = q.data() + t * d + h * hd;
+    double logits[kSlots], w[kSlots], sum = 0.0;
+    for (int j = 0; j < kSlots; ++j) {
+      const std::int64_t kp = first + j, dist = t - kp;
+      if (!(kp >= 0 && kp < T && valid[kp] && dist >= 0 && dist <= o.max_distance)) {
+        logits[j] = o.hidden_logit;  // hidden: its logits do not matter
+        continue;
+      }
+      const float* kr = k.data() + kp * d + h * hd;
+      const float* rr = rel.data() + (kPast - dist) * d + h * hd;
+      double ac = 0.0, bd = 0.0;
+      for (int i = 0; i < hd; ++i) {
+        ac += double(qt[i]) * kr[i];
+        bd += double(qt[i]) * rr[i];
+      }
+      logits[j] = kSoftcap * std::tanh((ac + bd) / kSoftcap);
+    }
+    const double top = *std::max_element(logits, logits + kSlots);
+    for (int j = 0; j < kSlots; ++j) sum += (w[j] = std::exp(logits[j] - top));
+    float* y = out.data() + t * d + h * hd;
+    for (int i = 0; i < hd; ++i) {
+      double acc = 0.0;
+      for (int j = 0; j < kSlots; ++j) {
+        const std::int64_t kp = first + j;
+        if (kp >= 0 && kp < T) acc += w[j] * v[kp * d + h * hd + i];
+      }
+      y[i] = static_cast<float>(acc / sum);
+    }
+  }
+}
+
 // Blocks of 12 queries over 24 context slots starting 12 frames before the
 // block (HF _convert_to_block / _extract_block_context); logit =
 // softcap(q.k + q.r[distance]); a slot is visible when its key is inside the
@@ -51,35 +92,11 @@ void Attention(const ConformerBlock& b, const ConformerOptions& o, const std::ve
   if (o.k_scale != 1.0f) {
     for (float& e : k) e *= o.k_scale;
   }
-  for (std::int64_t t = 0; t < T; ++t) {
-    const std::int64_t first = t / kChunk * kChunk - kPast;
-    for (int h = 0; h < o.n_head; ++h) {
-      const float* qt = q.data() + t * d + h * hd;
-      double logits[kSlots], w[kSlots], sum = 0.0;
-      for (int j = 0; j < kSlots; ++j) {
-        const std::int64_t kp = first + j, dist = t - kp;
-        const bool inside = kp >= 0 && kp < T;
-        double ac = 0.0, bd = 0.0;
-        for (int i = 0; i < hd; ++i) {
-          if (inside) ac += double(qt[i]) * k[kp * d + h * hd + i];
-          if (dist >= 0 && dist <= kPast) bd += double(qt[i]) * rel[(kPast - dist) * d + h * hd + i];
-        }
-        const bool visible = inside && valid[kp] && dist >= 0 && dist <= o.max_distance;
-        logits[j] = visible ? kSoftcap * std::tanh((ac + bd) / kSoftcap) : o.hidden_logit;
-      }
-      const double top = *std::max_element(logits, logits + kSlots);
-      for (int j = 0; j < kSlots; ++j) sum += (w[j] = std::exp(logits[j] - top));
-      float* y = out.data() + t * d + h * hd;
-      for (int i = 0; i < hd; ++i) {
-        double acc = 0.0;
-        for (int j = 0; j < kSlots; ++j) {
-          const std::int64_t kp = first + j;
-          if (kp >= 0 && kp < T) acc += w[j] * v[kp * d + h * hd + i];
-        }
-        y[i] = static_cast<float>(acc / sum);
-      }
-    }
-  }
+  // Queries are independent: ranges of them per thread (the same arithmetic
+  // for every split).
+  ParallelForRanges(pool, T, RowGrain(pool, T, std::int64_t{kSlots} * d), [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) AttendQuery(o, q, k, v, rel, valid, t, out);
+  });
 }
 
 void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<float>& h, std::int64_t T,
@@ -93,16 +110,19 @@ void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<f
     for (std::int64_t i = 0; i < d; ++i) n[t * d + i] = row[i] / (1.0f + std::exp(-row[d + i]));
   }
   const int K = o.conv_kernel;
-  for (std::int64_t t = 0; t < T; ++t) {  // causal depthwise: K - 1 frames of zeros in front
-    for (std::int64_t i = 0; i < d; ++i) {
-      float acc = 0.0f;
-      for (int j = 0; j < K; ++j) {
-        const std::int64_t ts = t - (K - 1) + j;
-        if (ts >= 0) acc += b.conv_dw[i * K + j] * n[ts * d + i];
+  // Causal depthwise: K - 1 frames of zeros in front.
+  ParallelForRanges(pool, T, RowGrain(pool, T, d * K), [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      for (std::int64_t i = 0; i < d; ++i) {
+        float acc = 0.0f;
+        for (int j = 0; j < K; ++j) {
+          const std::int64_t ts = t - (K - 1) + j;
+          if (ts >= 0) acc += b.conv_dw[i * K + j] * n[ts * d + i];
+        }
+        c[t * d + i] = acc;
       }
-      c[t * d + i] = acc;
     }
-  }
+  });
   RmsNormRows(c.data(), T, d, b.norm_conv, o.eps, pool);
   Silu(c.data(), c.size());
   ApplyLinear(b.pw2, c.data(), T, y.data(), scratch, pool);
