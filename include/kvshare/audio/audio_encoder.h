@@ -8,7 +8,7 @@
 // sqrt(n_embd)). Runs gemma3na (Gemma 3n's USM conformer and the soft path
 // of its embedder), gemma4a (Gemma 4's conformer and embedder) and gemma4ua
 // (the unified model's projection). Gemma 3n's prompt always holds 188 audio
-// slots; the hard embedding that fills those past the clip is not made here.
+// slots: PromptTokens fills those past the clip with its hard token.
 #pragma once
 
 #include <cstdint>
