@@ -68,7 +68,8 @@ std::vector<std::int32_t> TokenArray(const json& a, std::int64_t vocab, std::siz
 void Server::Impl::HandleEmbeddings(const httplib::Request& req, httplib::Response& res) {
   CheckReady();
   const json body = ParseBody(req);
-  if (!body.is_object()) throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
+  if (!body.is_object())
+    throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
   std::string ignored;
   for (const auto& [k, v] : body.items()) {
     if (k == "input" || k == "model" || k == "encoding_format" || k == "dimensions" || k == "user") continue;
@@ -98,8 +99,9 @@ void Server::Impl::HandleEmbeddings(const httplib::Request& req, httplib::Respon
   str_field("user");
   const std::string format = str_field("encoding_format").value_or("float");
   if (format != "float" && format != "base64") {
-    throw BadRequest("Invalid value for 'encoding_format': '" + format + "'. Supported values are: 'float' and 'base64'.",
-                     "encoding_format", "invalid_value");
+    throw BadRequest(
+        "Invalid value for 'encoding_format': '" + format + "'. Supported values are: 'float' and 'base64'.",
+        "encoding_format", "invalid_value");
   }
   const ModelConfig& mc = model->config();
   const std::optional<Pooling> pooling = opt.pooling ? opt.pooling : std::optional<Pooling>(mc.pooling);

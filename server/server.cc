@@ -235,9 +235,9 @@ void Server::Impl::SetupRoutes() {
                 {"created", created},
                 {"owned_by", "kvshare"},
                 {"max_model_len", ctx.max_context},
-                {"capabilities", !model->config().causal          ? json::array({"embedding"})
+                {"capabilities", !model->config().causal         ? json::array({"embedding"})
                                  : ctx.images.encoder != nullptr ? json::array({"completion", "multimodal"})
-                                                               : json::array({"completion"})}};
+                                                                 : json::array({"completion"})}};
   };
   http.Get("/v1/models", Guarded([this, model_json](const httplib::Request&, httplib::Response& res) {
              CheckReady();
@@ -358,9 +358,8 @@ void Server::Impl::SetupRoutes() {
               generates();
               HandleCompletion(req, res, /*chat=*/false);
             }));
-  http.Post("/v1/embeddings", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-              HandleEmbeddings(req, res);
-            }));
+  http.Post("/v1/embeddings",
+            Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));
 }
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {

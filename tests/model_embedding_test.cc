@@ -8,8 +8,8 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -189,24 +189,28 @@ TEST(Embedding, LoadRefusals) {
     g.kvs.push_back(GgufKv::U32("gemma-embedding.pooling_type", pooling));
     if (bias) {
       std::vector<float> b(64, 0.0f);
-      g.tensors.push_back(GgufTensorSpec{
-          "dense_2.bias", {64}, 0, testing::EncodeRow(GgmlType::kF32, b.data(), 64), std::nullopt});
+      g.tensors.push_back(
+          GgufTensorSpec{"dense_2.bias", {64}, 0, testing::EncodeRow(GgmlType::kF32, b.data(), 64), std::nullopt});
     }
     return g;
   };
   {
-    const TempGguf f("embed_ok", [&](const std::string& p) { testing::WriteFile(p, embedding_file(3, false).Build()); });
+    const TempGguf f("embed_ok",
+                     [&](const std::string& p) { testing::WriteFile(p, embedding_file(3, false).Build()); });
     const auto m = Model::Load(f.path);
     EXPECT_EQ(m->config().pooling, Pooling::kLast);
     EXPECT_EQ(m->config().sliding_window, 5 / 2 + 1);
     EXPECT_EQ(m->Embed(std::vector<std::vector<std::int32_t>>{{1, 2, 3}}, {}, nullptr).size(), 64u);
   }
   {
-    const TempGguf f("embed_cls", [&](const std::string& p) { testing::WriteFile(p, embedding_file(2, false).Build()); });
-    ExpectThrows([&] { Model::Load(f.path); }, "gemma-embedding.pooling_type is 2 (cls): kvshare pools mean (1) or last (3) only");
+    const TempGguf f("embed_cls",
+                     [&](const std::string& p) { testing::WriteFile(p, embedding_file(2, false).Build()); });
+    ExpectThrows([&] { Model::Load(f.path); },
+                 "gemma-embedding.pooling_type is 2 (cls): kvshare pools mean (1) or last (3) only");
   }
   {
-    const TempGguf f("embed_bias", [&](const std::string& p) { testing::WriteFile(p, embedding_file(1, true).Build()); });
+    const TempGguf f("embed_bias",
+                     [&](const std::string& p) { testing::WriteFile(p, embedding_file(1, true).Build()); });
     ExpectThrows([&] { Model::Load(f.path); }, "dense_2.bias: dense projections with a bias are not supported");
   }
 }

@@ -266,7 +266,7 @@ class DecoderModel : public Model {
   const float* out_norm_ = nullptr;
   float final_softcap_ = 0.0f;  // 0: off
   std::vector<RopeFamily> rope_families_;
-  std::vector<int> layer_rope_;  // [n_layer]: index into rope_families_
+  std::vector<int> layer_rope_;      // [n_layer]: index into rope_families_
   std::vector<WeightMatrix> dense_;  // Embed's projections after pooling, in order (may be empty)
   std::vector<std::string> warnings_;
 

@@ -17,12 +17,9 @@ namespace kvshare {
 
 const char* PoolingName(Pooling pooling) {
   switch (pooling) {
-    case Pooling::kNone:
-      return "none";
-    case Pooling::kMean:
-      return "mean";
-    case Pooling::kLast:
-      return "last";
+    case Pooling::kNone: return "none";
+    case Pooling::kMean: return "mean";
+    case Pooling::kLast: return "last";
   }
   return "?";
 }
@@ -62,7 +59,10 @@ void DecoderModel::LoadEmbeddingHead(const std::string& prefix) {
   if (c.sliding_window > 0) c.sliding_window = c.sliding_window / 2 + 1;
   const std::uint32_t type = file_.GetU32Or(prefix + "pooling_type", 0);
   if (type == 2 || type == 4 || type > 4) {
-    throw Error(Str(prefix, "pooling_type is ", type, type == 2 ? " (cls)" : type == 4 ? " (rank)" : "",
+    throw Error(Str(prefix, "pooling_type is ", type,
+                    type == 2   ? " (cls)"
+                    : type == 4 ? " (rank)"
+                                : "",
                     ": kvshare pools mean (1) or last (3) only"));
   }
   c.pooling = static_cast<Pooling>(type);
@@ -71,7 +71,8 @@ void DecoderModel::LoadEmbeddingHead(const std::string& prefix) {
   for (const char* name : {"dense_2", "dense_3"}) {
     const std::string w = std::string(name) + ".weight";
     if (file_.FindTensor(std::string(name) + ".bias") != nullptr) {
-      throw Error(Str("tensor ", name, ".bias: dense projections with a bias are not supported (llama.cpp's "
+      throw Error(Str("tensor ", name,
+                      ".bias: dense projections with a bias are not supported (llama.cpp's "
                       "converter writes none; EmbeddingGemma has none)"));
     }
     const GgufTensor* g = file_.FindTensor(w);
@@ -140,8 +141,7 @@ std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>
     for (int r = 0; r < rows; ++r) {
       const std::vector<std::int32_t>& in = inputs[first + static_cast<std::size_t>(r)];
       const auto n = static_cast<std::int64_t>(in.size());
-      step.rows.push_back(
-          StepRow{.row = r, .begin = static_cast<std::int64_t>(step.tokens.size()), .n = n, .keep = n});
+      step.rows.push_back(StepRow{.row = r, .begin = static_cast<std::int64_t>(step.tokens.size()), .n = n, .keep = n});
       step.tokens.insert(step.tokens.end(), in.begin(), in.end());
     }
     const float* h = RunStep(st, step, pool);  // [tokens, E], step.rows order

@@ -22,7 +22,8 @@ std::unique_ptr<Model> Model::Load(const std::string& path) {
         " is a Gemma 4 assistant (gemma4-assistant): a drafter that reads its target's "
         "KV cache, not a model of its own; give it as the draft model (--draft-model) next to its Gemma 4 target");
   }
-  throw Error("model " + path + ": architecture '" + arch + "' is not supported (supported: gemma3, gemma3n, gemma4, gemma-embedding)");
+  throw Error("model " + path + ": architecture '" + arch +
+              "' is not supported (supported: gemma3, gemma3n, gemma4, gemma-embedding)");
 }
 
 ModelKvSpec KvSpecOf(const ModelConfig& c, int num_kv_shared_layers) {
