@@ -121,21 +121,23 @@ std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>
   std::vector<float> out(inputs.size() * static_cast<std::size_t>(d));
   std::vector<float> pooled, projected;
   for (std::size_t first = 0; first < inputs.size();) {
-    // A group: consecutive inputs while their tokens fit the budget.
+    // A group: consecutive inputs while rows x longest fits the budget (the
+    // state holds that many positions, and attention pads rows to the longest).
     std::size_t last = first + 1;
     std::int64_t tokens = static_cast<std::int64_t>(inputs[first].size());
     std::int64_t longest = tokens;
-    while (last < inputs.size() && tokens + static_cast<std::int64_t>(inputs[last].size()) <= o.step_tokens) {
-      tokens += static_cast<std::int64_t>(inputs[last].size());
-      longest = std::max(longest, static_cast<std::int64_t>(inputs[last].size()));
+    while (last < inputs.size()) {
+      const auto n = static_cast<std::int64_t>(inputs[last].size());
+      if (static_cast<std::int64_t>(last - first + 1) * std::max(longest, n) > o.step_tokens) break;
+      tokens += n;
+      longest = std::max(longest, n);
       ++last;
     }
     const int rows = static_cast<int>(last - first);
     const std::unique_ptr<ModelState> base = NewState({.max_context = static_cast<int>(longest),
                                                        .max_step = static_cast<int>(longest),
                                                        .max_batch = rows,
-                                                       .exact_rewind = true,
-                                                       .kv_shared_prefill_shortcut = false});
+                                                       .exact_rewind = true});
     auto& st = static_cast<DecoderState&>(*base);
     Step step;
     for (int r = 0; r < rows; ++r) {

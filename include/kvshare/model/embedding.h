@@ -29,8 +29,8 @@ struct EmbedOptions {
   // 0: the full ModelConfig::embedding_dim values; otherwise in
   // [1, embedding_dim]: the first `dimensions`, renormalized.
   int dimensions = 0;
-  // Inputs run together as the rows of one step while their tokens add up to
-  // at most this many (an input longer than that runs alone).
+  // Inputs run together as the rows of one step while rows x the longest's
+  // tokens stays at most this many (an input longer than that runs alone).
   int step_tokens = 2048;
 };
 
