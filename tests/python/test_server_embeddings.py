@@ -2,7 +2,8 @@
 fixture (tests/fixtures/embedding_gemma, written by tests/tools/embedding_gemma_fixture.py) gives
 sentence-transformers' embeddings of the same texts (cosine > 0.99999 and elementwise within 1e-5),
 as base64 (the SDK's default) and float, with and without `dimensions`, from texts and from token
-arrays; OpenAI errors for what cannot be embedded; pooled embeddings of a decoder with --pooling."""
+arrays; OpenAI errors for what cannot be embedded; pooled embeddings of a decoder with --pooling,
+which leave its slot's prompt cache as it was."""
 import json
 import math
 
@@ -96,7 +97,13 @@ def test_decoder_needs_pooling():
         r = request(s, "POST", "/v1/embeddings", {"input": "hello"})
         assert r.status == 400 and "--pooling" in r.json()["error"]["message"]
     with Server(GEMMA4, "--slots", 1, "--pooling", "mean") as s:
-        r = client(s).embeddings.create(model="x", input=["hello", "hello there"], encoding_format="float")
+        c = client(s)
+        before = c.completions.create(model="x", prompt="Once upon a time", max_tokens=8, temperature=0)
+        r = c.embeddings.create(model="x", input=["hello", "hello there"], encoding_format="float")
         vecs = [d.embedding for d in r.data]
         assert all(abs(sum(v * v for v in e) - 1) < 1e-5 for e in vecs)
         assert vecs[0] != vecs[1]
+        # Embeddings run on states of their own: the slot's prompt cache still holds the prompt.
+        after = c.completions.create(model="x", prompt="Once upon a time", max_tokens=8, temperature=0)
+        assert after.choices[0].text == before.choices[0].text
+        assert after.usage.prompt_tokens_details.cached_tokens == before.usage.prompt_tokens - 1
