@@ -235,8 +235,9 @@ void Server::Impl::SetupRoutes() {
                 {"created", created},
                 {"owned_by", "kvshare"},
                 {"max_model_len", ctx.max_context},
-                {"capabilities", ctx.images.encoder != nullptr ? json::array({"completion", "multimodal"})
-                                                               : json::array({"completion"})}};
+                {"capabilities", !model->config().causal         ? json::array({"embedding"})
+                                 : ctx.images.encoder != nullptr ? json::array({"completion", "multimodal"})
+                                                                 : json::array({"completion"})}};
   };
   http.Get("/v1/models", Guarded([this, model_json](const httplib::Request&, httplib::Response& res) {
              CheckReady();
@@ -340,12 +341,25 @@ void Server::Impl::SetupRoutes() {
               res.set_content(Dump({{"content", tok->Decode(ids)}}), "application/json");
             }));
 
-  http.Post("/v1/chat/completions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+  // An embedding model (gemma-embedding) does not generate.
+  const auto generates = [this] {
+    CheckReady();
+    if (!model->config().causal) {
+      throw BadRequest("The served model `" + ctx.model_id + "` is an embedding model (" +
+                           model->config().architecture + "): it answers /v1/embeddings only.",
+                       "model", "model_not_supported");
+    }
+  };
+  http.Post("/v1/chat/completions", Guarded([this, generates](const httplib::Request& req, httplib::Response& res) {
+              generates();
               HandleCompletion(req, res, /*chat=*/true);
             }));
-  http.Post("/v1/completions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/v1/completions", Guarded([this, generates](const httplib::Request& req, httplib::Response& res) {
+              generates();
               HandleCompletion(req, res, /*chat=*/false);
             }));
+  http.Post("/v1/embeddings",
+            Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));
 }
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -439,6 +453,7 @@ void Server::Load() {
           m.opt.mmproj_path + ", " + std::to_string(image_threads) + " encode threads");
   }
   m.pool = std::make_unique<ThreadPool>(threads);
+  m.embed_pool = std::make_unique<ThreadPool>(threads);  // the scheduler's is not reentrant
   SchedulerOptions so = m.opt.scheduler;
   if (!so.log) so.log = [&m](std::string_view l) { m.Log(std::string(l)); };
   m.speculation = MakeSpeculation(

@@ -8,6 +8,7 @@
 //        ["completion"], with "multimodal" when an mmproj is loaded, as llama-server says it)
 //   GET  /health, /v1/health                      503 while loading or draining, then 200 {"status":"ok"}
 //   GET  /metrics                                 Prometheus text (metrics.h)
+//   POST /v1/embeddings                           OpenAI (embeddings.cc; pooling below)
 //   POST /tokenize   {"content", "add_special"=false, "with_pieces"=false} -> {"tokens"}
 //   POST /detokenize {"tokens"} -> {"content"}
 //   GET  /                                        the chat page (chat_page.h)
@@ -81,6 +82,11 @@ struct ServerOptions {
   bool allow_image_urls = false;
   int image_max_soft_tokens = 280;
   int image_threads = 0;
+  // Embeddings (/v1/embeddings, --pooling): nullopt pools as the file says
+  // (gemma-embedding: its pooling type; a text generation model names none,
+  // and its embeddings are refused until a pooling is given, as llama-server
+  // does). Requests run one at a time on a pool of `threads` of their own.
+  std::optional<Pooling> pooling;
   // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
   std::function<void(std::string_view)> log;
 };

@@ -87,6 +87,8 @@ struct Server::Impl {
   std::unique_ptr<ThreadPool> image_pool;  // --image-threads; encodes one request's images at a time
   std::mutex image_pool_mu;
   std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<ThreadPool> embed_pool;  // /v1/embeddings, one request at a time
+  std::mutex embed_mu;
   Speculation speculation;  // the drafter (and the draft model or assistant it runs)
   std::unique_ptr<Scheduler> scheduler;
   ModelContext ctx;
@@ -108,6 +110,7 @@ struct Server::Impl {
 
   void SetupRoutes();
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void HandleEmbeddings(const httplib::Request& req, httplib::Response& res);  // embeddings.cc
 };
 
 }  // namespace kvshare::server

@@ -133,6 +133,7 @@ struct NaiveRow {
         for (std::int64_t j = 0; j < T; ++j) {
           if (causal && j > qpos[static_cast<std::size_t>(s)]) continue;
           if (window > 0 && qpos[static_cast<std::size_t>(s)] - j >= window) continue;
+          if (!causal && window > 0 && j - qpos[static_cast<std::size_t>(s)] >= window) continue;
           double d = 0;
           for (int e = 0; e < H; ++e) d += q[(static_cast<std::size_t>(s) * N + h) * H + e] * k[(j * Nkv + n) * H + e];
           d *= scale;

@@ -581,15 +581,18 @@ TEST(GqaModes, RotaryRotatesQueryAndNewKeyOnly) {
   }
 }
 
-// softcap, sinks (head_sink and smooth softmax) and causal = 0 against the naive oracle.
+// softcap, sinks (head_sink and smooth softmax), causal = 0 and causal = 0
+// with a symmetric window (|p - j| < 2: the middle queries lose keys on both
+// sides) against the naive oracle.
 TEST(GqaModes, SoftcapSinkAndBidirectionalMatchNaive) {
   History h(2, 3, 8, 2, 32, {6, 11}, 40);
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 5; ++variant) {
     GqaCase c;
     c.attrs = Attrs(h);
     if (variant == 0) c.attrs.softcap = 0.5f;
     if (variant == 2) c.attrs.smooth_softmax = 1;
-    if (variant == 3) c.attrs.causal = 0;
+    if (variant >= 3) c.attrs.causal = 0;
+    if (variant == 4) c.attrs.local_window_size = 2;
     c.query = h.Query();
     h.FillBnsh(c.past_key, c.past_value, 11, h.T);
     c.has_past = true;
@@ -615,6 +618,7 @@ TEST(GqaModes, SoftcapSinkAndBidirectionalMatchNaive) {
       r.v.assign(h.v[static_cast<std::size_t>(b)].begin(), h.v[static_cast<std::size_t>(b)].end());
       for (int s = 0; s < 3; ++s) r.qpos.push_back(h.T[static_cast<std::size_t>(b)] - 3 + s);
       r.causal = c.attrs.causal == 1;
+      r.window = std::max(c.attrs.local_window_size, 0);
       r.scale = 1.0 / std::sqrt(32.0);
       r.softcap = c.attrs.softcap;
       r.sink = sink;

@@ -197,6 +197,7 @@ RefResult Reference(const AttendParams& p, std::int64_t qk_cols) {
         for (std::int64_t j = 0; j < p.kv_len[b]; ++j) {
           if (p.causal && j > pos) continue;
           if (p.window > 0 && pos - j >= p.window) continue;
+          if (!p.causal && p.window > 0 && j - pos >= p.window) continue;
           const float* q = p.q + ((static_cast<std::int64_t>(b) * S + s) * N + h) * H;
           double dot = 0.0;
           for (int i = 0; i < H; ++i) dot += static_cast<double>(q[i]) * kv_at(p.k, b, n, j, i);

@@ -85,11 +85,6 @@ std::vector<Bad> Cases() {
       {"causal", mut([](GqaCase& c) { c.attrs.causal = 2; }), "causal must be 0 or 1, got 2"},
       {"window_zero", mut([](GqaCase& c) { c.attrs.local_window_size = 0; }),
        "local_window_size must be -1 (off) or > 0, got 0"},
-      {"window_noncausal", mut([](GqaCase& c) {
-         c.attrs.causal = 0;
-         c.attrs.local_window_size = 4;
-       }),
-       "local_window_size must be -1 when causal is 0"},
       {"scale", mut([](GqaCase& c) { c.attrs.scale = -1.f; }), "scale must be finite and >= 0"},
       {"softcap", mut([](GqaCase& c) { c.attrs.softcap = -2.f; }), "softcap must be finite and >= 0"},
       {"do_rotary", mut([](GqaCase& c) { c.attrs.do_rotary = 3; }), "do_rotary must be 0 or 1, got 3"},

@@ -51,6 +51,7 @@ struct ServeCliOptions {
   bool allow_image_urls = false;
   int image_max_soft_tokens = 280;
   int image_threads = 0;
+  std::string pooling;
 };
 
 void Say(const std::string& line) {
@@ -146,6 +147,7 @@ void RunServe(const ServeCliOptions& o) {
   so.allow_image_urls = o.allow_image_urls;
   so.image_max_soft_tokens = o.image_max_soft_tokens;
   so.image_threads = o.image_threads;
+  if (!o.pooling.empty()) so.pooling = PoolingFromName(o.pooling);
   if (!o.quiet) so.log = [](std::string_view l) { Say(std::string(l)); };
 
   server::Server srv(so);
@@ -250,6 +252,10 @@ void RegisterServe(CLI::App& app) {
                 "OpenAI's strictness: requests must name the model, unknown fields are a 400 (default: a request "
                 "without a model goes to the served one, unknown fields are ignored and named in the log and in the "
                 "X-Kvshare-Ignored-Fields response header)");
+  cmd->add_option("--pooling", o.pooling,
+                  "How /v1/embeddings pools a text's hidden states: mean or last (default: the file's pooling "
+                  "type; a text generation model names none and serves embeddings only with --pooling)")
+      ->check(CLI::IsMember({"mean", "last"}));
   cmd->add_option("--mmproj", o.mmproj,
                   "The model's vision projector GGUF (llama.cpp's mmproj): chat requests may send image_url parts "
                   "as data: URLs");

@@ -270,6 +270,19 @@ class PyModel {
     return py::array_t<float>(static_cast<py::ssize_t>(out.size()), out.data());
   }
 
+  // Model::Embed of texts (tokenized with the vocabulary's BOS / EOS rule).
+  py::array_t<float> Embed(const std::vector<std::string>& texts, const std::optional<std::string>& pooling,
+                           int dimensions) const {
+    std::vector<std::vector<std::int32_t>> ids;
+    for (const std::string& t : texts) ids.push_back(core_->tokenizer->Encode(t));
+    const EmbedOptions o{.pooling = pooling ? std::optional(PoolingFromName(*pooling)) : std::nullopt,
+                         .dimensions = dimensions};
+    std::vector<float> out;
+    Exclusive([&] { out = core_->model->Embed(ids, o, core_->pool.get()); });
+    const auto n = static_cast<py::ssize_t>(texts.size());
+    return py::array_t<float>({n, n > 0 ? static_cast<py::ssize_t>(out.size()) / n : 0}, out.data());
+  }
+
   std::unique_ptr<Stream> Generate(const py::object& prompt, int max_new_tokens, float temperature, int top_k,
                                    float top_p, float min_p, float repetition_penalty, std::uint64_t seed,
                                    const py::object& chat, bool reset, const py::object& draft, int draft_max,
@@ -631,6 +644,11 @@ void BindModel(py::module_& m) {
       .def("detokenize", &PyModel::Detokenize, py::arg("ids"), "Text of token ids.")
       .def("logits", &PyModel::Logits, py::arg("tokens"),
            "float32 (n_vocab,) logits of the last token after running tokens through a fresh sequence.")
+      .def("embed", &PyModel::Embed, py::arg("texts"), py::kw_only(), py::arg("pooling") = py::none(),
+           py::arg("dimensions") = 0,
+           "float32 (len(texts), d) L2-normalized sentence embeddings (kvshare/model/embedding.h). pooling: None = "
+           "the file's (EmbeddingGemma: mean), or \"mean\" / \"last\" (needed for a text generation model); "
+           "dimensions: 0 = all, else the first d values renormalized (Matryoshka).")
       .def("generate", &PyModel::Generate, py::arg("prompt"), py::kw_only(), py::arg("max_new_tokens") = 128,
            py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
            py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),

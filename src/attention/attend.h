@@ -78,7 +78,7 @@ struct AttendParams {
   std::int64_t spans_per_row = 0;
 
   bool causal = true;    // key j visible only if j <= p (or j < causal_end)
-  int window = 0;        // > 0: key j visible only if p - j < window
+  int window = 0;        // > 0: key j visible only if p - j < window (and j - p < window when !causal)
   float scale = 1.0f;    // x = scale * (q . k)
   float softcap = 0.0f;  // > 0: x = softcap * tanh(x / softcap), before the bias
   BiasSource bias;       // added to visible scores after softcap
@@ -121,6 +121,7 @@ KVSHARE_HOST_DEVICE inline KeyRange VisibleKeys(const AttendParams& p, int b, st
   const std::int64_t causal_hi = p.causal_end != nullptr ? p.causal_end[b * p.q_len + s] - 1 : pos;
   if (p.causal && causal_hi < r.hi) r.hi = causal_hi;
   if (p.window > 0 && pos - p.window + 1 > r.lo) r.lo = pos - p.window + 1;
+  if (!p.causal && p.window > 0 && pos + p.window - 1 < r.hi) r.hi = pos + p.window - 1;  // symmetric window
   return r;
 }
 

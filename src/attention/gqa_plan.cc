@@ -47,8 +47,6 @@ void ValidateAttributes(const GqaAttributes& a) {
   KVS_CHECK(a.causal == 0 || a.causal == 1, "causal must be 0 or 1, got ", a.causal);
   KVS_CHECK(a.local_window_size == -1 || a.local_window_size > 0, "local_window_size must be -1 (off) or > 0, got ",
             a.local_window_size);
-  KVS_CHECK(!(a.causal == 0 && a.local_window_size != -1), "local_window_size must be -1 when causal is 0, got ",
-            a.local_window_size);
   KVS_CHECK(std::isfinite(a.scale) && a.scale >= 0.0f,
             "scale must be finite and >= 0 (0 means 1/sqrt(head_size)), got ", a.scale);
   KVS_CHECK(std::isfinite(a.softcap) && a.softcap >= 0.0f, "softcap must be finite and >= 0 (0 means off), got ",

@@ -55,6 +55,7 @@ void AttendReference(const AttendParams& p) {
           const bool same_span = span.start <= j && j < span.end;
           if (p.causal && j > pos && !same_span) vis = false;
           if (p.window > 0 && pos - j >= p.window) vis = false;
+          if (!p.causal && p.window > 0 && j - pos >= p.window) vis = false;
           visible[static_cast<std::size_t>(j)] = vis;
           if (!vis) continue;
           double dot = 0.0;

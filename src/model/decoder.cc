@@ -107,6 +107,7 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
   args.sin_cache = ConstTensorView{c.rope->sin.data(), DType::kFloat32, {c.rope->max_pos, c.rope->half}};
   args.attrs.num_heads = c.n_head;
   args.attrs.scale = c.scale;
+  args.attrs.causal = st.causal ? 1 : 0;
   args.attrs.do_rotary = 1;
   args.attrs.rotary_interleaved = 0;  // NeoX half split
   args.run.pool = pool;
@@ -354,6 +355,7 @@ std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) c
   std::unique_ptr<DecoderState> st = MakeState(NewStateCache(cfg_, o, Device::kCpu), o, RopeFor(o.max_context));
   st->bidirectional_layer = BidirectionalLayers(cfg_, o.image_attention.value_or(cfg_.image_attention));
   st->step_spans.resize(static_cast<std::size_t>(st->max_batch()));
+  st->causal = cfg_.causal;
   return st;
 }
 
@@ -377,6 +379,11 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
   DecoderState& st = *state;
   const ModelConfig& c = cfg_;
   if (entries.empty()) throw Error("ForwardBatch: no entries");
+  if (!c.causal) {
+    throw Error("model " + c.architecture +
+                " is an embedding model (bidirectional attention): it computes embeddings (Model::Embed, "
+                "/v1/embeddings), not next-token logits");
+  }
   std::vector<bool> seen(static_cast<std::size_t>(st.max_batch()), false);
   std::vector<std::int64_t> start, first_logit, out_at;  // per entry
   std::int64_t total_logits = 0;

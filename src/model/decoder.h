@@ -95,6 +95,10 @@ class DecoderState : public ModelState {
   std::vector<bool> bidirectional_layer;
   std::vector<std::vector<std::int64_t>> step_spans;
   std::vector<std::int64_t> spans_arg;  // [B, K, 2] scratch of the op's input
+  // ModelConfig::causal: false runs every layer bidirectional (the op's
+  // causal = 0, a sliding layer's window symmetric); needs linear buffers
+  // (exact_rewind) and each sequence in one step (Model::Embed does both).
+  bool causal = true;
 };
 
 // One step of a batched forward: tokens of several cache rows, flat.
@@ -198,6 +202,8 @@ class DecoderModel : public Model {
   std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                       ThreadPool* pool) const override;
   void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override;
+  std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
+                           ThreadPool* pool) const override;  // embed.cc
 
  protected:
   // out[T, n_embd]: the step's token embeddings, then its caller-given rows
@@ -229,6 +235,13 @@ class DecoderModel : public Model {
   // run on the kept rows only (DecoderState::shared_prefill_shortcut_).
   static void PackKeptRows(const Step& step, std::span<std::vector<float>> buffers, int width,
                            std::vector<QuerySpan>* spans = nullptr, std::vector<std::int64_t>* src = nullptr);
+  // An encoder's head (embed.cc; gemma-embedding): ModelConfig::causal
+  // false, the window made symmetric (`prefix`attention.sliding_window W
+  // becomes W / 2 + 1: |p - j| <= W / 2), the pooling type and the dense
+  // projections dense_2 / dense_3 (bias-free, as llama.cpp's converter writes
+  // them). Throws kvshare::Error for what kvshare does not run (cls / rank
+  // pooling, dense biases, shapes that do not chain).
+  void LoadEmbeddingHead(const std::string& prefix);
   // BuildLayerPlan's message for n shared layers ("" when the plan is valid).
   std::string PlanError(int n) const;
   // Throws when the file's own num_kv_shared_layers gives no valid plan.
@@ -253,7 +266,8 @@ class DecoderModel : public Model {
   const float* out_norm_ = nullptr;
   float final_softcap_ = 0.0f;  // 0: off
   std::vector<RopeFamily> rope_families_;
-  std::vector<int> layer_rope_;  // [n_layer]: index into rope_families_
+  std::vector<int> layer_rope_;      // [n_layer]: index into rope_families_
+  std::vector<WeightMatrix> dense_;  // Embed's projections after pooling, in order (may be empty)
   std::vector<std::string> warnings_;
 
  private:

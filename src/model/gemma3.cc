@@ -40,12 +40,14 @@ class Gemma3State final : public DecoderState {
 
 class Gemma3 final : public detail::DecoderModel {
  public:
-  explicit Gemma3(GgufFile file) : DecoderModel(std::move(file)) {
+  // arch: "gemma3", or "gemma-embedding" (EmbeddingGemma: the same layers
+  // run bidirectionally, with a pooling type and dense projections).
+  Gemma3(GgufFile file, const std::string& arch) : DecoderModel(std::move(file)) {
     const GgufFile& f = file_;
     const detail::TensorLookup t(f);
     ModelConfig& c = cfg_;
-    c.architecture = "gemma3";
-    const std::string a = "gemma3.";
+    c.architecture = arch;
+    const std::string a = arch + ".";
     c.n_layer = static_cast<int>(f.GetU32(a + "block_count"));
     c.n_embd = static_cast<int>(f.GetU32(a + "embedding_length"));
     c.n_ff = static_cast<int>(f.GetU32(a + "feed_forward_length"));
@@ -55,6 +57,7 @@ class Gemma3 final : public detail::DecoderModel {
     c.context_length = static_cast<int>(f.GetU32Or(a + "context_length", 8192));
     c.rms_eps = f.GetF32Or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
     c.sliding_window = static_cast<int>(f.GetU32Or(a + "attention.sliding_window", 0));
+    if (arch == "gemma-embedding") LoadEmbeddingHead(a);  // halves the window: before the layer pattern
     c.rope_base_full = f.GetF32Or(a + "rope.freq_base", 1e6f);
     c.rope_base_sliding = f.GetF32Or(a + "rope.freq_base_swa", 1e4f);
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -169,6 +172,8 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
 
 }  // namespace
 
-std::unique_ptr<Model> LoadGemma3(GgufFile file) { return std::make_unique<Gemma3>(std::move(file)); }
+std::unique_ptr<Model> LoadGemma3(GgufFile file, const std::string& arch) {
+  return std::make_unique<Gemma3>(std::move(file), arch);
+}
 
 }  // namespace kvshare

@@ -10,9 +10,10 @@
 
 namespace kvshare {
 
-// Builds a Gemma 3 model over an opened file. Throws kvshare::Error naming the
-// missing key or tensor.
-std::unique_ptr<Model> LoadGemma3(GgufFile file);
+// Builds a Gemma 3 model over an opened file: arch "gemma3", or
+// "gemma-embedding" (EmbeddingGemma, an encoder: ModelConfig::causal false).
+// Throws kvshare::Error naming the missing key or tensor.
+std::unique_ptr<Model> LoadGemma3(GgufFile file, const std::string& arch = "gemma3");
 
 namespace detail {
 

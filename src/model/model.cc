@@ -13,7 +13,7 @@ namespace kvshare {
 std::unique_ptr<Model> Model::Load(const std::string& path) {
   GgufFile file = GgufFile::Open(path);
   const std::string arch(file.GetStringOpt("general.architecture").value_or(""));
-  if (arch == "gemma3") return LoadGemma3(std::move(file));
+  if (arch == "gemma3" || arch == "gemma-embedding") return LoadGemma3(std::move(file), arch);
   if (arch == "gemma4") return LoadGemma4(std::move(file));
   if (arch == "gemma3n") return LoadGemma3n(std::move(file));
   if (arch == "gemma4-assistant") {
@@ -22,7 +22,8 @@ std::unique_ptr<Model> Model::Load(const std::string& path) {
         " is a Gemma 4 assistant (gemma4-assistant): a drafter that reads its target's "
         "KV cache, not a model of its own; give it as the draft model (--draft-model) next to its Gemma 4 target");
   }
-  throw Error("model " + path + ": architecture '" + arch + "' is not supported (supported: gemma3, gemma3n, gemma4)");
+  throw Error("model " + path + ": architecture '" + arch +
+              "' is not supported (supported: gemma3, gemma3n, gemma4, gemma-embedding)");
 }
 
 ModelKvSpec KvSpecOf(const ModelConfig& c, int num_kv_shared_layers) {

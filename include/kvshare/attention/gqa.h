@@ -26,7 +26,10 @@
 // absolute position p = off_b + s, where off_b is the causal offset of the mode
 // (below). Key j is visible iff j < T_b, and (causal) j <= p, and (window,
 // local_window_size = W > 0) p - j < W: W keys including the current one, as in
-// HF `sliding_window` and ORT >= PR #25927.
+// HF `sliding_window` and ORT >= PR #25927. With causal = 0 a window is
+// symmetric (kvshare extension): |p - j| < W, HF's bidirectional sliding
+// overlay (Gemma 3 `use_bidirectional_attention`, EmbeddingGemma); not in the
+// circular scatter mode.
 //
 // Bidirectional spans (kvshare extension; input bidirectional_spans, int64
 // [B, K, 2], K >= 0): row b's spans [start, end) of absolute positions, sorted
@@ -171,7 +174,7 @@ class ThreadPool;
 struct GqaAttributes {
   int num_heads = 0;           // N, > 0
   int kv_num_heads = 0;        // N_kv, > 0, N % N_kv == 0
-  int causal = 1;              // 1 causal, 0 bidirectional (window must be -1 then)
+  int causal = 1;              // 1 causal, 0 bidirectional (a window then is symmetric)
   float scale = 0.0f;          // 0 => 1/sqrt(H)
   float softcap = 0.0f;        // > 0 => softcap * tanh(x / softcap); < 0 is an error
   int local_window_size = -1;  // W keys including the current one; -1 off; 0 is an error

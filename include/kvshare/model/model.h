@@ -2,7 +2,8 @@
 //
 // Model::Load maps a GGUF file (weights stay quantized in the mapping) and
 // builds the architecture named by `general.architecture` (gemma3, gemma3n,
-// gemma4; any size: every hyperparameter comes from metadata). A Model is
+// gemma4; any size: every hyperparameter comes from metadata; and the
+// embedding model gemma-embedding, which only embeds: Model::Embed). A Model is
 // immutable and may be shared by many sessions; each ModelState owns a KV
 // cache of ModelStateOptions::max_batch sequences (rows), run one at a time by
 // Forward or together by ForwardBatch.
@@ -29,6 +30,7 @@
 #include "kvshare/cache/kv_cache.h"
 #include "kvshare/common/tensor.h"
 #include "kvshare/gguf/gguf.h"
+#include "kvshare/model/embedding.h"
 
 namespace kvshare {
 
@@ -76,6 +78,17 @@ struct ModelConfig {
   // without per-layer embeddings (26B-A4B, 31B, the unified 12B) sliding
   // layers only; Gemma 3n and the Gemma 4 E-models causal.
   ImageAttention image_attention = ImageAttention::kCausal;
+  // false: an encoder (gemma-embedding, HF use_bidirectional_attention):
+  // every layer bidirectional, full layers see every key, sliding layers the
+  // keys with |p - j| < sliding_window (the GGUF's window / 2 + 1, HF's
+  // value). Such a model embeds (Model::Embed) and does not generate.
+  bool causal = true;
+  // The file's `<arch>.pooling_type` (kNone when absent: decoders).
+  Pooling pooling = Pooling::kNone;
+  // Values of Model::Embed's vectors: the last dense projection's output
+  // width (gemma-embedding); 0 for a model without dense projections, whose
+  // vectors have n_embd values.
+  int embedding_dim = 0;
 };
 
 // The attention layers of `config` as a cache spec (per layer: sliding or
@@ -241,6 +254,19 @@ class Model {
   // Forward checks per row (overflow of max_context, token ids, num_logits).
   virtual std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                               ThreadPool* pool) const = 0;
+
+  // Embeddings of `inputs` (each non-empty token ids in [0, n_vocab), at most
+  // context_length of them): [inputs.size(), d] row-major, d = dimensions or
+  // config().embedding_dim (n_embd when 0), each row L2-normalized (embedding.h). Runs on
+  // states of its own (no caller state, no cache shared with anything), the
+  // inputs as rows of batched steps, each input in one step; causal models
+  // pool causal hidden states. Results do not depend on how inputs are
+  // grouped or on the thread count. Throws kvshare::Error, naming the input
+  // index, for no inputs, an empty or too long input, a token id out of
+  // range, no pooling (the option to set), or dimensions out of range; the
+  // GPU model (cuda_model/) does not embed and throws saying so.
+  virtual std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
+                                   ThreadPool* pool) const;
 
   // out[i, :] = the input embedding of tokens[i] as the first layer takes it,
   // [tokens.size(), n_embd] (Gemma: the token_embd row scaled by
