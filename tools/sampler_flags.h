@@ -20,11 +20,13 @@ struct SamplerFlags {
   float min_p = 0.0f;           // --min-p, [0, 1]
   float repeat_penalty = 1.0f;  // --repeat-penalty, (0, 100]
   int repeat_last_n = 64;       // --repeat-last-n, [-1, 2^30]
+  float presence_penalty = 0.0f;   // --presence-penalty, [-2, 2]
+  float frequency_penalty = 0.0f;  // --frequency-penalty, [-2, 2]
   std::uint64_t seed = 0;       // --seed
 };
 
-// Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n
-// and --seed to `cmd`, writing into `flags` (both must outlive parsing). An
+// Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+// --presence-penalty, --frequency-penalty and --seed to `cmd`, writing into `flags` (both must outlive parsing). An
 // out-of-range value fails parsing with a CLI::ValidationError that names the
 // flag and the allowed range.
 void AddSamplerFlags(CLI::App& cmd, SamplerFlags& flags);
