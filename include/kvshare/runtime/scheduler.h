@@ -140,6 +140,23 @@ struct RequestOptions {
   // (log-softmax of the model's logits, before temperature and filters) and
   // this many most likely alternatives.
   int top_logprobs = -1;
+  // -1: none. 0..20: the log-probability of every prompt token after the
+  // first under the model (and this many most likely alternatives), sent in
+  // the request's first event (RequestEvent::prompt_logprobs): OpenAI's
+  // echo with logprobs. Such a request reuses no prompt cache (every prompt
+  // position's logits are needed) and reads its prompt in chunks of at most
+  // 64 tokens (bounding a step's logits to 64 rows of n_vocab).
+  int prompt_logprobs = -1;
+  // Another request (its RequestHandle::id(), submitted before this one)
+  // with the same prompt: this request waits in the queue until that one's
+  // prompt is in its row, then starts from a copy of that row
+  // (ModelState::CopyRow) and prefills only its last prompt token instead of
+  // the whole prompt: the choices of one request with n > 1 share one
+  // prefill. Exact: the copy holds what this row would have computed. When
+  // the other request has left its slot, or the state cannot copy rows, or
+  // the request has images, this one prefills as any other (the prompt
+  // cache applies). 0: none.
+  std::uint64_t prefill_from = 0;
   // With a drafter (SchedulerOptions::drafter): draft and verify several
   // tokens per step for this request; false: one token per step.
   bool speculative = true;
@@ -201,6 +218,10 @@ struct RequestUsage {
 struct RequestEvent {
   std::string text;                 // newly released text (UTF-8)
   std::vector<OutputToken> tokens;  // the tokens of that text
+  // RequestOptions::prompt_logprobs: prompt tokens 1..n-1, each with its
+  // logprob given the tokens before it and its alternatives; in the first
+  // event only (empty in the others). `text` is empty in these.
+  std::vector<OutputToken> prompt_logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::kStop;
   // Why, in words: "eos", "end_of_turn", "stop token", "stop string",
@@ -279,7 +300,7 @@ class Scheduler {
 
   // Queues a request. Throws kvshare::Error (nothing queued) for an empty
   // prompt, an id out of range, max_tokens < 1, prompt + max_tokens over
-  // max_context, top_logprobs outside [-1, 20], an empty stop string,
+  // max_context, top_logprobs or prompt_logprobs outside [-1, 20], an empty stop string,
   // invalid sampler options, a grammar with ignore_eos, or embeddings that
   // are unsorted, overlap, leave the prompt, lack rows or a key, or exceed
   // step_tokens - slots + 1 tokens. The first request
