@@ -163,8 +163,8 @@ TEST(Sampler, RepetitionPenalty) {
 std::vector<double> ReferencePenalized(const std::vector<float>& logits, const std::vector<int32_t>& history,
                                        size_t prompt_length, const SamplerOptions& o) {
   std::vector<double> x(logits.begin(), logits.end());
-  const size_t window = o.repeat_last_n < 0 ? history.size()
-                                            : std::min(history.size(), static_cast<size_t>(o.repeat_last_n));
+  const size_t window =
+      o.repeat_last_n < 0 ? history.size() : std::min(history.size(), static_cast<size_t>(o.repeat_last_n));
   std::set<int32_t> seen(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
   for (int32_t id : seen) {
     const double v = logits[static_cast<size_t>(id)];

@@ -119,9 +119,8 @@ TEST(SchedulerChoices, PromptLogprobsMatchAPlainLogSoftmax) {
     EXPECT_NEAR(o.logprob, row[static_cast<std::size_t>(o.token)] - log_z, 1e-5) << "prompt token " << j + 1;
     ASSERT_EQ(o.top.size(), 3u);
     for (std::size_t k = 0; k < o.top.size(); ++k) {
-      const int above = static_cast<int>(std::count_if(row.begin(), row.end(), [&](float v) {
-        return v > row[static_cast<std::size_t>(o.top[k].token)];
-      }));
+      const int above = static_cast<int>(std::count_if(
+          row.begin(), row.end(), [&](float v) { return v > row[static_cast<std::size_t>(o.top[k].token)]; }));
       EXPECT_EQ(above, static_cast<int>(k)) << "prompt token " << j + 1 << " alternative " << k;
       EXPECT_NEAR(o.top[k].logprob, row[static_cast<std::size_t>(o.top[k].token)] - log_z, 1e-5);
     }

@@ -38,10 +38,9 @@ TEST(SamplerFlags, DefaultsAreTheSamplerDefaults) {
 }
 
 TEST(SamplerFlags, EveryFlagReachesSamplerOptions) {
-  const SamplerOptions o =
-      ToSamplerOptions(Parse({"--temp", "0.7", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--repeat-penalty",
-                              "1.3", "--repeat-last-n", "-1", "--presence-penalty", "-1.5",
-                              "--frequency-penalty", "0.25", "--seed", "12345678901"}));
+  const SamplerOptions o = ToSamplerOptions(Parse(
+      {"--temp", "0.7", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--repeat-penalty", "1.3",
+       "--repeat-last-n", "-1", "--presence-penalty", "-1.5", "--frequency-penalty", "0.25", "--seed", "12345678901"}));
   EXPECT_FLOAT_EQ(o.temperature, 0.7f);
   EXPECT_EQ(o.top_k, 40);
   EXPECT_FLOAT_EQ(o.top_p, 0.9f);
@@ -59,10 +58,20 @@ TEST(SamplerFlags, EveryFlagReachesSamplerOptions) {
 
 TEST(SamplerFlags, OutOfRangeValuesAreRejectedWithTheFlagName) {
   const std::vector<std::vector<std::string>> bad = {
-      {"--min-p", "1.5"},        {"--min-p", "-0.1"},       {"--min-p", "nan"},         {"--top-p", "0"},
-      {"--top-p", "1.01"},       {"--repeat-penalty", "0"}, {"--repeat-penalty", "-1"}, {"--repeat-penalty", "inf"},
-      {"--repeat-penalty", "x"}, {"--repeat-last-n", "-2"}, {"--temp", "-1"},           {"--top-k", "-1"},
-      {"--presence-penalty", "2.5"}, {"--frequency-penalty", "-3"},
+      {"--min-p", "1.5"},
+      {"--min-p", "-0.1"},
+      {"--min-p", "nan"},
+      {"--top-p", "0"},
+      {"--top-p", "1.01"},
+      {"--repeat-penalty", "0"},
+      {"--repeat-penalty", "-1"},
+      {"--repeat-penalty", "inf"},
+      {"--repeat-penalty", "x"},
+      {"--repeat-last-n", "-2"},
+      {"--temp", "-1"},
+      {"--top-k", "-1"},
+      {"--presence-penalty", "2.5"},
+      {"--frequency-penalty", "-3"},
   };
   for (const auto& args : bad) {
     try {

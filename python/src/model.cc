@@ -272,10 +272,9 @@ class PyModel {
 
   std::unique_ptr<Stream> Generate(const py::object& prompt, int max_new_tokens, float temperature, int top_k,
                                    float top_p, float min_p, float repetition_penalty, float presence_penalty,
-                                   float frequency_penalty, std::uint64_t seed,
-                                   const py::object& chat, bool reset, const py::object& draft, int draft_max,
-                                   bool draft_adaptive, const py::object& images, int max_soft_tokens,
-                                   bool pan_and_scan) {
+                                   float frequency_penalty, std::uint64_t seed, const py::object& chat, bool reset,
+                                   const py::object& draft, int draft_max, bool draft_adaptive,
+                                   const py::object& images, int max_soft_tokens, bool pan_and_scan) {
     const ChatTemplate tmpl(FormatFor(chat), *core_->tokenizer);
     const PreprocessOptions po{.max_soft_tokens = max_soft_tokens, .pan_and_scan = pan_and_scan};
     const std::vector<ImageArg> image_args = ImageArgs(images, po);

@@ -37,7 +37,8 @@ void Validate(const SamplerOptions& o) {
   }
   for (const auto& [name, v] : {std::pair<const char*, float>{"presence_penalty", o.presence_penalty},
                                 {"frequency_penalty", o.frequency_penalty}}) {
-    if (!(v >= -2.0f && v <= 2.0f)) throw Error(std::string(name) + " must be in [-2, 2] (0 disables it), got " + Num(v));
+    if (!(v >= -2.0f && v <= 2.0f))
+      throw Error(std::string(name) + " must be in [-2, 2] (0 disables it), got " + Num(v));
   }
   if (o.repeat_last_n < -1) {
     throw Error("repeat_last_n must be >= -1 (-1: whole history, 0: off), got " + std::to_string(o.repeat_last_n));

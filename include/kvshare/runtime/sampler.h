@@ -101,8 +101,8 @@ class Sampler {
   SamplerOptions options_;
   std::size_t prompt_length_ = 0;
   std::mt19937_64 rng_;
-  std::vector<float> scratch_;         // [vocab] penalized logits
-  std::vector<int32_t> counted_;       // scratch: the generated ids, sorted
+  std::vector<float> scratch_;    // [vocab] penalized logits
+  std::vector<int32_t> counted_;  // scratch: the generated ids, sorted
   struct Candidate {
     float logit;
     int32_t id;

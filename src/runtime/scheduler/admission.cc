@@ -234,8 +234,8 @@ void Admission::Admit(ModelState& state) {
     const int leader = LeaderRow(*r);
     if (leader == kLeaderPrefilling) return;  // admission order: the line waits a step or two
     // Prompt logprobs need every position's logits: nothing cached is reused.
-    const SlotChoice c = ChooseSlot(rows_.slots, state.kv_cache(), prompt, spans,
-                                    opt_.prompt_cache && r->opt.prompt_logprobs < 0);
+    const SlotChoice c =
+        ChooseSlot(rows_.slots, state.kv_cache(), prompt, spans, opt_.prompt_cache && r->opt.prompt_logprobs < 0);
     if (c.slot < 0) return;  // no free slot
     if (leader >= 0 && CopyLeader(state, r, leader, c.slot)) continue;
     std::string fallback;

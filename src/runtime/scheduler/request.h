@@ -91,11 +91,11 @@ struct Request {
   Sampler sampler;
   TokenStreamDecoder decoder;
   TextReleaser releaser;
-  std::vector<std::int32_t> history;    // prompt + sampled (repetition penalty)
-  std::vector<OutputToken> token_info;  // per sampled token: id and logprobs (text filled on release)
+  std::vector<std::int32_t> history;     // prompt + sampled (repetition penalty)
+  std::vector<OutputToken> token_info;   // per sampled token: id and logprobs (text filled on release)
   std::vector<OutputToken> prompt_info;  // opt.prompt_logprobs: prompt tokens 1.. so far (sent with the first event)
-  std::int64_t prefilled = 0;           // prompt tokens in the cache
-  std::int64_t cached = 0;              // of which reused from the prompt cache
+  std::int64_t prefilled = 0;            // prompt tokens in the cache
+  std::int64_t cached = 0;               // of which reused from the prompt cache
   int generated = 0;
   std::int32_t next_token = -1;  // sampled, fed at the next step
   std::uint64_t admit_seq = 0;

@@ -169,10 +169,8 @@ struct Scheduler::Impl {
                 [&](std::int64_t i) {
                   const detail::SampleEntry& e = to_sample[static_cast<std::size_t>(i)];
                   const BatchEntry& b = entries[e.entry];
-                  detail::SampleRow(tok, *rows.at(b.row).req,
-                                    logits.subspan(e.first_row * V, e.rows * V), V,
-                                    b.tokens.subspan(b.tokens.size() - e.rows + 1),
-                                    out[static_cast<std::size_t>(i)]);
+                  detail::SampleRow(tok, *rows.at(b.row).req, logits.subspan(e.first_row * V, e.rows * V), V,
+                                    b.tokens.subspan(b.tokens.size() - e.rows + 1), out[static_cast<std::size_t>(i)]);
                 });
     return out;
   }
