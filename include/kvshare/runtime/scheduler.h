@@ -15,7 +15,9 @@
 //      does not, the slot is reset and the whole prompt is prefilled again,
 //      and the fallback is logged (SchedulerOptions::log) and counted.
 //      SchedulerOptions::exact_rewind keeps full-length sliding caches
-//      (llama.cpp's --swa-full) so every prefix can be reused;
+//      (llama.cpp's --swa-full) so every prefix can be reused. A request
+//      with RequestOptions::prefill_from copies that request's row instead
+//      once its prompt is in (n choices, one prefill);
 //   3. one Model::ForwardBatch: every decoding row's next token first (with
 //      speculative decoding, SchedulerOptions::drafter, followed by the
 //      row's drafts: each row drafts on its own, one verify step for all),
@@ -76,12 +78,16 @@ struct StepTrace {
     int tokens = 0;             // tokens fed to the slot's row in this step
     bool decode = false;        // a decoding row's one token (false: a prompt chunk)
     bool sampled = false;       // its logits are sampled from (a decode row, a prompt's last chunk)
-    int logits_rows = 1;        // its rows in `logits`: a decode row's pending token and drafts, else 1
+    // Its rows in `logits`: a decode row's pending token and drafts; a prompt
+    // chunk of a request with prompt_logprobs, one per token (the last one
+    // sampled from when it ends the prompt); else 1.
+    int logits_rows = 1;
     std::int64_t position = 0;  // the row's cached tokens before the step (its first token's position)
   };
   std::vector<Entry> entries;  // in Model::ForwardBatch order
   // [sum of logits_rows, n_vocab], entry after entry: a decode entry's rows
-  // for its pending token and each draft, other entries their last token's.
+  // for its pending token and each draft, other entries their last token's
+  // (or each token's, with prompt_logprobs).
   std::span<const float> logits;
 };
 
