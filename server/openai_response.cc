@@ -227,16 +227,13 @@ std::string CompletionFormatter::StreamEvent(const RequestEvent& event) const {
     out += Sse(ApiError(500, e.detail, "server_error").ToJson());
     return choice_.ends_stream ? out + "data: [DONE]\n\n" : out;
   }
-  {
-    const char* reason = ReasonName(e.reason, streamed_calls_ > 0);
-    json last = chat_ ? json{{"index", choice_.index},
-                             {"delta", json::object()},
-                             {"logprobs", nullptr},
-                             {"finish_reason", reason}}
-                      : json{{"text", ""}, {"index", choice_.index}, {"logprobs", nullptr}, {"finish_reason", reason}};
-    AddAbortCause(last, e);
-    out += Sse(Chunk(last));
-  }
+  const char* reason = ReasonName(e.reason, streamed_calls_ > 0);
+  json last =
+      chat_
+          ? json{{"index", choice_.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
+          : json{{"text", ""}, {"index", choice_.index}, {"logprobs", nullptr}, {"finish_reason", reason}};
+  AddAbortCause(last, e);
+  out += Sse(Chunk(last));
   if (choice_.ends_stream) {
     RequestUsage u = e.usage;
     if (choice_.drop_output) u.completion_tokens = 0;

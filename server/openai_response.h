@@ -10,6 +10,9 @@
 // "text_completion" chunks with choices[0].text the same way. An internal
 // error after the stream started is sent as data: {"error": {...}} before
 // [DONE]. finish_reason: "stop", "length", or "abort" (cancelled, vLLM's word).
+// One formatter writes one choice (ChoiceOptions: its index, echo,
+// max_tokens 0); several are merged by ChoiceSet (choice_set.h), which ends
+// the stream once all have finished.
 //
 // Tool calls (EnableToolCalls): the reply goes through a ToolCallParser
 // (kvshare/runtime/tool_calls.h). Non-streaming: message.tool_calls [{"id":
