@@ -18,7 +18,7 @@ constexpr int kDefaultCompletionTokens = 16;  // OpenAI's legacy completions def
 
 }  // namespace
 
-RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx) {
+RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx, std::size_t prompt_index) {
   if (ctx.strict_model && !req.model.empty() && req.model != ctx.model_id) {
     throw ApiError(404, "The model `" + req.model + "` does not exist. This server serves `" + ctx.model_id + "`.",
                    "invalid_request_error", "model", "model_not_found");
@@ -56,20 +56,19 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
                          "tools", "invalid_schema");
       }
     }
-  } else if (req.prompt_tokens) {
-    if (req.prompt_tokens->empty())
-      throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
-    for (std::int32_t t : *req.prompt_tokens) {
+  } else if (const CompletionRequest::Prompt& p = req.prompts.at(prompt_index); !p.text) {
+    if (p.tokens.empty()) throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
+    for (std::int32_t t : p.tokens) {
       if (t >= ctx.tokenizer->vocab_size()) {
         throw BadRequest("Invalid 'prompt': token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                              std::to_string(ctx.tokenizer->vocab_size()) + ").",
                          "prompt", "invalid_value");
       }
     }
-    r.prompt = *req.prompt_tokens;
+    r.prompt = p.tokens;
   } else {
-    if (req.prompt_text->empty()) throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
-    const std::vector<ChatMessage> msgs = {{"user", *req.prompt_text}};
+    if (p.text->empty()) throw BadRequest("Invalid 'prompt': the prompt is empty.", "prompt", "invalid_value");
+    const std::vector<ChatMessage> msgs = {{"user", *p.text}};
     // Plain completion, as `kvshare generate --raw`: <bos> and the text as is.
     r.prompt = ChatTemplate(ChatFormat::kNone, *ctx.tokenizer).Encode(msgs);
   }
@@ -97,6 +96,9 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
   r.ignore_eos = req.ignore_eos;
   r.speculative = req.speculative;
   r.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+  // best_of ranks the candidates by their tokens' logprobs.
+  if (req.best_of > req.n) r.top_logprobs = std::max(r.top_logprobs, 0);
+  if (req.echo && req.logprobs) r.prompt_logprobs = req.top_logprobs;
   for (const auto& [id, bias] : req.logit_bias) {
     if (id >= ctx.tokenizer->vocab_size()) {
       throw BadRequest("Invalid 'logit_bias': token id " + std::to_string(id) + " is outside the vocabulary [0, " +

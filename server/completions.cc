@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "choice_set.h"
 #include "connection.h"
 #include "kvshare/common/error.h"
 #include "openai_response.h"
@@ -33,14 +35,17 @@ std::int64_t UnixNow() {
 
 // One streamed response, shared by cpp-httplib's content provider and releaser.
 struct Stream {
-  std::shared_ptr<RequestHandle> handle;
-  std::unique_ptr<CompletionFormatter> fmt;
+  std::unique_ptr<ChoiceSet> set;
   int fd = -1;
   bool started = false;
   bool done = false;
-  RequestEvent last;
-  std::chrono::steady_clock::time_point t0;
 };
+
+// The echo text of prompt p: as sent, or its ids decoded.
+std::string EchoText(const CompletionRequest& cr, std::size_t p, const Tokenizer& tok) {
+  const CompletionRequest::Prompt& prompt = cr.prompts[p];
+  return prompt.text ? *prompt.text : tok.Decode(prompt.tokens);
+}
 
 }  // namespace
 
@@ -49,7 +54,19 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   CompletionRequest cr = ParseCompletionRequest(
       ParseBody(req), chat, {.strict = opt.strict_openai, .allow_image_urls = opt.allow_image_urls});
   KeepSchemaKeyOrder(cr, req.body);
-  RequestOptions ro = BuildRequest(cr, ctx);
+  const std::size_t n_prompts = chat ? 1 : cr.prompts.size();
+  const std::size_t per_prompt = static_cast<std::size_t>(cr.best_of);
+  const std::size_t total = n_prompts * per_prompt;
+  const std::size_t room = static_cast<std::size_t>(opt.scheduler.max_queue + opt.scheduler.slots);
+  if (total > room) {
+    throw BadRequest("This request needs " + std::to_string(total) + " generations (" + std::to_string(n_prompts) +
+                         " prompts x " + std::to_string(per_prompt) + (cr.best_of > cr.n ? " best_of" : " n") +
+                         "); this server takes at most " + std::to_string(room) +
+                         " at once (--slots + --max-queue). Send fewer prompts or choices per request.",
+                     chat ? "n" : "prompt", "too_many_choices");
+  }
+  std::vector<RequestOptions> built;  // every prompt checked before anything is submitted
+  for (std::size_t p = 0; p < n_prompts; ++p) built.push_back(BuildRequest(cr, ctx, p));
   if (!cr.model.empty() && cr.model != ctx.model_id) {
     res.set_header("X-Kvshare-Served-Model", ctx.model_id);
     Log("request names model '" + cr.model + "'; serving " + ctx.model_id + " (--strict-openai answers 404)");
@@ -61,68 +78,91 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
     Log(std::string(chat ? "chat" : "completion") + " request: ignored unknown fields " + names +
         " (--strict-openai refuses them)");
   }
-  const std::size_t prompt_tokens = ro.prompt.size();
-  SubmitResult sub;
-  try {
-    sub = scheduler->Submit(std::move(ro), http_waiting.load());
-  } catch (const Error& e) {
-    throw BadRequest(e.what());
-  }
-  if (sub.status == SubmitStatus::kDraining) CheckReady();
-  if (sub.status != SubmitStatus::kAccepted) {
-    res.set_header("Retry-After", "1");
-    throw ApiError(503,
-                   "The server is busy: " + std::to_string(opt.scheduler.max_queue) +
-                       " requests (or connections not yet read) are already waiting for a slot. Retry later.",
-                   "unavailable_error", std::nullopt, "server_busy");
-  }
-  const std::uint64_t id = sub.handle->id();
-  const auto t0 = std::chrono::steady_clock::now();
-  auto fmt =
-      std::make_unique<CompletionFormatter>(cr, NewId(chat ? "chatcmpl-" : "cmpl-"), UnixNow(), ctx.model_id, *tok);
+  std::size_t prompt_tokens = 0;
+  for (const RequestOptions& ro : built) prompt_tokens += ro.prompt.size();
+  const std::string response_id = NewId(chat ? "chatcmpl-" : "cmpl-");
+  const std::int64_t created = UnixNow();
+  auto set = std::make_unique<ChoiceSet>(cr);
+  std::optional<ToolCallParserOptions> tools;
   if (chat && ctx.chat) {
-    if (auto offer = OfferedTools(cr)) fmt->EnableToolCalls(ToolCallParsing(ctx.chat->format(), *offer));
+    if (auto offer = OfferedTools(cr)) tools = ToolCallParsing(ctx.chat->format(), *offer);
   }
+  std::uint64_t id = 0;
+  for (std::size_t p = 0; p < n_prompts; ++p) {
+    std::uint64_t leader = 0;
+    for (std::size_t i = 0; i < per_prompt; ++i) {
+      RequestOptions ro = built[p];
+      ro.sampler.seed = built[p].sampler.seed + i;  // choice i: seed + i (openai_request.h)
+      ro.prefill_from = leader;
+      SubmitResult sub;
+      try {
+        sub = scheduler->Submit(std::move(ro), http_waiting.load());
+      } catch (const Error& e) {
+        set->CancelAll();
+        throw BadRequest(e.what());
+      }
+      if (sub.status != SubmitStatus::kAccepted) {
+        set->CancelAll();
+        if (sub.status == SubmitStatus::kDraining) CheckReady();
+        res.set_header("Retry-After", "1");
+        throw ApiError(503,
+                       "The server is busy: " + std::to_string(opt.scheduler.max_queue) +
+                           " requests (or connections not yet read) are already waiting for a slot. Retry later.",
+                       "unavailable_error", std::nullopt, "server_busy");
+      }
+      if (leader == 0) leader = sub.handle->id();
+      if (id == 0) id = sub.handle->id();
+      ChoiceOptions co{.index = static_cast<int>(p) * cr.n + static_cast<int>(i),
+                       .ends_stream = total == 1,
+                       .echo = cr.echo,
+                       .drop_output = cr.max_tokens_zero};
+      if (cr.echo) {
+        co.prompt_text = EchoText(cr, p, *tok);
+        co.prompt = built[p].prompt;
+      }
+      auto fmt = std::make_unique<CompletionFormatter>(cr, response_id, created, ctx.model_id, *tok, std::move(co));
+      if (tools) fmt->EnableToolCalls(*tools);
+      set->Add(sub.handle, std::move(fmt), p);
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   const int fd = FindConnectionSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  auto log_done = [this, id, chat, prompt_tokens, t0](const RequestEvent& e, bool stream, bool gone) {
-    char buf[256];
-    std::snprintf(
-        buf, sizeof buf, "request %llu %s%s: prompt %zu tokens (%lld cached), output %lld tokens, %s (%s)%s, %.2f s",
-        static_cast<unsigned long long>(id), chat ? "chat" : "completion", stream ? " stream" : "", prompt_tokens,
-        static_cast<long long>(e.usage.cached_tokens), static_cast<long long>(e.usage.completion_tokens),
-        FinishReasonName(e.reason), e.detail.c_str(), gone ? ", client gone" : "",
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  auto log_done = [this, id, chat, prompt_tokens, t0, total](const ChoiceSet& s, bool stream, bool gone) {
+    const RequestEvent& e = s.last();
+    const RequestUsage u = s.Usage();
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "request %llu %s%s: prompt %zu tokens (%lld cached), output %lld tokens, %s (%s)%s%s, %.2f s",
+                  static_cast<unsigned long long>(id), chat ? "chat" : "completion", stream ? " stream" : "",
+                  prompt_tokens, static_cast<long long>(u.cached_tokens), static_cast<long long>(u.completion_tokens),
+                  FinishReasonName(e.reason), e.detail.c_str(), gone ? ", client gone" : "",
+                  total > 1 ? (", " + std::to_string(total) + " choices").c_str() : "",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     Log(buf);
   };
 
   if (!cr.stream) {
     in_flight.fetch_add(1);
     bool gone = false;
-    std::vector<RequestEvent> events;
-    while (!fmt->finished()) {
-      events.clear();
-      if (sub.handle->Wait(events, kPoll)) {
-        for (const RequestEvent& e : events) fmt->Add(e);
-      }
+    while (!set->finished()) {
+      set->Collect(kPoll);
       // Checked on every wake-up, not only on idle ones: when a step takes
       // less than kPoll, every Wait returns events.
-      if (!gone && !fmt->finished() && PeerClosed(fd)) {
+      if (!gone && !set->finished() && PeerClosed(fd)) {
         gone = true;
-        sub.handle->Cancel();
+        set->CancelAll();
       }
     }
-    log_done(fmt->last(), false, gone);
+    log_done(*set, false, gone);
     in_flight.fetch_sub(1);
-    if (fmt->last().error) throw ApiError(500, fmt->last().detail, "server_error");
-    res.set_content(Dump(fmt->Final()), "application/json");
+    if (set->last().error) throw ApiError(500, set->last().detail, "server_error");
+    res.set_content(Dump(set->Final()), "application/json");
     return;
   }
 
   auto st = std::make_shared<Stream>();
-  st->handle = sub.handle;
-  st->fmt = std::move(fmt);
+  st->set = std::move(set);
   st->fd = fd;
-  st->t0 = t0;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through unbuffered
   in_flight.fetch_add(1);
@@ -131,32 +171,25 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
       [st](std::size_t, httplib::DataSink& sink) {
         if (!st->started) {
           st->started = true;
-          const std::string head = st->fmt->StreamStart();
+          const std::string head = st->set->StreamStart();
           if (!head.empty() && !sink.write(head.data(), head.size())) {
-            st->handle->Cancel();
+            st->set->CancelAll();
             return false;
           }
         }
-        std::vector<RequestEvent> events;
-        if (!st->handle->Wait(events, kPoll)) {
+        const std::string out = st->set->CollectStream(kPoll);
+        st->done = st->set->finished();
+        if (out.empty() && !st->done) {
           if (PeerClosed(st->fd)) {
-            st->handle->Cancel();
+            st->set->CancelAll();
             return false;
           }
           return true;
         }
-        std::string out;
-        for (const RequestEvent& e : events) {
-          out += st->fmt->StreamEvent(e);
-          if (e.finished) {
-            st->done = true;
-            st->last = e;
-          }
-        }
         // An empty write would tell cpp-httplib the stream ended (events of
         // tokens whose text is still held back produce no bytes).
         if (!out.empty() && !sink.write(out.data(), out.size())) {
-          st->handle->Cancel();
+          st->set->CancelAll();
           return false;
         }
         if (st->done) sink.done();
@@ -165,19 +198,12 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
       [this, st, log_done](bool) {
         const bool gone = !st->done;
         if (gone) {
-          // The client went away: cancel, and take the final event (one step
-          // away) for the log line.
-          st->handle->Cancel();
-          std::vector<RequestEvent> events;
-          for (int i = 0; i < 100 && !st->done; ++i) {
-            events.clear();
-            st->handle->Wait(events, kPoll);
-            for (const RequestEvent& e : events) {
-              if (e.finished) st->done = true, st->last = e;
-            }
-          }
+          // The client went away: cancel, and take the final events (one
+          // step away) for the log line.
+          st->set->CancelAll();
+          for (int i = 0; i < 100 && !st->set->finished(); ++i) st->set->Collect(kPoll);
         }
-        log_done(st->last, true, gone);
+        log_done(*st->set, true, gone);
         in_flight.fetch_sub(1);
       });
 }

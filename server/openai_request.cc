@@ -21,6 +21,7 @@ using nlohmann::json;
 
 constexpr int kMaxStops = 16;
 constexpr int kMaxTopLogprobs = 20;
+constexpr int kMaxPrompts = 256;
 
 // Fields that change nothing here, and may be sent by clients.
 const std::set<std::string>& Ignored() {
@@ -127,26 +128,39 @@ std::vector<std::int32_t> TokenArray(const json& a, const std::string& name) {
   return ids;
 }
 
+// OpenAI's prompt: a string, an array of token ids, or an array of strings
+// or of token-id arrays (a list of prompts).
 void ParsePrompt(const json& body, CompletionRequest& r) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) {
     throw BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
   }
-  const json* p = &*it;
-  if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
-    if (p->size() != 1) {
-      throw BadRequest("Invalid 'prompt': " + std::to_string(p->size()) +
-                           " prompts in one request are not supported by this server; send one prompt per request.",
-                       "prompt", "unsupported_parameter");
+  const json& p = *it;
+  auto one = [&](const json& v) {
+    CompletionRequest::Prompt out;
+    if (v.is_string()) {
+      out.text = v.get<std::string>();
+    } else if (v.is_array()) {
+      out.tokens = TokenArray(v, "prompt");
+    } else {
+      WrongType("prompt", "a string, an array of integers, or an array of strings or of integer arrays", v);
     }
-    p = &p->front();
-  }
-  if (p->is_string()) {
-    r.prompt_text = p->get<std::string>();
-  } else if (p->is_array()) {
-    r.prompt_tokens = TokenArray(*p, "prompt");
+    r.prompts.push_back(std::move(out));
+  };
+  if (p.is_array() && !p.empty() && (p.front().is_string() || p.front().is_array())) {
+    if (p.size() > static_cast<std::size_t>(kMaxPrompts)) {
+      throw BadRequest("Invalid 'prompt': at most " + std::to_string(kMaxPrompts) + " prompts per request, got " +
+                           std::to_string(p.size()) + ".",
+                       "prompt", "array_above_max_length");
+    }
+    for (const json& v : p) {
+      if (!v.is_string() && !v.is_array()) {
+        WrongType("prompt", "a string, an array of integers, or an array of strings or of integer arrays", v);
+      }
+      one(v);
+    }
   } else {
-    WrongType("prompt", "a string or an array of integers", *p);
+    one(p);
   }
 }
 
@@ -192,9 +206,14 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
     }
     r.include_usage = Bool(*so, "include_usage").value_or(false);
   }
-  std::optional<std::int64_t> mt = Integer(body, "max_tokens", 1, INT32_MAX);
+  // Completions take max_tokens 0 (OpenAI: the prompt alone, with echo).
+  std::optional<std::int64_t> mt = Integer(body, "max_tokens", chat ? 1 : 0, INT32_MAX);
   if (chat) {
     if (auto mct = Integer(body, "max_completion_tokens", 1, INT32_MAX)) mt = mct;
+  }
+  if (mt && *mt == 0) {
+    r.max_tokens_zero = true;
+    mt = 1;
   }
   if (mt) r.max_tokens = static_cast<int>(*mt);
   r.sampler.temperature = static_cast<float>(Number(body, "temperature", 0, 2).value_or(1.0));
@@ -203,6 +222,8 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
   r.sampler.top_k = static_cast<std::int32_t>(top_k < 0 ? 0 : top_k);
   r.sampler.min_p = static_cast<float>(Number(body, "min_p", 0, 1).value_or(0.0));
   r.sampler.repetition_penalty = static_cast<float>(Number(body, "repetition_penalty", 0, 100, true).value_or(1.0));
+  r.sampler.presence_penalty = static_cast<float>(Number(body, "presence_penalty", -2, 2).value_or(0.0));
+  r.sampler.frequency_penalty = static_cast<float>(Number(body, "frequency_penalty", -2, 2).value_or(0.0));
   if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null()) {
     if (seed->is_number_unsigned()) {
       r.sampler.seed = seed->get<std::uint64_t>();
@@ -223,13 +244,8 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
         "ignore_eos", "invalid_value");
   }
   r.speculative = Bool(body, "speculative").value_or(true);
-  if (Integer(body, "n", 1, 128).value_or(1) != 1) {
-    throw BadRequest("Invalid 'n': only n = 1 is supported by this server (one choice per request).", "n",
-                     "unsupported_parameter");
-  }
-  for (const char* p : {"presence_penalty", "frequency_penalty"}) {
-    if (Number(body, p, -2, 2).value_or(0) != 0) Unsupported(p, "other than 0");
-  }
+  r.n = static_cast<int>(Integer(body, "n", 1, kMaxChoices).value_or(1));
+  r.best_of = r.n;
   r.logit_bias = ParseLogitBias(body);
   if (chat) {
     r.logprobs = Bool(body, "logprobs").value_or(false);
@@ -257,12 +273,21 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
       r.logprobs = true;
       r.top_logprobs = static_cast<int>(*lp);
     }
-    if (Bool(body, "echo").value_or(false)) Unsupported("echo", "= true");
+    r.echo = Bool(body, "echo").value_or(false);
     if (auto s = body.find("suffix"); s != body.end() && !s->is_null()) {
       if (!s->is_string()) WrongType("suffix", "a string", *s);
       if (!s->get<std::string>().empty()) Unsupported("suffix", "(insertion)");
     }
-    if (Integer(body, "best_of", 1, 128).value_or(1) != 1) Unsupported("best_of", "other than 1");
+    r.best_of = static_cast<int>(Integer(body, "best_of", 1, kMaxChoices).value_or(r.n));
+    if (r.best_of < r.n) {
+      throw BadRequest(
+          "Invalid 'best_of': it must be >= n (" + std::to_string(r.n) + "), got " + std::to_string(r.best_of) + ".",
+          "best_of", "invalid_value");
+    }
+    if (r.best_of > r.n && r.stream) {
+      throw BadRequest("Invalid 'best_of': best_of > n cannot be streamed (the best choices are known at the end).",
+                       "best_of", "invalid_value");
+    }
   }
   return r;
 }

@@ -13,14 +13,15 @@
 // Accepted (both endpoints): model (the served id; absent: the served model),
 // stream, stream_options.include_usage (only with stream), max_tokens,
 // temperature [0, 2] (default 1), top_p (0, 1], top_k (>= -1; -1 and 0 are
-// off), min_p [0, 1], repetition_penalty (0, 100], seed (integer; default
+// off), min_p [0, 1], repetition_penalty (0, 100], presence_penalty and
+// frequency_penalty [-2, 2] (OpenAI's, over the tokens generated so far:
+// applied after repetition_penalty, kvshare/runtime/sampler.h), seed (integer; default
 // random), stop (string or array of up to 16 non-empty strings), ignore_eos
 // (vLLM / llama.cpp: generate exactly max_tokens), logit_bias ({"<token id>":
 // bias in [-100, 100]}, added to the logits before the sampler), speculative (kvshare: bool,
 // default true; false opts the request out of the server's speculative
-// decoding), n (1 only),
-// user / metadata / store / service_tier (ignored),
-// presence_penalty and frequency_penalty (0 only).
+// decoding), n (below),
+// user / metadata / store / service_tier (ignored).
 // Chat: messages (roles system / developer / user / assistant; content a
 // string or an array of {"type": "text", "text"} and {"type": "image_url",
 // "image_url": {"url": "data:image/png;base64,..."}} parts: several images per
@@ -42,8 +43,20 @@
 // function are enforced by a grammar (see BuildRequest); under "auto", strict
 // tools by a lazy grammar from the call's opening on (ChatTemplate::ToolCallGrammar). Not with a
 // response_format other than text.
-// Completions: prompt (a string, token ids, or a one-element array of
-// either), logprobs [0, 20], echo (false), suffix (empty), best_of (1).
+// Completions: prompt (a string, an array of token ids, or an array of
+// strings or of token-id arrays: one set of choices per prompt, choice
+// index = prompt_index * n + i as OpenAI numbers them), logprobs [0, 20],
+// echo (the prompt's text before each choice's; with logprobs, the prompt
+// tokens' logprobs in front, the first one null, OpenAI's legacy format),
+// max_tokens 0 (nothing generated: with echo and logprobs, what
+// lm-evaluation-harness's loglikelihood requests need), best_of [n, 16]
+// (best_of candidates per prompt, the n with the highest mean token logprob
+// returned, as OpenAI's "highest log probability per token"; not with
+// stream), suffix (empty).
+// n [1, 16]: choices per prompt (both endpoints); choice i samples with the
+// seed + i (mod 2^64): with a seed, choice i is reproduced by a request with
+// n = 1 and seed + i. The choices of a prompt share its prefill
+// (RequestOptions::prefill_from) and decode as rows of one batch.
 // Both: response_format {"type": "text"}, {"type": "json_object"} (any JSON
 // object; llama-server's "schema" field there is taken as a json_schema) or
 // {"type": "json_schema", "json_schema": {"name", "description", "schema",
@@ -85,14 +98,25 @@ struct RequestImage {
   std::string param;                // where it was: "messages[0].content[1].image_url.url"
 };
 
+// Most choices per prompt (n, best_of): more is a 400.
+constexpr int kMaxChoices = 16;
+
 struct CompletionRequest {
   bool chat = false;
   std::string model;
-  std::vector<ChatMessage> messages;                       // chat
-  std::vector<RequestImage> images;                        // chat: image_url parts, in message and part order
-  std::optional<int> max_soft_tokens;                      // chat: Gemma 4's image token budget
-  std::optional<std::string> prompt_text;                  // completions
-  std::optional<std::vector<std::int32_t>> prompt_tokens;  // completions, as ids
+  std::vector<ChatMessage> messages;   // chat
+  std::vector<RequestImage> images;    // chat: image_url parts, in message and part order
+  std::optional<int> max_soft_tokens;  // chat: Gemma 4's image token budget
+  // Completions: the prompts (one, or a list: one set of choices each).
+  struct Prompt {
+    std::optional<std::string> text;   // a string prompt
+    std::vector<std::int32_t> tokens;  // token ids (text absent)
+  };
+  std::vector<Prompt> prompts;
+  int n = 1;                     // choices per prompt, [1, kMaxChoices]
+  int best_of = 1;               // completions: candidates per prompt, [n, kMaxChoices]; the n best are returned
+  bool echo = false;             // completions: the prompt's text (and logprobs) before each choice's
+  bool max_tokens_zero = false;  // completions: max_tokens 0 (nothing generated; with echo, only the prompt)
   bool stream = false;
   bool include_usage = false;
   std::optional<int> max_tokens;
@@ -182,6 +206,9 @@ struct ModelContext {
 // prompt, the format's tool stop tokens end generation, and the grammar is
 // ChatTemplate::ToolCallGrammar's (400 invalid_schema when the call cannot be
 // enforced).
-RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx);
+// Completions build one prompt of the list (prompt_index); with echo and
+// logprobs the request asks for prompt logprobs; max_tokens 0 runs one
+// token (the scheduler's least), which the response drops.
+RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ctx, std::size_t prompt_index = 0);
 
 }  // namespace kvshare::server

@@ -65,8 +65,8 @@ void CompletionFormatter::AddAbortCause(json& choice, const RequestEvent& e) {
 std::string CompletionFormatter::DeltaChunks(const ToolCallDelta& d, const json& lp) const {
   std::string out;
   if (!d.content.empty() || !lp.is_null()) {
-    out +=
-        Sse(Chunk({{"index", 0}, {"delta", {{"content", d.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+    out += Sse(Chunk(
+        {{"index", choice_.index}, {"delta", {{"content", d.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
   }
   for (const ToolCall& c : d.calls) {
     const std::size_t index = streamed_calls_++;
@@ -74,12 +74,12 @@ std::string CompletionFormatter::DeltaChunks(const ToolCallDelta& d, const json&
                   {"id", NewCallId()},
                   {"type", "function"},
                   {"function", {{"name", c.name}, {"arguments", ""}}}};
-    out += Sse(Chunk({{"index", 0},
+    out += Sse(Chunk({{"index", choice_.index},
                       {"delta", {{"tool_calls", json::array({first})}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}}));
     json args = {{"index", index}, {"function", {{"arguments", c.arguments}}}};
-    out += Sse(Chunk({{"index", 0},
+    out += Sse(Chunk({{"index", choice_.index},
                       {"delta", {{"tool_calls", json::array({args})}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}}));
@@ -88,8 +88,9 @@ std::string CompletionFormatter::DeltaChunks(const ToolCallDelta& d, const json&
 }
 
 CompletionFormatter::CompletionFormatter(const CompletionRequest& request, std::string id, std::int64_t created,
-                                         std::string model, const Tokenizer& tokenizer)
-    : chat_(request.chat),
+                                         std::string model, const Tokenizer& tokenizer, ChoiceOptions choice)
+    : choice_(std::move(choice)),
+      chat_(request.chat),
       logprobs_(request.logprobs),
       include_usage_(request.include_usage),
       id_(std::move(id)),
@@ -127,8 +128,29 @@ json CompletionFormatter::ChatLogprobs(const std::vector<OutputToken>& tokens) c
   return {{"content", content}};
 }
 
-json CompletionFormatter::CompletionLogprobs(const std::vector<OutputToken>& tokens, std::size_t offset) const {
+json CompletionFormatter::CompletionLogprobs(const std::vector<OutputToken>& tokens, std::size_t offset,
+                                             const std::vector<OutputToken>* prompt) const {
   json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  if (prompt != nullptr && !choice_.prompt.empty()) {
+    // The first prompt token has no logprob (nothing before it), as OpenAI's.
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < choice_.prompt.size() && i <= prompt->size(); ++i) {
+      const std::string text = TokenText(choice_.prompt[i]);
+      toks.push_back(text);
+      offsets.push_back(at);
+      at += text.size();
+      if (i == 0) {
+        lps.push_back(nullptr);
+        tops.push_back(nullptr);
+        continue;
+      }
+      const OutputToken& t = (*prompt)[i - 1];
+      lps.push_back(t.logprob);
+      json top = json::object();
+      for (const TokenLogprob& a : t.top) top[TokenText(a.token)] = a.logprob;
+      tops.push_back(top);
+    }
+  }
   for (const OutputToken& t : tokens) {
     toks.push_back(TokenText(t.token));
     lps.push_back(t.logprob);
@@ -153,14 +175,36 @@ json CompletionFormatter::Chunk(json choice) const {
 
 std::string CompletionFormatter::StreamStart() const {
   if (!chat_) return "";
-  return Sse(Chunk({{"index", 0},
+  return Sse(Chunk({{"index", choice_.index},
                     {"delta", {{"role", "assistant"}, {"content", ""}}},
                     {"logprobs", nullptr},
                     {"finish_reason", nullptr}}));
 }
 
-std::string CompletionFormatter::StreamEvent(const RequestEvent& e) const {
+json CompletionFormatter::EchoLogprobs(const std::vector<OutputToken>& prompt_logprobs) const {
+  return CompletionLogprobs({}, 0, &prompt_logprobs);
+}
+
+std::string CompletionFormatter::StreamEvent(const RequestEvent& event) const {
   std::string out;
+  RequestEvent dropped;
+  const RequestEvent* ep = &event;
+  if (choice_.drop_output) {
+    dropped.finished = event.finished;
+    dropped.reason = event.reason == kvshare::FinishReason::kAbort ? event.reason : kvshare::FinishReason::kLength;
+    dropped.detail = event.detail;
+    dropped.error = event.error;
+    dropped.usage = event.usage;
+    ep = &dropped;
+  }
+  const RequestEvent& e = *ep;
+  if (choice_.echo && !echoed_) {
+    echoed_ = true;
+    json lp = logprobs_ ? EchoLogprobs(event.prompt_logprobs) : json(nullptr);
+    out += Sse(
+        Chunk({{"text", choice_.prompt_text}, {"index", choice_.index}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+    streamed_bytes_ += choice_.prompt_text.size();
+  }
   if (parser_) {
     if (!e.text.empty() || !e.tokens.empty()) {
       json lp = logprobs_ && !e.tokens.empty() ? ChatLogprobs(e.tokens) : json(nullptr);
@@ -172,35 +216,56 @@ std::string CompletionFormatter::StreamEvent(const RequestEvent& e) const {
     if (logprobs_) lp = chat_ ? ChatLogprobs(e.tokens) : CompletionLogprobs(e.tokens, streamed_bytes_);
     streamed_bytes_ += e.text.size();
     if (chat_) {
-      out += Sse(Chunk({{"index", 0}, {"delta", {{"content", e.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+      out += Sse(Chunk(
+          {{"index", choice_.index}, {"delta", {{"content", e.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
     } else {
-      out += Sse(Chunk({{"text", e.text}, {"index", 0}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+      out += Sse(Chunk({{"text", e.text}, {"index", choice_.index}, {"logprobs", lp}, {"finish_reason", nullptr}}));
     }
   }
   if (!e.finished) return out;
   if (e.error) {
     out += Sse(ApiError(500, e.detail, "server_error").ToJson());
-  } else {
-    const char* reason = ReasonName(e.reason, streamed_calls_ > 0);
-    json last = chat_ ? json{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
-                      : json{{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};
-    AddAbortCause(last, e);
-    out += Sse(Chunk(last));
-    if (include_usage_) {
-      json u = {{"id", id_},
-                {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-                {"created", created_},
-                {"model", model_},
-                {"choices", json::array()},
-                {"usage", UsageJson(e.usage)}};
-      out += Sse(u);
-    }
+    return choice_.ends_stream ? out + "data: [DONE]\n\n" : out;
   }
-  out += "data: [DONE]\n\n";
+  const char* reason = ReasonName(e.reason, streamed_calls_ > 0);
+  json last =
+      chat_
+          ? json{{"index", choice_.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}
+          : json{{"text", ""}, {"index", choice_.index}, {"logprobs", nullptr}, {"finish_reason", reason}};
+  AddAbortCause(last, e);
+  out += Sse(Chunk(last));
+  if (choice_.ends_stream) {
+    RequestUsage u = e.usage;
+    if (choice_.drop_output) u.completion_tokens = 0;
+    out += StreamEnd(u);
+  }
   return out;
 }
 
+std::string CompletionFormatter::StreamEnd(const RequestUsage& total) const {
+  std::string out;
+  if (include_usage_) {
+    json u = {{"id", id_},
+              {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", json::array()},
+              {"usage", UsageJson(total)}};
+    out += Sse(u);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
 void CompletionFormatter::Add(const RequestEvent& e) {
+  if (prompt_logprobs_.empty()) prompt_logprobs_ = e.prompt_logprobs;
+  if (choice_.drop_output) {
+    if (e.finished) {
+      finished_ = true;
+      last_ = e;
+      if (last_.reason != kvshare::FinishReason::kAbort) last_.reason = kvshare::FinishReason::kLength;
+    }
+    return;
+  }
   text_ += e.text;
   if (parser_) {
     ToolCallDelta d = parser_->Feed(MarkedText(e));
@@ -222,9 +287,34 @@ void CompletionFormatter::Add(const RequestEvent& e) {
   }
 }
 
+RequestUsage CompletionFormatter::Usage() const {
+  RequestUsage u = last_.usage;
+  if (choice_.drop_output) u.completion_tokens = 0;
+  return u;
+}
+
+double CompletionFormatter::LogprobSum() const {
+  double sum = 0;
+  for (const OutputToken& t : tokens_) sum += t.logprob;
+  return sum;
+}
+
 json CompletionFormatter::Final() const {
+  return {{"id", id_},
+          {"object", chat_ ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", json::array({Choice()})},
+          {"usage", UsageJson(Usage())}};
+}
+
+json CompletionFormatter::Choice() const {
   json lp = nullptr;
-  if (logprobs_) lp = chat_ ? ChatLogprobs(tokens_) : CompletionLogprobs(tokens_, 0);
+  if (logprobs_) {
+    lp = chat_ ? ChatLogprobs(tokens_)
+               : CompletionLogprobs(tokens_, choice_.echo ? choice_.prompt_text.size() : 0,
+                                    choice_.echo ? &prompt_logprobs_ : nullptr);
+  }
   const char* reason = ReasonName(last_.reason, !calls_.empty());
   json choice;
   if (chat_) {
@@ -233,17 +323,13 @@ json CompletionFormatter::Final() const {
       message["content"] = calls_.empty() || !content_.empty() ? json(content_) : json(nullptr);
       if (!calls_.empty()) message["tool_calls"] = ToolCallsJson(calls_);
     }
-    choice = {{"index", 0}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}};
+    choice = {{"index", choice_.index}, {"message", message}, {"logprobs", lp}, {"finish_reason", reason}};
   } else {
-    choice = {{"text", text_}, {"index", 0}, {"logprobs", lp}, {"finish_reason", reason}};
+    const std::string text = choice_.echo ? choice_.prompt_text + text_ : text_;
+    choice = {{"text", text}, {"index", choice_.index}, {"logprobs", lp}, {"finish_reason", reason}};
   }
   AddAbortCause(choice, last_);
-  return {{"id", id_},
-          {"object", chat_ ? "chat.completion" : "text_completion"},
-          {"created", created_},
-          {"model", model_},
-          {"choices", json::array({choice})},
-          {"usage", UsageJson(last_.usage)}};
+  return choice;
 }
 
 }  // namespace kvshare::server

@@ -10,6 +10,9 @@
 // "text_completion" chunks with choices[0].text the same way. An internal
 // error after the stream started is sent as data: {"error": {...}} before
 // [DONE]. finish_reason: "stop", "length", or "abort" (cancelled, vLLM's word).
+// One formatter writes one choice (ChoiceOptions: its index, echo,
+// max_tokens 0); several are merged by ChoiceSet (choice_set.h), which ends
+// the stream once all have finished.
 //
 // Tool calls (EnableToolCalls): the reply goes through a ToolCallParser
 // (kvshare/runtime/tool_calls.h). Non-streaming: message.tool_calls [{"id":
@@ -36,12 +39,30 @@
 
 namespace kvshare::server {
 
+// Which choice of the response a formatter writes, and how (ChoiceSet,
+// choice_set.h, runs one formatter per choice).
+struct ChoiceOptions {
+  int index = 0;  // choices[].index
+  // StreamEvent ends the stream (usage chunk, [DONE]) when this choice
+  // finishes; false: the caller does, with StreamEnd, after every choice.
+  bool ends_stream = true;
+  // Completions' echo: the prompt's text before the choice's text; with
+  // logprobs, the prompt's tokens before the choice's (the first with null
+  // logprob and top_logprobs; the others from RequestEvent::prompt_logprobs).
+  bool echo = false;
+  std::string prompt_text;
+  std::vector<std::int32_t> prompt;
+  // max_tokens 0: the token the scheduler sampled is not part of the choice
+  // (no text, no logprobs, not counted in usage); finish_reason "length".
+  bool drop_output = false;
+};
+
 class CompletionFormatter {
  public:
   // id: "chatcmpl-..." / "cmpl-..."; created: Unix seconds. The tokenizer
   // must outlive the formatter (token text of logprobs).
   CompletionFormatter(const CompletionRequest& request, std::string id, std::int64_t created, std::string model,
-                      const Tokenizer& tokenizer);
+                      const Tokenizer& tokenizer, ChoiceOptions choice = {});
 
   // SSE text to send before any event (chat: the role chunk; completions: "").
   std::string StreamStart() const;
@@ -50,9 +71,20 @@ class CompletionFormatter {
   // and [DONE]. An internal error (event.error) becomes an error event.
   std::string StreamEvent(const RequestEvent& event) const;
 
-  // Non-streaming: collects events, then Final() is the response object.
+  // The usage chunk (include_usage) and [DONE], for `total` over all choices.
+  std::string StreamEnd(const RequestUsage& total) const;
+
+  // Non-streaming: collects events, then Final() is the response object
+  // (this choice alone), Choice() this choice's entry of "choices".
   void Add(const RequestEvent& event);
   nlohmann::json Final() const;
+  nlohmann::json Choice() const;
+  // The usage of this choice (drop_output: no completion tokens).
+  RequestUsage Usage() const;
+  // Sum of the generated tokens' logprobs and their count (best_of).
+  double LogprobSum() const;
+  std::size_t TokenCount() const { return tokens_.size(); }
+  void set_index(int index) { choice_.index = index; }
   bool finished() const { return finished_; }
   const RequestEvent& last() const { return last_; }
 
@@ -67,8 +99,12 @@ class CompletionFormatter {
  private:
   nlohmann::json Chunk(nlohmann::json choice) const;
   nlohmann::json ChatLogprobs(const std::vector<OutputToken>& tokens) const;
-  // Completions' logprobs object; offset is the text length before these tokens.
-  nlohmann::json CompletionLogprobs(const std::vector<OutputToken>& tokens, std::size_t offset) const;
+  // Completions' logprobs object; offset is the text length before these
+  // tokens. With `prompt` (echo), the prompt's tokens come first.
+  nlohmann::json CompletionLogprobs(const std::vector<OutputToken>& tokens, std::size_t offset,
+                                    const std::vector<OutputToken>* prompt = nullptr) const;
+  // Completions' echo chunk / text start: the prompt text, and its logprobs.
+  nlohmann::json EchoLogprobs(const std::vector<OutputToken>& prompt_logprobs) const;
   nlohmann::json TokenEntry(std::int32_t id, float logprob) const;
   std::string TokenText(std::int32_t id) const;
   // The event's text with tool-call markers written in (see EnableToolCalls).
@@ -81,6 +117,7 @@ class CompletionFormatter {
   const char* ReasonName(kvshare::FinishReason reason, bool calls) const;
   static void AddAbortCause(nlohmann::json& choice, const RequestEvent& e);
 
+  ChoiceOptions choice_;
   bool chat_;
   bool logprobs_;
   bool include_usage_;
@@ -91,6 +128,8 @@ class CompletionFormatter {
   // Non-streaming accumulation.
   std::string text_;
   std::vector<OutputToken> tokens_;
+  std::vector<OutputToken> prompt_logprobs_;  // echo: RequestEvent::prompt_logprobs
+  mutable bool echoed_ = false;               // streaming: the echo chunk was sent
   RequestEvent last_;
   bool finished_ = false;
   mutable std::size_t streamed_bytes_ = 0;  // completions' text_offset while streaming

@@ -69,6 +69,36 @@ TEST(KvCacheState, WritingBeyondCapacityThrowsAndLeavesCacheUnchanged) {
   EXPECT_EQ(cache.Length(2), 44);
 }
 
+// A copied row (rings wrapped, shared layers) goes on exactly as its source:
+// the same tokens give the same outputs; the other rows are untouched.
+TEST(KvCacheState, CopyRowContinuesExactlyAsItsSource) {
+  const TinyModel model(MixedStackSpec(), 4, 24, 64, 31);
+  std::mt19937_64 rng(32);
+  KvCache cache(MixedStackSpec(), {.max_batch = 3, .max_seq = 48, .max_step = 8});
+  const TinyModel::Acts x = model.RandomTokens(36, rng), y = model.RandomTokens(12, rng);
+  for (int at = 0; at < 24; at += 8) model.StepRow(cache, 0, x, at, 8);  // 24 > the rings' 5 + 8 - 1
+  model.StepRow(cache, 1, y, 0, 6);
+  model.StepRow(cache, 2, y, 0, 3);
+  const auto row1 = model.StepRow(cache, 1, y, 6, 1);
+  cache.Rewind(1, 6);
+  cache.CopyRow(0, 2);
+  EXPECT_EQ(cache.Length(2), 24);
+  EXPECT_EQ(cache.OldestRewindLength(2), cache.OldestRewindLength(0));
+  EXPECT_EQ(model.StepRow(cache, 1, y, 6, 1), row1);  // row 1 untouched
+  const auto a = model.StepRow(cache, 0, x, 24, 5);
+  const auto b = model.StepRow(cache, 2, x, 24, 5);
+  EXPECT_EQ(a, b);
+  // Not the same as a row that never saw x's first tokens (the check can fail).
+  cache.Reset(1);
+  EXPECT_NE(model.StepRow(cache, 1, x, 24, 5), a);
+  cache.CopyRow(2, 2);  // itself: nothing
+  EXPECT_EQ(cache.Length(2), 29);
+  EXPECT_NE(ErrorOf([&] { cache.CopyRow(0, 3); }).find("row 3 is out of range"), std::string::npos);
+  cache.Reserve(0, 1);
+  EXPECT_NE(ErrorOf([&] { cache.CopyRow(0, 1); }).find("reserved tokens"), std::string::npos);
+  EXPECT_EQ(cache.Length(1), 5);
+}
+
 TEST(KvCacheState, ReserveCommitRewindResetDriveTheOpVectors) {
   KvCache cache(MixedStackSpec(), {.max_batch = 2, .max_seq = 16, .max_step = 4, .exact_rewind = true});
   EXPECT_EQ(cache.Reserve(0, 3), 0);

@@ -157,6 +157,96 @@ TEST(Sampler, RepetitionPenalty) {
   EXPECT_EQ(all.Sample(pos, long_history), 1);
 }
 
+// Plain reference of steps 1 and 1b in double: the repetition penalty over
+// the distinct ids of the window, then OpenAI's frequency and presence
+// penalties over the ids after the prompt.
+std::vector<double> ReferencePenalized(const std::vector<float>& logits, const std::vector<int32_t>& history,
+                                       size_t prompt_length, const SamplerOptions& o) {
+  std::vector<double> x(logits.begin(), logits.end());
+  const size_t window =
+      o.repeat_last_n < 0 ? history.size() : std::min(history.size(), static_cast<size_t>(o.repeat_last_n));
+  std::set<int32_t> seen(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
+  for (int32_t id : seen) {
+    const double v = logits[static_cast<size_t>(id)];
+    x[static_cast<size_t>(id)] = v > 0 ? v / o.repetition_penalty : v * o.repetition_penalty;
+  }
+  std::vector<int> count(logits.size(), 0);
+  for (size_t i = prompt_length; i < history.size(); ++i) ++count[static_cast<size_t>(history[i])];
+  for (size_t t = 0; t < x.size(); ++t) {
+    x[t] -= count[t] * static_cast<double>(o.frequency_penalty) + (count[t] > 0 ? o.presence_penalty : 0.0f);
+  }
+  return x;
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesMatchThePlainReference) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> pen(-2.0f, 2.0f);
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int V = 2 + static_cast<int>(rng() % 60);
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (float& x : logits) x = 2.0f * normal(rng);
+    std::vector<int32_t> history(rng() % 40);
+    for (int32_t& h : history) h = static_cast<int32_t>(rng() % static_cast<unsigned>(V));
+    const size_t prompt_length = history.empty() ? 0 : rng() % (history.size() + 1);
+    SamplerOptions o{.repetition_penalty = trial % 3 == 0 ? 1.3f : 1.0f,
+                     .repeat_last_n = trial % 5 == 0 ? -1 : 8,
+                     .presence_penalty = trial % 4 == 1 ? 0.0f : pen(rng),
+                     .frequency_penalty = trial % 4 == 2 ? 0.0f : pen(rng)};
+    const std::vector<double> ref = ReferencePenalized(logits, history, prompt_length, o);
+    std::vector<double> sorted = ref;
+    std::sort(sorted.rbegin(), sorted.rend());
+    if (sorted[0] - sorted[1] < 1e-4) continue;  // float and double could order a near tie differently
+    Sampler s(o);
+    s.set_prompt_length(prompt_length);
+    const auto want = static_cast<int32_t>(std::max_element(ref.begin(), ref.end()) - ref.begin());
+    EXPECT_EQ(s.Sample(logits, history), want) << "trial " << trial;
+    ++checked;
+  }
+  EXPECT_GT(checked, 350);
+}
+
+TEST(Sampler, PenaltiesCountOnlyGeneratedTokensAndKeepMinusInf) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {3.0f, 2.5f, 0.0f, -inf};
+  // Token 0 is only in the prompt: no penalty; generated once: -1.
+  Sampler s({.presence_penalty = 1.0f});
+  s.set_prompt_length(2);
+  EXPECT_EQ(s.Sample(logits, std::vector<int32_t>{0, 0}), 0);
+  EXPECT_EQ(s.Sample(logits, std::vector<int32_t>{1, 1, 0}), 1);  // 3 - 1 < 2.5
+  // Frequency: each occurrence counts (presence does not).
+  Sampler f({.frequency_penalty = 0.2f});
+  EXPECT_EQ(f.Sample(logits, std::vector<int32_t>{0, 0}), 0);     // 3 - 0.4 > 2.5
+  EXPECT_EQ(f.Sample(logits, std::vector<int32_t>{0, 0, 0}), 1);  // 3 - 0.6 < 2.5
+  // A negative penalty encourages; a -inf logit (a grammar's mask) stays out.
+  Sampler neg({.presence_penalty = -2.0f, .frequency_penalty = -2.0f});
+  EXPECT_EQ(neg.Sample(logits, std::vector<int32_t>{3, 3, 2}), 2);  // 0 + 4 > 3
+  EXPECT_THROW(Sampler({.presence_penalty = 2.5f}), Error);
+  EXPECT_THROW(Sampler({.frequency_penalty = -2.01f}), Error);
+  EXPECT_THROW(Sampler({.frequency_penalty = std::nanf("")}), Error);
+}
+
+TEST(Sampler, PenalizedDrawsFollowTheReferenceSoftmax) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.2f, -0.3f};
+  const std::vector<int32_t> history = {3, 0, 0, 1};  // prompt {3}, generated {0, 0, 1}
+  const SamplerOptions o{.temperature = 1.0f, .presence_penalty = 0.3f, .frequency_penalty = 0.4f, .seed = 9};
+  const std::vector<double> ref = ReferencePenalized(logits, history, 1, o);
+  double z = 0;
+  for (double v : ref) z += std::exp(v);
+  Sampler s(o);
+  s.set_prompt_length(1);
+  const int n = 40000;
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < n; ++i) ++counts[static_cast<size_t>(s.Sample(logits, history))];
+  double chi2 = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    const double e = n * std::exp(ref[i]) / z;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  EXPECT_LT(chi2, 21.1);  // 3 degrees of freedom: P(chi2 > 21.1) = 1e-4; fixed seed
+}
+
 TEST(Sampler, SeededReproducible) {
   std::vector<float> logits(300);
   std::mt19937 rng(5);

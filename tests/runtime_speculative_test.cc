@@ -73,8 +73,9 @@ TEST(SamplerVerify, SamplingKeepsTheTargetDistribution) {
   for (double& v : p) v /= z;
   constexpr int kTrials = 200000;
   for (int32_t draft = 0; draft < 6; ++draft) {
-    Sampler s(SamplerOptions{o.temperature, o.top_k, o.top_p, o.min_p, o.repetition_penalty, o.repeat_last_n,
-                             static_cast<uint64_t>(11 + draft)});
+    SamplerOptions so = o;
+    so.seed = static_cast<uint64_t>(11 + draft);
+    Sampler s(so);
     std::vector<double> freq(logits.size(), 0.0);
     double accepted = 0.0;
     for (int t = 0; t < kTrials; ++t) {

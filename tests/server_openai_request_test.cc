@@ -169,7 +169,8 @@ TEST(OpenAiRequest, OutOfRangeValues) {
   ExpectError(Chat({{"min_p", 1.5}}), true, {400, "min_p", "decimal_above_max_value", ""});
   ExpectError(Chat({{"max_tokens", 0}}), true, {400, "max_tokens", "integer_below_min_value", "Expected a value >= 1"});
   ExpectError(Chat({{"top_k", -2}}), true, {400, "top_k", "integer_below_min_value", ""});
-  ExpectError(Chat({{"n", 2}}), true, {400, "n", "unsupported_parameter", "only n = 1"});
+  ExpectError(Chat({{"n", 17}}), true, {400, "n", "integer_above_max_value", "Expected a value <= 16"});
+  ExpectError(Chat({{"n", 0}}), true, {400, "n", "integer_below_min_value", ""});
   ExpectError(Chat({{"logprobs", true}, {"top_logprobs", 21}}), true,
               {400, "top_logprobs", "integer_above_max_value", ""});
   ExpectError(Chat({{"top_logprobs", 2}}), true,
@@ -182,9 +183,15 @@ TEST(OpenAiRequest, OutOfRangeValues) {
   ExpectError(Chat({{"messages", json::array()}}), true, {400, "messages", "empty_array", ""});
   ExpectError(Chat({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}), true,
               {400, "messages[0].role", "invalid_value", "Supported values are"});
-  ExpectError(Chat({{"presence_penalty", 0.5}}), true, {400, "presence_penalty", "unsupported_parameter", ""});
-  ExpectError(Completion({{"echo", true}}), false, {400, "echo", "unsupported_parameter", ""});
-  ExpectError(Completion({{"prompt", {"a", "b"}}}), false, {400, "prompt", "unsupported_parameter", "2 prompts"});
+  ExpectError(Chat({{"presence_penalty", 2.5}}), true, {400, "presence_penalty", "decimal_above_max_value", ""});
+  ExpectError(Chat({{"frequency_penalty", -2.1}}), true, {400, "frequency_penalty", "decimal_below_min_value", ""});
+  ExpectError(Completion({{"best_of", 2}, {"n", 3}}), false, {400, "best_of", "invalid_value", "must be >= n (3)"});
+  ExpectError(Completion({{"best_of", 3}, {"stream", true}}), false,
+              {400, "best_of", "invalid_value", "cannot be streamed"});
+  ExpectError(Completion({{"max_tokens", -1}}), false, {400, "max_tokens", "integer_below_min_value", ">= 0"});
+  ExpectError(Completion({{"prompt", {"a", 2}}}), false, {400, "prompt", "invalid_type", ""});
+  ExpectError(Completion({{"prompt", std::vector<std::string>(257, "a")}}), false,
+              {400, "prompt", "array_above_max_length", "at most 256 prompts"});
   ExpectError(Completion({{"prompt", {-1, 2}}}), false, {400, "prompt", "invalid_value", ""});
 }
 
@@ -220,6 +227,41 @@ TEST(OpenAiRequest, ModelPromptAndContextChecks) {
     EXPECT_NE(e.message().find("--chat-template gemma|gemma4, or use /v1/completions"), std::string::npos)
         << e.message();
   }
+}
+
+TEST(OpenAiRequest, ChoicesPenaltiesEchoAndPromptLists) {
+  Fixture f;
+  CompletionRequest c = ParseCompletionRequest(
+      Chat({{"n", 3}, {"presence_penalty", 0.5}, {"frequency_penalty", -1.25}, {"seed", 9}}), true);
+  EXPECT_EQ(c.n, 3);
+  EXPECT_EQ(c.best_of, 3);
+  RequestOptions r = BuildRequest(c, f.ctx());
+  EXPECT_FLOAT_EQ(r.sampler.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampler.frequency_penalty, -1.25f);
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  // A list of prompts: strings, token arrays, or both kinds.
+  CompletionRequest p = ParseCompletionRequest(
+      Completion({{"prompt", {"hi", "ho"}}, {"n", 2}, {"best_of", 4}, {"echo", true}, {"logprobs", 2}}), false);
+  ASSERT_EQ(p.prompts.size(), 2u);
+  EXPECT_EQ(*p.prompts[1].text, "ho");
+  EXPECT_EQ(p.best_of, 4);
+  EXPECT_TRUE(p.echo);
+  const RequestOptions r1 = BuildRequest(p, f.ctx(false), 1);
+  EXPECT_EQ(r1.prompt,
+            BuildRequest(ParseCompletionRequest(Completion({{"prompt", "ho"}}), false), f.ctx(false)).prompt);
+  EXPECT_EQ(r1.prompt_logprobs, 2);
+  EXPECT_EQ(r1.top_logprobs, 2);
+  CompletionRequest ids = ParseCompletionRequest(Completion({{"prompt", {{2, 263}, {2, 264, 265}}}}), false);
+  ASSERT_EQ(ids.prompts.size(), 2u);
+  EXPECT_EQ(BuildRequest(ids, f.ctx(false), 1).prompt, (std::vector<std::int32_t>{2, 264, 265}));
+  // best_of > n ranks by logprobs: they are computed even when not asked for.
+  CompletionRequest b = ParseCompletionRequest(Completion({{"best_of", 2}}), false);
+  EXPECT_EQ(BuildRequest(b, f.ctx(false)).top_logprobs, 0);
+  EXPECT_FALSE(b.logprobs);
+  // max_tokens 0 (lm-evaluation-harness's loglikelihood shape): one token run, dropped by the response.
+  CompletionRequest z = ParseCompletionRequest(Completion({{"max_tokens", 0}, {"echo", true}, {"logprobs", 1}}), false);
+  EXPECT_TRUE(z.max_tokens_zero);
+  EXPECT_EQ(BuildRequest(z, f.ctx(false)).max_tokens, 1);
 }
 
 TEST(OpenAiRequest, GoodBodiesBecomeSchedulerRequests) {

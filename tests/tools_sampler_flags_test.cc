@@ -32,19 +32,23 @@ TEST(SamplerFlags, DefaultsAreTheSamplerDefaults) {
   EXPECT_EQ(got.min_p, want.min_p);
   EXPECT_EQ(got.repetition_penalty, want.repetition_penalty);
   EXPECT_EQ(got.repeat_last_n, want.repeat_last_n);
+  EXPECT_EQ(got.presence_penalty, want.presence_penalty);
+  EXPECT_EQ(got.frequency_penalty, want.frequency_penalty);
   EXPECT_EQ(got.seed, want.seed);
 }
 
 TEST(SamplerFlags, EveryFlagReachesSamplerOptions) {
-  const SamplerOptions o =
-      ToSamplerOptions(Parse({"--temp", "0.7", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--repeat-penalty",
-                              "1.3", "--repeat-last-n", "-1", "--seed", "12345678901"}));
+  const SamplerOptions o = ToSamplerOptions(Parse(
+      {"--temp", "0.7", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--repeat-penalty", "1.3",
+       "--repeat-last-n", "-1", "--presence-penalty", "-1.5", "--frequency-penalty", "0.25", "--seed", "12345678901"}));
   EXPECT_FLOAT_EQ(o.temperature, 0.7f);
   EXPECT_EQ(o.top_k, 40);
   EXPECT_FLOAT_EQ(o.top_p, 0.9f);
   EXPECT_FLOAT_EQ(o.min_p, 0.05f);
   EXPECT_FLOAT_EQ(o.repetition_penalty, 1.3f);
   EXPECT_EQ(o.repeat_last_n, -1);
+  EXPECT_FLOAT_EQ(o.presence_penalty, -1.5f);
+  EXPECT_FLOAT_EQ(o.frequency_penalty, 0.25f);
   EXPECT_EQ(o.seed, 12345678901u);
   EXPECT_NO_THROW(Sampler{o});
   // Range ends are accepted.
@@ -54,9 +58,20 @@ TEST(SamplerFlags, EveryFlagReachesSamplerOptions) {
 
 TEST(SamplerFlags, OutOfRangeValuesAreRejectedWithTheFlagName) {
   const std::vector<std::vector<std::string>> bad = {
-      {"--min-p", "1.5"},        {"--min-p", "-0.1"},       {"--min-p", "nan"},         {"--top-p", "0"},
-      {"--top-p", "1.01"},       {"--repeat-penalty", "0"}, {"--repeat-penalty", "-1"}, {"--repeat-penalty", "inf"},
-      {"--repeat-penalty", "x"}, {"--repeat-last-n", "-2"}, {"--temp", "-1"},           {"--top-k", "-1"},
+      {"--min-p", "1.5"},
+      {"--min-p", "-0.1"},
+      {"--min-p", "nan"},
+      {"--top-p", "0"},
+      {"--top-p", "1.01"},
+      {"--repeat-penalty", "0"},
+      {"--repeat-penalty", "-1"},
+      {"--repeat-penalty", "inf"},
+      {"--repeat-penalty", "x"},
+      {"--repeat-last-n", "-2"},
+      {"--temp", "-1"},
+      {"--top-k", "-1"},
+      {"--presence-penalty", "2.5"},
+      {"--frequency-penalty", "-3"},
   };
   for (const auto& args : bad) {
     try {

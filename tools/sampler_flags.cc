@@ -44,6 +44,15 @@ void AddSamplerFlags(CLI::App& cmd, SamplerFlags& f) {
   cmd.add_option("--repeat-last-n", f.repeat_last_n, "Window of --repeat-penalty in tokens (0 = off, -1 = all)")
       ->check(CLI::Range(-1, 1 << 30))
       ->capture_default_str();
+  cmd.add_option("--presence-penalty", f.presence_penalty,
+                 "Subtract this from the logits of tokens generated so far (OpenAI's presence_penalty; 0 = off)")
+      ->check(FloatRange(-2, 2, false, false))
+      ->capture_default_str();
+  cmd.add_option("--frequency-penalty", f.frequency_penalty,
+                 "Subtract this times its count so far from each generated token's logit (OpenAI's "
+                 "frequency_penalty; 0 = off)")
+      ->check(FloatRange(-2, 2, false, false))
+      ->capture_default_str();
   cmd.add_option("--seed", f.seed, "Random seed of the sampler")->capture_default_str();
 }
 
@@ -55,6 +64,8 @@ SamplerOptions ToSamplerOptions(const SamplerFlags& f) {
   o.min_p = f.min_p;
   o.repetition_penalty = f.repeat_penalty;
   o.repeat_last_n = f.repeat_last_n;
+  o.presence_penalty = f.presence_penalty;
+  o.frequency_penalty = f.frequency_penalty;
   o.seed = f.seed;
   return o;
 }

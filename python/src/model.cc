@@ -284,10 +284,10 @@ class PyModel {
   }
 
   std::unique_ptr<Stream> Generate(const py::object& prompt, int max_new_tokens, float temperature, int top_k,
-                                   float top_p, float min_p, float repetition_penalty, std::uint64_t seed,
-                                   const py::object& chat, bool reset, const py::object& draft, int draft_max,
-                                   bool draft_adaptive, const py::object& images, int max_soft_tokens,
-                                   bool pan_and_scan) {
+                                   float top_p, float min_p, float repetition_penalty, float presence_penalty,
+                                   float frequency_penalty, std::uint64_t seed, const py::object& chat, bool reset,
+                                   const py::object& draft, int draft_max, bool draft_adaptive,
+                                   const py::object& images, int max_soft_tokens, bool pan_and_scan) {
     const ChatTemplate tmpl(FormatFor(chat), *core_->tokenizer);
     const PreprocessOptions po{.max_soft_tokens = max_soft_tokens, .pan_and_scan = pan_and_scan};
     const std::vector<ImageArg> image_args = ImageArgs(images, po);
@@ -323,6 +323,8 @@ class PyModel {
                                .min_p = min_p,
                                .repetition_penalty = repetition_penalty,
                                .repeat_last_n = 64,
+                               .presence_penalty = presence_penalty,
+                               .frequency_penalty = frequency_penalty,
                                .seed = seed};
     o.stop_tokens = tmpl.StopTokens();
     Sampler validate(o.sampler);  // option errors raise here, before the worker starts
@@ -537,7 +539,9 @@ prompt as is after <bos>, when the file has none, and with a UserWarning when
 its template is one kvshare does not know); False = plain completion; True = the
 file's chat template (kvshare.Error when it has none kvshare knows); "gemma",
 "gemma4" or "none" = that format. Sampling: temperature (0 = greedy),
-top_k (0 = off), top_p (1 = off), min_p (0 = off), repetition_penalty (1 = off), seed.
+top_k (0 = off), top_p (1 = off), min_p (0 = off), repetition_penalty (1 = off),
+presence_penalty and frequency_penalty (OpenAI's, in [-2, 2], over the tokens this
+call generated; 0 = off), seed.
 reset=True starts a new sequence; reset=False appends to the cached one (no second
 <bos>). Generation stops at <eos>, at the chat format's end of turn (<end_of_turn>,
 <turn|>) or after max_new_tokens.
@@ -651,7 +655,8 @@ void BindModel(py::module_& m) {
            "dimensions: 0 = all, else the first d values renormalized (Matryoshka).")
       .def("generate", &PyModel::Generate, py::arg("prompt"), py::kw_only(), py::arg("max_new_tokens") = 128,
            py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
-           py::arg("repetition_penalty") = 1.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),
+           py::arg("repetition_penalty") = 1.0f, py::arg("presence_penalty") = 0.0f,
+           py::arg("frequency_penalty") = 0.0f, py::arg("seed") = 0, py::arg("chat") = py::none(),
            py::arg("reset") = true, py::arg("draft") = py::none(),
            py::arg("draft_max") = SpeculativeOptions{}.draft_max,
            py::arg("draft_adaptive") = SpeculativeOptions{}.adaptive, py::arg("images") = py::none(),

@@ -1,6 +1,7 @@
 // KvCache: per-owning-layer buffers, per-row lengths and reservations, ring
 // eviction bookkeeping for exact rewind checks.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +116,30 @@ void KvCache::Reset(int row) {
   impl_->CheckRow(row, "Reset");
   impl_->rows[static_cast<std::size_t>(row)] = detail::KvRowState{};
   impl_->Sync(row);
+}
+
+void KvCache::CopyRow(int src, int dst) {
+  Impl& m = *impl_;
+  m.CheckRow(src, "CopyRow");
+  m.CheckRow(dst, "CopyRow");
+  if (src == dst) return;
+  if (m.options.device != Device::kCpu) {
+    throw Error("KvCache::CopyRow: rows can only be copied in a cache in host memory (device cpu)");
+  }
+  if (m.rows[static_cast<std::size_t>(src)].reserved > 0 || m.rows[static_cast<std::size_t>(dst)].reserved > 0) {
+    throw Error(Str("KvCache::CopyRow: row ", src, " or ", dst, " has reserved tokens; commit the step first"));
+  }
+  // The row is the outermost dimension of both layouts: one contiguous block.
+  const auto B = static_cast<std::size_t>(m.options.max_batch);
+  for (detail::KvSlot& s : m.slots) {
+    for (detail::DeviceBytes* buf : {&s.k, &s.v}) {
+      const std::size_t row_bytes = buf->size() / B;
+      std::memcpy(buf->data() + static_cast<std::size_t>(dst) * row_bytes,
+                  buf->data() + static_cast<std::size_t>(src) * row_bytes, row_bytes);
+    }
+  }
+  m.rows[static_cast<std::size_t>(dst)] = m.rows[static_cast<std::size_t>(src)];
+  m.Sync(dst);
 }
 
 std::int64_t KvCache::Length(int row) const {

@@ -74,6 +74,11 @@ class DecoderState : public ModelState {
   const KvCache& kv_cache() const override { return cache; }
   void Reset(int row) override { cache.Reset(row); }
   void Rewind(int row, std::int64_t length) override { cache.Rewind(row, length); }
+  bool CopyRow(int src, int dst) override {
+    if (cache.Options().device != Device::kCpu) return false;
+    cache.CopyRow(src, dst);
+    return true;
+  }
 
   KvCache cache;
   int max_context_;

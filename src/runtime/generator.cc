@@ -46,6 +46,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   std::span<const float> rows = model_.Forward(*state_, prompt, pool_, {.embeddings = options.prompt_embeddings});
   stats.prefill_seconds = Since(t0);
   history_.insert(history_.end(), prompt.begin(), prompt.end());
+  sampler.set_prompt_length(history_.size());  // frequency / presence penalties: this call's tokens only
 
   const std::size_t V = static_cast<std::size_t>(model_.config().n_vocab);
   const std::int64_t max_step = state_->kv_cache().Options().max_step;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "kvshare/common/error.h"
 #include "runtime/logits_scan.h"
@@ -33,6 +34,11 @@ void Validate(const SamplerOptions& o) {
   }
   if (!(o.repetition_penalty > 0.0f) || !std::isfinite(o.repetition_penalty)) {
     throw Error("repetition_penalty must be finite and > 0 (1 disables it), got " + Num(o.repetition_penalty));
+  }
+  for (const auto& [name, v] : {std::pair<const char*, float>{"presence_penalty", o.presence_penalty},
+                                {"frequency_penalty", o.frequency_penalty}}) {
+    if (!(v >= -2.0f && v <= 2.0f))
+      throw Error(std::string(name) + " must be in [-2, 2] (0 disables it), got " + Num(v));
   }
   if (o.repeat_last_n < -1) {
     throw Error("repeat_last_n must be >= -1 (-1: whole history, 0: off), got " + std::to_string(o.repeat_last_n));
@@ -105,6 +111,12 @@ int32_t Sampler::Filter(std::span<const float> logits, std::span<const int32_t> 
       const float v = logits[id];
       scratch_[id] = v > 0.0f ? v / options_.repetition_penalty : v * options_.repetition_penalty;
     }
+    x = scratch_;
+  }
+  // 1b. Frequency and presence penalties over the generated ids, on a copy.
+  if ((options_.frequency_penalty != 0.0f || options_.presence_penalty != 0.0f) && history.size() > prompt_length_) {
+    if (x.data() == logits.data()) scratch_.assign(logits.begin(), logits.end());
+    ApplyOpenAiPenalties(history);
     x = scratch_;
   }
 
@@ -180,6 +192,18 @@ int32_t Sampler::Filter(std::span<const float> logits, std::span<const int32_t> 
   }
 
   return -1;
+}
+
+void Sampler::ApplyOpenAiPenalties(std::span<const int32_t> history) {
+  counted_.assign(history.begin() + static_cast<std::ptrdiff_t>(prompt_length_), history.end());
+  std::sort(counted_.begin(), counted_.end());
+  for (size_t i = 0; i < counted_.size();) {
+    size_t j = i;
+    while (j < counted_.size() && counted_[j] == counted_[i]) ++j;
+    float& v = scratch_[static_cast<size_t>(counted_[i])];
+    v -= static_cast<float>(j - i) * options_.frequency_penalty + options_.presence_penalty;
+    i = j;
+  }
 }
 
 int32_t Sampler::Draw(int32_t exclude) {

@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     kvshare::server::CompletionRequest req = kvshare::server::ParseCompletionRequest(parsed, chat, options);
     kvshare::server::KeepSchemaKeyOrder(req, body);
-    if (req.chat != chat || (chat && req.messages.empty()) || (!chat && !req.prompt_text && !req.prompt_tokens)) {
+    if (req.chat != chat || (chat && req.messages.empty()) || (!chat && req.prompts.empty())) {
       std::abort();  // a request the parser accepted without what its endpoint needs
     }
     if (!req.response_format.schema.empty()) {

@@ -76,6 +76,18 @@ def test_same_text_as_the_cli(model, chat, flags):
     assert "".join(model.generate(prompt, chat=chat, max_new_tokens=12)) == out.stdout
 
 
+@pytest.mark.skipif(not CLI.is_file(), reason="the kvshare CLI is not built")
+def test_openai_penalties_equal_the_cli(model):
+    flags = ["--presence-penalty", "2", "--frequency-penalty", "2"]
+    out = subprocess.run([str(CLI), "generate", "--model", str(MODEL), "--prompt", RAW, "-n", "16", "--raw",
+                          "--threads", "2", "--max-context", "512"] + flags, check=True, capture_output=True, text=True)
+    got = "".join(model.generate(RAW, chat=False, max_new_tokens=16, presence_penalty=2.0, frequency_penalty=2.0))
+    assert got == out.stdout
+    assert got != "".join(model.generate(RAW, chat=False, max_new_tokens=16))  # the penalties change the text
+    with pytest.raises(ValueError, match="presence_penalty"):
+        model.generate(RAW, presence_penalty=3.0)
+
+
 def test_chat_follows_the_file(model):
     """The default model's file has no chat template: chat=None (the default) is
     plain completion, the same as chat=False; chat=True asks for the file's

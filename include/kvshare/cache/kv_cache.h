@@ -188,6 +188,12 @@ class KvCache {
   void Rewind(int row, std::int64_t length);
   // Empties row (length 0, no reservation); other rows are untouched.
   void Reset(int row);
+  // Makes row `dst` a copy of row `src` (its K/V buffers, length and ring
+  // state): the sequences then go on independently, `dst` exactly as if it
+  // had computed src's tokens itself. Throws, changing nothing, when a row is
+  // out of range, either row has a reservation, or the buffers are not in
+  // host memory (Device::kCpu). src == dst does nothing.
+  void CopyRow(int src, int dst);
 
   std::int64_t Length(int row) const;
   std::int64_t Reserved(int row) const;  // uncommitted n_new (0 when none)

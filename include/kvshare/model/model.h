@@ -197,6 +197,15 @@ class ModelState {
   // only go back while the window still holds what decoding needs; the error
   // says which lengths work). Throws kvshare::Error, changing nothing.
   virtual void Rewind(int row, std::int64_t length) = 0;
+  // Makes row `dst` a copy of row `src` (KvCache::CopyRow): what dst then
+  // computes is bitwise what it would have computed after feeding src's
+  // tokens itself. Returns false, changing nothing, where the state cannot
+  // copy rows (the GPU model); throws kvshare::Error as KvCache::CopyRow.
+  virtual bool CopyRow(int src, int dst) {
+    (void)src;
+    (void)dst;
+    return false;
+  }
   // [sum num_logits, n_embd]: the final hidden state of each logits row of the
   // last Forward / ForwardBatch, in the same order — after the output norm, the
   // LM head's input (what Gemma 4's assistant drafter takes, HF

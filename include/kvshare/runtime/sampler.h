@@ -4,6 +4,11 @@
 //   1. repetition penalty over the distinct ids among the last repeat_last_n of
 //      `history` (CTRL paper, llama.cpp convention): a positive logit is divided
 //      by the penalty, a negative one multiplied by it;
+//   1b. OpenAI's frequency and presence penalties over the tokens generated
+//      so far (history after the first prompt_length ids, set_prompt_length):
+//      logit[t] -= count(t) * frequency_penalty + (count(t) > 0) *
+//      presence_penalty, on the logits the repetition penalty left (vLLM's
+//      order: repetition, then frequency, then presence); -inf stays -inf;
 //   2. temperature == 0: greedy — the argmax, ties going to the lowest id;
 //   3. otherwise logits / temperature, then top_k (keep the k largest; ties at the
 //      boundary resolved towards lower ids), top_p (keep the smallest prefix of the
@@ -21,6 +26,7 @@
 // platform (up to last-bit differences of std::exp between C libraries).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <span>
@@ -41,6 +47,8 @@ struct SamplerOptions {
   float min_p = 0.0f;               // [0, 1]; 0 → off
   float repetition_penalty = 1.0f;  // > 0; 1 → off
   int32_t repeat_last_n = 64;       // >= -1; -1 → all of history, 0 → off
+  float presence_penalty = 0.0f;    // [-2, 2]; 0 → off (OpenAI's; generated tokens only)
+  float frequency_penalty = 0.0f;   // [-2, 2]; 0 → off (OpenAI's; generated tokens only)
   uint64_t seed = 0;
 };
 
@@ -70,6 +78,11 @@ class Sampler {
   DraftVerdict Verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft);
 
   const SamplerOptions& options() const { return options_; }
+  // The first n ids of every `history` passed from now on are the prompt (or
+  // earlier turns): the frequency and presence penalties count only the ids
+  // after them (OpenAI: "the tokens generated so far"); the repetition
+  // penalty's window covers both. Default 0: all of history counts.
+  void set_prompt_length(std::size_t n) { prompt_length_ = n; }
   // Restarts the random sequence.
   void Reseed(uint64_t seed);
 
@@ -82,9 +95,14 @@ class Sampler {
   // Step 4: one draw from candidates_, leaving out id `exclude` (-1: none).
   int32_t Draw(int32_t exclude);
 
+  // Step 1b on scratch_ (already a copy of the logits).
+  void ApplyOpenAiPenalties(std::span<const int32_t> history);
+
   SamplerOptions options_;
+  std::size_t prompt_length_ = 0;
   std::mt19937_64 rng_;
-  std::vector<float> scratch_;  // [vocab] penalized logits
+  std::vector<float> scratch_;    // [vocab] penalized logits
+  std::vector<int32_t> counted_;  // scratch: the generated ids, sorted
   struct Candidate {
     float logit;
     int32_t id;

@@ -15,7 +15,9 @@
 //      does not, the slot is reset and the whole prompt is prefilled again,
 //      and the fallback is logged (SchedulerOptions::log) and counted.
 //      SchedulerOptions::exact_rewind keeps full-length sliding caches
-//      (llama.cpp's --swa-full) so every prefix can be reused;
+//      (llama.cpp's --swa-full) so every prefix can be reused. A request
+//      with RequestOptions::prefill_from copies that request's row instead
+//      once its prompt is in (n choices, one prefill);
 //   3. one Model::ForwardBatch: every decoding row's next token first (with
 //      speculative decoding, SchedulerOptions::drafter, followed by the
 //      row's drafts: each row drafts on its own, one verify step for all),
@@ -76,12 +78,16 @@ struct StepTrace {
     int tokens = 0;             // tokens fed to the slot's row in this step
     bool decode = false;        // a decoding row's one token (false: a prompt chunk)
     bool sampled = false;       // its logits are sampled from (a decode row, a prompt's last chunk)
-    int logits_rows = 1;        // its rows in `logits`: a decode row's pending token and drafts, else 1
+    // Its rows in `logits`: a decode row's pending token and drafts; a prompt
+    // chunk of a request with prompt_logprobs, one per token (the last one
+    // sampled from when it ends the prompt); else 1.
+    int logits_rows = 1;
     std::int64_t position = 0;  // the row's cached tokens before the step (its first token's position)
   };
   std::vector<Entry> entries;  // in Model::ForwardBatch order
   // [sum of logits_rows, n_vocab], entry after entry: a decode entry's rows
-  // for its pending token and each draft, other entries their last token's.
+  // for its pending token and each draft, other entries their last token's
+  // (or each token's, with prompt_logprobs).
   std::span<const float> logits;
 };
 
@@ -140,6 +146,23 @@ struct RequestOptions {
   // (log-softmax of the model's logits, before temperature and filters) and
   // this many most likely alternatives.
   int top_logprobs = -1;
+  // -1: none. 0..20: the log-probability of every prompt token after the
+  // first under the model (and this many most likely alternatives), sent in
+  // the request's first event (RequestEvent::prompt_logprobs): OpenAI's
+  // echo with logprobs. Such a request reuses no prompt cache (every prompt
+  // position's logits are needed) and reads its prompt in chunks of at most
+  // 64 tokens (bounding a step's logits to 64 rows of n_vocab).
+  int prompt_logprobs = -1;
+  // Another request (its RequestHandle::id(), submitted before this one)
+  // with the same prompt: this request waits in the queue until that one's
+  // prompt is in its row, then starts from a copy of that row
+  // (ModelState::CopyRow) and prefills only its last prompt token instead of
+  // the whole prompt: the choices of one request with n > 1 share one
+  // prefill. Exact: the copy holds what this row would have computed. When
+  // the other request has left its slot, or the state cannot copy rows, or
+  // the request has images, this one prefills as any other (the prompt
+  // cache applies). 0: none.
+  std::uint64_t prefill_from = 0;
   // With a drafter (SchedulerOptions::drafter): draft and verify several
   // tokens per step for this request; false: one token per step.
   bool speculative = true;
@@ -201,6 +224,10 @@ struct RequestUsage {
 struct RequestEvent {
   std::string text;                 // newly released text (UTF-8)
   std::vector<OutputToken> tokens;  // the tokens of that text
+  // RequestOptions::prompt_logprobs: prompt tokens 1..n-1, each with its
+  // logprob given the tokens before it and its alternatives; in the first
+  // event only (empty in the others). `text` is empty in these.
+  std::vector<OutputToken> prompt_logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::kStop;
   // Why, in words: "eos", "end_of_turn", "stop token", "stop string",
@@ -279,7 +306,7 @@ class Scheduler {
 
   // Queues a request. Throws kvshare::Error (nothing queued) for an empty
   // prompt, an id out of range, max_tokens < 1, prompt + max_tokens over
-  // max_context, top_logprobs outside [-1, 20], an empty stop string,
+  // max_context, top_logprobs or prompt_logprobs outside [-1, 20], an empty stop string,
   // invalid sampler options, a grammar with ignore_eos, or embeddings that
   // are unsorted, overlap, leave the prompt, lack rows or a key, or exceed
   // step_tokens - slots + 1 tokens. The first request

@@ -110,6 +110,9 @@ void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_cont
   if (r.top_logprobs < -1 || r.top_logprobs > kMaxTopLogprobs) {
     throw Error("top_logprobs must be in [-1, 20], got " + std::to_string(r.top_logprobs));
   }
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxTopLogprobs) {
+    throw Error("prompt_logprobs must be in [-1, 20], got " + std::to_string(r.prompt_logprobs));
+  }
   for (const std::string& s : r.stop) {
     if (s.empty()) throw Error("stop strings must not be empty");
   }
@@ -124,6 +127,46 @@ void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_cont
     throw Error("ignore_eos cannot be combined with a grammar: generation must end when the document is complete");
   }
   ValidateEmbeddings(r, max_span);
+}
+
+int Admission::LeaderRow(const Request& r) const {
+  if (r.opt.prefill_from == 0 || !r.opt.embeddings.empty() || r.opt.prompt_logprobs >= 0) return -1;
+  for (int i = 0; i < static_cast<int>(rows_.slots.size()); ++i) {
+    const Slot& s = rows_.at(i);
+    if (s.req && s.req->handle->id() == r.opt.prefill_from && s.req->opt.prompt == r.opt.prompt) {
+      return s.req->decoding() ? i : kLeaderPrefilling;
+    }
+  }
+  return -1;  // not in a slot (finished, cancelled, or another prompt): prefill as any request
+}
+
+bool Admission::CopyLeader(ModelState& state, std::unique_ptr<Request>& r, int leader, int slot) {
+  Slot& s = rows_.at(slot);
+  const Slot& from = rows_.at(leader);
+  if (!state.CopyRow(leader, slot)) return false;
+  s.tokens = from.tokens;
+  s.spans.clear();
+  // The last prompt token is fed again: its logits are this request's to sample.
+  const std::size_t reuse = ResumeAt(state, opt_, s, slot, r->opt.prompt.size() - 1);
+  {
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    SchedulerStats& stats = shared_.stats;
+    ++(reuse > 0 ? stats.prompt_cache_hits : stats.prompt_cache_misses);
+    stats.prompt_tokens += r->opt.prompt.size();
+    stats.cached_prompt_tokens += reuse;
+  }
+  Seat(std::move(r), s, reuse);
+  return true;
+}
+
+void Admission::Seat(std::unique_ptr<Request> r, Slot& s, std::size_t reuse) {
+  r->prefilled = r->cached = static_cast<std::int64_t>(reuse);
+  r->admit_seq = ++admit_counter_;
+  s.req = std::move(r);
+  s.last_used = ++rows_.use_clock;
+  waiting_.pop_front();
+  shared_.queued.fetch_sub(1);
+  shared_.active.fetch_add(1);
 }
 
 std::shared_ptr<const TokenTrie> Admission::Trie() {
@@ -188,8 +231,13 @@ void Admission::Admit(ModelState& state) {
     std::unique_ptr<Request>& r = waiting_.front();
     const std::vector<std::int32_t>& prompt = r->opt.prompt;
     std::vector<CachedSpan> spans = SpansOf(r->opt);
-    const SlotChoice c = ChooseSlot(rows_.slots, state.kv_cache(), prompt, spans, opt_.prompt_cache);
+    const int leader = LeaderRow(*r);
+    if (leader == kLeaderPrefilling) return;  // admission order: the line waits a step or two
+    // Prompt logprobs need every position's logits: nothing cached is reused.
+    const SlotChoice c =
+        ChooseSlot(rows_.slots, state.kv_cache(), prompt, spans, opt_.prompt_cache && r->opt.prompt_logprobs < 0);
     if (c.slot < 0) return;  // no free slot
+    if (leader >= 0 && CopyLeader(state, r, leader, c.slot)) continue;
     std::string fallback;
     if (c.raw > c.reuse) {
       fallback = FallbackNote(*r, c, rows_.at(c.raw_slot), state.kv_cache().OldestRewindLength(c.raw_slot));
@@ -209,14 +257,8 @@ void Admission::Admit(ModelState& state) {
       stats.cached_prompt_tokens += reuse;
     }
     if (!fallback.empty()) LogLine(opt_, fallback);
-    r->prefilled = r->cached = static_cast<std::int64_t>(reuse);
-    r->admit_seq = ++admit_counter_;
     s.spans = std::move(spans);  // those within the reused prefix are the cached ones
-    s.req = std::move(r);
-    s.last_used = ++rows_.use_clock;
-    waiting_.pop_front();
-    shared_.queued.fetch_sub(1);
-    shared_.active.fetch_add(1);
+    Seat(std::move(r), s, reuse);
   }
 }
 

@@ -43,6 +43,17 @@ class Admission {
   void Admit(ModelState& state);
 
  private:
+  // RequestOptions::prefill_from: the row of the request r copies its
+  // prompt from once that one decodes; kLeaderPrefilling while it still
+  // reads its prompt; -1 when r prefills as any request.
+  static constexpr int kLeaderPrefilling = -2;
+  int LeaderRow(const Request& r) const;
+  // Seats r (the waiting line's front) in free `slot` as a copy of row
+  // `leader`, rewound to all but its last prompt token. False (nothing
+  // done) when the state cannot copy rows.
+  bool CopyLeader(ModelState& state, std::unique_ptr<Request>& r, int leader, int slot);
+  // Moves the waiting line's front r into s, its first `reuse` prompt tokens cached.
+  void Seat(std::unique_ptr<Request> r, Slot& s, std::size_t reuse);
   // The vocabulary's trie, built by the first request with a grammar.
   std::shared_ptr<const TokenTrie> Trie();
 

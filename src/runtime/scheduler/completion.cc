@@ -53,6 +53,8 @@ void StreamToken(const Tokenizer& tok, SchedulerShared& shared, SlotTable& rows,
   const std::int32_t t = sampled.token;
   ++r.generated;
   RequestEvent e;
+  e.prompt_logprobs = std::move(r.prompt_info);  // the first event's
+  r.prompt_info.clear();
   std::vector<ReleasedPiece> pieces;
   const bool stop_token = std::find(r.opt.stop_tokens.begin(), r.opt.stop_tokens.end(), t) != r.opt.stop_tokens.end();
   if (!r.opt.ignore_eos && (tok.IsEndOfGeneration(t) || stop_token)) {
@@ -86,7 +88,7 @@ void StreamToken(const Tokenizer& tok, SchedulerShared& shared, SlotTable& rows,
     return;
   }
   r.next_token = t;
-  if (!e.tokens.empty() || !e.text.empty()) r.handle->Push(std::move(e));
+  if (!e.tokens.empty() || !e.text.empty() || !e.prompt_logprobs.empty()) r.handle->Push(std::move(e));
 }
 
 }  // namespace kvshare::detail

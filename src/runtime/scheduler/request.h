@@ -77,6 +77,7 @@ struct Request {
         releaser(opt.stop),
         draft_length(spec) {
     history = opt.prompt;
+    sampler.set_prompt_length(opt.prompt.size());  // OpenAI's penalties count generated tokens only
     if (opt.grammar) {
       std::vector<std::int32_t> ends = opt.stop_tokens;
       for (std::int32_t id : {tok.eos_id(), tok.end_of_turn_id()}) {
@@ -90,10 +91,11 @@ struct Request {
   Sampler sampler;
   TokenStreamDecoder decoder;
   TextReleaser releaser;
-  std::vector<std::int32_t> history;    // prompt + sampled (repetition penalty)
-  std::vector<OutputToken> token_info;  // per sampled token: id and logprobs (text filled on release)
-  std::int64_t prefilled = 0;           // prompt tokens in the cache
-  std::int64_t cached = 0;              // of which reused from the prompt cache
+  std::vector<std::int32_t> history;     // prompt + sampled (repetition penalty)
+  std::vector<OutputToken> token_info;   // per sampled token: id and logprobs (text filled on release)
+  std::vector<OutputToken> prompt_info;  // opt.prompt_logprobs: prompt tokens 1.. so far (sent with the first event)
+  std::int64_t prefilled = 0;            // prompt tokens in the cache
+  std::int64_t cached = 0;               // of which reused from the prompt cache
   int generated = 0;
   std::int32_t next_token = -1;  // sampled, fed at the next step
   std::uint64_t admit_seq = 0;

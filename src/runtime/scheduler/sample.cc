@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kvshare/common/error.h"
+#include "kvshare/common/thread_pool.h"
 #include "runtime/log_softmax.h"
 #include "runtime/speculative/spec_round.h"
 
@@ -58,6 +59,29 @@ void SampleRow(const Tokenizer& tok, Request& r, std::span<const float> rows, st
     out.accepted = a.accepted;
   } catch (...) {
     out.error = std::current_exception();
+  }
+}
+
+void PromptLogprobs(SlotTable& rows, const std::vector<BatchEntry>& entries, std::span<const float> logits,
+                    std::size_t V, ThreadPool* pool) {
+  std::size_t at = 0;
+  for (const BatchEntry& b : entries) {
+    const std::size_t first = at;
+    at += static_cast<std::size_t>(b.num_logits);
+    Request& r = *rows.at(b.row).req;
+    if (r.opt.prompt_logprobs < 0 || r.decoding()) continue;
+    // Row j of the chunk predicts prompt token prefilled + j + 1 (none after the last).
+    const std::int64_t n =
+        std::min<std::int64_t>(b.num_logits, static_cast<std::int64_t>(r.opt.prompt.size()) - r.prefilled - 1);
+    if (n <= 0) continue;
+    const std::size_t base = r.prompt_info.size();
+    r.prompt_info.resize(base + static_cast<std::size_t>(n));
+    ParallelFor(n > 1 ? pool : nullptr, n, [&](std::int64_t j) {
+      const std::int32_t t = r.opt.prompt[static_cast<std::size_t>(r.prefilled + j + 1)];
+      OutputToken& info = r.prompt_info[base + static_cast<std::size_t>(j)];
+      info.token = t;
+      Logprobs(logits.subspan((first + static_cast<std::size_t>(j)) * V, V), t, r.opt.prompt_logprobs, info);
+    });
   }
 }
 

@@ -14,6 +14,10 @@
 #include "kvshare/tokenizer/tokenizer.h"
 #include "runtime/scheduler/request.h"
 
+namespace kvshare {
+class ThreadPool;
+}
+
 namespace kvshare::detail {
 
 // A sampled token, with its logprobs when the request asks.
@@ -38,5 +42,12 @@ struct RowOutcome {
 // land in out.error, not thrown.
 void SampleRow(const Tokenizer& tok, Request& r, std::span<const float> rows, std::size_t V,
                std::span<const std::int32_t> drafts, RowOutcome& out);
+
+// RequestOptions::prompt_logprobs: for each prompt chunk of the step with a
+// logits row per token (before RecordFed counts it), appends to its
+// request's prompt_info the logprob of each next prompt token and its
+// alternatives. Tokens in parallel on `pool` (null: this thread).
+void PromptLogprobs(SlotTable& rows, const std::vector<BatchEntry>& entries, std::span<const float> logits,
+                    std::size_t V, ThreadPool* pool);
 
 }  // namespace kvshare::detail

@@ -132,6 +132,7 @@ struct Scheduler::Impl {
     std::span<const float> logits;
     if (!Forward(batch.entries, logits)) return true;
     if (opt.on_step) detail::TraceStep(opt, rows, *state, batch.entries, logits);
+    detail::PromptLogprobs(rows, batch.entries, logits, static_cast<std::size_t>(model.config().n_vocab), pool);
     const std::vector<detail::SampleEntry> to_sample = detail::RecordFed(rows, batch.entries);
     std::vector<detail::RowOutcome> out = SampleRows(batch.entries, to_sample, logits);
     const StepTokens made = TakeOutcomes(batch.entries, to_sample, out);
@@ -168,10 +169,8 @@ struct Scheduler::Impl {
                 [&](std::int64_t i) {
                   const detail::SampleEntry& e = to_sample[static_cast<std::size_t>(i)];
                   const BatchEntry& b = entries[e.entry];
-                  detail::SampleRow(tok, *rows.at(b.row).req,
-                                    logits.subspan(e.first_row * V, static_cast<std::size_t>(b.num_logits) * V), V,
-                                    b.tokens.subspan(b.tokens.size() - static_cast<std::size_t>(b.num_logits) + 1),
-                                    out[static_cast<std::size_t>(i)]);
+                  detail::SampleRow(tok, *rows.at(b.row).req, logits.subspan(e.first_row * V, e.rows * V), V,
+                                    b.tokens.subspan(b.tokens.size() - e.rows + 1), out[static_cast<std::size_t>(i)]);
                 });
     return out;
   }
@@ -190,8 +189,8 @@ struct Scheduler::Impl {
       const BatchEntry& b = entries[e.entry];
       detail::Slot& s = rows.at(b.row);
       detail::RowOutcome& o = out[i];
-      if (b.num_logits > 1) {
-        detail::KeepAccepted(*state, s, b.row, e.fed_at, static_cast<int>(b.num_logits) - 1, o);
+      if (e.rows > 1) {
+        detail::KeepAccepted(*state, s, b.row, e.fed_at, static_cast<int>(e.rows) - 1, o);
         made.accepted += o.accepted;
       }
       if (!o.tokens.empty() && opt.drafter != nullptr && opt.drafter->needs_target_hidden()) {

@@ -37,12 +37,14 @@ StepBatch PlanBatch(SlotTable& rows, const StepRows& split, std::int64_t step_to
     if (budget <= 0) break;
     Request& r = *rows.at(i).req;
     std::int64_t n = std::min<std::int64_t>(budget, static_cast<std::int64_t>(r.opt.prompt.size()) - r.prefilled);
+    if (r.opt.prompt_logprobs >= 0) n = std::min(n, kPromptLogprobsChunk);
     // An image that does not fit waits for the next step, keeping admission order.
     n = ChunkTokens(r.opt, r.prefilled, n, r.chunk_spans);
     if (n == 0) break;
     batch.entries.push_back({.row = i,
                              .tokens = std::span<const std::int32_t>(r.opt.prompt)
                                            .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n)),
+                             .num_logits = r.opt.prompt_logprobs >= 0 ? n : 1,
                              .embeddings = r.chunk_spans});
     budget -= n;
     batch.n_prefill += n;
@@ -62,7 +64,13 @@ std::vector<SampleEntry> RecordFed(SlotTable& rows, const std::vector<BatchEntry
     s.tokens.insert(s.tokens.end(), b.tokens.begin(), b.tokens.end());
     Request& r = *s.req;
     if (!r.decoding()) r.prefilled += static_cast<std::int64_t>(b.tokens.size());
-    if (r.decoding()) to_sample.push_back({.entry = k, .first_row = first_row, .fed_at = fed_at});
+    if (!r.decoding()) continue;
+    // A decode entry samples from all its rows; a prompt's last chunk from its last row.
+    const bool decode = fed_at >= static_cast<std::int64_t>(r.opt.prompt.size());
+    to_sample.push_back({.entry = k,
+                         .first_row = decode ? first_row : at - 1,
+                         .rows = decode ? static_cast<std::size_t>(b.num_logits) : 1,
+                         .fed_at = fed_at});
   }
   return to_sample;
 }

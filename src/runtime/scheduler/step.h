@@ -24,6 +24,10 @@ struct StepRows {
 };
 StepRows SplitRows(SlotTable& rows);
 
+// A prompt chunk of a request with prompt logprobs reads at most this many
+// tokens (its logits are a row of n_vocab per token).
+constexpr std::int64_t kPromptLogprobsChunk = 64;
+
 // One ForwardBatch. Entries point into the requests' feed and prompt.
 struct StepBatch {
   std::vector<BatchEntry> entries;  // decode rows (each its whole feed's logits), then prefill chunks
@@ -38,6 +42,7 @@ StepBatch PlanBatch(SlotTable& rows, const StepRows& split, std::int64_t step_to
 struct SampleEntry {
   std::size_t entry = 0;      // in the step's entries
   std::size_t first_row = 0;  // its first row in the step's logits
+  std::size_t rows = 1;       // its rows there: a decode entry's pending token and drafts, else 1
   std::int64_t fed_at = 0;    // the row's length before the step
 };
 // Accounts for the step in the slots (their cached tokens) and requests
