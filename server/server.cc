@@ -412,7 +412,7 @@ void Server::Load() {
   if (!m.opt.mmproj_path.empty()) {
     m.vision = VisionEncoder::Load(m.opt.mmproj_path);
     CheckMmprojFitsText(m.vision->config(), m.model->config().n_embd);
-    m.splicer = std::make_unique<ImageSplicer>(*m.tok, m.vision->config().projector);
+    m.splicer = std::make_unique<ImageSplicer>(*m.tok, *m.vision);
     m.ctx.images.encoder = m.vision.get();
     m.ctx.images.splicer = m.splicer.get();
     m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;

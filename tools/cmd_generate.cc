@@ -163,7 +163,7 @@ void RunGenerate(const GenerateCliOptions& o) {
     std::optional<ImageSplicer> splicer;
     ChatTemplateOptions co;
     if (!images.images.empty()) {
-      splicer.emplace(tok, images.encoder->config().projector);
+      splicer.emplace(tok, *images.encoder, &pool);
       co.image_padding_text = splicer->padding_text();
     }
     std::vector<int32_t> ids = tmpl.Encode(msgs, co, &slots);

@@ -452,7 +452,7 @@ class PyModel {
     try {
       core_->vision = VisionEncoder::Load(path);
       CheckMmprojFitsText(core_->vision->config(), core_->model->config().n_embd);
-      core_->splicer = std::make_unique<ImageSplicer>(*core_->tokenizer, core_->vision->config().projector);
+      core_->splicer = std::make_unique<ImageSplicer>(*core_->tokenizer, *core_->vision);
     } catch (const Error& e) {
       throw Error("mmproj " + path + ": " + e.what());
     }
