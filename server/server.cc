@@ -416,6 +416,8 @@ void Server::Load() {
     m.ctx.images.encoder = m.vision.get();
     m.ctx.images.splicer = m.splicer.get();
     m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;
+    m.ctx.images.limits.max_pixels = m.opt.image_max_pixels;
+    m.ctx.images.limits.max_pixels_hint = "the server's limit (kvshare serve --image-max-pixels)";
     // An image runs in one step beside every other slot's decode token: make
     // room for the largest one (fixed-size encoders: their token count;
     // Gemma 4: the default budget, which bounds its tokens).

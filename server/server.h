@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@
 
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/scheduler.h"
+#include "kvshare/vision/image.h"
 
 namespace kvshare::server {
 
@@ -70,7 +72,8 @@ struct ServerOptions {
   // width, the family's markers in the vocabulary). http(s) image URLs are
   // refused either way (allow_image_urls changes the message: fetching is
   // not built). image_max_soft_tokens: Gemma 4's budget for requests that
-  // name none.
+  // name none. image_max_pixels: the largest image (width x height) a
+  // request may send, checked from its header before decoding.
   // image_threads: the threads that encode an image (its connection thread
   // included; 0: as many as `threads`), a pool of their own beside the
   // scheduler's, serving one request's images at a time.
@@ -80,6 +83,7 @@ struct ServerOptions {
   std::string mmproj_path;
   bool allow_image_urls = false;
   int image_max_soft_tokens = 280;
+  std::int64_t image_max_pixels = ImageLimits{}.max_pixels;
   int image_threads = 0;
   // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
   std::function<void(std::string_view)> log;

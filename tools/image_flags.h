@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/image_prompt.h"
+#include "kvshare/vision/image.h"
 #include "kvshare/vision/vision_encoder.h"
 
 namespace kvshare {
@@ -23,6 +25,7 @@ struct ImageFlags {
   std::vector<std::string> images;  // --image PATH (repeatable, in order)
   int max_soft_tokens = 280;        // --image-max-soft-tokens (Gemma 4)
   bool pan_and_scan = false;        // --pan-and-scan (Gemma 3)
+  std::int64_t max_pixels = ImageLimits{}.max_pixels;  // --image-max-pixels
   std::string image_attention;      // --image-attention causal|all|sliding; empty: the model's
 };
 
