@@ -40,7 +40,7 @@ std::vector<std::uint8_t> ReadBytes(const std::string& path) {
 }
 }  // namespace
 
-EncodedImages EncodeImageFlags(const ImageFlags& f, const Model& model, ThreadPool* pool) {
+EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   EncodedImages out;
   if (f.mmproj.empty()) {
     if (!f.images.empty()) throw Error("--image needs --mmproj PATH: the model's vision encoder (an mmproj GGUF)");
@@ -58,12 +58,33 @@ EncodedImages EncodeImageFlags(const ImageFlags& f, const Model& model, ThreadPo
   for (const std::string& path : f.images) {
     const std::vector<std::uint8_t> bytes = ReadBytes(path);
     try {
-      out.images.push_back(EncodePromptImage(*out.encoder, DecodeImage(bytes, limits), ImageKey(bytes, po), po, pool));
+      PromptImage& im = out.images.emplace_back();
+      im.key = ImageKey(bytes, po);
+      out.pixels.push_back(out.encoder->Preprocess(DecodeImage(bytes, limits), po));
+      for (const PixelTensor& p : out.pixels.back()) im.tokens.push_back(out.encoder->TokensFor(p));
     } catch (const Error& e) {
       throw Error("--image " + path + ": " + e.what());
     }
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+void EncodeImages(EncodedImages& e, ThreadPool* pool) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < e.pixels.size(); ++i) {
+    for (const PixelTensor& p : e.pixels[i]) {
+      const std::vector<float> rows = e.encoder->Encode(p, pool);
+      e.images[i].rows.insert(e.images[i].rows.end(), rows.begin(), rows.end());
+    }
+  }
+  e.pixels.clear();
+  e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+EncodedImages EncodeImageFlags(const ImageFlags& f, const Model& model, ThreadPool* pool) {
+  EncodedImages out = PrepareImageFlags(f, model);
+  EncodeImages(out, pool);
   return out;
 }
 
