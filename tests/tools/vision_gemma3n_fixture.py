@@ -135,7 +135,6 @@ def randomize(model, seed):
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    uni = lambda t, lo, hi: t.copy_(lo + (hi - lo) * torch.rand(t.shape, generator=g, dtype=t.dtype))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.startswith("model.audio_tower") or name.startswith("model.embed_audio"):
@@ -151,20 +150,8 @@ def randomize(model, seed):
                     p.copy_(0.2 * torch.randn(p.shape, generator=g))
                 else:
                     p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p[0].numel()))
-            elif name == "model.language_model.norm.weight":
-                uni(p, 1.5, 3.0)
-            elif name.endswith(("q_norm.weight", "k_norm.weight")):
-                uni(p, 0.2, 0.6)
-            elif name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")):
-                uni(p, 1.0, 3.0)
-            elif name.endswith("norm.weight"):
-                uni(p, 0.5, 1.5)
-            elif name.endswith("altup.correct_output_scale"):
-                uni(p, 0.5, 1.5)
-            elif name.endswith("altup.modality_router.weight"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3 * (N_TEXT ** 0.5))
-            elif name.endswith(("altup.prediction_coefs.weight", "altup.correction_coefs.weight")):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            else:
+                gemma3n_fixtures.randomize_text_param(name, p, g, N_TEXT, "model.language_model.norm.weight")
     for name, p in model.named_parameters():
         if not name.startswith(("model.audio_tower", "model.embed_audio")) and p.numel() > 1:
             assert not bool((p == p.flatten()[0]).all()), f"{name} still constant"

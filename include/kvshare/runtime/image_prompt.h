@@ -95,11 +95,11 @@ class ImageSplicer {
  private:
   const Tokenizer* tokenizer_;
   ProjectorType projector_;
-  // The text run at the end of `tokens` (back to `floor` or a token without
-  // text) re-tokenized with its trailing padding_text() replaced by `lead`.
   // Gemma 3n: a span of one hard-embedding row at every vision-vocabulary id
   // outside the image spans.
   void AddHardSpans(ImagePrompt& p) const;
+  // The text run at the end of `tokens` (back to `floor` or a token without
+  // text) re-tokenized with its trailing padding_text() replaced by `lead`.
   void ReplaceTrailingPadding(std::vector<std::int32_t>& tokens, std::size_t floor, const std::string& lead) const;
 
   std::int32_t begin_ = -1, soft_ = -1, end_ = -1;
