@@ -170,6 +170,10 @@ def test_errors(gemma4, tmp_path):
         gemma4.generate("Hi", images=picture())
     with pytest.raises(kvshare.Error, match="images go with a str prompt"):
         gemma4.generate([2, 3, 4], images=[picture()], max_soft_tokens=70)
+    # More images than max_context (256) holds: refused before any is encoded.
+    with pytest.raises(kvshare.Error, match=r"prompt of \d+ tokens with its 4 image\(s\) \+ 2 new tokens exceeds "
+                                            r"max_context 256.*nothing was encoded"):
+        gemma4.generate("Hi", images=[picture()] * 4, max_new_tokens=2, max_soft_tokens=70)
     with pytest.raises(kvshare.Error, match=r"images\[0\]: .*100"):
         gemma4.generate("Hi", images=[picture()], max_soft_tokens=100)
     with pytest.raises(kvshare.Error, match=r"dtype float32"):
