@@ -426,10 +426,12 @@ void Server::Load() {
   if (!m.opt.mmproj_path.empty()) {
     m.vision = VisionEncoder::Load(m.opt.mmproj_path);
     CheckMmprojFitsText(m.vision->config(), m.model->config().n_embd);
-    m.splicer = std::make_unique<ImageSplicer>(*m.tok, m.vision->config().projector);
+    m.splicer = std::make_unique<ImageSplicer>(*m.tok, *m.vision);
     m.ctx.images.encoder = m.vision.get();
     m.ctx.images.splicer = m.splicer.get();
     m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;
+    m.ctx.images.limits.max_pixels = m.opt.image_max_pixels;
+    m.ctx.images.limits.max_pixels_hint = "the server's limit (kvshare serve --image-max-pixels)";
     // An image runs in one step beside every other slot's decode token: make
     // room for the largest one (fixed-size encoders: their token count;
     // Gemma 4: the default budget, which bounds its tokens).

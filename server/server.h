@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -36,6 +37,7 @@
 
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/scheduler.h"
+#include "kvshare/vision/image.h"
 
 namespace kvshare::server {
 
@@ -71,7 +73,8 @@ struct ServerOptions {
   // width, the family's markers in the vocabulary). http(s) image URLs are
   // refused either way (allow_image_urls changes the message: fetching is
   // not built). image_max_soft_tokens: Gemma 4's budget for requests that
-  // name none.
+  // name none. image_max_pixels: the largest image (width x height) a
+  // request may send, checked from its header before decoding.
   // image_threads: the threads that encode an image (its connection thread
   // included; 0: as many as `threads`), a pool of their own beside the
   // scheduler's, serving one request's images at a time.
@@ -81,6 +84,7 @@ struct ServerOptions {
   std::string mmproj_path;
   bool allow_image_urls = false;
   int image_max_soft_tokens = 280;
+  std::int64_t image_max_pixels = ImageLimits{}.max_pixels;
   int image_threads = 0;
   // Embeddings (/v1/embeddings, --pooling): nullopt pools as the file says
   // (gemma-embedding: its pooling type; a text generation model names none,

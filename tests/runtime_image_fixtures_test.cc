@@ -6,7 +6,10 @@
 //   ImageSplicer) equal HF's processor's;
 // - the logits of every prompt position and of 16 greedy steps with the
 //   images spliced in: within 1e-5 relative, argmax equal (the unified model
-//   under HF's generate-time mask rule only; see PromptAndLogitsMatchHf).
+//   under HF's generate-time mask rule only; see PromptAndLogitsMatchHf);
+// - Gemma 3n (gemma3n.*: tests/tools/vision_gemma3n_fixture.py) with its end
+//   marker through the mmproj's hard embedding, as HF embeds it;
+// - Gemma 3's pan-and-scan prompt ids against HF's processor.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "common_test_util.h"
+#include "model_test_util.h"
 #include "kvshare/gguf/vocab.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
@@ -73,6 +77,7 @@ class ImageFixtures : public ::testing::TestWithParam<const char*> {
     ASSERT_TRUE(in) << "missing fixture " << GetParam();
     j_ = nlohmann::json::parse(in);
     gemma3_ = std::string(GetParam()) == "gemma3";
+    gemma3n_ = std::string(GetParam()) == "gemma3n";
     model_ = Model::Load(Dir() + GetParam() + ".f32.gguf");
     encoder_ = VisionEncoder::Load(Dir() + GetParam() + ".mmproj.f32.gguf");
     CheckMmprojFitsText(encoder_->config(), model_->config().n_embd);
@@ -81,6 +86,7 @@ class ImageFixtures : public ::testing::TestWithParam<const char*> {
   // The mask rule HF applied (the unified model's forward path: both layer kinds).
   ImageAttention Mode() const {
     if (gemma3_) return ImageAttention::kAllLayers;
+    if (gemma3n_) return ImageAttention::kCausal;
     const std::string rule = j_["bidirectional_images"].get<std::string>();
     if (rule.rfind("none", 0) == 0) return ImageAttention::kCausal;
     if (rule.rfind("sliding", 0) == 0) return ImageAttention::kSlidingLayers;
@@ -90,6 +96,7 @@ class ImageFixtures : public ::testing::TestWithParam<const char*> {
                          const std::vector<EmbeddingSpan>& embeddings, std::optional<ImageAttention> mode);
   nlohmann::json j_;
   bool gemma3_ = false;
+  bool gemma3n_ = false;  // Gemma 3's markers and template, Gemma 4's pixel values
   std::unique_ptr<Model> model_;
   std::unique_ptr<VisionEncoder> encoder_;
   std::vector<std::vector<float>> features_;
@@ -132,7 +139,8 @@ void ImageFixtures::ExpectLogitsMatch(const nlohmann::json& ref, const std::vect
 
 TEST_P(ImageFixtures, PromptAndLogitsMatchHf) {
   const Tokenizer tok(ReadVocab(model_->gguf()));
-  const ImageSplicer splicer(tok, encoder_->config().projector);
+  const ImageSplicer splicer(tok, *encoder_);
+  const bool g3 = gemma3_ || gemma3n_;
   for (const char* name : {"one_image", "two_images"}) {
     SCOPED_TRACE(name);
     const auto& p = j_["prompts"][name];
@@ -146,17 +154,17 @@ TEST_P(ImageFixtures, PromptAndLogitsMatchHf) {
     // The chat message the fixture's prompt came from: the images, then the text.
     const std::string text = p["text"].get<std::string>();
     const std::string user_text =
-        gemma3_ ? text.substr(text.rfind("\n\n") + 2, text.find("<end_of_turn>") - text.rfind("\n\n") - 2)
+        g3 ? text.substr(text.rfind("\n\n") + 2, text.find("<end_of_turn>") - text.rfind("\n\n") - 2)
                 : text.substr(text.rfind("<image|>") + 8, text.find("<turn|>") - text.rfind("<image|>") - 8);
     ChatMessage m{"user", user_text};
     m.image_at.assign(images.size(), 0);
-    const ChatTemplate tmpl(gemma3_ ? ChatFormat::kGemma : ChatFormat::kGemma4, tok);
+    const ChatTemplate tmpl(g3 ? ChatFormat::kGemma : ChatFormat::kGemma4, tok);
     std::vector<std::size_t> slots;
     ChatTemplateOptions co;
     co.image_padding_text = splicer.padding_text();
     const std::vector<std::int32_t> ids = tmpl.Encode(std::span(&m, 1), co, &slots);
     const ImagePrompt ip = splicer.Splice(ids, slots, images);
-    if (gemma3_) {
+    if (g3) {
       EXPECT_EQ(ip.tokens, want_ids);
     } else {
       // Gemma 4's HF template ends the generation prompt with an empty thought
@@ -167,8 +175,16 @@ TEST_P(ImageFixtures, PromptAndLogitsMatchHf) {
                                                                              ip.tokens.size(), want_ids.size()))));
     }
     const auto spans = p["image_spans"];
-    ASSERT_EQ(ip.embeddings.size(), spans.size());
-    for (std::size_t k = 0; k < spans.size(); ++k) EXPECT_EQ(ip.embeddings[k].begin, spans[k][0].get<std::int64_t>());
+    std::vector<EmbeddingSpan> image_spans, hard_spans;
+    for (const EmbeddingSpan& e : ip.embeddings) (e.bidirectional ? image_spans : hard_spans).push_back(e);
+    ASSERT_EQ(image_spans.size(), spans.size());
+    for (std::size_t k = 0; k < spans.size(); ++k) EXPECT_EQ(image_spans[k].begin, spans[k][0].get<std::int64_t>());
+    // Gemma 3n: every <end_of_image> (HF: the vision vocabulary) takes the
+    // mmproj's hard-embedding row; the other families have none.
+    EXPECT_EQ(hard_spans.size(), gemma3n_ ? spans.size() : 0u);
+    for (const EmbeddingSpan& e : hard_spans) {
+      EXPECT_EQ(ip.tokens[static_cast<std::size_t>(e.begin)], j_["marker_ids"]["<end_of_image>"].get<std::int32_t>());
+    }
 
     // HF's own ids and spans through the model. The unified fixture's main
     // references follow HF's forward path, whose window does not bound an
@@ -213,8 +229,74 @@ TEST_P(ImageFixtures, SpeculationKeepsTheGreedyTokens) {
   EXPECT_EQ(run(ngram.get()), plain);
 }
 
+// An mmproj of another model is refused before any image: markers missing
+// from the vocabulary, or (Gemma 3n) an end marker outside the mmproj's
+// vision vocabulary.
+TEST(ImagePrompt, MismatchedMmprojIsRefused) {
+  const std::unique_ptr<Model> g4 = Model::Load(Dir() + "gemma4.f32.gguf");
+  const std::unique_ptr<Model> g3 = Model::Load(Dir() + "gemma3.f32.gguf");
+  const Tokenizer tok4(ReadVocab(g4->gguf())), tok3(ReadVocab(g3->gguf()));
+  const std::unique_ptr<VisionEncoder> siglip = VisionEncoder::Load(Dir() + "gemma3.mmproj.f32.gguf");
+  const std::unique_ptr<VisionEncoder> mnv5 = VisionEncoder::Load(Dir() + "gemma3n.mmproj.f32.gguf");
+  EXPECT_NE(testing::ErrorOf([&] { ImageSplicer(tok4, *siglip); }).find("no such token: the mmproj does not belong"),
+            std::string::npos);
+  EXPECT_NE(testing::ErrorOf([&] { ImageSplicer(tok3, *mnv5); })
+                .find("covers ids [480, 496) of this 512-token vocabulary, but <end_of_image> is id"),
+            std::string::npos);
+  EXPECT_NO_THROW(ImageSplicer(tok3, *siglip));
+}
+
+// Gemma 3's prompt with pan-and-scan on and off equals HF Gemma3Processor's
+// ids (tests/tools/vision_pan_and_scan_prompt.py): the crops' text, and
+// "Here is the original image " joined with the text before the image in
+// place of the "\n\n" padding (re-tokenized as one run).
+TEST(ImagePrompt, PanAndScanMatchesHfProcessor) {
+  std::ifstream in(Dir() + "gemma3.pan_and_scan.json");
+  ASSERT_TRUE(in);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const std::unique_ptr<Model> model = Model::Load(Dir() + "gemma3.f32.gguf");
+  const std::unique_ptr<VisionEncoder> encoder = VisionEncoder::Load(Dir() + "gemma3.mmproj.f32.gguf");
+  const Tokenizer tok(ReadVocab(model->gguf()));
+  const ImageSplicer splicer(tok, *encoder);
+  const ChatTemplate tmpl(ChatFormat::kGemma, tok);
+  const int width = encoder->config().n_embd_text;
+  ASSERT_EQ(j["cases"].size(), 3u);
+  for (const auto& c : j["cases"]) {
+    ChatMessage m{"user", ""};
+    std::vector<std::pair<int, int>> sizes;
+    for (const auto& part : c["parts"]) {
+      if (part.is_string()) {
+        m.content += part.get<std::string>();
+      } else {
+        m.image_at.push_back(m.content.size());
+        sizes.emplace_back(part[0].get<int>(), part[1].get<int>());
+      }
+    }
+    for (const bool pas : {false, true}) {
+      SCOPED_TRACE(m.content + (pas ? " (pan-and-scan)" : ""));
+      const auto& want = c[pas ? "pan_and_scan" : "plain"];
+      std::vector<PromptImage> images;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        // The crop count from kvshare's preprocessing of an image of that size.
+        Image img{.width = sizes[i].second, .height = sizes[i].first};
+        img.rgb.assign(static_cast<std::size_t>(img.width) * img.height * 3, 128);
+        const std::size_t n = encoder->Preprocess(img, {.pan_and_scan = pas}).size();
+        EXPECT_EQ(n, 1 + want["crops"][i].get<std::size_t>());
+        PromptImage& pi = images.emplace_back();
+        pi.tokens.assign(n, 16);
+        pi.rows.assign(n * 16 * static_cast<std::size_t>(width), 0.0f);
+      }
+      std::vector<std::size_t> slots;
+      ChatTemplateOptions co;
+      co.image_padding_text = splicer.padding_text();
+      const std::vector<std::int32_t> ids = tmpl.Encode(std::span(&m, 1), co, &slots);
+      EXPECT_EQ(splicer.Splice(ids, slots, images).tokens, want["ids"].get<std::vector<std::int32_t>>());
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ImageFixtures,
-                         ::testing::Values("gemma3", "gemma4", "gemma4_large", "gemma4_unified"));
+                         ::testing::Values("gemma3", "gemma3n", "gemma4", "gemma4_large", "gemma4_unified"));
 
 }  // namespace
 }  // namespace kvshare

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ std::string Fixture(const std::string& name) {
   const char* src = std::getenv("KVSHARE_SOURCE_DIR");
   return std::string(src ? src : ".") + "/tests/fixtures/vision/" + name;
 }
+
+std::string ImageDir() { return Fixture("images/"); }
 
 ImageFlags Parse(std::vector<std::string> args) {
   CLI::App app{"test"};
@@ -60,6 +63,22 @@ TEST(ImageFlags, ErrorsNameTheFlagAndFile) {
             std::string::npos);
   const std::string readme = Fixture("README.md");
   EXPECT_NE(error({"--mmproj", mm, "--image", readme}).find("unsupported image format"), std::string::npos);
+  // An image over --image-max-pixels (rgb.png is 7 x 5), named before
+  // decoding with the flag that raises the limit; a truncated file.
+  const std::string rgb = ImageDir() + "rgb.png";
+  EXPECT_NE(error({"--mmproj", mm, "--image", rgb, "--image-max-pixels", "34"})
+                .find("--image " + rgb + ": PNG image of 7x5 = 35 pixels is over the limit of 34 pixels; raise it "
+                      "with --image-max-pixels"),
+            std::string::npos);
+  EXPECT_THROW(Parse({"--image-max-pixels", "0"}), CLI::ValidationError);
+  const std::string cut = ::testing::TempDir() + "kvshare_cut.png";
+  {
+    std::ifstream in(rgb, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  EXPECT_NE(error({"--mmproj", mm, "--image", cut}).find("--image " + cut + ": truncated PNG image"),
+            std::string::npos);
   // The Gemma 3 encoder writes 64-wide tokens too, so it passes the width
   // check; a text model file as the mmproj does not.
   EXPECT_NE(error({"--mmproj", Fixture("gemma4.f32.gguf")}).find("--mmproj "), std::string::npos);

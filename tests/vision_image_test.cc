@@ -159,6 +159,10 @@ TEST(VisionImage, RefusesImagesOverTheLimitsBeforeDecoding) {
     EXPECT_NE(ErrorOf(bytes, {.max_pixels = 34}).find("image of 7x5 = 35 pixels is over the limit of 34 pixels"),
               std::string::npos);
     EXPECT_EQ(ErrorOf(bytes, {.max_pixels = 35}), "");
+    // A front end's hint on raising the limit follows the numbers.
+    EXPECT_NE(ErrorOf(bytes, {.max_pixels = 34, .max_pixels_hint = "raise it with --x"})
+                  .find("over the limit of 34 pixels; raise it with --x"),
+              std::string::npos);
     EXPECT_NE(ErrorOf(bytes, {.max_bytes = bytes.size() - 1}).find("is over the limit of"), std::string::npos);
   }
   // A PNG header claiming 100000 x 100000 is refused from its header alone.

@@ -131,7 +131,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   ThreadPool pool(threads);
   if (o.chat && !o.image.images.empty()) throw Error("--image goes with --prompt (not --chat)");
   if (!o.image.images.empty() && o.device != "cpu") throw Error("--image runs on the CPU only so far: drop --device");
-  const EncodedImages images = EncodeImageFlags(o.image, *model, &pool);
+  EncodedImages images = PrepareImageFlags(o.image, *model);  // encoded once the prompt fits
   ModelStateOptions so = StateOptions(o, model->config());
   for (const PromptImage& im : images.images) {
     // An image's tokens see each other, so each runs in one step.
@@ -163,16 +163,26 @@ void RunGenerate(const GenerateCliOptions& o) {
     std::optional<ImageSplicer> splicer;
     ChatTemplateOptions co;
     if (!images.images.empty()) {
-      splicer.emplace(tok, images.encoder->config().projector);
+      splicer.emplace(tok, *images.encoder, &pool);
       co.image_padding_text = splicer->padding_text();
     }
     std::vector<int32_t> ids = tmpl.Encode(msgs, co, &slots);
     ImagePrompt ip;
     if (splicer) {
+      // The spliced prompt's length from the token counts, before any image
+      // is encoded (the rows are not read yet).
+      const std::int64_t n = static_cast<std::int64_t>(splicer->Splice(ids, slots, images.images).tokens.size());
+      if (n + o.n > so.max_context) {
+        throw Error("prompt of " + std::to_string(n) + " tokens with its " + std::to_string(images.images.size()) +
+                    " image(s) + " + std::to_string(o.n) + " new tokens exceeds --max-context " +
+                    std::to_string(so.max_context) + "; increase --max-context to at least " +
+                    std::to_string(n + o.n) + " or send fewer or smaller images (nothing was encoded)");
+      }
+      EncodeImages(images, &pool);
       ip = splicer->Splice(ids, slots, images.images);
       ids = ip.tokens;
       go.prompt_embeddings = ip.embeddings;
-      std::fprintf(stderr, "[kvshare] %zu image(s): %zu soft-token span(s), encoded in %.3f s\n", images.images.size(),
+      std::fprintf(stderr, "[kvshare] %zu image(s): %zu embedding span(s), encoded in %.3f s\n", images.images.size(),
                    ip.embeddings.size(), images.seconds);
     }
     if (o.verbose) {

@@ -52,7 +52,9 @@ void PrintMmproj(const std::string& path, const Model* text) {
   if (text == nullptr) return;
   CheckMmprojFitsText(v, text->config().n_embd);
   const Tokenizer tok(ReadVocab(text->gguf()));
-  ImageSplicer(tok, v.projector);  // throws when the vocabulary lacks the image markers
+  // Throws when the vocabulary lacks the image markers (or, Gemma 3n, the end
+  // marker lies outside the mmproj's vision vocabulary).
+  const ImageSplicer splicer(tok, *enc);
   const ImageAttention mode = text->config().image_attention;
   std::cout << "  fits this model (width " << text->config().n_embd << ", image markers in its vocabulary); an "
             << "image's tokens see each other "
@@ -60,6 +62,11 @@ void PrintMmproj(const std::string& path, const Model* text) {
                 : mode == ImageAttention::kAllLayers ? "on every layer"
                                                      : "on sliding layers")
             << "\n";
+  if (splicer.hard_vocab() > 0) {
+    std::cout << "  ids [" << splicer.hard_offset() << ", " << splicer.hard_offset() + splicer.hard_vocab()
+              << ") (the vision vocabulary, <end_of_image> included) are embedded by the mmproj's mm.embedding, as "
+              << "HF does (llama.cpp: the text table)\n";
+  }
 }
 
 // --draft-model next to the target: a Gemma 4 assistant's layer map onto the

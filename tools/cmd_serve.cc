@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdint>
 #include <ctime>
 #include <mutex>
 #include <string>
@@ -52,6 +53,7 @@ struct ServeCliOptions {
   int image_max_soft_tokens = 280;
   int image_threads = 0;
   std::string pooling;
+  std::int64_t image_max_pixels = ImageLimits{}.max_pixels;
 };
 
 void Say(const std::string& line) {
@@ -148,6 +150,7 @@ void RunServe(const ServeCliOptions& o) {
   so.image_max_soft_tokens = o.image_max_soft_tokens;
   so.image_threads = o.image_threads;
   if (!o.pooling.empty()) so.pooling = PoolingFromName(o.pooling);
+  so.image_max_pixels = o.image_max_pixels;
   if (!o.quiet) so.log = [](std::string_view l) { Say(std::string(l)); };
 
   server::Server srv(so);
@@ -264,6 +267,11 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--image-max-soft-tokens", o.image_max_soft_tokens,
                   "Gemma 4: an image's token budget when a request names none (its max_soft_tokens)")
       ->check(CLI::IsMember({70, 140, 280, 560, 1120}))
+      ->capture_default_str();
+  cmd->add_option("--image-max-pixels", o.image_max_pixels,
+                  "The largest image (width x height pixels) a request may send; larger ones are a 400 before "
+                  "decoding")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_option("--image-threads", o.image_threads,
                   "Threads that encode an image (0 = as many as --threads): a pool of its own beside the "

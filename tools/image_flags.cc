@@ -20,6 +20,10 @@ void AddImageFlags(CLI::App& cmd, ImageFlags& f) {
                  "Gemma 4: soft tokens per image; the image is resized (aspect kept) to fill this budget")
       ->check(CLI::IsMember({70, 140, 280, 560, 1120}))
       ->capture_default_str();
+  cmd.add_option("--image-max-pixels", f.max_pixels,
+                 "The largest image (width x height pixels) --image may name; larger ones are refused before decoding")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
   cmd.add_flag("--pan-and-scan", f.pan_and_scan,
                "Gemma 3: also encode 2-4 crops of a long image along its long side (HF's pan-and-scan)");
   cmd.add_option("--image-attention", f.image_attention,
@@ -36,7 +40,7 @@ std::vector<std::uint8_t> ReadBytes(const std::string& path) {
 }
 }  // namespace
 
-EncodedImages EncodeImageFlags(const ImageFlags& f, const Model& model, ThreadPool* pool) {
+EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   EncodedImages out;
   if (f.mmproj.empty()) {
     if (!f.images.empty()) throw Error("--image needs --mmproj PATH: the model's vision encoder (an mmproj GGUF)");
@@ -49,16 +53,38 @@ EncodedImages EncodeImageFlags(const ImageFlags& f, const Model& model, ThreadPo
     throw Error("--mmproj " + f.mmproj + ": " + e.what());
   }
   const PreprocessOptions po{.max_soft_tokens = f.max_soft_tokens, .pan_and_scan = f.pan_and_scan};
+  const ImageLimits limits{.max_pixels = f.max_pixels, .max_pixels_hint = "raise it with --image-max-pixels"};
   const auto t0 = std::chrono::steady_clock::now();
   for (const std::string& path : f.images) {
     const std::vector<std::uint8_t> bytes = ReadBytes(path);
     try {
-      out.images.push_back(EncodePromptImage(*out.encoder, DecodeImage(bytes), ImageKey(bytes, po), po, pool));
+      PromptImage& im = out.images.emplace_back();
+      im.key = ImageKey(bytes, po);
+      out.pixels.push_back(out.encoder->Preprocess(DecodeImage(bytes, limits), po));
+      for (const PixelTensor& p : out.pixels.back()) im.tokens.push_back(out.encoder->TokensFor(p));
     } catch (const Error& e) {
       throw Error("--image " + path + ": " + e.what());
     }
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+void EncodeImages(EncodedImages& e, ThreadPool* pool) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < e.pixels.size(); ++i) {
+    for (const PixelTensor& p : e.pixels[i]) {
+      const std::vector<float> rows = e.encoder->Encode(p, pool);
+      e.images[i].rows.insert(e.images[i].rows.end(), rows.begin(), rows.end());
+    }
+  }
+  e.pixels.clear();
+  e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+EncodedImages EncodeImageFlags(const ImageFlags& f, const Model& model, ThreadPool* pool) {
+  EncodedImages out = PrepareImageFlags(f, model);
+  EncodeImages(out, pool);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/image_prompt.h"
+#include "kvshare/vision/image.h"
 #include "kvshare/vision/vision_encoder.h"
 
 namespace kvshare {
@@ -23,6 +25,7 @@ struct ImageFlags {
   std::vector<std::string> images;  // --image PATH (repeatable, in order)
   int max_soft_tokens = 280;        // --image-max-soft-tokens (Gemma 4)
   bool pan_and_scan = false;        // --pan-and-scan (Gemma 3)
+  std::int64_t max_pixels = ImageLimits{}.max_pixels;  // --image-max-pixels
   std::string image_attention;      // --image-attention causal|all|sliding; empty: the model's
 };
 
@@ -31,13 +34,20 @@ void AddImageFlags(CLI::App& cmd, ImageFlags& flags);
 // The encoder and the encoded images of `flags` (none without --image).
 struct EncodedImages {
   std::unique_ptr<VisionEncoder> encoder;
-  std::vector<PromptImage> images;
-  double seconds = 0;  // preprocessing and encoding, all images
+  std::vector<PromptImage> images;              // tokens and keys; rows once encoded
+  std::vector<std::vector<PixelTensor>> pixels;  // per image, until EncodeImages
+  double seconds = 0;                            // preprocessing and encoding, all images
 };
 
-// Loads --mmproj (checking it fits `model`) and decodes and encodes every
-// --image. Throws kvshare::Error naming the flag and file at fault: --image
-// without --mmproj, an unreadable or bad image, an mmproj of another model.
+// Loads --mmproj (checking it fits `model`), decodes and preprocesses every
+// --image: images[i] has its tokens and key but no rows yet, so the prompt's
+// length is known before any encoding. Throws kvshare::Error naming the flag
+// and file at fault: --image without --mmproj, an unreadable or bad image
+// (over --image-max-pixels included), an mmproj of another model.
+EncodedImages PrepareImageFlags(const ImageFlags& flags, const Model& model);
+// Encodes the prepared pixel tensors into images[i].rows.
+void EncodeImages(EncodedImages& images, ThreadPool* pool);
+// PrepareImageFlags, then EncodeImages.
 EncodedImages EncodeImageFlags(const ImageFlags& flags, const Model& model, ThreadPool* pool);
 
 // --image-attention as ModelStateOptions::image_attention (nullopt: the model's).

@@ -122,16 +122,40 @@ py::dict VisionConfigDict(const VisionConfig& c) {
 
 std::shared_ptr<EncodedPrompt> EncodePromptImages(const VisionEncoder& encoder, const ImageSplicer& splicer,
                                                   const std::vector<ImageArg>& images, const PreprocessOptions& options,
-                                                  std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
-                                                  ThreadPool* pool) {
+                                                  const PromptRoom& room, std::span<const std::int32_t> ids,
+                                                  std::span<const std::size_t> slots, ThreadPool* pool) {
   auto out = std::make_shared<EncodedPrompt>();
+  std::vector<std::vector<PixelTensor>> pixels;
+  const auto named = [](std::size_t i, const Error& e) { return Error("images[" + std::to_string(i) + "]: " + e.what()); };
   for (std::size_t i = 0; i < images.size(); ++i) {
+    PromptImage& pi = out->images.emplace_back();
+    pi.key = images[i].key;
     try {
-      out->images.push_back(EncodePromptImage(encoder, images[i].image, images[i].key, options, pool));
+      pixels.push_back(encoder.Preprocess(images[i].image, options));
     } catch (const Error& e) {
-      throw Error("images[" + std::to_string(i) + "]: " + e.what());
+      throw named(i, e);
     }
-    for (int n : out->images.back().tokens) out->max_span = std::max(out->max_span, n);
+    for (const PixelTensor& p : pixels.back()) pi.tokens.push_back(encoder.TokensFor(p));
+    for (int n : pi.tokens) out->max_span = std::max(out->max_span, n);
+  }
+  // The spliced length from the token counts (no rows read), before any encoding.
+  const auto n = static_cast<std::int64_t>(splicer.Splice(ids, slots, out->images).tokens.size());
+  if (room.cached + n + room.max_new_tokens > room.max_context) {
+    throw Error((room.cached > 0 ? std::to_string(room.cached) + " tokens of earlier turns + " : std::string()) +
+                "prompt of " + std::to_string(n) + " tokens with its " + std::to_string(images.size()) +
+                " image(s) + " + std::to_string(room.max_new_tokens) + " new tokens exceeds max_context " +
+                std::to_string(room.max_context) + "; send fewer or smaller images (max_soft_tokens) or load the "
+                "Model with a larger max_context (nothing was encoded)");
+  }
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    for (const PixelTensor& p : pixels[i]) {
+      try {
+        const std::vector<float> rows = encoder.Encode(p, pool);
+        out->images[i].rows.insert(out->images[i].rows.end(), rows.begin(), rows.end());
+      } catch (const Error& e) {
+        throw named(i, e);
+      }
+    }
   }
   out->prompt = splicer.Splice(ids, slots, out->images);
   return out;

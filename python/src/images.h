@@ -50,12 +50,23 @@ struct EncodedPrompt {
   int max_span = 0;  // most soft tokens of one pixel tensor (the model's max_step must hold it)
 };
 
-// Preprocesses and encodes every image on `pool` (EncodePromptImage) and
-// splices them into `ids` at `slots`. Throws kvshare::Error naming images[i]
-// for an image the encoder refuses (e.g. a budget outside the allowed set).
+// Where the spliced prompt must fit: it and max_new_tokens after `cached`
+// tokens within max_context.
+struct PromptRoom {
+  std::int64_t max_context = 0;
+  std::int64_t cached = 0;
+  std::int64_t max_new_tokens = 0;
+};
+
+// Preprocesses every image, checks that the spliced prompt fits `room`
+// before encoding any, encodes them on `pool` and splices them into `ids` at
+// `slots`. Throws kvshare::Error naming images[i] for an image the encoder
+// refuses (e.g. a budget outside the allowed set), or the token counts when
+// the prompt does not fit.
 std::shared_ptr<EncodedPrompt> EncodePromptImages(const VisionEncoder& encoder, const ImageSplicer& splicer,
                                                   const std::vector<ImageArg>& images, const PreprocessOptions& options,
-                                                  std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
+                                                  const PromptRoom& room, std::span<const std::int32_t> ids,
+                                                  std::span<const std::size_t> slots,
                                                   ThreadPool* pool);
 
 }  // namespace kvshare::python

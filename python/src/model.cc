@@ -310,7 +310,11 @@ class PyModel {
     std::shared_ptr<EncodedPrompt> encoded;
     if (!image_args.empty()) {
       Exclusive([&] {
-        encoded = EncodePromptImages(*core_->vision, *core_->splicer, image_args, po, ids, slots, core_->pool.get());
+        const PromptRoom room{.max_context = state_options_.max_context,
+                              .cached = reset ? 0 : core_->generator->state().length(),
+                              .max_new_tokens = max_new_tokens};
+        encoded =
+            EncodePromptImages(*core_->vision, *core_->splicer, image_args, po, room, ids, slots, core_->pool.get());
         if (FitStep(encoded->max_span, reset)) reset = true;
       });
       ids = encoded->prompt.tokens;
@@ -467,7 +471,7 @@ class PyModel {
     try {
       core_->vision = VisionEncoder::Load(path);
       CheckMmprojFitsText(core_->vision->config(), core_->model->config().n_embd);
-      core_->splicer = std::make_unique<ImageSplicer>(*core_->tokenizer, core_->vision->config().projector);
+      core_->splicer = std::make_unique<ImageSplicer>(*core_->tokenizer, *core_->vision);
     } catch (const Error& e) {
       throw Error("mmproj " + path + ": " + e.what());
     }

@@ -58,6 +58,36 @@ ImageSplicer::ImageSplicer(const Tokenizer& tokenizer, ProjectorType projector)
   if (!gemma4) padding_ = "\n\n";
 }
 
+ImageSplicer::ImageSplicer(const Tokenizer& tokenizer, const VisionEncoder& encoder, ThreadPool* pool)
+    : ImageSplicer(tokenizer, encoder.config().projector) {
+  hard_rows_ = encoder.HardTokenRows(pool);
+  width_ = encoder.config().n_embd_text;
+  if (hard_rows_.empty() || width_ <= 0) return;
+  hard_vocab_ = static_cast<std::int32_t>(static_cast<std::int64_t>(hard_rows_.size()) / width_);
+  const GgufTensor* audio = encoder.gguf().FindTensor("mm.a.embedding.weight");
+  const std::int64_t n_audio = audio != nullptr && audio->n_dims == 2 ? audio->ne[1] : hard_vocab_;
+  hard_offset_ = static_cast<std::int32_t>(tokenizer.vocab_size() - n_audio - hard_vocab_);
+  if (end_ < hard_offset_ || end_ >= hard_offset_ + hard_vocab_) {
+    throw Error(detail::Str("the mmproj's vision vocabulary (", hard_vocab_, " rows of mm.embedding) covers ids [",
+                            hard_offset_, ", ", hard_offset_ + hard_vocab_, ") of this ", tokenizer.vocab_size(),
+                            "-token vocabulary, but <end_of_image> is id ", end_,
+                            ": the mmproj does not belong to this model"));
+  }
+}
+
+void ImageSplicer::ReplaceTrailingPadding(std::vector<std::int32_t>& tokens, std::size_t floor,
+                                          const std::string& lead) const {
+  std::size_t from = tokens.size();
+  while (from > floor && !tokenizer_->TokenBytes(tokens[from - 1]).empty()) --from;
+  std::string run;
+  for (std::size_t i = from; i < tokens.size(); ++i) run += tokenizer_->TokenBytes(tokens[i]);
+  if (!padding_.empty() && run.ends_with(padding_)) run.resize(run.size() - padding_.size());
+  run += lead;
+  tokens.resize(from);
+  const auto t = tokenizer_->Encode(run, {.add_bos = false, .add_eos = false, .parse_special = false});
+  tokens.insert(tokens.end(), t.begin(), t.end());
+}
+
 ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
                                  std::span<const PromptImage> images) const {
   if (slots.size() != images.size()) {
@@ -77,6 +107,7 @@ ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<co
     }
     const PromptImage& im = images[i];
     if (im.tokens.empty()) throw Error(detail::Str("image ", i, " has no soft tokens"));
+    const std::size_t floor = p.tokens.size();
     p.tokens.insert(p.tokens.end(), ids.begin() + static_cast<std::ptrdiff_t>(from),
                     ids.begin() + static_cast<std::ptrdiff_t>(slots[i]));
     from = slots[i];
@@ -86,12 +117,17 @@ ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<co
     const float* rows = im.rows.data();
     for (std::size_t c = 0; c < im.tokens.size(); ++c) {
       if (im.tokens.size() > 1) {
-        // Pan-and-scan (HF Gemma3Processor): the crops' padding is written
-        // here; the chat template wrote the padding around the whole image.
-        const std::string lead = c == 0   ? "Here is the original image " + padding_
-                                 : c == 1 ? padding_ + " and here are some crops to help you see better " + padding_
-                                          : padding_ + " " + padding_;
-        text(p.tokens, lead.c_str());
+        // Pan-and-scan (HF Gemma3Processor): "Here is the original image "
+        // seq " and here are some crops to help you see better " seq " " seq
+        // ..., each seq in padding_text(). The chat template wrote the padding
+        // around the whole image: the lead text replaces the one before it.
+        if (c == 0) {
+          ReplaceTrailingPadding(p.tokens, floor, "Here is the original image " + padding_);
+        } else {
+          text(p.tokens, (c == 1 ? padding_ + " and here are some crops to help you see better " + padding_
+                                 : padding_ + " " + padding_)
+                             .c_str());
+        }
       }
       p.tokens.push_back(begin_);
       p.embeddings.push_back(EmbeddingSpan{.begin = static_cast<std::int64_t>(p.tokens.size()),
@@ -105,7 +141,34 @@ ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<co
     }
   }
   p.tokens.insert(p.tokens.end(), ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
+  if (hard_vocab_ > 0) AddHardSpans(p);
   return p;
+}
+
+void ImageSplicer::AddHardSpans(ImagePrompt& p) const {
+  // HF Gemma3nModel.forward embeds every id of the vision vocabulary outside
+  // the soft tokens (the end marker) through the multimodal embedder.
+  std::vector<EmbeddingSpan> spans;
+  std::vector<std::uint64_t> keys;
+  std::size_t k = 0;
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(p.tokens.size()); ++i) {
+    if (k < p.embeddings.size() && p.embeddings[k].begin == i) {
+      spans.push_back(p.embeddings[k]);
+      keys.push_back(p.keys[k]);
+      i += p.embeddings[k].count - 1;
+      ++k;
+      continue;
+    }
+    const std::int32_t id = p.tokens[static_cast<std::size_t>(i)];
+    if (id < hard_offset_ || id >= hard_offset_ + hard_vocab_) continue;
+    spans.push_back(EmbeddingSpan{.begin = i,
+                                  .count = 1,
+                                  .rows = hard_rows_.data() + static_cast<std::ptrdiff_t>(id - hard_offset_) * width_,
+                                  .bidirectional = false});
+    keys.push_back(0x6a09e667f3bcc908ull ^ static_cast<std::uint64_t>(id));
+  }
+  p.embeddings = std::move(spans);
+  p.keys = std::move(keys);
 }
 
 }  // namespace kvshare

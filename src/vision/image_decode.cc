@@ -37,7 +37,7 @@ void CheckPixels(const char* format, std::int64_t width, std::int64_t height, co
   if (width * height > limits.max_pixels) {
     throw Error(std::string(format) + " image of " + std::to_string(width) + "x" + std::to_string(height) + " = " +
                 std::to_string(width * height) + " pixels is over the limit of " + std::to_string(limits.max_pixels) +
-                " pixels");
+                " pixels" + (limits.max_pixels_hint.empty() ? "" : "; " + limits.max_pixels_hint));
   }
 }
 

@@ -110,7 +110,8 @@ Image DecodeJpeg(std::span<const std::uint8_t> bytes, const ImageLimits& limits)
     }
     throw Error("JPEG image of " + std::to_string(out.width) + "x" + std::to_string(out.height) + " = " +
                 std::to_string(std::int64_t{out.width} * out.height) + " pixels is over the limit of " +
-                std::to_string(limits.max_pixels) + " pixels");
+                std::to_string(limits.max_pixels) + " pixels" +
+                (limits.max_pixels_hint.empty() ? "" : "; " + limits.max_pixels_hint));
   }
   image.width = out.width;
   image.height = out.height;

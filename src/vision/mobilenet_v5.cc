@@ -86,6 +86,15 @@ class MobileNetV5Encoder final : public VisionEncoder {
       throw Error(Str("gemma3nv mmproj '", file_.name(), "': mm.input_projection gives ", proj_.out(),
                       " features per token, the configuration expects n_embd_text ", config_.n_embd_text));
     }
+    if (w.Has("mm.embedding.weight")) {
+      const GgufTensor& t = file_.Tensor("mm.embedding.weight");
+      if (t.n_dims != 2 || t.ne[0] != d) {
+        throw Error(Str("gemma3nv mmproj '", file_.name(), "': mm.embedding is ", t.DimsString(), ", expected [", d,
+                        ", vision vocabulary]"));
+      }
+      hard_table_ = w.Vec("mm.embedding.weight", t.NumElements());
+      hard_norm_ = w.Vec("mm.hard_emb_norm.weight", d);
+    }
     config_.projector = ProjectorType::kGemma3nV;
     config_.n_embd = d;
     config_.n_embd_text = proj_.out();
@@ -131,6 +140,18 @@ class MobileNetV5Encoder final : public VisionEncoder {
     return std::move(out.data);
   }
 
+  std::vector<float> HardTokenRows(ThreadPool* pool) const override {
+    const int d = msfa_.out_channels;
+    const int rows = static_cast<int>(hard_table_.size()) / d;
+    if (rows == 0) return {};
+    FeatureMap x(1, rows, d);
+    x.data = hard_table_;
+    RmsNormPixels(x, hard_norm_.data(), config_.eps, /*gelu=*/false, pool);
+    FeatureMap out = proj_.Forward(x, pool);
+    RmsNormPixels(out, ones_.data(), config_.eps, /*gelu=*/false, pool);
+    return std::move(out.data);
+  }
+
  private:
   GgufFile file_;
   VisionConfig config_;
@@ -141,6 +162,7 @@ class MobileNetV5Encoder final : public VisionEncoder {
   MultiScaleFusion msfa_;
   int grid_ = kDefaultGrid;
   std::vector<float> soft_norm_;
+  std::vector<float> hard_table_, hard_norm_;  // mm.embedding [rows, n_embd], mm.hard_emb_norm [n_embd]
   PointwiseConv proj_;       // mm.input_projection [n_embd_text, n_embd]
   std::vector<float> ones_;  // [n_embd_text]: the weightless final norm
 };

@@ -5,7 +5,8 @@ tokens an image; the key and tensor names of llama.cpp's converter, as
 tests/vision_tiny_mmproj.h writes them). Checks: /v1/models says the model
 takes images; one and several images per message and conversation reach the
 model (prompt tokens, and the logits depend on the image); the same request
-twice is the same, and with any --image-threads; each bad input is a 400 naming the problem; a server
+twice is the same, and with any --image-threads; each bad input is a 400 naming the problem
+(corrupt, unsupported, over --image-max-pixels, more than the context holds); a server
 without --mmproj refuses images naming the flag."""
 import base64
 import shutil
@@ -102,7 +103,7 @@ def mmproj(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(mmproj):
     with Server(need_default_model(), "--slots", 2, "--max-context", 256, "--step-tokens", 64, "--chat-template",
-                "gemma", "--mmproj", mmproj) as s:
+                "gemma", "--mmproj", mmproj, "--image-max-pixels", 4096) as s:
         yield s
 
 
@@ -172,6 +173,9 @@ def test_bad_images_are_400s_naming_the_problem(server):
     tiff = b"II*\x00" + b"\x00" * 64
     check_400(request(server, "POST", P, chat([text, image_part(data_url(tiff, "image/tiff"))])), "invalid_image",
               "TIFF")
+    # Over --image-max-pixels (4096 here), from the header: the limit and the flag.
+    check_400(request(server, "POST", P, chat([text, image_part(data_url(png(100, 50, 4)))])), "invalid_image",
+              "5000 pixels is over the limit of 4096 pixels; the server's limit (kvshare serve --image-max-pixels)")
     check_400(request(server, "POST", P, chat([text, image_part(data_url(png(8, 8, 4)))], max_soft_tokens=100)),
               "invalid_value", "max_soft_tokens")
     # More images than the context holds (256 tokens; 4 soft tokens and the

@@ -19,10 +19,11 @@ np = pytest.importorskip("numpy")
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vision"
-MODELS = ["gemma3", "gemma4", "gemma4_large", "gemma4_unified"]
-PROJECTOR = {"gemma3": "gemma3", "gemma4": "gemma4v", "gemma4_large": "gemma4v", "gemma4_unified": "gemma4uv"}
+MODELS = ["gemma3", "gemma3n", "gemma4", "gemma4_large", "gemma4_unified"]
+PROJECTOR = {"gemma3": "gemma3", "gemma3n": "gemma3nv", "gemma4": "gemma4v", "gemma4_large": "gemma4v",
+             "gemma4_unified": "gemma4uv"}
 STEPS = 16
-BUDGET = 8 * 1024 * 1024
+BUDGET = 10 * 1024 * 1024
 
 
 def load(name):
@@ -59,6 +60,8 @@ def test_hf_outputs_consistent(name):
         assert f.shape == (e["tokens"], n_text) and np.all(np.isfinite(f))
         if name == "gemma3":
             assert e["tokens"] == cfg["mm_tokens_per_image"]
+        elif name == "gemma3n":
+            assert e["tokens"] == cfg["vision_soft_tokens_per_image"]
         else:  # one token per 48 px block
             assert e["tokens"] == (u.shape[1] // 48) * (u.shape[2] // 48)
         tokens_of.append(e["tokens"])
@@ -69,7 +72,7 @@ def test_hf_outputs_consistent(name):
         assert sum(n for _, n in p["image_spans"]) == ids.count(soft)
         for start, n in p["image_spans"]:
             assert all(t == soft for t in ids[start:start + n])
-            if name == "gemma3":
+            if name in ("gemma3", "gemma3n"):
                 begin, end = hf["marker_ids"]["<start_of_image>"], hf["marker_ids"]["<end_of_image>"]
             else:
                 begin, end = hf["marker_ids"]["<|image>"], hf["marker_ids"]["<image|>"]
@@ -125,6 +128,12 @@ def test_gguf_keys(name):
         pool = side // int(round(hf["hf_config"]["mm_tokens_per_image"] ** 0.5))
         assert keys["clip.vision.projector.scale_factor"] == pool != 4
         assert tensors["v.position_embd.weight"][1] == [vcfg["hidden_size"], side * side]
+    elif name == "gemma3n":  # written by tests/tools/gemma3n_vision_fixtures.py's writer (converter's names)
+        assert odd == []
+        lo, hi = hf["vision_vocabulary"]
+        assert lo == vcfg["vocab_offset"] and hi - lo == vcfg["vocab_size"] == tensors["mm.embedding.weight"][1][1]
+        assert lo <= hf["marker_ids"]["<end_of_image>"] < hi
+        assert keys["clip.vision.embedding_length"] == vcfg["hidden_size"]
     elif name == "gemma4_unified":
         assert odd == []
         p = vcfg["patch_size"] * vcfg["pooling_kernel_size"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 import zlib
 from pathlib import Path
 
@@ -26,12 +27,20 @@ TOL = 1e-5
 def load(name, **kw):
     kw.setdefault("max_context", 256)
     kw.setdefault("num_threads", 2)
-    return kvshare.Model(str(FIXTURES / f"{name}.f32.gguf"), mmproj=str(FIXTURES / f"{name}.mmproj.f32.gguf"), **kw)
+    with warnings.catch_warnings():  # the tiny Gemma 3n is not llama.cpp's hard-coded E2B/E4B (the Model says so)
+        warnings.filterwarnings("ignore", "llama.cpp ignores this file's Gemma 3n")
+        return kvshare.Model(str(FIXTURES / f"{name}.f32.gguf"), mmproj=str(FIXTURES / f"{name}.mmproj.f32.gguf"),
+                             **kw)
 
 
 @pytest.fixture(scope="module")
 def gemma3():
     return load("gemma3")
+
+
+@pytest.fixture(scope="module")
+def gemma3n():
+    return load("gemma3n")
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +73,7 @@ def rel_diff(a, b):
     return float(np.max(np.abs(np.asarray(a, np.float64) - b)) / max(1.0, float(np.max(np.abs(b)))))
 
 
-@pytest.mark.parametrize("name", ["gemma3", "gemma4", "gemma4_large", "gemma4_unified"])
+@pytest.mark.parametrize("name", ["gemma3", "gemma3n", "gemma4", "gemma4_large", "gemma4_unified"])
 def test_features_match_hf(name):
     m = load(name)
     hf = json.loads((FIXTURES / f"{name}.hf.json").read_text())
@@ -82,7 +91,7 @@ def test_features_match_hf(name):
         assert rel_diff(ours, theirs) < TOL, (name, px["file"])
 
 
-@pytest.mark.parametrize("name", ["gemma3", "gemma4"])
+@pytest.mark.parametrize("name", ["gemma3", "gemma3n", "gemma4"])
 def test_image_kinds_give_the_same_tokens(name, tmp_path, request):
     m = request.getfixturevalue(name)
     rgb = picture()
@@ -161,6 +170,10 @@ def test_errors(gemma4, tmp_path):
         gemma4.generate("Hi", images=picture())
     with pytest.raises(kvshare.Error, match="images go with a str prompt"):
         gemma4.generate([2, 3, 4], images=[picture()], max_soft_tokens=70)
+    # More images than max_context (256) holds: refused before any is encoded.
+    with pytest.raises(kvshare.Error, match=r"prompt of \d+ tokens with its 4 image\(s\) \+ 2 new tokens exceeds "
+                                            r"max_context 256.*nothing was encoded"):
+        gemma4.generate("Hi", images=[picture()] * 4, max_new_tokens=2, max_soft_tokens=70)
     with pytest.raises(kvshare.Error, match=r"images\[0\]: .*100"):
         gemma4.generate("Hi", images=[picture()], max_soft_tokens=100)
     with pytest.raises(kvshare.Error, match=r"dtype float32"):

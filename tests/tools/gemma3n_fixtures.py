@@ -291,27 +291,37 @@ def randomize(model, seed):
     weight rounding). The final norm weight (1.5-3) spreads the logits (~+-9) for clearer greedy margins."""
     import torch
 
-    H = model.config.hidden_size
     g = torch.Generator().manual_seed(seed)
-    uni = lambda t, lo, hi: t.copy_(lo + (hi - lo) * torch.rand(t.shape, generator=g, dtype=t.dtype))
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name == "model.norm.weight":
-                uni(p, 1.5, 3.0)
-            elif name.endswith(("q_norm.weight", "k_norm.weight")):
-                uni(p, 0.2, 0.6)  # attention scale is 1: keep q.k around unit spread
-            elif name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")):
-                uni(p, 1.0, 3.0)  # branch outputs outweigh the residual: fewer self-repeats
-            elif name.endswith("norm.weight"):
-                uni(p, 0.5, 1.5)
-            elif name.endswith("altup.correct_output_scale"):
-                uni(p, 0.5, 1.5)
-            elif name.endswith("altup.modality_router.weight"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3 * (H ** 0.5))
-            elif name.endswith(("altup.prediction_coefs.weight", "altup.correction_coefs.weight")):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            randomize_text_param(name, p, g, model.config.hidden_size)
     for name, p in model.named_parameters():  # everything that starts at 1 or 0 must have moved
         assert not bool((p == 1).all()) and not bool((p == 0).all()), f"{name} still constant"
+
+
+def randomize_text_param(name, p, g, hidden, final_norm="model.norm.weight"):
+    """randomize's rule for one text parameter (drawing from g); False where none applies
+    (tests/tools/vision_gemma3n_fixture.py uses it for the multimodal model's text part)."""
+    import torch
+
+    uni = lambda t, lo, hi: t.copy_(lo + (hi - lo) * torch.rand(t.shape, generator=g, dtype=t.dtype))
+    if name == final_norm:
+        uni(p, 1.5, 3.0)
+    elif name.endswith(("q_norm.weight", "k_norm.weight")):
+        uni(p, 0.2, 0.6)  # attention scale is 1: keep q.k around unit spread
+    elif name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")):
+        uni(p, 1.0, 3.0)  # branch outputs outweigh the residual: fewer self-repeats
+    elif name.endswith("norm.weight"):
+        uni(p, 0.5, 1.5)
+    elif name.endswith("altup.correct_output_scale"):
+        uni(p, 0.5, 1.5)
+    elif name.endswith("altup.modality_router.weight"):
+        p.copy_(torch.randn(p.shape, generator=g) * 0.3 * (hidden ** 0.5))
+    elif name.endswith(("altup.prediction_coefs.weight", "altup.correction_coefs.weight")):
+        p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    else:
+        return False
+    return True
 
 
 def unused_shared_kv(model, seed):

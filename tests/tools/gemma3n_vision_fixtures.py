@@ -93,7 +93,7 @@ def gguf_name(name):
             "embedding_projection.weight": "mm.input_projection.weight"}[name]
 
 
-def write_mmproj(path, tower, embedder):
+def write_mmproj(path, tower, embedder, n_text=N_TEXT):
     w = gguf.GGUFWriter(path, arch="clip")
     w.add_string("general.type", "mmproj")
     w.add_bool("clip.has_vision_encoder", True)
@@ -106,7 +106,7 @@ def write_mmproj(path, tower, embedder):
     w.add_uint32("clip.vision.block_count", 128)
     w.add_uint32("clip.vision.attention.head_count", 8)
     w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    w.add_uint32("clip.vision.projection_dim", N_TEXT)
+    w.add_uint32("clip.vision.projection_dim", n_text)
     w.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
     w.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
     tensors = list(tower.state_dict().items()) + list(embedder.state_dict().items())

@@ -836,7 +836,7 @@ def check():
         odd = {n: t for n, (t, _) in tensors.items() if t != "F32"}
         print(f"    non-F32 tensors: {odd or 'none'}")
     print(f"tests/fixtures/vision: {total} bytes")
-    assert total < 8 * 1024 * 1024, total
+    assert total < 10 * 1024 * 1024, total  # with vision_gemma3n_fixture.py's gemma3n.* (1.1 MB)
 
 
 def main():

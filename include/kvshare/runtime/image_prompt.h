@@ -8,7 +8,9 @@
 //             prompt string; Splice writes the markers and soft tokens)
 //             (pan-and-scan: "Here is the original image " seq " and here are
 //             some crops to help you see better " seq " " seq ...)
-//   gemma3nv  the same markers, no pan-and-scan
+//   gemma3nv  the same markers, no pan-and-scan; ids of the vision vocabulary
+//             (<end_of_image>) get the mmproj's hard-embedding row
+//             (VisionEncoder::HardTokenRows), as HF Gemma3nModel embeds them
 //   gemma4v,  <|image> N x <|image|> <image|>
 //   gemma4uv
 // The soft tokens' rows go to the model as EmbeddingSpans (model.h), one per
@@ -50,23 +52,42 @@ PromptImage EncodePromptImage(const VisionEncoder& encoder, const Image& image, 
 // them, pointing into the PromptImages' rows (which must outlive it).
 struct ImagePrompt {
   std::vector<std::int32_t> tokens;
-  std::vector<EmbeddingSpan> embeddings;  // sorted; one per pixel tensor
-  std::vector<std::uint64_t> keys;        // [embeddings.size()]: the image key of each span, mixed with the crop index
+  // Sorted: one per pixel tensor (bidirectional), and for Gemma 3n one per
+  // vision-vocabulary id (its hard-embedding row, count 1, causal).
+  std::vector<EmbeddingSpan> embeddings;
+  // [embeddings.size()]: the image key of each span, mixed with the crop
+  // index (a hard-embedding span: a constant of its id).
+  std::vector<std::uint64_t> keys;
 };
 
 class ImageSplicer {
  public:
   // Looks up the markers of `projector`'s family in the vocabulary. Throws
   // kvshare::Error naming the first one it lacks (the mmproj does not belong
-  // to this text model).
+  // to this text model). This form leaves Gemma 3n's end marker to the text
+  // table (llama.cpp's way); use it only to check the markers.
   ImageSplicer(const Tokenizer& tokenizer, ProjectorType projector);
+  // The same for `encoder`'s family, and for Gemma 3n the hard-embedding rows
+  // of the vision vocabulary: HF's ids [offset, offset + V), V = the rows of
+  // mm.embedding, offset = vocab_size - A - V with A = the rows of
+  // mm.a.embedding (V when the file has no audio part; HF: 262144 = 262400 -
+  // 128 - 128). Throws kvshare::Error when <end_of_image> lies outside that
+  // range (the mmproj does not belong to this vocabulary).
+  ImageSplicer(const Tokenizer& tokenizer, const VisionEncoder& encoder, ThreadPool* pool = nullptr);
 
   // `ids` with image i's markers and soft tokens inserted at slots[i]
-  // (non-decreasing indices into ids, one per image). Throws kvshare::Error
-  // when slots and images differ in number or a slot is out of order or past
-  // the end, or an image has no tokens.
+  // (non-decreasing indices into ids, one per image). With pan-and-scan the
+  // text before an image ends in "Here is the original image " instead of
+  // padding_text(): the text run before the slot is re-tokenized with it, as
+  // HF tokenizes its whole prompt string. Throws kvshare::Error when slots
+  // and images differ in number or a slot is out of order or past the end,
+  // or an image has no tokens. The spans point into `images` and this
+  // splicer's hard-embedding rows: both must outlive the result.
   ImagePrompt Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
                      std::span<const PromptImage> images) const;
+  // Gemma 3n: the first id of the vision vocabulary and its size (0: none).
+  std::int32_t hard_offset() const { return hard_offset_; }
+  std::int32_t hard_vocab() const { return hard_vocab_; }
   // Text around each image (ChatTemplateOptions::image_padding_text):
   // "\n\n" for Gemma 3 / 3n, "" for Gemma 4.
   const std::string& padding_text() const { return padding_; }
@@ -74,8 +95,18 @@ class ImageSplicer {
  private:
   const Tokenizer* tokenizer_;
   ProjectorType projector_;
+  // Gemma 3n: a span of one hard-embedding row at every vision-vocabulary id
+  // outside the image spans.
+  void AddHardSpans(ImagePrompt& p) const;
+  // The text run at the end of `tokens` (back to `floor` or a token without
+  // text) re-tokenized with its trailing padding_text() replaced by `lead`.
+  void ReplaceTrailingPadding(std::vector<std::int32_t>& tokens, std::size_t floor, const std::string& lead) const;
+
   std::int32_t begin_ = -1, soft_ = -1, end_ = -1;
   std::string padding_;
+  std::int32_t hard_offset_ = 0, hard_vocab_ = 0;
+  std::vector<float> hard_rows_;  // [hard_vocab_, n_embd_text]
+  std::int64_t width_ = 0;        // n_embd_text
 };
 
 }  // namespace kvshare

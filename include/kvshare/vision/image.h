@@ -28,6 +28,9 @@ struct Image {
 struct ImageLimits {
   std::size_t max_bytes = std::size_t{64} << 20;
   std::int64_t max_pixels = std::int64_t{64} << 20;  // 8192 x 8192
+  // Appended to the max_pixels error after "; ": how the caller raises the
+  // limit (a front end names its flag, e.g. "raise it with --image-max-pixels").
+  std::string max_pixels_hint;
 };
 
 // Decodes JPEG, PNG, GIF (first frame), BMP or WebP (first frame) bytes to

@@ -108,6 +108,15 @@ class VisionEncoder {
   // Gemma 4: sides multiples of 48). Results do not depend on the thread
   // count of `pool` (null: the calling thread).
   virtual std::vector<float> Encode(const PixelTensor& pixels, ThreadPool* pool) const = 0;
+  // Gemma 3n only (HF Gemma3nMultimodalEmbedder's token path, which embeds
+  // the ids of the vision vocabulary, e.g. <end_of_image>): one row per
+  // vision-vocabulary entry, [rows of mm.embedding, n_embd_text] row-major:
+  // RMSNorm(mm.embedding[i], mm.hard_emb_norm), mm.input_projection, RMSNorm
+  // without weight. Empty for the other families.
+  virtual std::vector<float> HardTokenRows(ThreadPool* pool) const {
+    (void)pool;
+    return {};
+  }
 };
 
 }  // namespace kvshare
