@@ -147,12 +147,23 @@ TokenTrie::TokenTrie(std::span<const std::string> token_bytes) : impl_(std::make
   }
 }
 
+bool IsSpecialToken(const Tokenizer& tokenizer, std::int32_t id) {
+  switch (tokenizer.Type(id)) {
+    case TokenType::kControl:
+    case TokenType::kUnknown:
+    case TokenType::kUnused: return true;
+    case TokenType::kUserDefined: {
+      const std::string_view text = tokenizer.TokenBytes(id);
+      return text.empty() || text.find_first_not_of(" \t\n\r") != std::string_view::npos;
+    }
+    default: return false;
+  }
+}
+
 std::shared_ptr<const TokenTrie> TokenTrie::FromTokenizer(const Tokenizer& tokenizer) {
   std::vector<std::string> bytes(static_cast<std::size_t>(tokenizer.vocab_size()));
   for (std::int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    const TokenType type = tokenizer.Type(id);
-    if (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused) continue;
-    bytes[static_cast<std::size_t>(id)] = std::string(tokenizer.TokenBytes(id));
+    if (!IsSpecialToken(tokenizer, id)) bytes[static_cast<std::size_t>(id)] = std::string(tokenizer.TokenBytes(id));
   }
   return std::make_shared<const TokenTrie>(bytes);
 }
