@@ -82,6 +82,15 @@ const std::vector<Case>& Cases() {
        {R"("ab12")", R"("c00")"},
        {{R"("ab1x")", 4}, {R"("d12")", 1}}},
       {R"({"type": "string", "pattern": "b"})", {R"("abc")", R"("b")"}, {{R"("ac")", 3}}},
+      // Unanchored under a length bound: written anchored (a narrower
+      // language), unless no string of the bounds is left ("\\d" with
+      // minLength 3: then its free sides are bounded, here to one character).
+      {R"({"type": "string", "pattern": "\\w+", "maxLength": 4})",
+       {R"("ab_1")", R"("x")"},
+       {{R"("a b")", 2}, {R"("abcde")", 5}, {R"("")", 1}}},
+      {R"({"type": "string", "pattern": "\\d", "minLength": 3, "maxLength": 4})",
+       {R"("x1y")", R"("a2b")"},
+       {{R"("xy")", 2}, {R"("1234")", 4}}},
       {R"({"type": "string", "format": "date"})",
        {R"("2024-02-29")", R"("2023-12-31")"},
        {{R"("2023-02-29")", 10}, {R"("2023-13-01")", 7}}},

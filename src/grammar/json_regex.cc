@@ -517,6 +517,35 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
   }
 }
 
+namespace {
+
+// body within the length bounds [min, max] (max < 0: none): unchanged when
+// all it matches fits; the whole body one class repeated: the bounds
+// intersected exactly; otherwise narrowed (FitLengths). False when no
+// string of the bounds is left (*unfitted: because FitLengths found none).
+bool Bound(RegexNode& body, int min, int max, bool* unfitted) {
+  if (min <= 0 && max < 0) return true;
+  auto [lo, hi] = Lengths(body);
+  if (lo >= min && (max < 0 || (hi >= 0 && hi <= max))) return true;
+  RegexNode* one = body.kids.size() == 1 ? &body.kids[0] : nullptr;
+  if (one != nullptr && one->kind == RegexNode::kSet) {
+    RegexNode rep{RegexNode::kRepeat};
+    rep.min = rep.max = 1;
+    rep.kids.push_back(*one);
+    *one = rep;
+  }
+  if (one == nullptr || one->kind != RegexNode::kRepeat || one->kids[0].kind != RegexNode::kSet) {
+    const bool fitted = FitLengths(body, min, max);
+    *unfitted = *unfitted || !fitted;
+    return fitted;
+  }
+  one->min = std::max(one->min, min);
+  if (max >= 0) one->max = one->max < 0 ? max : std::min(one->max, max);
+  return one->max < 0 || one->min <= one->max;
+}
+
+}  // namespace
+
 std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   // Top-level alternatives, each with its anchors; an unanchored side may
   // hold any characters.
@@ -535,60 +564,44 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   int n = 0;
   bool unfitted = false;
   for (const RegexNode* a : alts) {
-    RegexNode body{RegexNode::kSeq};
     std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
     const bool bol = !kids.empty() && kids.front().kind == RegexNode::kBol;
     if (bol) kids.erase(kids.begin());
     const bool eol = !kids.empty() && kids.back().kind == RegexNode::kEol;
     if (eol) kids.pop_back();
-    if (!bol) body.kids.push_back(any);
-    for (RegexNode& k : kids) body.kids.push_back(std::move(k));
-    if (!eol) body.kids.push_back(any);
-    // ".*" twice in a row (an empty unanchored alternative) is ".*" once.
-    for (std::size_t k = 1; k < body.kids.size();) {
-      const bool twice = body.kids[k].kind == RegexNode::kRepeat && body.kids[k - 1].kind == RegexNode::kRepeat &&
-                         body.kids[k].max < 0 && body.kids[k - 1].max < 0 && body.kids[k].min == 0 &&
-                         body.kids[k - 1].min == 0 && body.kids[k].kids[0].set == any_char.set &&
-                         body.kids[k - 1].kids[0].set == any_char.set;
-      if (twice) {
-        body.kids.erase(body.kids.begin() + static_cast<std::ptrdiff_t>(k));
-      } else {
-        ++k;
-      }
-    }
-    if (min > 0 || max >= 0) {
-      auto [lo, hi] = Lengths(body);
-      const bool inside = lo >= min && (max < 0 || (hi >= 0 && hi <= max));
-      if (!inside) {
-        // The whole body one class repeated: the bounds intersect exactly.
-        RegexNode* one = nullptr;
-        if (body.kids.size() == 1) one = &body.kids[0];
-        if (one != nullptr && one->kind == RegexNode::kSet) {
-          RegexNode rep{RegexNode::kRepeat};
-          rep.min = rep.max = 1;
-          rep.kids.push_back(*one);
-          *one = rep;
+    auto padded = [&](bool front, bool back) {
+      RegexNode body{RegexNode::kSeq};
+      if (front) body.kids.push_back(any);
+      body.kids.insert(body.kids.end(), kids.begin(), kids.end());
+      if (back) body.kids.push_back(any);
+      // ".*" twice in a row (an empty unanchored alternative) is ".*" once.
+      for (std::size_t k = 1; k < body.kids.size();) {
+        const bool twice = body.kids[k].kind == RegexNode::kRepeat && body.kids[k - 1].kind == RegexNode::kRepeat &&
+                           body.kids[k].max < 0 && body.kids[k - 1].max < 0 && body.kids[k].min == 0 &&
+                           body.kids[k - 1].min == 0 && body.kids[k].kids[0].set == any_char.set &&
+                           body.kids[k - 1].kids[0].set == any_char.set;
+        if (twice) {
+          body.kids.erase(body.kids.begin() + static_cast<std::ptrdiff_t>(k));
+        } else {
+          ++k;
         }
-        if (one == nullptr || one->kind != RegexNode::kRepeat || one->kids[0].kind != RegexNode::kSet) {
-          // Otherwise a narrower language within the bounds (FitLengths).
-          if (!FitLengths(body, min, max)) {
-            unfitted = true;  // no strings of the bounds (or too many elements): this alternative matches none
-            continue;
-          }
-          const GrammarBuilder::Seq quote =
-              j_.notation() == Notation::kGemma ? b_.Lit("<|\"|>") : GrammarBuilder::Seq{b_.Byte('"')};
-          b_.Alt(r, quote + Node(body) + quote);
-          ++n;
-          continue;
-        }
-        one->min = std::max(one->min, min);
-        if (max >= 0) one->max = one->max < 0 ? max : std::min(one->max, max);
-        if (one->max >= 0 && one->min > one->max) continue;  // this alternative matches nothing
-        RegexNode single{RegexNode::kSeq};
-        single.kids.push_back(*one);
-        body = single;
       }
+      return body;
+    };
+    RegexNode body = padded(!bol, !eol);
+    const auto [lo, hi] = Lengths(body);
+    if ((min > 0 || max >= 0) && !(lo >= min && (max < 0 || (hi >= 0 && hi <= max))) && (!bol || !eol)) {
+      // Under a length bound the padding's ".*" would be cut into bounded
+      // repetitions beside the expression's own, whose positions the matcher
+      // tracks all at once (masks of up to a second per token): first try
+      // the expression anchored, a narrower language (a string the
+      // expression matches whole also contains a match).
+      RegexNode anchored = padded(false, false);
+      bool ignored = false;
+      if (!anchored.kids.empty() && Bound(anchored, min, max, &ignored)) body = std::move(anchored);
     }
+    // No strings of the bounds (or too many elements): this alternative matches none.
+    if (!Bound(body, min, max, &unfitted)) continue;
     const GrammarBuilder::Seq quote =
         j_.notation() == Notation::kGemma ? b_.Lit("<|\"|>") : GrammarBuilder::Seq{b_.Byte('"')};
     b_.Alt(r, quote + Node(body) + quote);
