@@ -59,6 +59,32 @@ TEST(JsonSchemaCorpus, ClassEscapesMatchInBothEngines) {
   EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\W$"})", "\"\xC3\xA9\""));
 }
 
+TEST(JsonSchemaCorpus, UnicodePropertiesKeepToWhatTheCategorySurelyHas) {
+  // Outside ASCII a class takes none of a category and a negated class
+  // leaves all of it out: no table of Unicode is needed to stay inside.
+  const std::string letters = R"({"type": "string", "pattern": "^\\p{L}+$"})";
+  EXPECT_TRUE(Takes(letters, R"("abZ")"));
+  EXPECT_FALSE(Takes(letters, "\"\xC3\xA9\""));  // é: a letter, but not taken
+  EXPECT_FALSE(Takes(letters, R"("a1")"));
+  const std::string not_letters = R"({"type": "string", "pattern": "^[^\\p{L}]+$"})";
+  EXPECT_TRUE(Takes(not_letters, R"("1 -")"));
+  EXPECT_FALSE(Takes(not_letters, "\"\xC3\xA9\""));
+  EXPECT_FALSE(Takes(not_letters, R"("a")"));
+  const std::string printable = R"({"type": "string", "pattern": "^\\P{C}*$"})";
+  EXPECT_TRUE(Takes(printable, R"("a b~")"));
+  EXPECT_FALSE(Takes(printable, R"("\u0001")"));
+  EXPECT_FALSE(Takes(printable, "\"\xC2\xAD\""));  // U+00AD soft hyphen: Cf
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\p{gc=Zs}\\p{ASCII}\\p{Cc}$"})", R"(" x\n")"));
+  try {
+    CompileJsonSchema(R"({"type": "string", "pattern": "\\p{Greek}"})");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keyword 'pattern' at #/pattern: a Unicode property escape \\p{Greek}"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-01-01")"));
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-02-29")"));

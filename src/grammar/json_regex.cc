@@ -269,7 +269,20 @@ class Parser {
         throw RegexError("a word boundary (\\b)");
       case 'B': throw RegexError("a word boundary (\\B)");
       case 'p':
-      case 'P': throw RegexError("a Unicode property escape (\\p, \\P)");
+      case 'P': {
+        // The subset where the class takes it as is, the superset where a
+        // negated class complements it (UnicodeProperty); \P the reverse.
+        if (Peek() != '{') throw RegexError("a \\p or \\P without {name}");
+        const std::size_t open = ++i_;
+        while (More() && Peek() != '}') ++i_;
+        if (!More()) throw RegexError("an unterminated \\p{...}");
+        std::string name;
+        for (std::size_t k = open; k < i_; ++k) name += static_cast<char>(p_[k] < 0x80 ? p_[k] : '?');
+        ++i_;
+        const bool outer = negated_ != (c == 'P');
+        const CodeRanges set = Normalize(UnicodeProperty(name, outer));
+        return add(c == 'P' ? Complement(set) : set);
+      }
       case 'k': throw RegexError("a backreference (\\k)");
       case '0':
         if (Peek() >= '0' && Peek() <= '9') throw RegexError("an octal escape");

@@ -4,12 +4,13 @@
 // the spec says: "a" matches "xay"). Internal to src/grammar.
 //
 // Supported: literals, '.', classes [...] / [^...] with ranges, the escapes
-// \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uHHHH \u{H...} \cX and identity
-// escapes, groups (...), (?:...), (?<name>...), alternation, the quantifiers
-// * + ? {n} {n,} {n,m} (lazy or not: the same language), and the anchors
-// ^ and $ at the start / end of a top-level alternative. Refused (RegexError):
-// lookaround, backreferences, word boundaries, Unicode property escapes,
-// anchors anywhere else, repetition counts above 1000.
+// \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uHHHH \u{H...} \cX, \p{...}
+// \P{...} (UnicodeProperty) and identity escapes, groups (...), (?:...),
+// (?<name>...), alternation, the quantifiers * + ? {n} {n,} {n,m} (lazy or
+// not: the same language), and the anchors ^ and $ at the start / end of a
+// top-level alternative. Refused (RegexError): lookaround, backreferences,
+// word boundaries, anchors anywhere else, repetition counts above 1000,
+// other properties.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,13 @@ struct RegexNode {
 
 // Throws RegexError naming what is not supported or malformed.
 RegexNode ParseRegex(std::string_view pattern);
+
+// The code points of the Unicode property `name` of \p{name} (a general
+// category, short or long, optionally after "gc=" / "General_Category=";
+// ASCII; Any): exact inside ASCII; outside it all of them (`superset`) or
+// only those known without Unicode's tables (json_regex_properties.cc).
+// Unsorted. Throws RegexError for another name.
+CodeRanges UnicodeProperty(std::string_view name, bool superset);
 
 // The length range [lo, hi] (hi < 0: unbounded) of what n matches, in code
 // points (json_regex_lengths.cc).
