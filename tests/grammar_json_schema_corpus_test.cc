@@ -85,6 +85,31 @@ TEST(JsonSchemaCorpus, UnicodePropertiesKeepToWhatTheCategorySurelyHas) {
   }
 }
 
+TEST(JsonSchemaCorpus, NegativeLookaheadOfALiteralBeforeOneClass) {
+  // CloudFormation's tag keys: any key of the class but those starting "aws:".
+  const std::string key = R"({"type": "string", "pattern": "^(?!aws:)[a-z:]{1,6}$"})";
+  for (const char* ok : {"a", "aw", "aws", "awsx", "ab:", "x", "awx:", "aws", "zaws:"}) {
+    EXPECT_TRUE(Takes(key, "\"" + std::string(ok) + "\"")) << ok;
+  }
+  for (const char* bad : {"aws:", "aws:x", "", "abcdefg", "A"}) {
+    EXPECT_FALSE(Takes(key, "\"" + std::string(bad) + "\"")) << bad;
+  }
+  // Unbounded, and the literal's next character outside the class.
+  const std::string any = R"({"type": "string", "pattern": "^(?!a-)[a-z]*$"})";
+  EXPECT_TRUE(Takes(any, R"("")"));
+  EXPECT_TRUE(Takes(any, R"("abc")"));
+  EXPECT_TRUE(Takes(any, R"("a")"));
+  // Elsewhere, or before more than one class, it is refused.
+  for (const char* p : {"^a(?!b)[a-z]+$", "^(?!a)[a-z]+x$", "^(?![a-b])[a-z]+$", "^(?!a)[a-z]+", "(?!a)b"}) {
+    try {
+      CompileJsonSchema(std::string(R"({"type": "string", "pattern": ")") + p + "\"}");
+      ADD_FAILURE() << p << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("keyword 'pattern' at #/pattern: lookaround"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-01-01")"));
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-02-29")"));

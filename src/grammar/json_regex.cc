@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bitset>
 #include <string>
+#include <tuple>
 
 namespace kvshare::detail {
 namespace {
@@ -128,7 +129,9 @@ class Parser {
       RegexNode atom = Atom(depth);
       int min = 0, max = 0;
       if (Quantifier(min, max)) {
-        if (atom.kind == RegexNode::kBol || atom.kind == RegexNode::kEol) throw RegexError("a quantified anchor");
+        if (atom.kind == RegexNode::kBol || atom.kind == RegexNode::kEol || atom.kind == RegexNode::kNotAhead) {
+          throw RegexError("a quantified anchor or lookahead");
+        }
         if (More() && Peek() == '?') ++i_;  // lazy: the same language
         RegexNode rep{RegexNode::kRepeat};
         rep.min = min, rep.max = max;
@@ -192,7 +195,14 @@ class Parser {
         if (Peek() == '?') {
           if (Peek(1) == ':') {
             i_ += 2;
-          } else if (Peek(1) == '=' || Peek(1) == '!' || (Peek(1) == '<' && (Peek(2) == '=' || Peek(2) == '!'))) {
+          } else if (Peek(1) == '!') {
+            i_ += 2;  // the emitter takes it only where ExpandNegativeLookahead does
+            RegexNode look{RegexNode::kNotAhead};
+            look.kids.push_back(Alt(depth + 1));
+            if (!More() || Peek() != ')') throw RegexError("an unterminated group");
+            ++i_;
+            return look;
+          } else if (Peek(1) == '=' || (Peek(1) == '<' && (Peek(2) == '=' || Peek(2) == '!'))) {
             throw RegexError("lookaround (?=, ?!, ?<=, ?<!)");
           } else if (Peek(1) == '<') {
             while (More() && Peek() != '>') ++i_;
@@ -506,6 +516,7 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
       GrammarBuilder::Seq s;
       for (const RegexNode& k : n.kids) {
         if (k.kind == RegexNode::kBol || k.kind == RegexNode::kEol) throw RegexError("an anchor (^, $) inside a group");
+        if (k.kind == RegexNode::kNotAhead) ExpandNegativeLookahead({k});  // throws: not where it is taken
         s = s + Node(k);
       }
       return s;
@@ -526,6 +537,7 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
       if (n.max < 0 || n.max > n.min) s.push_back(GrammarBuilder::Ref(j_.UpTo(item, n.max < 0 ? -1 : n.max - n.min)));
       return s;
     }
+    case RegexNode::kNotAhead: ExpandNegativeLookahead({n}); [[fallthrough]];  // throws
     default: throw RegexError("an anchor (^, $) inside a group");
   }
 }
@@ -576,12 +588,21 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   const std::uint32_t r = b_.NewRule();
   int n = 0;
   bool unfitted = false;
+  // (anchored at the start, at the end, the rest)
+  std::vector<std::tuple<bool, bool, std::vector<RegexNode>>> pieces;
   for (const RegexNode* a : alts) {
     std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
     const bool bol = !kids.empty() && kids.front().kind == RegexNode::kBol;
     if (bol) kids.erase(kids.begin());
     const bool eol = !kids.empty() && kids.back().kind == RegexNode::kEol;
     if (eol) kids.pop_back();
+    if (bol && eol && !kids.empty() && kids.front().kind == RegexNode::kNotAhead) {
+      for (std::vector<RegexNode>& k : ExpandNegativeLookahead(kids)) pieces.emplace_back(true, true, std::move(k));
+    } else {
+      pieces.emplace_back(bol, eol, std::move(kids));
+    }
+  }
+  for (const auto& [bol, eol, kids] : pieces) {
     auto padded = [&](bool front, bool back) {
       RegexNode body{RegexNode::kSeq};
       if (front) body.kids.push_back(any);

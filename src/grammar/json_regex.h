@@ -8,7 +8,8 @@
 // \P{...} (UnicodeProperty) and identity escapes, groups (...), (?:...),
 // (?<name>...), alternation, the quantifiers * + ? {n} {n,} {n,m} (lazy or
 // not: the same language), and the anchors ^ and $ at the start / end of a
-// top-level alternative. Refused (RegexError): lookaround, backreferences,
+// top-level alternative, a negative lookahead ^(?!literal) before one
+// repeated class and $. Refused (RegexError): other lookaround, backreferences,
 // word boundaries, anchors anywhere else, repetition counts above 1000,
 // other properties.
 #pragma once
@@ -33,14 +34,21 @@ struct RegexError : std::runtime_error {
 using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;
 
 struct RegexNode {
-  enum Kind { kSet, kSeq, kAlt, kRepeat, kBol, kEol } kind = kSeq;
+  enum Kind { kSet, kSeq, kAlt, kRepeat, kBol, kEol, kNotAhead } kind = kSeq;
   CodeRanges set;               // kSet
-  std::vector<RegexNode> kids;  // kSeq, kAlt; kRepeat: one
+  std::vector<RegexNode> kids;  // kSeq, kAlt; kRepeat, kNotAhead (?!...): one
   int min = 0, max = 0;         // kRepeat (max < 0: unbounded)
 };
 
 // Throws RegexError naming what is not supported or malformed.
 RegexNode ParseRegex(std::string_view pattern);
+
+// The kids of a top-level alternative anchored at both ends (anchors
+// removed) that start with a negative lookahead, (?!X) C{lo,hi} with X a
+// literal and C one class: the alternatives (anchored alike) of the strings
+// of C{lo,hi} that do not start with X (json_regex_lookahead.cc). Throws
+// RegexError for any other lookahead.
+std::vector<std::vector<RegexNode>> ExpandNegativeLookahead(const std::vector<RegexNode>& kids);
 
 // The code points of the Unicode property `name` of \p{name} (a general
 // category, short or long, optionally after "gc=" / "General_Category=";
