@@ -110,6 +110,14 @@ TEST(JsonSchemaCorpus, NegativeLookaheadOfALiteralBeforeOneClass) {
   }
 }
 
+TEST(JsonSchemaCorpus, RepetitionCountsAbove1000AreLoweredOrRefused) {
+  const std::string s = R"({"type": "string", "pattern": "^a{2,1500}$"})";
+  EXPECT_TRUE(Takes(s, "\"" + std::string(1000, 'a') + "\""));
+  EXPECT_FALSE(Takes(s, "\"" + std::string(1001, 'a') + "\""));
+  EXPECT_FALSE(Takes(s, R"("a")"));
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "pattern": "^a{1001}$"})"), Error);
+}
+
 TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-01-01")"));
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-02-29")"));

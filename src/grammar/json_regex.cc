@@ -165,8 +165,9 @@ class Parser {
     if (consume) {
       i_ = k + 1;
       if (hi >= 0 && hi < lo) throw RegexError("a repetition {n,m} with m < n");
-      if (lo > kMaxRepeat || hi > kMaxRepeat) throw RegexError("a repetition count above 1000");
-      min = lo, max = hi;
+      if (lo > kMaxRepeat) throw RegexError("a repetition count above 1000");
+      // A higher upper count is lowered: a narrower language, as maxLength's.
+      min = lo, max = hi > kMaxRepeat ? kMaxRepeat : hi;
     }
     return true;
   }

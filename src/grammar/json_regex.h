@@ -10,8 +10,8 @@
 // not: the same language), and the anchors ^ and $ at the start / end of a
 // top-level alternative, a negative lookahead ^(?!literal) before one
 // repeated class and $. Refused (RegexError): other lookaround, backreferences,
-// word boundaries, anchors anywhere else, repetition counts above 1000,
-// other properties.
+// word boundaries, anchors anywhere else, a repetition's lower count above
+// 1000 (an upper one is lowered to 1000), other properties.
 #pragma once
 
 #include <cstdint>
