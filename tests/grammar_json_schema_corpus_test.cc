@@ -118,6 +118,23 @@ TEST(JsonSchemaCorpus, RepetitionCountsAbove1000AreLoweredOrRefused) {
   EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "pattern": "^a{1001}$"})"), Error);
 }
 
+TEST(JsonSchemaCorpus, OneOfTellingBranchesApartByRequiredAlone) {
+  // CloudFormation's "A or B": each branch stops writing the other's
+  // required property, so no output holds both.
+  const std::string s = R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+      "c": {"type": "integer"}}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})";
+  EXPECT_TRUE(Takes(s, R"({"a": 1})"));
+  EXPECT_TRUE(Takes(s, R"({"a": 1, "c": 2})"));
+  EXPECT_TRUE(Takes(s, R"({"b": 1, "c": 2})"));
+  EXPECT_FALSE(Takes(s, R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(Takes(s, R"({"c": 2})"));
+  // One branch's required properties all required by the other: an output
+  // of the wider one matches both, so it stays refused.
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "object", "properties": {"a": {}, "b": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["a", "b"]}]})"),
+               Error);
+}
+
 TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-01-01")"));
   EXPECT_FALSE(Takes(R"({"type": "string", "format": "date"})", R"("0000-02-29")"));
