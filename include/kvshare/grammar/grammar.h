@@ -183,7 +183,8 @@ class GrammarMatcher {
   // id % 64. mask.size() must be (vocab + 63) / 64 (throws kvshare::Error
   // otherwise). Costs a walk of the trie's nodes whose prefixes are still
   // valid; subtrees of plain string content that fit the string's
-  // maxLength are taken whole, and the masks of the last 8 states are
+  // maxLength are taken whole, and the masks of the last 8 states (a
+  // bounded repetition's states far from its bound count as one) are
   // reused.
   void FillNextTokenMask(std::span<std::uint64_t> mask);
   // Sets logits[id] to -inf for every token not in the mask above.
