@@ -2,7 +2,7 @@
 // SentencePiece pieces with "▁", byte-fallback tokens <0xNN>, control tokens):
 // documents tokenized by the tokenizer itself are allowed token by token and
 // end with EOS, the trie walk equals a scan of every token at a few states,
-// and control tokens are never allowed. Skipped without the model.
+// and special tokens are never allowed. Skipped without the model.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -86,8 +86,7 @@ TEST_F(GemmaGrammar, TrieWalkEqualsAScanOfTheWholeVocabulary) {
     m.FillNextTokenMask(mask);
     int allowed = 0;
     for (std::int32_t id = 0; id < tok_->vocab_size(); ++id) {
-      const TokenType t = tok_->Type(id);
-      const bool special = t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUnused;
+      const bool special = IsSpecialToken(*tok_, id);
       const std::string_view bytes = tok_->TokenBytes(id);
       const bool want = id == tok_->eos_id() ? m.CanEnd() : !special && !bytes.empty() && m.CanAcceptBytes(bytes);
       ASSERT_EQ(Bit(mask, id), want) << "prefix '" << prefix << "' token " << id << " '" << tok_->TokenText(id) << "'";

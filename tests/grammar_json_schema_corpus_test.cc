@@ -32,10 +32,15 @@ TEST(JsonSchemaCorpus, PatternWithALengthBoundKeepsBoth) {
   EXPECT_FALSE(Takes(s, R"("ab")"));         // under minLength
   EXPECT_FALSE(Takes(s, R"("abcd-efgh")"));  // over maxLength
   EXPECT_FALSE(Takes(s, R"("a-B")"));        // outside the pattern
-  // Unanchored: the free sides are bounded too.
+  // Unanchored under a length bound: written anchored (the free sides'
+  // bounded ".*" would leave the matcher a position per character).
   const std::string u = R"({"type": "string", "pattern": "x\\d", "maxLength": 4})";
-  EXPECT_TRUE(Takes(u, R"("ax1b")"));
-  EXPECT_FALSE(Takes(u, R"("aax1b")"));
+  EXPECT_TRUE(Takes(u, R"("x1")"));
+  EXPECT_FALSE(Takes(u, R"("ax1b")"));
+  // Unless anchored no string fits: then the sides are bounded.
+  const std::string p = R"({"type": "string", "pattern": "x\\d", "minLength": 3, "maxLength": 4})";
+  EXPECT_TRUE(Takes(p, R"("ax1b")"));
+  EXPECT_FALSE(Takes(p, R"("aax1b")"));
   // A fixed part longer than maxLength matches nothing.
   EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "pattern": "^abcd[a-z]*$", "maxLength": 3})"), Error);
 }
@@ -52,6 +57,82 @@ TEST(JsonSchemaCorpus, ClassEscapesMatchInBothEngines) {
   EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^[^\\d]$"})", "\"\xD9\xA3\""));
   EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\D$"})", R"("x")"));
   EXPECT_FALSE(Takes(R"({"type": "string", "pattern": "^\\W$"})", "\"\xC3\xA9\""));
+}
+
+TEST(JsonSchemaCorpus, UnicodePropertiesKeepToWhatTheCategorySurelyHas) {
+  // Outside ASCII a class takes none of a category and a negated class
+  // leaves all of it out: no table of Unicode is needed to stay inside.
+  const std::string letters = R"({"type": "string", "pattern": "^\\p{L}+$"})";
+  EXPECT_TRUE(Takes(letters, R"("abZ")"));
+  EXPECT_FALSE(Takes(letters, "\"\xC3\xA9\""));  // é: a letter, but not taken
+  EXPECT_FALSE(Takes(letters, R"("a1")"));
+  const std::string not_letters = R"({"type": "string", "pattern": "^[^\\p{L}]+$"})";
+  EXPECT_TRUE(Takes(not_letters, R"("1 -")"));
+  EXPECT_FALSE(Takes(not_letters, "\"\xC3\xA9\""));
+  EXPECT_FALSE(Takes(not_letters, R"("a")"));
+  const std::string printable = R"({"type": "string", "pattern": "^\\P{C}*$"})";
+  EXPECT_TRUE(Takes(printable, R"("a b~")"));
+  EXPECT_FALSE(Takes(printable, R"("\u0001")"));
+  EXPECT_FALSE(Takes(printable, "\"\xC2\xAD\""));  // U+00AD soft hyphen: Cf
+  EXPECT_TRUE(Takes(R"({"type": "string", "pattern": "^\\p{gc=Zs}\\p{ASCII}\\p{Cc}$"})", R"(" x\n")"));
+  try {
+    CompileJsonSchema(R"({"type": "string", "pattern": "\\p{Greek}"})");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keyword 'pattern' at #/pattern: a Unicode property escape \\p{Greek}"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(JsonSchemaCorpus, NegativeLookaheadOfALiteralBeforeOneClass) {
+  // CloudFormation's tag keys: any key of the class but those starting "aws:".
+  const std::string key = R"({"type": "string", "pattern": "^(?!aws:)[a-z:]{1,6}$"})";
+  for (const char* ok : {"a", "aw", "aws", "awsx", "ab:", "x", "awx:", "aws", "zaws:"}) {
+    EXPECT_TRUE(Takes(key, "\"" + std::string(ok) + "\"")) << ok;
+  }
+  for (const char* bad : {"aws:", "aws:x", "", "abcdefg", "A"}) {
+    EXPECT_FALSE(Takes(key, "\"" + std::string(bad) + "\"")) << bad;
+  }
+  // Unbounded, and the literal's next character outside the class.
+  const std::string any = R"({"type": "string", "pattern": "^(?!a-)[a-z]*$"})";
+  EXPECT_TRUE(Takes(any, R"("")"));
+  EXPECT_TRUE(Takes(any, R"("abc")"));
+  EXPECT_TRUE(Takes(any, R"("a")"));
+  // Elsewhere, or before more than one class, it is refused.
+  for (const char* p : {"^a(?!b)[a-z]+$", "^(?!a)[a-z]+x$", "^(?![a-b])[a-z]+$", "^(?!a)[a-z]+", "(?!a)b"}) {
+    try {
+      CompileJsonSchema(std::string(R"({"type": "string", "pattern": ")") + p + "\"}");
+      ADD_FAILURE() << p << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("keyword 'pattern' at #/pattern: lookaround"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(JsonSchemaCorpus, RepetitionCountsAbove1000AreLoweredOrRefused) {
+  const std::string s = R"({"type": "string", "pattern": "^a{2,1500}$"})";
+  EXPECT_TRUE(Takes(s, "\"" + std::string(1000, 'a') + "\""));
+  EXPECT_FALSE(Takes(s, "\"" + std::string(1001, 'a') + "\""));
+  EXPECT_FALSE(Takes(s, R"("a")"));
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "pattern": "^a{1001}$"})"), Error);
+}
+
+TEST(JsonSchemaCorpus, OneOfTellingBranchesApartByRequiredAlone) {
+  // CloudFormation's "A or B": each branch stops writing the other's
+  // required property, so no output holds both.
+  const std::string s = R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+      "c": {"type": "integer"}}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})";
+  EXPECT_TRUE(Takes(s, R"({"a": 1})"));
+  EXPECT_TRUE(Takes(s, R"({"a": 1, "c": 2})"));
+  EXPECT_TRUE(Takes(s, R"({"b": 1, "c": 2})"));
+  EXPECT_FALSE(Takes(s, R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(Takes(s, R"({"c": 2})"));
+  // One branch's required properties all required by the other: an output
+  // of the wider one matches both, so it stays refused.
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "object", "properties": {"a": {}, "b": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["a", "b"]}]})"),
+               Error);
 }
 
 TEST(JsonSchemaCorpus, DatesHaveNoYearZero) {

@@ -82,6 +82,15 @@ const std::vector<Case>& Cases() {
        {R"("ab12")", R"("c00")"},
        {{R"("ab1x")", 4}, {R"("d12")", 1}}},
       {R"({"type": "string", "pattern": "b"})", {R"("abc")", R"("b")"}, {{R"("ac")", 3}}},
+      // Unanchored under a length bound: written anchored (a narrower
+      // language), unless no string of the bounds is left ("\\d" with
+      // minLength 3: then its free sides are bounded, here to one character).
+      {R"({"type": "string", "pattern": "\\w+", "maxLength": 4})",
+       {R"("ab_1")", R"("x")"},
+       {{R"("a b")", 2}, {R"("abcde")", 5}, {R"("")", 1}}},
+      {R"({"type": "string", "pattern": "\\d", "minLength": 3, "maxLength": 4})",
+       {R"("x1y")", R"("a2b")"},
+       {{R"("xy")", 2}, {R"("1234")", 4}}},
       {R"({"type": "string", "format": "date"})",
        {R"("2024-02-29")", R"("2023-12-31")"},
        {{R"("2023-02-29")", 10}, {R"("2023-13-01")", 7}}},
@@ -346,6 +355,58 @@ TEST(GrammarMask, TrieWalkEqualsAScanOfEveryTokenAndKeepsValidContinuations) {
     }
   }
   EXPECT_GT(checked, 500);
+}
+
+// Masks are reused across the states of a bounded repetition far from its
+// bound (GrammarAutomaton::MaskKey): on random walks deep into long bounded
+// strings, patterns and arrays, every mask still equals a scan of every
+// token, near the bounds too.
+TEST(GrammarMask, ReusedMasksOfBoundedRepetitionsEqualAScan) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> schemas = {
+      R"({"type": "string", "maxLength": 70})",
+      R"({"type": "string", "minLength": 30, "maxLength": 60})",
+      R"({"type": "string", "pattern": "^[a-z é]{0,90}$"})",
+      R"({"type": "string", "pattern": "^[a-z]+-[a-z0-9]+$", "maxLength": 100})",
+      R"({"type": "string", "pattern": "\\w", "maxLength": 64})",
+      R"({"type": "array", "items": {"type": "integer", "maximum": 9}, "maxItems": 45})",
+      R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 50},
+          "b": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 30}}})",
+  };
+  int checked = 0, deep = 0;
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<std::string> vocab = RandomVocab(rng, 300 + 200 * round);
+    auto trie = std::make_shared<const TokenTrie>(vocab);
+    for (const std::string& schema : schemas) {
+      for (int walk = 0; walk < 3; ++walk) {
+        GrammarMatcher m(CompileJsonSchema(schema), trie, {0});
+        std::vector<std::uint64_t> mask((vocab.size() + 63) / 64);
+        std::string text;
+        for (int step = 0; step < 90; ++step) {
+          m.FillNextTokenMask(mask);
+          std::vector<std::int32_t> allowed;
+          for (std::size_t id = 0; id < vocab.size(); ++id) {
+            const auto t = static_cast<std::int32_t>(id);
+            const bool want = id == 0 ? m.CanEnd() : !vocab[id].empty() && m.CanAcceptBytes(vocab[id]);
+            ASSERT_EQ(Bit(mask, t), want) << schema << "\nafter '" << text << "' token '" << vocab[id] << "'";
+            if (want && id != 0) allowed.push_back(t);
+          }
+          ++checked;
+          if (allowed.empty()) break;
+          // Mostly short tokens, so that walks reach deep into the repetitions.
+          std::int32_t pick = allowed[rng() % allowed.size()];
+          for (int tries = 0; tries < 4 && vocab[static_cast<std::size_t>(pick)].size() > 2; ++tries) {
+            pick = allowed[rng() % allowed.size()];
+          }
+          ASSERT_TRUE(m.AcceptToken(pick));
+          text += vocab[static_cast<std::size_t>(pick)];
+        }
+        deep += text.size() > 40;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+  EXPECT_GT(deep, 10) << "walks that went past a horizon's worth of bytes";
 }
 
 TEST(GrammarMask, CompleteDocumentAllowsOnlyTheEndToken) {

@@ -6,7 +6,7 @@
 // forced (a logit bias in the scheduler, forced ids in the matcher runs) and
 // each test asserts GrammarMatcher::Triggered() or the call it produced, so
 // none can pass on free text alone. Gemma 4: the tiny fixture
-// (tests/fixtures/gemma4/e2b.f32.gguf, "<|tool_call>" one control token) run
+// (tests/fixtures/gemma4/e2b.f32.gguf, "<|tool_call>" one special token) run
 // by the scheduler; Gemma 3: the default model's vocabulary (skipped without
 // it) under random logits.
 #include <gtest/gtest.h>
@@ -153,10 +153,23 @@ std::string Fixture(const std::string& rel) {
   return std::string(src != nullptr ? src : ".") + "/tests/fixtures/" + rel;
 }
 
-// The call markers that decode to no text (control tokens; the fixture's
-// are user-defined, which decode to their text), as the server finds them.
-std::vector<std::pair<std::int32_t, std::string>> Markers(const Tokenizer& tok) {
-  std::vector<std::pair<std::int32_t, std::string>> out;
+using Markers = std::vector<std::pair<std::int32_t, std::string>>;
+
+// The call markers the grammar is told the text of: those that are special
+// tokens (all three in the fixture: two user-defined, one control), as
+// ChatTemplate finds them.
+Markers GrammarMarkers(const Tokenizer& tok) {
+  Markers out;
+  for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {
+    if (auto id = tok.TokenId(m); id && IsSpecialToken(tok, *id)) out.emplace_back(*id, m);
+  }
+  return out;
+}
+
+// The call markers that decode to no text (control tokens), whose text the
+// server writes into what its parser reads.
+Markers DecodeMarkers(const Tokenizer& tok) {
+  Markers out;
   for (const char* m : {"<|tool_call>", "<tool_call|>", "<|\"|>"}) {
     if (auto id = tok.TokenId(m); id && tok.TokenBytes(*id).empty()) out.emplace_back(*id, m);
   }
@@ -164,8 +177,7 @@ std::vector<std::pair<std::int32_t, std::string>> Markers(const Tokenizer& tok) 
 }
 
 // The output as the server feeds its parser: marker tokens as their text.
-std::string MarkedText(const std::vector<OutputToken>& tokens,
-                       const std::vector<std::pair<std::int32_t, std::string>>& markers) {
+std::string MarkedText(const std::vector<OutputToken>& tokens, const Markers& markers) {
   std::string out;
   for (const OutputToken& t : tokens) {
     for (const auto& [id, text] : markers) {
@@ -215,15 +227,15 @@ class Gemma4ToolGrammar : public ::testing::Test {
 
 TEST_F(Gemma4ToolGrammar, ForcedMarkerGivesOneCallWhoseArgumentsValidate) {
   Scheduler s(*model_, *tok_, nullptr, {.slots = 3, .max_context = 512, .step_tokens = 64});
-  const auto markers = Markers(*tok_);
-  const auto grammar = LazyToolCallGrammar(LookupTool(true), ToolCallSyntax::kGemma4, /*parallel=*/false, markers);
+  const auto grammar =
+      LazyToolCallGrammar(LookupTool(true), ToolCallSyntax::kGemma4, /*parallel=*/false, GrammarMarkers(*tok_));
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (std::uint64_t seed = 0; seed < 3; ++seed) {
     handles.push_back(testing::MustSubmit(s, Request(grammar, seed == 0 ? 0.0f : 1.5f, seed)));
   }
   const std::vector<testing::Result> res = testing::RunAll(s, handles);
   for (const testing::Result& r : res) {
-    const std::string text = MarkedText(r.tokens, markers);
+    const std::string text = MarkedText(r.tokens, DecodeMarkers(*tok_));
     ASSERT_FALSE(r.tokens.empty());
     EXPECT_EQ(r.tokens[0].token, call_open_) << "the bias opened a call: the constrained branch ran";
     const std::vector<ToolCall> calls = Calls(text, ToolCallSyntax::kGemma4);
@@ -241,7 +253,7 @@ TEST_F(Gemma4ToolGrammar, WithoutTheGrammarTheForcedCallIsNotValid) {
   const std::vector<testing::Result> res = testing::RunAll(s, {testing::MustSubmit(s, Request(nullptr, 0.0f, 0))});
   ASSERT_FALSE(res[0].tokens.empty());
   EXPECT_EQ(res[0].tokens[0].token, call_open_);
-  for (const ToolCall& c : Calls(MarkedText(res[0].tokens, Markers(*tok_)), ToolCallSyntax::kGemma4)) {
+  for (const ToolCall& c : Calls(MarkedText(res[0].tokens, DecodeMarkers(*tok_)), ToolCallSyntax::kGemma4)) {
     EXPECT_FALSE(ValidLookup(c.arguments)) << c.arguments;
   }
 }
@@ -269,7 +281,7 @@ std::vector<std::int32_t> RandomRun(GrammarMatcher& m, std::int32_t vocab, const
 }
 
 TEST_F(Gemma4ToolGrammar, ParallelCallsUnderRandomLogitsAllValidate) {
-  const auto markers = Markers(*tok_);
+  const Markers markers = GrammarMarkers(*tok_), decoded = DecodeMarkers(*tok_);
   const auto trie = TokenTrie::FromTokenizer(*tok_);
   const std::int32_t end = *tok_->TokenId("<|tool_response>");
   for (std::uint64_t seed = 0; seed < 4; ++seed) {
@@ -280,7 +292,7 @@ TEST_F(Gemma4ToolGrammar, ParallelCallsUnderRandomLogitsAllValidate) {
     std::string text;
     for (std::int32_t id : ids) {
       text += tok_->TokenBytes(id);
-      for (const auto& [mid, mt] : markers) {
+      for (const auto& [mid, mt] : decoded) {
         if (mid == id) text += mt;
       }
     }
@@ -288,10 +300,83 @@ TEST_F(Gemma4ToolGrammar, ParallelCallsUnderRandomLogitsAllValidate) {
     std::string content;
     const std::vector<ToolCall> calls = Calls(text, ToolCallSyntax::kGemma4, &content);
     // Every opened call that was closed is a valid one; an unclosed last one
-    // (the run's length) stays text.
+    // (the run's length) is dropped, and no markup is left in the content.
     const int closed = m.Triggered() - (m.Terminated() || m.CanEnd() ? 0 : 1);
     EXPECT_EQ(static_cast<int>(calls.size()), closed) << text;
     for (const ToolCall& c : calls) EXPECT_TRUE(ValidLookup(c.arguments)) << c.arguments;
+    EXPECT_EQ(content.find("<|tool_call>"), std::string::npos) << content;
+  }
+}
+
+// With every special token raised far above the rest once the call is open:
+// inside the call only the markers the grammar is told about are taken
+// (where the notation has them), never another special token.
+TEST_F(Gemma4ToolGrammar, InsideACallNoOtherSpecialTokenIsTaken) {
+  const Markers markers = GrammarMarkers(*tok_);
+  ASSERT_EQ(markers.size(), 3u);
+  const auto trie = TokenTrie::FromTokenizer(*tok_);
+  const std::int32_t end = *tok_->TokenId("<|tool_response>");
+  std::vector<std::int32_t> special;
+  for (std::int32_t id = 0; id < tok_->vocab_size(); ++id) {
+    if (IsSpecialToken(*tok_, id) && id != end) special.push_back(id);
+  }
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(static_cast<std::size_t>(tok_->vocab_size()));
+  int closed = 0, quotes = 0;
+  for (std::uint64_t seed = 0; seed < 6; ++seed) {
+    GrammarMatcher m(LazyToolCallGrammar(LookupTool(true), ToolCallSyntax::kGemma4, false, markers), trie, {end});
+    ASSERT_TRUE(m.AcceptToken(call_open_));
+    std::string text = "<|tool_call>";
+    for (int i = 0; i < 120 && !m.CanEnd(); ++i) {
+      for (float& x : logits) x = normal(rng);
+      for (std::int32_t id : special) logits[static_cast<std::size_t>(id)] += 1e4f;
+      m.MaskLogits(logits);
+      const auto best = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const bool marker =
+          std::any_of(markers.begin(), markers.end(), [&](const auto& mk) { return mk.first == best; });
+      ASSERT_TRUE(marker || !IsSpecialToken(*tok_, best)) << tok_->TokenText(best) << " after " << text;
+      quotes += best == *tok_->TokenId("<|\"|>");
+      ASSERT_TRUE(m.AcceptToken(best));
+      text += tok_->TokenBytes(best);
+    }
+    if (!m.CanEnd()) continue;
+    ++closed;
+    const std::vector<ToolCall> calls = Calls(text, ToolCallSyntax::kGemma4);
+    ASSERT_EQ(calls.size(), 1u) << text;
+    EXPECT_TRUE(ValidLookup(calls[0].arguments)) << text;
+  }
+  EXPECT_GT(closed, 0);
+  EXPECT_GT(quotes, 0) << "the biased quote marker is taken where a string opens";
+}
+
+// The issue's case: sampled json_schema output at temperature 1 with the
+// special tokens biased up holds none of them (unconstrained, the same
+// requests do, so the bias reaches them).
+TEST_F(Gemma4ToolGrammar, JsonSchemaOutputNeverHoldsSpecialTokens) {
+  Scheduler s(*model_, *tok_, nullptr, {.slots = 4, .max_context = 512, .step_tokens = 64});
+  const auto grammar = CompileJsonSchema(
+      R"({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {"type": "string"}}}})");
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    RequestOptions r = Request(seed < 10 ? grammar : nullptr, 1.0f, seed);
+    r.max_tokens = 40;
+    r.logit_bias.clear();
+    for (std::int32_t id = 0; id < tok_->vocab_size(); ++id) {
+      const bool ends = std::find(r.stop_tokens.begin(), r.stop_tokens.end(), id) != r.stop_tokens.end();
+      if (IsSpecialToken(*tok_, id) && !ends && id != tok_->eos_id()) r.logit_bias.emplace_back(id, 8.0f);
+    }
+    handles.push_back(testing::MustSubmit(s, r));
+  }
+  const std::vector<testing::Result> res = testing::RunAll(s, handles);
+  for (std::size_t i = 0; i < res.size(); ++i) {
+    int special = 0;
+    for (const OutputToken& t : res[i].tokens) special += IsSpecialToken(*tok_, t.token);
+    if (i < 10) {
+      EXPECT_EQ(special, 0) << "seed " << i << ": " << res[i].text;
+    } else {
+      EXPECT_GT(special, 0) << "unconstrained seed " << i << ": " << res[i].text;
+    }
   }
 }
 

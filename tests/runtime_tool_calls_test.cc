@@ -229,13 +229,28 @@ TEST(ToolCallParser, Gemma4MalformedStaysText) {
            std::string(R"(<|tool_call>call:get_weather{city:Paris}<tool_call|>)"),  // bare string value
            std::string(R"(<|tool_call>call:launch{}<tool_call|>)"),                 // unknown name
            std::string(R"(<|tool_call>get_weather{}<tool_call|>)"),                 // no "call:"
-           std::string(R"(before <|tool_call>call:get_weather{city:<|"|>Pa)"),      // unclosed
            std::string("a < b and <|tool but not a call"),
        }) {
     const Parsed p = ParseEverySplit(text, kGemma4);
     EXPECT_TRUE(p.calls.empty()) << text;
     EXPECT_EQ(p.content, text);
   }
+}
+
+// A reply cut inside a call (max_tokens): the open call is dropped, never
+// returned as markup in content; calls closed before it stay calls.
+TEST(ToolCallParser, Gemma4UnclosedCallIsDropped) {
+  const Parsed one = ParseEverySplit(R"(before <|tool_call>call:get_weather{city:<|"|>Pa)", kGemma4);
+  EXPECT_TRUE(one.calls.empty());
+  EXPECT_EQ(one.content, "before");
+  const Parsed second = ParseEverySplit(
+      R"(<|tool_call>call:get_time{}<tool_call|><|tool_call>call:get_weather{city:<|"|>Pa)", kGemma4);
+  ASSERT_EQ(second.calls.size(), 1u);
+  EXPECT_EQ(second.calls[0].name, "get_time");
+  EXPECT_EQ(second.content, "");
+  const Parsed bare = ParseEverySplit("<|tool_call>", kGemma4);
+  EXPECT_TRUE(bare.calls.empty());
+  EXPECT_EQ(bare.content, "");
 }
 
 TEST(ToolCallParser, PlainTextIsContentAsItArrives) {

@@ -105,6 +105,42 @@ std::uint32_t GrammarAutomaton::Compute(std::uint32_t state, unsigned char byte)
   return InternSet();
 }
 
+std::uint32_t GrammarAutomaton::Canon(std::uint32_t node, std::uint32_t horizon) {
+  if (node == 0) return 0;
+  if (canon_.size() <= node) canon_.resize(nodes_.size(), kUnset);
+  if (canon_[node] != kUnset) return canon_[node];
+  const Node n = nodes_[node];
+  const std::uint32_t parent = Canon(n.parent, horizon);
+  std::uint32_t pos = n.pos;
+  if (auto it = g_->links.find(pos); it != g_->links.end() && it->second.level > horizon) {
+    pos = g_->chain_starts[it->second.chain][horizon] + it->second.offset;
+  }
+  const std::uint32_t out = pos == n.pos && parent == n.parent ? node : Intern(pos, parent);
+  if (canon_.size() <= node) canon_.resize(nodes_.size(), kUnset);
+  canon_[node] = out;
+  return out;
+}
+
+std::uint32_t GrammarAutomaton::MaskKey(std::uint32_t state, std::uint32_t horizon) {
+  if (g_->links.empty()) return state;
+  if (mask_key_.size() <= state) mask_key_.resize(sets_.size(), kUnset);
+  if (mask_key_[state] != kUnset) return mask_key_[state];
+  std::vector<std::uint32_t> stacks;
+  bool moved = false;
+  for (std::uint32_t k : sets_[state]) {
+    stacks.push_back(Canon(k, horizon));
+    moved = moved || stacks.back() != k;
+  }
+  std::uint32_t key = state;
+  if (moved) {
+    out_ = std::move(stacks);
+    key = InternSet();
+  }
+  if (mask_key_.size() <= state) mask_key_.resize(sets_.size(), kUnset);
+  mask_key_[state] = key;
+  return key;
+}
+
 std::int32_t GrammarAutomaton::ComputeCapacity(std::uint32_t state) {
   if (g_->plain_char_pos < 0) return -1;
   // Each plain-character stack names, by its frame, the rule and parent

@@ -51,6 +51,14 @@ class GrammarAutomaton {
   }
   std::size_t num_states() const { return sets_.size(); }
 
+  // A state with the same masks as `state` for tokens of fewer than
+  // `horizon` bytes (one value per automaton): every parse position in a
+  // link above `horizon` of a repetition chain moved to that link
+  // (GrammarIr::links). Inside a bounded string or repetition each
+  // character leads to a new state, so masks keyed by state are never
+  // reused; keyed by this they are, while the bound is far.
+  std::uint32_t MaskKey(std::uint32_t state, std::uint32_t horizon);
+
  private:
   struct Node {
     std::uint32_t pos;
@@ -78,6 +86,9 @@ class GrammarAutomaton {
   std::vector<std::int32_t> trans_;  // [sets, classes], -1: not computed
   std::vector<std::uint8_t> accepting_;
   std::vector<std::int32_t> capacity_;
+  std::vector<std::uint32_t> mask_key_, canon_;  // per state / per node; kUnset: not yet
+  static constexpr std::uint32_t kUnset = 0xFFFFFFFFu;
+  std::uint32_t Canon(std::uint32_t node, std::uint32_t horizon);
   std::uint32_t initial_ = 0;
   std::vector<std::uint32_t> out_;
   std::unordered_set<std::uint64_t> visited_;

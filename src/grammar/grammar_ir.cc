@@ -66,6 +66,17 @@ GrammarIr GrammarBuilder::Finish(std::uint32_t root) {
   for (const Frame& f : frames_) {
     g.string_frames[g.rules.at(f.rule).at(static_cast<std::size_t>(f.alt)) + 1] = {f.rule, f.capacity};
   }
+  g.chain_starts.resize(num_chains_);
+  for (const LinkMark& l : links_) {
+    const std::uint32_t start = g.rules.at(l.rule).at(static_cast<std::size_t>(l.alt));
+    std::vector<std::uint32_t>& starts = g.chain_starts.at(l.chain);
+    if (starts.size() <= l.level) starts.resize(l.level + 1, 0);
+    starts[l.level] = start;
+    for (std::uint32_t p = start;; ++p) {
+      g.links[p] = {l.chain, l.level, p - start};
+      if (g.elems[p].kind == ElemKind::kEnd) break;
+    }
+  }
   return g;
 }
 

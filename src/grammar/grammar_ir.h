@@ -49,6 +49,18 @@ struct GrammarIr {
     std::int32_t capacity = 0;
   };
   std::unordered_map<std::uint32_t, StringFrame> string_frames;
+  // Bounded repetitions written as chains of rules (JsonGrammar::UpTo and
+  // String): L_k := ε | item L_k-1, link k the second alternative of L_k.
+  // By position inside a link: its chain, level and offset;
+  // chain_starts[chain][k]: where link k starts. A parse position in link
+  // k > h and the same offset in link h take the same input of fewer than
+  // h bytes (which holds fewer than h nonempty items), so the masks of
+  // tokens shorter than h agree (GrammarAutomaton::MaskKey).
+  struct Link {
+    std::uint32_t chain = 0, level = 0, offset = 0;
+  };
+  std::unordered_map<std::uint32_t, Link> links;
+  std::vector<std::vector<std::uint32_t>> chain_starts;
 };
 
 // Builds a GrammarIr rule by rule.
@@ -74,6 +86,12 @@ class GrammarBuilder {
   // `capacity` more characters (INT32_MAX: any number) before this one's
   // frame returns to R.
   void MarkStringFrame(std::uint32_t rule, int alt, std::int32_t capacity) { frames_.push_back({rule, alt, capacity}); }
+  // Chains of bounded repetitions (GrammarIr::links): a new chain, and
+  // alternative `alt` of `rule` as its link `level` (>= 1).
+  std::uint32_t NewChain() { return num_chains_++; }
+  void MarkLink(std::uint32_t rule, int alt, std::uint32_t chain, std::uint32_t level) {
+    links_.push_back({rule, alt, chain, level});
+  }
 
   GrammarIr Finish(std::uint32_t root);
 
@@ -88,6 +106,13 @@ class GrammarBuilder {
     std::int32_t capacity;
   };
   std::vector<Frame> frames_;
+  struct LinkMark {
+    std::uint32_t rule;
+    int alt;
+    std::uint32_t chain, level;
+  };
+  std::vector<LinkMark> links_;
+  std::uint32_t num_chains_ = 0;
 };
 
 }  // namespace kvshare::detail

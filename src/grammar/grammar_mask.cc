@@ -147,12 +147,23 @@ TokenTrie::TokenTrie(std::span<const std::string> token_bytes) : impl_(std::make
   }
 }
 
+bool IsSpecialToken(const Tokenizer& tokenizer, std::int32_t id) {
+  switch (tokenizer.Type(id)) {
+    case TokenType::kControl:
+    case TokenType::kUnknown:
+    case TokenType::kUnused: return true;
+    case TokenType::kUserDefined: {
+      const std::string_view text = tokenizer.TokenBytes(id);
+      return text.empty() || text.find_first_not_of(" \t\n\r") != std::string_view::npos;
+    }
+    default: return false;
+  }
+}
+
 std::shared_ptr<const TokenTrie> TokenTrie::FromTokenizer(const Tokenizer& tokenizer) {
   std::vector<std::string> bytes(static_cast<std::size_t>(tokenizer.vocab_size()));
   for (std::int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    const TokenType type = tokenizer.Type(id);
-    if (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused) continue;
-    bytes[static_cast<std::size_t>(id)] = std::string(tokenizer.TokenBytes(id));
+    if (!IsSpecialToken(tokenizer, id)) bytes[static_cast<std::size_t>(id)] = std::string(tokenizer.TokenBytes(id));
   }
   return std::make_shared<const TokenTrie>(bytes);
 }
@@ -185,9 +196,10 @@ struct GrammarMatcher::Impl {
   std::vector<std::uint64_t> mask;  // MaskLogits' scratch
   // The masks of the last few states: a mask depends on the state alone, and
   // states recur (inside an unbounded string every character returns to
-  // its state; the items of an array repeat theirs).
+  // its state; the items of an array repeat theirs); by MaskKey, so do the
+  // states of a bounded string far from its bound.
   struct Cached {
-    std::uint32_t state = 0;
+    std::uint32_t state = 0;  // GrammarAutomaton::MaskKey
     std::uint64_t used = 0;
     std::vector<std::uint64_t> words;
   };
@@ -286,8 +298,10 @@ void GrammarMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
   }
   std::fill(mask.begin(), mask.end(), 0);
   if (m.terminated) return;
+  // Tokens have at most max_depth bytes: fewer than max_depth + 1.
+  const std::uint32_t key = m.dfa.MaskKey(m.state, static_cast<std::uint32_t>(t.max_depth) + 1);
   for (Impl::Cached& c : m.cache) {
-    if (c.state == m.state) {
+    if (c.state == key) {
       c.used = ++m.clock;
       std::copy(c.words.begin(), c.words.end(), mask.begin());
       return;
@@ -323,7 +337,7 @@ void GrammarMatcher::FillNextTokenMask(std::span<std::uint64_t> mask) {
   if (m.cache.size() < Impl::kCached) m.cache.emplace_back();
   Impl::Cached& slot = *std::min_element(m.cache.begin(), m.cache.end(),
                                          [](const Impl::Cached& a, const Impl::Cached& b) { return a.used < b.used; });
-  slot.state = m.state;
+  slot.state = key;
   slot.used = ++m.clock;
   slot.words.assign(mask.begin(), mask.end());
 }

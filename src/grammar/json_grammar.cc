@@ -31,10 +31,12 @@ std::uint32_t JsonGrammar::UpTo(const Seq& item, int n) {
   }
   std::uint32_t prev = b_.NewRule();
   b_.Alt(prev, {});
+  const std::uint32_t chain = b_.NewChain();
   for (int k = 1; k <= n; ++k) {
     const std::uint32_t r = b_.NewRule();
     b_.Alt(r, {});
     b_.Alt(r, item + Seq{GrammarBuilder::Ref(prev)});
+    b_.MarkLink(r, 1, chain, static_cast<std::uint32_t>(k));
     prev = r;
   }
   return prev;
@@ -112,11 +114,13 @@ std::uint32_t JsonGrammar::String(int min, int max) {
     // UpTo's chain, each link marked for the mask walk: O_k := ε | char O_k-1.
     std::uint32_t prev = b_.NewRule();
     b_.Alt(prev, {});
+    const std::uint32_t chain = b_.NewChain();
     for (int k = 1; k <= max - min; ++k) {
       const std::uint32_t r = b_.NewRule();
       b_.Alt(r, {});
       b_.Alt(r, {GrammarBuilder::Ref(c), GrammarBuilder::Ref(prev)});
       if (notation_ == Notation::kJson) b_.MarkStringFrame(r, 1, k);
+      b_.MarkLink(r, 1, chain, static_cast<std::uint32_t>(k));
       prev = r;
     }
     s.push_back(GrammarBuilder::Ref(prev));

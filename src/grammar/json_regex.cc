@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bitset>
 #include <string>
+#include <tuple>
 
 namespace kvshare::detail {
 namespace {
@@ -128,7 +129,9 @@ class Parser {
       RegexNode atom = Atom(depth);
       int min = 0, max = 0;
       if (Quantifier(min, max)) {
-        if (atom.kind == RegexNode::kBol || atom.kind == RegexNode::kEol) throw RegexError("a quantified anchor");
+        if (atom.kind == RegexNode::kBol || atom.kind == RegexNode::kEol || atom.kind == RegexNode::kNotAhead) {
+          throw RegexError("a quantified anchor or lookahead");
+        }
         if (More() && Peek() == '?') ++i_;  // lazy: the same language
         RegexNode rep{RegexNode::kRepeat};
         rep.min = min, rep.max = max;
@@ -162,8 +165,9 @@ class Parser {
     if (consume) {
       i_ = k + 1;
       if (hi >= 0 && hi < lo) throw RegexError("a repetition {n,m} with m < n");
-      if (lo > kMaxRepeat || hi > kMaxRepeat) throw RegexError("a repetition count above 1000");
-      min = lo, max = hi;
+      if (lo > kMaxRepeat) throw RegexError("a repetition count above 1000");
+      // A higher upper count is lowered: a narrower language, as maxLength's.
+      min = lo, max = hi > kMaxRepeat ? kMaxRepeat : hi;
     }
     return true;
   }
@@ -192,7 +196,14 @@ class Parser {
         if (Peek() == '?') {
           if (Peek(1) == ':') {
             i_ += 2;
-          } else if (Peek(1) == '=' || Peek(1) == '!' || (Peek(1) == '<' && (Peek(2) == '=' || Peek(2) == '!'))) {
+          } else if (Peek(1) == '!') {
+            i_ += 2;  // the emitter takes it only where ExpandNegativeLookahead does
+            RegexNode look{RegexNode::kNotAhead};
+            look.kids.push_back(Alt(depth + 1));
+            if (!More() || Peek() != ')') throw RegexError("an unterminated group");
+            ++i_;
+            return look;
+          } else if (Peek(1) == '=' || (Peek(1) == '<' && (Peek(2) == '=' || Peek(2) == '!'))) {
             throw RegexError("lookaround (?=, ?!, ?<=, ?<!)");
           } else if (Peek(1) == '<') {
             while (More() && Peek() != '>') ++i_;
@@ -269,7 +280,20 @@ class Parser {
         throw RegexError("a word boundary (\\b)");
       case 'B': throw RegexError("a word boundary (\\B)");
       case 'p':
-      case 'P': throw RegexError("a Unicode property escape (\\p, \\P)");
+      case 'P': {
+        // The subset where the class takes it as is, the superset where a
+        // negated class complements it (UnicodeProperty); \P the reverse.
+        if (Peek() != '{') throw RegexError("a \\p or \\P without {name}");
+        const std::size_t open = ++i_;
+        while (More() && Peek() != '}') ++i_;
+        if (!More()) throw RegexError("an unterminated \\p{...}");
+        std::string name;
+        for (std::size_t k = open; k < i_; ++k) name += static_cast<char>(p_[k] < 0x80 ? p_[k] : '?');
+        ++i_;
+        const bool outer = negated_ != (c == 'P');
+        const CodeRanges set = Normalize(UnicodeProperty(name, outer));
+        return add(c == 'P' ? Complement(set) : set);
+      }
       case 'k': throw RegexError("a backreference (\\k)");
       case '0':
         if (Peek() >= '0' && Peek() <= '9') throw RegexError("an octal escape");
@@ -493,6 +517,7 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
       GrammarBuilder::Seq s;
       for (const RegexNode& k : n.kids) {
         if (k.kind == RegexNode::kBol || k.kind == RegexNode::kEol) throw RegexError("an anchor (^, $) inside a group");
+        if (k.kind == RegexNode::kNotAhead) ExpandNegativeLookahead({k});  // throws: not where it is taken
         s = s + Node(k);
       }
       return s;
@@ -513,9 +538,39 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
       if (n.max < 0 || n.max > n.min) s.push_back(GrammarBuilder::Ref(j_.UpTo(item, n.max < 0 ? -1 : n.max - n.min)));
       return s;
     }
+    case RegexNode::kNotAhead: ExpandNegativeLookahead({n}); [[fallthrough]];  // throws
     default: throw RegexError("an anchor (^, $) inside a group");
   }
 }
+
+namespace {
+
+// body within the length bounds [min, max] (max < 0: none): unchanged when
+// all it matches fits; the whole body one class repeated: the bounds
+// intersected exactly; otherwise narrowed (FitLengths). False when no
+// string of the bounds is left (*unfitted: because FitLengths found none).
+bool Bound(RegexNode& body, int min, int max, bool* unfitted) {
+  if (min <= 0 && max < 0) return true;
+  auto [lo, hi] = Lengths(body);
+  if (lo >= min && (max < 0 || (hi >= 0 && hi <= max))) return true;
+  RegexNode* one = body.kids.size() == 1 ? &body.kids[0] : nullptr;
+  if (one != nullptr && one->kind == RegexNode::kSet) {
+    RegexNode rep{RegexNode::kRepeat};
+    rep.min = rep.max = 1;
+    rep.kids.push_back(*one);
+    *one = rep;
+  }
+  if (one == nullptr || one->kind != RegexNode::kRepeat || one->kids[0].kind != RegexNode::kSet) {
+    const bool fitted = FitLengths(body, min, max);
+    *unfitted = *unfitted || !fitted;
+    return fitted;
+  }
+  one->min = std::max(one->min, min);
+  if (max >= 0) one->max = one->max < 0 ? max : std::min(one->max, max);
+  return one->max < 0 || one->min <= one->max;
+}
+
+}  // namespace
 
 std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   // Top-level alternatives, each with its anchors; an unanchored side may
@@ -534,61 +589,54 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   const std::uint32_t r = b_.NewRule();
   int n = 0;
   bool unfitted = false;
+  // (anchored at the start, at the end, the rest)
+  std::vector<std::tuple<bool, bool, std::vector<RegexNode>>> pieces;
   for (const RegexNode* a : alts) {
-    RegexNode body{RegexNode::kSeq};
     std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
     const bool bol = !kids.empty() && kids.front().kind == RegexNode::kBol;
     if (bol) kids.erase(kids.begin());
     const bool eol = !kids.empty() && kids.back().kind == RegexNode::kEol;
     if (eol) kids.pop_back();
-    if (!bol) body.kids.push_back(any);
-    for (RegexNode& k : kids) body.kids.push_back(std::move(k));
-    if (!eol) body.kids.push_back(any);
-    // ".*" twice in a row (an empty unanchored alternative) is ".*" once.
-    for (std::size_t k = 1; k < body.kids.size();) {
-      const bool twice = body.kids[k].kind == RegexNode::kRepeat && body.kids[k - 1].kind == RegexNode::kRepeat &&
-                         body.kids[k].max < 0 && body.kids[k - 1].max < 0 && body.kids[k].min == 0 &&
-                         body.kids[k - 1].min == 0 && body.kids[k].kids[0].set == any_char.set &&
-                         body.kids[k - 1].kids[0].set == any_char.set;
-      if (twice) {
-        body.kids.erase(body.kids.begin() + static_cast<std::ptrdiff_t>(k));
-      } else {
-        ++k;
-      }
+    if (bol && eol && !kids.empty() && kids.front().kind == RegexNode::kNotAhead) {
+      for (std::vector<RegexNode>& k : ExpandNegativeLookahead(kids)) pieces.emplace_back(true, true, std::move(k));
+    } else {
+      pieces.emplace_back(bol, eol, std::move(kids));
     }
-    if (min > 0 || max >= 0) {
-      auto [lo, hi] = Lengths(body);
-      const bool inside = lo >= min && (max < 0 || (hi >= 0 && hi <= max));
-      if (!inside) {
-        // The whole body one class repeated: the bounds intersect exactly.
-        RegexNode* one = nullptr;
-        if (body.kids.size() == 1) one = &body.kids[0];
-        if (one != nullptr && one->kind == RegexNode::kSet) {
-          RegexNode rep{RegexNode::kRepeat};
-          rep.min = rep.max = 1;
-          rep.kids.push_back(*one);
-          *one = rep;
+  }
+  for (const auto& [bol, eol, kids] : pieces) {
+    auto padded = [&](bool front, bool back) {
+      RegexNode body{RegexNode::kSeq};
+      if (front) body.kids.push_back(any);
+      body.kids.insert(body.kids.end(), kids.begin(), kids.end());
+      if (back) body.kids.push_back(any);
+      // ".*" twice in a row (an empty unanchored alternative) is ".*" once.
+      for (std::size_t k = 1; k < body.kids.size();) {
+        const bool twice = body.kids[k].kind == RegexNode::kRepeat && body.kids[k - 1].kind == RegexNode::kRepeat &&
+                           body.kids[k].max < 0 && body.kids[k - 1].max < 0 && body.kids[k].min == 0 &&
+                           body.kids[k - 1].min == 0 && body.kids[k].kids[0].set == any_char.set &&
+                           body.kids[k - 1].kids[0].set == any_char.set;
+        if (twice) {
+          body.kids.erase(body.kids.begin() + static_cast<std::ptrdiff_t>(k));
+        } else {
+          ++k;
         }
-        if (one == nullptr || one->kind != RegexNode::kRepeat || one->kids[0].kind != RegexNode::kSet) {
-          // Otherwise a narrower language within the bounds (FitLengths).
-          if (!FitLengths(body, min, max)) {
-            unfitted = true;  // no strings of the bounds (or too many elements): this alternative matches none
-            continue;
-          }
-          const GrammarBuilder::Seq quote =
-              j_.notation() == Notation::kGemma ? b_.Lit("<|\"|>") : GrammarBuilder::Seq{b_.Byte('"')};
-          b_.Alt(r, quote + Node(body) + quote);
-          ++n;
-          continue;
-        }
-        one->min = std::max(one->min, min);
-        if (max >= 0) one->max = one->max < 0 ? max : std::min(one->max, max);
-        if (one->max >= 0 && one->min > one->max) continue;  // this alternative matches nothing
-        RegexNode single{RegexNode::kSeq};
-        single.kids.push_back(*one);
-        body = single;
       }
+      return body;
+    };
+    RegexNode body = padded(!bol, !eol);
+    const auto [lo, hi] = Lengths(body);
+    if ((min > 0 || max >= 0) && !(lo >= min && (max < 0 || (hi >= 0 && hi <= max))) && (!bol || !eol)) {
+      // Under a length bound the padding's ".*" would be cut into bounded
+      // repetitions beside the expression's own, whose positions the matcher
+      // tracks all at once (masks of up to a second per token): first try
+      // the expression anchored, a narrower language (a string the
+      // expression matches whole also contains a match).
+      RegexNode anchored = padded(false, false);
+      bool ignored = false;
+      if (!anchored.kids.empty() && Bound(anchored, min, max, &ignored)) body = std::move(anchored);
     }
+    // No strings of the bounds (or too many elements): this alternative matches none.
+    if (!Bound(body, min, max, &unfitted)) continue;
     const GrammarBuilder::Seq quote =
         j_.notation() == Notation::kGemma ? b_.Lit("<|\"|>") : GrammarBuilder::Seq{b_.Byte('"')};
     b_.Alt(r, quote + Node(body) + quote);

@@ -4,12 +4,14 @@
 // the spec says: "a" matches "xay"). Internal to src/grammar.
 //
 // Supported: literals, '.', classes [...] / [^...] with ranges, the escapes
-// \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uHHHH \u{H...} \cX and identity
-// escapes, groups (...), (?:...), (?<name>...), alternation, the quantifiers
-// * + ? {n} {n,} {n,m} (lazy or not: the same language), and the anchors
-// ^ and $ at the start / end of a top-level alternative. Refused (RegexError):
-// lookaround, backreferences, word boundaries, Unicode property escapes,
-// anchors anywhere else, repetition counts above 1000.
+// \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uHHHH \u{H...} \cX, \p{...}
+// \P{...} (UnicodeProperty) and identity escapes, groups (...), (?:...),
+// (?<name>...), alternation, the quantifiers * + ? {n} {n,} {n,m} (lazy or
+// not: the same language), and the anchors ^ and $ at the start / end of a
+// top-level alternative, a negative lookahead ^(?!literal) before one
+// repeated class and $. Refused (RegexError): other lookaround, backreferences,
+// word boundaries, anchors anywhere else, a repetition's lower count above
+// 1000 (an upper one is lowered to 1000), other properties.
 #pragma once
 
 #include <cstdint>
@@ -32,14 +34,28 @@ struct RegexError : std::runtime_error {
 using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;
 
 struct RegexNode {
-  enum Kind { kSet, kSeq, kAlt, kRepeat, kBol, kEol } kind = kSeq;
+  enum Kind { kSet, kSeq, kAlt, kRepeat, kBol, kEol, kNotAhead } kind = kSeq;
   CodeRanges set;               // kSet
-  std::vector<RegexNode> kids;  // kSeq, kAlt; kRepeat: one
+  std::vector<RegexNode> kids;  // kSeq, kAlt; kRepeat, kNotAhead (?!...): one
   int min = 0, max = 0;         // kRepeat (max < 0: unbounded)
 };
 
 // Throws RegexError naming what is not supported or malformed.
 RegexNode ParseRegex(std::string_view pattern);
+
+// The kids of a top-level alternative anchored at both ends (anchors
+// removed) that start with a negative lookahead, (?!X) C{lo,hi} with X a
+// literal and C one class: the alternatives (anchored alike) of the strings
+// of C{lo,hi} that do not start with X (json_regex_lookahead.cc). Throws
+// RegexError for any other lookahead.
+std::vector<std::vector<RegexNode>> ExpandNegativeLookahead(const std::vector<RegexNode>& kids);
+
+// The code points of the Unicode property `name` of \p{name} (a general
+// category, short or long, optionally after "gc=" / "General_Category=";
+// ASCII; Any): exact inside ASCII; outside it all of them (`superset`) or
+// only those known without Unicode's tables (json_regex_properties.cc).
+// Unsorted. Throws RegexError for another name.
+CodeRanges UnicodeProperty(std::string_view name, bool superset);
 
 // The length range [lo, hi] (hi < 0: unbounded) of what n matches, in code
 // points (json_regex_lengths.cc).

@@ -47,12 +47,38 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
     Fail(path, std::string("'") + key + "' must be a non-empty array of schemas");
   }
   const std::string p = path + "/" + key;
+  Json narrowed = branches;
   if (std::string(key) == "oneOf") {
     // Exactly one branch must match: compiled as anyOf when no branch's
-    // output can match another branch.
-    for (std::size_t i = 0; i < branches.size(); ++i) {
-      for (std::size_t k = i + 1; k < branches.size(); ++k) {
-        if (!Excludes(branches[i], branches[k]) || !Excludes(branches[k], branches[i])) {
+    // output can match another branch. Branches told apart by `required`
+    // alone ("A or B": {"required": ["A"]}, {"required": ["B"]}) are made
+    // so: each stops writing a property that the other requires and it
+    // does not (a narrower output), when it keeps others declared.
+    auto drop_one = [&](Json& a, const Json& b) {
+      auto props = a.find("properties");
+      if (!a.is_object() || props == a.end() || !props->is_object() || props->size() < 2) return;
+      if (a.contains("dependentRequired") || a.contains("dependencies")) return;  // may require it back
+      const auto req_b = b.find("required");
+      if (!b.is_object() || req_b == b.end() || !req_b->is_array()) return;
+      const Json req_a = a.value("required", Json::array());
+      for (const Json& x : *req_b) {
+        if (!x.is_string() || std::find(req_a.begin(), req_a.end(), x) != req_a.end()) continue;
+        if (props->contains(x.get<std::string>())) props->erase(x.get<std::string>());
+        return;  // one is enough: b's outputs all hold it, a's none
+      }
+    };
+    for (std::size_t i = 0; i < narrowed.size(); ++i) {
+      for (std::size_t k = i + 1; k < narrowed.size(); ++k) {
+        if (Excludes(narrowed[i], narrowed[k]) && Excludes(narrowed[k], narrowed[i])) continue;
+        Json a = narrowed[i], b = narrowed[k];
+        drop_one(a, narrowed[k]);
+        drop_one(b, narrowed[i]);
+        if (Excludes(a, b) && Excludes(b, a)) narrowed[i] = std::move(a), narrowed[k] = std::move(b);
+      }
+    }
+    for (std::size_t i = 0; i < narrowed.size(); ++i) {
+      for (std::size_t k = i + 1; k < narrowed.size(); ++k) {
+        if (!Excludes(narrowed[i], narrowed[k]) || !Excludes(narrowed[k], narrowed[i])) {
           throw Error("unsupported JSON Schema keyword 'oneOf' at " + path + "/oneOf: branches " + std::to_string(i) +
                       " and " + std::to_string(k) +
                       " may overlap (no distinct types, required properties or const / enum values tell them "
@@ -62,8 +88,8 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
     }
   }
   const std::uint32_t r = b_.NewRule();
-  for (std::size_t i = 0; i < branches.size(); ++i) {
-    b_.Alt(r, {GrammarBuilder::Ref(Schema(branches[i], p + "/" + std::to_string(i)))});
+  for (std::size_t i = 0; i < narrowed.size(); ++i) {
+    b_.Alt(r, {GrammarBuilder::Ref(Schema(narrowed[i], p + "/" + std::to_string(i)))});
   }
   return r;
 }

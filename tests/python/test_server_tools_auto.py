@@ -1,7 +1,7 @@
 """Strict tools under tool_choice "auto" in `kvshare serve`: free text stays
 free, and a call the model opens is held by a lazy grammar to the tool's
 parameters. On the tiny random-weight Gemma 4 fixture the call marker
-"<|tool_call>" (one control token) is forced with logit_bias, so the
+"<|tool_call>" (one special token) is forced with logit_bias, so the
 constrained branch is always taken: the arguments validate with `jsonschema`
 (streamed and not, greedy and sampled), while the same forced opening with a
 non-strict tool gives no valid call. On the default Gemma 3 model (JSON
@@ -66,6 +66,26 @@ def test_sampled_calls_validate(gemma4, seed):
     for call in r.choices[0].message.tool_calls or []:
         jsonschema.validate(json.loads(call.function.arguments), ARGS)
     assert r.choices[0].message.tool_calls, "the forced marker opened a call"
+
+
+def test_a_reply_cut_inside_a_call_leaves_no_markup_in_content(gemma4):
+    # Parallel calls, each opened by the bias: max_tokens cuts the reply in
+    # the first call, between calls or in the second; the open call is
+    # dropped, the closed ones come back, no markup is content.
+    c = client(gemma4)
+    cut_in_second = 0
+    for n in range(4, 124, 8):
+        kw = {**forced([LOOKUP]), "parallel_tool_calls": True, "max_tokens": n}
+        r = c.chat.completions.create(temperature=0, **kw)
+        m = r.choices[0].message
+        assert "<|tool_call>" not in (m.content or "") and "call:" not in (m.content or ""), (n, m)
+        for call in m.tool_calls or []:
+            jsonschema.validate(json.loads(call.function.arguments), ARGS)
+        cut_in_second += r.choices[0].finish_reason == "length" and bool(m.tool_calls)
+        calls, content, _ = streamed(c, temperature=0, **kw)
+        assert "<|tool_call>" not in content and "call:" not in content, (n, content)
+        assert [name for name, _ in calls] == [t.function.name for t in m.tool_calls or []]
+    assert cut_in_second > 0, "no max_tokens cut a reply after its first call"
 
 
 def test_without_strict_the_forced_call_does_not_validate(gemma4):

@@ -34,6 +34,20 @@ from pathlib import Path
 
 import jsonschema
 
+try:
+    # jsonschema matches `pattern` / `patternProperties` with Python's re,
+    # which has no \p{...}; the `regex` package reads them as ECMA-262 does
+    # (and everything else as re), so the samples of such schemas are
+    # checked too when it is installed.
+    import jsonschema._keywords
+    import jsonschema._utils
+    import regex
+
+    jsonschema._keywords.re = regex
+    jsonschema._utils.re = regex
+except ImportError:
+    pass
+
 WHEELS = {
     "check-jsonschema": "0.39.0",
     "cfn-lint": "1.51.0",

@@ -122,8 +122,8 @@ class TokenTrie {
   // allowed inside a document (control tokens). Throws kvshare::Error when
   // there are more than 2^31 - 1 tokens.
   explicit TokenTrie(std::span<const std::string> token_bytes);
-  // The tokenizer's decoded bytes (Tokenizer::TokenBytes); CONTROL, UNKNOWN
-  // and UNUSED tokens are never allowed.
+  // The tokenizer's decoded bytes (Tokenizer::TokenBytes); special tokens
+  // (IsSpecialToken) get none: they are never allowed.
   static std::shared_ptr<const TokenTrie> FromTokenizer(const Tokenizer& tokenizer);
   ~TokenTrie();
   TokenTrie(const TokenTrie&) = delete;
@@ -141,6 +141,17 @@ class TokenTrie {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether token `id` is special: never inside constrained text, so left out
+// of TokenTrie::FromTokenizer. CONTROL, UNKNOWN and UNUSED tokens, and
+// USER_DEFINED ones other than runs of whitespace: GGUF marks the added
+// tokens USER_DEFINED whether they are markers (Gemma 4's <|tool_call>,
+// <|channel>, <|"|>; Gemma 3's <start_of_image>) or text (Gemma 3's <table>),
+// and their text is printable, so a grammar reading tokens by their text
+// would let a marker into a JSON string. Whitespace runs ("\n\n", "  ") stay:
+// JSON's gaps and strings use them. Any text stays writable with ordinary
+// and byte tokens. Throws kvshare::Error for an id outside the vocabulary.
+bool IsSpecialToken(const Tokenizer& tokenizer, std::int32_t id);
 
 // The state of one output under a grammar. Not thread-safe; one per request.
 class GrammarMatcher {
@@ -172,7 +183,8 @@ class GrammarMatcher {
   // id % 64. mask.size() must be (vocab + 63) / 64 (throws kvshare::Error
   // otherwise). Costs a walk of the trie's nodes whose prefixes are still
   // valid; subtrees of plain string content that fit the string's
-  // maxLength are taken whole, and the masks of the last 8 states are
+  // maxLength are taken whole, and the masks of the last 8 states (a
+  // bounded repetition's states far from its bound count as one) are
   // reused.
   void FillNextTokenMask(std::span<std::uint64_t> mask);
   // Sets logits[id] to -inf for every token not in the mask above.

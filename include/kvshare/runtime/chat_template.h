@@ -201,7 +201,7 @@ class ChatTemplate {
   //     one call in the JSON convention (every format);
   //   kAuto with at least one strict tool: LazyToolCallGrammar over all the
   //     offered tools in the syntax ToolCallParsing reads, with this
-  //     vocabulary's call markers when they are control tokens (gemma4:
+  //     vocabulary's call markers when they are special tokens (gemma4:
   //     "<|tool_call>", "<tool_call|>", "<|\"|>");
   //   kAuto without strict tools: null (free text; calls are parsed as they come).
   // Throws kvshare::Error when the call cannot be enforced (a strict tool's
@@ -218,8 +218,8 @@ class ChatTemplate {
   const Tokenizer* tokenizer_;
   std::int32_t end_of_turn_ = -1;
   std::int32_t tool_response_ = -1;
-  // The format's call markers that the vocabulary has as control tokens,
-  // with their text (LazyToolCallGrammar's marker_tokens).
+  // The format's call markers that the vocabulary has as special tokens
+  // (IsSpecialToken), with their text (LazyToolCallGrammar's marker_tokens).
   std::vector<std::pair<std::int32_t, std::string>> tool_call_markers_;
 };
 

@@ -6,7 +6,7 @@
 // per chat format are in kvshare/runtime/chat_template.h).
 //
 // JSON convention (ChatFormat::kGemma; also what a grammar forces for gemma4,
-// whose call markers are control tokens that the grammar cannot emit): the
+// whose call markers are special tokens that the grammar cannot emit): the
 // system text gains ToolCallInstructions(tools), which lists each tool as
 // {"name", "description", "parameters"} JSON on its own line and asks for a
 // reply that is only
@@ -18,8 +18,9 @@
 // Gemma 4's own format (ToolCallSyntax::kGemma4):
 //   <|tool_call>call:NAME{key:value,...}<tool_call|>
 // values in Gemma's notation: strings <|"|>text<|"|>, numbers, true, false,
-// null, [a,b], {key:value} (keys bare). The markers are control tokens, so
-// the caller writes their text into what it feeds (see ToolCallParser).
+// null, [a,b], {key:value} (keys bare). The markers are special tokens; the
+// caller writes the text of those that decode to none (CONTROL) into what it
+// feeds (see ToolCallParser).
 #pragma once
 
 #include <cstdint>
@@ -72,7 +73,9 @@ struct ToolCallDelta {
 //     is one of the two objects above with known names, else content.
 //   kGemma4: text outside the markers is content (a partial "<|tool_call>"
 //     at the end is held); a marked call whose body does not parse (or names
-//     an unknown tool) stays content, markers included.
+//     an unknown tool) stays content, markers included; a call still open at
+//     Finish (the reply was cut, e.g. by max_tokens) is dropped: neither
+//     content nor a call.
 //   Both: whitespace-only content next to a call or at the end is dropped
 //     (content is never just the spaces around calls).
 // Arguments come back as compact JSON text of an object.
@@ -142,9 +145,9 @@ std::string ForcedToolCallSchema(const ToolOffer& offer);
 //     both forms); body {"tool_call": {"name", "arguments"}} or, when
 //     `parallel`, also {"tool_calls": [...]}; then only the end (the parser
 //     reads one object).
-// marker_tokens: the vocabulary's control tokens for "<|tool_call>",
-// "<tool_call|>" and "<|\"|>" with their text (kGemma4; TokenTrie leaves
-// control tokens out). Throws kvshare::Error for no tools, or a strict
+// marker_tokens: the vocabulary's special tokens (IsSpecialToken) for
+// "<|tool_call>", "<tool_call|>" and "<|\"|>" with their text (kGemma4;
+// TokenTrie leaves special tokens out). Throws kvshare::Error for no tools, or a strict
 // tool's parameters that do not compile (the message names the tool).
 std::shared_ptr<const Grammar> LazyToolCallGrammar(
     std::span<const OfferedTool> tools, ToolCallSyntax syntax, bool parallel,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "runtime/chat/family.h"
 
@@ -107,8 +108,8 @@ ChatTemplate::ChatTemplate(ChatFormat format, const Tokenizer& tokenizer) : form
   if (!family.markers.empty()) end_of_turn_ = *tokenizer.TokenId(family.markers.front());
   if (!family.tool_stop.empty()) tool_response_ = tokenizer.TokenId(family.tool_stop).value_or(-1);
   for (std::string_view m : family.tool_call_markers) {
-    // Control tokens: TokenTrie has no text for them, the lazy grammar is told it.
-    if (auto id = tokenizer.TokenId(m); id && tokenizer.TokenBytes(*id).empty()) {
+    // Special tokens: TokenTrie has no text for them, the lazy grammar is told it.
+    if (auto id = tokenizer.TokenId(m); id && IsSpecialToken(tokenizer, *id)) {
       tool_call_markers_.emplace_back(*id, std::string(m));
     }
   }

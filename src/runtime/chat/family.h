@@ -60,7 +60,7 @@ struct Family {
   std::string_view tool_stop;
   // The syntax of calls the model writes freely (tool_choice "auto").
   ToolCallSyntax tool_syntax;
-  // The texts of that syntax that a vocabulary may hold as control tokens
+  // The texts of that syntax that a vocabulary may hold as special tokens
   // (LazyToolCallGrammar's marker_tokens).
   std::span<const std::string_view> tool_call_markers;
   // What the format's template writes for an image part ("" : nothing).

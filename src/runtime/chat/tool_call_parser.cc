@@ -107,8 +107,9 @@ ToolCallDelta ToolCallParser::Finish() {
   if (options_.syntax == ToolCallSyntax::kJson) {
     if (json_started_) ParseJsonHeld(out);
   } else {
-    // An unclosed call, or a partial opener: text.
-    EmitContent((in_call_ ? std::string(gemma4::kCallOpen) : std::string()) + held_, out);
+    // A partial opener is text; an unclosed call (the reply was cut) is
+    // dropped, never shown as markup.
+    if (!in_call_) EmitContent(held_, out);
     held_.clear();
     in_call_ = false;
   }
