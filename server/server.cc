@@ -358,6 +358,12 @@ void Server::Impl::SetupRoutes() {
               generates();
               HandleCompletion(req, res, /*chat=*/false);
             }));
+  http.Post("/v1/responses", Guarded([this, generates](const httplib::Request& req, httplib::Response& res) {
+              generates();
+              HandleResponses(req, res);
+            }));
+  http.Get(R"(/v1/responses/([^/]+))",
+           Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleGetResponse(req, res); }));
   http.Post("/v1/embeddings",
             Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));
 }
