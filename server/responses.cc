@@ -52,11 +52,10 @@ void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Respons
   for (const auto& [k, v] : chat_res.headers) {
     if (k != "Content-Type") res.set_header(k, v);
   }
-  ResponseHead head{NewResponseId("resp_"),
-                    std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count(),
-                    ctx.model_id, std::move(rr.echo)};
+  ResponseHead head{
+      NewResponseId("resp_"),
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
+      ctx.model_id, std::move(rr.echo)};
   const bool keep = rr.store;
   if (!rr.stream) {
     nlohmann::json response = ResponseFromChat(nlohmann::json::parse(chat_res.body), head);

@@ -31,8 +31,9 @@ json MessageItem(const std::string& id, const char* status, json content) {
 }
 
 json CallItem(const char* status, const std::string& call_id, const std::string& name, const std::string& args) {
-  return {{"id", NewResponseId("fc_")}, {"type", "function_call"}, {"status", status},
-          {"call_id", call_id},         {"name", name},            {"arguments", args}};
+  return {
+      {"id", NewResponseId("fc_")}, {"type", "function_call"}, {"status", status}, {"call_id", call_id}, {"name", name},
+      {"arguments", args}};
 }
 
 // The response object around `output`: status from the chat finish_reason.

@@ -165,8 +165,8 @@ json ToolChoice(const json& c) {
   if (!c.is_object()) WrongType("tool_choice", "a string or an object", c);
   const std::string type = String(c, "type", "tool_choice", true);
   if (type != "function") {
-    Refused("tool_choice.type", "'" + type + "'; choose 'auto', 'none', 'required' or {\"type\": \"function\", " +
-                                    "\"name\": ...}.");
+    Refused("tool_choice.type",
+            "'" + type + "'; choose 'auto', 'none', 'required' or {\"type\": \"function\", " + "\"name\": ...}.");
   }
   return {{"type", "function"}, {"function", {{"name", String(c, "name", "tool_choice", true)}}}};
 }
@@ -211,14 +211,37 @@ void RefuseSet(const json& body, const char* key, const std::string& why) {
 
 ResponsesRequest ParseResponsesRequest(const json& body, std::string_view raw, const ResponseStore& store,
                                        const RequestParsing& opt) {
-  if (!body.is_object()) throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
+  if (!body.is_object())
+    throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
   ResponsesRequest r;
   for (const auto& [k, v] : body.items()) {
-    static const char* kKnown[] = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
-                                   "text", "max_output_tokens", "temperature", "top_p", "seed", "stream",
-                                   "metadata", "store", "previous_response_id", "truncation", "background",
-                                   "reasoning", "include", "conversation", "prompt", "max_tool_calls",
-                                   "top_logprobs", "user", "safety_identifier", "prompt_cache_key", "service_tier",
+    static const char* kKnown[] = {"model",
+                                   "input",
+                                   "instructions",
+                                   "tools",
+                                   "tool_choice",
+                                   "parallel_tool_calls",
+                                   "text",
+                                   "max_output_tokens",
+                                   "temperature",
+                                   "top_p",
+                                   "seed",
+                                   "stream",
+                                   "metadata",
+                                   "store",
+                                   "previous_response_id",
+                                   "truncation",
+                                   "background",
+                                   "reasoning",
+                                   "include",
+                                   "conversation",
+                                   "prompt",
+                                   "max_tool_calls",
+                                   "top_logprobs",
+                                   "user",
+                                   "safety_identifier",
+                                   "prompt_cache_key",
+                                   "service_tier",
                                    "stream_options"};
     if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) Unknown(k, opt, r.ignored);
   }
@@ -239,11 +262,20 @@ ResponsesRequest ParseResponsesRequest(const json& body, std::string_view raw, c
   }
   json chat = {{"messages", json::array()}};
   json& messages = chat["messages"];
-  r.echo = {{"instructions", nullptr}, {"metadata", json::object()}, {"previous_response_id", nullptr},
-            {"tools", json::array()},  {"tool_choice", "auto"},       {"parallel_tool_calls", true},
-            {"temperature", 1.0},      {"top_p", 1.0},                {"max_output_tokens", nullptr},
-            {"text", {{"format", {{"type", "text"}}}}}, {"truncation", "disabled"},
-            {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}}, {"user", nullptr}, {"background", false}};
+  r.echo = {{"instructions", nullptr},
+            {"metadata", json::object()},
+            {"previous_response_id", nullptr},
+            {"tools", json::array()},
+            {"tool_choice", "auto"},
+            {"parallel_tool_calls", true},
+            {"temperature", 1.0},
+            {"top_p", 1.0},
+            {"max_output_tokens", nullptr},
+            {"text", {{"format", {{"type", "text"}}}}},
+            {"truncation", "disabled"},
+            {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
+            {"user", nullptr},
+            {"background", false}};
   if (const json* ins = Field(body, "instructions")) {
     if (!ins->is_string()) WrongType("instructions", "a string", *ins);
     messages.push_back({{"role", "system"}, {"content", *ins}});

@@ -73,7 +73,7 @@ TEST(ResponsesRequest, MapsInputItemsToolsAndFormatOntoAChatBody) {
   EXPECT_EQ(chat["messages"][3]["role"], "tool");
   EXPECT_EQ(chat["messages"][4]["content"][0]["text"], "7");
   EXPECT_EQ(r.sources, (std::vector<std::string>{"instructions", "input[0]", "input[1]", "input[4]", "input[5]"}));
-  EXPECT_EQ(r.history.size(), 4u);  // no instructions
+  EXPECT_EQ(r.history.size(), 4u);                          // no instructions
   EXPECT_EQ(chat["tools"][0]["function"]["strict"], true);  // OpenAI's default for Responses
   EXPECT_EQ(r.echo["tools"][0]["strict"], true);
   EXPECT_EQ(chat["tool_choice"]["function"]["name"], "lookup");
@@ -89,8 +89,10 @@ TEST(ResponsesRequest, MapsInputItemsToolsAndFormatOntoAChatBody) {
 
 TEST(ResponsesRequest, TextFormatBecomesResponseFormatInTheRequestsKeyOrder) {
   ResponseStore store(4);
-  const ResponsesRequest r = Parse(R"({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "x",
-      "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}}})", store);
+  const ResponsesRequest r =
+      Parse(R"({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "x",
+      "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}}})",
+            store);
   // The schema keeps the request's key order (z before a) for the grammar.
   EXPECT_LT(r.chat_body.find("\"z\""), r.chat_body.find("\"a\""));
   EXPECT_EQ(r.echo["text"]["format"]["name"], "x");
@@ -98,7 +100,8 @@ TEST(ResponsesRequest, TextFormatBecomesResponseFormatInTheRequestsKeyOrder) {
   KeepSchemaKeyOrder(cr, r.chat_body);
   EXPECT_EQ(cr.response_format.type, CompletionRequest::ResponseFormat::Type::kJsonSchema);
   EXPECT_LT(cr.response_format.schema.find("\"z\""), cr.response_format.schema.find("\"a\""));
-  const json chat = json::parse(Parse(R"({"input": "x", "text": {"format": {"type": "json_object"}}})", store).chat_body);
+  const json chat =
+      json::parse(Parse(R"({"input": "x", "text": {"format": {"type": "json_object"}}})", store).chat_body);
   EXPECT_EQ(chat["response_format"]["type"], "json_object");
 }
 
@@ -129,8 +132,7 @@ TEST(ResponsesRequest, RefusesWhatItDoesNotServeNamingTheField) {
   EXPECT_EQ(Refusal(R"({"input": [{"role": "tool", "content": "x"}]})"), "input[0].role");
   EXPECT_EQ(Refusal(R"({"input": [{"role": "user", "content": [{"type": "input_file"}]}]})"),
             "input[0].content[0].type");
-  EXPECT_EQ(Refusal(R"({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]})"),
-            "input[0].call_id");
+  EXPECT_EQ(Refusal(R"({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]})"), "input[0].call_id");
   EXPECT_EQ(Refusal(R"({"input": "x", "tool_choice": {"type": "web_search"}})"), "tool_choice.type");
   EXPECT_EQ(Refusal(R"({"input": "x", "metadata": {"k": 1}})"), "metadata.k");
   ResponseStore store(4);
@@ -150,7 +152,8 @@ TEST(ResponsesRequest, PreviousResponseContinuesItsConversationWithoutItsInstruc
        "function": {"name": "f", "arguments": "{}"}}]}])");
   store.Put("resp_1", {json::object(), history});
   const ResponsesRequest r = Parse(R"({"previous_response_id": "resp_1", "instructions": "new",
-      "input": [{"type": "function_call_output", "call_id": "call_1", "output": "ok"}]})", store);
+      "input": [{"type": "function_call_output", "call_id": "call_1", "output": "ok"}]})",
+                                   store);
   const json chat = json::parse(r.chat_body);
   ASSERT_EQ(chat["messages"].size(), 4u);
   EXPECT_EQ(chat["messages"][0]["content"], "new");
@@ -163,8 +166,8 @@ TEST(ResponsesRequest, PreviousResponseContinuesItsConversationWithoutItsInstruc
 TEST(ResponsesRequest, ChatErrorsGetTheResponsesNames) {
   ResponsesRequest r;
   r.sources = {"instructions", "previous_response_id", "input[3]"};
-  const ApiError e = RenameChatError(
-      BadRequest("Invalid 'messages[2].tool_call_id' and messages[0].", "messages[2].tool_call_id"), r);
+  const ApiError e =
+      RenameChatError(BadRequest("Invalid 'messages[2].tool_call_id' and messages[0].", "messages[2].tool_call_id"), r);
   EXPECT_EQ(e.param(), "input[3].tool_call_id");
   EXPECT_EQ(e.message(), "Invalid 'input[3].tool_call_id' and instructions.");
   EXPECT_EQ(RenameChatError(BadRequest("x", "response_format.json_schema.schema"), r).param(), "text.format.schema");
@@ -218,7 +221,7 @@ std::vector<json> Events(const std::string& sse) {
     const std::string ev = sse.substr(pos, end - pos);
     pos = end + 2;
     const std::size_t nl = ev.find('\n');
-    json j = json::parse(ev.substr(nl + 7));  // "\ndata: "
+    json j = json::parse(ev.substr(nl + 7));     // "\ndata: "
     EXPECT_EQ(ev.substr(7, nl - 7), j["type"]);  // "event: " names the data's type
     out.push_back(std::move(j));
   }
@@ -226,12 +229,20 @@ std::vector<json> Events(const std::string& sse) {
 }
 
 TEST(ResponsesFormat, EventsComeInOpenAIsOrderHoweverTheChatStreamIsSplit) {
-  const std::vector<std::string> want = {
-      "response.created",         "response.in_progress",       "response.output_item.added",
-      "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
-      "response.output_text.done", "response.content_part.done", "response.output_item.done",
-      "response.output_item.added", "response.function_call_arguments.delta",
-      "response.function_call_arguments.done", "response.output_item.done", "response.completed"};
+  const std::vector<std::string> want = {"response.created",
+                                         "response.in_progress",
+                                         "response.output_item.added",
+                                         "response.content_part.added",
+                                         "response.output_text.delta",
+                                         "response.output_text.delta",
+                                         "response.output_text.done",
+                                         "response.content_part.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.completed"};
   const std::string chat = ChatStream();
   for (std::size_t split = 0; split <= chat.size(); split += 7) {
     ResponseEventStream s(Head());
@@ -262,9 +273,11 @@ TEST(ResponsesFormat, EventsComeInOpenAIsOrderHoweverTheChatStreamIsSplit) {
 TEST(ResponsesFormat, AStreamCutByMaxTokensIsIncompleteAndAnErrorFails) {
   ResponseEventStream cut(Head());
   std::string sse = cut.Start();
-  std::vector<json> ev = Events(sse + cut.Feed(
-      "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"a\"}}]}\n\n"
-      "data: {\"choices\": [{\"index\": 0, \"delta\": {}, \"finish_reason\": \"length\"}]}\n\ndata: [DONE]\n\n"));
+  std::vector<json> ev = Events(
+      sse +
+      cut.Feed(
+          "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"a\"}}]}\n\n"
+          "data: {\"choices\": [{\"index\": 0, \"delta\": {}, \"finish_reason\": \"length\"}]}\n\ndata: [DONE]\n\n"));
   EXPECT_EQ(ev.back()["type"], "response.incomplete");
   EXPECT_EQ(cut.response()["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(cut.response()["output"][0]["status"], "incomplete");
