@@ -11,6 +11,15 @@ using nlohmann::json;
 
 namespace {
 
+// The request fields of OpenAI's Responses API; others are unknown (Unknown).
+// clang-format off
+constexpr std::string_view kFields[] = {
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
+    "temperature", "top_p", "seed", "stream", "metadata", "store", "previous_response_id", "truncation",
+    "background", "reasoning", "include", "conversation", "prompt", "max_tool_calls", "top_logprobs", "user",
+    "safety_identifier", "prompt_cache_key", "service_tier", "stream_options"};
+// clang-format on
+
 [[noreturn]] void Missing(const std::string& name) {
   throw BadRequest("Missing required parameter: '" + name + "'.", name, "missing_required_parameter");
 }
@@ -215,35 +224,7 @@ ResponsesRequest ParseResponsesRequest(const json& body, std::string_view raw, c
     throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
   ResponsesRequest r;
   for (const auto& [k, v] : body.items()) {
-    static const char* kKnown[] = {"model",
-                                   "input",
-                                   "instructions",
-                                   "tools",
-                                   "tool_choice",
-                                   "parallel_tool_calls",
-                                   "text",
-                                   "max_output_tokens",
-                                   "temperature",
-                                   "top_p",
-                                   "seed",
-                                   "stream",
-                                   "metadata",
-                                   "store",
-                                   "previous_response_id",
-                                   "truncation",
-                                   "background",
-                                   "reasoning",
-                                   "include",
-                                   "conversation",
-                                   "prompt",
-                                   "max_tool_calls",
-                                   "top_logprobs",
-                                   "user",
-                                   "safety_identifier",
-                                   "prompt_cache_key",
-                                   "service_tier",
-                                   "stream_options"};
-    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) Unknown(k, opt, r.ignored);
+    if (std::find(std::begin(kFields), std::end(kFields), k) == std::end(kFields)) Unknown(k, opt, r.ignored);
   }
   RefuseSet(body, "background", "responses run in the foreground only.");
   RefuseSet(body, "include", "no extra output is served.");
