@@ -4,15 +4,16 @@ on the tiny random-weight Gemma 4 fixture: plain text and its incomplete
 status, a function tool and the call / output round trip (the output items
 sent back as input, and the same through previous_response_id give the same
 greedy reply), streamed events in OpenAI's order agreeing with the
-non-streamed response, text.format json_schema, the bounded store, and
-400s naming the field for what is not served."""
+non-streamed response, text.format json_schema, the bounded store, a client that goes away
+cancelling its stream, and 400s naming the field for what is not served."""
 import json
+import time
 
 import pytest
 
 openai = pytest.importorskip("openai")
 
-from server_util import GEMMA4, GEMMA4_ID, Server, request  # noqa: E402
+from server_util import GEMMA4, GEMMA4_ID, Server, Stream, request  # noqa: E402
 
 KEPT = 4  # --responses-kept
 LOOKUP = {"type": "function", "name": "lookup", "description": "Look a key up",
@@ -145,3 +146,18 @@ def test_raw_stream_has_typed_events_and_no_done(server):
         assert event.startswith("event: ") and data.startswith("data: ")
         assert json.loads(data[6:])["type"] == event[7:]
     assert "[DONE]" not in r.text
+
+
+def test_a_client_that_goes_away_cancels_its_stream(server):
+    s = Stream(server, "/v1/responses", {"input": "x", "max_output_tokens": 3000, "stream": True,
+                                         "metadata": {"test": "gone"}})
+    got = iter(s)
+    for _ in range(6):  # created, in_progress, the message's opening, some deltas
+        next(got)
+    s.close()
+    line = server.wait_log(r"output \d+ tokens, .*client gone", timeout=20)
+    assert int(line.split("output ")[1].split()[0]) < 3000
+    end = time.time() + 10
+    while server.metrics()["kvshare_http_requests_in_flight"] and time.time() < end:
+        time.sleep(0.02)
+    assert server.metrics()["kvshare_http_requests_in_flight"] == 0
