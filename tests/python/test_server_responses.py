@@ -8,10 +8,12 @@ non-streamed response, text.format json_schema, the bounded store, a client that
 cancelling its stream, and 400s naming the field for what is not served."""
 import json
 import time
+from typing import Literal
 
 import pytest
 
 openai = pytest.importorskip("openai")
+pydantic = pytest.importorskip("pydantic")  # an openai dependency
 
 from server_util import GEMMA4, GEMMA4_ID, Server, Stream, request  # noqa: E402
 
@@ -22,6 +24,13 @@ LOOKUP = {"type": "function", "name": "lookup", "description": "Look a key up",
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9},
                                            "ok": {"type": "boolean"}},
           "required": ["n", "ok"], "additionalProperties": False}
+
+
+
+class Answer(pydantic.BaseModel):
+    n: int
+    ok: bool
+    tag: Literal["x", "y"]
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +115,9 @@ def test_text_format_json_schema(c):
     assert list(value) == ["n", "ok"] and 0 <= value["n"] <= 9 and isinstance(value["ok"], bool)
     _, final = events(c, input="Answer in JSON", text=fmt, max_output_tokens=60)
     assert final.output[0].content[0].text == r.output_text
+    # The SDK's responses.parse with a pydantic model (its strict json_schema).
+    parsed = c.responses.parse(model=GEMMA4_ID, input="json", text_format=Answer, temperature=0, max_output_tokens=200)
+    assert parsed.status == "completed" and isinstance(parsed.output_parsed, Answer)
     obj = create(c, input="JSON please", text={"format": {"type": "json_object"}}, max_output_tokens=30)
     assert obj.output_text.lstrip()[:1] in ("", "{"), obj.output_text
 
