@@ -23,6 +23,12 @@ struct ResponsesStream {
   bool started = false;
 };
 
+// Stores `response` with the conversation that led to it and its own output.
+void Keep(ResponseStore& store, nlohmann::json history, const nlohmann::json& response) {
+  for (nlohmann::json& m : OutputMessages(response)) history.push_back(std::move(m));
+  store.Put(response["id"].get<std::string>(), {response, std::move(history)});
+}
+
 }  // namespace
 
 void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Response& res) {
@@ -59,11 +65,7 @@ void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Respons
   const bool keep = rr.store;
   if (!rr.stream) {
     nlohmann::json response = ResponseFromChat(nlohmann::json::parse(chat_res.body), head);
-    if (keep) {
-      nlohmann::json history = std::move(rr.history);
-      for (nlohmann::json& m : OutputMessages(response)) history.push_back(std::move(m));
-      stored_responses.Put(head.id, {response, std::move(history)});
-    }
+    if (keep) Keep(stored_responses, std::move(rr.history), response);
     res.set_content(Dump(response), "application/json");
     return;
   }
@@ -95,11 +97,7 @@ void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Respons
         const bool ok = st->chat(offset, 0, chat_sink);
         out += st->events->Feed(chat_text);
         if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-        if (st->events->finished() && keep) {
-          nlohmann::json history = std::move(st->history);
-          for (nlohmann::json& m : OutputMessages(st->events->response())) history.push_back(std::move(m));
-          stored_responses.Put(st->events->response()["id"], {st->events->response(), std::move(history)});
-        }
+        if (st->events->finished() && keep) Keep(stored_responses, std::move(st->history), st->events->response());
         if (chat_done || st->events->finished()) sink.done();
         return ok;
       },
