@@ -1,5 +1,7 @@
 #include "response_store.h"
 
+#include <algorithm>
+
 namespace kvshare::server {
 
 void ResponseStore::Put(const std::string& id, StoredResponse r) {
@@ -22,6 +24,13 @@ std::optional<StoredResponse> ResponseStore::Get(const std::string& id) const {
   auto it = entries_.find(id);
   if (it == entries_.end()) return std::nullopt;
   return it->second;
+}
+
+bool ResponseStore::Erase(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.erase(id) == 0) return false;
+  order_.erase(std::find(order_.begin(), order_.end(), id));
+  return true;
 }
 
 std::size_t ResponseStore::size() const {

@@ -2,7 +2,8 @@
 // default): per response id, the response object (GET /v1/responses/{id}) and
 // the conversation that led to it as chat messages, its own output included,
 // which a later request's previous_response_id continues. Bounded by a count:
-// the oldest response is evicted first; nothing survives a restart.
+// the oldest response is evicted first (DELETE /v1/responses/{id} drops one);
+// nothing survives a restart.
 // Thread-safe.
 #pragma once
 
@@ -32,6 +33,8 @@ class ResponseStore {
   void Put(const std::string& id, StoredResponse r);
   // The entry, or nullopt when unknown or evicted.
   std::optional<StoredResponse> Get(const std::string& id) const;
+  // Drops the entry; false when there was none.
+  bool Erase(const std::string& id);
   std::size_t size() const;
   std::size_t capacity() const { return capacity_; }
 

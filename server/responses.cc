@@ -1,4 +1,4 @@
-// POST /v1/responses and GET /v1/responses/{id} (OpenAI's Responses API):
+// POST /v1/responses, GET and DELETE /v1/responses/{id} (OpenAI's Responses API):
 // the request is mapped onto a chat request (responses_request.h) that
 // HandleCompletion serves as it serves /v1/chat/completions (scheduling,
 // cancellation on disconnect, tools, schemas), and its answer is translated
@@ -106,15 +106,19 @@ void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Respons
       });
 }
 
-void Server::Impl::HandleGetResponse(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleStoredResponse(const httplib::Request& req, httplib::Response& res) {
   CheckReady();
   const std::string id = req.matches[1];
   std::optional<StoredResponse> r = stored_responses.Get(id);
-  if (!r) {
-    throw ApiError(404, "Response with id '" + id + "' not found (stored with \"store\": false, or evicted).",
-                   "invalid_request_error", std::nullopt, "response_not_found");
+  if (!r || (req.method == "DELETE" && !stored_responses.Erase(id))) {
+    throw ApiError(404, "Response with id '" + id + "' not found (stored with \"store\": false, deleted or evicted).",
+                   "invalid_request_error", "response_id", "response_not_found");
   }
-  res.set_content(Dump(r->response), "application/json");
+  if (req.method == "DELETE") {
+    res.set_content(Dump({{"id", id}, {"object", "response.deleted"}, {"deleted", true}}), "application/json");
+  } else {
+    res.set_content(Dump(r->response), "application/json");
+  }
 }
 
 }  // namespace kvshare::server

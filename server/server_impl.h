@@ -113,8 +113,9 @@ struct Server::Impl {
   void SetupRoutes();
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
   void HandleEmbeddings(const httplib::Request& req, httplib::Response& res);  // embeddings.cc
-  void HandleResponses(const httplib::Request& req, httplib::Response& res);   // responses.cc
-  void HandleGetResponse(const httplib::Request& req, httplib::Response& res);
+  // responses.cc: POST /v1/responses; GET and DELETE /v1/responses/{id}.
+  void HandleResponses(const httplib::Request& req, httplib::Response& res);
+  void HandleStoredResponse(const httplib::Request& req, httplib::Response& res);
 };
 
 }  // namespace kvshare::server

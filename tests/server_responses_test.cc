@@ -45,6 +45,12 @@ TEST(ResponseStore, EvictsTheOldestBeyondItsCapacity) {
   store.Put("b", {json{{"id", "b2"}}, json::array()});  // replaced in place: c stays
   EXPECT_EQ(store.size(), 2u);
   EXPECT_EQ(store.Get("b")->response["id"], "b2");
+  EXPECT_TRUE(store.Erase("b"));
+  EXPECT_FALSE(store.Erase("b"));
+  store.Put("d", {json::object(), json::array()});
+  store.Put("e", {json::object(), json::array()});  // c goes: the erased b left the order too
+  EXPECT_FALSE(store.Get("c"));
+  EXPECT_TRUE(store.Get("d") && store.Get("e"));
   ResponseStore none(0);
   none.Put("a", {json::object(), json::array()});
   EXPECT_FALSE(none.Get("a"));

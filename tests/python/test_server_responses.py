@@ -125,6 +125,10 @@ def test_text_format_json_schema(c):
 def test_store_retrieve_and_eviction(c, server):
     first = create(c, input="one", max_output_tokens=2)
     assert c.responses.retrieve(first.id).output_text == first.output_text
+    gone = create(c, input="gone", max_output_tokens=1)
+    c.responses.delete(gone.id)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(gone.id)
     unstored = create(c, input="two", max_output_tokens=2, store=False)
     assert request(server, "GET", f"/v1/responses/{unstored.id}").status == 404
     for i in range(KEPT):
