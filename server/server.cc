@@ -173,7 +173,7 @@ void Server::Impl::SetupRoutes() {
     });
     http.Options(".*", [](const httplib::Request& req, httplib::Response& res) {
       res.status = 204;
-      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       const std::string asked = req.get_header_value("Access-Control-Request-Headers");
       res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
       res.set_header("Access-Control-Max-Age", "600");
@@ -358,6 +358,14 @@ void Server::Impl::SetupRoutes() {
               generates();
               HandleCompletion(req, res, /*chat=*/false);
             }));
+  http.Post("/v1/responses", Guarded([this, generates](const httplib::Request& req, httplib::Response& res) {
+              generates();
+              HandleResponses(req, res);
+            }));
+  const auto stored =
+      Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleStoredResponse(req, res); });
+  http.Get(R"(/v1/responses/([^/]+))", stored);
+  http.Delete(R"(/v1/responses/([^/]+))", stored);
   http.Post("/v1/embeddings",
             Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));
 }

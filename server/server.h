@@ -91,6 +91,9 @@ struct ServerOptions {
   // and its embeddings are refused until a pooling is given, as llama-server
   // does). Requests run one at a time on a pool of `threads` of their own.
   std::optional<Pooling> pooling;
+  // /v1/responses: responses kept for previous_response_id and GET
+  // /v1/responses/{id} (--responses-kept), the oldest evicted first; 0: none.
+  std::size_t responses_kept = 256;
   // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
   std::function<void(std::string_view)> log;
 };

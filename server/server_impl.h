@@ -28,6 +28,7 @@
 #include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"
 #include "openai_request.h"
+#include "response_store.h"
 #include "server.h"
 
 namespace kvshare::server {
@@ -100,6 +101,7 @@ struct Server::Impl {
   std::atomic<std::uint64_t> next_request{1};
   std::mutex stats_mu;
   std::map<int, std::uint64_t> responses;
+  ResponseStore stored_responses{opt.responses_kept};  // /v1/responses (responses.cc)
 
   void Log(const std::string& line) const {
     if (opt.log) opt.log(line);
@@ -111,6 +113,9 @@ struct Server::Impl {
   void SetupRoutes();
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
   void HandleEmbeddings(const httplib::Request& req, httplib::Response& res);  // embeddings.cc
+  // responses.cc: POST /v1/responses; GET and DELETE /v1/responses/{id}.
+  void HandleResponses(const httplib::Request& req, httplib::Response& res);
+  void HandleStoredResponse(const httplib::Request& req, httplib::Response& res);
 };
 
 }  // namespace kvshare::server

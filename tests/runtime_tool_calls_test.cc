@@ -189,7 +189,7 @@ TEST(ToolCallParser, JsonParallelCallsAndTextBefore) {
 }
 
 TEST(ToolCallParser, JsonMalformedStaysText) {
-  for (const std::string& text : {
+  for (const char* text : {
            R"(Use {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"})",  // unclosed
            R"({"tool_call": {"name": "launch_rockets", "arguments": {}}})",                // unknown name
            R"({"tool_call": {"name": "get_weather", "arguments": [1]}})",                  // not an object
@@ -225,7 +225,7 @@ TEST(ToolCallParser, Gemma4ParallelCallsWithTextAndNestedValues) {
 }
 
 TEST(ToolCallParser, Gemma4MalformedStaysText) {
-  for (const std::string& text : {
+  for (const char* text : {
            std::string(R"(<|tool_call>call:get_weather{city:Paris}<tool_call|>)"),  // bare string value
            std::string(R"(<|tool_call>call:launch{}<tool_call|>)"),                 // unknown name
            std::string(R"(<|tool_call>get_weather{}<tool_call|>)"),                 // no "call:"

@@ -47,6 +47,7 @@ struct ServeCliOptions {
   int max_body_kib = 8192;
   bool quiet = false;
   bool strict_openai = false;
+  int responses_kept = 256;
   SpecFlags spec;
   std::string mmproj;
   bool allow_image_urls = false;
@@ -145,6 +146,7 @@ void RunServe(const ServeCliOptions& o) {
   so.cors_origins = o.cors_origins;
   so.max_body_bytes = static_cast<std::size_t>(o.max_body_kib) * 1024;
   so.strict_openai = o.strict_openai;
+  so.responses_kept = static_cast<std::size_t>(o.responses_kept);
   so.mmproj_path = o.mmproj;
   so.allow_image_urls = o.allow_image_urls;
   so.image_max_soft_tokens = o.image_max_soft_tokens;
@@ -255,6 +257,10 @@ void RegisterServe(CLI::App& app) {
                 "OpenAI's strictness: requests must name the model, unknown fields are a 400 (default: a request "
                 "without a model goes to the served one, unknown fields are ignored and named in the log and in the "
                 "X-Kvshare-Ignored-Fields response header)");
+  cmd->add_option("--responses-kept", o.responses_kept,
+                  "Responses /v1/responses keeps in memory for previous_response_id (oldest evicted; 0: none)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--pooling", o.pooling,
                   "How /v1/embeddings pools a text's hidden states: mean or last (default: the file's pooling "
                   "type; a text generation model names none and serves embeddings only with --pooling)")
