@@ -58,28 +58,24 @@ ImageSplicer::ImageSplicer(const Tokenizer& tokenizer, ProjectorType projector)
   if (!gemma4) padding_ = "\n\n";
 }
 
-ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
-                                 std::span<const PromptImage> images) const {
+std::vector<MediaInsert> ImageSplicer::Inserts(std::span<const std::size_t> slots,
+                                               std::span<const PromptImage> images) const {
   if (slots.size() != images.size()) {
     throw Error(
         detail::Str("the prompt has ", slots.size(), " image place(s) but ", images.size(), " image(s) were given"));
   }
-  const auto text = [&](std::vector<std::int32_t>& out, const char* s) {
+  const auto text = [&](std::vector<std::int32_t>& out, const std::string& s) {
     const auto t = tokenizer_->Encode(s, {.add_bos = false, .add_eos = false, .parse_special = false});
     out.insert(out.end(), t.begin(), t.end());
   };
-  ImagePrompt p;
+  std::vector<MediaInsert> out;
   std::size_t from = 0;
   for (std::size_t i = 0; i < images.size(); ++i) {
-    if (slots[i] < from || slots[i] > ids.size()) {
-      throw Error(
-          detail::Str("image slot ", slots[i], " is out of order or past the prompt's ", ids.size(), " tokens"));
-    }
+    if (slots[i] < from) throw Error(detail::Str("image slot ", slots[i], " is out of order"));
+    from = slots[i];
     const PromptImage& im = images[i];
     if (im.tokens.empty()) throw Error(detail::Str("image ", i, " has no soft tokens"));
-    p.tokens.insert(p.tokens.end(), ids.begin() + static_cast<std::ptrdiff_t>(from),
-                    ids.begin() + static_cast<std::ptrdiff_t>(slots[i]));
-    from = slots[i];
+    MediaInsert m{.slot = slots[i]};
     std::int64_t n_soft = 0;
     for (int t : im.tokens) n_soft += t;
     const std::int64_t width = static_cast<std::int64_t>(im.rows.size()) / n_soft;  // n_embd_text
@@ -88,24 +84,28 @@ ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<co
       if (im.tokens.size() > 1) {
         // Pan-and-scan (HF Gemma3Processor): the crops' padding is written
         // here; the chat template wrote the padding around the whole image.
-        const std::string lead = c == 0   ? "Here is the original image " + padding_
-                                 : c == 1 ? padding_ + " and here are some crops to help you see better " + padding_
-                                          : padding_ + " " + padding_;
-        text(p.tokens, lead.c_str());
+        text(m.tokens, c == 0   ? "Here is the original image " + padding_
+                       : c == 1 ? padding_ + " and here are some crops to help you see better " + padding_
+                                : padding_ + " " + padding_);
       }
-      p.tokens.push_back(begin_);
-      p.embeddings.push_back(EmbeddingSpan{.begin = static_cast<std::int64_t>(p.tokens.size()),
-                                           .count = im.tokens[c],
-                                           .rows = rows,
-                                           .bidirectional = true});
-      p.keys.push_back(im.key ^ (0x9e3779b97f4a7c15ull * (c + 1)));
-      p.tokens.insert(p.tokens.end(), static_cast<std::size_t>(im.tokens[c]), soft_);
-      p.tokens.push_back(end_);
+      m.tokens.push_back(begin_);
+      m.spans.push_back(EmbeddingSpan{.begin = static_cast<std::int64_t>(m.tokens.size()),
+                                      .count = im.tokens[c],
+                                      .rows = rows,
+                                      .bidirectional = true});
+      m.keys.push_back(im.key ^ (0x9e3779b97f4a7c15ull * (c + 1)));
+      m.tokens.insert(m.tokens.end(), static_cast<std::size_t>(im.tokens[c]), soft_);
+      m.tokens.push_back(end_);
       rows += im.tokens[c] * width;
     }
+    out.push_back(std::move(m));
   }
-  p.tokens.insert(p.tokens.end(), ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
-  return p;
+  return out;
+}
+
+ImagePrompt ImageSplicer::Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
+                                 std::span<const PromptImage> images) const {
+  return SpliceMedia(ids, Inserts(slots, images));
 }
 
 }  // namespace kvshare

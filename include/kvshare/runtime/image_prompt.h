@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/media_prompt.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "kvshare/vision/vision_encoder.h"
 
@@ -45,14 +46,9 @@ std::uint64_t ImageKey(std::span<const std::uint8_t> bytes, const PreprocessOpti
 PromptImage EncodePromptImage(const VisionEncoder& encoder, const Image& image, std::uint64_t key,
                               const PreprocessOptions& options, ThreadPool* pool);
 
-// A prompt with its images: token ids (an image's soft tokens hold the
-// family's soft-token id, a placeholder) and the spans whose rows replace
-// them, pointing into the PromptImages' rows (which must outlive it).
-struct ImagePrompt {
-  std::vector<std::int32_t> tokens;
-  std::vector<EmbeddingSpan> embeddings;  // sorted; one per pixel tensor
-  std::vector<std::uint64_t> keys;        // [embeddings.size()]: the image key of each span, mixed with the crop index
-};
+// A prompt with its images (and audio clips: kvshare/runtime/media_prompt.h);
+// one span per pixel tensor, keyed by the image key mixed with the crop index.
+using ImagePrompt = MediaPrompt;
 
 class ImageSplicer {
  public:
@@ -67,6 +63,9 @@ class ImageSplicer {
   // the end, or an image has no tokens.
   ImagePrompt Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
                      std::span<const PromptImage> images) const;
+  // Splice's pieces, for SpliceMedia with audio clips beside the images.
+  // Throws as Splice does.
+  std::vector<MediaInsert> Inserts(std::span<const std::size_t> slots, std::span<const PromptImage> images) const;
   // Text around each image (ChatTemplateOptions::image_padding_text):
   // "\n\n" for Gemma 3 / 3n, "" for Gemma 4.
   const std::string& padding_text() const { return padding_; }
