@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "audio_flags.h"
 #include "image_flags.h"
 #include "kv_options.h"
 #include "kvshare/common/error.h"
@@ -44,6 +45,7 @@ struct GenerateCliOptions {
   std::string device = "cpu";
   bool verbose = false;
   ImageFlags image;
+  AudioFlags audio;
 };
 
 void PrintStats(const GenerateStats& s) {
@@ -131,7 +133,10 @@ void RunGenerate(const GenerateCliOptions& o) {
   ThreadPool pool(threads);
   if (o.chat && !o.image.images.empty()) throw Error("--image goes with --prompt (not --chat)");
   if (!o.image.images.empty() && o.device != "cpu") throw Error("--image runs on the CPU only so far: drop --device");
+  if (o.chat && !o.audio.clips.empty()) throw Error("--audio goes with --prompt (not --chat)");
+  if (!o.audio.clips.empty() && o.device != "cpu") throw Error("--audio runs on the CPU only so far: drop --device");
   const EncodedImages images = EncodeImageFlags(o.image, *model, &pool);
+  const EncodedAudio audio = EncodeAudioFlags(o.audio, o.image.mmproj, *model, &pool);
   ModelStateOptions so = StateOptions(o, model->config());
   for (const PromptImage& im : images.images) {
     // An image's tokens see each other, so each runs in one step.
@@ -158,22 +163,37 @@ void RunGenerate(const GenerateCliOptions& o) {
 
   if (!o.chat) {
     std::vector<ChatMessage> msgs = {{"user", o.prompt}};
-    msgs[0].image_at.assign(images.images.size(), 0);  // the images, then the text
-    std::vector<std::size_t> slots;
+    msgs[0].image_at.assign(images.images.size(), 0);  // the images, the clips, then the text
+    msgs[0].audio_at.assign(audio.clips.size(), 0);
+    std::vector<std::size_t> slots, audio_slots;
     std::optional<ImageSplicer> splicer;
+    std::optional<AudioSplicer> audio_splicer;
     ChatTemplateOptions co;
     if (!images.images.empty()) {
       splicer.emplace(tok, images.encoder->config().projector);
       co.image_padding_text = splicer->padding_text();
     }
-    std::vector<int32_t> ids = tmpl.Encode(msgs, co, &slots);
-    ImagePrompt ip;
-    if (splicer) {
-      ip = splicer->Splice(ids, slots, images.images);
+    if (!audio.clips.empty()) {
+      audio_splicer.emplace(tok, audio.encoder->config().projector);
+      co.audio_padding_text = audio_splicer->padding_text();
+    }
+    std::vector<int32_t> ids = tmpl.Encode(msgs, co, &slots, &audio_slots);
+    std::vector<MediaInsert> inserts;
+    if (splicer) inserts = splicer->Inserts(slots, images.images);
+    if (audio_splicer) {
+      for (MediaInsert& m : audio_splicer->Inserts(audio_slots, audio.clips)) inserts.push_back(std::move(m));
+    }
+    MediaPrompt ip;
+    if (!inserts.empty()) {
+      ip = SpliceMedia(ids, inserts);
       ids = ip.tokens;
       go.prompt_embeddings = ip.embeddings;
-      std::fprintf(stderr, "[kvshare] %zu image(s): %zu soft-token span(s), encoded in %.3f s\n", images.images.size(),
-                   ip.embeddings.size(), images.seconds);
+    }
+    if (splicer) {
+      std::fprintf(stderr, "[kvshare] %zu image(s) encoded in %.3f s\n", images.images.size(), images.seconds);
+    }
+    if (audio_splicer) {
+      std::fprintf(stderr, "[kvshare] %zu audio clip(s) encoded in %.3f s\n", audio.clips.size(), audio.seconds);
     }
     if (o.verbose) {
       std::fprintf(stderr, "[kvshare] prompt ids:");
@@ -229,6 +249,7 @@ void RegisterGenerate(CLI::App& app) {
   AddSamplerFlags(*cmd, o.sampling);
   AddSpecFlags(*cmd, o.spec);
   AddImageFlags(*cmd, o.image);
+  AddAudioFlags(*cmd, o.audio);
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "KV cache capacity in tokens")
       ->check(CLI::Range(1, 1 << 20))
