@@ -120,20 +120,30 @@ py::dict VisionConfigDict(const VisionConfig& c) {
   return d;
 }
 
-std::shared_ptr<EncodedPrompt> EncodePromptImages(const VisionEncoder& encoder, const ImageSplicer& splicer,
-                                                  const std::vector<ImageArg>& images, const PreprocessOptions& options,
-                                                  std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
-                                                  ThreadPool* pool) {
+std::shared_ptr<EncodedPrompt> EncodePromptMedia(const PromptMedia& m, std::span<const std::int32_t> ids,
+                                                 ThreadPool* pool) {
   auto out = std::make_shared<EncodedPrompt>();
-  for (std::size_t i = 0; i < images.size(); ++i) {
+  for (std::size_t i = 0; i < m.images.size(); ++i) {
     try {
-      out->images.push_back(EncodePromptImage(encoder, images[i].image, images[i].key, options, pool));
+      out->images.push_back(EncodePromptImage(*m.vision, m.images[i].image, m.images[i].key, m.options, pool));
     } catch (const Error& e) {
       throw Error("images[" + std::to_string(i) + "]: " + e.what());
     }
     for (int n : out->images.back().tokens) out->max_span = std::max(out->max_span, n);
   }
-  out->prompt = splicer.Splice(ids, slots, out->images);
+  for (std::size_t i = 0; i < m.clips.size(); ++i) {
+    try {
+      out->clips.push_back(EncodePromptAudio(*m.audio, m.clips[i].audio, m.clips[i].key, pool));
+    } catch (const Error& e) {
+      throw Error("audio[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+  std::vector<MediaInsert> inserts;
+  if (!m.images.empty()) inserts = m.image_splicer->Inserts(m.image_slots, out->images);
+  if (!m.clips.empty()) {
+    for (MediaInsert& a : m.audio_splicer->Inserts(m.audio_slots, out->clips)) inserts.push_back(std::move(a));
+  }
+  out->prompt = SpliceMedia(ids, inserts);
   return out;
 }
 
