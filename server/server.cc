@@ -409,7 +409,29 @@ void Server::Load() {
   }
   const int threads =
       m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (!m.opt.mmproj_path.empty()) {
+  bool vision = !m.opt.mmproj_path.empty();
+  if (vision) {
+    // The mmproj's towers: vision unless it holds only an audio encoder.
+    const GgufFile f = GgufFile::Open(m.opt.mmproj_path);
+    if (f.GetStringOpt("clip.audio.projector_type") && f.GetBoolOr("clip.has_audio_encoder", true)) {
+      m.audio = AudioEncoder::Load(m.opt.mmproj_path);
+      CheckAudioMmprojFitsText(m.audio->config(), m.model->config().n_embd);
+      m.audio_splicer = std::make_unique<AudioSplicer>(*m.tok, m.audio->config().projector);
+      m.ctx.audio.encoder = m.audio.get();
+      m.ctx.audio.splicer = m.audio_splicer.get();
+      vision = f.GetStringOpt("clip.vision.projector_type") || f.GetStringOpt("clip.projector_type");
+      // A clip's span runs in one step, as an image's: room for 30 s (Gemma
+      // 4: 750 tokens; Gemma 3n: 188 and its end marker).
+      const int largest = m.audio->config().projector == AudioProjectorType::kGemma3nA ? 189 : 750;
+      const int need = largest + m.opt.scheduler.slots - 1;
+      if (m.opt.scheduler.step_tokens < need) {
+        m.Log("step tokens raised from " + std::to_string(m.opt.scheduler.step_tokens) + " to " +
+              std::to_string(need) + " so that a 30 s audio clip runs in one step beside every slot");
+        m.opt.scheduler.step_tokens = need;
+      }
+    }
+  }
+  if (vision) {
     m.vision = VisionEncoder::Load(m.opt.mmproj_path);
     CheckMmprojFitsText(m.vision->config(), m.model->config().n_embd);
     m.splicer = std::make_unique<ImageSplicer>(*m.tok, m.vision->config().projector);
@@ -428,15 +450,23 @@ void Server::Load() {
             " so that an image of " + std::to_string(largest) + " tokens runs in one step beside every slot");
       m.opt.scheduler.step_tokens = need;
     }
+  }
+  if (!m.opt.mmproj_path.empty()) {
     m.ctx.images.max_image_tokens = m.opt.scheduler.step_tokens - m.opt.scheduler.slots + 1;
+    m.ctx.audio.max_clip_tokens = m.ctx.images.max_image_tokens;
     // Its own pool: the scheduler's is not reentrant and is busy with the
     // batch's steps, which an encode (seconds at real geometry) would stall.
     const int image_threads = m.opt.image_threads > 0 ? m.opt.image_threads : threads;
     m.image_pool = std::make_unique<ThreadPool>(image_threads);
     m.ctx.images.pool = m.image_pool.get();
     m.ctx.images.pool_mu = &m.image_pool_mu;
-    m.Log("images: " + std::string(ProjectorTypeName(m.vision->config().projector)) + " encoder from " +
-          m.opt.mmproj_path + ", " + std::to_string(image_threads) + " encode threads");
+    std::string towers;
+    if (m.vision) towers = "images: " + std::string(ProjectorTypeName(m.vision->config().projector)) + " encoder";
+    if (m.audio) {
+      towers += (towers.empty() ? "audio: " : ", audio: ") +
+                std::string(AudioProjectorTypeName(m.audio->config().projector)) + " encoder";
+    }
+    m.Log(towers + " from " + m.opt.mmproj_path + ", " + std::to_string(image_threads) + " encode threads");
   }
   m.pool = std::make_unique<ThreadPool>(threads);
   SchedulerOptions so = m.opt.scheduler;

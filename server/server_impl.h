@@ -23,6 +23,7 @@
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/drafter_factory.h"
+#include "kvshare/runtime/audio_prompt.h"
 #include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
@@ -84,6 +85,8 @@ struct Server::Impl {
   std::unique_ptr<ChatTemplate> chat;
   std::unique_ptr<VisionEncoder> vision;  // --mmproj
   std::unique_ptr<ImageSplicer> splicer;
+  std::unique_ptr<AudioEncoder> audio;  // --mmproj with an audio encoder
+  std::unique_ptr<AudioSplicer> audio_splicer;
   std::unique_ptr<ThreadPool> image_pool;  // --image-threads; encodes one request's images at a time
   std::mutex image_pool_mu;
   std::unique_ptr<ThreadPool> pool;
