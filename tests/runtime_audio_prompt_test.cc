@@ -21,6 +21,7 @@
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/image_prompt.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "model_test_util.h"
 
 namespace kvshare {
 namespace {
@@ -38,14 +39,7 @@ const Tokenizer& Gemma4Tok() {
   return *tok;
 }
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(AudioPrompt, ChatTemplateWritesAudioSlotsAndPlaceholders) {
   ChatMessage m{"user", "Transcribe this."};

@@ -8,13 +8,12 @@ soft tokens in the prompt; the errors say what is wrong. Runs in .ci/run's pytes
 """
 from __future__ import annotations
 
-import io
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from audio_clips import tone, wav16
 from peers import need
 
 kvshare = need("kvshare")
@@ -22,23 +21,6 @@ kvshare = need("kvshare")
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ROOT / "tests" / "fixtures" / "vision" / "gemma4.f32.gguf"
 MMPROJ = ROOT / "tests" / "fixtures" / "audio" / "gemma4a.mmproj.f32.gguf"
-
-
-def wav16(samples: np.ndarray, rate: int) -> bytes:
-    """A 16-bit PCM mono WAV of float samples in [-1, 1]."""
-    pcm = np.clip(np.round(samples * 32767), -32768, 32767).astype("<i2")
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-    return buf.getvalue()
-
-
-def tone(hz, seconds=0.5, rate=16000):
-    t = np.arange(int(seconds * rate)) / rate
-    return (0.3 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")

@@ -7,34 +7,17 @@ logits; the same request twice, the same), beside an image-less text; each
 bad input is a 400 naming the part and the problem before any work; a server
 without an audio encoder refuses input_audio naming --mmproj."""
 import base64
-import io
-import wave
 
 import numpy as np
 import pytest
 
+from audio_clips import tone, wav16
 from server_util import ROOT, Server, request
 
 P = "/v1/chat/completions"
 TEXT = ROOT / "tests" / "fixtures" / "vision" / "gemma4.f32.gguf"
 MMPROJ = ROOT / "tests" / "fixtures" / "audio" / "gemma4a.mmproj.f32.gguf"
 CLIPS = ROOT / "tests" / "fixtures" / "audio"
-
-
-def wav16(samples, rate=16000):
-    pcm = np.clip(np.round(np.asarray(samples) * 32767), -32768, 32767).astype("<i2")
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-    return buf.getvalue()
-
-
-def tone(hz, seconds=0.5, rate=16000):
-    t = np.arange(int(seconds * rate)) / rate
-    return 0.3 * np.sin(2 * np.pi * hz * t)
 
 
 def audio_part(data: bytes, fmt="wav"):
