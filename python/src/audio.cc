@@ -3,9 +3,6 @@
 
 #include <pybind11/numpy.h>
 
-#include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "kvshare/common/error.h"
 #include "kvshare/runtime/audio_prompt.h"

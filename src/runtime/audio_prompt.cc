@@ -1,7 +1,6 @@
 // Audio clips in a prompt (kvshare/runtime/audio_prompt.h).
 #include "kvshare/runtime/audio_prompt.h"
 
-#include <cstring>
 
 #include "common/str.h"
 #include "kvshare/common/error.h"
