@@ -346,6 +346,9 @@ void Server::Impl::SetupRoutes() {
   http.Post("/v1/completions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
               HandleCompletion(req, res, /*chat=*/false);
             }));
+  http.Post("/v1/audio/transcriptions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+              HandleTranscription(req, res);
+            }));
 }
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {

@@ -111,6 +111,7 @@ struct Server::Impl {
 
   void SetupRoutes();
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void HandleTranscription(const httplib::Request& req, httplib::Response& res);  // transcriptions.cc
 };
 
 }  // namespace kvshare::server
