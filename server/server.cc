@@ -412,32 +412,28 @@ void Server::Load() {
   }
   const int threads =
       m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bool vision = !m.opt.mmproj_path.empty();
-  if (vision) {
-    // The mmproj's towers: vision unless it holds only an audio encoder.
-    const GgufFile f = GgufFile::Open(m.opt.mmproj_path);
-    if (f.GetStringOpt("clip.audio.projector_type") && f.GetBoolOr("clip.has_audio_encoder", true)) {
-      m.audio = AudioEncoder::Load(m.opt.mmproj_path);
-      CheckAudioMmprojFitsText(m.audio->config(), m.model->config().n_embd);
-      m.audio_splicer = std::make_unique<AudioSplicer>(*m.tok, m.audio->config().projector);
-      m.ctx.audio.encoder = m.audio.get();
-      m.ctx.audio.splicer = m.audio_splicer.get();
-      vision = f.GetStringOpt("clip.vision.projector_type") || f.GetStringOpt("clip.projector_type");
-      // A clip's span runs in one step, as an image's: room for 30 s (Gemma
-      // 4: 750 tokens; Gemma 3n: 188 and its end marker).
-      const int largest = m.audio->config().projector == AudioProjectorType::kGemma3nA ? 189 : 750;
-      const int need = largest + m.opt.scheduler.slots - 1;
-      if (m.opt.scheduler.step_tokens < need) {
-        m.Log("step tokens raised from " + std::to_string(m.opt.scheduler.step_tokens) + " to " +
-              std::to_string(need) + " so that a 30 s audio clip runs in one step beside every slot");
-        m.opt.scheduler.step_tokens = need;
-      }
+  if (!m.opt.mmproj_path.empty()) {
+    MmprojTowers t = LoadMmprojTowers(m.opt.mmproj_path, *m.tok, static_cast<int>(m.model->config().n_embd));
+    m.vision = std::move(t.vision);
+    m.splicer = std::move(t.image_splicer);
+    m.audio = std::move(t.audio);
+    m.audio_splicer = std::move(t.audio_splicer);
+    if (!t.audio_error.empty()) m.Log("warning: audio disabled: " + t.audio_error);
+  }
+  if (m.audio) {
+    m.ctx.audio.encoder = m.audio.get();
+    m.ctx.audio.splicer = m.audio_splicer.get();
+    // A clip's span runs in one step, as an image's: room for 30 s (Gemma
+    // 4: 750 tokens; Gemma 3n: 188 and its end marker).
+    const int largest = m.audio->config().projector == AudioProjectorType::kGemma3nA ? 189 : 750;
+    const int need = largest + m.opt.scheduler.slots - 1;
+    if (m.opt.scheduler.step_tokens < need) {
+      m.Log("step tokens raised from " + std::to_string(m.opt.scheduler.step_tokens) + " to " + std::to_string(need) +
+            " so that a 30 s audio clip runs in one step beside every slot");
+      m.opt.scheduler.step_tokens = need;
     }
   }
-  if (vision) {
-    m.vision = VisionEncoder::Load(m.opt.mmproj_path);
-    CheckMmprojFitsText(m.vision->config(), m.model->config().n_embd);
-    m.splicer = std::make_unique<ImageSplicer>(*m.tok, m.vision->config().projector);
+  if (m.vision) {
     m.ctx.images.encoder = m.vision.get();
     m.ctx.images.splicer = m.splicer.get();
     m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;

@@ -25,6 +25,7 @@
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/audio_prompt.h"
 #include "kvshare/runtime/image_prompt.h"
+#include "kvshare/runtime/mmproj_towers.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"

@@ -19,13 +19,13 @@
 #include "images.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
-#include "kvshare/gguf/gguf.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/image_prompt.h"
+#include "kvshare/runtime/mmproj_towers.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare::python {
@@ -42,9 +42,11 @@ struct ModelCore {
   // markers; null without one.
   std::unique_ptr<VisionEncoder> vision;
   std::unique_ptr<ImageSplicer> splicer;
-  // The audio encoder and its splicer, when the mmproj has one.
+  // The audio encoder and its splicer, when the mmproj has one (or why its
+  // audio part is unusable beside a working vision tower).
   std::unique_ptr<AudioEncoder> audio;
   std::unique_ptr<AudioSplicer> audio_splicer;
+  std::string audio_error;
   // Speculative decoding: the drafter of the last generate() that asked for
   // one (kept, with its state, while later calls ask for the same), for the
   // method, or the draft Model's core or the assistant it runs (held alive
@@ -466,29 +468,24 @@ class PyModel {
 
   void NeedAudio() const {
     if (core_->audio) return;
-    throw Error("this Model takes no audio: load kvshare.Model(path, mmproj=PATH) with an mmproj that has an audio "
-                "encoder (Gemma 3n, Gemma 4 E2B / E4B)");
+    throw Error(!core_->audio_error.empty() ? core_->audio_error
+                                            : "this Model takes no audio: load kvshare.Model(path, mmproj=PATH) with "
+                                              "an mmproj that has an audio encoder (Gemma 3n, Gemma 4 E2B / E4B)");
   }
 
-  // The mmproj's towers: vision unless it holds only an audio encoder.
   void LoadVision(const std::string& path) {
     try {
-      const GgufFile f = GgufFile::Open(path);
-      const bool audio = f.GetStringOpt("clip.audio.projector_type") && f.GetBoolOr("clip.has_audio_encoder", true);
-      if (!audio || f.GetStringOpt("clip.vision.projector_type") || f.GetStringOpt("clip.projector_type")) {
-        core_->vision = VisionEncoder::Load(path);
-        CheckMmprojFitsText(core_->vision->config(), core_->model->config().n_embd);
-        core_->splicer = std::make_unique<ImageSplicer>(*core_->tokenizer, core_->vision->config().projector);
-      }
-      if (audio) {
-        core_->audio = AudioEncoder::Load(path);
-        CheckAudioMmprojFitsText(core_->audio->config(), core_->model->config().n_embd);
-        core_->audio_splicer = std::make_unique<AudioSplicer>(*core_->tokenizer, core_->audio->config().projector);
-      }
+      MmprojTowers t = LoadMmprojTowers(path, *core_->tokenizer, static_cast<int>(core_->model->config().n_embd));
+      core_->vision = std::move(t.vision);
+      core_->splicer = std::move(t.image_splicer);
+      core_->audio = std::move(t.audio);
+      core_->audio_splicer = std::move(t.audio_splicer);
+      if (!t.audio_error.empty()) core_->audio_error = "mmproj " + path + ": " + t.audio_error;
     } catch (const Error& e) {
       throw Error("mmproj " + path + ": " + e.what());
     }
   }
+
 
   // generate()'s images (None or a list) as decoded images.
   std::vector<ImageArg> ImageArgs(const py::object& images, const PreprocessOptions& po) const {
