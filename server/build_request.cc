@@ -37,13 +37,17 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
       for (const OfferedTool& t : offer->tools) co.tools.push_back(t.function);
       co.parallel_tool_calls = offer->parallel;
     }
-    std::vector<std::size_t> image_slots;
+    std::vector<std::size_t> image_slots, audio_slots;
+    // The text around each image / clip, as HF's processors write it ("\n\n" for Gemma 3 / 3n).
+    if (ctx.images.splicer != nullptr) co.image_padding_text = ctx.images.splicer->padding_text();
+    if (ctx.audio.splicer != nullptr) co.audio_padding_text = ctx.audio.splicer->padding_text();
     try {
-      r.prompt = ctx.chat->Encode(req.messages, co, req.images.empty() ? nullptr : &image_slots);
+      r.prompt = ctx.chat->Encode(req.messages, co, req.images.empty() ? nullptr : &image_slots,
+                                  req.audio.empty() ? nullptr : &audio_slots);
     } catch (const Error& e) {
       throw BadRequest(std::string("Invalid 'messages': ") + e.what() + ".", "messages", "invalid_value");
     }
-    if (!req.images.empty()) AttachImages(req, ctx, image_slots, r);
+    if (!req.images.empty() || !req.audio.empty()) AttachMedia(req, ctx, image_slots, audio_slots, r);
     r.stop_tokens = ctx.chat->StopTokens();
     if (offer) {
       for (std::int32_t t : ctx.chat->ToolStopTokens()) r.stop_tokens.push_back(t);

@@ -182,7 +182,7 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
     r.model = model->get<std::string>();
   }
   if (chat) {
-    r.messages = ParseMessages(body, o, r.images, r.ignored);
+    r.messages = ParseMessages(body, o, r.images, r.audio, r.ignored);
     if (auto b = Integer(body, "max_soft_tokens", 1, INT32_MAX)) {
       if (*b != 70 && *b != 140 && *b != 280 && *b != 560 && *b != 1120) {
         throw BadRequest("Invalid 'max_soft_tokens': " + std::to_string(*b) +

@@ -82,6 +82,7 @@
 
 #include "kvshare/runtime/chat_message.h"
 #include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/audio_prompt.h"
 #include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/scheduler.h"
@@ -101,11 +102,19 @@ struct RequestImage {
 // Most choices per prompt (n, best_of): more is a 400.
 constexpr int kMaxChoices = 16;
 
+// One input_audio content part's clip (request_audio.h).
+struct RequestAudio {
+  std::vector<std::uint8_t> bytes;  // the file, as sent
+  std::string format;               // as the part names it: "wav", "mp3", "flac" or "ogg"
+  std::string param;                // where it was: "messages[0].content[1].input_audio"
+};
+
 struct CompletionRequest {
   bool chat = false;
   std::string model;
   std::vector<ChatMessage> messages;   // chat
   std::vector<RequestImage> images;    // chat: image_url parts, in message and part order
+  std::vector<RequestAudio> audio;     // chat: input_audio parts, in message and part order
   std::optional<int> max_soft_tokens;  // chat: Gemma 4's image token budget
   // Completions: the prompts (one, or a list: one set of choices each).
   struct Prompt {
@@ -192,6 +201,13 @@ struct ModelContext {
     ThreadPool* pool = nullptr;
     std::mutex* pool_mu = nullptr;
   } images;
+  // Audio (an --mmproj with an audio encoder); none: input_audio parts are a
+  // 400. Encoded on images' pool under its mutex.
+  struct AudioInput {
+    const AudioEncoder* encoder = nullptr;
+    const AudioSplicer* splicer = nullptr;
+    int max_clip_tokens = 0;  // one clip's span must fit a step, as an image's
+  } audio;
 };
 
 // Checks the model name (with strict_model another name is a 404

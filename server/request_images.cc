@@ -9,13 +9,14 @@
 
 #include "api_error.h"
 #include "kvshare/common/error.h"
+#include "request_audio.h"
 
 namespace kvshare::server {
 
-void AttachImages(const CompletionRequest& req, const ModelContext& ctx, const std::vector<std::size_t>& slots,
-                  RequestOptions& r) {
+void AttachMedia(const CompletionRequest& req, const ModelContext& ctx, const std::vector<std::size_t>& image_slots,
+                 const std::vector<std::size_t>& audio_slots, RequestOptions& r) {
   const ModelContext::Images& im = ctx.images;
-  if (im.encoder == nullptr) {
+  if (im.encoder == nullptr && !req.images.empty()) {
     throw BadRequest("Invalid '" + req.images[0].param +
                          "': this server's model takes no images; start the server with --mmproj PATH (the "
                          "model's vision projector GGUF) to send image_url parts.",
@@ -49,9 +50,13 @@ void AttachImages(const CompletionRequest& req, const ModelContext& ctx, const s
     }
     pixels.push_back(std::move(p));
   }
+  PreparedRequestAudio audio = PrepareRequestAudio(req, ctx);
   const auto splice = [&] {
     try {
-      return im.splicer->Splice(r.prompt, slots, *images);
+      std::vector<MediaInsert> clips;
+      if (!req.audio.empty()) clips = ctx.audio.splicer->Inserts(audio_slots, *audio.encoded);
+      return im.splicer != nullptr ? im.splicer->SpliceWith(r.prompt, image_slots, *images, std::move(clips))
+                                   : SpliceMedia(r.prompt, clips);
     } catch (const Error& e) {
       throw BadRequest(std::string("Invalid 'messages': ") + e.what() + ".", "messages", "invalid_value");
     }
@@ -60,9 +65,10 @@ void AttachImages(const CompletionRequest& req, const ModelContext& ctx, const s
   if (n >= ctx.max_context) {
     throw BadRequest("This model's maximum context length is " + std::to_string(ctx.max_context) +
                          " tokens. However, your messages resulted in " + std::to_string(n) + " tokens (" +
-                         std::to_string(image_tokens) + " of them the soft tokens of " +
-                         std::to_string(req.images.size()) +
-                         " images). Please send fewer or smaller images (max_soft_tokens) or shorten the messages.",
+                         std::to_string(image_tokens + audio.tokens) + " of them the soft tokens of " +
+                         std::to_string(req.images.size()) + " images and " + std::to_string(req.audio.size()) +
+                         " audio clips). Please send fewer or smaller images (max_soft_tokens) or shorter clips, or "
+                         "shorten the messages.",
                      "messages", "context_length_exceeded");
   }
   // One request's images at a time on the encode pool (it is not reentrant).
@@ -74,11 +80,13 @@ void AttachImages(const CompletionRequest& req, const ModelContext& ctx, const s
       (*images)[i].rows.insert((*images)[i].rows.end(), rows.begin(), rows.end());
     }
   }
-  ImagePrompt spliced = splice();
+  if (!req.audio.empty()) EncodeRequestAudio(audio, ctx, im.pool);
+  MediaPrompt spliced = splice();
   r.prompt = std::move(spliced.tokens);
   r.embeddings = std::move(spliced.embeddings);
   r.embedding_keys = std::move(spliced.keys);
-  r.embedding_rows = std::move(images);
+  r.embedding_rows = std::make_shared<std::pair<decltype(images), decltype(audio.encoded)>>(std::move(images),
+                                                                                            std::move(audio.encoded));
 }
 
 }  // namespace kvshare::server

@@ -31,13 +31,15 @@ std::optional<std::vector<std::uint8_t>> DecodeBase64(std::string_view text);
 // allow_image_urls the message says fetching is not built).
 RequestImage ReadImageUrlPart(const nlohmann::json& part, const std::string& name, const RequestParsing& o);
 
-// Encodes req.images with ctx.images' encoder and splices them into
-// r.prompt at `slots` (ChatTemplate::Encode's image_slots), setting r's
-// embeddings, keys and rows. Throws ApiError 400 naming the image for: no
-// mmproj (start the server with --mmproj), an image DecodeImage refuses
-// (its message), an image larger than a step holds, or a prompt whose
-// images overflow the context (context_length_exceeded).
-void AttachImages(const CompletionRequest& req, const ModelContext& ctx, const std::vector<std::size_t>& slots,
-                  RequestOptions& r);
+// Encodes req.images with ctx.images' encoder and req.audio with ctx.audio's
+// (request_audio.h) and splices them into r.prompt at `image_slots` /
+// `audio_slots` (ChatTemplate::Encode's), setting r's embeddings, keys and
+// rows. Throws ApiError 400, before encoding any, naming the item for: no
+// mmproj or no encoder of its kind (start the server with --mmproj), an
+// image DecodeImage refuses (its message), a clip PrepareRequestAudio
+// refuses, an item larger than a step holds, or a prompt whose items
+// overflow the context (context_length_exceeded).
+void AttachMedia(const CompletionRequest& req, const ModelContext& ctx, const std::vector<std::size_t>& image_slots,
+                 const std::vector<std::size_t>& audio_slots, RequestOptions& r);
 
 }  // namespace kvshare::server

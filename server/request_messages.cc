@@ -3,6 +3,7 @@
 
 #include "api_error.h"
 #include "request_fields.h"
+#include "request_audio.h"
 #include "request_images.h"
 
 namespace kvshare::server {
@@ -11,9 +12,9 @@ namespace {
 using nlohmann::json;
 
 // The message's text, with its image parts' places in msg.image_at and
-// their bytes appended to `images`.
+// their bytes appended to `images`; input_audio parts likewise (audio_at, `audio`).
 std::string ContentText(const json& content, std::size_t index, const RequestParsing& o, ChatMessage& msg,
-                        std::vector<RequestImage>& images) {
+                        std::vector<RequestImage>& images, std::vector<RequestAudio>& audio) {
   const std::string name = "messages[" + std::to_string(index) + "].content";
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return "";
@@ -33,9 +34,15 @@ std::string ContentText(const json& content, std::size_t index, const RequestPar
       msg.image_at.push_back(text.size());
       continue;
     }
+    if (type->get<std::string>() == "input_audio") {
+      audio.push_back(ReadInputAudioPart(part, pname));
+      msg.audio_at.push_back(text.size());
+      continue;
+    }
     if (type->get<std::string>() != "text") {
       throw BadRequest("Invalid '" + pname +
-                           ".type': only \"text\" and \"image_url\" content parts are supported by this server, "
+                           ".type': only \"text\", \"image_url\" and \"input_audio\" content parts are supported "
+                           "by this server, "
                            "got \"" +
                            type->get<std::string>() + "\".",
                        pname + ".type", "unsupported_parameter");
@@ -93,6 +100,7 @@ ToolCall ParseToolCall(const json& c, const std::string& name) {
 }  // namespace
 
 std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o, std::vector<RequestImage>& images,
+                                       std::vector<RequestAudio>& audio,
                                        std::vector<std::string>& ignored) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
@@ -136,7 +144,7 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
       Unknown(name + "." + k, o, ignored);
     }
     ChatMessage msg{r, ""};
-    if (content != m.end()) msg.content = ContentText(*content, i, o, msg, images);
+    if (content != m.end()) msg.content = ContentText(*content, i, o, msg, images, audio);
     if (r == "tool") {
       auto id = m.find("tool_call_id");
       if (id == m.end() || id->is_null()) {

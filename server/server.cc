@@ -368,6 +368,9 @@ void Server::Impl::SetupRoutes() {
   http.Delete(R"(/v1/responses/([^/]+))", stored);
   http.Post("/v1/embeddings",
             Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));
+  http.Post("/v1/audio/transcriptions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+              HandleTranscription(req, res);
+            }));
 }
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -432,9 +435,27 @@ void Server::Load() {
   const int threads =
       m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!m.opt.mmproj_path.empty()) {
-    m.vision = VisionEncoder::Load(m.opt.mmproj_path);
-    CheckMmprojFitsText(m.vision->config(), m.model->config().n_embd);
-    m.splicer = std::make_unique<ImageSplicer>(*m.tok, *m.vision);
+    MmprojTowers t = LoadMmprojTowers(m.opt.mmproj_path, *m.tok, static_cast<int>(m.model->config().n_embd));
+    m.vision = std::move(t.vision);
+    m.splicer = std::move(t.image_splicer);
+    m.audio = std::move(t.audio);
+    m.audio_splicer = std::move(t.audio_splicer);
+    if (!t.audio_error.empty()) m.Log("warning: audio disabled: " + t.audio_error);
+  }
+  if (m.audio) {
+    m.ctx.audio.encoder = m.audio.get();
+    m.ctx.audio.splicer = m.audio_splicer.get();
+    // A clip's span runs in one step, as an image's: room for 30 s (Gemma
+    // 4: 750 tokens; Gemma 3n: 188 and its end marker).
+    const int largest = m.audio->config().projector == AudioProjectorType::kGemma3nA ? 189 : 750;
+    const int need = largest + m.opt.scheduler.slots - 1;
+    if (m.opt.scheduler.step_tokens < need) {
+      m.Log("step tokens raised from " + std::to_string(m.opt.scheduler.step_tokens) + " to " + std::to_string(need) +
+            " so that a 30 s audio clip runs in one step beside every slot");
+      m.opt.scheduler.step_tokens = need;
+    }
+  }
+  if (m.vision) {
     m.ctx.images.encoder = m.vision.get();
     m.ctx.images.splicer = m.splicer.get();
     m.ctx.images.max_soft_tokens = m.opt.image_max_soft_tokens;
@@ -452,15 +473,23 @@ void Server::Load() {
             " so that an image of " + std::to_string(largest) + " tokens runs in one step beside every slot");
       m.opt.scheduler.step_tokens = need;
     }
+  }
+  if (!m.opt.mmproj_path.empty()) {
     m.ctx.images.max_image_tokens = m.opt.scheduler.step_tokens - m.opt.scheduler.slots + 1;
+    m.ctx.audio.max_clip_tokens = m.ctx.images.max_image_tokens;
     // Its own pool: the scheduler's is not reentrant and is busy with the
     // batch's steps, which an encode (seconds at real geometry) would stall.
     const int image_threads = m.opt.image_threads > 0 ? m.opt.image_threads : threads;
     m.image_pool = std::make_unique<ThreadPool>(image_threads);
     m.ctx.images.pool = m.image_pool.get();
     m.ctx.images.pool_mu = &m.image_pool_mu;
-    m.Log("images: " + std::string(ProjectorTypeName(m.vision->config().projector)) + " encoder from " +
-          m.opt.mmproj_path + ", " + std::to_string(image_threads) + " encode threads");
+    std::string towers;
+    if (m.vision) towers = "images: " + std::string(ProjectorTypeName(m.vision->config().projector)) + " encoder";
+    if (m.audio) {
+      towers += (towers.empty() ? "audio: " : ", audio: ") +
+                std::string(AudioProjectorTypeName(m.audio->config().projector)) + " encoder";
+    }
+    m.Log(towers + " from " + m.opt.mmproj_path + ", " + std::to_string(image_threads) + " encode threads");
   }
   m.pool = std::make_unique<ThreadPool>(threads);
   m.embed_pool = std::make_unique<ThreadPool>(threads);  // the scheduler's is not reentrant

@@ -23,7 +23,9 @@
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/drafter_factory.h"
+#include "kvshare/runtime/audio_prompt.h"
 #include "kvshare/runtime/image_prompt.h"
+#include "kvshare/runtime/mmproj_towers.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "metrics.h"
@@ -85,6 +87,8 @@ struct Server::Impl {
   std::unique_ptr<ChatTemplate> chat;
   std::unique_ptr<VisionEncoder> vision;  // --mmproj
   std::unique_ptr<ImageSplicer> splicer;
+  std::unique_ptr<AudioEncoder> audio;  // --mmproj with an audio encoder
+  std::unique_ptr<AudioSplicer> audio_splicer;
   std::unique_ptr<ThreadPool> image_pool;  // --image-threads; encodes one request's images at a time
   std::mutex image_pool_mu;
   std::unique_ptr<ThreadPool> pool;
@@ -116,6 +120,7 @@ struct Server::Impl {
   // responses.cc: POST /v1/responses; GET and DELETE /v1/responses/{id}.
   void HandleResponses(const httplib::Request& req, httplib::Response& res);
   void HandleStoredResponse(const httplib::Request& req, httplib::Response& res);
+  void HandleTranscription(const httplib::Request& req, httplib::Response& res);  // transcriptions.cc
 };
 
 }  // namespace kvshare::server

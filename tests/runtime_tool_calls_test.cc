@@ -225,7 +225,7 @@ TEST(ToolCallParser, Gemma4ParallelCallsWithTextAndNestedValues) {
 }
 
 TEST(ToolCallParser, Gemma4MalformedStaysText) {
-  for (const char* text : {
+  for (const std::string& text : {
            std::string(R"(<|tool_call>call:get_weather{city:Paris}<tool_call|>)"),  // bare string value
            std::string(R"(<|tool_call>call:launch{}<tool_call|>)"),                 // unknown name
            std::string(R"(<|tool_call>get_weather{}<tool_call|>)"),                 // no "call:"

@@ -81,7 +81,18 @@ TEST(ImageFlags, ErrorsNameTheFlagAndFile) {
             std::string::npos);
   // The Gemma 3 encoder writes 64-wide tokens too, so it passes the width
   // check; a text model file as the mmproj does not.
-  EXPECT_NE(error({"--mmproj", Fixture("gemma4.f32.gguf")}).find("--mmproj "), std::string::npos);
+  EXPECT_NE(error({"--mmproj", Fixture("gemma4.f32.gguf"), "--image", Fixture("pre.gemma4_70.astronaut.0.png")})
+                .find("--mmproj "),
+            std::string::npos);
+}
+
+// Without --image the vision encoder is not loaded: the mmproj may hold only
+// an audio encoder (audio_flags.h).
+TEST(ImageFlags, NoImagesLoadNothing) {
+  const auto model = Model::Load(Fixture("gemma4.f32.gguf"));
+  const EncodedImages e = EncodeImageFlags(Parse({"--mmproj", Fixture("../audio/gemma4a.mmproj.f32.gguf")}), *model, nullptr);
+  EXPECT_EQ(e.encoder, nullptr);
+  EXPECT_TRUE(e.images.empty());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "audio_flags.h"
 #include "image_flags.h"
 #include "kv_options.h"
 #include "kvshare/common/error.h"
@@ -44,6 +45,7 @@ struct GenerateCliOptions {
   std::string device = "cpu";
   bool verbose = false;
   ImageFlags image;
+  AudioFlags audio;
 };
 
 void PrintStats(const GenerateStats& s) {
@@ -131,7 +133,10 @@ void RunGenerate(const GenerateCliOptions& o) {
   ThreadPool pool(threads);
   if (o.chat && !o.image.images.empty()) throw Error("--image goes with --prompt (not --chat)");
   if (!o.image.images.empty() && o.device != "cpu") throw Error("--image runs on the CPU only so far: drop --device");
+  if (o.chat && !o.audio.clips.empty()) throw Error("--audio goes with --prompt (not --chat)");
+  if (!o.audio.clips.empty() && o.device != "cpu") throw Error("--audio runs on the CPU only so far: drop --device");
   EncodedImages images = PrepareImageFlags(o.image, *model);  // encoded once the prompt fits
+  const EncodedAudio audio = EncodeAudioFlags(o.audio, o.image.mmproj, *model, &pool);
   ModelStateOptions so = StateOptions(o, model->config());
   for (const PromptImage& im : images.images) {
     // An image's tokens see each other, so each runs in one step.
@@ -158,20 +163,29 @@ void RunGenerate(const GenerateCliOptions& o) {
 
   if (!o.chat) {
     std::vector<ChatMessage> msgs = {{"user", o.prompt}};
-    msgs[0].image_at.assign(images.images.size(), 0);  // the images, then the text
-    std::vector<std::size_t> slots;
+    msgs[0].image_at.assign(images.images.size(), 0);  // the images, the clips, then the text
+    msgs[0].audio_at.assign(audio.clips.size(), 0);
+    std::vector<std::size_t> slots, audio_slots;
     std::optional<ImageSplicer> splicer;
+    std::optional<AudioSplicer> audio_splicer;
     ChatTemplateOptions co;
     if (!images.images.empty()) {
       splicer.emplace(tok, *images.encoder, &pool);
       co.image_padding_text = splicer->padding_text();
     }
-    std::vector<int32_t> ids = tmpl.Encode(msgs, co, &slots);
-    ImagePrompt ip;
+    if (!audio.clips.empty()) {
+      audio_splicer.emplace(tok, audio.encoder->config().projector);
+      co.audio_padding_text = audio_splicer->padding_text();
+    }
+    std::vector<int32_t> ids = tmpl.Encode(msgs, co, &slots, &audio_slots);
+    std::vector<MediaInsert> audio_inserts;
+    if (audio_splicer) audio_inserts = audio_splicer->Inserts(audio_slots, audio.clips);
+    MediaPrompt ip;
     if (splicer) {
       // The spliced prompt's length from the token counts, before any image
       // is encoded (the rows are not read yet).
-      const std::int64_t n = static_cast<std::int64_t>(splicer->Splice(ids, slots, images.images).tokens.size());
+      const auto n =
+          static_cast<std::int64_t>(splicer->SpliceWith(ids, slots, images.images, audio_inserts).tokens.size());
       if (n + o.n > so.max_context) {
         throw Error("prompt of " + std::to_string(n) + " tokens with its " + std::to_string(images.images.size()) +
                     " image(s) + " + std::to_string(o.n) + " new tokens exceeds --max-context " +
@@ -179,11 +193,18 @@ void RunGenerate(const GenerateCliOptions& o) {
                     std::to_string(n + o.n) + " or send fewer or smaller images (nothing was encoded)");
       }
       EncodeImages(images, &pool);
-      ip = splicer->Splice(ids, slots, images.images);
-      ids = ip.tokens;
-      go.prompt_embeddings = ip.embeddings;
+      ip = splicer->SpliceWith(ids, slots, images.images, std::move(audio_inserts));
       std::fprintf(stderr, "[kvshare] %zu image(s): %zu embedding span(s), encoded in %.3f s\n", images.images.size(),
                    ip.embeddings.size(), images.seconds);
+    } else if (!audio_inserts.empty()) {
+      ip = SpliceMedia(ids, audio_inserts);
+    }
+    if (!ip.tokens.empty()) {
+      ids = ip.tokens;
+      go.prompt_embeddings = ip.embeddings;
+    }
+    if (audio_splicer) {
+      std::fprintf(stderr, "[kvshare] %zu audio clip(s) encoded in %.3f s\n", audio.clips.size(), audio.seconds);
     }
     if (o.verbose) {
       std::fprintf(stderr, "[kvshare] prompt ids:");
@@ -239,6 +260,7 @@ void RegisterGenerate(CLI::App& app) {
   AddSamplerFlags(*cmd, o.sampling);
   AddSpecFlags(*cmd, o.spec);
   AddImageFlags(*cmd, o.image);
+  AddAudioFlags(*cmd, o.audio);
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "KV cache capacity in tokens")
       ->check(CLI::Range(1, 1 << 20))

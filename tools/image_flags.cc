@@ -42,10 +42,8 @@ std::vector<std::uint8_t> ReadBytes(const std::string& path) {
 
 EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   EncodedImages out;
-  if (f.mmproj.empty()) {
-    if (!f.images.empty()) throw Error("--image needs --mmproj PATH: the model's vision encoder (an mmproj GGUF)");
-    return out;
-  }
+  if (f.images.empty()) return out;  // --mmproj may carry only an audio encoder (audio_flags.h)
+  if (f.mmproj.empty()) throw Error("--image needs --mmproj PATH: the model's vision encoder (an mmproj GGUF)");
   try {
     out.encoder = VisionEncoder::Load(f.mmproj);
     CheckMmprojFitsText(out.encoder->config(), model.config().n_embd);

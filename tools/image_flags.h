@@ -31,7 +31,8 @@ struct ImageFlags {
 
 void AddImageFlags(CLI::App& cmd, ImageFlags& flags);
 
-// The encoder and the encoded images of `flags` (none without --image).
+// The encoder and the encoded images of `flags` (none, and no encoder, without
+// --image).
 struct EncodedImages {
   std::unique_ptr<VisionEncoder> encoder;
   std::vector<PromptImage> images;              // tokens and keys; rows once encoded

@@ -120,44 +120,67 @@ py::dict VisionConfigDict(const VisionConfig& c) {
   return d;
 }
 
-std::shared_ptr<EncodedPrompt> EncodePromptImages(const VisionEncoder& encoder, const ImageSplicer& splicer,
-                                                  const std::vector<ImageArg>& images, const PreprocessOptions& options,
-                                                  const PromptRoom& room, std::span<const std::int32_t> ids,
-                                                  std::span<const std::size_t> slots, ThreadPool* pool) {
+std::shared_ptr<EncodedPrompt> EncodePromptMedia(const PromptMedia& m, const PromptRoom& room,
+                                                 std::span<const std::int32_t> ids, ThreadPool* pool) {
   auto out = std::make_shared<EncodedPrompt>();
+  const auto named = [](const char* kind, std::size_t i, const Error& e) {
+    return Error(std::string(kind) + "[" + std::to_string(i) + "]: " + e.what());
+  };
   std::vector<std::vector<PixelTensor>> pixels;
-  const auto named = [](std::size_t i, const Error& e) { return Error("images[" + std::to_string(i) + "]: " + e.what()); };
-  for (std::size_t i = 0; i < images.size(); ++i) {
+  for (std::size_t i = 0; i < m.images.size(); ++i) {
     PromptImage& pi = out->images.emplace_back();
-    pi.key = images[i].key;
+    pi.key = m.images[i].key;
     try {
-      pixels.push_back(encoder.Preprocess(images[i].image, options));
+      pixels.push_back(m.vision->Preprocess(m.images[i].image, m.options));
     } catch (const Error& e) {
-      throw named(i, e);
+      throw named("images", i, e);
     }
-    for (const PixelTensor& p : pixels.back()) pi.tokens.push_back(encoder.TokensFor(p));
+    for (const PixelTensor& p : pixels.back()) pi.tokens.push_back(m.vision->TokensFor(p));
     for (int n : pi.tokens) out->max_span = std::max(out->max_span, n);
   }
+  std::vector<PreparedAudio> prepared;
+  for (std::size_t i = 0; i < m.clips.size(); ++i) {
+    try {
+      prepared.push_back(PrepareAudio(*m.audio, m.clips[i].audio, m.clips[i].key));
+    } catch (const Error& e) {
+      throw named("audio", i, e);
+    }
+    out->clips.push_back(PromptAudio{.tokens = prepared.back().tokens, .key = prepared.back().key});
+  }
+  const auto splice = [&] {
+    std::vector<MediaInsert> audio;
+    if (!m.clips.empty()) audio = m.audio_splicer->Inserts(m.audio_slots, out->clips);
+    return m.image_splicer != nullptr ? m.image_splicer->SpliceWith(ids, m.image_slots, out->images, std::move(audio))
+                                      : SpliceMedia(ids, audio);
+  };
   // The spliced length from the token counts (no rows read), before any encoding.
-  const auto n = static_cast<std::int64_t>(splicer.Splice(ids, slots, out->images).tokens.size());
+  const auto n = static_cast<std::int64_t>(splice().tokens.size());
   if (room.cached + n + room.max_new_tokens > room.max_context) {
     throw Error((room.cached > 0 ? std::to_string(room.cached) + " tokens of earlier turns + " : std::string()) +
-                "prompt of " + std::to_string(n) + " tokens with its " + std::to_string(images.size()) +
-                " image(s) + " + std::to_string(room.max_new_tokens) + " new tokens exceeds max_context " +
-                std::to_string(room.max_context) + "; send fewer or smaller images (max_soft_tokens) or load the "
-                "Model with a larger max_context (nothing was encoded)");
+                "prompt of " + std::to_string(n) + " tokens with its " + std::to_string(m.images.size()) +
+                " image(s) and " + std::to_string(m.clips.size()) + " audio clip(s) + " +
+                std::to_string(room.max_new_tokens) + " new tokens exceeds max_context " +
+                std::to_string(room.max_context) + "; send fewer or smaller images (max_soft_tokens) or shorter "
+                "clips, or load the Model with a larger max_context (nothing was encoded)");
   }
-  for (std::size_t i = 0; i < images.size(); ++i) {
+  for (std::size_t i = 0; i < m.images.size(); ++i) {
     for (const PixelTensor& p : pixels[i]) {
       try {
-        const std::vector<float> rows = encoder.Encode(p, pool);
+        const std::vector<float> rows = m.vision->Encode(p, pool);
         out->images[i].rows.insert(out->images[i].rows.end(), rows.begin(), rows.end());
       } catch (const Error& e) {
-        throw named(i, e);
+        throw named("images", i, e);
       }
     }
   }
-  out->prompt = splicer.Splice(ids, slots, out->images);
+  for (std::size_t i = 0; i < m.clips.size(); ++i) {
+    try {
+      out->clips[i] = EncodePromptAudio(*m.audio, prepared[i], pool);
+    } catch (const Error& e) {
+      throw named("audio", i, e);
+    }
+  }
+  out->prompt = splice();
   return out;
 }
 

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "audio.h"
+#include "kvshare/audio/audio_encoder.h"
+#include "kvshare/runtime/audio_prompt.h"
 #include "kvshare/runtime/image_prompt.h"
 #include "kvshare/vision/image.h"
 #include "kvshare/vision/vision_encoder.h"
@@ -42,11 +45,13 @@ py::array_t<float> RowsToArray(const std::vector<float>& rows, int width);
 
 py::dict VisionConfigDict(const VisionConfig& config);
 
-// A prompt's images, encoded and spliced; the spans point into `images`, so
-// this must outlive the generation that reads them.
+// A prompt's images and audio clips, encoded and spliced; the spans point
+// into `images` and `clips`, so this must outlive the generation that reads
+// them.
 struct EncodedPrompt {
   std::vector<PromptImage> images;
-  ImagePrompt prompt;
+  std::vector<PromptAudio> clips;
+  MediaPrompt prompt;
   int max_span = 0;  // most soft tokens of one pixel tensor (the model's max_step must hold it)
 };
 
@@ -58,15 +63,26 @@ struct PromptRoom {
   std::int64_t max_new_tokens = 0;
 };
 
-// Preprocesses every image, checks that the spliced prompt fits `room`
-// before encoding any, encodes them on `pool` and splices them into `ids` at
-// `slots`. Throws kvshare::Error naming images[i] for an image the encoder
-// refuses (e.g. a budget outside the allowed set), or the token counts when
-// the prompt does not fit.
-std::shared_ptr<EncodedPrompt> EncodePromptImages(const VisionEncoder& encoder, const ImageSplicer& splicer,
-                                                  const std::vector<ImageArg>& images, const PreprocessOptions& options,
-                                                  const PromptRoom& room, std::span<const std::int32_t> ids,
-                                                  std::span<const std::size_t> slots,
-                                                  ThreadPool* pool);
+// What a prompt's images and clips need: their encoders and splicers (null
+// where there are none of that kind) and the chat template's slots.
+struct PromptMedia {
+  const VisionEncoder* vision = nullptr;
+  const ImageSplicer* image_splicer = nullptr;
+  std::span<const ImageArg> images;
+  PreprocessOptions options;
+  std::span<const std::size_t> image_slots;
+  const AudioEncoder* audio = nullptr;
+  const AudioSplicer* audio_splicer = nullptr;
+  std::span<const AudioArg> clips;
+  std::span<const std::size_t> audio_slots;
+};
+
+// Preprocesses every image and prepares every clip, checks that the spliced
+// prompt fits `room` before encoding any, encodes them on `pool` and splices
+// them into `ids`. Throws kvshare::Error naming images[i] / audio[i] for an
+// item the encoder refuses (e.g. a budget outside the allowed set, a clip too
+// long), or the token counts when the prompt does not fit.
+std::shared_ptr<EncodedPrompt> EncodePromptMedia(const PromptMedia& media, const PromptRoom& room,
+                                                 std::span<const std::int32_t> ids, ThreadPool* pool);
 
 }  // namespace kvshare::python

@@ -25,6 +25,7 @@
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/image_prompt.h"
+#include "kvshare/runtime/mmproj_towers.h"
 #include "kvshare/tokenizer/tokenizer.h"
 
 namespace kvshare::python {
@@ -41,6 +42,11 @@ struct ModelCore {
   // markers; null without one.
   std::unique_ptr<VisionEncoder> vision;
   std::unique_ptr<ImageSplicer> splicer;
+  // The audio encoder and its splicer, when the mmproj has one (or why its
+  // audio part is unusable beside a working vision tower).
+  std::unique_ptr<AudioEncoder> audio;
+  std::unique_ptr<AudioSplicer> audio_splicer;
+  std::string audio_error;
   // Speculative decoding: the drafter of the last generate() that asked for
   // one (kept, with its state, while later calls ask for the same), for the
   // method, or the draft Model's core or the assistant it runs (held alive
@@ -287,34 +293,45 @@ class PyModel {
                                    float top_p, float min_p, float repetition_penalty, float presence_penalty,
                                    float frequency_penalty, std::uint64_t seed, const py::object& chat, bool reset,
                                    const py::object& draft, int draft_max, bool draft_adaptive,
-                                   const py::object& images, int max_soft_tokens, bool pan_and_scan) {
+                                   const py::object& images, int max_soft_tokens, bool pan_and_scan,
+                                   const py::object& audio) {
     const ChatTemplate tmpl(FormatFor(chat), *core_->tokenizer);
     const PreprocessOptions po{.max_soft_tokens = max_soft_tokens, .pan_and_scan = pan_and_scan};
     const std::vector<ImageArg> image_args = ImageArgs(images, po);
-    if (!image_args.empty() && !py::isinstance<py::str>(prompt)) {
-      throw Error("images go with a str prompt (they are put before its text in the user message), not token ids");
+    if (!audio.is_none() && py::len(audio) > 0) NeedAudio();  // no encoder: the error before any clip is read
+    const std::vector<AudioArg> clips =
+        ReadAudioArgs(audio, core_->audio ? MaxAudioSeconds(core_->audio->config().projector) : 0.0);
+    if ((!image_args.empty() || !clips.empty()) && !py::isinstance<py::str>(prompt)) {
+      throw Error(std::string(image_args.empty() ? "audio goes" : "images go") +
+                  " with a str prompt (put before its text in the user message), not token ids");
     }
     std::vector<int32_t> ids;
-    std::vector<std::size_t> slots;
+    std::vector<std::size_t> slots, audio_slots;
     if (py::isinstance<py::str>(prompt)) {
       // Continuing a sequence: no second BOS.
       const bool continuing = !reset && core_->generator->state().length() > 0;
       std::vector<ChatMessage> msgs = {{"user", prompt.cast<std::string>()}};
-      msgs[0].image_at.assign(image_args.size(), 0);  // the images, then the text (as kvshare generate --image)
+      // The images, the clips, then the text (as kvshare generate --image / --audio).
+      msgs[0].image_at.assign(image_args.size(), 0);
+      msgs[0].audio_at.assign(clips.size(), 0);
       ChatTemplateOptions co{.add_bos = !continuing};
       if (!image_args.empty()) co.image_padding_text = core_->splicer->padding_text();
-      ids = tmpl.Encode(msgs, co, image_args.empty() ? nullptr : &slots);
+      if (!clips.empty()) co.audio_padding_text = core_->audio_splicer->padding_text();
+      ids = tmpl.Encode(msgs, co, image_args.empty() ? nullptr : &slots, clips.empty() ? nullptr : &audio_slots);
     } else {
       ids = prompt.cast<std::vector<int32_t>>();
     }
     std::shared_ptr<EncodedPrompt> encoded;
-    if (!image_args.empty()) {
+    if (!image_args.empty() || !clips.empty()) {
+      const PromptMedia media{.vision = core_->vision.get(), .image_splicer = core_->splicer.get(),
+                              .images = image_args, .options = po, .image_slots = slots,
+                              .audio = core_->audio.get(), .audio_splicer = core_->audio_splicer.get(),
+                              .clips = clips, .audio_slots = audio_slots};
       Exclusive([&] {
         const PromptRoom room{.max_context = state_options_.max_context,
                               .cached = reset ? 0 : core_->generator->state().length(),
                               .max_new_tokens = max_new_tokens};
-        encoded =
-            EncodePromptImages(*core_->vision, *core_->splicer, image_args, po, room, ids, slots, core_->pool.get());
+        encoded = EncodePromptMedia(media, room, ids, core_->pool.get());
         if (FitStep(encoded->max_span, reset)) reset = true;
       });
       ids = encoded->prompt.tokens;
@@ -339,6 +356,7 @@ class PyModel {
   }
 
   bool TakesImages() const { return core_->vision != nullptr; }
+  bool TakesAudio() const { return core_->audio != nullptr; }
 
   py::object VisionConfig() const {
     if (!core_->vision) return py::none();
@@ -467,15 +485,27 @@ class PyModel {
     return *core_->vision;
   }
 
+  void NeedAudio() const {
+    if (core_->audio) return;
+    throw Error(!core_->audio_error.empty() ? core_->audio_error
+                                            : "this Model takes no audio: load kvshare.Model(path, mmproj=PATH) with "
+                                              "an mmproj that has an audio encoder (Gemma 3n, Gemma 4 E2B / E4B)");
+  }
+
   void LoadVision(const std::string& path) {
     try {
-      core_->vision = VisionEncoder::Load(path);
-      CheckMmprojFitsText(core_->vision->config(), core_->model->config().n_embd);
-      core_->splicer = std::make_unique<ImageSplicer>(*core_->tokenizer, *core_->vision);
+      MmprojTowers t = LoadMmprojTowers(path, *core_->tokenizer, static_cast<int>(core_->model->config().n_embd),
+                                        core_->pool.get());
+      core_->vision = std::move(t.vision);
+      core_->splicer = std::move(t.image_splicer);
+      core_->audio = std::move(t.audio);
+      core_->audio_splicer = std::move(t.audio_splicer);
+      if (!t.audio_error.empty()) core_->audio_error = "mmproj " + path + ": " + t.audio_error;
     } catch (const Error& e) {
       throw Error("mmproj " + path + ": " + e.what());
     }
   }
+
 
   // generate()'s images (None or a list) as decoded images.
   std::vector<ImageArg> ImageArgs(const py::object& images, const PreprocessOptions& po) const {
@@ -565,6 +595,12 @@ decoded, preprocessed and encoded at the call (GIL released). max_soft_tokens:
 Gemma 4's budget per image (70, 140, 280, 560, 1120); pan_and_scan: Gemma 3's
 crops of long images. kvshare.Error at the call for images without an mmproj,
 a bad file or array (naming images[i]), or token ids as the prompt.
+Audio (an mmproj with an audio encoder): audio = a list of clips, each a file
+path (WAV, FLAC, MP3, OGG), file bytes, a (float32 1-D numpy array, sample
+rate) pair or {"array": ..., "sampling_rate": ...}; put after the images,
+before the text; at most 30 s each (Gemma 3n / Gemma 4). kvshare.Error at
+the call, naming audio[i], for audio without an audio encoder, a bad file,
+format or array, a clip too long or a sample rate of 0.
 Raises kvshare.Error at the call for bad sampling options, and from the first
 next() for errors of the run itself (e.g. a prompt that does not fit max_context).
 The iterator's close() (or dropping it) stops the generation;
@@ -665,9 +701,11 @@ void BindModel(py::module_& m) {
            py::arg("draft_max") = SpeculativeOptions{}.draft_max,
            py::arg("draft_adaptive") = SpeculativeOptions{}.adaptive, py::arg("images") = py::none(),
            py::arg("max_soft_tokens") = PreprocessOptions{}.max_soft_tokens,
-           py::arg("pan_and_scan") = PreprocessOptions{}.pan_and_scan, kGenerateDoc)
+           py::arg("pan_and_scan") = PreprocessOptions{}.pan_and_scan, py::arg("audio") = py::none(), kGenerateDoc)
       .def_property_readonly("takes_images", &PyModel::TakesImages,
                              "True when the Model was loaded with its vision encoder (mmproj=...).")
+      .def_property_readonly("takes_audio", &PyModel::TakesAudio,
+                             "True when the Model's mmproj has an audio encoder.")
       .def_property_readonly("vision_config", &PyModel::VisionConfig,
                              "The vision encoder's geometry read from the mmproj (a dict), or None without one.")
       .def("preprocess_image", &PyModel::PreprocessImage, py::arg("image"), py::kw_only(),

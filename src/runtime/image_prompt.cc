@@ -171,4 +171,41 @@ void ImageSplicer::AddHardSpans(ImagePrompt& p) const {
   p.keys = std::move(keys);
 }
 
+std::vector<MediaInsert> ImageSplicer::Inserts(std::span<const std::size_t> slots,
+                                               std::span<const PromptImage> images) const {
+  if (slots.size() != images.size()) {
+    throw Error(
+        detail::Str("the prompt has ", slots.size(), " image place(s) but ", images.size(), " image(s) were given"));
+  }
+  std::vector<MediaInsert> out;
+  std::size_t from = 0;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    if (slots[i] < from) throw Error(detail::Str("image slot ", slots[i], " is out of order"));
+    from = slots[i];
+    const PromptImage& im = images[i];
+    if (im.tokens.empty()) throw Error(detail::Str("image ", i, " has no soft tokens"));
+    if (im.tokens.size() != 1) {
+      throw Error("a pan-and-scan image (several crops) cannot share a prompt with audio clips");
+    }
+    MediaInsert m{.slot = slots[i]};
+    m.tokens.push_back(begin_);
+    m.spans.push_back(EmbeddingSpan{.begin = 1, .count = im.tokens[0], .rows = im.rows.data(), .bidirectional = true});
+    m.keys.push_back(im.key ^ 0x9e3779b97f4a7c15ull);  // Splice's key of crop 0
+    m.tokens.insert(m.tokens.end(), static_cast<std::size_t>(im.tokens[0]), soft_);
+    m.tokens.push_back(end_);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+ImagePrompt ImageSplicer::SpliceWith(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
+                                     std::span<const PromptImage> images, std::vector<MediaInsert> extra) const {
+  if (extra.empty()) return Splice(ids, slots, images);
+  std::vector<MediaInsert> inserts = Inserts(slots, images);
+  for (MediaInsert& m : extra) inserts.push_back(std::move(m));
+  ImagePrompt p = SpliceMedia(ids, inserts);
+  if (hard_vocab_ > 0) AddHardSpans(p);
+  return p;
+}
+
 }  // namespace kvshare

@@ -51,17 +51,25 @@ def randomize(model, seed):
             p.copy_(torch.randn(p.shape, generator=g) * 0.2)
 
 
-def gemma4a(llama_cpp: Path, work: Path):
-    from transformers import Gemma4AudioConfig, Gemma4Config, Gemma4ForConditionalGeneration, Gemma4TextConfig
-    from transformers import Gemma4VisionConfig
+def tiny_text_and_vision(vocab_size=300):
+    """The tiny text (width 64) and vision configs an audio mmproj is converted
+    beside (the converter needs both; bench/audio_peer.py uses them too)."""
+    from transformers import Gemma4TextConfig, Gemma4VisionConfig
 
-    text = Gemma4TextConfig(vocab_size=300, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+    text = Gemma4TextConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
                             layer_types=["sliding_attention", "full_attention"], num_attention_heads=2,
                             num_key_value_heads=1, head_dim=32, global_head_dim=64, sliding_window=8,
                             hidden_size_per_layer_input=0, num_kv_shared_layers=0, moe_intermediate_size=None)
     vision = Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
                                 num_key_value_heads=1, head_dim=16, patch_size=16, pooling_kernel_size=3,
                                 position_embedding_size=8)
+    return text, vision
+
+
+def gemma4a(llama_cpp: Path, work: Path):
+    from transformers import Gemma4AudioConfig, Gemma4Config, Gemma4ForConditionalGeneration
+
+    text, vision = tiny_text_and_vision()
     audio = Gemma4AudioConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                               subsampling_conv_channels=[128, 4], output_proj_dims=48)
     cfg = Gemma4Config(text_config=text, vision_config=vision, audio_config=audio)

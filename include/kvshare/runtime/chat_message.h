@@ -36,6 +36,11 @@ struct ChatMessage {
   // format trims a message). Images are numbered across the conversation in
   // message order (ChatTemplate::Encode's image_slots).
   std::vector<std::size_t> image_at;
+  // Where its audio clips sit, the same way (ChatTemplate::Encode's
+  // audio_slots); at an offset that also holds images, the images come first.
+  std::vector<std::size_t> audio_at;
+
+  bool has_media() const { return !image_at.empty() || !audio_at.empty(); }
 };
 
 }  // namespace kvshare

@@ -138,6 +138,9 @@ struct ChatTemplateOptions {
   // "\n\n"), tokenized together with the neighbouring text as HF's processor
   // tokenizes its whole prompt string.
   std::string image_padding_text;
+  // ChatTemplate::Encode with audio_slots only: the same around each audio
+  // clip (AudioSplicer::padding_text(): Gemma 3n's "\n\n").
+  std::string audio_padding_text;
   // Functions offered to the model (see "Tools" at the top of this file).
   // Empty: none offered; kNone ignores them.
   std::vector<ToolFunction> tools;
@@ -182,9 +185,13 @@ class ChatTemplate {
   // tokens; image_slots[i] is the index in the result where image i's
   // tokens go (kvshare/runtime/image_prompt.h splices them). Without it an
   // image is encoded as the format's placeholder text (what FormatChat
-  // writes: gemma "<start_of_image>", gemma4 "<|image|>").
+  // writes: gemma "<start_of_image>", gemma4 "<|image|>"). `audio_slots`
+  // does the same for the messages' audio clips (ChatMessage::audio_at;
+  // kvshare/runtime/audio_prompt.h; placeholders gemma "<audio_soft_token>",
+  // gemma4 "<|audio|>").
   std::vector<std::int32_t> Encode(std::span<const ChatMessage> messages, const ChatTemplateOptions& options = {},
-                                   std::vector<std::size_t>* image_slots = nullptr) const;
+                                   std::vector<std::size_t>* image_slots = nullptr,
+                                   std::vector<std::size_t>* audio_slots = nullptr) const;
 
   // The token that ends a turn ("<end_of_turn>", "<turn|>"); -1 for kNone.
   std::int32_t end_of_turn_id() const { return end_of_turn_; }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/media_prompt.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "kvshare/vision/vision_encoder.h"
 
@@ -47,18 +48,13 @@ std::uint64_t ImageKey(std::span<const std::uint8_t> bytes, const PreprocessOpti
 PromptImage EncodePromptImage(const VisionEncoder& encoder, const Image& image, std::uint64_t key,
                               const PreprocessOptions& options, ThreadPool* pool);
 
-// A prompt with its images: token ids (an image's soft tokens hold the
-// family's soft-token id, a placeholder) and the spans whose rows replace
-// them, pointing into the PromptImages' rows (which must outlive it).
-struct ImagePrompt {
-  std::vector<std::int32_t> tokens;
-  // Sorted: one per pixel tensor (bidirectional), and for Gemma 3n one per
-  // vision-vocabulary id (its hard-embedding row, count 1, causal).
-  std::vector<EmbeddingSpan> embeddings;
-  // [embeddings.size()]: the image key of each span, mixed with the crop
-  // index (a hard-embedding span: a constant of its id).
-  std::vector<std::uint64_t> keys;
-};
+// A prompt with its images (and audio clips: kvshare/runtime/media_prompt.h):
+// token ids (an image's soft tokens hold the family's soft-token id, a
+// placeholder) and the sorted spans whose rows replace them: one per pixel
+// tensor (bidirectional), and for Gemma 3n one per vision-vocabulary id (its
+// hard-embedding row, count 1, causal); keys: each span's image key mixed with
+// the crop index (a hard-embedding span: a constant of its id).
+using ImagePrompt = MediaPrompt;
 
 class ImageSplicer {
  public:
@@ -88,11 +84,20 @@ class ImageSplicer {
   // Gemma 3n: the first id of the vision vocabulary and its size (0: none).
   std::int32_t hard_offset() const { return hard_offset_; }
   std::int32_t hard_vocab() const { return hard_vocab_; }
+  // Images beside other media (audio clips' inserts, `extra`): the images'
+  // inserts and `extra` spliced by SpliceMedia, then Gemma 3n's hard rows.
+  // Throws as Splice does, and for a pan-and-scan image (several crops) when
+  // `extra` is not empty (only Gemma 3 pans and scans, and it takes no audio).
+  ImagePrompt SpliceWith(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
+                         std::span<const PromptImage> images, std::vector<MediaInsert> extra) const;
   // Text around each image (ChatTemplateOptions::image_padding_text):
   // "\n\n" for Gemma 3 / 3n, "" for Gemma 4.
   const std::string& padding_text() const { return padding_; }
 
  private:
+  // SpliceWith's image inserts (one crop per image).
+  std::vector<MediaInsert> Inserts(std::span<const std::size_t> slots, std::span<const PromptImage> images) const;
+
   const Tokenizer* tokenizer_;
   ProjectorType projector_;
   // Gemma 3n: a span of one hard-embedding row at every vision-vocabulary id

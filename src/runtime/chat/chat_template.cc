@@ -25,18 +25,27 @@ std::string_view Trim(std::string_view s) {
 
 void NoImagesIn(ChatFormat format, std::size_t i, const std::string& what) {
   throw Error("chat template " + std::string(ChatFormatName(format)) + ": messages[" + std::to_string(i) + "] (" +
-              what + ") has images; images go in user messages");
+              what + ") has images or audio; those go in user messages");
 }
 
 void Content(Segments& out, const Family& family, const ChatMessage& m, std::string_view (*shape)(std::string_view)) {
-  std::size_t from = 0;
-  for (std::size_t at : m.image_at) {
-    if (at < from || at > m.content.size()) {
-      throw Error("chat message: image offset " + std::to_string(at) + " is outside the content (" +
-                  std::to_string(m.content.size()) + " bytes) or before the previous image");
+  const auto check = [&](const std::vector<std::size_t>& offsets, const char* what) {
+    for (std::size_t k = 0; k < offsets.size(); ++k) {
+      if (offsets[k] > m.content.size() || (k > 0 && offsets[k] < offsets[k - 1])) {
+        throw Error(std::string("chat message: ") + what + " offset " + std::to_string(offsets[k]) +
+                    " is outside the content (" + std::to_string(m.content.size()) + " bytes) or before the previous " +
+                    what);
+      }
     }
+  };
+  check(m.image_at, "image");
+  check(m.audio_at, "audio");
+  std::size_t from = 0, i = 0, a = 0;
+  while (i < m.image_at.size() || a < m.audio_at.size()) {
+    const bool image = a == m.audio_at.size() || (i < m.image_at.size() && m.image_at[i] <= m.audio_at[a]);
+    const std::size_t at = image ? m.image_at[i++] : m.audio_at[a++];
     out.Text(shape(std::string_view(m.content).substr(from, at - from)));
-    out.Image(family.image_placeholder);
+    out.Item(image ? Media::kImage : Media::kAudio, image ? family.image_placeholder : family.audio_placeholder);
     from = at;
   }
   out.Text(shape(std::string_view(m.content).substr(from)));
@@ -117,38 +126,45 @@ ChatTemplate::ChatTemplate(ChatFormat format, const Tokenizer& tokenizer) : form
 
 std::vector<std::int32_t> ChatTemplate::Encode(std::span<const ChatMessage> messages,
                                                const ChatTemplateOptions& options,
-                                               std::vector<std::size_t>* image_slots) const {
+                                               std::vector<std::size_t>* image_slots,
+                                               std::vector<std::size_t>* audio_slots) const {
+  using chat::Media;
   std::vector<std::int32_t> ids;
   if (options.add_bos && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
   if (image_slots != nullptr) image_slots->clear();
+  if (audio_slots != nullptr) audio_slots->clear();
+  // The slots an item goes to (null: it stays placeholder text) and its padding.
+  const auto slots_of = [&](Media m) { return m == Media::kImage ? image_slots : audio_slots; };
+  const auto pad_of = [&](Media m) -> const std::string& {
+    return m == Media::kImage ? options.image_padding_text : options.audio_padding_text;
+  };
   std::vector<chat::Segment> segs = BuildSegments(format_, messages, options, /*bos_text=*/false);
-  if (image_slots != nullptr && !options.image_padding_text.empty()) {
-    // The padding joins the text on each side of an image (two images in a
-    // row share one piece of text between them).
-    const std::string& pad = options.image_padding_text;
-    std::vector<chat::Segment> padded;
-    std::string pending;
-    for (chat::Segment& s : segs) {
-      if (s.image) {
-        if (!pending.empty()) padded.push_back({std::exchange(pending, ""), false});
-        if (!padded.empty() && !padded.back().image) {
+  // The padding joins the text on each side of an item (two items in a row
+  // share one piece of text between them).
+  std::vector<chat::Segment> padded;
+  std::string pending;
+  for (chat::Segment& s : segs) {
+    if (s.media != Media::kNone && slots_of(s.media) != nullptr) {
+      const std::string& pad = pad_of(s.media);
+      if (!pending.empty()) padded.push_back({std::exchange(pending, ""), false});
+      if (!pad.empty()) {
+        if (!padded.empty() && padded.back().media == Media::kNone) {
           padded.back().text += pad;
         } else {
           padded.push_back({pad, false});
         }
-        padded.push_back(std::move(s));
-        pending = pad;
-      } else {
-        s.text = std::exchange(pending, "") + s.text;
-        padded.push_back(std::move(s));
       }
+      padded.push_back(std::move(s));
+      pending = pad;
+    } else {
+      s.text = std::exchange(pending, "") + s.text;
+      padded.push_back(std::move(s));
     }
-    if (!pending.empty()) padded.push_back({pending, false});
-    segs = std::move(padded);
   }
-  for (const chat::Segment& s : segs) {
-    if (s.image && image_slots != nullptr) {
-      image_slots->push_back(ids.size());
+  if (!pending.empty()) padded.push_back({pending, false});
+  for (const chat::Segment& s : padded) {
+    if (s.media != Media::kNone && slots_of(s.media) != nullptr) {
+      slots_of(s.media)->push_back(ids.size());
       continue;
     }
     const auto part = tokenizer_->Encode(

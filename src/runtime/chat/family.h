@@ -20,26 +20,27 @@ namespace kvshare::chat {
 
 // The conversation as alternating pieces: markup (encoded with parse_special)
 // and message text (taken literally unless the caller asks otherwise).
-// An image segment holds the format's placeholder text (what the HF
-// template writes for an image part); ChatTemplate::Encode puts the image's
-// tokens there instead.
+// An image (audio) segment holds the format's placeholder text (what the HF
+// template writes for an image (audio) part); ChatTemplate::Encode puts the
+// item's tokens there instead.
+enum class Media { kNone, kImage, kAudio };
 struct Segment {
   std::string text;
   bool markup;
-  bool image = false;
+  Media media = Media::kNone;
 };
 
 class Segments {
  public:
   void Markup(std::string_view t) { Add(t, true); }
   void Text(std::string_view t) { Add(t, false); }
-  void Image(std::string_view placeholder) { segs_.push_back({std::string(placeholder), true, true}); }
+  void Item(Media kind, std::string_view placeholder) { segs_.push_back({std::string(placeholder), true, kind}); }
   std::vector<Segment> Take() { return std::move(segs_); }
 
  private:
   void Add(std::string_view text, bool markup) {
     if (text.empty()) return;
-    if (!segs_.empty() && segs_.back().markup == markup && !segs_.back().image) {
+    if (!segs_.empty() && segs_.back().markup == markup && segs_.back().media == Media::kNone) {
       segs_.back().text += text;
     } else {
       segs_.push_back({std::string(text), markup});
@@ -65,6 +66,8 @@ struct Family {
   std::span<const std::string_view> tool_call_markers;
   // What the format's template writes for an image part ("" : nothing).
   std::string_view image_placeholder;
+  // ... for an audio part.
+  std::string_view audio_placeholder;
   // Writes `messages` (the text of the format; see chat_template.h).
   void (*render)(std::span<const ChatMessage> messages, const ChatTemplateOptions& options, Segments& out);
 };
@@ -77,14 +80,15 @@ const Family& FamilyOf(ChatFormat format);
 // ---- Shared by the renderers (chat_template.cc) ----
 
 bool IsSpace(char c);  // the C locale's isspace
-// m.content as text parts with m's images between them (ChatMessage::
-// image_at): each part through `shape` (Trim, or as is), each image as
-// `family`'s placeholder segment.
+// m.content as text parts with m's images and audio clips between them
+// (ChatMessage::image_at, audio_at; images first at one offset): each part
+// through `shape` (Trim, or as is), each item as `family`'s placeholder
+// segment.
 void Content(Segments& out, const Family& family, const ChatMessage& m, std::string_view (*shape)(std::string_view));
 std::string_view Trim(std::string_view s);
 [[noreturn]] void BadRole(ChatFormat format, std::size_t i, const std::string& role);
-// Throws kvshare::Error: messages[i] (`what`) has images where the format
-// writes none.
+// Throws kvshare::Error: messages[i] (`what`) has images or audio where the
+// format writes none.
 [[noreturn]] void NoImagesIn(ChatFormat format, std::size_t i, const std::string& what);
 // Throws kvshare::Error for a "tool" message without tool_call_id.
 void CheckToolMessages(ChatFormat format, std::span<const ChatMessage> messages);

@@ -23,7 +23,7 @@ void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions& op
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "system") {
-      if (!m.image_at.empty()) NoImagesIn(ChatFormat::kGemma, i, m.role);
+      if (m.has_media()) NoImagesIn(ChatFormat::kGemma, i, m.role);
       system_prompt += Trim(m.content);
       continue;
     }
@@ -58,7 +58,7 @@ void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions& op
         out.Text("\n");
       }
     } else if (!m.tool_calls.empty()) {
-      if (!m.image_at.empty()) NoImagesIn(ChatFormat::kGemma, i, "assistant message with tool calls");
+      if (m.has_media()) NoImagesIn(ChatFormat::kGemma, i, "assistant message with tool calls");
       const std::string_view text = Trim(m.content);
       out.Text(text);
       if (!text.empty()) out.Text("\n");
@@ -80,6 +80,7 @@ const Family& GemmaFamily() {
                         .markers = kMarkers,
                         .tool_syntax = ToolCallSyntax::kJson,
                         .image_placeholder = "<start_of_image>",
+                        .audio_placeholder = "<audio_soft_token>",
                         .render = Render};
   return f;
 }

@@ -290,7 +290,7 @@ void Render(std::span<const ChatMessage> messages, const ChatTemplateOptions& op
       }
     }
     if (model) {
-      if (!m.image_at.empty()) NoImagesIn(ChatFormat::kGemma4, i, m.role);
+      if (m.has_media()) NoImagesIn(ChatFormat::kGemma4, i, m.role);
       out.Text(StripThinking(m.content));
     } else {
       Content(out, Gemma4Family(), m, Trim);
@@ -314,6 +314,7 @@ const Family& Gemma4Family() {
                         .tool_syntax = ToolCallSyntax::kGemma4,
                         .tool_call_markers = kToolCallMarkers,
                         .image_placeholder = "<|image|>",
+                        .audio_placeholder = "<|audio|>",
                         .render = Render};
   return f;
 }

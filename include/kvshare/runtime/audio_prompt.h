@@ -1,0 +1,93 @@
+// kvshare/runtime/audio_prompt.h — audio clips in a prompt: resampled,
+// turned into the encoder's features and encoded by the mmproj's audio
+// tower (kvshare/audio/audio_encoder.h), then spliced where the chat
+// template put them (ChatTemplate::Encode's audio_slots) in each family's
+// markers as its HF processor writes them (docs/audio.md "Prompt"):
+//   gemma3na  "\n\n" <start_of_audio> 188 x <audio_soft_token> <end_of_audio> "\n\n"
+//             (always 188 soft tokens; the "\n\n" is padding_text(), written
+//             by ChatTemplate::Encode with the neighbouring text; HF embeds
+//             <end_of_audio> through the audio embedder's hard path, so its
+//             row is part of the span: 189 rows)
+//   gemma4a,  <|audio> N x <|audio|> <audio|>, N = 25 per second of the clip
+//   gemma4ua
+// The rows go to the model as one EmbeddingSpan (model.h) per clip, causal
+// (HF's mm_token_type_ids mark audio 3, which no bidirectional block takes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvshare/audio/audio.h"
+#include "kvshare/audio/audio_encoder.h"
+#include "kvshare/runtime/media_prompt.h"
+#include "kvshare/tokenizer/tokenizer.h"
+
+namespace kvshare {
+
+class ThreadPool;
+
+// One clip, encoded.
+struct PromptAudio {
+  std::vector<float> rows;  // [tokens, n_embd_text]: the span's rows
+  int tokens = 0;           // soft tokens (gemma3na: 188, plus its end marker's row in `rows`)
+  std::uint64_t key = 0;    // identity for the prompt cache (AudioKey)
+};
+
+// The longest clip an audio tower takes in one window: HF's processors cut
+// at 30 s (480 000 samples at 16 kHz) where kvshare refuses (chunking longer
+// clips is not done yet). The unified model's raw frames have no window.
+double MaxAudioSeconds(AudioProjectorType projector);  // 30, or 600 (AudioLimits) for gemma4ua
+
+// A 64-bit FNV-1a digest of a clip's samples and rate: equal keys mean the
+// same soft tokens.
+std::uint64_t AudioKey(const Audio& audio);
+
+// A clip ready to encode: its features and the soft tokens it will take.
+struct PreparedAudio {
+  AudioFeatures features;  // at 16 kHz: log-mel, or raw frames (gemma4ua)
+  int tokens = 0;          // PromptAudio::tokens once encoded
+  std::uint64_t key = 0;
+};
+
+// Resamples `audio` to the encoders' 16 kHz and computes its features
+// (cheap next to the encoding; callers check the token count against their
+// context first). Throws kvshare::Error for a clip with a sample rate of 0,
+// no samples, or one longer than MaxAudioSeconds (naming its length and the
+// limit).
+PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std::uint64_t key);
+
+// Encodes a prepared clip (AudioEncoder::PromptTokens; gemma3na also its end
+// marker's hard row). Throws what the encoder throws.
+PromptAudio EncodePromptAudio(const AudioEncoder& encoder, const PreparedAudio& prepared, ThreadPool* pool);
+
+// PrepareAudio, then EncodePromptAudio.
+PromptAudio EncodePromptAudio(const AudioEncoder& encoder, const Audio& audio, std::uint64_t key, ThreadPool* pool);
+
+class AudioSplicer {
+ public:
+  // Looks up the markers of `projector`'s family in the vocabulary. Throws
+  // kvshare::Error naming the first one it lacks (the mmproj does not belong
+  // to this text model).
+  AudioSplicer(const Tokenizer& tokenizer, AudioProjectorType projector);
+
+  // The clips' tokens for SpliceMedia, clip i at slots[i] (non-decreasing).
+  // Throws kvshare::Error when slots and clips differ in number, a slot is
+  // out of order, or a clip has no tokens.
+  std::vector<MediaInsert> Inserts(std::span<const std::size_t> slots, std::span<const PromptAudio> clips) const;
+  // SpliceMedia(ids, Inserts(slots, clips)).
+  MediaPrompt Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
+                     std::span<const PromptAudio> clips) const;
+  // Text around each clip (ChatTemplateOptions::audio_padding_text): "\n\n"
+  // for Gemma 3n, "" for Gemma 4.
+  const std::string& padding_text() const { return padding_; }
+
+ private:
+  AudioProjectorType projector_;
+  std::int32_t begin_ = -1, soft_ = -1, end_ = -1;
+  std::string padding_;
+};
+
+}  // namespace kvshare

@@ -1,0 +1,62 @@
+"""`POST /v1/audio/transcriptions` (multipart: file, model, language, prompt,
+response_format json | text | verbose_json) on the tiny Gemma 4 E-style text
+model of tests/fixtures/vision/ with the gemma4a mmproj of
+tests/fixtures/audio/: the three formats carry the same text, the clip's
+duration is reported, and bad input is a named 400."""
+import json
+import uuid
+import http.client
+
+import pytest
+
+from audio_clips import tone, wav16
+from server_util import ROOT, Server
+
+TEXT = ROOT / "tests" / "fixtures" / "vision" / "gemma4.f32.gguf"
+MMPROJ = ROOT / "tests" / "fixtures" / "audio" / "gemma4a.mmproj.f32.gguf"
+
+
+def post_form(server, fields, file_bytes=None, filename="clip.wav"):
+    boundary = uuid.uuid4().hex
+    body = b""
+    for k, v in fields.items():
+        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n").encode()
+    if file_bytes is not None:
+        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
+                 "Content-Type: application/octet-stream\r\n\r\n").encode() + file_bytes + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    c.request("POST", "/v1/audio/transcriptions", body, {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    r = c.getresponse()
+    return r.status, r.read().decode()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server(TEXT, "--slots", 1, "--max-context", 256, "--chat-template", "gemma4", "--mmproj", MMPROJ) as s:
+        yield s
+
+
+def test_formats_carry_the_same_text(server):
+    clip = wav16(tone(440, 1.0))
+    status, body = post_form(server, {"model": "x", "language": "English"}, clip)
+    assert status == 200, body
+    j = json.loads(body)
+    assert isinstance(j["text"], str) and j["usage"]["seconds"] == pytest.approx(1.0)
+    status, text = post_form(server, {"response_format": "text", "language": "English"}, clip)
+    assert status == 200 and text == j["text"] + "\n"
+    status, body = post_form(server, {"response_format": "verbose_json", "language": "English"}, clip)
+    v = json.loads(body)
+    assert v["task"] == "transcribe" and v["language"] == "English" and v["text"] == j["text"]
+    assert v["duration"] == pytest.approx(1.0) and v["segments"][0]["end"] == pytest.approx(1.0)
+
+
+def test_bad_input_is_a_named_400(server):
+    status, body = post_form(server, {"model": "x"})
+    assert status == 400 and json.loads(body)["error"]["param"] == "file"
+    status, body = post_form(server, {"response_format": "srt"}, wav16(tone(440)))
+    assert status == 400 and json.loads(body)["error"]["param"] == "response_format"
+    status, body = post_form(server, {}, b"not audio")
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_audio"
+    status, body = post_form(server, {}, wav16(tone(440, 31.0)))
+    assert status == 400 and json.loads(body)["error"]["code"] == "audio_too_long"

@@ -1,0 +1,182 @@
+// Audio clips in a prompt (kvshare/runtime/audio_prompt.h, media_prompt.h):
+// the chat template's audio slots and placeholders, each family's markers
+// and soft-token counts, the span rows against HF's soft tokens for the same
+// clip, the prompt-cache key, the shared splice with images, and the named
+// errors before any encoding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "audio_fixture.h"
+#include "common_test_util.h"
+#include "kvshare/audio/audio.h"
+#include "kvshare/common/error.h"
+#include "kvshare/gguf/vocab.h"
+#include "kvshare/model/model.h"
+#include "kvshare/runtime/audio_prompt.h"
+#include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/image_prompt.h"
+#include "kvshare/tokenizer/tokenizer.h"
+#include "model_test_util.h"
+
+namespace kvshare {
+namespace {
+
+std::string Src() {
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  return std::string(src ? src : ".");
+}
+using testing::AudioDir;
+
+// The tiny Gemma 4 text model's vocabulary (tests/fixtures/vision/README.md):
+// <|audio> 22, <|audio|> 18, <audio|> 23, <|image> 20, <|image|> 17, <image|> 21.
+const Tokenizer& Gemma4Tok() {
+  static const auto* tok = new Tokenizer(ReadVocab(GgufFile::Open(Src() + "/tests/fixtures/vision/gemma4.f32.gguf")));
+  return *tok;
+}
+
+using testing::ErrorOf;
+
+TEST(AudioPrompt, ChatTemplateWritesAudioSlotsAndPlaceholders) {
+  ChatMessage m{"user", "Transcribe this."};
+  m.image_at = {0};
+  m.audio_at = {0, 10};
+  const ChatTemplate tmpl(ChatFormat::kGemma4, Gemma4Tok());
+  // FormatChat writes the HF template's placeholders, images first at one
+  // offset (Gemma 4 trims each text part).
+  const std::string text = FormatChat(ChatFormat::kGemma4, std::span(&m, 1));
+  EXPECT_NE(text.find("<|image|><|audio|>Transcribe<|audio|>this."), std::string::npos) << text;
+  std::vector<std::size_t> islots, aslots;
+  const std::vector<std::int32_t> ids = tmpl.Encode(std::span(&m, 1), {}, &islots, &aslots);
+  ASSERT_EQ(islots.size(), 1u);
+  ASSERT_EQ(aslots.size(), 2u);
+  EXPECT_EQ(islots[0], aslots[0]);
+  EXPECT_LT(aslots[0], aslots[1]);
+  // Without audio_slots the clips stay placeholder text.
+  const std::vector<std::int32_t> plain = tmpl.Encode(std::span(&m, 1), {}, &islots);
+  EXPECT_EQ(plain.size(), ids.size() + 2);
+  // Offsets out of order are refused, named.
+  m.audio_at = {10, 0};
+  EXPECT_NE(ErrorOf([&] { tmpl.Encode(std::span(&m, 1), {}, &islots, &aslots); }).find("audio offset 0"),
+            std::string::npos);
+  // Audio in a system message is refused as images are.
+  ChatMessage sys{"system", "x"};
+  sys.audio_at = {0};
+  EXPECT_NE(ErrorOf([&] { FormatChat(ChatFormat::kGemma, std::span(&sys, 1)); }).find("has images or audio"),
+            std::string::npos);
+}
+
+TEST(AudioPrompt, Gemma3nPaddingJoinsNeighbouringText) {
+  // Gemma 3n's processor writes "\n\n<boa>...<eoa>\n\n": the padding joins the
+  // text on each side, and two items in a row share one "\n\n\n\n".
+  ChatMessage m{"user", "Hi"};
+  m.image_at = {0};
+  m.audio_at = {0};
+  const ChatTemplate tmpl(ChatFormat::kGemma4, Gemma4Tok());
+  std::vector<std::size_t> islots, aslots;
+  const auto with = tmpl.Encode(std::span(&m, 1), {.image_padding_text = "\n\n", .audio_padding_text = "\n\n"},
+                                &islots, &aslots);
+  EXPECT_LT(islots[0], aslots[0]);  // text ("\n\n\n\n") between the image and the clip
+  EXPECT_LT(aslots[0], with.size() - 1);
+  const auto without = tmpl.Encode(std::span(&m, 1), {}, &islots, &aslots);
+  EXPECT_GT(with.size(), without.size());
+  EXPECT_EQ(islots[0], aslots[0]);
+}
+
+TEST(AudioPrompt, Gemma4SplicesEncodedClipAsCausalSpan) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
+  const Audio clip = LoadAudioFile(AudioDir() + "hello_22050.wav");
+  const PromptAudio a = EncodePromptAudio(*enc, clip, AudioKey(clip), nullptr);
+  ASSERT_EQ(a.tokens, 23);  // gemma4a.json: HF's processor count for this clip
+  ASSERT_EQ(a.rows.size(), 23u * 64);
+  // HF's soft tokens from HF's features; ours start from the file (features
+  // within 1e-4 of HF's float32 ones, docs/audio.md), hence the looser bound.
+  const std::vector<float> hf = testing::ReadF32(AudioDir() + "gemma4a.hello.embed.f32");
+  EXPECT_LT(testing::MaxRelDiff(a.rows, hf), 1e-3);
+
+  const AudioSplicer splicer(Gemma4Tok(), AudioProjectorType::kGemma4A);
+  EXPECT_EQ(splicer.padding_text(), "");
+  const std::vector<std::int32_t> ids = {2, 100, 101};
+  const std::size_t slots[] = {1};
+  const MediaPrompt p = splicer.Splice(ids, slots, std::span(&a, 1));
+  ASSERT_EQ(p.tokens.size(), 3u + 25);
+  EXPECT_EQ(p.tokens[1], 22);
+  for (int i = 0; i < 23; ++i) EXPECT_EQ(p.tokens[2 + i], 18);
+  EXPECT_EQ(p.tokens[25], 23);
+  EXPECT_EQ(p.tokens[26], 100);
+  ASSERT_EQ(p.embeddings.size(), 1u);
+  EXPECT_EQ(p.embeddings[0].begin, 2);
+  EXPECT_EQ(p.embeddings[0].count, 23);
+  EXPECT_FALSE(p.embeddings[0].bidirectional);
+  EXPECT_EQ(p.embeddings[0].rows, a.rows.data());
+  EXPECT_EQ(p.keys, std::vector<std::uint64_t>{a.key});
+
+  // Slots and clips must agree in number.
+  EXPECT_NE(ErrorOf([&] { splicer.Splice(ids, {}, std::span(&a, 1)); }).find("0 audio place(s) but 1"),
+            std::string::npos);
+}
+
+TEST(AudioPrompt, Gemma3nFillsTheWindowAndItsEndMarkerRow) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma3na.mmproj.f32.gguf");
+  const Audio clip = LoadAudioFile(AudioDir() + "hello_22050.wav");
+  const PromptAudio a = EncodePromptAudio(*enc, clip, AudioKey(clip), nullptr);
+  EXPECT_EQ(a.tokens, 188);
+  ASSERT_EQ(a.rows.size(), 189u * 64);
+  const std::vector<float> end = enc->HardToken(0);
+  EXPECT_TRUE(std::equal(end.begin(), end.end(), a.rows.end() - 64));
+  // A vocabulary without Gemma 3n's markers: the mmproj is another model's.
+  EXPECT_NE(ErrorOf([&] { AudioSplicer(Gemma4Tok(), AudioProjectorType::kGemma3nA); }).find("<start_of_audio>"),
+            std::string::npos);
+}
+
+TEST(AudioPrompt, KeysFollowTheSamples) {
+  Audio a{.sample_rate = 16000, .samples = std::vector<float>(1600, 0.25f)};
+  Audio b = a;
+  EXPECT_EQ(AudioKey(a), AudioKey(b));
+  b.samples[800] = 0.5f;
+  EXPECT_NE(AudioKey(a), AudioKey(b));
+  b = a;
+  b.sample_rate = 8000;
+  EXPECT_NE(AudioKey(a), AudioKey(b));
+}
+
+TEST(AudioPrompt, NamedErrorsBeforeEncoding) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
+  const auto error = [&](const Audio& a) { return ErrorOf([&] { EncodePromptAudio(*enc, a, 0, nullptr); }); };
+  EXPECT_NE(error({.sample_rate = 0, .samples = {0.f}}).find("sample rate 0"), std::string::npos);
+  EXPECT_NE(error({.sample_rate = 16000, .samples = {}}).find("no samples"), std::string::npos);
+  const std::string long_clip = error({.sample_rate = 8000, .samples = std::vector<float>(8000 * 31)});
+  EXPECT_NE(long_clip.find("31 s long"), std::string::npos) << long_clip;
+  EXPECT_NE(long_clip.find("at most 30 s"), std::string::npos) << long_clip;
+  // Exactly 30 s is taken: 750 tokens.
+  EXPECT_EQ(EncodePromptAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(480000)}, 0, nullptr).tokens,
+            750);
+}
+
+TEST(AudioPrompt, SpliceMediaKeepsItemOrderAtOneSlot) {
+  const float rows[4 * 2] = {};
+  MediaInsert image{.slot = 1, .tokens = {20, 17, 21}, .spans = {{.begin = 1, .count = 1, .rows = rows, .bidirectional = true}},
+                    .keys = {7}};
+  MediaInsert audio{.slot = 1, .tokens = {22, 18, 18, 23}, .spans = {{.begin = 1, .count = 2, .rows = rows}},
+                    .keys = {9}};
+  MediaInsert late{.slot = 0, .tokens = {5}, .spans = {}, .keys = {}};
+  const std::vector<std::int32_t> ids = {2, 3};
+  const MediaInsert all[] = {image, audio, late};
+  const MediaPrompt p = SpliceMedia(ids, all);
+  EXPECT_EQ(p.tokens, (std::vector<std::int32_t>{5, 2, 20, 17, 21, 22, 18, 18, 23, 3}));
+  ASSERT_EQ(p.embeddings.size(), 2u);
+  EXPECT_EQ(p.embeddings[0].begin, 3);
+  EXPECT_TRUE(p.embeddings[0].bidirectional);
+  EXPECT_EQ(p.embeddings[1].begin, 6);
+  EXPECT_EQ(p.embeddings[1].count, 2);
+  EXPECT_EQ(p.keys, (std::vector<std::uint64_t>{7, 9}));
+  MediaInsert past{.slot = 3, .tokens = {1}};
+  EXPECT_NE(ErrorOf([&] { SpliceMedia(ids, std::span(&past, 1)); }).find("past the end"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvshare

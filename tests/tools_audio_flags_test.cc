@@ -1,0 +1,61 @@
+// `kvshare generate --audio` (tools/audio_flags.h): the clips are encoded in
+// order with their keys; every error names the flag and the file.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "audio_flags.h"
+#include "kvshare/common/error.h"
+#include "model_test_util.h"
+
+namespace kvshare::cli {
+namespace {
+
+std::string Src() {
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  return std::string(src ? src : ".");
+}
+std::string Audio(const std::string& name) { return Src() + "/tests/fixtures/audio/" + name; }
+
+AudioFlags Parse(std::vector<std::string> args) {
+  CLI::App app{"test"};
+  AudioFlags flags;
+  AddAudioFlags(app, flags);
+  std::vector<const char*> argv = {"kvshare"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  return flags;
+}
+
+TEST(AudioFlags, EncodeTheClipsInOrder) {
+  const auto model = Model::Load(Src() + "/tests/fixtures/vision/gemma4.f32.gguf");
+  const AudioFlags f = Parse({"--audio", Audio("hello_22050.wav"), "--audio", Audio("fox_16000.flac")});
+  const EncodedAudio e = EncodeAudioFlags(f, Audio("gemma4a.mmproj.f32.gguf"), *model, nullptr);
+  ASSERT_EQ(e.clips.size(), 2u);
+  EXPECT_EQ(e.clips[0].tokens, 23);  // tests/fixtures/audio/gemma4a.json: HF's count for the hello clip
+  for (const PromptAudio& a : e.clips) {
+    EXPECT_EQ(a.rows.size(), static_cast<std::size_t>(a.tokens) * model->config().n_embd);
+  }
+  EXPECT_NE(e.clips[0].key, e.clips[1].key);
+  EXPECT_TRUE(EncodeAudioFlags(Parse({}), "", *model, nullptr).clips.empty());
+}
+
+TEST(AudioFlags, ErrorsNameTheFlagAndFile) {
+  const auto model = Model::Load(Src() + "/tests/fixtures/vision/gemma4.f32.gguf");
+  const std::string mm = Audio("gemma4a.mmproj.f32.gguf");
+  const auto error = [&](std::vector<std::string> args, const std::string& mmproj) {
+    return testing::ErrorOf([&] { EncodeAudioFlags(Parse(args), mmproj, *model, nullptr); });
+  };
+  EXPECT_NE(error({"--audio", "x.wav"}, "").find("--audio needs --mmproj PATH"), std::string::npos);
+  EXPECT_NE(error({"--audio", "/nonexistent/x.wav"}, mm).find("--audio /nonexistent/x.wav: "), std::string::npos);
+  EXPECT_NE(error({"--audio", Src() + "/README.md"}, mm).find("unknown audio format"), std::string::npos);
+  // A vision-only mmproj, and one whose markers the text model lacks, name --mmproj.
+  const std::string vision = error({"--audio", Audio("hello_22050.wav")}, Src() + "/tests/fixtures/vision/gemma4.mmproj.f32.gguf");
+  EXPECT_NE(vision.find("--mmproj "), std::string::npos);
+  EXPECT_NE(vision.find("no audio encoder"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvshare::cli

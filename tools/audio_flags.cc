@@ -1,0 +1,49 @@
+// The audio flag of `kvshare generate` (audio_flags.h).
+#include "audio_flags.h"
+
+#include <chrono>
+
+#include "kvshare/audio/audio.h"
+#include "kvshare/common/error.h"
+
+namespace kvshare::cli {
+
+void AddAudioFlags(CLI::App& cmd, AudioFlags& f) {
+  cmd.add_option("--audio", f.clips,
+                 "An audio clip (WAV, FLAC, MP3, OGG; at most 30 s for Gemma 3n / Gemma 4) put before the prompt text, "
+                 "after any --image; repeat for several, in order. Needs --mmproj with an audio encoder");
+}
+
+EncodedAudio EncodeAudioFlags(const AudioFlags& f, const std::string& mmproj, const Model& model, ThreadPool* pool) {
+  EncodedAudio out;
+  if (f.clips.empty()) return out;
+  if (mmproj.empty()) throw Error("--audio needs --mmproj PATH: the model's mmproj GGUF with an audio encoder");
+  try {
+    out.encoder = AudioEncoder::Load(mmproj);
+    CheckAudioMmprojFitsText(out.encoder->config(), model.config().n_embd);
+  } catch (const Error& e) {
+    throw Error("--mmproj " + mmproj + ": " + e.what());
+  }
+  // Every clip is decoded and checked before the first is encoded.
+  const double limit = MaxAudioSeconds(out.encoder->config().projector);
+  std::vector<Audio> decoded;
+  for (const std::string& path : f.clips) {
+    try {
+      decoded.push_back(LoadAudioFile(path, {.max_seconds = limit}));
+    } catch (const Error& e) {
+      throw Error("--audio " + path + ": " + e.what());
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < decoded.size(); ++i) {
+    try {
+      out.clips.push_back(EncodePromptAudio(*out.encoder, decoded[i], AudioKey(decoded[i]), pool));
+    } catch (const Error& e) {
+      throw Error("--audio " + f.clips[i] + ": " + e.what());
+    }
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace kvshare::cli
