@@ -23,8 +23,9 @@ generated, plain completion: the one-layer text files have no chat tokens):
              --prompt ... -n 1 --threads T --chat-template none: its "encoded
              in" (decode, preprocess, encode) plus its prefill seconds
   llama.cpp  llama-mtmd-cli ... --perf -lv 4 (gemma chat template, which it
-             needs): its encode ms plus llama_perf's "prompt eval time" (every
-             prompt decode: text and image tokens)
+             needs): llama_perf's "prompt eval time", which runs from the first
+             prompt decode (the text before the image) to the end of the last
+             and so includes the encode; less the encode, its prefill
 and the same prompt without the image (--text-words words of text instead;
 llama-mtmd-cli reads it in its chat mode), whose prefill ratio is the language
 side's baseline. The token counts differ a little (the chat template), so the
@@ -125,9 +126,15 @@ def llamacpp_ttft(a, enc, threads, image=True):
     p = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", out)
     if not p or (image and not m):
         sys.exit("no encode / prompt eval time in llama-mtmd-cli's output:\n" + out[-3000:])
-    enc_s = int(m.group(1)) / 1000 if m else 0.0
-    pre, n = float(p.group(1)) / 1000, int(p.group(2))
-    return {"encode_s": enc_s, "prefill_s": pre, "ttft_s": enc_s + pre, "prompt_tokens": n,
+    return llamacpp_times(int(m.group(1)) / 1000 if m else 0.0, float(p.group(1)) / 1000, int(p.group(2)), cpu)
+
+
+def llamacpp_times(enc_s, eval_s, n, cpu):
+    """llama.cpp's prompt eval time runs from its first prompt decode to the
+    last one's end, so it spans the image encode between them: it is the
+    time to first token, and less the encode the language side's prefill."""
+    pre = eval_s - enc_s
+    return {"encode_s": enc_s, "prompt_eval_s": eval_s, "prefill_s": pre, "ttft_s": eval_s, "prompt_tokens": n,
             "prefill_s_per_token": pre / n, "cpu_s": cpu}
 
 

@@ -38,6 +38,7 @@ struct BenchImageOptions {
   int max_soft_tokens = 280;
   std::string precision = "auto";
   std::string json;
+  std::string dump;
 };
 
 double Since(std::chrono::steady_clock::time_point t0) {
@@ -128,6 +129,11 @@ void RunBenchImage(const BenchImageOptions& o) {
     out << doc.dump(2) << "\n";
     if (!out) throw Error("could not write --json file '" + o.json + "'");
   }
+  if (!o.dump.empty()) {
+    std::ofstream out(o.dump, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(first.data()), static_cast<std::streamsize>(first.size() * sizeof(float)));
+    if (!out) throw Error("could not write --dump file '" + o.dump + "'");
+  }
   if (!identical) throw Error("the soft tokens differ between runs or thread counts");
 }
 
@@ -155,6 +161,9 @@ void RegisterBenchImage(CLI::App& app) {
       ->capture_default_str();
   AddVisionPrecisionFlag(*cmd, o.precision);
   cmd->add_option("--json", o.json, "Also write the results and machine info to this JSON file");
+  cmd->add_option("--dump", o.dump,
+                  "Also write the first run's soft tokens, float32 [tokens, n_embd_text] row-major, to this file "
+                  "(bench/vision_precision.py compares precisions)");
   cmd->callback([] { RunBenchImage(o); });
 }
 
