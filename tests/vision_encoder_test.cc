@@ -127,7 +127,8 @@ TEST(VisionEncoderTest, Gemma4UnifiedMatchesReference) {
 // through 2 layers, the clamps and the norms of a tiny random model), as
 // kTolQ8 allows int8 activations; kAuto: bf16
 // exactly where the CPU has native bf16 dot products. bf16 outputs do not
-// depend on the thread count either.
+// depend on the thread count either. DNNL_MAX_CPU_ISA=AVX512_CORE (bf16
+// emulated, auto f32) and =AVX2 (no bf16) run the other levels.
 TEST(VisionEncoderTest, PrecisionsOfF16Matrices) {
   using P = VisionPrecision;
   const bool bf16_ok = detail::Bf16MatMulSupported();
@@ -150,6 +151,11 @@ TEST(VisionEncoderTest, PrecisionsOfF16Matrices) {
     EXPECT_LT(RelErr(y4, g4.Reference(px4)), tol) << VisionPrecisionName(p);
     EXPECT_EQ(y3, e3->Encode(px3, &two));
     EXPECT_EQ(y4, e4->Encode(px4, &two));
+  }
+  if (!bf16_ok) {  // e.g. DNNL_MAX_CPU_ISA=AVX2: bf16 asked for explicitly is an error naming f32
+    TinySiglip no;
+    no.mat = GgmlType::kF16;
+    EXPECT_THROW(Write(no, "prec_none", {.precision = P::kBF16}), Error);
   }
   TinySiglip f32;  // F32 matrices: auto stays f32 everywhere
   EXPECT_EQ(Write(f32, "prec32")->precision(), P::kF32);
