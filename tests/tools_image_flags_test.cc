@@ -50,6 +50,9 @@ TEST(ImageFlags, EncodeTheImagesInOrder) {
   EXPECT_EQ(ImageAttentionFlag(f), ImageAttention::kSlidingLayers);
   EXPECT_EQ(ImageAttentionFlag(Parse({})), std::nullopt);
   EXPECT_THROW(Parse({"--image-max-soft-tokens", "100"}), CLI::ValidationError);
+  EXPECT_EQ(Parse({}).vision_precision, "auto");
+  EXPECT_EQ(Parse({"--vision-precision", "f32"}).vision_precision, "f32");
+  EXPECT_THROW(Parse({"--vision-precision", "fp16"}), CLI::ValidationError);
 }
 
 TEST(ImageFlags, ErrorsNameTheFlagAndFile) {

@@ -1,14 +1,17 @@
 // The transformer-style vision encoders (gemma3, gemma4v, gemma4uv) on tiny
 // random mmproj files against float64 references written from the HF models'
 // steps (vision_tiny_mmproj.h, vision_tiny_gemma4.h), at F32 weights and at
-// Q8_0 / F16 weights; thread-count independence; the mmproj geometry.
+// Q8_0 / F16 weights; the f32 and bf16 precisions; thread-count
+// independence; the mmproj geometry.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
+#include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/vision/vision_encoder.h"
+#include "vision/bf16_matmul.h"
 #include "vision_tiny_gemma4.h"
 
 namespace kvshare::testing {
@@ -17,10 +20,10 @@ namespace {
 std::string Path(const std::string& name) { return ::testing::TempDir() + "kvshare_vision_" + name + ".gguf"; }
 
 template <typename Tiny>
-std::unique_ptr<VisionEncoder> Write(Tiny& m, const std::string& name) {
+std::unique_ptr<VisionEncoder> Write(Tiny& m, const std::string& name, const VisionEncoderOptions& options = {}) {
   const std::string path = Path(name);
   WriteFile(path, m.Build().Build());
-  return VisionEncoder::Load(path);
+  return VisionEncoder::Load(path, options);
 }
 
 // max |got - want| relative to max |want|.
@@ -116,6 +119,48 @@ TEST(VisionEncoderTest, Gemma4UnifiedMatchesReference) {
     const double err = RelErr(enc->Encode(px, nullptr), m.Reference(px));
     EXPECT_LT(err, tol) << GgmlTypeName(mat);
   }
+}
+
+// F16 block matrices at each precision. kF32: the float tolerance; kBF16
+// (bf16 inputs to every matrix product, src/vision/bf16_matmul.h): measured
+// 2.7e-2 relative to the largest output here (each rounded product ~2^-7,
+// through 2 layers, the clamps and the norms of a tiny random model), as
+// kTolQ8 allows int8 activations; kAuto: bf16
+// exactly where the CPU has native bf16 dot products. bf16 outputs do not
+// depend on the thread count either. DNNL_MAX_CPU_ISA=AVX512_CORE (bf16
+// emulated, auto f32) and =AVX2 (no bf16) run the other levels.
+TEST(VisionEncoderTest, PrecisionsOfF16Matrices) {
+  using P = VisionPrecision;
+  const bool bf16_ok = detail::Bf16MatMulSupported();
+  ThreadPool two(2);
+  for (P p : {P::kF32, P::kBF16, P::kAuto}) {
+    if (p == P::kBF16 && !bf16_ok) continue;
+    TinySiglip g3;
+    g3.mat = GgmlType::kF16;
+    TinyGemma4V g4;
+    g4.mat = GgmlType::kF16;
+    g4.clamps = true;
+    auto e3 = Write(g3, "prec3", {.precision = p});
+    auto e4 = Write(g4, "prec4", {.precision = p});
+    const P want = p == P::kAuto ? (detail::Bf16MatMulNative() ? P::kBF16 : P::kF32) : p;
+    const double tol = want == P::kBF16 ? kTolQ8 : kTolFloat;
+    for (auto* enc : {e3.get(), e4.get()}) EXPECT_EQ(enc->precision(), want) << VisionPrecisionName(p);
+    const PixelTensor px3 = RandomPixels(28, 28, -1.0, 1.0, 4), px4 = RandomPixels(24, 36, 0.0, 1.0, 5);
+    const std::vector<float> y3 = e3->Encode(px3, nullptr), y4 = e4->Encode(px4, nullptr);
+    EXPECT_LT(RelErr(y3, g3.Reference(px3)), tol) << VisionPrecisionName(p);
+    EXPECT_LT(RelErr(y4, g4.Reference(px4)), tol) << VisionPrecisionName(p);
+    EXPECT_EQ(y3, e3->Encode(px3, &two));
+    EXPECT_EQ(y4, e4->Encode(px4, &two));
+  }
+  if (!bf16_ok) {  // e.g. DNNL_MAX_CPU_ISA=AVX2: bf16 asked for explicitly is an error naming f32
+    TinySiglip no;
+    no.mat = GgmlType::kF16;
+    EXPECT_THROW(Write(no, "prec_none", {.precision = P::kBF16}), Error);
+  }
+  TinySiglip f32;  // F32 matrices: auto stays f32 everywhere
+  EXPECT_EQ(Write(f32, "prec32")->precision(), P::kF32);
+  EXPECT_EQ(VisionPrecisionFromName("bf16"), P::kBF16);
+  EXPECT_THROW(VisionPrecisionFromName("fp16"), Error);
 }
 
 // Bitwise equal outputs on the calling thread, a pool of 1 and a pool of 2.

@@ -20,6 +20,7 @@
 
 #include "bench_report.h"
 #include "commands.h"
+#include "image_flags.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/vision/image.h"
@@ -35,7 +36,9 @@ struct BenchImageOptions {
   int repetitions = 3;
   int warmup = 1;
   int max_soft_tokens = 280;
+  std::string precision = "auto";
   std::string json;
+  std::string dump;
 };
 
 double Since(std::chrono::steady_clock::time_point t0) {
@@ -48,7 +51,8 @@ void RunBenchImage(const BenchImageOptions& o) {
   const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   const Image image = DecodeImage(bytes);
   auto t0 = std::chrono::steady_clock::now();
-  const std::unique_ptr<VisionEncoder> enc = VisionEncoder::Load(o.mmproj);
+  const std::unique_ptr<VisionEncoder> enc =
+      VisionEncoder::Load(o.mmproj, {.precision = VisionPrecisionFromName(o.precision)});
   const double load_s = Since(t0);
   const VisionConfig& c = enc->config();
   const PreprocessOptions po{.max_soft_tokens = o.max_soft_tokens};
@@ -86,8 +90,9 @@ void RunBenchImage(const BenchImageOptions& o) {
   }
   const auto load_after = LoadAverage();
 
-  std::printf("mmproj %s (%s, %d layers, width %d), image %s -> %d x %d px, %d tokens; load %.2f s\n", o.mmproj.c_str(),
-              ProjectorTypeName(c.projector), c.n_layer, c.n_embd, o.image.c_str(), width, height, tokens, load_s);
+  std::printf("mmproj %s (%s, %d layers, width %d, precision %s), image %s -> %d x %d px, %d tokens; load %.2f s\n",
+              o.mmproj.c_str(), ProjectorTypeName(c.projector), c.n_layer, c.n_embd,
+              VisionPrecisionName(enc->precision()), o.image.c_str(), width, height, tokens, load_s);
   std::printf("%7s  %-10s %10s %10s %10s\n", "threads", "step", "median s", "min s", "max s");
   nlohmann::json results = nlohmann::json::array();
   for (int threads : o.threads) {
@@ -108,6 +113,7 @@ void RunBenchImage(const BenchImageOptions& o) {
   if (!o.json.empty()) {
     const nlohmann::json doc = {{"mmproj", o.mmproj},
                                 {"projector", ProjectorTypeName(c.projector)},
+                                {"precision", VisionPrecisionName(enc->precision())},
                                 {"image", o.image},
                                 {"pixels", {height, width}},
                                 {"tokens", tokens},
@@ -122,6 +128,11 @@ void RunBenchImage(const BenchImageOptions& o) {
     std::ofstream out(o.json);
     out << doc.dump(2) << "\n";
     if (!out) throw Error("could not write --json file '" + o.json + "'");
+  }
+  if (!o.dump.empty()) {
+    std::ofstream out(o.dump, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(first.data()), static_cast<std::streamsize>(first.size() * sizeof(float)));
+    if (!out) throw Error("could not write --dump file '" + o.dump + "'");
   }
   if (!identical) throw Error("the soft tokens differ between runs or thread counts");
 }
@@ -148,7 +159,11 @@ void RegisterBenchImage(CLI::App& app) {
   cmd->add_option("--image-max-soft-tokens", o.max_soft_tokens, "Gemma 4: the soft-token budget")
       ->check(CLI::IsMember({70, 140, 280, 560, 1120}))
       ->capture_default_str();
+  AddVisionPrecisionFlag(*cmd, o.precision);
   cmd->add_option("--json", o.json, "Also write the results and machine info to this JSON file");
+  cmd->add_option("--dump", o.dump,
+                  "Also write the first run's soft tokens, float32 [tokens, n_embd_text] row-major, to this file "
+                  "(bench/vision_precision.py compares precisions)");
   cmd->callback([] { RunBenchImage(o); });
 }
 

@@ -30,6 +30,16 @@ void AddImageFlags(CLI::App& cmd, ImageFlags& f) {
                  "Layers where an image's tokens see each other: causal, all or sliding. Default: the model's "
                  "(Gemma 3 all; Gemma 4 26B-A4B / 31B sliding; Gemma 3n and Gemma 4 E-models causal)")
       ->check(CLI::IsMember({"causal", "all", "sliding"}));
+  AddVisionPrecisionFlag(cmd, f.vision_precision);
+}
+
+void AddVisionPrecisionFlag(CLI::App& cmd, std::string& precision) {
+  cmd.add_option("--vision-precision", precision,
+                 "Matrix products of the Gemma 3 / Gemma 4 image encoders: f32, bf16 (bf16 inputs, f32 sums; "
+                 "needs AVX-512) or auto (bf16 for F16 / BF16 mmproj matrices on CPUs with native bf16 dot "
+                 "products, else f32); docs/vision.md")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->capture_default_str();
 }
 
 namespace {
@@ -45,7 +55,7 @@ EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   if (f.images.empty()) return out;  // --mmproj may carry only an audio encoder (audio_flags.h)
   if (f.mmproj.empty()) throw Error("--image needs --mmproj PATH: the model's vision encoder (an mmproj GGUF)");
   try {
-    out.encoder = VisionEncoder::Load(f.mmproj);
+    out.encoder = VisionEncoder::Load(f.mmproj, {.precision = VisionPrecisionFromName(f.vision_precision)});
     CheckMmprojFitsText(out.encoder->config(), model.config().n_embd);
   } catch (const Error& e) {
     throw Error("--mmproj " + f.mmproj + ": " + e.what());

@@ -27,9 +27,12 @@ struct ImageFlags {
   bool pan_and_scan = false;        // --pan-and-scan (Gemma 3)
   std::int64_t max_pixels = ImageLimits{}.max_pixels;  // --image-max-pixels
   std::string image_attention;      // --image-attention causal|all|sliding; empty: the model's
+  std::string vision_precision = "auto";  // --vision-precision auto|f32|bf16
 };
 
 void AddImageFlags(CLI::App& cmd, ImageFlags& flags);
+// --vision-precision (also on `kvshare bench-image`).
+void AddVisionPrecisionFlag(CLI::App& cmd, std::string& precision);
 
 // The encoder and the encoded images of `flags` (none, and no encoder, without
 // --image).

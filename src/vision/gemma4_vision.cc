@@ -37,7 +37,7 @@ struct Gemma4Layer {
 
 class Gemma4VisionEncoder final : public EncoderBase {
  public:
-  Gemma4VisionEncoder(GgufFile file, const VisionConfig& config);
+  Gemma4VisionEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision);
   std::vector<float> Encode(const PixelTensor& pixels, ThreadPool* pool) const override;
 
  private:
@@ -54,14 +54,14 @@ class Gemma4VisionEncoder final : public EncoderBase {
   std::vector<double> inv_freq_;  // [head_dim / 4]
 };
 
-Gemma4VisionEncoder::Gemma4VisionEncoder(GgufFile file, const VisionConfig& config)
-    : EncoderBase(std::move(file), config) {
+Gemma4VisionEncoder::Gemma4VisionEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision)
+    : EncoderBase(std::move(file), config, precision) {
   const TensorLookup t(file_);
   const VisionConfig& c = config_;
   const std::int64_t d = c.n_embd;
   patch_ = PatchKernel(t, "v.patch_embd.weight", c.patch_size, 3, d);
   pos_ = PositionTables::Load(file_, d);
-  const LinearOptions clip{.clamps = true};
+  const LinearOptions clip{.clamps = true, .bf16 = bf16()};
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = Str("v.blk.", l, ".");
     if (file_.FindTensor(p + "out_scale.weight") != nullptr || file_.FindTensor(p + "out_scale") != nullptr) {
@@ -139,7 +139,7 @@ std::vector<float> Gemma4VisionEncoder::Encode(const PixelTensor& pixels, Thread
     RmsNormRows(v.data(), rows, c.head_dim, nullptr, c.eps, pool);
     Rope(q.data(), gw, S, pool);
     Rope(k.data(), gw, S, pool);
-    BidirectionalAttention(q.data(), k.data(), v.data(), S, c.n_head, c.head_dim, 1.0f, a.data(), pool);
+    BidirectionalAttention(q.data(), k.data(), v.data(), S, c.n_head, c.head_dim, 1.0f, a.data(), pool, bf16());
     ApplyLinear(L.o, a.data(), S, h.data(), scratch, pool);
     RmsNormRows(h.data(), S, d, L.post_attn, c.eps, pool);
     AddRows(x.data(), h.data(), S * d, pool);
@@ -173,8 +173,8 @@ std::vector<float> Gemma4VisionEncoder::Encode(const PixelTensor& pixels, Thread
 
 }  // namespace
 
-std::unique_ptr<VisionEncoder> LoadGemma4Vision(GgufFile file, const VisionConfig& config) {
-  return std::make_unique<Gemma4VisionEncoder>(std::move(file), config);
+std::unique_ptr<VisionEncoder> LoadGemma4Vision(GgufFile file, const VisionConfig& config, VisionPrecision precision) {
+  return std::make_unique<Gemma4VisionEncoder>(std::move(file), config, precision);
 }
 
 }  // namespace kvshare::detail

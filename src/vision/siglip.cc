@@ -31,7 +31,7 @@ struct SiglipLayer {
 
 class SiglipEncoder final : public EncoderBase {
  public:
-  SiglipEncoder(GgufFile file, const VisionConfig& config);
+  SiglipEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision);
   std::vector<float> Encode(const PixelTensor& pixels, ThreadPool* pool) const override;
 
  private:
@@ -48,7 +48,8 @@ class SiglipEncoder final : public EncoderBase {
   WeightMatrix proj_;
 };
 
-SiglipEncoder::SiglipEncoder(GgufFile file, const VisionConfig& config) : EncoderBase(std::move(file), config) {
+SiglipEncoder::SiglipEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision)
+    : EncoderBase(std::move(file), config, precision) {
   const TensorLookup t(file_);
   const VisionConfig& c = config_;
   const int side = c.image_size / c.patch_size;
@@ -58,7 +59,7 @@ SiglipEncoder::SiglipEncoder(GgufFile file, const VisionConfig& config) : Encode
   // Old converters stored fc1 as ffn_down and fc2 as ffn_up.
   const bool swapped = Gemma3FfnSwapped(file_, c.n_embd);
   const std::string fc1 = swapped ? "ffn_down" : "ffn_up", fc2 = swapped ? "ffn_up" : "ffn_down";
-  const LinearOptions b{.bias = true};
+  const LinearOptions b{.bias = true, .bf16 = bf16()};
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = Str("v.blk.", l, ".");
     SiglipLayer L;
@@ -130,7 +131,7 @@ std::vector<float> SiglipEncoder::Encode(const PixelTensor& pixels, ThreadPool* 
     const Linear* qkv[] = {&L.q, &L.k, &L.v};
     float* qkv_out[] = {q.data(), k.data(), v.data()};
     ApplyLinears(qkv, h.data(), S, qkv_out, scratch, pool);
-    BidirectionalAttention(q.data(), k.data(), v.data(), S, c.n_head, c.head_dim, scale, a.data(), pool);
+    BidirectionalAttention(q.data(), k.data(), v.data(), S, c.n_head, c.head_dim, scale, a.data(), pool, bf16());
     ApplyLinear(L.o, a.data(), S, h.data(), scratch, pool);
     AddRows(x.data(), h.data(), S * d, pool);
 
@@ -153,8 +154,8 @@ std::vector<float> SiglipEncoder::Encode(const PixelTensor& pixels, ThreadPool* 
 
 }  // namespace
 
-std::unique_ptr<VisionEncoder> LoadSiglip(GgufFile file, const VisionConfig& config) {
-  return std::make_unique<SiglipEncoder>(std::move(file), config);
+std::unique_ptr<VisionEncoder> LoadSiglip(GgufFile file, const VisionConfig& config, VisionPrecision precision) {
+  return std::make_unique<SiglipEncoder>(std::move(file), config, precision);
 }
 
 }  // namespace kvshare::detail

@@ -6,6 +6,7 @@
 
 #include "common/str.h"
 #include "kvshare/common/error.h"
+#include "vision/bf16_matmul.h"
 #include "vision/encoder_base.h"
 #include "vision/mmproj.h"
 #include "vision/mobilenet_v5.h"
@@ -13,13 +14,35 @@
 
 namespace kvshare {
 
-std::unique_ptr<VisionEncoder> VisionEncoder::Load(const std::string& path) {
+const char* VisionPrecisionName(VisionPrecision precision) {
+  switch (precision) {
+    case VisionPrecision::kAuto: return "auto";
+    case VisionPrecision::kF32: return "f32";
+    case VisionPrecision::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+VisionPrecision VisionPrecisionFromName(const std::string& name) {
+  for (VisionPrecision p : {VisionPrecision::kAuto, VisionPrecision::kF32, VisionPrecision::kBF16}) {
+    if (name == VisionPrecisionName(p)) return p;
+  }
+  throw Error(detail::Str("vision precision '", name, "' is not one of auto, f32, bf16"));
+}
+
+std::unique_ptr<VisionEncoder> VisionEncoder::Load(const std::string& path, const VisionEncoderOptions& options) {
   GgufFile file = GgufFile::Open(path);
   const VisionConfig config = detail::ReadVisionConfig(file);
   switch (config.projector) {
-    case ProjectorType::kGemma3: return detail::LoadSiglip(std::move(file), config);
+    case ProjectorType::kGemma3: {
+      const VisionPrecision p = detail::ResolvePrecision(file, options.precision);
+      return detail::LoadSiglip(std::move(file), config, p);
+    }
     case ProjectorType::kGemma3nV: return detail::LoadMobileNetV5(std::move(file), config);
-    case ProjectorType::kGemma4V: return detail::LoadGemma4Vision(std::move(file), config);
+    case ProjectorType::kGemma4V: {
+      const VisionPrecision p = detail::ResolvePrecision(file, options.precision);
+      return detail::LoadGemma4Vision(std::move(file), config, p);
+    }
     case ProjectorType::kGemma4UV: return detail::LoadGemma4Unified(std::move(file), config);
   }
   throw Error("unreachable projector type");
@@ -27,7 +50,26 @@ std::unique_ptr<VisionEncoder> VisionEncoder::Load(const std::string& path) {
 
 namespace detail {
 
-EncoderBase::EncoderBase(GgufFile file, const VisionConfig& config) : file_(std::move(file)), config_(config) {}
+EncoderBase::EncoderBase(GgufFile file, const VisionConfig& config, VisionPrecision precision)
+    : file_(std::move(file)), config_(config), precision_(precision) {}
+
+VisionPrecision ResolvePrecision(const GgufFile& file, VisionPrecision requested) {
+  if (requested == VisionPrecision::kF32) return requested;
+  if (requested == VisionPrecision::kBF16) {
+    if (!Bf16MatMulSupported()) {
+      throw Error("vision precision bf16 needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 or auto");
+    }
+    return requested;
+  }
+  if (!Bf16MatMulNative()) return VisionPrecision::kF32;
+  bool any = false;
+  for (const GgufTensor& t : file.tensors()) {
+    if (t.n_dims != 2 || !t.name.starts_with("v.blk.")) continue;
+    if (t.type != GgmlType::kF16 && t.type != GgmlType::kBF16) return VisionPrecision::kF32;
+    any = true;
+  }
+  return any ? VisionPrecision::kBF16 : VisionPrecision::kF32;
+}
 
 std::vector<PixelTensor> EncoderBase::Preprocess(const Image& image, const PreprocessOptions& options) const {
   return PreprocessImage(image, config_, options);

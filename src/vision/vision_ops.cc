@@ -9,6 +9,7 @@
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "model/activations.h"
+#include "vision/bf16_attention.h"
 
 namespace kvshare::detail {
 
@@ -45,6 +46,7 @@ Linear LoadLinear(const TensorLookup& t, const std::string& base, std::int64_t o
   Linear l;
   l.w = t.ForMatMul(t.Mat(base + ".weight", out, in));
   if (options.bias) l.bias = t.Vec(base + ".bias", out);
+  if (options.bf16) l.bf16 = Bf16Matrix(l.w);
   if (options.clamps) {
     l.in_min = ClampScalar(t, base + ".input_min", l.in_min);
     l.in_max = ClampScalar(t, base + ".input_max", l.in_max);
@@ -63,9 +65,9 @@ void ApplyLinear(const Linear& l, const float* x, std::int64_t m, float* y, std:
 
 void ApplyLinears(std::span<const Linear* const> ls, const float* x, std::int64_t m, std::span<float* const> ys,
                   std::vector<float>& scratch, ThreadPool* pool) {
-  bool any_clamp_in = false;
-  for (const Linear* l : ls) any_clamp_in = any_clamp_in || l->clamp_in();
-  if (!any_clamp_in) {
+  bool one_by_one = false;
+  for (const Linear* l : ls) one_by_one = one_by_one || l->clamp_in() || !l->bf16.empty();
+  if (!one_by_one) {
     std::vector<MatMulTarget> targets;
     for (std::size_t i = 0; i < ls.size(); ++i) targets.push_back({.w = ls[i]->w, .y = ys[i]});
     MatMulMany({.x = x, .m = m, .targets = targets, .pool = pool});
@@ -79,7 +81,11 @@ void ApplyLinears(std::span<const Linear* const> ls, const float* x, std::int64_
         ClampInto(x, n, l.in_min, l.in_max, scratch.data());
         in = scratch.data();
       }
-      MatMul(l.w, {.x = in, .m = m, .y = ys[i], .pool = pool});
+      if (!l.bf16.empty()) {
+        l.bf16.Apply(in, m, ys[i], pool);
+      } else {
+        MatMul(l.w, {.x = in, .m = m, .y = ys[i], .pool = pool});
+      }
     }
   }
   for (std::size_t i = 0; i < ls.size(); ++i) Finish(*ls[i], ys[i], m, pool);
@@ -175,7 +181,11 @@ std::vector<float> PatchifyChw(const PixelTensor& pixels, int p) {
 }
 
 void BidirectionalAttention(const float* q, const float* k, const float* v, std::int64_t S, int heads, int hd,
-                            float scale, float* out, ThreadPool* pool) {
+                            float scale, float* out, ThreadPool* pool, bool bf16) {
+  if (bf16) {
+    Bf16Attention(q, k, v, S, heads, hd, scale, out, pool);
+    return;
+  }
   const std::int64_t qd = static_cast<std::int64_t>(heads) * hd;
   const std::int32_t seqlen = static_cast<std::int32_t>(S - 1), total = static_cast<std::int32_t>(S);
   GqaAttributes attrs;

@@ -15,6 +15,7 @@
 #include "kvshare/vision/vision_encoder.h"
 #include "quant/quant.h"
 #include "quant/tensor_lookup.h"
+#include "vision/bf16_matmul.h"
 
 namespace kvshare::detail {
 
@@ -24,6 +25,7 @@ namespace kvshare::detail {
 // bound is +-inf).
 struct Linear {
   WeightMatrix w;               // [out, in], prepared for MatMul
+  Bf16Matrix bf16;              // the same as bf16 (precision bf16), or empty: f32 through MatMul
   const float* bias = nullptr;  // [out] or null
   float in_min = -std::numeric_limits<float>::infinity();
   float in_max = std::numeric_limits<float>::infinity();
@@ -40,6 +42,7 @@ struct Linear {
 struct LinearOptions {
   bool bias = false;    // read `<base>.bias` [out] (required)
   bool clamps = false;  // read the clamp scalars where present
+  bool bf16 = false;    // also hold the matrix as bf16 and multiply in bf16 (bf16_matmul.h)
 };
 
 // `<base>.weight` as [out, in] (GGUF ne = {in, out}), prepared for MatMul.
@@ -52,7 +55,7 @@ void ApplyLinear(const Linear& l, const float* x, std::int64_t m, float* y, std:
                  ThreadPool* pool);
 
 // Several linears of one input (q / k / v, gate / up): one MatMulMany pass
-// when none clamps its input, else one by one. ys[i]: [m, ls[i]->w.rows].
+// when none clamps its input or is bf16, else one by one. ys[i]: [m, ls[i]->w.rows].
 void ApplyLinears(std::span<const Linear* const> ls, const float* x, std::int64_t m, std::span<float* const> ys,
                   std::vector<float>& scratch, ThreadPool* pool);
 
@@ -88,9 +91,10 @@ std::vector<float> PatchifyChw(const PixelTensor& pixels, int p);
 
 // out[S, heads * hd] = softmax(scale q k^T) v per head, every query seeing
 // every key (the encoders' bidirectional attention), through the GQA op
-// (causal = 0). q, k, v: [S, heads * hd].
+// (causal = 0), or with `bf16` through Bf16Attention (bf16_attention.h).
+// q, k, v: [S, heads * hd].
 void BidirectionalAttention(const float* q, const float* k, const float* v, std::int64_t S, int heads, int hd,
-                            float scale, float* out, ThreadPool* pool);
+                            float scale, float* out, ThreadPool* pool, bool bf16 = false);
 
 // Gemma 4's two learned position tables (`v.position_embd.weight`, F32
 // GGUF ne {d, n_pos, 2}: the x table, then the y table).

@@ -19,6 +19,16 @@
 // (Gemma 3 with pan-and-scan: the full image, then the crops); Encode(pixels)
 // gives that tensor's soft tokens [tokens, n_embd_text] as the language
 // model's first layer takes them (not scaled by sqrt(n_embd)).
+//
+// Precision (VisionEncoderOptions::precision; docs/vision.md "Precision"):
+// the transformer encoders (gemma3, gemma4v) run their matrix products either
+// in float32 (F16 / BF16 weights widened exactly; within 1e-5 of HF's float32
+// forward) or with bf16 inputs and float32 accumulation: weights and
+// activations rounded to bf16 (nearest even) for the linears and for
+// attention's Q K^T and P V, everything else (norms, softmax, GELU, RoPE,
+// residuals, pooling) float32. The released checkpoints are bf16, and
+// llama.cpp itself rounds activations to f16 for F16 weights. gemma3nv and
+// gemma4uv always run float32.
 #pragma once
 
 #include <cstdint>
@@ -78,17 +88,34 @@ struct PreprocessOptions {
   bool pan_and_scan = false;
 };
 
+enum class VisionPrecision {
+  kAuto,  // kBF16 where the mmproj's block matrices (v.blk.*) are all F16 / BF16
+          // and the CPU has native bf16 dot products (AVX512_BF16 or AMX), else kF32
+  kF32,
+  kBF16,  // needs AVX-512 (oneDNN's bf16 matmul; emulated, slowly, without AVX512_BF16)
+};
+// "auto", "f32", "bf16".
+const char* VisionPrecisionName(VisionPrecision precision);
+// The inverse; throws kvshare::Error naming the accepted names.
+VisionPrecision VisionPrecisionFromName(const std::string& name);
+
+struct VisionEncoderOptions {
+  VisionPrecision precision = VisionPrecision::kAuto;
+};
+
 class VisionEncoder {
  public:
   // Opens and validates an mmproj file. Throws kvshare::Error for a file that
   // is not an mmproj (general.type / architecture), a projector type this
   // encoder does not run (naming it and the ones it runs), or missing or
-  // ill-shaped tensors.
-  static std::unique_ptr<VisionEncoder> Load(const std::string& path);
+  // ill-shaped tensors, or kBF16 on a CPU without AVX-512.
+  static std::unique_ptr<VisionEncoder> Load(const std::string& path, const VisionEncoderOptions& options = {});
   virtual ~VisionEncoder() = default;
 
   virtual const VisionConfig& config() const = 0;
   virtual const GgufFile& gguf() const = 0;
+  // The precision Encode runs at: kF32 or kBF16 (options.precision resolved).
+  virtual VisionPrecision precision() const { return VisionPrecision::kF32; }
 
   // The pixel tensors of `image` (one, or with Gemma 3's pan-and-scan the
   // full image then its crops). Throws kvshare::Error on an empty image or a

@@ -1,0 +1,48 @@
+// A weight matrix held as bf16 for oneDNN's bf16 matmul (f32 accumulation):
+// the encoders' reduced-precision linears (docs/vision.md "Precision"). At
+// load the matrix is converted to bf16 (round to nearest even) and packed in
+// the layout oneDNN's kernel reads; a product converts the activations to
+// bf16 per tile of kRows rows and runs one single-threaded oneDNN call per
+// tile on kvshare's ThreadPool, the last tile zero-padded to kRows, so every
+// output row comes from the same call whatever the thread count. Internal to
+// src/vision.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "quant/quant.h"
+
+namespace kvshare {
+class ThreadPool;
+}
+
+namespace kvshare::detail {
+
+// Whether oneDNN runs bf16 matmuls on this CPU (AVX-512 at least; emulated
+// below AVX512_BF16), and whether it does so natively (AVX512_BF16 dot
+// products or AMX).
+bool Bf16MatMulSupported();
+bool Bf16MatMulNative();
+
+class Bf16Matrix {
+ public:
+  static constexpr std::int64_t kRows = 128;  // activation rows per oneDNN call
+
+  Bf16Matrix() = default;
+  // w: [rows, cols] of any type DequantizeRow reads. Throws kvshare::Error
+  // when oneDNN has no bf16 matmul here (Bf16MatMulSupported() false).
+  explicit Bf16Matrix(const WeightMatrix& w);
+
+  bool empty() const { return impl_ == nullptr; }
+  std::int64_t rows() const;
+  std::int64_t cols() const;
+  // y[m, rows()] = bf16(x)[m, cols()] bf16(W)^T, accumulated in f32.
+  void Apply(const float* x, std::int64_t m, float* y, ThreadPool* pool) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace kvshare::detail
