@@ -156,10 +156,10 @@ std::shared_ptr<EncodedPrompt> EncodePromptMedia(const PromptMedia& m, const Pro
   // The spliced length from the token counts (no rows read), before any encoding.
   const auto n = static_cast<std::int64_t>(splice().tokens.size());
   if (room.cached + n + room.max_new_tokens > room.max_context) {
+    const std::string clips = m.clips.empty() ? "" : " and " + std::to_string(m.clips.size()) + " audio clip(s)";
     throw Error((room.cached > 0 ? std::to_string(room.cached) + " tokens of earlier turns + " : std::string()) +
                 "prompt of " + std::to_string(n) + " tokens with its " + std::to_string(m.images.size()) +
-                " image(s) and " + std::to_string(m.clips.size()) + " audio clip(s) + " +
-                std::to_string(room.max_new_tokens) + " new tokens exceeds max_context " +
+                " image(s)" + clips + " + " + std::to_string(room.max_new_tokens) + " new tokens exceeds max_context " +
                 std::to_string(room.max_context) + "; send fewer or smaller images (max_soft_tokens) or shorter "
                 "clips, or load the Model with a larger max_context (nothing was encoded)");
   }
