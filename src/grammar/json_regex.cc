@@ -603,7 +603,10 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
       pieces.emplace_back(bol, eol, std::move(kids));
     }
   }
-  for (const auto& [bol, eol, kids] : pieces) {
+  for (const auto& piece : pieces) {
+    // Named, not a structured binding: clang 14 (the fuzz build) cannot capture those.
+    const bool bol = std::get<0>(piece), eol = std::get<1>(piece);
+    const std::vector<RegexNode>& kids = std::get<2>(piece);
     auto padded = [&](bool front, bool back) {
       RegexNode body{RegexNode::kSeq};
       if (front) body.kids.push_back(any);
