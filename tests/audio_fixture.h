@@ -30,7 +30,8 @@ inline std::vector<std::uint8_t> ReadBytes(const std::string& path) {
 inline std::vector<float> ReadF32(const std::string& path) {
   const std::vector<std::uint8_t> bytes = ReadBytes(path);
   std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  // An empty file (a clip too short for any frame) has no data pointer to copy from.
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
   return v;
 }
 
