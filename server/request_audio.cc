@@ -22,6 +22,12 @@ std::string Upper(std::string s) {
 
 }  // namespace
 
+ApiError BadAudio(const std::string& param, const Error& e) {
+  const std::string what = e.what();
+  const bool too_long = what.find(" s is over the limit") != std::string::npos;
+  return BadRequest("Invalid '" + param + "': " + what + ".", param, too_long ? "audio_too_long" : "invalid_audio");
+}
+
 PreparedRequestAudio PrepareRequestAudio(const CompletionRequest& req, const ModelContext& ctx) {
   const ModelContext::AudioInput& ai = ctx.audio;
   PreparedRequestAudio out;
@@ -44,26 +50,26 @@ PreparedRequestAudio PrepareRequestAudio(const CompletionRequest& req, const Mod
       }
       clip = DecodeAudio(ra.bytes, {.max_seconds = limit});
     } catch (const Error& e) {
-      const std::string what = e.what();
-      const bool too_long = what.find(" s is over the limit") != std::string::npos;
-      throw BadRequest("Invalid '" + ra.param + "': " + what + ".", ra.param, too_long ? "audio_too_long" : "invalid_audio");
+      throw BadAudio(ra.param, e);
     }
     try {
       out.clips.push_back(PrepareAudio(*ai.encoder, clip, AudioKey(clip)));
     } catch (const Error& e) {
       throw BadRequest("Invalid '" + ra.param + "': " + e.what() + ".", ra.param, "audio_too_long");
     }
-    const int tokens = out.clips.back().tokens;
-    // Gemma 3n's span also holds its end marker's row (audio_prompt.h).
-    const int span = tokens + (ai.encoder->config().projector == AudioProjectorType::kGemma3nA ? 1 : 0);
+    const PreparedAudio& prepared = out.clips.back();
+    // Each 30 s chunk is one span (gemma3na's last also holds its end
+    // marker's row: audio_prompt.h).
+    const int span = prepared.LargestSpan(ai.encoder->config().projector);
     if (span > ai.max_clip_tokens) {
       throw BadRequest("Invalid '" + ra.param + "': the clip takes " + std::to_string(span) +
-                           " tokens, more than one step of this server holds (" + std::to_string(ai.max_clip_tokens) +
+                           " tokens in one span, more than one step of this server holds (" +
+                           std::to_string(ai.max_clip_tokens) +
                            "); send a shorter clip or start the server with a larger --step-tokens.",
                        ra.param, "audio_too_long");
     }
-    out.tokens += tokens;
-    out.encoded->push_back(PromptAudio{.rows = {}, .tokens = tokens, .key = out.clips.back().key});
+    out.tokens += prepared.tokens;
+    out.encoded->push_back(prepared.Pending());
   }
   return out;
 }

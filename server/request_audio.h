@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api_error.h"
+#include "kvshare/common/error.h"
 #include "kvshare/runtime/audio_prompt.h"
 #include "openai_request.h"
 
@@ -29,6 +31,10 @@ struct PreparedRequestAudio {
   std::shared_ptr<std::vector<PromptAudio>> encoded;  // tokens and keys now; rows after EncodeRequestAudio
   std::int64_t tokens = 0;                            // soft tokens of all clips
 };
+
+// The 400 for a clip the decoder refused (`e`), naming `param`:
+// audio_too_long when it is over the length limit, invalid_audio otherwise.
+ApiError BadAudio(const std::string& param, const Error& e);
 
 // Decodes and prepares req.audio. Throws ApiError 400 naming the part for:
 // no audio encoder (audio_unsupported), data that is not the declared

@@ -2,8 +2,11 @@
 // multipart form with the clip (`file`) and `model`, `language`, `prompt`,
 // `response_format` (json | text | verbose_json), `temperature`; run as a
 // chat request whose user message is the clip then the transcription
-// instruction (docs/audio.md "Transcriptions"). Not streamed.
+// instruction (docs/audio.md "Transcriptions"). `stream=true`: server-sent
+// events as OpenAI streams a transcription, `transcript.text.delta` per piece
+// of text, then one `transcript.text.done` with the whole text and usage.
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "kvshare/audio/audio.h"
 #include "kvshare/common/error.h"
 #include "openai_response.h"
+#include "request_audio.h"
 #include "server_impl.h"
 
 namespace kvshare::server {
@@ -29,6 +33,48 @@ std::string Instruction(const std::string& language) {
   return "Transcribe the following speech segment in " + lang + " into " + lang + " text.";
 }
 
+// OpenAI's transcript.text.done usage: tokens in, out and together.
+json TokenUsage(const RequestUsage& u) {
+  return {{"type", "tokens"},
+          {"input_tokens", u.prompt_tokens},
+          {"output_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+// The state of one streamed transcription, shared with the content provider.
+struct TranscriptionStream {
+  std::shared_ptr<RequestHandle> handle;
+  int fd = -1;
+  std::string text;  // released so far
+  bool done = false;
+  std::int64_t tokens = 0;  // generated, once done
+  std::vector<RequestEvent> events;
+
+  // The SSE text of the events that came within `timeout`.
+  std::string Collect(std::chrono::milliseconds timeout) {
+    events.clear();
+    if (!handle->Wait(events, timeout)) return {};
+    std::string out;
+    for (const RequestEvent& e : events) {
+      if (!e.text.empty()) {
+        text += e.text;
+        out += CompletionFormatter::Sse({{"type", "transcript.text.delta"}, {"delta", e.text}});
+      }
+      if (!e.finished) continue;
+      done = true;
+      tokens = e.usage.completion_tokens;
+      if (e.error) {
+        out += CompletionFormatter::Sse({{"error", {{"message", e.detail}, {"type", "server_error"}}}});
+      } else {
+        out += CompletionFormatter::Sse({{"type", "transcript.text.done"}, {"text", text}, {"usage", TokenUsage(e.usage)}});
+      }
+    }
+    return out;
+  }
+};
+
+bool IsTrue(const std::string& v) { return v == "true" || v == "True" || v == "1"; }
+
 }  // namespace
 
 void Server::Impl::HandleTranscription(const httplib::Request& req, httplib::Response& res) {
@@ -46,10 +92,7 @@ void Server::Impl::HandleTranscription(const httplib::Request& req, httplib::Res
                          "\".",
                      "response_format", "invalid_value");
   }
-  if (Field(req, "stream") == "true") {
-    throw BadRequest("Invalid 'stream': streamed transcriptions are not supported by this server.", "stream",
-                     "unsupported_parameter");
-  }
+  const bool stream = IsTrue(Field(req, "stream"));
   CompletionRequest cr;
   cr.chat = true;
   cr.model = Field(req, "model");
@@ -69,7 +112,7 @@ void Server::Impl::HandleTranscription(const httplib::Request& req, httplib::Res
     for (char& c : ra.format) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
     seconds = DecodeAudio(ra.bytes, {.max_seconds = 600}).seconds();
   } catch (const Error& e) {
-    throw BadRequest(std::string("Invalid 'file': ") + e.what() + ".", "file", "invalid_audio");
+    throw BadAudio(ra.param, e);
   }
   cr.audio = {ra};
   const std::string t = Field(req, "temperature");
@@ -86,9 +129,42 @@ void Server::Impl::HandleTranscription(const httplib::Request& req, httplib::Res
     res.set_header("Retry-After", "1");
     throw ApiError(503, "The server is busy. Retry later.", "unavailable_error", std::nullopt, "server_busy");
   }
-  CompletionFormatter fmt(cr, "transcription", 0, ctx.model_id, *tok);
   const int fd = FindConnectionSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   in_flight.fetch_add(1);
+  if (stream) {
+    auto st = std::make_shared<TranscriptionStream>();
+    st->handle = sub.handle;
+    st->fd = fd;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through unbuffered
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [st](std::size_t, httplib::DataSink& sink) {
+          const std::string out = st->Collect(std::chrono::milliseconds(20));
+          if (out.empty() && !st->done) {
+            if (PeerClosed(st->fd)) {
+              st->handle->Cancel();
+              return false;
+            }
+            return true;
+          }
+          // An empty write would tell cpp-httplib the stream ended.
+          if (!out.empty() && !sink.write(out.data(), out.size())) {
+            st->handle->Cancel();
+            return false;
+          }
+          if (st->done) sink.done();
+          return true;
+        },
+        [this, st, seconds](bool) {
+          if (!st->done) st->handle->Cancel();
+          Log("transcription stream: " + std::to_string(seconds) + " s of audio, " + std::to_string(st->tokens) +
+              " tokens" + (st->done ? "" : ", client gone"));
+          in_flight.fetch_sub(1);
+        });
+    return;
+  }
+  CompletionFormatter fmt(cr, "transcription", 0, ctx.model_id, *tok);
   std::vector<RequestEvent> events;
   while (!fmt.finished()) {
     events.clear();

@@ -46,16 +46,19 @@ class AudioFixtures : public ::testing::Test {
     encoder_ = AudioEncoder::Load(AudioDir() + j_["mmproj"].get<std::string>());
     CheckAudioMmprojFitsText(encoder_->config(), model_->config().n_embd);
     // HF's features of the clip, with the mask HF's extractor gave.
-    PreparedAudio p;
-    p.features.values = ReadF32(AudioDir() + j_["features"].get<std::string>());
-    p.features.n_bins = 128;
-    p.features.n_frames = static_cast<int>(p.features.values.size() / 128);
+    AudioFeatures f;
+    f.values = ReadF32(AudioDir() + j_["features"].get<std::string>());
+    f.n_bins = 128;
+    f.n_frames = static_cast<int>(f.values.size() / 128);
     for (const auto& clip : testing::AudioClips()) {
       if (clip["name"] == "hello_22050") {
-        for (char c : clip["gemma4"]["mask"].get<std::string>()) p.features.mask.push_back(c == '1');
+        for (char c : clip["gemma4"]["mask"].get<std::string>()) f.mask.push_back(c == '1');
       }
     }
-    p.tokens = AudioSoftTokens(encoder_->config(), p.features);
+    PreparedAudio p;
+    p.tokens = AudioSoftTokens(encoder_->config(), f);
+    p.chunk_tokens = {p.tokens};
+    p.chunks = {std::move(f)};
     p.key = 1;
     clip_ = EncodePromptAudio(*encoder_, p, nullptr);
   }

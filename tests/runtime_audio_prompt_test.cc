@@ -149,12 +149,75 @@ TEST(AudioPrompt, NamedErrorsBeforeEncoding) {
   const auto error = [&](const Audio& a) { return ErrorOf([&] { EncodePromptAudio(*enc, a, 0, nullptr); }); };
   EXPECT_NE(error({.sample_rate = 0, .samples = {0.f}}).find("sample rate 0"), std::string::npos);
   EXPECT_NE(error({.sample_rate = 16000, .samples = {}}).find("no samples"), std::string::npos);
-  const std::string long_clip = error({.sample_rate = 8000, .samples = std::vector<float>(8000 * 31)});
-  EXPECT_NE(long_clip.find("31 s long"), std::string::npos) << long_clip;
-  EXPECT_NE(long_clip.find("at most 30 s"), std::string::npos) << long_clip;
-  // Exactly 30 s is taken: 750 tokens.
-  EXPECT_EQ(EncodePromptAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(480000)}, 0, nullptr).tokens,
-            750);
+  const std::string long_clip = error({.sample_rate = 8000, .samples = std::vector<float>(8000 * 601)});
+  EXPECT_NE(long_clip.find("601 s long"), std::string::npos) << long_clip;
+  EXPECT_NE(long_clip.find("at most 600 s"), std::string::npos) << long_clip;
+  // Exactly 30 s is one chunk: 750 tokens.
+  const PromptAudio a = EncodePromptAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(480000)}, 0, nullptr);
+  EXPECT_EQ(a.tokens, 750);
+  EXPECT_EQ(a.chunk_tokens, std::vector<int>{750});
+}
+
+// A deterministic noise clip (each chunk differs from the others).
+Audio Noise(int rate, std::size_t n) {
+  Audio a{.sample_rate = rate, .samples = std::vector<float>(n)};
+  std::uint32_t x = 12345;
+  for (float& v : a.samples) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int>(x >> 8) % 2001 - 1000) * 1e-4f;
+  }
+  return a;
+}
+
+TEST(AudioPrompt, Gemma4ChunksLongClipsIntoIndependentWindows) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma4a.mmproj.f32.gguf");
+  // 31 s: 30 s + 1 s, each chunk encoded on its own (llama.cpp's gemma4a
+  // chunks; each HF's processor on that piece).
+  const Audio clip = Noise(16000, 16000 * 31);
+  const PromptAudio a = EncodePromptAudio(*enc, clip, 7, nullptr);
+  ASSERT_EQ(a.chunk_tokens, (std::vector<int>{750, 25}));
+  ASSERT_EQ(a.tokens, 775);
+  ASSERT_EQ(a.rows.size(), 775u * 64);
+  const Audio second{.sample_rate = 16000, .samples = std::vector<float>(clip.samples.begin() + 480000, clip.samples.end())};
+  const PromptAudio b = EncodePromptAudio(*enc, second, 0, nullptr);
+  ASSERT_EQ(b.rows.size(), 25u * 64);
+  EXPECT_TRUE(std::equal(b.rows.begin(), b.rows.end(), a.rows.begin() + 750 * 64));
+  EXPECT_FALSE(std::equal(b.rows.begin(), b.rows.end(), a.rows.begin() + 725 * 64));
+
+  // One pair of markers, one span per chunk, each its own cache key.
+  const AudioSplicer splicer(Gemma4Tok(), AudioProjectorType::kGemma4A);
+  const std::vector<std::int32_t> ids = {2, 100};
+  const std::size_t slots[] = {1};
+  const MediaPrompt p = splicer.Splice(ids, slots, std::span(&a, 1));
+  ASSERT_EQ(p.tokens.size(), 2u + 777);
+  EXPECT_EQ(p.tokens[1], 22);
+  EXPECT_EQ(p.tokens[777], 23);
+  ASSERT_EQ(p.embeddings.size(), 2u);
+  EXPECT_EQ(p.embeddings[0].count, 750);
+  EXPECT_EQ(p.embeddings[1].begin, 2 + 750);
+  EXPECT_EQ(p.embeddings[1].count, 25);
+  EXPECT_EQ(p.embeddings[1].rows, a.rows.data() + 750 * 64);
+  EXPECT_EQ(p.keys, (std::vector<std::uint64_t>{7, AudioChunkKey(7, 1)}));
+  EXPECT_NE(p.keys[0], p.keys[1]);
+
+  // A tail too short for a soft token is dropped: 30 s and 5 samples.
+  EXPECT_EQ(PrepareAudio(*enc, Noise(16000, 480005), 0).chunk_tokens, std::vector<int>{750});
+  // Chunks that do not sum to the clip's tokens are refused.
+  PromptAudio bad = a;
+  bad.chunk_tokens.back() = 24;
+  EXPECT_NE(ErrorOf([&] { splicer.Splice(ids, slots, std::span(&bad, 1)); }).find("774 soft tokens"),
+            std::string::npos);
+}
+
+TEST(AudioPrompt, Gemma3nChunksFill188SlotsEach) {
+  const auto enc = AudioEncoder::Load(AudioDir() + "gemma3na.mmproj.f32.gguf");
+  const PreparedAudio prepared = PrepareAudio(*enc, Noise(16000, 16000 * 31), 3);
+  EXPECT_EQ(prepared.chunk_tokens, (std::vector<int>{188, 188}));
+  EXPECT_EQ(prepared.LargestSpan(AudioProjectorType::kGemma3nA), 189);  // the end marker's row
+  const PromptAudio a = EncodePromptAudio(*enc, prepared, nullptr);
+  ASSERT_EQ(a.rows.size(), 377u * 64);
+  const std::vector<float> end = enc->HardToken(0);
+  EXPECT_TRUE(std::equal(end.begin(), end.end(), a.rows.end() - 64));
 }
 
 TEST(AudioPrompt, SpliceMediaKeepsItemOrderAtOneSlot) {

@@ -10,7 +10,7 @@ namespace kvshare::cli {
 
 void AddAudioFlags(CLI::App& cmd, AudioFlags& f) {
   cmd.add_option("--audio", f.clips,
-                 "An audio clip (WAV, FLAC, MP3, OGG; at most 30 s for Gemma 3n / Gemma 4) put before the prompt text, "
+                 "An audio clip (WAV, FLAC, MP3, OGG; at most 600 s, encoded in 30 s chunks) put before the prompt text, "
                  "after any --image; repeat for several, in order. Needs --mmproj with an audio encoder");
 }
 

@@ -145,7 +145,7 @@ std::shared_ptr<EncodedPrompt> EncodePromptMedia(const PromptMedia& m, const Pro
     } catch (const Error& e) {
       throw named("audio", i, e);
     }
-    out->clips.push_back(PromptAudio{.tokens = prepared.back().tokens, .key = prepared.back().key});
+    out->clips.push_back(prepared.back().Pending());
   }
   const auto splice = [&] {
     std::vector<MediaInsert> audio;

@@ -56,7 +56,7 @@ a bad file or array (naming images[i]), or token ids as the prompt.
 Audio (an mmproj with an audio encoder): audio = a list of clips, each a file
 path (WAV, FLAC, MP3, OGG), file bytes, a (float32 1-D numpy array, sample
 rate) pair or {"array": ..., "sampling_rate": ...}; put after the images,
-before the text; at most 30 s each (Gemma 3n / Gemma 4). kvshare.Error at
+before the text; at most 600 s each (encoded in 30 s chunks). kvshare.Error at
 the call, naming audio[i], for audio without an audio encoder, a bad file,
 format or array, a clip too long or a sample rate of 0.
 Raises kvshare.Error at the call for bad sampling options, and from the first

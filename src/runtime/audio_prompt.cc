@@ -1,6 +1,8 @@
 // Audio clips in a prompt (kvshare/runtime/audio_prompt.h).
 #include "kvshare/runtime/audio_prompt.h"
 
+#include <algorithm>
+#include <optional>
 
 #include "common/str.h"
 #include "kvshare/common/error.h"
@@ -12,8 +14,10 @@ constexpr int kAudioRate = 16000;          // every Gemma audio front end
 constexpr int kGemma3nAudioSlots = 188;    // Gemma3nProcessor's audio_seq_length
 }  // namespace
 
-double MaxAudioSeconds(AudioProjectorType projector) {
-  return projector == AudioProjectorType::kGemma4UA ? AudioLimits{}.max_seconds : 30.0;
+double MaxAudioSeconds(AudioProjectorType) { return AudioLimits{}.max_seconds; }
+
+std::size_t AudioChunkSamples(AudioProjectorType projector) {
+  return projector == AudioProjectorType::kGemma4UA ? 0 : std::size_t{30} * kAudioRate;
 }
 
 std::uint64_t AudioKey(const Audio& audio) {
@@ -32,6 +36,22 @@ std::uint64_t AudioKey(const Audio& audio) {
   return h;
 }
 
+std::uint64_t AudioChunkKey(std::uint64_t key, std::size_t chunk) {
+  if (chunk == 0) return key;
+  std::uint64_t h = key;
+  for (int i = 0; i < 8; ++i) {
+    h ^= (chunk >> (8 * i)) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+int PreparedAudio::LargestSpan(AudioProjectorType projector) const {
+  int largest = 0;
+  for (int t : chunk_tokens) largest = std::max(largest, t);
+  return largest + (projector == AudioProjectorType::kGemma3nA ? 1 : 0);
+}
+
 PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std::uint64_t key) {
   const AudioConfig& c = encoder.config();
   if (audio.sample_rate <= 0) throw Error(detail::Str("audio: sample rate ", audio.sample_rate, " (must be > 0 Hz)"));
@@ -43,21 +63,39 @@ PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std:
                             " s per clip (split it into several clips)"));
   }
   const Audio a = ResampleAudio(audio, kAudioRate);
+  const std::size_t n = a.samples.size();
+  const std::size_t step = AudioChunkSamples(c.projector) == 0 ? n : AudioChunkSamples(c.projector);
+  std::optional<LogMelExtractor> mel;
+  if (c.projector != AudioProjectorType::kGemma4UA) mel.emplace(AudioFrontEndFor(c));
   PreparedAudio out;
   out.key = key;
-  out.features = c.projector == AudioProjectorType::kGemma4UA ? RawAudioFrames(a.samples, c.samples_per_token)
-                                                              : LogMelExtractor(AudioFrontEndFor(c)).Extract(a.samples);
-  // Gemma 3n's prompt always holds its 188 slots (AudioEncoder::PromptTokens).
-  out.tokens = c.projector == AudioProjectorType::kGemma3nA ? kGemma3nAudioSlots : AudioSoftTokens(c, out.features);
+  for (std::size_t from = 0; from < n; from += step) {
+    const std::span<const float> piece = std::span<const float>(a.samples).subspan(from, std::min(step, n - from));
+    AudioFeatures f = mel ? mel->Extract(piece) : RawAudioFrames(piece, c.samples_per_token);
+    const int soft = AudioSoftTokens(c, f);
+    // A tail of a few ms gives no soft token: dropped, as it would add only
+    // padding (a lone short clip keeps it and fails in the encoder, as before).
+    if (soft == 0 && from > 0) break;
+    // Gemma 3n's prompt always holds its 188 slots (AudioEncoder::PromptTokens).
+    const int tokens = c.projector == AudioProjectorType::kGemma3nA ? kGemma3nAudioSlots : soft;
+    out.chunks.push_back(std::move(f));
+    out.chunk_tokens.push_back(tokens);
+    out.tokens += tokens;
+  }
   return out;
 }
 
 PromptAudio EncodePromptAudio(const AudioEncoder& encoder, const PreparedAudio& prepared, ThreadPool* pool) {
   const AudioConfig& c = encoder.config();
-  PromptAudio out;
-  out.key = prepared.key;
-  out.rows = encoder.PromptTokens(prepared.features, pool);
-  out.tokens = static_cast<int>(out.rows.size() / static_cast<std::size_t>(c.n_embd_text));
+  PromptAudio out = prepared.Pending();
+  out.tokens = 0;
+  for (std::size_t i = 0; i < prepared.chunks.size(); ++i) {
+    std::vector<float> rows = encoder.PromptTokens(prepared.chunks[i], pool);
+    const int tokens = static_cast<int>(rows.size() / static_cast<std::size_t>(c.n_embd_text));
+    if (i < out.chunk_tokens.size()) out.chunk_tokens[i] = tokens;
+    out.tokens += tokens;
+    out.rows.insert(out.rows.end(), rows.begin(), rows.end());
+  }
   if (c.projector == AudioProjectorType::kGemma3nA) {
     // HF embeds <end_of_audio> (row 0 of the audio vocabulary) through the
     // hard path, not the text table.
@@ -103,13 +141,28 @@ std::vector<MediaInsert> AudioSplicer::Inserts(std::span<const std::size_t> slot
     from = slots[i];
     const PromptAudio& a = clips[i];
     if (a.tokens < 1) throw Error(detail::Str("audio clip ", i, " has no soft tokens"));
+    const std::vector<int> chunks = a.chunk_tokens.empty() ? std::vector<int>{a.tokens} : a.chunk_tokens;
+    int sum = 0;
+    for (int t : chunks) sum += t;
+    if (sum != a.tokens) {
+      throw Error(detail::Str("audio clip ", i, ": its chunks hold ", sum, " soft tokens, not its ", a.tokens));
+    }
     MediaInsert m{.slot = slots[i]};
     m.tokens.push_back(begin_);
     m.tokens.insert(m.tokens.end(), static_cast<std::size_t>(a.tokens), soft_);
     m.tokens.push_back(end_);
-    m.spans.push_back(EmbeddingSpan{
-        .begin = 1, .count = a.tokens + (end_in_span ? 1 : 0), .rows = a.rows.data(), .bidirectional = false});
-    m.keys.push_back(a.key);
+    // One span per chunk so that a step never has to hold more than 30 s.
+    const std::size_t width = a.rows.empty() ? 0 : a.rows.size() / (a.tokens + (end_in_span ? 1 : 0));
+    int at = 0;
+    for (std::size_t j = 0; j < chunks.size(); ++j) {
+      const bool last = j + 1 == chunks.size();
+      m.spans.push_back(EmbeddingSpan{.begin = 1 + at,
+                                      .count = chunks[j] + (end_in_span && last ? 1 : 0),
+                                      .rows = a.rows.empty() ? nullptr : a.rows.data() + width * at,
+                                      .bidirectional = false});
+      m.keys.push_back(AudioChunkKey(a.key, j));
+      at += chunks[j];
+    }
     out.push_back(std::move(m));
   }
   return out;

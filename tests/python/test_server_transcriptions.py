@@ -7,6 +7,7 @@ import json
 import uuid
 import http.client
 
+import numpy as np
 import pytest
 
 from audio_clips import tone, wav16
@@ -58,5 +59,23 @@ def test_bad_input_is_a_named_400(server):
     assert status == 400 and json.loads(body)["error"]["param"] == "response_format"
     status, body = post_form(server, {}, b"not audio")
     assert status == 400 and json.loads(body)["error"]["code"] == "invalid_audio"
-    status, body = post_form(server, {}, wav16(tone(440, 31.0)))
+    status, body = post_form(server, {}, wav16(np.zeros(1000 * 601), 1000))
     assert status == 400 and json.loads(body)["error"]["code"] == "audio_too_long"
+
+
+def test_stream_with_the_openai_sdk(server):
+    openai = pytest.importorskip("openai")
+    clip = wav16(tone(440, 1.0))
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120) as client:
+        whole = client.audio.transcriptions.create(model="x", file=("clip.wav", clip), language="English")
+        events = list(client.audio.transcriptions.create(model="x", file=("clip.wav", clip), language="English",
+                                                         stream=True))
+    kinds = [e.type for e in events]
+    # Deltas, then one done event carrying the whole text and the usage.
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}, kinds
+    done = events[-1]
+    assert "".join(e.delta for e in events[:-1]) == done.text == whole.text
+    u = done.usage
+    assert u.type == "tokens" and u.output_tokens > 0 and u.total_tokens == u.input_tokens + u.output_tokens
+    # The clip's 25 soft tokens are part of the input.
+    assert u.input_tokens > 25

@@ -10,8 +10,12 @@
 //             row is part of the span: 189 rows)
 //   gemma4a,  <|audio> N x <|audio|> <audio|>, N = 25 per second of the clip
 //   gemma4ua
-// The rows go to the model as one EmbeddingSpan (model.h) per clip, causal
-// (HF's mm_token_type_ids mark audio 3, which no bidirectional block takes).
+// The rows go to the model as one EmbeddingSpan (model.h) per 30 s chunk,
+// causal (HF's mm_token_type_ids mark audio 3, which no bidirectional block
+// takes). A clip over 30 s (gemma3na, gemma4a) is cut into independent 30 s
+// chunks, each encoded as HF's processor encodes a clip of that length, their
+// soft tokens back to back between one pair of markers (llama.cpp's
+// mtmd_audio_preprocessor_gemma4a; docs/audio.md "Long clips").
 #pragma once
 
 #include <cstddef>
@@ -31,36 +35,53 @@ class ThreadPool;
 
 // One clip, encoded.
 struct PromptAudio {
-  std::vector<float> rows;  // [tokens, n_embd_text]: the span's rows
-  int tokens = 0;           // soft tokens (gemma3na: 188, plus its end marker's row in `rows`)
+  std::vector<float> rows;  // [tokens, n_embd_text]: the spans' rows, chunk after chunk
+  int tokens = 0;           // soft tokens (gemma3na: 188 per chunk, plus its end marker's row in `rows`)
   std::uint64_t key = 0;    // identity for the prompt cache (AudioKey)
+  std::vector<int> chunk_tokens;  // soft tokens per chunk, summing to `tokens`; empty: one chunk
 };
 
-// The longest clip an audio tower takes in one window: HF's processors cut
-// at 30 s (480 000 samples at 16 kHz) where kvshare refuses (chunking longer
-// clips is not done yet). The unified model's raw frames have no window.
-double MaxAudioSeconds(AudioProjectorType projector);  // 30, or 600 (AudioLimits) for gemma4ua
+// The longest clip kvshare takes, in seconds: AudioLimits' 600 s (20 chunks
+// of 30 s) for every projector.
+double MaxAudioSeconds(AudioProjectorType projector);
+
+// The window a tower encodes at once, in samples at 16 kHz: 480 000 (30 s,
+// where HF's processors cut a clip) for gemma3na and gemma4a; 0 (no window:
+// one chunk) for gemma4ua's raw frames.
+std::size_t AudioChunkSamples(AudioProjectorType projector);
 
 // A 64-bit FNV-1a digest of a clip's samples and rate: equal keys mean the
 // same soft tokens.
 std::uint64_t AudioKey(const Audio& audio);
+// The prompt-cache key of chunk `chunk` of the clip keyed `key` (`key` itself
+// for chunk 0).
+std::uint64_t AudioChunkKey(std::uint64_t key, std::size_t chunk);
 
-// A clip ready to encode: its features and the soft tokens it will take.
+// A clip ready to encode: its chunks' features and the soft tokens they
+// will take.
 struct PreparedAudio {
-  AudioFeatures features;  // at 16 kHz: log-mel, or raw frames (gemma4ua)
-  int tokens = 0;          // PromptAudio::tokens once encoded
+  std::vector<AudioFeatures> chunks;  // at 16 kHz: log-mel, or raw frames (gemma4ua)
+  std::vector<int> chunk_tokens;      // [chunks.size()]
+  int tokens = 0;                     // PromptAudio::tokens once encoded
   std::uint64_t key = 0;
+
+  // The clip's PromptAudio before encoding: tokens, chunks and key, no rows.
+  PromptAudio Pending() const { return {.rows = {}, .tokens = tokens, .key = key, .chunk_tokens = chunk_tokens}; }
+  // Rows of the clip's largest span (gemma3na's last also holds its end
+  // marker's row): what one prompt step must hold.
+  int LargestSpan(AudioProjectorType projector) const;
 };
 
-// Resamples `audio` to the encoders' 16 kHz and computes its features
-// (cheap next to the encoding; callers check the token count against their
-// context first). Throws kvshare::Error for a clip with a sample rate of 0,
-// no samples, or one longer than MaxAudioSeconds (naming its length and the
-// limit).
+// Resamples `audio` to the encoders' 16 kHz, cuts it into AudioChunkSamples
+// chunks and computes their features (cheap next to the encoding; callers
+// check the token count against their context first). A last chunk too
+// short to give a soft token (under 35 ms) is dropped. Throws kvshare::Error,
+// before any resampling, for a clip with a sample rate of 0, no samples, or
+// one longer than MaxAudioSeconds (naming its length and the limit).
 PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std::uint64_t key);
 
-// Encodes a prepared clip (AudioEncoder::PromptTokens; gemma3na also its end
-// marker's hard row). Throws what the encoder throws.
+// Encodes a prepared clip, chunk by chunk (AudioEncoder::PromptTokens;
+// gemma3na also its end marker's hard row). Throws what the encoder throws.
 PromptAudio EncodePromptAudio(const AudioEncoder& encoder, const PreparedAudio& prepared, ThreadPool* pool);
 
 // PrepareAudio, then EncodePromptAudio.
@@ -73,9 +94,10 @@ class AudioSplicer {
   // to this text model).
   AudioSplicer(const Tokenizer& tokenizer, AudioProjectorType projector);
 
-  // The clips' tokens for SpliceMedia, clip i at slots[i] (non-decreasing).
-  // Throws kvshare::Error when slots and clips differ in number, a slot is
-  // out of order, or a clip has no tokens.
+  // The clips' tokens for SpliceMedia, clip i at slots[i] (non-decreasing):
+  // one span per chunk, chunk j > 0 keyed by AudioChunkKey(key, j). Throws
+  // kvshare::Error when slots and clips differ in number, a slot is out of
+  // order, a clip has no tokens or its chunks do not sum to its tokens.
   std::vector<MediaInsert> Inserts(std::span<const std::size_t> slots, std::span<const PromptAudio> clips) const;
   // SpliceMedia(ids, Inserts(slots, clips)).
   MediaPrompt Splice(std::span<const std::int32_t> ids, std::span<const std::size_t> slots,
