@@ -230,14 +230,16 @@ void Server::Impl::SetupRoutes() {
   });
 
   const auto model_json = [this] {
+    // "multimodal": images (llama-server's word); "audio": input_audio parts.
+    json caps = json::array({model->config().causal ? "completion" : "embedding"});
+    if (model->config().causal && ctx.images.encoder != nullptr) caps.push_back("multimodal");
+    if (model->config().causal && ctx.audio.encoder != nullptr) caps.push_back("audio");
     return json{{"id", ctx.model_id},
                 {"object", "model"},
                 {"created", created},
                 {"owned_by", "kvshare"},
                 {"max_model_len", ctx.max_context},
-                {"capabilities", !model->config().causal         ? json::array({"embedding"})
-                                 : ctx.images.encoder != nullptr ? json::array({"completion", "multimodal"})
-                                                                 : json::array({"completion"})}};
+                {"capabilities", caps}};
   };
   http.Get("/v1/models", Guarded([this, model_json](const httplib::Request&, httplib::Response& res) {
              CheckReady();

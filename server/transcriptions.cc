@@ -26,11 +26,18 @@ std::string Field(const httplib::Request& req, const char* name) {
   return req.has_file(name) ? req.get_file_value(name).content : std::string();
 }
 
-// The instruction after the clip: the ASR prompt of Google's Gemma audio
-// guide, with the request's language when it names one.
+// The instruction after the clip: the ASR prompt quoted for Gemma 3n / 4
+// from Google's model card and audio guide (docs/audio.md "Transcription
+// prompt"), with the request's language when it names one.
 std::string Instruction(const std::string& language) {
-  const std::string lang = language.empty() ? "its original language" : language;
-  return "Transcribe the following speech segment in " + lang + " into " + lang + " text.";
+  const std::string task = language.empty()
+                               ? "Transcribe the following speech segment in its original language."
+                               : "Transcribe the following speech segment in " + language + " into " + language + " text.";
+  return task +
+         "\n\nFollow these specific instructions for formatting the answer:\n"
+         "* Only output the transcription, with no newlines.\n"
+         "* When transcribing numbers, write the digits, i.e. write 1.7 and not one point seven, and write 3 instead "
+         "of three.";
 }
 
 // OpenAI's transcript.text.done usage: tokens in, out and together.

@@ -85,7 +85,7 @@ class WebSocket:
 class Browser:
     """Headless Chromium with one page, driven over CDP."""
 
-    def __init__(self, timeout=60):
+    def __init__(self, timeout=60, args=()):
         exe = shutil.which("chromium") or shutil.which("chromium-browser")
         if exe is None:
             raise FileNotFoundError("chromium")
@@ -94,7 +94,7 @@ class Browser:
             [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
              "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
              "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
-             "--window-size=1000,700", "about:blank"],
+             "--window-size=1000,700", *args, "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port_file = Path(self.profile) / "DevToolsActivePort"
         end = time.time() + timeout

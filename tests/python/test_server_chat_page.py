@@ -85,3 +85,55 @@ def test_stop_button_ends_the_reply_and_frees_the_slot(browser, tmp_path):
         assert m["kvshare_active_slots"] == 0
         assert m["kvshare_requests_cancelled_total"] == 1
         assert m["kvshare_generation_tokens_total"] < 2000
+
+
+def test_chat_page_sends_audio(tmp_path):
+    """The Audio button (shown since /v1/models lists "audio") attaches a WAV
+    as it is; Record takes a clip from Chromium's fake microphone (WebM /
+    Opus, which the server does not read) and the page turns it into a 16 kHz
+    mono WAV; both go as input_audio parts before the text."""
+    import base64
+    import io
+    import time
+    import wave
+
+    from audio_clips import tone, wav16
+    from server_util import ROOT
+
+    clip = wav16(tone(440, 0.5))
+    path = tmp_path / "a.wav"
+    path.write_bytes(clip)
+    with Server(ROOT / "tests" / "fixtures" / "vision" / "gemma4.f32.gguf", "--slots", 1, "--max-context", 256,
+                "--chat-template", "gemma4", "--mmproj", ROOT / "tests" / "fixtures" / "audio" / "gemma4a.mmproj.f32.gguf") as s:
+        b = Browser(args=("--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"))
+        try:
+            open_page(b, s)
+            b.wait("!document.getElementById('audio').hidden && !document.getElementById('record').hidden")
+            # Keep the request bodies the page sends.
+            b.eval("window.sent = []; const f = window.fetch; window.fetch = (p, o) => "
+                   "{ if (o && o.body) window.sent.push(JSON.parse(o.body)); return f(p, o); }; 0")
+            root = b.call("DOM.getDocument")["root"]["nodeId"]
+            node = b.call("DOM.querySelector", nodeId=root, selector="#audio-files")["nodeId"]
+            b.call("DOM.setFileInputFiles", nodeId=node, files=[str(path)])
+            b.wait("document.getElementById('audio').textContent === 'Audio (1)'")
+            b.eval("document.getElementById('record').click()")
+            b.wait("document.getElementById('record').textContent === 'Stop recording'")
+            time.sleep(0.6)
+            b.eval("document.getElementById('record').click()")
+            b.wait("document.getElementById('audio').textContent === 'Audio (2)'")
+            b.eval("document.getElementById('max').value = 3; document.getElementById('temp').value = 0")
+            send(b, "What is said?")
+            assert b.wait("(document.querySelector('.msg.user') || {}).textContent") == "What is said? [2 clips]"
+            b.wait("(() => { const s = document.querySelector('.stats'); return s && s.textContent.includes('·'); })()")
+            assert b.eval("document.querySelector('.msg.error') === null")
+            parts = b.eval("window.sent[window.sent.length - 1]")["messages"][-1]["content"]
+            assert [p["type"] for p in parts] == ["input_audio", "input_audio", "text"]
+            assert parts[0]["input_audio"] == {"data": base64.b64encode(clip).decode(), "format": "wav"}
+            assert parts[1]["input_audio"]["format"] == "wav"
+            with wave.open(io.BytesIO(base64.b64decode(parts[1]["input_audio"]["data"]))) as w:
+                assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
+                assert w.getnframes() > 16000 * 0.3
+            assert parts[2] == {"type": "text", "text": "What is said?"}
+            s.wait_log(r"chat stream: .*output \d+ tokens")
+        finally:
+            b.close()
