@@ -58,6 +58,19 @@ def test_clips_reach_the_model(server):
         assert res.status == 200, (name, res.text)
 
 
+def test_long_clip_is_encoded_in_30_s_chunks():
+    # 31 s: 750 + 25 soft tokens in one span each (docs/audio.md "Long clips"),
+    # so the 751-token step still holds it; the repeat reuses every chunk.
+    with Server(TEXT, "--slots", 1, "--max-context", 1024, "--step-tokens", 64, "--chat-template", "gemma4",
+                "--mmproj", MMPROJ) as s:
+        text = request(s, "POST", P, chat([{"type": "text", "text": "Hi"}])).json()["usage"]["prompt_tokens"]
+        body = chat([audio_part(wav16(np.tile(tone(440), 62))), {"type": "text", "text": "Hi"}])
+        first = request(s, "POST", P, body).json()["usage"]
+        assert first["prompt_tokens"] - text == 775 + 2
+        again = request(s, "POST", P, body).json()["usage"]
+        assert again["prompt_tokens_details"]["cached_tokens"] == first["prompt_tokens"] - 1
+
+
 def error_of(server, parts):
     res = request(server, "POST", P, chat(parts))
     assert res.status == 400, res.text
