@@ -179,21 +179,7 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
         }
         const std::string out = st->set->CollectStream(kPoll);
         st->done = st->set->finished();
-        if (out.empty() && !st->done) {
-          if (PeerClosed(st->fd)) {
-            st->set->CancelAll();
-            return false;
-          }
-          return true;
-        }
-        // An empty write would tell cpp-httplib the stream ended (events of
-        // tokens whose text is still held back produce no bytes).
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          st->set->CancelAll();
-          return false;
-        }
-        if (st->done) sink.done();
-        return true;
+        return PumpEvents(sink, out, st->done, st->fd, [&] { st->set->CancelAll(); });
       },
       [this, st, log_done](bool) {
         const bool gone = !st->done;
@@ -206,6 +192,23 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
         log_done(*st->set, true, gone);
         in_flight.fetch_sub(1);
       });
+}
+
+bool PumpEvents(httplib::DataSink& sink, const std::string& out, bool done, int fd,
+                const std::function<void()>& cancel) {
+  if (out.empty() && !done) {
+    if (!PeerClosed(fd)) return true;
+    cancel();
+    return false;
+  }
+  // An empty write would tell cpp-httplib the stream ended (events of tokens
+  // whose text is still held back produce no bytes).
+  if (!out.empty() && !sink.write(out.data(), out.size())) {
+    cancel();
+    return false;
+  }
+  if (done) sink.done();
+  return true;
 }
 
 }  // namespace kvshare::server

@@ -73,6 +73,14 @@ inline void SendError(httplib::Response& res, const ApiError& e) {
 // The request body as JSON (ApiError 400 with OpenAI's wording otherwise).
 nlohmann::json ParseBody(const httplib::Request& req);
 
+// One call of a streaming content provider (completions.cc): writes `out`,
+// the server-sent events since the last call, and ends the stream once
+// `done`. When nothing came, checks whether the client went away (fd,
+// PeerClosed). Calls `cancel` and returns false when the client is gone or a
+// write fails; true to be called again.
+bool PumpEvents(httplib::DataSink& sink, const std::string& out, bool done, int fd,
+                const std::function<void()>& cancel);
+
 struct Server::Impl {
   explicit Impl(ServerOptions o) : opt(std::move(o)) {}
 

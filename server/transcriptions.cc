@@ -148,20 +148,7 @@ void Server::Impl::HandleTranscription(const httplib::Request& req, httplib::Res
         "text/event-stream",
         [st](std::size_t, httplib::DataSink& sink) {
           const std::string out = st->Collect(std::chrono::milliseconds(20));
-          if (out.empty() && !st->done) {
-            if (PeerClosed(st->fd)) {
-              st->handle->Cancel();
-              return false;
-            }
-            return true;
-          }
-          // An empty write would tell cpp-httplib the stream ended.
-          if (!out.empty() && !sink.write(out.data(), out.size())) {
-            st->handle->Cancel();
-            return false;
-          }
-          if (st->done) sink.done();
-          return true;
+          return PumpEvents(sink, out, st->done, st->fd, [&] { st->handle->Cancel(); });
         },
         [this, st, seconds](bool) {
           if (!st->done) st->handle->Cancel();
