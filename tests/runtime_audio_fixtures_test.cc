@@ -9,6 +9,10 @@
 //   argmax equal;
 // - the same tokens through Generator with the span, and with a clip's
 //   rows changed the logits change (the span is read).
+// The same for Gemma 3n (tests/tools/audio_e2e_gemma3n_fixtures.py): the tiny
+// Gemma 3n of tests/fixtures/vision/ with the gemma3ne mmproj, its 188 audio
+// slots and the end marker's hard row in the span; the logits of the last 48
+// prompt positions and of 16 greedy steps.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -132,6 +136,90 @@ TEST_F(AudioFixtures, PromptAndLogitsMatchHf) {
   EXPECT_GT(MaxRelDiff(std::vector<float>(z.begin(), z.end()),
                        std::vector<float>(pre.end() - static_cast<std::ptrdiff_t>(V), pre.end())),
             1e-3);
+}
+
+TEST(AudioFixturesGemma3n, PromptAndLogitsMatchHf) {
+  std::ifstream in(AudioDir() + "gemma3ne.json");
+  ASSERT_TRUE(in) << "missing fixture gemma3ne.json";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto model = Model::Load(AudioDir() + j["text_gguf"].get<std::string>());
+  const auto encoder = AudioEncoder::Load(AudioDir() + j["mmproj"].get<std::string>());
+  CheckAudioMmprojFitsText(encoder->config(), model->config().n_embd);
+  AudioFeatures f;
+  f.values = ReadF32(AudioDir() + j["features"].get<std::string>());
+  f.n_bins = 128;
+  f.n_frames = static_cast<int>(f.values.size() / 128);
+  for (const auto& clip : testing::AudioClips()) {
+    if (clip["name"] == "hello_22050") {
+      for (char c : clip["gemma3n"]["mask"].get<std::string>()) f.mask.push_back(c == '1');
+    }
+  }
+  ASSERT_EQ(AudioSoftTokens(encoder->config(), f), j["clip_soft_tokens"].get<int>());
+  PreparedAudio p{.chunks = {f}, .chunk_tokens = {188}, .tokens = 188, .key = 1};
+  const PromptAudio clip = EncodePromptAudio(*encoder, p, nullptr);
+  ASSERT_EQ(clip.tokens, j["audio_slots"].get<int>());
+
+  // The chat message with the clip, then the text: HF's ids exactly.
+  const Tokenizer tok(ReadVocab(model->gguf()));
+  const AudioSplicer splicer(tok, AudioProjectorType::kGemma3nA);
+  ChatMessage m{"user", "Transcribe this clip."};
+  m.audio_at = {0};
+  std::vector<std::size_t> slots;
+  const std::vector<std::int32_t> ids = ChatTemplate(ChatFormat::kGemma, tok).Encode(
+      std::span(&m, 1), {.audio_padding_text = splicer.padding_text()}, nullptr, &slots);
+  const MediaPrompt mp = splicer.Splice(ids, slots, std::span(&clip, 1));
+  const auto want_ids = j["prompt_ids"].get<std::vector<std::int32_t>>();
+  ASSERT_EQ(mp.tokens, want_ids);
+  ASSERT_EQ(mp.embeddings.size(), 1u);
+  EXPECT_EQ(mp.embeddings[0].count, 189);  // 188 slots and <end_of_audio>'s hard row
+
+  const std::vector<EmbeddingSpan> spans = mp.embeddings;
+  auto st = model->NewState({.max_context = 256});
+  const auto all = static_cast<std::int64_t>(want_ids.size());
+  const auto logits = model->Forward(*st, want_ids, nullptr, {.num_logits = all, .embeddings = spans});
+  const std::size_t V = static_cast<std::size_t>(model->config().n_vocab);
+  const std::vector<float> pre = ReadF32(AudioDir() + j["prefill_logits"]["file"].get<std::string>());
+  const auto first = static_cast<std::size_t>(j["prefill_first_position"].get<int>());
+  ASSERT_EQ(pre.size(), (want_ids.size() - first) * V);
+  EXPECT_LT(MaxRelDiff(std::vector<float>(logits.begin() + static_cast<std::ptrdiff_t>(first * V), logits.end()), pre),
+            kTol);
+  const std::vector<float> steps = ReadF32(AudioDir() + j["step_logits"]["file"].get<std::string>());
+  const auto tokens = j["tokens"].get<std::vector<std::int32_t>>();
+  std::vector<float> row(logits.end() - static_cast<std::ptrdiff_t>(V), logits.end());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::vector<float> want(steps.begin() + static_cast<std::ptrdiff_t>(i * V),
+                                  steps.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
+    EXPECT_LT(MaxRelDiff(row, want), kTol) << "step " << i;
+    EXPECT_EQ(std::max_element(row.begin(), row.end()) - row.begin(), tokens[i]) << "step " << i;
+    const auto next = model->Forward(*st, std::span(&tokens[i], 1), nullptr);
+    row.assign(next.begin(), next.end());
+  }
+
+  // Through Generator, prompt chunks of 16 (the causal span cut across steps).
+  Generator gen(*model, tok, nullptr, {.max_context = 256, .max_step = 16});
+  std::vector<std::int32_t> out;
+  GenerateOptions o;
+  o.max_new_tokens = static_cast<int>(tokens.size());
+  o.sampler.temperature = 0.0f;
+  o.ignore_eos = true;
+  o.prompt_embeddings = spans;
+  o.on_token = [&](std::int32_t t, std::span<const float>) { out.push_back(t); };
+  gen.Generate(want_ids, o, [](std::string_view) {});
+  EXPECT_EQ(out, tokens);
+
+  // The span is what the model reads: the clip's soft rows, and the end
+  // marker's hard row on its own, each change the last logits when zeroed.
+  const std::vector<float> last(pre.end() - static_cast<std::ptrdiff_t>(V), pre.end());
+  const std::size_t W = static_cast<std::size_t>(model->config().n_embd);
+  for (const std::size_t zero_from : {std::size_t{0}, std::size_t{188}}) {
+    std::vector<float> rows = clip.rows;
+    std::fill(rows.begin() + static_cast<std::ptrdiff_t>(zero_from * W), rows.end(), 0.0f);
+    std::vector<EmbeddingSpan> changed = spans;
+    changed[0].rows = rows.data();
+    auto st2 = model->NewState({.max_context = 256});
+    const auto z = model->Forward(*st2, want_ids, nullptr, {.num_logits = 1, .embeddings = changed});
+    EXPECT_GT(MaxRelDiff(std::vector<float>(z.begin(), z.end()), last), 1e-3) << "zeroed from row " << zero_from;
+  }
 }
 
 }  // namespace

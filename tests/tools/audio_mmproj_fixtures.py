@@ -129,29 +129,15 @@ def gemma3na_name(hf: str, tmap) -> str:
     return name
 
 
-def gemma3na():
-    from transformers.models.gemma3n.configuration_gemma3n import Gemma3nAudioConfig, Gemma3nTextConfig
-    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nAudioEncoder, Gemma3nMultimodalEmbedder
-
-    cfg = Gemma3nAudioConfig(hidden_size=32, conf_num_hidden_layers=2, conf_num_attention_heads=2,
-                             sscp_conv_channel_size=[8, 4], vocab_size=8)
-    text = Gemma3nTextConfig(hidden_size=64)
-    torch.manual_seed(7)
-    tower = Gemma3nAudioEncoder(cfg).to(torch.float32).eval()
-    embedder = Gemma3nMultimodalEmbedder(cfg, text).to(torch.float32).eval()
-    randomize(tower, 8)
-    randomize(embedder, 9)
-    with torch.no_grad():  # logits large enough for the softcap (50) to bend them
-        for block in tower.conformer:
-            block.attention.attn.q_proj.weight.mul_(8.0)
-            block.attention.attn.k_proj.weight.mul_(8.0)
+def write_gemma3na_mmproj(out: Path, cfg, n_text: int, tower, embedder):
+    """An audio-only gemma3na mmproj of an HF Gemma3nAudioEncoder and audio
+    Gemma3nMultimodalEmbedder, in the converter's keys and names."""
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, cfg.conf_num_hidden_layers)
-    out = OUT / "gemma3na.mmproj.f32.gguf"
     w = gguf.GGUFWriter(str(out), "clip")
     w.add_type(gguf.GGUFType.MMPROJ)
     w.add_bool("clip.has_vision_encoder", False)
     w.add_bool("clip.has_audio_encoder", True)
-    w.add_uint32("clip.audio.projection_dim", text.hidden_size)
+    w.add_uint32("clip.audio.projection_dim", n_text)
     w.add_uint32("clip.audio.embedding_length", cfg.hidden_size)
     w.add_uint32("clip.audio.feed_forward_length", cfg.hidden_size * 4)
     w.add_uint32("clip.audio.block_count", cfg.conf_num_hidden_layers)
@@ -169,6 +155,25 @@ def gemma3na():
     w.write_tensors_to_file()
     w.close()
     print(f"{out.name}: {out.stat().st_size} bytes")
+
+
+def gemma3na():
+    from transformers.models.gemma3n.configuration_gemma3n import Gemma3nAudioConfig, Gemma3nTextConfig
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nAudioEncoder, Gemma3nMultimodalEmbedder
+
+    cfg = Gemma3nAudioConfig(hidden_size=32, conf_num_hidden_layers=2, conf_num_attention_heads=2,
+                             sscp_conv_channel_size=[8, 4], vocab_size=8)
+    text = Gemma3nTextConfig(hidden_size=64)
+    torch.manual_seed(7)
+    tower = Gemma3nAudioEncoder(cfg).to(torch.float32).eval()
+    embedder = Gemma3nMultimodalEmbedder(cfg, text).to(torch.float32).eval()
+    randomize(tower, 8)
+    randomize(embedder, 9)
+    with torch.no_grad():  # logits large enough for the softcap (50) to bend them
+        for block in tower.conformer:
+            block.attention.attn.q_proj.weight.mul_(8.0)
+            block.attention.attn.k_proj.weight.mul_(8.0)
+    write_gemma3na_mmproj(OUT / "gemma3na.mmproj.f32.gguf", cfg, text.hidden_size, tower, embedder)
 
     def run(feats, valid):
         with torch.no_grad():
