@@ -40,6 +40,51 @@ using testing::ReadF32;
 
 constexpr double kTol = 1e-5;
 
+// HF's features of the hello clip (j["features"]) with the mask HF's
+// `extractor` gave (tests/fixtures/audio/audio.json).
+AudioFeatures HelloFeatures(const nlohmann::json& j, const char* extractor) {
+  AudioFeatures f;
+  f.values = ReadF32(AudioDir() + j["features"].get<std::string>());
+  f.n_bins = 128;
+  f.n_frames = static_cast<int>(f.values.size() / 128);
+  for (const auto& clip : testing::AudioClips()) {
+    if (clip["name"] == "hello_22050") {
+      for (char c : clip[extractor]["mask"].get<std::string>()) f.mask.push_back(c == '1');
+    }
+  }
+  return f;
+}
+
+// HF's greedy steps (j["step_logits"], j["tokens"]) from the prompt's last
+// logits `row` on, one token at a time through `st`: each within kTol of
+// HF's, argmax HF's token. Then the same tokens through Generator with
+// `max_step`-token prompt steps (the causal span cut across steps).
+void CheckSteps(const Model& model, const Tokenizer& tok, ModelState& st, std::vector<float> row,
+                const nlohmann::json& j, const std::vector<std::int32_t>& prompt,
+                const std::vector<EmbeddingSpan>& spans, int max_context, int max_step) {
+  const std::vector<float> steps = ReadF32(AudioDir() + j["step_logits"]["file"].get<std::string>());
+  const auto tokens = j["tokens"].get<std::vector<std::int32_t>>();
+  const std::size_t V = static_cast<std::size_t>(model.config().n_vocab);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::vector<float> want(steps.begin() + static_cast<std::ptrdiff_t>(i * V),
+                                  steps.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
+    EXPECT_LT(MaxRelDiff(row, want), kTol) << "step " << i;
+    EXPECT_EQ(std::max_element(row.begin(), row.end()) - row.begin(), tokens[i]) << "step " << i;
+    const auto next = model.Forward(st, std::span(&tokens[i], 1), nullptr);
+    row.assign(next.begin(), next.end());
+  }
+  Generator gen(model, tok, nullptr, {.max_context = max_context, .max_step = max_step});
+  std::vector<std::int32_t> out;
+  GenerateOptions o;
+  o.max_new_tokens = static_cast<int>(tokens.size());
+  o.sampler.temperature = 0.0f;
+  o.ignore_eos = true;
+  o.prompt_embeddings = spans;
+  o.on_token = [&](std::int32_t t, std::span<const float>) { out.push_back(t); };
+  gen.Generate(prompt, o, [](std::string_view) {});
+  EXPECT_EQ(out, tokens);
+}
+
 class AudioFixtures : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -49,16 +94,7 @@ class AudioFixtures : public ::testing::Test {
     model_ = Model::Load(AudioDir() + j_["text_gguf"].get<std::string>());
     encoder_ = AudioEncoder::Load(AudioDir() + j_["mmproj"].get<std::string>());
     CheckAudioMmprojFitsText(encoder_->config(), model_->config().n_embd);
-    // HF's features of the clip, with the mask HF's extractor gave.
-    AudioFeatures f;
-    f.values = ReadF32(AudioDir() + j_["features"].get<std::string>());
-    f.n_bins = 128;
-    f.n_frames = static_cast<int>(f.values.size() / 128);
-    for (const auto& clip : testing::AudioClips()) {
-      if (clip["name"] == "hello_22050") {
-        for (char c : clip["gemma4"]["mask"].get<std::string>()) f.mask.push_back(c == '1');
-      }
-    }
+    AudioFeatures f = HelloFeatures(j_, "gemma4");
     PreparedAudio p;
     p.tokens = AudioSoftTokens(encoder_->config(), f);
     p.chunk_tokens = {p.tokens};
@@ -102,30 +138,9 @@ TEST_F(AudioFixtures, PromptAndLogitsMatchHf) {
   const auto logits = model_->Forward(*st, want_ids, nullptr, {.num_logits = all, .embeddings = spans});
   const std::vector<float> pre = ReadF32(AudioDir() + j_["prefill_logits"]["file"].get<std::string>());
   EXPECT_LT(MaxRelDiff(std::vector<float>(logits.begin(), logits.end()), pre), kTol);
-  const std::vector<float> steps = ReadF32(AudioDir() + j_["step_logits"]["file"].get<std::string>());
-  const auto tokens = j_["tokens"].get<std::vector<std::int32_t>>();
   const std::size_t V = static_cast<std::size_t>(model_->config().n_vocab);
-  std::vector<float> row(logits.end() - static_cast<std::ptrdiff_t>(V), logits.end());
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const std::vector<float> want(steps.begin() + static_cast<std::ptrdiff_t>(i * V),
-                                  steps.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
-    EXPECT_LT(MaxRelDiff(row, want), kTol) << "step " << i;
-    EXPECT_EQ(std::max_element(row.begin(), row.end()) - row.begin(), tokens[i]) << "step " << i;
-    const auto next = model_->Forward(*st, std::span(&tokens[i], 1), nullptr);
-    row.assign(next.begin(), next.end());
-  }
-
-  // Through Generator, prompt chunks of 8 (the causal span is cut across steps).
-  Generator gen(*model_, tok, nullptr, {.max_context = 128, .max_step = 8});
-  std::vector<std::int32_t> out;
-  GenerateOptions o;
-  o.max_new_tokens = static_cast<int>(tokens.size());
-  o.sampler.temperature = 0.0f;
-  o.ignore_eos = true;
-  o.prompt_embeddings = spans;
-  o.on_token = [&](std::int32_t t, std::span<const float>) { out.push_back(t); };
-  gen.Generate(want_ids, o, [](std::string_view) {});
-  EXPECT_EQ(out, tokens);
+  CheckSteps(*model_, tok, *st, std::vector<float>(logits.end() - static_cast<std::ptrdiff_t>(V), logits.end()), j_,
+             want_ids, spans, 128, 8);
 
   // Other rows, other logits: the span is what the model reads.
   std::vector<float> other(clip_.rows.size(), 0.0f);
@@ -145,15 +160,7 @@ TEST(AudioFixturesGemma3n, PromptAndLogitsMatchHf) {
   const auto model = Model::Load(AudioDir() + j["text_gguf"].get<std::string>());
   const auto encoder = AudioEncoder::Load(AudioDir() + j["mmproj"].get<std::string>());
   CheckAudioMmprojFitsText(encoder->config(), model->config().n_embd);
-  AudioFeatures f;
-  f.values = ReadF32(AudioDir() + j["features"].get<std::string>());
-  f.n_bins = 128;
-  f.n_frames = static_cast<int>(f.values.size() / 128);
-  for (const auto& clip : testing::AudioClips()) {
-    if (clip["name"] == "hello_22050") {
-      for (char c : clip["gemma3n"]["mask"].get<std::string>()) f.mask.push_back(c == '1');
-    }
-  }
+  const AudioFeatures f = HelloFeatures(j, "gemma3n");
   ASSERT_EQ(AudioSoftTokens(encoder->config(), f), j["clip_soft_tokens"].get<int>());
   PreparedAudio p{.chunks = {f}, .chunk_tokens = {188}, .tokens = 188, .key = 1};
   const PromptAudio clip = EncodePromptAudio(*encoder, p, nullptr);
@@ -183,29 +190,8 @@ TEST(AudioFixturesGemma3n, PromptAndLogitsMatchHf) {
   ASSERT_EQ(pre.size(), (want_ids.size() - first) * V);
   EXPECT_LT(MaxRelDiff(std::vector<float>(logits.begin() + static_cast<std::ptrdiff_t>(first * V), logits.end()), pre),
             kTol);
-  const std::vector<float> steps = ReadF32(AudioDir() + j["step_logits"]["file"].get<std::string>());
-  const auto tokens = j["tokens"].get<std::vector<std::int32_t>>();
-  std::vector<float> row(logits.end() - static_cast<std::ptrdiff_t>(V), logits.end());
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const std::vector<float> want(steps.begin() + static_cast<std::ptrdiff_t>(i * V),
-                                  steps.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
-    EXPECT_LT(MaxRelDiff(row, want), kTol) << "step " << i;
-    EXPECT_EQ(std::max_element(row.begin(), row.end()) - row.begin(), tokens[i]) << "step " << i;
-    const auto next = model->Forward(*st, std::span(&tokens[i], 1), nullptr);
-    row.assign(next.begin(), next.end());
-  }
-
-  // Through Generator, prompt chunks of 16 (the causal span cut across steps).
-  Generator gen(*model, tok, nullptr, {.max_context = 256, .max_step = 16});
-  std::vector<std::int32_t> out;
-  GenerateOptions o;
-  o.max_new_tokens = static_cast<int>(tokens.size());
-  o.sampler.temperature = 0.0f;
-  o.ignore_eos = true;
-  o.prompt_embeddings = spans;
-  o.on_token = [&](std::int32_t t, std::span<const float>) { out.push_back(t); };
-  gen.Generate(want_ids, o, [](std::string_view) {});
-  EXPECT_EQ(out, tokens);
+  CheckSteps(*model, tok, *st, std::vector<float>(logits.end() - static_cast<std::ptrdiff_t>(V), logits.end()), j,
+             want_ids, spans, 256, 16);
 
   // The span is what the model reads: the clip's soft rows, and the end
   // marker's hard row on its own, each change the last logits when zeroed.

@@ -79,10 +79,11 @@ def build(work: Path):
     return model, d
 
 
-def features():
+def features(extractor="gemma4"):
+    """HF's features of the hello clip for `extractor` and its valid-frame mask."""
     clips = json.loads((OUT / "audio.json").read_text())["clips"]
-    mask = next(c for c in clips if c["name"] == "hello_22050")["gemma4"]["mask"]
-    f = np.fromfile(OUT / "hello_22050.gemma4.f32", dtype="<f4").reshape(-1, 128)
+    mask = next(c for c in clips if c["name"] == "hello_22050")[extractor]["mask"]
+    f = np.fromfile(OUT / f"hello_22050.{extractor}.f32", dtype="<f4").reshape(-1, 128)
     valid = np.array([c == "1" for c in mask])
     assert len(valid) == f.shape[0]
     return torch.from_numpy(f)[None], torch.from_numpy(valid)[None]

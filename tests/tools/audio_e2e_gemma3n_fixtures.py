@@ -37,16 +37,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import audio_e2e_fixtures as g4e  # noqa: E402  (write_f32)
+import audio_e2e_fixtures as g4e  # noqa: E402  (paths, prompt text, write_f32, features, logits)
 import audio_mmproj_fixtures as amf  # noqa: E402  (gemma3na mmproj writer)
 import vision_fixtures as vf  # noqa: E402  (convert, defaults)
 import vision_gemma3n_fixture as vg  # noqa: E402  (tokenizer, model)
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "tests" / "fixtures" / "audio"
-TEXT = "Transcribe this clip."
+ROOT, OUT, TEXT, STEPS = g4e.ROOT, g4e.OUT, g4e.TEXT, g4e.STEPS
 SEED = 73
-STEPS = 16
 SLOTS = 188  # Gemma3nProcessor's audio_seq_length
 KEEP = 48  # prompt positions whose logits are stored
 
@@ -78,21 +75,6 @@ def build(work: Path):
     return model, d, sp
 
 
-def features():
-    clips = json.loads((OUT / "audio.json").read_text())["clips"]
-    mask = next(c for c in clips if c["name"] == "hello_22050")["gemma3n"]["mask"]
-    f = np.fromfile(OUT / "hello_22050.gemma3n.f32", dtype="<f4").reshape(-1, 128)
-    valid = np.array([c == "1" for c in mask])
-    assert len(valid) == f.shape[0]
-    return torch.from_numpy(f)[None], torch.from_numpy(valid)[None]
-
-
-def logits(model, ids, feats, valid):
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), input_features=feats, input_features_mask=valid, use_cache=False)
-    return out.logits[0].float().numpy()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", type=Path, default=vf.DEFAULT_LLAMA_CPP)
@@ -108,16 +90,16 @@ def main():
     amf.write_gemma3na_mmproj(OUT / "gemma3ne.mmproj.f32.gguf", model.config.audio_config, vg.N_TEXT,
                               model.model.audio_tower, model.model.embed_audio)
 
-    feats, valid = features()
+    feats, valid = g4e.features("gemma3n")
     seq = "\n\n<start_of_audio>" + "<audio_soft_token>" * SLOTS + "<end_of_audio>\n\n"
     s = "<start_of_turn>user\n" + seq + TEXT + "<end_of_turn>\n<start_of_turn>model\n"
     ids = [2] + sp.encode(s)
     soft = sp.piece_to_id("<audio_soft_token>")
     assert ids.count(soft) == SLOTS, ids
-    pre = logits(model, ids, feats, valid)
+    pre = g4e.logits(model, ids, feats, valid)
     chain, tokens, steps = list(ids), [], []
     for i in range(STEPS):
-        row = pre[-1] if i == 0 else logits(model, chain, feats, valid)[-1]
+        row = pre[-1] if i == 0 else g4e.logits(model, chain, feats, valid)[-1]
         tokens.append(int(np.argmax(row)))
         steps.append(row.copy())
         chain.append(tokens[-1])
@@ -126,7 +108,7 @@ def main():
     assert max(tokens) < vg.SPM_VOCAB, tokens
     top2 = np.sort(np.concatenate([pre[-1:], steps]), axis=1)[:, -2:]
     margin = float(np.min(top2[:, 1] - top2[:, 0]))
-    effect = float(np.max(np.abs(logits(model, ids, torch.zeros_like(feats), valid) - pre)))
+    effect = float(np.max(np.abs(g4e.logits(model, ids, torch.zeros_like(feats), valid) - pre)))
     assert effect > 1e-2, effect
     with torch.no_grad():
         n_soft = int((~model.model.get_audio_features(feats, ~valid, return_dict=True).audio_mel_mask).sum())
