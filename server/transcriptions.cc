@@ -30,9 +30,9 @@ std::string Field(const httplib::Request& req, const char* name) {
 // from Google's model card and audio guide (docs/audio.md "Transcription
 // prompt"), with the request's language when it names one.
 std::string Instruction(const std::string& language) {
-  const std::string task = language.empty()
-                               ? "Transcribe the following speech segment in its original language."
-                               : "Transcribe the following speech segment in " + language + " into " + language + " text.";
+  const std::string task =
+      language.empty() ? "Transcribe the following speech segment in its original language."
+                       : "Transcribe the following speech segment in " + language + " into " + language + " text.";
   return task +
          "\n\nFollow these specific instructions for formatting the answer:\n"
          "* Only output the transcription, with no newlines.\n"
@@ -73,7 +73,8 @@ struct TranscriptionStream {
       if (e.error) {
         out += CompletionFormatter::Sse({{"error", {{"message", e.detail}, {"type", "server_error"}}}});
       } else {
-        out += CompletionFormatter::Sse({{"type", "transcript.text.done"}, {"text", text}, {"usage", TokenUsage(e.usage)}});
+        out += CompletionFormatter::Sse(
+            {{"type", "transcript.text.done"}, {"text", text}, {"usage", TokenUsage(e.usage)}});
       }
     }
     return out;
@@ -95,9 +96,9 @@ void Server::Impl::HandleTranscription(const httplib::Request& req, httplib::Res
   }
   const std::string format = Field(req, "response_format").empty() ? "json" : Field(req, "response_format");
   if (format != "json" && format != "text" && format != "verbose_json") {
-    throw BadRequest("Invalid 'response_format': expected \"json\", \"text\" or \"verbose_json\", got \"" + format +
-                         "\".",
-                     "response_format", "invalid_value");
+    throw BadRequest(
+        "Invalid 'response_format': expected \"json\", \"text\" or \"verbose_json\", got \"" + format + "\".",
+        "response_format", "invalid_value");
   }
   const bool stream = IsTrue(Field(req, "stream"));
   CompletionRequest cr;

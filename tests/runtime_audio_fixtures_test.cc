@@ -172,8 +172,9 @@ TEST(AudioFixturesGemma3n, PromptAndLogitsMatchHf) {
   ChatMessage m{"user", "Transcribe this clip."};
   m.audio_at = {0};
   std::vector<std::size_t> slots;
-  const std::vector<std::int32_t> ids = ChatTemplate(ChatFormat::kGemma, tok).Encode(
-      std::span(&m, 1), {.audio_padding_text = splicer.padding_text()}, nullptr, &slots);
+  const std::vector<std::int32_t> ids =
+      ChatTemplate(ChatFormat::kGemma, tok)
+          .Encode(std::span(&m, 1), {.audio_padding_text = splicer.padding_text()}, nullptr, &slots);
   const MediaPrompt mp = splicer.Splice(ids, slots, std::span(&clip, 1));
   const auto want_ids = j["prompt_ids"].get<std::vector<std::int32_t>>();
   ASSERT_EQ(mp.tokens, want_ids);

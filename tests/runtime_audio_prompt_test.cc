@@ -78,8 +78,8 @@ TEST(AudioPrompt, Gemma3nPaddingJoinsNeighbouringText) {
   m.audio_at = {0};
   const ChatTemplate tmpl(ChatFormat::kGemma4, Gemma4Tok());
   std::vector<std::size_t> islots, aslots;
-  const auto with = tmpl.Encode(std::span(&m, 1), {.image_padding_text = "\n\n", .audio_padding_text = "\n\n"},
-                                &islots, &aslots);
+  const auto with =
+      tmpl.Encode(std::span(&m, 1), {.image_padding_text = "\n\n", .audio_padding_text = "\n\n"}, &islots, &aslots);
   EXPECT_LT(islots[0], aslots[0]);  // text ("\n\n\n\n") between the image and the clip
   EXPECT_LT(aslots[0], with.size() - 1);
   const auto without = tmpl.Encode(std::span(&m, 1), {}, &islots, &aslots);
@@ -153,7 +153,8 @@ TEST(AudioPrompt, NamedErrorsBeforeEncoding) {
   EXPECT_NE(long_clip.find("601 s long"), std::string::npos) << long_clip;
   EXPECT_NE(long_clip.find("at most 600 s"), std::string::npos) << long_clip;
   // Exactly 30 s is one chunk: 750 tokens.
-  const PromptAudio a = EncodePromptAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(480000)}, 0, nullptr);
+  const PromptAudio a =
+      EncodePromptAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(480000)}, 0, nullptr);
   EXPECT_EQ(a.tokens, 750);
   EXPECT_EQ(a.chunk_tokens, std::vector<int>{750});
 }
@@ -178,7 +179,8 @@ TEST(AudioPrompt, Gemma4ChunksLongClipsIntoIndependentWindows) {
   ASSERT_EQ(a.chunk_tokens, (std::vector<int>{750, 25}));
   ASSERT_EQ(a.tokens, 775);
   ASSERT_EQ(a.rows.size(), 775u * 64);
-  const Audio second{.sample_rate = 16000, .samples = std::vector<float>(clip.samples.begin() + 480000, clip.samples.end())};
+  const Audio second{.sample_rate = 16000,
+                     .samples = std::vector<float>(clip.samples.begin() + 480000, clip.samples.end())};
   const PromptAudio b = EncodePromptAudio(*enc, second, 0, nullptr);
   ASSERT_EQ(b.rows.size(), 25u * 64);
   EXPECT_TRUE(std::equal(b.rows.begin(), b.rows.end(), a.rows.begin() + 750 * 64));
@@ -222,10 +224,12 @@ TEST(AudioPrompt, Gemma3nChunksFill188SlotsEach) {
 
 TEST(AudioPrompt, SpliceMediaKeepsItemOrderAtOneSlot) {
   const float rows[4 * 2] = {};
-  MediaInsert image{.slot = 1, .tokens = {20, 17, 21}, .spans = {{.begin = 1, .count = 1, .rows = rows, .bidirectional = true}},
+  MediaInsert image{.slot = 1,
+                    .tokens = {20, 17, 21},
+                    .spans = {{.begin = 1, .count = 1, .rows = rows, .bidirectional = true}},
                     .keys = {7}};
-  MediaInsert audio{.slot = 1, .tokens = {22, 18, 18, 23}, .spans = {{.begin = 1, .count = 2, .rows = rows}},
-                    .keys = {9}};
+  MediaInsert audio{
+      .slot = 1, .tokens = {22, 18, 18, 23}, .spans = {{.begin = 1, .count = 2, .rows = rows}}, .keys = {9}};
   MediaInsert late{.slot = 0, .tokens = {5}, .spans = {}, .keys = {}};
   const std::vector<std::int32_t> ids = {2, 3};
   const MediaInsert all[] = {image, audio, late};

@@ -10,8 +10,8 @@
 namespace kvshare {
 
 namespace {
-constexpr int kAudioRate = 16000;          // every Gemma audio front end
-constexpr int kGemma3nAudioSlots = 188;    // Gemma3nProcessor's audio_seq_length
+constexpr int kAudioRate = 16000;        // every Gemma audio front end
+constexpr int kGemma3nAudioSlots = 188;  // Gemma3nProcessor's audio_seq_length
 }  // namespace
 
 double MaxAudioSeconds(AudioProjectorType) { return AudioLimits{}.max_seconds; }

@@ -35,9 +35,9 @@ class ThreadPool;
 
 // One clip, encoded.
 struct PromptAudio {
-  std::vector<float> rows;  // [tokens, n_embd_text]: the spans' rows, chunk after chunk
-  int tokens = 0;           // soft tokens (gemma3na: 188 per chunk, plus its end marker's row in `rows`)
-  std::uint64_t key = 0;    // identity for the prompt cache (AudioKey)
+  std::vector<float> rows;        // [tokens, n_embd_text]: the spans' rows, chunk after chunk
+  int tokens = 0;                 // soft tokens (gemma3na: 188 per chunk, plus its end marker's row in `rows`)
+  std::uint64_t key = 0;          // identity for the prompt cache (AudioKey)
   std::vector<int> chunk_tokens;  // soft tokens per chunk, summing to `tokens`; empty: one chunk
 };
 
@@ -75,7 +75,7 @@ struct PreparedAudio {
 // Resamples `audio` to the encoders' 16 kHz, cuts it into AudioChunkSamples
 // chunks and computes their features (cheap next to the encoding; callers
 // check the token count against their context first). A last chunk too
-// short to give a soft token (under 35 ms) is dropped. Throws kvshare::Error,
+// short to give a soft token (a few tens of ms) is dropped. Throws kvshare::Error,
 // before any resampling, for a clip with a sample rate of 0, no samples, or
 // one longer than MaxAudioSeconds (naming its length and the limit).
 PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std::uint64_t key);
