@@ -64,8 +64,9 @@ void ReadConformer(const GgufFile& f, AudioConfig& c, const char* norm_probe, co
   MmprojTensor(f, "a.blk.0.ffn_down.weight", {c.n_ff, c.n_embd});
   MmprojTensor(f, "a.blk.0.conv_pw1.weight", {c.n_embd, 2 * c.n_embd});
   MmprojTensor(f, "a.blk.0.conv_pw2.weight", {c.n_embd, c.n_embd});
-  for (const char* name : {"attn_k", "attn_v", "attn_out"})
+  for (const char* name : {"attn_k", "attn_v", "attn_out"}) {
     MmprojTensor(f, Str("a.blk.0.", name, ".weight"), {c.n_embd, c.n_embd});
+  }
 }
 
 void ReadGemma3nA(const GgufFile& f, AudioConfig& c) {
