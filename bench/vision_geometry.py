@@ -11,6 +11,9 @@ conversion/gemma.py; docs/vision.md):
            ff 4304, 256 tokens, text width 2560
   gemma4v  Gemma 4 E2B's encoder: 16 layers, d 768, 12 heads of 64, ff 3072,
            patch 16, pool 3, clipped linears (bounds +-100), text width 1536
+  gemma4v_scaled  gemma4v with q / k norm weights 64^-1/4, so the attention
+           scores spread as a trained model's, and clip.use_gelu (for
+           bench/vision_precision.py)
   gemma3nv Gemma 3n's MobileNet-V5-300M: 768 px, stem 64, stages of 128 / 256
            / 640 / 1280 channels with 13 + 19 MQA blocks, fusion 3840 -> 2048,
            text width 2048 (tests/vision_mobilenet_fixture.h RealMnv5_300m)
@@ -63,10 +66,10 @@ def gemma3():
     return keys, t
 
 
-def gemma4v():
+def gemma4v(qk_norm="n", use_gelu=False):
     d, ff, L, hd = 768, 3072, 16, 64
     keys = dict(projector=("clip.vision.projector_type", "gemma4v"), image_size=224, patch_size=16, n_embd=d,
-                n_ff=ff, n_layer=L, n_head=12, text=1536, mean=0.0, std=1.0, use_gelu=False)
+                n_ff=ff, n_layer=L, n_head=12, text=1536, mean=0.0, std=1.0, use_gelu=use_gelu)
 
     def clipped(base, shape):
         return [(base + ".weight", shape, "w"), (base + ".input_min", (1,), -BOUND), (base + ".input_max", (1,), BOUND),
@@ -76,7 +79,7 @@ def gemma4v():
     for i in range(L):
         b = f"v.blk.{i}."
         t += [(b + n + ".weight", (d,), "n") for n in ("ln1", "attn_post_norm", "ln2", "ffn_post_norm")]
-        t += [(b + "attn_q_norm.weight", (hd,), "n"), (b + "attn_k_norm.weight", (hd,), "n")]
+        t += [(b + "attn_q_norm.weight", (hd,), qk_norm), (b + "attn_k_norm.weight", (hd,), qk_norm)]
         for m in ("attn_q", "attn_k", "attn_v", "attn_out"):
             t += clipped(b + m, (d, d))
         t += clipped(b + "ffn_gate", (d, ff)) + clipped(b + "ffn_up", (d, ff)) + clipped(b + "ffn_down", (ff, d))
@@ -142,7 +145,18 @@ def gemma3nv():
     return keys, t
 
 
-ENCODERS = {"gemma3": gemma3, "gemma4v": gemma4v, "gemma3nv": gemma3nv}
+def gemma4v_scaled():
+    """gemma4v with every q / k norm weight hd^-1/4: at attention scale 1.0 the
+    scores then spread as a 1/sqrt(hd)-scaled model's do (about unit variance),
+    where the random ~1.0 norms of gemma4v give scores of spread sqrt(hd) = 8, an
+    argmax over the keys that no trained model has (docs/vision.md "Precision").
+    With clip.use_gelu, so that llama.cpp runs GELU as HF and kvshare do (it
+    falls back to gelu_quick without the key; kvshare ignores it): only the
+    rounding is left to compare."""
+    return gemma4v(qk_norm=64 ** -0.25, use_gelu=True)
+
+
+ENCODERS = {"gemma3": gemma3, "gemma4v": gemma4v, "gemma3nv": gemma3nv, "gemma4v_scaled": gemma4v_scaled}
 
 
 def write_mmproj(path: Path, name: str, rng: np.random.Generator) -> int:

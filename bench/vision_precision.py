@@ -13,7 +13,13 @@ python) the same three figures for llama.cpp's soft tokens of the same image
 (its own preprocessing, an identity resize at these sizes) against kvshare's
 f32 ones. --keep DIR keeps the dumps (and llama.cpp's) there and reuses them.
 
-  python3 bench/vision_precision.py [--dir /opt/kvshare-ref/bench] [--encoders gemma3,gemma4v]
+Encoders: gemma3 (SigLIP, 896 px), gemma4v (Gemma 4 E2B, 768 x 768; its
+random q / k norms make attention an argmax, see docs/vision.md), gemma4v_scaled
+(the same with q / k norms that give trained-like score spreads) and gemma3nv
+(MobileNet-V5, which runs f32 at every precision: its bf16 figures are 0, its
+llama.cpp ones are the measure).
+
+  python3 bench/vision_precision.py [--dir /opt/kvshare-ref/bench] [--encoders gemma3,gemma4v,gemma4v_scaled,gemma3nv]
       [--threads 2] [--keep DIR] [--llama-build /opt/kvshare-ref/llama-build]
       [--json bench/results/vision_precision.json]
 """
@@ -30,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = {"gemma3": "astronaut_896.png", "gemma4v": "astronaut_768.png"}
-TOKENS = 256  # both images give 256 soft tokens (bench/vision_peer.py)
+IMAGE = {"gemma3": "astronaut_896.png", "gemma4v": "astronaut_768.png", "gemma4v_scaled": "astronaut_768.png",
+         "gemma3nv": "astronaut_768.png"}
+TOKENS = 256  # every image gives 256 soft tokens (bench/vision_peer.py)
 
 
 def encode(a, enc, precision, out):
@@ -76,7 +83,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvshare", type=Path, default=ROOT / "build" / "bin" / "kvshare")
     ap.add_argument("--dir", type=Path, default=Path("/opt/kvshare-ref/bench"))
-    ap.add_argument("--encoders", default="gemma3,gemma4v")
+    ap.add_argument("--encoders", default="gemma3,gemma4v,gemma4v_scaled,gemma3nv")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--keep", type=Path)
     ap.add_argument("--llama-build", type=Path)

@@ -28,13 +28,19 @@ std::vector<std::uint8_t> ReadFile(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::string ErrorOf(std::span<const std::uint8_t> bytes, const ImageLimits& limits = {}) {
+// The message of the kvshare::Error that f() throws, or "" when it throws none.
+template <typename F>
+std::string ErrorFrom(F f) {
   try {
-    DecodeImage(bytes, limits);
+    f();
   } catch (const Error& e) {
     return e.what();
   }
   return "";
+}
+
+std::string ErrorOf(std::span<const std::uint8_t> bytes, const ImageLimits& limits = {}) {
+  return ErrorFrom([&] { DecodeImage(bytes, limits); });
 }
 
 std::vector<std::uint8_t> Bytes(std::string_view s) { return {s.begin(), s.end()}; }
@@ -194,6 +200,33 @@ TEST(VisionImage, LoadImageFileNamesThePath) {
   }
 }
 
+std::string ReadError(const std::string& path, const ImageLimits& limits = {}) {
+  return ErrorFrom([&] { ReadImageFile(path, limits); });
+}
+
+// The one file reader of the front ends: the size limit is checked before the
+// file is read (a regular file by its size; a pipe by reading one byte past
+// the limit, never the whole stream), and the errors name the path.
+TEST(VisionImage, ReadImageFileChecksTheSizeFirst) {
+  const std::string png = ImageDir() + "rgb.png";
+  const std::vector<std::uint8_t> bytes = ReadFile(png);
+  EXPECT_EQ(ReadImageFile(png, {.max_bytes = bytes.size()}), bytes);
+  EXPECT_EQ(ReadError(png, {.max_bytes = bytes.size() - 1}),
+            "the file " + png + " is " + std::to_string(bytes.size()) + " bytes, over the limit of " +
+                std::to_string(bytes.size() - 1) + " bytes (ImageLimits::max_bytes)");
+  EXPECT_EQ(ReadImageFile(png, {.max_bytes = ~std::size_t{0}}), bytes);  // no overflow at the largest limit
+  EXPECT_NE(
+      ReadError(ImageDir() + "no_such_file.png").find("cannot open the file " + ImageDir() + "no_such_file.png ("),
+      std::string::npos);
+  EXPECT_NE(ReadError(ImageDir()).find("(a directory)"), std::string::npos);
+  // /dev/zero has no size and no end: refused after max_bytes + 1 bytes.
+  EXPECT_EQ(ReadError("/dev/zero", {.max_bytes = 3000000}),
+            "the file /dev/zero is more than 3000000 bytes, over the limit of 3000000 bytes (ImageLimits::max_bytes)");
+  // LoadImageFile reads through it.
+  EXPECT_NE(ReadError(png, {.max_bytes = 10}).find("over the limit of 10 bytes"), std::string::npos);
+  EXPECT_NE(ErrorFrom([&] { LoadImageFile(png, {.max_bytes = 10}); }).find("rgb.png': the file "), std::string::npos);
+}
+
 TEST(VisionImage, FromPixels) {
   const std::vector<std::uint8_t> grey = {1, 2, 3, 4, 5, 6};
   const Image g = ImageFromPixels(grey, 2, 3, 1);
@@ -208,6 +241,12 @@ TEST(VisionImage, FromPixels) {
   EXPECT_THROW(ImageFromPixels(rgb, 1, 2, 3), Error);
   EXPECT_THROW(ImageFromPixels(rgb, 0, 1, 3), Error);
   EXPECT_THROW(ImageFromPixels({}, 1, 1, 3), Error);
+  // The pixel limit holds for raw pixels too (Python's numpy images).
+  const std::vector<std::uint8_t> six(18, 7);
+  EXPECT_EQ(ImageFromPixels(six, 2, 3, 3, {.max_pixels = 6}).rgb, six);
+  EXPECT_EQ(
+      ErrorFrom([&] { ImageFromPixels(six, 2, 3, 3, {.max_pixels = 5, .max_pixels_hint = "raise it with --x"}); }),
+      "raw image of 3x2 = 6 pixels is over the limit of 5 pixels; raise it with --x");
 }
 
 }  // namespace

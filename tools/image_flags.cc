@@ -2,8 +2,6 @@
 #include "image_flags.h"
 
 #include <chrono>
-#include <fstream>
-#include <iterator>
 
 #include "kvshare/common/error.h"
 #include "kvshare/vision/image.h"
@@ -42,14 +40,6 @@ void AddVisionPrecisionFlag(CLI::App& cmd, std::string& precision) {
       ->capture_default_str();
 }
 
-namespace {
-std::vector<std::uint8_t> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("--image " + path + ": cannot open the file");
-  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-}  // namespace
-
 EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   EncodedImages out;
   if (f.images.empty()) return out;  // --mmproj may carry only an audio encoder (audio_flags.h)
@@ -64,8 +54,8 @@ EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   const ImageLimits limits{.max_pixels = f.max_pixels, .max_pixels_hint = "raise it with --image-max-pixels"};
   const auto t0 = std::chrono::steady_clock::now();
   for (const std::string& path : f.images) {
-    const std::vector<std::uint8_t> bytes = ReadBytes(path);
     try {
+      const std::vector<std::uint8_t> bytes = ReadImageFile(path, limits);
       PromptImage& im = out.images.emplace_back();
       im.key = ImageKey(bytes, po);
       out.pixels.push_back(out.encoder->Preprocess(DecodeImage(bytes, limits), po));

@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "kvshare/common/error.h"
 
@@ -15,14 +13,9 @@ namespace {
 
 std::string TypeName(const py::handle& obj) { return py::str(py::type::of(obj).attr("__name__")); }
 
-std::vector<std::uint8_t> ReadFile(const std::string& path, const std::string& name) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(name + ": cannot open the file " + path);
-  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // A NumPy array's uint8 pixels as an Image; the key covers the shape too.
-ImageArg FromArray(const py::array& in, const std::string& name, const PreprocessOptions& options) {
+ImageArg FromArray(const py::array& in, const std::string& name, const PreprocessOptions& options,
+                   const ImageLimits& limits) {
   const py::dtype dt = in.dtype();
   if (dt.kind() != 'u' || dt.itemsize() != 1) {
     throw Error(name + ": a numpy image must have dtype uint8 (8-bit levels), got " +
@@ -38,8 +31,12 @@ ImageArg FromArray(const py::array& in, const std::string& name, const Preproces
   const std::span<const std::uint8_t> px(static_cast<const std::uint8_t*>(a.data()),
                                          static_cast<std::size_t>(a.size()));
   ImageArg out;
-  out.image =
-      ImageFromPixels(px, static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), static_cast<int>(channels));
+  try {
+    out.image = ImageFromPixels(px, static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)),
+                                static_cast<int>(channels), limits);
+  } catch (const Error& e) {
+    throw Error(name + ": " + e.what());
+  }
   const std::uint64_t dims[3] = {static_cast<std::uint64_t>(a.shape(0)), static_cast<std::uint64_t>(a.shape(1)),
                                  static_cast<std::uint64_t>(channels)};
   std::vector<std::uint8_t> keyed(px.begin(), px.end());
@@ -51,13 +48,18 @@ ImageArg FromArray(const py::array& in, const std::string& name, const Preproces
 
 }  // namespace
 
-ImageArg ReadImageArg(const py::handle& obj, const std::string& name, const PreprocessOptions& options) {
-  if (py::isinstance<py::array>(obj)) return FromArray(py::reinterpret_borrow<py::array>(obj), name, options);
+ImageArg ReadImageArg(const py::handle& obj, const std::string& name, const PreprocessOptions& options,
+                      const ImageLimits& limits) {
+  if (py::isinstance<py::array>(obj)) return FromArray(py::reinterpret_borrow<py::array>(obj), name, options, limits);
   std::vector<std::uint8_t> bytes;
   if (py::isinstance<py::str>(obj) || py::hasattr(obj, "__fspath__")) {
     const py::object path = py::module_::import("os").attr("fspath")(obj);
     if (!py::isinstance<py::str>(path)) throw py::type_error(name + ": a path must be a str (got bytes)");
-    bytes = ReadFile(path.cast<std::string>(), name);
+    try {
+      bytes = ReadImageFile(path.cast<std::string>(), limits);
+    } catch (const Error& e) {
+      throw Error(name + ": " + e.what());
+    }
   } else if (py::isinstance<py::bytes>(obj) || py::isinstance<py::bytearray>(obj) ||
              py::isinstance<py::memoryview>(obj)) {
     const std::string b = py::module_::import("builtins").attr("bytes")(obj).cast<std::string>();
@@ -72,7 +74,7 @@ ImageArg ReadImageArg(const py::handle& obj, const std::string& name, const Prep
   {
     py::gil_scoped_release release;
     try {
-      out.image = DecodeImage(bytes);
+      out.image = DecodeImage(bytes, limits);
     } catch (const Error& e) {
       throw Error(name + ": " + e.what());
     }

@@ -33,7 +33,9 @@ struct ImageArg {
   Image image;
   std::uint64_t key = 0;  // ImageKey of the file's bytes, or of the pixels and their shape
 };
-ImageArg ReadImageArg(const py::handle& obj, const std::string& name, const PreprocessOptions& options);
+// limits: the file size and pixel limits (ImageLimits), for arrays too.
+ImageArg ReadImageArg(const py::handle& obj, const std::string& name, const PreprocessOptions& options,
+                      const ImageLimits& limits = {});
 
 // A float32 [3, H, W] array as a PixelTensor (copied). Throws kvshare::Error
 // for another dtype or rank, or a first dimension other than 3.

@@ -295,10 +295,14 @@ class PyModel {
                                    float frequency_penalty, std::uint64_t seed, const py::object& chat, bool reset,
                                    const py::object& draft, int draft_max, bool draft_adaptive,
                                    const py::object& images, int max_soft_tokens, bool pan_and_scan,
-                                   const py::object& audio) {
+                                   std::int64_t image_max_pixels, const py::object& audio) {
     const ChatTemplate tmpl(FormatFor(chat), *core_->tokenizer);
     const PreprocessOptions po{.max_soft_tokens = max_soft_tokens, .pan_and_scan = pan_and_scan};
-    const std::vector<ImageArg> image_args = ImageArgs(images, po);
+    if (image_max_pixels < 1) {
+      throw Error("image_max_pixels must be at least 1, got " + std::to_string(image_max_pixels));
+    }
+    const ImageLimits limits{.max_pixels = image_max_pixels, .max_pixels_hint = "raise it with image_max_pixels="};
+    const std::vector<ImageArg> image_args = ImageArgs(images, po, limits);
     if (!audio.is_none() && py::len(audio) > 0) NeedAudio();  // no encoder: the error before any clip is read
     const std::vector<AudioArg> clips =
         ReadAudioArgs(audio, core_->audio ? MaxAudioSeconds(core_->audio->config().projector) : 0.0);
@@ -509,7 +513,8 @@ class PyModel {
 
 
   // generate()'s images (None or a list) as decoded images.
-  std::vector<ImageArg> ImageArgs(const py::object& images, const PreprocessOptions& po) const {
+  std::vector<ImageArg> ImageArgs(const py::object& images, const PreprocessOptions& po,
+                                  const ImageLimits& limits) const {
     std::vector<ImageArg> out;
     if (images.is_none()) return out;
     if (!py::isinstance<py::list>(images) && !py::isinstance<py::tuple>(images)) {
@@ -519,7 +524,7 @@ class PyModel {
     const py::sequence seq = py::reinterpret_borrow<py::sequence>(images);
     if (seq.size() > 0) Vision();  // no encoder: the error before any image is read
     for (std::size_t i = 0; i < seq.size(); ++i) {
-      out.push_back(ReadImageArg(seq[i], "images[" + std::to_string(i) + "]", po));
+      out.push_back(ReadImageArg(seq[i], "images[" + std::to_string(i) + "]", po, limits));
     }
     return out;
   }
@@ -621,7 +626,8 @@ void BindModel(py::module_& m) {
            py::arg("draft_max") = SpeculativeOptions{}.draft_max,
            py::arg("draft_adaptive") = SpeculativeOptions{}.adaptive, py::arg("images") = py::none(),
            py::arg("max_soft_tokens") = PreprocessOptions{}.max_soft_tokens,
-           py::arg("pan_and_scan") = PreprocessOptions{}.pan_and_scan, py::arg("audio") = py::none(), kGenerateDoc)
+           py::arg("pan_and_scan") = PreprocessOptions{}.pan_and_scan,
+           py::arg("image_max_pixels") = ImageLimits{}.max_pixels, py::arg("audio") = py::none(), kGenerateDoc)
       .def_property_readonly("takes_images", &PyModel::TakesImages,
                              "True when the Model was loaded with its vision encoder (mmproj=...).")
       .def_property_readonly("takes_audio", &PyModel::TakesAudio,

@@ -51,8 +51,11 @@ os.PathLike; JPEG, PNG, GIF, BMP, WebP), file bytes, or uint8 numpy arrays
 user message (a str prompt), as kvshare generate --image does. They are
 decoded, preprocessed and encoded at the call (GIL released). max_soft_tokens:
 Gemma 4's budget per image (70, 140, 280, 560, 1120); pan_and_scan: Gemma 3's
-crops of long images. kvshare.Error at the call for images without an mmproj,
-a bad file or array (naming images[i]), or token ids as the prompt.
+crops of long images; image_max_pixels: the largest image (width x height,
+default 8192 x 8192), checked on a file's header before decoding and on an
+array's shape, as kvshare generate --image-max-pixels. kvshare.Error at the
+call for images without an mmproj, a bad file or array (naming images[i]), an
+image over image_max_pixels, or token ids as the prompt.
 Audio (an mmproj with an audio encoder): audio = a list of clips, each a file
 path (WAV, FLAC, MP3, OGG), file bytes, a (float32 1-D numpy array, sample
 rate) pair or {"array": ..., "sampling_rate": ...}; put after the images,

@@ -3,51 +3,24 @@
 // (docs/audio.md "The mmproj" lists the names and layouts).
 #include "kvshare/audio/audio_mmproj.h"
 
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "common/str.h"
+#include "gguf/mmproj_tensors.h"
 #include "kvshare/common/error.h"
 
 namespace kvshare {
 namespace {
 
+using detail::CountMmprojBlocks;
+using detail::MmprojTensor;
 using detail::Str;
+using detail::TensorDim;
+using detail::ThrowTensorShape;
 
 constexpr const char* kSupported = "gemma3na, gemma4a, gemma4ua";
-
-[[noreturn]] void BadShape(const GgufFile& f, const std::string& name, const GgufTensor& t, const std::string& want) {
-  throw Error(Str("mmproj ", f.name(), ": tensor '", name, "' is ", t.DimsString(), ", expected ", want));
-}
-
-// The tensor, with exactly the dims in `want` (-1: any positive size).
-const GgufTensor& Need(const GgufFile& f, const std::string& name, std::initializer_list<std::int64_t> want) {
-  const GgufTensor& t = f.Tensor(name);  // "tensor 'x' not found in <file>"
-  bool ok = t.n_dims == static_cast<int>(want.size());
-  int i = 0;
-  for (std::int64_t w : want) {
-    ok = ok && t.ne[static_cast<std::size_t>(i)] > 0 && (w < 0 || t.ne[static_cast<std::size_t>(i)] == w);
-    ++i;
-  }
-  if (!ok) {
-    std::string shape = "[";
-    i = 0;
-    for (std::int64_t w : want) shape += Str(i++ ? ", " : "", w < 0 ? std::string("n") : std::to_string(w));
-    BadShape(f, name, t, shape + "]");
-  }
-  return t;
-}
-
-int Dim(const GgufTensor& t, int i) { return static_cast<int>(t.ne[static_cast<std::size_t>(i)]); }
-
-int CountBlocks(const GgufFile& f, const std::string& probe) {
-  int n = 0;
-  while (f.FindTensor(Str("a.blk.", n, ".", probe)) != nullptr) ++n;
-  if (n == 0) throw Error(Str("mmproj ", f.name(), ": no audio encoder blocks (tensor 'a.blk.0.", probe, "' not found)"));
-  return n;
-}
 
 // Output length of a 3-tap stride-2 convolution with one sample of padding
 // on each side (Gemma 4) or before and after in frequency (Gemma 3n).
@@ -57,84 +30,78 @@ int Halved(int n) { return (n + 2 - 3) / 2 + 1; }
 // that takes their flattened (freq, channel) output to `width` (in, out as
 // the file stores it: ne {freq * channels, width}).
 void ReadSscp(const GgufFile& f, AudioConfig& c, const std::string& proj, bool proj_in_first) {
-  const GgufTensor& c0 = Need(f, "a.conv1d.0.weight", {3, 3, 1, -1});
-  c.sscp_channels[0] = Dim(c0, 3);
-  const GgufTensor& c1 = Need(f, "a.conv1d.1.weight", {3, 3, c.sscp_channels[0], -1});
-  c.sscp_channels[1] = Dim(c1, 3);
-  Need(f, "a.conv1d.0.norm.weight", {c.sscp_channels[0]});
-  Need(f, "a.conv1d.1.norm.weight", {c.sscp_channels[1]});
+  const GgufTensor& c0 = MmprojTensor(f, "a.conv1d.0.weight", {3, 3, 1, -1});
+  c.sscp_channels[0] = TensorDim(c0, 3);
+  const GgufTensor& c1 = MmprojTensor(f, "a.conv1d.1.weight", {3, 3, c.sscp_channels[0], -1});
+  c.sscp_channels[1] = TensorDim(c1, 3);
+  MmprojTensor(f, "a.conv1d.0.norm.weight", {c.sscp_channels[0]});
+  MmprojTensor(f, "a.conv1d.1.norm.weight", {c.sscp_channels[1]});
   c.sscp_freq = Halved(Halved(c.n_mel));
   const std::int64_t in = std::int64_t{c.sscp_freq} * c.sscp_channels[1];
   const GgufTensor& p = f.Tensor(proj);
   if (p.n_dims != 2 || p.ne[proj_in_first ? 0 : 1] != in || (c.n_embd > 0 && p.ne[proj_in_first ? 1 : 0] != c.n_embd)) {
-    BadShape(f, proj, p,
-             Str("[", in, ", ", c.n_embd, "] (the SSCP gives ", c.sscp_freq, " mel bins x ", c.sscp_channels[1],
-                 " channels; ", c.n_mel, " mel bins in)"));
+    ThrowTensorShape(f, proj, p,
+                     Str("[", in, ", ", c.n_embd, "] (the SSCP gives ", c.sscp_freq, " mel bins x ", c.sscp_channels[1],
+                         " channels; ", c.n_mel, " mel bins in)"));
   }
 }
 
 // The conformer blocks' shapes, from block 0 (every block is checked for
-// its first norm only: CountBlocks).
+// its first norm only: CountMmprojBlocks).
 void ReadConformer(const GgufFile& f, AudioConfig& c, const char* norm_probe, const std::string& per_dim_scale) {
-  c.n_layer = CountBlocks(f, norm_probe);
-  const GgufTensor& q = Need(f, "a.blk.0.attn_q.weight", {-1, -1});
-  c.n_embd = Dim(q, 0);
-  if (q.ne[1] != c.n_embd) BadShape(f, "a.blk.0.attn_q.weight", q, Str("[", c.n_embd, ", ", c.n_embd, "]"));
-  c.head_dim = Dim(Need(f, per_dim_scale, {-1}), 0);
+  c.n_layer = CountMmprojBlocks(f, "a.blk.", norm_probe, "audio encoder");
+  const GgufTensor& q = MmprojTensor(f, "a.blk.0.attn_q.weight", {-1, -1});
+  c.n_embd = TensorDim(q, 0);
+  if (q.ne[1] != c.n_embd) ThrowTensorShape(f, "a.blk.0.attn_q.weight", q, Str("[", c.n_embd, ", ", c.n_embd, "]"));
+  c.head_dim = TensorDim(MmprojTensor(f, per_dim_scale, {-1}), 0);
   if (c.n_embd % c.head_dim != 0) {
     throw Error(Str("mmproj ", f.name(), ": tensor '", per_dim_scale, "' gives a head size of ", c.head_dim,
                     ", which does not divide the audio encoder width ", c.n_embd));
   }
   c.n_head = c.n_embd / c.head_dim;
-  const GgufTensor& up = Need(f, "a.blk.0.ffn_up.weight", {c.n_embd, -1});
-  c.n_ff = Dim(up, 1);
-  Need(f, "a.blk.0.ffn_down.weight", {c.n_ff, c.n_embd});
-  Need(f, "a.blk.0.conv_pw1.weight", {c.n_embd, 2 * c.n_embd});
-  Need(f, "a.blk.0.conv_pw2.weight", {c.n_embd, c.n_embd});
-  for (const char* name : {"attn_k", "attn_v", "attn_out"}) Need(f, Str("a.blk.0.", name, ".weight"), {c.n_embd, c.n_embd});
+  const GgufTensor& up = MmprojTensor(f, "a.blk.0.ffn_up.weight", {c.n_embd, -1});
+  c.n_ff = TensorDim(up, 1);
+  MmprojTensor(f, "a.blk.0.ffn_down.weight", {c.n_ff, c.n_embd});
+  MmprojTensor(f, "a.blk.0.conv_pw1.weight", {c.n_embd, 2 * c.n_embd});
+  MmprojTensor(f, "a.blk.0.conv_pw2.weight", {c.n_embd, c.n_embd});
+  for (const char* name : {"attn_k", "attn_v", "attn_out"}) {
+    MmprojTensor(f, Str("a.blk.0.", name, ".weight"), {c.n_embd, c.n_embd});
+  }
 }
 
 void ReadGemma3nA(const GgufFile& f, AudioConfig& c) {
   ReadConformer(f, c, "ln1.weight", "a.blk.0.per_dim_scale");
-  Need(f, "a.blk.0.linear_pos.weight", {c.n_embd, c.n_embd});
-  c.conv_kernel = Dim(Need(f, "a.blk.0.conv_dw.weight", {-1, 1, c.n_embd}), 0);
+  MmprojTensor(f, "a.blk.0.linear_pos.weight", {c.n_embd, c.n_embd});
+  c.conv_kernel = TensorDim(MmprojTensor(f, "a.blk.0.conv_dw.weight", {-1, 1, c.n_embd}), 0);
   ReadSscp(f, c, "a.pre_encode.out.weight", /*proj_in_first=*/true);
   c.n_embd_out = c.n_embd;
-  const GgufTensor& e = Need(f, "mm.a.embedding.weight", {c.n_embd, -1});
-  c.n_vocab_hard = Dim(e, 1);
-  for (const char* n : {"mm.a.hard_emb_norm.weight", "mm.a.soft_emb_norm.weight"}) Need(f, n, {c.n_embd});
-  c.n_embd_text = Dim(Need(f, "mm.a.input_projection.weight", {c.n_embd, -1}), 1);
+  const GgufTensor& e = MmprojTensor(f, "mm.a.embedding.weight", {c.n_embd, -1});
+  c.n_vocab_hard = TensorDim(e, 1);
+  for (const char* n : {"mm.a.hard_emb_norm.weight", "mm.a.soft_emb_norm.weight"}) MmprojTensor(f, n, {c.n_embd});
+  c.n_embd_text = TensorDim(MmprojTensor(f, "mm.a.input_projection.weight", {c.n_embd, -1}), 1);
 }
 
 void ReadGemma4A(const GgufFile& f, AudioConfig& c) {
   ReadConformer(f, c, "attn_pre_norm.weight", "a.blk.0.per_dim_scale.weight");
-  Need(f, "a.blk.0.attn_k_rel.weight", {c.n_embd, c.n_embd});
-  c.conv_kernel = Dim(Need(f, "a.blk.0.conv_dw.weight", {-1, c.n_embd}), 0);
+  MmprojTensor(f, "a.blk.0.attn_k_rel.weight", {c.n_embd, c.n_embd});
+  c.conv_kernel = TensorDim(MmprojTensor(f, "a.blk.0.conv_dw.weight", {-1, c.n_embd}), 0);
   ReadSscp(f, c, "a.input_projection.weight", /*proj_in_first=*/true);
-  const GgufTensor& out = Need(f, "a.pre_encode.out.weight", {c.n_embd, -1});
-  c.n_embd_out = Dim(out, 1);
-  Need(f, "a.pre_encode.out.bias", {c.n_embd_out});
-  c.n_embd_text = Dim(Need(f, "mm.a.input_projection.weight", {c.n_embd_out, -1}), 1);
+  const GgufTensor& out = MmprojTensor(f, "a.pre_encode.out.weight", {c.n_embd, -1});
+  c.n_embd_out = TensorDim(out, 1);
+  MmprojTensor(f, "a.pre_encode.out.bias", {c.n_embd_out});
+  c.n_embd_text = TensorDim(MmprojTensor(f, "mm.a.input_projection.weight", {c.n_embd_out, -1}), 1);
   c.clipped_linears = f.FindTensor("a.blk.0.attn_q.input_min") != nullptr;
 }
 
 void ReadGemma4UA(const GgufFile& f, AudioConfig& c) {
-  const GgufTensor& w = Need(f, "mm.a.input_projection.weight", {-1, -1});
-  c.samples_per_token = Dim(w, 0);
-  c.n_embd_text = Dim(w, 1);
+  const GgufTensor& w = MmprojTensor(f, "mm.a.input_projection.weight", {-1, -1});
+  c.samples_per_token = TensorDim(w, 0);
+  c.n_embd_text = TensorDim(w, 1);
   c.n_mel = 0;  // clip.audio.num_mel_bins is a dummy here (docs/audio.md)
 }
 
 AudioProjectorType ReadType(const GgufFile& f) {
-  const std::string_view arch = f.GetStringOpt("general.architecture").value_or("");
-  if (arch != "clip") {
-    throw Error(Str("'", f.name(), "' is not an mmproj file: general.architecture is '", arch,
-                    "', expected 'clip' (pass the projector GGUF that llama.cpp's converter writes with --mmproj, "
-                    "not the text model)"));
-  }
-  if (const auto type = f.GetStringOpt("general.type"); type && *type != "mmproj") {
-    throw Error(Str("'", f.name(), "' is not an mmproj file: general.type is '", *type, "', expected 'mmproj'"));
-  }
+  detail::CheckMmprojFile(f);
   const std::optional<std::string_view> name = f.GetStringOpt("clip.audio.projector_type");
   if (!f.GetBoolOr("clip.has_audio_encoder", name.has_value()) || !name) {
     throw Error(Str("mmproj ", f.name(),
@@ -166,7 +133,8 @@ AudioConfig ReadAudioConfig(const GgufFile& f) {
   c.n_mel = static_cast<int>(f.GetU32Or("clip.audio.num_mel_bins", 128));
   // Gemma 4's converter once wrote a wrong eps, so llama.cpp hard-codes 1e-6
   // there; Gemma 3n's converter writes 1e-5 while HF uses 1e-6 (docs/audio.md).
-  c.eps = c.projector == AudioProjectorType::kGemma3nA ? 1e-6f : f.GetF32Or("clip.audio.attention.layer_norm_epsilon", 1e-6f);
+  c.eps = c.projector == AudioProjectorType::kGemma3nA ? 1e-6f
+                                                       : f.GetF32Or("clip.audio.attention.layer_norm_epsilon", 1e-6f);
   if (c.projector != AudioProjectorType::kGemma4UA && c.n_mel <= 0) {
     throw Error(Str("mmproj ", f.name(), ": clip.audio.num_mel_bins is ", c.n_mel, ", expected a positive count"));
   }

@@ -9,6 +9,7 @@
 #include <webp/decode.h>
 #include <webp/demux.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -141,28 +142,50 @@ Image DecodeImage(std::span<const std::uint8_t> bytes, const ImageLimits& limits
   return detail::ApplyOrientation(std::move(image), detail::ExifOrientation(sniffed.format, bytes));
 }
 
-Image LoadImageFile(const std::string& path, const ImageLimits& limits) {
+std::vector<std::uint8_t> ReadImageFile(const std::string& path, const ImageLimits& limits) {
+  const auto over = [&](const std::string& size) {
+    return Error("the file " + path + " is " + size + " bytes, over the limit of " + std::to_string(limits.max_bytes) +
+                 " bytes (ImageLimits::max_bytes)");
+  };
   std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) throw Error("image '" + path + "': " + ec.message());
-  if (size > limits.max_bytes) {
-    throw Error("image '" + path + "': " + std::to_string(size) + " bytes is over the limit of " +
-                std::to_string(limits.max_bytes) + " bytes");
+  std::uintmax_t size = 0;
+  if (std::filesystem::is_directory(path, ec)) throw Error("cannot open the file " + path + " (a directory)");
+  if (std::filesystem::is_regular_file(path, ec)) {
+    size = std::filesystem::file_size(path, ec);
+    if (!ec && size > limits.max_bytes) throw over(std::to_string(size));
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("image '" + path + "': cannot open it");
-  std::vector<std::uint8_t> bytes(size);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {
-    throw Error("image '" + path + "': read failed");
+  if (!in) {
+    const std::error_code why(errno, std::generic_category());
+    throw Error("cannot open the file " + path + " (" + why.message() + ")");
   }
+  // A regular file is read whole; a pipe or device up to one byte past the limit.
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  std::vector<std::uint8_t> bytes;
+  bytes.reserve(static_cast<std::size_t>(size) + kChunk);  // the last read's room: no copy
+  while (in) {
+    const std::size_t have = bytes.size();
+    const std::size_t room = limits.max_bytes - have;  // bytes.size() <= max_bytes here
+    const std::size_t want = room >= kChunk ? kChunk : room + 1;
+    bytes.resize(have + want);
+    in.read(reinterpret_cast<char*>(bytes.data() + have), static_cast<std::streamsize>(want));
+    bytes.resize(have + static_cast<std::size_t>(in.gcount()));
+    if (bytes.size() > limits.max_bytes) throw over("more than " + std::to_string(limits.max_bytes));
+  }
+  if (in.bad()) throw Error("reading the file " + path + " failed");
+  return bytes;
+}
+
+Image LoadImageFile(const std::string& path, const ImageLimits& limits) {
   try {
-    return DecodeImage(bytes, limits);
+    return DecodeImage(ReadImageFile(path, limits), limits);
   } catch (const Error& e) {
     throw Error("image '" + path + "': " + e.what());
   }
 }
 
-Image ImageFromPixels(std::span<const std::uint8_t> pixels, int height, int width, int channels) {
+Image ImageFromPixels(std::span<const std::uint8_t> pixels, int height, int width, int channels,
+                      const ImageLimits& limits) {
   if (channels != 1 && channels != 3 && channels != 4) {
     throw Error("image pixels: channels must be 1 (grey), 3 (RGB) or 4 (RGBA), got " + std::to_string(channels));
   }
@@ -170,6 +193,7 @@ Image ImageFromPixels(std::span<const std::uint8_t> pixels, int height, int widt
     throw Error("image pixels: height and width must be positive, got " + std::to_string(height) + "x" +
                 std::to_string(width));
   }
+  CheckPixels("raw", width, height, limits);
   const std::size_t n = std::size_t(height) * std::size_t(width);
   if (pixels.size() / channels != n || pixels.size() % channels != 0) {
     throw Error("image pixels: " + std::to_string(pixels.size()) + " bytes do not match height " +

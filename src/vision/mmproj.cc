@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/str.h"
+#include "gguf/mmproj_tensors.h"
 #include "kvshare/common/error.h"
 
 namespace kvshare::detail {
@@ -14,25 +15,6 @@ namespace kvshare::detail {
 namespace {
 
 constexpr const char* kSupported = "gemma3, gemma3nv, gemma4v, gemma4uv";
-
-const GgufTensor& Need(const GgufFile& f, const std::string& name, int n_dims_max) {
-  const GgufTensor& t = f.Tensor(name);  // "tensor 'x' not found in <file>"
-  if (t.n_dims > n_dims_max) {
-    throw Error(Str("mmproj ", f.name(), ": tensor '", name, "' is ", t.DimsString(), ", expected at most ", n_dims_max,
-                    " dimensions"));
-  }
-  return t;
-}
-
-int Dim(const GgufTensor& t, int i) { return static_cast<int>(t.ne[static_cast<std::size_t>(i)]); }
-
-// Blocks v.blk.0 ... counted by their first norm (block_count may be a dummy).
-int CountBlocks(const GgufFile& f, const std::string& probe) {
-  int n = 0;
-  while (f.FindTensor(Str("v.blk.", n, ".", probe)) != nullptr) ++n;
-  if (n == 0) throw Error(Str("mmproj ", f.name(), ": no encoder blocks (tensor 'v.blk.0.", probe, "' not found)"));
-  return n;
-}
 
 void ReadMeanStd(const GgufFile& f, VisionConfig& c) {
   for (const char* key : {"clip.vision.image_mean", "clip.vision.image_std"}) {
@@ -49,24 +31,23 @@ void ReadMeanStd(const GgufFile& f, VisionConfig& c) {
 
 // The patch kernel {p, p, 3, d}: p and d.
 void ReadPatchKernel(const GgufFile& f, VisionConfig& c) {
-  const GgufTensor& k = Need(f, "v.patch_embd.weight", 4);
+  const GgufTensor& k = MmprojTensorUpTo(f, "v.patch_embd.weight", 4);
   if (k.n_dims != 4 || k.ne[0] != k.ne[1] || k.ne[2] != 3 || k.ne[0] <= 0) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'v.patch_embd.weight' is ", k.DimsString(),
-                    ", expected a conv kernel [patch, patch, 3, n_embd]"));
+    ThrowTensorShape(f, "v.patch_embd.weight", k, "a conv kernel [patch, patch, 3, n_embd]");
   }
-  c.patch_size = Dim(k, 0);
-  c.n_embd = Dim(k, 3);
+  c.patch_size = TensorDim(k, 0);
+  c.n_embd = TensorDim(k, 3);
 }
 
 // mm.input_projection.weight: ne = {n_embd, text} (a Linear), or {text,
 // n_embd} (Gemma 3's (in, out) layout, `in_out`).
 void ReadProjection(const GgufFile& f, VisionConfig& c, bool in_out) {
-  const GgufTensor& w = Need(f, "mm.input_projection.weight", 2);
-  const int in = Dim(w, in_out ? 1 : 0), out = Dim(w, in_out ? 0 : 1);
+  const GgufTensor& w = MmprojTensorUpTo(f, "mm.input_projection.weight", 2);
+  const int in = TensorDim(w, in_out ? 1 : 0), out = TensorDim(w, in_out ? 0 : 1);
   if (in != c.n_embd || out <= 0) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'mm.input_projection.weight' is ", w.DimsString(), ", expected ",
-                    in_out ? Str("[n_embd_text, ", c.n_embd, "]") : Str("[", c.n_embd, ", n_embd_text]"),
-                    " (the encoder width is ", c.n_embd, ")"));
+    ThrowTensorShape(f, "mm.input_projection.weight", w,
+                     Str(in_out ? Str("[n_embd_text, ", c.n_embd, "]") : Str("[", c.n_embd, ", n_embd_text]"),
+                         " (the encoder width is ", c.n_embd, ")"));
   }
   c.n_embd_text = out;
 }
@@ -80,14 +61,14 @@ void CheckHeads(const GgufFile& f, const VisionConfig& c) {
 
 void ReadGemma3(const GgufFile& f, VisionConfig& c) {
   ReadPatchKernel(f, c);
-  const GgufTensor& pos = Need(f, "v.position_embd.weight", 2);
+  const GgufTensor& pos = MmprojTensorUpTo(f, "v.position_embd.weight", 2);
   const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(pos.ne[1]))));
   if (pos.ne[0] != c.n_embd || static_cast<std::int64_t>(side) * side != pos.ne[1]) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'v.position_embd.weight' is ", pos.DimsString(), ", expected [",
-                    c.n_embd, ", side * side] (one row per patch of a square grid)"));
+    ThrowTensorShape(f, "v.position_embd.weight", pos,
+                     Str("[", c.n_embd, ", side * side] (one row per patch of a square grid)"));
   }
   c.image_size = side * c.patch_size;
-  c.n_layer = CountBlocks(f, "ln1.weight");
+  c.n_layer = CountMmprojBlocks(f, "v.blk.", "ln1.weight", "encoder");
   c.n_ff = Gemma3FfnWidth(f, c.n_embd);
   c.n_head = static_cast<int>(f.GetU32("clip.vision.attention.head_count"));
   CheckHeads(f, c);
@@ -109,76 +90,64 @@ void ReadGemma3nV(const GgufFile& f, VisionConfig& c) {
         Str("mmproj ", f.name(), ": clip.vision.image_size ", c.image_size, " is not a positive multiple of 16"));
   }
   c.patch_size = c.image_size / 16;
-  const GgufTensor& w = Need(f, "mm.input_projection.weight", 2);
-  c.n_embd = Dim(w, 0);
+  const GgufTensor& w = MmprojTensorUpTo(f, "mm.input_projection.weight", 2);
+  c.n_embd = TensorDim(w, 0);
   ReadProjection(f, c, /*in_out=*/false);
 }
 
 void ReadGemma4V(const GgufFile& f, VisionConfig& c) {
   ReadPatchKernel(f, c);
-  c.n_layer = CountBlocks(f, "ln1.weight");
-  const GgufTensor& qn = Need(f, "v.blk.0.attn_q_norm.weight", 1);
-  c.head_dim = Dim(qn, 0);
+  c.n_layer = CountMmprojBlocks(f, "v.blk.", "ln1.weight", "encoder");
+  const GgufTensor& qn = MmprojTensorUpTo(f, "v.blk.0.attn_q_norm.weight", 1);
+  c.head_dim = TensorDim(qn, 0);
   if (c.head_dim <= 0 || c.head_dim % 4 != 0 || c.n_embd % c.head_dim != 0) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'v.blk.0.attn_q_norm.weight' is ", qn.DimsString(),
-                    ", expected [head_dim] with head_dim a multiple of 4 dividing the width ", c.n_embd));
+    ThrowTensorShape(f, "v.blk.0.attn_q_norm.weight", qn,
+                     Str("[head_dim] with head_dim a multiple of 4 dividing the width ", c.n_embd));
   }
   c.n_head = c.n_embd / c.head_dim;
-  const GgufTensor& up = Need(f, "v.blk.0.ffn_up.weight", 2);
+  const GgufTensor& up = MmprojTensorUpTo(f, "v.blk.0.ffn_up.weight", 2);
   if (up.ne[0] != c.n_embd) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'v.blk.0.ffn_up.weight' is ", up.DimsString(), ", expected [",
-                    c.n_embd, ", n_ff]"));
+    ThrowTensorShape(f, "v.blk.0.ffn_up.weight", up, Str("[", c.n_embd, ", n_ff]"));
   }
-  c.n_ff = Dim(up, 1);
+  c.n_ff = TensorDim(up, 1);
   c.pool = 3;  // not stored; HF Gemma4VisionConfig pooling_kernel_size, hard-coded in llama.cpp too
   ReadProjection(f, c, /*in_out=*/false);
 }
 
 void ReadGemma4UV(const GgufFile& f, VisionConfig& c) {
-  const GgufTensor& ln = Need(f, "v.patch_norm.1.weight", 1);
+  const GgufTensor& ln = MmprojTensorUpTo(f, "v.patch_norm.1.weight", 1);
   const int p = static_cast<int>(std::lround(std::sqrt(static_cast<double>(ln.ne[0]) / 3.0)));
   if (3LL * p * p != ln.ne[0] || p <= 0) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'v.patch_norm.1.weight' is ", ln.DimsString(),
-                    ", expected [3 * patch * patch]"));
+    ThrowTensorShape(f, "v.patch_norm.1.weight", ln, "[3 * patch * patch]");
   }
   c.patch_size = p;
-  const GgufTensor& dense = Need(f, "v.patch_embd.weight", 2);
+  const GgufTensor& dense = MmprojTensorUpTo(f, "v.patch_embd.weight", 2);
   if (dense.ne[0] != ln.ne[0]) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'v.patch_embd.weight' is ", dense.DimsString(), ", expected [",
-                    ln.ne[0], ", n_embd]"));
+    ThrowTensorShape(f, "v.patch_embd.weight", dense, Str("[", ln.ne[0], ", n_embd]"));
   }
-  c.n_embd = Dim(dense, 1);
+  c.n_embd = TensorDim(dense, 1);
   ReadProjection(f, c, /*in_out=*/false);
 }
 
 }  // namespace
 
 int Gemma3FfnWidth(const GgufFile& f, int n_embd) {
-  const GgufTensor& down = Need(f, "v.blk.0.ffn_down.weight", 2);
+  const GgufTensor& down = MmprojTensorUpTo(f, "v.blk.0.ffn_down.weight", 2);
   const bool swapped = Gemma3FfnSwapped(f, n_embd);
-  const int ff = Dim(down, swapped ? 1 : 0);
+  const int ff = TensorDim(down, swapped ? 1 : 0);
   if (down.ne[swapped ? 0 : 1] != n_embd) {
-    throw Error(Str("mmproj ", f.name(), ": tensor 'v.blk.0.ffn_down.weight' is ", down.DimsString(),
-                    ", expected [n_ff, ", n_embd, "]"));
+    ThrowTensorShape(f, "v.blk.0.ffn_down.weight", down, Str("[n_ff, ", n_embd, "]"));
   }
   return ff;
 }
 
 bool Gemma3FfnSwapped(const GgufFile& f, int n_embd) {
-  const GgufTensor& down = Need(f, "v.blk.0.ffn_down.weight", 2);
+  const GgufTensor& down = MmprojTensorUpTo(f, "v.blk.0.ffn_down.weight", 2);
   return down.ne[0] == n_embd && down.ne[1] != n_embd;
 }
 
 ProjectorType ReadProjectorType(const GgufFile& f) {
-  const std::string_view arch = f.GetStringOpt("general.architecture").value_or("");
-  if (arch != "clip") {
-    throw Error(Str("'", f.name(), "' is not an mmproj file: general.architecture is '", arch,
-                    "', expected 'clip' (pass the projector GGUF that llama.cpp's converter writes with --mmproj, "
-                    "not the text model)"));
-  }
-  if (const auto type = f.GetStringOpt("general.type"); type && *type != "mmproj") {
-    throw Error(Str("'", f.name(), "' is not an mmproj file: general.type is '", *type, "', expected 'mmproj'"));
-  }
+  CheckMmprojFile(f);
   std::optional<std::string_view> name = f.GetStringOpt("clip.vision.projector_type");
   if (!name) name = f.GetStringOpt("clip.projector_type");
   const bool has_vision = f.GetBoolOr("clip.has_vision_encoder", name.has_value());

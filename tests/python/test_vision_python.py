@@ -166,6 +166,14 @@ def test_errors(gemma4, tmp_path):
     fails(np.zeros((4, 4, 2), np.uint8), r"images\[1\]: a numpy image must be HWC .*\(4, 4, 2\)")
     fails(np.zeros((2, 4, 4, 3), np.uint8), r"images\[1\]: a numpy image must be HWC")
     fails(12, r"images\[1\] must be a file path .*got int", TypeError)
+    # image_max_pixels (kvshare generate --image-max-pixels): a file's header and an array's shape.
+    h, w = picture().shape[:2]
+    for image, kind in ((png(picture()), "PNG"), (picture(), "raw")):
+        with pytest.raises(kvshare.Error, match=rf"images\[0\]: {kind} image of {w}x{h} = {w * h} pixels is over the "
+                                                rf"limit of {w * h - 1} pixels; raise it with image_max_pixels="):
+            gemma4.generate("Hi", images=[image], max_soft_tokens=70, image_max_pixels=w * h - 1)
+    assert "".join(gemma4.generate("Hi", images=[picture()], max_new_tokens=2, max_soft_tokens=70,
+                                   image_max_pixels=w * h))
     with pytest.raises(TypeError, match="images must be a list"):
         gemma4.generate("Hi", images=picture())
     with pytest.raises(kvshare.Error, match="images go with a str prompt"):
