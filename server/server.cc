@@ -365,6 +365,7 @@ void Server::Impl::SetupRoutes() {
   const auto stored =
       Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleStoredResponse(req, res); });
   http.Get(R"(/v1/responses/([^/]+))", stored);
+  http.Get(R"(/v1/responses/([^/]+)/input_items)", stored);
   http.Delete(R"(/v1/responses/([^/]+))", stored);
   http.Post("/v1/embeddings",
             Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));

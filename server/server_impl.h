@@ -117,7 +117,8 @@ struct Server::Impl {
   void SetupRoutes();
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
   void HandleEmbeddings(const httplib::Request& req, httplib::Response& res);  // embeddings.cc
-  // responses.cc: POST /v1/responses; GET and DELETE /v1/responses/{id}.
+  // responses.cc: POST /v1/responses; GET and DELETE /v1/responses/{id}; GET
+  // /v1/responses/{id}/input_items.
   void HandleResponses(const httplib::Request& req, httplib::Response& res);
   void HandleStoredResponse(const httplib::Request& req, httplib::Response& res);
   void HandleTranscription(const httplib::Request& req, httplib::Response& res);  // transcriptions.cc
