@@ -58,7 +58,7 @@ def events(c, **kw):
     return [e.type for e in evs], evs[-1].response
 
 
-def test_plain_text_and_max_output_tokens(c):
+def test_plain_text_and_max_output_tokens(c, server):
     r = create(c, input="Hello", instructions="Be brief", max_output_tokens=6, metadata={"run": "1"})
     assert r.id.startswith("resp_") and r.object == "response" and r.model == GEMMA4_ID
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
@@ -77,6 +77,9 @@ def test_plain_text_and_max_output_tokens(c):
                      ["response.output_text.done", "response.content_part.done", "response.output_item.done",
                       "response.incomplete"])
     assert final.status == "incomplete" and final.output[0].content[0].text == r.output_text
+    # The stream's log line counts its tokens (its choice set once read the
+    # handler's request after the handler had returned).
+    server.wait_log(r"chat stream: prompt \d+ tokens \(\d+ cached\), output 6 tokens, length")
 
 
 def test_function_call_round_trip(c):
