@@ -1,9 +1,9 @@
 """`kvshare serve` driven by the official `openai` Python client (PyPI):
 chat and completions, streaming and not, give exactly the text `kvshare
 generate` prints for the same prompt, seed and sampling parameters; logprobs,
-stop strings, usage, /v1/models, /tokenize and /detokenize, and
-chat.completions.parse with pydantic models (bounds, datetime, Literal,
-Optional, nested lists).
+stop strings, usage, /v1/models, /tokenize, /detokenize and /tokenizer_info
+(llama-server's and vLLM's shapes), and chat.completions.parse with pydantic
+models (bounds, datetime, Literal, Optional, nested lists).
 
 Chat runs on the tiny Gemma 4 fixture (it has Gemma 4's chat template),
 completions on the default model (a base model: plain completion)."""
@@ -127,6 +127,18 @@ def test_models_tokenize_detokenize(gemma4):
     pieces = request(gemma4, "POST", "/tokenize", {"content": "Hello", "with_pieces": True,
                                                    "add_special": True}).json()["tokens"]
     assert pieces[0]["piece"] == "<bos>" and "".join(p["piece"] for p in pieces[1:]) == "Hello"
+    # vLLM's shapes, which lm-evaluation-harness's remote tokenizer sends:
+    # "prompt" with add_special_tokens (default true), "prompt" back, /tokenizer_info.
+    plain = request(gemma4, "POST", "/tokenize", {"prompt": "Hello world", "add_special_tokens": False}).json()
+    assert plain["tokens"] == t["tokens"]
+    bos = request(gemma4, "POST", "/tokenize", {"model": GEMMA4_ID, "prompt": "Hello world"}).json()["tokens"]
+    assert bos[1:] == t["tokens"] and bos[0] == pieces[0]["id"]
+    assert request(gemma4, "POST", "/detokenize", {"tokens": t["tokens"]}).json()["prompt"] == "Hello world"
+    info = request(gemma4, "GET", "/tokenizer_info").json()
+    assert info["bos_token"] == "<bos>" and info["eos_token"] and info["model_max_length"] == 4096
+    assert request(gemma4, "POST", "/tokenize", {"prompt": info["eos_token"]}).json()["count"] == 2
+    both = request(gemma4, "POST", "/tokenize", {"prompt": "a", "content": "a"})
+    assert both.status == 400 and both.json()["error"]["param"] == "prompt"
 
 
 def test_parse_pydantic_models(gemma4):
