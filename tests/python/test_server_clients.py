@@ -9,8 +9,8 @@ server for the module):
   (the call, the tool's result sent back, the reply).
 - The OpenAI Agents SDK (PyPI openai-agents): an agent with one function
   tool over /v1/responses (OpenAIResponsesModel on an AsyncOpenAI client
-  pointed at the server, tracing off), run and streamed; the tool's output
-  goes back through /v1/responses to an agent with a structured output.
+  pointed at the server, tracing off) and an output_type, run and streamed:
+  the forced call, the tool's output sent back, the structured answer.
 
 The model's weights are random: what makes the replies valid is the grammar
 (structured outputs, forced tool choices), not the model. A missing library
@@ -117,29 +117,26 @@ def test_agents_sdk_function_tool(server):
         client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         model = agents.OpenAIResponsesModel(model=GEMMA4_ID, openai_client=client)
         # A random-weight model calls a tool only when the choice forces it;
-        # the run stops at the tool's result, which the answerer below takes
-        # back to the server.
-        looker = agents.Agent(name="looker", instructions="Use the tool.", tools=[lookup], model=model,
-                              tool_use_behavior="stop_on_first_tool",
-                              model_settings=agents.ModelSettings(tool_choice="required", temperature=0,
-                                                                  max_tokens=300))
-        r = await agents.Runner.run(looker, "Look up a", max_turns=2)
-        assert r.final_output == "42" and len(calls) == 1
-        assert [type(i).__name__ for i in r.new_items] == ["ToolCallItem", "ToolCallOutputItem"]
-        streamed = agents.Runner.run_streamed(looker, "Look up b", max_turns=2)
-        kinds = {e.type async for e in streamed.stream_events()}
-        assert streamed.final_output == "42" and len(calls) == 2
-        assert {"raw_response_event", "run_item_stream_event"} <= kinds
-        # The call and its output (function_call, function_call_output items)
-        # sent back as input; text.format json_schema makes the reply end.
-        answerer = looker.clone(tools=[], output_type=Answer,
-                                model_settings=agents.ModelSettings(temperature=0, max_tokens=300))
-        history = r.to_input_list()
-        assert [i.get("type") for i in history[1:]] == ["function_call", "function_call_output"]
-        done = await agents.Runner.run(answerer, history)
-        assert isinstance(done.final_output, Answer)
-        items = await client.responses.input_items.list(done.raw_responses[0].response_id, order="asc")
-        assert [i.type for i in items.data] == ["message", "function_call", "function_call_output"]
+        # after the call the SDK resets tool_choice to auto, and the reply is
+        # then one JSON document: another call or the output_type's answer.
+        agent = agents.Agent(name="looker", instructions="Use the tool.", tools=[lookup], model=model,
+                             output_type=Answer,
+                             model_settings=agents.ModelSettings(tool_choice="required", temperature=0,
+                                                                 max_tokens=300))
+        r = await agents.Runner.run(agent, "Look up a", max_turns=4)
+        assert isinstance(r.final_output, Answer) and len(calls) >= 1
+        kinds = [type(i).__name__ for i in r.new_items]
+        assert kinds[:2] == ["ToolCallItem", "ToolCallOutputItem"] and kinds[-1] == "MessageOutputItem"
+        # The last response's input: the user message, the call and its output.
+        last = r.raw_responses[-1].response_id
+        items = await client.responses.input_items.list(last, order="asc")
+        types = [i.type for i in items.data]
+        assert types[0] == "message" and types[1:3] == ["function_call", "function_call_output"]
+        before = len(calls)
+        streamed = agents.Runner.run_streamed(agent, "Look up b", max_turns=4)
+        events = {e.type async for e in streamed.stream_events()}
+        assert isinstance(streamed.final_output, Answer) and len(calls) > before
+        assert {"raw_response_event", "run_item_stream_event"} <= events
         await client.close()
 
     asyncio.run(run())
