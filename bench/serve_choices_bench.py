@@ -13,13 +13,15 @@ Both sample (temperature 0.8, seeds s .. s+3) with ignore_eos, so every
 choice makes exactly --max-tokens tokens. Printed and written as JSON: per
 mode the median over rounds of the wall time and aggregate output tok/s
 (all output tokens / wall time), and the median and range of the per-round
-ratio n4 / sep4.
+ratio n4 / sep4, and the host's 1-minute load average at each run's start
+(the range over runs; the bench itself adds up to --threads).
 
 Usage: python3 bench/serve_choices_bench.py [--rounds 5] [--prompt-tokens 512]
        [--max-tokens 128] [--threads N] [--json out.json]"""
 import argparse
 import http.client
 import json
+import os
 import random
 import statistics
 import sys
@@ -51,6 +53,7 @@ def body(prompt, a, n, seed):
 
 
 def run_mode(port, mode, prompt, a):
+    load = os.getloadavg()[0]
     t0 = time.monotonic()
     if mode == "n4":
         outs = [post(port, body(prompt, a, 4, 1000))]
@@ -61,7 +64,7 @@ def run_mode(port, mode, prompt, a):
     tokens = sum(o["usage"]["completion_tokens"] for o in outs)
     choices = sum(len(o["choices"]) for o in outs)
     assert choices == 4 and tokens == 4 * a.max_tokens, (choices, tokens)
-    return {"mode": mode, "wall_s": wall, "output_tokens": tokens, "tok_s": tokens / wall}
+    return {"mode": mode, "wall_s": wall, "output_tokens": tokens, "tok_s": tokens / wall, "load_1min": load}
 
 
 def main():
@@ -89,7 +92,8 @@ def main():
                 res = run_mode(srv.port, mode, prompt, a)
                 res["round"] = r
                 rows.append(res)
-                print(f"round {r} {mode:4}: {res['wall_s']:.2f} s, {res['tok_s']:.1f} tok/s", flush=True)
+                print(f"round {r} {mode:4}: {res['wall_s']:.2f} s, {res['tok_s']:.1f} tok/s, load {res['load_1min']:.1f}",
+                      flush=True)
     finally:
         srv.stop()
     summary = {}
@@ -100,6 +104,7 @@ def main():
     ratios = [n["tok_s"] / s["tok_s"] for n, s in
               zip([x for x in rows if x["mode"] == "n4"], [x for x in rows if x["mode"] == "sep4"])]
     summary["ratio_n4_over_sep4"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    summary["load_1min"] = {"min": min(x["load_1min"] for x in rows), "max": max(x["load_1min"] for x in rows)}
     out = {"model": a.model, "prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens, "rounds": a.rounds,
            "threads": a.threads, "runs": rows, "summary": summary}
     print(json.dumps(summary, indent=2))

@@ -42,7 +42,9 @@ readonly APT_SERVE_TESTS="chromium nginx"
 # jsonschema: validates the structured-output tests' JSON; jinja2: renders the Gemma 4 chat template that
 # the tool-calling prompt tests compare with).
 readonly PIP_TESTS="numpy:numpy pytest:pytest gguf:gguf openai:openai jsonschema:jsonschema jinja2:jinja2"
-readonly PIP_CI="onnxruntime:onnxruntime onnx:onnx ml_dtypes:ml_dtypes pybind11:pybind11 scikit-build-core:scikit_build_core"
+# CI also drives the server with LangChain and the OpenAI Agents SDK (tests/python/test_server_clients.py).
+readonly PIP_CI="onnxruntime:onnxruntime onnx:onnx ml_dtypes:ml_dtypes pybind11:pybind11 scikit-build-core:scikit_build_core
+  langchain-openai:langchain_openai openai-agents:agents"
 
 die_usage() { echo "setup.sh: $*" >&2; echo "usage: scripts/setup.sh [--check|--plan|--print-python|--list] GROUP..." >&2; exit 2; }
 say() { echo "setup: $*" >&2; }

@@ -8,6 +8,7 @@
 #include "api_error.h"
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
+#include "kvshare/runtime/tool_calls.h"
 #include "openai_request.h"
 #include "request_images.h"
 
@@ -112,12 +113,22 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
   }
   r.logit_bias = req.logit_bias;
   using Type = CompletionRequest::ResponseFormat::Type;
-  if (req.response_format.type != Type::kText) {
+  const std::optional<ToolOffer> offer = req.chat ? OfferedTools(req) : std::nullopt;
+  // A forced call makes the reply a call: the format has nothing to hold.
+  if (req.response_format.type != Type::kText && !(offer && offer->forced())) {
     const std::string where =
         req.response_format.type == Type::kJsonObject ? "response_format.schema" : "response_format.json_schema.schema";
     try {
-      r.grammar =
-          req.response_format.schema.empty() ? AnyJsonObjectGrammar() : CompileJsonSchema(req.response_format.schema);
+      if (offer) {
+        // Tools offered freely: the reply is one JSON document, either a call
+        // in the JSON convention (as a forced call) or the format's document.
+        const std::string doc =
+            req.response_format.schema.empty() ? R"({"type":"object"})" : req.response_format.schema;
+        r.grammar = CompileJsonSchema(R"({"anyOf":[)" + ForcedToolCallSchema(*offer) + "," + doc + "]}");
+      } else {
+        r.grammar =
+            req.response_format.schema.empty() ? AnyJsonObjectGrammar() : CompileJsonSchema(req.response_format.schema);
+      }
     } catch (const Error& e) {
       throw BadRequest("Invalid '" + where + "': " + e.what() + ".", where, "invalid_schema");
     }

@@ -84,7 +84,7 @@ RequestUsage ChoiceSet::Usage() const {
   std::map<std::size_t, bool> seen;
   for (const Choice& c : choices_) {
     RequestUsage u = c.done ? c.last.usage : RequestUsage{};
-    if (request_.max_tokens_zero) u.completion_tokens = 0;  // the one token run is not output
+    if (max_tokens_zero_) u.completion_tokens = 0;  // the one token run is not output
     if (!seen[c.prompt] && c.done) {
       seen[c.prompt] = true;
       total.prompt_tokens += u.prompt_tokens;
@@ -103,7 +103,7 @@ const RequestEvent& ChoiceSet::last() const {
 }
 
 json ChoiceSet::Final() const {
-  const int n = request_.n;
+  const int n = n_;
   std::vector<const Choice*> order;
   for (const Choice& c : choices_) order.push_back(&c);
   // Candidates of a prompt, best mean logprob first (best_of > n), stable.
@@ -111,7 +111,7 @@ json ChoiceSet::Final() const {
     const std::size_t k = c->fmt->TokenCount();
     return k == 0 ? -1e300 : c->fmt->LogprobSum() / static_cast<double>(k);
   };
-  if (request_.best_of > n) {
+  if (best_of_ > n) {
     std::stable_sort(order.begin(), order.end(), [&](const Choice* a, const Choice* b) {
       return a->prompt != b->prompt ? a->prompt < b->prompt : mean(a) > mean(b);
     });

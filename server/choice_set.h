@@ -25,7 +25,9 @@ namespace kvshare::server {
 
 class ChoiceSet {
  public:
-  explicit ChoiceSet(const CompletionRequest& request) : request_(request) {}
+  // Copies what it needs of `request`: a stream's set outlives the handler's request.
+  explicit ChoiceSet(const CompletionRequest& request)
+      : n_(request.n), best_of_(request.best_of), max_tokens_zero_(request.max_tokens_zero) {}
 
   // Adds candidate `candidate` of prompt `prompt` (submitted; `fmt` built
   // with ChoiceOptions::ends_stream false unless it is the only one).
@@ -64,7 +66,9 @@ class ChoiceSet {
   // Takes one choice's events; appends streamed text to `sse` when non-null.
   bool Take(Choice& c, std::chrono::milliseconds timeout, std::string* sse);
 
-  const CompletionRequest& request_;
+  int n_;
+  int best_of_;
+  bool max_tokens_zero_;
   std::vector<Choice> choices_;
   bool ended_ = false;
 };

@@ -85,7 +85,12 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   auto set = std::make_unique<ChoiceSet>(cr);
   std::optional<ToolCallParserOptions> tools;
   if (chat && ctx.chat) {
-    if (auto offer = OfferedTools(cr)) tools = ToolCallParsing(ctx.chat->format(), *offer);
+    if (auto offer = OfferedTools(cr)) {
+      tools = ToolCallParsing(ctx.chat->format(), *offer);
+      // With a format the reply is one JSON document: a call or the answer (build_request.cc).
+      if (cr.response_format.type != CompletionRequest::ResponseFormat::Type::kText)
+        tools->syntax = ToolCallSyntax::kJson;
+    }
   }
   std::uint64_t id = 0;
   for (std::size_t p = 0; p < n_prompts; ++p) {

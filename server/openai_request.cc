@@ -259,12 +259,6 @@ CompletionRequest ParseCompletionRequest(const json& body, bool chat, const Requ
     r.tools = ParseTools(body, o, r.ignored);
     r.tool_choice = ParseToolChoice(body, r.tools);
     r.parallel_tool_calls = Bool(body, "parallel_tool_calls").value_or(true);
-    if (OffersTools(r) && r.response_format.type != CompletionRequest::ResponseFormat::Type::kText) {
-      throw BadRequest(
-          "Invalid 'response_format': it cannot be combined with 'tools' (the reply is either tool calls "
-          "or text); send tool_choice \"none\" or drop response_format.",
-          "response_format", "invalid_value");
-    }
     if (OffersTools(r) && r.ignore_eos) {
       throw BadRequest("Invalid 'ignore_eos': it cannot be combined with 'tools'.", "ignore_eos", "invalid_value");
     }

@@ -41,8 +41,9 @@
 // (tool_call_id required, content). How they are written and read back:
 // kvshare/runtime/chat_template.h and kvshare/runtime/tool_calls.h; "required" and a named
 // function are enforced by a grammar (see BuildRequest); under "auto", strict
-// tools by a lazy grammar from the call's opening on (ChatTemplate::ToolCallGrammar). Not with a
-// response_format other than text.
+// tools by a lazy grammar from the call's opening on (ChatTemplate::ToolCallGrammar). Beside a
+// JSON response_format under "auto", one grammar makes the reply a JSON call
+// (ForcedToolCallSchema's shape) or the format's document (BuildRequest).
 // Completions: prompt (a string, an array of token ids, or an array of
 // strings or of token-id arrays: one set of choices per prompt, choice
 // index = prompt_index * n + i as OpenAI numbers them), logprobs [0, 20],

@@ -1,7 +1,8 @@
 // The Responses API's in-memory store (/v1/responses with "store": true, the
 // default): per response id, the response object (GET /v1/responses/{id}) and
 // the conversation that led to it as chat messages, its own output included,
-// which a later request's previous_response_id continues. Bounded by a count:
+// which a later request's previous_response_id continues, and the request's
+// own input items (GET /v1/responses/{id}/input_items). Bounded by a count:
 // the oldest response is evicted first (DELETE /v1/responses/{id} drops one);
 // nothing survives a restart.
 // Thread-safe.
@@ -21,6 +22,7 @@ namespace kvshare::server {
 struct StoredResponse {
   nlohmann::json response;  // the response object as answered
   nlohmann::json messages;  // chat messages (openai_request.h's shape), instructions left out
+  nlohmann::json input_items = nlohmann::json::array();  // the request's input (responses_format.h's InputItems)
 };
 
 class ResponseStore {

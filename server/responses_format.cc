@@ -73,6 +73,33 @@ std::string NewResponseId(const char* prefix) {
   return prefix + std::string(buf);
 }
 
+json InputItems(const json& input) {
+  json items = json::array();
+  if (input.is_string()) {
+    items.push_back({{"id", NewResponseId("msg_")},
+                     {"type", "message"},
+                     {"role", "user"},
+                     {"status", "completed"},
+                     {"content", json::array({{{"type", "input_text"}, {"text", input}}})}});
+    return items;
+  }
+  for (const json& in : input) {
+    json item = in;
+    const std::string type = item.value("type", "message");
+    item["type"] = type;
+    const char* prefix = type == "message" ? "msg_" : type == "function_call" ? "fc_" : "fco_";
+    if (!item.contains("id") || !item["id"].is_string()) item["id"] = NewResponseId(prefix);
+    item["status"] = "completed";
+    if (type == "message" && item["content"].is_string()) {
+      const bool assistant = item["role"] == "assistant";
+      const std::string text = item["content"].get<std::string>();
+      item["content"] = json::array({assistant ? TextPart(text) : json{{"type", "input_text"}, {"text", text}}});
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
 json ResponseFromChat(const json& c, const ResponseHead& h) {
   const json& choice = c.at("choices").at(0);
   const json& msg = choice.at("message");

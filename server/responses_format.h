@@ -52,6 +52,13 @@ nlohmann::json ResponseFromChat(const nlohmann::json& completion, const Response
 // and tool calls), for the store.
 nlohmann::json OutputMessages(const nlohmann::json& response);
 
+// A request's `input` (a string or checked items, responses_request.h) as
+// OpenAI's input items for GET /v1/responses/{id}/input_items: each with an
+// id (the item's own, else a new "msg_" / "fc_" / "fco_" one) and status
+// "completed"; a string content becomes one input_text part (output_text
+// with annotations for an assistant).
+nlohmann::json InputItems(const nlohmann::json& input);
+
 // Translates a chat stream into Responses events.
 class ResponseEventStream {
  public:

@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "request_fields.h"
+#include "responses_format.h"
 
 namespace kvshare::server {
 
@@ -285,6 +286,7 @@ ResponsesRequest ParseResponsesRequest(const json& body, std::string_view raw, c
   const std::size_t before = messages.size();
   AddInput(*input, messages, r.sources, opt, r.ignored);
   for (std::size_t i = before; i < messages.size(); ++i) r.history.push_back(messages[i]);
+  r.input_items = InputItems(*input);
   if (const json* m = Field(body, "model")) chat["model"] = *m;
   if (const json* t = Field(body, "tools")) chat["tools"] = Tools(*t, r.echo["tools"]);
   if (const json* c = Field(body, "tool_choice")) {

@@ -52,6 +52,8 @@ struct ResponsesRequest {
   // The conversation so far as chat messages (previous_response_id's, then
   // this input), without instructions: what the store keeps with the output.
   nlohmann::json history = nlohmann::json::array();
+  // This request's input as OpenAI's input items (InputItems, responses_format.h).
+  nlohmann::json input_items = nlohmann::json::array();
   // Per message of chat_body: the request field it came from
   // ("instructions", "input[2]", "previous_response_id"), for errors.
   std::vector<std::string> sources;

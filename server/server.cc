@@ -274,74 +274,12 @@ void Server::Impl::SetupRoutes() {
              res.set_content(PrometheusText(ss, hs), "text/plain; version=0.0.4");
            }));
 
-  http.Post(
-      "/tokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-        CheckReady();
-        const json body = ParseBody(req);
-        if (!body.is_object())
-          throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
-        for (const auto& [k, v] : body.items()) {
-          if (k != "content" && k != "add_special" && k != "parse_special" && k != "with_pieces") {
-            throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
-          }
-        }
-        auto content = body.find("content");
-        if (content == body.end())
-          throw BadRequest("Missing required parameter: 'content'.", "content", "missing_required_parameter");
-        if (!content->is_string())
-          throw BadRequest("Invalid type for 'content': expected a string.", "content", "invalid_type");
-        auto flag = [&](const char* name, bool def) {
-          auto it = body.find(name);
-          if (it == body.end() || it->is_null()) return def;
-          if (!it->is_boolean())
-            throw BadRequest(std::string("Invalid type for '") + name + "': expected a boolean.", name, "invalid_type");
-          return it->get<bool>();
-        };
-        const std::vector<std::int32_t> ids = tok->Encode(
-            content->get<std::string>(),
-            {.add_bos = flag("add_special", false), .add_eos = false, .parse_special = flag("parse_special", true)});
-        json tokens = json::array();
-        const bool pieces = flag("with_pieces", false);
-        for (std::int32_t id : ids) {
-          if (pieces) {
-            tokens.push_back({{"id", id}, {"piece", std::string(tok->TokenBytes(id, true))}});
-          } else {
-            tokens.push_back(id);
-          }
-        }
-        res.set_content(Dump({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", ctx.max_context}}),
-                        "application/json");
-      }));
-
-  http.Post("/detokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-              CheckReady();
-              const json body = ParseBody(req);
-              if (!body.is_object())
-                throw BadRequest("Invalid request body: expected a JSON object.", std::nullopt, "invalid_type");
-              for (const auto& [k, v] : body.items()) {
-                if (k != "tokens")
-                  throw BadRequest("Unrecognized request argument supplied: " + k, k, "unknown_parameter");
-              }
-              auto tokens = body.find("tokens");
-              if (tokens == body.end())
-                throw BadRequest("Missing required parameter: 'tokens'.", "tokens", "missing_required_parameter");
-              if (!tokens->is_array())
-                throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens", "invalid_type");
-              std::vector<std::int32_t> ids;
-              for (const json& t : *tokens) {
-                if (!t.is_number_integer())
-                  throw BadRequest("Invalid type for 'tokens': expected an array of integers.", "tokens",
-                                   "invalid_type");
-                const std::int64_t v = t.get<std::int64_t>();
-                if (v < 0 || v >= tok->vocab_size()) {
-                  throw BadRequest("Invalid 'tokens': token id " + std::to_string(v) +
-                                       " is outside the vocabulary [0, " + std::to_string(tok->vocab_size()) + ").",
-                                   "tokens", "invalid_value");
-                }
-                ids.push_back(static_cast<std::int32_t>(v));
-              }
-              res.set_content(Dump({{"content", tok->Decode(ids)}}), "application/json");
-            }));
+  http.Post("/tokenize",
+            Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleTokenize(req, res); }));
+  http.Post("/detokenize",
+            Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleDetokenize(req, res); }));
+  http.Get("/tokenizer_info",
+           Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleTokenizerInfo(req, res); }));
 
   // An embedding model (gemma-embedding) does not generate.
   const auto generates = [this] {
@@ -367,6 +305,7 @@ void Server::Impl::SetupRoutes() {
   const auto stored =
       Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleStoredResponse(req, res); });
   http.Get(R"(/v1/responses/([^/]+))", stored);
+  http.Get(R"(/v1/responses/([^/]+)/input_items)", stored);
   http.Delete(R"(/v1/responses/([^/]+))", stored);
   http.Post("/v1/embeddings",
             Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));

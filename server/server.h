@@ -10,7 +10,9 @@
 //   GET  /metrics                                 Prometheus text (metrics.h)
 //   POST /v1/embeddings                           OpenAI (embeddings.cc; pooling below)
 //   POST /tokenize   {"content", "add_special"=false, "with_pieces"=false} -> {"tokens"}
-//   POST /detokenize {"tokens"} -> {"content"}
+//        (also vLLM's {"prompt", "add_special_tokens"=true}; tokenize.cc)
+//   POST /detokenize {"tokens"} -> {"content", "prompt"}
+//   GET  /tokenizer_info                          vLLM's: {"bos_token", "eos_token", ...}
 //   GET  /                                        the chat page (chat_page.h)
 // Errors are {"error": {"message", "type", "param", "code"}} with their HTTP
 // status (api_error.h); a full queue is 503 with Retry-After. With api_keys,

@@ -125,7 +125,12 @@ struct Server::Impl {
   void SetupRoutes();
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
   void HandleEmbeddings(const httplib::Request& req, httplib::Response& res);  // embeddings.cc
-  // responses.cc: POST /v1/responses; GET and DELETE /v1/responses/{id}.
+  // tokenize.cc: POST /tokenize, /detokenize; GET /tokenizer_info.
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
+  void HandleTokenizerInfo(const httplib::Request& req, httplib::Response& res);
+  // responses.cc: POST /v1/responses; GET and DELETE /v1/responses/{id}; GET
+  // /v1/responses/{id}/input_items.
   void HandleResponses(const httplib::Request& req, httplib::Response& res);
   void HandleStoredResponse(const httplib::Request& req, httplib::Response& res);
   void HandleTranscription(const httplib::Request& req, httplib::Response& res);  // transcriptions.cc

@@ -443,8 +443,6 @@ TEST(OpenAiRequest, ToolShapesAreCheckedNamingTheField) {
   call["function"] = {{"name", "f"}, {"arguments", "{not json"}};
   ExpectError(Chat({{"messages", {{{"role", "assistant"}, {"tool_calls", {call}}}}}}), true,
               {400, "messages[0].tool_calls[0].function.arguments", "invalid_value", "JSON text of an object"});
-  ExpectError(Chat({{"tools", {WeatherTool()}}, {"response_format", {{"type", "json_object"}}}}), true,
-              {400, "response_format", "invalid_value", "cannot be combined with 'tools'"});
 }
 
 TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
@@ -492,6 +490,17 @@ TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
                         R"("tool_call":{"type":"object","additionalProperties":false,"required":["name","arguments"],)"
                         R"("properties":{"name":{"const":"get_weather"},"arguments":)" +
                         WeatherTool()["function"]["parameters"].dump() + "}}}}"));
+
+  // Tools beside a format (the Agents SDK's output_type): offered freely, the
+  // reply is one JSON document, a call or the answer; forced, the call alone.
+  const json fmt = {{"type", "json_object"}};
+  const CompletionRequest both =
+      ParseCompletionRequest(Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"response_format", fmt}}), true);
+  EXPECT_NE(BuildRequest(both, f.ctx(true, 4096)).grammar, nullptr);
+  const CompletionRequest forced_fmt = ParseCompletionRequest(
+      Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "required"}, {"response_format", fmt}}),
+      true);
+  EXPECT_NE(BuildRequest(forced_fmt, f.ctx(true, 4096)).grammar, nullptr);
 }
 
 }  // namespace

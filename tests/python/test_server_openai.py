@@ -1,7 +1,9 @@
 """`kvshare serve` driven by the official `openai` Python client (PyPI):
 chat and completions, streaming and not, give exactly the text `kvshare
 generate` prints for the same prompt, seed and sampling parameters; logprobs,
-stop strings, usage, /v1/models, /tokenize and /detokenize.
+stop strings, usage, /v1/models, /tokenize, /detokenize and /tokenizer_info
+(llama-server's and vLLM's shapes), and chat.completions.parse with pydantic
+models (bounds, datetime, Literal, Optional, nested lists).
 
 Chat runs on the tiny Gemma 4 fixture (it has Gemma 4's chat template),
 completions on the default model (a base model: plain completion)."""
@@ -125,3 +127,49 @@ def test_models_tokenize_detokenize(gemma4):
     pieces = request(gemma4, "POST", "/tokenize", {"content": "Hello", "with_pieces": True,
                                                    "add_special": True}).json()["tokens"]
     assert pieces[0]["piece"] == "<bos>" and "".join(p["piece"] for p in pieces[1:]) == "Hello"
+    # vLLM's shapes, which lm-evaluation-harness's remote tokenizer sends:
+    # "prompt" with add_special_tokens (default true), "prompt" back, /tokenizer_info.
+    plain = request(gemma4, "POST", "/tokenize", {"prompt": "Hello world", "add_special_tokens": False}).json()
+    assert plain["tokens"] == t["tokens"]
+    bos = request(gemma4, "POST", "/tokenize", {"model": GEMMA4_ID, "prompt": "Hello world"}).json()["tokens"]
+    assert bos[1:] == t["tokens"] and bos[0] == pieces[0]["id"]
+    assert request(gemma4, "POST", "/detokenize", {"tokens": t["tokens"]}).json()["prompt"] == "Hello world"
+    info = request(gemma4, "GET", "/tokenizer_info").json()
+    assert info["bos_token"] == "<bos>" and info["eos_token"] and info["model_max_length"] == 4096
+    assert request(gemma4, "POST", "/tokenize", {"prompt": info["eos_token"]}).json()["count"] == 2
+    both = request(gemma4, "POST", "/tokenize", {"prompt": "a", "content": "a"})
+    assert both.status == 400 and both.json()["error"]["param"] == "prompt"
+
+
+def test_parse_pydantic_models(gemma4):
+    # chat.completions.parse sends the model's strict JSON Schema (Field bounds,
+    # date-time, enum, anyOf with null, nested arrays of objects, $defs) and
+    # validates the reply with pydantic: the grammar must produce what it accepts.
+    from datetime import datetime
+    from typing import List, Literal, Optional
+
+    from pydantic import BaseModel, Field
+
+    class Item(BaseModel):
+        name: str = Field(min_length=1, max_length=8)
+        qty: int = Field(ge=1, le=99)
+        tags: List[Literal["a", "b", "c"]] = Field(max_length=3)
+
+    class Order(BaseModel):
+        kind: Literal["buy", "sell"]
+        when: datetime
+        price: float = Field(gt=0, lt=1000)
+        note: Optional[str] = Field(max_length=10)
+        items: List[Item] = Field(min_length=1, max_length=2)
+        grid: List[List[int]] = Field(max_length=2)
+
+    with client(gemma4) as c:
+        replies = [c.chat.completions.parse(model=GEMMA4_ID, messages=[{"role": "user", "content": "An order"}],
+                                            response_format=Order, temperature=1, seed=seed, max_tokens=400)
+                   for seed in (1, 2, 3)]
+    for r in replies:
+        choice = r.choices[0]
+        assert choice.finish_reason == "stop", choice.message.content
+        order = choice.message.parsed
+        assert isinstance(order, Order) and 0 < order.price < 1000 and 1 <= len(order.items) <= 2
+        assert order == Order.model_validate_json(choice.message.content)

@@ -4,8 +4,9 @@ on the tiny random-weight Gemma 4 fixture: plain text and its incomplete
 status, a function tool and the call / output round trip (the output items
 sent back as input, and the same through previous_response_id give the same
 greedy reply), streamed events in OpenAI's order agreeing with the
-non-streamed response, text.format json_schema, the bounded store, a client that goes away
-cancelling its stream, and 400s naming the field for what is not served."""
+non-streamed response, text.format json_schema, the bounded store and its
+input_items list, a client that goes away cancelling its stream, and 400s
+naming the field for what is not served."""
 import json
 import time
 from typing import Literal
@@ -57,7 +58,7 @@ def events(c, **kw):
     return [e.type for e in evs], evs[-1].response
 
 
-def test_plain_text_and_max_output_tokens(c):
+def test_plain_text_and_max_output_tokens(c, server):
     r = create(c, input="Hello", instructions="Be brief", max_output_tokens=6, metadata={"run": "1"})
     assert r.id.startswith("resp_") and r.object == "response" and r.model == GEMMA4_ID
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
@@ -76,6 +77,9 @@ def test_plain_text_and_max_output_tokens(c):
                      ["response.output_text.done", "response.content_part.done", "response.output_item.done",
                       "response.incomplete"])
     assert final.status == "incomplete" and final.output[0].content[0].text == r.output_text
+    # The stream's log line counts its tokens (its choice set once read the
+    # handler's request after the handler had returned).
+    server.wait_log(r"chat stream: prompt \d+ tokens \(\d+ cached\), output 6 tokens, length")
 
 
 def test_function_call_round_trip(c):
@@ -177,3 +181,37 @@ def test_a_client_that_goes_away_cancels_its_stream(server):
     while server.metrics()["kvshare_http_requests_in_flight"] and time.time() < end:
         time.sleep(0.02)
     assert server.metrics()["kvshare_http_requests_in_flight"] == 0
+
+
+def test_input_items_list(c, server):
+    user = {"role": "user", "content": "look up a"}
+    r = create(c, input=[user], tools=[LOOKUP], tool_choice="required")
+    call = r.output[0]
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "42"}
+    sent = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "look up a"}]},
+            call.model_dump(exclude_none=True), output, {"role": "assistant", "content": "done"}]
+    second = create(c, input=sent, instructions="Be brief", tools=[LOOKUP], max_output_tokens=2)
+    page = c.responses.input_items.list(second.id, order="asc")
+    assert page.object == "list" and page.has_more is False
+    items = page.data
+    assert [i.type for i in items] == ["message", "function_call", "function_call_output", "message"]
+    assert items[0].id.startswith("msg_") and items[0].role == "user" and items[0].content[0].text == "look up a"
+    assert (items[1].id, items[1].call_id, items[1].arguments) == (call.id, call.call_id, call.arguments)
+    assert items[2].id.startswith("fco_") and items[2].call_id == call.call_id and items[2].output == "42"
+    assert items[3].role == "assistant" and items[3].content[0].type == "output_text"
+    assert items[3].content[0].text == "done" and all(i.status == "completed" for i in items)
+    assert (page.first_id, page.last_id) == (items[0].id, items[3].id)
+    # Newest first by default; limit and after page through.
+    raw = request(server, "GET", f"/v1/responses/{second.id}/input_items?limit=3").json()
+    assert [i["id"] for i in raw["data"]] == [i.id for i in items[::-1][:3]] and raw["has_more"] is True
+    rest = request(server, "GET", f"/v1/responses/{second.id}/input_items?limit=3&after={raw['last_id']}").json()
+    assert [i["id"] for i in rest["data"]] == [items[0].id] and rest["has_more"] is False
+    # A string input is one user message; unknown ids and bad queries are refused.
+    text = create(c, input="Hello", max_output_tokens=1)
+    [item] = c.responses.input_items.list(text.id).data
+    assert item.role == "user" and item.content[0].type == "input_text" and item.content[0].text == "Hello"
+    with pytest.raises(openai.NotFoundError):
+        c.responses.input_items.list("resp_never")
+    for query, param in (("limit=0", "limit"), ("limit=x", "limit"), ("order=up", "order"), ("after=msg_x", "after")):
+        bad = request(server, "GET", f"/v1/responses/{text.id}/input_items?{query}")
+        assert bad.status == 400 and bad.json()["error"]["param"] == param, bad.text

@@ -4,8 +4,9 @@ back as tool_calls, the result goes back as a tool message, a reply follows)
 on the tiny random-weight Gemma 4 fixture, where only the grammar makes the
 reply a call, and on the default Gemma 3 model with the JSON convention;
 streamed and non-streamed calls agree (greedy); a named tool_choice calls
-that tool; tool_choice "none" gives plain content; bad tool shapes are 400s
-naming the field."""
+that tool; tool_choice "none" gives plain content; tools beside a
+response_format give a call or the format's document; bad tool shapes are
+400s naming the field."""
 import json
 
 import pytest
@@ -162,7 +163,6 @@ def test_gemma3_none_is_plain_content(gemma3):
      "messages[1].tool_call_id", "Missing"),
     ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"arguments": "{}"}}]}]},
      "messages[0].tool_calls[0].function.name", "Missing"),
-    ({"tools": [NOW], "response_format": {"type": "json_object"}}, "response_format", "tools"),
 ])
 def test_bad_tools_are_400s_naming_the_field(gemma4, patch, param, words):
     body = {"model": GEMMA4_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **patch}
@@ -183,3 +183,33 @@ def test_strict_false_renders_unsupported_keywords(gemma4):
     if choice["finish_reason"] != "length":
         assert choice["finish_reason"] == "tool_calls"
         assert isinstance(json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]), dict)
+
+
+def test_gemma4_tools_beside_a_format(gemma4):
+    # Tools offered freely next to a response_format (what the Agents SDK sends
+    # for an agent with tools and an output_type): the reply is one JSON
+    # document, a call in the JSON convention or the format's answer; forced,
+    # it is the call.
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["n"], "additionalProperties": False}
+    kw = dict(model=GEMMA4_ID, messages=[{"role": "user", "content": "Look up a"}], tools=[LOOKUP], max_tokens=200,
+              response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+    c = client(gemma4)
+    kinds = set()
+    for seed in range(1, 7):  # sampled: on this fixture seeds 1..6 give both kinds
+        r = c.chat.completions.create(temperature=1, seed=seed, **kw)
+        ch = r.choices[0]
+        if ch.finish_reason == "tool_calls":
+            assert ch.message.content is None and [t.function.name for t in ch.message.tool_calls] == ["lookup"]
+            assert json.loads(ch.message.tool_calls[0].function.arguments)["k"] in ("a", "b")
+        else:
+            assert ch.finish_reason == "stop" and not ch.message.tool_calls
+            assert 0 <= json.loads(ch.message.content)["n"] <= 9
+        kinds.add(ch.finish_reason)
+        if seed in (1, 2):  # streamed: the same reply (an answer, a call)
+            calls, content, finish = streamed(c, temperature=1, seed=seed, **kw)
+            assert finish == ch.finish_reason and content == (ch.message.content or "")
+            assert [c[0] for c in calls] == [t.function.name for t in ch.message.tool_calls or []]
+    assert kinds == {"tool_calls", "stop"}
+    forced = c.chat.completions.create(temperature=1, seed=1, tool_choice="required", **kw).choices[0]
+    assert forced.finish_reason == "tool_calls" and forced.message.tool_calls[0].function.name == "lookup"
