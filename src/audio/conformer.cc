@@ -1,21 +1,18 @@
 // The shared conformer block (conformer.h). Matmuls go through quant/'s
-// MatMul (vision/vision_ops.h's linears); the attention is computed here in
-// double: HF adds the relative-position logits before its softcap, which the
-// GQA op applies before its bias (docs/audio.md "Encoders").
+// MatMul or oneDNN's bf16 matmul (vision/vision_ops.h's linears); the
+// attention is local_attention.h's: HF adds the relative-position logits
+// before its softcap, which the GQA op applies before its bias
+// (docs/audio.md "Encoders").
 #include "audio/conformer.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "audio/local_attention.h"
 #include "kvshare/common/thread_pool.h"
 
 namespace kvshare::detail {
 namespace {
-
-constexpr int kChunk = 12;  // attention_chunk_size: queries per block
-constexpr int kPast = 12;   // attention_context_left - 1: context slots before a block, distances 12 .. 0
-constexpr int kSlots = kChunk + kPast;
-constexpr float kSoftcap = 50.0f;  // attention_logit_cap
 
 void Silu(float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
@@ -32,51 +29,8 @@ void HalfFfn(const ConformerBlock& b, int which, const ConformerOptions& o, std:
   for (std::size_t i = 0; i < h.size(); ++i) h[i] += 0.5f * y[i];
 }
 
-// One query frame t over its block's 24 context slots, every head.
-void AttendQuery(const ConformerOptions& o, const std::vector<float>& q, const std::vector<float>& k,
-                 const std::vector<float>& v, const std::vector<float>& rel, const std::vector<std::uint8_t>& valid,
-                 std::int64_t t, std::vector<float>& out) {
-  const std::int64_t T = static_cast<std::int64_t>(valid.size()), d = o.n_embd;
-  const int hd = o.head_dim;
-  const std::int64_t first = t / kChunk * kChunk - kPast;
-  for (int h = 0; h < o.n_head; ++h) {
-    const float* qt = q.data() + t * d + h * hd;
-    double logits[kSlots], w[kSlots], sum = 0.0;
-    for (int j = 0; j < kSlots; ++j) {
-      const std::int64_t kp = first + j, dist = t - kp;
-      if (!(kp >= 0 && kp < T && valid[kp] && dist >= 0 && dist <= o.max_distance)) {
-        logits[j] = o.hidden_logit;  // hidden: its logits do not matter
-        continue;
-      }
-      const float* kr = k.data() + kp * d + h * hd;
-      const float* rr = rel.data() + (kPast - dist) * d + h * hd;
-      double ac = 0.0, bd = 0.0;
-      for (int i = 0; i < hd; ++i) {
-        ac += double(qt[i]) * kr[i];
-        bd += double(qt[i]) * rr[i];
-      }
-      logits[j] = kSoftcap * std::tanh((ac + bd) / kSoftcap);
-    }
-    const double top = *std::max_element(logits, logits + kSlots);
-    for (int j = 0; j < kSlots; ++j) sum += (w[j] = std::exp(logits[j] - top));
-    float* y = out.data() + t * d + h * hd;
-    for (int i = 0; i < hd; ++i) {
-      double acc = 0.0;
-      for (int j = 0; j < kSlots; ++j) {
-        const std::int64_t kp = first + j;
-        if (kp >= 0 && kp < T) acc += w[j] * v[kp * d + h * hd + i];
-      }
-      y[i] = static_cast<float>(acc / sum);
-    }
-  }
-}
-
-// Blocks of 12 queries over 24 context slots starting 12 frames before the
-// block (HF _convert_to_block / _extract_block_context); logit =
-// softcap(q.k + q.r[distance]); a slot is visible when its key is inside the
-// clip, valid and 0..max_distance frames back, else its logit is
-// o.hidden_logit, so a query with no visible key averages all 24 slots
-// (zeros outside the clip), as HF's softmax over equal logits does.
+// The projections, the scaled queries and keys, then LocalAttention
+// (local_attention.h).
 void Attention(const ConformerBlock& b, const ConformerOptions& o, const std::vector<float>& sinusoids,
                const std::vector<float>& x, const std::vector<std::uint8_t>& valid, std::vector<float>& out,
                ThreadPool* pool) {
@@ -92,11 +46,10 @@ void Attention(const ConformerBlock& b, const ConformerOptions& o, const std::ve
   if (o.k_scale != 1.0f) {
     for (float& e : k) e *= o.k_scale;
   }
-  // Queries are independent: ranges of them per thread (the same arithmetic
-  // for every split).
-  ParallelForRanges(pool, T, RowGrain(pool, T, std::int64_t{kSlots} * d), [&](std::int64_t t0, std::int64_t t1) {
-    for (std::int64_t t = t0; t < t1; ++t) AttendQuery(o, q, k, v, rel, valid, t, out);
-  });
+  LocalAttention(q.data(), k.data(), v.data(), rel.data(), valid.data(),
+                 {.frames = T, .n_head = o.n_head, .head_dim = hd, .max_distance = o.max_distance,
+                  .hidden_logit = o.hidden_logit},
+                 out.data(), pool);
 }
 
 void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<float>& h, std::int64_t T,
@@ -110,16 +63,19 @@ void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<f
     for (std::int64_t i = 0; i < d; ++i) n[t * d + i] = row[i] / (1.0f + std::exp(-row[d + i]));
   }
   const int K = o.conv_kernel;
-  // Causal depthwise: K - 1 frames of zeros in front.
+  // Causal depthwise: K - 1 frames of zeros in front. Taps outer, channels
+  // inner (a vector loop over the [K, d] kernel); each value still sums its
+  // taps in order 0 .. K - 1 from zero.
   ParallelForRanges(pool, T, RowGrain(pool, T, d * K), [&](std::int64_t t0, std::int64_t t1) {
     for (std::int64_t t = t0; t < t1; ++t) {
-      for (std::int64_t i = 0; i < d; ++i) {
-        float acc = 0.0f;
-        for (int j = 0; j < K; ++j) {
-          const std::int64_t ts = t - (K - 1) + j;
-          if (ts >= 0) acc += b.conv_dw[i * K + j] * n[ts * d + i];
-        }
-        c[t * d + i] = acc;
+      float* ct = c.data() + t * d;
+      std::fill_n(ct, d, 0.0f);
+      for (int j = 0; j < K; ++j) {
+        const std::int64_t ts = t - (K - 1) + j;
+        if (ts < 0) continue;
+        const float* w = b.conv_dw_t.data() + j * d;
+        const float* nt = n.data() + ts * d;
+        for (std::int64_t i = 0; i < d; ++i) ct[i] += w[i] * nt[i];
       }
     }
   });
@@ -140,6 +96,14 @@ void LoadHalfFfns(const TensorLookup& t, const std::string& prefix, std::int64_t
     b.ffn_up[f] = LoadLinear(t, prefix + "ffn_up" + s, ff, d, options);
     b.ffn_down[f] = LoadLinear(t, prefix + "ffn_down" + s, d, ff, options);
   }
+}
+
+std::vector<float> DepthwiseTaps(const float* conv_dw, int d, int kernel) {
+  std::vector<float> t(static_cast<std::size_t>(d) * kernel);
+  for (int c = 0; c < d; ++c) {
+    for (int j = 0; j < kernel; ++j) t[std::size_t(j) * d + c] = conv_dw[std::size_t(c) * kernel + j];
+  }
+  return t;
 }
 
 std::vector<float> RelativeSinusoids(int d) {

@@ -28,7 +28,7 @@ struct ConformerBlock {
   // Light convolution: x + pw2(silu(norm_conv(dw(glu(pw1(conv_norm(x))))))).
   const float* conv_norm = nullptr;
   const float* norm_conv = nullptr;
-  const float* conv_dw = nullptr;      // [d, kernel]: tap j of channel c at c * kernel + j
+  std::vector<float> conv_dw_t;        // [kernel, d]: tap j of channel c at j * d + c (DepthwiseTaps)
   Linear pw1, pw2;
   const float* final_norm = nullptr;
 };
@@ -51,6 +51,10 @@ struct ConformerOptions {
 // ffn_post_norm, then the same with "_1" (both converters' names).
 void LoadHalfFfns(const TensorLookup& t, const std::string& prefix, std::int64_t d, std::int64_t ff,
                   const LinearOptions& options, ConformerBlock& b);
+
+// The depthwise kernel `conv_dw` as the file stores it, [d, kernel] (tap j
+// of channel c at c * kernel + j), transposed to ConformerBlock::conv_dw_t.
+std::vector<float> DepthwiseTaps(const float* conv_dw, int d, int kernel);
 
 // The sinusoids of relative distances 12 .. 0 (row c: distance 12 - c), d / 2
 // timescales from 1 to 1e4, sin then cos, float32 as HF computes them:

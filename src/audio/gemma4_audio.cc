@@ -20,12 +20,13 @@ namespace {
 
 class Gemma4Audio : public AudioEncoderBase {
  public:
-  Gemma4Audio(GgufFile file, const AudioConfig& c) : AudioEncoderBase(std::move(file), c) {
+  Gemma4Audio(GgufFile file, const AudioConfig& c, AudioPrecision precision)
+      : AudioEncoderBase(std::move(file), c, precision) {
     const TensorLookup t(file_);
     LoadSscp(file_, c.sscp_channels, conv_);
     sscp_proj_ = LoadLinear(t, "a.input_projection", c.n_embd, std::int64_t{c.sscp_freq} * c.sscp_channels[1]);
     const std::int64_t d = c.n_embd, ff = c.n_ff;
-    const LinearOptions clamps{.clamps = c.clipped_linears};
+    const LinearOptions clamps{.clamps = c.clipped_linears, .bf16 = bf16()};  // the blocks' linears
     for (int i = 0; i < c.n_layer; ++i) {
       const std::string p = Str("a.blk.", i, ".");
       ConformerBlock b;
@@ -36,13 +37,13 @@ class Gemma4Audio : public AudioEncoderBase {
       b.k = LoadLinear(t, p + "attn_k", d, d, clamps);
       b.v = LoadLinear(t, p + "attn_v", d, d, clamps);
       b.out = LoadLinear(t, p + "attn_out", d, d, clamps);
-      b.rel = LoadLinear(t, p + "attn_k_rel", d, d);
+      b.rel = LoadLinear(t, p + "attn_k_rel", d, d);  // f32: 13 rows, below a bf16 tile
       const float* pds = t.Vec(p + "per_dim_scale.weight", c.head_dim);  // softplus applied by the converter
       b.per_dim_scale.assign(pds, pds + c.head_dim);
       // The converter's names cross here: conv_norm is the pre-norm, norm_conv the post-convolution one.
       b.conv_norm = t.Vec(p + "conv_norm.weight", d);
       b.norm_conv = t.Vec(p + "norm_conv.weight", d);
-      b.conv_dw = t.Vec(p + "conv_dw.weight", d * c.conv_kernel);
+      b.conv_dw_t = DepthwiseTaps(t.Vec(p + "conv_dw.weight", d * c.conv_kernel), c.n_embd, c.conv_kernel);
       b.pw1 = LoadLinear(t, p + "conv_pw1", 2 * d, d, clamps);
       b.pw2 = LoadLinear(t, p + "conv_pw2", d, d, clamps);
       b.final_norm = t.Vec(p + "ln2.weight", d);
@@ -99,8 +100,8 @@ class Gemma4Audio : public AudioEncoderBase {
 
 }  // namespace
 
-std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config) {
-  return std::make_unique<Gemma4Audio>(std::move(file), config);
+std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config, AudioPrecision precision) {
+  return std::make_unique<Gemma4Audio>(std::move(file), config, precision);
 }
 
 }  // namespace kvshare::detail
