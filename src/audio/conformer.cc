@@ -8,22 +8,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "audio/conformer_rows.h"
 #include "audio/local_attention.h"
 #include "kvshare/common/thread_pool.h"
 
 namespace kvshare::detail {
 namespace {
 
-void Silu(float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
-}
-
 void HalfFfn(const ConformerBlock& b, int which, const ConformerOptions& o, std::vector<float>& h, std::int64_t T,
              ThreadPool* pool) {
   std::vector<float> n = h, u(static_cast<std::size_t>(T * o.n_ff)), y(h.size()), scratch;
   RmsNormRows(n.data(), T, o.n_embd, b.ffn_pre[which], o.eps, pool);
   ApplyLinear(b.ffn_up[which], n.data(), T, u.data(), scratch, pool);
-  Silu(u.data(), u.size());
+  ParallelForRanges(pool, T, RowGrain(pool, T, o.n_ff),
+                    [&](std::int64_t t0, std::int64_t t1) { SiluRows(u.data() + t0 * o.n_ff, (t1 - t0) * o.n_ff); });
   ApplyLinear(b.ffn_down[which], u.data(), T, y.data(), scratch, pool);
   RmsNormRows(y.data(), T, o.n_embd, b.ffn_post[which], o.eps, pool);
   for (std::size_t i = 0; i < h.size(); ++i) h[i] += 0.5f * y[i];
@@ -58,10 +56,9 @@ void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<f
   std::vector<float> n = h, g(static_cast<std::size_t>(T * 2 * d)), c(h.size()), y(h.size()), scratch;
   RmsNormRows(n.data(), T, d, b.conv_norm, o.eps, pool);
   ApplyLinear(b.pw1, n.data(), T, g.data(), scratch, pool);
-  for (std::int64_t t = 0; t < T; ++t) {  // GLU: first half * sigmoid(second half)
-    const float* row = g.data() + t * 2 * d;
-    for (std::int64_t i = 0; i < d; ++i) n[t * d + i] = row[i] / (1.0f + std::exp(-row[d + i]));
-  }
+  ParallelForRanges(pool, T, RowGrain(pool, T, 2 * d), [&](std::int64_t t0, std::int64_t t1) {
+    GluRows(g.data() + t0 * 2 * d, t1 - t0, d, n.data() + t0 * d);  // first half * sigmoid(second half)
+  });
   const int K = o.conv_kernel;
   // Causal depthwise: K - 1 frames of zeros in front. Taps outer, channels
   // inner (a vector loop over the [K, d] kernel); each value still sums its
@@ -80,7 +77,8 @@ void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<f
     }
   });
   RmsNormRows(c.data(), T, d, b.norm_conv, o.eps, pool);
-  Silu(c.data(), c.size());
+  ParallelForRanges(pool, T, RowGrain(pool, T, d),
+                    [&](std::int64_t t0, std::int64_t t1) { SiluRows(c.data() + t0 * d, (t1 - t0) * d); });
   ApplyLinear(b.pw2, c.data(), T, y.data(), scratch, pool);
   for (std::size_t i = 0; i < h.size(); ++i) h[i] += y[i];
 }

@@ -145,8 +145,26 @@ def gemma3na():
         for block in tower.conformer:
             block.attention.attn.q_proj.weight.mul_(8.0)
             block.attention.attn.k_proj.weight.mul_(8.0)
+    out = write_gemma3na(tower, embedder, cfg, text, OUT / "gemma3na.mmproj.f32.gguf")
+    print(f"{out.name}: {out.stat().st_size} bytes")
+
+    def run(feats, valid):
+        with torch.no_grad():
+            # Gemma3nModel.get_audio_features: the tower takes True = padding.
+            o = tower(torch.from_numpy(feats)[None], torch.from_numpy(~valid)[None])
+            return o.last_hidden_state[0], embedder(inputs_embeds=o.last_hidden_state)[0], ~o.audio_mel_mask[0]
+
+    write_outputs("gemma3na", "gemma3n", run)
+    with torch.no_grad():  # hard tokens: row 0 (end of audio) and the last row (the prompt's padding)
+        ids = torch.tensor([[cfg.vocab_offset, cfg.vocab_offset + cfg.vocab_size - 1]])
+        embedder(input_ids=ids)[0].numpy().astype(np.float32).tofile(OUT / "gemma3na.hard.f32")
+
+
+def write_gemma3na(tower, embedder, cfg, text, out: Path, f16_blocks=False) -> Path:
+    """The gemma3na mmproj of an HF Gemma3nAudioEncoder and audio embedder, as
+    the converter would write it; `f16_blocks`: the blocks' 2-D matrices F16
+    but the depthwise kernels, as a default (F16) conversion (bench/audio_peer.py)."""
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, cfg.conf_num_hidden_layers)
-    out = OUT / "gemma3na.mmproj.f32.gguf"
     w = gguf.GGUFWriter(str(out), "clip")
     w.add_type(gguf.GGUFType.MMPROJ)
     w.add_bool("clip.has_vision_encoder", False)
@@ -163,23 +181,14 @@ def gemma3na():
     tensors += [("model.embed_audio." + k, v) for k, v in embedder.state_dict().items()]
     for hf, t in tensors:
         name = gemma3na_name(hf, tmap)
-        w.add_tensor(name, t.detach().contiguous().numpy().astype("float32"))
+        a = t.detach().contiguous().numpy().astype("float32")
+        half = f16_blocks and name.startswith("a.blk.") and a.ndim == 2 and "conv_dw" not in name
+        w.add_tensor(name, a.astype("float16") if half else a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"{out.name}: {out.stat().st_size} bytes")
-
-    def run(feats, valid):
-        with torch.no_grad():
-            # Gemma3nModel.get_audio_features: the tower takes True = padding.
-            o = tower(torch.from_numpy(feats)[None], torch.from_numpy(~valid)[None])
-            return o.last_hidden_state[0], embedder(inputs_embeds=o.last_hidden_state)[0], ~o.audio_mel_mask[0]
-
-    write_outputs("gemma3na", "gemma3n", run)
-    with torch.no_grad():  # hard tokens: row 0 (end of audio) and the last row (the prompt's padding)
-        ids = torch.tensor([[cfg.vocab_offset, cfg.vocab_offset + cfg.vocab_size - 1]])
-        embedder(input_ids=ids)[0].numpy().astype(np.float32).tofile(OUT / "gemma3na.hard.f32")
+    return out
 
 
 def write_outputs(prefix, extractor, run):
