@@ -15,49 +15,70 @@
 namespace kvshare::detail {
 namespace {
 
-void HalfFfn(const ConformerBlock& b, int which, const ConformerOptions& o, std::vector<float>& h, std::int64_t T,
-             ThreadPool* pool) {
-  std::vector<float> n = h, u(static_cast<std::size_t>(T * o.n_ff)), y(h.size()), scratch;
-  RmsNormRows(n.data(), T, o.n_embd, b.ffn_pre[which], o.eps, pool);
-  ApplyLinear(b.ffn_up[which], n.data(), T, u.data(), scratch, pool);
-  ParallelForRanges(pool, T, RowGrain(pool, T, o.n_ff),
-                    [&](std::int64_t t0, std::int64_t t1) { SiluRows(u.data() + t0 * o.n_ff, (t1 - t0) * o.n_ff); });
-  ApplyLinear(b.ffn_down[which], u.data(), T, y.data(), scratch, pool);
-  RmsNormRows(y.data(), T, o.n_embd, b.ffn_post[which], o.eps, pool);
-  for (std::size_t i = 0; i < h.size(); ++i) h[i] += 0.5f * y[i];
+// Buffers one RunConformer call reuses across blocks (large vectors freed
+// and allocated again per block cost page faults and zeroing).
+struct Workspace {
+  std::vector<float> n, u, y, q, k, v, att, g, c, scratch;
+  Workspace(std::int64_t T, const ConformerOptions& o)
+      : n(std::size_t(T * o.n_embd)), u(std::size_t(T * std::max(o.n_ff, 2 * o.n_embd))), y(n.size()), q(n.size()),
+        k(n.size()), v(n.size()), att(n.size()), c(n.size()) {}
+};
+
+// h += scale * y over the pool.
+void AddScaled(std::vector<float>& h, const std::vector<float>& y, float scale, std::int64_t T, std::int64_t d,
+               ThreadPool* pool) {
+  ParallelForRanges(pool, T, RowGrain(pool, T, d), [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t i = t0 * d; i < t1 * d; ++i) h[i] += scale * y[i];
+  });
 }
 
-// The projections, the scaled queries and keys, then LocalAttention
-// (local_attention.h).
-void Attention(const ConformerBlock& b, const ConformerOptions& o, const std::vector<float>& sinusoids,
-               const std::vector<float>& x, const std::vector<std::uint8_t>& valid, std::vector<float>& out,
-               ThreadPool* pool) {
+void HalfFfn(const ConformerBlock& b, int which, const ConformerOptions& o, std::vector<float>& h, std::int64_t T,
+             Workspace& w, ThreadPool* pool) {
+  std::copy(h.begin(), h.end(), w.n.begin());
+  RmsNormRows(w.n.data(), T, o.n_embd, b.ffn_pre[which], o.eps, pool);
+  ApplyLinear(b.ffn_up[which], w.n.data(), T, w.u.data(), w.scratch, pool);
+  ParallelForRanges(pool, T, RowGrain(pool, T, o.n_ff),
+                    [&](std::int64_t t0, std::int64_t t1) { SiluRows(w.u.data() + t0 * o.n_ff, (t1 - t0) * o.n_ff); });
+  ApplyLinear(b.ffn_down[which], w.u.data(), T, w.y.data(), w.scratch, pool);
+  RmsNormRows(w.y.data(), T, o.n_embd, b.ffn_post[which], o.eps, pool);
+  AddScaled(h, w.y, 0.5f, T, o.n_embd, pool);
+}
+
+// x + attn_post_norm(out(LocalAttention(q, k, v of attn_pre_norm(x)))), the
+// queries and keys scaled first (local_attention.h).
+void Attention(const ConformerBlock& b, const ConformerOptions& o, std::vector<float>& h,
+               const std::vector<std::uint8_t>& valid, Workspace& w, ThreadPool* pool) {
   const std::int64_t T = static_cast<std::int64_t>(valid.size()), d = o.n_embd;
   const int hd = o.head_dim;
-  std::vector<float> q(x.size()), k(x.size()), v(x.size()), rel(static_cast<std::size_t>((kPast + 1) * d)), scratch;
+  std::copy(h.begin(), h.end(), w.n.begin());
+  RmsNormRows(w.n.data(), T, d, b.attn_pre_norm, o.eps, pool);
   const Linear* ls[] = {&b.q, &b.k, &b.v};
-  float* ys[] = {q.data(), k.data(), v.data()};
-  ApplyLinears(ls, x.data(), T, ys, scratch, pool);
-  ApplyLinear(b.rel, sinusoids.data(), kPast + 1, rel.data(), scratch, pool);
+  float* ys[] = {w.q.data(), w.k.data(), w.v.data()};
+  ApplyLinears(ls, w.n.data(), T, ys, w.scratch, pool);
   const float q_scale = static_cast<float>(1.0 / std::sqrt(double(hd)) / std::log(2.0));  // hd^-1/2 / softplus(0)
-  for (std::int64_t i = 0; i < T * d; ++i) q[i] = q[i] * q_scale * b.per_dim_scale[i % hd];
-  if (o.k_scale != 1.0f) {
-    for (float& e : k) e *= o.k_scale;
-  }
-  LocalAttention(q.data(), k.data(), v.data(), rel.data(), valid.data(),
+  ParallelForRanges(pool, T, RowGrain(pool, T, d), [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t i = t0 * d; i < t1 * d; ++i) w.q[i] = w.q[i] * q_scale * b.per_dim_scale[i % hd];
+    if (o.k_scale != 1.0f) {
+      for (std::int64_t i = t0 * d; i < t1 * d; ++i) w.k[i] *= o.k_scale;
+    }
+  });
+  LocalAttention(w.q.data(), w.k.data(), w.v.data(), b.rel_keys.data(), valid.data(),
                  {.frames = T, .n_head = o.n_head, .head_dim = hd, .max_distance = o.max_distance,
                   .hidden_logit = o.hidden_logit},
-                 out.data(), pool);
+                 w.att.data(), pool);
+  ApplyLinear(b.out, w.att.data(), T, w.y.data(), w.scratch, pool);
+  RmsNormRows(w.y.data(), T, d, b.attn_post_norm, o.eps, pool);
+  AddScaled(h, w.y, 1.0f, T, d, pool);
 }
 
 void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<float>& h, std::int64_t T,
-               ThreadPool* pool) {
+               Workspace& w, ThreadPool* pool) {
   const std::int64_t d = o.n_embd;
-  std::vector<float> n = h, g(static_cast<std::size_t>(T * 2 * d)), c(h.size()), y(h.size()), scratch;
-  RmsNormRows(n.data(), T, d, b.conv_norm, o.eps, pool);
-  ApplyLinear(b.pw1, n.data(), T, g.data(), scratch, pool);
+  std::copy(h.begin(), h.end(), w.n.begin());
+  RmsNormRows(w.n.data(), T, d, b.conv_norm, o.eps, pool);
+  ApplyLinear(b.pw1, w.n.data(), T, w.u.data(), w.scratch, pool);
   ParallelForRanges(pool, T, RowGrain(pool, T, 2 * d), [&](std::int64_t t0, std::int64_t t1) {
-    GluRows(g.data() + t0 * 2 * d, t1 - t0, d, n.data() + t0 * d);  // first half * sigmoid(second half)
+    GluRows(w.u.data() + t0 * 2 * d, t1 - t0, d, w.n.data() + t0 * d);  // first half * sigmoid(second half)
   });
   const int K = o.conv_kernel;
   // Causal depthwise: K - 1 frames of zeros in front. Taps outer, channels
@@ -65,22 +86,22 @@ void LightConv(const ConformerBlock& b, const ConformerOptions& o, std::vector<f
   // taps in order 0 .. K - 1 from zero.
   ParallelForRanges(pool, T, RowGrain(pool, T, d * K), [&](std::int64_t t0, std::int64_t t1) {
     for (std::int64_t t = t0; t < t1; ++t) {
-      float* ct = c.data() + t * d;
+      float* ct = w.c.data() + t * d;
       std::fill_n(ct, d, 0.0f);
       for (int j = 0; j < K; ++j) {
         const std::int64_t ts = t - (K - 1) + j;
         if (ts < 0) continue;
-        const float* w = b.conv_dw_t.data() + j * d;
-        const float* nt = n.data() + ts * d;
-        for (std::int64_t i = 0; i < d; ++i) ct[i] += w[i] * nt[i];
+        const float* wt = b.conv_dw_t.data() + j * d;
+        const float* nt = w.n.data() + ts * d;
+        for (std::int64_t i = 0; i < d; ++i) ct[i] += wt[i] * nt[i];
       }
     }
   });
-  RmsNormRows(c.data(), T, d, b.norm_conv, o.eps, pool);
+  RmsNormRows(w.c.data(), T, d, b.norm_conv, o.eps, pool);
   ParallelForRanges(pool, T, RowGrain(pool, T, d),
-                    [&](std::int64_t t0, std::int64_t t1) { SiluRows(c.data() + t0 * d, (t1 - t0) * d); });
-  ApplyLinear(b.pw2, c.data(), T, y.data(), scratch, pool);
-  for (std::size_t i = 0; i < h.size(); ++i) h[i] += y[i];
+                    [&](std::int64_t t0, std::int64_t t1) { SiluRows(w.c.data() + t0 * d, (t1 - t0) * d); });
+  ApplyLinear(b.pw2, w.c.data(), T, w.y.data(), w.scratch, pool);
+  AddScaled(h, w.y, 1.0f, T, d, pool);
 }
 
 }  // namespace
@@ -104,6 +125,11 @@ std::vector<float> DepthwiseTaps(const float* conv_dw, int d, int kernel) {
   return t;
 }
 
+namespace {
+
+// The sinusoids of relative distances 12 .. 0 (row c: distance 12 - c), d / 2
+// timescales from 1 to 1e4, sin then cos, float32 as HF computes them:
+// [13, d].
 std::vector<float> RelativeSinusoids(int d) {
   const int half = d / 2;
   const double inc = std::log(1.0e4) / std::max(half - 1, 1);
@@ -119,26 +145,30 @@ std::vector<float> RelativeSinusoids(int d) {
   return s;
 }
 
-void RunConformerBlock(const ConformerBlock& b, const ConformerOptions& o, const std::vector<float>& sinusoids,
-                       std::vector<float>& h, const std::vector<std::uint8_t>& valid, ThreadPool* pool) {
+}  // namespace
+
+std::vector<float> RelativeKeys(const Linear& rel, int d) {
+  std::vector<float> keys(static_cast<std::size_t>((kPast + 1) * d)), scratch;
+  ApplyLinear(rel, RelativeSinusoids(d).data(), kPast + 1, keys.data(), scratch, nullptr);
+  return keys;
+}
+
+void RunConformer(const std::vector<ConformerBlock>& blocks, const ConformerOptions& o, std::vector<float>& h,
+                  const std::vector<std::uint8_t>& valid, ThreadPool* pool) {
   const std::int64_t T = static_cast<std::int64_t>(valid.size()), d = o.n_embd;
-  HalfFfn(b, 0, o, h, T, pool);
-  {
-    std::vector<float> n = h, att(h.size()), y(h.size()), scratch;
-    RmsNormRows(n.data(), T, d, b.attn_pre_norm, o.eps, pool);
-    Attention(b, o, sinusoids, n, valid, att, pool);
-    ApplyLinear(b.out, att.data(), T, y.data(), scratch, pool);
-    RmsNormRows(y.data(), T, d, b.attn_post_norm, o.eps, pool);
-    for (std::size_t i = 0; i < h.size(); ++i) h[i] += y[i];
-  }
-  if (o.zero_padded_before_conv) {
-    for (std::int64_t t = 0; t < T; ++t) {
-      if (!valid[t]) std::fill_n(h.begin() + t * d, d, 0.0f);
+  Workspace w(T, o);
+  for (const ConformerBlock& b : blocks) {
+    HalfFfn(b, 0, o, h, T, w, pool);
+    Attention(b, o, h, valid, w, pool);
+    if (o.zero_padded_before_conv) {
+      for (std::int64_t t = 0; t < T; ++t) {
+        if (!valid[t]) std::fill_n(h.begin() + t * d, d, 0.0f);
+      }
     }
+    LightConv(b, o, h, T, w, pool);
+    HalfFfn(b, 1, o, h, T, w, pool);
+    RmsNormRows(h.data(), T, d, b.final_norm, o.eps, pool);
   }
-  LightConv(b, o, h, T, pool);
-  HalfFfn(b, 1, o, h, T, pool);
-  RmsNormRows(h.data(), T, d, b.final_norm, o.eps, pool);
 }
 
 }  // namespace kvshare::detail

@@ -67,7 +67,7 @@ class Gemma3nAudio : public AudioEncoderBase {
       b.k = LoadLinear(t, p + "attn_k", d, d, lo);
       b.v = LoadLinear(t, p + "attn_v", d, d, lo);
       b.out = LoadLinear(t, p + "attn_out", d, d, lo);
-      b.rel = LoadLinear(t, p + "linear_pos", d, d);  // f32: 13 rows, below a bf16 tile
+      b.rel_keys = RelativeKeys(LoadLinear(t, p + "linear_pos", d, d), c.n_embd);
       b.per_dim_scale = Softplus(t.Vec(p + "per_dim_scale", c.head_dim), c.head_dim);  // stored raw
       b.conv_norm = t.Vec(p + "conv_norm.weight", d);
       b.norm_conv = t.Vec(p + "norm_conv.weight", d);
@@ -81,7 +81,6 @@ class Gemma3nAudio : public AudioEncoderBase {
                                 .conv_kernel = c.conv_kernel, .eps = c.eps, .max_distance = 12, .k_scale = 1.0f,
                                 .hidden_logit = std::numeric_limits<float>::lowest(),
                                 .zero_padded_before_conv = true};
-    sinusoids_ = RelativeSinusoids(c.n_embd);
     soft_norm_ = t.Vec("mm.a.soft_emb_norm.weight", d);
     hard_norm_ = t.Vec("mm.a.hard_emb_norm.weight", d);
     hard_table_ = t.Vec("mm.a.embedding.weight", d * c.n_vocab_hard);
@@ -103,7 +102,7 @@ class Gemma3nAudio : public AudioEncoderBase {
     for (int t = 0; t < frames; ++t) mask[t] = f.mask[std::min(4 * t, f.n_frames - 1)];  // time stride 2 x 2
     std::vector<float> h(std::size_t(frames) * config_.n_embd), scratch;
     ApplyLinear(sscp_proj_, x.data(), frames, h.data(), scratch, pool);
-    for (const ConformerBlock& b : blocks_) RunConformerBlock(b, options_, sinusoids_, h, mask, pool);
+    RunConformer(blocks_, options_, h, mask, pool);
     const int kept = (frames + kReduction - 1) / kReduction, d = config_.n_embd;
     AudioTowerOutput out{kept, d, std::vector<float>(std::size_t(kept) * d, 0.0f), std::vector<std::uint8_t>(kept)};
     for (int t = 0; t < kept; ++t) {
@@ -158,7 +157,6 @@ class Gemma3nAudio : public AudioEncoderBase {
   const float* hard_table_ = nullptr;  // [n_vocab_hard, n_embd]
   std::vector<ConformerBlock> blocks_;
   ConformerOptions options_;
-  std::vector<float> sinusoids_;
 };
 
 }  // namespace

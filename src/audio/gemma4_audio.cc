@@ -37,7 +37,7 @@ class Gemma4Audio : public AudioEncoderBase {
       b.k = LoadLinear(t, p + "attn_k", d, d, clamps);
       b.v = LoadLinear(t, p + "attn_v", d, d, clamps);
       b.out = LoadLinear(t, p + "attn_out", d, d, clamps);
-      b.rel = LoadLinear(t, p + "attn_k_rel", d, d);  // f32: 13 rows, below a bf16 tile
+      b.rel_keys = RelativeKeys(LoadLinear(t, p + "attn_k_rel", d, d), c.n_embd);
       const float* pds = t.Vec(p + "per_dim_scale.weight", c.head_dim);  // softplus applied by the converter
       b.per_dim_scale.assign(pds, pds + c.head_dim);
       // The converter's names cross here: conv_norm is the pre-norm, norm_conv the post-convolution one.
@@ -53,8 +53,7 @@ class Gemma4Audio : public AudioEncoderBase {
                                 .conv_kernel = c.conv_kernel, .eps = c.eps, .max_distance = 11,
                                 .k_scale = static_cast<float>(std::log(1.0 + std::exp(1.0)) / std::log(2.0)),
                                 .hidden_logit = -1.0e9f};
-    sinusoids_ = RelativeSinusoids(c.n_embd);
-    out_proj_ = LoadLinear(t, "a.pre_encode.out", c.n_embd_out, d, {.bias = true});
+    out_proj_ = LoadLinear(t, "a.pre_encode.out", c.n_embd_out, d, {.bias = true, .bf16 = bf16()});
     embed_ = LoadLinear(t, "mm.a.input_projection", c.n_embd_text, c.n_embd_out);
   }
 
@@ -79,7 +78,7 @@ class Gemma4Audio : public AudioEncoderBase {
     }
     std::vector<float> h(std::size_t(frames) * config_.n_embd), scratch;
     ApplyLinear(sscp_proj_, x.data(), frames, h.data(), scratch, pool);
-    for (const ConformerBlock& b : blocks_) RunConformerBlock(b, options_, sinusoids_, h, mask, pool);
+    RunConformer(blocks_, options_, h, mask, pool);
     AudioTowerOutput out{frames, config_.n_embd_out, std::vector<float>(std::size_t(frames) * config_.n_embd_out),
                          mask};
     ApplyLinear(out_proj_, h.data(), frames, out.values.data(), scratch, pool);
@@ -95,7 +94,6 @@ class Gemma4Audio : public AudioEncoderBase {
   Linear sscp_proj_, out_proj_, embed_;
   std::vector<ConformerBlock> blocks_;
   ConformerOptions options_;
-  std::vector<float> sinusoids_;
 };
 
 }  // namespace
