@@ -18,7 +18,7 @@ namespace {
 // Buffers one RunConformer call reuses across blocks (large vectors freed
 // and allocated again per block cost page faults and zeroing).
 struct Workspace {
-  std::vector<float> n, u, y, q, k, v, att, g, c, scratch;
+  std::vector<float> n, u, y, q, k, v, att, c, scratch;  // u: the FFN hidden or pw1 output
   Workspace(std::int64_t T, const ConformerOptions& o)
       : n(std::size_t(T * o.n_embd)), u(std::size_t(T * std::max(o.n_ff, 2 * o.n_embd))), y(n.size()), q(n.size()),
         k(n.size()), v(n.size()), att(n.size()), c(n.size()) {}

@@ -61,7 +61,8 @@ VisionPrecision ResolvePrecision(const GgufFile& file, VisionPrecision requested
     }
     return requested;
   }
-  const bool bf16 = Bf16AutoPicks(file, [](const GgufTensor& t) { return t.n_dims == 2 && t.name.starts_with("v.blk."); });
+  const bool bf16 =
+      Bf16AutoPicks(file, [](const GgufTensor& t) { return t.n_dims == 2 && t.name.starts_with("v.blk."); });
   return bf16 ? VisionPrecision::kBF16 : VisionPrecision::kF32;
 }
 
