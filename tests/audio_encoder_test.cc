@@ -126,8 +126,11 @@ TEST(AudioEncoder, ResultsDoNotDependOnThreads) {
   const AudioFeatures f = Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'));
   ThreadPool pool(3);
   for (const char* prefix : {"gemma4a", "gemma3na"}) {
-    const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf");
-    EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool)) << prefix;
+    for (AudioPrecision p : {AudioPrecision::kF32, AudioPrecision::kBF16}) {
+      if (p == AudioPrecision::kBF16 && !detail::Bf16MatMulSupported()) continue;
+      const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf", {.precision = p});
+      EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool)) << prefix << " " << AudioPrecisionName(p);
+    }
   }
 }
 
