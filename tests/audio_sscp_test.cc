@@ -25,7 +25,8 @@ std::vector<float> Uniform(std::size_t n, std::uint64_t seed) {
 }
 
 void Check(int in, int out, int frames, int freq, int time_offset, std::uint64_t seed) {
-  const std::vector<float> w = Uniform(std::size_t(out) * in * 9, seed), x = Uniform(std::size_t(frames) * freq * in, seed + 1);
+  const std::vector<float> w = Uniform(std::size_t(out) * in * 9, seed);
+  const std::vector<float> x = Uniform(std::size_t(frames) * freq * in, seed + 1);
   const SscpConv c = SscpConv::FromF32(w.data(), in, out);
   ThreadPool pool(3);
   const std::vector<float> y = SscpConvolve(c, x, frames, freq, time_offset, nullptr);

@@ -48,7 +48,8 @@ namespace {
 void ConvolveOneChannel(const SscpConv& c, const std::vector<float>& x, int frames, int freq, int time_offset,
                         std::vector<float>& y, ThreadPool* pool) {
   const int t_out = (frames - 1) / 2 + 1, f_out = (freq - 1) / 2 + 1, n = c.out;
-  ParallelForRanges(pool, t_out, RowGrain(pool, t_out, std::int64_t{f_out} * 9 * n), [&](std::int64_t t0, std::int64_t t1) {
+  const std::int64_t grain = RowGrain(pool, t_out, std::int64_t{f_out} * 9 * n);
+  ParallelForRanges(pool, t_out, grain, [&](std::int64_t t0, std::int64_t t1) {
     for (std::int64_t t = t0; t < t1; ++t) {
       for (int fo = 0; fo < f_out; ++fo) {
         float* acc = y.data() + (std::size_t(t) * f_out + fo) * n;
