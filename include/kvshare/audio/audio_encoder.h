@@ -11,11 +11,12 @@
 // slots: PromptTokens fills those past the clip with its hard token.
 //
 // Precision (AudioEncoderOptions::precision; docs/audio.md "Precision"): the
-// conformer blocks' linears of gemma3na and gemma4a run either in float32
-// (F16 / BF16 weights widened exactly; within 1e-5 of HF's float32 forward)
-// or with bf16 inputs and float32 accumulation (oneDNN: weights and
-// activations rounded to bf16, nearest even); everything else (subsampling,
-// norms, attention, convolution, projections) is float32 either way.
+// conformer blocks' linears of gemma3na and gemma4a (and gemma4a's output
+// projection) run either in float32 (F16 / BF16 weights widened exactly;
+// within 1e-5 of HF's float32 forward) or with bf16 inputs and float32
+// accumulation (oneDNN: weights and activations rounded to bf16, nearest
+// even); everything else (subsampling, norms, attention, convolution, the
+// other projections) is float32 either way.
 // gemma4ua always runs float32.
 #pragma once
 
