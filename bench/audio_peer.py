@@ -6,23 +6,31 @@ blocks, 8 heads, SSCP 128 / 32, output 1536; text width 64, so the tiny text
 model of tests/fixtures/vision/ serves llama-mtmd-cli), per clip length and
 thread count, the two engines alternating run by run (the order flips every
 round), and the ratio llama.cpp / kvshare per pair (> 1: kvshare faster).
+With --gemma3n, also kvshare alone at Gemma 3n E2B / E4B's geometry
+(Gemma3nAudioConfig(): hidden 1536, 12 blocks, 8 heads; llama.cpp has no
+Gemma 3n audio): its encode time and real-time factor (encode / clip).
 
-Each run is one process on one clip (16 kHz float WAV: noise and tones, so
+Each run is one process on one clip (16 kHz WAV: noise and tones, so
 neither side resamples), after an untimed warm-up run of each:
-  kvshare    build/tests/audio_encode_dump MMPROJ CLIP OUT --floor-max --threads T
-             (its "encode_ms": the tower and projection, not the features)
+  kvshare    build/tests/audio_encode_dump MMPROJ CLIP OUT --floor-max --threads T --precision P
+             (its "encode_ms": the tower and projection, not the features;
+             "encode_cpu_ms": the process's CPU time during them)
   llama.cpp  llama-mtmd-cli -m TEXT --mmproj MMPROJ --audio CLIP -p hi -n 1 -t T
              (its log line "mtmd batch encoding done in N ms": features,
              tower and projection)
-Both also give the process's CPU seconds (user + sys).
+Both also give the process's CPU seconds (user + sys, loading included), and
+each row the load average before it (the host may be shared).
 
-The mmproj (1.2 GB, F32) is written once into --work by HF (random init) and
-the llama.cpp sdist's convert_hf_to_gguf.py --mmproj; needs the reference
-venv (torch, transformers 5.23) for that step:
+The mmproj is written once into --work by HF (random init) and the llama.cpp
+sdist's convert_hf_to_gguf.py --mmproj --outtype f16 (the default: the
+blocks' matrices F16, as a default conversion of the bf16 checkpoints
+writes them) or f32 (1.2 GB); needs the reference venv (torch, transformers
+5.23) for that step:
 
   /opt/kvshare-ref/venv/bin/python bench/audio_peer.py \\
       [--llama-build /opt/kvshare-ref/llama-build] [--kvshare-build build] \\
-      [--seconds 10 30] [--threads 1 2] [--rounds 2] [--out bench/results/audio_encode.json]
+      [--seconds 10 30] [--threads 1 2] [--rounds 2] [--outtype f16|f32] \\
+      [--precision auto|f32|bf16] [--gemma3n] [--out bench/results/audio_encode.json]
 
 llama.cpp is a local reference, never a dependency of kvshare.
 """
@@ -44,8 +52,8 @@ TEXT = ROOT / "tests" / "fixtures" / "vision" / "gemma4.f32.gguf"
 LLAMA_CPP = Path("/opt/kvshare-ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
 
 
-def write_mmproj(work: Path) -> Path:
-    out = work / "e2b_audio.mmproj.f32.gguf"
+def write_mmproj(work: Path, outtype: str) -> Path:
+    out = work / f"e2b_audio.mmproj.{outtype}.gguf"
     if out.exists():
         return out
     import torch
@@ -59,13 +67,34 @@ def write_mmproj(work: Path) -> Path:
     model = Gemma4ForConditionalGeneration(Gemma4Config(text_config=text, vision_config=vision,
                                                         audio_config=Gemma4AudioConfig())).eval()
     d = work / "e2b_audio_hf"
-    model.save_pretrained(d)
+    if not (d / "config.json").exists():
+        model.save_pretrained(d)
     (d / "preprocessor_config.json").write_text(json.dumps(
         {"image_processor_type": "Gemma4ImageProcessor", "image_mean": [0.0] * 3, "image_std": [1.0] * 3,
          "patch_size": 16, "pooling_kernel_size": 3, "max_soft_tokens": 280}))
-    subprocess.run([sys.executable, str(LLAMA_CPP / "convert_hf_to_gguf.py"), str(d), "--mmproj", "--outtype", "f32",
+    subprocess.run([sys.executable, str(LLAMA_CPP / "convert_hf_to_gguf.py"), str(d), "--mmproj", "--outtype", outtype,
                     "--outfile", str(out)], check=True, capture_output=True)
     return out
+
+
+def write_gemma3n_mmproj(work: Path, outtype: str) -> Path:
+    """A random gemma3na mmproj at Gemma3nAudioConfig()'s geometry, text width
+    64, written as tests/tools/audio_mmproj_fixtures.py writes its tiny one."""
+    out = work / f"e2b_gemma3n_audio.mmproj.{outtype}.gguf"
+    if out.exists():
+        return out
+    import torch
+    from transformers.models.gemma3n.configuration_gemma3n import Gemma3nAudioConfig, Gemma3nTextConfig
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nAudioEncoder, Gemma3nMultimodalEmbedder
+
+    sys.path.insert(0, str(ROOT / "tests" / "tools"))
+    from audio_mmproj_fixtures import write_gemma3na
+
+    cfg, text = Gemma3nAudioConfig(), Gemma3nTextConfig(hidden_size=64)
+    torch.manual_seed(0)
+    tower = Gemma3nAudioEncoder(cfg).to(torch.float32).eval()
+    embedder = Gemma3nMultimodalEmbedder(cfg, text).to(torch.float32).eval()
+    return write_gemma3na(tower, embedder, cfg, text, out, f16_blocks=outtype == "f16")
 
 
 def write_clip(path: Path, seconds: int):
@@ -90,11 +119,13 @@ def timed(cmd, env=None):
     return r.stdout + r.stderr, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def kvshare(build, mmproj, clip, threads, work):
+def kvshare(build, mmproj, clip, threads, work, precision):
     out, cpu = timed([str(build / "tests" / "audio_encode_dump"), str(mmproj), str(clip), str(work / "kv.bin"),
-                      "--floor-max", "--threads", str(threads)])
-    m = re.search(r"tokens (\d+) width \d+ features_ms ([\d.]+) encode_ms ([\d.]+)", out)
-    return {"tokens": int(m[1]), "features_ms": float(m[2]), "encode_ms": float(m[3]), "cpu_s": cpu}
+                      "--floor-max", "--threads", str(threads), "--precision", precision])
+    m = re.search(r"tokens (\d+) width \d+ features_ms ([\d.]+) encode_ms ([\d.]+) encode_cpu_ms ([\d.]+) "
+                  r"precision (\w+)", out)
+    return {"tokens": int(m[1]), "features_ms": float(m[2]), "encode_ms": float(m[3]), "encode_cpu_ms": float(m[4]),
+            "precision": m[5], "cpu_s": cpu}
 
 
 def llamacpp(llama_build, mmproj, clip, threads):
@@ -113,31 +144,61 @@ def main():
     ap.add_argument("--seconds", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--outtype", choices=["f16", "f32"], default="f16")
+    ap.add_argument("--precision", choices=["auto", "f32", "bf16"], default="auto")
+    ap.add_argument("--gemma3n", action="store_true", help="also Gemma 3n E2B's geometry, kvshare alone")
+    ap.add_argument("--no-peer", action="store_true", help="skip the Gemma 4 runs (with --gemma3n)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "audio_encode.json")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
-    mmproj = write_mmproj(a.work)
-    results = []
+    results, gemma3n = [], []
     for seconds in a.seconds:
         clip = a.work / f"clip_{seconds}s.wav"
         write_clip(clip, seconds)
-        kvshare(a.kvshare_build, mmproj, clip, 1, a.work)  # warm-up: pages the weights in
-        llamacpp(a.llama_build, mmproj, clip, 1)
-        for threads in a.threads:
-            for r in range(a.rounds):
-                order = ["kvshare", "llamacpp"] if r % 2 == 0 else ["llamacpp", "kvshare"]
-                row = {"seconds": seconds, "threads": threads, "round": r, "order": order}
-                for who in order:
-                    row[who] = (kvshare(a.kvshare_build, mmproj, clip, threads, a.work) if who == "kvshare"
-                                else llamacpp(a.llama_build, mmproj, clip, threads))
-                row["ratio"] = row["llamacpp"]["encode_ms"] / row["kvshare"]["encode_ms"]
-                print(json.dumps(row), flush=True)
-                results.append(row)
+    if not a.no_peer:
+        mmproj = write_mmproj(a.work, a.outtype)
+        for seconds in a.seconds:
+            clip = a.work / f"clip_{seconds}s.wav"
+            kvshare(a.kvshare_build, mmproj, clip, 1, a.work, a.precision)  # warm-up: pages the weights in
+            llamacpp(a.llama_build, mmproj, clip, 1)
+            for threads in a.threads:
+                for r in range(a.rounds):
+                    order = ["kvshare", "llamacpp"] if r % 2 == 0 else ["llamacpp", "kvshare"]
+                    row = {"seconds": seconds, "threads": threads, "round": r, "order": order,
+                           "load_average": os.getloadavg()[0]}
+                    for who in order:
+                        row[who] = (kvshare(a.kvshare_build, mmproj, clip, threads, a.work, a.precision)
+                                    if who == "kvshare" else llamacpp(a.llama_build, mmproj, clip, threads))
+                    row["ratio"] = row["llamacpp"]["encode_ms"] / row["kvshare"]["encode_ms"]
+                    print(json.dumps(row), flush=True)
+                    results.append(row)
+    if a.gemma3n:
+        mmproj = write_gemma3n_mmproj(a.work, a.outtype)
+        for seconds in a.seconds:
+            clip = a.work / f"clip_{seconds}s.wav"
+            kvshare(a.kvshare_build, mmproj, clip, 1, a.work, a.precision)  # warm-up
+            for threads in a.threads:
+                for r in range(a.rounds):
+                    row = {"seconds": seconds, "threads": threads, "round": r, "load_average": os.getloadavg()[0],
+                           "kvshare": kvshare(a.kvshare_build, mmproj, clip, threads, a.work, a.precision)}
+                    row["real_time_factor"] = row["kvshare"]["encode_ms"] / 1000 / seconds
+                    print(json.dumps(row), flush=True)
+                    gemma3n.append(row)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"geometry": "Gemma4AudioConfig() (E2B / E4B), F32, text width 64",
-                                 "host": os.uname().nodename, "load_average": os.getloadavg(),
-                                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": results},
-                                indent=1) + "\n")
+    a.out.write_text(json.dumps({"geometry": f"Gemma4AudioConfig() (E2B / E4B), {a.outtype.upper()}, text width 64",
+                                 "gemma3n_geometry": f"Gemma3nAudioConfig() (E2B / E4B), {a.outtype.upper()}, "
+                                                     "text width 64",
+                                 "precision": a.precision, "host": os.uname().nodename,
+                                 "cpu": cpu_name(), "load_average": os.getloadavg(),
+                                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": results,
+                                 "gemma3n_runs": gemma3n}, indent=1) + "\n")
+
+
+def cpu_name():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "?"
 
 
 if __name__ == "__main__":

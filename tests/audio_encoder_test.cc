@@ -4,7 +4,7 @@
 // given HF's features — a speech clip and random frames with padding at the
 // end (3 attention blocks, padded keys and queries); the unified model's
 // projection against a plain double reference; thread-count independence;
-// the refusals.
+// the bf16 precision within kBf16Tol; the refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +16,7 @@
 #include "kvshare/audio/audio_encoder.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
+#include "vision/bf16_matmul.h"
 
 namespace kvshare {
 namespace {
@@ -23,9 +24,12 @@ namespace {
 using testing::AudioDir;
 
 // f32 rounding through 2 conformer blocks of width 32 (HF: float32 torch ops,
-// kvshare: float32 MatMul, double attention sums): relative to the largest
+// kvshare: float32 MatMul and attention): relative to the largest
 // output value.
 constexpr double kRelTol = 1e-5;
+// bf16 linears (weights and inputs rounded to 2^-8 relative, f32 sums)
+// through the same 2 blocks: measured up to 1.05e-2 on these fixtures.
+constexpr double kBf16Tol = 3e-2;
 
 double MaxRelDiff(const std::vector<float>& got, const std::vector<float>& want) {
   EXPECT_EQ(got.size(), want.size());
@@ -46,8 +50,11 @@ AudioFeatures Features(const std::string& file, const std::string& mask) {
 
 // HF's outputs for `prefix` (gemma4a / gemma3na) on the two inputs of
 // tests/tools/audio_mmproj_fixtures.py's write_outputs.
-void ExpectMatchesHf(const std::string& prefix, const std::string& extractor, int width) {
-  const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf");
+void ExpectMatchesHf(const std::string& prefix, const std::string& extractor, int width,
+                     AudioPrecision precision = AudioPrecision::kAuto, double tol = kRelTol) {
+  const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf", {.precision = precision});
+  // auto keeps the fixtures' F32 matrices f32.
+  EXPECT_EQ(enc->precision(), precision == AudioPrecision::kBF16 ? AudioPrecision::kBF16 : AudioPrecision::kF32);
   std::ifstream in(AudioDir() + prefix + ".json");
   ASSERT_TRUE(in);
   const nlohmann::json outs = nlohmann::json::parse(in);
@@ -68,7 +75,7 @@ void ExpectMatchesHf(const std::string& prefix, const std::string& extractor, in
     std::string mask;
     for (auto m : tower.mask) mask += m ? '1' : '0';
     EXPECT_EQ(mask, want["mask"].get<std::string>());
-    EXPECT_LT(MaxRelDiff(tower.values, testing::ReadF32(AudioDir() + prefix + "." + names[i] + ".tower.f32")), kRelTol);
+    EXPECT_LT(MaxRelDiff(tower.values, testing::ReadF32(AudioDir() + prefix + "." + names[i] + ".tower.f32")), tol);
     // Soft tokens: HF's embedder output on the valid frames.
     const std::vector<float> all = testing::ReadF32(AudioDir() + prefix + "." + names[i] + ".embed.f32");
     std::vector<float> valid;
@@ -77,13 +84,20 @@ void ExpectMatchesHf(const std::string& prefix, const std::string& extractor, in
     }
     const std::vector<float> tokens = enc->Encode(inputs[i], nullptr);
     EXPECT_EQ(tokens.size(), std::size_t(AudioSoftTokens(enc->config(), inputs[i])) * 64);
-    EXPECT_LT(MaxRelDiff(tokens, valid), kRelTol);
+    EXPECT_LT(MaxRelDiff(tokens, valid), tol);
   }
 }
 
 TEST(AudioEncoder, Gemma4aMatchesTransformers) { ExpectMatchesHf("gemma4a", "gemma4", 48); }
 
 TEST(AudioEncoder, Gemma3naMatchesTransformers) { ExpectMatchesHf("gemma3na", "gemma3n", 32); }
+
+TEST(AudioEncoder, PrecisionsAgainstTransformers) {
+  ExpectMatchesHf("gemma4a", "gemma4", 48, AudioPrecision::kF32);
+  if (!detail::Bf16MatMulSupported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  ExpectMatchesHf("gemma4a", "gemma4", 48, AudioPrecision::kBF16, kBf16Tol);
+  ExpectMatchesHf("gemma3na", "gemma3n", 32, AudioPrecision::kBF16, kBf16Tol);
+}
 
 // Gemma 3n's prompt rows: the soft tokens of the valid frames, the hard token
 // of the last audio row for padded frames and up to 188 (HF
@@ -112,8 +126,11 @@ TEST(AudioEncoder, ResultsDoNotDependOnThreads) {
   const AudioFeatures f = Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'));
   ThreadPool pool(3);
   for (const char* prefix : {"gemma4a", "gemma3na"}) {
-    const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf");
-    EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool)) << prefix;
+    for (AudioPrecision p : {AudioPrecision::kF32, AudioPrecision::kBF16}) {
+      if (p == AudioPrecision::kBF16 && !detail::Bf16MatMulSupported()) continue;
+      const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf", {.precision = p});
+      EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool)) << prefix << " " << AudioPrecisionName(p);
+    }
   }
 }
 

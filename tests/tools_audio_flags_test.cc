@@ -9,6 +9,7 @@
 #include "audio_flags.h"
 #include "kvshare/common/error.h"
 #include "model_test_util.h"
+#include "vision/bf16_matmul.h"
 
 namespace kvshare::cli {
 namespace {
@@ -40,6 +41,21 @@ TEST(AudioFlags, EncodeTheClipsInOrder) {
   }
   EXPECT_NE(e.clips[0].key, e.clips[1].key);
   EXPECT_TRUE(EncodeAudioFlags(Parse({}), "", *model, nullptr).clips.empty());
+}
+
+TEST(AudioFlags, PrecisionPicksTheEncodersPrecision) {
+  const auto model = Model::Load(Src() + "/tests/fixtures/vision/gemma4.f32.gguf");
+  const std::string mm = Audio("gemma4a.mmproj.f32.gguf");
+  EXPECT_EQ(Parse({}).precision, "auto");
+  EXPECT_THROW(Parse({"--audio-precision", "fp16"}), CLI::ValidationError);
+  // auto keeps the fixture's F32 matrices f32.
+  EXPECT_EQ(EncodeAudioFlags(Parse({"--audio", Audio("hello_22050.wav")}), mm, *model, nullptr).encoder->precision(),
+            AudioPrecision::kF32);
+  if (!detail::Bf16MatMulSupported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  const AudioFlags f = Parse({"--audio", Audio("hello_22050.wav"), "--audio-precision", "bf16"});
+  const EncodedAudio e = EncodeAudioFlags(f, mm, *model, nullptr);
+  EXPECT_EQ(e.encoder->precision(), AudioPrecision::kBF16);
+  EXPECT_EQ(e.clips[0].tokens, 23);
 }
 
 TEST(AudioFlags, ErrorsNameTheFlagAndFile) {

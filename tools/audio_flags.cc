@@ -1,4 +1,4 @@
-// The audio flag of `kvshare generate` (audio_flags.h).
+// The audio flags of `kvshare generate` (audio_flags.h).
 #include "audio_flags.h"
 
 #include <chrono>
@@ -12,6 +12,12 @@ void AddAudioFlags(CLI::App& cmd, AudioFlags& f) {
   cmd.add_option("--audio", f.clips,
                  "An audio clip (WAV, FLAC, MP3, OGG; at most 600 s, encoded in 30 s chunks) put before the prompt text, "
                  "after any --image; repeat for several, in order. Needs --mmproj with an audio encoder");
+  cmd.add_option("--audio-precision", f.precision,
+                 "Matrix products of the Gemma 3n / Gemma 4 audio encoders: f32, bf16 (bf16 inputs, f32 sums; "
+                 "needs AVX-512) or auto (bf16 for F16 / BF16 mmproj matrices on CPUs with native bf16 dot "
+                 "products, else f32); docs/audio.md")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->capture_default_str();
 }
 
 EncodedAudio EncodeAudioFlags(const AudioFlags& f, const std::string& mmproj, const Model& model, ThreadPool* pool) {
@@ -19,7 +25,7 @@ EncodedAudio EncodeAudioFlags(const AudioFlags& f, const std::string& mmproj, co
   if (f.clips.empty()) return out;
   if (mmproj.empty()) throw Error("--audio needs --mmproj PATH: the model's mmproj GGUF with an audio encoder");
   try {
-    out.encoder = AudioEncoder::Load(mmproj);
+    out.encoder = AudioEncoder::Load(mmproj, {.precision = AudioPrecisionFromName(f.precision)});
     CheckAudioMmprojFitsText(out.encoder->config(), model.config().n_embd);
   } catch (const Error& e) {
     throw Error("--mmproj " + mmproj + ": " + e.what());

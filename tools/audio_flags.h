@@ -1,4 +1,4 @@
-// The audio flag of `kvshare generate` (--audio, with --mmproj from
+// The audio flags of `kvshare generate` (--audio, --audio-precision, with --mmproj from
 // image_flags.h) and the encoding of the clips it names
 // (kvshare/runtime/audio_prompt.h).
 #pragma once
@@ -20,6 +20,7 @@ namespace kvshare::cli {
 
 struct AudioFlags {
   std::vector<std::string> clips;  // --audio PATH (repeatable, in order)
+  std::string precision = "auto";  // --audio-precision auto|f32|bf16
 };
 
 void AddAudioFlags(CLI::App& cmd, AudioFlags& flags);

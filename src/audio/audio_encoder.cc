@@ -8,6 +8,7 @@
 #include "common/str.h"
 #include "kvshare/common/error.h"
 #include "quant/tensor_lookup.h"
+#include "vision/bf16_matmul.h"
 
 namespace kvshare {
 
@@ -33,8 +34,29 @@ class Gemma4UnifiedAudio : public AudioEncoderBase {
 
 }  // namespace
 
-AudioEncoderBase::AudioEncoderBase(GgufFile file, const AudioConfig& config)
-    : file_(std::move(file)), config_(config) {}
+AudioEncoderBase::AudioEncoderBase(GgufFile file, const AudioConfig& config, AudioPrecision precision)
+    : file_(std::move(file)), config_(config), precision_(precision) {}
+
+namespace {
+
+// kF32 or kBF16 for `requested` and this file and CPU (audio_encoder.h:
+// AudioPrecision). The converters keep the depthwise kernels F32 in F16
+// files, so they do not count.
+AudioPrecision ResolvePrecision(const GgufFile& file, AudioPrecision requested) {
+  if (requested == AudioPrecision::kF32) return requested;
+  if (requested == AudioPrecision::kBF16) {
+    if (!Bf16MatMulSupported()) {
+      throw Error("audio precision bf16 needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 or auto");
+    }
+    return requested;
+  }
+  const bool bf16 = Bf16AutoPicks(file, [](const GgufTensor& t) {
+    return t.n_dims == 2 && t.name.starts_with("a.blk.") && !t.name.ends_with("conv_dw.weight");
+  });
+  return bf16 ? AudioPrecision::kBF16 : AudioPrecision::kF32;
+}
+
+}  // namespace
 
 void AudioEncoderBase::CheckFeatures(const AudioFeatures& f, int width) const {
   const char* name = AudioProjectorTypeName(config_.projector);
@@ -72,13 +94,35 @@ std::vector<float> AudioEncoder::HardToken(int) const {
                           " audio encoder has no hard tokens (only Gemma 3n's gemma3na has)"));
 }
 
-std::unique_ptr<AudioEncoder> AudioEncoder::Load(const std::string& path) {
+const char* AudioPrecisionName(AudioPrecision precision) {
+  switch (precision) {
+    case AudioPrecision::kAuto: return "auto";
+    case AudioPrecision::kF32: return "f32";
+    case AudioPrecision::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+AudioPrecision AudioPrecisionFromName(const std::string& name) {
+  for (AudioPrecision p : {AudioPrecision::kAuto, AudioPrecision::kF32, AudioPrecision::kBF16}) {
+    if (name == AudioPrecisionName(p)) return p;
+  }
+  throw Error(detail::Str("audio precision '", name, "' is not one of auto, f32, bf16"));
+}
+
+std::unique_ptr<AudioEncoder> AudioEncoder::Load(const std::string& path, const AudioEncoderOptions& options) {
   GgufFile file = GgufFile::Open(path);
   const AudioConfig config = ReadAudioConfig(file);
   switch (config.projector) {
-    case AudioProjectorType::kGemma4A: return detail::LoadGemma4Audio(std::move(file), config);
+    case AudioProjectorType::kGemma4A: {
+      const AudioPrecision p = detail::ResolvePrecision(file, options.precision);
+      return detail::LoadGemma4Audio(std::move(file), config, p);
+    }
     case AudioProjectorType::kGemma4UA: return detail::LoadGemma4UnifiedAudio(std::move(file), config);
-    case AudioProjectorType::kGemma3nA: return detail::LoadGemma3nAudio(std::move(file), config);
+    case AudioProjectorType::kGemma3nA: {
+      const AudioPrecision p = detail::ResolvePrecision(file, options.precision);
+      return detail::LoadGemma3nAudio(std::move(file), config, p);
+    }
   }
   throw Error("unreachable audio projector type");
 }

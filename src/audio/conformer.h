@@ -23,12 +23,12 @@ struct ConformerBlock {
   const float* attn_pre_norm = nullptr;
   const float* attn_post_norm = nullptr;
   Linear q, k, v, out;
-  Linear rel;                          // the relative-position projection
+  std::vector<float> rel_keys;         // [13, d]: RelativeKeys of the relative-position projection
   std::vector<float> per_dim_scale;    // [head_dim], softplus applied
   // Light convolution: x + pw2(silu(norm_conv(dw(glu(pw1(conv_norm(x))))))).
   const float* conv_norm = nullptr;
   const float* norm_conv = nullptr;
-  const float* conv_dw = nullptr;      // [d, kernel]: tap j of channel c at c * kernel + j
+  std::vector<float> conv_dw_t;        // [kernel, d]: tap j of channel c at j * d + c (DepthwiseTaps)
   Linear pw1, pw2;
   const float* final_norm = nullptr;
 };
@@ -52,13 +52,18 @@ struct ConformerOptions {
 void LoadHalfFfns(const TensorLookup& t, const std::string& prefix, std::int64_t d, std::int64_t ff,
                   const LinearOptions& options, ConformerBlock& b);
 
-// The sinusoids of relative distances 12 .. 0 (row c: distance 12 - c), d / 2
-// timescales from 1 to 1e4, sin then cos, float32 as HF computes them:
-// [13, d].
-std::vector<float> RelativeSinusoids(int d);
+// The depthwise kernel `conv_dw` as the file stores it, [d, kernel] (tap j
+// of channel c at c * kernel + j), transposed to ConformerBlock::conv_dw_t.
+std::vector<float> DepthwiseTaps(const float* conv_dw, int d, int kernel);
 
-// One block on h [T, n_embd] in place; valid[t] marks real frames.
-void RunConformerBlock(const ConformerBlock& b, const ConformerOptions& o, const std::vector<float>& sinusoids,
-                       std::vector<float>& h, const std::vector<std::uint8_t>& valid, ThreadPool* pool);
+// The relative-position keys of a block, [13, d] (row c: distance 12 - c):
+// `rel` (the block's relative-position projection, [d, d]) of the sinusoids
+// of distances 12 .. 0 (d / 2 timescales from 1 to 1e4, sin then cos, float32
+// as HF computes them). They depend on no input: computed once at load.
+std::vector<float> RelativeKeys(const Linear& rel, int d);
+
+// The blocks in order on h [T, n_embd] in place; valid[t] marks real frames.
+void RunConformer(const std::vector<ConformerBlock>& blocks, const ConformerOptions& o, std::vector<float>& h,
+                  const std::vector<std::uint8_t>& valid, ThreadPool* pool);
 
 }  // namespace kvshare::detail

@@ -50,28 +50,30 @@ std::vector<float> Softplus(const float* x, int n) {
 
 class Gemma3nAudio : public AudioEncoderBase {
  public:
-  Gemma3nAudio(GgufFile file, const AudioConfig& c) : AudioEncoderBase(std::move(file), c) {
+  Gemma3nAudio(GgufFile file, const AudioConfig& c, AudioPrecision precision)
+      : AudioEncoderBase(std::move(file), c, precision) {
     const TensorLookup t(file_);
     LoadSscp(file_, c.sscp_channels, conv_);
     sscp_proj_ = LoadLinear(t, "a.pre_encode.out", c.n_embd, std::int64_t{c.sscp_freq} * c.sscp_channels[1]);
     const std::int64_t d = c.n_embd, ff = c.n_ff;
+    const LinearOptions lo{.bf16 = bf16()};  // the blocks' linears
     for (int i = 0; i < c.n_layer; ++i) {
       const std::string p = Str("a.blk.", i, ".");
       ConformerBlock b;
-      LoadHalfFfns(t, p, d, ff, {}, b);
+      LoadHalfFfns(t, p, d, ff, lo, b);
       b.attn_pre_norm = t.Vec(p + "ln1.weight", d);
       b.attn_post_norm = t.Vec(p + "ln2.weight", d);
-      b.q = LoadLinear(t, p + "attn_q", d, d);
-      b.k = LoadLinear(t, p + "attn_k", d, d);
-      b.v = LoadLinear(t, p + "attn_v", d, d);
-      b.out = LoadLinear(t, p + "attn_out", d, d);
-      b.rel = LoadLinear(t, p + "linear_pos", d, d);
+      b.q = LoadLinear(t, p + "attn_q", d, d, lo);
+      b.k = LoadLinear(t, p + "attn_k", d, d, lo);
+      b.v = LoadLinear(t, p + "attn_v", d, d, lo);
+      b.out = LoadLinear(t, p + "attn_out", d, d, lo);
+      b.rel_keys = RelativeKeys(LoadLinear(t, p + "linear_pos", d, d), c.n_embd);
       b.per_dim_scale = Softplus(t.Vec(p + "per_dim_scale", c.head_dim), c.head_dim);  // stored raw
       b.conv_norm = t.Vec(p + "conv_norm.weight", d);
       b.norm_conv = t.Vec(p + "norm_conv.weight", d);
-      b.conv_dw = t.Vec(p + "conv_dw.weight", d * c.conv_kernel);
-      b.pw1 = LoadLinear(t, p + "conv_pw1", 2 * d, d);
-      b.pw2 = LoadLinear(t, p + "conv_pw2", d, d);
+      b.conv_dw_t = DepthwiseTaps(t.Vec(p + "conv_dw.weight", d * c.conv_kernel), c.n_embd, c.conv_kernel);
+      b.pw1 = LoadLinear(t, p + "conv_pw1", 2 * d, d, lo);
+      b.pw2 = LoadLinear(t, p + "conv_pw2", d, d, lo);
       b.final_norm = t.Vec(p + "layer_pre_norm.weight", d);  // the block's last norm, despite the name
       blocks_.push_back(std::move(b));
     }
@@ -79,7 +81,6 @@ class Gemma3nAudio : public AudioEncoderBase {
                                 .conv_kernel = c.conv_kernel, .eps = c.eps, .max_distance = 12, .k_scale = 1.0f,
                                 .hidden_logit = std::numeric_limits<float>::lowest(),
                                 .zero_padded_before_conv = true};
-    sinusoids_ = RelativeSinusoids(c.n_embd);
     soft_norm_ = t.Vec("mm.a.soft_emb_norm.weight", d);
     hard_norm_ = t.Vec("mm.a.hard_emb_norm.weight", d);
     hard_table_ = t.Vec("mm.a.embedding.weight", d * c.n_vocab_hard);
@@ -101,7 +102,7 @@ class Gemma3nAudio : public AudioEncoderBase {
     for (int t = 0; t < frames; ++t) mask[t] = f.mask[std::min(4 * t, f.n_frames - 1)];  // time stride 2 x 2
     std::vector<float> h(std::size_t(frames) * config_.n_embd), scratch;
     ApplyLinear(sscp_proj_, x.data(), frames, h.data(), scratch, pool);
-    for (const ConformerBlock& b : blocks_) RunConformerBlock(b, options_, sinusoids_, h, mask, pool);
+    RunConformer(blocks_, options_, h, mask, pool);
     const int kept = (frames + kReduction - 1) / kReduction, d = config_.n_embd;
     AudioTowerOutput out{kept, d, std::vector<float>(std::size_t(kept) * d, 0.0f), std::vector<std::uint8_t>(kept)};
     for (int t = 0; t < kept; ++t) {
@@ -156,13 +157,12 @@ class Gemma3nAudio : public AudioEncoderBase {
   const float* hard_table_ = nullptr;  // [n_vocab_hard, n_embd]
   std::vector<ConformerBlock> blocks_;
   ConformerOptions options_;
-  std::vector<float> sinusoids_;
 };
 
 }  // namespace
 
-std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config) {
-  return std::make_unique<Gemma3nAudio>(std::move(file), config);
+std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config, AudioPrecision precision) {
+  return std::make_unique<Gemma3nAudio>(std::move(file), config, precision);
 }
 
 }  // namespace kvshare::detail

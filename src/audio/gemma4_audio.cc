@@ -20,12 +20,13 @@ namespace {
 
 class Gemma4Audio : public AudioEncoderBase {
  public:
-  Gemma4Audio(GgufFile file, const AudioConfig& c) : AudioEncoderBase(std::move(file), c) {
+  Gemma4Audio(GgufFile file, const AudioConfig& c, AudioPrecision precision)
+      : AudioEncoderBase(std::move(file), c, precision) {
     const TensorLookup t(file_);
     LoadSscp(file_, c.sscp_channels, conv_);
     sscp_proj_ = LoadLinear(t, "a.input_projection", c.n_embd, std::int64_t{c.sscp_freq} * c.sscp_channels[1]);
     const std::int64_t d = c.n_embd, ff = c.n_ff;
-    const LinearOptions clamps{.clamps = c.clipped_linears};
+    const LinearOptions clamps{.clamps = c.clipped_linears, .bf16 = bf16()};  // the blocks' linears
     for (int i = 0; i < c.n_layer; ++i) {
       const std::string p = Str("a.blk.", i, ".");
       ConformerBlock b;
@@ -36,13 +37,13 @@ class Gemma4Audio : public AudioEncoderBase {
       b.k = LoadLinear(t, p + "attn_k", d, d, clamps);
       b.v = LoadLinear(t, p + "attn_v", d, d, clamps);
       b.out = LoadLinear(t, p + "attn_out", d, d, clamps);
-      b.rel = LoadLinear(t, p + "attn_k_rel", d, d);
+      b.rel_keys = RelativeKeys(LoadLinear(t, p + "attn_k_rel", d, d), c.n_embd);
       const float* pds = t.Vec(p + "per_dim_scale.weight", c.head_dim);  // softplus applied by the converter
       b.per_dim_scale.assign(pds, pds + c.head_dim);
       // The converter's names cross here: conv_norm is the pre-norm, norm_conv the post-convolution one.
       b.conv_norm = t.Vec(p + "conv_norm.weight", d);
       b.norm_conv = t.Vec(p + "norm_conv.weight", d);
-      b.conv_dw = t.Vec(p + "conv_dw.weight", d * c.conv_kernel);
+      b.conv_dw_t = DepthwiseTaps(t.Vec(p + "conv_dw.weight", d * c.conv_kernel), c.n_embd, c.conv_kernel);
       b.pw1 = LoadLinear(t, p + "conv_pw1", 2 * d, d, clamps);
       b.pw2 = LoadLinear(t, p + "conv_pw2", d, d, clamps);
       b.final_norm = t.Vec(p + "ln2.weight", d);
@@ -52,8 +53,7 @@ class Gemma4Audio : public AudioEncoderBase {
                                 .conv_kernel = c.conv_kernel, .eps = c.eps, .max_distance = 11,
                                 .k_scale = static_cast<float>(std::log(1.0 + std::exp(1.0)) / std::log(2.0)),
                                 .hidden_logit = -1.0e9f};
-    sinusoids_ = RelativeSinusoids(c.n_embd);
-    out_proj_ = LoadLinear(t, "a.pre_encode.out", c.n_embd_out, d, {.bias = true});
+    out_proj_ = LoadLinear(t, "a.pre_encode.out", c.n_embd_out, d, {.bias = true, .bf16 = bf16()});
     embed_ = LoadLinear(t, "mm.a.input_projection", c.n_embd_text, c.n_embd_out);
   }
 
@@ -78,7 +78,7 @@ class Gemma4Audio : public AudioEncoderBase {
     }
     std::vector<float> h(std::size_t(frames) * config_.n_embd), scratch;
     ApplyLinear(sscp_proj_, x.data(), frames, h.data(), scratch, pool);
-    for (const ConformerBlock& b : blocks_) RunConformerBlock(b, options_, sinusoids_, h, mask, pool);
+    RunConformer(blocks_, options_, h, mask, pool);
     AudioTowerOutput out{frames, config_.n_embd_out, std::vector<float>(std::size_t(frames) * config_.n_embd_out),
                          mask};
     ApplyLinear(out_proj_, h.data(), frames, out.values.data(), scratch, pool);
@@ -94,13 +94,12 @@ class Gemma4Audio : public AudioEncoderBase {
   Linear sscp_proj_, out_proj_, embed_;
   std::vector<ConformerBlock> blocks_;
   ConformerOptions options_;
-  std::vector<float> sinusoids_;
 };
 
 }  // namespace
 
-std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config) {
-  return std::make_unique<Gemma4Audio>(std::move(file), config);
+std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config, AudioPrecision precision) {
+  return std::make_unique<Gemma4Audio>(std::move(file), config, precision);
 }
 
 }  // namespace kvshare::detail

@@ -19,6 +19,17 @@ bool Bf16MatMulSupported() { return dnnl::get_effective_cpu_isa() >= dnnl::cpu_i
 
 bool Bf16MatMulNative() { return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16; }
 
+bool Bf16AutoPicks(const GgufFile& file, const std::function<bool(const GgufTensor&)>& is_matrix) {
+  if (!Bf16MatMulNative()) return false;
+  bool any = false;
+  for (const GgufTensor& t : file.tensors()) {
+    if (!is_matrix(t)) continue;
+    if (t.type != GgmlType::kF16 && t.type != GgmlType::kBF16) return false;
+    any = true;
+  }
+  return any;
+}
+
 struct Bf16Matrix::Impl {
   std::int64_t n = 0, k = 0;  // W [n, k]
   dnnl::matmul mm;

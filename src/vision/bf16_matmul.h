@@ -9,8 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
+#include "kvshare/gguf/gguf.h"
 #include "quant/quant.h"
 
 namespace kvshare {
@@ -24,6 +26,12 @@ namespace kvshare::detail {
 // products or AMX).
 bool Bf16MatMulSupported();
 bool Bf16MatMulNative();
+
+// What precision `auto` picks for an encoder (docs/vision.md "Precision",
+// docs/audio.md "Precision"): true when the CPU has native bf16 dot products
+// and the tensors of `file` that `is_matrix` selects (at least one) are all
+// F16 or BF16, i.e. carry no more than bf16's bits of a bf16 checkpoint.
+bool Bf16AutoPicks(const GgufFile& file, const std::function<bool(const GgufTensor&)>& is_matrix);
 
 class Bf16Matrix {
  public:

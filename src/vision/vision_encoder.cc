@@ -61,14 +61,9 @@ VisionPrecision ResolvePrecision(const GgufFile& file, VisionPrecision requested
     }
     return requested;
   }
-  if (!Bf16MatMulNative()) return VisionPrecision::kF32;
-  bool any = false;
-  for (const GgufTensor& t : file.tensors()) {
-    if (t.n_dims != 2 || !t.name.starts_with("v.blk.")) continue;
-    if (t.type != GgmlType::kF16 && t.type != GgmlType::kBF16) return VisionPrecision::kF32;
-    any = true;
-  }
-  return any ? VisionPrecision::kBF16 : VisionPrecision::kF32;
+  const bool bf16 =
+      Bf16AutoPicks(file, [](const GgufTensor& t) { return t.n_dims == 2 && t.name.starts_with("v.blk."); });
+  return bf16 ? VisionPrecision::kBF16 : VisionPrecision::kF32;
 }
 
 std::vector<PixelTensor> EncoderBase::Preprocess(const Image& image, const PreprocessOptions& options) const {

@@ -114,8 +114,7 @@ void RmsNormRows(float* x, std::int64_t rows, std::int64_t n, const float* w, fl
   ParallelForRanges(pool, rows, RowGrain(pool, rows, n), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       float* row = x + r * n;
-      double ss = 0.0;
-      for (std::int64_t i = 0; i < n; ++i) ss += static_cast<double>(row[i]) * row[i];
+      const double ss = SumOfSquares(row, n);  // vectorized, in double
       const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
       for (std::int64_t i = 0; i < n; ++i) row[i] = w != nullptr ? row[i] * inv * w[i] : row[i] * inv;
     }

@@ -87,8 +87,9 @@ def main():
     vf.convert(d, text, a.llama_cpp, mmproj=False)
     committed = ROOT / "tests" / "fixtures" / "vision" / "gemma3n.f32.gguf"
     assert text.read_bytes() == committed.read_bytes(), "the text GGUF differs from tests/fixtures/vision's"
-    amf.write_gemma3na_mmproj(OUT / "gemma3ne.mmproj.f32.gguf", model.config.audio_config, vg.N_TEXT,
-                              model.model.audio_tower, model.model.embed_audio)
+    out = amf.write_gemma3na(model.model.audio_tower, model.model.embed_audio, model.config.audio_config,
+                             model.config.text_config, OUT / "gemma3ne.mmproj.f32.gguf")
+    print(f"{out.name}: {out.stat().st_size} bytes")
 
     feats, valid = g4e.features("gemma3n")
     seq = "\n\n<start_of_audio>" + "<audio_soft_token>" * SLOTS + "<end_of_audio>\n\n"

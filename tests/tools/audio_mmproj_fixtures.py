@@ -129,34 +129,6 @@ def gemma3na_name(hf: str, tmap) -> str:
     return name
 
 
-def write_gemma3na_mmproj(out: Path, cfg, n_text: int, tower, embedder):
-    """An audio-only gemma3na mmproj of an HF Gemma3nAudioEncoder and audio
-    Gemma3nMultimodalEmbedder, in the converter's keys and names."""
-    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, cfg.conf_num_hidden_layers)
-    w = gguf.GGUFWriter(str(out), "clip")
-    w.add_type(gguf.GGUFType.MMPROJ)
-    w.add_bool("clip.has_vision_encoder", False)
-    w.add_bool("clip.has_audio_encoder", True)
-    w.add_uint32("clip.audio.projection_dim", n_text)
-    w.add_uint32("clip.audio.embedding_length", cfg.hidden_size)
-    w.add_uint32("clip.audio.feed_forward_length", cfg.hidden_size * 4)
-    w.add_uint32("clip.audio.block_count", cfg.conf_num_hidden_layers)
-    w.add_uint32("clip.audio.attention.head_count", cfg.conf_num_attention_heads)
-    w.add_string("clip.audio.projector_type", "gemma3na")
-    w.add_uint32("clip.audio.num_mel_bins", cfg.input_feat_size)
-    w.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
-    tensors = [(k, v) for k, v in tower.state_dict().items()]
-    tensors += [("model.embed_audio." + k, v) for k, v in embedder.state_dict().items()]
-    for hf, t in tensors:
-        name = gemma3na_name(hf, tmap)
-        w.add_tensor(name, t.detach().contiguous().numpy().astype("float32"))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"{out.name}: {out.stat().st_size} bytes")
-
-
 def gemma3na():
     from transformers.models.gemma3n.configuration_gemma3n import Gemma3nAudioConfig, Gemma3nTextConfig
     from transformers.models.gemma3n.modeling_gemma3n import Gemma3nAudioEncoder, Gemma3nMultimodalEmbedder
@@ -173,7 +145,8 @@ def gemma3na():
         for block in tower.conformer:
             block.attention.attn.q_proj.weight.mul_(8.0)
             block.attention.attn.k_proj.weight.mul_(8.0)
-    write_gemma3na_mmproj(OUT / "gemma3na.mmproj.f32.gguf", cfg, text.hidden_size, tower, embedder)
+    out = write_gemma3na(tower, embedder, cfg, text, OUT / "gemma3na.mmproj.f32.gguf")
+    print(f"{out.name}: {out.stat().st_size} bytes")
 
     def run(feats, valid):
         with torch.no_grad():
@@ -185,6 +158,37 @@ def gemma3na():
     with torch.no_grad():  # hard tokens: row 0 (end of audio) and the last row (the prompt's padding)
         ids = torch.tensor([[cfg.vocab_offset, cfg.vocab_offset + cfg.vocab_size - 1]])
         embedder(input_ids=ids)[0].numpy().astype(np.float32).tofile(OUT / "gemma3na.hard.f32")
+
+
+def write_gemma3na(tower, embedder, cfg, text, out: Path, f16_blocks=False) -> Path:
+    """The gemma3na mmproj of an HF Gemma3nAudioEncoder and audio embedder, as
+    the converter would write it; `f16_blocks`: the blocks' 2-D matrices F16
+    but the depthwise kernels, as a default (F16) conversion (bench/audio_peer.py)."""
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, cfg.conf_num_hidden_layers)
+    w = gguf.GGUFWriter(str(out), "clip")
+    w.add_type(gguf.GGUFType.MMPROJ)
+    w.add_bool("clip.has_vision_encoder", False)
+    w.add_bool("clip.has_audio_encoder", True)
+    w.add_uint32("clip.audio.projection_dim", text.hidden_size)
+    w.add_uint32("clip.audio.embedding_length", cfg.hidden_size)
+    w.add_uint32("clip.audio.feed_forward_length", cfg.hidden_size * 4)
+    w.add_uint32("clip.audio.block_count", cfg.conf_num_hidden_layers)
+    w.add_uint32("clip.audio.attention.head_count", cfg.conf_num_attention_heads)
+    w.add_string("clip.audio.projector_type", "gemma3na")
+    w.add_uint32("clip.audio.num_mel_bins", cfg.input_feat_size)
+    w.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
+    tensors = [(k, v) for k, v in tower.state_dict().items()]
+    tensors += [("model.embed_audio." + k, v) for k, v in embedder.state_dict().items()]
+    for hf, t in tensors:
+        name = gemma3na_name(hf, tmap)
+        a = t.detach().contiguous().numpy().astype("float32")
+        half = f16_blocks and name.startswith("a.blk.") and a.ndim == 2 and "conv_dw" not in name
+        w.add_tensor(name, a.astype("float16") if half else a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
 
 
 def write_outputs(prefix, extractor, run):

@@ -9,6 +9,15 @@
 // of its embedder), gemma4a (Gemma 4's conformer and embedder) and gemma4ua
 // (the unified model's projection). Gemma 3n's prompt always holds 188 audio
 // slots: PromptTokens fills those past the clip with its hard token.
+//
+// Precision (AudioEncoderOptions::precision; docs/audio.md "Precision"): the
+// conformer blocks' linears of gemma3na and gemma4a (and gemma4a's output
+// projection) run either in float32 (F16 / BF16 weights widened exactly;
+// within 1e-5 of HF's float32 forward) or with bf16 inputs and float32
+// accumulation (oneDNN: weights and activations rounded to bf16, nearest
+// even); everything else (subsampling, norms, attention, convolution, the
+// other projections) is float32 either way.
+// gemma4ua always runs float32.
 #pragma once
 
 #include <cstdint>
@@ -33,16 +42,35 @@ struct AudioTowerOutput {
   std::vector<std::uint8_t> mask;    // [n_frames]
 };
 
+enum class AudioPrecision {
+  kAuto,  // kBF16 where the conformer blocks' matrices (a.blk.*, 2-D, but the
+          // depthwise kernels) are all F16 / BF16 and the CPU has native bf16
+          // dot products (AVX512_BF16 or AMX), else kF32
+  kF32,
+  kBF16,  // needs AVX-512 (oneDNN's bf16 matmul; emulated, slowly, without AVX512_BF16)
+};
+// "auto", "f32", "bf16".
+const char* AudioPrecisionName(AudioPrecision precision);
+// The inverse; throws kvshare::Error naming the accepted names.
+AudioPrecision AudioPrecisionFromName(const std::string& name);
+
+struct AudioEncoderOptions {
+  AudioPrecision precision = AudioPrecision::kAuto;
+};
+
 class AudioEncoder {
  public:
   // Opens and validates an mmproj file (ReadAudioConfig's errors: not an
   // mmproj, no audio encoder, an unknown projector type, a missing or
   // ill-shaped tensor) and throws kvshare::Error for a tensor of an
-  // unsupported type (the SSCP convolutions must be F32).
-  static std::unique_ptr<AudioEncoder> Load(const std::string& path);
+  // unsupported type (the SSCP convolutions must be F32), or kBF16 on a CPU
+  // without AVX-512.
+  static std::unique_ptr<AudioEncoder> Load(const std::string& path, const AudioEncoderOptions& options = {});
   virtual ~AudioEncoder() = default;
 
   virtual const AudioConfig& config() const = 0;
+  // The precision Encode runs at: kF32 or kBF16 (options.precision resolved).
+  virtual AudioPrecision precision() const { return AudioPrecision::kF32; }
 
   // The tower alone, before the embedder: gemma4a [frames after the two
   // stride-2 convolutions, n_embd_out]; gemma3na every 4th of those, padded
