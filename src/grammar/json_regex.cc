@@ -138,6 +138,12 @@ class Parser {
         rep.kids.push_back(std::move(atom));
         atom = std::move(rep);
       }
+      if (atom.kind == RegexNode::kSeq) {
+        // A group not repeated is its contents in place: (^a$)|(^b$) is
+        // ^a$|^b$, with its anchors at the ends of a top-level alternative.
+        for (RegexNode& k : atom.kids) seq.kids.push_back(std::move(k));
+        continue;
+      }
       seq.kids.push_back(std::move(atom));
     }
     return seq;
@@ -593,10 +599,20 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   std::vector<std::tuple<bool, bool, std::vector<RegexNode>>> pieces;
   for (const RegexNode* a : alts) {
     std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
+    // ^ where nothing can have been read yet (after ^ or a lookahead at
+    // the start) is the same ^; $ after $ the same $.
     const bool bol = !kids.empty() && kids.front().kind == RegexNode::kBol;
-    if (bol) kids.erase(kids.begin());
+    for (std::size_t k = 0; bol && k < kids.size();) {
+      if (kids[k].kind == RegexNode::kBol) {
+        kids.erase(kids.begin() + static_cast<std::ptrdiff_t>(k));
+      } else if (kids[k].kind == RegexNode::kNotAhead) {
+        ++k;
+      } else {
+        break;
+      }
+    }
     const bool eol = !kids.empty() && kids.back().kind == RegexNode::kEol;
-    if (eol) kids.pop_back();
+    while (!kids.empty() && kids.back().kind == RegexNode::kEol) kids.pop_back();
     if (bol && eol && !kids.empty() && kids.front().kind == RegexNode::kNotAhead) {
       for (std::vector<RegexNode>& k : ExpandNegativeLookahead(kids)) pieces.emplace_back(true, true, std::move(k));
     } else {

@@ -74,6 +74,11 @@ class SchemaCompiler {
   // to $ref (2019-09 on) and with the siblings of anyOf / oneOf moved into
   // each branch; nullopt when s has none of these.
   std::optional<Json> Normalized(const Json& s, const std::string& path);
+  // s with unevaluatedProperties as additionalProperties over the
+  // properties s, its allOf and its $refs declare (json_schema_merge.cc);
+  // refused where a conditional applicator (anyOf / oneOf branches that
+  // declare properties) would decide which of them count.
+  Json Unevaluated(const Json& s, const std::string& path);
   // The schema of the values both a and b accept (objects, or booleans).
   Json Merge(const Json& a, const Json& b, const std::string& path, int hops = 0);
   // Whether `value`, written as compact JSON, is a document of `schema`'s

@@ -7,6 +7,7 @@
 // pointer, never loosened. Also the value check (Matches) that enum and
 // patternProperties use.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,38 @@ std::optional<Json> SchemaCompiler::Normalized(const Json& s, const std::string&
   return std::nullopt;
 }
 
+Json SchemaCompiler::Unevaluated(const Json& s, const std::string& path) {
+  auto refuse = [&](const std::string& why) { Unsupported(path, "unevaluatedProperties", why); };
+  Json rest = s;
+  const Json u = rest["unevaluatedProperties"];
+  rest.erase("unevaluatedProperties");
+  // allOf and $ref evaluate their properties unconditionally: merged, the
+  // names they declare are those of the one schema left.
+  for (int hops = 0; rest.contains("allOf") || rest.contains("$ref"); ++hops) {
+    if (hops > 64) refuse("allOf / $ref nested deeper than 64 levels");
+    if (std::optional<Json> n = Normalized(rest, path)) {
+      rest = std::move(*n);
+    } else {
+      rest = Merge(Json::object(), rest, path);  // a standalone $ref: its target
+    }
+    if (rest.contains("unevaluatedProperties")) refuse("inside a schema that allOf or $ref merges here");
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
+    for (const Json& branch : rest.value(key, Json::array())) {
+      for (const char* k : {"properties", "patternProperties", "additionalProperties", "allOf", "anyOf", "oneOf",
+                            "$ref", "if", "dependentSchemas", "unevaluatedProperties"}) {
+        if (branch.is_object() && branch.contains(k)) {
+          refuse(std::string("next to '") + key + "' whose branches evaluate properties ('" + k + "')");
+        }
+      }
+    }
+  }
+  // additionalProperties evaluates every name the others leave: nothing is
+  // left unevaluated.
+  if (!rest.contains("additionalProperties")) rest["additionalProperties"] = u;
+  return rest;
+}
+
 Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string& path, int hops) {
   if (hops > 32) Fail(path, "'$ref's merged with sibling keywords (or inside allOf) refer back to themselves");
   if (a_in.is_boolean()) {
@@ -92,6 +125,13 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
     return Merge(LegacyRef() ? a_in : Merge(a_in, rest, path, hops + 1), target, path, hops + 1);
   }
   if (a_in.contains("$ref")) return Merge(b_in, a_in, path, hops + 1);
+  // Merged into a schema with other keywords it would count their
+  // properties as evaluated too (SchemaAt takes it where it stands).
+  for (const Json* x : {&a_in, &b_in}) {
+    if (x->contains("unevaluatedProperties") && !(a_in.empty() || b_in.empty())) {
+      Unsupported(path, "unevaluatedProperties", "inside allOf, or next to $ref / anyOf / oneOf");
+    }
+  }
   Json a = Draft6Bounds(a_in);
   const Json b = Draft6Bounds(b_in);
   auto refuse = [&](const std::string& key) {

@@ -120,7 +120,21 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
   std::uint32_t key = kAnyKey;
   Json value = extra == nullptr ? Json(true) : *extra;
   if (!patterns.empty()) {
-    if (names != nullptr) Unsupported(path, "propertyNames", "next to 'patternProperties' in a map");
+    // propertyNames next to them: its length bounds apply to each
+    // pattern's keys exactly (RegexEmitter::String); other keywords would
+    // intersect two expressions.
+    int name_min = 0, name_max = -1;
+    if (names != nullptr && !(names->is_boolean() && names->get<bool>())) {
+      if (!names->is_object()) Unsupported(path, "propertyNames", "false next to 'patternProperties'");
+      for (const auto& [k, v] : names->items()) {
+        if (k != "minLength" && k != "maxLength" && !(k == "type" && v == "string") && Constrains(Json{{k, v}}, "")) {
+          Unsupported(path, "propertyNames",
+                      "next to 'patternProperties' in a map, only its minLength / maxLength can be applied");
+        }
+      }
+      name_min = Bound(*names, "minLength", path + "/propertyNames", 0);
+      name_max = Bound(*names, "maxLength", path + "/propertyNames", -1);
+    }
     // Keys of any pattern; a key may match several, so its value satisfies
     // all their schemas (narrower than the spec).
     key = b_.NewRule();
@@ -128,7 +142,7 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
     for (const auto& [pat, ps] : patterns.items()) {
       try {
         RegexEmitter e(j_);
-        b_.Alt(key, {GrammarBuilder::Ref(e.String(ParseRegex(pat), 0, -1))});
+        b_.Alt(key, {GrammarBuilder::Ref(e.String(ParseRegex(pat), name_min, name_max))});
       } catch (const RegexError& err) {
         Unsupported(path, "patternProperties", "/" + pat + "/: " + err.what());
       }
