@@ -119,21 +119,25 @@ std::uint32_t SchemaCompiler::OfType(const std::string& type, const Json& s, con
 std::uint32_t SchemaCompiler::StringSchema(const Json& s, const std::string& path) {
   const int min = Bound(s, "minLength", path, 0), max = Bound(s, "maxLength", path, -1);
   if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
-  std::string pattern, key;
+  std::string pattern, format;
   if (auto p = s.find("pattern"); p != s.end()) {
     if (!p->is_string()) Fail(path, "'pattern' must be a string");
-    pattern = p->get<std::string>(), key = "pattern";
+    pattern = p->get<std::string>();
   }
   if (auto f = s.find("format"); f != s.end() && f->is_string()) {
-    if (const std::string* re = FormatPattern(f->get<std::string>())) {
-      if (!key.empty()) Unsupported(path, "format", "'format' next to 'pattern' cannot be merged");
-      pattern = *re, key = "format";
-    }
+    if (const std::string* re = FormatPattern(f->get<std::string>())) format = *re;
   }
-  if (key.empty()) return j_.String(min, max);
+  if (pattern.empty() && format.empty()) return j_.String(min, max);
+  const char* key = format.empty() ? "pattern" : "format";
   try {
     RegexEmitter e(j_);
-    return e.String(ParseRegex(pattern), min, max);
+    if (pattern.empty() || format.empty()) return e.String(ParseRegex(pattern.empty() ? format : pattern), min, max);
+    // Both: the strings of the intersection of their languages.
+    key = "pattern";
+    const RegexNode p = ParseRegex(pattern);
+    key = "format";
+    const RegexNode f = ParseRegex(format);
+    return e.Automaton({&p, &f}, min, max);
   } catch (const RegexError& err) {
     Unsupported(path, key, err.what());
   }
