@@ -97,5 +97,84 @@ TEST(JsonSchemaApplicators, AnchorsInsideGroupsAtTheEnds) {
             std::string::npos);
 }
 
+TEST(JsonSchemaApplicators, IfThenElseOnADiscriminator) {
+  // github-issue-forms: one if per kind, the kind required outside.
+  const std::string s = R"({"type": "object", "properties": {"k": {"enum": ["a", "b", "c"]}, "x": {}, "y": {}},
+      "required": ["k"], "allOf": [
+        {"if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["x"]}},
+        {"if": {"properties": {"k": {"const": "b"}}}, "then": {"required": ["y"]}, "else": {"properties": {"y": false}}}]})";
+  EXPECT_TRUE(Takes(s, R"({"k": "a", "x": 1})"));
+  EXPECT_TRUE(Takes(s, R"({"k": "b", "y": 1})"));
+  EXPECT_TRUE(Takes(s, R"({"k": "c"})"));
+  EXPECT_TRUE(Takes(s, R"({"k": "c", "x": 1})"));
+  EXPECT_FALSE(Takes(s, R"({"k": "a"})"));
+  EXPECT_FALSE(Takes(s, R"({"k": "b", "x": 1})"));
+  EXPECT_FALSE(Takes(s, R"({"k": "c", "y": 1})"));
+  EXPECT_FALSE(Takes(s, R"({"k": "a", "x": 1, "y": 2})"));
+  // Not required: an absent discriminator satisfies `if`.
+  const std::string o = R"({"type": "object", "properties": {"d": {"type": "boolean"}, "c": {}},
+      "if": {"properties": {"d": {"const": true}}}, "then": {}, "else": {"required": ["c"]}})";
+  EXPECT_TRUE(Takes(o, R"({"d": true})"));
+  EXPECT_TRUE(Takes(o, R"({})"));
+  EXPECT_TRUE(Takes(o, R"({"d": false, "c": 1})"));
+  EXPECT_FALSE(Takes(o, R"({"d": false})"));
+  // Strings outside the set: any string but the listed ones.
+  const std::string t = R"({"type": "object", "properties": {"k": {"type": "string"}, "x": {}}, "required": ["k"],
+      "if": {"properties": {"k": {"enum": ["a.b", "c"]}}}, "then": {"required": ["x"]}, "else": {"properties": {"x": false}}})";
+  EXPECT_TRUE(Takes(t, R"({"k": "a.b", "x": 1})"));
+  EXPECT_TRUE(Takes(t, R"({"k": "axb"})"));
+  EXPECT_FALSE(Takes(t, R"({"k": "axb", "x": 1})"));
+  EXPECT_FALSE(Takes(t, R"({"k": "c"})"));
+  // An `if` of keywords only (annotations) holds for every value.
+  EXPECT_TRUE(Takes(R"({"if": {"title": "x"}, "then": {"type": "integer"}})", "1"));
+  EXPECT_FALSE(Takes(R"({"if": {"title": "x"}, "then": {"type": "integer"}})", R"("a")"));
+  // Anything else is refused with its pointer.
+  for (const char* bad : {R"({"properties": {"a": {"if": {"minLength": 2}, "then": {"maxLength": 3}}}})",
+                          R"({"properties": {"a": {"if": {"properties": {"n": {"const": 1}}}, "then": {}}}})"}) {
+    EXPECT_NE(Refusal(bad).find("keyword 'if' at #/properties/a/if"), std::string::npos) << bad;
+  }
+}
+
+TEST(JsonSchemaApplicators, OneOfMadeDisjoint) {
+  // github-workflows' steps: each kind's key, with dependencies on one of
+  // them (dropped with it from the branches that do not require it).
+  const std::string steps = R"({"type": "object", "additionalProperties": false,
+      "dependencies": {"shell": ["run"]},
+      "properties": {"uses": {"type": "string"}, "run": {"type": "string"}, "shell": {"type": "string"}},
+      "oneOf": [{"required": ["uses"]}, {"required": ["run"]}]})";
+  EXPECT_TRUE(Takes(steps, R"({"uses": "x"})"));
+  EXPECT_TRUE(Takes(steps, R"({"run": "x", "shell": "sh"})"));
+  EXPECT_FALSE(Takes(steps, R"({"uses": "x", "run": "y"})"));
+  EXPECT_FALSE(Takes(steps, R"({"uses": "x", "shell": "sh"})"));
+  // OpenAPI's callback or reference: a map whose values are objects, or
+  // {"$ref": string}.
+  const std::string cb = R"({"oneOf": [
+      {"type": "object", "additionalProperties": false, "patternProperties": {"^": {"type": "object"}}},
+      {"type": "object", "required": ["$ref"], "properties": {"$ref": {"type": "string"}}, "additionalProperties": false}]})";
+  EXPECT_TRUE(Takes(cb, R"({"$ref": "#/x"})"));
+  EXPECT_TRUE(Takes(cb, R"({"a": {}})"));
+  EXPECT_TRUE(Takes(cb, R"({"$ref": {}})"));  // only the map's: valid
+  // anyOf branches of other types, and a branch that matches nothing.
+  EXPECT_TRUE(Takes(R"({"oneOf": [{"anyOf": [{"type": "object"}, {"type": "array"}]}, {"type": "string"}]})", "[]"));
+  const std::string dead = R"({"type": "string", "oneOf": [{"type": "integer"}, {"maxLength": 2}]})";
+  EXPECT_TRUE(Takes(dead, R"("ab")"));
+  EXPECT_FALSE(Takes(dead, "1"));
+  // An optional property whose schema matches nothing is not written.
+  EXPECT_FALSE(Takes(R"({"properties": {"a": {"allOf": [{}, false]}, "b": {}}})", R"({"a": 1})"));
+  EXPECT_TRUE(Takes(R"({"properties": {"a": {"allOf": [{}, false]}, "b": {}}})", R"({"b": 1})"));
+  // Branches that truly overlap stay refused.
+  EXPECT_NE(Refusal(R"({"oneOf": [{"type": "object", "additionalProperties": {"type": "object"}},
+      {"type": "object", "required": ["$ref"], "properties": {"$ref": {}}}]})")
+                .find("keyword 'oneOf' at #/oneOf"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaApplicators, PatternsOfAllOfIntersect) {
+  const std::string s = R"({"allOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"pattern": "x"}, {"format": "hostname"}]})";
+  EXPECT_TRUE(Takes(s, R"("axb")"));
+  EXPECT_FALSE(Takes(s, R"("ab")"));
+  EXPECT_FALSE(Takes(s, R"("aXb")"));
+}
+
 }  // namespace
 }  // namespace kvshare

@@ -57,13 +57,12 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
     auto drop_one = [&](Json& a, const Json& b) {
       auto props = a.find("properties");
       if (!a.is_object() || props == a.end() || !props->is_object() || props->size() < 2) return;
-      if (a.contains("dependentRequired") || a.contains("dependencies")) return;  // may require it back
       const auto req_b = b.find("required");
       if (!b.is_object() || req_b == b.end() || !req_b->is_array()) return;
       const Json req_a = a.value("required", Json::array());
       for (const Json& x : *req_b) {
         if (!x.is_string() || std::find(req_a.begin(), req_a.end(), x) != req_a.end()) continue;
-        if (props->contains(x.get<std::string>())) props->erase(x.get<std::string>());
+        if (props->contains(x.get<std::string>())) DropProperty(a, x.get<std::string>());
         return;  // one is enough: b's outputs all hold it, a's none
       }
     };
@@ -88,10 +87,52 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
     }
   }
   const std::uint32_t r = b_.NewRule();
+  bool any = false;
   for (std::size_t i = 0; i < narrowed.size(); ++i) {
-    b_.Alt(r, {GrammarBuilder::Ref(Schema(narrowed[i], p + "/" + std::to_string(i)))});
+    const std::uint32_t mark = b_.NewRule();
+    b_.Alt(mark, {b_.Set({})});
+    const std::size_t guard = unguarded_.size();
+    try {
+      b_.Alt(r, {GrammarBuilder::Ref(Schema(narrowed[i], p + "/" + std::to_string(i)))});
+      any = true;
+    } catch (const EmptySchema&) {
+      // A branch that matches nothing adds nothing (and, in oneOf, counts
+      // for no value).
+      unguarded_.resize(guard);
+      b_.SealEmpty(mark);
+    }
   }
+  if (!any) Empty(p, "no branch matches any value");
   return r;
+}
+
+void SchemaCompiler::DropProperty(Json& a, const std::string& x) {
+  Json out = a;
+  std::set<std::string> dropped = {x};
+  out["properties"].erase(x);
+  const Json req = a.value("required", Json::array());
+  // dependentRequired makes the names it lists required (Object): the
+  // names that need a dropped one are dropped too, with their entries.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const char* key : {"dependentRequired", "dependencies"}) {
+      auto d = out.find(key);
+      if (d == out.end() || !d->is_object()) continue;
+      for (auto it = d->begin(); it != d->end();) {
+        bool needs = dropped.count(it.key()) > 0;
+        for (const Json& n : it->is_array() ? *it : Json::array()) needs = needs || (n.is_string() && dropped.count(n));
+        if (!needs) {
+          ++it;
+          continue;
+        }
+        if (std::find(req.begin(), req.end(), Json(it.key())) != req.end()) return;  // a must write it: a unchanged
+        if (dropped.insert(it.key()).second) out["properties"].erase(it.key()), changed = true;
+        it = d->erase(it);
+      }
+    }
+  }
+  if (out["properties"].empty()) return;
+  a = std::move(out);
 }
 
 std::set<std::string> SchemaCompiler::Types(const Json& s, int depth) {
@@ -157,7 +198,7 @@ std::vector<SchemaCompiler::Json> SchemaCompiler::AllowedValues(const Json& s, c
 
 std::uint32_t SchemaCompiler::Values(const Json& s, const std::set<std::string>& types, const std::string& path) {
   const std::vector<Json> values = AllowedValues(s, types, path);
-  if (values.empty()) Fail(path, "no value of 'enum' / 'const' matches 'type'");
+  if (values.empty()) Empty(path, "no value of 'enum' / 'const' matches 'type'");
   const std::uint32_t r = b_.NewRule();
   for (const Json& v : values) b_.Alt(r, {GrammarBuilder::Ref(j_.Literal(ValueText(v, j_.notation())))});
   return r;

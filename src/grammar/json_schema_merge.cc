@@ -7,6 +7,8 @@
 // pointer, never loosened. Also the value check (Matches) that enum and
 // patternProperties use.
 #include <algorithm>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +39,47 @@ Json Draft6Bounds(Json s) {
   return s;
 }
 
+// The property schemas and required names of s, through allOf (no $ref).
+void Gather(const Json& s, std::map<std::string, std::vector<const Json*>>& props, std::set<std::string>& req,
+            int depth = 0) {
+  if (!s.is_object() || depth > 16) return;
+  if (auto p = s.find("properties"); p != s.end() && p->is_object()) {
+    for (const auto& [k, v] : p->items()) props[k].push_back(&v);
+  }
+  for (const Json& n : s.value("required", Json::array())) {
+    if (n.is_string()) req.insert(n.get<std::string>());
+  }
+  for (const Json& x : s.value("allOf", Json::array())) Gather(x, props, req, depth + 1);
+}
+
+// Whether p ∧ q (with the names `req` required) matches nothing because a
+// required name's schemas allow no common value (disjoint const / enum
+// sets, or false): the discriminators of the anyOfs conditionals become.
+bool Contradicts(const Json& p, const Json& q, std::set<std::string> req) {
+  std::map<std::string, std::vector<const Json*>> props;
+  Gather(p, props, req);
+  Gather(q, props, req);
+  for (const auto& [k, schemas] : props) {
+    if (!req.count(k)) continue;
+    std::optional<std::vector<Json>> common;
+    for (const Json* s : schemas) {
+      if (*s == false) return true;
+      std::vector<Json> values = SchemaCompiler::FiniteScalars(*s);
+      if (values.empty()) continue;
+      if (common) {
+        std::vector<Json> both;
+        for (const Json& x : *common) {
+          if (std::find(values.begin(), values.end(), x) != values.end()) both.push_back(x);
+        }
+        values = std::move(both);
+      }
+      if (values.empty()) return true;
+      common = std::move(values);
+    }
+  }
+  return false;
+}
+
 Json AllOf(const Json& a, const Json& b) {
   if (a == b) return a;
   return Json{{"allOf", Json::array({a, b})}};
@@ -49,7 +92,12 @@ std::optional<Json> SchemaCompiler::Normalized(const Json& s, const std::string&
     if (!all->is_array() || all->empty()) Fail(path, "'allOf' must be a non-empty array of schemas");
     Json out = s;
     out.erase("allOf");
-    for (std::size_t i = 0; i < all->size(); ++i) out = Merge(out, (*all)[i], path + "/allOf/" + std::to_string(i));
+    for (std::size_t i = 0; i < all->size(); ++i) {
+      const std::string at = path + "/allOf/" + std::to_string(i);
+      const Json& item = (*all)[i];
+      // Each conditional on its own (two would meet in one schema's `if`).
+      out = Merge(out, item.is_object() && item.contains("if") ? Conditional(item, at) : item, at);
+    }
     return out;
   }
   if (auto ref = s.find("$ref"); ref != s.end() && Constrains(s, "$ref")) {
@@ -67,7 +115,11 @@ std::optional<Json> SchemaCompiler::Normalized(const Json& s, const std::string&
     rest.erase(key);
     Json branches = Json::array();
     for (std::size_t i = 0; i < c->size(); ++i) {
-      branches.push_back(Merge(rest, (*c)[i], path + "/" + key + "/" + std::to_string(i)));
+      try {
+        branches.push_back(Merge(rest, (*c)[i], path + "/" + key + "/" + std::to_string(i)));
+      } catch (const EmptySchema&) {
+        branches.push_back(false);  // matches nothing: Combinator leaves it out
+      }
     }
     return Json{{key, branches}};
   }
@@ -90,6 +142,7 @@ Json SchemaCompiler::Unevaluated(const Json& s, const std::string& path) {
     }
     if (rest.contains("unevaluatedProperties")) refuse("inside a schema that allOf or $ref merges here");
   }
+  if (rest.contains("if")) refuse("next to if / then / else, whose branches evaluate properties");
   for (const char* key : {"anyOf", "oneOf"}) {
     for (const Json& branch : rest.value(key, Json::array())) {
       for (const char* k : {"properties", "patternProperties", "additionalProperties", "allOf", "anyOf", "oneOf",
@@ -109,11 +162,11 @@ Json SchemaCompiler::Unevaluated(const Json& s, const std::string& path) {
 Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string& path, int hops) {
   if (hops > 32) Fail(path, "'$ref's merged with sibling keywords (or inside allOf) refer back to themselves");
   if (a_in.is_boolean()) {
-    if (!a_in.get<bool>()) Fail(path, "the schema false matches nothing");
+    if (!a_in.get<bool>()) Empty(path, "the schema false matches nothing");
     return b_in;
   }
   if (b_in.is_boolean()) {
-    if (!b_in.get<bool>()) Fail(path, "the schema false matches nothing");
+    if (!b_in.get<bool>()) Empty(path, "the schema false matches nothing");
     return a_in;
   }
   if (!a_in.is_object() || !b_in.is_object()) Fail(path, "expected a schema (an object or a boolean)");
@@ -125,6 +178,11 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
     return Merge(LegacyRef() ? a_in : Merge(a_in, rest, path, hops + 1), target, path, hops + 1);
   }
   if (a_in.contains("$ref")) return Merge(b_in, a_in, path, hops + 1);
+  for (const char* k : {"if", "then", "else"}) {
+    if (a_in.contains(k) && b_in.contains(k) && a_in[k] != b_in[k]) {
+      Unsupported(path, "if", "two if / then / else would meet in one schema (next to $ref / anyOf / oneOf)");
+    }
+  }
   // Merged into a schema with other keywords it would count their
   // properties as evaluated too (SchemaAt takes it where it stands).
   for (const Json* x : {&a_in, &b_in}) {
@@ -166,13 +224,11 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
     const Json& pa = a.contains("properties") ? a["properties"] : empty;
     const Json& pb = b.contains("properties") ? b["properties"] : empty;
     if (!pa.is_object() || !pb.is_object()) Fail(path, "'properties' must be an object");
-    Json merged = Json::object();
-    apply_rest(pa, b, merged);
-    Json from_b = Json::object();
+    // In a's order, then b's names (the order the grammar writes them in).
+    Json merged = Json::object(), from_a = Json::object(), from_b = Json::object();
+    apply_rest(pa, b, from_a);
     apply_rest(pb, a, from_b);
-    for (const auto& [k, v] : pa.items()) {
-      if (pb.contains(k)) merged[k] = AllOf(v, pb[k]);
-    }
+    for (const auto& [k, v] : pa.items()) merged[k] = pb.contains(k) ? AllOf(v, pb[k]) : from_a[k];
     for (const auto& [k, v] : from_b.items()) merged[k] = v;
     a["properties"] = merged;
   }
@@ -205,7 +261,7 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
         if (in_b || num_b) both.push_back(t);
         if (int_b) both.push_back("integer");
       }
-      if (both.empty()) Fail(path, "the types of allOf's schemas (" + x.dump() + ", " + v.dump() + ") share no value");
+      if (both.empty()) Empty(path, "the types of allOf's schemas (" + x.dump() + ", " + v.dump() + ") share no value");
       x = both.size() == 1 ? both[0] : both;
     } else if (k == "required") {
       for (const Json& n : v) {
@@ -223,14 +279,22 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
       for (const Json& e : x) {
         if (std::find(v.begin(), v.end(), e) != v.end()) both.push_back(e);
       }
-      if (both.empty()) Fail(path, "the enums of allOf's schemas share no value");
+      if (both.empty()) Empty(path, "the enums of allOf's schemas share no value");
       x = both;
     } else if (k == "const") {
-      Fail(path, "allOf's schemas have different 'const' values");
+      Empty(path, "allOf's schemas have different 'const' values");
     } else if (k == "items" && x.is_object() == v.is_object() && !x.is_array() && !v.is_array()) {
       x = AllOf(x, v);
     } else if (k == "additionalProperties" || k == "propertyNames" || k == "additionalItems") {
       x = AllOf(x, v);
+    } else if (k == "pattern") {
+      // Strings that match both: the patterns as a list (not a schema's
+      // form: only merges write it), whose languages StringSchema intersects.
+      Json both = x.is_array() ? x : Json::array({x});
+      for (const Json& p : v.is_array() ? v : Json::array({v})) {
+        if (std::find(both.begin(), both.end(), p) == both.end()) both.push_back(p);
+      }
+      x = both;
     } else if (k == "uniqueItems") {
       x = x.is_boolean() && x.get<bool>() ? x : v;
     } else if (k == "dependentRequired" || k == "patternProperties") {
@@ -246,9 +310,18 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
       }
     } else if (k == "anyOf" && x.is_array() && v.is_array() && x.size() * v.size() <= kMaxProduct) {
       Json product = Json::array();
-      for (const Json& p : x) {
-        for (const Json& q : v) product.push_back(AllOf(p, q));
+      std::set<std::string> req;
+      for (const Json* side : {static_cast<const Json*>(&a), &b}) {
+        for (const Json& n : side->value("required", Json::array())) {
+          if (n.is_string()) req.insert(n.get<std::string>());
+        }
       }
+      for (const Json& p : x) {
+        for (const Json& q : v) {
+          if (!Contradicts(p, q, req)) product.push_back(AllOf(p, q));
+        }
+      }
+      if (product.empty()) Empty(path, "no two branches of the anyOfs merged here match one value");
       x = product;
     } else if (k == "allOf" && x.is_array() && v.is_array()) {
       for (const Json& e : v) x.push_back(e);

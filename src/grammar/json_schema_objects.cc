@@ -89,11 +89,21 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
     bool allowed = true;
     const Json v = value_of(k, allowed);
     if (!allowed) {
-      if (must) Fail(path, "required property '" + k + "' is not allowed by the schema");
+      if (must) Empty(path, "required property '" + k + "' is not allowed by the schema");
+      return;
+    }
+    const std::uint32_t mark = b_.NewRule();
+    b_.Alt(mark, {b_.Set({})});
+    const std::size_t guard = unguarded_.size();
+    try {
+      values.push_back(Schema(v, path + "/properties/" + k));
+    } catch (const EmptySchema&) {
+      if (must) throw;
+      unguarded_.resize(guard);  // an optional property no value matches: never written
+      b_.SealEmpty(mark);
       return;
     }
     keys.push_back(k);
-    values.push_back(Schema(v, path + "/properties/" + k));
     req.push_back(must);
   };
   for (const auto& [k, v] : props.items()) {

@@ -119,25 +119,32 @@ std::uint32_t SchemaCompiler::OfType(const std::string& type, const Json& s, con
 std::uint32_t SchemaCompiler::StringSchema(const Json& s, const std::string& path) {
   const int min = Bound(s, "minLength", path, 0), max = Bound(s, "maxLength", path, -1);
   if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
-  std::string pattern, format;
+  // pattern (a list of them where allOf merged several: json_schema_merge.cc)
+  // and format: the strings of all of their languages.
+  std::vector<std::string> patterns;
   if (auto p = s.find("pattern"); p != s.end()) {
-    if (!p->is_string()) Fail(path, "'pattern' must be a string");
-    pattern = p->get<std::string>();
+    for (const Json& x : p->is_array() ? *p : Json::array({*p})) {
+      if (!x.is_string()) Fail(path, "'pattern' must be a string");
+      if (!x.get<std::string>().empty()) patterns.push_back(x.get<std::string>());
+    }
   }
+  const std::size_t n = patterns.size();
   if (auto f = s.find("format"); f != s.end() && f->is_string()) {
-    if (const std::string* re = FormatPattern(f->get<std::string>())) format = *re;
+    if (const std::string* re = FormatPattern(f->get<std::string>())) patterns.push_back(*re);
   }
-  if (pattern.empty() && format.empty()) return j_.String(min, max);
-  const char* key = format.empty() ? "pattern" : "format";
+  if (patterns.empty()) return j_.String(min, max);
+  const char* key = "pattern";
   try {
     RegexEmitter e(j_);
-    if (pattern.empty() || format.empty()) return e.String(ParseRegex(pattern.empty() ? format : pattern), min, max);
-    // Both: the strings of the intersection of their languages.
-    key = "pattern";
-    const RegexNode p = ParseRegex(pattern);
-    key = "format";
-    const RegexNode f = ParseRegex(format);
-    return e.Automaton({&p, &f}, min, max);
+    std::vector<RegexNode> nodes;
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      key = i < n ? "pattern" : "format";
+      nodes.push_back(ParseRegex(patterns[i]));
+    }
+    if (nodes.size() == 1) return e.String(nodes[0], min, max);
+    std::vector<const RegexNode*> all;
+    for (const RegexNode& x : nodes) all.push_back(&x);
+    return e.Automaton(all, min, max);
   } catch (const RegexError& err) {
     Unsupported(path, key, err.what());
   }
