@@ -66,12 +66,46 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
         return;  // one is enough: b's outputs all hold it, a's none
       }
     };
+    // Closed objects of optional properties ({"a": ...} or {"b": ...}, no
+    // other names) overlap on {}: each writes one property the other
+    // forbids (a narrower output).
+    auto require_own = [&](Json& a, const Json& b) {
+      const Json* t = &b;
+      for (int hops = 0; t->is_object() && t->contains("$ref") && !Constrains(*t, "$ref") && hops < 64; ++hops) {
+        if (!(*t)["$ref"].is_string()) return;
+        t = &Resolve((*t)["$ref"].get<std::string>(), path);
+      }
+      if (!t->is_object() || t->value("additionalProperties", Json(true)) != false || t->contains("patternProperties")) {
+        return;
+      }
+      for (int hops = 0; a.is_object() && a.contains("$ref") && !Constrains(a, "$ref") && hops < 64; ++hops) {
+        if (!a["$ref"].is_string()) return;
+        a = Resolve(a["$ref"].get<std::string>(), path);
+      }
+      auto props = a.find("properties");
+      if (!a.is_object() || props == a.end() || !props->is_object() || a.contains("required")) return;
+      const Json none = Json::object();
+      const Json& tp = t->contains("properties") && (*t)["properties"].is_object() ? (*t)["properties"] : none;
+      for (const auto& [x, v] : props->items()) {
+        if (v != false && (!tp.contains(x) || tp[x] == false)) {
+          a["required"] = Json::array({x});
+          return;
+        }
+      }
+    };
     for (std::size_t i = 0; i < narrowed.size(); ++i) {
       for (std::size_t k = i + 1; k < narrowed.size(); ++k) {
         if (Excludes(narrowed[i], narrowed[k]) && Excludes(narrowed[k], narrowed[i])) continue;
         Json a = narrowed[i], b = narrowed[k];
         drop_one(a, narrowed[k]);
         drop_one(b, narrowed[i]);
+        if (Excludes(a, b) && Excludes(b, a)) {
+          narrowed[i] = std::move(a), narrowed[k] = std::move(b);
+          continue;
+        }
+        a = narrowed[i], b = narrowed[k];
+        require_own(a, narrowed[k]);
+        require_own(b, narrowed[i]);
         if (Excludes(a, b) && Excludes(b, a)) narrowed[i] = std::move(a), narrowed[k] = std::move(b);
       }
     }

@@ -21,7 +21,8 @@ namespace {
 
 using Json = SchemaCompiler::Json;
 
-constexpr std::size_t kMaxProduct = 64;  // branches of anyOf x anyOf
+constexpr std::size_t kMaxProduct = 64;    // branches of anyOf x anyOf (oneOf x oneOf), kept
+constexpr std::size_t kMaxPairs = 4096;    // pairs looked at
 
 // Draft 4's boolean exclusiveMinimum / exclusiveMaximum as draft 6's numbers.
 Json Draft6Bounds(Json s) {
@@ -41,15 +42,18 @@ Json Draft6Bounds(Json s) {
 
 // The property schemas and required names of s, through allOf (no $ref).
 void Gather(const Json& s, std::map<std::string, std::vector<const Json*>>& props, std::set<std::string>& req,
-            int depth = 0) {
+            std::vector<const Json*>& types, int depth = 0) {
   if (!s.is_object() || depth > 16) return;
+  if (auto t = s.find("type"); t != s.end()) types.push_back(&*t);
   if (auto p = s.find("properties"); p != s.end() && p->is_object()) {
     for (const auto& [k, v] : p->items()) props[k].push_back(&v);
   }
   for (const Json& n : s.value("required", Json::array())) {
     if (n.is_string()) req.insert(n.get<std::string>());
   }
-  for (const Json& x : s.value("allOf", Json::array())) Gather(x, props, req, depth + 1);
+  if (auto all = s.find("allOf"); all != s.end() && all->is_array()) {
+    for (const Json& x : *all) Gather(x, props, req, types, depth + 1);
+  }
 }
 
 // Whether p ∧ q (with the names `req` required) matches nothing because a
@@ -57,8 +61,24 @@ void Gather(const Json& s, std::map<std::string, std::vector<const Json*>>& prop
 // sets, or false): the discriminators of the anyOfs conditionals become.
 bool Contradicts(const Json& p, const Json& q, std::set<std::string> req) {
   std::map<std::string, std::vector<const Json*>> props;
-  Gather(p, props, req);
-  Gather(q, props, req);
+  std::vector<const Json*> types;
+  Gather(p, props, req, types);
+  Gather(q, props, req, types);
+  // Types no value has all of (an integer is a number).
+  std::set<std::string> common = {"object", "array", "string", "number", "integer", "boolean", "null"};
+  for (const Json* t : types) {
+    std::set<std::string> names;
+    for (const Json& n : t->is_array() ? *t : Json::array({*t})) {
+      if (n.is_string()) names.insert(n.get<std::string>());
+    }
+    if (names.count("number")) names.insert("integer");
+    std::set<std::string> both;
+    for (const std::string& n : common) {
+      if (names.count(n)) both.insert(n);
+    }
+    common = std::move(both);
+  }
+  if (common.empty()) return true;
   for (const auto& [k, schemas] : props) {
     if (!req.count(k)) continue;
     std::optional<std::vector<Json>> common;
@@ -308,7 +328,10 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
           for (const Json& n : d) x[name].push_back(n);
         }
       }
-    } else if (k == "anyOf" && x.is_array() && v.is_array() && x.size() * v.size() <= kMaxProduct) {
+    } else if ((k == "anyOf" || k == "oneOf") && x.is_array() && v.is_array() && x.size() * v.size() <= kMaxPairs) {
+      // anyOf: the pairs, one of which matches. oneOf: also the pairs,
+      // exactly one of which matches when exactly one branch of each does
+      // (the count of matching pairs is the product of the counts).
       Json product = Json::array();
       std::set<std::string> req;
       for (const Json* side : {static_cast<const Json*>(&a), &b}) {
@@ -321,7 +344,8 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
           if (!Contradicts(p, q, req)) product.push_back(AllOf(p, q));
         }
       }
-      if (product.empty()) Empty(path, "no two branches of the anyOfs merged here match one value");
+      if (product.empty()) Empty(path, "no two branches of the " + k + "s merged here match one value");
+      if (product.size() > kMaxProduct) refuse(k);
       x = product;
     } else if (k == "allOf" && x.is_array() && v.is_array()) {
       for (const Json& e : v) x.push_back(e);
