@@ -1,7 +1,7 @@
 // The JSON Schema compiler's applicators that real-world schemas (tests/tools/
 // schema_corpus.py) use and that compile exactly only in some forms:
 // unevaluatedProperties next to allOf / $ref, if / then / else on a
-// discriminator, oneOf whose branches a transformation makes disjoint,
+// discriminator, not of what can be negated, oneOf whose branches a transformation makes disjoint,
 // propertyNames next to patternProperties, anchors inside groups. Each
 // form taken is checked on documents in and out of the schema; each form
 // refused names the keyword and its JSON pointer.
@@ -174,6 +174,29 @@ TEST(JsonSchemaApplicators, PatternsOfAllOfIntersect) {
   EXPECT_TRUE(Takes(s, R"("axb")"));
   EXPECT_FALSE(Takes(s, R"("ab")"));
   EXPECT_FALSE(Takes(s, R"("aXb")"));
+}
+
+TEST(JsonSchemaApplicators, NotOfWhatCanBeNegated) {
+  // Required names: objects without them (renovate, gitlab-ci).
+  const std::string r = R"({"type": "object", "properties": {"a": {}, "b": {}},
+      "not": {"anyOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}})";
+  EXPECT_TRUE(Takes(r, R"({"b": 1})"));
+  EXPECT_FALSE(Takes(r, R"({"a": 1})"));
+  // Values outside a set, other types, strings without a match.
+  const std::string e = R"({"type": "string", "not": {"enum": ["x", "y"]}})";
+  EXPECT_TRUE(Takes(e, R"("xy")"));
+  EXPECT_FALSE(Takes(e, R"("x")"));
+  EXPECT_TRUE(Takes(R"({"not": {"type": ["string", "object"]}})", "[1]"));
+  EXPECT_FALSE(Takes(R"({"not": {"type": ["string", "object"]}})", R"("a")"));
+  const std::string p = R"({"type": "string", "maxLength": 4, "not": {"pattern": "\\.\\."}})";
+  EXPECT_TRUE(Takes(p, R"("a.b.")"));
+  EXPECT_FALSE(Takes(p, R"("a..b")"));
+  EXPECT_TRUE(Takes(R"({"not": {"pattern": "^a"}})", "1"));
+  EXPECT_FALSE(Takes(R"({"not": {"pattern": "^a"}})", R"("ab")"));
+  // Others are refused with the pointer of the negated schema.
+  EXPECT_NE(Refusal(R"({"properties": {"n": {"not": {"anyOf": [{"minimum": 3}]}}}})")
+                .find("keyword 'not' at #/properties/n/not/anyOf/0:"),
+            std::string::npos);
 }
 
 }  // namespace

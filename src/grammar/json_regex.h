@@ -74,11 +74,13 @@ class RegexEmitter {
   // included.
   std::uint32_t String(const RegexNode& re, int min, int max);
   // The strings that all of `patterns` find (each as String reads it, and
-  // lookaheads at the start of an alternative as well), of [min, max] code
-  // points (max < 0: any), through a deterministic automaton
-  // (json_regex_dfa.cc); throws RegexError past its size caps. Returns a
-  // rule of the whole string, quotes included.
-  std::uint32_t Automaton(const std::vector<const RegexNode*>& patterns, int min, int max);
+  // lookaheads at the start of an alternative as well) — or, where
+  // `negated` says so, do not find — of [min, max] code points (max < 0:
+  // any), through a deterministic automaton (json_regex_dfa.cc); throws
+  // RegexError past its size caps. Returns a rule of the whole string,
+  // quotes included.
+  std::uint32_t Automaton(const std::vector<const RegexNode*>& patterns, int min, int max,
+                          const std::vector<bool>& negated = {});
   // The content rule of one character of `set`.
   std::uint32_t Char(const CodeRanges& set);
 

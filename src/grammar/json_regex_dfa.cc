@@ -273,10 +273,15 @@ Dfa Whole(const RegexNode& re, const Atoms& atoms, bool at_start) {
 
 }  // namespace
 
-std::uint32_t RegexEmitter::Automaton(const std::vector<const RegexNode*>& all, int min, int max) {
+std::uint32_t RegexEmitter::Automaton(const std::vector<const RegexNode*>& all, int min, int max,
+                                      const std::vector<bool>& negated) {
   const Atoms atoms(all);
-  Dfa d = Whole(*all[0], atoms, false);
-  for (std::size_t i = 1; i < all.size(); ++i) d = Product(d, Whole(*all[i], atoms, false), true);
+  auto language = [&](std::size_t i) {
+    Dfa w = Whole(*all[i], atoms, false);
+    return i < negated.size() && negated[i] ? Complement(w) : w;
+  };
+  Dfa d = language(0);
+  for (std::size_t i = 1; i < all.size(); ++i) d = Product(d, language(i), true);
   if (min > 0 || max >= 0) {
     RegexNode len{RegexNode::kRepeat};
     len.min = min, len.max = max;

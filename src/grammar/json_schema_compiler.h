@@ -95,6 +95,13 @@ class SchemaCompiler {
   // (if ∧ then) and the ways ¬if holds, each with else
   // (json_schema_conditional.cc); refused unless `if` can be negated.
   Json Conditional(const Json& s, const std::string& path);
+  // The values outside the set `values` (strings, booleans, null), as anyOf
+  // of types and a pattern; `key` names the keyword refused otherwise.
+  Json Outside(const Json& values, const std::string& path, const char* key);
+  // The values x does not match (`not`, json_schema_conditional.cc): for x
+  // of const / enum, type, required, and anyOf / allOf of those; refused
+  // otherwise.
+  Json Negation(const Json& x, const std::string& path, int depth = 0);
   // The schema of the values both a and b accept (objects, or booleans).
   Json Merge(const Json& a, const Json& b, const std::string& path, int hops = 0);
   // Whether `value`, written as compact JSON, is a document of `schema`'s

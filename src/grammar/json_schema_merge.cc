@@ -307,6 +307,8 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
       x = AllOf(x, v);
     } else if (k == "additionalProperties" || k == "propertyNames" || k == "additionalItems") {
       x = AllOf(x, v);
+    } else if (k == "not") {
+      x = Json{{"anyOf", Json::array({x, v})}};  // neither
     } else if (k == "pattern") {
       // Strings that match both: the patterns as a list (not a schema's
       // form: only merges write it), whose languages StringSchema intersects.

@@ -113,6 +113,15 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
     if (!props.contains(k)) add(k, true);  // required but not declared
   }
   if (!keys.empty()) return Properties(keys, values, req, min, max, path);
+  if (!props.empty()) {
+    // Every declared name is one no value may take (false, or a schema
+    // that matches nothing): a map could write one of them, so only {} is
+    // written (a narrower output).
+    if (min > 0) Empty(path, "minProperties > 0 with every declared property forbidden");
+    const std::uint32_t r = b_.NewRule();
+    b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{b_.Byte('}')});
+    return r;
+  }
 
   // A map.
   if (min > 1) Unsupported(path, "minProperties", "a map cannot be kept from repeating a key");

@@ -121,16 +121,20 @@ std::uint32_t SchemaCompiler::StringSchema(const Json& s, const std::string& pat
   if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
   // pattern (a list of them where allOf merged several: json_schema_merge.cc)
   // and format: the strings of all of their languages.
+  // (and {"not": pattern} entries, which `not` writes: json_schema_conditional.cc)
   std::vector<std::string> patterns;
+  std::vector<bool> negated;
   if (auto p = s.find("pattern"); p != s.end()) {
     for (const Json& x : p->is_array() ? *p : Json::array({*p})) {
-      if (!x.is_string()) Fail(path, "'pattern' must be a string");
-      if (!x.get<std::string>().empty()) patterns.push_back(x.get<std::string>());
+      const bool no = p->is_array() && x.is_object() && x.size() == 1 && x.contains("not") && x["not"].is_string();
+      if (!x.is_string() && !no) Fail(path, "'pattern' must be a string");
+      const std::string text = no ? x["not"].get<std::string>() : x.get<std::string>();
+      if (!text.empty() || no) patterns.push_back(text), negated.push_back(no);
     }
   }
   const std::size_t n = patterns.size();
   if (auto f = s.find("format"); f != s.end() && f->is_string()) {
-    if (const std::string* re = FormatPattern(f->get<std::string>())) patterns.push_back(*re);
+    if (const std::string* re = FormatPattern(f->get<std::string>())) patterns.push_back(*re), negated.push_back(false);
   }
   if (patterns.empty()) return j_.String(min, max);
   const char* key = "pattern";
@@ -141,10 +145,10 @@ std::uint32_t SchemaCompiler::StringSchema(const Json& s, const std::string& pat
       key = i < n ? "pattern" : "format";
       nodes.push_back(ParseRegex(patterns[i]));
     }
-    if (nodes.size() == 1) return e.String(nodes[0], min, max);
+    if (nodes.size() == 1 && !negated[0]) return e.String(nodes[0], min, max);
     std::vector<const RegexNode*> all;
     for (const RegexNode& x : nodes) all.push_back(&x);
-    return e.Automaton(all, min, max);
+    return e.Automaton(all, min, max, negated);
   } catch (const RegexError& err) {
     Unsupported(path, key, err.what());
   }

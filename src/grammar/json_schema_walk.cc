@@ -60,7 +60,7 @@ void CheckKeywords(const SchemaCompiler::Json& s, const std::string& path) {
   auto refuse = [&path](const std::string& k, const std::string& why) {
     throw Error("unsupported JSON Schema keyword '" + k + "' at " + path + "/" + k + ": " + why);
   };
-  for (const char* k : {"not", "contains", "unevaluatedItems", "dependentSchemas",
+  for (const char* k : {"contains", "unevaluatedItems", "dependentSchemas",
                         "$dynamicRef", "$recursiveRef"}) {
     if (s.contains(k)) refuse(k, "it cannot be enforced exactly by a grammar");
   }
@@ -122,6 +122,11 @@ std::uint32_t SchemaCompiler::SchemaAt(const Json& s, const std::string& path) {
   CheckKeywords(s, path);
   if (s.contains("unevaluatedProperties")) return Schema(Unevaluated(s, path), path);
   if (s.contains("if")) return Schema(Conditional(s, path), path);
+  if (auto n = s.find("not"); n != s.end()) {
+    Json rest = s;
+    rest.erase("not");
+    return Schema(Json{{"allOf", Json::array({rest, Negation(*n, path + "/not")})}}, path);
+  }
   if (std::optional<Json> n = Normalized(s, path)) return Schema(*n, path);
   if (auto it = s.find("$ref"); it != s.end()) {
     if (!it->is_string()) Fail(path, "'$ref' must be a string");
