@@ -154,6 +154,17 @@ TEST(JsonSchemaApplicators, OneOfMadeDisjoint) {
   EXPECT_TRUE(Takes(cb, R"({"$ref": "#/x"})"));
   EXPECT_TRUE(Takes(cb, R"({"a": {}})"));
   EXPECT_TRUE(Takes(cb, R"({"$ref": {}})"));  // only the map's: valid
+  // Closed objects of optional properties (buildkite's notifications): {}
+  // would match all of them, so each writes its own property; checked
+  // against the others as the schema states them, not as narrowed.
+  const std::string closed = R"({"oneOf": [
+      {"type": "object", "properties": {"email": {}, "if": {}}, "additionalProperties": false},
+      {"type": "object", "properties": {"slack": {}, "if": {}}, "additionalProperties": false},
+      {"type": "object", "properties": {"webhook": {}, "if": {}}, "additionalProperties": false}]})";
+  EXPECT_TRUE(Takes(closed, R"({"email": 1, "if": 2})"));
+  EXPECT_TRUE(Takes(closed, R"({"webhook": 1})"));
+  EXPECT_FALSE(Takes(closed, R"({})"));
+  EXPECT_FALSE(Takes(closed, R"({"if": 1})"));
   // anyOf branches of other types, and a branch that matches nothing.
   EXPECT_TRUE(Takes(R"({"oneOf": [{"anyOf": [{"type": "object"}, {"type": "array"}]}, {"type": "string"}]})", "[]"));
   const std::string dead = R"({"type": "string", "oneOf": [{"type": "integer"}, {"maxLength": 2}]})";

@@ -685,7 +685,7 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   if (n == 0 && unfitted) {
     throw RegexError("a pattern whose strings could not be fitted to its length bound (minLength / maxLength)");
   }
-  if (n == 0) throw RegexError("a pattern that no string of the length bounds matches");
+  if (n == 0) throw RegexEmpty("a pattern that no string of the length bounds matches");
   return r;
 }
 

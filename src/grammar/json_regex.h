@@ -31,6 +31,10 @@ namespace kvshare::detail {
 struct RegexError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// No string matches (within the length bounds, or the other expressions).
+struct RegexEmpty : RegexError {
+  using RegexError::RegexError;
+};
 
 // Code point ranges [lo, hi], sorted and disjoint.
 using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;

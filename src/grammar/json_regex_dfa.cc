@@ -298,7 +298,7 @@ std::uint32_t RegexEmitter::Automaton(const std::vector<const RegexNode*>& all, 
       if (l && !live[s]) live[s] = true, changed = true;
     }
   }
-  if (!live[d.start]) throw RegexError("a pattern that no string of the length bounds (and format) matches");
+  if (!live[d.start]) throw RegexEmpty("a pattern that no string of the length bounds (and format) matches");
   std::vector<std::uint32_t> rule(static_cast<std::size_t>(d.Size()));
   for (int s = 1; s < d.Size(); ++s) {
     if (live[s]) rule[s] = b_.NewRule();

@@ -93,25 +93,28 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
         }
       }
     };
+    // Each branch's output (narrowed) is checked against the other
+    // branches as the schema states them (validity is the spec's).
+    const Json& orig = branches;
     for (std::size_t i = 0; i < narrowed.size(); ++i) {
       for (std::size_t k = i + 1; k < narrowed.size(); ++k) {
-        if (Excludes(narrowed[i], narrowed[k]) && Excludes(narrowed[k], narrowed[i])) continue;
+        if (Excludes(narrowed[i], orig[k]) && Excludes(narrowed[k], orig[i])) continue;
         Json a = narrowed[i], b = narrowed[k];
-        drop_one(a, narrowed[k]);
-        drop_one(b, narrowed[i]);
-        if (Excludes(a, b) && Excludes(b, a)) {
+        drop_one(a, orig[k]);
+        drop_one(b, orig[i]);
+        if (Excludes(a, orig[k]) && Excludes(b, orig[i])) {
           narrowed[i] = std::move(a), narrowed[k] = std::move(b);
           continue;
         }
         a = narrowed[i], b = narrowed[k];
-        require_own(a, narrowed[k]);
-        require_own(b, narrowed[i]);
-        if (Excludes(a, b) && Excludes(b, a)) narrowed[i] = std::move(a), narrowed[k] = std::move(b);
+        require_own(a, orig[k]);
+        require_own(b, orig[i]);
+        if (Excludes(a, orig[k]) && Excludes(b, orig[i])) narrowed[i] = std::move(a), narrowed[k] = std::move(b);
       }
     }
     for (std::size_t i = 0; i < narrowed.size(); ++i) {
       for (std::size_t k = i + 1; k < narrowed.size(); ++k) {
-        if (!Excludes(narrowed[i], narrowed[k]) || !Excludes(narrowed[k], narrowed[i])) {
+        if (!Excludes(narrowed[i], orig[k]) || !Excludes(narrowed[k], orig[i])) {
           throw Error("unsupported JSON Schema keyword 'oneOf' at " + path + "/oneOf: branches " + std::to_string(i) +
                       " and " + std::to_string(k) +
                       " may overlap (no distinct types, required properties or const / enum values tell them "

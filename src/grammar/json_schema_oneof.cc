@@ -99,8 +99,14 @@ bool SchemaCompiler::Excludes(const Json& a_in, const Json& b_in, int depth) {
     }
     return true;
   }
-  // Values: a's all outside b's list.
+  // Values: a's all outside b's list, or all in the list b's `not` names.
   const std::vector<Json> va = FiniteScalars(*a), vb = FiniteScalars(*b);
+  if (auto n = b->find("not"); n != b->end() && !va.empty()) {
+    const std::vector<Json> vn = FiniteScalars(*n);
+    bool all = true;
+    for (const Json& x : va) all = all && std::find(vn.begin(), vn.end(), x) != vn.end();
+    if (all) return true;
+  }
   if (!va.empty() && !vb.empty()) {
     bool shared = false;
     for (const Json& x : va) shared = shared || std::find(vb.begin(), vb.end(), x) != vb.end();

@@ -149,6 +149,10 @@ std::uint32_t SchemaCompiler::StringSchema(const Json& s, const std::string& pat
     std::vector<const RegexNode*> all;
     for (const RegexNode& x : nodes) all.push_back(&x);
     return e.Automaton(all, min, max, negated);
+  } catch (const RegexEmpty& err) {
+    // Matches no string: left out where it is an alternative or optional.
+    throw EmptySchema("unsupported JSON Schema keyword '" + std::string(key) + "' at " + path + "/" + key + ": " +
+                      err.what());
   } catch (const RegexError& err) {
     Unsupported(path, key, err.what());
   }
