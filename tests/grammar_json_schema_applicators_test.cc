@@ -210,5 +210,19 @@ TEST(JsonSchemaApplicators, NotOfWhatCanBeNegated) {
             std::string::npos);
 }
 
+TEST(JsonSchemaApplicators, BranchesOfValuesBecomeOneEnum) {
+  // Azure's task names: anyOf of one-value enums next to a pattern.
+  const std::string any = R"({"type": "string", "pattern": "^[ab]", "anyOf": [{"enum": ["a1"]}, {"const": "b2"},
+      {"enum": ["c3", "a4"]}]})";
+  EXPECT_TRUE(Takes(any, R"("a1")"));
+  EXPECT_TRUE(Takes(any, R"("a4")"));
+  EXPECT_FALSE(Takes(any, R"("c3")"));
+  // oneOf: a value two branches list matches both, so it is left out.
+  const std::string one = R"({"type": "string", "oneOf": [{"enum": ["x", "y"]}, {"enum": ["y", "z"]}]})";
+  EXPECT_TRUE(Takes(one, R"("x")"));
+  EXPECT_TRUE(Takes(one, R"("z")"));
+  EXPECT_FALSE(Takes(one, R"("y")"));
+}
+
 }  // namespace
 }  // namespace kvshare

@@ -126,6 +126,7 @@ std::uint32_t SchemaCompiler::Combinator(const char* key, const Json& branches, 
   const std::uint32_t r = b_.NewRule();
   bool any = false;
   for (std::size_t i = 0; i < narrowed.size(); ++i) {
+    if (narrowed[i] == false) continue;  // matches nothing
     const std::uint32_t mark = b_.NewRule();
     b_.Alt(mark, {b_.Set({})});
     const std::size_t guard = unguarded_.size();

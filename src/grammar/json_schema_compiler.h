@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/grammar_automaton.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/json_grammar.h"
 #include "kvshare/common/error.h"
@@ -188,6 +190,12 @@ class SchemaCompiler {
   // $refs entered since the last object or array: a cycle among them would
   // be left recursion (it reads nothing before coming back).
   std::vector<std::string> unguarded_;
+  // Matches' grammars by schema text, built once per compile.
+  struct Matcher {
+    std::shared_ptr<const Grammar> grammar;
+    std::unique_ptr<GrammarAutomaton> automaton;
+  };
+  std::map<std::string, std::shared_ptr<Matcher>> matchers_;
 };
 
 }  // namespace kvshare::detail

@@ -133,10 +133,44 @@ std::optional<Json> SchemaCompiler::Normalized(const Json& s, const std::string&
     if (!c->is_array() || c->empty()) Fail(path, std::string("'") + key + "' must be a non-empty array of schemas");
     Json rest = s;
     rest.erase(key);
+    // Branches of values only: one enum of them (for oneOf, of the values
+    // only one branch lists), merged with the siblings once.
+    Json values = Json::array();
+    std::map<std::string, int> seen;  // by compact text: how many branches list it
+    bool only_values = true;
+    for (const Json& b : *c) {
+      if (!b.is_object() || !(b.contains("enum") || b.contains("const")) || Constrains(b, b.contains("enum") ? "enum" : "const") ||
+          (b.contains("enum") && !b["enum"].is_array())) {
+        only_values = false;
+        break;
+      }
+      std::set<std::string> here;
+      for (const Json& v : b.contains("enum") ? b["enum"] : Json::array({b["const"]})) {
+        if (v.is_number_float() || v.is_object() || v.is_array()) only_values = false;  // 1.0 == 1: not by text
+        const std::string text = v.dump();
+        if (!here.insert(text).second) continue;
+        if (seen[text]++ == 0) values.push_back(v);
+      }
+    }
+    if (only_values && !values.empty()) {
+      Json listed = Json::array();
+      for (const Json& v : values) {
+        if (std::string(key) == "anyOf" || seen[v.dump()] == 1) listed.push_back(v);
+      }
+      if (listed.empty()) Empty(path + "/" + key, "no value is listed by exactly one branch");
+      return Merge(rest, Json{{"enum", listed}}, path + "/" + key);
+    }
     Json branches = Json::array();
     for (std::size_t i = 0; i < c->size(); ++i) {
+      const std::string at = path + "/" + key + "/" + std::to_string(i);
       try {
-        branches.push_back(Merge(rest, (*c)[i], path + "/" + key + "/" + std::to_string(i)));
+        Json b = Merge(rest, (*c)[i], at);
+        // An enum none of whose values the siblings allow (Azure's 480 task
+        // kinds x 259 names): found here, without compiling it.
+        const bool values = b.is_object() && (b.contains("enum") || b.contains("const")) && !b.contains("anyOf") &&
+                            !b.contains("oneOf") && !b.contains("allOf") && !b.contains("$ref");
+        if (values && AllowedValues(b, DeclaredTypes(b, at), at).empty()) b = false;
+        branches.push_back(std::move(b));
       } catch (const EmptySchema&) {
         branches.push_back(false);  // matches nothing: Combinator leaves it out
       }
@@ -359,11 +393,23 @@ Json SchemaCompiler::Merge(const Json& a_in, const Json& b_in, const std::string
 }
 
 bool SchemaCompiler::Matches(const Json& schema, const Json& value) {
-  JsonGrammar j(JsonGrammarOptions{.max_whitespace = 0});  // value.dump() is compact JSON
-  SchemaCompiler c(root_, j);
-  c.depth_ = depth_;  // one limit for the whole compile
-  const auto grammar = j.Finish(c.Schema(schema, "#"));
-  GrammarAutomaton a(grammar->ir);
+  // One grammar per schema asked about (an enum of hundreds of values, each
+  // checked against the same pattern).
+  std::shared_ptr<Matcher>& m = matchers_[schema.dump()];
+  if (!m) {
+    JsonGrammar j(JsonGrammarOptions{.max_whitespace = 0});  // value.dump() is compact JSON
+    SchemaCompiler c(root_, j);
+    c.depth_ = depth_;  // one limit for the whole compile
+    m = std::make_shared<Matcher>();
+    try {
+      m->grammar = j.Finish(c.Schema(schema, "#"));
+    } catch (...) {
+      matchers_.erase(schema.dump());
+      throw;
+    }
+    m->automaton = std::make_unique<GrammarAutomaton>(m->grammar->ir);
+  }
+  GrammarAutomaton& a = *m->automaton;
   std::uint32_t state = a.initial();
   for (char ch : value.dump()) {
     state = a.Next(state, static_cast<unsigned char>(ch));
