@@ -15,13 +15,7 @@
 namespace kvshare {
 namespace {
 
-using testing::ByteVocab;
-
-// Whether the grammar of `schema` takes `doc` whole and may end after it.
-bool Takes(const std::string& schema, const std::string& doc) {
-  GrammarMatcher m(CompileJsonSchema(schema), ByteVocab(), {0});
-  return m.AcceptBytes(doc) && m.CanEnd();
-}
+using testing::Takes;
 
 TEST(JsonSchemaCorpus, PatternWithALengthBoundKeepsBoth) {
   // Two repetitions: no single class to bound, so each repetition is cut to
