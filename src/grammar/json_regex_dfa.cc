@@ -32,7 +32,7 @@ struct Atoms {
     for (const RegexNode& k : n.kids) Collect(k, cuts);
   }
   explicit Atoms(const std::vector<const RegexNode*>& roots) {
-    std::set<char32_t> cuts = {0, 0xD800, 0xE000, kMaxCode + 1};
+    std::set<char32_t> cuts = {0, '\n', '\n' + 1, 0xD800, 0xE000, kMaxCode + 1};
     for (const RegexNode* r : roots) Collect(*r, cuts);
     char32_t prev = 0;
     for (char32_t c : cuts) {
@@ -230,7 +230,10 @@ RegexNode AnyString() {
 
 // The whole strings `re` finds (unanchored sides take any characters);
 // `at_start`: matched at the start of the string (a lookahead's content).
-Dfa Whole(const RegexNode& re, const Atoms& atoms, bool at_start) {
+// `wide_eol`: $ also before a final line feed, as Python's re reads it
+// (the jsonschema package's engine): taken where the language is
+// complemented, so that what is written is valid in both engines.
+Dfa Whole(const RegexNode& re, const Atoms& atoms, bool at_start, bool wide_eol) {
   std::vector<const RegexNode*> alts;
   if (re.kind == RegexNode::kAlt) {
     for (const RegexNode& k : re.kids) alts.push_back(&k);
@@ -261,10 +264,18 @@ Dfa Whole(const RegexNode& re, const Atoms& atoms, bool at_start) {
     body.kids.insert(body.kids.end(), kids.begin() + static_cast<std::ptrdiff_t>(k),
                      kids.begin() + static_cast<std::ptrdiff_t>(end));
     if (!eol) body.kids.push_back(AnyString());
+    if (eol && wide_eol) {
+      RegexNode nl{RegexNode::kRepeat};
+      nl.min = 0, nl.max = 1;
+      nl.kids.push_back(RegexNode{RegexNode::kSet});
+      nl.kids[0].set = {{'\n', '\n'}};
+      body.kids.push_back(std::move(nl));
+    }
     Dfa d = FromNode(body, atoms);
     for (const RegexNode* look : looks) {
-      const Dfa l = Whole(look->kids[0], atoms, true);
-      d = Product(d, look->kind == RegexNode::kAhead ? l : Complement(l), true);
+      const bool negated = look->kind == RegexNode::kNotAhead;
+      const Dfa l = Whole(look->kids[0], atoms, true, negated != wide_eol);
+      d = Product(d, negated ? Complement(l) : l, true);
     }
     out = Product(out, d, false);
   }
@@ -277,8 +288,9 @@ std::uint32_t RegexEmitter::Automaton(const std::vector<const RegexNode*>& all, 
                                       const std::vector<bool>& negated) {
   const Atoms atoms(all);
   auto language = [&](std::size_t i) {
-    Dfa w = Whole(*all[i], atoms, false);
-    return i < negated.size() && negated[i] ? Complement(w) : w;
+    const bool no = i < negated.size() && negated[i];
+    Dfa w = Whole(*all[i], atoms, false, no);
+    return no ? Complement(w) : w;
   };
   Dfa d = language(0);
   for (std::size_t i = 1; i < all.size(); ++i) d = Product(d, language(i), true);

@@ -103,8 +103,15 @@ Json SchemaCompiler::Outside(const Json& values, const std::string& path, const 
     outside.push_back(Json{{"type", "string"}});
   } else {
     std::string alts;
-    for (const std::string& x : strings) alts += (alts.empty() ? "" : "|") + Escaped(x);
-    outside.push_back(Json{{"type", "string"}, {"pattern", "^(?!(?:" + alts + ")$)"}});
+    // Built by appends: GCC 12 warns (-Wrestrict) on "..." + std::string&&.
+    for (const std::string& x : strings) {
+      if (!alts.empty()) alts += '|';
+      alts += Escaped(x);
+    }
+    std::string pattern = "^(?!(?:";
+    pattern += alts;
+    pattern += ")$)";
+    outside.push_back(Json{{"type", "string"}, {"pattern", pattern}});
   }
   return Json{{"anyOf", outside}};
 }
@@ -168,7 +175,8 @@ Json SchemaCompiler::Negation(const Json& x, const std::string& path, int depth)
     }
     return Json{{keys[0] == "anyOf" ? "allOf" : "anyOf", parts}};
   }
-  refuse("only 'not' of const / enum, type, required, pattern, and anyOf / allOf of those can be enforced");
+  throw Error("unsupported JSON Schema keyword 'not' at " + path +
+              ": only 'not' of const / enum, type, required, pattern, and anyOf / allOf of those can be enforced");
 }
 
 }  // namespace kvshare::detail
