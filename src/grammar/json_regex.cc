@@ -221,8 +221,8 @@ class Parser {
           if (Peek(1) == ':') {
             i_ += 2;
           } else if (Peek(1) == '!' || Peek(1) == '=') {
-            // The emitter takes them only where ExpandNegativeLookahead or
-            // the automata of json_regex_dfa.cc do.
+            // Taken before one class (Seq below) or, by the automata of
+            // json_regex_dfa.cc, at the start of an alternative.
             RegexNode look{Peek(1) == '!' ? RegexNode::kNotAhead : RegexNode::kAhead};
             i_ += 2;
             look.kids.push_back(Alt(depth + 1));
@@ -625,17 +625,9 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   std::vector<std::tuple<bool, bool, std::vector<RegexNode>>> pieces;
   for (const RegexNode* a : alts) {
     std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
-    // ^ where nothing can have been read yet (after ^ or a lookahead at
-    // the start) is the same ^; $ after $ the same $.
+    // ^ after ^ is the same ^, $ after $ the same $ (spliced groups).
     const bool bol = !kids.empty() && kids.front().kind == RegexNode::kBol;
-    for (std::size_t k = 0; bol && k < kids.size();) {
-      if (kids[k].kind == RegexNode::kBol) {
-        kids.erase(kids.begin() + static_cast<std::ptrdiff_t>(k));
-
-      } else {
-        break;
-      }
-    }
+    while (!kids.empty() && kids.front().kind == RegexNode::kBol) kids.erase(kids.begin());
     const bool eol = !kids.empty() && kids.back().kind == RegexNode::kEol;
     while (!kids.empty() && kids.back().kind == RegexNode::kEol) kids.pop_back();
     pieces.emplace_back(bol, eol, std::move(kids));

@@ -2,8 +2,9 @@
 // (json_regex.h RegexEmitter::Automaton), for what the rule-per-node
 // emitter cannot say: a lookahead at the start of an alternative,
 // (?=X)Y as L(X Σ*) ∩ L(Y) and (?!X)Y as L(Y) minus L(X Σ*), and two
-// expressions at once (a `pattern` next to a `format`) as the intersection
-// of their languages. Exact: subset construction, products and complements
+// expressions at once (a `pattern` next to a `format`, patterns merged by
+// allOf) as the intersection of their languages, `not` of a pattern as the
+// complement. Exact: subset construction, products and complements
 // of whole-string languages, then one grammar rule per live state (a state
 // from which no accepting state is reached is left out, so every prefix the
 // grammar takes can still end a string). Bounded: states and NFA size are
