@@ -16,4 +16,11 @@ inline std::shared_ptr<const TokenTrie> ByteVocab() {
   return std::make_shared<const TokenTrie>(bytes);
 }
 
+// Whether the grammar of the JSON Schema `schema` takes `doc` whole and may
+// end after it.
+inline bool Takes(const std::string& schema, const std::string& doc) {
+  GrammarMatcher m(CompileJsonSchema(schema), ByteVocab(), {0});
+  return m.AcceptBytes(doc) && m.CanEnd();
+}
+
 }  // namespace kvshare::testing

@@ -15,13 +15,7 @@
 namespace kvshare {
 namespace {
 
-using testing::ByteVocab;
-
-// Whether the grammar of `schema` takes `doc` whole and may end after it.
-bool Takes(const std::string& schema, const std::string& doc) {
-  GrammarMatcher m(CompileJsonSchema(schema), ByteVocab(), {0});
-  return m.AcceptBytes(doc) && m.CanEnd();
-}
+using testing::Takes;
 
 TEST(JsonSchemaCorpus, PatternWithALengthBoundKeepsBoth) {
   // Two repetitions: no single class to bound, so each repetition is cut to
@@ -99,8 +93,19 @@ TEST(JsonSchemaCorpus, NegativeLookaheadOfALiteralBeforeOneClass) {
   EXPECT_TRUE(Takes(any, R"("")"));
   EXPECT_TRUE(Takes(any, R"("abc")"));
   EXPECT_TRUE(Takes(any, R"("a")"));
-  // Elsewhere, or before more than one class, it is refused.
-  for (const char* p : {"^a(?!b)[a-z]+$", "^(?!a)[a-z]+x$", "^(?![a-b])[a-z]+$", "^(?!a)[a-z]+", "(?!a)b"}) {
+  // Before more than one class, or unanchored at the end (automata,
+  // json_regex_dfa.cc).
+  const std::string two = R"({"type": "string", "pattern": "^(?!ab)[a-z]+x"})";
+  EXPECT_TRUE(Takes(two, R"("aax")"));
+  EXPECT_TRUE(Takes(two, R"("bx--")"));
+  EXPECT_FALSE(Takes(two, R"("abx")"));
+  EXPECT_FALSE(Takes(two, R"("aa")"));
+  // (?![ab])[a-z] is one class, wherever it stands.
+  const std::string cls = R"({"type": "string", "pattern": "^((?![ab])[a-z])+$"})";
+  EXPECT_TRUE(Takes(cls, R"("cz")"));
+  EXPECT_FALSE(Takes(cls, R"("ca")"));
+  // After a character read, or unanchored, it is refused.
+  for (const char* p : {"^a(?!b)[a-z]+$", "(?!ab)[a-z]", "^a(?=b)"}) {
     try {
       CompileJsonSchema(std::string(R"({"type": "string", "pattern": ")") + p + "\"}");
       ADD_FAILURE() << p << ": no error";
@@ -108,6 +113,43 @@ TEST(JsonSchemaCorpus, NegativeLookaheadOfALiteralBeforeOneClass) {
       EXPECT_NE(std::string(e.what()).find("keyword 'pattern' at #/pattern: lookaround"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(JsonSchemaCorpus, LookaheadsAtTheStartAsAutomata) {
+  // CloudFormation: names not all digits, a UUID other than the nil one,
+  // a class and a length in a positive lookahead, a literal after ^ twice.
+  const std::string name = R"({"type": "string", "pattern": "^(?!^[0-9]+$)([a-zA-Z0-9-_]+)$", "maxLength": 5})";
+  EXPECT_TRUE(Takes(name, R"("a1")"));
+  EXPECT_TRUE(Takes(name, R"("12-")"));
+  EXPECT_FALSE(Takes(name, R"("123")"));
+  EXPECT_FALSE(Takes(name, R"("")"));
+  EXPECT_FALSE(Takes(name, R"("abcdef")"));
+  // Python's re (the jsonschema package) reads $ also before a final line
+  // feed: "12\n" is all digits to it, so a negated $ is read that widely.
+  const std::string nl = R"({"type": "string", "pattern": "^(?![0-9]+$)[0-9\n]+$"})";
+  EXPECT_FALSE(Takes(nl, R"("12\n")"));
+  EXPECT_TRUE(Takes(nl, R"("1\n2")"));
+  EXPECT_FALSE(Takes(R"({"type": "string", "not": {"pattern": "^a$"}})", R"("a\n")"));
+  const std::string uuid = R"({"type": "string", "pattern":
+      "^(?!00000000-0000-0000-0000-000000000000)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"})";
+  EXPECT_TRUE(Takes(uuid, R"("00000000-0000-0000-0000-000000000001")"));
+  EXPECT_FALSE(Takes(uuid, R"("00000000-0000-0000-0000-000000000000")"));
+  const std::string ahead = R"({"type": "string", "pattern": "^(?=^[a-z0-9-]+$).{3,5}$"})";
+  EXPECT_TRUE(Takes(ahead, R"("ab-1")"));
+  EXPECT_FALSE(Takes(ahead, R"("aB-1")"));
+  EXPECT_FALSE(Takes(ahead, R"("ab")"));
+  const std::string coll = R"j({"type": "string", "pattern": "^(^(?!(system\\x2e)))(^[_a-zA-Z0-9])([^$]*)$"})j";
+  EXPECT_TRUE(Takes(coll, R"("system")"));
+  EXPECT_TRUE(Takes(coll, R"("systems.x")"));
+  EXPECT_FALSE(Takes(coll, R"("system.x")"));
+  EXPECT_FALSE(Takes(coll, R"(".x")"));
+  // format and pattern together: the intersection.
+  const std::string both = R"({"type": "string", "format": "date", "pattern": "^2024-"})";
+  EXPECT_TRUE(Takes(both, R"("2024-02-29")"));
+  EXPECT_FALSE(Takes(both, R"("2023-02-28")"));
+  EXPECT_FALSE(Takes(both, R"("2024-02-30")"));
+  EXPECT_FALSE(Takes(both, R"("2024-")"));
+  EXPECT_THROW(CompileJsonSchema(R"({"type": "string", "format": "date", "pattern": "^x"})"), Error);
 }
 
 TEST(JsonSchemaCorpus, RepetitionCountsAbove1000AreLoweredOrRefused) {

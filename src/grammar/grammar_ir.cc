@@ -12,6 +12,12 @@ std::uint32_t GrammarBuilder::NewRule() {
   return static_cast<std::uint32_t>(rules_.size() - 1);
 }
 
+void GrammarBuilder::SealEmpty(std::uint32_t from) {
+  for (std::size_t r = from; r < rules_.size(); ++r) {
+    if (rules_[r].empty()) rules_[r].push_back({Set({})});
+  }
+}
+
 void GrammarBuilder::Alt(std::uint32_t rule, Seq seq) { rules_.at(rule).push_back(std::move(seq)); }
 
 GrammarBuilder::Item GrammarBuilder::Set(const std::bitset<256>& set) {

@@ -80,6 +80,10 @@ class GrammarBuilder {
   static Item Ref(std::uint32_t rule) { return {true, rule}; }
   // The bytes of `text`, one element each.
   Seq Lit(std::string_view text);
+  // Every rule from `from` on that has no alternative gets one that never
+  // matches (an empty byte set): the rules a compile step left unfinished
+  // when it gave up on a schema that matches nothing.
+  void SealEmpty(std::uint32_t from);
   // `plain_char`: a rule whose first alternative is one plain-character set.
   void MarkPlainChar(std::uint32_t plain_char) { char_ = plain_char, has_char_ = true; }
   // Alternative `alt` of `rule` is [char, R]: a string body that allows

@@ -129,7 +129,8 @@ class Parser {
       RegexNode atom = Atom(depth);
       int min = 0, max = 0;
       if (Quantifier(min, max)) {
-        if (atom.kind == RegexNode::kBol || atom.kind == RegexNode::kEol || atom.kind == RegexNode::kNotAhead) {
+        if (atom.kind == RegexNode::kBol || atom.kind == RegexNode::kEol || atom.kind == RegexNode::kNotAhead ||
+            atom.kind == RegexNode::kAhead) {
           throw RegexError("a quantified anchor or lookahead");
         }
         if (More() && Peek() == '?') ++i_;  // lazy: the same language
@@ -138,7 +139,30 @@ class Parser {
         rep.kids.push_back(std::move(atom));
         atom = std::move(rep);
       }
+      if (atom.kind == RegexNode::kSeq) {
+        // A group not repeated is its contents in place: (^a$)|(^b$) is
+        // ^a$|^b$, with its anchors at the ends of a top-level alternative.
+        for (RegexNode& k : atom.kids) seq.kids.push_back(std::move(k));
+        continue;
+      }
       seq.kids.push_back(std::move(atom));
+    }
+    // A lookahead of one class before one character is a class:
+    // (?![ab])[a-z] is [c-z], (?=[ab])[a-z] is [ab].
+    for (std::size_t k = 0; k + 1 < seq.kids.size(); ++k) {
+      RegexNode& look = seq.kids[k];
+      const RegexNode* cls = look.kind == RegexNode::kNotAhead || look.kind == RegexNode::kAhead ? &look.kids[0] : nullptr;
+      if (cls != nullptr && cls->kind == RegexNode::kSeq && cls->kids.size() == 1) cls = &cls->kids[0];
+      if (cls == nullptr || cls->kind != RegexNode::kSet || seq.kids[k + 1].kind != RegexNode::kSet) continue;
+      const CodeRanges a = look.kind == RegexNode::kNotAhead ? Complement(cls->set) : cls->set;
+      CodeRanges both;
+      for (const auto& [lo, hi] : a) {
+        for (const auto& [lo2, hi2] : seq.kids[k + 1].set) {
+          if (std::max(lo, lo2) <= std::min(hi, hi2)) both.emplace_back(std::max(lo, lo2), std::min(hi, hi2));
+        }
+      }
+      seq.kids[k + 1].set = Normalize(std::move(both));
+      seq.kids.erase(seq.kids.begin() + static_cast<std::ptrdiff_t>(k));
     }
     return seq;
   }
@@ -196,15 +220,17 @@ class Parser {
         if (Peek() == '?') {
           if (Peek(1) == ':') {
             i_ += 2;
-          } else if (Peek(1) == '!') {
-            i_ += 2;  // the emitter takes it only where ExpandNegativeLookahead does
-            RegexNode look{RegexNode::kNotAhead};
+          } else if (Peek(1) == '!' || Peek(1) == '=') {
+            // Taken before one class (Seq below) or, by the automata of
+            // json_regex_dfa.cc, at the start of an alternative.
+            RegexNode look{Peek(1) == '!' ? RegexNode::kNotAhead : RegexNode::kAhead};
+            i_ += 2;
             look.kids.push_back(Alt(depth + 1));
             if (!More() || Peek() != ')') throw RegexError("an unterminated group");
             ++i_;
             return look;
-          } else if (Peek(1) == '=' || (Peek(1) == '<' && (Peek(2) == '=' || Peek(2) == '!'))) {
-            throw RegexError("lookaround (?=, ?!, ?<=, ?<!)");
+          } else if (Peek(1) == '<' && (Peek(2) == '=' || Peek(2) == '!')) {
+            throw RegexError("lookbehind (?<=, ?<!)");
           } else if (Peek(1) == '<') {
             while (More() && Peek() != '>') ++i_;
             if (!More()) throw RegexError("an unterminated group name");
@@ -517,7 +543,6 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
       GrammarBuilder::Seq s;
       for (const RegexNode& k : n.kids) {
         if (k.kind == RegexNode::kBol || k.kind == RegexNode::kEol) throw RegexError("an anchor (^, $) inside a group");
-        if (k.kind == RegexNode::kNotAhead) ExpandNegativeLookahead({k});  // throws: not where it is taken
         s = s + Node(k);
       }
       return s;
@@ -538,12 +563,16 @@ GrammarBuilder::Seq RegexEmitter::Node(const RegexNode& n) {
       if (n.max < 0 || n.max > n.min) s.push_back(GrammarBuilder::Ref(j_.UpTo(item, n.max < 0 ? -1 : n.max - n.min)));
       return s;
     }
-    case RegexNode::kNotAhead: ExpandNegativeLookahead({n}); [[fallthrough]];  // throws
     default: throw RegexError("an anchor (^, $) inside a group");
   }
 }
 
 namespace {
+
+bool HasLookahead(const RegexNode& n) {
+  if (n.kind == RegexNode::kNotAhead || n.kind == RegexNode::kAhead) return true;
+  return std::any_of(n.kids.begin(), n.kids.end(), HasLookahead);
+}
 
 // body within the length bounds [min, max] (max < 0: none): unchanged when
 // all it matches fits; the whole body one class repeated: the bounds
@@ -573,6 +602,9 @@ bool Bound(RegexNode& body, int min, int max, bool* unfitted) {
 }  // namespace
 
 std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
+  // Lookaheads say what the rest must (not) start with: an intersection
+  // (or a difference) of languages, which the automata take.
+  if (HasLookahead(re)) return Automaton({&re}, min, max);
   // Top-level alternatives, each with its anchors; an unanchored side may
   // hold any characters.
   std::vector<const RegexNode*> alts;
@@ -593,15 +625,12 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   std::vector<std::tuple<bool, bool, std::vector<RegexNode>>> pieces;
   for (const RegexNode* a : alts) {
     std::vector<RegexNode> kids = a->kind == RegexNode::kSeq ? a->kids : std::vector<RegexNode>{*a};
+    // ^ after ^ is the same ^, $ after $ the same $ (spliced groups).
     const bool bol = !kids.empty() && kids.front().kind == RegexNode::kBol;
-    if (bol) kids.erase(kids.begin());
+    while (!kids.empty() && kids.front().kind == RegexNode::kBol) kids.erase(kids.begin());
     const bool eol = !kids.empty() && kids.back().kind == RegexNode::kEol;
-    if (eol) kids.pop_back();
-    if (bol && eol && !kids.empty() && kids.front().kind == RegexNode::kNotAhead) {
-      for (std::vector<RegexNode>& k : ExpandNegativeLookahead(kids)) pieces.emplace_back(true, true, std::move(k));
-    } else {
-      pieces.emplace_back(bol, eol, std::move(kids));
-    }
+    while (!kids.empty() && kids.back().kind == RegexNode::kEol) kids.pop_back();
+    pieces.emplace_back(bol, eol, std::move(kids));
   }
   for (const auto& piece : pieces) {
     // Named, not a structured binding: clang 14 (the fuzz build) cannot capture those.
@@ -648,7 +677,7 @@ std::uint32_t RegexEmitter::String(const RegexNode& re, int min, int max) {
   if (n == 0 && unfitted) {
     throw RegexError("a pattern whose strings could not be fitted to its length bound (minLength / maxLength)");
   }
-  if (n == 0) throw RegexError("a pattern that no string of the length bounds matches");
+  if (n == 0) throw RegexEmpty("a pattern that no string of the length bounds matches");
   return r;
 }
 

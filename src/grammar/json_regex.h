@@ -7,9 +7,11 @@
 // \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uHHHH \u{H...} \cX, \p{...}
 // \P{...} (UnicodeProperty) and identity escapes, groups (...), (?:...),
 // (?<name>...), alternation, the quantifiers * + ? {n} {n,} {n,m} (lazy or
-// not: the same language), and the anchors ^ and $ at the start / end of a
-// top-level alternative, a negative lookahead ^(?!literal) before one
-// repeated class and $. Refused (RegexError): other lookaround, backreferences,
+// not: the same language), the anchors ^ and $ at the start / end of a
+// top-level alternative (groups not repeated are spliced into their
+// sequence first), lookaheads (?=...) / (?!...) at the start of an
+// alternative anchored there and one of a single class before a class
+// (json_regex_dfa.cc). Refused (RegexError): other lookaround, backreferences,
 // word boundaries, anchors anywhere else, a repetition's lower count above
 // 1000 (an upper one is lowered to 1000), other properties.
 #pragma once
@@ -29,26 +31,23 @@ namespace kvshare::detail {
 struct RegexError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// No string matches (within the length bounds, or the other expressions).
+struct RegexEmpty : RegexError {
+  using RegexError::RegexError;
+};
 
 // Code point ranges [lo, hi], sorted and disjoint.
 using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;
 
 struct RegexNode {
-  enum Kind { kSet, kSeq, kAlt, kRepeat, kBol, kEol, kNotAhead } kind = kSeq;
+  enum Kind { kSet, kSeq, kAlt, kRepeat, kBol, kEol, kNotAhead, kAhead } kind = kSeq;
   CodeRanges set;               // kSet
-  std::vector<RegexNode> kids;  // kSeq, kAlt; kRepeat, kNotAhead (?!...): one
+  std::vector<RegexNode> kids;  // kSeq, kAlt; kRepeat, kNotAhead (?!...), kAhead (?=...): one
   int min = 0, max = 0;         // kRepeat (max < 0: unbounded)
 };
 
 // Throws RegexError naming what is not supported or malformed.
 RegexNode ParseRegex(std::string_view pattern);
-
-// The kids of a top-level alternative anchored at both ends (anchors
-// removed) that start with a negative lookahead, (?!X) C{lo,hi} with X a
-// literal and C one class: the alternatives (anchored alike) of the strings
-// of C{lo,hi} that do not start with X (json_regex_lookahead.cc). Throws
-// RegexError for any other lookahead.
-std::vector<std::vector<RegexNode>> ExpandNegativeLookahead(const std::vector<RegexNode>& kids);
 
 // The code points of the Unicode property `name` of \p{name} (a general
 // category, short or long, optionally after "gc=" / "General_Category=";
@@ -78,6 +77,14 @@ class RegexEmitter {
   // otherwise throws RegexError. Returns a rule of the whole string, quotes
   // included.
   std::uint32_t String(const RegexNode& re, int min, int max);
+  // The strings that all of `patterns` find (each as String reads it, and
+  // lookaheads at the start of an alternative as well) — or, where
+  // `negated` says so, do not find — of [min, max] code points (max < 0:
+  // any), through a deterministic automaton (json_regex_dfa.cc); throws
+  // RegexError past its size caps. Returns a rule of the whole string,
+  // quotes included.
+  std::uint32_t Automaton(const std::vector<const RegexNode*>& patterns, int min, int max,
+                          const std::vector<bool>& negated = {});
   // The content rule of one character of `set`.
   std::uint32_t Char(const CodeRanges& set);
 

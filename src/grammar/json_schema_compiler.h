@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/grammar_automaton.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/json_grammar.h"
 #include "kvshare/common/error.h"
@@ -31,6 +33,13 @@ namespace kvshare::detail {
 // A `format`'s expression (json_schema_formats.cc); null for a format that
 // is not enforced (an annotation).
 const std::string* FormatPattern(const std::string& name);
+
+// A schema that no value matches (false, types or values that allOf's
+// schemas do not share): an alternative of anyOf / oneOf or an optional
+// property of that schema is left out, exactly; elsewhere it is an error.
+struct EmptySchema : Error {
+  using Error::Error;
+};
 
 class SchemaCompiler {
  public:
@@ -45,12 +54,17 @@ class SchemaCompiler {
   // error messages). Throws kvshare::Error as CompileJsonSchema does.
   std::uint32_t Schema(const Json& s, const std::string& path);
   std::uint32_t AnyObject() { return j_.Map(j_.AnyValue()); }
+  // const / enum scalars of s (empty: not a finite set of scalars).
+  static std::vector<Json> FiniteScalars(const Json& s);
 
  private:
   using Seq = GrammarBuilder::Seq;
 
   [[noreturn]] static void Fail(const std::string& path, const std::string& what) {
     throw Error("JSON Schema at " + path + ": " + what);
+  }
+  [[noreturn]] static void Empty(const std::string& path, const std::string& what) {
+    throw EmptySchema("JSON Schema at " + path + ": " + what);
   }
   // A keyword that cannot be enforced exactly, named with its JSON pointer.
   [[noreturn]] static void Unsupported(const std::string& path, const std::string& key, const std::string& why) {
@@ -74,6 +88,22 @@ class SchemaCompiler {
   // to $ref (2019-09 on) and with the siblings of anyOf / oneOf moved into
   // each branch; nullopt when s has none of these.
   std::optional<Json> Normalized(const Json& s, const std::string& path);
+  // s with unevaluatedProperties as additionalProperties over the
+  // properties s, its allOf and its $refs declare (json_schema_merge.cc);
+  // refused where a conditional applicator (anyOf / oneOf branches that
+  // declare properties) would decide which of them count.
+  Json Unevaluated(const Json& s, const std::string& path);
+  // s without if / then / else, as allOf of its other keywords and anyOf of
+  // (if ∧ then) and the ways ¬if holds, each with else
+  // (json_schema_conditional.cc); refused unless `if` can be negated.
+  Json Conditional(const Json& s, const std::string& path);
+  // The values outside the set `values` (strings, booleans, null), as anyOf
+  // of types and a pattern; `key` names the keyword refused otherwise.
+  Json Outside(const Json& values, const std::string& path, const char* key);
+  // The values x does not match (`not`, json_schema_conditional.cc): for x
+  // of const / enum, type, required, and anyOf / allOf of those; refused
+  // otherwise.
+  Json Negation(const Json& x, const std::string& path, int depth = 0);
   // The schema of the values both a and b accept (objects, or booleans).
   Json Merge(const Json& a, const Json& b, const std::string& path, int hops = 0);
   // Whether `value`, written as compact JSON, is a document of `schema`'s
@@ -136,6 +166,14 @@ class SchemaCompiler {
   // depth: properties looked into so far (at most 4: each level may try
   // every required property).
   bool Excludes(const Json& a, const Json& b, int depth = 0);
+  // Excludes for two object schemas (json_schema_oneof.cc): b requires a
+  // name a never writes or writes with values b excludes, or a always
+  // writes a name b forbids or whose value b excludes.
+  bool ObjectsApart(const Json& a, const Json& b, int depth);
+  // a's property x dropped (oneOf: a branch stops writing what another
+  // requires), with the properties whose dependentRequired entries need
+  // it; a is left unchanged when a required one would go.
+  void DropProperty(Json& a, const std::string& x);
   // enum / const: those values of them that are of one of `types` (any when
   // empty).
   std::uint32_t Values(const Json& s, const std::set<std::string>& types, const std::string& path);
@@ -152,6 +190,12 @@ class SchemaCompiler {
   // $refs entered since the last object or array: a cycle among them would
   // be left recursion (it reads nothing before coming back).
   std::vector<std::string> unguarded_;
+  // Matches' grammars by schema text, built once per compile.
+  struct Matcher {
+    std::shared_ptr<const Grammar> grammar;
+    std::unique_ptr<GrammarAutomaton> automaton;
+  };
+  std::map<std::string, std::shared_ptr<Matcher>> matchers_;
 };
 
 }  // namespace kvshare::detail

@@ -89,11 +89,21 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
     bool allowed = true;
     const Json v = value_of(k, allowed);
     if (!allowed) {
-      if (must) Fail(path, "required property '" + k + "' is not allowed by the schema");
+      if (must) Empty(path, "required property '" + k + "' is not allowed by the schema");
+      return;
+    }
+    const std::uint32_t mark = b_.NewRule();
+    b_.Alt(mark, {b_.Set({})});
+    const std::size_t guard = unguarded_.size();
+    try {
+      values.push_back(Schema(v, path + "/properties/" + k));
+    } catch (const EmptySchema&) {
+      if (must) throw;
+      unguarded_.resize(guard);  // an optional property no value matches: never written
+      b_.SealEmpty(mark);
       return;
     }
     keys.push_back(k);
-    values.push_back(Schema(v, path + "/properties/" + k));
     req.push_back(must);
   };
   for (const auto& [k, v] : props.items()) {
@@ -103,6 +113,15 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
     if (!props.contains(k)) add(k, true);  // required but not declared
   }
   if (!keys.empty()) return Properties(keys, values, req, min, max, path);
+  if (!props.empty()) {
+    // Every declared name is one no value may take (false, or a schema
+    // that matches nothing): a map could write one of them, so only {} is
+    // written (a narrower output).
+    if (min > 0) Empty(path, "minProperties > 0 with every declared property forbidden");
+    const std::uint32_t r = b_.NewRule();
+    b_.Alt(r, Seq{b_.Byte('{')} + j_.Ws() + Seq{b_.Byte('}')});
+    return r;
+  }
 
   // A map.
   if (min > 1) Unsupported(path, "minProperties", "a map cannot be kept from repeating a key");
@@ -120,7 +139,21 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
   std::uint32_t key = kAnyKey;
   Json value = extra == nullptr ? Json(true) : *extra;
   if (!patterns.empty()) {
-    if (names != nullptr) Unsupported(path, "propertyNames", "next to 'patternProperties' in a map");
+    // propertyNames next to them: its length bounds apply to each
+    // pattern's keys exactly (RegexEmitter::String); other keywords would
+    // intersect two expressions.
+    int name_min = 0, name_max = -1;
+    if (names != nullptr && !(names->is_boolean() && names->get<bool>())) {
+      if (!names->is_object()) Unsupported(path, "propertyNames", "false next to 'patternProperties'");
+      for (const auto& [k, v] : names->items()) {
+        if (k != "minLength" && k != "maxLength" && !(k == "type" && v == "string") && Constrains(Json{{k, v}}, "")) {
+          Unsupported(path, "propertyNames",
+                      "next to 'patternProperties' in a map, only its minLength / maxLength can be applied");
+        }
+      }
+      name_min = Bound(*names, "minLength", path + "/propertyNames", 0);
+      name_max = Bound(*names, "maxLength", path + "/propertyNames", -1);
+    }
     // Keys of any pattern; a key may match several, so its value satisfies
     // all their schemas (narrower than the spec).
     key = b_.NewRule();
@@ -128,7 +161,7 @@ std::uint32_t SchemaCompiler::Object(const Json& s, const std::string& path) {
     for (const auto& [pat, ps] : patterns.items()) {
       try {
         RegexEmitter e(j_);
-        b_.Alt(key, {GrammarBuilder::Ref(e.String(ParseRegex(pat), 0, -1))});
+        b_.Alt(key, {GrammarBuilder::Ref(e.String(ParseRegex(pat), name_min, name_max))});
       } catch (const RegexError& err) {
         Unsupported(path, "patternProperties", "/" + pat + "/: " + err.what());
       }

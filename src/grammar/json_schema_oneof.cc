@@ -14,6 +14,7 @@
 // nested anyOf, a $ref next to other keywords) is not looked into, and the
 // oneOf is refused.
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,8 +38,9 @@ std::set<std::string> Keys(const Json& s, const char* key) {
   return out;
 }
 
-// const / enum scalars of s (empty: not a finite set of scalars).
-std::vector<Json> FiniteScalars(const Json& s) {
+}  // namespace
+
+std::vector<Json> SchemaCompiler::FiniteScalars(const Json& s) {
   std::vector<Json> v;
   if (auto c = s.find("const"); c != s.end()) v.push_back(*c);
   if (auto e = s.find("enum"); v.empty() && e != s.end() && e->is_array()) v.assign(e->begin(), e->end());
@@ -48,28 +50,63 @@ std::vector<Json> FiniteScalars(const Json& s) {
   return v;
 }
 
-}  // namespace
-
 bool SchemaCompiler::Excludes(const Json& a_in, const Json& b_in, int depth) {
+  if (a_in == false || b_in == false) return true;  // no value on one side
   if (depth > 3) return false;
   int hops = 0;
-  // s through standalone $refs; null when s is not a plain schema object.
-  auto plain = [&](const Json* s) -> const Json* {
-    while (s != nullptr && s->is_object() && s->contains("$ref") && ++hops < 64) {
-      if (!(*s)["$ref"].is_string() || Constrains(*s, "$ref")) return nullptr;
-      s = &Resolve((*s)["$ref"].get<std::string>(), "#");
+  // s through standalone $refs and allOf merged (Normalized); null when s
+  // is not a plain schema object, or anyOf / oneOf alone (`alts`).
+  auto plain = [&](const Json* s, Json& keep, const Json*& alts) -> const Json* {
+    alts = nullptr;
+    while (s != nullptr && s->is_object() && ++hops < 64) {
+      if (s->contains("if")) return nullptr;
+      if (s->contains("$ref") && !Constrains(*s, "$ref")) {
+        if (!(*s)["$ref"].is_string()) return nullptr;
+        s = &Resolve((*s)["$ref"].get<std::string>(), "#");
+        continue;
+      }
+      std::optional<Json> n;
+      try {
+        n = Normalized(*s, "#");
+      } catch (const Error&) {
+        return nullptr;
+      }
+      if (!n) break;
+      keep = std::move(*n);
+      s = &keep;
     }
     if (s == nullptr || !s->is_object() || hops >= 64) return nullptr;
-    for (const char* k : {"allOf", "anyOf", "oneOf", "$ref"}) {
-      if (s->contains(k)) return nullptr;
+    for (const char* k : {"anyOf", "oneOf"}) {
+      if (s->contains(k) && (*s)[k].is_array() && !Constrains(*s, k)) alts = &(*s)[k];
+    }
+    if (alts != nullptr) return s;
+    for (const char* k : {"allOf", "anyOf", "oneOf", "$ref", "if"}) {
+      if (s->contains(k)) return nullptr;  // if / then / else may add properties
     }
     return s;
   };
-  const Json* a = plain(&a_in);
-  const Json* b = plain(&b_in);
+  Json keep_a, keep_b;
+  const Json *alts_a = nullptr, *alts_b = nullptr;
+  const Json* a = plain(&a_in, keep_a, alts_a);
+  const Json* b = plain(&b_in, keep_b, alts_b);
   if (a == nullptr || b == nullptr) return false;
-  // Values: a's all outside b's list.
+  // Alternatives: a writes what one of its branches writes; a value valid
+  // against b is valid against one of b's.
+  if (alts_a != nullptr || alts_b != nullptr) {
+    const Json* alts = alts_a != nullptr ? alts_a : alts_b;
+    for (const Json& branch : *alts) {
+      if (!(alts_a != nullptr ? Excludes(branch, *b, depth) : Excludes(*a, branch, depth))) return false;
+    }
+    return true;
+  }
+  // Values: a's all outside b's list, or all in the list b's `not` names.
   const std::vector<Json> va = FiniteScalars(*a), vb = FiniteScalars(*b);
+  if (auto n = b->find("not"); n != b->end() && !va.empty()) {
+    const std::vector<Json> vn = FiniteScalars(*n);
+    bool all = true;
+    for (const Json& x : va) all = all && std::find(vn.begin(), vn.end(), x) != vn.end();
+    if (all) return true;
+  }
   if (!va.empty() && !vb.empty()) {
     bool shared = false;
     for (const Json& x : va) shared = shared || std::find(vb.begin(), vb.end(), x) != vb.end();
@@ -85,28 +122,94 @@ bool SchemaCompiler::Excludes(const Json& a_in, const Json& b_in, int depth) {
   for (const std::string& t : out) {
     if (!in.count(t)) continue;
     if (t != "object") return false;
-    // Objects a writes: keys among its declared and required ones when it
-    // declares any (or allows no others).
-    const std::set<std::string> declared = Keys(*a, "properties"), req_a = Keys(*a, "required");
-    const bool closed = !declared.empty() || a->value("additionalProperties", Json(true)) == false;
-    bool apart = false;
-    for (const std::string& x : Keys(*b, "required")) {
-      apart = apart || (closed && !declared.count(x) && !req_a.count(x));
-    }
-    const auto pa = a->find("properties"), pb = b->find("properties");
-    const bool b_closed = b->value("additionalProperties", Json(true)) == false && !b->contains("patternProperties");
-    for (const std::string& p : req_a) {
-      if (apart) break;
-      const bool in_b = pb != b->end() && pb->is_object() && pb->contains(p);
-      if (!in_b) {
-        apart = b_closed;
-      } else if (pa != a->end() && pa->is_object() && pa->contains(p)) {
-        apart = Excludes((*pa)[p], (*pb)[p], depth + 1);
-      }
-    }
-    if (!apart) return false;
+    if (ObjectsApart(*a, *b, depth)) continue;
+    return false;
   }
   return true;
+}
+
+bool SchemaCompiler::ObjectsApart(const Json& a, const Json& b, int depth) {
+  const Json empty = Json::object();
+  auto member = [&](const Json& s, const char* key) -> const Json& {
+    auto it = s.find(key);
+    return it != s.end() && it->is_object() ? *it : empty;
+  };
+  const Json &pa = member(a, "properties"), &pb = member(b, "properties");
+  const Json &pat_a = member(a, "patternProperties"), &pat_b = member(b, "patternProperties");
+  const std::set<std::string> req_a = Keys(a, "required");
+  // Names dependentRequired makes a write (Object requires them).
+  std::set<std::string> deps;
+  for (const char* key : {"dependentRequired", "dependencies"}) {
+    for (const auto& [k, v] : member(a, key).items()) {
+      for (const Json& d : v.is_array() ? v : Json::array()) {
+        if (d.is_string()) deps.insert(d.get<std::string>());
+      }
+    }
+  }
+  bool keys_mode = !req_a.empty() || !deps.empty();
+  for (const auto& [k, v] : pa.items()) keys_mode = keys_mode || v != false;
+  // What a writes for the name x (json_schema_objects.cc Object): with
+  // declared or required names those only, each of its declared schema;
+  // otherwise a map whose keys match one of its patterns (each value
+  // valid against all of them), or any key when it has none and allows
+  // others. Null: never written; empty: any value.
+  auto written = [&](const std::string& x, std::vector<const Json*>& values) {
+    values.clear();
+    if (keys_mode) {
+      if (pa.contains(x)) return values.push_back(&pa[x]), true;
+      return req_a.count(x) > 0 || deps.count(x) > 0;
+    }
+    if (!pat_a.empty()) {
+      bool matched = false;
+      for (const auto& [pat, ps] : pat_a.items()) {
+        matched = matched || Matches(Json{{"type", "string"}, {"pattern", pat}}, Json(x));
+        values.push_back(&ps);
+      }
+      return matched;
+    }
+    if (a.value("additionalProperties", Json(true)) == false) return false;
+    if (auto ap = a.find("additionalProperties"); ap != a.end() && ap->is_object()) values.push_back(&*ap);
+    return true;
+  };
+  // The schemas b applies to the name x (nullptr in `none`: b allows no
+  // such name).
+  auto applied = [&](const std::string& x, bool& none) {
+    std::vector<const Json*> out;
+    none = false;
+    if (pb.contains(x)) return out.push_back(&pb[x]), out;
+    for (const auto& [pat, ps] : pat_b.items()) {
+      if (Matches(Json{{"type", "string"}, {"pattern", pat}}, Json(x))) out.push_back(&ps);
+    }
+    if (!out.empty()) return out;
+    auto ap = b.find("additionalProperties");
+    if (ap != b.end() && *ap == false) none = true;
+    if (ap != b.end() && ap->is_object()) out.push_back(&*ap);
+    return out;
+  };
+  std::vector<const Json*> values;
+  // A name b requires that a never writes, or writes only with values b's
+  // schema of it excludes.
+  for (const std::string& x : Keys(b, "required")) {
+    if (!written(x, values)) return true;
+    bool none = false;
+    for (const Json* vb : applied(x, none)) {
+      for (const Json* v : values) {
+        if (Excludes(*v, *vb, depth + 1)) return true;
+      }
+    }
+  }
+  // A name a always writes that b does not allow, or whose value b's
+  // schema of it excludes.
+  for (const std::string& x : req_a) {
+    bool none = false;
+    const std::vector<const Json*> vbs = applied(x, none);
+    if (none) return true;
+    if (!pa.contains(x)) continue;
+    for (const Json* vb : vbs) {
+      if (Excludes(pa[x], *vb, depth + 1)) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace kvshare::detail

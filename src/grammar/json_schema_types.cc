@@ -119,21 +119,40 @@ std::uint32_t SchemaCompiler::OfType(const std::string& type, const Json& s, con
 std::uint32_t SchemaCompiler::StringSchema(const Json& s, const std::string& path) {
   const int min = Bound(s, "minLength", path, 0), max = Bound(s, "maxLength", path, -1);
   if (max >= 0 && min > max) Fail(path, "minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
-  std::string pattern, key;
+  // pattern (a list of them where allOf merged several: json_schema_merge.cc)
+  // and format: the strings of all of their languages.
+  // (and {"not": pattern} entries, which `not` writes: json_schema_conditional.cc)
+  std::vector<std::string> patterns;
+  std::vector<bool> negated;
   if (auto p = s.find("pattern"); p != s.end()) {
-    if (!p->is_string()) Fail(path, "'pattern' must be a string");
-    pattern = p->get<std::string>(), key = "pattern";
-  }
-  if (auto f = s.find("format"); f != s.end() && f->is_string()) {
-    if (const std::string* re = FormatPattern(f->get<std::string>())) {
-      if (!key.empty()) Unsupported(path, "format", "'format' next to 'pattern' cannot be merged");
-      pattern = *re, key = "format";
+    for (const Json& x : p->is_array() ? *p : Json::array({*p})) {
+      const bool no = p->is_array() && x.is_object() && x.size() == 1 && x.contains("not") && x["not"].is_string();
+      if (!x.is_string() && !no) Fail(path, "'pattern' must be a string");
+      const std::string text = no ? x["not"].get<std::string>() : x.get<std::string>();
+      if (!text.empty() || no) patterns.push_back(text), negated.push_back(no);
     }
   }
-  if (key.empty()) return j_.String(min, max);
+  const std::size_t n = patterns.size();
+  if (auto f = s.find("format"); f != s.end() && f->is_string()) {
+    if (const std::string* re = FormatPattern(f->get<std::string>())) patterns.push_back(*re), negated.push_back(false);
+  }
+  if (patterns.empty()) return j_.String(min, max);
+  const char* key = "pattern";
   try {
     RegexEmitter e(j_);
-    return e.String(ParseRegex(pattern), min, max);
+    std::vector<RegexNode> nodes;
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      key = i < n ? "pattern" : "format";
+      nodes.push_back(ParseRegex(patterns[i]));
+    }
+    if (nodes.size() == 1 && !negated[0]) return e.String(nodes[0], min, max);
+    std::vector<const RegexNode*> all;
+    for (const RegexNode& x : nodes) all.push_back(&x);
+    return e.Automaton(all, min, max, negated);
+  } catch (const RegexEmpty& err) {
+    // Matches no string: left out where it is an alternative or optional.
+    throw EmptySchema("unsupported JSON Schema keyword '" + std::string(key) + "' at " + path + "/" + key + ": " +
+                      err.what());
   } catch (const RegexError& err) {
     Unsupported(path, key, err.what());
   }

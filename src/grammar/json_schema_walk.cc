@@ -60,13 +60,9 @@ void CheckKeywords(const SchemaCompiler::Json& s, const std::string& path) {
   auto refuse = [&path](const std::string& k, const std::string& why) {
     throw Error("unsupported JSON Schema keyword '" + k + "' at " + path + "/" + k + ": " + why);
   };
-  for (const char* k : {"not", "contains", "unevaluatedProperties", "unevaluatedItems", "dependentSchemas",
+  for (const char* k : {"contains", "unevaluatedItems", "dependentSchemas",
                         "$dynamicRef", "$recursiveRef"}) {
     if (s.contains(k)) refuse(k, "it cannot be enforced exactly by a grammar");
-  }
-  // `if` without `then` / `else` constrains nothing.
-  if (s.contains("if") && (s.contains("then") || s.contains("else"))) {
-    refuse("if", "if / then / else cannot be enforced exactly by a grammar");
   }
   if (auto d = s.find("dependencies"); d != s.end() && d->is_object()) {
     for (const auto& [k, v] : d->items()) {
@@ -120,10 +116,17 @@ std::uint32_t SchemaCompiler::Schema(const Json& s, const std::string& path) {
 std::uint32_t SchemaCompiler::SchemaAt(const Json& s, const std::string& path) {
   if (s.is_boolean()) {
     if (s.get<bool>()) return j_.AnyValue();
-    Fail(path, "the schema false matches nothing");
+    Empty(path, "the schema false matches nothing");
   }
   if (!s.is_object()) Fail(path, "expected a schema (an object or a boolean), got " + s.dump());
   CheckKeywords(s, path);
+  if (s.contains("unevaluatedProperties")) return Schema(Unevaluated(s, path), path);
+  if (s.contains("if")) return Schema(Conditional(s, path), path);
+  if (auto n = s.find("not"); n != s.end()) {
+    Json rest = s;
+    rest.erase("not");
+    return Schema(Json{{"allOf", Json::array({rest, Negation(*n, path + "/not")})}}, path);
+  }
   if (std::optional<Json> n = Normalized(s, path)) return Schema(*n, path);
   if (auto it = s.find("$ref"); it != s.end()) {
     if (!it->is_string()) Fail(path, "'$ref' must be a string");

@@ -10,8 +10,9 @@
 //   minProperties / maxProperties, dependentRequired (and draft 4-7's array
 //   form of dependencies: the dependents are made required), items (a schema,
 //   or an array with additionalItems), prefixItems, minItems / maxItems,
-//   minLength / maxLength, pattern (ECMA-262 without lookaround and
-//   backreferences; \d \s \w and their complements as both ECMA-262 and
+//   minLength / maxLength, pattern (ECMA-262 without backreferences, word
+//   boundaries and lookaround other than lookaheads at the start of an
+//   alternative or of one class before one character; \d \s \w and their complements as both ECMA-262 and
 //   Python's re read them; next to a length bound it does not imply, its
 //   repetitions are narrowed to fit), format (date-time, date, time,
 //   duration, email, hostname, ipv4, ipv6, uuid, uri: exact or narrower
@@ -23,19 +24,25 @@
 //   maximum / exclusiveMinimum / exclusiveMaximum in both drafts' forms
 //   (exact; fractional bounds on numbers are refused), multipleOf (10^-p on
 //   numbers, any k on a bounded integer range of at most 1024 multiples),
-//   enum / const of any JSON value, anyOf, oneOf (when its branches' types
-//   are pairwise disjoint), allOf (merged), siblings of anyOf / oneOf (moved
-//   into each branch) and of $ref (merged from 2019-09 on, ignored before),
-//   local $refs (JSON pointers, recursion through an object or array).
+//   enum / const of any JSON value, anyOf, oneOf (when no branch's output is
+//   valid against another branch, after narrowing), allOf (merged; patterns
+//   and formats intersected), siblings of anyOf / oneOf (moved into each
+//   branch) and of $ref (merged from 2019-09 on, ignored before), local $refs
+//   (JSON pointers, recursion through an object or array), if / then / else
+//   with a discriminator `if` (properties of const / enum strings, booleans
+//   or null, required, type object), not of const / enum, type, required,
+//   pattern and anyOf / allOf of those, unevaluatedProperties next to allOf
+//   / $ref (not next to anyOf / oneOf branches that declare properties).
 //   Annotations and unknown keywords are ignored, as the spec says. What a
-//   grammar cannot enforce exactly (not, if / then / else, contains,
-//   unevaluated*, dependentSchemas, $dynamicRef, remote or anchor $refs, two
-//   different patterns merged, ...) is a compile error naming the keyword
+//   grammar cannot enforce exactly (not and if of other schemas, contains,
+//   unevaluatedItems, dependentSchemas, $dynamicRef, remote or anchor $refs,
+//   ...) is a compile error naming the keyword
 //   and its JSON pointer ("unsupported JSON Schema keyword 'contains' at
 //   #/properties/tags/contains: ...").
 // Output shape (all of it valid against the schema):
 //   - objects hold only their declared properties (and the required ones it
-//     does not declare), in declaration order, required ones always;
+//     does not declare), in declaration order, required ones always; one
+//     whose declared properties are all forbidden is written as {};
 //     additionalProperties / patternProperties / propertyNames give the keys
 //     and values of objects that declare no properties (maps);
 //   - a keyword of one type implies it ({"minimum": 0} writes numbers only);
