@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,12 +37,12 @@ struct Shape {
 
 constexpr Shape kShapes[] = {{4096, 16, 72, 0.11785113f}, {2304, 12, 64, 1.0f}};
 
-enum Path { kOneDnnBf16, kOpBf16, kOpF32 };
+enum Path { kOneDnnBf16, kOpBf16, kOpF32, kOpBf16Mm };
 
 void BM_VisionAttention(benchmark::State& state) {
   const Shape& sh = kShapes[state.range(0)];
   const auto path = static_cast<Path>(state.range(1));
-  if (path == kOneDnnBf16 && !kvshare::detail::Bf16MatMulSupported()) {
+  if ((path == kOneDnnBf16 || path == kOpBf16Mm) && !kvshare::detail::Bf16MatMulSupported()) {
     state.SkipWithError("no bf16 matmul on this CPU");
     return;
   }
@@ -59,10 +60,11 @@ void BM_VisionAttention(benchmark::State& state) {
   attrs.num_heads = attrs.kv_num_heads = sh.heads;
   attrs.causal = 0;
   attrs.scale = sh.scale;
-  const DType t = path == kOpF32 ? DType::kFloat32 : DType::kBFloat16;
-  const void* qp = path == kOpF32 ? static_cast<const void*>(q.data()) : q16.data();
-  const void* kp = path == kOpF32 ? static_cast<const void*>(k.data()) : k16.data();
-  const void* vp = path == kOpF32 ? static_cast<const void*>(v.data()) : v16.data();
+  const bool f32 = path == kOpF32 || path == kOpBf16Mm;
+  const DType t = f32 ? DType::kFloat32 : DType::kBFloat16;
+  const void* qp = f32 ? static_cast<const void*>(q.data()) : q16.data();
+  const void* kp = f32 ? static_cast<const void*>(k.data()) : k16.data();
+  const void* vp = f32 ? static_cast<const void*>(v.data()) : v16.data();
   kvshare::GqaInputs in;
   in.query = ConstTensorView{qp, t, {1, sh.S, qd}};
   in.key = ConstTensorView{kp, t, {1, sh.S, qd}};
@@ -70,7 +72,7 @@ void BM_VisionAttention(benchmark::State& state) {
   in.seqlens_k = ConstTensorView{&seqlen, DType::kInt32, {1}};
   in.total_sequence_length = ConstTensorView{&total, DType::kInt32, {1}};
   kvshare::GqaOutputs o;
-  o.output = path == kOpF32 ? TensorView{out.data(), t, {1, sh.S, qd}} : TensorView{o16.data(), t, {1, sh.S, qd}};
+  o.output = f32 ? TensorView{out.data(), t, {1, sh.S, qd}} : TensorView{o16.data(), t, {1, sh.S, qd}};
   for (auto _ : state) {
     if (path == kOneDnnBf16) {
       kvshare::detail::Bf16Attention(q.data(), k.data(), v.data(), sh.S, sh.heads, sh.hd, sh.scale, out.data(),
@@ -81,7 +83,9 @@ void BM_VisionAttention(benchmark::State& state) {
         kvshare::detail::F32ToBf16Rows(k.data(), n, k16.data());
         kvshare::detail::F32ToBf16Rows(v.data(), n, v16.data());
       }
-      kvshare::GroupQueryAttention(attrs, in, o);
+      kvshare::GroupQueryAttention(attrs, in, o,
+                                   {.matmul_precision = path == kOpBf16Mm ? kvshare::GqaMatMulPrecision::kBf16
+                                                                          : kvshare::GqaMatMulPrecision::kF32});
     }
     benchmark::DoNotOptimize(out.data());
     benchmark::DoNotOptimize(o16.data());
@@ -91,11 +95,19 @@ void BM_VisionAttention(benchmark::State& state) {
   state.SetLabel(std::string(state.range(0) == 0 ? "siglip" : "gemma4v") + "/" +
                  (path == kOneDnnBf16 ? "onednn_bf16"
                   : path == kOpBf16   ? "op_bf16"
+                  : path == kOpBf16Mm ? "op_bf16_matmul"
                                       : "op_f32"));
+  if (path == kOpBf16Mm) {  // the op's bf16 products against the kernel they replace, bit for bit
+    std::vector<float> ref(n);
+    kvshare::detail::Bf16Attention(q.data(), k.data(), v.data(), sh.S, sh.heads, sh.hd, sh.scale, ref.data(), nullptr);
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < n; ++i) differ += std::memcmp(&ref[i], &out[i], 4) != 0;
+    state.counters["differing"] = static_cast<double>(differ);
+  }
 }
 
 BENCHMARK(BM_VisionAttention)
-    ->ArgsProduct({{0, 1}, {kOneDnnBf16, kOpBf16, kOpF32}})
+    ->ArgsProduct({{0, 1}, {kOneDnnBf16, kOpBf16Mm, kOpBf16, kOpF32}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2)
     ->UseRealTime();

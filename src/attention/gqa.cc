@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "attention/attend.h"
+#include "attention/cpu_attend_bf16.h"
 #include "attention/gqa_device.h"
 #include "attention/gqa_layout.h"
 #include "attention/gqa_plan.h"
@@ -149,6 +150,11 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
           "GroupQueryAttention: the reference kernel (GqaKernel::kReference) runs on the CPU only; "
           "with device cuda use kAuto or kOptimized");
     }
+    if (options.matmul_precision != GqaMatMulPrecision::kF32) {
+      throw Error(
+          "GroupQueryAttention: matmul_precision bf16 (GqaMatMulPrecision::kBf16) is a CPU kernel option; "
+          "with device cuda use kF32 (the CUDA kernels' fp16 / bf16 path is chosen by the K/V dtype)");
+    }
 #if KVSHARE_HAVE_CUDA
     // Where every tensor lives first (index inputs must be host-readable),
     // then the same validation as on the CPU, then the device work.
@@ -163,6 +169,8 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
   }
   if (options.device != Device::kCpu) throw Error("GroupQueryAttention: unknown device in GqaRunOptions");
   const GqaPlan p = detail::PlanGqa(attrs, in, out);
+  const bool bf16 = options.matmul_precision == GqaMatMulPrecision::kBf16;
+  if (bf16) detail::CheckAttendBf16(attrs, in, out, options);
   const int B = p.batch, S = p.q_len, N = p.num_heads, H = p.head_size;
 
   Rope rope_storage;
@@ -275,6 +283,8 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
                                sink.empty() ? nullptr : sink.data());
   if (options.kernel == GqaKernel::kReference) {
     detail::AttendReference(ap);
+  } else if (bf16) {
+    detail::AttendBf16(ap, options.pool);
   } else {
     detail::AttendOptimized(ap, options.pool);
   }

@@ -9,7 +9,7 @@
 #include "kvshare/common/thread_pool.h"
 #include "vision/bf16_matmul.h"
 #include "vision/bf16_rows.h"
-#include "vision/onednn.h"
+#include "attention/onednn.h"
 
 namespace kvshare::detail {
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "attention/bf16_support.h"  // Bf16MatMulSupported(), Bf16MatMulNative()
 #include "quant/quant.h"
 
 namespace kvshare {
@@ -18,12 +19,6 @@ class ThreadPool;
 }
 
 namespace kvshare::detail {
-
-// Whether oneDNN runs bf16 matmuls on this CPU (AVX-512 at least; emulated
-// below AVX512_BF16), and whether it does so natively (AVX512_BF16 dot
-// products or AMX).
-bool Bf16MatMulSupported();
-bool Bf16MatMulNative();
 
 class Bf16Matrix {
  public:
