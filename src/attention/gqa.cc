@@ -119,6 +119,17 @@ void CopyPastIntoPresent(const GqaPlan& p, const ConstTensorView& past, void* pr
   }
 }
 
+// The new K or V rows of a token-major source as the kernels' KvSource.
+KvSource InPlace(const TokenSource& t, int H) {
+  KvSource s;
+  s.data = static_cast<const char*>(t.data) + DTypeBytes(t.dtype, t.offset);
+  s.dtype = t.dtype;
+  s.batch_stride = t.batch_stride;
+  s.head_stride = H;
+  s.row_stride = t.token_stride;
+  return s;
+}
+
 }  // namespace
 
 const char* KvModeName(KvMode mode) {
@@ -208,11 +219,15 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
                       }
                     });
 
-  // Where K/V live for the kernel; write the new rows there first.
+  // Where K/V live for the kernel; write the new rows there first. The bf16
+  // products read the new K/V where they are when nothing keeps them (no
+  // past, no present, no RoPE on K): the rows a scratch copy would hold.
+  const bool kv_in_place = bf16 && p.mode == KvMode::kAppend && !in.past_key && !out.present_key && rope == nullptr &&
+                           p.cache_dtype == p.k_src.dtype && p.cache_dtype == p.v_src.dtype;
   std::vector<unsigned char> scratch_k, scratch_v;
   void* append_k = nullptr;
   void* append_v = nullptr;
-  if (p.mode == KvMode::kAppend) {  // present = past rows, zeros, then the new rows
+  if (p.mode == KvMode::kAppend && !kv_in_place) {  // present = past rows, zeros, then the new rows
     const std::size_t bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * p.kv_heads * p.present_len * H);
     if (out.present_key) {
       append_k = out.present_key->data;
@@ -264,8 +279,9 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
       }
     }
   }
-  if (place.write) WriteNewRows(p, rope, place.k, place.v, place.ring);
-  const KvSource k_src = place.Source(place.k), v_src = place.Source(place.v);
+  if (place.write && !kv_in_place) WriteNewRows(p, rope, place.k, place.v, place.ring);
+  const KvSource k_src = kv_in_place ? InPlace(p.k_src, H) : place.Source(place.k);
+  const KvSource v_src = kv_in_place ? InPlace(p.v_src, H) : place.Source(place.v);
 
   std::vector<float> sink;
   if (in.head_sink) {
