@@ -6,7 +6,8 @@
 //    64 / 72 / 128, GQA groups (N_kv < N), right-padded rows (T_b < S), packed QKV and
 //    16-bit tensors; the error must also be above f32 rounding (a silent f32
 //    fallback fails);
-//  - 1 and 2 pool threads give the same bits;
+//  - 1 and 2 pool threads give the same bits; K/V read in place or through
+//    present outputs give the same bits;
 //  - every combination it does not cover is refused with kvshare::Error
 //    naming matmul_precision and the parameter, before any output is written.
 // The numeric tests skip where oneDNN has no bf16 matmul (below AVX-512).
@@ -195,6 +196,25 @@ TEST_F(AttentionBf16Test, PackedEqualsUnpacked) {
   GroupQueryAttention(packed.attrs, packed.Inputs(), packed.Outputs(), Bf16());
   GroupQueryAttention(split.attrs, split.Inputs(), split.Outputs(), Bf16());
   EXPECT_TRUE(packed.output.bytes == split.output.bytes);
+}
+
+// With present outputs the K/V go through the op's cache copy instead of
+// being read in place: the same bits out, and the f32 op's present rows.
+TEST_F(AttentionBf16Test, PresentOutputsChangeNothing) {
+  const Shape4 sh{1, 70, 4, 2, 72};
+  GqaCase plain = MakeCase(sh, DType::kFloat32, false, 0, 41);
+  GqaCase kept = plain, f32 = plain;
+  for (GqaCase* c : {&kept, &f32}) {
+    c->present_key = Buffer(DType::kFloat32, {sh.B, sh.Nkv, sh.S, sh.H});
+    c->present_value = Buffer(DType::kFloat32, {sh.B, sh.Nkv, sh.S, sh.H});
+    c->has_present = true;
+  }
+  GroupQueryAttention(plain.attrs, plain.Inputs(), plain.Outputs(), Bf16());
+  GroupQueryAttention(kept.attrs, kept.Inputs(), kept.Outputs(), Bf16());
+  f32.Run();
+  EXPECT_TRUE(plain.output.bytes == kept.output.bytes);
+  EXPECT_TRUE(kept.present_key.bytes == f32.present_key.bytes);
+  EXPECT_TRUE(kept.present_value.bytes == f32.present_value.bytes);
 }
 
 // Each uncovered parameter, alone on an otherwise valid call.
