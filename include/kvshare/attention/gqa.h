@@ -297,14 +297,15 @@ struct GqaRunOptions {
   // q, k at H = 64 and scale 1/8; tests/attention_bf16_test.cc checks it per
   // element and measures 3e-3 to 7e-3 absolute there (the 1e-3 level of
   // max |v|, under 5% of the bound).
-  // It covers bidirectional attention over the op's new keys: causal = 0, no
-  // local window, softcap, attention_bias, head_sink / smooth_softmax,
-  // output_qk, past_key / past_value or static scatter (write_indices), K/V
-  // not q8_0, kernel kAuto or kOptimized, device kCpu; RoPE, GQA groups, the
-  // query dtypes, packed QKV and present outputs work as in f32. Any other
-  // combination throws kvshare::Error naming matmul_precision and the
-  // parameter (never a silent fallback), as does a CPU where oneDNN has no
-  // bf16 matmul (below AVX-512), before anything is written.
+  // It covers bidirectional attention over the call's key / value inputs
+  // (append mode, or kExternalKv): causal = 0, no local window, softcap,
+  // attention_bias, head_sink / smooth_softmax, output_qk, past_key /
+  // past_value or static scatter (write_indices), K/V not q8_0, kernel kAuto
+  // or kOptimized, device kCpu; RoPE, GQA groups, the query dtypes, packed
+  // QKV and present outputs work as in f32. Any other combination throws
+  // kvshare::Error naming matmul_precision and the parameter (never a silent
+  // fallback), as does a CPU where oneDNN has no bf16 matmul (below
+  // AVX-512), before anything is written.
   GqaMatMulPrecision matmul_precision = GqaMatMulPrecision::kF32;
 };
 
