@@ -1,5 +1,6 @@
-// The bf16 encoder path (src/vision/bf16_rows.h, bf16_matmul.h,
-// bf16_attention.h) against plain double references: bit-exact rounding of
+// The bf16 encoder path (src/vision/bf16_rows.h, bf16_matmul.h, and
+// vision_ops.h's BidirectionalAttention with bf16: the GQA op's
+// GqaMatMulPrecision::kBf16) against plain double references: bit-exact rounding of
 // the row helpers, and tolerances for the products derived from bf16
 // rounding (each input rounded to nearest even, 8 significant bits: relative
 // error <= 2^-8, so a product of two <= ~2^-7; f32 accumulation adds ~K 2^-24), at random and edge
@@ -17,9 +18,9 @@
 #include "common/float_convert.h"
 #include "kvshare/common/thread_pool.h"
 #include "quant/quant.h"
-#include "vision/bf16_attention.h"
 #include "vision/bf16_matmul.h"
 #include "vision/bf16_rows.h"
+#include "vision/vision_ops.h"
 
 namespace kvshare::detail {
 namespace {
@@ -145,9 +146,9 @@ void CheckAttention(std::int64_t S, int heads, int hd, float scale, std::uint64_
   const std::size_t n = static_cast<std::size_t>(S * qd);
   const std::vector<float> q = Normal(n, seed), k = Normal(n, seed + 1), v = Normal(n, seed + 2);
   std::vector<float> out(n + 1, 7.0f), out3(n + 1, 7.0f);
-  Bf16Attention(q.data(), k.data(), v.data(), S, heads, hd, scale, out.data(), nullptr);
+  BidirectionalAttention(q.data(), k.data(), v.data(), S, heads, hd, scale, out.data(), nullptr, true);
   ThreadPool pool(3);
-  Bf16Attention(q.data(), k.data(), v.data(), S, heads, hd, scale, out3.data(), &pool);
+  BidirectionalAttention(q.data(), k.data(), v.data(), S, heads, hd, scale, out3.data(), &pool, true);
   EXPECT_EQ(out, out3) << "thread count changed the result";
   EXPECT_EQ(out.back(), 7.0f) << "wrote past the output";
   double vmax = 0;
@@ -180,8 +181,10 @@ void CheckAttention(std::int64_t S, int heads, int hd, float scale, std::uint64_
 }
 
 TEST_F(VisionBf16ProductTest, AttentionMatchesReference) {
-  CheckAttention(1, 1, 2, 1.0f, 20);
-  CheckAttention(5, 2, 9, 0.33f, 21);  // odd head size
+  constexpr std::int64_t kQueryRows = 64;  // the op's bf16 query block (src/attention/cpu_attend_bf16.cc)
+  // Head sizes are multiples of 8 (the op's rule); 24 is none of 16.
+  CheckAttention(1, 1, 8, 1.0f, 20);
+  CheckAttention(5, 2, 24, 0.33f, 21);
   CheckAttention(kQueryRows, 2, 16, 0.25f, 22);
   CheckAttention(kQueryRows * 2 + 3, 3, 8, 1.0f, 23);  // a padded last query block
 }

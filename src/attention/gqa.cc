@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "attention/attend.h"
+#include "attention/cpu_attend_bf16.h"
 #include "attention/gqa_device.h"
 #include "attention/gqa_layout.h"
 #include "attention/gqa_plan.h"
@@ -118,6 +119,17 @@ void CopyPastIntoPresent(const GqaPlan& p, const ConstTensorView& past, void* pr
   }
 }
 
+// The new K or V rows of a token-major source as the kernels' KvSource.
+KvSource InPlace(const TokenSource& t, int H) {
+  KvSource s;
+  s.data = static_cast<const char*>(t.data) + DTypeBytes(t.dtype, t.offset);
+  s.dtype = t.dtype;
+  s.batch_stride = t.batch_stride;
+  s.head_stride = H;
+  s.row_stride = t.token_stride;
+  return s;
+}
+
 }  // namespace
 
 const char* KvModeName(KvMode mode) {
@@ -149,6 +161,11 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
           "GroupQueryAttention: the reference kernel (GqaKernel::kReference) runs on the CPU only; "
           "with device cuda use kAuto or kOptimized");
     }
+    if (options.matmul_precision != GqaMatMulPrecision::kF32) {
+      throw Error(
+          "GroupQueryAttention: matmul_precision bf16 (GqaMatMulPrecision::kBf16) is a CPU kernel option; "
+          "with device cuda use kF32 (the CUDA kernels' fp16 / bf16 path is chosen by the K/V dtype)");
+    }
 #if KVSHARE_HAVE_CUDA
     // Where every tensor lives first (index inputs must be host-readable),
     // then the same validation as on the CPU, then the device work.
@@ -163,6 +180,8 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
   }
   if (options.device != Device::kCpu) throw Error("GroupQueryAttention: unknown device in GqaRunOptions");
   const GqaPlan p = detail::PlanGqa(attrs, in, out);
+  const bool bf16 = options.matmul_precision == GqaMatMulPrecision::kBf16;
+  if (bf16) detail::CheckAttendBf16(attrs, in, out, options);
   const int B = p.batch, S = p.q_len, N = p.num_heads, H = p.head_size;
 
   Rope rope_storage;
@@ -200,11 +219,15 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
                       }
                     });
 
-  // Where K/V live for the kernel; write the new rows there first.
+  // Where K/V live for the kernel; write the new rows there first. The bf16
+  // products read the new K/V where they are when nothing keeps them (no
+  // past, no present, no RoPE on K): the rows a scratch copy would hold.
+  const bool kv_in_place = bf16 && p.mode == KvMode::kAppend && !in.past_key && !out.present_key && rope == nullptr &&
+                           p.cache_dtype == p.k_src.dtype && p.cache_dtype == p.v_src.dtype;
   std::vector<unsigned char> scratch_k, scratch_v;
   void* append_k = nullptr;
   void* append_v = nullptr;
-  if (p.mode == KvMode::kAppend) {  // present = past rows, zeros, then the new rows
+  if (p.mode == KvMode::kAppend && !kv_in_place) {  // present = past rows, zeros, then the new rows
     const std::size_t bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * p.kv_heads * p.present_len * H);
     if (out.present_key) {
       append_k = out.present_key->data;
@@ -256,8 +279,9 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
       }
     }
   }
-  if (place.write) WriteNewRows(p, rope, place.k, place.v, place.ring);
-  const KvSource k_src = place.Source(place.k), v_src = place.Source(place.v);
+  if (place.write && !kv_in_place) WriteNewRows(p, rope, place.k, place.v, place.ring);
+  const KvSource k_src = kv_in_place ? InPlace(p.k_src, H) : place.Source(place.k);
+  const KvSource v_src = kv_in_place ? InPlace(p.v_src, H) : place.Source(place.v);
 
   std::vector<float> sink;
   if (in.head_sink) {
@@ -275,6 +299,8 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
                                sink.empty() ? nullptr : sink.data());
   if (options.kernel == GqaKernel::kReference) {
     detail::AttendReference(ap);
+  } else if (bf16) {
+    detail::AttendBf16(ap, options.pool);
   } else {
     detail::AttendOptimized(ap, options.pool);
   }

@@ -252,6 +252,11 @@ void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out) {
 
 void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out, const GqaPlan& p,
                              const GqaRunOptions& options) {
+  if (options.matmul_precision != GqaMatMulPrecision::kF32) {
+    throw Error(
+        "GroupQueryAttention (device cuda): matmul_precision bf16 (GqaMatMulPrecision::kBf16) is a CPU kernel "
+        "option; the CUDA kernels take kF32 only (their fp16 / bf16 K/V path is chosen by the K/V dtype)");
+  }
   if (p.head_size > kCudaMaxHeadSize) {
     throw Error("GroupQueryAttention (device cuda): head_size " + std::to_string(p.head_size) +
                 " is above the CUDA kernels' limit of " + std::to_string(kCudaMaxHeadSize));

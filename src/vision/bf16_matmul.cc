@@ -5,19 +5,15 @@
 #include <cstring>
 #include <vector>
 
+#include "attention/onednn.h"
 #include "common/str.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "vision/bf16_rows.h"
-#include "vision/onednn.h"
 
 namespace kvshare::detail {
 
 using dnnl::memory;
-
-bool Bf16MatMulSupported() { return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core; }
-
-bool Bf16MatMulNative() { return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16; }
 
 bool Bf16AutoPicks(const GgufFile& file, const std::function<bool(const GgufTensor&)>& is_matrix) {
   if (!Bf16MatMulNative()) return false;

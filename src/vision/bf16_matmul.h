@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 
+#include "attention/bf16_support.h"  // Bf16MatMulSupported(), Bf16MatMulNative()
 #include "kvshare/gguf/gguf.h"
 #include "quant/quant.h"
 
@@ -20,12 +21,6 @@ class ThreadPool;
 }
 
 namespace kvshare::detail {
-
-// Whether oneDNN runs bf16 matmuls on this CPU (AVX-512 at least; emulated
-// below AVX512_BF16), and whether it does so natively (AVX512_BF16 dot
-// products or AMX).
-bool Bf16MatMulSupported();
-bool Bf16MatMulNative();
 
 // What precision `auto` picks for an encoder (docs/vision.md "Precision",
 // docs/audio.md "Precision"): true when the CPU has native bf16 dot products

@@ -7,10 +7,10 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <utility>
 
+#include "attention/onednn.h"
 #include "common/str.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
-#include "vision/onednn.h"
 
 namespace kvshare::detail {
 

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
+#include "attention/onednn.h"
 #include "common/str.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
-#include "vision/onednn.h"
 
 namespace kvshare::detail {
 

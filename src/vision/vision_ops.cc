@@ -9,7 +9,6 @@
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "model/activations.h"
-#include "vision/bf16_attention.h"
 
 namespace kvshare::detail {
 
@@ -181,10 +180,6 @@ std::vector<float> PatchifyChw(const PixelTensor& pixels, int p) {
 
 void BidirectionalAttention(const float* q, const float* k, const float* v, std::int64_t S, int heads, int hd,
                             float scale, float* out, ThreadPool* pool, bool bf16) {
-  if (bf16) {
-    Bf16Attention(q, k, v, S, heads, hd, scale, out, pool);
-    return;
-  }
   const std::int64_t qd = static_cast<std::int64_t>(heads) * hd;
   const std::int32_t seqlen = static_cast<std::int32_t>(S - 1), total = static_cast<std::int32_t>(S);
   GqaAttributes attrs;
@@ -200,7 +195,9 @@ void BidirectionalAttention(const float* q, const float* k, const float* v, std:
   in.total_sequence_length = ConstTensorView{&total, DType::kInt32, {1}};
   GqaOutputs o;
   o.output = TensorView{out, DType::kFloat32, {1, S, qd}};
-  GroupQueryAttention(attrs, in, o, GqaRunOptions{.pool = pool});
+  GroupQueryAttention(
+      attrs, in, o,
+      GqaRunOptions{.pool = pool, .matmul_precision = bf16 ? GqaMatMulPrecision::kBf16 : GqaMatMulPrecision::kF32});
 }
 
 PositionTables PositionTables::Load(const GgufFile& file, std::int64_t d) {

@@ -91,7 +91,8 @@ std::vector<float> PatchifyChw(const PixelTensor& pixels, int p);
 
 // out[S, heads * hd] = softmax(scale q k^T) v per head, every query seeing
 // every key (the encoders' bidirectional attention), through the GQA op
-// (causal = 0), or with `bf16` through Bf16Attention (bf16_attention.h).
+// (causal = 0); with `bf16` its bf16 products (GqaMatMulPrecision::kBf16,
+// kvshare/attention/gqa.h).
 // q, k, v: [S, heads * hd].
 void BidirectionalAttention(const float* q, const float* k, const float* v, std::int64_t S, int heads, int hd,
                             float scale, float* out, ThreadPool* pool, bool bf16 = false);

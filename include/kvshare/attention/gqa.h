@@ -238,6 +238,13 @@ enum class GqaKernel {
   kOptimized,  // blocked online-softmax kernel (Highway SIMD, threads)
 };
 
+// Arithmetic of the optimized CPU kernel's score (Q K^T) and value (P V)
+// products (GqaRunOptions::matmul_precision).
+enum class GqaMatMulPrecision {
+  kF32,   // f32 throughout (the optimized kernel; the default)
+  kBf16,  // bf16 products with f32 accumulation (oneDNN), see below
+};
+
 struct GqaRunOptions {
   GqaKernel kernel = GqaKernel::kAuto;
   // Threads for the optimized kernel; null => run on the calling thread.
@@ -266,6 +273,40 @@ struct GqaRunOptions {
   // in the environment, runs fp32 kernels that match within the fp32 / fp16 tolerance table (1e-5 / 1e-2 relative).
   Device device = Device::kCpu;
   void* cuda_stream = nullptr;  // cudaStream_t for kCuda; null => the legacy default stream
+  // kBf16 (src/attention/cpu_attend_bf16.cc, the vision encoders' bf16
+  // precision, docs/vision.md "Precision"): per query head h (KV head h / G)
+  // and batch row b, the T_b keys and values are rounded to bf16 (nearest
+  // even) once; each block of 64 queries (bf16) gets f32 scores x = Q K^T
+  // from one oneDNN bf16 matmul, then per row p_j = bf16(exp(scale (x_j -
+  // max x))) in f32, out = (P V) / sum_j p_j with P V a second bf16 matmul in
+  // f32. Blocks are pool tasks; a row's result does not depend on the thread
+  // count. Error against exact attention over the same f32 inputs, u = 2^-8
+  // (one bf16 rounding), gamma_n = n 2^-24 / (1 - n 2^-24), per output
+  // element i of query head h, query s:
+  //   eps = scale * max_j sum_d |q_d k_jd| * (2u + u^2 + gamma_H (1 + u)^2)
+  //   r   = exp(2 eps) (1 + u) / (1 - u) * (1 + 2^-16) - 1
+  //   |d out_i| <= ((1 + r)(1 + u)(1 + gamma_T)^2 (1 + 2^-24) - 1) max_j |v_ji|
+  // Why: bf16 times bf16 is exact in f32, so a score moves by <= eps (the
+  // two roundings, then H f32 sums), and each softmax weight by a factor
+  // within exp(+-2 eps) (numerator and normalizer); rounding p_j to bf16
+  // moves a weight by (1 +- u) / (1 -+ u); 2^-16 covers f32 exp, its
+  // argument's rounding (|argument| < 88, else p_j underflows to a
+  // negligible 0) and the division; the bf16 V adds u, the f32 sums of p
+  // and of P V gamma_T each, the final product 2^-24; the weights sum to 1.
+  // A worst case (every rounding aligned): about 0.1 max |v| for unit-normal
+  // q, k at H = 64 and scale 1/8; tests/attention_bf16_test.cc checks it per
+  // element and measures 3e-3 to 7e-3 absolute there (the 1e-3 level of
+  // max |v|, under 5% of the bound).
+  // It covers bidirectional attention over the call's key / value inputs
+  // (append mode, or kExternalKv): causal = 0, no local window, softcap,
+  // attention_bias, head_sink / smooth_softmax, output_qk, past_key /
+  // past_value or static scatter (write_indices), K/V not q8_0, kernel kAuto
+  // or kOptimized, device kCpu; RoPE, GQA groups, the query dtypes, packed
+  // QKV and present outputs work as in f32. Any other combination throws
+  // kvshare::Error naming matmul_precision and the parameter (never a silent
+  // fallback), as does a CPU where oneDNN has no bf16 matmul (below
+  // AVX-512), before anything is written.
+  GqaMatMulPrecision matmul_precision = GqaMatMulPrecision::kF32;
 };
 
 enum class KvMode {

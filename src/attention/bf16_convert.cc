@@ -1,11 +1,11 @@
-// F32ToBf16Rows and ExpShiftedToBf16 (bf16_rows.h). The float -> bf16 rounding
+// F32ToBf16Rows and ExpShiftedToBf16 (bf16_convert.h). The float -> bf16 rounding
 // is done on the bits (add 0x7FFF plus the kept lsb, shift), as F32ToBF16
 // does, so the vector code and the scalar tail agree; encoder activations are
 // finite (a NaN would come out as some NaN or infinity, not a number).
-#include "vision/bf16_rows.h"
+#include "attention/bf16_convert.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "vision/bf16_rows.cc"
+#define HWY_TARGET_INCLUDE "attention/bf16_convert.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/contrib/math/math-inl.h"
