@@ -95,12 +95,21 @@ class Server:
                 self.port = int(m.group(1))
                 break
             if self.p.poll() is not None:
-                sys.exit("kvshare serve exited:\n" + self.log.read_text()[-3000:])
+                self.fail("kvshare serve exited")
             time.sleep(0.2)
         else:
-            sys.exit("kvshare serve printed no port:\n" + self.log.read_text()[-3000:])
+            self.fail("kvshare serve printed no port")
         while self.post(None)[0] is None:  # until it answers
+            if self.p.poll() is not None:
+                self.fail("kvshare serve exited")
             time.sleep(0.5)
+
+    def fail(self, why):
+        """Exits with the log's tail, the server killed (one hung once while loading and ignored SIGTERM)."""
+        self.p.kill()
+        self.p.wait()
+        self.f.close()
+        sys.exit(why + ":\n" + self.log.read_text()[-3000:])
 
     def post(self, clip):
         """(response body or None when not answering, wall seconds) of one request."""
@@ -123,7 +132,11 @@ class Server:
 
     def close(self):
         self.p.terminate()
-        self.p.wait(timeout=60)
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
         self.f.close()
 
 
