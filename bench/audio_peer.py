@@ -52,8 +52,10 @@ TEXT = ROOT / "tests" / "fixtures" / "vision" / "gemma4.f32.gguf"
 LLAMA_CPP = Path("/opt/kvshare-ref/llama_cpp_python-0.3.36/vendor/llama.cpp")
 
 
-def write_mmproj(work: Path, outtype: str) -> Path:
-    out = work / f"e2b_audio.mmproj.{outtype}.gguf"
+def write_mmproj(work: Path, outtype: str, text_width: int = 64) -> Path:
+    """text_width 64: the tiny text fixture's; 1536: Gemma 4 E2B's (bench/audio_ttft.py)."""
+    tag = "" if text_width == 64 else f".text{text_width}"
+    out = work / f"e2b_audio{tag}.mmproj.{outtype}.gguf"
     if out.exists():
         return out
     import torch
@@ -63,10 +65,11 @@ def write_mmproj(work: Path, outtype: str) -> Path:
     from audio_mmproj_fixtures import tiny_text_and_vision
 
     text, vision = tiny_text_and_vision(vocab_size=512)
+    text.hidden_size = text_width
     torch.manual_seed(0)
     model = Gemma4ForConditionalGeneration(Gemma4Config(text_config=text, vision_config=vision,
                                                         audio_config=Gemma4AudioConfig())).eval()
-    d = work / "e2b_audio_hf"
+    d = work / f"e2b_audio{tag}_hf"
     if not (d / "config.json").exists():
         model.save_pretrained(d)
     (d / "preprocessor_config.json").write_text(json.dumps(

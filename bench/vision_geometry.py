@@ -184,7 +184,8 @@ def write_mmproj(path: Path, name: str, rng: np.random.Generator) -> int:
     return k["text"]
 
 
-def write_text(path: Path, n_embd: int, rng: np.random.Generator) -> None:
+def write_text(path: Path, n_embd: int, rng: np.random.Generator, markers: tuple[str, ...] = MARKERS) -> None:
+    """markers: control tokens at the vocabulary's end (bench/audio_ttft.py adds the audio ones)."""
     heads, kv, hd, ff, vocab = 8, 4, 256, 4 * n_embd, 4096
     w = gguf.GGUFWriter(str(path), "gemma3")
     w.add_name(f"gemma3-text-{n_embd} (one layer, random weights)")
@@ -195,7 +196,7 @@ def write_text(path: Path, n_embd: int, rng: np.random.Generator) -> None:
         w.add_uint32(a + key, val)
     w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(a + "rope.freq_base", 1e6)
-    add_vocabulary(w, vocab, MARKERS)
+    add_vocabulary(w, vocab, markers)
     b = "blk.0."
     specs = [("token_embd.weight", (n_embd, vocab), "w"), ("output_norm.weight", (n_embd,), "n"),
              (b + "attn_norm.weight", (n_embd,), "n"), (b + "attn_q.weight", (n_embd, heads * hd), "w"),
