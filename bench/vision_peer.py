@@ -44,7 +44,7 @@ llama.cpp vendored in the llama-cpp-python 0.3.36 sdist (CPU only):
 
   python3 bench/vision_peer.py --llama-mtmd-cli $REF/llama-build/bin/llama-mtmd-cli \\
       [--dir /opt/kvshare-ref/bench] [--encoders gemma3,gemma4v,gemma3nv] [--threads 1,2] \\
-      [--rounds 3] [--warmup 1] [--vision-precision auto|f32|bf16] [--ttft]
+      [--rounds 3] [--warmup 1] [--vision-precision auto|f32|bf16] [--ttft [--ttft-only]]
       [--json bench/results/vision_encode.json]
 """
 from __future__ import annotations
@@ -188,6 +188,7 @@ def main() -> int:
     ap.add_argument("--vision-precision", default="auto", choices=["auto", "f32", "bf16"])
     ap.add_argument("--ttft", action="store_true", help="also time to first token, with and without the image")
     ap.add_argument("--text-words", type=int, default=260, help="words of the text-only prompt")
+    ap.add_argument("--ttft-only", action="store_true", help="with --ttft: no encode-only rounds")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
@@ -201,8 +202,10 @@ def main() -> int:
             kvshare(a, enc, max(threads))  # warm-up: page the files in
             llamacpp(a, enc, max(threads))
         for t in threads:
-            runs = pairs(a, lambda: kvshare(a, enc, t), lambda: llamacpp(a, enc, t), f"{enc} t{t} encode")
-            doc["results"].append({"encoder": enc, "threads": t, "runs": runs, **summarize(runs, ("encode_s", "cpu_s"))})
+            if not (a.ttft and a.ttft_only):
+                runs = pairs(a, lambda: kvshare(a, enc, t), lambda: llamacpp(a, enc, t), f"{enc} t{t} encode")
+                doc["results"].append({"encoder": enc, "threads": t, "runs": runs,
+                                       **summarize(runs, ("encode_s", "cpu_s"))})
             if a.ttft:
                 img = pairs(a, lambda: kvshare_ttft(a, enc, t), lambda: llamacpp_ttft(a, enc, t), f"{enc} t{t} ttft")
                 txt = pairs(a, lambda: kvshare_ttft(a, enc, t, False), lambda: llamacpp_ttft(a, enc, t, False),

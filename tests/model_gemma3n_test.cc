@@ -81,7 +81,7 @@ TEST(Gemma3n, CachedDecodeEqualsRecompute) {
 }
 
 // The KV-shared layers run only for the rows whose logits are asked for.
-TEST(Gemma3n, SharedLayerPrefillShortCutIsExact) {
+TEST(Gemma3n, PrefillShortCutIsExact) {
   auto file = TempGemma3n(TinyGemma3nSpec{}, "cut");
   auto m = Model::Load(file.path);
   const int V = m->config().n_vocab;
@@ -89,7 +89,7 @@ TEST(Gemma3n, SharedLayerPrefillShortCutIsExact) {
   for (int max_step : {64, 4}) {
     auto a = m->NewState({.max_context = 32, .max_step = max_step});
     auto b = m->NewState({.max_context = 32, .max_step = max_step});
-    auto d = m->NewState({.max_context = 32, .max_step = max_step, .kv_shared_prefill_shortcut = false});
+    auto d = m->NewState({.max_context = 32, .max_step = max_step, .prefill_shortcut = false});
     const std::vector<float> last = Logits(*m, *a, prompt, 1);
     const std::vector<float> every = Logits(*m, *b, prompt, static_cast<std::int64_t>(prompt.size()));
     EXPECT_EQ(last, Logits(*m, *d, prompt, 1)) << "max_step " << max_step;

@@ -128,7 +128,7 @@ TEST(Gemma4, CachedDecodeEqualsRecomputeKEqVMoE) {
 
 // The KV-shared layers run only for the rows whose logits are asked for: the
 // last row's logits and the cache left behind are the same as when every row runs.
-TEST(Gemma4, SharedLayerPrefillShortCutIsExact) {
+TEST(Gemma4, PrefillShortCutIsExact) {
   auto file = TempGemma4(TinyGemma4Spec{}, "cut");
   auto m = Model::Load(file.path);
   const int V = m->config().n_vocab;
@@ -140,7 +140,7 @@ TEST(Gemma4, SharedLayerPrefillShortCutIsExact) {
     const std::vector<float> last = Logits(*m, *a, prompt, 1);
     const std::vector<float> every = Logits(*m, *b, prompt, static_cast<std::int64_t>(prompt.size()));
     const std::vector<float> two = Logits(*m, *c, prompt, 2);
-    auto d = m->NewState({.max_context = 32, .max_step = max_step, .kv_shared_prefill_shortcut = false});
+    auto d = m->NewState({.max_context = 32, .max_step = max_step, .prefill_shortcut = false});
     EXPECT_EQ(last, Logits(*m, *d, prompt, 1)) << "max_step " << max_step;
     EXPECT_EQ(last, std::vector<float>(every.end() - V, every.end())) << "max_step " << max_step;
     EXPECT_EQ(two, std::vector<float>(every.end() - 2 * V, every.end())) << "max_step " << max_step;

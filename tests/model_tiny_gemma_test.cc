@@ -239,6 +239,62 @@ TEST(TinyGemma, SharingSavesTheSharedLayersBytes) {
   EXPECT_EQ(tiny->kv_bytes(), 6 * per_pos * 4);
 }
 
+// After the attention of the last layer that writes K/V, a prefill runs on
+// the rows whose logits are read only (ModelStateOptions::prefill_shortcut):
+// the logits asked for, and the cache left behind, are bitwise those of a run
+// where every row goes through every layer; with and without KV-shared layers
+// (the cut then falls in layer 5 or layer 2), int8 and float weights, in one
+// chunk and in many, and in a batch whose other row keeps no logits.
+TEST(TinyGemma, PrefillShortCutIsExact) {
+  for (const TinyGemmaSpec& spec : {FloatSpec(), QuantSpec()}) {
+    TempGguf file(spec, "cut");
+    auto m = Model::Load(file.path);
+    const int V = m->config().n_vocab;
+    const std::vector<std::int32_t> prompt = Tokens(11, V, 5), other = Tokens(6, V, 9);
+    const std::size_t Vz = static_cast<std::size_t>(V);
+    for (int shared : {0, 3}) {
+      for (int max_step : {64, 4}) {
+        const std::string at = "shared " + std::to_string(shared) + " max_step " + std::to_string(max_step);
+        const ModelStateOptions on{.max_context = 32, .max_step = max_step, .num_kv_shared_layers = shared};
+        ModelStateOptions off = on;
+        off.prefill_shortcut = false;
+        const std::vector<float> every = AllLogits(*m, prompt, off);
+        auto a = m->NewState(on);
+        auto b = m->NewState(off);
+        std::span<const float> l = m->Forward(*a, prompt, nullptr, {.num_logits = 1});
+        EXPECT_EQ(std::vector<float>(l.begin(), l.end()), std::vector<float>(every.end() - V, every.end())) << at;
+        l = m->Forward(*b, prompt, nullptr, {.num_logits = 1});
+        EXPECT_EQ(std::vector<float>(l.begin(), l.end()), std::vector<float>(every.end() - V, every.end())) << at;
+        auto two = m->NewState(on);
+        l = m->Forward(*two, prompt, nullptr, {.num_logits = 2});
+        EXPECT_EQ(std::vector<float>(l.begin(), l.end()), std::vector<float>(every.end() - 2 * V, every.end())) << at;
+        // The caches left behind agree: so do the next step's logits.
+        const std::vector<std::int32_t> next = {3};
+        l = m->Forward(*a, next, nullptr);
+        const std::vector<float> next_a(l.begin(), l.end());
+        l = m->Forward(*b, next, nullptr);
+        EXPECT_EQ(next_a, std::vector<float>(l.begin(), l.end())) << at;
+
+        // A batch beside a shorter prompt: with max_step 4 its steps mix rows
+        // that keep a logits row with rows that keep none.
+        const std::vector<float> other_every = AllLogits(*m, other, off);
+        ModelStateOptions two_rows = on;
+        two_rows.max_batch = 2;
+        auto batch = m->NewState(two_rows);
+        l = m->ForwardBatch(*batch, std::vector<BatchEntry>{{.row = 0, .tokens = other}, {.row = 1, .tokens = prompt}}, nullptr);
+        EXPECT_EQ(Slice(l, 0, Vz), std::vector<float>(other_every.end() - V, other_every.end())) << at;
+        EXPECT_EQ(Slice(l, 1, Vz), std::vector<float>(every.end() - V, every.end())) << at;
+        l = m->ForwardBatch(*batch, std::vector<BatchEntry>{{.row = 0, .tokens = next}, {.row = 1, .tokens = next}}, nullptr);
+        EXPECT_EQ(Slice(l, 1, Vz), next_a) << at;
+        std::vector<std::int32_t> other_next = other;
+        other_next.push_back(3);
+        const std::vector<float> want0 = AllLogits(*m, other_next, off);
+        EXPECT_EQ(Slice(l, 0, Vz), std::vector<float>(want0.end() - V, want0.end())) << at;
+      }
+    }
+  }
+}
+
 TEST(TinyGemma, ResultsDoNotDependOnThreads) {
   TempGguf file(QuantSpec(), "threads");
   auto m = Model::Load(file.path);

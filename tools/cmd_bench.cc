@@ -187,7 +187,7 @@ void RunBench(const BenchCliOptions& o) {
                              .kv_dtype = ParseKvDtype(o.kv_dtype),
                              .max_batch = max_batch,
                              .exact_rewind = max_depth > 0,
-                             .kv_shared_prefill_shortcut = !o.no_prefill_shortcut};
+                             .prefill_shortcut = !o.no_prefill_shortcut};
   const std::unique_ptr<ModelState> state = model->NewState(so);
   const std::string name(model->gguf().GetStringOpt("general.name").value_or(model->config().architecture));
   const auto load_before = LoadAverage();
@@ -203,7 +203,7 @@ void RunBench(const BenchCliOptions& o) {
               pp.c_str(), o.prompt_tokens, tg.c_str(), o.gen_tokens);
   std::printf("KV cache %s, %zu bytes (%zu without KV sharing)%s%s\n", o.kv_dtype.c_str(), state->kv_bytes(),
               state->kv_cache().Memory().bytes_without_sharing, max_depth > 0 ? ", sliding layers full length" : "",
-              o.no_prefill_shortcut ? ", shared-layer prefill short-cut off" : "");
+              o.no_prefill_shortcut ? ", prefill short-cut off" : "");
   std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
   std::printf("%7s  %-16s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");
   std::fflush(stdout);
@@ -300,7 +300,7 @@ void RunBench(const BenchCliOptions& o) {
         {"kv_dtype", o.kv_dtype},
         {"kv_bytes", state->kv_bytes()},
         {"kv_bytes_without_sharing", state->kv_cache().Memory().bytes_without_sharing},
-        {"kv_shared_prefill_shortcut", !o.no_prefill_shortcut},
+        {"prefill_shortcut", !o.no_prefill_shortcut},
         {"repetitions", o.repetitions},
         {"results", results},
         {"speculative", spec_info},
@@ -347,7 +347,7 @@ void RegisterBench(CLI::App& app) {
   AddKvDtypeOption(*cmd, o.kv_dtype);
   AddSpecFlags(*cmd, o.spec);
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,
-                "Run KV-shared layers on every prompt token (to measure what the short-cut saves)");
+                "Run every layer on every prompt token (to measure what the prefill short-cut saves)");
   cmd->add_option("--json", o.json, "Also write the results and machine info to this JSON file");
   cmd->callback([] { RunBench(o); });
 }

@@ -78,7 +78,7 @@ DecoderState::DecoderState(KvCache c, const ModelStateOptions& o, std::shared_pt
       max_context_(o.max_context),
       max_step_(static_cast<int>(cache.Options().max_step)),
       kernel_(o.attention_kernel),
-      shared_prefill_shortcut_(o.kv_shared_prefill_shortcut),
+      prefill_shortcut_(o.prefill_shortcut),
       kv_bytes_(cache.Memory().total_bytes),
       rope(std::move(r)) {}
 
@@ -289,6 +289,11 @@ std::int64_t DecoderModel::KeptRows(const Step& step) {
   std::int64_t kept = 0;
   for (const StepRow& r : step.rows) kept += r.keep;
   return kept;
+}
+
+int DecoderModel::CutAfterAttention(const DecoderState& st, const LayerPlan& plan, std::int64_t kept,
+                                     std::int64_t T) {
+  return st.prefill_shortcut_ && kept < T ? plan.first_shared - 1 : -1;
 }
 
 void DecoderModel::PackKeptRows(const Step& step, std::span<std::vector<float>> buffers, int width,

@@ -84,7 +84,7 @@ class DecoderState : public ModelState {
   int max_context_;
   int max_step_;  // S_max: tokens per chunk
   GqaKernel kernel_;
-  bool shared_prefill_shortcut_;
+  bool prefill_shortcut_;  // ModelStateOptions::prefill_shortcut
   std::size_t kv_bytes_;
   std::shared_ptr<const RopeSet> rope;
   std::span<const float> hidden() const override { return hidden_rows; }
@@ -236,10 +236,18 @@ class DecoderModel : public Model {
   // back past rows still to be read, so one forward copy per row suffices).
   // With `spans` and `src` (the step's QuerySpans and the step token of each
   // buffer row), also points the spans at the packed rows (skip = n - keep)
-  // and records the step token each packed row holds: KV-shared layers then
-  // run on the kept rows only (DecoderState::shared_prefill_shortcut_).
+  // and records the step token each packed row holds: the layers after the
+  // cut then run on the kept rows only (CutAfterAttention).
   static void PackKeptRows(const Step& step, std::span<std::vector<float>> buffers, int width,
                            std::vector<QuerySpan>* spans = nullptr, std::vector<std::int64_t>* src = nullptr);
+  // The layer after whose attention a step runs on its kept rows only: the
+  // last one that writes K/V (plan.first_shared - 1). What follows writes no
+  // K/V, so rows whose outputs are not read never matter there (llama.cpp's
+  // inp_out_ids; HF's _maybe_slice_kv_shared_inputs for the KV-shared
+  // layers). -1 when every row is kept or the state turns the shortcut off.
+  // At the cut, RunStep packs its buffers with PackKeptRows (spans and src
+  // given) and, when kept == 0, stops there.
+  static int CutAfterAttention(const DecoderState& st, const LayerPlan& plan, std::int64_t kept, std::int64_t T);
   // An encoder's head (embed.cc; gemma-embedding): ModelConfig::causal
   // false, the window made symmetric (`prefix`attention.sliding_window W
   // becomes W / 2 + 1: |p - j| <= W / 2), the pooling type and the dense

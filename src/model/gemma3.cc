@@ -127,22 +127,28 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   EmbedStep(step, st.x.data());
 
   for (const detail::StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
-  const std::vector<detail::QuerySpan> spans = FullSpans(step);
+  std::vector<detail::QuerySpan> spans = FullSpans(step);
   const LayerPlan& plan = st.cache.Plan();
+  const std::int64_t kept = KeptRows(step);
+  // After the attention of the last layer that writes K/V, only the rows
+  // whose outputs are read run on (DecoderModel::CutAfterAttention).
+  const int cut = CutAfterAttention(st, plan, kept, S);
+  std::int64_t R = S;  // rows of st.x that run
   for (int l = 0; l < c.n_layer; ++l) {
     const Layer& L = layers_[l];
     const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
-    std::copy(st.x.begin(), st.x.end(), st.h.begin());
-    RmsNorm(st.h.data(), S, E, L.attn_norm, c.rms_eps, pool);
+    const std::size_t RE = sz(R, E);
+    std::copy(st.x.begin(), st.x.begin() + static_cast<std::ptrdiff_t>(RE), st.h.begin());
+    RmsNorm(st.h.data(), R, E, L.attn_norm, c.rms_eps, pool);
     if (owns) {  // a KV-shared layer reads its source's K/V and computes none
       const MatMulTarget qkv[] = {
           {.w = L.q, .y = st.q.data()}, {.w = L.k, .y = st.k.data()}, {.w = L.v, .y = st.v.data()}};
-      detail::MatMulRowsMany(qkv, st.h.data(), S, pool);
-      RmsNorm(st.k.data(), S * c.n_head_kv, Hd, L.k_norm, c.rms_eps, pool);
+      detail::MatMulRowsMany(qkv, st.h.data(), R, pool);
+      RmsNorm(st.k.data(), R * c.n_head_kv, Hd, L.k_norm, c.rms_eps, pool);
     } else {
-      detail::MatMulRows(L.q, st.h.data(), S, st.q.data(), pool);
+      detail::MatMulRows(L.q, st.h.data(), R, st.q.data(), pool);
     }
-    RmsNorm(st.q.data(), S * c.n_head, Hd, L.q_norm, c.rms_eps, pool);
+    RmsNorm(st.q.data(), R * c.n_head, Hd, L.q_norm, c.rms_eps, pool);
     detail::Attend(st, l,
                    AttentionCall{.q = st.q.data(),
                                  .k = owns ? st.k.data() : nullptr,
@@ -154,20 +160,28 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
                                  .rope = LayerRope(st, l),
                                  .scale = c.attn_scale},
                    spans, pool);
+    if (l == cut) {
+      if (kept == 0) break;  // the K/V are written; nothing else is read
+      PackKeptRows(step, std::span(&st.attn, 1), qd);
+      PackKeptRows(step, std::span(&st.x, 1), E, &spans);
+      R = kept;
+    }
+    const std::size_t OE = sz(R, E);
 
-    detail::MatMulRows(L.o, st.attn.data(), S, st.o.data(), pool);
-    RmsNorm(st.o.data(), S, E, L.post_attn_norm, c.rms_eps, pool);
-    for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
+    detail::MatMulRows(L.o, st.attn.data(), R, st.o.data(), pool);
+    RmsNorm(st.o.data(), R, E, L.post_attn_norm, c.rms_eps, pool);
+    for (std::size_t i = 0; i < OE; ++i) st.x[i] += st.o[i];
 
-    std::copy(st.x.begin(), st.x.end(), st.h.begin());
-    RmsNorm(st.h.data(), S, E, L.ffn_norm, c.rms_eps, pool);
-    detail::GegluMlp(L.gate, L.up, L.down, st.h.data(), S, st.o.data(), st.g, st.u, pool);
-    RmsNorm(st.o.data(), S, E, L.post_ffw_norm, c.rms_eps, pool);
-    for (std::size_t i = 0; i < st.x.size(); ++i) st.x[i] += st.o[i];
+    std::copy(st.x.begin(), st.x.begin() + static_cast<std::ptrdiff_t>(OE), st.h.begin());
+    RmsNorm(st.h.data(), R, E, L.ffn_norm, c.rms_eps, pool);
+    detail::GegluMlp(L.gate, L.up, L.down, st.h.data(), R, st.o.data(), st.g, st.u, pool);
+    RmsNorm(st.o.data(), R, E, L.post_ffw_norm, c.rms_eps, pool);
+    for (std::size_t i = 0; i < OE; ++i) st.x[i] += st.o[i];
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
-  PackKeptRows(step, std::span(&st.x, 1), E);
-  return KeptRows(step) > 0 ? st.x.data() : nullptr;
+  if (kept == 0) return nullptr;
+  if (R == S) PackKeptRows(step, std::span(&st.x, 1), E);
+  return st.x.data();
 }
 
 }  // namespace

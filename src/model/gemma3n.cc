@@ -88,7 +88,11 @@ class Gemma3n final : public detail::DecoderModel {
   std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
                                           std::shared_ptr<const detail::RopeSet> rope) const override;
   float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
-  void RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpan> spans, bool owns, ThreadPool* pool) const;
+  // One layer over the rows that `spans` cover. cut: this layer is the
+  // step's cut (CutAfterAttention): after the attention, the kept rows are
+  // packed and spans / st.src repointed; false when none is kept.
+  bool RunLayer(Gemma3nState& st, int l, std::vector<detail::QuerySpan>& spans, bool owns, const detail::Step* cut,
+                ThreadPool* pool) const;
   // modal[s, :n] = tanh(router · (RMSNorm(v_s, router_norm) / E)) for S rows of v.
   void Route(const Layer& L, const float* v, std::int64_t S, Gemma3nState& st, ThreadPool* pool) const;
   void WarnIfLlamaCppHardcodesOtherValues(const std::vector<float>& sparsity, int ple);
@@ -243,14 +247,14 @@ void Gemma3n::Route(const Layer& Ly, const float* v, std::int64_t S, Gemma3nStat
   }
 }
 
-void Gemma3n::RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpan> spans, bool owns,
-                       ThreadPool* pool) const {
+bool Gemma3n::RunLayer(Gemma3nState& st, int l, std::vector<detail::QuerySpan>& spans, bool owns,
+                       const detail::Step* cut, ThreadPool* pool) const {
   const ModelConfig& c = cfg_;
   const Layer& Ly = layers_[static_cast<std::size_t>(l)];
   const int E = c.n_embd, n = n_altup_;
   std::int64_t S = 0;
   for (const detail::QuerySpan& sp : spans) S += sp.n;
-  const std::size_t SE = static_cast<std::size_t>(S * E);
+  std::size_t SE = static_cast<std::size_t>(S * E);
   for (std::vector<float>* v : {&st.h, &st.o, &st.f, &st.gsum}) v->resize(SE);
 
   // Predict: pred_j = x_j + sum_i C[j][i] x_i, C = predict_coef · modal (routed from the active stream).
@@ -298,6 +302,13 @@ void Gemma3n::RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpa
                               st.h.data(), st.o.data(), st.attn, pool);
   const float sqrt2 = std::sqrt(2.0f);  // HF divides by math.sqrt(2)
   for (std::size_t i = 0; i < SE; ++i) st.o[i] = ((act[i] + st.o[i]) + (st.h[i] + st.f[i])) / sqrt2;
+  if (cut != nullptr) {
+    S = KeptRows(*cut);
+    if (S == 0) return false;
+    SE = static_cast<std::size_t>(S * E);
+    PackKeptRows(*cut, std::span(&st.o, 1), E);
+    PackKeptRows(*cut, st.pred, E, &spans, &st.src);  // act points into st.pred
+  }
 
   // MLP (activation sparsity where set): y = a + RMSNorm(MLP(RMSNorm(a))).
   std::copy(st.o.begin(), st.o.begin() + static_cast<std::ptrdiff_t>(SE), st.h.begin());
@@ -337,6 +348,7 @@ void Gemma3n::RunLayer(Gemma3nState& st, int l, std::span<const detail::QuerySpa
     float* xj = st.x[static_cast<std::size_t>(j)].data();
     for (std::size_t i = 0; i < SE; ++i) xj[i] += st.gsum[i];
   }
+  return true;
 }
 
 float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool* pool) const {
@@ -366,19 +378,14 @@ float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool
   const LayerPlan& plan = st.cache.Plan();
   std::vector<detail::QuerySpan> spans = FullSpans(step);
   const std::int64_t kept = KeptRows(step);
-  bool packed = false;  // the streams hold only the kept rows, packed to the front
+  const int cut = CutAfterAttention(st, plan, kept, T);
   for (int l = 0; l < c.n_layer; ++l) {
-    if (l == plan.first_shared && kept < T && st.shared_prefill_shortcut_) {
-      // KV-shared layers write nothing: only the rows whose outputs are read run on.
-      if (kept == 0) break;
-      PackKeptRows(step, st.x, E, &spans, &st.src);
-      packed = true;
-    }
-    RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, pool);
+    if (!RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr, pool))
+      break;
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;
-  if (!packed) PackKeptRows(step, st.x, E);
+  if (cut < 0) PackKeptRows(step, st.x, E);
   // The streams back to one: x0 and each other stream projected back and
   // rescaled to x0's RMS, averaged (HF: torch.mean over the stack).
   std::vector<float>& out = st.pred[0];

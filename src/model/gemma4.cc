@@ -65,7 +65,11 @@ class Gemma4 final : public detail::DecoderModel {
   std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
                                           std::shared_ptr<const detail::RopeSet> rope) const override;
   float* RunStep(DecoderState& st, const detail::Step& step, ThreadPool* pool) const override;
-  void RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan> spans, bool owns, ThreadPool* pool) const;
+  // One layer over the rows of st.x that `spans` cover. cut: this layer is
+  // the step's cut (CutAfterAttention): after the attention residual, the
+  // kept rows are packed and spans / st.src repointed; false when none is kept.
+  bool RunLayer(Gemma4State& st, int l, std::vector<detail::QuerySpan>& spans, bool owns, const detail::Step* cut,
+                ThreadPool* pool) const;
 
   detail::PerLayerEmbeddings ple_;  // width 0: no per-layer embeddings
   std::vector<Layer> layers_;
@@ -169,26 +173,20 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   const LayerPlan& plan = st.cache.Plan();
   std::vector<detail::QuerySpan> spans = FullSpans(step);
   const std::int64_t kept = KeptRows(step);
-  bool packed = false;  // st.x holds only the kept rows, packed to the front
+  const int cut = CutAfterAttention(st, plan, kept, T);
   for (int l = 0; l < c.n_layer; ++l) {
-    if (l == plan.first_shared && kept < T && st.shared_prefill_shortcut_) {
-      // KV-shared layers write nothing: only the rows whose outputs are read run on.
-      if (kept == 0) break;
-      PackKeptRows(step, std::span(&st.x, 1), E, &spans, &st.src);
-      packed = true;
-    }
-    RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, pool);
+    if (!RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr, pool))
+      break;
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;
-  if (!packed) PackKeptRows(step, std::span(&st.x, 1), E);
+  if (cut < 0) PackKeptRows(step, std::span(&st.x, 1), E);
   return st.x.data();
 }
 
-// One layer over the rows of st.x that `spans` cover (row i of st.x is step token
-// st.src[i]).
-void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan> spans, bool owns,
-                      ThreadPool* pool) const {
+// Row i of st.x is step token st.src[i].
+bool Gemma4::RunLayer(Gemma4State& st, int l, std::vector<detail::QuerySpan>& spans, bool owns,
+                      const detail::Step* cut, ThreadPool* pool) const {
   const ModelConfig& c = cfg_;
   const Layer& Ly = layers_[static_cast<std::size_t>(l)];
   const int E = c.n_embd;
@@ -215,6 +213,11 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
                                .spans = spans},
                               st.h.data(), st.o.data(), st.attn, pool);
   for (std::int64_t i = 0; i < S * E; ++i) x[i] += st.o[static_cast<std::size_t>(i)];
+  if (cut != nullptr) {
+    S = KeptRows(*cut);
+    if (S == 0) return false;
+    PackKeptRows(*cut, std::span(&st.x, 1), E, &spans, &st.src);
+  }
 
   // FFN: dense GeGLU, and on MoE layers its normed output plus the experts'.
   std::copy(x, x + S * E, st.h.data());
@@ -242,6 +245,7 @@ void Gemma4::RunLayer(Gemma4State& st, int l, std::span<const detail::QuerySpan>
   if (Ly.has_out_scale) {
     for (std::int64_t i = 0; i < S * E; ++i) x[i] *= Ly.out_scale;
   }
+  return true;
 }
 
 }  // namespace

@@ -134,11 +134,13 @@ struct ModelStateOptions {
   // llama.cpp's --swa-full) instead of window rings, so Rewind works to any
   // length; costs the rings' savings (KvMemoryReport::saved_by_rings).
   bool exact_rewind = false;
-  // In a prefill, run the trailing KV-shared layers only for the tokens whose
-  // logits are returned (they write no K/V, so the rest is never read; HF's
-  // _maybe_slice_kv_shared_inputs, vLLM's kv_sharing_fast_prefill). Exact:
-  // off gives the same logits; off exists to measure what it saves.
-  bool kv_shared_prefill_shortcut = true;
+  // In a prefill, run what writes no K/V only for the tokens whose logits are
+  // returned: the last layer that writes K/V after its attention, and the
+  // trailing KV-shared layers (the rest is never read; llama.cpp's
+  // inp_out_ids, HF's _maybe_slice_kv_shared_inputs, vLLM's
+  // kv_sharing_fast_prefill). Exact: off gives the same logits, bit for bit;
+  // off exists to measure what it saves.
+  bool prefill_shortcut = true;
   // Overrides ModelConfig::image_attention (nullopt: the model's), e.g. for a
   // fine-tune whose config says otherwise.
   std::optional<ImageAttention> image_attention;
