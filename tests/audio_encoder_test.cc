@@ -51,10 +51,10 @@ AudioFeatures Features(const std::string& file, const std::string& mask) {
 // HF's outputs for `prefix` (gemma4a / gemma3na) on the two inputs of
 // tests/tools/audio_mmproj_fixtures.py's write_outputs.
 void ExpectMatchesHf(const std::string& prefix, const std::string& extractor, int width,
-                     AudioPrecision precision = AudioPrecision::kAuto, double tol = kRelTol) {
+                     EncoderPrecision precision = EncoderPrecision::kAuto, double tol = kRelTol) {
   const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf", {.precision = precision});
   // auto keeps the fixtures' F32 matrices f32.
-  EXPECT_EQ(enc->precision(), precision == AudioPrecision::kBF16 ? AudioPrecision::kBF16 : AudioPrecision::kF32);
+  EXPECT_EQ(enc->precision(), precision == EncoderPrecision::kBF16 ? EncoderPrecision::kBF16 : EncoderPrecision::kF32);
   std::ifstream in(AudioDir() + prefix + ".json");
   ASSERT_TRUE(in);
   const nlohmann::json outs = nlohmann::json::parse(in);
@@ -93,10 +93,10 @@ TEST(AudioEncoder, Gemma4aMatchesTransformers) { ExpectMatchesHf("gemma4a", "gem
 TEST(AudioEncoder, Gemma3naMatchesTransformers) { ExpectMatchesHf("gemma3na", "gemma3n", 32); }
 
 TEST(AudioEncoder, PrecisionsAgainstTransformers) {
-  ExpectMatchesHf("gemma4a", "gemma4", 48, AudioPrecision::kF32);
+  ExpectMatchesHf("gemma4a", "gemma4", 48, EncoderPrecision::kF32);
   if (!detail::Bf16MatMulSupported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
-  ExpectMatchesHf("gemma4a", "gemma4", 48, AudioPrecision::kBF16, kBf16Tol);
-  ExpectMatchesHf("gemma3na", "gemma3n", 32, AudioPrecision::kBF16, kBf16Tol);
+  ExpectMatchesHf("gemma4a", "gemma4", 48, EncoderPrecision::kBF16, kBf16Tol);
+  ExpectMatchesHf("gemma3na", "gemma3n", 32, EncoderPrecision::kBF16, kBf16Tol);
 }
 
 // Gemma 3n's prompt rows: the soft tokens of the valid frames, the hard token
@@ -126,10 +126,10 @@ TEST(AudioEncoder, ResultsDoNotDependOnThreads) {
   const AudioFeatures f = Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'));
   ThreadPool pool(3);
   for (const char* prefix : {"gemma4a", "gemma3na"}) {
-    for (AudioPrecision p : {AudioPrecision::kF32, AudioPrecision::kBF16}) {
-      if (p == AudioPrecision::kBF16 && !detail::Bf16MatMulSupported()) continue;
+    for (EncoderPrecision p : {EncoderPrecision::kF32, EncoderPrecision::kBF16}) {
+      if (p == EncoderPrecision::kBF16 && !detail::Bf16MatMulSupported()) continue;
       const auto enc = AudioEncoder::Load(AudioDir() + prefix + ".mmproj.f32.gguf", {.precision = p});
-      EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool)) << prefix << " " << AudioPrecisionName(p);
+      EXPECT_EQ(enc->Encode(f, nullptr), enc->Encode(f, &pool)) << prefix << " " << EncoderPrecisionName(p);
     }
   }
 }

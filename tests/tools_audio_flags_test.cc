@@ -50,11 +50,11 @@ TEST(AudioFlags, PrecisionPicksTheEncodersPrecision) {
   EXPECT_THROW(Parse({"--audio-precision", "fp16"}), CLI::ValidationError);
   // auto keeps the fixture's F32 matrices f32.
   EXPECT_EQ(EncodeAudioFlags(Parse({"--audio", Audio("hello_22050.wav")}), mm, *model, nullptr).encoder->precision(),
-            AudioPrecision::kF32);
+            EncoderPrecision::kF32);
   if (!detail::Bf16MatMulSupported()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
   const AudioFlags f = Parse({"--audio", Audio("hello_22050.wav"), "--audio-precision", "bf16"});
   const EncodedAudio e = EncodeAudioFlags(f, mm, *model, nullptr);
-  EXPECT_EQ(e.encoder->precision(), AudioPrecision::kBF16);
+  EXPECT_EQ(e.encoder->precision(), EncoderPrecision::kBF16);
   EXPECT_EQ(e.clips[0].tokens, 23);
 }
 

@@ -130,7 +130,7 @@ TEST(VisionEncoderTest, Gemma4UnifiedMatchesReference) {
 // depend on the thread count either. DNNL_MAX_CPU_ISA=AVX512_CORE (bf16
 // emulated, auto f32) and =AVX2 (no bf16) run the other levels.
 TEST(VisionEncoderTest, PrecisionsOfF16Matrices) {
-  using P = VisionPrecision;
+  using P = EncoderPrecision;
   const bool bf16_ok = detail::Bf16MatMulSupported();
   ThreadPool two(2);
   for (P p : {P::kF32, P::kBF16, P::kAuto}) {
@@ -144,11 +144,11 @@ TEST(VisionEncoderTest, PrecisionsOfF16Matrices) {
     auto e4 = Write(g4, "prec4", {.precision = p});
     const P want = p == P::kAuto ? (detail::Bf16MatMulNative() ? P::kBF16 : P::kF32) : p;
     const double tol = want == P::kBF16 ? kTolQ8 : kTolFloat;
-    for (auto* enc : {e3.get(), e4.get()}) EXPECT_EQ(enc->precision(), want) << VisionPrecisionName(p);
+    for (auto* enc : {e3.get(), e4.get()}) EXPECT_EQ(enc->precision(), want) << EncoderPrecisionName(p);
     const PixelTensor px3 = RandomPixels(28, 28, -1.0, 1.0, 4), px4 = RandomPixels(24, 36, 0.0, 1.0, 5);
     const std::vector<float> y3 = e3->Encode(px3, nullptr), y4 = e4->Encode(px4, nullptr);
-    EXPECT_LT(RelErr(y3, g3.Reference(px3)), tol) << VisionPrecisionName(p);
-    EXPECT_LT(RelErr(y4, g4.Reference(px4)), tol) << VisionPrecisionName(p);
+    EXPECT_LT(RelErr(y3, g3.Reference(px3)), tol) << EncoderPrecisionName(p);
+    EXPECT_LT(RelErr(y4, g4.Reference(px4)), tol) << EncoderPrecisionName(p);
     EXPECT_EQ(y3, e3->Encode(px3, &two));
     EXPECT_EQ(y4, e4->Encode(px4, &two));
   }
@@ -159,8 +159,8 @@ TEST(VisionEncoderTest, PrecisionsOfF16Matrices) {
   }
   TinySiglip f32;  // F32 matrices: auto stays f32 everywhere
   EXPECT_EQ(Write(f32, "prec32")->precision(), P::kF32);
-  EXPECT_EQ(VisionPrecisionFromName("bf16"), P::kBF16);
-  EXPECT_THROW(VisionPrecisionFromName("fp16"), Error);
+  EXPECT_EQ(EncoderPrecisionFromName("bf16", "vision"), P::kBF16);
+  EXPECT_THROW(EncoderPrecisionFromName("fp16", "vision"), Error);
 }
 
 // Bitwise equal outputs on the calling thread, a pool of 1 and a pool of 2.

@@ -25,7 +25,7 @@ EncodedAudio EncodeAudioFlags(const AudioFlags& f, const std::string& mmproj, co
   if (f.clips.empty()) return out;
   if (mmproj.empty()) throw Error("--audio needs --mmproj PATH: the model's mmproj GGUF with an audio encoder");
   try {
-    out.encoder = AudioEncoder::Load(mmproj, {.precision = AudioPrecisionFromName(f.precision)});
+    out.encoder = AudioEncoder::Load(mmproj, {.precision = EncoderPrecisionFromName(f.precision, "audio")});
     CheckAudioMmprojFitsText(out.encoder->config(), model.config().n_embd);
   } catch (const Error& e) {
     throw Error("--mmproj " + mmproj + ": " + e.what());

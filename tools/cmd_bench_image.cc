@@ -52,7 +52,7 @@ void RunBenchImage(const BenchImageOptions& o) {
   const Image image = DecodeImage(bytes);
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<VisionEncoder> enc =
-      VisionEncoder::Load(o.mmproj, {.precision = VisionPrecisionFromName(o.precision)});
+      VisionEncoder::Load(o.mmproj, {.precision = EncoderPrecisionFromName(o.precision, "vision")});
   const double load_s = Since(t0);
   const VisionConfig& c = enc->config();
   const PreprocessOptions po{.max_soft_tokens = o.max_soft_tokens};
@@ -92,7 +92,7 @@ void RunBenchImage(const BenchImageOptions& o) {
 
   std::printf("mmproj %s (%s, %d layers, width %d, precision %s), image %s -> %d x %d px, %d tokens; load %.2f s\n",
               o.mmproj.c_str(), ProjectorTypeName(c.projector), c.n_layer, c.n_embd,
-              VisionPrecisionName(enc->precision()), o.image.c_str(), width, height, tokens, load_s);
+              EncoderPrecisionName(enc->precision()), o.image.c_str(), width, height, tokens, load_s);
   std::printf("%7s  %-10s %10s %10s %10s\n", "threads", "step", "median s", "min s", "max s");
   nlohmann::json results = nlohmann::json::array();
   for (int threads : o.threads) {
@@ -113,7 +113,7 @@ void RunBenchImage(const BenchImageOptions& o) {
   if (!o.json.empty()) {
     const nlohmann::json doc = {{"mmproj", o.mmproj},
                                 {"projector", ProjectorTypeName(c.projector)},
-                                {"precision", VisionPrecisionName(enc->precision())},
+                                {"precision", EncoderPrecisionName(enc->precision())},
                                 {"image", o.image},
                                 {"pixels", {height, width}},
                                 {"tokens", tokens},

@@ -45,7 +45,7 @@ EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   if (f.images.empty()) return out;  // --mmproj may carry only an audio encoder (audio_flags.h)
   if (f.mmproj.empty()) throw Error("--image needs --mmproj PATH: the model's vision encoder (an mmproj GGUF)");
   try {
-    out.encoder = VisionEncoder::Load(f.mmproj, {.precision = VisionPrecisionFromName(f.vision_precision)});
+    out.encoder = VisionEncoder::Load(f.mmproj, {.precision = EncoderPrecisionFromName(f.vision_precision, "vision")});
     CheckMmprojFitsText(out.encoder->config(), model.config().n_embd);
   } catch (const Error& e) {
     throw Error("--mmproj " + f.mmproj + ": " + e.what());

@@ -34,26 +34,15 @@ class Gemma4UnifiedAudio : public AudioEncoderBase {
 
 }  // namespace
 
-AudioEncoderBase::AudioEncoderBase(GgufFile file, const AudioConfig& config, AudioPrecision precision)
+AudioEncoderBase::AudioEncoderBase(GgufFile file, const AudioConfig& config, EncoderPrecision precision)
     : file_(std::move(file)), config_(config), precision_(precision) {}
 
 namespace {
 
-// kF32 or kBF16 for `requested` and this file and CPU (audio_encoder.h:
-// AudioPrecision). The converters keep the depthwise kernels F32 in F16
-// files, so they do not count.
-AudioPrecision ResolvePrecision(const GgufFile& file, AudioPrecision requested) {
-  if (requested == AudioPrecision::kF32) return requested;
-  if (requested == AudioPrecision::kBF16) {
-    if (!Bf16MatMulSupported()) {
-      throw Error("audio precision bf16 needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 or auto");
-    }
-    return requested;
-  }
-  const bool bf16 = Bf16AutoPicks(file, [](const GgufTensor& t) {
-    return t.n_dims == 2 && t.name.starts_with("a.blk.") && !t.name.ends_with("conv_dw.weight");
-  });
-  return bf16 ? AudioPrecision::kBF16 : AudioPrecision::kF32;
+// The conformer blocks' matrices. The converters keep the depthwise kernels
+// F32 in F16 files, so they do not count.
+bool IsAudioMatrix(const GgufTensor& t) {
+  return t.n_dims == 2 && t.name.starts_with("a.blk.") && !t.name.ends_with("conv_dw.weight");
 }
 
 }  // namespace
@@ -94,33 +83,17 @@ std::vector<float> AudioEncoder::HardToken(int) const {
                           " audio encoder has no hard tokens (only Gemma 3n's gemma3na has)"));
 }
 
-const char* AudioPrecisionName(AudioPrecision precision) {
-  switch (precision) {
-    case AudioPrecision::kAuto: return "auto";
-    case AudioPrecision::kF32: return "f32";
-    case AudioPrecision::kBF16: return "bf16";
-  }
-  return "?";
-}
-
-AudioPrecision AudioPrecisionFromName(const std::string& name) {
-  for (AudioPrecision p : {AudioPrecision::kAuto, AudioPrecision::kF32, AudioPrecision::kBF16}) {
-    if (name == AudioPrecisionName(p)) return p;
-  }
-  throw Error(detail::Str("audio precision '", name, "' is not one of auto, f32, bf16"));
-}
-
 std::unique_ptr<AudioEncoder> AudioEncoder::Load(const std::string& path, const AudioEncoderOptions& options) {
   GgufFile file = GgufFile::Open(path);
   const AudioConfig config = ReadAudioConfig(file);
   switch (config.projector) {
     case AudioProjectorType::kGemma4A: {
-      const AudioPrecision p = detail::ResolvePrecision(file, options.precision);
+      const EncoderPrecision p = detail::ResolveEncoderPrecision(file, options.precision, "audio", detail::IsAudioMatrix);
       return detail::LoadGemma4Audio(std::move(file), config, p);
     }
     case AudioProjectorType::kGemma4UA: return detail::LoadGemma4UnifiedAudio(std::move(file), config);
     case AudioProjectorType::kGemma3nA: {
-      const AudioPrecision p = detail::ResolvePrecision(file, options.precision);
+      const EncoderPrecision p = detail::ResolveEncoderPrecision(file, options.precision, "audio", detail::IsAudioMatrix);
       return detail::LoadGemma3nAudio(std::move(file), config, p);
     }
   }

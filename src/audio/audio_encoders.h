@@ -13,9 +13,9 @@ namespace kvshare::detail {
 
 class AudioEncoderBase : public AudioEncoder {
  public:
-  AudioEncoderBase(GgufFile file, const AudioConfig& config, AudioPrecision precision = AudioPrecision::kF32);
+  AudioEncoderBase(GgufFile file, const AudioConfig& config, EncoderPrecision precision = EncoderPrecision::kF32);
   const AudioConfig& config() const override { return config_; }
-  AudioPrecision precision() const override { return precision_; }
+  EncoderPrecision precision() const override { return precision_; }
 
  protected:
   // Throws kvshare::Error unless `f` holds n_frames >= 1 rows of `width`
@@ -29,13 +29,13 @@ class AudioEncoderBase : public AudioEncoder {
 
   GgufFile file_;  // declared first: the weights point into its mapping
   AudioConfig config_;
-  AudioPrecision precision_;  // kF32 or kBF16
-  bool bf16() const { return precision_ == AudioPrecision::kBF16; }
+  EncoderPrecision precision_;  // kF32 or kBF16
+  bool bf16() const { return precision_ == EncoderPrecision::kBF16; }
 };
 
 // `precision`: kF32 or kBF16 (AudioEncoder::Load resolves kAuto).
-std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config, AudioPrecision precision);
-std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config, AudioPrecision precision);
+std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config, EncoderPrecision precision);
+std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config, EncoderPrecision precision);
 std::unique_ptr<AudioEncoder> LoadGemma4UnifiedAudio(GgufFile file, const AudioConfig& config);
 
 }  // namespace kvshare::detail

@@ -50,7 +50,7 @@ std::vector<float> Softplus(const float* x, int n) {
 
 class Gemma3nAudio : public AudioEncoderBase {
  public:
-  Gemma3nAudio(GgufFile file, const AudioConfig& c, AudioPrecision precision)
+  Gemma3nAudio(GgufFile file, const AudioConfig& c, EncoderPrecision precision)
       : AudioEncoderBase(std::move(file), c, precision) {
     const TensorLookup t(file_);
     LoadSscp(file_, c.sscp_channels, conv_);
@@ -161,7 +161,7 @@ class Gemma3nAudio : public AudioEncoderBase {
 
 }  // namespace
 
-std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config, AudioPrecision precision) {
+std::unique_ptr<AudioEncoder> LoadGemma3nAudio(GgufFile file, const AudioConfig& config, EncoderPrecision precision) {
   return std::make_unique<Gemma3nAudio>(std::move(file), config, precision);
 }
 

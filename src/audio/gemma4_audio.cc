@@ -20,7 +20,7 @@ namespace {
 
 class Gemma4Audio : public AudioEncoderBase {
  public:
-  Gemma4Audio(GgufFile file, const AudioConfig& c, AudioPrecision precision)
+  Gemma4Audio(GgufFile file, const AudioConfig& c, EncoderPrecision precision)
       : AudioEncoderBase(std::move(file), c, precision) {
     const TensorLookup t(file_);
     LoadSscp(file_, c.sscp_channels, conv_);
@@ -98,7 +98,7 @@ class Gemma4Audio : public AudioEncoderBase {
 
 }  // namespace
 
-std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config, AudioPrecision precision) {
+std::unique_ptr<AudioEncoder> LoadGemma4Audio(GgufFile file, const AudioConfig& config, EncoderPrecision precision) {
   return std::make_unique<Gemma4Audio>(std::move(file), config, precision);
 }
 

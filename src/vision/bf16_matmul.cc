@@ -26,6 +26,18 @@ bool Bf16AutoPicks(const GgufFile& file, const std::function<bool(const GgufTens
   return any;
 }
 
+EncoderPrecision ResolveEncoderPrecision(const GgufFile& file, EncoderPrecision requested, std::string_view what,
+                                         const std::function<bool(const GgufTensor&)>& is_matrix) {
+  if (requested == EncoderPrecision::kF32) return requested;
+  if (requested == EncoderPrecision::kBF16) {
+    if (!Bf16MatMulSupported()) {
+      throw Error(Str(what, " precision bf16 needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 or auto"));
+    }
+    return requested;
+  }
+  return Bf16AutoPicks(file, is_matrix) ? EncoderPrecision::kBF16 : EncoderPrecision::kF32;
+}
+
 struct Bf16Matrix::Impl {
   std::int64_t n = 0, k = 0;  // W [n, k]
   dnnl::matmul mm;
@@ -35,7 +47,7 @@ struct Bf16Matrix::Impl {
 
 Bf16Matrix::Bf16Matrix(const WeightMatrix& w) {
   if (!Bf16MatMulSupported()) {
-    throw Error("bf16 vision precision needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 precision");
+    throw Error("bf16 encoder precision needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 precision");
   }
   auto impl = std::make_shared<Impl>();
   const memory::dim N = w.rows, K = w.cols;

@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string_view>
 
 #include "attention/bf16_support.h"  // Bf16MatMulSupported(), Bf16MatMulNative()
+#include "kvshare/common/encoder_precision.h"
 #include "kvshare/gguf/gguf.h"
 #include "quant/quant.h"
 
@@ -27,6 +29,12 @@ namespace kvshare::detail {
 // and the tensors of `file` that `is_matrix` selects (at least one) are all
 // F16 or BF16, i.e. carry no more than bf16's bits of a bf16 checkpoint.
 bool Bf16AutoPicks(const GgufFile& file, const std::function<bool(const GgufTensor&)>& is_matrix);
+
+// kF32 or kBF16 for `requested`, this file and this CPU (`auto`:
+// Bf16AutoPicks). Throws kvshare::Error "<what> precision bf16 needs ..." for
+// kBF16 on a CPU without AVX-512.
+EncoderPrecision ResolveEncoderPrecision(const GgufFile& file, EncoderPrecision requested, std::string_view what,
+                                         const std::function<bool(const GgufTensor&)>& is_matrix);
 
 class Bf16Matrix {
  public:

@@ -15,11 +15,11 @@ namespace kvshare::detail {
 
 class EncoderBase : public VisionEncoder {
  public:
-  EncoderBase(GgufFile file, const VisionConfig& config, VisionPrecision precision = VisionPrecision::kF32);
+  EncoderBase(GgufFile file, const VisionConfig& config, EncoderPrecision precision = EncoderPrecision::kF32);
 
   const VisionConfig& config() const override { return config_; }
   const GgufFile& gguf() const override { return file_; }
-  VisionPrecision precision() const override { return precision_; }
+  EncoderPrecision precision() const override { return precision_; }
   std::vector<PixelTensor> Preprocess(const Image& image, const PreprocessOptions& options) const override;
   // (H / cell) (W / cell), cell = patch_size * pool, after CheckPixels.
   int TokensFor(const PixelTensor& pixels) const override;
@@ -32,19 +32,15 @@ class EncoderBase : public VisionEncoder {
 
   GgufFile file_;  // declared first: the weights point into its mapping
   VisionConfig config_;
-  VisionPrecision precision_;  // kF32 or kBF16
-  bool bf16() const { return precision_ == VisionPrecision::kBF16; }
+  EncoderPrecision precision_;  // kF32 or kBF16
+  bool bf16() const { return precision_ == EncoderPrecision::kBF16; }
 };
-
-// kF32 or kBF16 for `requested` and this file and CPU (vision_encoder.h:
-// VisionPrecision). Throws kvshare::Error for kBF16 on a CPU without AVX-512.
-VisionPrecision ResolvePrecision(const GgufFile& file, VisionPrecision requested);
 
 // The encoders of this directory, each from its mmproj file and the config
 // ReadVisionConfig gave. kvshare::Error names a missing or ill-shaped tensor.
-// `precision`: kF32 or kBF16 (ResolvePrecision's).
-std::unique_ptr<VisionEncoder> LoadSiglip(GgufFile file, const VisionConfig& config, VisionPrecision precision);
-std::unique_ptr<VisionEncoder> LoadGemma4Vision(GgufFile file, const VisionConfig& config, VisionPrecision precision);
+// `precision`: kF32 or kBF16 (ResolveEncoderPrecision's).
+std::unique_ptr<VisionEncoder> LoadSiglip(GgufFile file, const VisionConfig& config, EncoderPrecision precision);
+std::unique_ptr<VisionEncoder> LoadGemma4Vision(GgufFile file, const VisionConfig& config, EncoderPrecision precision);
 std::unique_ptr<VisionEncoder> LoadGemma4Unified(GgufFile file, const VisionConfig& config);
 
 }  // namespace kvshare::detail

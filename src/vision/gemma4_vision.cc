@@ -37,7 +37,7 @@ struct Gemma4Layer {
 
 class Gemma4VisionEncoder final : public EncoderBase {
  public:
-  Gemma4VisionEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision);
+  Gemma4VisionEncoder(GgufFile file, const VisionConfig& config, EncoderPrecision precision);
   std::vector<float> Encode(const PixelTensor& pixels, ThreadPool* pool) const override;
 
  private:
@@ -54,7 +54,7 @@ class Gemma4VisionEncoder final : public EncoderBase {
   std::vector<double> inv_freq_;  // [head_dim / 4]
 };
 
-Gemma4VisionEncoder::Gemma4VisionEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision)
+Gemma4VisionEncoder::Gemma4VisionEncoder(GgufFile file, const VisionConfig& config, EncoderPrecision precision)
     : EncoderBase(std::move(file), config, precision) {
   const TensorLookup t(file_);
   const VisionConfig& c = config_;
@@ -173,7 +173,7 @@ std::vector<float> Gemma4VisionEncoder::Encode(const PixelTensor& pixels, Thread
 
 }  // namespace
 
-std::unique_ptr<VisionEncoder> LoadGemma4Vision(GgufFile file, const VisionConfig& config, VisionPrecision precision) {
+std::unique_ptr<VisionEncoder> LoadGemma4Vision(GgufFile file, const VisionConfig& config, EncoderPrecision precision) {
   return std::make_unique<Gemma4VisionEncoder>(std::move(file), config, precision);
 }
 

@@ -31,7 +31,7 @@ struct SiglipLayer {
 
 class SiglipEncoder final : public EncoderBase {
  public:
-  SiglipEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision);
+  SiglipEncoder(GgufFile file, const VisionConfig& config, EncoderPrecision precision);
   std::vector<float> Encode(const PixelTensor& pixels, ThreadPool* pool) const override;
 
  private:
@@ -48,7 +48,7 @@ class SiglipEncoder final : public EncoderBase {
   WeightMatrix proj_;
 };
 
-SiglipEncoder::SiglipEncoder(GgufFile file, const VisionConfig& config, VisionPrecision precision)
+SiglipEncoder::SiglipEncoder(GgufFile file, const VisionConfig& config, EncoderPrecision precision)
     : EncoderBase(std::move(file), config, precision) {
   const TensorLookup t(file_);
   const VisionConfig& c = config_;
@@ -154,7 +154,7 @@ std::vector<float> SiglipEncoder::Encode(const PixelTensor& pixels, ThreadPool* 
 
 }  // namespace
 
-std::unique_ptr<VisionEncoder> LoadSiglip(GgufFile file, const VisionConfig& config, VisionPrecision precision) {
+std::unique_ptr<VisionEncoder> LoadSiglip(GgufFile file, const VisionConfig& config, EncoderPrecision precision) {
   return std::make_unique<SiglipEncoder>(std::move(file), config, precision);
 }
 

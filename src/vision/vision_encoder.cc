@@ -13,34 +13,24 @@
 #include "vision/preprocess_calls.h"
 
 namespace kvshare {
+namespace {
 
-const char* VisionPrecisionName(VisionPrecision precision) {
-  switch (precision) {
-    case VisionPrecision::kAuto: return "auto";
-    case VisionPrecision::kF32: return "f32";
-    case VisionPrecision::kBF16: return "bf16";
-  }
-  return "?";
-}
+// The encoder blocks' matrices, those `auto` precision looks at.
+bool IsVisionMatrix(const GgufTensor& t) { return t.n_dims == 2 && t.name.starts_with("v.blk."); }
 
-VisionPrecision VisionPrecisionFromName(const std::string& name) {
-  for (VisionPrecision p : {VisionPrecision::kAuto, VisionPrecision::kF32, VisionPrecision::kBF16}) {
-    if (name == VisionPrecisionName(p)) return p;
-  }
-  throw Error(detail::Str("vision precision '", name, "' is not one of auto, f32, bf16"));
-}
+}  // namespace
 
 std::unique_ptr<VisionEncoder> VisionEncoder::Load(const std::string& path, const VisionEncoderOptions& options) {
   GgufFile file = GgufFile::Open(path);
   const VisionConfig config = detail::ReadVisionConfig(file);
   switch (config.projector) {
     case ProjectorType::kGemma3: {
-      const VisionPrecision p = detail::ResolvePrecision(file, options.precision);
+      const EncoderPrecision p = detail::ResolveEncoderPrecision(file, options.precision, "vision", IsVisionMatrix);
       return detail::LoadSiglip(std::move(file), config, p);
     }
     case ProjectorType::kGemma3nV: return detail::LoadMobileNetV5(std::move(file), config);
     case ProjectorType::kGemma4V: {
-      const VisionPrecision p = detail::ResolvePrecision(file, options.precision);
+      const EncoderPrecision p = detail::ResolveEncoderPrecision(file, options.precision, "vision", IsVisionMatrix);
       return detail::LoadGemma4Vision(std::move(file), config, p);
     }
     case ProjectorType::kGemma4UV: return detail::LoadGemma4Unified(std::move(file), config);
@@ -50,21 +40,8 @@ std::unique_ptr<VisionEncoder> VisionEncoder::Load(const std::string& path, cons
 
 namespace detail {
 
-EncoderBase::EncoderBase(GgufFile file, const VisionConfig& config, VisionPrecision precision)
+EncoderBase::EncoderBase(GgufFile file, const VisionConfig& config, EncoderPrecision precision)
     : file_(std::move(file)), config_(config), precision_(precision) {}
-
-VisionPrecision ResolvePrecision(const GgufFile& file, VisionPrecision requested) {
-  if (requested == VisionPrecision::kF32) return requested;
-  if (requested == VisionPrecision::kBF16) {
-    if (!Bf16MatMulSupported()) {
-      throw Error("vision precision bf16 needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 or auto");
-    }
-    return requested;
-  }
-  const bool bf16 =
-      Bf16AutoPicks(file, [](const GgufTensor& t) { return t.n_dims == 2 && t.name.starts_with("v.blk."); });
-  return bf16 ? VisionPrecision::kBF16 : VisionPrecision::kF32;
-}
 
 std::vector<PixelTensor> EncoderBase::Preprocess(const Image& image, const PreprocessOptions& options) const {
   return PreprocessImage(image, config_, options);

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
       if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
       if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
-        options.precision = kvshare::AudioPrecisionFromName(argv[++i]);
+        options.precision = kvshare::EncoderPrecisionFromName(argv[++i], "audio");
       }
     }
     kvshare::ThreadPool pool(threads);
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     std::fclose(f);
     const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
     std::printf("tokens %d width %d features_ms %.1f encode_ms %.1f encode_cpu_ms %.1f precision %s\n", header[0],
-                header[1], ms(t0, t1), ms(t_enc, t2), c2 - c1, kvshare::AudioPrecisionName(enc->precision()));
+                header[1], ms(t0, t1), ms(t_enc, t2), c2 - c1, kvshare::EncoderPrecisionName(enc->precision()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -27,6 +27,7 @@
 
 #include "kvshare/audio/audio_features.h"
 #include "kvshare/audio/audio_mmproj.h"
+#include "kvshare/common/encoder_precision.h"
 #include "kvshare/gguf/gguf.h"
 
 namespace kvshare {
@@ -42,20 +43,8 @@ struct AudioTowerOutput {
   std::vector<std::uint8_t> mask;    // [n_frames]
 };
 
-enum class AudioPrecision {
-  kAuto,  // kBF16 where the conformer blocks' matrices (a.blk.*, 2-D, but the
-          // depthwise kernels) are all F16 / BF16 and the CPU has native bf16
-          // dot products (AVX512_BF16 or AMX), else kF32
-  kF32,
-  kBF16,  // needs AVX-512 (oneDNN's bf16 matmul; emulated, slowly, without AVX512_BF16)
-};
-// "auto", "f32", "bf16".
-const char* AudioPrecisionName(AudioPrecision precision);
-// The inverse; throws kvshare::Error naming the accepted names.
-AudioPrecision AudioPrecisionFromName(const std::string& name);
-
 struct AudioEncoderOptions {
-  AudioPrecision precision = AudioPrecision::kAuto;
+  EncoderPrecision precision = EncoderPrecision::kAuto;
 };
 
 class AudioEncoder {
@@ -70,7 +59,7 @@ class AudioEncoder {
 
   virtual const AudioConfig& config() const = 0;
   // The precision Encode runs at: kF32 or kBF16 (options.precision resolved).
-  virtual AudioPrecision precision() const { return AudioPrecision::kF32; }
+  virtual EncoderPrecision precision() const { return EncoderPrecision::kF32; }
 
   // The tower alone, before the embedder: gemma4a [frames after the two
   // stride-2 convolutions, n_embd_out]; gemma3na every 4th of those, padded

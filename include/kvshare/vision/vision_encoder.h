@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "kvshare/common/encoder_precision.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/vision/image.h"
 
@@ -88,19 +89,8 @@ struct PreprocessOptions {
   bool pan_and_scan = false;
 };
 
-enum class VisionPrecision {
-  kAuto,  // kBF16 where the mmproj's block matrices (v.blk.*) are all F16 / BF16
-          // and the CPU has native bf16 dot products (AVX512_BF16 or AMX), else kF32
-  kF32,
-  kBF16,  // needs AVX-512 (oneDNN's bf16 matmul; emulated, slowly, without AVX512_BF16)
-};
-// "auto", "f32", "bf16".
-const char* VisionPrecisionName(VisionPrecision precision);
-// The inverse; throws kvshare::Error naming the accepted names.
-VisionPrecision VisionPrecisionFromName(const std::string& name);
-
 struct VisionEncoderOptions {
-  VisionPrecision precision = VisionPrecision::kAuto;
+  EncoderPrecision precision = EncoderPrecision::kAuto;
 };
 
 class VisionEncoder {
@@ -115,7 +105,7 @@ class VisionEncoder {
   virtual const VisionConfig& config() const = 0;
   virtual const GgufFile& gguf() const = 0;
   // The precision Encode runs at: kF32 or kBF16 (options.precision resolved).
-  virtual VisionPrecision precision() const { return VisionPrecision::kF32; }
+  virtual EncoderPrecision precision() const { return EncoderPrecision::kF32; }
 
   // The pixel tensors of `image` (one, or with Gemma 3's pan-and-scan the
   // full image then its crops). Throws kvshare::Error on an empty image or a
