@@ -24,6 +24,8 @@ bool Has(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+constexpr char kFormats[] = R"("json", "text", "srt", "verbose_json" or "vtt")";
+
 bool IsTrue(const std::string& v) { return v == "true" || v == "True" || v == "1"; }
 
 float Temperature(const std::string& v) {
@@ -63,7 +65,8 @@ AudioForm ReadAudioForm(const httplib::Request& req, const AudioFormFields& fiel
       // A stream the endpoint cannot send is refused rather than answered
       // in another shape (OpenAI's API has no stream for translations).
       if (name == "stream" && IsTrue(v)) {
-        throw BadRequest("'stream' is not supported by " + fields.endpoint + " (OpenAI's API does not stream it).",
+        throw BadRequest("'stream' is not supported by " + fields.endpoint +
+                             ": OpenAI's API does not stream it; send the request without 'stream'.",
                          "stream", "unsupported_parameter");
       }
       if (!Has(f.ignored, name)) Unknown(name, o, f.ignored);
@@ -77,11 +80,8 @@ AudioForm ReadAudioForm(const httplib::Request& req, const AudioFormFields& fiel
       if (v.empty()) continue;
       f.response_format = v;
       if (v != "json" && v != "text" && v != "srt" && v != "verbose_json" && v != "vtt") {
-        throw BadRequest(
-            "Invalid 'response_format': expected \"json\", \"text\", \"srt\", \"verbose_json\" or "
-            "\"vtt\", got \"" +
-                v + "\".",
-            "response_format", "invalid_value");
+        throw BadRequest(std::string("Invalid 'response_format': expected ") + kFormats + ", got \"" + v + "\".",
+                         "response_format", "invalid_value");
       }
     } else if (name == "temperature") {
       f.temperature = Temperature(v);
