@@ -309,9 +309,10 @@ void Server::Impl::SetupRoutes() {
   http.Delete(R"(/v1/responses/([^/]+))", stored);
   http.Post("/v1/embeddings",
             Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleEmbeddings(req, res); }));
-  http.Post("/v1/audio/transcriptions", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-              HandleTranscription(req, res);
-            }));
+  http.Post("/v1/audio/transcriptions",
+            Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleTranscription(req, res); }));
+  http.Post("/v1/audio/translations",
+            Guarded([this](const httplib::Request& req, httplib::Response& res) { HandleTranslation(req, res); }));
 }
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {

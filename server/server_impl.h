@@ -35,6 +35,15 @@
 
 namespace kvshare::server {
 
+struct AudioForm;  // audio_form.h
+
+// A request of an audio endpoint, submitted (audio_task.cc).
+struct AudioSubmission {
+  CompletionRequest request;
+  std::shared_ptr<RequestHandle> handle;
+  int fd = -1;  // the connection's socket, to notice the client leaving
+};
+
 // cpp-httplib's server with its listening socket reachable (for the backlog).
 class HttpServer : public httplib::Server {
  public:
@@ -133,7 +142,14 @@ struct Server::Impl {
   // /v1/responses/{id}/input_items.
   void HandleResponses(const httplib::Request& req, httplib::Response& res);
   void HandleStoredResponse(const httplib::Request& req, httplib::Response& res);
+  // audio_task.cc: the audio endpoints' clip and instruction as a chat
+  // request, submitted (BuildRequest's errors; 503 when busy; counted in
+  // in_flight); then, not streamed, its whole text (in_flight released).
+  AudioSubmission SubmitAudio(httplib::Response& res, const httplib::Request& req, const AudioForm& form,
+                              const std::string& instruction);
+  std::string AwaitAudioText(AudioSubmission& s, const std::string& what, double seconds);
   void HandleTranscription(const httplib::Request& req, httplib::Response& res);  // transcriptions.cc
+  void HandleTranslation(const httplib::Request& req, httplib::Response& res);    // translations.cc
 };
 
 }  // namespace kvshare::server

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,20 @@ def request(server, method, path, body=None, headers=None, timeout=120):
         return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode("utf-8", "replace"))
     finally:
         conn.close()
+
+
+def post_form(server, path, fields, file_bytes=None, filename="clip.wav", timeout=120):
+    """A multipart/form-data POST (the audio endpoints' body): `fields` as text
+    parts, then `file_bytes` (if any) as the `file` part."""
+    boundary = uuid.uuid4().hex
+    body = b""
+    for k, v in fields.items():
+        body += f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n".encode()
+    if file_bytes is not None:
+        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
+                 "Content-Type: application/octet-stream\r\n\r\n").encode() + file_bytes + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    return request(server, "POST", path, body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}, timeout)
 
 
 class Stream:

@@ -1,36 +1,25 @@
 """`POST /v1/audio/transcriptions` (multipart: file, model, language, prompt,
-response_format json | text | verbose_json) on the tiny Gemma 4 E-style text
-model of tests/fixtures/vision/ with the gemma4a mmproj of
-tests/fixtures/audio/: the three formats carry the same text, the clip's
-duration is reported, and bad input is a named 400."""
+response_format json | text | verbose_json | srt | vtt) on the tiny Gemma 4
+E-style text model of tests/fixtures/vision/ with the gemma4a mmproj of
+tests/fixtures/audio/: the formats carry the same text, the clip's duration
+is reported, and bad input is a named 400."""
 import base64
 import json
-import uuid
-import http.client
 
 import numpy as np
 import pytest
 
 from audio_clips import tone, wav16
 from server_util import ROOT, Server, request
+from server_util import post_form as util_post_form
 
 TEXT = ROOT / "tests" / "fixtures" / "vision" / "gemma4.f32.gguf"
 MMPROJ = ROOT / "tests" / "fixtures" / "audio" / "gemma4a.mmproj.f32.gguf"
 
 
-def post_form(server, fields, file_bytes=None, filename="clip.wav"):
-    boundary = uuid.uuid4().hex
-    body = b""
-    for k, v in fields.items():
-        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n").encode()
-    if file_bytes is not None:
-        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
-                 "Content-Type: application/octet-stream\r\n\r\n").encode() + file_bytes + b"\r\n"
-    body += f"--{boundary}--\r\n".encode()
-    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
-    c.request("POST", "/v1/audio/transcriptions", body, {"Content-Type": f"multipart/form-data; boundary={boundary}"})
-    r = c.getresponse()
-    return r.status, r.read().decode()
+def post_form(server, fields, file_bytes=None):
+    r = util_post_form(server, "/v1/audio/transcriptions", fields, file_bytes)
+    return r.status, r.text
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +40,14 @@ def test_formats_carry_the_same_text(server):
     v = json.loads(body)
     assert v["task"] == "transcribe" and v["language"] == "English" and v["text"] == j["text"]
     assert v["duration"] == pytest.approx(1.0) and v["segments"][0]["end"] == pytest.approx(1.0)
+    status, srt = post_form(server, {"response_format": "srt", "language": "English"}, clip)
+    assert status == 200 and srt == "1\n00:00:00,000 --> 00:00:01,000\n" + j["text"] + "\n\n"
 
 
 def test_bad_input_is_a_named_400(server):
     status, body = post_form(server, {"model": "x"})
     assert status == 400 and json.loads(body)["error"]["param"] == "file"
-    status, body = post_form(server, {"response_format": "srt"}, wav16(tone(440)))
+    status, body = post_form(server, {"response_format": "xml"}, wav16(tone(440)))
     assert status == 400 and json.loads(body)["error"]["param"] == "response_format"
     status, body = post_form(server, {}, b"not audio")
     assert status == 400 and json.loads(body)["error"]["code"] == "invalid_audio"
@@ -79,7 +70,7 @@ def test_stream_with_the_openai_sdk(server):
     u = done.usage
     assert u.type == "tokens" and u.output_tokens > 0 and u.total_tokens == u.input_tokens + u.output_tokens
     # The prompt is the clip, then the documented ASR instruction
-    # (docs/audio.md "Transcription prompt"): the same chat has as many tokens.
+    # (docs/audio.md "Prompts"): the same chat has as many tokens.
     instruction = ("Transcribe the following speech segment in English into English text.\n\n"
                    "Follow these specific instructions for formatting the answer:\n"
                    "* Only output the transcription, with no newlines.\n"
