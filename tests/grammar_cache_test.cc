@@ -46,7 +46,7 @@ TEST(GrammarCache, HitSharesTheCompiledObject) {
   EXPECT_EQ(s.misses, 2u);
   EXPECT_EQ(s.entries, 2u);
   EXPECT_EQ(s.evictions, 0u);
-  EXPECT_EQ(s.bytes, GrammarBytes(*a) + GrammarBytes(*other));
+  EXPECT_EQ(s.bytes, GrammarBytes(*a) + GrammarBytes(*other) + 3);  // and the keys "k", "k2"
 }
 
 TEST(GrammarCache, EvictsLeastRecentlyUsedByEntries) {
@@ -70,7 +70,7 @@ TEST(GrammarCache, EvictsLeastRecentlyUsedByEntries) {
 }
 
 TEST(GrammarCache, EvictsByBytesAndSkipsGrammarsOverTheBound) {
-  const std::size_t one = GrammarBytes(*LiteralGrammar(std::string(100, 'x')));
+  const std::size_t one = GrammarBytes(*LiteralGrammar(std::string(100, 'x'))) + 1;  // and a one-byte key
   GrammarCache cache({.max_entries = 100, .max_bytes = 2 * one + one / 2});
   Counted c;
   for (const char* k : {"a", "b", "c"}) cache.GetOrCompile(k, c.Of(std::string(100, k[0])));

@@ -7,6 +7,7 @@
 #include <future>
 #include <list>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -54,21 +55,22 @@ struct GrammarCache::Impl {
   };
   mutable std::mutex mu;
   std::list<Entry> lru;  // most recently used first
-  std::unordered_map<std::string, std::list<Entry>::iterator> index;
+  // Keys can be as long as a schema: the index views the entry's copy.
+  std::unordered_map<std::string_view, std::list<Entry>::iterator> index;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const Grammar>>> in_flight;
   GrammarCacheStats stats;
 
   // Under mu.
   void Insert(const GrammarCacheOptions& o, const std::string& key, std::shared_ptr<const Grammar> g) {
-    const std::size_t bytes = GrammarBytes(*g);
+    const std::size_t bytes = GrammarBytes(*g) + key.size();
     if (bytes > o.max_bytes) return;
     lru.push_front({key, std::move(g), bytes});
-    index[key] = lru.begin();
+    index[lru.front().key] = lru.begin();
     stats.bytes += bytes;
     while (lru.size() > o.max_entries || stats.bytes > o.max_bytes) {
       const Entry& last = lru.back();
       stats.bytes -= last.bytes;
-      index.erase(last.key);
+      index.erase(std::string_view(last.key));
       lru.pop_back();
       ++stats.evictions;
     }

@@ -26,8 +26,9 @@ struct GrammarCacheOptions {
   // Grammars kept, least recently used evicted first; 0: none (every
   // GetOrCompile compiles).
   std::size_t max_entries = 256;
-  // Their total size (GrammarBytes), the same eviction order; a grammar
-  // larger than this on its own is returned and not kept.
+  // Their total size (GrammarBytes plus the key's length), the same
+  // eviction order; a grammar larger than this on its own is returned and
+  // not kept.
   std::size_t max_bytes = std::size_t{256} << 20;
 };
 
@@ -36,7 +37,7 @@ struct GrammarCacheStats {
   std::uint64_t misses = 0;     // calls that compiled
   std::uint64_t evictions = 0;  // entries dropped to fit the bounds
   std::size_t entries = 0;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;  // GrammarBytes of the entries plus their keys' lengths
 };
 
 // The memory a grammar holds (its rules, byte sets and tables, a lazy
