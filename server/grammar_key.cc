@@ -10,12 +10,15 @@ namespace {
 
 using nlohmann::json;
 
-// Bumped when a compile path gains an input that is not spelled out below.
-constexpr int kKeyVersion = 1;
+constexpr int kKeyVersion = 1;  // bumped when a key's layout changes
+
+// Arrays are built with json::array: a braced list of two whose first item
+// is a string would be read as an object member.
 
 json Tools(const ToolOffer& offer) {
   json tools = json::array();
-  for (const OfferedTool& t : offer.tools) tools.push_back({t.function.name, t.function.parameters, t.strict});
+  for (const OfferedTool& t : offer.tools)
+    tools.push_back(json::array({t.function.name, t.function.parameters, t.strict}));
   return tools;
 }
 
@@ -23,7 +26,7 @@ json Choice(const ToolOffer& offer) {
   switch (offer.choice) {
     case ToolOffer::Choice::kAuto: return "auto";
     case ToolOffer::Choice::kRequired: return "required";
-    case ToolOffer::Choice::kFunction: return json{"function", offer.function};
+    case ToolOffer::Choice::kFunction: return json::array({"function", offer.function});
   }
   return nullptr;
 }
@@ -41,23 +44,23 @@ std::string ToolGrammarIdentity(ChatFormat format, const Tokenizer& tokenizer) {
     mix(std::to_string(static_cast<int>(tokenizer.Type(id))) + ":" + std::to_string(b.size()) + ":");
     mix(b);
   }
-  return json{ChatFormatName(format), tokenizer.vocab_size(), std::to_string(h)}.dump();
+  return json::array({ChatFormatName(format), tokenizer.vocab_size(), std::to_string(h)}).dump();
 }
 
 std::string SchemaGrammarKey(std::string_view schema, const JsonGrammarOptions& options) {
-  return json{kKeyVersion, "schema", options.max_whitespace, schema}.dump();
+  return json::array({kKeyVersion, "schema", options.max_whitespace, schema}).dump();
 }
 
 std::string ResponseFormatGrammarKey(std::string_view schema, const JsonGrammarOptions& options,
                                      const std::optional<ToolOffer>& free_tools) {
-  json k = {kKeyVersion, "response_format", options.max_whitespace, schema};
-  if (free_tools) k.push_back({Choice(*free_tools), Tools(*free_tools)});
+  json k = json::array({kKeyVersion, "response_format", options.max_whitespace, schema});
+  if (free_tools) k.push_back(json::array({Choice(*free_tools), Tools(*free_tools)}));
   return k.dump();
 }
 
 std::string ToolCallGrammarKey(const ToolOffer& offer, const std::string& identity) {
-  json k = {kKeyVersion, "tool_call", Choice(offer), Tools(offer)};
-  if (!offer.forced()) k.push_back({offer.parallel, identity});
+  json k = json::array({kKeyVersion, "tool_call", Choice(offer), Tools(offer)});
+  if (!offer.forced()) k.push_back(json::array({offer.parallel, identity}));
   return k.dump();
 }
 

@@ -79,9 +79,8 @@ nlohmann::json ItemPage(const nlohmann::json& items, const httplib::Request& req
 
 void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Response& res) {
   CheckReady();
-  ResponsesRequest rr = ParseResponsesRequest(
-      ParseBody(req), req.body, stored_responses,
-      {.strict = opt.strict_openai, .allow_image_urls = opt.allow_image_urls, .grammars = &grammars});
+  ResponsesRequest rr = ParseResponsesRequest(ParseBody(req), req.body, stored_responses,
+                                              {.strict = opt.strict_openai, .allow_image_urls = opt.allow_image_urls});
   if (!rr.ignored.empty()) {
     std::string names;
     for (const std::string& f : rr.ignored) names += (names.empty() ? "" : ", ") + f;
