@@ -8,17 +8,17 @@
 namespace kvshare::server {
 namespace {
 
+// Arrays are built with json::array: a braced list of two whose first item
+// is a string would be read as an object member.
 using nlohmann::json;
 
 constexpr int kKeyVersion = 1;  // bumped when a key's layout changes
 
-// Arrays are built with json::array: a braced list of two whose first item
-// is a string would be read as an object member.
-
 json Tools(const ToolOffer& offer) {
   json tools = json::array();
-  for (const OfferedTool& t : offer.tools)
+  for (const OfferedTool& t : offer.tools) {
     tools.push_back(json::array({t.function.name, t.function.parameters, t.strict}));
+  }
   return tools;
 }
 

@@ -82,9 +82,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kvshare/grammar/grammar_cache.h"
-#include "kvshare/runtime/audio_prompt.h"
 #include "kvshare/runtime/chat_message.h"
 #include "kvshare/runtime/chat_template.h"
+#include "kvshare/runtime/audio_prompt.h"
 #include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/scheduler.h"
@@ -231,7 +231,8 @@ struct ModelContext {
 // unsupported or wrong). With tools offered: they are written into the
 // prompt, the format's tool stop tokens end generation, and the grammar is
 // ChatTemplate::ToolCallGrammar's (400 invalid_schema when the call cannot be
-// enforced).
+// enforced). Both grammars come from ctx.grammars when it is set (kept under
+// grammar_key.h's keys), else are compiled.
 // Completions build one prompt of the list (prompt_index); with echo and
 // logprobs the request asks for prompt logprobs; max_tokens 0 runs one
 // token (the scheduler's least), which the response drops.

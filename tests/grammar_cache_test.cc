@@ -123,11 +123,18 @@ TEST(GrammarCache, FailedCompilesAreNotKept) {
   EXPECT_EQ(nulls, 2);
 }
 
-// The first caller's compile waits until every other caller is waiting on it
-// (counted as hits), so the test sees the in-flight path every time.
-template <typename Make>
-void RunConcurrently(GrammarCache& cache, int threads, std::atomic<int>& compiles, Make make,
-                     std::vector<std::shared_ptr<const Grammar>>& got, std::atomic<int>& failures) {
+// `threads` callers of one key. The first caller's compile waits until
+// every other caller is waiting on it (counted as hits), so the test sees
+// the in-flight path every time.
+struct Outcome {
+  int compiles = 0;
+  int failures = 0;
+  std::vector<std::shared_ptr<const Grammar>> got;  // per caller; null when it threw
+  GrammarCacheStats stats;
+};
+Outcome RunConcurrently(int threads, const GrammarCache::Compile& make) {
+  GrammarCache cache;
+  std::atomic<int> compiles{0}, failures{0};
   auto compile = [&]() -> std::shared_ptr<const Grammar> {
     ++compiles;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -137,47 +144,42 @@ void RunConcurrently(GrammarCache& cache, int threads, std::atomic<int>& compile
     }
     return make();
   };
-  got.assign(static_cast<std::size_t>(threads), nullptr);
+  Outcome o;
+  o.got.assign(static_cast<std::size_t>(threads), nullptr);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       try {
-        got[static_cast<std::size_t>(t)] = cache.GetOrCompile("same", compile);
+        o.got[static_cast<std::size_t>(t)] = cache.GetOrCompile("same", compile);
       } catch (const Error&) {
         ++failures;
       }
     });
   }
   for (std::thread& t : pool) t.join();
+  o.compiles = compiles.load();
+  o.failures = failures.load();
+  o.stats = cache.Stats();
+  return o;
 }
 
 TEST(GrammarCache, ConcurrentCallersOfOneKeyCompileOnce) {
-  constexpr int kThreads = 8;
-  GrammarCache cache;
-  std::atomic<int> compiles{0}, failures{0};
-  std::vector<std::shared_ptr<const Grammar>> got;
-  RunConcurrently(
-      cache, kThreads, compiles, [] { return CompileJsonSchema(R"({"type": "array", "items": {"type": "integer"}})"); },
-      got, failures);
-  EXPECT_EQ(compiles.load(), 1);
-  EXPECT_EQ(failures.load(), 0);
-  for (const auto& g : got) EXPECT_EQ(g.get(), got[0].get());
-  const GrammarCacheStats s = cache.Stats();
-  EXPECT_EQ(s.misses, 1u);
-  EXPECT_EQ(s.hits, static_cast<std::uint64_t>(kThreads - 1));
-  EXPECT_EQ(s.entries, 1u);
+  const Outcome o =
+      RunConcurrently(8, [] { return CompileJsonSchema(R"({"type": "array", "items": {"type": "integer"}})"); });
+  EXPECT_EQ(o.compiles, 1);
+  EXPECT_EQ(o.failures, 0);
+  ASSERT_NE(o.got[0], nullptr);
+  for (const auto& g : o.got) EXPECT_EQ(g.get(), o.got[0].get());
+  EXPECT_EQ(o.stats.misses, 1u);
+  EXPECT_EQ(o.stats.hits, 7u);
+  EXPECT_EQ(o.stats.entries, 1u);
 }
 
 TEST(GrammarCache, ConcurrentCallersShareAFailureAndKeepNothing) {
-  constexpr int kThreads = 6;
-  GrammarCache cache;
-  std::atomic<int> compiles{0}, failures{0};
-  std::vector<std::shared_ptr<const Grammar>> got;
-  RunConcurrently(
-      cache, kThreads, compiles, [] { return CompileJsonSchema(R"({"not": {"minimum": 3}})"); }, got, failures);
-  EXPECT_EQ(compiles.load(), 1);
-  EXPECT_EQ(failures.load(), kThreads);
-  EXPECT_EQ(cache.Stats().entries, 0u);
+  const Outcome o = RunConcurrently(6, [] { return CompileJsonSchema(R"({"not": {"minimum": 3}})"); });
+  EXPECT_EQ(o.compiles, 1);
+  EXPECT_EQ(o.failures, 6);
+  EXPECT_EQ(o.stats.entries, 0u);
 }
 
 // Many threads, few keys, a small bound: every caller gets the grammar of

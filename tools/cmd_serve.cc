@@ -6,8 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <cstdio>
+#include <cstdint>
 #include <ctime>
 #include <mutex>
 #include <string>

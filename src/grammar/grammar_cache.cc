@@ -40,8 +40,9 @@ std::size_t GrammarBytes(const Grammar& grammar) {
   if (grammar.lazy) {
     n += sizeof *grammar.lazy;
     if (grammar.lazy->trigger) n += GrammarBytes(*grammar.lazy->trigger);
-    for (const auto& [id, text] : grammar.lazy->token_text)
+    for (const auto& [id, text] : grammar.lazy->token_text) {
       n += sizeof(std::pair<std::int32_t, std::string>) + text.capacity();
+    }
   }
   if (grammar.body) n += GrammarBytes(*grammar.body);
   return n;

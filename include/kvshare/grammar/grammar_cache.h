@@ -59,6 +59,8 @@ class GrammarCache {
   using Compile = std::function<std::shared_ptr<const Grammar>()>;
   // The grammar kept under `key`, or compile()'s, kept under `key` (a null
   // result is returned and not kept). Rethrows what compile() throws.
+  // compile() must not ask this cache for the same key (it would wait on
+  // itself).
   std::shared_ptr<const Grammar> GetOrCompile(const std::string& key, const Compile& compile);
 
   GrammarCacheStats Stats() const;
