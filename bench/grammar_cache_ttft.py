@@ -6,7 +6,7 @@ By hand, not in CI; the figures are in docs/serving.md "Grammar cache".
 
     python3 bench/grammar_cache_ttft.py [--cli build/bin/kvshare]
         [--model tests/fixtures/gemma4/e2b.f32.gguf] [--schemas azure-pipelines.json,gitlab-ci.json]
-        [--repeats 3] [--json out.json]
+        [--repeats 3] [--grammar-cache 256] [--json out.json]
 
 Each schema: one server started with the given --grammar-cache, then
 `--repeats` streamed chat requests in a row (max_tokens 4, greedy); TTFT is
@@ -14,6 +14,7 @@ the time from sending the request to the first content chunk. With
 --grammar-cache 0 every request compiles (the control)."""
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -50,7 +51,6 @@ def main():
     ap.add_argument("--grammar-cache", type=int, default=256)
     ap.add_argument("--json")
     args = ap.parse_args()
-    import os
     os.environ["KVSHARE_CLI"] = args.cli
     import schema_corpus
     from server_util import Server, request
