@@ -1,7 +1,7 @@
 """Time to first token of a structured-output request with a slow-to-compile
 schema of the corpus (tests/tools/schema_corpus.py), first (the grammar is
 compiled) and then again (the server's grammar cache, --grammar-cache,
-hands back the compiled grammar), on a running model of your choice.
+hands back the compiled grammar), on a model of your choice.
 By hand, not in CI; the figures are in docs/serving.md "Grammar cache".
 
     python3 bench/grammar_cache_ttft.py [--cli build/bin/kvshare]
