@@ -6,8 +6,10 @@
 #include <string>
 
 #include "api_error.h"
+#include "grammar_key.h"
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
+#include "kvshare/grammar/grammar_cache.h"
 #include "kvshare/runtime/tool_calls.h"
 #include "openai_request.h"
 #include "request_images.h"
@@ -16,6 +18,12 @@ namespace kvshare::server {
 namespace {
 
 constexpr int kDefaultCompletionTokens = 16;  // OpenAI's legacy completions default
+
+// The grammar kept under `key` (ModelContext::grammars), or compile()'s.
+std::shared_ptr<const Grammar> Cached(const ModelContext& ctx, const std::string& key,
+                                      const GrammarCache::Compile& compile) {
+  return ctx.grammars != nullptr ? ctx.grammars->GetOrCompile(key, compile) : compile();
+}
 
 }  // namespace
 
@@ -53,7 +61,8 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
     if (offer) {
       for (std::int32_t t : ctx.chat->ToolStopTokens()) r.stop_tokens.push_back(t);
       try {
-        r.grammar = ctx.chat->ToolCallGrammar(*offer);
+        r.grammar = Cached(ctx, ToolCallGrammarKey(*offer, ctx.tool_grammar_identity),
+                           [&] { return ctx.chat->ToolCallGrammar(*offer); });
       } catch (const Error& e) {
         throw BadRequest(std::string(offer->forced() ? "Invalid 'tools': the call cannot be enforced: "
                                                      : "Invalid 'tools': the strict calls cannot be enforced: ") +
@@ -118,17 +127,19 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
   if (req.response_format.type != Type::kText && !(offer && offer->forced())) {
     const std::string where =
         req.response_format.type == Type::kJsonObject ? "response_format.schema" : "response_format.json_schema.schema";
+    const std::string& schema = req.response_format.schema;
+    const JsonGrammarOptions json_options;  // the key names what the compile reads
     try {
-      if (offer) {
-        // Tools offered freely: the reply is one JSON document, either a call
-        // in the JSON convention (as a forced call) or the format's document.
-        const std::string doc =
-            req.response_format.schema.empty() ? R"({"type":"object"})" : req.response_format.schema;
-        r.grammar = CompileJsonSchema(R"({"anyOf":[)" + ForcedToolCallSchema(*offer) + "," + doc + "]}");
-      } else {
-        r.grammar =
-            req.response_format.schema.empty() ? AnyJsonObjectGrammar() : CompileJsonSchema(req.response_format.schema);
-      }
+      r.grammar = Cached(ctx, ResponseFormatGrammarKey(schema, json_options, offer), [&] {
+        if (offer) {
+          // Tools offered freely: the reply is one JSON document, either a
+          // call in the JSON convention (as a forced call) or the format's
+          // document.
+          const std::string doc = schema.empty() ? R"({"type":"object"})" : schema;
+          return CompileJsonSchema(R"({"anyOf":[)" + ForcedToolCallSchema(*offer) + "," + doc + "]}", json_options);
+        }
+        return schema.empty() ? AnyJsonObjectGrammar(json_options) : CompileJsonSchema(schema, json_options);
+      });
     } catch (const Error& e) {
       throw BadRequest("Invalid '" + where + "': " + e.what() + ".", where, "invalid_schema");
     }

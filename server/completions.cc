@@ -52,7 +52,8 @@ std::string EchoText(const CompletionRequest& cr, std::size_t p, const Tokenizer
 void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
   CheckReady();
   CompletionRequest cr = ParseCompletionRequest(
-      ParseBody(req), chat, {.strict = opt.strict_openai, .allow_image_urls = opt.allow_image_urls});
+      ParseBody(req), chat,
+      {.strict = opt.strict_openai, .allow_image_urls = opt.allow_image_urls, .grammars = &grammars});
   KeepSchemaKeyOrder(cr, req.body);
   const std::size_t n_prompts = chat ? 1 : cr.prompts.size();
   const std::size_t per_prompt = static_cast<std::size_t>(cr.best_of);

@@ -15,7 +15,7 @@ void Add(std::string& out, const char* name, const char* type, const char* help,
 
 }  // namespace
 
-std::string PrometheusText(const SchedulerStats& s, const HttpStats& http) {
+std::string PrometheusText(const SchedulerStats& s, const HttpStats& http, const GrammarCacheStats& grammars) {
   std::string o;
   Add(o, "requests_total", "counter", "Requests accepted by the scheduler.", static_cast<double>(s.requests_accepted));
   Add(o, "requests_rejected_total", "counter",
@@ -61,6 +61,17 @@ std::string PrometheusText(const SchedulerStats& s, const HttpStats& http) {
   Add(o, "http_connections_waiting", "gauge",
       "Connections accepted but waiting for a connection thread (they count toward the 503 queue limit).",
       http.connections_waiting);
+  Add(o, "grammar_cache_hits_total", "counter",
+      "Grammars taken from the compiled-grammar cache (or another request's compile).",
+      static_cast<double>(grammars.hits));
+  Add(o, "grammar_cache_misses_total", "counter", "Grammars compiled (not in the cache).",
+      static_cast<double>(grammars.misses));
+  Add(o, "grammar_cache_evictions_total", "counter",
+      "Compiled grammars dropped to fit --grammar-cache / --grammar-cache-mb.",
+      static_cast<double>(grammars.evictions));
+  Add(o, "grammar_cache_entries", "gauge", "Compiled grammars kept.", static_cast<double>(grammars.entries));
+  Add(o, "grammar_cache_bytes", "gauge", "Bytes of the compiled grammars kept (approximate).",
+      static_cast<double>(grammars.bytes));
   o += "# HELP kvshare_http_responses_total HTTP responses by status code.\n# TYPE kvshare_http_responses_total "
        "counter\n";
   for (const auto& [status, n] : http.responses_by_status) {

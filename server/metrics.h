@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "kvshare/grammar/grammar_cache.h"
 #include "kvshare/runtime/scheduler.h"
 
 namespace kvshare::server {
@@ -17,6 +18,8 @@ struct HttpStats {
   int connections_waiting = 0;  // accepted connections waiting for a connection thread
 };
 
-std::string PrometheusText(const SchedulerStats& s, const HttpStats& http);
+// grammars: the compiled-grammar cache's counters (kvshare serve
+// --grammar-cache), zero when there is none.
+std::string PrometheusText(const SchedulerStats& s, const HttpStats& http, const GrammarCacheStats& grammars = {});
 
 }  // namespace kvshare::server

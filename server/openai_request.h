@@ -81,6 +81,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvshare/grammar/grammar_cache.h"
 #include "kvshare/runtime/chat_message.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/audio_prompt.h"
@@ -170,6 +171,10 @@ struct RequestParsing {
   // http(s) image URLs (kvshare serve --allow-image-urls): fetching is not
   // built, so they are refused either way, with a message that says which.
   bool allow_image_urls = false;
+  // Compiled grammars kept across requests (kvshare serve --grammar-cache):
+  // strict tools' parameters are compiled to check them; null: compiled
+  // every time.
+  GrammarCache* grammars = nullptr;
 };
 
 // Parses `body` (any JSON value). `chat` picks the endpoint's fields.
@@ -190,6 +195,10 @@ struct ModelContext {
   const ChatTemplate* chat = nullptr;  // the chat format (kNone: plain completion)
   std::string chat_unavailable;        // why chat requests are refused (format kNone), or empty
   int max_context = 0;                 // per request: prompt + max_tokens
+  // Compiled grammars kept across requests (kvshare serve --grammar-cache),
+  // under grammar_key.h's keys; null: every request compiles its own.
+  GrammarCache* grammars = nullptr;
+  std::string tool_grammar_identity;  // ToolGrammarIdentity(chat->format(), *tokenizer)
   // Images (kvshare serve --mmproj); no encoder: image parts are a 400.
   struct Images {
     const VisionEncoder* encoder = nullptr;
@@ -222,7 +231,8 @@ struct ModelContext {
 // unsupported or wrong). With tools offered: they are written into the
 // prompt, the format's tool stop tokens end generation, and the grammar is
 // ChatTemplate::ToolCallGrammar's (400 invalid_schema when the call cannot be
-// enforced).
+// enforced). Both grammars come from ctx.grammars when it is set (kept under
+// grammar_key.h's keys), else are compiled.
 // Completions build one prompt of the list (prompt_index); with echo and
 // logprobs the request asks for prompt logprobs; max_tokens 0 runs one
 // token (the scheduler's least), which the response drops.

@@ -5,8 +5,10 @@
 #include <cctype>
 
 #include "api_error.h"
+#include "grammar_key.h"
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
+#include "kvshare/grammar/grammar_cache.h"
 #include "request_fields.h"
 
 namespace kvshare::server {
@@ -86,7 +88,15 @@ std::vector<OfferedTool> ParseTools(const json& body, const RequestParsing& o, s
     }
     if (tool.strict) {
       try {
-        CompileJsonSchema(tool.function.parameters.empty() ? "{\"type\": \"object\"}" : tool.function.parameters);
+        const std::string schema =
+            tool.function.parameters.empty() ? "{\"type\": \"object\"}" : tool.function.parameters;
+        const JsonGrammarOptions json_options;
+        auto compile = [&] { return CompileJsonSchema(schema, json_options); };
+        if (o.grammars != nullptr) {
+          o.grammars->GetOrCompile(SchemaGrammarKey(schema, json_options), compile);
+        } else {
+          compile();
+        }
       } catch (const Error& e) {
         throw BadRequest("Invalid '" + name + ".function.parameters': " + e.what() +
                              " (with strict: true the parameters must be a schema this server can enforce; drop "

@@ -12,6 +12,7 @@
 
 #include "chat_page.h"
 #include "connection.h"
+#include "grammar_key.h"
 #include "kvshare/common/error.h"
 #include "server_impl.h"
 
@@ -271,7 +272,7 @@ void Server::Impl::SetupRoutes() {
              hs.connections_waiting = http_waiting.load();
              SchedulerStats ss;
              if (phase.load() != Phase::kLoading) ss = scheduler->Stats();
-             res.set_content(PrometheusText(ss, hs), "text/plain; version=0.0.4");
+             res.set_content(PrometheusText(ss, hs, grammars.Stats()), "text/plain; version=0.0.4");
            }));
 
   http.Post("/tokenize",
@@ -369,6 +370,8 @@ void Server::Load() {
   m.ctx.strict_model = m.opt.strict_openai;
   m.ctx.tokenizer = m.tok.get();
   m.ctx.chat = m.chat.get();
+  m.ctx.grammars = &m.grammars;
+  m.ctx.tool_grammar_identity = ToolGrammarIdentity(choice.format, *m.tok);
   m.ctx.max_context = m.opt.scheduler.max_context;
   if (choice.format == ChatFormat::kNone) {
     m.ctx.chat_unavailable =

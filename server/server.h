@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvshare/grammar/grammar_cache.h"
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/vision/image.h"
@@ -96,6 +97,10 @@ struct ServerOptions {
   // /v1/responses: responses kept for previous_response_id and GET
   // /v1/responses/{id} (--responses-kept), the oldest evicted first; 0: none.
   std::size_t responses_kept = 256;
+  // Compiled grammars (response_format schemas, tool-call grammars, strict
+  // tools' parameters) kept across requests, by entries and bytes
+  // (--grammar-cache, --grammar-cache-mb; 0 entries: none).
+  GrammarCacheOptions grammar_cache;
   // Log lines (startup, requests, prompt-cache fallbacks); null: silent.
   std::function<void(std::string_view)> log;
 };

@@ -20,6 +20,7 @@
 
 #include "api_error.h"
 #include "kvshare/common/thread_pool.h"
+#include "kvshare/grammar/grammar_cache.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/drafter_factory.h"
@@ -114,6 +115,7 @@ struct Server::Impl {
   Speculation speculation;  // the drafter (and the draft model or assistant it runs)
   std::unique_ptr<Scheduler> scheduler;
   ModelContext ctx;
+  GrammarCache grammars{opt.grammar_cache};  // ctx.grammars, /metrics
   std::int64_t created = 0;
 
   std::atomic<Phase> phase{Phase::kLoading};

@@ -161,13 +161,17 @@ TEST(Metrics, PrometheusText) {
   HttpStats h;
   h.responses_by_status = {{200, 9}, {503, 1}};
   h.connections_waiting = 5;
-  const std::string t = PrometheusText(s, h);
+  const GrammarCacheStats g{.hits = 7, .misses = 3, .evictions = 1, .entries = 2, .bytes = 4096};
+  const std::string t = PrometheusText(s, h, g);
   for (const char* line :
        {"kvshare_requests_total 10\n", "kvshare_active_slots 3\n", "kvshare_queue_depth 2\n", "kvshare_slots 8\n",
         "kvshare_prompt_cache_hits_total 4\n", "kvshare_kv_cache_bytes 1000\n", "kvshare_kv_cache_used_bytes 250\n",
         "kvshare_decode_tokens_per_second 12.5\n", "# TYPE kvshare_requests_total counter\n",
         "# TYPE kvshare_queue_depth gauge\n", "kvshare_http_responses_total{code=\"503\"} 1\n",
-        "kvshare_prefill_tokens_per_second 0\n", "kvshare_http_connections_waiting 5\n"}) {
+        "kvshare_prefill_tokens_per_second 0\n", "kvshare_http_connections_waiting 5\n",
+        "kvshare_grammar_cache_hits_total 7\n", "kvshare_grammar_cache_misses_total 3\n",
+        "kvshare_grammar_cache_evictions_total 1\n", "kvshare_grammar_cache_entries 2\n",
+        "kvshare_grammar_cache_bytes 4096\n", "# TYPE kvshare_grammar_cache_hits_total counter\n"}) {
     EXPECT_NE(t.find(line), std::string::npos) << line << " in\n" << t;
   }
 }

@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "kv_options.h"
 #include "kvshare/common/error.h"
+#include "kvshare/grammar/grammar_cache.h"
 #include "kvshare/runtime/chat_template.h"
 #include "model_path.h"
 #include "server.h"
@@ -48,6 +49,8 @@ struct ServeCliOptions {
   bool quiet = false;
   bool strict_openai = false;
   int responses_kept = 256;
+  int grammar_cache = static_cast<int>(GrammarCacheOptions{}.max_entries);
+  int grammar_cache_mb = static_cast<int>(GrammarCacheOptions{}.max_bytes >> 20);
   SpecFlags spec;
   std::string mmproj;
   bool allow_image_urls = false;
@@ -147,6 +150,8 @@ void RunServe(const ServeCliOptions& o) {
   so.max_body_bytes = static_cast<std::size_t>(o.max_body_kib) * 1024;
   so.strict_openai = o.strict_openai;
   so.responses_kept = static_cast<std::size_t>(o.responses_kept);
+  so.grammar_cache = {.max_entries = static_cast<std::size_t>(o.grammar_cache),
+                      .max_bytes = static_cast<std::size_t>(o.grammar_cache_mb) << 20};
   so.mmproj_path = o.mmproj;
   so.allow_image_urls = o.allow_image_urls;
   so.image_max_soft_tokens = o.image_max_soft_tokens;
@@ -260,6 +265,15 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--responses-kept", o.responses_kept,
                   "Responses /v1/responses keeps in memory for previous_response_id (oldest evicted; 0: none)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--grammar-cache", o.grammar_cache,
+                  "Compiled grammars (response_format schemas, tool-call grammars) kept across requests, least "
+                  "recently used evicted first (0: none, every request compiles its schema)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--grammar-cache-mb", o.grammar_cache_mb,
+                  "The compiled grammars' memory bound, MiB (a larger grammar is used once, not kept)")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--pooling", o.pooling,
                   "How /v1/embeddings pools a text's hidden states: mean or last (default: the file's pooling "
