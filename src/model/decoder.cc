@@ -368,7 +368,7 @@ void DecoderModel::EmbedStep(const Step& step, float* out, std::vector<std::int3
   if (ple_ids != nullptr) {
     ple_ids->assign(step.tokens.begin(), step.tokens.end());
     for (std::int32_t& id : *ple_ids) {
-      if (hard && HardRow(*hard, id, 0) != nullptr) id = 0;
+      if (hard && HardRow(*hard, id, cfg_.n_embd) != nullptr) id = 0;
     }
   }
   const std::int64_t E = cfg_.n_embd;

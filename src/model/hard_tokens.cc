@@ -11,8 +11,8 @@ namespace kvshare {
 
 void Model::SetHardTokenRows(std::vector<HardTokenRows> ranges) {
   if (ranges.empty()) return;
-  throw Error("this model (" + config().architecture +
-              ", this device) does not take hard-token rows (Gemma 3n's multimodal vocabularies): run it on the CPU");
+  throw Error("model " + config().architecture +
+              " on this device does not take hard-token rows (Gemma 3n's multimodal vocabularies): run it on the CPU");
 }
 
 namespace detail {
