@@ -314,11 +314,11 @@ TEST(HardTokenRows, RunAsAOneRowSpanOfTheirRow) {
   const int W = model->config().n_embd, n_vocab = model->config().n_vocab;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
-  HardTokenRows r{.first = n_vocab - 10, .rows = std::vector<float>(static_cast<std::size_t>(10 * W))};
+  HardTokenRows r{.first = n_vocab - 10, .rows = std::vector<float>(static_cast<std::size_t>(5 * W))};
   for (float& v : r.rows) v = normal(rng);
-  const std::int32_t id = n_vocab - 4;
+  const std::int32_t id = n_vocab - 7;
   const std::vector<std::int32_t> prompt = {2, 7, id, 9, 11};
-  const EmbeddingSpan span{.begin = 2, .count = 1, .rows = r.rows.data() + 6 * W};
+  const EmbeddingSpan span{.begin = 2, .count = 1, .rows = r.rows.data() + 3 * W};
   const auto run = [&](std::span<const EmbeddingSpan> spans) {
     auto st = model->NewState({.max_context = 32});
     std::vector<float> out = Vec(model->Forward(*st, prompt, nullptr, {.num_logits = 5, .embeddings = spans}));
@@ -327,7 +327,13 @@ TEST(HardTokenRows, RunAsAOneRowSpanOfTheirRow) {
     return out;
   };
   const std::vector<float> text_rows = run({});
+  // Ids past the range (n_vocab - 5 ..) keep their text and per-layer rows.
+  const std::vector<std::int32_t> past = {2, n_vocab - 5, 9, n_vocab - 1};
+  auto st = model->NewState({.max_context = 32});
+  const std::vector<float> past_text = Vec(model->Forward(*st, past, nullptr, {.num_logits = 4}));
   model->SetHardTokenRows({r});
+  st->Reset();
+  EXPECT_EQ(Vec(model->Forward(*st, past, nullptr, {.num_logits = 4})), past_text);
   const std::vector<float> rows = run({});
   EXPECT_NE(rows, text_rows);
   // The prompt's id as a span (the model runs id 0 under it), the fed-back
