@@ -380,7 +380,7 @@ void Server::Load() {
   const int threads =
       m.opt.threads > 0 ? m.opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!m.opt.mmproj_path.empty()) {
-    MmprojTowers t = LoadMmprojTowers(m.opt.mmproj_path, *m.tok, static_cast<int>(m.model->config().n_embd));
+    MmprojTowers t = LoadMmprojTowers(m.opt.mmproj_path, *m.tok, *m.model);
     m.vision = std::move(t.vision);
     m.splicer = std::move(t.image_splicer);
     m.audio = std::move(t.audio);

@@ -21,6 +21,7 @@
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/generator.h"
+#include "kvshare/runtime/mmproj_towers.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "model_path.h"
 #include "sampler_flags.h"
@@ -137,6 +138,15 @@ void RunGenerate(const GenerateCliOptions& o) {
   if (!o.audio.clips.empty() && o.device != "cpu") throw Error("--audio runs on the CPU only so far: drop --device");
   EncodedImages images = PrepareImageFlags(o.image, *model);  // encoded once the prompt fits
   const EncodedAudio audio = EncodeAudioFlags(o.audio, o.image.mmproj, *model, &pool);
+  if (!o.image.mmproj.empty()) {
+    // Gemma 3n: the ids of its vision / audio vocabularies, wherever they
+    // occur (prompt, fed-back tokens), take the mmproj's hard-token rows.
+    try {
+      InstallMmprojHardTokenRows(o.image.mmproj, images.encoder.get(), audio.encoder.get(), *model, &pool);
+    } catch (const Error& e) {
+      throw Error("--mmproj " + o.image.mmproj + ": " + e.what());
+    }
+  }
   ModelStateOptions so = StateOptions(o, model->config());
   for (const PromptImage& im : images.images) {
     // An image's tokens see each other, so each runs in one step.

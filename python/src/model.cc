@@ -499,8 +499,7 @@ class PyModel {
 
   void LoadVision(const std::string& path) {
     try {
-      MmprojTowers t = LoadMmprojTowers(path, *core_->tokenizer, static_cast<int>(core_->model->config().n_embd),
-                                        core_->pool.get());
+      MmprojTowers t = LoadMmprojTowers(path, *core_->tokenizer, *core_->model, core_->pool.get());
       core_->vision = std::move(t.vision);
       core_->splicer = std::move(t.image_splicer);
       core_->audio = std::move(t.audio);

@@ -214,10 +214,8 @@ void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, 
 // ---- DecoderModel ----
 
 void DecoderModel::EmbedTokens(std::span<const std::int32_t> tokens, float* out) const {
-  for (std::int32_t t : tokens) {
-    if (t < 0 || t >= cfg_.n_vocab) throw Error(Str("token id ", t, " out of range [0, ", cfg_.n_vocab, ")"));
-  }
-  EmbedRows(embd_w_, tokens, std::sqrt(static_cast<float>(cfg_.n_embd)), out);
+  const std::shared_ptr<const std::vector<HardTokenRows>> hard = hard_.load();
+  EmbedWith(hard.get(), tokens, out);
 }
 
 std::string DecoderModel::PlanError(int n) const { return PlanErrorOf(cfg_, n); }
@@ -364,8 +362,15 @@ std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) c
   return st;
 }
 
-void DecoderModel::EmbedStep(const Step& step, float* out) const {
-  EmbedTokens(step.tokens, out);
+void DecoderModel::EmbedStep(const Step& step, float* out, std::vector<std::int32_t>* ple_ids) const {
+  const std::shared_ptr<const std::vector<HardTokenRows>> hard = hard_.load();
+  EmbedWith(hard.get(), step.tokens, out);
+  if (ple_ids != nullptr) {
+    ple_ids->assign(step.tokens.begin(), step.tokens.end());
+    for (std::int32_t& id : *ple_ids) {
+      if (hard && HardRow(*hard, id, cfg_.n_embd) != nullptr) id = 0;
+    }
+  }
   const std::int64_t E = cfg_.n_embd;
   for (const StepEmbedding& m : step.embeddings) std::copy(m.rows, m.rows + m.count * E, out + m.at * E);
 }

@@ -6,6 +6,7 @@
 // Internal to src/model.
 #pragma once
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -166,6 +167,10 @@ void GegluMlp(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatr
 // out[s, :] = row tokens[s] of `table` (dequantized) * scale.
 void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, float scale, float* out);
 
+// The row of `id` in the hard-token ranges (Model::SetHardTokenRows; sorted,
+// disjoint, rows [n, n_embd]), null when no range holds it.
+const float* HardRow(const std::vector<HardTokenRows>& hard, std::int32_t id, int n_embd);
+
 // The KV cache of a new state of `config` on `device`: Model::NewState's
 // checks of `o` (max_context, max_step, max_batch >= 1, a KV cache dtype,
 // num_kv_shared_layers in [0, MaxKvSharedLayers]; kvshare::Error naming the
@@ -207,13 +212,18 @@ class DecoderModel : public Model {
   std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                       ThreadPool* pool) const override;
   void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override;
+  void SetHardTokenRows(std::vector<HardTokenRows> ranges) override;  // hard_tokens.cc
+  std::shared_ptr<const std::vector<HardTokenRows>> hard_token_rows() const override { return hard_.load(); }
   std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
                            ThreadPool* pool) const override;  // embed.cc
 
  protected:
-  // out[T, n_embd]: the step's token embeddings, then its caller-given rows
-  // (Step::embeddings) over theirs.
-  void EmbedStep(const Step& step, float* out) const;
+  // out[T, n_embd]: the step's token embeddings (an installed hard-token
+  // row for an id in its range), then its caller-given rows
+  // (Step::embeddings) over theirs. ple_ids (when given): step.tokens with
+  // the ids of installed ranges replaced by 0, the per-layer input's ids
+  // (Model::SetHardTokenRows); the same snapshot of the ranges as `out`.
+  void EmbedStep(const Step& step, float* out, std::vector<std::int32_t>* ple_ids = nullptr) const;
   explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
 
   // A state over `cache` (the architecture adds its scratch).
@@ -285,6 +295,11 @@ class DecoderModel : public Model {
 
  private:
   std::shared_ptr<const RopeSet> RopeFor(std::int64_t max_pos) const;
+  // Token embeddings of `tokens` (ids checked) with the rows of `hard` over
+  // the ids in its ranges (hard_tokens.cc).
+  void EmbedWith(const std::vector<HardTokenRows>* hard, std::span<const std::int32_t> tokens, float* out) const;
+  // Model::SetHardTokenRows' ranges, swapped whole (readers take a snapshot).
+  std::atomic<std::shared_ptr<const std::vector<HardTokenRows>>> hard_;
   mutable std::mutex rope_mu_;
   mutable std::shared_ptr<const RopeSet> rope_;
 };

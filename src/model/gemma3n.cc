@@ -65,6 +65,7 @@ class Gemma3nState final : public DecoderState {
   detail::GemmaAttentionScratch attn;
   std::vector<float> g, u;
   std::vector<float> ple, ple_tok;
+  std::vector<std::int32_t> ple_ids;  // [T]: the step's ids for the per-layer inputs (EmbedStep)
   std::vector<std::int64_t> src;  // [rows of x]: the step token each row belongs to
 };
 
@@ -359,8 +360,8 @@ float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool
   const std::size_t TE = static_cast<std::size_t>(T * E);
   for (std::vector<float>& v : st.x) v.resize(TE);
   std::vector<float>& x0 = st.x[0];
-  EmbedStep(step, x0.data());
-  ple_.Compute(x0.data(), step.tokens, E, c.rms_eps, st.ple, st.ple_tok, pool);
+  EmbedStep(step, x0.data(), &st.ple_ids);
+  ple_.Compute(x0.data(), st.ple_ids, E, c.rms_eps, st.ple, st.ple_tok, pool);
   // Streams 1..n-1: projections of the embedding, rescaled to its RMS.
   for (int i = 1; i < n; ++i) {
     float* xi = st.x[static_cast<std::size_t>(i)].data();

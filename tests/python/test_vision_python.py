@@ -24,13 +24,14 @@ FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "vision"
 TOL = 1e-5
 
 
-def load(name, **kw):
+def load(name, mmproj=True, **kw):
     kw.setdefault("max_context", 256)
     kw.setdefault("num_threads", 2)
+    if mmproj:
+        kw["mmproj"] = str(FIXTURES / f"{name}.mmproj.f32.gguf")
     with warnings.catch_warnings():  # the tiny Gemma 3n is not llama.cpp's hard-coded E2B/E4B (the Model says so)
         warnings.filterwarnings("ignore", "llama.cpp ignores this file's Gemma 3n")
-        return kvshare.Model(str(FIXTURES / f"{name}.f32.gguf"), mmproj=str(FIXTURES / f"{name}.mmproj.f32.gguf"),
-                             **kw)
+        return kvshare.Model(str(FIXTURES / f"{name}.f32.gguf"), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +111,16 @@ def test_image_kinds_give_the_same_tokens(name, tmp_path, request):
     text = m.generate("What is it?", max_new_tokens=1)
     "".join(text)
     assert runs["str"][1] >= text.stats["prompt_tokens"] + 2 * per_image
+
+
+def test_gemma3n_mmproj_embeds_vision_vocabulary_ids(gemma3n):
+    """With its mmproj the Model embeds an id of Gemma 3n's vision vocabulary given as a token id (<end_of_image>,
+    512 here) by the mmproj's hard-token row, as HF does (docs/vision.md "Gemma 3n's hard tokens"; the values
+    against HF: tests/runtime_hard_tokens_test.cc); text ids as without the mmproj."""
+    plain = load("gemma3n", mmproj=False)
+    text = [2, 412, 268, 283]
+    assert np.array_equal(gemma3n.logits(text), plain.logits(text))
+    assert np.max(np.abs(gemma3n.logits(text + [512]) - plain.logits(text + [512]))) > 1e-2
 
 
 def test_encode_image_is_deterministic_and_finite(gemma4):

@@ -27,6 +27,16 @@ full_audio_sequence: "\\n\\n<start_of_audio>" 188 x <audio_soft_token>
 clip's last soft tokens, its end marker and the text after it) and of 16
 greedy steps (full recompute per step, fp32, eager), to gemma3ne.json,
 gemma3ne.prefill_logits.f32, gemma3ne.step_logits.f32.
+
+Hard tokens (docs/vision.md "Gemma 3n's hard tokens"), to gemma3nh.json and
+gemma3nh.logits.f32: HF's logits of every position of a token-id prompt with
+no image and no clip (input_ids only) that holds ids of the vision vocabulary
+[512, 528) and of the audio one [528, 544) in text positions (both ends of
+each range), then two fed-back ids as decode steps (a vision id, an audio
+id): the full sequence in one causal forward, whose last rows are what each
+decode step gives. HF embeds those ids through embed_vision / embed_audio's
+hard path; zeroing both hard tables moves the logits by
+hard_tables_zeroed_max_abs_diff.
 """
 import argparse
 import json
@@ -73,6 +83,40 @@ def build(work: Path):
             block.attention.attn.k_proj.weight.mul_(8.0)
     model.config._attn_implementation = "eager"
     return model, d, sp
+
+
+def write_hard_tokens(model, sp):
+    """gemma3nh.*: HF's logits of a token-id prompt with multimodal-vocabulary ids (the docstring)."""
+    v0, a0 = vg.SPM_VOCAB, vg.SPM_VOCAB + vg.HARD
+    assert model.model.embed_vision.vocab_offset == v0 and model.model.embed_audio.vocab_offset == a0
+    prompt = ([2] + sp.encode("The cat sat") + [v0, v0 + 7] + sp.encode(" on the") + [a0 - 1, a0] +
+              sp.encode(" mat") + [a0 + vg.HARD - 1] + sp.encode(" today"))
+    fed = [v0 + 3, a0 + 5]  # decode steps: fed-back ids of each range
+    ids = prompt + fed
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+        tables = [model.model.embed_vision.embedding.weight, model.model.embed_audio.embedding.weight]
+        saved = [t.detach().clone() for t in tables]
+        for t in tables:
+            t.zero_()
+        try:
+            zeroed = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+        finally:
+            for t, w in zip(tables, saved):
+                t.copy_(w)
+    effect = float(np.max(np.abs(zeroed - out)))
+    assert effect > 1e-2, effect
+    head = {
+        "source": "HF transformers Gemma3nForConditionalGeneration, CPU, fp32, eager, use_cache=False, input_ids "
+                  "only (no pixels, no audio features); one causal forward of prompt_ids + fed_ids",
+        "text_gguf": "../vision/gemma3n.f32.gguf", "vision_mmproj": "../vision/gemma3n.mmproj.f32.gguf",
+        "audio_mmproj": "gemma3ne.mmproj.f32.gguf", "vision_vocabulary": [v0, a0],
+        "audio_vocabulary": [a0, a0 + vg.HARD], "prompt_ids": prompt, "fed_ids": fed,
+        "logits": g4e.write_f32(OUT / "gemma3nh.logits.f32", out),
+        "hard_tables_zeroed_max_abs_diff": float("%.4g" % effect),
+    }
+    (OUT / "gemma3nh.json").write_text(json.dumps(head, indent=1) + "\n")
+    print(f"hard tokens: {len(prompt)} + {len(fed)} ids, hard tables' effect {effect:.3g}")
 
 
 def main():
@@ -124,6 +168,7 @@ def main():
         "min_top2_margin": float("%.4g" % margin), "zero_features_max_abs_diff": float("%.4g" % effect),
     }
     (OUT / "gemma3ne.json").write_text(json.dumps(head, indent=1) + "\n")
+    write_hard_tokens(model, sp)
     print(f"{len(ids)} ids, {n_soft} clip tokens, tokens {tokens}, margin {margin:.3g}, clip effect {effect:.3g}")
 
 

@@ -158,6 +158,13 @@ struct EmbeddingSpan {
   bool bidirectional = false;
 };
 
+// Rows that replace the token-table embedding of a range of ids
+// (Model::SetHardTokenRows).
+struct HardTokenRows {
+  std::int32_t first = 0;   // the range's first id
+  std::vector<float> rows;  // [n, n_embd] float32, n >= 1: ids [first, first + n), as the first layer takes them
+};
+
 // Options of one Forward call.
 struct ForwardOptions {
   // Return the logits of the last num_logits tokens of the call, 1 <= num_logits
@@ -283,6 +290,27 @@ class Model {
   // [tokens.size(), n_embd] (Gemma: the token_embd row scaled by
   // sqrt(n_embd)). Ids must be in [0, n_vocab) (kvshare::Error otherwise).
   virtual void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const = 0;
+
+  // Gemma 3n's hard tokens (docs/vision.md "Gemma 3n's hard tokens"): HF's
+  // Gemma3nModel.forward embeds every id of the vision and audio
+  // vocabularies through the mmproj's embedders (their token path), not the
+  // text table. Replaces the installed ranges by `ranges` (empty: none).
+  // From then on the embedding of an id in a range is that range's row, as
+  // is (HF replaces the scaled text embedding by it: no sqrt(n_embd) scale),
+  // wherever the model embeds ids: Forward / ForwardBatch tokens (prompts,
+  // decode steps, drafts under verification; an EmbeddingSpan's rows still
+  // win over it) and EmbedTokens; the per-layer input (Gemma 3n) of such an
+  // id is id 0's, as HF's get_per_layer_inputs gives it. Other ids, and
+  // every id while no range is installed, are embedded as before. Safe while
+  // other threads run the model: a call already running keeps the rows it
+  // started with. Throws kvshare::Error, changing nothing, for a range
+  // without rows or whose rows are not a multiple of n_embd, ids outside
+  // [0, n_vocab), overlapping ranges, and (ranges not empty) a model that
+  // does not take them (the GPU model).
+  virtual void SetHardTokenRows(std::vector<HardTokenRows> ranges);
+  // The installed ranges, sorted by first id (null: none); a snapshot that
+  // later SetHardTokenRows calls do not change.
+  virtual std::shared_ptr<const std::vector<HardTokenRows>> hard_token_rows() const { return nullptr; }
 };
 
 }  // namespace kvshare

@@ -60,8 +60,9 @@ class ImageSplicer {
  public:
   // Looks up the markers of `projector`'s family in the vocabulary. Throws
   // kvshare::Error naming the first one it lacks (the mmproj does not belong
-  // to this text model). This form leaves Gemma 3n's end marker to the text
-  // table (llama.cpp's way); use it only to check the markers.
+  // to this text model). This form leaves Gemma 3n's end marker to the model
+  // (its hard-token rows when installed, Model::SetHardTokenRows; else the
+  // text table, llama.cpp's way).
   ImageSplicer(const Tokenizer& tokenizer, ProjectorType projector);
   // The same for `encoder`'s family, and for Gemma 3n the hard-embedding rows
   // of the vision vocabulary: HF's ids [offset, offset + V), V = the rows of
