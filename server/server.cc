@@ -271,7 +271,7 @@ void Server::Impl::SetupRoutes() {
              hs.requests_in_flight = in_flight.load();
              hs.connections_waiting = http_waiting.load();
              SchedulerStats ss;
-             if (phase.load() != Phase::kLoading) ss = scheduler->Stats();
+             if (loaded.load()) ss = scheduler->Stats();
              res.set_content(PrometheusText(ss, hs, grammars.Stats()), "text/plain; version=0.0.4");
            }));
 
@@ -350,7 +350,15 @@ int Server::Bind() {
 
 void Server::StartHttp() {
   Impl& m = *impl_;
-  m.http_thread = std::thread([&m] { m.http.listen_after_bind(); });
+  m.http_thread = std::thread([&m] {
+    m.http.listen_after_bind();
+    m.http_done.store(true);
+  });
+  // cpp-httplib's stop() does nothing until its accept loop has begun, and
+  // the loop then runs until a stop() nobody sends: a model that failed to
+  // load at once left Stop() joining forever (and the process hung). From
+  // here on Stop() ends it.
+  while (!m.http.is_running() && !m.http_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void Server::Load() {
@@ -455,17 +463,16 @@ void Server::Load() {
           std::to_string(so.speculative.draft_max) + " drafts per row and step" +
           (so.speculative.adaptive ? " (adaptive)" : ""));
   }
-  m.phase.store(Phase::kReady);
+  m.loaded.store(true);
+  Phase loading = Phase::kLoading;
+  // A drain begun while loading holds: the scheduler refuses from the start.
+  if (!m.phase.compare_exchange_strong(loading, Phase::kReady)) m.scheduler->Drain();
 }
 
 void Server::BeginDrain() {
   Impl& m = *impl_;
-  if (m.phase.load() == Phase::kLoading) {
-    m.phase.store(Phase::kDraining);
-    return;
-  }
   m.phase.store(Phase::kDraining);
-  if (m.scheduler) m.scheduler->Drain();
+  if (m.loaded.load()) m.scheduler->Drain();
 }
 
 bool Server::WaitIdle(std::chrono::milliseconds timeout) {

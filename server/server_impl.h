@@ -97,6 +97,7 @@ struct Server::Impl {
   ServerOptions opt;
   HttpServer http;
   std::thread http_thread;
+  std::atomic<bool> http_done{false};  // listen_after_bind returned
   int port = 0;
 
   // Set once by Load() before phase becomes kReady.
@@ -119,6 +120,9 @@ struct Server::Impl {
   std::int64_t created = 0;
 
   std::atomic<Phase> phase{Phase::kLoading};
+  // Load() is done: the fields above may be read (phase alone cannot say so:
+  // a drain may begin while loading).
+  std::atomic<bool> loaded{false};
   std::atomic<int> in_flight{0};
   std::atomic<int> http_waiting{0};  // connections waiting for a connection thread (CountingThreadPool)
   std::atomic<std::uint64_t> next_request{1};

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 #include <string>
@@ -62,43 +63,60 @@ struct ServeCliOptions {
 
 void Say(const std::string& line) {
   const std::time_t t = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&t, &local);  // the signal thread logs too
   char ts[32];
-  std::strftime(ts, sizeof ts, "%H:%M:%S", std::localtime(&t));
+  std::strftime(ts, sizeof ts, "%H:%M:%S", &local);
   std::fprintf(stderr, "[kvshare serve %s] %s\n", ts, line.c_str());
   std::fflush(stderr);
 }
 
-// SIGINT / SIGTERM, received by one thread (sigwait) while every other thread
-// has them blocked: the first drains, the second cancels what is left.
+// Once the drain is over, how long stopping (HTTP keep-alive and read
+// timeouts, the scheduler's last step) may take before the process exits
+// regardless.
+constexpr std::chrono::seconds kStopGrace{10};
+
+// SIGINT / SIGTERM, received by one thread (sigtimedwait) while every other
+// thread has them blocked: the mask is set before any other thread starts and
+// threads inherit it, so compute, OpenMP/oneDNN and HTTP threads never take
+// them. What a signal does depends on the phase (docs/serving.md):
+//   loading: exit at once, status 0 (nothing is served yet, and a load that
+//            reads or encodes cannot be interrupted; a stuck one must not
+//            hold the process);
+//   serving: the first drains, the second cancels what is left, a third
+//            exits at once (status 1);
+//   stopping (drain over): any signal, or kStopGrace passing, exits at once
+//            (status 1).
 class Signals {
  public:
+  enum class Phase { kLoading, kServing, kStopping };
+
   Signals() {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
     signal(SIGPIPE, SIG_IGN);                    // a client gone mid-write is an error return, not a kill
-    thread_ = std::thread([this] {
-      for (;;) {
-        int sig = 0;
-        if (sigwait(&set_, &sig) != 0) continue;
-        std::lock_guard<std::mutex> lock(mu_);
-        if (sig == SIGTERM || sig == SIGINT) {
-          ++count_;
-          name_ = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-          cv_.notify_all();
-          if (stop_) return;
-        }
-      }
-    });
+    thread_ = std::thread([this] { Run(); });
   }
   ~Signals() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
-    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait; the thread then returns
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigtimedwait; the thread then returns
     thread_.join();
+  }
+  // The model is loaded: signals drain from now on.
+  void Serving() {
+    std::lock_guard<std::mutex> lock(mu_);
+    phase_ = Phase::kServing;
+  }
+  // The drain is over: the process exits within kStopGrace whatever happens.
+  void Stopping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    phase_ = Phase::kStopping;
+    stop_deadline_ = std::chrono::steady_clock::now() + kStopGrace;
   }
   // Waits for the n-th signal or the deadline; returns whether it came.
   bool Wait(int n, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
@@ -111,12 +129,42 @@ class Signals {
   }
 
  private:
+  void Run() {
+    for (;;) {
+      // A short wait, so that the stopping deadline is checked without a signal.
+      const timespec tick{0, 200 * 1000 * 1000};
+      const int sig = sigtimedwait(&set_, nullptr, &tick);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      if (sig == SIGTERM || sig == SIGINT) {
+        ++count_;
+        name_ = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+        if (phase_ == Phase::kLoading) Exit(name_ + " while loading: exiting", 0);
+        if (phase_ == Phase::kStopping) Exit(name_ + " while stopping: exiting now", 1);
+        if (count_ >= 3) Exit("third signal: exiting now", 1);
+        cv_.notify_all();
+      }
+      if (phase_ == Phase::kStopping && std::chrono::steady_clock::now() >= stop_deadline_) {
+        Exit("stopping took over " + std::to_string(kStopGrace.count()) + " s: exiting now", 1);
+      }
+    }
+  }
+
+  // Ends the process from this thread, whatever the others are doing (a
+  // load or a stop that does not return): no destructors run.
+  [[noreturn]] static void Exit(const std::string& why, int status) {
+    Say(why);
+    std::_Exit(status);
+  }
+
   sigset_t set_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
   int count_ = 0;
   bool stop_ = false;
+  Phase phase_ = Phase::kLoading;
+  std::chrono::steady_clock::time_point stop_deadline_;
   std::string name_;
 };
 
@@ -167,6 +215,7 @@ void RunServe(const ServeCliOptions& o) {
   Say("loading " + so.model_path);
   srv.StartHttp();
   srv.Load();
+  signals.Serving();
   Say("listening on http://" + o.host + ":" + std::to_string(port) + ", ready: model " + srv.model_id() + ", " +
       std::to_string(o.slots) + " slots of " + std::to_string(o.max_context) + " tokens, " +
       std::to_string(o.step_tokens) + " tokens per step, queue " + std::to_string(o.max_queue) +
@@ -196,6 +245,7 @@ void RunServe(const ServeCliOptions& o) {
     srv.CancelAll();
     srv.WaitIdle(std::chrono::seconds(5));
   }
+  signals.Stopping();
   srv.Stop();
   Say("stopped");
 }

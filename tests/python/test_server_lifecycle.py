@@ -1,15 +1,21 @@
 """A client that goes away frees its slot at once (streaming and not), and
 SIGTERM drains: /health and new requests answer 503, requests in flight finish
 (or, past --drain-timeout, end with a final chunk, finish_reason "stop" and kvshare_abort "cancelled"),
-every stream ends with [DONE], and the process exits 0."""
+every stream ends with [DONE], and the process exits 0. A signal while
+loading (a load that never ends included) exits 0 at once, a load error exits
+1 at once, and a signal while stopping exits at once."""
 import json
+import os
+import re
 import signal
 import socket
+import subprocess
+import threading
 import time
 
 import pytest
 
-from server_util import DEFAULT_ID, Server, Stream, need_default_model, request
+from server_util import DEFAULT_ID, GEMMA4, ROOT, Server, Stream, cli, need_default_model, request
 
 P = "/v1/completions"
 LONG = {"model": DEFAULT_ID, "prompt": "Once upon a time,", "max_tokens": 400, "temperature": 0}
@@ -101,5 +107,99 @@ def test_drain_timeout_cancels_with_a_final_chunk():
         assert s.proc.wait(30) == 0
         assert time.monotonic() - t0 < 10
         s.wait_log(r"drain timeout: cancelling")
+    finally:
+        s.kill()
+
+
+class Starting:
+    """A `kvshare serve` from its first line on (Server waits for "listening")."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([str(cli()), "serve", "--host", "127.0.0.1", "--port", "0", *map(str, args)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.lines = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(l.rstrip("\n") for l in self.proc.stderr),
+                                       daemon=True)
+        self.reader.start()
+
+    def wait_line(self, pattern, timeout=30):
+        end = time.monotonic() + timeout
+        while not any(re.search(pattern, l) for l in list(self.lines)):
+            assert time.monotonic() < end and self.proc.poll() is None, f"no {pattern!r} in:\n" + "\n".join(self.lines)
+            time.sleep(0.01)
+
+    def exit_status(self, within):
+        """The exit status, which must come within `within` seconds."""
+        try:
+            rc = self.proc.wait(within)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.reader.join(5)
+            pytest.fail(f"still running {within} s later; log:\n" + "\n".join(self.lines))
+        self.reader.join(5)
+        return rc
+
+
+def test_signal_while_a_load_never_ends_exits_0(tmp_path):
+    # A FIFO with no writer: opening it blocks, as a load stuck on a slow or
+    # hung filesystem would; the model (then the mmproj) load never returns.
+    fifo = tmp_path / "stuck.gguf"
+    os.mkfifo(fifo)
+    for args, sig in [(["--model", fifo], signal.SIGTERM), (["--model", GEMMA4, "--mmproj", fifo], signal.SIGINT)]:
+        s = Starting(*args)
+        s.wait_line(r"\] loading ")
+        time.sleep(0.3)
+        s.proc.send_signal(sig)
+        assert s.exit_status(5) == 0
+        assert any(f"{sig.name} while loading: exiting" in l for l in s.lines), s.lines
+
+
+def test_signal_at_any_moment_of_the_start_exits_0():
+    # Mid-load of the default model (~250 MB: parsing, repacking, the KV
+    # cache), or just after it: the process is gone in seconds either way.
+    model = need_default_model()
+    for delay in (0.0, 0.1, 0.5):
+        s = Starting("--model", model)
+        s.wait_line(r"\] loading ")
+        time.sleep(delay)
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.exit_status(5) == 0, s.lines
+        assert any(re.search(r"SIGTERM (while loading: exiting|: draining)", l) for l in s.lines), s.lines
+
+
+def test_load_error_exits_1_at_once(tmp_path):
+    # The error came before the HTTP thread's accept loop had begun, and
+    # stopping it then hung the process (most starts).
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOTAGGUF" * 64)
+    for _ in range(5):
+        s = Starting("--model", bad)
+        assert s.exit_status(5) == 1
+        assert any("not a GGUF file" in l for l in s.lines), s.lines
+
+
+def test_idle_server_stops_at_once_and_a_second_signal_cuts_a_slow_stop():
+    s = Server(GEMMA4)
+    t0 = time.monotonic()
+    assert s.stop(timeout=5) == 0
+    assert time.monotonic() - t0 < 3
+    s.wait_log(r"\] stopped$")
+    # A client that sent half a request holds the HTTP layer's stop (its read
+    # timeout is 30 s): a second signal ends the process at once.
+    s = Server(GEMMA4)
+    try:
+        slow = socket.create_connection(("127.0.0.1", s.port))
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        time.sleep(0.2)
+        s.proc.send_signal(signal.SIGTERM)
+        s.wait_log(r"SIGTERM: draining")
+        time.sleep(0.5)
+        s.proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        assert s.proc.wait(5) == 1
+        assert time.monotonic() - t0 < 2
+        s.wait_log(r"SIGTERM while stopping: exiting now")
+        slow.close()
     finally:
         s.kill()

@@ -261,7 +261,10 @@ struct SubmitResult {
   std::shared_ptr<RequestHandle> handle;  // set when accepted
 };
 
-// Counters since construction and the current state (Scheduler::Stats).
+// Counters since construction and the current state (Scheduler::Stats): one
+// snapshot, taken under the scheduler's lock, in which requests_accepted =
+// requests_finished + queue_depth + active_slots; a request is counted
+// finished (and its slot free) before its client can see its last event.
 struct SchedulerStats {
   int slots = 0;
   int active_slots = 0;  // rows serving a request
@@ -331,7 +334,8 @@ class Scheduler {
   // Cancels every queued and running request (they finish with kAbort at the
   // next step).
   void CancelAll();
-  // True when no request is queued or running.
+  // True when no request is queued or running (Stats' queue_depth and
+  // active_slots are both 0).
   bool Idle() const;
   // Waits until Idle() or the timeout; returns Idle().
   bool WaitIdle(std::chrono::milliseconds timeout) const;

@@ -148,25 +148,28 @@ bool Admission::CopyLeader(ModelState& state, std::unique_ptr<Request>& r, int l
   s.spans.clear();
   // The last prompt token is fed again: its logits are this request's to sample.
   const std::size_t reuse = ResumeAt(state, opt_, s, slot, r->opt.prompt.size() - 1);
-  {
-    std::lock_guard<std::mutex> lock(shared_.mu);
-    SchedulerStats& stats = shared_.stats;
-    ++(reuse > 0 ? stats.prompt_cache_hits : stats.prompt_cache_misses);
-    stats.prompt_tokens += r->opt.prompt.size();
-    stats.cached_prompt_tokens += reuse;
-  }
-  Seat(std::move(r), s, reuse);
+  Seat(std::move(r), s, reuse, /*fallback=*/false);
   return true;
 }
 
-void Admission::Seat(std::unique_ptr<Request> r, Slot& s, std::size_t reuse) {
+void Admission::Seat(std::unique_ptr<Request> r, Slot& s, std::size_t reuse, bool fallback) {
+  {
+    // One step for readers: the request moves from the queue to a slot with
+    // its admission's counters (SchedulerShared).
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    SchedulerStats& stats = shared_.stats;
+    if (fallback) ++stats.prompt_cache_fallbacks;
+    ++(reuse > 0 ? stats.prompt_cache_hits : stats.prompt_cache_misses);
+    stats.prompt_tokens += r->opt.prompt.size();
+    stats.cached_prompt_tokens += reuse;
+    --shared_.queued;
+    ++shared_.active;
+  }
   r->prefilled = r->cached = static_cast<std::int64_t>(reuse);
   r->admit_seq = ++admit_counter_;
   s.req = std::move(r);
   s.last_used = ++rows_.use_clock;
   waiting_.pop_front();
-  shared_.queued.fetch_sub(1);
-  shared_.active.fetch_add(1);
 }
 
 std::shared_ptr<const TokenTrie> Admission::Trie() {
@@ -184,14 +187,14 @@ SubmitResult Admission::Submit(RequestOptions r, int waiting_upstream) {
   }
   // Slots that will take queued requests at the next step: a request only
   // waits in the queue (and counts against max_queue) beyond them.
-  const int free_slots = opt_.slots - shared_.active.load();
-  if (shared_.queued.load() + std::max(0, waiting_upstream) >= opt_.max_queue + free_slots) {
+  const int free_slots = opt_.slots - shared_.active;
+  if (shared_.queued + std::max(0, waiting_upstream) >= opt_.max_queue + free_slots) {
     ++shared_.stats.requests_rejected;
     return {SubmitStatus::kQueueFull, nullptr};
   }
   auto handle = std::make_shared<Handle>(shared_.next_id++);
   shared_.incoming.push_back(std::make_unique<Request>(handle, std::move(r), tok_, opt_.speculative, std::move(vocab)));
-  shared_.queued.fetch_add(1);
+  ++shared_.queued;
   ++shared_.stats.requests_accepted;
   lock.unlock();
   shared_.wake.notify_all();
@@ -212,7 +215,6 @@ void Admission::RemoveCancelled() {
     if (all || (*it)->handle->cancelled()) {
       Finish(shared_, **it, FinishReason::kAbort, "cancelled", {});
       it = waiting_.erase(it);
-      shared_.queued.fetch_sub(1);
     } else {
       ++it;
     }
@@ -244,21 +246,9 @@ void Admission::Admit(ModelState& state) {
     }
     Slot& s = rows_.at(c.slot);
     const std::size_t reuse = ResumeAt(state, opt_, s, c.slot, c.reuse);
-    {
-      std::lock_guard<std::mutex> lock(shared_.mu);
-      SchedulerStats& stats = shared_.stats;
-      if (!fallback.empty()) ++stats.prompt_cache_fallbacks;
-      if (reuse > 0) {
-        ++stats.prompt_cache_hits;
-      } else {
-        ++stats.prompt_cache_misses;
-      }
-      stats.prompt_tokens += prompt.size();
-      stats.cached_prompt_tokens += reuse;
-    }
     if (!fallback.empty()) LogLine(opt_, fallback);
     s.spans = std::move(spans);  // those within the reused prefix are the cached ones
-    Seat(std::move(r), s, reuse);
+    Seat(std::move(r), s, reuse, !fallback.empty());
   }
 }
 

@@ -52,8 +52,10 @@ class Admission {
   // `leader`, rewound to all but its last prompt token. False (nothing
   // done) when the state cannot copy rows.
   bool CopyLeader(ModelState& state, std::unique_ptr<Request>& r, int leader, int slot);
-  // Moves the waiting line's front r into s, its first `reuse` prompt tokens cached.
-  void Seat(std::unique_ptr<Request> r, Slot& s, std::size_t reuse);
+  // Moves the waiting line's front r into s, its first `reuse` prompt tokens
+  // cached (`fallback`: a longer prefix was lost to a sliding ring), and
+  // counts the admission.
+  void Seat(std::unique_ptr<Request> r, Slot& s, std::size_t reuse, bool fallback);
   // The vocabulary's trie, built by the first request with a grammar.
   std::shared_ptr<const TokenTrie> Trie();
 

@@ -38,10 +38,15 @@ void Finish(SchedulerShared& shared, Request& r, FinishReason reason, std::strin
   e.detail = std::move(detail);
   e.error = error;
   e.usage = {static_cast<std::int64_t>(r.opt.prompt.size()), r.generated, r.cached};
+  {
+    // Counted before the client can see its last event (and with the slot or
+    // queue place it leaves: SchedulerShared).
+    std::lock_guard<std::mutex> lock(shared.mu);
+    --(r.seated() ? shared.active : shared.queued);
+    ++shared.stats.requests_finished;
+    if (reason == FinishReason::kAbort) ++shared.stats.requests_cancelled;
+  }
   r.handle->Push(std::move(e));
-  std::lock_guard<std::mutex> lock(shared.mu);
-  ++shared.stats.requests_finished;
-  if (reason == FinishReason::kAbort) ++shared.stats.requests_cancelled;
 }
 
 void FailRow(SchedulerShared& shared, SlotTable& rows, Slot& s, const std::string& what) {

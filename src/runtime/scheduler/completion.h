@@ -17,7 +17,8 @@ namespace kvshare::detail {
 
 // Ends r (in a slot or not: a slot's request is freed first, SlotTable::Free)
 // with its last event: e with finished, the reason, `detail`, the usage and
-// the error flag set. Counts it in shared.stats.
+// the error flag set. Counts it in shared.stats, and the slot or queue
+// place it leaves, before the event is pushed.
 void Finish(SchedulerShared& shared, Request& r, FinishReason reason, std::string detail, RequestEvent e,
             bool error = false);
 

@@ -107,6 +107,8 @@ struct Request {
   std::vector<EmbeddingSpan> chunk_spans;   // this step's prompt chunk's image spans (relative to it)
 
   bool decoding() const { return prefilled == static_cast<std::int64_t>(opt.prompt.size()); }
+  // In a slot (Admission's Seat numbers it), not waiting in the queue.
+  bool seated() const { return admit_seq != 0; }
 };
 
 struct Slot {
@@ -123,8 +125,11 @@ struct SchedulerShared {
   mutable std::mutex mu;
   std::condition_variable wake;                   // the stepping thread's sleep while idle
   std::deque<std::unique_ptr<Request>> incoming;  // under mu: submitted, not yet seen by a step
-  std::atomic<int> queued{0};                     // incoming + waiting
-  std::atomic<int> active{0};                     // slots with a request
+  // Under mu, and changed with the counters they balance: requests_accepted
+  // = requests_finished + queued + active at every moment a reader can see
+  // (Stats is one snapshot; Idle never misses a request between queue and slot).
+  int queued = 0;  // incoming + waiting
+  int active = 0;  // slots with a request
   std::atomic<bool> draining{false};
   std::atomic<bool> cancel_all{false};
   std::uint64_t next_id = 1;      // under mu
@@ -140,27 +145,23 @@ struct SchedulerShared {
 
 // The state's rows and the requests in them: the stepping thread's alone.
 struct SlotTable {
-  // No slots until the owner resizes `slots` (after checking the count).
-  explicit SlotTable(std::atomic<int>& active_slots) : active(active_slots) {}
-
   Slot& at(int row) { return slots[static_cast<std::size_t>(row)]; }
   const Slot& at(int row) const { return slots[static_cast<std::size_t>(row)]; }
 
-  // Frees s and hands its request over for the last event: a client that
-  // has its final event finds the slot free (SchedulerShared::active).
+  // Frees s and hands its request over for the last event (Finish, which
+  // counts the slot free in SchedulerShared::active before the client can
+  // see that event).
   Request& Free(Slot& s) {
     finished.push_back(std::move(s.req));
     s.last_used = ++use_clock;
-    active.fetch_sub(1);
     return *finished.back();
   }
 
-  std::vector<Slot> slots;
+  std::vector<Slot> slots;      // none until the owner resizes it (after checking the count)
   std::uint64_t use_clock = 0;  // orders Slot::last_used
   // Requests freed this step, dropped at its end (their last event is sent
   // after Free, and the step's batch entries point into their tokens).
   std::vector<std::unique_ptr<Request>> finished;
-  std::atomic<int>& active;  // SchedulerShared::active
 };
 
 // SchedulerOptions::log, when set (stepping thread).

@@ -72,7 +72,7 @@ const char* FinishReasonName(FinishReason reason) {
 // fields need its mutex).
 struct Scheduler::Impl {
   Impl(const Model& m, const Tokenizer& t, ThreadPool* p, const SchedulerOptions& o)
-      : model(m), tok(t), pool(p), opt(o), rows(shared.active), admission(opt, tok, m.config().n_vocab, shared, rows) {
+      : model(m), tok(t), pool(p), opt(o), admission(opt, tok, m.config().n_vocab, shared, rows) {
     CheckOptions(o);
     ModelStateOptions so;
     so.max_context = o.max_context;
@@ -107,7 +107,10 @@ struct Scheduler::Impl {
   std::atomic<bool> stop{false};
   bool running = false;
 
-  bool HasWork() const { return shared.queued.load() > 0 || shared.active.load() > 0; }
+  bool HasWork() const {
+    std::lock_guard<std::mutex> lock(shared.mu);
+    return shared.queued > 0 || shared.active > 0;
+  }
 
   bool Step() {
     const bool worked = StepInner();
@@ -338,9 +341,9 @@ SchedulerStats Scheduler::Stats() const {
     }
     s.kv_bytes_used = m.shared.kv_bytes_used;
     s.kv_tokens = m.shared.kv_tokens;
+    s.active_slots = m.shared.active;
+    s.queue_depth = m.shared.queued;
   }
-  s.active_slots = m.shared.active.load();
-  s.queue_depth = m.shared.queued.load();
   return s;
 }
 
