@@ -185,7 +185,7 @@ void DotQ6_KR(const BlockQ6_K* w, const ActQ8K* x, std::int64_t xs, std::int64_t
       q[n][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
       // Scales 8n .. 8n + 7 in both lanes; q[n][k] covers groups 8n + 2k (low lane) and 8n + 2k + 1.
-      const __m256i half = _mm256_permute4x64_epi64(sc16, n == 0 ? 0x44 : 0xEE);
+      const __m256i half = n == 0 ? _mm256_permute4x64_epi64(sc16, 0x44) : _mm256_permute4x64_epi64(sc16, 0xEE);
       for (int k = 0; k < 4; ++k) s[n][k] = _mm256_shuffle_epi8(half, sel[k]);
     }
     const float dw = H2F(w[b].d);
