@@ -229,13 +229,14 @@ run_step() {
   echo "   $name: exit $rc in ${dt} s"
 }
 
-find_tool() { # name, then folders to look in besides PATH
+find_tool() { # name, then folders to look in besides PATH (globs allowed)
   local n=$1 d
   shift
   command -v "$n" 2>/dev/null && return 0
   for d in "$@"; do [[ -x $d/$n ]] && { echo "$d/$n"; return 0; }; done
   return 1
 }
+SANITIZER_DIRS=(/usr/local/cuda/bin /usr/local/cuda/compute-sanitizer /usr/local/cuda-*/compute-sanitizer /opt/nvidia/*/compute-sanitizer)
 
 find_cublas() {
   local d
@@ -306,7 +307,7 @@ except Exception as e:  # noqa: BLE001
 EOF
     local nvcc cs cuobj
     nvcc=$(find_tool nvcc /usr/local/cuda/bin) && echo "nvcc: $("$nvcc" --version | tail -1)"
-    cs=$(find_tool compute-sanitizer /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer) &&
+    cs=$(find_tool compute-sanitizer "${SANITIZER_DIRS[@]}") &&
       echo "compute-sanitizer: $cs ($("$cs" --version 2>&1 | tail -1))" || echo "compute-sanitizer: not found"
     if cuobj=$(find_tool cuobjdump /usr/local/cuda/bin); then
       echo "test_cuda device code: $("$cuobj" --list-elf "$BIN/test_cuda" 2>&1 | sed -n 's/.*\(sm_[0-9a-z]*\).*/\1/p' | sort | uniq -c | tr -s ' \n' ' ')"
@@ -370,7 +371,7 @@ step_body() {
       done ;;
     memcheck|racecheck)
       local cs filter
-      cs=$(find_tool compute-sanitizer /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer) ||
+      cs=$(find_tool compute-sanitizer "${SANITIZER_DIRS[@]}") ||
         { echo "compute-sanitizer not found"; exit 77; }
       ((HAVE_GPU)) || { echo "no GPU"; exit 77; }
       if [[ $1 == memcheck ]]; then filter=$MEMCHECK_FILTER; else filter=$RACECHECK_FILTER; fi
@@ -434,7 +435,8 @@ device() {
   # The logs are written into --out as the steps run, and report.md starts as
   # the environment: if the call is cut short, what ran still comes back.
   { echo "# scripts/gpu_check.sh: cut short before the report; the environment:"; cat "$WORK/env.log"; } >"$OUTDIR/report.md"
-  export PYTHONUNBUFFERED=1 SELF ROOT WORK OUTDIR BIN HAVE_GPU PY REPORT_PY GTEST_FILTER BENCH_FILTER BENCH_MIN_TIME \
+  # The peers build their models from configs: nothing to fetch, and no network there.
+  export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SELF ROOT WORK OUTDIR BIN HAVE_GPU PY REPORT_PY GTEST_FILTER BENCH_FILTER BENCH_MIN_TIME \
     PEER_SHAPES MEMCHECK_FILTER RACECHECK_FILTER CLI_MODELS
   # Order: correctness first, then speed, then the slow sanitizers; steps take at
   # most their own timeout and what is left of the budget.

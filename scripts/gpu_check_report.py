@@ -212,7 +212,8 @@ def judge(step, rc, work, logs, gpu):
         if timed_out:
             return "timeout", key + f" ({step['note']})", excerpt(log)
         if s["n"] == 0:
-            return "fail", "no test results (crashed before writing its JSON?)", excerpt(log)
+            running = [ln for ln in log.splitlines() if ln.startswith("[ RUN      ]")][-1:]
+            return "fail", "no test results (crashed before writing its JSON?)", running + excerpt(log)
         if s["failed"] or rc:
             return "fail", key, s["failures"][:8] or excerpt(log)
         if gpu and NO_DEVICE.search(log):
