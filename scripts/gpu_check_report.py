@@ -81,10 +81,14 @@ def section(log, step):
     return m.group(1) if m else ""
 
 
+def no_device_lines(log):
+    return list(dict.fromkeys(ln for ln in log.splitlines() if NO_DEVICE.search(ln)))[:3]
+
+
 def excerpt(text, lines=6):
     """The first lines that look like the failure, else the last lines."""
     rows = [r for r in text.splitlines() if r.strip()]
-    hits = [r for r in rows if ERRORISH.search(r)]
+    hits = list(dict.fromkeys(r for r in rows if ERRORISH.search(r)))  # each distinct line once
     pick = hits[:lines] if hits else rows[-lines:]
     return [r[:200] for r in pick]
 
@@ -217,8 +221,7 @@ def judge(step, rc, work, logs, gpu):
         if s["failed"] or rc:
             return "fail", key, s["failures"][:8] or excerpt(log)
         if gpu and NO_DEVICE.search(log):
-            return "fail", key + ": skipped on a machine with a GPU", \
-                [ln for ln in log.splitlines() if NO_DEVICE.search(ln)][:3]
+            return "fail", key + ": skipped on a machine with a GPU", no_device_lines(log)
         return ("skip" if s["skipped"] == s["n"] else "pass"), key, []
     if name == "cli":
         rows = [r.split("\t") for r in read(os.path.join(work, "cli.tsv")).splitlines() if r]
@@ -251,12 +254,19 @@ def judge(step, rc, work, logs, gpu):
         if h:
             key.append(f"{h.group(1)} hazards")
         g = re.search(r"\[  PASSED  \] (\d+) test", log)
+        k = re.search(r"\[  SKIPPED \] (\d+) test", log)
         if g:
-            key.append(f"{g.group(1)} tests passed")
+            key.append(f"{g.group(1)} tests passed" + (f", {k.group(1)} skipped" if k else ""))
         key = ", ".join(key) or "no summary"
         if timed_out:
             return "timeout", key, excerpt(log)
-        return ("pass" if rc == 0 else "fail"), key, ([] if rc == 0 else excerpt(log, 10))
+        if rc:
+            return "fail", key, excerpt(log, 10)
+        if gpu and NO_DEVICE.search(log):
+            return "fail", key + ": the tests saw no device under the sanitizer", no_device_lines(log)
+        if not g or g.group(1) == "0":
+            return "warn", key + ": no test ran under it (see --memcheck-filter / --racecheck-filter)", []
+        return "pass", key, []
     if name == "bench":
         if rc == 77:
             return "skip", (log.strip().splitlines() or ["skipped"])[-1], []
@@ -282,7 +292,8 @@ def judge(step, rc, work, logs, gpu):
         if not cases:
             return "skip", "no kvshare attention rows to compare", []
         if not (doc or {}).get("device"):
-            return "skip", "no GPU for torch: " + key, []
+            why = "torch saw no CUDA device: bench/cuda_bench.py timed kvshare's rows only"
+            return ("fail" if gpu else "skip"), "no GPU for torch: " + key, [why] if gpu else []
         return "pass", key, []
     if name == "hf":
         doc = load_json(os.path.join(work, "hf.json")) or {}
@@ -295,7 +306,8 @@ def judge(step, rc, work, logs, gpu):
         if rc or errs:
             return "fail", key, [f"{r['name']}: {r['error']}" for r in errs[:6]] or excerpt(log)
         if skipped or not rows:
-            return "skip", (skipped[0]["skipped"] if skipped else "no rows")[:120], []
+            why = (skipped[0]["skipped"] if skipped else "no rows")[:120]
+            return ("fail" if gpu else "skip"), why, [why] if gpu else []
         return ("skip" if doc.get("tiny") else "pass"), key, []
     return ("pass" if rc == 0 else "fail"), "", ([] if rc == 0 else excerpt(log))
 
