@@ -2,11 +2,12 @@
 # The GPU check of issue 44 in one device call (docs/gpu.md): build and pack
 # here, run on the lent GPU machine, read one report.
 #
-#   scripts/gpu_check.sh pack [--build-dir DIR] [--jobs N] [--no-cli]
-#       Here, no GPU needed: builds test_cuda, kvshare_bench and the kvshare CLI
-#       with CUDA on (Release, sm_90 as CMakeLists.txt sets), packs them with
-#       the shared libraries the device machine lacks into gpu-pack/ (git-ignored)
-#       and prints the device tool call to make.
+#   scripts/gpu_check.sh pack [--build-dir DIR] [--jobs N] [--no-cli] [--test-target test_X]...
+#       Here, no GPU needed: builds test_cuda (and each --test-target),
+#       kvshare_bench and the kvshare CLI with CUDA on (Release, the CUDA targets
+#       CMakeLists.txt sets), packs them with the shared libraries the device
+#       machine lacks into gpu-pack/ (git-ignored) and prints the device tool
+#       call to make.
 #   scripts/gpu_check.sh device [--pack DIR] [--out DIR] [--budget S] [--only LIST] [...]
 #       On the device machine, from the repository root: unpacks the pack, checks
 #       the GPU, runs the steps, writes report.md and the raw logs to --out
@@ -125,12 +126,15 @@ tree_bytes() { # what the device call sends besides carry: tracked + untracked-n
 }
 
 pack() {
-  local build=$ROOT/build-gpu jobs=2 cli=1
+  local build=$ROOT/build-gpu jobs=2 cli=1 tests=(test_cuda)
   while (($#)); do
     case $1 in
       --build-dir) build=$(readlink -m "$2"); shift 2 ;;
       --jobs) jobs=$2; shift 2 ;;
       --no-cli) cli=0; shift ;;
+      --test-target)
+        [[ $2 == test_* ]] || die "pack: --test-target $2: expected a test binary target (test_<layer>)"
+        tests+=("$2"); shift 2 ;;
       *) die "pack: unknown option $1 (see scripts/gpu_check.sh --help)" ;;
     esac
   done
@@ -142,14 +146,16 @@ pack() {
   fi
   grep -q '^KVSHARE_CUDA:BOOL=ON' "$build/CMakeCache.txt" ||
     die "pack: $build is not a CUDA build (KVSHARE_CUDA=ON); use another --build-dir"
-  local targets=(test_cuda kvshare_bench)
+  local targets=("${tests[@]}" kvshare_bench)
   ((cli)) && targets+=(kvshare_cli)
   nice -n 19 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || die "pack: build failed"
 
   local stage
   stage=$(mktemp -d /tmp/gpu_pack.XXXXXX)
   mkdir -p "$stage/bin" "$stage/lib/fallback"
-  cp "$build/tests/test_cuda" "$build/bench/kvshare_bench" "$stage/bin/"
+  local t
+  for t in "${tests[@]}"; do cp "$build/tests/$t" "$stage/bin/"; done
+  cp "$build/bench/kvshare_bench" "$stage/bin/"
   ((cli)) && cp "$build/bin/kvshare" "$stage/bin/"
   strip --strip-unneeded "$stage"/bin/*
   make_dnnl_stub "$stage"
@@ -183,7 +189,9 @@ pack() {
   if ((total > MIB64)); then
     if ((cli)); then
       echo "pack: over the device call's 64 MiB: packing again without the kvshare CLI"
-      pack --build-dir "$build" --jobs "$jobs" --no-cli
+      local again=(--build-dir "$build" --jobs "$jobs" --no-cli)
+      for t in "${tests[@]:1}"; do again+=(--test-target "$t"); done
+      pack "${again[@]}"
       return
     fi
     die "pack: the tree and the pack together exceed 64 MiB: ignore or remove large untracked files"
