@@ -11,16 +11,21 @@ Shapes (the configs are built in code: no network, no model files):
                        35 layers (4 sliding + 1 full) x 7, width 1536, 8 heads on
                        1 KV head, head size 256 sliding / 512 full, window 512,
                        the last 20 layers KV-shared with a double-wide FFN
-                       (6144 / 12288), per-layer embeddings of 256, vocab 262144,
-                       final softcap 30
+                       (6144 / 12288), per-layer embeddings of 256, final
+                       softcap 30; vocab --gemma4-vocab (default 16384, as
+                       kvshare_bench's row of this name builds it: its writer
+                       holds the file in memory; the released model has 262144)
 
 Rows, one JSON object per line on stdout (names as docs/gpu.md describes, so
 scripts/gpu_check_report.py joins them with kvshare's rows of the same name):
-  model/<shape>/prefill<P>     one sequence, a P-token prompt into an empty
-                               cache, logits of the last token only: P / s
-  model/<shape>/decode/C:<c>   c sequences after a P-token prompt each, one
-                               token per sequence per step: c * steps / s
-A failed row prints {"name": ..., "error": ...} and the others go on.
+  model/<shape>/prefill<P>     one sequence, a P-token prompt (--prompt, 512)
+                               into an empty cache, logits of the last token
+                               only: P / s
+  model/<shape>/decode/C:<c>   c sequences after a --decode-prompt-token prompt
+                               each (64, as kvshare_bench), one token per
+                               sequence per step: c * steps / s
+Each row also gives its setup ("setup": vocab, context). A failed row prints
+{"name": ..., "error": ...} and the others go on.
 
   python3 bench/peer_hf_gpu_models.py [--json out.json]
   python3 bench/peer_hf_gpu_models.py --tiny --device cpu   # seconds, no GPU
@@ -49,7 +54,7 @@ def gemma3_config(tiny):
                             layer_types=["full_attention" if i % 6 == 5 else "sliding_attention" for i in range(n)])
 
 
-def gemma4_config(tiny):
+def gemma4_config(tiny, vocab=16384):
     from transformers import Gemma4TextConfig
     if tiny:
         groups, shared = 2, 4
@@ -58,7 +63,7 @@ def gemma4_config(tiny):
                     hidden_size_per_layer_input=16, sliding_window=16)
     else:
         groups, shared = 7, 20
-        dims = dict(vocab_size=262144, vocab_size_per_layer_input=262144, hidden_size=1536, intermediate_size=6144,
+        dims = dict(vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=1536, intermediate_size=6144,
                     num_attention_heads=8, num_key_value_heads=1, head_dim=256, global_head_dim=512,
                     hidden_size_per_layer_input=256, sliding_window=512)
     types = (["sliding_attention"] * 4 + ["full_attention"]) * groups
@@ -67,7 +72,7 @@ def gemma4_config(tiny):
                             enable_moe_block=False, max_position_embeddings=131072)
 
 
-def build(shape, tiny, device, dtype, attn):
+def build(shape, tiny, device, dtype, attn, gemma4_vocab=16384):
     """The model with random weights: matrices N(0, 0.02), vectors as initialized."""
     import torch
     if shape == "gemma3_270m_shapes":
@@ -75,7 +80,7 @@ def build(shape, tiny, device, dtype, attn):
         cfg = gemma3_config(tiny)
     else:
         from transformers import Gemma4ForCausalLM as cls
-        cfg = gemma4_config(tiny)
+        cfg = gemma4_config(tiny, gemma4_vocab)
     cfg._attn_implementation = attn
     torch.manual_seed(0)
     old = torch.get_default_dtype()
@@ -154,13 +159,14 @@ def run_shape(shape, a, emit):
     import torch
     dtype = torch.bfloat16 if a.device.startswith("cuda") else torch.float32
     prompt = 32 if a.tiny else a.prompt
+    ctx = 24 if a.tiny else a.decode_prompt
     steps = 4 if a.tiny else a.decode_steps
     rows = [1, 2] if a.tiny else a.rows
     base = {"peer": "transformers", "attn": a.attn, "cache": "static", "dtype": str(dtype).replace("torch.", "")}
     names = [f"model/{shape}/prefill{prompt}"] + [f"model/{shape}/decode/C:{c}" for c in rows]
     try:
         t0 = time.perf_counter()
-        model, cfg = build(shape, a.tiny, a.device, dtype, a.attn)
+        model, cfg = build(shape, a.tiny, a.device, dtype, a.attn, a.gemma4_vocab)
         build_s = time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - every row of the shape reports why
         for n in names:
@@ -169,9 +175,12 @@ def run_shape(shape, a, emit):
     with torch.no_grad():
         for n, c in zip(names, [None] + rows):
             try:
-                r = prefill_row(model, cfg, a.device, prompt, a.reps) if c is None else \
-                    decode_row(model, cfg, a.device, prompt, c, steps)
-                emit({"name": n, **base, **r, "prompt": prompt, "build_s": round(build_s, 2)})
+                if c is None:
+                    r, setup = prefill_row(model, cfg, a.device, prompt, a.reps), f"prompt {prompt}"
+                else:
+                    r, setup = decode_row(model, cfg, a.device, ctx, c, steps), f"context {ctx}+, {steps} steps"
+                emit({"name": n, **base, **r, "setup": f"vocab {cfg.vocab_size}, {setup}",
+                      "build_s": round(build_s, 2)})
             except Exception as e:  # noqa: BLE001 - report and go on with the next row
                 emit({"name": n, **base, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             if a.device.startswith("cuda"):
@@ -185,7 +194,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of " + ", ".join(SHAPES))
     ap.add_argument("--rows", default="1,8,64", help="decode rows C (comma list)")
-    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens (prefill and before decode)")
+    ap.add_argument("--prompt", type=int, default=512, help="prefill rows: prompt tokens")
+    ap.add_argument("--decode-prompt", type=int, default=64, help="decode rows: prompt tokens of each row")
+    ap.add_argument("--gemma4-vocab", type=int, default=16384, help="gemma4_e2b_geometry's vocabulary")
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3, help="timed prefill calls (median)")
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation")

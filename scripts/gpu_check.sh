@@ -29,6 +29,8 @@
 #   --memcheck-filter F   --gtest_filter under memcheck (default below)
 #   --racecheck-filter F  --gtest_filter under racecheck (default below)
 #   --peer-shapes LIST    bench/peer_hf_gpu_models.py --shapes
+#   --peer-args "ARGS"    more options of bench/peer_hf_gpu_models.py (e.g.
+#                         "--gemma4-vocab 262144 --decode-steps 64")
 #   --python PY           the Python of the peers (default python3)
 set -uo pipefail
 
@@ -396,6 +398,9 @@ step_body() {
       local extra=()
       ((HAVE_GPU)) || extra=(--tiny --device cpu)
       [[ -n $PEER_SHAPES ]] && extra+=(--shapes "$PEER_SHAPES")
+      local more=()
+      read -ra more <<<"$PEER_ARGS"
+      extra+=("${more[@]}")
       "$PY" bench/peer_hf_gpu_models.py --json "$WORK/hf.json" "${extra[@]}" ;;
     *) echo "unknown step $1"; exit 2 ;;
   esac
@@ -403,7 +408,7 @@ step_body() {
 
 device() {
   local pack=$ROOT/gpu-pack bin_dir="" out=${OUT:-$ROOT/gpu-out} budget=420 peers=1
-  ONLY=tests,sanitize,bench BENCH_FILTER=cuda/ BENCH_MIN_TIME=0.2 GTEST_FILTER='*' PEER_SHAPES="" PY=python3
+  ONLY=tests,sanitize,bench BENCH_FILTER=cuda/ BENCH_MIN_TIME=0.2 GTEST_FILTER='*' PEER_SHAPES="" PEER_ARGS="" PY=python3
   while (($#)); do
     case $1 in
       --pack) pack=$(readlink -m "$2"); shift 2 ;;
@@ -418,6 +423,7 @@ device() {
       --memcheck-filter) MEMCHECK_FILTER=$2; shift 2 ;;
       --racecheck-filter) RACECHECK_FILTER=$2; shift 2 ;;
       --peer-shapes) PEER_SHAPES=$2; shift 2 ;;
+      --peer-args) PEER_ARGS=$2; shift 2 ;;
       --python) PY=$2; shift 2 ;;
       *) die "device: unknown option $1 (see scripts/gpu_check.sh --help)" ;;
     esac
@@ -445,7 +451,7 @@ device() {
   { echo "# scripts/gpu_check.sh: cut short before the report; the environment:"; cat "$WORK/env.log"; } >"$OUTDIR/report.md"
   # The peers build their models from configs: nothing to fetch, and no network there.
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SELF ROOT WORK OUTDIR BIN HAVE_GPU PY REPORT_PY GTEST_FILTER BENCH_FILTER BENCH_MIN_TIME \
-    PEER_SHAPES MEMCHECK_FILTER RACECHECK_FILTER CLI_MODELS
+    PEER_SHAPES PEER_ARGS MEMCHECK_FILTER RACECHECK_FILTER CLI_MODELS
   # Order: correctness first, then speed, then the slow sanitizers; steps take at
   # most their own timeout and what is left of the budget.
   run_step tests tests 150 tests.log

@@ -105,7 +105,7 @@ def bench_key(name):
     key = _SUFFIX.sub("", name)
     if key.startswith("cuda/"):
         key = key[len("cuda/"):]
-    key = re.sub(r"/(?:[BbCc]|rows):?(\d+)(?=/|$)", r"/C:\1", key)
+    key = re.sub(r"/(?:[BbCc]|rows|batch):?(\d+)(?=/|$)", r"/C:\1", key)
     if re.search(r"/decode(/|$)", key) and "/C:" not in key:
         key = key.rstrip("/") + "/C:1"
     return key
@@ -132,7 +132,7 @@ def bench_rows(doc):
 
 
 def model_table(bench_doc, hf_doc):
-    """Rows of (key, kvshare tok/s or error, transformers tok/s or error, ratio)."""
+    """Rows of (key, kvshare tok/s or error, transformers tok/s or error, ratio, the peer's setup)."""
     ours = {bench_key(n): r for n, r in bench_rows(bench_doc).items() if bench_key(n).startswith("model/")}
     peer = {}
     for r in (hf_doc or {}).get("rows", []):
@@ -147,7 +147,7 @@ def model_table(bench_doc, hf_doc):
         cell_o = f"{ok:,.0f}" if ok else (o.get("error", "-") if o else "-")
         cell_p = f"{pk:,.0f}" if pk else (p.get("error") or p.get("skipped") or "-")
         ratio = f"{ok / pk:.2f}" if ok and pk else "-"
-        table.append((key, cell_o, str(cell_p)[:60], ratio))
+        table.append((key, cell_o, str(cell_p)[:60], ratio, p.get("setup", "-")))
     return table
 
 
@@ -373,7 +373,8 @@ def report(a):
           "## Environment", "", "```", env.strip(), "```", ""]
     if models:
         md += ["## Model throughput, tok/s (kvshare_bench cuda/model/ vs transformers, SDPA, static cache, eager)", "",
-               md_table(("row", "kvshare", "transformers", "kvshare / transformers"), models), ""]
+               md_table(("row", "kvshare", "transformers", "kvshare / transformers", "transformers setup"), models),
+               ""]
     sdpa_md = read(os.path.join(work, "sdpa.md")).strip()
     if sdpa_md:
         md += ["## Attention vs torch SDPA (bench/cuda_bench.py; ratios = torch time / kvshare time)", "", sdpa_md, ""]
@@ -389,7 +390,7 @@ def report(a):
     # stdout: the device tool returns the last 12,000 characters; the steps table last.
     if any(r[3] != "-" or r[1][:1].isdigit() or r[2][:1].isdigit() for r in models):
         print("\nmodel tok/s:")
-        print(md_table(("row", "kvshare", "transformers", "ratio"), models))
+        print(md_table(("row", "kvshare", "transformers", "ratio", "transformers setup"), models))
     if any(r[1] == "ok" for r in attn):
         print("\nattention, largest case per shape (torch time / kvshare time):")
         print(md_table(("case", "kvshare", "flash", "cuDNN", "efficient", "target"), attn))

@@ -23,6 +23,7 @@ def test_bench_key_joins_kvshare_and_peer_names():
     assert rep.bench_key("cuda/model/gemma3_270m_shapes/decode/real_time") == "model/gemma3_270m_shapes/decode/C:1"
     assert rep.bench_key("cuda/model/g4/decode/B:8/real_time") == "model/g4/decode/C:8"
     assert rep.bench_key("cuda/model/g4/decode/c64") == "model/g4/decode/C:64"
+    assert rep.bench_key("cuda/model/g4/decode/batch:2") == "model/g4/decode/C:2"
     assert rep.bench_key("model/g4/decode/C:8") == "model/g4/decode/C:8"
     assert rep.bench_key("cuda/model/g4/prefill512/iterations:3/real_time") == "model/g4/prefill512"
 
@@ -73,7 +74,7 @@ def synthetic_run(tmp_path):
     (work / "bench.json").write_text(text[:-3])  # cut by the timeout
     (out / "bench.log").write_text("===== step bench (at most 150 s) =====\nRunning kvshare_bench\n")
     hf = {"device": "NVIDIA H200", "tiny": False, "rows": [
-        {"name": "model/gemma3_270m_shapes/prefill512", "tok_s": 12800.0},
+        {"name": "model/gemma3_270m_shapes/prefill512", "tok_s": 12800.0, "setup": "vocab 262144, prompt 512"},
         {"name": "model/gemma3_270m_shapes/decode/C:1", "tok_s": 100.0},
         {"name": "model/gemma3_270m_shapes/decode/C:8", "tok_s": 700.0}]}
     (work / "hf.json").write_text(json.dumps(hf))
@@ -97,9 +98,9 @@ def test_report_of_a_synthetic_device_run(tmp_path, capsys):
     assert "e2b.f32.gguf: cuda exit 1: kvshare: error: no GPU forward pass" in md
     assert "2 errors" in md and "Invalid __global__ read" in md
     # The bench rows that finished before the cut, joined with the peer's by name.
-    assert "| model/gemma3_270m_shapes/prefill512 | 25,600 | 12,800 | 2.00 |" in md
-    assert "| model/gemma3_270m_shapes/decode/C:1 | 500 | 100 | 5.00 |" in md
-    assert "| model/gemma3_270m_shapes/decode/C:8 | - | 700 | - |" in md
+    assert "| model/gemma3_270m_shapes/prefill512 | 25,600 | 12,800 | 2.00 | vocab 262144, prompt 512 |" in md
+    assert "| model/gemma3_270m_shapes/decode/C:1 | 500 | 100 | 5.00 | - |" in md
+    assert "| model/gemma3_270m_shapes/decode/C:8 | - | 700 | - | - |" in md
     assert json.loads((out / "bench.json").read_text())["benchmarks"][1]["tok/s"] == 500.0
     # The steps table is the last thing printed (the device tool returns the output's tail).
     assert printed.rstrip().splitlines()[-1].startswith("| racecheck | skip |")
