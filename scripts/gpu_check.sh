@@ -452,17 +452,18 @@ device() {
   # The peers build their models from configs: nothing to fetch, and no network there.
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SELF ROOT WORK OUTDIR BIN HAVE_GPU PY REPORT_PY GTEST_FILTER BENCH_FILTER BENCH_MIN_TIME \
     PEER_SHAPES PEER_ARGS MEMCHECK_FILTER RACECHECK_FILTER CLI_MODELS
-  # Order: correctness first, then speed, then the slow sanitizers; steps take at
-  # most their own timeout and what is left of the budget.
+  # Correctness first, speed last: the benchmarks' times are the least known
+  # (bench/cuda_model_bench.cc writes multi-GB models), and a second call can
+  # rerun them alone. Each step takes at most its cap and what is left.
   run_step tests tests 150 tests.log
   run_step cli tests 60 tests.log
-  run_step bench bench 150 bench.log
+  run_step memcheck sanitize 90 sanitize.log
+  run_step racecheck sanitize 60 sanitize.log
+  run_step bench bench 180 bench.log
   if ((peers)); then
     run_step sdpa bench 90 bench.log
     run_step hf bench 150 bench.log
   fi
-  run_step memcheck sanitize 90 sanitize.log
-  run_step racecheck sanitize 60 sanitize.log
   "$PY" "$REPORT_PY" report --work "$WORK" --out "$OUTDIR" --budget "$budget" --elapsed $(($(date +%s) - start))
   local rc=$?
   rm -rf "$WORK"
