@@ -78,6 +78,11 @@ def synthetic_run(tmp_path):
         {"name": "model/gemma3_270m_shapes/decode/C:1", "tok_s": 100.0},
         {"name": "model/gemma3_270m_shapes/decode/C:8", "tok_s": 700.0}]}
     (work / "hf.json").write_text(json.dumps(hf))
+    case = {"kind": "prefill", "N": 32, "Nkv": 8, "H": 128, "B": 1, "W": 0, "dtype": "bfloat16"}
+    sdpa = {"device": "NVIDIA H200", "cases": [
+        {**case, "T": 4096, "kvshare_s": 0.001, "torch": {"flash": 0.002}},
+        {**case, "T": 16384, "kvshare_s": 0.010, "torch": {"flash": 0.009, "cudnn": 0.008, "efficient": None}}]}
+    (work / "sdpa.json").write_text(json.dumps(sdpa))
     (out / "sanitize.log").write_text("===== step memcheck (at most 90 s) =====\n========= Invalid __global__ read of size 4\n"
                                       "========= ERROR SUMMARY: 2 errors\n")
     return work, out
@@ -102,6 +107,9 @@ def test_report_of_a_synthetic_device_run(tmp_path, capsys):
     assert "| model/gemma3_270m_shapes/decode/C:1 | 500 | 100 | 5.00 | - |" in md
     assert "| model/gemma3_270m_shapes/decode/C:8 | - | 700 | - | - |" in md
     assert json.loads((out / "bench.json").read_text())["benchmarks"][1]["tok/s"] == 500.0
+    # The attention summary: the largest case of the shape, torch's time over kvshare's per backend.
+    assert "| prefill N32/8 H128 B1 T16384 bfloat16 | ok | 0.90 | 0.80 | n/a | flash >= 0.9 |" in printed
+    assert "T4096" not in printed
     # The steps table is the last thing printed (the device tool returns the output's tail).
     assert printed.rstrip().splitlines()[-1].startswith("| hf | skip | 0 | skipped: the --budget was spent |")
     assert set(os.listdir(out)) <= ALLOWED
