@@ -213,10 +213,11 @@ def judge(step, rc, work, logs, gpu):
     if name == "tests":
         _, s = gtest_summary(work)
         key = f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped of {s['n']}"
+        # The test that was running when the binary hung or died (gtest writes its JSON at the end).
+        running = [f"running: {ln[12:].strip()}" for ln in log.splitlines() if ln.startswith("[ RUN      ]")][-1:]
         if timed_out:
-            return "timeout", key + f" ({step['note']})", excerpt(log)
+            return "timeout", key + f" ({step['note']})", running + excerpt(log)
         if s["n"] == 0:
-            running = [ln for ln in log.splitlines() if ln.startswith("[ RUN      ]")][-1:]
             return "fail", "no test results (crashed before writing its JSON?)", running + excerpt(log)
         if s["failed"] or rc:
             return "fail", key, s["failures"][:8] or excerpt(log)

@@ -179,3 +179,12 @@ def test_shellcheck_is_clean():
         pytest.skip("shellcheck not installed")
     r = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_a_hung_test_binary_is_named(tmp_path):
+    log = ("===== step tests (at most 150 s) =====\n[ RUN      ] CudaGqaDevice.Edge\n[       OK ] CudaGqaDevice.Edge\n"
+           "[ RUN      ] CudaGqaDevice.Sweep\n")
+    step = {"name": "tests", "log": "tests.log", "note": "timeout 150"}
+    status, key, lines = rep.judge(step, 124, str(tmp_path), {"tests.log": log}, gpu=True)
+    assert status == "timeout" and "timeout 150" in key
+    assert lines[0] == "running: CudaGqaDevice.Sweep"
