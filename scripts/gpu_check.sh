@@ -440,7 +440,7 @@ device() {
   WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
   OUTDIR=$out
   mkdir -p "$OUTDIR" || die "cannot create --out $OUTDIR"
-  rm -f "$OUTDIR"/{report.md,tests.log,sanitize.log,bench.log}
+  rm -f "$OUTDIR"/{report.md,tests.json,tests.log,sanitize.log,bench.json,bench.log,sdpa.json,hf.json}
   : >"$WORK/steps.tsv"
   local t0
   t0=$(now)
