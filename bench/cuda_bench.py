@@ -16,7 +16,8 @@ H = 128 and well ahead at H = 256 / 512; decode >= 80 % of the copy bandwidth
 at B = 64, T = 32768.
 
 Needs a CUDA build (nvcc found at configure) and a GPU; torch is optional
-(without it only kvshare's numbers print).
+(without it only kvshare's numbers print). With --kvshare-json it reads a
+saved kvshare_bench JSON output instead of running the binary (scripts/gpu_check.sh).
   python3 bench/cuda_bench.py --bench build/bench/kvshare_bench [--filter decode] [--json out.json]
 """
 import argparse
@@ -51,11 +52,18 @@ def kv_bytes(c):
     return 2.0 * c["B"] * c["Nkv"] * c["T"] * c["H"] * 2
 
 
-def run_kvshare(bench, filt):
-    out = subprocess.run([bench, f"--benchmark_filter=cuda/{filt}", "--benchmark_format=json"],
-                         check=True, capture_output=True, text=True).stdout
+def run_kvshare(bench, filt, saved=None):
+    """kvshare's rows: from `saved` (a kvshare_bench JSON output file) when given, else a run of `bench`."""
+    if saved:
+        with open(saved) as f:
+            doc = json.load(f)
+    else:
+        doc = json.loads(subprocess.run([bench, f"--benchmark_filter=cuda/{filt}", "--benchmark_format=json"],
+                                        check=True, capture_output=True, text=True).stdout)
     rows = []
-    for b in json.loads(out)["benchmarks"]:
+    for b in doc["benchmarks"]:
+        if saved and not re.search(f"cuda/{filt}", b["name"]):
+            continue
         c = parse(b["name"])
         if c is None:
             continue
@@ -114,9 +122,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default="build/bench/kvshare_bench")
     ap.add_argument("--filter", default="", help="regex after cuda/ (e.g. decode, prefill/n32)")
+    ap.add_argument("--kvshare-json", help="read kvshare's rows from this kvshare_bench --benchmark_out file "
+                    "(its cuda/ cases matching --filter) instead of running --bench")
     ap.add_argument("--json")
     a = ap.parse_args()
-    rows = run_kvshare(a.bench, a.filter)
+    rows = run_kvshare(a.bench, a.filter, a.kvshare_json)
     try:
         import torch
         have_torch = torch.cuda.is_available()
