@@ -6,9 +6,14 @@
 //    the fp32 / fp16 tolerance table, cache rows bitwise), the CPU suite's edge
 //    cases, and the pointer-placement errors. Decode cases over fp16 / bf16
 //    caches run the decode kernel, the rest the general one (run the suite with
-//    KVSHARE_CUDA_PLAIN=1 to put every case on the general kernel).
+//    KVSHARE_CUDA_PLAIN=1 to put every case on the general kernel). Prompt
+//    chunks over fp16 / bf16 K/V run on both prefill paths, the Hopper kernel
+//    (attend_wgmma_cuda.cu, on a compute capability 9.0 device) and the mma
+//    kernel forced, each against the same CPU reference.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -20,6 +25,10 @@
 #include "common_record_measured.h"
 #include "cuda_test_util.h"
 #include "kvshare/common/error.h"
+
+#if KVSHARE_HAVE_CUDA
+#include "cuda/attend_wgmma_cuda.h"
+#endif
 
 namespace kvshare::testing {
 namespace {
@@ -105,9 +114,34 @@ void RunOnGpu(GqaCase& c) {
   m.CopyBack();
 }
 
-void ExpectClose(const Buffer& got, const Buffer& want, double tol, const std::string& what) {
+// got against want within tol relative to the largest |want| (at least 1);
+// NaN never passes. A failure names the largest absolute and relative error
+// and the first element over the tolerance; with heads > 0 the buffers are
+// outputs [B, S, heads * H] and the element is given as (b, s, head, dim).
+void ExpectClose(const Buffer& got, const Buffer& want, double tol, const std::string& what, int heads = 0, int H = 0) {
   ASSERT_EQ(got.Size(), want.Size()) << what;
-  EXPECT_LT(MaxRelDiff(got.ToFloat(), want.ToFloat()), tol) << what;
+  const std::vector<float> g = got.ToFloat(), w = want.ToFloat();
+  double scale = 1.0, max_abs = 0.0;
+  for (const float x : w) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+  std::int64_t first = -1, nans = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(g[i]) - w[i]);
+    const bool bad = std::isnan(g[i]) || std::isnan(w[i]) || d > tol * scale;
+    if (std::isnan(g[i])) ++nans;
+    if (!std::isnan(d)) max_abs = std::max(max_abs, d);
+    if (bad && first < 0) first = static_cast<std::int64_t>(i);
+  }
+  if (first < 0) return;
+  std::string where = "element " + std::to_string(first);
+  if (heads > 0 && H > 0) {
+    const std::int64_t S = got.shape.rank == 3 ? got.shape[1] : 1;
+    const std::int64_t d = first % H, h = first / H % heads, s = first / (H * heads) % S, b = first / (H * heads * S);
+    where += " (b " + std::to_string(b) + ", s " + std::to_string(s) + ", head " + std::to_string(h) + ", dim " +
+             std::to_string(d) + ")";
+  }
+  ADD_FAILURE() << what << ": max abs error " << max_abs << ", max relative " << max_abs / scale << " (tolerance "
+                << tol << " of " << scale << "), " << nans << " NaN; first wrong " << where << ": got "
+                << g[static_cast<std::size_t>(first)] << ", want " << w[static_cast<std::size_t>(first)];
 }
 
 // The dtype of the K/V the attention reads: the cache when there is one,
@@ -133,21 +167,76 @@ double OutputTolerance(const GqaCase& c) {
   return c.has_bias || c.has_qk ? table : TensorCoreTolerance(AttendedKvDtype(c), table);
 }
 
-// The GPU run of c against the CPU reference kernel.
-void ExpectGpuMatchesCpu(const GqaCase& c, const std::string& desc) {
+using detail::PrefillPath;
+
+// The prefill path GPU runs take (attend_wgmma_cuda.h) within the scope;
+// the automatic choice again after it.
+class PrefillPathScope {
+ public:
+  explicit PrefillPathScope(PrefillPath path) { detail::SetPrefillPath(path); }
+  ~PrefillPathScope() { detail::SetPrefillPath(PrefillPath::kAuto); }
+  PrefillPathScope(const PrefillPathScope&) = delete;
+  PrefillPathScope& operator=(const PrefillPathScope&) = delete;
+};
+
+// Both prefill paths: the automatic choice (the Hopper kernel where it takes
+// the case) and the mma kernel forced.
+constexpr std::initializer_list<PrefillPath> kBothPaths = {PrefillPath::kAuto, PrefillPath::kMma};
+
+// The GPU runs of c, one per path, against one CPU reference run.
+void ExpectGpuMatchesCpu(const GqaCase& c, const std::string& desc,
+                         std::initializer_list<PrefillPath> paths = {PrefillPath::kAuto}) {
   SCOPED_TRACE(desc);
-  GqaCase ref = c, gpu = c;
+  GqaCase ref = c;
   ref.Run(GqaKernel::kReference);
-  ASSERT_NO_THROW(RunOnGpu(gpu));
-  ExpectClose(gpu.output, ref.output, OutputTolerance(c), "output");
-  double& worst =
-      WorstError()[std::string("kv ") + DTypeName(AttendedKvDtype(c)) + ", output " + DTypeName(c.output.dtype)];
-  worst = std::max(worst, MaxRelDiff(gpu.output.ToFloat(), ref.output.ToFloat()));
-  if (ref.has_qk) ExpectClose(gpu.qk, ref.qk, Tolerance(ref.qk.dtype, ref.output.dtype), "output_qk");
-  EXPECT_EQ(gpu.present_key.bytes, ref.present_key.bytes) << "present_key";
-  EXPECT_EQ(gpu.present_value.bytes, ref.present_value.bytes) << "present_value";
-  EXPECT_EQ(gpu.past_key.bytes, ref.past_key.bytes) << "past_key (share buffer)";
+  const int heads = c.attrs.num_heads;
+  const int H = c.output.shape.rank == 3 ? static_cast<int>(c.output.shape[2] / heads) : 0;
+  for (const PrefillPath path : paths) {
+    SCOPED_TRACE(path == PrefillPath::kMma ? "prefill path: mma kernel forced" : "prefill path: automatic");
+    const PrefillPathScope scope(path);
+    GqaCase gpu = c;
+    ASSERT_NO_THROW(RunOnGpu(gpu));
+    ExpectClose(gpu.output, ref.output, OutputTolerance(c), "output", heads, H);
+    double& worst =
+        WorstError()[std::string("kv ") + DTypeName(AttendedKvDtype(c)) + ", output " + DTypeName(c.output.dtype)];
+    worst = std::max(worst, MaxRelDiff(gpu.output.ToFloat(), ref.output.ToFloat()));
+    if (ref.has_qk) ExpectClose(gpu.qk, ref.qk, Tolerance(ref.qk.dtype, ref.output.dtype), "output_qk");
+    EXPECT_EQ(gpu.present_key.bytes, ref.present_key.bytes) << "present_key";
+    EXPECT_EQ(gpu.present_value.bytes, ref.present_value.bytes) << "present_value";
+    EXPECT_EQ(gpu.past_key.bytes, ref.past_key.bytes) << "past_key (share buffer)";
+  }
 }
+
+// True on a device of compute capability 9.0 (where the Hopper kernel runs).
+bool HopperDevice() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
+// Counts the Hopper kernel's launches over a scope: on a compute capability
+// 9.0 device, `expected` cases must have run on it (each with one launch).
+class HopperLaunches {
+ public:
+  HopperLaunches() : before_(detail::WgmmaLaunchCount()) {}
+  std::int64_t Ran() const { return detail::WgmmaLaunchCount() - before_; }
+  void Expect(std::int64_t expected) const {
+    if (!HopperDevice()) {
+      testing::RecordMeasured("  (not a compute capability 9.0 device: the Hopper kernel was not run)\n");
+      return;
+    }
+    EXPECT_EQ(Ran(), expected) << "cases on the Hopper kernel; its last refusal: \"" << detail::LastWgmmaRefusal()
+                               << "\"";
+  }
+
+ private:
+  std::int64_t before_;
+};
 
 class CudaGqaDevice : public ::testing::Test {
  protected:
@@ -177,13 +266,14 @@ TEST_F(CudaGqaDevice, SweepMatchesCpuReference) {
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
-// Prompt chunks on the tensor-core kernel (fp16 / bf16 caches, H 64 / 128 /
+// Prompt chunks on the tensor-core kernels (fp16 / bf16 caches, H 64 / 128 /
 // 256, G = 1 / 4 / 8): static scatter over ragged rows (a long chunk, a short
 // one, one token) into caches that already hold keys, causal with and
-// without a window, softcap and sinks on some.
+// without a window, softcap and sinks on some; each on both prefill paths.
 TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
   WorstError().clear();
-  int ran = 0;
+  int ran = 0, hopper = 0;
+  const HopperLaunches launches;
   for (const int H : {64, 128, 256}) {
     for (const auto& [N, Nkv] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{16, 2}}) {
       for (const DType dt : {DType::kFloat16, DType::kBFloat16}) {
@@ -210,17 +300,116 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
             }
             c.SetScatter(n, end);
             c.output = Buffer(dt, {B, S, N * H});
-            ExpectGpuMatchesCpu(c, "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " +
-                                       std::to_string(Nkv) + " " + DTypeName(dt) + " W " + std::to_string(W) + " S " +
-                                       std::to_string(S));
+            ExpectGpuMatchesCpu(c,
+                                "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) +
+                                    " " + DTypeName(dt) + " W " + std::to_string(W) + " S " + std::to_string(S),
+                                kBothPaths);
             if (HasFailure()) return;
             ++ran;
+            hopper += H >= 128 && S * (N / Nkv) >= 64;  // attend_wgmma_plan.h's prefill shapes
           }
         }
       }
     }
   }
-  testing::RecordMeasured("CudaGqa prompt chunks: %d configurations compared with the CPU reference\n", ran);
+  launches.Expect(hopper);
+  testing::RecordMeasured(
+      "CudaGqa prompt chunks: %d configurations compared with the CPU reference on both prefill paths, %lld on the "
+      "Hopper kernel\n",
+      ran, static_cast<long long>(launches.Ran()));
+  for (const auto& [what, err] : WorstError())
+    testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+}
+
+// Sets keys j >= end[b] of every row b and KV head of a cache [B, N_kv, C, H]
+// (bnsh) or [B, C, N_kv * H] to NaN: what a kernel reads past a row's keys
+// must not reach its output (the Hopper kernel's TMA tiles span the longest
+// row and zero the V rows past a shorter one).
+void PoisonPastEnd(Buffer& cache, const std::vector<std::int64_t>& end, bool bnsh, int Nkv, int H) {
+  const std::int64_t C = bnsh ? cache.shape[2] : cache.shape[1];
+  for (std::size_t b = 0; b < end.size(); ++b) {
+    for (int n = 0; n < Nkv; ++n) {
+      for (std::int64_t j = end[b]; j < C; ++j) {
+        const auto bi = static_cast<std::int64_t>(b);
+        const std::int64_t base = bnsh ? ((bi * Nkv + n) * C + j) * H : (bi * C + j) * Nkv * H + n * H;
+        for (int d = 0; d < H; ++d) cache.Set(base + d, NAN);
+      }
+    }
+  }
+}
+
+// Prompt chunks where the Hopper kernel's tiles have edges, case i at head
+// size H and G query heads per KV head: fp16 or bf16, a BNSH or 3-D cache,
+// two ragged rows with and without keys already cached (S < T), chunk
+// lengths and windows on either side of a tile (KT - 1, KT, KT + 1 keys; a
+// window wider than the keys), softcap or sinks on some, NaN in the caches
+// past each row's keys. *desc names it; *hopper: whether the Hopper kernel
+// takes it (attend_wgmma_plan.h: S * G >= 64).
+GqaCase HopperEdgeCase(int H, int G, int i, std::string* desc, bool* hopper) {
+  const int kt = H == 128 ? 128 : H == 256 ? 64 : 32;  // attend_wgmma_plan.h's keys per tile
+  const int Nkv = G == 8 ? 1 : 2, N = Nkv * G;
+  const DType dt = i % 2 == 0 ? DType::kFloat16 : DType::kBFloat16;
+  const int windows[] = {-1, kt - 1, kt, kt + 1, 4 * kt + 50};
+  const int W = windows[i % 5];
+  const bool bnsh = i % 3 != 2;
+  // Row 0: 2 KT + 5 new keys (or 77) after 0 or 300 cached; row 1: a
+  // shorter chunk (or as long) after a different past.
+  const std::int64_t S0 = i % 2 == 0 ? 2 * kt + 5 : 77, S1 = i % 4 == 1 ? S0 : S0 / 2 + 3;
+  const std::int64_t past0 = i % 3 == 0 ? 0 : 300, past1 = 131 + i;
+  const std::vector<std::int64_t> n = {S0, S1}, end = {past0 + S0, past1 + S1};
+  const std::int64_t B = 2, cap = 640;
+  std::mt19937_64 g(4400 + i);
+  GqaCase c;
+  c.attrs.num_heads = N;
+  c.attrs.kv_num_heads = Nkv;
+  c.attrs.local_window_size = W;
+  if (i % 3 == 1) c.attrs.softcap = 30.0f;
+  c.query = RandomBuffer(dt, {B, S0, N * H}, g);
+  c.key = RandomBuffer(dt, {B, S0, Nkv * H}, g);
+  c.value = RandomBuffer(dt, {B, S0, Nkv * H}, g);
+  c.has_key = true;
+  const Shape cache_shape = bnsh ? Shape{B, Nkv, cap, H} : Shape{B, cap, Nkv * H};
+  c.present_key = RandomBuffer(dt, cache_shape, g);
+  c.present_value = RandomBuffer(dt, cache_shape, g);
+  PoisonPastEnd(c.present_key, end, bnsh, Nkv, H);
+  PoisonPastEnd(c.present_value, end, bnsh, Nkv, H);
+  c.has_present = true;
+  if (i % 4 == 3) {
+    c.sink = RandomBuffer(DType::kFloat32, {N}, g);
+    c.has_sink = true;
+  }
+  c.SetScatter(n, end);
+  c.output = Buffer(dt, {B, S0, N * H});
+  *desc = "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) + " " + DTypeName(dt) +
+          (bnsh ? " BNSH" : " 3-D") + " cache, W " + std::to_string(W) + ", rows: " + std::to_string(S0) +
+          " new after " + std::to_string(past0) + ", " + std::to_string(S1) + " new after " + std::to_string(past1) +
+          (c.attrs.softcap > 0 ? ", softcap 30" : "") + (c.has_sink ? ", sinks" : "");
+  *hopper = S0 * G >= 64;
+  return c;
+}
+
+// The edge cases at H 128 / 256 / 512 x G 1 / 2 / 4 / 8, each on both
+// prefill paths.
+TEST_F(CudaGqaDevice, HopperPrefillEdgesMatchCpuReference) {
+  WorstError().clear();
+  int ran = 0, hopper = 0;
+  const HopperLaunches launches;
+  for (const int H : {128, 256, 512}) {
+    for (const int G : {1, 2, 4, 8}) {
+      std::string desc;
+      bool takes = false;
+      const GqaCase c = HopperEdgeCase(H, G, ran, &desc, &takes);
+      ExpectGpuMatchesCpu(c, desc, kBothPaths);
+      if (HasFailure()) return;
+      ++ran;
+      hopper += takes;
+    }
+  }
+  launches.Expect(hopper);
+  testing::RecordMeasured(
+      "CudaGqa Hopper prefill edges: %d configurations on both prefill paths, %lld on the Hopper "
+      "kernel\n",
+      ran, static_cast<long long>(launches.Ran()));
   for (const auto& [what, err] : WorstError())
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
