@@ -414,6 +414,50 @@ TEST_F(CudaGqaDevice, HopperPrefillEdgesMatchCpuReference) {
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
+// Inputs that isolate one stage of the Hopper kernel, so a failure of the
+// edge cases above says where to look: K = 0 (every visible key weighs the
+// same: only the V tiles, P V and the mask's extent matter) and V one-hot
+// (value j is unit vector j mod H: the output is the probabilities, so Q K^T,
+// the Q and K tiles and the softmax show through). H 128 / 256 / 512, G 2,
+// fp16, one prompt of 2 tiles + 3 keys.
+TEST_F(CudaGqaDevice, HopperPrefillStagesMatchCpuReference) {
+  int expected = 0;
+  const HopperLaunches launches;
+  for (const int H : {128, 256, 512}) {
+    const int kt = H == 128 ? 128 : H == 256 ? 64 : 32;
+    for (const bool uniform : {true, false}) {
+      const int N = 4, Nkv = 2;
+      const std::int64_t S = 2 * kt + 3;
+      std::mt19937_64 g(77 + H);
+      GqaCase c;
+      c.attrs.num_heads = N;
+      c.attrs.kv_num_heads = Nkv;
+      c.query = RandomBuffer(DType::kFloat16, {1, S, N * H}, g, 0.5f);
+      c.key =
+          uniform ? Buffer(DType::kFloat16, {1, S, Nkv * H}) : RandomBuffer(DType::kFloat16, {1, S, Nkv * H}, g, 0.5f);
+      c.value = RandomBuffer(DType::kFloat16, {1, S, Nkv * H}, g);
+      if (!uniform) {
+        for (std::int64_t j = 0; j < S; ++j) {
+          for (int n = 0; n < Nkv; ++n) {
+            for (int d = 0; d < H; ++d) c.value.Set((j * Nkv + n) * H + d, d == j % H ? 1.0f : 0.0f);
+          }
+        }
+      }
+      c.has_key = true;
+      c.present_key = Buffer(DType::kFloat16, {1, Nkv, S, H});
+      c.present_value = Buffer(DType::kFloat16, {1, Nkv, S, H});
+      c.has_present = true;
+      c.SetScatter({S}, {S});
+      c.output = Buffer(DType::kFloat16, {1, S, N * H});
+      ExpectGpuMatchesCpu(c, std::string("H ") + std::to_string(H) +
+                                 (uniform ? ": K = 0, so P V alone (V tiles, the mask's extent)"
+                                          : ": V one-hot, so the output is P (Q K^T, Q / K tiles, softmax)"));
+      ++expected;
+    }
+  }
+  launches.Expect(expected);
+}
+
 // Static scatter decode at Gemma shapes (H = 256, 8 heads on 1 KV head, f16
 // cache, window 512) over ragged rows: T = 1, the window boundary 511 / 512 /
 // 513, and a row with no new token (padding: zeros, nothing written).
