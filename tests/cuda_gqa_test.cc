@@ -266,6 +266,33 @@ TEST_F(CudaGqaDevice, SweepMatchesCpuReference) {
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
+// A static-scatter prompt step: N query heads on Nkv KV heads of size H,
+// queries and new K/V [B, S, heads * H] and a cache of shape `cache` (BNSH or
+// 3-D), all random of dtype dt; row b writes n[b] keys ending at end[b];
+// random sinks when `sinks`; causal, no window.
+GqaCase ScatterPrompt(int N, int Nkv, int H, DType dt, std::int64_t S, const Shape& cache,
+                      const std::vector<std::int64_t>& n, const std::vector<std::int64_t>& end, bool sinks,
+                      std::mt19937_64& g) {
+  const std::int64_t B = static_cast<std::int64_t>(n.size());
+  GqaCase c;
+  c.attrs.num_heads = N;
+  c.attrs.kv_num_heads = Nkv;
+  c.query = RandomBuffer(dt, {B, S, N * H}, g);
+  c.key = RandomBuffer(dt, {B, S, Nkv * H}, g);
+  c.value = RandomBuffer(dt, {B, S, Nkv * H}, g);
+  c.has_key = true;
+  c.present_key = RandomBuffer(dt, cache, g);
+  c.present_value = RandomBuffer(dt, cache, g);
+  c.has_present = true;
+  if (sinks) {
+    c.sink = RandomBuffer(DType::kFloat32, {N}, g);
+    c.has_sink = true;
+  }
+  c.SetScatter(n, end);
+  c.output = Buffer(dt, {B, S, N * H});
+  return c;
+}
+
 // Prompt chunks on the tensor-core kernels (fp16 / bf16 caches, H 64 / 128 /
 // 256, G = 1 / 4 / 8): static scatter over ragged rows (a long chunk, a short
 // one, one token) into caches that already hold keys, causal with and
@@ -280,26 +307,11 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
         for (const int W : {-1, 100}) {
           for (const std::int64_t S : {37, 130}) {
             std::mt19937_64 g(1000 + ran);
-            GqaCase c;
-            c.attrs.num_heads = N;
-            c.attrs.kv_num_heads = Nkv;
+            const std::int64_t B = 3, cap = 512;
+            GqaCase c =
+                ScatterPrompt(N, Nkv, H, dt, S, {B, Nkv, cap, H}, {S, 7, 1}, {S + 300, 450, 1}, ran % 4 == 2, g);
             c.attrs.local_window_size = W;
             if (ran % 3 == 1) c.attrs.softcap = 30.0f;
-            const std::vector<std::int64_t> n = {S, 7, 1}, end = {S + 300, 450, 1};
-            const std::int64_t B = 3, cap = 512;
-            c.query = RandomBuffer(dt, {B, S, N * H}, g);
-            c.key = RandomBuffer(dt, {B, S, Nkv * H}, g);
-            c.value = RandomBuffer(dt, {B, S, Nkv * H}, g);
-            c.has_key = true;
-            c.present_key = RandomBuffer(dt, {B, Nkv, cap, H}, g);
-            c.present_value = RandomBuffer(dt, {B, Nkv, cap, H}, g);
-            c.has_present = true;
-            if (ran % 4 == 2) {
-              c.sink = RandomBuffer(DType::kFloat32, {N}, g);
-              c.has_sink = true;
-            }
-            c.SetScatter(n, end);
-            c.output = Buffer(dt, {B, S, N * H});
             ExpectGpuMatchesCpu(c,
                                 "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) +
                                     " " + DTypeName(dt) + " W " + std::to_string(W) + " S " + std::to_string(S),
@@ -359,27 +371,12 @@ GqaCase HopperEdgeCase(int H, int G, int i, std::string* desc, bool* hopper) {
   const std::vector<std::int64_t> n = {S0, S1}, end = {past0 + S0, past1 + S1};
   const std::int64_t B = 2, cap = 640;
   std::mt19937_64 g(4400 + i);
-  GqaCase c;
-  c.attrs.num_heads = N;
-  c.attrs.kv_num_heads = Nkv;
+  const Shape cache = bnsh ? Shape{B, Nkv, cap, H} : Shape{B, cap, Nkv * H};
+  GqaCase c = ScatterPrompt(N, Nkv, H, dt, S0, cache, n, end, i % 4 == 3, g);
   c.attrs.local_window_size = W;
   if (i % 3 == 1) c.attrs.softcap = 30.0f;
-  c.query = RandomBuffer(dt, {B, S0, N * H}, g);
-  c.key = RandomBuffer(dt, {B, S0, Nkv * H}, g);
-  c.value = RandomBuffer(dt, {B, S0, Nkv * H}, g);
-  c.has_key = true;
-  const Shape cache_shape = bnsh ? Shape{B, Nkv, cap, H} : Shape{B, cap, Nkv * H};
-  c.present_key = RandomBuffer(dt, cache_shape, g);
-  c.present_value = RandomBuffer(dt, cache_shape, g);
   PoisonPastEnd(c.present_key, end, bnsh, Nkv, H);
   PoisonPastEnd(c.present_value, end, bnsh, Nkv, H);
-  c.has_present = true;
-  if (i % 4 == 3) {
-    c.sink = RandomBuffer(DType::kFloat32, {N}, g);
-    c.has_sink = true;
-  }
-  c.SetScatter(n, end);
-  c.output = Buffer(dt, {B, S0, N * H});
   *desc = "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) + " " + DTypeName(dt) +
           (bnsh ? " BNSH" : " 3-D") + " cache, W " + std::to_string(W) + ", rows: " + std::to_string(S0) +
           " new after " + std::to_string(past0) + ", " + std::to_string(S1) + " new after " + std::to_string(past1) +
