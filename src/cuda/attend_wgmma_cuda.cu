@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
       for (int it = 0; it < tiles; ++it) {
         const int st = it % STAGES;
-        if (it >= STAGES) MbarWait(bars + 8 * (STAGES + st), ((it / STAGES) - 1) & 1);
+        if (it >= STAGES) MbarWait<true>(bars + 8 * (STAGES + st), ((it / STAGES) - 1) & 1);
         const std::uint32_t full = bars + 8 * st;
         MbarArriveExpectTx(full, 2 * kTileBytes);
         const int j = static_cast<int>(cta.lo + static_cast<std::int64_t>(it) * KT);
@@ -202,6 +202,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           TmaLoad4(k_tile + box * kKvBox, &k_map, box * 64, c1, c2, c3, full);
           TmaLoad4(v_tile + box * kKvBox, &v_map, box * 64, c1, c2, c3, full);
         }
+      }
+      // Watchdog: the last loads of each stage must land (MbarWait<true>
+      // traps rather than hang when they never do; the consumers' own waits
+      // have no registers to spare for a counter).
+      for (int it = tiles > STAGES ? tiles - STAGES : 0; it < tiles; ++it) {
+        MbarWait<true>(bars + 8 * (it % STAGES), (it / STAGES) & 1);
       }
     }
     return;
@@ -246,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int it = 0; it < tiles; ++it) {
     const int st = it % STAGES;
-    MbarWait(bars + 8 * st, (it / STAGES) & 1);
+    MbarWait<false>(bars + 8 * st, (it / STAGES) & 1);
     const std::uint32_t k_tile = kv_smem + st * 2 * kTileBytes, v_tile = k_tile + kTileBytes;
     const std::int64_t t = cta.lo + static_cast<std::int64_t>(it) * KT;  // the tile's first key
     if (t + KT > kv_len) {  // the same for the whole block: zero V rows past the row's keys

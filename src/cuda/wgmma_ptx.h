@@ -35,15 +35,23 @@ __device__ inline void MbarArrive(std::uint32_t bar) {
 __device__ inline void MbarArriveExpectTx(std::uint32_t bar, std::uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-// Spins until the phase of parity `parity` of bar has completed.
+// Spins until the phase of parity `parity` of bar has completed. With
+// kTrap, a phase that never completes (a logic error in the pipeline) does
+// not hang the GPU: after 2^26 polls (each suspends the thread for a while:
+// seconds in all) the thread traps and the launch fails ("unspecified launch
+// failure" at the op's synchronization). Only the producer thread counts: a
+// counter in the consumers' waits makes ptxas spill their accumulators.
+template <bool kTrap>
 __device__ inline void MbarWait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
+  for (std::uint32_t polls = 0;; ++polls) {
+    std::uint32_t done = 0;
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                  : "=r"(done)
                  : "r"(bar), "r"(parity)
                  : "memory");
-  } while (done == 0);
+    if (done != 0) return;
+    if (kTrap && polls == (1u << 26)) asm volatile("trap;\n");
+  }
 }
 
 // ---- TMA ----------------------------------------------------------------
