@@ -7,9 +7,10 @@
 //    cases, and the pointer-placement errors. Decode cases over fp16 / bf16
 //    caches run the decode kernel, the rest the general one (run the suite with
 //    KVSHARE_CUDA_PLAIN=1 to put every case on the general kernel). Prompt
-//    chunks over fp16 / bf16 K/V run on both prefill paths, the Hopper kernel
-//    (attend_wgmma_cuda.cu, on a compute capability 9.0 device) and the mma
-//    kernel forced, each against the same CPU reference.
+//    chunks over fp16 / bf16 K/V run on every prefill path (the Hopper kernel,
+//    attend_wgmma_cuda.cu, on a compute capability 9.0 device, writing its
+//    output itself or through the workspace; the mma kernel forced), each
+//    against the same CPU reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -179,9 +180,20 @@ class PrefillPathScope {
   PrefillPathScope& operator=(const PrefillPathScope&) = delete;
 };
 
-// Both prefill paths: the automatic choice (the Hopper kernel where it takes
-// the case) and the mma kernel forced.
-constexpr std::initializer_list<PrefillPath> kBothPaths = {PrefillPath::kAuto, PrefillPath::kMma};
+// Every prefill path: the automatic choice (the Hopper kernel where it takes
+// the case, writing the output itself when it needs one key split), the
+// Hopper kernel always through the workspace and the combine kernel, and the
+// mma kernel forced. Where the Hopper kernel takes a case it runs twice.
+constexpr std::initializer_list<PrefillPath> kAllPaths = {PrefillPath::kAuto, PrefillPath::kWorkspace,
+                                                          PrefillPath::kMma};
+
+const char* PathName(PrefillPath path) {
+  switch (path) {
+    case PrefillPath::kAuto: return "prefill path: automatic";
+    case PrefillPath::kWorkspace: return "prefill path: automatic, always through the workspace";
+    default: return "prefill path: mma kernel forced";
+  }
+}
 
 // The GPU runs of c, one per path, against one CPU reference run.
 void ExpectGpuMatchesCpu(const GqaCase& c, const std::string& desc,
@@ -192,7 +204,7 @@ void ExpectGpuMatchesCpu(const GqaCase& c, const std::string& desc,
   const int heads = c.attrs.num_heads;
   const int H = c.output.shape.rank == 3 ? static_cast<int>(c.output.shape[2] / heads) : 0;
   for (const PrefillPath path : paths) {
-    SCOPED_TRACE(path == PrefillPath::kMma ? "prefill path: mma kernel forced" : "prefill path: automatic");
+    SCOPED_TRACE(PathName(path));
     const PrefillPathScope scope(path);
     GqaCase gpu = c;
     ASSERT_NO_THROW(RunOnGpu(gpu));
@@ -296,7 +308,7 @@ GqaCase ScatterPrompt(int N, int Nkv, int H, DType dt, std::int64_t S, const Sha
 // Prompt chunks on the tensor-core kernels (fp16 / bf16 caches, H 64 / 128 /
 // 256, G = 1 / 4 / 8): static scatter over ragged rows (a long chunk, a short
 // one, one token) into caches that already hold keys, causal with and
-// without a window, softcap and sinks on some; each on both prefill paths.
+// without a window, softcap and sinks on some; each on every prefill path.
 TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
   WorstError().clear();
   int ran = 0, hopper = 0;
@@ -315,7 +327,7 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
             ExpectGpuMatchesCpu(c,
                                 "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) +
                                     " " + DTypeName(dt) + " W " + std::to_string(W) + " S " + std::to_string(S),
-                                kBothPaths);
+                                kAllPaths);
             if (HasFailure()) return;
             ++ran;
             hopper += H >= 128 && S * (N / Nkv) >= 64;  // attend_wgmma_plan.h's prefill shapes
@@ -324,10 +336,10 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
       }
     }
   }
-  launches.Expect(hopper);
+  launches.Expect(2 * hopper);  // kAuto and kWorkspace
   testing::RecordMeasured(
-      "CudaGqa prompt chunks: %d configurations compared with the CPU reference on both prefill paths, %lld on the "
-      "Hopper kernel\n",
+      "CudaGqa prompt chunks: %d configurations compared with the CPU reference on every prefill path, %lld "
+      "Hopper kernel launches\n",
       ran, static_cast<long long>(launches.Ran()));
   for (const auto& [what, err] : WorstError())
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
@@ -396,17 +408,16 @@ TEST_F(CudaGqaDevice, HopperPrefillEdgesMatchCpuReference) {
       std::string desc;
       bool takes = false;
       const GqaCase c = HopperEdgeCase(H, G, ran, &desc, &takes);
-      ExpectGpuMatchesCpu(c, desc, kBothPaths);
+      ExpectGpuMatchesCpu(c, desc, kAllPaths);
       if (HasFailure()) return;
       ++ran;
       hopper += takes;
     }
   }
-  launches.Expect(hopper);
+  launches.Expect(2 * hopper);  // kAuto and kWorkspace
   testing::RecordMeasured(
-      "CudaGqa Hopper prefill edges: %d configurations on both prefill paths, %lld on the Hopper "
-      "kernel\n",
-      ran, static_cast<long long>(launches.Ran()));
+      "CudaGqa Hopper prefill edges: %d configurations on every prefill path, %lld Hopper kernel launches\n", ran,
+      static_cast<long long>(launches.Ran()));
   for (const auto& [what, err] : WorstError())
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
@@ -446,13 +457,15 @@ TEST_F(CudaGqaDevice, HopperPrefillStagesMatchCpuReference) {
       c.has_present = true;
       c.SetScatter({S}, {S});
       c.output = Buffer(DType::kFloat16, {1, S, N * H});
-      ExpectGpuMatchesCpu(c, std::string("H ") + std::to_string(H) +
-                                 (uniform ? ": K = 0, so P V alone (V tiles, the mask's extent)"
-                                          : ": V one-hot, so the output is P (Q K^T, Q / K tiles, softmax)"));
+      ExpectGpuMatchesCpu(c,
+                          std::string("H ") + std::to_string(H) +
+                              (uniform ? ": K = 0, so P V alone (V tiles, the mask's extent)"
+                                       : ": V one-hot, so the output is P (Q K^T, Q / K tiles, softmax)"),
+                          kAllPaths);
       ++expected;
     }
   }
-  launches.Expect(expected);
+  launches.Expect(2 * expected);  // kAuto and kWorkspace
 }
 
 // Static scatter decode at Gemma shapes (H = 256, 8 heads on 1 KV head, f16

@@ -249,6 +249,10 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
   const unsigned blocks = static_cast<unsigned>(CeilDiv(rows, kWarpsPerBlock));
   // Prefill on Hopper: attend_wgmma_cuda.cu's kernel where it takes the call.
   const std::optional<WgmmaCall> hopper = PrepareWgmma(p, max_kv_len);
+  if (hopper && hopper->direct_output) {  // one key split: the kernel writes the output
+    AttendWgmmaCuda(p, *hopper, nullptr, stream);
+    return;
+  }
   if (hopper || MmaKernelApplies(p)) {  // no output_qk here
     const MmaSplit sp = hopper ? hopper->split : MmaSplitFor(p, max_kv_len);
     const DeviceScratch ws(static_cast<std::size_t>(rows * sp.key_splits * (p.head_size + 2)) * sizeof(float), stream,

@@ -38,6 +38,7 @@
 #include <string>
 #include <type_traits>
 
+#include "common/float_convert.h"
 #include "cuda/attend_cuda.h"
 #include "cuda/attend_wgmma_cuda.h"
 #include "cuda/attend_wgmma_plan.h"
@@ -363,6 +364,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     l[i] += __shfl_xor_sync(kFullMask, l[i], 2);
   }
 
+  if (ws == nullptr) {
+    // One key split: the output itself, as attend_cuda.cu's combine kernel
+    // computes it (a row with no visible key gets zeros; a sink adds
+    // exp(sink - M) to the denominator only).
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (row_s[i] >= p.q_len) continue;
+      float w = 0.0f;  // o -> output
+      if (row[i].lo <= row[i].hi) {
+        const float mn = m[i] / kLog2e;  // natural units, as the workspace holds it
+        const float M = p.sink != nullptr ? fmaxf(mn, p.sink[row_h[i]]) : mn;
+        const float e = expf(mn - M);
+        const float L = l[i] * e + (p.sink != nullptr ? expf(p.sink[row_h[i]] - M) : 0.0f);
+        w = L > 0.0f ? e / L : 0.0f;
+      }
+      const std::int64_t base =
+          ((static_cast<std::int64_t>(b) * p.q_len + row_s[i]) * p.num_heads + row_h[i]) * static_cast<std::int64_t>(H);
+#pragma unroll
+      for (int d = 0; d < DN; ++d) {
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb) {
+          const int dim = dim0 + d * 128 + nb * 8 + tig * 2;
+          StoreFloatElement(p.out, p.out_dtype, base + dim, o[d][nb * 4 + 2 * i] * w);
+          StoreFloatElement(p.out, p.out_dtype, base + dim + 1, o[d][nb * 4 + 2 * i + 1] * w);
+        }
+      }
+    }
+    return;
+  }
   // (m, l, acc) per row into the split's slot (m back in natural units; at
   // H 512 each consumer writes its dims, consumer 0 m and l).
 #pragma unroll
@@ -477,8 +507,10 @@ PrefillPath CurrentPrefillPath() {
   int v = g_path.load();
   if (v < 0) {
     const char* e = std::getenv("KVSHARE_CUDA_PREFILL");
-    const int from_env =
-        static_cast<int>(e != nullptr && std::string(e) == "mma" ? PrefillPath::kMma : PrefillPath::kAuto);
+    const std::string v_env = e != nullptr ? e : "";
+    const int from_env = static_cast<int>(v_env == "mma"         ? PrefillPath::kMma
+                                          : v_env == "workspace" ? PrefillPath::kWorkspace
+                                                                 : PrefillPath::kAuto);
     g_path.compare_exchange_strong(v, from_env);
     v = g_path.load();
   }
@@ -521,6 +553,7 @@ std::optional<WgmmaCall> PrepareWgmma(const AttendParams& p, std::int64_t max_kv
   c.split.key_splits = s.key_splits;
   c.split.per_split = s.per_split;
   c.m_tiles = s.m_tiles;
+  c.direct_output = s.key_splits == 1 && CurrentPrefillPath() == PrefillPath::kAuto;
   Refuse("");
   return c;
 }

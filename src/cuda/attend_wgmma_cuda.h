@@ -16,13 +16,19 @@
 
 namespace kvshare::detail {
 
-// Which kernel takes prefill calls over fp16 / bf16 K/V: kAuto, the Hopper
-// kernel where PrepareWgmma allows it (else attend_mma_cuda.cu's); kMma,
-// always attend_mma_cuda.cu's. KVSHARE_CUDA_PREFILL=mma in the environment
-// (read once) gives kMma; SetPrefillPath overrides it for the process
-// (tests and benchmarks that compare the two). KVSHARE_CUDA_PLAIN=1 keeps
-// every call on the fp32 kernels whatever the path.
-enum class PrefillPath { kAuto, kMma };
+// Which kernel takes prefill calls over fp16 / bf16 K/V:
+//   kAuto       the Hopper kernel where PrepareWgmma allows it (else
+//               attend_mma_cuda.cu's); with one key split it writes the
+//               output itself, else it fills the split workspace for the
+//               combine kernel;
+//   kWorkspace  the same, but always through the workspace and the combine
+//               kernel (isolates the kernel's own output stage);
+//   kMma        always attend_mma_cuda.cu's kernel.
+// KVSHARE_CUDA_PREFILL=workspace / =mma in the environment (read once) give
+// kWorkspace / kMma; SetPrefillPath overrides it for the process (tests and
+// benchmarks that compare them). KVSHARE_CUDA_PLAIN=1 keeps every call on the
+// fp32 kernels whatever the path.
+enum class PrefillPath { kAuto, kWorkspace, kMma };
 void SetPrefillPath(PrefillPath path);
 PrefillPath CurrentPrefillPath();
 
@@ -31,6 +37,7 @@ PrefillPath CurrentPrefillPath();
 struct WgmmaCall {
   MmaSplit split;
   int m_tiles = 0;
+  bool direct_output = false;  // one key split (and kAuto): the kernel normalizes and writes p.out
   CUtensorMap k_map{}, v_map{};
   int slot_key = 0, slot_head = 1, slot_batch = 2;  // the same for K and V (checked)
 };
@@ -48,9 +55,11 @@ std::string LastWgmmaRefusal();
 // path they mean to test ran).
 std::int64_t WgmmaLaunchCount();
 
-// Fills the split workspace ws ((row (b * N + h) * S + s) * key_splits +
-// split, H + 2 floats: m, l, acc[H]; every slot is written), as
-// AttendMmaCuda does. Throws kvshare::Error when the launch fails.
+// With call.direct_output, writes p.out (sinks, normalization, output dtype
+// as attend_cuda.cu's combine kernel; ws unused, may be null); else fills
+// the split workspace ws ((row (b * N + h) * S + s) * key_splits + split,
+// H + 2 floats: m, l, acc[H]; every slot is written), as AttendMmaCuda does.
+// Throws kvshare::Error when the launch fails.
 void AttendWgmmaCuda(const AttendParams& p, const WgmmaCall& call, float* ws, cudaStream_t stream);
 
 }  // namespace kvshare::detail
