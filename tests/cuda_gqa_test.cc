@@ -8,9 +8,9 @@
 //    caches run the decode kernel, the rest the general one (run the suite with
 //    KVSHARE_CUDA_PLAIN=1 to put every case on the general kernel). Prompt
 //    chunks over fp16 / bf16 K/V run on every prefill path (the Hopper kernel,
-//    attend_wgmma_cuda.cu, on a compute capability 9.0 device, writing its
-//    output itself or through the workspace; the mma kernel forced), each
-//    against the same CPU reference.
+//    attend_wgmma_cuda.cu, on a compute capability 9.0 device: overlapped or
+//    plain loop, output written itself or through the workspace; the mma
+//    kernel forced), each against the same CPU reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -181,17 +181,20 @@ class PrefillPathScope {
 };
 
 // Every prefill path: the automatic choice (the Hopper kernel where it takes
-// the case, writing the output itself when it needs one key split), the
-// Hopper kernel always through the workspace and the combine kernel, and the
-// mma kernel forced. Where the Hopper kernel takes a case it runs twice.
+// the case: its overlapped loop, writing the output itself when it needs one
+// key split), the Hopper kernel always through the workspace and the combine
+// kernel, the Hopper kernel's plain loop, and the mma kernel forced. Where
+// the Hopper kernel takes a case it runs kHopperRuns times.
 constexpr std::initializer_list<PrefillPath> kAllPaths = {PrefillPath::kAuto, PrefillPath::kWorkspace,
-                                                          PrefillPath::kMma};
+                                                          PrefillPath::kNoOverlap, PrefillPath::kMma};
+constexpr int kHopperRuns = 3;
 
 const char* PathName(PrefillPath path) {
   switch (path) {
-    case PrefillPath::kAuto: return "prefill path: automatic";
-    case PrefillPath::kWorkspace: return "prefill path: automatic, always through the workspace";
-    default: return "prefill path: mma kernel forced";
+    case PrefillPath::kAuto: return "prefill path: automatic (KVSHARE_CUDA_PREFILL unset)";
+    case PrefillPath::kWorkspace: return "prefill path: Hopper kernel through the workspace (=workspace)";
+    case PrefillPath::kNoOverlap: return "prefill path: Hopper kernel's plain loop (=nooverlap)";
+    default: return "prefill path: mma kernel forced (=mma)";
   }
 }
 
@@ -336,7 +339,7 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
       }
     }
   }
-  launches.Expect(2 * hopper);  // kAuto and kWorkspace
+  launches.Expect(kHopperRuns * hopper);
   testing::RecordMeasured(
       "CudaGqa prompt chunks: %d configurations compared with the CPU reference on every prefill path, %lld "
       "Hopper kernel launches\n",
@@ -414,7 +417,7 @@ TEST_F(CudaGqaDevice, HopperPrefillEdgesMatchCpuReference) {
       hopper += takes;
     }
   }
-  launches.Expect(2 * hopper);  // kAuto and kWorkspace
+  launches.Expect(kHopperRuns * hopper);
   testing::RecordMeasured(
       "CudaGqa Hopper prefill edges: %d configurations on every prefill path, %lld Hopper kernel launches\n", ran,
       static_cast<long long>(launches.Ran()));
@@ -465,7 +468,7 @@ TEST_F(CudaGqaDevice, HopperPrefillStagesMatchCpuReference) {
       ++expected;
     }
   }
-  launches.Expect(2 * expected);  // kAuto and kWorkspace
+  launches.Expect(kHopperRuns * expected);
 }
 
 // Static scatter decode at Gemma shapes (H = 256, 8 heads on 1 KV head, f16

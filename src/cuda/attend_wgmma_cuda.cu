@@ -103,7 +103,8 @@ __device__ int Coord(const TmaSlots& s, int slot, int j, int n, int b) {
   return s.key == slot ? j : s.head == slot ? n : b;
 }
 
-template <typename T, int H>
+// kOverlap: tile it + 1's Q K^T and softmax overlap tile it's P V.
+template <typename T, int H, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaKernel(const AttendParams p, const MmaSplit sp, float* ws, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const TmaSlots slots) {
@@ -251,12 +252,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m in base-2 units (x * log2 e)
   const float scale2 = p.scale * kLog2e;
 
-  for (int it = 0; it < tiles; ++it) {
-    const int st = it % STAGES;
-    MbarWait<false>(bars + 8 * st, (it / STAGES) & 1);
-    const std::uint32_t k_tile = kv_smem + st * 2 * kTileBytes, v_tile = k_tile + kTileBytes;
-    const std::int64_t t = cta.lo + static_cast<std::int64_t>(it) * KT;  // the tile's first key
-    if (t + KT > kv_len) {  // the same for the whole block: zero V rows past the row's keys
+  float s[KT / 2];         // scores, then probabilities, of the tile in flight
+  std::uint32_t a[KC][4];  // P of the tile whose P V is next, as A fragments
+
+  // Waits for tile it's K and V; zeroes V rows past the row's keys (the same
+  // for the whole block). Returns the tile's first key.
+  auto wait_tile = [&](int it) {
+    MbarWait<false>(bars + 8 * (it % STAGES), (it / STAGES) & 1);
+    const std::int64_t t = cta.lo + static_cast<std::int64_t>(it) * KT;
+    if (t + KT > kv_len) {
+      const std::uint32_t v_tile = kv_smem + (it % STAGES) * 2 * kTileBytes + kTileBytes;
       const int r0 = static_cast<int>(max(kv_len - t, static_cast<std::int64_t>(0)));
       for (int i = ctid; i < (KT - r0) * BOXES * 8; i += kConsumerThreads) {
         const int r = r0 + i / (BOXES * 8), box = (i / 8) % BOXES, c = i % 8;
@@ -267,96 +272,151 @@ __global__ void __launch_bounds__(kThreads, 1)
       FenceProxyAsync();
       NamedBarrier(kConsumerBarrier, kConsumerThreads);
     }
-    if (t <= mine_wg.hi && t + KT - 1 >= mine_wg.lo) {
-      // S = Q K^T: H / 16 steps of 16 dims.
-      float s[KT / 2];
-      WgmmaFence();
+    return t;
+  };
+  // S = Q K^T of tile it: H / 16 steps of 16 dims (32 bytes along the rows).
+  auto issue_qk = [&](int it) {
+    const std::uint32_t k_tile = kv_smem + (it % STAGES) * 2 * kTileBytes;
+    WgmmaFence();
 #pragma unroll
-      for (int kk = 0; kk < H / 16; ++kk) {
-        const std::uint32_t step = (kk % 4) * 32;  // 16 dims = 32 bytes along the row
-        WgmmaSS<T, KT>(s, SmemDesc(q_wg + (kk / 4) * kQBox + step, 16, 1024),
-                       SmemDesc(k_tile + (kk / 4) * kKvBox + step, 16, 1024), kk > 0 ? 1 : 0);
-      }
-      WgmmaCommit();
-      WgmmaWait<0>();
-      FenceRegs(s);
-
-      // Scores in base-2 units, the visibility rule where the tile is not
-      // wholly visible to the row, the tile max per row (a row's 8 keys per
-      // n-block spread over the 4 lanes of its quad).
-      int vis_lo[2], vis_hi[2];  // visible key offsets from t, clamped to [-1, KT]
-      bool whole[2];
+    for (int kk = 0; kk < H / 16; ++kk) {
+      const std::uint32_t step = (kk % 4) * 32;
+      WgmmaSS<T, KT>(s, SmemDesc(q_wg + (kk / 4) * kQBox + step, 16, 1024),
+                     SmemDesc(k_tile + (kk / 4) * kKvBox + step, 16, 1024), kk > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+  };
+  // O += P V of tile it: per 16 keys (2 swizzle atoms of 8 keys down the
+  // tile), per 128 dims (2 columns of 64).
+  auto issue_pv = [&](int it) {
+    const std::uint32_t v_tile = kv_smem + (it % STAGES) * 2 * kTileBytes + kTileBytes;
+    WgmmaFence();
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        vis_lo[i] =
-            static_cast<int>(min(max(row[i].lo - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KT)));
-        vis_hi[i] =
-            static_cast<int>(min(max(row[i].hi - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KT)));
-        whole[i] = vis_lo[i] <= 0 && vis_hi[i] >= KT - 1;
-      }
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1, jo = nb * 8 + tig * 2 + (e & 1);
-          float x = s[nb * 4 + e];
-          x = p.softcap > 0.0f ? p.softcap * tanhf(x * p.scale / p.softcap) * kLog2e : x * scale2;
-          if (!whole[i] && (jo < vis_lo[i] || jo > vis_hi[i])) x = -INFINITY;
-          s[nb * 4 + e] = x;
-          mx[i] = fmaxf(mx[i], x);
-        }
-      }
-      float corr[2], base2[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(kFullMask, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(kFullMask, mx[i], 2));
-        const float m_new = fmaxf(m[i], mx[i]);
-        base2[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet: every weight 0
-        corr[i] = exp2f(m[i] - base2[i]);
-        m[i] = m_new;
-        l[i] *= corr[i];
-      }
+    for (int kc = 0; kc < KC; ++kc) {
 #pragma unroll
       for (int d = 0; d < DN; ++d) {
-#pragma unroll
-        for (int e = 0; e < 64; ++e) o[d][e] *= corr[(e >> 1) & 1];
+        const std::uint32_t col = (dim0 + d * 128) / 64;
+        WgmmaRS128<T>(o[d], a[kc], SmemDesc(v_tile + col * kKvBox + kc * 16 * 128, kKvBox, 1024));
       }
-      // P = exp2(x - m) as A fragments: keys 16 kc .. 16 kc + 15 are the
-      // score n-blocks 2 kc and 2 kc + 1.
-      std::uint32_t a[KC][4];
+    }
+    WgmmaCommit();
+  };
+  // The scores of the tile at key t into probabilities in place: base-2
+  // units, the visibility rule where the tile is not wholly visible to the
+  // row, the running max per row (a row's 8 keys per n-block spread over the
+  // 4 lanes of its quad), P = exp2(x - m), l. corr: the factor O must take.
+  auto softmax = [&](std::int64_t t, float(&corr)[2]) {
+    int vis_lo[2], vis_hi[2];  // visible key offsets from t, clamped to [-1, KT]
+    bool whole[2];
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc) {
-        float pr[8];
+    for (int i = 0; i < 2; ++i) {
+      vis_lo[i] =
+          static_cast<int>(min(max(row[i].lo - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KT)));
+      vis_hi[i] =
+          static_cast<int>(min(max(row[i].hi - t, static_cast<std::int64_t>(-1)), static_cast<std::int64_t>(KT)));
+      whole[i] = vis_lo[i] <= 0 && vis_hi[i] >= KT - 1;
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          pr[e] = exp2f(s[kc * 8 + e] - base2[(e >> 1) & 1]);
-          l[(e >> 1) & 1] += pr[e];
-        }
-        a[kc][0] = Pack2<T>(pr[0], pr[1]);
-        a[kc][1] = Pack2<T>(pr[2], pr[3]);
-        a[kc][2] = Pack2<T>(pr[4], pr[5]);
-        a[kc][3] = Pack2<T>(pr[6], pr[7]);
+    for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1, jo = nb * 8 + tig * 2 + (e & 1);
+        float x = s[nb * 4 + e];
+        x = p.softcap > 0.0f ? p.softcap * tanhf(x * p.scale / p.softcap) * kLog2e : x * scale2;
+        if (!whole[i] && (jo < vis_lo[i] || jo > vis_hi[i])) x = -INFINITY;
+        s[nb * 4 + e] = x;
+        mx[i] = fmaxf(mx[i], x);
       }
-      // O += P V: per 16 keys (2 swizzle atoms of 8 keys down the tile), per
-      // 128 dims (2 columns of 64).
-      WgmmaFence();
+    }
+    float base2[2];
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc) {
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(kFullMask, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(kFullMask, mx[i], 2));
+      const float m_new = fmaxf(m[i], mx[i]);
+      base2[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet: every weight 0
+      corr[i] = exp2f(m[i] - base2[i]);
+      m[i] = m_new;
+      l[i] *= corr[i];
+    }
 #pragma unroll
-        for (int d = 0; d < DN; ++d) {
-          const std::uint32_t col = (dim0 + d * 128) / 64;
-          WgmmaRS128<T>(o[d], a[kc], SmemDesc(v_tile + col * kKvBox + kc * 16 * 128, kKvBox, 1024));
-        }
-      }
-      WgmmaCommit();
+    for (int e = 0; e < KT / 2; ++e) {
+      s[e] = exp2f(s[e] - base2[(e >> 1) & 1]);
+      l[(e >> 1) & 1] += s[e];
+    }
+  };
+  // O *= corr; P (rounded to T) into the A fragments: keys 16 kc .. 16 kc +
+  // 15 are the score n-blocks 2 kc and 2 kc + 1.
+  auto rescale_and_pack = [&](const float(&corr)[2]) {
+#pragma unroll
+    for (int d = 0; d < DN; ++d) {
+#pragma unroll
+      for (int e = 0; e < 64; ++e) o[d][e] *= corr[(e >> 1) & 1];
+    }
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) a[kc][q] = Pack2<T>(s[kc * 8 + 2 * q], s[kc * 8 + 2 * q + 1]);
+    }
+  };
+  auto release = [&](int it) {
+    __syncwarp();
+    if (lane == 0) MbarArrive(bars + 8 * (STAGES + it % STAGES));
+  };
+
+  float corr[2];
+  if constexpr (kOverlap) {
+    // Tile it + 1's Q K^T and softmax run while tile it's P V does
+    // (FlashAttention-3 §3.2): P of tile it sits packed in a while s takes
+    // the next scores. Every tile of the block's range, for both consumers.
+    if (tiles > 0) {
+      const std::int64_t t0 = wait_tile(0);
+      issue_qk(0);
+      WgmmaWait<0>();
+      FenceRegs(s);
+      softmax(t0, corr);
+      rescale_and_pack(corr);
+    }
+    // The last tile's P V apart: no branch around an issue inside the loop
+    // (ptxas serializes the wgmma when it cannot tell which are in flight).
+    for (int it = 0; it + 1 < tiles; ++it) {
+      const std::int64_t t_next = wait_tile(it + 1);
+      issue_qk(it + 1);
+      issue_pv(it);
+      WgmmaWait<1>();  // Q K^T of it + 1 (committed first) is done
+      FenceRegs(s);
+      softmax(t_next, corr);
       WgmmaWait<0>();
 #pragma unroll
       for (int d = 0; d < DN; ++d) FenceRegs(o[d]);
+      release(it);
+      rescale_and_pack(corr);
     }
-    __syncwarp();
-    if (lane == 0) MbarArrive(bars + 8 * (STAGES + st));
+    if (tiles > 0) {
+      issue_pv(tiles - 1);
+      WgmmaWait<0>();
+#pragma unroll
+      for (int d = 0; d < DN; ++d) FenceRegs(o[d]);
+      release(tiles - 1);
+    }
+  } else {
+    // One tile at a time; tiles outside this consumer's rows' keys skipped.
+    for (int it = 0; it < tiles; ++it) {
+      const std::int64_t t = wait_tile(it);
+      if (t <= mine_wg.hi && t + KT - 1 >= mine_wg.lo) {
+        issue_qk(it);
+        WgmmaWait<0>();
+        FenceRegs(s);
+        softmax(t, corr);
+        rescale_and_pack(corr);
+        issue_pv(it);
+        WgmmaWait<0>();
+#pragma unroll
+        for (int d = 0; d < DN; ++d) FenceRegs(o[d]);
+      }
+      release(it);
+    }
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -480,7 +540,10 @@ std::string Encode(const KvSource& s, const KvTensorMapPlan& plan, CUtensorMap* 
 template <typename T, int H>
 void Launch(const AttendParams& p, const WgmmaCall& c, float* ws, cudaStream_t stream) {
   constexpr int smem = WgmmaShapeFor(H).smem_bytes;
-  auto* kernel = WgmmaKernel<T, H>;
+  auto* kernel = WgmmaKernel<T, H, false>;
+  if constexpr (WgmmaShapeFor(H).overlap) {
+    if (c.overlap) kernel = WgmmaKernel<T, H, true>;
+  }
   CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
             "GroupQueryAttention (device cuda): Hopper kernel shared memory");
   const dim3 grid(static_cast<unsigned>(p.batch * p.kv_heads), static_cast<unsigned>(c.split.key_splits),
@@ -510,6 +573,7 @@ PrefillPath CurrentPrefillPath() {
     const std::string v_env = e != nullptr ? e : "";
     const int from_env = static_cast<int>(v_env == "mma"         ? PrefillPath::kMma
                                           : v_env == "workspace" ? PrefillPath::kWorkspace
+                                          : v_env == "nooverlap" ? PrefillPath::kNoOverlap
                                                                  : PrefillPath::kAuto);
     g_path.compare_exchange_strong(v, from_env);
     v = g_path.load();
@@ -553,7 +617,8 @@ std::optional<WgmmaCall> PrepareWgmma(const AttendParams& p, std::int64_t max_kv
   c.split.key_splits = s.key_splits;
   c.split.per_split = s.per_split;
   c.m_tiles = s.m_tiles;
-  c.direct_output = s.key_splits == 1 && CurrentPrefillPath() == PrefillPath::kAuto;
+  c.direct_output = s.key_splits == 1 && CurrentPrefillPath() != PrefillPath::kWorkspace;
+  c.overlap = CurrentPrefillPath() != PrefillPath::kNoOverlap;
   Refuse("");
   return c;
 }

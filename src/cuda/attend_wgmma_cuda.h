@@ -23,12 +23,15 @@ namespace kvshare::detail {
 //               combine kernel;
 //   kWorkspace  the same, but always through the workspace and the combine
 //               kernel (isolates the kernel's own output stage);
+//   kNoOverlap  the same as kAuto, but the kernel's plain loop: one tile's
+//               Q K^T, softmax and P V after the other (isolates the
+//               overlap of one tile's softmax with the previous P V);
 //   kMma        always attend_mma_cuda.cu's kernel.
-// KVSHARE_CUDA_PREFILL=workspace / =mma in the environment (read once) give
-// kWorkspace / kMma; SetPrefillPath overrides it for the process (tests and
-// benchmarks that compare them). KVSHARE_CUDA_PLAIN=1 keeps every call on the
-// fp32 kernels whatever the path.
-enum class PrefillPath { kAuto, kWorkspace, kMma };
+// KVSHARE_CUDA_PREFILL=workspace / =nooverlap / =mma in the environment
+// (read once) give kWorkspace / kNoOverlap / kMma; SetPrefillPath overrides
+// it for the process (tests and benchmarks that compare them).
+// KVSHARE_CUDA_PLAIN=1 keeps every call on the fp32 kernels whatever the path.
+enum class PrefillPath { kAuto, kWorkspace, kNoOverlap, kMma };
 void SetPrefillPath(PrefillPath path);
 PrefillPath CurrentPrefillPath();
 
@@ -37,7 +40,8 @@ PrefillPath CurrentPrefillPath();
 struct WgmmaCall {
   MmaSplit split;
   int m_tiles = 0;
-  bool direct_output = false;  // one key split (and kAuto): the kernel normalizes and writes p.out
+  bool direct_output = false;  // one key split (not kWorkspace): the kernel normalizes and writes p.out
+  bool overlap = true;         // the overlapped loop (not kNoOverlap)
   CUtensorMap k_map{}, v_map{};
   int slot_key = 0, slot_head = 1, slot_batch = 2;  // the same for K and V (checked)
 };

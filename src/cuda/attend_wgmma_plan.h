@@ -23,6 +23,9 @@ struct WgmmaShape {
   int rows = 0;           // M-rows (query, head pairs) per block: 128 / dim_groups
   int stages = 2;         // K / V tiles in flight
   int smem_bytes = 0;     // dynamic shared memory: Q, the stages, 2 * stages barriers, 1024 alignment slack
+  // The overlapped loop (a tile's softmax beside the previous P V): not at
+  // H 256, where its consumers spilled (136 bytes; nvcc 13.0 -Xptxas -v).
+  bool overlap = true;
 };
 
 KVSHARE_HOST_DEVICE constexpr WgmmaShape WgmmaShapeFor(int H) {
@@ -34,6 +37,7 @@ KVSHARE_HOST_DEVICE constexpr WgmmaShape WgmmaShapeFor(int H) {
   s.rows = 128 / s.dim_groups;
   s.stages = 2;
   s.smem_bytes = s.rows * H * 2 + s.stages * 2 * s.keys_per_tile * H * 2 + 2 * s.stages * 8 + 1024;
+  s.overlap = H != 256;
   return s;
 }
 
