@@ -122,114 +122,77 @@ __device__ inline void FenceRegs(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-#define KVSHARE_WGMMA_SS32(TY)                                                                                      \
-  asm volatile(                                                                                                     \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY                                                       \
-      " "                                                                                                           \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                                    \
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"                                                                               \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                    \
-      : "l"(a), "l"(b), "r"(scale_d))
+// The accumulator operands of a wgmma, 16 at a time: "%0, ..., %15" and so
+// on, and their constraints from d[o].
+#define KVSHARE_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define KVSHARE_WG_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KVSHARE_WG_R2 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define KVSHARE_WG_R3 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KVSHARE_WG_D16(o)                                                                                         \
+  "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+      "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]),          \
+      "+f"(d[o + 13]), "+f"(d[o + 14]), "+f"(d[o + 15])
+// The instruction for PTX type TY after the predicate p = (operand %P != 0).
+#define KVSHARE_WG_HEAD(P, N, TY) \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " "
+// Runs the statement macro M with the PTX type name of T.
+#define KVSHARE_WG_TYPED(M)                  \
+  if constexpr (std::is_same_v<T, __half>) { \
+    M("f16");                                \
+  } else {                                   \
+    M("bf16");                               \
+  }
 
-// d[16] = A (64 x 16, shared, K-major) * B (16 x 32, shared, K-major), + d when scale_d.
+// d = A (64 x 16, shared, K-major) * B (16 x N, shared, K-major), + d when
+// scale_d; d holds N / 2 accumulators.
 template <typename T>
 __device__ inline void WgmmaSS32(float (&d)[16], std::uint64_t a, std::uint64_t b, int scale_d) {
-  if constexpr (std::is_same_v<T, __half>) {
-    KVSHARE_WGMMA_SS32("f16");
-  } else {
-    KVSHARE_WGMMA_SS32("bf16");
-  }
+#define KVSHARE_WG_SS32(TY)                                                                     \
+  asm volatile(KVSHARE_WG_HEAD(18, 32, TY) "{" KVSHARE_WG_R0 "}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+               : KVSHARE_WG_D16(0)                                                              \
+               : "l"(a), "l"(b), "r"(scale_d))
+  KVSHARE_WG_TYPED(KVSHARE_WG_SS32)
+#undef KVSHARE_WG_SS32
 }
-#undef KVSHARE_WGMMA_SS32
-
-#define KVSHARE_WGMMA_SS64(TY)                                                                                      \
-  asm volatile(                                                                                                     \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY                                                       \
-      " "                                                                                                           \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                     \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                           \
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                                               \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                   \
-      : "l"(a), "l"(b), "r"(scale_d))
-
-// d[32] = A (64 x 16, shared, K-major) * B (16 x 64, shared, K-major), + d when scale_d.
 template <typename T>
 __device__ inline void WgmmaSS64(float (&d)[32], std::uint64_t a, std::uint64_t b, int scale_d) {
-  if constexpr (std::is_same_v<T, __half>) {
-    KVSHARE_WGMMA_SS64("f16");
-  } else {
-    KVSHARE_WGMMA_SS64("bf16");
-  }
+#define KVSHARE_WG_SS64(TY)                                                                                        \
+  asm volatile(KVSHARE_WG_HEAD(34, 64, TY) "{" KVSHARE_WG_R0 ", " KVSHARE_WG_R1 "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+               : KVSHARE_WG_D16(0), KVSHARE_WG_D16(16)                                                             \
+               : "l"(a), "l"(b), "r"(scale_d))
+  KVSHARE_WG_TYPED(KVSHARE_WG_SS64)
+#undef KVSHARE_WG_SS64
 }
-#undef KVSHARE_WGMMA_SS64
-
-#define KVSHARE_WGMMA_SS128(TY)                                                                                     \
-  asm volatile(                                                                                                     \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY                                                      \
-      " "                                                                                                           \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                     \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                            \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                            \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                           \
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                                               \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),     \
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),     \
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),     \
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),     \
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                   \
-      : "l"(a), "l"(b), "r"(scale_d))
-
-// d[64] = A (64 x 16, shared, K-major) * B (16 x 128, shared, K-major), + d when scale_d.
 template <typename T>
 __device__ inline void WgmmaSS128(float (&d)[64], std::uint64_t a, std::uint64_t b, int scale_d) {
-  if constexpr (std::is_same_v<T, __half>) {
-    KVSHARE_WGMMA_SS128("f16");
-  } else {
-    KVSHARE_WGMMA_SS128("bf16");
-  }
+#define KVSHARE_WG_SS128(TY)                                                                                           \
+  asm volatile(KVSHARE_WG_HEAD(66, 128, TY) "{" KVSHARE_WG_R0 ", " KVSHARE_WG_R1 ", " KVSHARE_WG_R2 ", " KVSHARE_WG_R3 \
+                                            "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                         \
+               : KVSHARE_WG_D16(0), KVSHARE_WG_D16(16), KVSHARE_WG_D16(32), KVSHARE_WG_D16(48)                         \
+               : "l"(a), "l"(b), "r"(scale_d))
+  KVSHARE_WG_TYPED(KVSHARE_WG_SS128)
+#undef KVSHARE_WG_SS128
 }
-#undef KVSHARE_WGMMA_SS128
 
-#define KVSHARE_WGMMA_RS128(TY)                                                                                     \
-  asm volatile(                                                                                                     \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY                                                      \
-      " "                                                                                                           \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                     \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                            \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                            \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                           \
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                                 \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),     \
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),     \
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),     \
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),     \
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                   \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
-
-// d[64] += A (64 x 16, registers) * B (16 x 128, shared, MN-major: transposed).
+// d += A (64 x 16, registers: a wgmma A fragment) * B (16 x 128, shared,
+// MN-major: read transposed); d holds 64 accumulators.
 template <typename T>
 __device__ inline void WgmmaRS128(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b) {
-  if constexpr (std::is_same_v<T, __half>) {
-    KVSHARE_WGMMA_RS128("f16");
-  } else {
-    KVSHARE_WGMMA_RS128("bf16");
-  }
+#define KVSHARE_WG_RS128(TY)                                                                                           \
+  asm volatile(KVSHARE_WG_HEAD(69, 128, TY) "{" KVSHARE_WG_R0 ", " KVSHARE_WG_R1 ", " KVSHARE_WG_R2 ", " KVSHARE_WG_R3 \
+                                            "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                           \
+               : KVSHARE_WG_D16(0), KVSHARE_WG_D16(16), KVSHARE_WG_D16(32), KVSHARE_WG_D16(48)                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+  KVSHARE_WG_TYPED(KVSHARE_WG_RS128)
+#undef KVSHARE_WG_RS128
 }
-#undef KVSHARE_WGMMA_RS128
+#undef KVSHARE_WG_TYPED
+#undef KVSHARE_WG_HEAD
+#undef KVSHARE_WG_D16
+#undef KVSHARE_WG_R3
+#undef KVSHARE_WG_R2
+#undef KVSHARE_WG_R1
+#undef KVSHARE_WG_R0
 
 // d = A B (+ d when scale_d) over a 64 x KT score tile, K-major operands.
 template <typename T, int KT>
