@@ -12,7 +12,8 @@
 //   ran, 0 where attend_mma_cuda.cu's did.
 // prefill_mma/...  the same cases with the mma kernel forced
 //   (src/cuda/attend_wgmma_cuda.h's PrefillPath::kMma), so one run times the
-//   Hopper kernel, the mma kernel and (bench/cuda_bench.py) torch.
+//   Hopper kernel, the mma kernel and (bench/cuda_bench.py) torch; the other
+//   cases follow KVSHARE_CUDA_PREFILL (unset: the automatic choice).
 // Every case runs on one stream and the op returns when its work is done, so
 // the wall time per call is the GPU time plus launch overhead. Without a
 // usable GPU (or in a build without CUDA) every case reports an error and
@@ -137,14 +138,14 @@ void BM_CudaAttend(benchmark::State& state, CudaCase c) {
   opt.device = kvshare::Device::kCuda;
 
   namespace kd = kvshare::detail;
-  kd::SetPrefillPath(c.force_mma ? kd::PrefillPath::kMma : kd::PrefillPath::kAuto);
+  if (c.force_mma) kd::SetPrefillPath(kd::PrefillPath::kMma);
   const std::int64_t hopper_before = kd::WgmmaLaunchCount();
   kvshare::GroupQueryAttention(a, in, o, opt);  // warm up
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) kvshare::GroupQueryAttention(a, in, o, opt);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   state.counters["hopper_kernel"] = kd::WgmmaLaunchCount() > hopper_before ? 1.0 : 0.0;
-  kd::SetPrefillPath(kd::PrefillPath::kAuto);
+  kd::ResetPrefillPath();
   const double calls = static_cast<double>(state.iterations());
   if (c.S == 1) {
     const double kv_bytes = 2.0 * c.B * static_cast<double>(kvh) * c.T * static_cast<double>(es);

@@ -171,11 +171,11 @@ double OutputTolerance(const GqaCase& c) {
 using detail::PrefillPath;
 
 // The prefill path GPU runs take (attend_wgmma_cuda.h) within the scope;
-// the automatic choice again after it.
+// the environment's choice again after it.
 class PrefillPathScope {
  public:
   explicit PrefillPathScope(PrefillPath path) { detail::SetPrefillPath(path); }
-  ~PrefillPathScope() { detail::SetPrefillPath(PrefillPath::kAuto); }
+  ~PrefillPathScope() { detail::ResetPrefillPath(); }
   PrefillPathScope(const PrefillPathScope&) = delete;
   PrefillPathScope& operator=(const PrefillPathScope&) = delete;
 };

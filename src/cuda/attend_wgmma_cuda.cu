@@ -566,6 +566,8 @@ void LaunchType(const AttendParams& p, const WgmmaCall& c, float* ws, cudaStream
 
 void SetPrefillPath(PrefillPath path) { g_path.store(static_cast<int>(path)); }
 
+void ResetPrefillPath() { g_path.store(-1); }
+
 PrefillPath CurrentPrefillPath() {
   int v = g_path.load();
   if (v < 0) {

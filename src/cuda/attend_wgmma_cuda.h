@@ -33,6 +33,7 @@ namespace kvshare::detail {
 // KVSHARE_CUDA_PLAIN=1 keeps every call on the fp32 kernels whatever the path.
 enum class PrefillPath { kAuto, kWorkspace, kNoOverlap, kMma };
 void SetPrefillPath(PrefillPath path);
+void ResetPrefillPath();  // back to the environment's choice
 PrefillPath CurrentPrefillPath();
 
 // Everything one launch needs: the key split and the tensor maps of K and V
