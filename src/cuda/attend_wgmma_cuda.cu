@@ -17,10 +17,15 @@
 // rule (attend.h's VisibleKeys, only where a row does not see the whole tile),
 // the online softmax in base 2, P rounded to the K/V dtype into A fragments
 // in registers (the accumulator layout of S is the A layout of P V), O += P V
-// (wgmma, V from shared memory read transposed). Tiles outside a consumer's
-// rows' keys are skipped. The block leaves (m, l, acc[H]) per row in its
-// split's workspace slot for attend_cuda.cu's combine kernel. Every order
-// depends only on the shapes: results are deterministic.
+// (wgmma, V from shared memory read transposed). The overlapped loop (H 128,
+// 512) issues tile i + 1's Q K^T and tile i's P V together and runs tile
+// i + 1's softmax while P V does (FlashAttention-3 §3.2); the plain loop (H
+// 256, or PrefillPath::kNoOverlap) does one tile at a time and skips tiles
+// outside the consumer's rows' keys. With one key split the block writes
+// the output itself (as attend_cuda.cu's combine kernel would); else it
+// leaves (m, l, acc[H]) per row in its split's workspace slot for the
+// combine kernel. Every order depends only on the shapes: results are
+// deterministic.
 // Keys past kv_len[b] inside the last tile are read by TMA (the tensor spans
 // the longest row): their scores are masked, and their V rows are zeroed in
 // shared memory before P V (0 * NaN would be NaN).
