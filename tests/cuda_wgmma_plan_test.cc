@@ -10,9 +10,16 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/attend_wgmma_plan.h"
+
+#if KVSHARE_HAVE_CUDA
+#include <cstdlib>
+
+#include "cuda/attend_wgmma_cuda.h"
+#endif
 
 namespace kvshare::detail {
 namespace {
@@ -186,6 +193,55 @@ TEST(CudaWgmmaPlan, KeySplitsFillTheGpu) {
   small.q_len = 16;
   EXPECT_GT(WgmmaSplitFor(small, 16384, sms).key_splits, 1);
 }
+
+#if KVSHARE_HAVE_CUDA
+
+// KVSHARE_CUDA_PREFILL names the path (read again after ResetPrefillPath);
+// SetPrefillPath overrides it.
+TEST(CudaWgmmaPlan, PrefillPathFollowsTheEnvironment) {
+  const char* saved = std::getenv("KVSHARE_CUDA_PREFILL");
+  const std::string before = saved != nullptr ? saved : "";
+  const std::pair<const char*, PrefillPath> cases[] = {{"mma", PrefillPath::kMma},
+                                                       {"workspace", PrefillPath::kWorkspace},
+                                                       {"nooverlap", PrefillPath::kNoOverlap},
+                                                       {"auto", PrefillPath::kAuto},
+                                                       {"", PrefillPath::kAuto}};
+  for (const auto& [value, path] : cases) {
+    setenv("KVSHARE_CUDA_PREFILL", value, 1);
+    ResetPrefillPath();
+    EXPECT_EQ(CurrentPrefillPath(), path) << "KVSHARE_CUDA_PREFILL=" << value;
+  }
+  SetPrefillPath(PrefillPath::kMma);
+  EXPECT_EQ(CurrentPrefillPath(), PrefillPath::kMma);
+  if (saved != nullptr) {
+    setenv("KVSHARE_CUDA_PREFILL", before.c_str(), 1);
+  } else {
+    unsetenv("KVSHARE_CUDA_PREFILL");
+  }
+  ResetPrefillPath();
+}
+
+// Where the device is not of compute capability 9.0 (or there is none, as
+// on a machine without a GPU) the Hopper kernel refuses every call and says
+// why; the mma path refuses before looking at the device.
+TEST(CudaWgmmaPlan, PrepareRefusesOffHopper) {
+  PrefillParams c;
+  SetPrefillPath(PrefillPath::kMma);
+  EXPECT_FALSE(PrepareWgmma(c.p, 1000).has_value());
+  EXPECT_NE(LastWgmmaRefusal().find("mma prefill path"), std::string::npos) << LastWgmmaRefusal();
+  ResetPrefillPath();
+  int dev = 0, major = 0, minor = 0;
+  const bool hopper = cudaGetDevice(&dev) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                      major == 9 && minor == 0;
+  cudaGetLastError();
+  if (hopper || CurrentPrefillPath() != PrefillPath::kAuto) GTEST_SKIP() << "a Hopper device, or a path forced";
+  EXPECT_FALSE(PrepareWgmma(c.p, 1000).has_value());
+  EXPECT_NE(LastWgmmaRefusal().find("not 9.0"), std::string::npos) << LastWgmmaRefusal();
+}
+
+#endif  // KVSHARE_HAVE_CUDA
 
 }  // namespace
 }  // namespace kvshare::detail
