@@ -7,7 +7,13 @@
 //   call), d2d_bytes/s (cudaMemcpy device-to-device, read + write bytes, best
 //   of 5, measured in the same run) and bw_ratio = kv_bytes/s / d2d_bytes/s.
 // prefill/T:t/...  S = T (a whole prompt), causal, windowed with W:w. Counter
-//   FLOPS = 4 * N * H * (visible keys summed over queries) per call.
+//   FLOPS = 4 * N * H * (visible keys summed over queries) per call;
+//   hopper_kernel = 1 where the Hopper kernel (src/cuda/attend_wgmma_cuda.cu)
+//   ran, 0 where attend_mma_cuda.cu's did.
+// prefill_mma/...  the same cases with the mma kernel forced
+//   (src/cuda/attend_wgmma_cuda.h's PrefillPath::kMma), so one run times the
+//   Hopper kernel, the mma kernel and (bench/cuda_bench.py) torch; the other
+//   cases follow KVSHARE_CUDA_PREFILL (unset: the automatic choice).
 // Every case runs on one stream and the op returns when its work is done, so
 // the wall time per call is the GPU time plus launch overhead. Without a
 // usable GPU (or in a build without CUDA) every case reports an error and
@@ -29,6 +35,8 @@
 
 #if KVSHARE_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda/attend_wgmma_cuda.h"
 #endif
 
 namespace {
@@ -38,6 +46,7 @@ using kvshare::DType;
 struct CudaCase {
   int B, S, T, N, Nkv, H, W;  // W = 0: no window
   DType cache;
+  bool force_mma = false;  // prefill on attend_mma_cuda.cu's kernel even where the Hopper kernel applies
 };
 
 #if KVSHARE_HAVE_CUDA
@@ -128,10 +137,15 @@ void BM_CudaAttend(benchmark::State& state, CudaCase c) {
   kvshare::GqaRunOptions opt;
   opt.device = kvshare::Device::kCuda;
 
+  namespace kd = kvshare::detail;
+  if (c.force_mma) kd::SetPrefillPath(kd::PrefillPath::kMma);
+  const std::int64_t hopper_before = kd::WgmmaLaunchCount();
   kvshare::GroupQueryAttention(a, in, o, opt);  // warm up
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) kvshare::GroupQueryAttention(a, in, o, opt);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  state.counters["hopper_kernel"] = kd::WgmmaLaunchCount() > hopper_before ? 1.0 : 0.0;
+  kd::ResetPrefillPath();
   const double calls = static_cast<double>(state.iterations());
   if (c.S == 1) {
     const double kv_bytes = 2.0 * c.B * static_cast<double>(kvh) * c.T * static_cast<double>(es);
@@ -177,11 +191,13 @@ void RegisterCuda() {
       for (const int W : {0, 1024}) {
         if (W >= T) continue;
         for (const DType dt : {DType::kFloat16, DType::kBFloat16}) {
-          const CudaCase c{1, T, T, sh.N, sh.Nkv, sh.H, W, dt};
-          const std::string name = std::string("cuda/prefill/") + sh.name + "/T:" + std::to_string(T) +
-                                   (W > 0 ? "/W:" + std::to_string(W) : std::string("/causal")) + "/" +
-                                   kvshare::DTypeName(dt);
-          benchmark::RegisterBenchmark(name.c_str(), BM_CudaAttend, c)->UseRealTime()->Unit(benchmark::kMillisecond);
+          for (const bool mma : {false, true}) {
+            const CudaCase c{1, T, T, sh.N, sh.Nkv, sh.H, W, dt, mma};
+            const std::string name =
+                std::string(mma ? "cuda/prefill_mma/" : "cuda/prefill/") + sh.name + "/T:" + std::to_string(T) +
+                (W > 0 ? "/W:" + std::to_string(W) : std::string("/causal")) + "/" + kvshare::DTypeName(dt);
+            benchmark::RegisterBenchmark(name.c_str(), BM_CudaAttend, c)->UseRealTime()->Unit(benchmark::kMillisecond);
+          }
         }
       }
     }

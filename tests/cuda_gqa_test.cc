@@ -6,9 +6,15 @@
 //    the fp32 / fp16 tolerance table, cache rows bitwise), the CPU suite's edge
 //    cases, and the pointer-placement errors. Decode cases over fp16 / bf16
 //    caches run the decode kernel, the rest the general one (run the suite with
-//    KVSHARE_CUDA_PLAIN=1 to put every case on the general kernel).
+//    KVSHARE_CUDA_PLAIN=1 to put every case on the general kernel). Prompt
+//    chunks over fp16 / bf16 K/V run on every prefill path (the Hopper kernel,
+//    attend_wgmma_cuda.cu, on a compute capability 9.0 device: overlapped or
+//    plain loop, output written itself or through the workspace; the mma
+//    kernel forced), each against the same CPU reference.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -20,6 +26,10 @@
 #include "common_record_measured.h"
 #include "cuda_test_util.h"
 #include "kvshare/common/error.h"
+
+#if KVSHARE_HAVE_CUDA
+#include "cuda/attend_wgmma_cuda.h"
+#endif
 
 namespace kvshare::testing {
 namespace {
@@ -105,9 +115,34 @@ void RunOnGpu(GqaCase& c) {
   m.CopyBack();
 }
 
-void ExpectClose(const Buffer& got, const Buffer& want, double tol, const std::string& what) {
+// got against want within tol relative to the largest |want| (at least 1);
+// NaN never passes. A failure names the largest absolute and relative error
+// and the first element over the tolerance; with heads > 0 the buffers are
+// outputs [B, S, heads * H] and the element is given as (b, s, head, dim).
+void ExpectClose(const Buffer& got, const Buffer& want, double tol, const std::string& what, int heads = 0, int H = 0) {
   ASSERT_EQ(got.Size(), want.Size()) << what;
-  EXPECT_LT(MaxRelDiff(got.ToFloat(), want.ToFloat()), tol) << what;
+  const std::vector<float> g = got.ToFloat(), w = want.ToFloat();
+  double scale = 1.0, max_abs = 0.0;
+  for (const float x : w) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+  std::int64_t first = -1, nans = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(g[i]) - w[i]);
+    const bool bad = std::isnan(g[i]) || std::isnan(w[i]) || d > tol * scale;
+    if (std::isnan(g[i])) ++nans;
+    if (!std::isnan(d)) max_abs = std::max(max_abs, d);
+    if (bad && first < 0) first = static_cast<std::int64_t>(i);
+  }
+  if (first < 0) return;
+  std::string where = "element " + std::to_string(first);
+  if (heads > 0 && H > 0) {
+    const std::int64_t S = got.shape.rank == 3 ? got.shape[1] : 1;
+    const std::int64_t d = first % H, h = first / H % heads, s = first / (H * heads) % S, b = first / (H * heads * S);
+    where += " (b " + std::to_string(b) + ", s " + std::to_string(s) + ", head " + std::to_string(h) + ", dim " +
+             std::to_string(d) + ")";
+  }
+  ADD_FAILURE() << what << ": max abs error " << max_abs << ", max relative " << max_abs / scale << " (tolerance "
+                << tol << " of " << scale << "), " << nans << " NaN; first wrong " << where << ": got "
+                << g[static_cast<std::size_t>(first)] << ", want " << w[static_cast<std::size_t>(first)];
 }
 
 // The dtype of the K/V the attention reads: the cache when there is one,
@@ -133,21 +168,89 @@ double OutputTolerance(const GqaCase& c) {
   return c.has_bias || c.has_qk ? table : TensorCoreTolerance(AttendedKvDtype(c), table);
 }
 
-// The GPU run of c against the CPU reference kernel.
-void ExpectGpuMatchesCpu(const GqaCase& c, const std::string& desc) {
-  SCOPED_TRACE(desc);
-  GqaCase ref = c, gpu = c;
-  ref.Run(GqaKernel::kReference);
-  ASSERT_NO_THROW(RunOnGpu(gpu));
-  ExpectClose(gpu.output, ref.output, OutputTolerance(c), "output");
-  double& worst =
-      WorstError()[std::string("kv ") + DTypeName(AttendedKvDtype(c)) + ", output " + DTypeName(c.output.dtype)];
-  worst = std::max(worst, MaxRelDiff(gpu.output.ToFloat(), ref.output.ToFloat()));
-  if (ref.has_qk) ExpectClose(gpu.qk, ref.qk, Tolerance(ref.qk.dtype, ref.output.dtype), "output_qk");
-  EXPECT_EQ(gpu.present_key.bytes, ref.present_key.bytes) << "present_key";
-  EXPECT_EQ(gpu.present_value.bytes, ref.present_value.bytes) << "present_value";
-  EXPECT_EQ(gpu.past_key.bytes, ref.past_key.bytes) << "past_key (share buffer)";
+using detail::PrefillPath;
+
+// The prefill path GPU runs take (attend_wgmma_cuda.h) within the scope;
+// the environment's choice again after it.
+class PrefillPathScope {
+ public:
+  explicit PrefillPathScope(PrefillPath path) { detail::SetPrefillPath(path); }
+  ~PrefillPathScope() { detail::ResetPrefillPath(); }
+  PrefillPathScope(const PrefillPathScope&) = delete;
+  PrefillPathScope& operator=(const PrefillPathScope&) = delete;
+};
+
+// Every prefill path: the automatic choice (the Hopper kernel where it takes
+// the case: its overlapped loop, writing the output itself when it needs one
+// key split), the Hopper kernel always through the workspace and the combine
+// kernel, the Hopper kernel's plain loop, and the mma kernel forced. Where
+// the Hopper kernel takes a case it runs kHopperRuns times.
+constexpr std::initializer_list<PrefillPath> kAllPaths = {PrefillPath::kAuto, PrefillPath::kWorkspace,
+                                                          PrefillPath::kNoOverlap, PrefillPath::kMma};
+constexpr int kHopperRuns = 3;
+
+const char* PathName(PrefillPath path) {
+  switch (path) {
+    case PrefillPath::kAuto: return "prefill path: automatic (KVSHARE_CUDA_PREFILL unset)";
+    case PrefillPath::kWorkspace: return "prefill path: Hopper kernel through the workspace (=workspace)";
+    case PrefillPath::kNoOverlap: return "prefill path: Hopper kernel's plain loop (=nooverlap)";
+    default: return "prefill path: mma kernel forced (=mma)";
+  }
 }
+
+// The GPU runs of c, one per path, against one CPU reference run.
+void ExpectGpuMatchesCpu(const GqaCase& c, const std::string& desc,
+                         std::initializer_list<PrefillPath> paths = {PrefillPath::kAuto}) {
+  SCOPED_TRACE(desc);
+  GqaCase ref = c;
+  ref.Run(GqaKernel::kReference);
+  const int heads = c.attrs.num_heads;
+  const int H = c.output.shape.rank == 3 ? static_cast<int>(c.output.shape[2] / heads) : 0;
+  for (const PrefillPath path : paths) {
+    SCOPED_TRACE(PathName(path));
+    const PrefillPathScope scope(path);
+    GqaCase gpu = c;
+    ASSERT_NO_THROW(RunOnGpu(gpu));
+    ExpectClose(gpu.output, ref.output, OutputTolerance(c), "output", heads, H);
+    double& worst =
+        WorstError()[std::string("kv ") + DTypeName(AttendedKvDtype(c)) + ", output " + DTypeName(c.output.dtype)];
+    worst = std::max(worst, MaxRelDiff(gpu.output.ToFloat(), ref.output.ToFloat()));
+    if (ref.has_qk) ExpectClose(gpu.qk, ref.qk, Tolerance(ref.qk.dtype, ref.output.dtype), "output_qk");
+    EXPECT_EQ(gpu.present_key.bytes, ref.present_key.bytes) << "present_key";
+    EXPECT_EQ(gpu.present_value.bytes, ref.present_value.bytes) << "present_value";
+    EXPECT_EQ(gpu.past_key.bytes, ref.past_key.bytes) << "past_key (share buffer)";
+  }
+}
+
+// True on a device of compute capability 9.0 (where the Hopper kernel runs).
+bool HopperDevice() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
+// Counts the Hopper kernel's launches over a scope: on a compute capability
+// 9.0 device there must have been `expected` (one per case and Hopper path).
+class HopperLaunches {
+ public:
+  HopperLaunches() : before_(detail::WgmmaLaunchCount()) {}
+  std::int64_t Ran() const { return detail::WgmmaLaunchCount() - before_; }
+  void Expect(std::int64_t expected) const {
+    if (!HopperDevice()) {
+      testing::RecordMeasured("  (not a compute capability 9.0 device: the Hopper kernel was not run)\n");
+      return;
+    }
+    EXPECT_EQ(Ran(), expected) << "Hopper kernel launches; its last refusal: \"" << detail::LastWgmmaRefusal() << "\"";
+  }
+
+ private:
+  std::int64_t before_;
+};
 
 class CudaGqaDevice : public ::testing::Test {
  protected:
@@ -177,52 +280,195 @@ TEST_F(CudaGqaDevice, SweepMatchesCpuReference) {
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
-// Prompt chunks on the tensor-core kernel (fp16 / bf16 caches, H 64 / 128 /
+// A static-scatter prompt step: N query heads on Nkv KV heads of size H,
+// queries and new K/V [B, S, heads * H] and a cache of shape `cache` (BNSH or
+// 3-D), all random of dtype dt; row b writes n[b] keys ending at end[b];
+// random sinks when `sinks`; causal, no window.
+GqaCase ScatterPrompt(int N, int Nkv, int H, DType dt, std::int64_t S, const Shape& cache,
+                      const std::vector<std::int64_t>& n, const std::vector<std::int64_t>& end, bool sinks,
+                      std::mt19937_64& g) {
+  const std::int64_t B = static_cast<std::int64_t>(n.size());
+  GqaCase c;
+  c.attrs.num_heads = N;
+  c.attrs.kv_num_heads = Nkv;
+  c.query = RandomBuffer(dt, {B, S, N * H}, g);
+  c.key = RandomBuffer(dt, {B, S, Nkv * H}, g);
+  c.value = RandomBuffer(dt, {B, S, Nkv * H}, g);
+  c.has_key = true;
+  c.present_key = RandomBuffer(dt, cache, g);
+  c.present_value = RandomBuffer(dt, cache, g);
+  c.has_present = true;
+  if (sinks) {
+    c.sink = RandomBuffer(DType::kFloat32, {N}, g);
+    c.has_sink = true;
+  }
+  c.SetScatter(n, end);
+  c.output = Buffer(dt, {B, S, N * H});
+  return c;
+}
+
+// Prompt chunks on the tensor-core kernels (fp16 / bf16 caches, H 64 / 128 /
 // 256, G = 1 / 4 / 8): static scatter over ragged rows (a long chunk, a short
 // one, one token) into caches that already hold keys, causal with and
-// without a window, softcap and sinks on some.
+// without a window, softcap and sinks on some; each on every prefill path.
 TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
   WorstError().clear();
-  int ran = 0;
+  int ran = 0, hopper = 0;
+  const HopperLaunches launches;
   for (const int H : {64, 128, 256}) {
     for (const auto& [N, Nkv] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{16, 2}}) {
       for (const DType dt : {DType::kFloat16, DType::kBFloat16}) {
         for (const int W : {-1, 100}) {
           for (const std::int64_t S : {37, 130}) {
             std::mt19937_64 g(1000 + ran);
-            GqaCase c;
-            c.attrs.num_heads = N;
-            c.attrs.kv_num_heads = Nkv;
+            const std::int64_t B = 3, cap = 512;
+            GqaCase c =
+                ScatterPrompt(N, Nkv, H, dt, S, {B, Nkv, cap, H}, {S, 7, 1}, {S + 300, 450, 1}, ran % 4 == 2, g);
             c.attrs.local_window_size = W;
             if (ran % 3 == 1) c.attrs.softcap = 30.0f;
-            const std::vector<std::int64_t> n = {S, 7, 1}, end = {S + 300, 450, 1};
-            const std::int64_t B = 3, cap = 512;
-            c.query = RandomBuffer(dt, {B, S, N * H}, g);
-            c.key = RandomBuffer(dt, {B, S, Nkv * H}, g);
-            c.value = RandomBuffer(dt, {B, S, Nkv * H}, g);
-            c.has_key = true;
-            c.present_key = RandomBuffer(dt, {B, Nkv, cap, H}, g);
-            c.present_value = RandomBuffer(dt, {B, Nkv, cap, H}, g);
-            c.has_present = true;
-            if (ran % 4 == 2) {
-              c.sink = RandomBuffer(DType::kFloat32, {N}, g);
-              c.has_sink = true;
-            }
-            c.SetScatter(n, end);
-            c.output = Buffer(dt, {B, S, N * H});
-            ExpectGpuMatchesCpu(c, "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " +
-                                       std::to_string(Nkv) + " " + DTypeName(dt) + " W " + std::to_string(W) + " S " +
-                                       std::to_string(S));
+            ExpectGpuMatchesCpu(c,
+                                "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) +
+                                    " " + DTypeName(dt) + " W " + std::to_string(W) + " S " + std::to_string(S),
+                                kAllPaths);
             if (HasFailure()) return;
             ++ran;
+            hopper += H >= 128 && S * (N / Nkv) >= 64;  // attend_wgmma_plan.h's prefill shapes
           }
         }
       }
     }
   }
-  testing::RecordMeasured("CudaGqa prompt chunks: %d configurations compared with the CPU reference\n", ran);
+  launches.Expect(kHopperRuns * hopper);
+  testing::RecordMeasured(
+      "CudaGqa prompt chunks: %d configurations compared with the CPU reference on every prefill path, %lld "
+      "Hopper kernel launches\n",
+      ran, static_cast<long long>(launches.Ran()));
   for (const auto& [what, err] : WorstError())
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+}
+
+// Sets keys j >= end[b] of every row b and KV head of a cache [B, N_kv, C, H]
+// (bnsh) or [B, C, N_kv * H] to NaN: what a kernel reads past a row's keys
+// must not reach its output (the Hopper kernel's TMA tiles span the longest
+// row and zero the V rows past a shorter one).
+void PoisonPastEnd(Buffer& cache, const std::vector<std::int64_t>& end, bool bnsh, int Nkv, int H) {
+  const std::int64_t C = bnsh ? cache.shape[2] : cache.shape[1];
+  for (std::size_t b = 0; b < end.size(); ++b) {
+    for (int n = 0; n < Nkv; ++n) {
+      for (std::int64_t j = end[b]; j < C; ++j) {
+        const auto bi = static_cast<std::int64_t>(b);
+        const std::int64_t base = bnsh ? ((bi * Nkv + n) * C + j) * H : (bi * C + j) * Nkv * H + n * H;
+        for (int d = 0; d < H; ++d) cache.Set(base + d, NAN);
+      }
+    }
+  }
+}
+
+// Prompt chunks where the Hopper kernel's tiles have edges, case i at head
+// size H and G query heads per KV head: fp16 or bf16, a BNSH or 3-D cache,
+// two ragged rows with and without keys already cached (S < T), chunk
+// lengths and windows on either side of a tile (KT - 1, KT, KT + 1 keys; a
+// window wider than the keys), softcap or sinks on some, NaN in the caches
+// past each row's keys. *desc names it; *hopper: whether the Hopper kernel
+// takes it (attend_wgmma_plan.h: S * G >= 64).
+GqaCase HopperEdgeCase(int H, int G, int i, std::string* desc, bool* hopper) {
+  const int kt = H == 128 ? 128 : H == 256 ? 64 : 32;  // attend_wgmma_plan.h's keys per tile
+  const int Nkv = G == 8 ? 1 : 2, N = Nkv * G;
+  const DType dt = i % 2 == 0 ? DType::kFloat16 : DType::kBFloat16;
+  const int windows[] = {-1, kt - 1, kt, kt + 1, 4 * kt + 50};
+  const int W = windows[i % 5];
+  const bool bnsh = i % 3 != 2;
+  // Row 0: 2 KT + 5 new keys (or 77) after 0 or 300 cached; row 1: a
+  // shorter chunk (or as long) after a different past.
+  const std::int64_t S0 = i % 2 == 0 ? 2 * kt + 5 : 77, S1 = i % 4 == 1 ? S0 : S0 / 2 + 3;
+  const std::int64_t past0 = i % 3 == 0 ? 0 : 300, past1 = 131 + i;
+  const std::vector<std::int64_t> n = {S0, S1}, end = {past0 + S0, past1 + S1};
+  const std::int64_t B = 2, cap = 640;
+  std::mt19937_64 g(4400 + i);
+  const Shape cache = bnsh ? Shape{B, Nkv, cap, H} : Shape{B, cap, Nkv * H};
+  GqaCase c = ScatterPrompt(N, Nkv, H, dt, S0, cache, n, end, i % 4 == 3, g);
+  c.attrs.local_window_size = W;
+  if (i % 3 == 1) c.attrs.softcap = 30.0f;
+  PoisonPastEnd(c.present_key, end, bnsh, Nkv, H);
+  PoisonPastEnd(c.present_value, end, bnsh, Nkv, H);
+  *desc = "H " + std::to_string(H) + " N " + std::to_string(N) + " N_kv " + std::to_string(Nkv) + " " + DTypeName(dt) +
+          (bnsh ? " BNSH" : " 3-D") + " cache, W " + std::to_string(W) + ", rows: " + std::to_string(S0) +
+          " new after " + std::to_string(past0) + ", " + std::to_string(S1) + " new after " + std::to_string(past1) +
+          (c.attrs.softcap > 0 ? ", softcap 30" : "") + (c.has_sink ? ", sinks" : "");
+  *hopper = S0 * G >= 64;
+  return c;
+}
+
+// The edge cases at H 128 / 256 / 512 x G 1 / 2 / 4 / 8, each on every
+// prefill path.
+TEST_F(CudaGqaDevice, HopperPrefillEdgesMatchCpuReference) {
+  WorstError().clear();
+  int ran = 0, hopper = 0;
+  const HopperLaunches launches;
+  for (const int H : {128, 256, 512}) {
+    for (const int G : {1, 2, 4, 8}) {
+      std::string desc;
+      bool takes = false;
+      const GqaCase c = HopperEdgeCase(H, G, ran, &desc, &takes);
+      ExpectGpuMatchesCpu(c, desc, kAllPaths);
+      if (HasFailure()) return;
+      ++ran;
+      hopper += takes;
+    }
+  }
+  launches.Expect(kHopperRuns * hopper);
+  testing::RecordMeasured(
+      "CudaGqa Hopper prefill edges: %d configurations on every prefill path, %lld Hopper kernel launches\n", ran,
+      static_cast<long long>(launches.Ran()));
+  for (const auto& [what, err] : WorstError())
+    testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+}
+
+// Inputs that isolate one stage of the Hopper kernel, so a failure of the
+// edge cases above says where to look: K = 0 (every visible key weighs the
+// same: only the V tiles, P V and the mask's extent matter) and V one-hot
+// (value j is unit vector j mod H: the output is the probabilities, so Q K^T,
+// the Q and K tiles and the softmax show through). H 128 / 256 / 512, G 2,
+// fp16, one prompt of 2 tiles + 3 keys; every path, and every case runs
+// even after a failure (the pattern of failures is the diagnosis).
+TEST_F(CudaGqaDevice, HopperPrefillStagesMatchCpuReference) {
+  int expected = 0;
+  const HopperLaunches launches;
+  for (const int H : {128, 256, 512}) {
+    const int kt = H == 128 ? 128 : H == 256 ? 64 : 32;
+    for (const bool uniform : {true, false}) {
+      const int N = 4, Nkv = 2;
+      const std::int64_t S = 2 * kt + 3;
+      std::mt19937_64 g(77 + H);
+      GqaCase c;
+      c.attrs.num_heads = N;
+      c.attrs.kv_num_heads = Nkv;
+      c.query = RandomBuffer(DType::kFloat16, {1, S, N * H}, g, 0.5f);
+      c.key =
+          uniform ? Buffer(DType::kFloat16, {1, S, Nkv * H}) : RandomBuffer(DType::kFloat16, {1, S, Nkv * H}, g, 0.5f);
+      c.value = RandomBuffer(DType::kFloat16, {1, S, Nkv * H}, g);
+      if (!uniform) {
+        for (std::int64_t j = 0; j < S; ++j) {
+          for (int n = 0; n < Nkv; ++n) {
+            for (int d = 0; d < H; ++d) c.value.Set((j * Nkv + n) * H + d, d == j % H ? 1.0f : 0.0f);
+          }
+        }
+      }
+      c.has_key = true;
+      c.present_key = Buffer(DType::kFloat16, {1, Nkv, S, H});
+      c.present_value = Buffer(DType::kFloat16, {1, Nkv, S, H});
+      c.has_present = true;
+      c.SetScatter({S}, {S});
+      c.output = Buffer(DType::kFloat16, {1, S, N * H});
+      ExpectGpuMatchesCpu(c,
+                          std::string("H ") + std::to_string(H) +
+                              (uniform ? ": K = 0, so P V alone (V tiles, the mask's extent)"
+                                       : ": V one-hot, so the output is P (Q K^T, Q / K tiles, softmax)"),
+                          kAllPaths);
+      ++expected;
+    }
+  }
+  launches.Expect(kHopperRuns * expected);
 }
 
 // Static scatter decode at Gemma shapes (H = 256, 8 heads on 1 KV head, f16

@@ -17,17 +17,19 @@
 // bf16 caches takes attend_decode_cuda.cu's kernel instead (all G heads of a
 // group per K/V load) into the same workspace and combine when the
 // tensor-core kernel (attend_mma_cuda.cu: fp16 / bf16 K/V, H 64 - 512, no bias,
-// no output_qk) does not take the call.
+// no output_qk; prefill on Hopper attend_wgmma_cuda.cu's) does not take the call.
 #include "cuda/attend_cuda.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 
 #include "common/float_convert.h"
 #include "cuda/attend_decode_cuda.h"
 #include "cuda/attend_mma_cuda.h"
+#include "cuda/attend_wgmma_cuda.h"
 #include "cuda/cuda_check.h"
 
 namespace kvshare::detail {
@@ -245,11 +247,21 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
   const int splits = static_cast<int>(std::min({by_keys, by_rows, kMaxSplits}));
   const std::int64_t per_split = std::max<std::int64_t>(1, CeilDiv(max_kv_len, splits));
   const unsigned blocks = static_cast<unsigned>(CeilDiv(rows, kWarpsPerBlock));
-  if (MmaKernelApplies(p)) {  // no output_qk here
-    const MmaSplit sp = MmaSplitFor(p, max_kv_len);
+  // Prefill on Hopper: attend_wgmma_cuda.cu's kernel where it takes the call.
+  const std::optional<WgmmaCall> hopper = PrepareWgmma(p, max_kv_len);
+  if (hopper && hopper->direct_output) {  // one key split: the kernel writes the output
+    AttendWgmmaCuda(p, *hopper, nullptr, stream);
+    return;
+  }
+  if (hopper || MmaKernelApplies(p)) {  // no output_qk here
+    const MmaSplit sp = hopper ? hopper->split : MmaSplitFor(p, max_kv_len);
     const DeviceScratch ws(static_cast<std::size_t>(rows * sp.key_splits * (p.head_size + 2)) * sizeof(float), stream,
                            "GroupQueryAttention (device cuda): workspace allocation");
-    AttendMmaCuda(p, sp, ws.As<float>(), stream);
+    if (hopper) {
+      AttendWgmmaCuda(p, *hopper, ws.As<float>(), stream);
+    } else {
+      AttendMmaCuda(p, sp, ws.As<float>(), stream);
+    }
     CombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, sp.key_splits, ws.As<float>(),
                                                                                nullptr);
     CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): combine kernel launch");
