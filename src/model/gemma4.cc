@@ -31,18 +31,7 @@ using detail::DecoderState;
 using detail::RmsNorm;
 using detail::Str;
 
-struct Layer {
-  bool sliding = false;
-  const float* attn_norm = nullptr;
-  detail::GemmaAttentionWeights attn;
-  const float* ffn_norm = nullptr;
-  const float* post_ffw_norm = nullptr;
-  std::optional<WeightMatrix> gate, up, down;  // dense MLP (n_ff > 0)
-  std::optional<detail::Gemma4Moe> moe;
-  detail::PerLayerGateWeights ple_gate;  // per-layer embeddings (PLE width > 0)
-  float out_scale = 1.0f;                // layer_output_scale
-  bool has_out_scale = false;
-};
+using Layer = detail::Gemma4Layer;
 
 // Scratch for one chunk of S <= max_step tokens (row-major, one row per token).
 class Gemma4State final : public DecoderState {
@@ -60,6 +49,7 @@ class Gemma4State final : public DecoderState {
 class Gemma4 final : public detail::DecoderModel {
  public:
   explicit Gemma4(GgufFile file);
+  detail::Gemma4Weights weights() const { return {.layers = &layers_, .ple = &ple_}; }
 
  private:
   std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
@@ -251,5 +241,11 @@ bool Gemma4::RunLayer(Gemma4State& st, int l, std::vector<detail::QuerySpan>& sp
 }  // namespace
 
 std::unique_ptr<Model> LoadGemma4(GgufFile file) { return std::make_unique<Gemma4>(std::move(file)); }
+
+std::optional<detail::Gemma4Weights> detail::Gemma4WeightsOf(const Model& model) {
+  const auto* m = dynamic_cast<const Gemma4*>(&model);
+  if (m == nullptr) return std::nullopt;
+  return m->weights();
+}
 
 }  // namespace kvshare
