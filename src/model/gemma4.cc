@@ -167,6 +167,11 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   for (int l = 0; l < c.n_layer; ++l) {
     if (!RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr, pool))
       break;
+    if (st.layer_probe) {
+      std::int64_t rows = 0;
+      for (const detail::QuerySpan& sp : spans) rows += sp.n;
+      st.layer_probe(l, std::span<const float>(st.x.data(), static_cast<std::size_t>(rows * E)));
+    }
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;

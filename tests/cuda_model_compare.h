@@ -1,0 +1,146 @@
+// Helpers of the GPU model's device tests (tests/cuda_model*_test.cc): logits
+// compared row by row with a diagnosis (largest absolute and relative error,
+// the first wrong element), a layer-by-layer comparison of the residual
+// stream of a CPU and a GPU run (DecoderState::layer_probe) that names the
+// first layer that diverged, and a batched step checked against its rows run
+// alone.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvshare/model/model.h"
+#include "model/decoder.h"
+
+namespace kvshare::testing {
+
+// Tolerances (relative to the row's largest |want|): bf16 weights round each
+// projection's input and weight to 8 significant bits (u = 2^-8) through a
+// few layers; fp32 weights differ from the CPU only in summation order.
+constexpr double kBf16ModelTolerance = 3e-2;
+constexpr double kFp32ModelTolerance = 1e-4;
+
+struct RowsDiff {
+  double worst = 0.0;         // largest per-row relative error
+  double max_abs = 0.0;       // largest |got - want|
+  std::int64_t first = -1;    // flat index of the first element past tol (-1: none)
+  std::int64_t bad_rows = 0;  // rows past tol
+  std::string where;          // the first wrong element, as text
+};
+
+// got and want: [rows, width]; row r's error: max |got - want| / max |want|.
+inline RowsDiff CompareRows(std::span<const float> got, std::span<const float> want, std::int64_t width, double tol) {
+  RowsDiff d;
+  if (got.size() != want.size()) {
+    d.worst = INFINITY;
+    d.where = "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+    return d;
+  }
+  const auto rows = static_cast<std::int64_t>(want.size()) / width;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double scale = 1e-30, diff = 0.0;
+    for (std::int64_t i = r * width; i < (r + 1) * width; ++i)
+      scale = std::max(scale, std::fabs(static_cast<double>(want[static_cast<std::size_t>(i)])));
+    for (std::int64_t i = r * width; i < (r + 1) * width; ++i) {
+      const double e = std::fabs(static_cast<double>(got[static_cast<std::size_t>(i)]) - want[static_cast<std::size_t>(i)]);
+      diff = std::max(diff, e);
+      if ((e / scale > tol || !std::isfinite(e)) && d.first < 0) {
+        d.first = i;
+        std::ostringstream s;
+        s << "first wrong element: row " << r << " col " << i - r * width << ": got "
+          << got[static_cast<std::size_t>(i)] << ", want " << want[static_cast<std::size_t>(i)];
+        d.where = s.str();
+      }
+    }
+    d.max_abs = std::max(d.max_abs, diff);
+    d.worst = std::max(d.worst, diff / scale);
+    if (diff / scale > tol || !std::isfinite(diff)) ++d.bad_rows;
+  }
+  return d;
+}
+
+inline std::string Describe(const RowsDiff& d) {
+  std::ostringstream s;
+  s << "largest relative error " << d.worst << ", largest absolute " << d.max_abs << ", rows past tolerance "
+    << d.bad_rows << (d.where.empty() ? "" : "; ") << d.where;
+  return s.str();
+}
+
+// Every layer's residual rows of one Forward of `tokens` (all logits) on a
+// fresh state of `m` (DecoderState::layer_probe), by layer.
+inline std::map<int, std::vector<float>> LayerRows(const Model& m, const ModelStateOptions& o,
+                                                   const std::vector<std::int32_t>& tokens) {
+  std::map<int, std::vector<float>> rows;
+  auto st = m.NewState(o);
+  auto* ds = dynamic_cast<detail::DecoderState*>(st.get());
+  if (ds == nullptr) return rows;
+  ds->layer_probe = [&](int l, std::span<const float> x) {
+    std::vector<float>& v = rows[l];
+    v.insert(v.end(), x.begin(), x.end());  // chunk after chunk
+  };
+  m.Forward(*st, tokens, nullptr, {.num_logits = static_cast<std::int64_t>(tokens.size())});
+  return rows;
+}
+
+// Where a GPU run left the CPU's: each layer's largest relative error of the
+// residual rows, and the first layer past tol.
+inline std::string LayerDivergence(const Model& cpu, const Model& gpu, const ModelStateOptions& o,
+                                   const std::vector<std::int32_t>& tokens, double tol) {
+  const auto want = LayerRows(cpu, o, tokens);
+  const auto got = LayerRows(gpu, o, tokens);
+  std::ostringstream s;
+  s << "per-layer residual divergence (GPU vs CPU, same steps):";
+  int first = -1;
+  for (const auto& [l, w] : want) {
+    const auto it = got.find(l);
+    if (it == got.end()) {
+      s << " layer " << l << ": no GPU rows;";
+      continue;
+    }
+    const RowsDiff d = CompareRows(it->second, w, cpu.config().n_embd, tol);
+    s << " L" << l << " " << d.worst;
+    if (d.worst > tol && first < 0) first = l;
+  }
+  s << (first < 0 ? "; no layer past tolerance" : "; first layer past tolerance: " + std::to_string(first));
+  return s.str();
+}
+
+// The logits of each entry of one ForwardBatch on `batched` ([num_logits,
+// V] each) against the same entries run one at a time on `alone` states (one
+// per row, each with the row's history replayed first). history[r]: tokens
+// the row already holds.
+inline void ExpectBatchEqualsAlone(const Model& m, const ModelStateOptions& o,
+                                   const std::vector<std::vector<std::int32_t>>& history,
+                                   const std::vector<BatchEntry>& entries, double tol, const std::string& what) {
+  const std::int64_t V = m.config().n_vocab;
+  auto batched = m.NewState(o);
+  for (std::size_t r = 0; r < history.size(); ++r) {
+    if (history[r].empty()) continue;
+    m.ForwardBatch(*batched, std::vector<BatchEntry>{{.row = static_cast<int>(r), .tokens = history[r]}}, nullptr);
+  }
+  const std::span<const float> all = m.ForwardBatch(*batched, entries, nullptr);
+  const std::vector<float> got(all.begin(), all.end());
+  std::int64_t at = 0;
+  for (const BatchEntry& e : entries) {
+    auto alone = m.NewState(o);
+    const std::vector<std::int32_t>& h = history[static_cast<std::size_t>(e.row)];
+    if (!h.empty()) m.ForwardBatch(*alone, std::vector<BatchEntry>{{.row = e.row, .tokens = h}}, nullptr);
+    const std::span<const float> want = m.ForwardBatch(*alone, std::vector<BatchEntry>{e}, nullptr);
+    const RowsDiff d =
+        CompareRows(std::span<const float>(got).subspan(static_cast<std::size_t>(at * V), want.size()), want, V, tol);
+    EXPECT_LE(d.worst, tol) << what << ": row " << e.row << " (" << e.tokens.size() << " tokens, " << e.num_logits
+                            << " logits) in the batch vs alone: " << Describe(d);
+    EXPECT_EQ(batched->length(e.row), alone->length(e.row)) << what << ": row " << e.row;
+    at += e.num_logits;
+  }
+}
+
+}  // namespace kvshare::testing
