@@ -7,7 +7,8 @@
 //   k_eq_v      full layers without attn_v (V = raw K), 1 KV head on full
 //               layers and 2 on sliding ones (per-layer KV heads)
 //   moe         every layer MoE (4 experts, top 2) plus the dense MLP
-// and the weights' dtype on the device (second part: fp32 or bf16).
+// and the weights' dtype on the device (second part: fp32 or bf16). Every
+// fixture's q / k norms are scaled by H^-1/4 (ScaleQkNorms).
 //   CudaGemma4Device.LogitsFollowTheCpuModel: a 13-token prefill in chunks of
 //     6 (all logits) and 7 decode steps, then a rewind and one more decode:
 //     every logits row within 1e-4 (fp32 weights, fp32 cache) or 3e-2 (bf16
@@ -23,6 +24,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,8 +41,26 @@
 namespace kvshare::testing {
 namespace {
 
+// Scales every attn_q_norm / attn_k_norm weight by H^-1/4 (H: the tensor's
+// length), so the scores q.k spread as with 1 / sqrt(H): the writer's random
+// norms around 1 at Gemma 4's attention scale 1 make each attention row
+// nearly an argmax, where bf16 rounding would flip near-ties (the same
+// rescaling as docs/benchmarks.md's gemma4v_scaled encoder check).
+void ScaleQkNorms(GgufSpec& g) {
+  for (GgufTensorSpec& t : g.tensors) {
+    const bool qk = t.name.ends_with("attn_q_norm.weight") || t.name.ends_with("attn_k_norm.weight");
+    if (!qk) continue;
+    std::vector<float> v(t.data.size() / 4);
+    std::memcpy(v.data(), t.data.data(), t.data.size());
+    const float f = 1.0f / std::sqrt(std::sqrt(static_cast<float>(v.size())));
+    for (float& x : v) x *= f;
+    std::memcpy(t.data.data(), v.data(), t.data.size());
+  }
+}
+
 TinyGemma4Spec FixtureSpec(const std::string& name) {
   TinyGemma4Spec s;
+  s.edit = ScaleQkNorms;
   if (name == "plain") {
     s.shared = 0;
     s.ple = 0;
