@@ -175,17 +175,23 @@ TEST(CudaModelDispatch, UnsupportedArchitectureIsAnActionableError) {
 #endif
 }
 
-TEST(CudaModelDispatch, Gemma4WithoutUsableGpuIsAnActionableError) {
+TEST(CudaModelDispatch, WithoutUsableGpuIsAnActionableError) {
   std::string why;
   if (GpuUsable(&why)) GTEST_SKIP() << "a GPU is usable here; this checks the error without one";
-  const TempGguf file = TempGemma4(TinyGemma4Spec{}, "cuda_error");
-  const std::string msg = ErrorOf([&] { MoveModelToCuda(Model::Load(file.path)); });
+  TinyGemmaSpec g3;
+  g3.types = {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kF16};
+  g3.shared_kv_layers = 2;
+  const TempGguf gemma3(g3, "cuda_error");
+  const TempGguf gemma4 = TempGemma4(TinyGemma4Spec{}, "cuda_error");
+  for (const TempGguf* file : {&gemma3, &gemma4}) {
+    const std::string msg = ErrorOf([&] { MoveModelToCuda(Model::Load(file->path)); });
 #if KVSHARE_HAVE_CUDA
-  EXPECT_NE(msg.find("no CUDA device is usable"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no CUDA device is usable"), std::string::npos) << msg;
 #else
-  EXPECT_NE(msg.find("built without CUDA"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("built without CUDA"), std::string::npos) << msg;
 #endif
-  EXPECT_NE(msg.find("use device cpu"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("use device cpu"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

@@ -141,16 +141,20 @@ void CudaDecoder::SetSpans(CudaDecoderState& st, std::span<const QuerySpan> span
   Upload(st.pack_map.data(), st.pack.packed_row.data(), bytes, "Forward (device cuda): attention row map upload");
 }
 
-void CudaDecoder::Attend(CudaDecoderState& st, int layer, const DevAttention& a) const {
+void CudaDecoder::Attend(CudaDecoderState& st, int layer, bool owns, int head_dim, int kv_dim, float scale) const {
   const AttentionPacking& p = st.pack;
-  const std::int64_t qd = static_cast<std::int64_t>(a.n_head) * a.head_dim;
-  const bool owns = a.k != nullptr;
+  const int n_head = config().n_head;
+  const std::int64_t qd = static_cast<std::int64_t>(n_head) * head_dim;
+  const float* q = As<float>(st.q);
+  const float* k = As<float>(st.k);
+  const float* v = As<float>(st.v);
+  float* out = As<float>(st.attn);
   const auto family = static_cast<std::size_t>(cpu().layer_rope()[static_cast<std::size_t>(layer)]);
   LayerAttendArgs args;
   args.cos_cache = ConstTensorView{As<float>(st.cos[family]), DType::kFloat32, {st.rope_pos, st.rope_half[family]}};
   args.sin_cache = ConstTensorView{As<float>(st.sin[family]), DType::kFloat32, {st.rope_pos, st.rope_half[family]}};
-  args.attrs.num_heads = a.n_head;
-  args.attrs.scale = a.scale;
+  args.attrs.num_heads = n_head;
+  args.attrs.scale = scale;
   args.attrs.causal = 1;
   args.attrs.do_rotary = 1;
   args.attrs.rotary_interleaved = 0;  // NeoX half split
@@ -158,12 +162,12 @@ void CudaDecoder::Attend(CudaDecoderState& st, int layer, const DevAttention& a)
   args.query_offsets = p.query_offsets;
   if (p.in_place) {  // one span of row 0: its flat rows as they are
     const std::int64_t begin = p.flat_rows - p.S, S = p.S;
-    args.query = ConstTensorView{a.q + begin * qd, DType::kFloat32, {1, S, qd}};
+    args.query = ConstTensorView{q + begin * qd, DType::kFloat32, {1, S, qd}};
     if (owns) {
-      args.key = ConstTensorView{a.k + begin * a.kv_dim, DType::kFloat32, {1, S, a.kv_dim}};
-      args.value = ConstTensorView{a.v + begin * a.kv_dim, DType::kFloat32, {1, S, a.kv_dim}};
+      args.key = ConstTensorView{k + begin * kv_dim, DType::kFloat32, {1, S, kv_dim}};
+      args.value = ConstTensorView{v + begin * kv_dim, DType::kFloat32, {1, S, kv_dim}};
     }
-    args.output = TensorView{a.out + begin * qd, DType::kFloat32, {1, S, qd}};
+    args.output = TensorView{out + begin * qd, DType::kFloat32, {1, S, qd}};
     AttendLayer(st.cache, layer, args);
     return;
   }
@@ -173,19 +177,19 @@ void CudaDecoder::Attend(CudaDecoderState& st, int layer, const DevAttention& a)
   const auto* map = As<std::int64_t>(st.pack_map);
   float* pq = Rows(st.pq, B * S, qd);
   float* pout = Rows(st.pout, B * S, qd);
-  ScatterRowsDevice(a.q, R, qd, map, pq);
+  ScatterRowsDevice(q, R, qd, map, pq);
   args.query = ConstTensorView{pq, DType::kFloat32, {B, S, qd}};
   args.output = TensorView{pout, DType::kFloat32, {B, S, qd}};
   if (owns) {
-    float* pk = Rows(st.pk, B * S, a.kv_dim);
-    float* pv = Rows(st.pv, B * S, a.kv_dim);
-    ScatterRowsDevice(a.k, R, a.kv_dim, map, pk);
-    ScatterRowsDevice(a.v, R, a.kv_dim, map, pv);
-    args.key = ConstTensorView{pk, DType::kFloat32, {B, S, a.kv_dim}};
-    args.value = ConstTensorView{pv, DType::kFloat32, {B, S, a.kv_dim}};
+    float* pk = Rows(st.pk, B * S, kv_dim);
+    float* pv = Rows(st.pv, B * S, kv_dim);
+    ScatterRowsDevice(k, R, kv_dim, map, pk);
+    ScatterRowsDevice(v, R, kv_dim, map, pv);
+    args.key = ConstTensorView{pk, DType::kFloat32, {B, S, kv_dim}};
+    args.value = ConstTensorView{pv, DType::kFloat32, {B, S, kv_dim}};
   }
   AttendLayer(st.cache, layer, args);
-  GatherRowsDevice(pout, qd, map, R, qd, a.out);
+  GatherRowsDevice(pout, qd, map, R, qd, out);
 }
 
 void CudaDecoder::PackKept(CudaDecoderState& st, const Step& step, std::span<const std::pair<DevBuf*, int>> buffers,

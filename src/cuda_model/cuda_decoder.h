@@ -45,19 +45,6 @@ class CudaDecoderState : public DecoderState {
   std::vector<float> head_host, hidden_host;  // [kept, n_vocab], [kept, E]
 };
 
-// One attention layer's device inputs: q [rows, n_head * H]; k, v [rows,
-// kv_dim] on owning layers, null on KV-shared ones; out [rows, n_head * H].
-struct DevAttention {
-  const float* q = nullptr;
-  const float* k = nullptr;
-  const float* v = nullptr;
-  float* out = nullptr;
-  int n_head = 0;
-  int head_dim = 0;
-  int kv_dim = 0;
-  float scale = 1.0f;
-};
-
 class CudaDecoder : public Model {
  public:
   const ModelConfig& config() const override { return cpu_->config(); }
@@ -94,8 +81,10 @@ class CudaDecoder : public Model {
   // (PlanAttention) and uploads its map.
   void SetSpans(CudaDecoderState& st, std::span<const QuerySpan> spans) const;
   // Layer l's attention over the current spans (AttendLayer on the device
-  // cache, RoPE of the layer's family).
-  void Attend(CudaDecoderState& st, int layer, const DevAttention& a) const;
+  // cache, RoPE of the layer's family): st.q [rows, n_head * head_dim] into
+  // st.attn, with st.k, st.v [rows, kv_dim] written to the cache when the
+  // layer owns its K/V (a KV-shared layer reads its source's).
+  void Attend(CudaDecoderState& st, int layer, bool owns, int head_dim, int kv_dim, float scale) const;
   // Packs each buffer's kept rows (its rows are the step's tokens in order)
   // to the front as PackKeptRows does; with spans, also repoints them and
   // st.src (the cut) and calls SetSpans.

@@ -75,15 +75,7 @@ float* CudaGemma3::RunStep(CudaDecoderState& st, const Step& step) const {
       RmsNormDevice(k, R * c.n_head_kv, Hd, As<float>(L.k_norm), c.rms_eps);
     }
     RmsNormDevice(q, R * c.n_head, Hd, As<float>(L.q_norm), c.rms_eps);
-    Attend(st, l,
-           DevAttention{.q = q,
-                        .k = owns ? k : nullptr,
-                        .v = owns ? v : nullptr,
-                        .out = attn,
-                        .n_head = c.n_head,
-                        .head_dim = Hd,
-                        .kv_dim = static_cast<int>(kvd),
-                        .scale = c.attn_scale});
+    Attend(st, l, owns, Hd, static_cast<int>(kvd), c.attn_scale);
     if (l == cut) {
       if (kept == 0) break;  // the K/V are written; nothing else is read
       const std::pair<DevBuf*, int> bufs[] = {{&st.attn, static_cast<int>(qd)}, {&st.x, E}};

@@ -301,15 +301,7 @@ void CudaGemma4::AttentionBlock(CudaGemma4State& st, int l, bool owns, const flo
     RmsNormDevice(k, S * w.n_kv, Hd, As<float>(w.k_norm), c.rms_eps);
     RmsNormDevice(v, S * w.n_kv, Hd, nullptr, c.rms_eps);  // scale-free V norm
   }
-  Attend(st, l,
-         DevAttention{.q = q,
-                      .k = owns ? k : nullptr,
-                      .v = owns ? v : nullptr,
-                      .out = attn,
-                      .n_head = c.n_head,
-                      .head_dim = Hd,
-                      .kv_dim = static_cast<int>(kvd),
-                      .scale = c.attn_scale});
+  Attend(st, l, owns, Hd, static_cast<int>(kvd), c.attn_scale);
   b.Project(w.o, attn, S, out, st.xb);
   RmsNormDevice(out, S, c.n_embd, As<float>(w.post_norm), c.rms_eps);
 }
