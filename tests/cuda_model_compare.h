@@ -2,8 +2,8 @@
 // compared row by row with a diagnosis (largest absolute and relative error,
 // the first wrong element), a layer-by-layer comparison of the residual
 // stream of a CPU and a GPU run (DecoderState::layer_probe) that names the
-// first layer that diverged, and a batched step checked against its rows run
-// alone.
+// first layer that diverged, a teacher-forced run against the CPU model, and
+// a batched step checked against its rows run alone.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,12 +11,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common_record_measured.h"
+#include "gguf_writer.h"
 #include "kvshare/model/model.h"
 #include "model/decoder.h"
 
@@ -27,6 +31,23 @@ namespace kvshare::testing {
 // few layers; fp32 weights differ from the CPU only in summation order.
 constexpr double kBf16ModelTolerance = 3e-2;
 constexpr double kFp32ModelTolerance = 1e-4;
+
+// Scales every attn_q_norm / attn_k_norm weight by H^-1/4 (H: the tensor's
+// length), so the scores q.k spread as with 1 / sqrt(H): the writer's random
+// norms around 1 at Gemma 4's attention scale 1 make each attention row
+// nearly an argmax, where bf16 rounding would flip near-ties (the same
+// rescaling as docs/benchmarks.md's gemma4v_scaled encoder check).
+inline void ScaleQkNorms(GgufSpec& g) {
+  for (GgufTensorSpec& t : g.tensors) {
+    const bool qk = t.name.ends_with("attn_q_norm.weight") || t.name.ends_with("attn_k_norm.weight");
+    if (!qk) continue;
+    std::vector<float> v(t.data.size() / 4);
+    std::memcpy(v.data(), t.data.data(), t.data.size());
+    const float f = 1.0f / std::sqrt(std::sqrt(static_cast<float>(v.size())));
+    for (float& x : v) x *= f;
+    std::memcpy(t.data.data(), v.data(), t.data.size());
+  }
+}
 
 struct RowsDiff {
   double worst = 0.0;         // largest per-row relative error
@@ -111,6 +132,75 @@ inline std::string LayerDivergence(const Model& cpu, const Model& gpu, const Mod
   }
   s << (first < 0 ? "; no layer past tolerance" : "; first layer past tolerance: " + std::to_string(first));
   return s.str();
+}
+
+// Top-1 index of a logits row, and its gap to the second largest.
+inline std::pair<int, double> Top(std::span<const float> row) {
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(row.size()); ++i)
+    if (row[static_cast<std::size_t>(i)] > row[static_cast<std::size_t>(best)]) best = i;
+  double second = -INFINITY;
+  for (int i = 0; i < static_cast<int>(row.size()); ++i)
+    if (i != best) second = std::max(second, static_cast<double>(row[static_cast<std::size_t>(i)]));
+  return {best, row[static_cast<std::size_t>(best)] - second};
+}
+
+struct FollowOptions {
+  double tolerance = kBf16ModelTolerance;
+  double bad_rows_allowed = 0.0;  // the fraction of logits rows that may exceed the tolerance
+  bool greedy = true;             // check greedy tokens where the CPU's top-2 margin > 2 * tolerance
+  std::string what;               // named in every failure
+};
+
+// Teacher-forced on fresh CPU and GPU states of `o`: the first 13 tokens as
+// one prefill (all logits, in chunks of o.max_step), the rest decoded one at
+// a time, then both rewound to 15 and token 15 decoded again (tokens: >= 16).
+// Every logits row within f.tolerance of the CPU's (relative to the row's
+// largest value), up to f.bad_rows_allowed of them; greedy tokens equal where
+// the margin is clear. On failure: the largest errors, the first wrong
+// element and the per-layer divergence of the prefill.
+inline void ExpectFollowsCpu(const Model& cpu, const Model& gpu, const ModelStateOptions& o,
+                             const std::vector<std::int32_t>& tokens, const FollowOptions& f) {
+  const std::int64_t V = cpu.config().n_vocab, P = 13;
+  auto cs = cpu.NewState(o);
+  auto gs = gpu.NewState(o);
+  std::vector<float> want, got;  // [positions, V]
+  const auto run = [&](std::span<const std::int32_t> t, std::int64_t num_logits) {
+    const std::span<const float> w = cpu.Forward(*cs, t, nullptr, {.num_logits = num_logits});
+    want.insert(want.end(), w.begin(), w.end());
+    const std::span<const float> g = gpu.Forward(*gs, t, nullptr, {.num_logits = num_logits});
+    got.insert(got.end(), g.begin(), g.end());
+  };
+  run(std::span<const std::int32_t>(tokens.data(), P), P);
+  for (std::size_t t = P; t < tokens.size(); ++t) run(std::span<const std::int32_t>(&tokens[t], 1), 1);
+  EXPECT_EQ(gs->length(), static_cast<std::int64_t>(tokens.size())) << f.what;
+  cs->Rewind(0, 15);
+  gs->Rewind(0, 15);
+  run(std::span<const std::int32_t>(&tokens[15], 1), 1);
+  EXPECT_EQ(gs->length(), 16) << f.what;
+
+  const RowsDiff d = CompareRows(got, want, V, f.tolerance);
+  const std::int64_t rows = static_cast<std::int64_t>(want.size()) / V;
+  const auto allowed = static_cast<std::int64_t>(f.bad_rows_allowed * static_cast<double>(rows));
+  if (d.bad_rows > allowed) {
+    ADD_FAILURE() << f.what << ": " << Describe(d) << " (" << allowed << " allowed of " << rows << ")\n"
+                  << LayerDivergence(cpu, gpu, o, std::vector<std::int32_t>(tokens.begin(), tokens.begin() + P),
+                                     f.tolerance);
+  }
+  int greedy_checked = 0;
+  for (std::int64_t r = 0; r < rows && f.greedy; ++r) {
+    const auto w = std::span<const float>(want).subspan(static_cast<std::size_t>(r * V), static_cast<std::size_t>(V));
+    const auto g = std::span<const float>(got).subspan(static_cast<std::size_t>(r * V), static_cast<std::size_t>(V));
+    const auto [top, margin] = Top(w);
+    double scale = 0.0;
+    for (float x : w) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+    if (margin <= 2 * f.tolerance * scale) continue;
+    ++greedy_checked;
+    EXPECT_EQ(Top(g).first, top) << f.what << ": greedy token of logits row " << r << " (CPU margin " << margin
+                                 << ")";
+  }
+  RecordMeasured("%s: largest relative logits error %.3g over %lld rows, %d greedy tokens checked", f.what.c_str(),
+                 d.worst, static_cast<long long>(rows), greedy_checked);
 }
 
 // The logits of each entry of one ForwardBatch on `batched` ([num_logits,

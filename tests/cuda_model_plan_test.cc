@@ -2,11 +2,13 @@
 // needed): the attention packing plan (PlanAttention, which the CPU's Attend
 // and the GPU models share), the batched-step plan (BatchSteps: chunks,
 // logits destinations, checks, rollback), the dispatch by architecture, and
-// MoveModelToCuda's errors without a usable GPU or for an architecture
-// without a GPU forward pass (an Error, never a crash).
+// MoveModelToCuda's errors without a usable GPU (Gemma 3, 4 and 3n files) or
+// for an architecture without a GPU forward pass (an Error, never a crash).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <string>
@@ -158,18 +160,23 @@ TEST_F(CudaModelSteps, ChecksEveryEntryAndRestoresRows) {
 TEST(CudaModelDispatch, ArchitecturesWithAGpuForwardPass) {
   EXPECT_EQ(detail::CudaFamilyOf("gemma3"), detail::CudaFamily::kGemma3);
   EXPECT_EQ(detail::CudaFamilyOf("gemma4"), detail::CudaFamily::kGemma4);
-  for (const char* arch : {"gemma3n", "gemma-embedding", "gemma4-assistant", "llama"})
+  EXPECT_EQ(detail::CudaFamilyOf("gemma3n"), detail::CudaFamily::kGemma3n);
+  for (const char* arch : {"gemma-embedding", "gemma4-assistant", "llama"})
     EXPECT_EQ(detail::CudaFamilyOf(arch), detail::CudaFamily::kNone) << arch;
-  const std::string msg = detail::NoCudaFamilyMessage("gemma3n");
-  for (const char* part : {"'gemma3n'", "gemma3 and gemma4", "CPU only", "use device cpu"})
+  const std::string msg = detail::NoCudaFamilyMessage("gemma-embedding");
+  for (const char* part : {"'gemma-embedding'", "gemma3, gemma3n and gemma4", "CPU only", "use device cpu"})
     EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
 }
 
+// EmbeddingGemma (tests/fixtures/embedding_gemma) has no GPU forward pass.
 TEST(CudaModelDispatch, UnsupportedArchitectureIsAnActionableError) {
-  const TempGguf file = TempGemma3n(TinyGemma3nSpec{}, "cuda_refused");
-  const std::string msg = ErrorOf([&] { MoveModelToCuda(Model::Load(file.path)); });
+  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
+  if (src == nullptr) GTEST_SKIP() << "KVSHARE_SOURCE_DIR is not set (ctest sets it)";
+  const std::string path = std::string(src) + "/tests/fixtures/embedding_gemma/tiny.f32.gguf";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  const std::string msg = ErrorOf([&] { MoveModelToCuda(Model::Load(path)); });
 #if KVSHARE_HAVE_CUDA
-  EXPECT_EQ(msg, detail::NoCudaFamilyMessage("gemma3n"));
+  EXPECT_EQ(msg, detail::NoCudaFamilyMessage("gemma-embedding"));
 #else
   EXPECT_NE(msg.find("built without CUDA"), std::string::npos) << msg;
 #endif
@@ -183,7 +190,8 @@ TEST(CudaModelDispatch, WithoutUsableGpuIsAnActionableError) {
   g3.shared_kv_layers = 2;
   const TempGguf gemma3(g3, "cuda_error");
   const TempGguf gemma4 = TempGemma4(TinyGemma4Spec{}, "cuda_error");
-  for (const TempGguf* file : {&gemma3, &gemma4}) {
+  const TempGguf gemma3n = TempGemma3n(TinyGemma3nSpec{}, "cuda_error");
+  for (const TempGguf* file : {&gemma3, &gemma4, &gemma3n}) {
     const std::string msg = ErrorOf([&] { MoveModelToCuda(Model::Load(file->path)); });
 #if KVSHARE_HAVE_CUDA
     EXPECT_NE(msg.find("no CUDA device is usable"), std::string::npos) << msg;

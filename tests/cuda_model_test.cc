@@ -41,8 +41,6 @@ TinyGemmaSpec Spec() {
   return s;
 }
 
-#if KVSHARE_HAVE_CUDA
-
 class CudaModelDevice : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -166,7 +164,6 @@ TEST_P(CudaModelBatch, MatchesTheCpuModel) {
 INSTANTIATE_TEST_SUITE_P(Weights, CudaModelBatch, ::testing::Values(DType::kFloat32, DType::kBFloat16),
                          DTypeParamName);
 
-#endif  // KVSHARE_HAVE_CUDA
 
 }  // namespace
 }  // namespace kvshare::testing

@@ -209,11 +209,11 @@ void CudaDecoder::PackKept(CudaDecoderState& st, const Step& step, std::span<con
   if (spans != nullptr) SetSpans(st, *spans);
 }
 
-void CudaDecoder::Probe(CudaDecoderState& st, int layer, std::int64_t rows) const {
+void CudaDecoder::Probe(CudaDecoderState& st, int layer, std::int64_t rows, const float* x) const {
   if (!st.layer_probe) return;
-  std::vector<float> x(static_cast<std::size_t>(rows * config().n_embd));
-  Download(x.data(), st.x.data(), x.size() * 4, "Forward (device cuda): layer probe download");
-  st.layer_probe(layer, x);
+  std::vector<float> host(static_cast<std::size_t>(rows * config().n_embd));
+  Download(host.data(), x != nullptr ? x : As<float>(st.x), host.size() * 4, "Forward (device cuda): layer probe download");
+  st.layer_probe(layer, host);
 }
 
 }  // namespace kvshare::detail

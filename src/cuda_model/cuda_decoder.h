@@ -91,8 +91,9 @@ class CudaDecoder : public Model {
   void PackKept(CudaDecoderState& st, const Step& step, std::span<const std::pair<DevBuf*, int>> buffers,
                 std::vector<QuerySpan>* spans) const;
 
-  // DecoderState::layer_probe (when set) with st.x's first `rows` rows.
-  void Probe(CudaDecoderState& st, int layer, std::int64_t rows) const;
+  // DecoderState::layer_probe (when set) with the first `rows` rows of x
+  // (device [rows, E]; st.x when null).
+  void Probe(CudaDecoderState& st, int layer, std::int64_t rows, const float* x = nullptr) const;
 
   const Model& cpu_model() const { return *cpu_; }
   const DecoderModel& cpu() const { return *cpu_decoder_; }

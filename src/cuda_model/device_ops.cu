@@ -119,6 +119,94 @@ __global__ void AddWeightedRowsKernel(const float* y, std::int64_t rows, int wid
   out[to[r] * width + c] += w[r] * y[i];
 }
 
+// One block per row: sum of squares of x and of ref in double.
+__global__ void RescaleRowsKernel(float* x, const float* ref, int n) {
+  __shared__ double part[2][kThreads];
+  float* row = x + static_cast<std::int64_t>(blockIdx.x) * n;
+  const float* r = ref + static_cast<std::int64_t>(blockIdx.x) * n;
+  double sx = 0.0, sr = 0.0;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += kThreads) {
+    sx += static_cast<double>(row[i]) * row[i];
+    sr += static_cast<double>(r[i]) * r[i];
+  }
+  part[0][threadIdx.x] = sx;
+  part[1][threadIdx.x] = sr;
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o >>= 1) {
+    if (static_cast<int>(threadIdx.x) < o) {
+      part[0][threadIdx.x] += part[0][threadIdx.x + o];
+      part[1][threadIdx.x] += part[1][threadIdx.x + o];
+    }
+    __syncthreads();
+  }
+  const float target = sqrtf(static_cast<float>(part[1][0] / n));
+  const float now = sqrtf(fmaxf(static_cast<float>(part[0][0] / n), 1e-5f));
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += kThreads) row[i] = row[i] * target / now;
+}
+
+__global__ void TanhKernel(float* x, std::int64_t n) {
+  KV_ELEMENT_INDEX(n);
+  x[i] = tanhf(x[i]);
+}
+
+__global__ void AddScalarKernel(float* x, float s, std::int64_t n) {
+  KV_ELEMENT_INDEX(n);
+  x[i] += s;
+}
+
+// One block per row: mean and population variance in double.
+__global__ void GaussianTopKKernel(float* g, int F, float k) {
+  __shared__ double part[kThreads];
+  __shared__ double mean;
+  float* row = g + static_cast<std::int64_t>(blockIdx.x) * F;
+  double s = 0.0;
+  for (int i = static_cast<int>(threadIdx.x); i < F; i += kThreads) s += row[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o >>= 1) {
+    if (static_cast<int>(threadIdx.x) < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) mean = part[0] / F;
+  __syncthreads();
+  const double m = mean;
+  double v = 0.0;
+  for (int i = static_cast<int>(threadIdx.x); i < F; i += kThreads) v += (row[i] - m) * (row[i] - m);
+  __syncthreads();
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o >>= 1) {
+    if (static_cast<int>(threadIdx.x) < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  const float cutoff = static_cast<float>(m) + static_cast<float>(sqrt(part[0] / F)) * k;
+  for (int i = static_cast<int>(threadIdx.x); i < F; i += kThreads) row[i] = fmaxf(0.0f, row[i] - cutoff);
+}
+
+__global__ void LaurelMixKernel(float* o, const float* act, const float* h, const float* laurel, std::int64_t n) {
+  KV_ELEMENT_INDEX(n);
+  o[i] = ((act[i] + o[i]) + (h[i] + laurel[i])) / sqrtf(2.0f);
+}
+
+__global__ void AltUpPredictKernel(Streams x, int n, std::int64_t rows, int E, const float* coef, Streams pred) {
+  KV_ELEMENT_INDEX(rows * E);
+  const std::int64_t s = i / E;
+  const float* c = coef + s * n * n;
+  for (int j = 0; j < n; ++j) {
+    float acc = 0.0f;
+    for (int k = 0; k < n; ++k) acc += x.p[k][i] * c[j * n + k];
+    pred.p[j][i] = acc + x.p[j][i];
+  }
+}
+
+__global__ void AltUpCorrectKernel(Streams x, Streams pred, const float* y, const float* active, const float* coef,
+                                   int n, std::int64_t rows, int E) {
+  KV_ELEMENT_INDEX(rows * E);
+  const std::int64_t s = i / E;
+  const float innovation = y[i] - active[i];
+  for (int j = 0; j < n; ++j) x.p[j][i] = innovation * coef[s * n + j] + pred.p[j][i];
+}
+
 #undef KV_ELEMENT_INDEX
 
 }  // namespace
@@ -256,6 +344,49 @@ void AddWeightedRowsDevice(const float* y, std::int64_t rows, int width, const s
   if (rows == 0) return;
   AddWeightedRowsKernel<<<Blocks(rows * width), kThreads>>>(y, rows, width, to, w, out);
   CheckLaunch("Forward (device cuda): weighted row sum launch");
+}
+
+void RescaleRowsDevice(float* x, const float* ref, std::int64_t rows, int n) {
+  if (rows == 0) return;
+  RescaleRowsKernel<<<static_cast<unsigned>(rows), kThreads>>>(x, ref, n);
+  CheckLaunch("Forward (device cuda): stream rescale launch");
+}
+
+void TanhDevice(float* x, std::int64_t n) {
+  if (n == 0) return;
+  TanhKernel<<<Blocks(n), kThreads>>>(x, n);
+  CheckLaunch("Forward (device cuda): tanh launch");
+}
+
+void AddScalarDevice(float* x, float s, std::int64_t n) {
+  if (n == 0) return;
+  AddScalarKernel<<<Blocks(n), kThreads>>>(x, s, n);
+  CheckLaunch("Forward (device cuda): scalar add launch");
+}
+
+void GaussianTopKDevice(float* g, std::int64_t rows, int F, float k) {
+  if (rows == 0) return;
+  GaussianTopKKernel<<<static_cast<unsigned>(rows), kThreads>>>(g, F, k);
+  CheckLaunch("Forward (device cuda): activation sparsity launch");
+}
+
+void LaurelMixDevice(float* o, const float* act, const float* h, const float* laurel, std::int64_t n) {
+  if (n == 0) return;
+  LaurelMixKernel<<<Blocks(n), kThreads>>>(o, act, h, laurel, n);
+  CheckLaunch("Forward (device cuda): Laurel sum launch");
+}
+
+void AltUpPredictDevice(const Streams& x, int n, std::int64_t rows, int E, const float* coef, const Streams& pred) {
+  if (rows == 0) return;
+  AltUpPredictKernel<<<Blocks(rows * E), kThreads>>>(x, n, rows, E, coef, pred);
+  CheckLaunch("Forward (device cuda): AltUp predict launch");
+}
+
+void AltUpCorrectDevice(const Streams& x, const Streams& pred, const float* y, const float* active, const float* coef,
+                        int n, std::int64_t rows, int E) {
+  if (rows == 0) return;
+  AltUpCorrectKernel<<<Blocks(rows * E), kThreads>>>(x, pred, y, active, coef, n, rows, E);
+  CheckLaunch("Forward (device cuda): AltUp correct launch");
 }
 
 Blas::Blas() {

@@ -82,6 +82,34 @@ void GatherRowsDevice(const float* src, std::int64_t src_stride, const std::int6
 void AddWeightedRowsDevice(const float* y, std::int64_t rows, int width, const std::int64_t* to, const float* w,
                            float* out);
 
+// x[r, :] *= rms(ref[r, :]) / max(rms(x[r, :]), sqrt(1e-5)) over rows of n,
+// rms = sqrt(mean of squares), sums in double (Gemma 3n's AltUp stream
+// rescaling).
+void RescaleRowsDevice(float* x, const float* ref, std::int64_t rows, int n);
+// x = tanh(x) over n values.
+void TanhDevice(float* x, std::int64_t n);
+// x += s over n values.
+void AddScalarDevice(float* x, float s, std::int64_t n);
+// Each row of F: g = max(0, g - (mean + k * std)) (population std, sums in
+// double; GegluMlp's Gaussian top-k activation sparsity).
+void GaussianTopKDevice(float* g, std::int64_t rows, int F, float k);
+// o = ((act + o) + (h + laurel)) / sqrt(2) over n values (Gemma 3n's
+// attention and Laurel sum).
+void LaurelMixDevice(float* o, const float* act, const float* h, const float* laurel, std::int64_t n);
+
+// Gemma 3n's AltUp streams: up to kMaxStreams buffers of [rows, E].
+constexpr int kMaxStreams = 16;
+struct Streams {
+  float* p[kMaxStreams] = {};
+};
+// pred_j[s, d] = sum_i x_i[s, d] * coef[s, j n + i] + x_j[s, d], j < n
+// (coef: [rows, n * n]).
+void AltUpPredictDevice(const Streams& x, int n, std::int64_t rows, int E, const float* coef, const Streams& pred);
+// x_j[s, d] = (y[s, d] - active[s, d]) * coef[s, j] + pred_j[s, d], j < n
+// (coef: [rows, n]).
+void AltUpCorrectDevice(const Streams& x, const Streams& pred, const float* y, const float* active, const float* coef,
+                        int n, std::int64_t rows, int E);
+
 // The cuBLAS handle of a model and its projections.
 class Blas {
  public:

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "common/str.h"
-#include "cuda_model/cuda_decoder.h"
 #include "cuda_model/cuda_dispatch.h"
+#include "cuda_model/gemma_blocks_cuda.h"
 #include "kvshare/cache/kv_cache.h"
 #include "kvshare/common/error.h"
 #include "model/gemma4.h"
@@ -27,13 +27,6 @@
 
 namespace kvshare::detail {
 namespace {
-
-struct DevAttention4 {
-  int hd = 0, n_kv = 0;
-  DevMatrix q, o;
-  std::optional<DevMatrix> k, v;  // k: absent on layers whose KV is shared; v: absent => V = raw K (k_eq_v)
-  DevBuf q_norm, k_norm, post_norm;
-};
 
 struct DevMoe {
   const Gemma4Moe* cpu = nullptr;  // sizes, expert_scale: the routing runs on the host
@@ -45,20 +38,17 @@ struct DevMoe {
 
 struct DevLayer {
   DevBuf attn_norm, ffn_norm, post_ffw_norm;
-  DevAttention4 attn;
+  DevGemmaAttention attn;
   std::optional<DevMatrix> gate, up, down;
   std::optional<DevMoe> moe;
-  DevMatrix ple_inp_gate, ple_proj;  // per-layer embeddings' gate (PLE width > 0)
-  DevBuf ple_post_norm;
+  DevPerLayerGate ple_gate;  // per-layer embeddings (PLE width > 0)
   float out_scale = 1.0f;
   bool has_out_scale = false;
 };
 
-class CudaGemma4State final : public CudaDecoderState {
+class CudaGemma4State final : public CudaGemmaState {
  public:
-  using CudaDecoderState::CudaDecoderState;
-  DevBuf ple, ple_tok;                     // [T, n_layer * width]: per-layer inputs, their token part
-  std::vector<float> ple_tok_host, ple_row;  // [T, n_layer * width], [n_layer * width]
+  using CudaGemmaState::CudaGemmaState;
   // MoE: [S, E] router input / expert input, [S, n_expert] logits, gathered
   // rows and their products, the rows and weights of every expert (int64 /
   // fp32, expert after expert).
@@ -68,9 +58,10 @@ class CudaGemma4State final : public CudaDecoderState {
   std::vector<float> moe_w_host;
 };
 
-class CudaGemma4 final : public CudaDecoder {
+class CudaGemma4 final : public CudaGemmaDecoder {
  public:
-  CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o);
+  // w: Gemma4WeightsOf(*cpu).
+  CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o, const Gemma4Weights& w);
 
  private:
   std::unique_ptr<CudaDecoderState> MakeState(KvCache cache, const ModelStateOptions& o) const override;
@@ -79,36 +70,21 @@ class CudaGemma4 final : public CudaDecoder {
   // RunLayer); cut: this layer is the step's cut. False when the cut keeps
   // no row.
   bool RunLayer(CudaGemma4State& st, int l, std::vector<QuerySpan>& spans, bool owns, const Step* cut) const;
-  // out[S, E] = the layer's attention block of the normed rows h.
-  void AttentionBlock(CudaGemma4State& st, int l, bool owns, const float* h, std::int64_t S, float* out) const;
-  // st.ple = the step's per-layer inputs (PerLayerEmbeddings::Compute).
-  void PerLayerInputs(CudaGemma4State& st, const Step& step) const;
   // out[S, E] = the MoE block of the residual rows x (RunGemma4Moe).
   void Moe(CudaGemma4State& st, const DevMoe& m, const float* x, std::int64_t S, float* out) const;
 
   Gemma4Weights w_;
   std::vector<DevLayer> layers_;
-  DevMatrix ple_proj_;  // per_layer_model_proj [n_layer * width, E]
-  DevBuf ple_proj_norm_;
   std::int64_t max_qd_ = 0, max_kvd_ = 0, max_ff_ = 0;  // the widest layer's
 };
 
-CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o) : CudaDecoder(std::move(cpu), o) {
-  const std::optional<Gemma4Weights> w = Gemma4WeightsOf(cpu_model());
-  if (!w) throw Error("MoveModelToCuda: the gemma4 model was not loaded by kvshare's Gemma 4 loader");
-  w_ = *w;
+CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o, const Gemma4Weights& w)
+    : CudaGemmaDecoder(std::move(cpu), o, *w.ple), w_(w) {
   const ModelConfig& c = config();
   const DType wt = options().weights;
   const std::int64_t E = c.n_embd;
   const auto vec = [](const float* p, std::int64_t n) { return UploadFloats(p, n, kWeights); };
-  const auto mat = [&](const WeightMatrix& m, const std::string& name, DType dtype) {
-    return UploadMatrix(m, name, dtype);
-  };
-  const PerLayerEmbeddings& ple = *w_.ple;
-  if (ple.width > 0) {
-    ple_proj_ = mat(ple.proj, "per_layer_model_proj.weight", wt);
-    ple_proj_norm_ = vec(ple.proj_norm, ple.width);
-  }
+  const auto mat = UploadMatrix;
   for (int i = 0; i < c.n_layer; ++i) {
     const Gemma4Layer& L = (*w_.layers)[static_cast<std::size_t>(i)];
     const std::string p = Str("blk.", i, ".");
@@ -117,15 +93,7 @@ CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o) : 
     D.ffn_norm = vec(L.ffn_norm, E);
     D.post_ffw_norm = vec(L.post_ffw_norm, E);
     const GemmaAttentionWeights& a = L.attn;
-    D.attn.hd = a.hd;
-    D.attn.n_kv = a.n_kv;
-    D.attn.q = mat(a.q, p + "attn_q.weight", wt);
-    D.attn.o = mat(a.o, p + "attn_output.weight", wt);
-    if (a.k) D.attn.k = mat(*a.k, p + "attn_k.weight", wt);
-    if (a.k && a.v) D.attn.v = mat(*a.v, p + "attn_v.weight", wt);
-    D.attn.q_norm = vec(a.q_norm, a.hd);
-    if (a.k) D.attn.k_norm = vec(a.k_norm, a.hd);
-    D.attn.post_norm = vec(a.post_norm, E);
+    D.attn = UploadGemmaAttention(a, p, wt, E);
     if (L.gate) {
       D.gate = mat(*L.gate, p + "ffn_gate.weight", wt);
       D.up = mat(*L.up, p + "ffn_up.weight", wt);
@@ -147,11 +115,9 @@ CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o) : 
       M.post_ffw_norm_2 = vec(m.post_ffw_norm_2, E);
       D.moe = std::move(M);
     }
-    if (ple.width > 0) {
-      D.ple_inp_gate = mat(L.ple_gate.inp_gate, p + "inp_gate.weight", wt);
-      D.ple_proj = mat(L.ple_gate.proj, p + "proj.weight", wt);
-      D.ple_post_norm = vec(L.ple_gate.post_norm, E);
-      max_ff_ = std::max<std::int64_t>(max_ff_, ple.width);
+    if (ple_.width > 0) {
+      D.ple_gate = UploadPerLayerGate(L.ple_gate, p, wt, E);
+      max_ff_ = std::max<std::int64_t>(max_ff_, ple_.width);
     }
     D.out_scale = L.out_scale;
     D.has_out_scale = L.has_out_scale;
@@ -162,14 +128,9 @@ CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o) : 
 }
 
 std::unique_ptr<CudaDecoderState> CudaGemma4::MakeState(KvCache cache, const ModelStateOptions& o) const {
-  const LayerPlan& plan = cache.Plan();
-  for (int l = 0; l < plan.first_shared; ++l) {
-    if (!layers_[static_cast<std::size_t>(l)].attn.k) {
-      throw Error(Str("num_kv_shared_layers = ", config().n_layer - plan.first_shared, " makes layer ", l,
-                      " compute its own K/V, but the file has no blk.", l, ".attn_k.weight (the file shares that ",
-                      "layer's KV); use at least ", config().n_layer - l, " shared layers"));
-    }
-  }
+  std::vector<const DevGemmaAttention*> attention;
+  for (const DevLayer& L : layers_) attention.push_back(&L.attn);
+  RequireKvWeights(config(), cache.Plan(), attention);
   return std::make_unique<CudaGemma4State>(std::move(cache), o);
 }
 
@@ -179,7 +140,7 @@ float* CudaGemma4::RunStep(CudaDecoderState& base, const Step& step) const {
   const auto T = static_cast<std::int64_t>(step.tokens.size());
   const int E = c.n_embd;
   EmbedStep(st, step);
-  if (w_.ple->width > 0) PerLayerInputs(st, step);
+  if (ple_.width > 0) PerLayerInputs(st, step);
   for (DevBuf* b : {&st.h, &st.o, &st.f}) Rows(*b, T, E);
   Rows(st.q, T, max_qd_);
   Rows(st.attn, T, max_qd_);
@@ -226,7 +187,7 @@ bool CudaGemma4::RunLayer(CudaGemma4State& st, int l, std::vector<QuerySpan>& sp
   // Attention.
   CopyDevice(h, x, S * E);
   RmsNormDevice(h, S, E, As<float>(L.attn_norm), c.rms_eps);
-  AttentionBlock(st, l, owns, h, S, o);
+  AttentionBlock(st, L.attn, l, owns, h, S, o);
   AddDevice(x, o, S * E);
   if (cut != nullptr) {
     S = DecoderModel::KeptRows(*cut);
@@ -258,75 +219,13 @@ bool CudaGemma4::RunLayer(CudaGemma4State& st, int l, std::vector<QuerySpan>& sp
   RmsNormDevice(f, S, E, As<float>(L.post_ffw_norm), c.rms_eps);
   AddDevice(x, f, S * E);
 
-  // Per-layer embedding: x += RMSNorm(proj(gelu_tanh(inp_gate x) * ple[src, l]), post_norm).
-  const int width = w_.ple->width;
-  if (width > 0) {
-    float* g = As<float>(st.g);
-    float* u = As<float>(st.u);
-    b.Project(L.ple_inp_gate, x, S, g, st.xb);
-    const std::int64_t LP = static_cast<std::int64_t>(width) * c.n_layer;
-    GatherRowsDevice(As<float>(st.ple) + static_cast<std::int64_t>(l) * width, LP, As<std::int64_t>(st.src_dev), S,
-                     width, u);
-    GegluDevice(g, u, S * width);
-    b.Project(L.ple_proj, g, S, o, st.xb);
-    RmsNormDevice(o, S, E, As<float>(L.ple_post_norm), c.rms_eps);
+  // Per-layer embedding: x += RMSNorm(proj(gelu_tanh(inp_gate x) * ple[:, l]), post_norm).
+  if (ple_.width > 0) {
+    PerLayerGate(st, L.ple_gate, l, x, S, o);
     AddDevice(x, o, S * E);
   }
   if (L.has_out_scale) ScaleDevice(x, L.out_scale, S * E);
   return true;
-}
-
-void CudaGemma4::AttentionBlock(CudaGemma4State& st, int l, bool owns, const float* h, std::int64_t S,
-                                float* out) const {
-  const ModelConfig& c = config();
-  const DevAttention4& w = layers_[static_cast<std::size_t>(l)].attn;
-  const Blas& b = blas();
-  const int Hd = w.hd;
-  const std::int64_t kvd = static_cast<std::int64_t>(w.n_kv) * Hd;
-  float* q = As<float>(st.q);
-  float* k = As<float>(st.k);
-  float* v = As<float>(st.v);
-  float* attn = As<float>(st.attn);
-  const void* in = b.Project(w.q, h, S, q, st.xb);
-  if (owns) {
-    b.Gemm(*w.k, in, S, k);
-    if (w.v) {
-      b.Gemm(*w.v, in, S, v);
-    } else {
-      CopyDevice(v, k, S * kvd);  // k_eq_v: V is the raw K projection
-    }
-  }
-  RmsNormDevice(q, S * c.n_head, Hd, As<float>(w.q_norm), c.rms_eps);
-  if (owns) {
-    RmsNormDevice(k, S * w.n_kv, Hd, As<float>(w.k_norm), c.rms_eps);
-    RmsNormDevice(v, S * w.n_kv, Hd, nullptr, c.rms_eps);  // scale-free V norm
-  }
-  Attend(st, l, owns, Hd, static_cast<int>(kvd), c.attn_scale);
-  b.Project(w.o, attn, S, out, st.xb);
-  RmsNormDevice(out, S, c.n_embd, As<float>(w.post_norm), c.rms_eps);
-}
-
-void CudaGemma4::PerLayerInputs(CudaGemma4State& st, const Step& step) const {
-  const ModelConfig& c = config();
-  const PerLayerEmbeddings& p = *w_.ple;
-  const auto T = static_cast<std::int64_t>(step.tokens.size());
-  const std::int64_t LP = static_cast<std::int64_t>(p.width) * c.n_layer;
-  float* ple = Rows(st.ple, T, LP);
-  blas().Project(ple_proj_, As<float>(st.x), T, ple, st.xb);
-  ScaleDevice(ple, 1.0f / std::sqrt(static_cast<float>(c.n_embd)), T * LP);
-  RmsNormDevice(ple, T * c.n_layer, p.width, As<float>(ple_proj_norm_), c.rms_eps);
-  // The token part: table rows gathered and dequantized on the host, as the
-  // CPU does (the table stays in the file's mapping, never on the device).
-  st.ple_tok_host.resize(static_cast<std::size_t>(T * LP));
-  const float tok_scale = std::sqrt(static_cast<float>(p.width));
-  for (std::int64_t s = 0; s < T; ++s) {
-    const std::int32_t t = step.tokens[static_cast<std::size_t>(s)];
-    const std::int32_t id = t < p.table.rows ? t : 0;
-    EmbedRows(p.table, std::span<const std::int32_t>(&id, 1), tok_scale, st.ple_tok_host.data() + s * LP);
-  }
-  float* tok = Rows(st.ple_tok, T, LP);
-  Upload(tok, st.ple_tok_host.data(), st.ple_tok_host.size() * 4, "Forward (device cuda): per-layer input upload");
-  MixDevice(ple, tok, T * LP, 1.0f / std::sqrt(2.0f));
 }
 
 void CudaGemma4::Moe(CudaGemma4State& st, const DevMoe& m, const float* x, std::int64_t S, float* out) const {
@@ -391,7 +290,9 @@ void CudaGemma4::Moe(CudaGemma4State& st, const DevMoe& m, const float* x, std::
 }  // namespace
 
 std::unique_ptr<Model> MakeCudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& options) {
-  return std::make_unique<CudaGemma4>(std::move(cpu), options);
+  const std::optional<Gemma4Weights> w = Gemma4WeightsOf(*cpu);
+  if (!w) throw Error("MoveModelToCuda: the gemma4 model was not loaded by kvshare's Gemma 4 loader");
+  return std::make_unique<CudaGemma4>(std::move(cpu), options, *w);
 }
 
 }  // namespace kvshare::detail

@@ -13,13 +13,14 @@ namespace detail {
 CudaFamily CudaFamilyOf(const std::string& architecture) {
   if (architecture == "gemma3") return CudaFamily::kGemma3;
   if (architecture == "gemma4") return CudaFamily::kGemma4;
+  if (architecture == "gemma3n") return CudaFamily::kGemma3n;
   return CudaFamily::kNone;
 }
 
 std::string NoCudaFamilyMessage(const std::string& architecture) {
   return "MoveModelToCuda: architecture '" + architecture +
-         "' has no GPU forward pass yet (gemma3 and gemma4 have; gemma3n's AltUp and Laurel, and the "
-         "embedding models, run on the CPU only); use device cpu";
+         "' has no GPU forward pass (gemma3, gemma3n and gemma4 have; the embedding models and the Gemma 4 "
+         "assistant drafter run on the CPU only); use device cpu";
 }
 
 }  // namespace detail
@@ -30,6 +31,7 @@ std::unique_ptr<Model> MoveModelToCuda(std::unique_ptr<Model> model, const CudaM
   switch (detail::CudaFamilyOf(model->config().architecture)) {
     case detail::CudaFamily::kGemma3: return detail::MakeCudaGemma3(std::move(model), options);
     case detail::CudaFamily::kGemma4: return detail::MakeCudaGemma4(std::move(model), options);
+    case detail::CudaFamily::kGemma3n: return detail::MakeCudaGemma3n(std::move(model), options);
     case detail::CudaFamily::kNone: break;
   }
   throw Error(detail::NoCudaFamilyMessage(model->config().architecture));

@@ -102,10 +102,11 @@ class DecoderState : public ModelState {
   std::vector<std::vector<std::int64_t>> step_spans;
   std::vector<std::int64_t> spans_arg;  // [B, K, 2] scratch of the op's input
   // Tests and debugging: when set, called after every layer of a step with
-  // the residual rows that ran ([rows, n_embd] host memory: the step's
-  // tokens, after the prefill cut only the kept ones in PackKeptRows order).
-  // The GPU models (src/cuda_model/) copy their rows back for it, so a GPU
-  // step can be compared with the CPU's layer by layer. Unset: no cost.
+  // the residual rows that ran ([rows, n_embd] host memory, Gemma 3n: its
+  // active AltUp stream; the step's tokens, after the prefill cut only the
+  // kept ones in PackKeptRows order). The GPU models (src/cuda_model/) copy
+  // their rows back for it, so a GPU step can be compared with the CPU's
+  // layer by layer. Unset: no cost.
   std::function<void(int layer, std::span<const float> x)> layer_probe;
   // ModelConfig::causal: false runs every layer bidirectional (the op's
   // causal = 0, a sliding layer's window symmetric); needs linear buffers

@@ -22,9 +22,10 @@ struct CudaModelOptions {
 // their KV cache in device memory (KvCacheOptions::device = kCuda, the same
 // layer plan, window rings and KV sharing: a KV-shared layer reads its source
 // layer's device buffers, no copy) and whose Forward / ForwardBatch run every
-// layer there. Architectures: gemma3 and gemma4 (every Gemma 4 layer kind:
+// layer there. Architectures: gemma3, gemma4 (every Gemma 4 layer kind:
 // per-layer head size and KV heads, proportional RoPE, k_eq_v, KV-shared
-// layers, per-layer embeddings, MoE layers, the final logit softcap).
+// layers, per-layer embeddings, MoE layers, the final logit softcap) and
+// gemma3n (AltUp streams, Laurel, activation sparsity).
 //  - weights dequantized at load (the CPU's dequantizer) to options.weights;
 //    norm weights, the MoE router and scales float32;
 //  - projections through cuBLAS (fp32 accumulation and output);
@@ -41,8 +42,9 @@ struct CudaModelOptions {
 // CPU model's options. Not on the GPU: embedding inputs (images, audio),
 // hard-token rows, Embed, CopyRow (they throw or return false, saying so).
 // Throws kvshare::Error for a build without CUDA, no usable GPU, an
-// architecture without a GPU forward pass (gemma3n, gemma-embedding, ...: the
-// message names what runs where), or device memory that runs out.
+// architecture without a GPU forward pass (gemma-embedding, the Gemma 4
+// assistant drafter, ...: the message names what runs where), or device
+// memory that runs out.
 std::unique_ptr<Model> MoveModelToCuda(std::unique_ptr<Model> model, const CudaModelOptions& options = {});
 
 }  // namespace kvshare
