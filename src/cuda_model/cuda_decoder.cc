@@ -209,11 +209,38 @@ void CudaDecoder::PackKept(CudaDecoderState& st, const Step& step, std::span<con
   if (spans != nullptr) SetSpans(st, *spans);
 }
 
-void CudaDecoder::Probe(CudaDecoderState& st, int layer, std::int64_t rows, const float* x) const {
-  if (!st.layer_probe) return;
-  std::vector<float> host(static_cast<std::size_t>(rows * config().n_embd));
-  Download(host.data(), x != nullptr ? x : As<float>(st.x), host.size() * 4, "Forward (device cuda): layer probe download");
-  st.layer_probe(layer, host);
+bool CudaDecoder::RunLayers(CudaDecoderState& st, const Step& step, const LayerFn& layer,
+                            const std::function<const float*()>& probed) const {
+  const ModelConfig& c = config();
+  for (const StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
+  const LayerPlan& plan = st.cache.Plan();
+  std::vector<QuerySpan> spans = DecoderModel::FullSpans(step);
+  SetSpans(st, spans);
+  const std::int64_t kept = DecoderModel::KeptRows(step);
+  const int cut = DecoderModel::CutAfterAttention(st, plan, kept, static_cast<std::int64_t>(step.tokens.size()));
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (!layer(l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr)) break;
+    if (st.layer_probe) {
+      std::int64_t rows = 0;
+      for (const QuerySpan& sp : spans) rows += sp.n;
+      std::vector<float> host(static_cast<std::size_t>(rows * c.n_embd));
+      Download(host.data(), probed(), host.size() * 4, "Forward (device cuda): layer probe download");
+      st.layer_probe(l, host);
+    }
+  }
+  for (const StepRow& r : step.rows) st.cache.Commit(r.row);
+  return cut >= 0;
+}
+
+void CudaDecoder::GrowStep(CudaDecoderState& st, std::int64_t T, int E, std::int64_t qd, std::int64_t kvd,
+                           std::int64_t ff) {
+  for (DevBuf* b : {&st.h, &st.o, &st.f}) Rows(*b, T, E);
+  Rows(st.q, T, qd);
+  Rows(st.attn, T, qd);
+  Rows(st.k, T, kvd);
+  Rows(st.v, T, kvd);
+  Rows(st.g, T, ff);
+  Rows(st.u, T, ff);
 }
 
 }  // namespace kvshare::detail

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -91,9 +92,20 @@ class CudaDecoder : public Model {
   void PackKept(CudaDecoderState& st, const Step& step, std::span<const std::pair<DevBuf*, int>> buffers,
                 std::vector<QuerySpan>* spans) const;
 
-  // DecoderState::layer_probe (when set) with the first `rows` rows of x
-  // (device [rows, E]; st.x when null).
-  void Probe(CudaDecoderState& st, int layer, std::int64_t rows, const float* x = nullptr) const;
+  // The layers of a step: reserves each row's tokens, plans the spans
+  // (SetSpans), runs layer(l, spans, owns, cut) for l = 0, 1, ... until one
+  // returns false (cut: the step when l is its prefill cut,
+  // CutAfterAttention, else null; the layer packs its rows there and returns
+  // false when none is kept), calls DecoderState::layer_probe after each with
+  // the rows of probed() (device [rows, E]), commits. Returns whether a cut
+  // packed the kept rows (otherwise the caller packs them, PackKept).
+  using LayerFn = std::function<bool(int layer, std::vector<QuerySpan>& spans, bool owns, const Step* cut)>;
+  bool RunLayers(CudaDecoderState& st, const Step& step, const LayerFn& layer,
+                 const std::function<const float*()>& probed) const;
+  // st's step buffers grown to T rows: h, o, f [T, E]; q, attn [T, qd]; k,
+  // v [T, kvd]; g, u [T, ff].
+  static void GrowStep(CudaDecoderState& st, std::int64_t T, int E, std::int64_t qd, std::int64_t kvd,
+                       std::int64_t ff);
 
   const Model& cpu_model() const { return *cpu_; }
   const DecoderModel& cpu() const { return *cpu_decoder_; }

@@ -43,29 +43,21 @@ float* CudaGemma3::RunStep(CudaDecoderState& st, const Step& step) const {
   const int E = c.n_embd, Hd = c.head_dim;
   const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * Hd, kvd = static_cast<std::int64_t>(c.n_head_kv) * Hd;
   EmbedStep(st, step);
+  GrowStep(st, T, E, qd, kvd, c.n_ff);
   float* x = As<float>(st.x);
-  float* h = Rows(st.h, T, E);
-  float* o = Rows(st.o, T, E);
-  float* q = Rows(st.q, T, qd);
-  float* attn = Rows(st.attn, T, qd);
-  float* k = Rows(st.k, T, kvd);
-  float* v = Rows(st.v, T, kvd);
-  float* g = Rows(st.g, T, c.n_ff);
-  float* u = Rows(st.u, T, c.n_ff);
-
-  for (const StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
-  std::vector<QuerySpan> spans = DecoderModel::FullSpans(step);
-  SetSpans(st, spans);
-  const LayerPlan& plan = st.cache.Plan();
+  float* h = As<float>(st.h);
+  float* o = As<float>(st.o);
+  float* q = As<float>(st.q);
+  float* attn = As<float>(st.attn);
+  float* k = As<float>(st.k);
+  float* v = As<float>(st.v);
+  float* g = As<float>(st.g);
+  float* u = As<float>(st.u);
   const std::int64_t kept = DecoderModel::KeptRows(step);
-  // After the attention of the last layer that writes K/V, only the rows
-  // whose outputs are read run on (DecoderModel::CutAfterAttention).
-  const int cut = DecoderModel::CutAfterAttention(st, plan, kept, T);
   std::int64_t R = T;  // rows of x that run
   const Blas& b = blas();
-  for (int l = 0; l < c.n_layer; ++l) {
+  const auto layer = [&](int l, std::vector<QuerySpan>& spans, bool owns, const Step* cut) {
     const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-    const bool owns = plan.layers[static_cast<std::size_t>(l)].owns_cache;
     CopyDevice(h, x, R * E);
     RmsNormDevice(h, R, E, As<float>(L.attn_norm), c.rms_eps);
     const void* in = b.Project(L.q, h, R, q, st.xb);
@@ -76,10 +68,12 @@ float* CudaGemma3::RunStep(CudaDecoderState& st, const Step& step) const {
     }
     RmsNormDevice(q, R * c.n_head, Hd, As<float>(L.q_norm), c.rms_eps);
     Attend(st, l, owns, Hd, static_cast<int>(kvd), c.attn_scale);
-    if (l == cut) {
-      if (kept == 0) break;  // the K/V are written; nothing else is read
+    // After the attention of the last layer that writes K/V, only the rows
+    // whose outputs are read run on (DecoderModel::CutAfterAttention).
+    if (cut != nullptr) {
+      if (kept == 0) return false;  // the K/V are written; nothing else is read
       const std::pair<DevBuf*, int> bufs[] = {{&st.attn, static_cast<int>(qd)}, {&st.x, E}};
-      PackKept(st, step, bufs, &spans);
+      PackKept(st, *cut, bufs, &spans);
       R = kept;
     }
     b.Project(L.o, attn, R, o, st.xb);
@@ -94,15 +88,15 @@ float* CudaGemma3::RunStep(CudaDecoderState& st, const Step& step) const {
     b.Project(L.down, g, R, o, st.xb);
     RmsNormDevice(o, R, E, As<float>(L.post_ffw_norm), c.rms_eps);
     AddDevice(x, o, R * E);
-    Probe(st, l, R);
-  }
-  for (const StepRow& r : step.rows) st.cache.Commit(r.row);
+    return true;
+  };
+  const bool packed = RunLayers(st, step, layer, [&] { return x; });
   if (kept == 0) return nullptr;
-  if (R == T) {
+  if (!packed) {
     const std::pair<DevBuf*, int> bufs[] = {{&st.x, E}};
     PackKept(st, step, bufs, nullptr);
   }
-  return As<float>(st.x);
+  return x;
 }
 
 }  // namespace

@@ -156,33 +156,20 @@ float* CudaGemma3n::RunStep(CudaDecoderState& base, const Step& step) const {
     RescaleRowsDevice(xi, x0, T, E);
   }
   for (DevBuf& p : st.pred) Rows(p, T, E);
-  for (DevBuf* b : {&st.h, &st.o, &st.f, &st.gsum, &st.ry}) Rows(*b, T, E);
-  Rows(st.q, T, max_qd_);
-  Rows(st.attn, T, max_qd_);
-  Rows(st.k, T, max_kvd_);
-  Rows(st.v, T, max_kvd_);
-  Rows(st.g, T, max_ff_);
-  Rows(st.u, T, max_ff_);
+  GrowStep(st, T, E, max_qd_, max_kvd_, max_ff_);
+  for (DevBuf* b : {&st.gsum, &st.ry}) Rows(*b, T, E);
   Rows(st.lr, T, max_rank_);
   Rows(st.modal, T, n);
   Rows(st.coef, T, static_cast<std::int64_t>(n) * n);
-
-  for (const StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
-  const LayerPlan& plan = st.cache.Plan();
-  std::vector<QuerySpan> spans = DecoderModel::FullSpans(step);
-  SetSpans(st, spans);
+  const bool packed = RunLayers(
+      st, step,
+      [&](int l, std::vector<QuerySpan>& spans, bool owns, const Step* cut) {
+        return RunLayer(st, l, spans, owns, cut);
+      },
+      [&] { return StreamsOf(st).p[w_.active]; });
   const std::int64_t kept = DecoderModel::KeptRows(step);
-  const int cut = DecoderModel::CutAfterAttention(st, plan, kept, T);
-  for (int l = 0; l < c.n_layer; ++l) {
-    if (!RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr))
-      break;
-    std::int64_t rows = 0;
-    for (const QuerySpan& sp : spans) rows += sp.n;
-    Probe(st, l, rows, StreamsOf(st).p[w_.active]);
-  }
-  for (const StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;
-  if (cut < 0) {
+  if (!packed) {
     std::vector<std::pair<DevBuf*, int>> bufs = {{&st.x, E}};
     for (int i = 1; i < n; ++i) bufs.push_back({&st.xs[static_cast<std::size_t>(i)], E});
     PackKept(st, step, bufs, nullptr);

@@ -141,30 +141,16 @@ float* CudaGemma4::RunStep(CudaDecoderState& base, const Step& step) const {
   const int E = c.n_embd;
   EmbedStep(st, step);
   if (ple_.width > 0) PerLayerInputs(st, step);
-  for (DevBuf* b : {&st.h, &st.o, &st.f}) Rows(*b, T, E);
-  Rows(st.q, T, max_qd_);
-  Rows(st.attn, T, max_qd_);
-  Rows(st.k, T, max_kvd_);
-  Rows(st.v, T, max_kvd_);
-  Rows(st.g, T, max_ff_);
-  Rows(st.u, T, max_ff_);
-
-  for (const StepRow& r : step.rows) st.cache.Reserve(r.row, r.n);
-  const LayerPlan& plan = st.cache.Plan();
-  std::vector<QuerySpan> spans = DecoderModel::FullSpans(step);
-  SetSpans(st, spans);
+  GrowStep(st, T, E, max_qd_, max_kvd_, max_ff_);
+  const bool packed = RunLayers(
+      st, step,
+      [&](int l, std::vector<QuerySpan>& spans, bool owns, const Step* cut) {
+        return RunLayer(st, l, spans, owns, cut);
+      },
+      [&] { return As<float>(st.x); });
   const std::int64_t kept = DecoderModel::KeptRows(step);
-  const int cut = DecoderModel::CutAfterAttention(st, plan, kept, T);
-  for (int l = 0; l < c.n_layer; ++l) {
-    if (!RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr))
-      break;
-    std::int64_t rows = 0;
-    for (const QuerySpan& sp : spans) rows += sp.n;
-    Probe(st, l, rows);
-  }
-  for (const StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;
-  if (cut < 0) {
+  if (!packed) {
     const std::pair<DevBuf*, int> bufs[] = {{&st.x, E}};
     PackKept(st, step, bufs, nullptr);
   }
