@@ -7,10 +7,12 @@
 //    teacher-forced through a chunked prefill and single-token decode steps,
 //    for float32 / float16 / bfloat16 caches, and after a rewind; a row twice
 //    in one batch is an error.
-//    CudaModelBatch.*: a batched step (a decode row, a prompt chunk over two
-//    steps, a new prompt, rows in any order) equals its rows run alone, with
-//    fp32 weights (1e-4) and bf16 weights (3e-2); the fp32-weight GPU model
-//    equals the CPU model within 1e-4, layer by layer on failure.
+//    CudaModelBatch.StepEqualsRowsAlone: a batched step (a decode row, a
+//    prompt chunk over two steps, a new prompt, rows in any order) equals its
+//    rows run alone, with fp32 weights (1e-4) and bf16 weights (3e-2).
+//    CudaModelCpu.Fp32WeightsMatchTheCpuModel: with fp32 weights a batched
+//    step equals the CPU model's within 1e-4 (logits and hidden()), layer by
+//    layer on failure.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -137,8 +139,9 @@ TEST_P(CudaModelBatch, StepEqualsRowsAlone) {
 
 // With fp32 weights the GPU model is the CPU model up to summation order:
 // every logit of a chunked prefill and a batched step within 1e-4.
-TEST_P(CudaModelBatch, MatchesTheCpuModel) {
-  if (GetParam() != DType::kFloat32) GTEST_SKIP() << "the fp32-weight check";
+TEST(CudaModelCpu, Fp32WeightsMatchTheCpuModel) {
+  std::string why;
+  if (!GpuUsable(&why)) GTEST_SKIP() << why;
   TinyGemmaSpec spec = Spec();
   spec.types = {GgmlType::kF32};  // the CPU's quantized kernels would round activations to int8
   const TempGguf file(spec, "cuda_cpu");
