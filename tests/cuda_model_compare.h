@@ -154,7 +154,9 @@ struct FollowOptions {
 
 // Teacher-forced on fresh CPU and GPU states of `o`: the first 13 tokens as
 // one prefill (all logits, in chunks of o.max_step), the rest decoded one at
-// a time, then both rewound to 15 and token 15 decoded again (tokens: >= 16).
+// a time, then both rewound to 15 and token 15 decoded again (tokens: >= 16);
+// then on fresh states the prefill keeping its last 2 logits (the prefill
+// cut) and one decode step.
 // Every logits row within f.tolerance of the CPU's (relative to the row's
 // largest value), up to f.bad_rows_allowed of them; greedy tokens equal where
 // the margin is clear. On failure: the largest errors, the first wrong
@@ -178,6 +180,13 @@ inline void ExpectFollowsCpu(const Model& cpu, const Model& gpu, const ModelStat
   gs->Rewind(0, 15);
   run(std::span<const std::int32_t>(&tokens[15], 1), 1);
   EXPECT_EQ(gs->length(), 16) << f.what;
+  // The prefill cut: a prefill that keeps 2 logits runs the layers after the
+  // last KV-writing one on those rows only (query offsets on KV-shared
+  // layers), then a decode step over the cache it wrote.
+  cs = cpu.NewState(o);
+  gs = gpu.NewState(o);
+  run(std::span<const std::int32_t>(tokens.data(), P), 2);
+  run(std::span<const std::int32_t>(&tokens[P], 1), 1);
 
   const RowsDiff d = CompareRows(got, want, V, f.tolerance);
   const std::int64_t rows = static_cast<std::int64_t>(want.size()) / V;

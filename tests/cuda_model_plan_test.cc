@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_model/cuda_dispatch.h"
+#include "cuda_model_compare.h"
 #include "cuda_test_util.h"
 #include "kvshare/cuda_model/model_cuda.h"
 #include "model/batch_steps.h"
@@ -155,6 +156,43 @@ TEST_F(CudaModelSteps, ChecksEveryEntryAndRestoresRows) {
   EXPECT_EQ(st->length(0), 10);
   steps.Restore(*st);
   EXPECT_EQ(st->length(0), 5);
+}
+
+// The device tests' harness (cuda_model_compare.h) on their fixtures with the
+// CPU model on both sides: it passes (the scenarios are valid calls), the
+// layer probe reports every layer, and a planted difference is named.
+TEST(CudaModelHarness, CpuAgainstItself) {
+  TinyGemma4Spec g4;
+  g4.edit = ScaleQkNorms;
+  TinyGemma3nSpec g3n;
+  g3n.edit = ScaleQkNorms;
+  TinyGemmaSpec g3;
+  g3.shared_kv_layers = 2;
+  const TempGguf gemma4 = TempGemma4(g4, "cuda_harness");
+  const TempGguf gemma3n = TempGemma3n(g3n, "cuda_harness");
+  const TempGguf gemma3(g3, "cuda_harness");
+  for (const TempGguf* file : {&gemma4, &gemma3n, &gemma3}) {
+    const std::unique_ptr<Model> m = Model::Load(file->path);
+    const int V = m->config().n_vocab;
+    const std::string what = m->config().architecture + " cpu";
+    const ModelStateOptions o{.max_context = 32, .max_step = 6, .max_batch = 4};
+    ExpectFollowsCpu(*m, *m, o, Tokens(20, V, 3), {.tolerance = kFp32ModelTolerance, .what = what});
+    const std::vector<std::vector<std::int32_t>> history = {Tokens(7, V, 1), Tokens(3, V, 2), {}, {}};
+    const std::vector<std::int32_t> one = Tokens(1, V, 3), eight = Tokens(8, V, 4), five = Tokens(5, V, 5);
+    ExpectBatchEqualsAlone(*m, o, history,
+                           {{.row = 1, .tokens = one}, {.row = 0, .tokens = eight, .num_logits = 8},
+                            {.row = 3, .tokens = five, .num_logits = 2}},
+                           kFp32ModelTolerance, what);
+    const std::vector<std::int32_t> prompt = Tokens(13, V, 6);
+    EXPECT_EQ(LayerRows(*m, o, prompt).size(), static_cast<std::size_t>(m->config().n_layer)) << what;
+    const std::string same = LayerDivergence(*m, *m, o, prompt, kFp32ModelTolerance);
+    EXPECT_NE(same.find("no layer past tolerance"), std::string::npos) << what << ": " << same;
+  }
+  const std::vector<float> want = {1, 2, 3, 4}, got = {1, 2, 3.5f, 4};
+  const RowsDiff d = CompareRows(got, want, 2, 1e-3);
+  EXPECT_EQ(d.first, 2);
+  EXPECT_EQ(d.bad_rows, 1);
+  EXPECT_NE(Describe(d).find("row 1 col 0"), std::string::npos) << Describe(d);
 }
 
 TEST(CudaModelDispatch, ArchitecturesWithAGpuForwardPass) {

@@ -11,8 +11,9 @@
 //    prompt chunk over two steps, a new prompt, rows in any order) equals its
 //    rows run alone, with fp32 weights (1e-4) and bf16 weights (3e-2).
 //    CudaModelCpu.Fp32WeightsMatchTheCpuModel: with fp32 weights a batched
-//    step equals the CPU model's within 1e-4 (logits and hidden()), layer by
-//    layer on failure.
+//    step equals the CPU model's within 1e-4 (logits and hidden()), and so
+//    does a teacher-forced run with a rewind and the prefill cut
+//    (ExpectFollowsCpu); layer by layer on failure.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +163,9 @@ TEST(CudaModelCpu, Fp32WeightsMatchTheCpuModel) {
   const RowsDiff h = CompareRows(gs->hidden(), cs->hidden(), spec.n_embd, kFp32ModelTolerance);
   EXPECT_LE(h.worst, kFp32ModelTolerance) << "hidden(): " << Describe(h);
   RecordMeasured("CudaModelBatch fp32 weights: largest relative logits error vs the CPU %.3g", d.worst);
+  // Teacher-forced, with a rewind and the prefill cut (two KV-shared layers).
+  ExpectFollowsCpu(*cpu, *gpu, {.max_context = 32, .max_step = 6}, Tokens(20, spec.n_vocab, 8),
+                   {.tolerance = kFp32ModelTolerance, .what = "gemma3 fp32"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, CudaModelBatch, ::testing::Values(DType::kFloat32, DType::kBFloat16),
