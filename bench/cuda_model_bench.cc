@@ -103,8 +103,8 @@ bool DeviceOrSkip(benchmark::State& state) {
 
 // Prefill tok/s of a kPrompt-token prompt on one row.
 void Prefill(benchmark::State& state, const kvshare::Model& m) {
-  auto st = m.NewState(
-      {.max_context = 2048, .max_step = static_cast<int>(kPrompt), .kv_dtype = kvshare::DType::kBFloat16});
+  auto st =
+      m.NewState({.max_context = 2048, .max_step = static_cast<int>(kPrompt), .kv_dtype = kvshare::DType::kBFloat16});
   const std::vector<std::int32_t> prompt = kvshare::testing::Tokens(static_cast<int>(kPrompt), m.config().n_vocab, 7);
   std::int64_t tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();

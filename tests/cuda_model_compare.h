@@ -71,7 +71,8 @@ inline RowsDiff CompareRows(std::span<const float> got, std::span<const float> w
     for (std::int64_t i = r * width; i < (r + 1) * width; ++i)
       scale = std::max(scale, std::fabs(static_cast<double>(want[static_cast<std::size_t>(i)])));
     for (std::int64_t i = r * width; i < (r + 1) * width; ++i) {
-      const double e = std::fabs(static_cast<double>(got[static_cast<std::size_t>(i)]) - want[static_cast<std::size_t>(i)]);
+      const double e =
+          std::fabs(static_cast<double>(got[static_cast<std::size_t>(i)]) - want[static_cast<std::size_t>(i)]);
       diff = std::max(diff, e);
       if ((e / scale > tol || !std::isfinite(e)) && d.first < 0) {
         d.first = i;
@@ -205,8 +206,7 @@ inline void ExpectFollowsCpu(const Model& cpu, const Model& gpu, const ModelStat
     for (float x : w) scale = std::max(scale, std::fabs(static_cast<double>(x)));
     if (margin <= 2 * f.tolerance * scale) continue;
     ++greedy_checked;
-    EXPECT_EQ(Top(g).first, top) << f.what << ": greedy token of logits row " << r << " (CPU margin " << margin
-                                 << ")";
+    EXPECT_EQ(Top(g).first, top) << f.what << ": greedy token of logits row " << r << " (CPU margin " << margin << ")";
   }
   RecordMeasured("%s: largest relative logits error %.3g over %lld rows, %d greedy tokens checked", f.what.c_str(),
                  d.worst, static_cast<long long>(rows), greedy_checked);

@@ -36,7 +36,9 @@ class CudaGemma3nDevice : public ::testing::TestWithParam<DType> {
   bool Fp32() const { return GetParam() == DType::kFloat32; }
   double Tolerance() const { return Fp32() ? kFp32ModelTolerance : kBf16ModelTolerance; }
   ModelStateOptions Options(int max_batch = 1) const {
-    return {.max_context = 32, .max_step = 6, .kv_dtype = Fp32() ? DType::kFloat32 : DType::kBFloat16,
+    return {.max_context = 32,
+            .max_step = 6,
+            .kv_dtype = Fp32() ? DType::kFloat32 : DType::kBFloat16,
             .max_batch = max_batch};
   }
   TinyGemma3nSpec spec_;

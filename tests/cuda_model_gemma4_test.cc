@@ -69,7 +69,9 @@ class CudaGemma4Device : public ::testing::TestWithParam<Param> {
   bool Fp32() const { return Weights() == DType::kFloat32; }
   double Tolerance() const { return Fp32() ? kFp32ModelTolerance : kBf16ModelTolerance; }
   ModelStateOptions Options(int max_batch = 1) const {
-    return {.max_context = 32, .max_step = 6, .kv_dtype = Fp32() ? DType::kFloat32 : DType::kBFloat16,
+    return {.max_context = 32,
+            .max_step = 6,
+            .kv_dtype = Fp32() ? DType::kFloat32 : DType::kBFloat16,
             .max_batch = max_batch};
   }
 };
@@ -81,7 +83,9 @@ TEST_P(CudaGemma4Device, LogitsFollowTheCpuModel) {
   const std::unique_ptr<Model> gpu = MoveModelToCuda(Model::Load(file.path), {.weights = Weights()});
   const bool moe_bf16 = Fixture() == "moe" && !Fp32();  // near-ties may route differently
   ExpectFollowsCpu(*cpu, *gpu, Options(), Tokens(20, spec.n_vocab, 3),
-                   {.tolerance = Tolerance(), .bad_rows_allowed = moe_bf16 ? 0.25 : 0.0, .greedy = !moe_bf16,
+                   {.tolerance = Tolerance(),
+                    .bad_rows_allowed = moe_bf16 ? 0.25 : 0.0,
+                    .greedy = !moe_bf16,
                     .what = "gemma4 " + Fixture() + " " + DTypeName(Weights())});
 }
 

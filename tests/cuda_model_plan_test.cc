@@ -180,7 +180,8 @@ TEST(CudaModelHarness, CpuAgainstItself) {
     const std::vector<std::vector<std::int32_t>> history = {Tokens(7, V, 1), Tokens(3, V, 2), {}, {}};
     const std::vector<std::int32_t> one = Tokens(1, V, 3), eight = Tokens(8, V, 4), five = Tokens(5, V, 5);
     ExpectBatchEqualsAlone(*m, o, history,
-                           {{.row = 1, .tokens = one}, {.row = 0, .tokens = eight, .num_logits = 8},
+                           {{.row = 1, .tokens = one},
+                            {.row = 0, .tokens = eight, .num_logits = 8},
                             {.row = 3, .tokens = five, .num_logits = 2}},
                            kFp32ModelTolerance, what);
     const std::vector<std::int32_t> prompt = Tokens(13, V, 6);

@@ -129,7 +129,8 @@ TEST_P(CudaModelBatch, StepEqualsRowsAlone) {
   const TempGguf file(spec, "cuda_batch");
   const std::unique_ptr<Model> gpu = MoveModelToCuda(Model::Load(file.path), {.weights = GetParam()});
   const ModelStateOptions o{.max_context = 32, .max_step = 4, .max_batch = 4};
-  const std::vector<std::vector<std::int32_t>> history = {Tokens(7, spec.n_vocab, 1), Tokens(3, spec.n_vocab, 2), {}, {}};
+  const std::vector<std::vector<std::int32_t>> history = {
+      Tokens(7, spec.n_vocab, 1), Tokens(3, spec.n_vocab, 2), {}, {}};
   const std::vector<std::int32_t> one = Tokens(1, spec.n_vocab, 3), six = Tokens(6, spec.n_vocab, 4),
                                   five = Tokens(5, spec.n_vocab, 5);
   const std::vector<BatchEntry> entries = {{.row = 1, .tokens = one},
@@ -168,9 +169,7 @@ TEST(CudaModelCpu, Fp32WeightsMatchTheCpuModel) {
                    {.tolerance = kFp32ModelTolerance, .what = "gemma3 fp32"});
 }
 
-INSTANTIATE_TEST_SUITE_P(Weights, CudaModelBatch, ::testing::Values(DType::kFloat32, DType::kBFloat16),
-                         DTypeParamName);
-
+INSTANTIATE_TEST_SUITE_P(Weights, CudaModelBatch, ::testing::Values(DType::kFloat32, DType::kBFloat16), DTypeParamName);
 
 }  // namespace
 }  // namespace kvshare::testing

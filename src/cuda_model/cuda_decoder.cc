@@ -34,7 +34,8 @@ CudaDecoder::CudaDecoder(std::unique_ptr<Model> cpu, const CudaModelOptions& opt
   blas_ = std::make_unique<Blas>();
   const DecoderModel& m = *cpu_decoder_;
   embd_ = UploadMatrix(m.embedding_table(), "token_embd.weight", options.weights);
-  if (m.lm_head().data != m.embedding_table().data) out_w_ = UploadMatrix(m.lm_head(), "output.weight", options.weights);
+  if (m.lm_head().data != m.embedding_table().data)
+    out_w_ = UploadMatrix(m.lm_head(), "output.weight", options.weights);
   out_norm_ = UploadFloats(m.output_norm(), config().n_embd, kWeights);
 }
 
@@ -72,8 +73,9 @@ std::span<const float> CudaDecoder::ForwardBatch(ModelState& base, std::span<con
   if (entries.empty()) throw Error("ForwardBatch: no entries");
   for (const BatchEntry& e : entries) {
     if (!e.embeddings.empty()) {
-      throw Error("Forward (device cuda): embedding inputs (image or audio soft tokens) run on the CPU model only "
-                  "so far; use device cpu for prompts with images or audio");
+      throw Error(
+          "Forward (device cuda): embedding inputs (image or audio soft tokens) run on the CPU model only "
+          "so far; use device cpu for prompts with images or audio");
     }
   }
   BatchSteps steps(st, c, entries, st.max_step_, /*bidirectional=*/false);

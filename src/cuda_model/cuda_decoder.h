@@ -31,18 +31,18 @@ class CudaDecoderState : public DecoderState {
   std::int64_t rope_pos = 0;
   // One step's scratch, fp32 rows of the step's T tokens unless said; grown
   // to the largest step so far (Grow / Rows).
-  DevBuf x, h, o, f;       // [T, E]: residual, normed input, block outputs
-  DevBuf q, attn, k, v;    // [T, N * H], [T, N_kv * H] (the widest layer)
-  DevBuf g, u;             // [T, widest MLP or per-layer input]
-  DevBuf tmp;              // [T, widest row] PackKept's gather target
-  DevBuf xb;               // bf16 projection input (Blas::Project)
-  DevBuf tok;              // int32 [T] token ids
-  DevBuf pq, pk, pv, pout;  // (B, S, ...) packed attention rows
-  DevBuf pack_map;         // int64 [flat rows]: pack.packed_row
-  DevBuf src_dev;          // int64 [rows of x]: src
-  DevBuf head;             // [kept, n_vocab] logits
-  AttentionPacking pack;   // the current spans' packing (SetSpans)
-  std::vector<std::int64_t> src;  // the step token each row of x holds (identity until the cut)
+  DevBuf x, h, o, f;                          // [T, E]: residual, normed input, block outputs
+  DevBuf q, attn, k, v;                       // [T, N * H], [T, N_kv * H] (the widest layer)
+  DevBuf g, u;                                // [T, widest MLP or per-layer input]
+  DevBuf tmp;                                 // [T, widest row] PackKept's gather target
+  DevBuf xb;                                  // bf16 projection input (Blas::Project)
+  DevBuf tok;                                 // int32 [T] token ids
+  DevBuf pq, pk, pv, pout;                    // (B, S, ...) packed attention rows
+  DevBuf pack_map;                            // int64 [flat rows]: pack.packed_row
+  DevBuf src_dev;                             // int64 [rows of x]: src
+  DevBuf head;                                // [kept, n_vocab] logits
+  AttentionPacking pack;                      // the current spans' packing (SetSpans)
+  std::vector<std::int64_t> src;              // the step token each row of x holds (identity until the cut)
   std::vector<float> head_host, hidden_host;  // [kept, n_vocab], [kept, E]
 };
 
@@ -104,8 +104,7 @@ class CudaDecoder : public Model {
                  const std::function<const float*()>& probed) const;
   // st's step buffers grown to T rows: h, o, f [T, E]; q, attn [T, qd]; k,
   // v [T, kvd]; g, u [T, ff].
-  static void GrowStep(CudaDecoderState& st, std::int64_t T, int E, std::int64_t qd, std::int64_t kvd,
-                       std::int64_t ff);
+  static void GrowStep(CudaDecoderState& st, std::int64_t T, int E, std::int64_t qd, std::int64_t kvd, std::int64_t ff);
 
   const Model& cpu_model() const { return *cpu_; }
   const DecoderModel& cpu() const { return *cpu_decoder_; }

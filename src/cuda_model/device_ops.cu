@@ -22,7 +22,7 @@ unsigned Blocks(std::int64_t n) { return static_cast<unsigned>((n + kThreads - 1
 void CheckLaunch(const char* what) { CudaCheck(cudaGetLastError(), what); }
 
 // One thread per element of n; i the flat index.
-#define KV_ELEMENT_INDEX(n)                                                                    \
+#define KV_ELEMENT_INDEX(n)                                                                \
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
   if (i >= (n)) return
 
@@ -105,8 +105,8 @@ __global__ void ScatterRowsKernel(const float* src, std::int64_t rows, std::int6
   if (to[r] >= 0) dst[to[r] * width + c] = src[i];
 }
 
-__global__ void GatherRowsKernel(const float* src, std::int64_t src_stride, const std::int64_t* from,
-                                 std::int64_t rows, std::int64_t width, float* dst) {
+__global__ void GatherRowsKernel(const float* src, std::int64_t src_stride, const std::int64_t* from, std::int64_t rows,
+                                 std::int64_t width, float* dst) {
   KV_ELEMENT_INDEX(rows * width);
   const std::int64_t r = i / width, c = i % width;
   if (from[r] >= 0) dst[i] = src[from[r] * src_stride + c];
@@ -245,8 +245,8 @@ DevMatrix UploadMatrix(const WeightMatrix& w, const std::string& name, DType dty
   for (std::int64_t r0 = 0; r0 < w.rows; r0 += kBlockRows) {
     const std::int64_t n = std::min(kBlockRows, w.rows - r0);
     for (std::int64_t r = 0; r < n; ++r) {
-      DequantizeRow(w.type, static_cast<const std::uint8_t*>(w.data) + (r0 + r) * w.row_bytes,
-                    rows.data() + r * w.cols, w.cols);
+      DequantizeRow(w.type, static_cast<const std::uint8_t*>(w.data) + (r0 + r) * w.row_bytes, rows.data() + r * w.cols,
+                    w.cols);
     }
     const std::size_t count = static_cast<std::size_t>(n * w.cols);
     const void* from = rows.data();
@@ -407,11 +407,11 @@ void Blas::Gemm(const DevMatrix& w, const void* x, std::int64_t S, float* y) con
   const cudaDataType_t t = w.dtype == DType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF;
   const cublasStatus_t s = cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
                                         static_cast<int>(S), static_cast<int>(w.cols), &one, w.data.data(), t,
-                                        static_cast<int>(w.cols), x, t, static_cast<int>(w.cols), &zero, y,
-                                        CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                        static_cast<int>(w.cols), x, t, static_cast<int>(w.cols), &zero, y, CUDA_R_32F,
+                                        static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) {
-    throw Error("Forward (device cuda): cublasGemmEx [" + std::to_string(S) + " x " + std::to_string(w.cols) +
-                "] x [" + std::to_string(w.cols) + " x " + std::to_string(w.rows) + "]^T failed with status " +
+    throw Error("Forward (device cuda): cublasGemmEx [" + std::to_string(S) + " x " + std::to_string(w.cols) + "] x [" +
+                std::to_string(w.cols) + " x " + std::to_string(w.rows) + "]^T failed with status " +
                 std::to_string(s));
   }
 }

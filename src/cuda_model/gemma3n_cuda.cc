@@ -73,7 +73,8 @@ CudaGemma3n::CudaGemma3n(std::unique_ptr<Model> cpu, const CudaModelOptions& o, 
   const ModelConfig& c = config();
   const DType wt = options().weights;
   const std::int64_t E = c.n_embd, n = w.n_altup;
-  if (n > kMaxStreams) throw Error(Str("MoveModelToCuda: ", n, " AltUp streams; the GPU model runs up to ", kMaxStreams));
+  if (n > kMaxStreams)
+    throw Error(Str("MoveModelToCuda: ", n, " AltUp streams; the GPU model runs up to ", kMaxStreams));
   for (std::size_t i = 0; i < w.altup_proj->size(); ++i) {
     altup_proj_.push_back(UploadMatrix((*w.altup_proj)[i], "altup_proj.weight", wt));
     altup_unembd_.push_back(UploadMatrix((*w.altup_unembd)[i], "altup_unembd_proj.weight", wt));
@@ -180,8 +181,8 @@ float* CudaGemma3n::RunStep(CudaDecoderState& base, const Step& step) const {
   float* proj = As<float>(st.f);
   CopyDevice(out, x0, kept * E);
   for (int i = 1; i < n; ++i) {
-    blas().Project(altup_unembd_[static_cast<std::size_t>(i - 1)], As<float>(st.xs[static_cast<std::size_t>(i)]),
-                   kept, proj, st.xb);
+    blas().Project(altup_unembd_[static_cast<std::size_t>(i - 1)], As<float>(st.xs[static_cast<std::size_t>(i)]), kept,
+                   proj, st.xb);
     RescaleRowsDevice(proj, x0, kept, E);
     AddDevice(out, proj, kept * E);
   }

@@ -106,7 +106,8 @@ CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o, co
       M.cpu = &m;
       M.router = mat(m.router, p + "ffn_gate_inp.weight", DType::kFloat32);  // fp32: the routing is discrete
       M.router_scale = vec(m.router_scale, E);
-      for (std::size_t e = 0; e < m.gate_up.size(); ++e) M.gate_up.push_back(mat(m.gate_up[e], p + "ffn_gate_up_exps", wt));
+      for (std::size_t e = 0; e < m.gate_up.size(); ++e)
+        M.gate_up.push_back(mat(m.gate_up[e], p + "ffn_gate_up_exps", wt));
       for (std::size_t e = 0; e < m.gate.size(); ++e) M.gate.push_back(mat(m.gate[e], p + "ffn_gate_exps", wt));
       for (std::size_t e = 0; e < m.up.size(); ++e) M.up.push_back(mat(m.up[e], p + "ffn_up_exps", wt));
       for (std::size_t e = 0; e < m.down.size(); ++e) M.down.push_back(mat(m.down[e], p + "ffn_down_exps", wt));
@@ -157,8 +158,7 @@ float* CudaGemma4::RunStep(CudaDecoderState& base, const Step& step) const {
   return As<float>(st.x);
 }
 
-bool CudaGemma4::RunLayer(CudaGemma4State& st, int l, std::vector<QuerySpan>& spans, bool owns,
-                          const Step* cut) const {
+bool CudaGemma4::RunLayer(CudaGemma4State& st, int l, std::vector<QuerySpan>& spans, bool owns, const Step* cut) const {
   const ModelConfig& c = config();
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const int E = c.n_embd;
@@ -242,7 +242,8 @@ void CudaGemma4::Moe(CudaGemma4State& st, const DevMoe& m, const float* x, std::
   }
   Grow(st.moe_tok, std::max<std::size_t>(st.moe_tok_host.size(), 1) * 8, kActivations);
   Grow(st.moe_w, std::max<std::size_t>(st.moe_w_host.size(), 1) * 4, kActivations);
-  Upload(st.moe_tok.data(), st.moe_tok_host.data(), st.moe_tok_host.size() * 8, "Forward (device cuda): MoE rows upload");
+  Upload(st.moe_tok.data(), st.moe_tok_host.data(), st.moe_tok_host.size() * 8,
+         "Forward (device cuda): MoE rows upload");
   Upload(st.moe_w.data(), st.moe_w_host.data(), st.moe_w_host.size() * 4, "Forward (device cuda): MoE weights upload");
   // Experts, in id order, over the rows routed to each.
   CopyDevice(in, x, S * E);

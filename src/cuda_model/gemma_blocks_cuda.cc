@@ -45,8 +45,7 @@ void RequireKvWeights(const ModelConfig& c, const LayerPlan& plan,
   }
 }
 
-CudaGemmaDecoder::CudaGemmaDecoder(std::unique_ptr<Model> cpu, const CudaModelOptions& o,
-                                   const PerLayerEmbeddings& ple)
+CudaGemmaDecoder::CudaGemmaDecoder(std::unique_ptr<Model> cpu, const CudaModelOptions& o, const PerLayerEmbeddings& ple)
     : CudaDecoder(std::move(cpu), o), ple_(ple) {
   if (ple_.width > 0) {
     ple_proj_ = UploadMatrix(ple_.proj, "per_layer_model_proj.weight", options().weights);
@@ -115,8 +114,8 @@ void CudaGemmaDecoder::PerLayerGate(CudaGemmaState& st, const DevPerLayerGate& w
   float* u = As<float>(st.u);
   b.Project(w.inp_gate, in, S, g, st.xb);
   const std::int64_t LP = static_cast<std::int64_t>(width) * c.n_layer;
-  GatherRowsDevice(As<float>(st.ple) + static_cast<std::int64_t>(l) * width, LP, As<std::int64_t>(st.src_dev), S,
-                   width, u);
+  GatherRowsDevice(As<float>(st.ple) + static_cast<std::int64_t>(l) * width, LP, As<std::int64_t>(st.src_dev), S, width,
+                   u);
   GegluDevice(g, u, S * width);
   b.Project(w.proj, g, S, out, st.xb);
   RmsNormDevice(out, S, c.n_embd, As<float>(w.post_norm), c.rms_eps);

@@ -44,8 +44,8 @@ void RequireKvWeights(const ModelConfig& config, const LayerPlan& plan,
 class CudaGemmaState : public CudaDecoderState {
  public:
   using CudaDecoderState::CudaDecoderState;
-  DevBuf ple, ple_tok;                       // [T, n_layer * width]: per-layer inputs, their token part
-  std::vector<float> ple_tok_host;           // [T, n_layer * width]
+  DevBuf ple, ple_tok;              // [T, n_layer * width]: per-layer inputs, their token part
+  std::vector<float> ple_tok_host;  // [T, n_layer * width]
 };
 
 class CudaGemmaDecoder : public CudaDecoder {

@@ -44,8 +44,8 @@ struct Gemma3nLayer {
 // RoPE), for a copy on another device (src/cuda_model/); nullopt when `model`
 // is not a LoadGemma3n model. Valid while the model lives.
 struct Gemma3nWeights {
-  int n_altup = 0;                                      // AltUp streams
-  int active = 0;                                       // the active stream
+  int n_altup = 0;                                          // AltUp streams
+  int active = 0;                                           // the active stream
   const std::vector<WeightMatrix>* altup_proj = nullptr;    // n - 1 of [E, E]
   const std::vector<WeightMatrix>* altup_unembd = nullptr;  // n - 1 of [E, E]
   const PerLayerEmbeddings* ple = nullptr;
