@@ -32,6 +32,19 @@ namespace kvshare::testing {
 constexpr double kBf16ModelTolerance = 3e-2;
 constexpr double kFp32ModelTolerance = 1e-4;
 
+inline double ModelTolerance(DType weights) {
+  return weights == DType::kFloat32 ? kFp32ModelTolerance : kBf16ModelTolerance;
+}
+
+// The device tests' states: 32 positions, chunks of 6, an fp32 cache for
+// fp32 weights and a bf16 one for bf16 weights.
+inline ModelStateOptions DeviceTestOptions(DType weights, int max_batch = 1) {
+  return {.max_context = 32,
+          .max_step = 6,
+          .kv_dtype = weights == DType::kFloat32 ? DType::kFloat32 : DType::kBFloat16,
+          .max_batch = max_batch};
+}
+
 // Scales every attn_q_norm / attn_k_norm weight by H^-1/4 (H: the tensor's
 // length), so the scores q.k spread as with 1 / sqrt(H): the writer's random
 // norms around 1 at Gemma 4's attention scale 1 make each attention row

@@ -33,14 +33,8 @@ class CudaGemma3nDevice : public ::testing::TestWithParam<DType> {
     if (!GpuUsable(&why)) GTEST_SKIP() << why;
     spec_.edit = ScaleQkNorms;
   }
-  bool Fp32() const { return GetParam() == DType::kFloat32; }
-  double Tolerance() const { return Fp32() ? kFp32ModelTolerance : kBf16ModelTolerance; }
-  ModelStateOptions Options(int max_batch = 1) const {
-    return {.max_context = 32,
-            .max_step = 6,
-            .kv_dtype = Fp32() ? DType::kFloat32 : DType::kBFloat16,
-            .max_batch = max_batch};
-  }
+  double Tolerance() const { return ModelTolerance(GetParam()); }
+  ModelStateOptions Options(int max_batch = 1) const { return DeviceTestOptions(GetParam(), max_batch); }
   TinyGemma3nSpec spec_;
 };
 

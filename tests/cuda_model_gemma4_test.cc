@@ -67,13 +67,8 @@ class CudaGemma4Device : public ::testing::TestWithParam<Param> {
   std::string Fixture() const { return std::get<0>(GetParam()); }
   DType Weights() const { return std::get<1>(GetParam()); }
   bool Fp32() const { return Weights() == DType::kFloat32; }
-  double Tolerance() const { return Fp32() ? kFp32ModelTolerance : kBf16ModelTolerance; }
-  ModelStateOptions Options(int max_batch = 1) const {
-    return {.max_context = 32,
-            .max_step = 6,
-            .kv_dtype = Fp32() ? DType::kFloat32 : DType::kBFloat16,
-            .max_batch = max_batch};
-  }
+  double Tolerance() const { return ModelTolerance(Weights()); }
+  ModelStateOptions Options(int max_batch = 1) const { return DeviceTestOptions(Weights(), max_batch); }
 };
 
 TEST_P(CudaGemma4Device, LogitsFollowTheCpuModel) {

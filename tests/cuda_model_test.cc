@@ -117,7 +117,7 @@ class CudaModelBatch : public ::testing::TestWithParam<DType> {
     std::string why;
     if (!GpuUsable(&why)) GTEST_SKIP() << why;
   }
-  double Tolerance() const { return GetParam() == DType::kFloat32 ? kFp32ModelTolerance : kBf16ModelTolerance; }
+  double Tolerance() const { return ModelTolerance(GetParam()); }
 };
 
 // Rows 0 and 1 hold 7 and 3 tokens; the step decodes row 1, runs 6 more
