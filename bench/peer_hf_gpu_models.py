@@ -16,7 +16,7 @@ Shapes (the configs are built in code: no network, no model files):
                        kvshare_bench's row of this name builds it: its writer
                        holds the file in memory; the released model has 262144)
 
-Rows, one JSON object per line on stdout (names as docs/gpu.md describes, so
+Rows, one JSON object per line on stdout (names as docs/gpu_check.md describes, so
 scripts/gpu_check_report.py joins them with kvshare's rows of the same name):
   model/<shape>/prefill<P>     one sequence, a P-token prompt (--prompt, 512)
                                into an empty cache, logits of the last token

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 44 in one device call (docs/gpu.md): build and pack
+# The GPU check of issue 44 in one device call (docs/gpu_check.md): build and pack
 # here, run on the lent GPU machine, read one report.
 #
 #   scripts/gpu_check.sh pack [--build-dir DIR] [--jobs N] [--no-cli] [--test-target test_X]...

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The report of scripts/gpu_check.sh (docs/gpu.md); standard library only.
+"""The report of scripts/gpu_check.sh (docs/gpu_check.md); standard library only.
 
   gpu_check_report.py report --work DIR --out DIR [--budget S] [--elapsed S]
       Reads the step records (steps.tsv) and raw outputs a device run left in

@@ -8,6 +8,7 @@
 #include "kvshare/attention/gqa.h"
 #include "kvshare/common/error.h"
 #include "model/activations.h"
+#include "model/batch_steps.h"
 
 namespace kvshare::detail {
 
@@ -99,6 +100,33 @@ std::optional<ConstTensorView> SpansArg(DecoderState& st, int layer, std::span<c
 }
 }  // namespace
 
+AttentionPacking PlanAttention(std::span<const QuerySpan> spans) {
+  AttentionPacking p;
+  if (spans.size() == 1 && spans[0].row == 0) {  // one sequence: in place
+    p.in_place = true;
+    p.S = spans[0].n;
+    p.flat_rows = spans[0].begin + spans[0].n;
+    if (spans[0].skip > 0) p.query_offsets.assign(1, spans[0].skip);
+    return p;
+  }
+  bool any_skip = false;
+  for (const QuerySpan& sp : spans) {
+    p.B = std::max(p.B, sp.row + 1);
+    p.S = std::max(p.S, sp.n);
+    p.flat_rows = std::max(p.flat_rows, sp.begin + sp.n);
+    any_skip = any_skip || sp.skip > 0;
+  }
+  p.packed_row.assign(static_cast<std::size_t>(p.flat_rows), -1);
+  for (const QuerySpan& sp : spans) {
+    for (std::int64_t j = 0; j < sp.n; ++j) p.packed_row[static_cast<std::size_t>(sp.begin + j)] = sp.row * p.S + j;
+  }
+  if (any_skip) {
+    p.query_offsets.assign(static_cast<std::size_t>(p.B), 0);
+    for (const QuerySpan& sp : spans) p.query_offsets[static_cast<std::size_t>(sp.row)] = sp.skip;
+  }
+  return p;
+}
+
 void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const QuerySpan> spans, ThreadPool* pool) {
   const std::int64_t qd = static_cast<std::int64_t>(c.n_head) * c.head_dim;
   const bool owns = c.k != nullptr;
@@ -112,7 +140,10 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
   args.attrs.rotary_interleaved = 0;  // NeoX half split
   args.run.pool = pool;
   args.run.kernel = st.kernel_;
-  if (spans.size() == 1 && spans[0].row == 0) {  // one sequence: in place
+  const AttentionPacking pack = PlanAttention(spans);
+  st.query_offsets = pack.query_offsets;
+  args.query_offsets = st.query_offsets;
+  if (pack.in_place) {
     const QuerySpan& sp = spans[0];
     const std::int64_t S = sp.n;
     args.query = ConstTensorView{c.q + sp.begin * qd, DType::kFloat32, {1, S, qd}};
@@ -121,21 +152,13 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
       args.value = ConstTensorView{c.v + sp.begin * c.kv_dim, DType::kFloat32, {1, S, c.kv_dim}};
     }
     args.output = TensorView{c.out + sp.begin * qd, DType::kFloat32, {1, S, qd}};
-    if (sp.skip > 0) {
-      st.query_offsets.assign(1, sp.skip);
-      args.query_offsets = st.query_offsets;
-    }
     args.bidirectional_spans = SpansArg(st, layer, spans, 1);
     AttendLayer(st.cache, layer, args);
     return;
   }
   // Several rows: pack them into (B, S_max, ...), rows without tokens padded.
-  int B = 1;
-  std::int64_t S = 1;
-  for (const QuerySpan& sp : spans) {
-    B = std::max(B, sp.row + 1);
-    S = std::max(S, sp.n);
-  }
+  const int B = pack.B;
+  const std::int64_t S = pack.S;
   // Padding (rows past their n tokens) is never read: the op skips padding
   // queries and writes no padding K/V, and it writes every output row.
   const auto fill = [&](std::vector<float>& pad, const float* src, std::int64_t width) {
@@ -154,13 +177,6 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
     fill(st.pad_v, c.v, c.kv_dim);
     args.key = ConstTensorView{st.pad_k.data(), DType::kFloat32, {B, S, c.kv_dim}};
     args.value = ConstTensorView{st.pad_v.data(), DType::kFloat32, {B, S, c.kv_dim}};
-  }
-  bool any_skip = false;
-  for (const QuerySpan& sp : spans) any_skip = any_skip || sp.skip > 0;
-  if (any_skip) {
-    st.query_offsets.assign(static_cast<std::size_t>(B), 0);
-    for (const QuerySpan& sp : spans) st.query_offsets[static_cast<std::size_t>(sp.row)] = sp.skip;
-    args.query_offsets = st.query_offsets;
   }
   args.bidirectional_spans = SpansArg(st, layer, spans, B);
   AttendLayer(st.cache, layer, args);
@@ -394,54 +410,16 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
                 " is an embedding model (bidirectional attention): it computes embeddings (Model::Embed, "
                 "/v1/embeddings), not next-token logits");
   }
-  std::vector<bool> seen(static_cast<std::size_t>(st.max_batch()), false);
-  std::vector<std::int64_t> start, first_logit, out_at;  // per entry
-  std::int64_t total_logits = 0;
   const bool bidi =
       std::find(st.bidirectional_layer.begin(), st.bidirectional_layer.end(), true) != st.bidirectional_layer.end();
-  for (const BatchEntry& e : entries) {
-    CheckBatchEntry(st, c, e, entries.size());
-    CheckEmbeddings(e, st.max_step_, bidi);
-    if (seen[static_cast<std::size_t>(e.row)]) throw Error(Str("ForwardBatch: row ", e.row, " appears twice"));
-    seen[static_cast<std::size_t>(e.row)] = true;
-    const std::int64_t S = static_cast<std::int64_t>(e.tokens.size());
-    const std::int64_t len = st.length(e.row);
-    start.push_back(len);
-    first_logit.push_back(S - e.num_logits);  // token index of the entry's first returned row
-    out_at.push_back(total_logits);
-    total_logits += e.num_logits;
-  }
+  BatchSteps steps(st, c, entries, st.max_step_, bidi);
   const int E = c.n_embd;
   const std::int64_t V = c.n_vocab;
-  st.logits.resize(static_cast<std::size_t>(total_logits * V));
-  st.hidden_rows.resize(static_cast<std::size_t>(total_logits * E));
+  st.logits.resize(static_cast<std::size_t>(steps.total_logits() * V));
+  st.hidden_rows.resize(static_cast<std::size_t>(steps.total_logits() * E));
   try {
     Step step;
-    std::vector<std::int64_t> pos(entries.size(), 0);  // per entry: its next token
-    std::vector<std::int64_t> chunk0(entries.size());  // per entry: this step's first token
-    for (;;) {
-      // The next chunk of every entry that still has tokens, in lock-step
-      // (chunks are cut per entry: an image's tokens stay in one step).
-      step.tokens.clear();
-      step.rows.clear();
-      step.embeddings.clear();
-      std::vector<std::size_t> entry_of;  // step row -> entry
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        const BatchEntry& e = entries[i];
-        const std::int64_t S = static_cast<std::int64_t>(e.tokens.size());
-        if (pos[i] >= S) continue;
-        const std::int64_t n = ChunkLength(e, pos[i], st.max_step_, bidi);
-        const std::int64_t lo = std::max(pos[i], first_logit[i]), hi = pos[i] + n;  // rows whose logits are asked for
-        step.rows.push_back(StepRow{.row = e.row,
-                                    .begin = static_cast<std::int64_t>(step.tokens.size()),
-                                    .n = n,
-                                    .keep = std::max<std::int64_t>(0, hi - lo)});
-        AddStepInputs(e, pos[i], n, start[i], E, bidi, step, st.step_spans[static_cast<std::size_t>(e.row)]);
-        chunk0[i] = pos[i];
-        pos[i] += n;
-        entry_of.push_back(i);
-      }
-      if (step.rows.empty()) break;
+    while (steps.Next(step, st.step_spans)) {
       const std::int64_t kept = KeptRows(step);
       float* rows = RunStep(st, step, pool);
       if (kept == 0) continue;
@@ -450,13 +428,8 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
       // Where each step row's kept logits go in st.logits (entry order). When
       // each follows the one before, as in a decode step or a one-entry
       // prefill, the head writes there directly; otherwise through head_out.
-      std::vector<std::int64_t> dest(step.rows.size());
-      bool direct = true;
-      for (std::size_t r = 0; r < step.rows.size(); ++r) {
-        const std::size_t i = entry_of[r];
-        dest[r] = out_at[i] + std::max(chunk0[i], first_logit[i]) - first_logit[i];
-        if (r > 0 && dest[r] != dest[r - 1] + step.rows[r - 1].keep) direct = false;
-      }
+      const std::span<const std::int64_t> dest = steps.dest();
+      const bool direct = steps.contiguous();
       std::int64_t at = 0;
       for (std::size_t r = 0; r < step.rows.size(); ++r) {
         const std::int64_t keep = step.rows[r].keep;
@@ -483,13 +456,7 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
     }
   } catch (...) {
     // Not expected once the inputs are validated; put the sequences back.
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      try {
-        st.cache.Rewind(entries[i].row, start[i]);
-      } catch (const Error&) {
-        st.cache.Reset(entries[i].row);  // a ring no longer holds `start`
-      }
-    }
+    steps.Restore(st);
     throw;
   }
   return st.logits;

@@ -101,6 +101,13 @@ class DecoderState : public ModelState {
   std::vector<bool> bidirectional_layer;
   std::vector<std::vector<std::int64_t>> step_spans;
   std::vector<std::int64_t> spans_arg;  // [B, K, 2] scratch of the op's input
+  // Tests and debugging: when set, called after every layer of a step with
+  // the residual rows that ran ([rows, n_embd] host memory, Gemma 3n: its
+  // active AltUp stream; the step's tokens, after the prefill cut only the
+  // kept ones in PackKeptRows order). The GPU models (src/cuda_model/) copy
+  // their rows back for it, so a GPU step can be compared with the CPU's
+  // layer by layer. Unset: no cost.
+  std::function<void(int layer, std::span<const float> x)> layer_probe;
   // ModelConfig::causal: false runs every layer bidirectional (the op's
   // causal = 0, a sliding layer's window symmetric); needs linear buffers
   // (exact_rewind) and each sequence in one step (Model::Embed does both).
@@ -154,6 +161,24 @@ struct AttentionCall {
   float scale = 1.0f;
 };
 void Attend(DecoderState& st, int layer, const AttentionCall& call, std::span<const QuerySpan> spans, ThreadPool* pool);
+
+// How Attend lays the query rows of `spans` out for the op (the CPU's Attend
+// and the GPU models' alike). in_place: one span of row 0, whose flat rows
+// [begin, begin + n) are the op's (1, n, ...) as they are. Otherwise packed
+// into (B, S, ...), B = 1 + the largest row, S = the longest span (>= 1):
+// flat row spans[i].begin + j goes to packed row spans[i].row * S + j
+// (packed_row[flat], -1 for a flat row no span covers; flat_rows = the end of
+// the last span). query_offsets: the op's (LayerAttendArgs::query_offsets),
+// one per op row (1 in place, B packed) when a span skips rows, else empty.
+struct AttentionPacking {
+  bool in_place = false;
+  int B = 1;
+  std::int64_t S = 1;
+  std::int64_t flat_rows = 0;
+  std::vector<std::int64_t> packed_row;     // [flat_rows] (empty in place)
+  std::vector<std::int64_t> query_offsets;  // [1] or [B], or empty
+};
+AttentionPacking PlanAttention(std::span<const QuerySpan> spans);
 
 // out[S, E] = down(gelu_tanh(gate x) * up x), x: [S, E]; g, u: scratch grown to
 // [S, n_ff]. out may not alias x. With a finite topk_std_multiplier k (Gemma
@@ -217,25 +242,19 @@ class DecoderModel : public Model {
   std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
                            ThreadPool* pool) const override;  // embed.cc
 
- protected:
-  // out[T, n_embd]: the step's token embeddings (an installed hard-token
-  // row for an id in its range), then its caller-given rows
-  // (Step::embeddings) over theirs. ple_ids (when given): step.tokens with
-  // the ids of installed ranges replaced by 0, the per-layer input's ids
-  // (Model::SetHardTokenRows); the same snapshot of the ranges as `out`.
-  void EmbedStep(const Step& step, float* out, std::vector<std::int32_t>* ple_ids = nullptr) const;
-  explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
+  // The LM head and RoPE as loaded, for a copy of the model on another device
+  // (src/cuda_model/): the token table (stored rows), the LM head (the tied
+  // table unless the file has output.weight; `data` holds the stored rows even
+  // when packed), the output norm [n_embd], the final softcap (0: off), the
+  // RoPE families and each layer's family.
+  const WeightMatrix& embedding_table() const { return embd_w_; }
+  const WeightMatrix& lm_head() const { return out_w_; }
+  const float* output_norm() const { return out_norm_; }
+  float final_softcap() const { return final_softcap_; }
+  const std::vector<RopeFamily>& rope_families() const { return rope_families_; }
+  const std::vector<int>& layer_rope() const { return layer_rope_; }
 
-  // A state over `cache` (the architecture adds its scratch).
-  virtual std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
-                                                  std::shared_ptr<const RopeSet> rope) const = 0;
-  // Runs one step (every row <= max_step tokens) through every layer: reserves
-  // each row's tokens, runs the layers, commits. Returns the final residual rows
-  // ([sum keep, n_embd], before the output norm) of each row's last `keep`
-  // tokens, row after row in step.rows order (null when no row keeps any); they
-  // stay valid until the next call on st.
-  virtual float* RunStep(DecoderState& st, const Step& step, ThreadPool* pool) const = 0;
-
+  // Step helpers every RunStep uses (and the GPU models' steps).
   // The QuerySpans of a step's rows, every token computed.
   static std::vector<QuerySpan> FullSpans(const Step& step);
   // The rows read at the output: sum of keep over step.rows.
@@ -258,6 +277,26 @@ class DecoderModel : public Model {
   // At the cut, RunStep packs its buffers with PackKeptRows (spans and src
   // given) and, when kept == 0, stops there.
   static int CutAfterAttention(const DecoderState& st, const LayerPlan& plan, std::int64_t kept, std::int64_t T);
+
+ protected:
+  // out[T, n_embd]: the step's token embeddings (an installed hard-token
+  // row for an id in its range), then its caller-given rows
+  // (Step::embeddings) over theirs. ple_ids (when given): step.tokens with
+  // the ids of installed ranges replaced by 0, the per-layer input's ids
+  // (Model::SetHardTokenRows); the same snapshot of the ranges as `out`.
+  void EmbedStep(const Step& step, float* out, std::vector<std::int32_t>* ple_ids = nullptr) const;
+  explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
+
+  // A state over `cache` (the architecture adds its scratch).
+  virtual std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
+                                                  std::shared_ptr<const RopeSet> rope) const = 0;
+  // Runs one step (every row <= max_step tokens) through every layer: reserves
+  // each row's tokens, runs the layers, commits. Returns the final residual rows
+  // ([sum keep, n_embd], before the output norm) of each row's last `keep`
+  // tokens, row after row in step.rows order (null when no row keeps any); they
+  // stay valid until the next call on st.
+  virtual float* RunStep(DecoderState& st, const Step& step, ThreadPool* pool) const = 0;
+
   // An encoder's head (embed.cc; gemma-embedding): ModelConfig::causal
   // false, the window made symmetric (`prefix`attention.sliding_window W
   // becomes W / 2 + 1: |p - j| <= W / 2), the pooling type and the dense

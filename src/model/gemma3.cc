@@ -177,6 +177,7 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
     detail::GegluMlp(L.gate, L.up, L.down, st.h.data(), R, st.o.data(), st.g, st.u, pool);
     RmsNorm(st.o.data(), R, E, L.post_ffw_norm, c.rms_eps, pool);
     for (std::size_t i = 0; i < OE; ++i) st.x[i] += st.o[i];
+    if (st.layer_probe) st.layer_probe(l, std::span<const float>(st.x.data(), OE));
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;

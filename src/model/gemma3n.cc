@@ -38,23 +38,7 @@ using detail::Str;
 
 constexpr const char* kArch = "gemma3n";
 
-struct Layer {
-  const float* attn_norm = nullptr;
-  detail::GemmaAttentionWeights attn;
-  const float* ffn_norm = nullptr;
-  WeightMatrix gate, up, down;
-  const float* post_ffw_norm = nullptr;
-  float sparsity = -INFINITY;       // Phi^-1(activation sparsity); -inf: none
-  WeightMatrix laurel_l, laurel_r;  // [rank, E], [E, rank]
-  const float* laurel_norm = nullptr;
-  // AltUp (n = streams): coefficients as float rows.
-  std::vector<float> router;  // [n, E]
-  const float* router_norm = nullptr;
-  std::vector<float> predict_coef;       // [n * n, n]
-  std::vector<float> correct_coef;       // [n, n]
-  const float* correct_scale = nullptr;  // [E]
-  detail::PerLayerGateWeights ple_gate;
-};
+using Layer = detail::Gemma3nLayer;
 
 class Gemma3nState final : public DecoderState {
  public:
@@ -84,6 +68,14 @@ float Rms(const float* v, std::int64_t n) { return std::sqrt(static_cast<float>(
 class Gemma3n final : public detail::DecoderModel {
  public:
   explicit Gemma3n(GgufFile file);
+  detail::Gemma3nWeights weights() const {
+    return {.n_altup = n_altup_,
+            .active = active_,
+            .altup_proj = &altup_proj_,
+            .altup_unembd = &altup_unembd_,
+            .ple = &ple_,
+            .layers = &layers_};
+  }
 
  private:
   std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
@@ -383,6 +375,12 @@ float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool
   for (int l = 0; l < c.n_layer; ++l) {
     if (!RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr, pool))
       break;
+    if (st.layer_probe) {  // the active stream
+      std::int64_t rows = 0;
+      for (const detail::QuerySpan& sp : spans) rows += sp.n;
+      st.layer_probe(l, std::span<const float>(st.x[static_cast<std::size_t>(active_)].data(),
+                                               static_cast<std::size_t>(rows * E)));
+    }
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;
@@ -412,5 +410,11 @@ float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool
 }  // namespace
 
 std::unique_ptr<Model> LoadGemma3n(GgufFile file) { return std::make_unique<Gemma3n>(std::move(file)); }
+
+std::optional<detail::Gemma3nWeights> detail::Gemma3nWeightsOf(const Model& model) {
+  const auto* m = dynamic_cast<const Gemma3n*>(&model);
+  if (m == nullptr) return std::nullopt;
+  return m->weights();
+}
 
 }  // namespace kvshare

@@ -31,18 +31,7 @@ using detail::DecoderState;
 using detail::RmsNorm;
 using detail::Str;
 
-struct Layer {
-  bool sliding = false;
-  const float* attn_norm = nullptr;
-  detail::GemmaAttentionWeights attn;
-  const float* ffn_norm = nullptr;
-  const float* post_ffw_norm = nullptr;
-  std::optional<WeightMatrix> gate, up, down;  // dense MLP (n_ff > 0)
-  std::optional<detail::Gemma4Moe> moe;
-  detail::PerLayerGateWeights ple_gate;  // per-layer embeddings (PLE width > 0)
-  float out_scale = 1.0f;                // layer_output_scale
-  bool has_out_scale = false;
-};
+using Layer = detail::Gemma4Layer;
 
 // Scratch for one chunk of S <= max_step tokens (row-major, one row per token).
 class Gemma4State final : public DecoderState {
@@ -60,6 +49,7 @@ class Gemma4State final : public DecoderState {
 class Gemma4 final : public detail::DecoderModel {
  public:
   explicit Gemma4(GgufFile file);
+  detail::Gemma4Weights weights() const { return {.layers = &layers_, .ple = &ple_}; }
 
  private:
   std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
@@ -177,6 +167,11 @@ float* Gemma4::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
   for (int l = 0; l < c.n_layer; ++l) {
     if (!RunLayer(st, l, spans, plan.layers[static_cast<std::size_t>(l)].owns_cache, l == cut ? &step : nullptr, pool))
       break;
+    if (st.layer_probe) {
+      std::int64_t rows = 0;
+      for (const detail::QuerySpan& sp : spans) rows += sp.n;
+      st.layer_probe(l, std::span<const float>(st.x.data(), static_cast<std::size_t>(rows * E)));
+    }
   }
   for (const detail::StepRow& r : step.rows) st.cache.Commit(r.row);
   if (kept == 0) return nullptr;
@@ -251,5 +246,11 @@ bool Gemma4::RunLayer(Gemma4State& st, int l, std::vector<detail::QuerySpan>& sp
 }  // namespace
 
 std::unique_ptr<Model> LoadGemma4(GgufFile file) { return std::make_unique<Gemma4>(std::move(file)); }
+
+std::optional<detail::Gemma4Weights> detail::Gemma4WeightsOf(const Model& model) {
+  const auto* m = dynamic_cast<const Gemma4*>(&model);
+  if (m == nullptr) return std::nullopt;
+  return m->weights();
+}
 
 }  // namespace kvshare

@@ -37,22 +37,13 @@ Gemma4Moe LoadGemma4Moe(const TensorLookup& t, const std::string& p, const std::
   return m;
 }
 
-void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, float eps, float* out, MoeScratch& s,
-                  ThreadPool* pool) {
-  const std::size_t SE = static_cast<std::size_t>(S) * static_cast<std::size_t>(E);
-  const int K = m.n_used, NE = m.n_expert, F = m.n_ff;
-  // Routing.
-  s.router_in.assign(h, h + SE);
-  RmsNorm(s.router_in.data(), S, E, nullptr, eps);
-  const float root = 1.0f / std::sqrt(static_cast<float>(E));
-  for (std::size_t i = 0; i < SE; ++i) s.router_in[i] = s.router_in[i] * root * m.router_scale[i % E];
-  s.logits.resize(static_cast<std::size_t>(S) * NE);
-  MatMulRows(m.router, s.router_in.data(), S, s.logits.data(), pool);
+void RouteGemma4Moe(const Gemma4Moe& m, float* logits, std::int64_t S, MoeScratch& s) {
+  const int K = m.n_used, NE = m.n_expert;
   s.chosen.resize(static_cast<std::size_t>(S) * K);
   s.chosen_w.resize(s.chosen.size());
   std::vector<int> order(static_cast<std::size_t>(NE));
   for (std::int64_t t = 0; t < S; ++t) {
-    float* lg = s.logits.data() + t * NE;
+    float* lg = logits + t * NE;
     const float mx = *std::max_element(lg, lg + NE);
     double den = 0;
     for (int e = 0; e < NE; ++e) den += (lg[e] = std::exp(lg[e] - mx));
@@ -68,21 +59,40 @@ void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, flo
       s.chosen_w[static_cast<std::size_t>(t * K + k)] = lg[e] / sum * (m.expert_scale ? m.expert_scale[e] : 1.0f);
     }
   }
+}
+
+void ExpertRows(const Gemma4Moe& m, int e, std::int64_t S, MoeScratch& s) {
+  const int K = m.n_used;
+  s.token.clear();
+  s.weight.clear();
+  for (std::int64_t t = 0; t < S; ++t) {
+    for (int k = 0; k < K; ++k) {
+      if (s.chosen[static_cast<std::size_t>(t * K + k)] == e) {
+        s.token.push_back(t);
+        s.weight.push_back(s.chosen_w[static_cast<std::size_t>(t * K + k)]);
+      }
+    }
+  }
+}
+
+void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, float eps, float* out, MoeScratch& s,
+                  ThreadPool* pool) {
+  const std::size_t SE = static_cast<std::size_t>(S) * static_cast<std::size_t>(E);
+  const int NE = m.n_expert, F = m.n_ff;
+  // Routing.
+  s.router_in.assign(h, h + SE);
+  RmsNorm(s.router_in.data(), S, E, nullptr, eps);
+  const float root = 1.0f / std::sqrt(static_cast<float>(E));
+  for (std::size_t i = 0; i < SE; ++i) s.router_in[i] = s.router_in[i] * root * m.router_scale[i % E];
+  s.logits.resize(static_cast<std::size_t>(S) * NE);
+  MatMulRows(m.router, s.router_in.data(), S, s.logits.data(), pool);
+  RouteGemma4Moe(m, s.logits.data(), S, s);
   // Experts, in id order, over the rows routed to each.
   s.in.assign(h, h + SE);
   RmsNorm(s.in.data(), S, E, m.pre_ffw_norm_2, eps);
   std::fill(out, out + SE, 0.0f);
   for (int e = 0; e < NE; ++e) {
-    s.token.clear();
-    s.weight.clear();
-    for (std::int64_t t = 0; t < S; ++t) {
-      for (int k = 0; k < K; ++k) {
-        if (s.chosen[static_cast<std::size_t>(t * K + k)] == e) {
-          s.token.push_back(t);
-          s.weight.push_back(s.chosen_w[static_cast<std::size_t>(t * K + k)]);
-        }
-      }
-    }
+    ExpertRows(m, e, S, s);
     const std::int64_t n = static_cast<std::int64_t>(s.token.size());
     if (n == 0) continue;
     s.rows.resize(static_cast<std::size_t>(n) * E);

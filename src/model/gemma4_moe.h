@@ -46,4 +46,14 @@ struct MoeScratch {
 void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, float eps, float* out, MoeScratch& s,
                   ThreadPool* pool);
 
+// RunGemma4Moe's routing, for any device that computes the router logits:
+// logits [S, n_expert] (the router's output; overwritten by the softmax)
+// become s.chosen / s.chosen_w [S, n_used] (expert ids by falling
+// probability, lower id first on ties; weights renormalized over the top
+// n_used, times expert_scale).
+void RouteGemma4Moe(const Gemma4Moe& m, float* logits, std::int64_t S, MoeScratch& s);
+// The rows routed to expert e: s.token (ascending) and s.weight, from s.chosen
+// / s.chosen_w of S rows.
+void ExpertRows(const Gemma4Moe& m, int e, std::int64_t S, MoeScratch& s);
+
 }  // namespace kvshare::detail

@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh without a GPU (docs/gpu.md): its report on synthetic
+"""scripts/gpu_check.sh without a GPU (docs/gpu_check.md): its report on synthetic
 device runs (failures, a timeout cut, the model join), and its device mode as a
 dry run on the build tree named by KVSHARE_GPU_CHECK_BUILD (skipped without it)."""
 import importlib.util

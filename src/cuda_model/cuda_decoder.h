@@ -1,0 +1,129 @@
+// What the GPU models of the decoder families share (the GPU twin of
+// model/decoder.h's DecoderModel): the state (a DecoderState over a device
+// KvCache, with RoPE tables and step scratch in device memory), ForwardBatch
+// over the CPU model's own step plan (BatchSteps: decode rows and prompt
+// chunks of any rows in lock-step), the attention call with its rows packed
+// as the CPU's Attend packs them (PlanAttention), the prefill cut
+// (CutAfterAttention, PackKeptRows' order), and the LM head (output norm,
+// projection, final softcap). Families implement RunStep. Internal to
+// src/cuda_model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "cuda_model/device_ops.h"
+#include "kvshare/cuda_model/model_cuda.h"
+#include "model/decoder.h"
+
+namespace kvshare::detail {
+
+class CudaDecoderState : public DecoderState {
+ public:
+  CudaDecoderState(KvCache cache, const ModelStateOptions& o) : DecoderState(std::move(cache), o, nullptr) {}
+
+  std::vector<DevBuf> cos, sin;  // per RoPE family (DecoderModel::rope_families): [rope_pos, rope_half]
+  std::vector<int> rope_half;
+  std::int64_t rope_pos = 0;
+  // One step's scratch, fp32 rows of the step's T tokens unless said; grown
+  // to the largest step so far (Grow / Rows).
+  DevBuf x, h, o, f;                          // [T, E]: residual, normed input, block outputs
+  DevBuf q, attn, k, v;                       // [T, N * H], [T, N_kv * H] (the widest layer)
+  DevBuf g, u;                                // [T, widest MLP or per-layer input]
+  DevBuf tmp;                                 // [T, widest row] PackKept's gather target
+  DevBuf xb;                                  // bf16 projection input (Blas::Project)
+  DevBuf tok;                                 // int32 [T] token ids
+  DevBuf pq, pk, pv, pout;                    // (B, S, ...) packed attention rows
+  DevBuf pack_map;                            // int64 [flat rows]: pack.packed_row
+  DevBuf src_dev;                             // int64 [rows of x]: src
+  DevBuf head;                                // [kept, n_vocab] logits
+  AttentionPacking pack;                      // the current spans' packing (SetSpans)
+  std::vector<std::int64_t> src;              // the step token each row of x holds (identity until the cut)
+  std::vector<float> head_host, hidden_host;  // [kept, n_vocab], [kept, E]
+};
+
+class CudaDecoder : public Model {
+ public:
+  const ModelConfig& config() const override { return cpu_->config(); }
+  const GgufFile& gguf() const override { return cpu_->gguf(); }
+  const std::vector<std::string>& warnings() const override { return cpu_->warnings(); }
+  void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override { cpu_->EmbedTokens(tokens, out); }
+  std::unique_ptr<ModelState> NewState(const ModelStateOptions& options) const override;
+  std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
+                                 const ForwardOptions& options) const override;
+  // The CPU model's checks and steps (BatchSteps); entries with embedding
+  // inputs are refused (they run on the CPU model only so far).
+  std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
+                                      ThreadPool* pool) const override;
+
+ protected:
+  // cpu: a loaded DecoderModel. Checks for a usable device, then uploads the
+  // token table, the LM head (shared with the table when tied) and the
+  // output norm. Throws kvshare::Error.
+  CudaDecoder(std::unique_ptr<Model> cpu, const CudaModelOptions& options);
+
+  // A state over the device `cache` (families add scratch); the base uploads
+  // the RoPE tables after.
+  virtual std::unique_ptr<CudaDecoderState> MakeState(KvCache cache, const ModelStateOptions& options) const;
+  // One step through every layer, as the CPU family's RunStep: reserves each
+  // row's tokens, runs the layers, commits. Returns the final residual rows
+  // ([kept, E] device memory, before the output norm) in step.rows order, or
+  // null when no row keeps any.
+  virtual float* RunStep(CudaDecoderState& st, const Step& step) const = 0;
+
+  // Pieces of a RunStep.
+  // st.x [T, E] = the step's token embeddings * sqrt(E); st.src = 0 .. T-1.
+  void EmbedStep(CudaDecoderState& st, const Step& step) const;
+  // The rows the next attention calls run on: plans their packing
+  // (PlanAttention) and uploads its map.
+  void SetSpans(CudaDecoderState& st, std::span<const QuerySpan> spans) const;
+  // Layer l's attention over the current spans (AttendLayer on the device
+  // cache, RoPE of the layer's family): st.q [rows, n_head * head_dim] into
+  // st.attn, with st.k, st.v [rows, kv_dim] written to the cache when the
+  // layer owns its K/V (a KV-shared layer reads its source's).
+  void Attend(CudaDecoderState& st, int layer, bool owns, int head_dim, int kv_dim, float scale) const;
+  // Packs each buffer's kept rows (its rows are the step's tokens in order)
+  // to the front as PackKeptRows does; with spans, also repoints them and
+  // st.src (the cut) and calls SetSpans.
+  void PackKept(CudaDecoderState& st, const Step& step, std::span<const std::pair<DevBuf*, int>> buffers,
+                std::vector<QuerySpan>* spans) const;
+
+  // The layers of a step: reserves each row's tokens, plans the spans
+  // (SetSpans), runs layer(l, spans, owns, cut) for l = 0, 1, ... until one
+  // returns false (cut: the step when l is its prefill cut,
+  // CutAfterAttention, else null; the layer packs its rows there and returns
+  // false when none is kept), calls DecoderState::layer_probe after each with
+  // the rows of probed() (device [rows, E]), commits. Returns whether a cut
+  // packed the kept rows (otherwise the caller packs them, PackKept).
+  using LayerFn = std::function<bool(int layer, std::vector<QuerySpan>& spans, bool owns, const Step* cut)>;
+  bool RunLayers(CudaDecoderState& st, const Step& step, const LayerFn& layer,
+                 const std::function<const float*()>& probed) const;
+  // st's step buffers grown to T rows: h, o, f [T, E]; q, attn [T, qd]; k,
+  // v [T, kvd]; g, u [T, ff].
+  static void GrowStep(CudaDecoderState& st, std::int64_t T, int E, std::int64_t qd, std::int64_t kvd, std::int64_t ff);
+
+  const Model& cpu_model() const { return *cpu_; }
+  const DecoderModel& cpu() const { return *cpu_decoder_; }
+  const Blas& blas() const { return *blas_; }
+  const CudaModelOptions& options() const { return options_; }
+
+ private:
+  // The kept rows' output norm (in place), hidden and logits copied to the host.
+  void Head(CudaDecoderState& st, float* rows, std::int64_t kept) const;
+
+  std::unique_ptr<Model> cpu_;
+  const DecoderModel* cpu_decoder_ = nullptr;
+  CudaModelOptions options_;
+  std::unique_ptr<Blas> blas_;
+  DevMatrix embd_, out_w_;  // out_w_.rows == 0: the LM head is embd_
+  DevBuf out_norm_;
+};
+
+// b grown to rows x width floats; its data.
+float* Rows(DevBuf& b, std::int64_t rows, std::int64_t width);
+
+}  // namespace kvshare::detail
