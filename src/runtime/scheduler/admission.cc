@@ -91,8 +91,13 @@ std::size_t ResumeAt(ModelState& state, const SchedulerOptions& opt, Slot& s, in
 
 }  // namespace
 
-void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span) {
+void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span,
+                     const DeviceSupport& support) {
   if (r.prompt.empty()) throw Error("the prompt is empty: nothing to generate from");
+  if (!r.embeddings.empty() && !support.media_inputs) {
+    throw Error(DeviceRefusal(support.device, "a prompt with images or audio (embedding spans)",
+                              "send text only, or serve the model on the CPU"));
+  }
   const std::int32_t v = n_vocab;
   for (std::size_t i = 0; i < r.prompt.size(); ++i) {
     if (r.prompt[i] < 0 || r.prompt[i] >= v) {
@@ -178,7 +183,7 @@ std::shared_ptr<const TokenTrie> Admission::Trie() {
 }
 
 SubmitResult Admission::Submit(RequestOptions r, int waiting_upstream) {
-  ValidateRequest(r, n_vocab_, opt_.max_context, opt_.step_tokens - opt_.slots + 1);
+  ValidateRequest(r, n_vocab_, opt_.max_context, opt_.step_tokens - opt_.slots + 1, support_);
   std::shared_ptr<const TokenTrie> vocab = r.grammar ? Trie() : nullptr;
   std::unique_lock<std::mutex> lock(shared_.mu);
   if (shared_.draining.load()) {

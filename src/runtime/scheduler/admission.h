@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/device_support.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "runtime/scheduler/request.h"
@@ -19,8 +20,9 @@ namespace kvshare::detail {
 
 // Throws kvshare::Error for the first thing Scheduler::Submit refuses in r
 // (the header lists them), naming it and its range; a span may hold at most
-// max_span tokens.
-void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span);
+// max_span tokens, and none is taken where `support` has no media inputs.
+void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span,
+                     const DeviceSupport& support);
 
 // Threads: Submit runs on any thread and touches only `shared` (under its
 // mutex) and the trie (once); the other calls run on the stepping thread,
@@ -32,6 +34,8 @@ class Admission {
             SlotTable& rows)
       : opt_(opt), tok_(tok), n_vocab_(n_vocab), shared_(shared), rows_(rows) {}
 
+  // What the state's device serves (before any Submit; default: the CPU's).
+  void SetSupport(const DeviceSupport& support) { support_ = support; }
   // Scheduler::Submit.
   SubmitResult Submit(RequestOptions r, int waiting_upstream);
   // Moves the submitted requests to the waiting line.
@@ -64,6 +68,7 @@ class Admission {
   const std::int32_t n_vocab_;
   SchedulerShared& shared_;
   SlotTable& rows_;
+  DeviceSupport support_;
   std::deque<std::unique_ptr<Request>> waiting_;  // stepping thread only
   std::uint64_t admit_counter_ = 0;               // orders Request::admit_seq
   std::once_flag trie_once_;
