@@ -1,5 +1,6 @@
 #include "spec_flags.h"
 
+#include "device_flags.h"
 #include "model_path.h"
 
 namespace kvshare::cli {
@@ -24,6 +25,7 @@ void AddSpecFlags(CLI::App& cmd, SpecFlags& f) {
   cmd.add_option("--ngram-max", f.ngram_max, "--spec ngram: longest n-gram matched")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  AddDeviceOption(cmd, f.draft_device, "--draft-device", "a --draft-model draft model (default: as --device)");
 }
 
 SpeculationRequest SpecRequest(const SpecFlags& f, const std::string& device) {
@@ -31,7 +33,8 @@ SpeculationRequest SpecRequest(const SpecFlags& f, const std::string& device) {
           .draft_path = f.draft_model,
           .ngram = {.ngram_min = f.ngram_min, .ngram_max = f.ngram_max},
           .speculative = {.draft_max = f.draft_max, .adaptive = !f.draft_fixed},
-          .device = device == "cuda" ? Device::kCuda : Device::kCpu,
+          .device = DeviceFromFlag(device),
+          .place_draft = Placement(f.draft_device.empty() ? device : f.draft_device).move,
           .names = {.method = "--spec",
                     .draft = "--draft-model",
                     .ngram_min = "--ngram-min",
