@@ -366,7 +366,8 @@ void Server::Load() {
   Impl& m = *impl_;
   const DeviceSupport support = SupportOn(m.opt.placement.device);
   if (!support.media_inputs && !m.opt.mmproj_path.empty()) {  // before the load: fail fast
-    throw Error(DeviceRefusal(support.device, "--mmproj (images and audio)", "drop --mmproj or --device cuda"));
+    throw Error(DeviceRefusal(support.device, "--mmproj (images and audio)",
+                              std::string("drop --mmproj or --device ") + DeviceName(support.device)));
   }
   m.opt.speculation.device = support.device;
   m.model = m.opt.placement.Apply(Model::Load(m.opt.model_path));
@@ -469,11 +470,10 @@ void Server::Load() {
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   m.Log("chat template: " + std::string(ChatFormatName(choice.format)) + " (" + choice.reason + ")");
   if (so.drafter) {
-    m.Log("speculative decoding: " + so.drafter->name() + " drafter, up to " +
-          std::to_string(so.speculative.draft_max) + " drafts per row and step" +
-          (so.speculative.adaptive ? " (adaptive)" : "") +
-          (support.bitwise_verify ? ""
-                                  : "; greedy output equals plain greedy up to the device's rounding, not bitwise"));
+    m.Log(
+        "speculative decoding: " + so.drafter->name() + " drafter, up to " + std::to_string(so.speculative.draft_max) +
+        " drafts per row and step" + (so.speculative.adaptive ? " (adaptive)" : "") +
+        (support.bitwise_verify ? "" : "; greedy output equals plain greedy up to the device's rounding, not bitwise"));
   }
   m.loaded.store(true);
   Phase loading = Phase::kLoading;

@@ -122,8 +122,9 @@ TEST(DeviceSupport, SchedulerRefusesMediaAndTheAssistantNamingTheDevice) {
   EXPECT_EQ(cpu.Submit(r).status, SubmitStatus::kAccepted);
 
   HiddenReadingDrafter assistant;
-  const std::string refused = testing::ErrorOf(
-      [&] { Scheduler(gpu, t.tok, nullptr, {.slots = 2, .max_context = 64, .step_tokens = 8, .drafter = &assistant}); });
+  const std::string refused = testing::ErrorOf([&] {
+    Scheduler(gpu, t.tok, nullptr, {.slots = 2, .max_context = 64, .step_tokens = 8, .drafter = &assistant});
+  });
   EXPECT_NE(refused.find("the gemma4-assistant drafter (it reads the target's hidden states and KV cache on the host) "
                          "runs on the CPU only so far, and this model runs on device cuda; use prompt lookup or a "
                          "draft model"),
@@ -180,7 +181,10 @@ TEST(DeviceSupport, PromptLookupRunsOnADeviceState) {
   const std::unique_ptr<Drafter> ngram = MakeNgramDrafter({});
   Scheduler plain(gpu, t.tok, nullptr, {.slots = 2, .max_context = 64, .step_tokens = 8});
   Scheduler spec(gpu, t.tok, nullptr,
-                 {.slots = 2, .max_context = 64, .step_tokens = 8, .drafter = ngram.get(),
+                 {.slots = 2,
+                  .max_context = 64,
+                  .step_tokens = 8,
+                  .drafter = ngram.get(),
                   .speculative = {.draft_max = 3, .adaptive = false}});
   std::vector<std::int32_t> loop = Prompt(5, t.V, 9);
   for (int i = 0; i < 3; ++i) loop.insert(loop.end(), loop.begin() + 1, loop.begin() + 5);
@@ -253,7 +257,8 @@ void ExpectRowsFollow(const std::vector<std::vector<float>>& got, const std::vec
                       const std::vector<std::int32_t>& got_tokens, const std::vector<std::int32_t>& want_tokens,
                       const std::string& what, double* worst) {
   ASSERT_FALSE(want.empty()) << what;
-  for (std::size_t i = 0; i < want.size() && i < got.size(); ++i) {
+  ASSERT_EQ(got.size(), want.size()) << what << ": sampled rows (a step that failed records none)";
+  for (std::size_t i = 0; i < want.size(); ++i) {
     const RowDiff d = Compare(got[i], want[i]);
     *worst = std::max(*worst, d.rel);
     EXPECT_LT(d.rel, kBf16Tolerance) << what << ", sampled token " << i << ": largest error at vocabulary entry "
@@ -295,6 +300,7 @@ TEST(DeviceSupportGpu, SchedulerRunEqualsTheCpuRunWithinBf16) {
   }
   double worst = 0;
   for (std::size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_FALSE(results[1][i].last.error) << "request " << i << ": " << results[1][i].last.detail;
     ExpectRowsFollow(rows[1][i], rows[0][i], Ids(results[1][i]), Ids(results[0][i]), "request " + std::to_string(i),
                      &worst);
   }
@@ -333,18 +339,22 @@ TEST(DeviceSupportGpu, SpeculativeGreedyEqualsPlainGreedyOnTheGpu) {
     o.drafter = drafter;
     o.speculative = {.draft_max = 4, .adaptive = false};
     const testing::GenRun spec = testing::Generate(gen, prompt, o);
-    EXPECT_GT(spec.stats.speculative.accepted, 0) << name;
+    EXPECT_GT(spec.stats.speculative.drafted, 0) << name;
+    // The draft models are the target's own file: their drafts are taken.
+    if (drafter != ngram.get()) {
+      EXPECT_GT(spec.stats.speculative.accepted, 0) << name;
+    }
     double worst = 0;
     ExpectRowsFollow(spec.logits, plain.logits, spec.tokens, plain.tokens, name, &worst);
     std::size_t bitwise = 0;
     for (std::size_t i = 0; i < spec.logits.size() && i < plain.logits.size(); ++i) {
       bitwise += Compare(spec.logits[i], plain.logits[i]).bitwise;
     }
-    testing::RecordMeasured("DeviceSupportGpu speculation (%s): %zu of %zu rows bitwise, largest relative error %.3g, "
-                            "accepted %lld of %lld drafts\n",
-                            name, bitwise, plain.logits.size(), worst,
-                            static_cast<long long>(spec.stats.speculative.accepted),
-                            static_cast<long long>(spec.stats.speculative.drafted));
+    testing::RecordMeasured(
+        "DeviceSupportGpu speculation (%s): %zu of %zu rows bitwise, largest relative error %.3g, "
+        "accepted %lld of %lld drafts\n",
+        name, bitwise, plain.logits.size(), worst, static_cast<long long>(spec.stats.speculative.accepted),
+        static_cast<long long>(spec.stats.speculative.drafted));
   }
 }
 

@@ -137,16 +137,17 @@ TEST(DrafterFactory, OnTheGpuTheAssistantIsRefusedAndDraftModelsArePlaced) {
 
   const Speculation ngram = MakeSpeculation({.method = "ngram", .device = Device::kCuda}, *target, {});
   ASSERT_NE(ngram.drafter, nullptr);
-  const Speculation draft = MakeSpeculation(
-      {.draft_path = g4a + "target.f32.gguf", .device = Device::kCuda, .place_draft = place}, *target,
-      {.max_context = 64});
+  const Speculation draft =
+      MakeSpeculation({.draft_path = g4a + "target.f32.gguf", .device = Device::kCuda, .place_draft = place}, *target,
+                      {.max_context = 64});
   ASSERT_NE(draft.drafter, nullptr);
   EXPECT_EQ(draft.drafter->name(), "draft-model");
   EXPECT_EQ(moved, 1) << "the draft model goes where place_draft puts it";
 
   // A placement on a device without a way there is an error, not a CPU model.
-  EXPECT_NE(testing::ErrorOf([&] { ModelPlacement{.device = Device::kCuda}.Apply(Model::Load(g4a + "target.f32.gguf")); })
-                .find("device cuda needs a move function"),
+  EXPECT_NE(testing::ErrorOf([&] {
+              ModelPlacement{.device = Device::kCuda}.Apply(Model::Load(g4a + "target.f32.gguf"));
+            }).find("device cuda needs a move function"),
             std::string::npos);
 }
 

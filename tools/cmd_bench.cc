@@ -204,9 +204,9 @@ void RunBench(const BenchCliOptions& o) {
               kernel.c_str(), load_before[0], load_before[1], load_before[2]);
   std::printf("%s: prompt of %d tokens in one Forward; %s: %d greedy decode steps; each after d tokens of context\n",
               pp.c_str(), o.prompt_tokens, tg.c_str(), o.gen_tokens);
-  std::printf("device %s, KV cache %s, %zu bytes (%zu without KV sharing)%s%s\n", o.device.c_str(),
-              o.kv_dtype.c_str(), state->kv_bytes(),
-              state->kv_cache().Memory().bytes_without_sharing, max_depth > 0 ? ", sliding layers full length" : "",
+  std::printf("device %s, KV cache %s, %zu bytes (%zu without KV sharing)%s%s\n", o.device.c_str(), o.kv_dtype.c_str(),
+              state->kv_bytes(), state->kv_cache().Memory().bytes_without_sharing,
+              max_depth > 0 ? ", sliding layers full length" : "",
               o.no_prefill_shortcut ? ", prefill short-cut off" : "");
   std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
   std::printf("%7s  %-16s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");

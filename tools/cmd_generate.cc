@@ -118,7 +118,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   const DeviceSupport support = SupportOn(DeviceFromFlag(o.device));
   if (!support.media_inputs && (!o.image.mmproj.empty() || !o.image.images.empty() || !o.audio.clips.empty())) {
     throw Error(DeviceRefusal(support.device,
-                              !o.image.images.empty() ? "--image"
+                              !o.image.images.empty()  ? "--image"
                               : !o.audio.clips.empty() ? "--audio"
                                                        : "--mmproj",
                               "drop --device cuda to run this prompt on the CPU"));

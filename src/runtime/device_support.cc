@@ -28,8 +28,9 @@ std::string DeviceRefusal(Device device, std::string_view what, std::string_view
 void CheckDrafterOn(const Drafter* drafter, Device device) {
   if (drafter == nullptr || !drafter->needs_target_hidden() || SupportOn(device).assistant_drafter) return;
   throw Error(DeviceRefusal(device,
-                            "the " + drafter->name() + " drafter (it reads the target's hidden states and KV cache "
-                            "on the host)",
+                            "the " + drafter->name() +
+                                " drafter (it reads the target's hidden states and KV cache "
+                                "on the host)",
                             "use prompt lookup or a draft model, or run the target on the CPU"));
 }
 

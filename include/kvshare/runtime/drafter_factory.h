@@ -85,8 +85,8 @@ struct Speculation {
 // nothing when the request is not enabled(). Throws kvshare::Error (worded
 // with request.names) for a method other than "ngram", a method together
 // with a draft (or two drafts), an assistant on a device that cannot serve
-// it (CheckDrafterOn's message), ngram_max below ngram_min, and speculative
-// options out of range (CheckSpeculativeOptions).
+// it (naming the device and the drafters that run there), ngram_max below
+// ngram_min, and speculative options out of range (CheckSpeculativeOptions).
 void CheckSpeculation(const SpeculationRequest& request);
 
 // The drafter `request` asks for, serving `target` on a state of the shape

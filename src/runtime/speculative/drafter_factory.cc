@@ -15,9 +15,10 @@ namespace {
 void RefuseAssistantOnDevice(const SpeculationRequest& r) {
   if (SupportOn(r.device).assistant_drafter) return;
   const SpeculationNames& n = r.names;
-  throw Error(DeviceRefusal(r.device, "a Gemma 4 assistant (" + n.draft + ", which reads the target's KV cache and hidden states on the host)",
-                            "use " + n.method + " ngram or a draft model of the target's vocabulary, or drop " +
-                                n.device));
+  throw Error(DeviceRefusal(
+      r.device,
+      "a Gemma 4 assistant (" + n.draft + ", which reads the target's KV cache and hidden states on the host)",
+      "use " + n.method + " ngram or a draft model of the target's vocabulary, or drop " + n.device));
 }
 
 }  // namespace
