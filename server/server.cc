@@ -370,6 +370,7 @@ void Server::Load() {
                               std::string("drop --mmproj or --device ") + DeviceName(support.device)));
   }
   m.opt.speculation.device = support.device;
+  CheckSpeculation(m.opt.speculation);  // before the load too: an assistant on the device
   m.model = m.opt.placement.Apply(Model::Load(m.opt.model_path));
   for (const std::string& w : m.model->warnings()) m.Log("warning: " + w);
   if (support.device != Device::kCpu) {

@@ -121,6 +121,11 @@ TEST(DrafterFactory, OnTheGpuTheAssistantIsRefusedAndDraftModelsArePlaced) {
               "runs on the CPU only so far, and this model runs on device cuda; use --spec ngram or a draft model of "
               "the target's vocabulary, or drop --device");
 
+  const std::string by_path =
+      CheckError({.draft_path = g4a + "assistant_plain.f32.gguf", .device = Device::kCuda, .names = kCliNames});
+  EXPECT_NE(by_path.find("a Gemma 4 assistant (--draft-model"), std::string::npos) << by_path;
+  EXPECT_EQ(CheckError({.draft_path = g4a + "assistant_plain.f32.gguf"}), "(no error)") << "on the CPU";
+
   const std::unique_ptr<Model> target = Model::Load(g4a + "target.f32.gguf");
   int moved = 0;
   const auto place = [&](std::unique_ptr<Model> m) {

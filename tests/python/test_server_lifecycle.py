@@ -242,6 +242,18 @@ def test_device_cuda_without_a_gpu_fails_fast_naming_it():
     assert not any("listening on" in l for l in s.lines), s.lines
 
 
+def test_device_cuda_refuses_the_gemma4_assistant_before_loading():
+    assistant = ROOT / "tests" / "fixtures" / "gemma4_assistant" / "assistant_plain.f32.gguf"
+    want = "a Gemma 4 assistant (--draft-model, which reads the target's KV cache and hidden states on the host) " \
+           "runs on the CPU only so far, and this model runs on device cuda; use --spec ngram or a draft model"
+    res = run_cli("generate", "--model", "/nonexistent.gguf", "--device", "cuda", "--prompt", "Hi",
+                  "--draft-model", assistant)
+    assert res.returncode == 1 and want in res.stderr, res.stderr
+    s = Starting("--model", "/nonexistent.gguf", "--device", "cuda", "--draft-model", assistant)
+    assert s.exit_status(10) == 1
+    assert any(want in l for l in s.lines), s.lines
+
+
 def test_device_cuda_refuses_images_and_audio_before_loading():
     # Before the model loads (a FIFO model path would block a load): the
     # refusal needs no GPU and names the device and the flag.

@@ -85,17 +85,17 @@ struct Speculation {
 // nothing when the request is not enabled(). Throws kvshare::Error (worded
 // with request.names) for a method other than "ngram", a method together
 // with a draft (or two drafts), an assistant on a device that cannot serve
-// it (naming the device and the drafters that run there), ngram_max below
-// ngram_min, and speculative options out of range (CheckSpeculativeOptions).
+// it (naming the device and the drafters that run there; for draft_path on
+// such a device, the existing file's header is read to tell), ngram_max
+// below ngram_min, and speculative options out of range
+// (CheckSpeculativeOptions).
 void CheckSpeculation(const SpeculationRequest& request);
 
 // The drafter `request` asks for, serving `target` on a state of the shape
 // `state` gives (its max_batch rows of max_context positions, kv_dtype; a
 // draft model gets a state of its own of that shape) and running on
 // state.pool. Throws kvshare::Error as CheckSpeculation, then for a file that
-// does not load, an assistant file (IsAssistantGguf) for a target on a
-// device that cannot serve it (refused before it is loaded), a draft model
-// that place_draft cannot move, n-gram options out of range
+// does not load, a draft model that place_draft cannot move, n-gram options out of range
 // (MakeNgramDrafter), a draft model whose vocabulary is not the target's
 // (MakeDraftModelDrafter) and an assistant that does not fit the target
 // (MakeAssistantDrafter).

@@ -2,6 +2,7 @@
 // SpeculationRequest and the choice of its drafter.
 #include "kvshare/runtime/drafter_factory.h"
 
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -34,7 +35,10 @@ void CheckSpeculation(const SpeculationRequest& r) {
     throw Error(n.method + " " + r.method + " and " + n.draft + " are exclusive: choose one drafter");
   }
   if (drafts > 1) throw Error("give one draft model or assistant (" + n.draft + "), not " + std::to_string(drafts));
-  if (r.assistant != nullptr) RefuseAssistantOnDevice(r);
+  // An assistant file is refused before anything loads (its header only is read).
+  const bool assistant_file = !r.draft_path.empty() && !SupportOn(r.device).assistant_drafter &&
+                              std::filesystem::exists(r.draft_path) && IsAssistantGguf(r.draft_path);
+  if (r.assistant != nullptr || assistant_file) RefuseAssistantOnDevice(r);
   if (r.ngram.ngram_max < r.ngram.ngram_min) {
     throw Error(n.ngram_max + " " + std::to_string(r.ngram.ngram_max) + " is below " + n.ngram_min + " " +
                 std::to_string(r.ngram.ngram_min));
@@ -54,7 +58,6 @@ Speculation MakeSpeculation(const SpeculationRequest& r, const Model& target, co
   const AssistantModel* assistant = r.assistant;
   const Model* draft = r.draft_model;
   if (!r.draft_path.empty() && IsAssistantGguf(r.draft_path)) {
-    RefuseAssistantOnDevice(r);
     s.assistant = AssistantModel::Load(r.draft_path);
     assistant = s.assistant.get();
   } else if (!r.draft_path.empty()) {
