@@ -277,27 +277,41 @@ std::vector<std::int32_t> Ids(const Result& r) {
 }
 
 // Three requests in batched steps (decode rows and prompt chunks mixed) on
-// the GPU model against the same on the CPU model. Needs ForwardBatch with
-// several entries on the GPU (issue 44 item 2).
+// the GPU model against the same on the CPU model, then one that resumes
+// after the first one's first 12 prompt tokens (prompt caching: a Rewind of
+// the device cache, or a full prefill where the rings no longer hold them,
+// the same choice on both). Needs ForwardBatch with several entries on the
+// GPU (issue 44 item 2).
 TEST(DeviceSupportGpu, SchedulerRunEqualsTheCpuRunWithinBf16) {
   TinySetup t;
   std::string skip;
   const std::unique_ptr<Model> gpu = OnGpu(t.file.path, &skip);
   if (!gpu) GTEST_SKIP() << skip;
-  const std::vector<RequestOptions> rs = {{.prompt = Prompt(17, t.V, 1), .max_tokens = 10, .ignore_eos = true},
-                                          {.prompt = Prompt(5, t.V, 2), .max_tokens = 12, .ignore_eos = true},
-                                          {.prompt = Prompt(23, t.V, 3), .max_tokens = 8, .ignore_eos = true}};
+  std::vector<RequestOptions> rs = {{.prompt = Prompt(17, t.V, 1), .max_tokens = 10, .ignore_eos = true},
+                                    {.prompt = Prompt(5, t.V, 2), .max_tokens = 12, .ignore_eos = true},
+                                    {.prompt = Prompt(23, t.V, 3), .max_tokens = 8, .ignore_eos = true}};
+  RequestOptions again = rs[0];
+  again.prompt.resize(12);
+  for (std::int32_t id : Prompt(5, t.V, 4)) again.prompt.push_back(id);
+  rs.push_back(again);
   std::vector<std::vector<std::vector<float>>> rows[2];
   std::vector<Result> results[2];
+  SchedulerStats stats[2];
   for (int run = 0; run < 2; ++run) {
     const Model& m = run == 0 ? *t.model : *gpu;
     StepRecorder rec(t.V);
     Scheduler s(m, t.tok, nullptr, {.slots = 3, .max_context = 64, .step_tokens = 12, .on_step = rec.Hook()});
     std::vector<std::shared_ptr<RequestHandle>> hs;
-    for (const RequestOptions& r : rs) hs.push_back(MustSubmit(s, r));
+    for (std::size_t i = 0; i + 1 < rs.size(); ++i) hs.push_back(MustSubmit(s, rs[i]));
     results[run] = RunAll(s, hs);
+    const auto later = MustSubmit(s, rs.back());
+    results[run].push_back(RunAll(s, {later})[0]);
+    hs.push_back(later);
     for (const auto& h : hs) rows[run].push_back(rec.logits[h->id()]);
+    stats[run] = s.Stats();
   }
+  EXPECT_EQ(stats[1].cached_prompt_tokens, stats[0].cached_prompt_tokens);
+  EXPECT_EQ(stats[1].prompt_cache_fallbacks, stats[0].prompt_cache_fallbacks);
   double worst = 0;
   for (std::size_t i = 0; i < rs.size(); ++i) {
     EXPECT_FALSE(results[1][i].last.error) << "request " << i << ": " << results[1][i].last.detail;

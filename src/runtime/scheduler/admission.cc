@@ -135,7 +135,7 @@ void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_cont
 }
 
 int Admission::LeaderRow(const Request& r) const {
-  if (r.opt.prefill_from == 0 || !r.opt.embeddings.empty() || r.opt.prompt_logprobs >= 0) return -1;
+  if (r.opt.prefill_from == 0 || !r.opt.embeddings.empty() || r.opt.prompt_logprobs >= 0 || !copies_rows_) return -1;
   for (int i = 0; i < static_cast<int>(rows_.slots.size()); ++i) {
     const Slot& s = rows_.at(i);
     if (s.req && s.req->handle->id() == r.opt.prefill_from && s.req->opt.prompt == r.opt.prompt) {
@@ -148,7 +148,10 @@ int Admission::LeaderRow(const Request& r) const {
 bool Admission::CopyLeader(ModelState& state, std::unique_ptr<Request>& r, int leader, int slot) {
   Slot& s = rows_.at(slot);
   const Slot& from = rows_.at(leader);
-  if (!state.CopyRow(leader, slot)) return false;
+  if (!state.CopyRow(leader, slot)) {
+    copies_rows_ = false;  // the state never will (the GPU model's): choices stop waiting for a leader
+    return false;
+  }
   s.tokens = from.tokens;
   s.spans.clear();
   // The last prompt token is fed again: its logits are this request's to sample.

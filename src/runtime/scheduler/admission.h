@@ -49,7 +49,8 @@ class Admission {
  private:
   // RequestOptions::prefill_from: the row of the request r copies its
   // prompt from once that one decodes; kLeaderPrefilling while it still
-  // reads its prompt; -1 when r prefills as any request.
+  // reads its prompt; -1 when r prefills as any request (always, once the
+  // state refused a CopyRow: the GPU model's states copy no rows).
   static constexpr int kLeaderPrefilling = -2;
   int LeaderRow(const Request& r) const;
   // Seats r (the waiting line's front) in free `slot` as a copy of row
@@ -69,6 +70,7 @@ class Admission {
   SchedulerShared& shared_;
   SlotTable& rows_;
   DeviceSupport support_;
+  bool copies_rows_ = true;  // false once the state refused a CopyRow
   std::deque<std::unique_ptr<Request>> waiting_;  // stepping thread only
   std::uint64_t admit_counter_ = 0;               // orders Request::admit_seq
   std::once_flag trie_once_;
