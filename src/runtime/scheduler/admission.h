@@ -70,7 +70,7 @@ class Admission {
   SchedulerShared& shared_;
   SlotTable& rows_;
   DeviceSupport support_;
-  bool copies_rows_ = true;  // false once the state refused a CopyRow
+  bool copies_rows_ = true;                       // false once the state refused a CopyRow
   std::deque<std::unique_ptr<Request>> waiting_;  // stepping thread only
   std::uint64_t admit_counter_ = 0;               // orders Request::admit_seq
   std::once_flag trie_once_;
