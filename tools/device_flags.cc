@@ -6,11 +6,13 @@
 namespace kvshare::cli {
 
 void AddDeviceOption(CLI::App& cmd, std::string& device, const std::string& flag, const std::string& what) {
+  const std::string refused =
+      flag == "--device" ? ". On cuda, images, audio, embeddings and the Gemma 4 assistant drafter are refused" : "";
   cmd.add_option(flag, device,
                  "Where " + what +
                      " runs: cpu, or cuda (an NVIDIA GPU, Gemma 3 so far: weights in bf16, the KV cache in device "
-                     "memory; needs a CUDA build). On cuda, images, audio, embeddings and the Gemma 4 assistant "
-                     "drafter are refused")
+                     "memory; needs a CUDA build)" +
+                     refused)
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 

@@ -8,12 +8,14 @@ namespace kvshare::cli {
 void AddSpecFlags(CLI::App& cmd, SpecFlags& f) {
   cmd.add_option("--spec", f.spec,
                  "Speculative decoding without a draft model: ngram (prompt lookup: drafts the tokens that followed "
-                 "the longest recent n-gram of the text earlier in it). Greedy output is bitwise the same as without")
+                 "the longest recent n-gram of the text earlier in it). Greedy output is bitwise the same as without "
+                 "(on cuda: up to bf16 rounding)")
       ->check(CLI::IsMember({"ngram"}));
   cmd.add_option("--draft-model", f.draft_model,
                  "Speculative decoding with a draft model GGUF of the target's vocabulary (its own KV cache), or a "
                  "Gemma 4 assistant GGUF (gemma4-assistant: reads the target's KV cache); drafts are verified by the "
-                 "target several tokens per step, and greedy output is bitwise the same as without");
+                 "target several tokens per step, and greedy output is bitwise the same as without (on cuda: up to "
+                 "bf16 rounding)");
   cmd.add_option("--draft-max", f.draft_max, "Most tokens drafted per verify step")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
