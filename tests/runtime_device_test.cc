@@ -28,6 +28,7 @@
 #include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/runtime/speculative.h"
+#include "model_device_like.h"
 #include "model_test_util.h"
 #include "runtime_scheduler_util.h"
 #include "runtime_spec_util.h"
@@ -35,55 +36,13 @@
 namespace kvshare {
 namespace {
 
+using testing::DeviceLikeModel;
 using testing::MustSubmit;
 using testing::Prompt;
 using testing::Result;
 using testing::RunAll;
 using testing::StepRecorder;
 using testing::TinySetup;
-
-// A CPU state that reports what the GPU model's states report.
-class DeviceLikeState final : public ModelState {
- public:
-  explicit DeviceLikeState(std::unique_ptr<ModelState> inner) : inner_(std::move(inner)) {}
-  int max_batch() const override { return inner_->max_batch(); }
-  std::int64_t length(int row) const override { return inner_->length(row); }
-  int max_context() const override { return inner_->max_context(); }
-  std::size_t kv_bytes() const override { return inner_->kv_bytes(); }
-  const KvCache& kv_cache() const override { return inner_->kv_cache(); }
-  Device device() const override { return Device::kCuda; }
-  void Reset(int row) override { inner_->Reset(row); }
-  void Rewind(int row, std::int64_t length) override { inner_->Rewind(row, length); }
-  // CopyRow and hidden(): the base class's (false, empty), as the GPU model's.
-  ModelState& inner() { return *inner_; }
-
- private:
-  std::unique_ptr<ModelState> inner_;
-};
-
-class DeviceLikeModel final : public Model {
- public:
-  explicit DeviceLikeModel(const Model& cpu) : cpu_(cpu) {}
-  const ModelConfig& config() const override { return cpu_.config(); }
-  const GgufFile& gguf() const override { return cpu_.gguf(); }
-  const std::vector<std::string>& warnings() const override { return cpu_.warnings(); }
-  std::unique_ptr<ModelState> NewState(const ModelStateOptions& o) const override {
-    return std::make_unique<DeviceLikeState>(cpu_.NewState(o));
-  }
-  std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
-                                 const ForwardOptions& options) const override {
-    return cpu_.Forward(Inner(state), tokens, pool, options);
-  }
-  std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
-                                      ThreadPool* pool) const override {
-    return cpu_.ForwardBatch(Inner(state), entries, pool);
-  }
-  void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override { cpu_.EmbedTokens(tokens, out); }
-
- private:
-  static ModelState& Inner(ModelState& s) { return dynamic_cast<DeviceLikeState&>(s).inner(); }
-  const Model& cpu_;
-};
 
 // A drafter that reads the target's hidden states, as Gemma 4's assistant.
 class HiddenReadingDrafter final : public Drafter {
