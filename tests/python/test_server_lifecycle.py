@@ -265,3 +265,19 @@ def test_device_cuda_refuses_images_and_audio_before_loading():
     assert s.exit_status(10) == 1
     assert any("--mmproj (images and audio) runs on the CPU only so far, and this model runs on device cuda" in l
                for l in s.lines), s.lines
+
+
+def test_device_cuda_serves_text_on_a_gpu():
+    # On a GPU only (skipped here): one slot, since the GPU model runs one
+    # row per step so far; prompt lookup runs, embeddings are a 400 naming
+    # the device, and greedy text equals `generate --device cuda`'s.
+    res = run_cli("generate", "--model", GEMMA3, "--device", "cuda", "--raw", "--prompt", "Hi", "-n", 6, "--temp", 0)
+    if res.returncode != 0:
+        pytest.skip("no usable GPU here: " + res.stderr.strip().splitlines()[-1])
+    with Server(GEMMA3, "--device", "cuda", "--slots", 1, "--spec", "ngram") as s:
+        s.wait_log(r"model on device cuda")
+        r = request(s, "POST", P, {"prompt": "Hi", "max_tokens": 6, "temperature": 0})
+        assert r.status == 200, r.text
+        assert r.json()["choices"][0]["text"] == res.stdout, (r.text, res.stdout)
+        r = request(s, "POST", "/v1/embeddings", {"input": "Hi"})
+        assert r.status == 400 and "device cuda" in r.json()["error"]["message"], r.text
