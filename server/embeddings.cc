@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvshare/common/error.h"
+#include "kvshare/runtime/device_support.h"
 #include "server_impl.h"
 
 namespace kvshare::server {
@@ -102,6 +103,10 @@ void Server::Impl::HandleEmbeddings(const httplib::Request& req, httplib::Respon
     throw BadRequest(
         "Invalid value for 'encoding_format': '" + format + "'. Supported values are: 'float' and 'base64'.",
         "encoding_format", "invalid_value");
+  }
+  if (const DeviceSupport support = SupportOn(opt.placement.device); !support.embeddings) {
+    throw BadRequest(DeviceRefusal(support.device, "/v1/embeddings", "serve embeddings from a server on the CPU") + ".",
+                     "model", "model_not_supported");
   }
   const ModelConfig& mc = model->config();
   const std::optional<Pooling> pooling = opt.pooling ? opt.pooling : std::optional<Pooling>(mc.pooling);

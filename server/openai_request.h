@@ -194,6 +194,9 @@ struct ModelContext {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat = nullptr;  // the chat format (kNone: plain completion)
   std::string chat_unavailable;        // why chat requests are refused (format kNone), or empty
+  // Why image and audio parts are refused whatever the mmproj (the model's
+  // device, runtime/device_support.h), or empty.
+  std::string media_unavailable;
   int max_context = 0;                 // per request: prompt + max_tokens
   // Compiled grammars kept across requests (kvshare serve --grammar-cache),
   // under grammar_key.h's keys; null: every request compiles its own.

@@ -16,6 +16,12 @@ namespace kvshare::server {
 void AttachMedia(const CompletionRequest& req, const ModelContext& ctx, const std::vector<std::size_t>& image_slots,
                  const std::vector<std::size_t>& audio_slots, RequestOptions& r) {
   const ModelContext::Images& im = ctx.images;
+  if (!ctx.media_unavailable.empty()) {
+    const bool image = !req.images.empty();
+    const std::string& param = image ? req.images[0].param : req.audio[0].param;
+    throw BadRequest("Invalid '" + param + "': " + ctx.media_unavailable + ".", param,
+                     image ? "images_unsupported" : "audio_unsupported");
+  }
   if (im.encoder == nullptr && !req.images.empty()) {
     throw BadRequest("Invalid '" + req.images[0].param +
                          "': this server's model takes no images; start the server with --mmproj PATH (the "

@@ -14,6 +14,7 @@
 #include "connection.h"
 #include "grammar_key.h"
 #include "kvshare/common/error.h"
+#include "kvshare/runtime/device_support.h"
 #include "server_impl.h"
 
 namespace kvshare::server {
@@ -363,8 +364,19 @@ void Server::StartHttp() {
 
 void Server::Load() {
   Impl& m = *impl_;
-  m.model = Model::Load(m.opt.model_path);
+  const DeviceSupport support = SupportOn(m.opt.placement.device);
+  if (!support.media_inputs && !m.opt.mmproj_path.empty()) {  // before the load: fail fast
+    throw Error(DeviceRefusal(support.device, "--mmproj (images and audio)",
+                              std::string("drop --mmproj or --device ") + DeviceName(support.device)));
+  }
+  m.opt.speculation.device = support.device;
+  CheckSpeculation(m.opt.speculation);  // before the load too: an assistant on the device
+  m.model = m.opt.placement.Apply(Model::Load(m.opt.model_path));
   for (const std::string& w : m.model->warnings()) m.Log("warning: " + w);
+  if (support.device != Device::kCpu) {
+    m.Log(std::string("model on device ") + DeviceName(support.device));
+    m.ctx.media_unavailable = DeviceRefusal(support.device, "images and audio", "send text only");
+  }
   m.tok = std::make_unique<Tokenizer>(ReadVocab(m.model->gguf()));
   std::optional<std::string_view> name;
   if (m.opt.chat_template) name = *m.opt.chat_template;
@@ -459,9 +471,10 @@ void Server::Load() {
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   m.Log("chat template: " + std::string(ChatFormatName(choice.format)) + " (" + choice.reason + ")");
   if (so.drafter) {
-    m.Log("speculative decoding: " + so.drafter->name() + " drafter, up to " +
-          std::to_string(so.speculative.draft_max) + " drafts per row and step" +
-          (so.speculative.adaptive ? " (adaptive)" : ""));
+    m.Log(
+        "speculative decoding: " + so.drafter->name() + " drafter, up to " + std::to_string(so.speculative.draft_max) +
+        " drafts per row and step" + (so.speculative.adaptive ? " (adaptive)" : "") +
+        (support.bitwise_verify ? "" : "; greedy output equals plain greedy up to the device's rounding, not bitwise"));
   }
   m.loaded.store(true);
   Phase loading = Phase::kLoading;

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "kvshare/grammar/grammar_cache.h"
+#include "kvshare/runtime/device_support.h"
 #include "kvshare/runtime/drafter_factory.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/vision/image.h"
@@ -48,6 +49,11 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (Bind returns it)
   std::string model_path;
+  // Where the model runs: Load() hands the loaded model to placement.Apply
+  // (the CLI's --device cuda: MoveModelToCuda). What the device refuses
+  // (runtime/device_support.h) is refused here too: an mmproj at Load, image
+  // and audio parts and /v1/embeddings with a 400 naming the device.
+  ModelPlacement placement;
   // The served model name (/v1/models, the "model" field requests must
   // give). Empty: the file name without its directory and ".gguf".
   std::string model_id;
@@ -118,9 +124,10 @@ class Server {
   // Serves HTTP on a new thread; until Load() finishes, /health and the
   // completion endpoints answer 503 "Loading model".
   void StartHttp();
-  // Loads the model, its tokenizer and chat format (and the drafter), and
-  // starts the scheduler. Throws kvshare::Error (a missing file, a bad chat
-  // template name, a draft model that does not fit).
+  // Loads the model (and moves it: placement), its tokenizer and chat format
+  // (and the drafter), and starts the scheduler. Throws kvshare::Error (a
+  // missing file, a bad chat template name, a draft model that does not fit,
+  // a device that is missing or refuses what the options ask for).
   void Load();
   // Draining: /health and new completion requests answer 503; requests in
   // flight go on.

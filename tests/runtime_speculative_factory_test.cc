@@ -48,8 +48,6 @@ TEST(DrafterFactory, ChecksWordedWithTheFrontEndsNames) {
   ExpectError({.method = "medusa"}, "method must be \"\" (none) or \"ngram\" (prompt lookup), got \"medusa\"");
   ExpectError({.method = "ngram", .draft_path = "d.gguf", .names = kCliNames},
               "--spec ngram and --draft-model are exclusive: choose one drafter");
-  ExpectError({.method = "ngram", .device = Device::kCuda, .names = kCliNames},
-              "speculative decoding (--spec / --draft-model) runs on the CPU only: on --device cuda");
   ExpectError({.method = "ngram", .ngram = {.ngram_min = 3, .ngram_max = 2}, .names = kCliNames},
               "--ngram-max 2 is below --ngram-min 3");
   ExpectError({.method = "ngram", .speculative = {.draft_max = 65}}, "draft_max (--draft-max) must be in [1, 64]");
@@ -107,6 +105,55 @@ TEST(DrafterFactory, ChoosesTheDrafter) {
 
   // What does not fit the target passes the drafters' own errors through.
   EXPECT_THROW(MakeSpeculation({.draft_path = g4a + "assistant_plain.f32.gguf"}, *target, {}), Error);
+}
+
+// A target on the GPU (runtime/device_support.h): prompt lookup and draft
+// models are made (a draft model from a path moved by place_draft), the
+// assistant is refused before anything loads, naming the device and what
+// works instead.
+TEST(DrafterFactory, OnTheGpuTheAssistantIsRefusedAndDraftModelsArePlaced) {
+  EXPECT_EQ(CheckError({.method = "ngram", .device = Device::kCuda}), "(no error)");
+  EXPECT_EQ(CheckError({.draft_path = "d.gguf", .device = Device::kCuda}), "(no error)");
+  const std::string g4a = Fixtures() + "gemma4_assistant/";
+  const std::unique_ptr<AssistantModel> loaded = AssistantModel::Load(g4a + "assistant_plain.f32.gguf");
+  ExpectError({.assistant = loaded.get(), .device = Device::kCuda, .names = kCliNames},
+              "a Gemma 4 assistant (--draft-model, which reads the target's KV cache and hidden states on the host) "
+              "runs on the CPU only so far, and this model runs on device cuda; use --spec ngram or a draft model of "
+              "the target's vocabulary, or drop --device");
+
+  const std::string by_path =
+      CheckError({.draft_path = g4a + "assistant_plain.f32.gguf", .device = Device::kCuda, .names = kCliNames});
+  EXPECT_NE(by_path.find("a Gemma 4 assistant (--draft-model"), std::string::npos) << by_path;
+  EXPECT_EQ(CheckError({.draft_path = g4a + "assistant_plain.f32.gguf"}), "(no error)") << "on the CPU";
+
+  const std::unique_ptr<Model> target = Model::Load(g4a + "target.f32.gguf");
+  int moved = 0;
+  const auto place = [&](std::unique_ptr<Model> m) {
+    ++moved;
+    return m;
+  };
+  const std::string refused = testing::ErrorOf([&] {
+    MakeSpeculation({.draft_path = g4a + "assistant_plain.f32.gguf", .device = Device::kCuda, .place_draft = place},
+                    *target, {});
+  });
+  EXPECT_NE(refused.find("a Gemma 4 assistant (draft_path"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("this model runs on device cuda"), std::string::npos) << refused;
+  EXPECT_EQ(moved, 0);
+
+  const Speculation ngram = MakeSpeculation({.method = "ngram", .device = Device::kCuda}, *target, {});
+  ASSERT_NE(ngram.drafter, nullptr);
+  const Speculation draft =
+      MakeSpeculation({.draft_path = g4a + "target.f32.gguf", .device = Device::kCuda, .place_draft = place}, *target,
+                      {.max_context = 64});
+  ASSERT_NE(draft.drafter, nullptr);
+  EXPECT_EQ(draft.drafter->name(), "draft-model");
+  EXPECT_EQ(moved, 1) << "the draft model goes where place_draft puts it";
+
+  // A placement on a device without a way there is an error, not a CPU model.
+  EXPECT_NE(testing::ErrorOf([&] {
+              ModelPlacement{.device = Device::kCuda}.Apply(Model::Load(g4a + "target.f32.gguf"));
+            }).find("device cuda needs a move function"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "api_error.h"
+#include "kvshare/runtime/device_support.h"
 #include "request_images.h"
 
 namespace kvshare::server {
@@ -61,6 +64,39 @@ TEST(RequestImages, ImageUrlPartsAreDataUrlsOnly) {
   error({{"image_url", {{"url", "http://example.com/a.png"}}}}, "not built", true);
   error({{"image_url", {{"url", "data:image/png,rawbytes"}}}}, "base64 data: URL");
   error({{"image_url", {{"url", "data:image/png;base64,Zm9v!"}}}}, "malformed");
+}
+
+// A model on a device without media inputs (runtime/device_support.h):
+// image and audio parts are a 400 naming the device and the part, before
+// anything is decoded (the bytes here are no image).
+TEST(RequestImages, MediaOnADeviceWithoutThemIsA400NamingIt) {
+  ModelContext ctx;
+  ctx.media_unavailable = DeviceRefusal(Device::kCuda, "images and audio", "send text only");
+  CompletionRequest req;
+  req.chat = true;
+  req.images = {{.bytes = {1, 2, 3}, .param = "messages[0].content[1].image_url.url"}};
+  RequestOptions r;
+  auto refusal = [&]() -> std::pair<int, std::string> {
+    try {
+      AttachMedia(req, ctx, {0}, {}, r);
+    } catch (const ApiError& e) {
+      return {e.status(), e.ToJson().dump()};
+    }
+    return {0, "accepted"};
+  };
+  auto [status, what] = refusal();
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(what.find("Invalid 'messages[0].content[1].image_url.url': images and audio runs on the CPU only so far, "
+                      "and this model runs on device cuda; send text only."),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("images_unsupported"), std::string::npos) << what;
+  req.images.clear();
+  req.audio = {{.bytes = {1, 2, 3}, .format = "wav", .param = "messages[0].content[0].input_audio"}};
+  std::tie(status, what) = refusal();
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(what.find("audio_unsupported"), std::string::npos) << what;
+  EXPECT_TRUE(r.embeddings.empty());
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "bench_report.h"
 #include "commands.h"
+#include "device_flags.h"
 #include "kv_options.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
@@ -46,6 +47,7 @@ struct BenchCliOptions {
   std::vector<int> batches;  // extra tests: this many rows decoding at once
   int repetitions = 3;
   std::string kv_dtype = "f32";
+  std::string device = "cpu";
   bool no_prefill_shortcut = false;
   SpecFlags spec;
   std::string json;
@@ -136,7 +138,7 @@ SpecBench RunSpecBench(const Model& model, const Tokenizer& tok, const std::vect
   const ModelStateOptions so{.max_context = static_cast<int>(prompt.size()) + gen + 1,
                              .kv_dtype = ParseKvDtype(o.kv_dtype)};
   const Speculation spec =
-      MakeSpeculation(o.spec, model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = pool});
+      MakeSpeculation(o.spec, model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = pool}, o.device);
   Generator plain(model, tok, pool, so), specd(model, tok, pool, so);
   GenerateOptions go;
   go.ignore_eos = true;
@@ -166,8 +168,9 @@ void RunBench(const BenchCliOptions& o) {
   for (int t : o.threads) {
     if (t < 1 || t > 1024) throw Error("--threads entries must be in [1, 1024], got " + std::to_string(t));
   }
+  CheckSpecFlags(o.spec, o.device);
   const std::string path = ResolveModel(o.model);
-  const std::unique_ptr<Model> model = LoadModel(path);
+  const std::unique_ptr<Model> model = Placement(o.device).Apply(LoadModel(path));
   const Tokenizer tok(ReadVocab(model->gguf()));
   const std::vector<std::int32_t> prompt = BenchPrompt(tok, o.prompt_tokens);
   const int max_depth = *std::max_element(o.depths.begin(), o.depths.end());
@@ -201,8 +204,9 @@ void RunBench(const BenchCliOptions& o) {
               kernel.c_str(), load_before[0], load_before[1], load_before[2]);
   std::printf("%s: prompt of %d tokens in one Forward; %s: %d greedy decode steps; each after d tokens of context\n",
               pp.c_str(), o.prompt_tokens, tg.c_str(), o.gen_tokens);
-  std::printf("KV cache %s, %zu bytes (%zu without KV sharing)%s%s\n", o.kv_dtype.c_str(), state->kv_bytes(),
-              state->kv_cache().Memory().bytes_without_sharing, max_depth > 0 ? ", sliding layers full length" : "",
+  std::printf("device %s, KV cache %s, %zu bytes (%zu without KV sharing)%s%s\n", o.device.c_str(), o.kv_dtype.c_str(),
+              state->kv_bytes(), state->kv_cache().Memory().bytes_without_sharing,
+              max_depth > 0 ? ", sliding layers full length" : "",
               o.no_prefill_shortcut ? ", prefill short-cut off" : "");
   std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
   std::printf("%7s  %-16s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");
@@ -298,6 +302,7 @@ void RunBench(const BenchCliOptions& o) {
         {"gen_tokens", o.gen_tokens},
         {"depths", o.depths},
         {"kv_dtype", o.kv_dtype},
+        {"device", o.device},
         {"kv_bytes", state->kv_bytes()},
         {"kv_bytes_without_sharing", state->kv_cache().Memory().bytes_without_sharing},
         {"prefill_shortcut", !o.no_prefill_shortcut},
@@ -345,6 +350,7 @@ void RegisterBench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  AddDeviceOption(*cmd, o.device);
   AddSpecFlags(*cmd, o.spec);
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,
                 "Run every layer on every prompt token (to measure what the prefill short-cut saves)");

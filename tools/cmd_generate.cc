@@ -12,11 +12,11 @@
 
 #include "commands.h"
 #include "audio_flags.h"
+#include "device_flags.h"
 #include "image_flags.h"
 #include "kv_options.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
-#include "kvshare/cuda_model/gemma3_cuda.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
@@ -115,10 +115,17 @@ void RunGenerate(const GenerateCliOptions& o) {
   if (o.prompt.empty() && !o.chat) throw Error("give --prompt TEXT or --chat");
   if (!o.prompt.empty() && o.chat) throw Error("--prompt and --chat are exclusive");
   CheckSpecFlags(o.spec, o.device);
+  const DeviceSupport support = SupportOn(DeviceFromFlag(o.device));
+  if (!support.media_inputs && (!o.image.mmproj.empty() || !o.image.images.empty() || !o.audio.clips.empty())) {
+    throw Error(DeviceRefusal(support.device,
+                              !o.image.images.empty()  ? "--image"
+                              : !o.audio.clips.empty() ? "--audio"
+                                                       : "--mmproj",
+                              "drop --device cuda to run this prompt on the CPU"));
+  }
   const std::string path = ResolveModel(o.model);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::unique_ptr<Model> model = LoadModel(path);
-  if (o.device == "cuda") model = MoveModelToCuda(std::move(model));
+  const std::unique_ptr<Model> model = Placement(o.device).Apply(LoadModel(path));
   Tokenizer tok(ReadVocab(model->gguf()));
   const ChatFormatChoice choice = ChooseFormat(o, model->gguf());
   const ChatTemplate tmpl(choice.format, tok);
@@ -133,9 +140,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   }
   ThreadPool pool(threads);
   if (o.chat && !o.image.images.empty()) throw Error("--image goes with --prompt (not --chat)");
-  if (!o.image.images.empty() && o.device != "cpu") throw Error("--image runs on the CPU only so far: drop --device");
   if (o.chat && !o.audio.clips.empty()) throw Error("--audio goes with --prompt (not --chat)");
-  if (!o.audio.clips.empty() && o.device != "cpu") throw Error("--audio runs on the CPU only so far: drop --device");
   EncodedImages images = PrepareImageFlags(o.image, *model);  // encoded once the prompt fits
   const EncodedAudio audio = EncodeAudioFlags(o.audio, o.image.mmproj, *model, &pool);
   if (!o.image.mmproj.empty()) {
@@ -280,10 +285,7 @@ void RegisterGenerate(CLI::App& app) {
                   "sharing; changes a Gemma 3 model's outputs, saves KV memory). Default: the model's own")
       ->check(CLI::Range(0, 1 << 20));
   AddKvDtypeOption(*cmd, o.kv_dtype);
-  cmd->add_option("--device", o.device,
-                  "Where the forward pass runs: cpu, or cuda (Gemma 3 on an NVIDIA GPU: weights in bf16, the KV cache "
-                  "in device memory; needs a CUDA build)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  AddDeviceOption(*cmd, o.device);
   cmd->add_flag("-v,--verbose", o.verbose,
                 "Print the chat template used and why, the prompt token ids and the KV cache layout to stderr");
   cmd->callback([] { RunGenerate(o); });

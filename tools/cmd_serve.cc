@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "device_flags.h"
 #include "kv_options.h"
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar_cache.h"
@@ -40,6 +41,7 @@ struct ServeCliOptions {
   bool swa_full = false;
   bool no_prompt_cache = false;
   std::string kv_dtype = "f32";
+  std::string device = "cpu";
   int kv_shared_layers = -1;
   int threads = 0;
   int http_threads = 0;
@@ -169,12 +171,13 @@ class Signals {
 };
 
 void RunServe(const ServeCliOptions& o) {
-  CheckSpecFlags(o.spec, "cpu");
+  CheckSpecFlags(o.spec, o.device);
   Signals signals;
   server::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
   so.model_path = ResolveModel(o.model);
+  so.placement = Placement(o.device);
   so.model_id = o.alias;
   if (!o.chat_template.empty()) so.chat_template = o.chat_template;
   so.scheduler.slots = o.slots;
@@ -185,7 +188,7 @@ void RunServe(const ServeCliOptions& o) {
   so.scheduler.prompt_cache = !o.no_prompt_cache;
   so.scheduler.kv_dtype = ParseKvDtype(o.kv_dtype);
   if (o.kv_shared_layers >= 0) so.scheduler.num_kv_shared_layers = o.kv_shared_layers;
-  so.speculation = SpecRequest(o.spec);
+  so.speculation = SpecRequest(o.spec, o.device);
   if (!o.spec.draft_model.empty()) so.speculation.draft_path = ResolveModel(o.spec.draft_model);
   if (so.scheduler.step_tokens <= so.scheduler.slots) {
     throw Error("--step-tokens " + std::to_string(o.step_tokens) + " must be larger than --slots " +
@@ -285,6 +288,7 @@ void RegisterServe(CLI::App& app) {
                 "it, sliding layers keep rings and an old prefix falls back to a full prefill (logged)");
   cmd->add_flag("--no-prompt-cache", o.no_prompt_cache, "Prefill every prompt in full (no prefix reuse)");
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  AddDeviceOption(*cmd, o.device);
   AddSpecFlags(*cmd, o.spec);
   cmd->add_option("--kv-shared-layers", o.kv_shared_layers, "KV-shared trailing layers (default: the model's own)")
       ->check(CLI::Range(0, 1 << 20));

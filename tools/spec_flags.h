@@ -22,21 +22,21 @@ struct SpecFlags {
   bool draft_fixed = !SpeculativeOptions{}.adaptive;  // --draft-fixed: always --draft-max drafts
   int ngram_min = NgramOptions{}.ngram_min;           // --ngram-min
   int ngram_max = NgramOptions{}.ngram_max;           // --ngram-max
+  std::string draft_device;                           // --draft-device: "" (the target's --device), cpu, cuda
 };
 
-// Adds --spec, --draft-model, --draft-max, --draft-fixed, --ngram-min and
-// --ngram-max to `cmd` (flags must outlive parsing).
+// Adds --spec, --draft-model, --draft-max, --draft-fixed, --ngram-min,
+// --ngram-max and --draft-device to `cmd` (flags must outlive parsing).
 void AddSpecFlags(CLI::App& cmd, SpecFlags& flags);
 
 // The request the flags make (kvshare/runtime/drafter_factory.h), worded
 // with the CLI's flag names; `device` is the command's --device ("cpu",
-// "cuda"). The draft model path is taken as given (MakeSpeculation below
-// resolves it).
+// "cuda"); a draft model goes to --draft-device, by default the same. The
+// draft model path is taken as given (MakeSpeculation below resolves it).
 SpeculationRequest SpecRequest(const SpecFlags& flags, const std::string& device = "cpu");
 
 // The checks that need no model (CheckSpeculation): throws kvshare::Error for
-// --spec together with --draft-model, options out of range, and speculation
-// on a device where a verify step is not bitwise a one-token step (cuda).
+// --spec together with --draft-model and options out of range.
 void CheckSpecFlags(const SpecFlags& flags, const std::string& device);
 
 // The drafter the flags ask for, serving `target` on a state of the shape

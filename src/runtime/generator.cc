@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "kvshare/common/error.h"
+#include "kvshare/runtime/device_support.h"
 #include "runtime/speculative/spec_round.h"
 
 namespace kvshare {
@@ -24,6 +25,7 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
     throw Error("max new tokens must be >= 1, got " + std::to_string(options.max_new_tokens));
   }
   if (options.drafter != nullptr) CheckSpeculativeOptions(options.speculative);
+  CheckDrafterOn(options.drafter, state_->device());
   const std::int64_t cached = state_->length();
   const std::int64_t need = cached + static_cast<std::int64_t>(prompt.size()) + options.max_new_tokens;
   if (need > state_->max_context()) {

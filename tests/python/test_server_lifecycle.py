@@ -3,7 +3,9 @@ SIGTERM drains: /health and new requests answer 503, requests in flight finish
 (or, past --drain-timeout, end with a final chunk, finish_reason "stop" and kvshare_abort "cancelled"),
 every stream ends with [DONE], and the process exits 0. A signal while
 loading (a load that never ends included) exits 0 at once, a load error exits
-1 at once, and a signal while stopping exits at once."""
+1 at once, and a signal while stopping exits at once. --device: a wrong value
+lists the valid ones; cuda without a GPU (or without CUDA in the build) fails
+at once naming it, and images and audio on cuda are refused before loading."""
 import json
 import os
 import re
@@ -203,3 +205,79 @@ def test_idle_server_stops_at_once_and_a_second_signal_cuts_a_slow_stop():
         slow.close()
     finally:
         s.kill()
+
+
+# ---- --device (docs/serving.md "On the GPU") ----
+
+GEMMA3 = ROOT / "tests" / "fixtures" / "vision" / "gemma3.f32.gguf"  # a tiny Gemma 3 text model
+NO_GPU = ("built without CUDA", "no CUDA device is usable")
+
+
+def run_cli(*args, timeout=60):
+    return subprocess.run([str(cli()), *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_device_values_are_listed_when_one_is_wrong():
+    for sub in ("generate", "serve", "bench"):
+        for flag in ("--device", "--draft-device"):
+            res = run_cli(sub, flag, "tpu")
+            assert res.returncode != 0, (sub, flag)
+            assert f"{flag}: tpu not in {{cpu,cuda}}" in res.stderr, (sub, flag, res.stderr)
+
+
+def test_device_cuda_without_a_gpu_fails_fast_naming_it():
+    res = run_cli("generate", "--model", GEMMA3, "--device", "cuda", "--prompt", "Hi", "-n", 1)
+    if res.returncode == 0:
+        pytest.skip("a GPU is usable here: this checks the start-up error without one")
+    # The stub (a build without CUDA) and a CUDA build on a host without a GPU
+    # each say so, and what to do instead.
+    assert "device cuda" in res.stderr and any(w in res.stderr for w in NO_GPU), res.stderr
+    assert "use device cpu" in res.stderr, res.stderr
+    res = run_cli("bench", "--model", GEMMA3, "--device", "cuda", "--threads", 1, "--prompt-tokens", 8,
+                  "--gen-tokens", 2, "--repetitions", 1)
+    assert res.returncode == 1 and any(w in res.stderr for w in NO_GPU), res.stderr
+    s = Starting("--model", GEMMA3, "--device", "cuda", "--spec", "ngram")
+    assert s.exit_status(10) == 1
+    assert any("device cuda" in l and any(w in l for w in NO_GPU) for l in s.lines), s.lines
+    assert not any("listening on" in l for l in s.lines), s.lines
+
+
+def test_device_cuda_refuses_the_gemma4_assistant_before_loading():
+    assistant = ROOT / "tests" / "fixtures" / "gemma4_assistant" / "assistant_plain.f32.gguf"
+    want = "a Gemma 4 assistant (--draft-model, which reads the target's KV cache and hidden states on the host) " \
+           "runs on the CPU only so far, and this model runs on device cuda; use --spec ngram or a draft model"
+    res = run_cli("generate", "--model", "/nonexistent.gguf", "--device", "cuda", "--prompt", "Hi",
+                  "--draft-model", assistant)
+    assert res.returncode == 1 and want in res.stderr, res.stderr
+    s = Starting("--model", "/nonexistent.gguf", "--device", "cuda", "--draft-model", assistant)
+    assert s.exit_status(10) == 1
+    assert any(want in l for l in s.lines), s.lines
+
+
+def test_device_cuda_refuses_images_and_audio_before_loading():
+    # Before the model loads (a FIFO model path would block a load): the
+    # refusal needs no GPU and names the device and the flag.
+    res = run_cli("generate", "--model", "/nonexistent.gguf", "--device", "cuda", "--prompt", "Hi",
+                  "--mmproj", "/nonexistent.mmproj.gguf")
+    assert res.returncode == 1, res.stderr
+    assert "--mmproj runs on the CPU only so far, and this model runs on device cuda" in res.stderr, res.stderr
+    s = Starting("--model", GEMMA3, "--device", "cuda", "--mmproj", "/nonexistent.mmproj.gguf")
+    assert s.exit_status(10) == 1
+    assert any("--mmproj (images and audio) runs on the CPU only so far, and this model runs on device cuda" in l
+               for l in s.lines), s.lines
+
+
+def test_device_cuda_serves_text_on_a_gpu():
+    # On a GPU only (skipped here): one slot, since the GPU model runs one
+    # row per step so far; prompt lookup runs, embeddings are a 400 naming
+    # the device, and greedy text equals `generate --device cuda`'s.
+    res = run_cli("generate", "--model", GEMMA3, "--device", "cuda", "--raw", "--prompt", "Hi", "-n", 6, "--temp", 0)
+    if res.returncode != 0:
+        pytest.skip("no usable GPU here: " + res.stderr.strip().splitlines()[-1])
+    with Server(GEMMA3, "--device", "cuda", "--slots", 1, "--spec", "ngram") as s:
+        s.wait_log(r"model on device cuda")
+        r = request(s, "POST", P, {"prompt": "Hi", "max_tokens": 6, "temperature": 0})
+        assert r.status == 200, r.text
+        assert r.json()["choices"][0]["text"] == res.stdout, (r.text, res.stdout)
+        r = request(s, "POST", "/v1/embeddings", {"input": "Hi"})
+        assert r.status == 400 and "device cuda" in r.json()["error"]["message"], r.text

@@ -199,6 +199,10 @@ class ModelState {
   // The cache: its layer plan (Plan()), options and memory report (Memory():
   // bytes per layer, saved by sharing and by rings).
   virtual const KvCache& kv_cache() const = 0;
+  // Where the KV cache lives (kv_cache().Options().device): kCuda for the
+  // GPU model's states (cuda_model/). Front ends decide what a state can
+  // serve from it (runtime/device_support.h).
+  virtual Device device() const { return kv_cache().Options().device; }
   // Forget the sequence of `row` (length 0); buffers are kept.
   virtual void Reset(int row) = 0;
   void Reset() { Reset(0); }

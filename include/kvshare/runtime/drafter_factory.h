@@ -14,6 +14,7 @@
 #include "kvshare/common/tensor.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/device_support.h"
 #include "kvshare/runtime/speculative.h"
 
 namespace kvshare {
@@ -48,10 +49,17 @@ struct SpeculationRequest {
   const AssistantModel* assistant = nullptr;
   NgramOptions ngram;
   SpeculativeOptions speculative;  // k per round and its adaptivity
-  // The target's device: speculation needs kCpu, where a verify step's
-  // logits are bitwise those of one-token steps (the losslessness of
-  // docs/speculative.md); on CUDA they are not.
+  // The target's device (runtime/device_support.h). Prompt lookup and draft
+  // models run on any; Gemma 4's assistant needs one with assistant_drafter
+  // (the CPU). Where a verify step is not bitwise a one-token step
+  // (DeviceSupport::bitwise_verify: CUDA), greedy output equals plain greedy
+  // output up to the device's rounding rather than bitwise
+  // (docs/speculative.md).
   Device device = Device::kCpu;
+  // Moves a draft model loaded from draft_path to where it runs, its own
+  // state and KV cache there (a front end's ModelPlacement::Apply); null:
+  // it stays on the CPU. Not applied to draft_model.
+  std::function<std::unique_ptr<Model>(std::unique_ptr<Model>)> place_draft;
   // Called with each warning of a draft model loaded from draft_path
   // (Model::warnings()); null: not reported.
   std::function<void(std::string_view)> on_warning;
@@ -76,17 +84,21 @@ struct Speculation {
 // The checks that need no model, cheap enough to run before loading one;
 // nothing when the request is not enabled(). Throws kvshare::Error (worded
 // with request.names) for a method other than "ngram", a method together
-// with a draft (or two drafts), a device other than the CPU, ngram_max below
-// ngram_min, and speculative options out of range (CheckSpeculativeOptions).
+// with a draft (or two drafts), an assistant on a device that cannot serve
+// it (naming the device and the drafters that run there; for draft_path on
+// such a device, the existing file's header is read to tell), ngram_max
+// below ngram_min, and speculative options out of range
+// (CheckSpeculativeOptions).
 void CheckSpeculation(const SpeculationRequest& request);
 
 // The drafter `request` asks for, serving `target` on a state of the shape
 // `state` gives (its max_batch rows of max_context positions, kv_dtype; a
 // draft model gets a state of its own of that shape) and running on
 // state.pool. Throws kvshare::Error as CheckSpeculation, then for a file that
-// does not load, n-gram options out of range (MakeNgramDrafter), a draft
-// model whose vocabulary is not the target's (MakeDraftModelDrafter) and an
-// assistant that does not fit the target (MakeAssistantDrafter).
+// does not load, a draft model that place_draft cannot move, n-gram options out of range
+// (MakeNgramDrafter), a draft model whose vocabulary is not the target's
+// (MakeDraftModelDrafter) and an assistant that does not fit the target
+// (MakeAssistantDrafter).
 Speculation MakeSpeculation(const SpeculationRequest& request, const Model& target, const DraftModelOptions& state);
 
 }  // namespace kvshare

@@ -74,7 +74,9 @@ class Generator {
   // Appends `prompt` to the sequence (the cache keeps earlier turns) and
   // generates. Throws kvshare::Error, before running anything, when the
   // cached tokens + prompt + max_new_tokens exceed max_context, or for
-  // speculative options out of range (CheckSpeculativeOptions).
+  // speculative options out of range (CheckSpeculativeOptions), or a drafter
+  // the state's device cannot serve (CheckDrafterOn: Gemma 4's assistant on
+  // the GPU).
   GenerateStats Generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text);
 
   ModelState& state() { return *state_; }

@@ -62,6 +62,7 @@
 #include "kvshare/common/tensor.h"
 #include "kvshare/grammar/grammar.h"
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/device_support.h"
 #include "kvshare/runtime/sampler.h"
 #include "kvshare/runtime/speculative.h"
 #include "kvshare/tokenizer/tokenizer.h"
@@ -298,7 +299,9 @@ class Scheduler {
   // Allocates the state (model.NewState with slots rows). The model,
   // tokenizer and pool (null: the stepping thread) must outlive the
   // scheduler. Throws kvshare::Error for invalid options, naming the option
-  // and its range.
+  // and its range, and for a drafter that reads the target's hidden states
+  // (Gemma 4's assistant) on a state whose device has none
+  // (runtime/device_support.h).
   Scheduler(const Model& model, const Tokenizer& tokenizer, ThreadPool* pool, const SchedulerOptions& options);
   // Stops the thread (CancelAll, then Stop).
   ~Scheduler();
@@ -306,13 +309,16 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   const SchedulerOptions& options() const;
+  // What the state's device serves (SupportOn of ModelState::device()).
+  const DeviceSupport& support() const;
 
   // Queues a request. Throws kvshare::Error (nothing queued) for an empty
   // prompt, an id out of range, max_tokens < 1, prompt + max_tokens over
   // max_context, top_logprobs or prompt_logprobs outside [-1, 20], an empty stop string,
   // invalid sampler options, a grammar with ignore_eos, or embeddings that
   // are unsorted, overlap, leave the prompt, lack rows or a key, or exceed
-  // step_tokens - slots + 1 tokens. The first request
+  // step_tokens - slots + 1 tokens, or embeddings at all on a device without
+  // media inputs (DeviceSupport; the message names the device). The first request
   // with a grammar builds the vocabulary's TokenTrie (once, shared). Returns kQueueFull / kDraining without a handle
   // when the request cannot be taken now. `waiting_upstream`: requests that
   // wait before reaching Submit (an HTTP server's connections queued for a

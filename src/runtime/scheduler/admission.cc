@@ -91,8 +91,13 @@ std::size_t ResumeAt(ModelState& state, const SchedulerOptions& opt, Slot& s, in
 
 }  // namespace
 
-void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span) {
+void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span,
+                     const DeviceSupport& support) {
   if (r.prompt.empty()) throw Error("the prompt is empty: nothing to generate from");
+  if (!r.embeddings.empty() && !support.media_inputs) {
+    throw Error(DeviceRefusal(support.device, "a prompt with images or audio (embedding spans)",
+                              "send text only, or serve the model on the CPU"));
+  }
   const std::int32_t v = n_vocab;
   for (std::size_t i = 0; i < r.prompt.size(); ++i) {
     if (r.prompt[i] < 0 || r.prompt[i] >= v) {
@@ -130,7 +135,7 @@ void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_cont
 }
 
 int Admission::LeaderRow(const Request& r) const {
-  if (r.opt.prefill_from == 0 || !r.opt.embeddings.empty() || r.opt.prompt_logprobs >= 0) return -1;
+  if (r.opt.prefill_from == 0 || !r.opt.embeddings.empty() || r.opt.prompt_logprobs >= 0 || !copies_rows_) return -1;
   for (int i = 0; i < static_cast<int>(rows_.slots.size()); ++i) {
     const Slot& s = rows_.at(i);
     if (s.req && s.req->handle->id() == r.opt.prefill_from && s.req->opt.prompt == r.opt.prompt) {
@@ -143,7 +148,10 @@ int Admission::LeaderRow(const Request& r) const {
 bool Admission::CopyLeader(ModelState& state, std::unique_ptr<Request>& r, int leader, int slot) {
   Slot& s = rows_.at(slot);
   const Slot& from = rows_.at(leader);
-  if (!state.CopyRow(leader, slot)) return false;
+  if (!state.CopyRow(leader, slot)) {
+    copies_rows_ = false;  // the state never will (the GPU model's): choices stop waiting for a leader
+    return false;
+  }
   s.tokens = from.tokens;
   s.spans.clear();
   // The last prompt token is fed again: its logits are this request's to sample.
@@ -178,7 +186,7 @@ std::shared_ptr<const TokenTrie> Admission::Trie() {
 }
 
 SubmitResult Admission::Submit(RequestOptions r, int waiting_upstream) {
-  ValidateRequest(r, n_vocab_, opt_.max_context, opt_.step_tokens - opt_.slots + 1);
+  ValidateRequest(r, n_vocab_, opt_.max_context, opt_.step_tokens - opt_.slots + 1, support_);
   std::shared_ptr<const TokenTrie> vocab = r.grammar ? Trie() : nullptr;
   std::unique_lock<std::mutex> lock(shared_.mu);
   if (shared_.draining.load()) {

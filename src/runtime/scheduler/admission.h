@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "kvshare/model/model.h"
+#include "kvshare/runtime/device_support.h"
 #include "kvshare/runtime/scheduler.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "runtime/scheduler/request.h"
@@ -19,8 +20,9 @@ namespace kvshare::detail {
 
 // Throws kvshare::Error for the first thing Scheduler::Submit refuses in r
 // (the header lists them), naming it and its range; a span may hold at most
-// max_span tokens.
-void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span);
+// max_span tokens, and none is taken where `support` has no media inputs.
+void ValidateRequest(const RequestOptions& r, std::int32_t n_vocab, int max_context, std::int64_t max_span,
+                     const DeviceSupport& support);
 
 // Threads: Submit runs on any thread and touches only `shared` (under its
 // mutex) and the trie (once); the other calls run on the stepping thread,
@@ -32,6 +34,8 @@ class Admission {
             SlotTable& rows)
       : opt_(opt), tok_(tok), n_vocab_(n_vocab), shared_(shared), rows_(rows) {}
 
+  // What the state's device serves (before any Submit; default: the CPU's).
+  void SetSupport(const DeviceSupport& support) { support_ = support; }
   // Scheduler::Submit.
   SubmitResult Submit(RequestOptions r, int waiting_upstream);
   // Moves the submitted requests to the waiting line.
@@ -45,7 +49,8 @@ class Admission {
  private:
   // RequestOptions::prefill_from: the row of the request r copies its
   // prompt from once that one decodes; kLeaderPrefilling while it still
-  // reads its prompt; -1 when r prefills as any request.
+  // reads its prompt; -1 when r prefills as any request (always, once the
+  // state refused a CopyRow: the GPU model's states copy no rows).
   static constexpr int kLeaderPrefilling = -2;
   int LeaderRow(const Request& r) const;
   // Seats r (the waiting line's front) in free `slot` as a copy of row
@@ -64,6 +69,8 @@ class Admission {
   const std::int32_t n_vocab_;
   SchedulerShared& shared_;
   SlotTable& rows_;
+  DeviceSupport support_;
+  bool copies_rows_ = true;                       // false once the state refused a CopyRow
   std::deque<std::unique_ptr<Request>> waiting_;  // stepping thread only
   std::uint64_t admit_counter_ = 0;               // orders Request::admit_seq
   std::once_flag trie_once_;

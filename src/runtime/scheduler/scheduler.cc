@@ -82,6 +82,9 @@ struct Scheduler::Impl {
     so.max_batch = o.slots;
     so.exact_rewind = o.exact_rewind;
     state = model.NewState(so);
+    support = SupportOn(state->device());
+    CheckDrafterOn(o.drafter, support.device);
+    admission.SetSupport(support);
     rows.slots.resize(static_cast<std::size_t>(o.slots));
     for (const LayerMemory& l : state->kv_cache().Memory().layers) {
       if (!l.owns_cache || l.capacity == 0) continue;
@@ -98,6 +101,7 @@ struct Scheduler::Impl {
   ThreadPool* pool;
   SchedulerOptions opt;
   std::unique_ptr<ModelState> state;
+  DeviceSupport support;
   detail::SchedulerShared shared;
   detail::SlotTable rows;
   detail::Admission admission;
@@ -264,6 +268,8 @@ Scheduler::~Scheduler() {
 }
 
 const SchedulerOptions& Scheduler::options() const { return impl_->opt; }
+
+const DeviceSupport& Scheduler::support() const { return impl_->support; }
 
 SubmitResult Scheduler::Submit(RequestOptions request, int waiting_upstream) {
   return impl_->admission.Submit(std::move(request), waiting_upstream);

@@ -2,11 +2,27 @@
 // SpeculationRequest and the choice of its drafter.
 #include "kvshare/runtime/drafter_factory.h"
 
+#include <filesystem>
 #include <string>
+#include <utility>
 
 #include "kvshare/common/error.h"
 
 namespace kvshare {
+namespace {
+
+// Gemma 4's assistant attends over the target's cache with the CPU kernels
+// and reads its hidden states: refused up front on a device without them.
+void RefuseAssistantOnDevice(const SpeculationRequest& r) {
+  if (SupportOn(r.device).assistant_drafter) return;
+  const SpeculationNames& n = r.names;
+  throw Error(DeviceRefusal(
+      r.device,
+      "a Gemma 4 assistant (" + n.draft + ", which reads the target's KV cache and hidden states on the host)",
+      "use " + n.method + " ngram or a draft model of the target's vocabulary, or drop " + n.device));
+}
+
+}  // namespace
 
 void CheckSpeculation(const SpeculationRequest& r) {
   if (!r.enabled()) return;
@@ -19,13 +35,10 @@ void CheckSpeculation(const SpeculationRequest& r) {
     throw Error(n.method + " " + r.method + " and " + n.draft + " are exclusive: choose one drafter");
   }
   if (drafts > 1) throw Error("give one draft model or assistant (" + n.draft + "), not " + std::to_string(drafts));
-  if (r.device != Device::kCpu) {
-    throw Error("speculative decoding (" + n.method + " / " + n.draft + ") runs on the CPU only: on " + n.device + " " +
-                DeviceName(r.device) +
-                " a verify step's logits are not bitwise those of one-token steps, so greedy output would not be "
-                "lossless; drop " +
-                n.device + " or the speculative decoding options");
-  }
+  // An assistant file is refused before anything loads (its header only is read).
+  const bool assistant_file = !r.draft_path.empty() && !SupportOn(r.device).assistant_drafter &&
+                              std::filesystem::exists(r.draft_path) && IsAssistantGguf(r.draft_path);
+  if (r.assistant != nullptr || assistant_file) RefuseAssistantOnDevice(r);
   if (r.ngram.ngram_max < r.ngram.ngram_min) {
     throw Error(n.ngram_max + " " + std::to_string(r.ngram.ngram_max) + " is below " + n.ngram_min + " " +
                 std::to_string(r.ngram.ngram_min));
@@ -52,6 +65,7 @@ Speculation MakeSpeculation(const SpeculationRequest& r, const Model& target, co
     if (r.on_warning) {
       for (const std::string& w : s.draft_model->warnings()) r.on_warning(w);
     }
+    if (r.place_draft) s.draft_model = r.place_draft(std::move(s.draft_model));
     draft = s.draft_model.get();
   }
   s.drafter = assistant != nullptr ? MakeAssistantDrafter(*assistant, target, state.pool)

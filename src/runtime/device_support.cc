@@ -1,0 +1,47 @@
+// What runs on each device (kvshare/runtime/device_support.h).
+#include "kvshare/runtime/device_support.h"
+
+#include <string>
+#include <utility>
+
+#include "kvshare/common/error.h"
+
+namespace kvshare {
+
+DeviceSupport SupportOn(Device device) {
+  if (device == Device::kCpu) return {};
+  // The GPU model refuses embedding spans, hard-token rows and Embed, keeps
+  // no hidden states and its K/V in device memory, and its cuBLAS
+  // projections round an M-row step differently from M one-row steps.
+  return {.device = device,
+          .media_inputs = false,
+          .embeddings = false,
+          .assistant_drafter = false,
+          .bitwise_verify = false};
+}
+
+std::string DeviceRefusal(Device device, std::string_view what, std::string_view fix) {
+  return std::string(what) + " runs on the CPU only so far, and this model runs on device " + DeviceName(device) +
+         "; " + std::string(fix);
+}
+
+void CheckDrafterOn(const Drafter* drafter, Device device) {
+  if (drafter == nullptr || !drafter->needs_target_hidden() || SupportOn(device).assistant_drafter) return;
+  throw Error(DeviceRefusal(device,
+                            "the " + drafter->name() +
+                                " drafter (it reads the target's hidden states and KV cache "
+                                "on the host)",
+                            "use prompt lookup or a draft model, or run the target on the CPU"));
+}
+
+std::unique_ptr<Model> ModelPlacement::Apply(std::unique_ptr<Model> model) const {
+  if (!move) {
+    if (device != Device::kCpu) {
+      throw Error(std::string("ModelPlacement: device ") + DeviceName(device) + " needs a move function");
+    }
+    return model;
+  }
+  return move(std::move(model));
+}
+
+}  // namespace kvshare

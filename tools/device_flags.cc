@@ -1,0 +1,31 @@
+#include "device_flags.h"
+
+#include "kvshare/common/error.h"
+#include "kvshare/cuda_model/gemma3_cuda.h"
+
+namespace kvshare::cli {
+
+void AddDeviceOption(CLI::App& cmd, std::string& device, const std::string& flag, const std::string& what) {
+  const std::string refused =
+      flag == "--device" ? ". On cuda, images, audio, embeddings and the Gemma 4 assistant drafter are refused" : "";
+  cmd.add_option(flag, device,
+                 "Where " + what +
+                     " runs: cpu, or cuda (an NVIDIA GPU, Gemma 3 so far: weights in bf16, the KV cache in device "
+                     "memory; needs a CUDA build)" +
+                     refused)
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+Device DeviceFromFlag(const std::string& device) {
+  if (device == "cpu") return Device::kCpu;
+  if (device == "cuda") return Device::kCuda;
+  throw Error("--device must be cpu or cuda, got '" + device + "'");
+}
+
+ModelPlacement Placement(const std::string& device) {
+  const Device d = DeviceFromFlag(device);
+  if (d == Device::kCpu) return {};
+  return {.device = d, .move = [](std::unique_ptr<Model> m) { return MoveModelToCuda(std::move(m)); }};
+}
+
+}  // namespace kvshare::cli
