@@ -23,7 +23,7 @@
 
 #include "common_record_measured.h"
 #include "kvshare/common/error.h"
-#include "kvshare/cuda_model/gemma3_cuda.h"
+#include "kvshare/cuda_model/model_cuda.h"
 #include "kvshare/runtime/device_support.h"
 #include "kvshare/runtime/generator.h"
 #include "kvshare/runtime/scheduler.h"

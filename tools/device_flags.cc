@@ -1,7 +1,7 @@
 #include "device_flags.h"
 
 #include "kvshare/common/error.h"
-#include "kvshare/cuda_model/gemma3_cuda.h"
+#include "kvshare/cuda_model/model_cuda.h"
 
 namespace kvshare::cli {
 
@@ -10,7 +10,7 @@ void AddDeviceOption(CLI::App& cmd, std::string& device, const std::string& flag
       flag == "--device" ? ". On cuda, images, audio, embeddings and the Gemma 4 assistant drafter are refused" : "";
   cmd.add_option(flag, device,
                  "Where " + what +
-                     " runs: cpu, or cuda (an NVIDIA GPU, Gemma 3 so far: weights in bf16, the KV cache in device "
+                     " runs: cpu, or cuda (an NVIDIA GPU, Gemma 3, 4 and 3n: weights in bf16, the KV cache in device "
                      "memory; needs a CUDA build)" +
                      refused)
       ->check(CLI::IsMember({"cpu", "cuda"}));

@@ -22,7 +22,7 @@ void AddDeviceOption(CLI::App& cmd, std::string& device, const std::string& flag
 Device DeviceFromFlag(const std::string& device);
 
 // Where a model loaded on the CPU goes for `device`: cuda moves it with
-// MoveModelToCuda (kvshare/cuda_model/gemma3_cuda.h), whose errors name the
+// MoveModelToCuda (kvshare/cuda_model/model_cuda.h), whose errors name the
 // missing GPU, a build without CUDA, or an architecture without a GPU
 // forward pass; cpu leaves it.
 ModelPlacement Placement(const std::string& device);

@@ -42,7 +42,7 @@ struct DeviceSupport {
 };
 
 // The table: the CPU supports everything; CUDA (the GPU model of
-// include/kvshare/cuda_model/gemma3_cuda.h) none of the fields above.
+// include/kvshare/cuda_model/model_cuda.h) none of the fields above.
 DeviceSupport SupportOn(Device device);
 
 // "<what> runs on the CPU only so far, and this model runs on device <d>; <fix>"
