@@ -435,7 +435,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (ws == nullptr) {
     // One key split: the output itself, as attend_cuda.cu's combine kernel
-    // computes it (a row with no visible key gets zeros; a sink adds
+    // computes it (a row with no visible key gets zeros, written as such:
+    // its o is 0 * V, NaN where a V it did not see is infinite; a sink adds
     // exp(sink - M) to the denominator only).
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -455,8 +456,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int nb = 0; nb < 16; ++nb) {
           const int dim = dim0 + d * 128 + nb * 8 + tig * 2;
-          StoreFloatElement(p.out, p.out_dtype, base + dim, o[d][nb * 4 + 2 * i] * w);
-          StoreFloatElement(p.out, p.out_dtype, base + dim + 1, o[d][nb * 4 + 2 * i + 1] * w);
+          StoreFloatElement(p.out, p.out_dtype, base + dim, w != 0.0f ? o[d][nb * 4 + 2 * i] * w : 0.0f);
+          StoreFloatElement(p.out, p.out_dtype, base + dim + 1, w != 0.0f ? o[d][nb * 4 + 2 * i + 1] * w : 0.0f);
         }
       }
     }
