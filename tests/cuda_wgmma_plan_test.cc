@@ -166,6 +166,17 @@ TEST(CudaWgmmaPlan, TakesPrefillOnSm90Only) {
   EXPECT_NE(refusal([](AttendParams& p) { p.q_len = 15; }).find("decode shape"), std::string::npos);
   EXPECT_EQ(refusal([](AttendParams& p) { p.q_len = 16; }), "");
   EXPECT_NE(refusal([](AttendParams& p) { p.v.ring_capacity = 1024; }).find("ring"), std::string::npos);
+  // Fewer keys than a tile (the TMA box along the keys): 127 at H 128, 63
+  // at H 256; a whole tile is taken.
+  EXPECT_NE(WgmmaRefusal(c.p, 127, 9, 0).find("fewer than a tile of 128"), std::string::npos);
+  EXPECT_EQ(WgmmaRefusal(c.p, 128, 9, 0), "");
+  AttendParams h256 = c.p;
+  h256.head_size = 256;
+  h256.k.batch_stride = h256.v.batch_stride = 2 * 1024 * 256;
+  h256.k.head_stride = h256.v.head_stride = 1024 * 256;
+  h256.k.row_stride = h256.v.row_stride = 256;
+  EXPECT_NE(WgmmaRefusal(h256, 63, 9, 0).find("fewer than a tile of 64"), std::string::npos);
+  EXPECT_EQ(WgmmaRefusal(h256, 64, 9, 0), "");
 }
 
 TEST(CudaWgmmaPlan, KeySplitsFillTheGpu) {

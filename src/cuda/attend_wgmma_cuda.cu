@@ -210,11 +210,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           TmaLoad4(v_tile + box * kKvBox, &v_map, box * 64, c1, c2, c3, full);
         }
       }
-      // Watchdog: the last loads of each stage must land (MbarWait<true>
-      // traps rather than hang when they never do; the consumers' own waits
-      // have no registers to spare for a counter).
+      // Watchdog: the consumers must release the last tile of each stage
+      // (phase it / STAGES of its empty barrier; the earlier phases were
+      // waited for above). A release follows the consumers' wait on the
+      // tile's loads and every P V that read it, so a stall anywhere in the
+      // key loop (a load that never lands, a consumer waiting on the wrong
+      // phase or at a barrier the other one skips) traps here rather than
+      // hang (the consumers' own waits stay bare: wgmma_ptx.h).
       for (int it = tiles > STAGES ? tiles - STAGES : 0; it < tiles; ++it) {
-        MbarWait<true>(bars + 8 * (it % STAGES), (it / STAGES) & 1);
+        MbarWait<true>(bars + 8 * (STAGES + it % STAGES), (it / STAGES) & 1);
       }
     }
     return;
@@ -431,7 +435,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (ws == nullptr) {
     // One key split: the output itself, as attend_cuda.cu's combine kernel
-    // computes it (a row with no visible key gets zeros; a sink adds
+    // computes it (a row with no visible key gets zeros, written as such:
+    // its o is 0 * V, NaN where a V it did not see is infinite; a sink adds
     // exp(sink - M) to the denominator only).
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -451,8 +456,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int nb = 0; nb < 16; ++nb) {
           const int dim = dim0 + d * 128 + nb * 8 + tig * 2;
-          StoreFloatElement(p.out, p.out_dtype, base + dim, o[d][nb * 4 + 2 * i] * w);
-          StoreFloatElement(p.out, p.out_dtype, base + dim + 1, o[d][nb * 4 + 2 * i + 1] * w);
+          StoreFloatElement(p.out, p.out_dtype, base + dim, w != 0.0f ? o[d][nb * 4 + 2 * i] * w : 0.0f);
+          StoreFloatElement(p.out, p.out_dtype, base + dim + 1, w != 0.0f ? o[d][nb * 4 + 2 * i + 1] * w : 0.0f);
         }
       }
     }

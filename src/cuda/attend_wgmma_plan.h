@@ -131,7 +131,9 @@ inline std::string PlanKvTensorMap(const KvSource& s, int H, int kv_heads, int b
 // cc_major.cc_minor ("" when it takes it): it needs sm_90 exactly (its code is
 // sm_90a's), no output_qk, no bias, K and V both fp16 or both bf16, H 128 /
 // 256 / 512, a prefill shape (S * G >= 64: decode stays on the other
-// kernels) and K / V that TMA can read (PlanKvTensorMap).
+// kernels), at least one tile of keys (max_kv_len >= keys_per_tile: a TMA
+// box may not be longer than its tensor's axis, and the key axis spans
+// max_kv_len) and K / V that TMA can read (PlanKvTensorMap).
 inline std::string WgmmaRefusal(const AttendParams& p, std::int64_t max_kv_len, int cc_major, int cc_minor) {
   if (cc_major != 9 || cc_minor != 0) {
     return "device of compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor) + ", not 9.0";
@@ -145,6 +147,9 @@ inline std::string WgmmaRefusal(const AttendParams& p, std::int64_t max_kv_len, 
   if (H != 128 && H != 256 && H != 512) return "head size " + std::to_string(H) + " (takes 128, 256, 512)";
   if (WgmmaMRows(p) < 64) return "decode shape (S * G < 64)";
   const int kt = WgmmaShapeFor(H).keys_per_tile;
+  if (max_kv_len < kt) {
+    return std::to_string(max_kv_len) + " keys, fewer than a tile of " + std::to_string(kt) + " (a TMA box)";
+  }
   KvTensorMapPlan plan;
   for (const KvSource* s : {&p.k, &p.v}) {
     const std::string why = PlanKvTensorMap(*s, H, p.kv_heads, p.batch, max_kv_len, kt, &plan);

@@ -37,20 +37,36 @@ __device__ inline void MbarArriveExpectTx(std::uint32_t bar, std::uint32_t bytes
 }
 // Spins until the phase of parity `parity` of bar has completed. With
 // kTrap, a phase that never completes (a logic error in the pipeline) does
-// not hang the GPU: after 2^26 polls (each suspends the thread for a while:
-// seconds in all) the thread traps and the launch fails ("unspecified launch
-// failure" at the op's synchronization). Only the producer thread counts: a
-// counter in the consumers' waits makes ptxas spill their accumulators.
+// not hang the GPU: after kStallNs of the global timer the thread traps and
+// the launch fails ("unspecified launch failure" at the op's
+// synchronization). A count of polls would not bound the time: try_wait
+// suspends the thread for a system-dependent time per poll (PTX ISA,
+// mbarrier.try_wait). Only the producer thread checks: the consumers' waits
+// stay bare (a poll counter there made ptxas spill their accumulators).
+inline constexpr std::uint64_t kStallNs = 4000000000ULL;  // legitimate waits last microseconds
+__device__ inline std::uint64_t GlobalTimerNs() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
 template <bool kTrap>
 __device__ inline void MbarWait(std::uint32_t bar, std::uint32_t parity) {
-  for (std::uint32_t polls = 0;; ++polls) {
+  std::uint64_t since = 0;
+  for (;;) {
     std::uint32_t done = 0;
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                  : "=r"(done)
                  : "r"(bar), "r"(parity)
                  : "memory");
     if (done != 0) return;
-    if (kTrap && polls == (1u << 26)) asm volatile("trap;\n");
+    if constexpr (kTrap) {
+      const std::uint64_t now = GlobalTimerNs();
+      if (since == 0) {
+        since = now;
+      } else if (now - since > kStallNs) {
+        asm volatile("trap;\n");
+      }
+    }
   }
 }
 
