@@ -20,6 +20,7 @@
 #include "kvshare/cuda_model/model_cuda.h"
 #include "model/batch_steps.h"
 #include "model/decoder.h"
+#include "model/gemma4_moe.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma3n.h"
 #include "model_tiny_gemma4.h"
@@ -102,6 +103,46 @@ TEST(CudaModelPlan, RandomSpansPackEveryRowOnceInItsCacheRow) {
       }
     }
   }
+}
+
+// The GPU model's MoE upload (BatchExpertRows): every expert's rows as
+// ExpertRows gives them, one after another, each row K times in all.
+TEST(CudaModelPlan, ExpertBatchesFollowExpertRows) {
+  detail::Gemma4Moe m;
+  m.n_expert = 5;
+  m.n_used = 2;
+  const std::vector<float> scale = {1.0f, 0.5f, 2.0f, 1.5f, 0.25f};
+  m.expert_scale = scale.data();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (const std::int64_t S : {1, 7, 40}) {
+    std::vector<float> logits(static_cast<std::size_t>(S * m.n_expert));
+    for (float& v : logits) v = u(rng);
+    detail::MoeScratch s;
+    detail::RouteGemma4Moe(m, logits.data(), S, s);
+    detail::ExpertBatches b;
+    detail::BatchExpertRows(m, S, s, b);
+    ASSERT_EQ(b.begin.size(), 6u);
+    EXPECT_EQ(b.begin.front(), 0);
+    EXPECT_EQ(b.begin.back(), S * m.n_used);
+    std::vector<int> uses(static_cast<std::size_t>(S), 0);
+    for (int e = 0; e < m.n_expert; ++e) {
+      detail::ExpertRows(m, e, S, s);
+      const auto lo = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e)]);
+      const auto hi = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e) + 1]);
+      EXPECT_EQ(std::vector<std::int64_t>(b.token.begin() + lo, b.token.begin() + hi), s.token) << "S " << S << " e " << e;
+      EXPECT_EQ(std::vector<float>(b.weight.begin() + lo, b.weight.begin() + hi), s.weight) << "S " << S << " e " << e;
+      for (std::int64_t t : s.token) ++uses[static_cast<std::size_t>(t)];
+    }
+    for (int n : uses) EXPECT_EQ(n, m.n_used) << "S " << S;
+  }
+  detail::MoeScratch bad;
+  bad.chosen = {0, 5};
+  bad.chosen_w = {0.5f, 0.5f};
+  detail::ExpertBatches b;
+  EXPECT_NE(ErrorOf([&] { detail::BatchExpertRows(m, 1, bad, b); }).find("expert id 5 is outside [0, 5)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { detail::BatchExpertRows(m, 2, bad, b); }).find("expected 2"), std::string::npos);
 }
 
 class CudaModelSteps : public ::testing::Test {
