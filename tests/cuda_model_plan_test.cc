@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,51 @@ TEST(CudaModelPlan, RandomSpansPackEveryRowOnceInItsCacheRow) {
         EXPECT_EQ(to, sp.row * p.S + j) << "trial " << trial;
         EXPECT_TRUE(seen.insert(to).second) << "packed row " << to << " twice, trial " << trial;
       }
+    }
+  }
+}
+
+// The GPU models pack the kept rows with a gather by the row map that
+// PackKeptRows gives without buffers (CudaDecoder::PackKept); it must move
+// the rows the CPU's in-place copy moves, and repoint the spans alike.
+TEST(CudaModelPlan, KeptRowMapGathersWhatTheCpuPackingMoves) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 100; ++trial) {
+    detail::Step step;
+    const int count = 1 + static_cast<int>(rng() % 4);
+    std::int64_t T = 0;
+    for (int i = 0; i < count; ++i) {
+      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 6);
+      const std::int64_t keep = static_cast<std::int64_t>(rng() % (n + 1));  // 0 .. n
+      step.rows.push_back({.row = (i * 3 + trial) % 5, .begin = T, .n = n, .keep = keep});
+      T += n;
+    }
+    step.tokens.assign(static_cast<std::size_t>(T), 0);
+    const std::int64_t kept = detail::DecoderModel::KeptRows(step);
+    constexpr int kWidth = 3;
+    std::vector<float> buf(static_cast<std::size_t>(T * kWidth));
+    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i);
+    const std::vector<float> before = buf;
+    std::vector<QuerySpan> cpu_spans = detail::DecoderModel::FullSpans(step), gpu_spans = cpu_spans;
+    std::vector<std::int64_t> cpu_src(static_cast<std::size_t>(T)), from(static_cast<std::size_t>(T));
+    detail::DecoderModel::PackKeptRows(step, std::span(&buf, 1), kWidth, &cpu_spans, &cpu_src);
+    detail::DecoderModel::PackKeptRows(step, {}, 1, &gpu_spans, &from);
+    for (std::int64_t r = 0; r < kept; ++r) {
+      const std::int64_t f = from[static_cast<std::size_t>(r)];
+      ASSERT_GE(f, 0);
+      ASSERT_LT(f, T);
+      for (int c = 0; c < kWidth; ++c) {
+        EXPECT_EQ(buf[static_cast<std::size_t>(r * kWidth + c)], before[static_cast<std::size_t>(f * kWidth + c)])
+            << "trial " << trial << " kept row " << r;
+      }
+      EXPECT_EQ(f, cpu_src[static_cast<std::size_t>(r)]) << "trial " << trial;
+    }
+    for (std::size_t i = 0; i < cpu_spans.size(); ++i) {
+      EXPECT_EQ(gpu_spans[i].row, cpu_spans[i].row);
+      EXPECT_EQ(gpu_spans[i].begin, cpu_spans[i].begin);
+      EXPECT_EQ(gpu_spans[i].n, cpu_spans[i].n);
+      EXPECT_EQ(gpu_spans[i].skip, cpu_spans[i].skip);
+      EXPECT_EQ(gpu_spans[i].n + gpu_spans[i].skip, step.rows[i].n) << "trial " << trial;
     }
   }
 }
