@@ -185,8 +185,8 @@ bool CudaGemma4::RunLayer(CudaGemma4State& st, int l, std::vector<QuerySpan>& sp
   CopyDevice(h, x, S * E);
   RmsNormDevice(h, S, E, As<float>(L.ffn_norm), c.rms_eps);
   if (L.gate) {
-    float* g = As<float>(st.g);
-    float* u = As<float>(st.u);
+    float* g = Sized(st.g, S, L.gate->rows, "g (MLP)", l);
+    float* u = Sized(st.u, S, L.gate->rows, "u (MLP)", l);
     const void* in = b.Project(*L.gate, h, S, g, st.xb);
     b.Gemm(*L.up, in, S, u);
     GegluDevice(g, u, S * L.gate->rows);
