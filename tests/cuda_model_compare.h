@@ -180,8 +180,8 @@ inline void ExpectFollowsCpu(const Model& cpu, const Model& gpu, const ModelStat
   const std::int64_t V = cpu.config().n_vocab, P = 13;
   auto cs = cpu.NewState(o);
   auto gs = gpu.NewState(o);
-  std::vector<float> want, got;        // [positions, V]
-  std::vector<float> want_h, got_h;    // [positions, E]: hidden(), the rows the LM head reads
+  std::vector<float> want, got;      // [positions, V]
+  std::vector<float> want_h, got_h;  // [positions, E]: hidden(), the rows the LM head reads
   const auto run = [&](std::span<const std::int32_t> t, std::int64_t num_logits) {
     const std::span<const float> w = cpu.Forward(*cs, t, nullptr, {.num_logits = num_logits});
     want.insert(want.end(), w.begin(), w.end());

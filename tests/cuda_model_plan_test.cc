@@ -176,7 +176,8 @@ TEST(CudaModelPlan, ExpertBatchesFollowExpertRows) {
       detail::ExpertRows(m, e, S, s);
       const auto lo = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e)]);
       const auto hi = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e) + 1]);
-      EXPECT_EQ(std::vector<std::int64_t>(b.token.begin() + lo, b.token.begin() + hi), s.token) << "S " << S << " e " << e;
+      EXPECT_EQ(std::vector<std::int64_t>(b.token.begin() + lo, b.token.begin() + hi), s.token)
+          << "S " << S << " e " << e;
       EXPECT_EQ(std::vector<float>(b.weight.begin() + lo, b.weight.begin() + hi), s.weight) << "S " << S << " e " << e;
       for (std::int64_t t : s.token) ++uses[static_cast<std::size_t>(t)];
     }
