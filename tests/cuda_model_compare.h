@@ -180,12 +180,15 @@ inline void ExpectFollowsCpu(const Model& cpu, const Model& gpu, const ModelStat
   const std::int64_t V = cpu.config().n_vocab, P = 13;
   auto cs = cpu.NewState(o);
   auto gs = gpu.NewState(o);
-  std::vector<float> want, got;  // [positions, V]
+  std::vector<float> want, got;      // [positions, V]
+  std::vector<float> want_h, got_h;  // [positions, E]: hidden(), the rows the LM head reads
   const auto run = [&](std::span<const std::int32_t> t, std::int64_t num_logits) {
     const std::span<const float> w = cpu.Forward(*cs, t, nullptr, {.num_logits = num_logits});
     want.insert(want.end(), w.begin(), w.end());
+    want_h.insert(want_h.end(), cs->hidden().begin(), cs->hidden().end());
     const std::span<const float> g = gpu.Forward(*gs, t, nullptr, {.num_logits = num_logits});
     got.insert(got.end(), g.begin(), g.end());
+    got_h.insert(got_h.end(), gs->hidden().begin(), gs->hidden().end());
   };
   run(std::span<const std::int32_t>(tokens.data(), P), P);
   for (std::size_t t = P; t < tokens.size(); ++t) run(std::span<const std::int32_t>(&tokens[t], 1), 1);
@@ -203,10 +206,14 @@ inline void ExpectFollowsCpu(const Model& cpu, const Model& gpu, const ModelStat
   run(std::span<const std::int32_t>(&tokens[P], 1), 1);
 
   const RowsDiff d = CompareRows(got, want, V, f.tolerance);
+  // hidden() within tolerance but not the logits: the LM head (output norm
+  // aside), its weights or the softcap diverged, not the layers.
+  const RowsDiff dh = CompareRows(got_h, want_h, cpu.config().n_embd, f.tolerance);
   const std::int64_t rows = static_cast<std::int64_t>(want.size()) / V;
   const auto allowed = static_cast<std::int64_t>(f.bad_rows_allowed * static_cast<double>(rows));
   if (d.bad_rows > allowed) {
     ADD_FAILURE() << f.what << ": " << Describe(d) << " (" << allowed << " allowed of " << rows << ")\n"
+                  << "hidden() (the normed rows the LM head reads): " << Describe(dh) << "\n"
                   << LayerDivergence(cpu, gpu, o, std::vector<std::int32_t>(tokens.begin(), tokens.begin() + P),
                                      f.tolerance);
   }
@@ -221,8 +228,8 @@ inline void ExpectFollowsCpu(const Model& cpu, const Model& gpu, const ModelStat
     ++greedy_checked;
     EXPECT_EQ(Top(g).first, top) << f.what << ": greedy token of logits row " << r << " (CPU margin " << margin << ")";
   }
-  RecordMeasured("%s: largest relative logits error %.3g over %lld rows, %d greedy tokens checked", f.what.c_str(),
-                 d.worst, static_cast<long long>(rows), greedy_checked);
+  RecordMeasured("%s: largest relative logits error %.3g (hidden() %.3g) over %lld rows, %d greedy tokens checked",
+                 f.what.c_str(), d.worst, dh.worst, static_cast<long long>(rows), greedy_checked);
 }
 
 // The logits of each entry of one ForwardBatch on `batched` ([num_logits,

@@ -12,8 +12,9 @@
 //   CudaGemma4Device.LogitsFollowTheCpuModel: a 13-token prefill in chunks of
 //     6 (all logits) and 7 decode steps, then a rewind and one more decode:
 //     every logits row within 1e-4 (fp32 weights, fp32 cache) or 3e-2 (bf16
-//     weights and cache) of the CPU model's; greedy tokens equal where the
-//     CPU's top-2 margin exceeds twice the tolerance. bf16 MoE may route a
+//     weights and cache; 0.15 for k_eq_v: CpuTolerance) of the CPU model's;
+//     greedy tokens equal where the CPU's top-2 margin exceeds twice the
+//     tolerance. bf16 MoE may route a
 //     near-tie differently: up to a quarter of its rows may exceed the
 //     tolerance. On failure the message gives the largest absolute and
 //     relative error, the first wrong element and the per-layer residual
@@ -68,6 +69,14 @@ class CudaGemma4Device : public ::testing::TestWithParam<Param> {
   DType Weights() const { return std::get<1>(GetParam()); }
   bool Fp32() const { return Weights() == DType::kFloat32; }
   double Tolerance() const { return ModelTolerance(Weights()); }
+  // Against the CPU model: k_eq_v's random fixture (one KV head on full
+  // layers, V = raw K) amplifies bf16 rounding. The CPU model with its
+  // weights and every projection input rounded to bf16, as the GPU rounds
+  // them (a by-hand run, not a test), left it 0.078 from the fp32 CPU run
+  // (7 of 24 rows past 3e-2), the other fixtures 0.015 (ple_shared), 0.006
+  // (plain), 0.007 (moe), and Gemma 3n 0.015. Twice that measured error for
+  // it; fp32 weights check its logic to 1e-4.
+  double CpuTolerance() const { return !Fp32() && Fixture() == "k_eq_v" ? 0.15 : Tolerance(); }
   ModelStateOptions Options(int max_batch = 1) const { return DeviceTestOptions(Weights(), max_batch); }
 };
 
@@ -78,7 +87,7 @@ TEST_P(CudaGemma4Device, LogitsFollowTheCpuModel) {
   const std::unique_ptr<Model> gpu = MoveModelToCuda(Model::Load(file.path), {.weights = Weights()});
   const bool moe_bf16 = Fixture() == "moe" && !Fp32();  // near-ties may route differently
   ExpectFollowsCpu(*cpu, *gpu, Options(), Tokens(20, spec.n_vocab, 3),
-                   {.tolerance = Tolerance(),
+                   {.tolerance = CpuTolerance(),
                     .bad_rows_allowed = moe_bf16 ? 0.25 : 0.0,
                     .greedy = !moe_bf16,
                     .what = "gemma4 " + Fixture() + " " + DTypeName(Weights())});

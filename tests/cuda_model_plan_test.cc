@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "kvshare/cuda_model/model_cuda.h"
 #include "model/batch_steps.h"
 #include "model/decoder.h"
+#include "model/gemma4_moe.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma3n.h"
 #include "model_tiny_gemma4.h"
@@ -102,6 +104,92 @@ TEST(CudaModelPlan, RandomSpansPackEveryRowOnceInItsCacheRow) {
       }
     }
   }
+}
+
+// The GPU models pack the kept rows with a gather by the row map that
+// PackKeptRows gives without buffers (CudaDecoder::PackKept); it must move
+// the rows the CPU's in-place copy moves, and repoint the spans alike.
+TEST(CudaModelPlan, KeptRowMapGathersWhatTheCpuPackingMoves) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 100; ++trial) {
+    detail::Step step;
+    const int count = 1 + static_cast<int>(rng() % 4);
+    std::int64_t T = 0;
+    for (int i = 0; i < count; ++i) {
+      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 6);
+      const std::int64_t keep = static_cast<std::int64_t>(rng() % (n + 1));  // 0 .. n
+      step.rows.push_back({.row = (i * 3 + trial) % 5, .begin = T, .n = n, .keep = keep});
+      T += n;
+    }
+    step.tokens.assign(static_cast<std::size_t>(T), 0);
+    const std::int64_t kept = detail::DecoderModel::KeptRows(step);
+    constexpr int kWidth = 3;
+    std::vector<float> buf(static_cast<std::size_t>(T * kWidth));
+    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i);
+    const std::vector<float> before = buf;
+    std::vector<QuerySpan> cpu_spans = detail::DecoderModel::FullSpans(step), gpu_spans = cpu_spans;
+    std::vector<std::int64_t> cpu_src(static_cast<std::size_t>(T)), from(static_cast<std::size_t>(T));
+    detail::DecoderModel::PackKeptRows(step, std::span(&buf, 1), kWidth, &cpu_spans, &cpu_src);
+    detail::DecoderModel::PackKeptRows(step, {}, 1, &gpu_spans, &from);
+    for (std::int64_t r = 0; r < kept; ++r) {
+      const std::int64_t f = from[static_cast<std::size_t>(r)];
+      ASSERT_GE(f, 0);
+      ASSERT_LT(f, T);
+      for (int c = 0; c < kWidth; ++c) {
+        EXPECT_EQ(buf[static_cast<std::size_t>(r * kWidth + c)], before[static_cast<std::size_t>(f * kWidth + c)])
+            << "trial " << trial << " kept row " << r;
+      }
+      EXPECT_EQ(f, cpu_src[static_cast<std::size_t>(r)]) << "trial " << trial;
+    }
+    for (std::size_t i = 0; i < cpu_spans.size(); ++i) {
+      EXPECT_EQ(gpu_spans[i].row, cpu_spans[i].row);
+      EXPECT_EQ(gpu_spans[i].begin, cpu_spans[i].begin);
+      EXPECT_EQ(gpu_spans[i].n, cpu_spans[i].n);
+      EXPECT_EQ(gpu_spans[i].skip, cpu_spans[i].skip);
+      EXPECT_EQ(gpu_spans[i].n + gpu_spans[i].skip, step.rows[i].n) << "trial " << trial;
+    }
+  }
+}
+
+// The GPU model's MoE upload (BatchExpertRows): every expert's rows as
+// ExpertRows gives them, one after another, each row K times in all.
+TEST(CudaModelPlan, ExpertBatchesFollowExpertRows) {
+  detail::Gemma4Moe m;
+  m.n_expert = 5;
+  m.n_used = 2;
+  const std::vector<float> scale = {1.0f, 0.5f, 2.0f, 1.5f, 0.25f};
+  m.expert_scale = scale.data();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (const std::int64_t S : {1, 7, 40}) {
+    std::vector<float> logits(static_cast<std::size_t>(S * m.n_expert));
+    for (float& v : logits) v = u(rng);
+    detail::MoeScratch s;
+    detail::RouteGemma4Moe(m, logits.data(), S, s);
+    detail::ExpertBatches b;
+    detail::BatchExpertRows(m, S, s, b);
+    ASSERT_EQ(b.begin.size(), 6u);
+    EXPECT_EQ(b.begin.front(), 0);
+    EXPECT_EQ(b.begin.back(), S * m.n_used);
+    std::vector<int> uses(static_cast<std::size_t>(S), 0);
+    for (int e = 0; e < m.n_expert; ++e) {
+      detail::ExpertRows(m, e, S, s);
+      const auto lo = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e)]);
+      const auto hi = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e) + 1]);
+      EXPECT_EQ(std::vector<std::int64_t>(b.token.begin() + lo, b.token.begin() + hi), s.token)
+          << "S " << S << " e " << e;
+      EXPECT_EQ(std::vector<float>(b.weight.begin() + lo, b.weight.begin() + hi), s.weight) << "S " << S << " e " << e;
+      for (std::int64_t t : s.token) ++uses[static_cast<std::size_t>(t)];
+    }
+    for (int n : uses) EXPECT_EQ(n, m.n_used) << "S " << S;
+  }
+  detail::MoeScratch bad;
+  bad.chosen = {0, 5};
+  bad.chosen_w = {0.5f, 0.5f};
+  detail::ExpertBatches b;
+  EXPECT_NE(ErrorOf([&] { detail::BatchExpertRows(m, 1, bad, b); }).find("expert id 5 is outside [0, 5)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { detail::BatchExpertRows(m, 2, bad, b); }).find("expected 2"), std::string::npos);
 }
 
 class CudaModelSteps : public ::testing::Test {

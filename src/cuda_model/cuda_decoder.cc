@@ -19,6 +19,16 @@ float* Rows(DevBuf& b, std::int64_t rows, std::int64_t width) {
   return As<float>(b);
 }
 
+float* Sized(const DevBuf& b, std::int64_t rows, std::int64_t width, const char* what, int layer) {
+  const auto need = static_cast<std::size_t>(rows * width) * 4;
+  if (b.device() != Device::kCuda || b.size() < need) {
+    throw Error("Forward (device cuda): layer " + std::to_string(layer) + ": step buffer '" + what + "' holds " +
+                std::to_string(b.size()) + " bytes, needs " + std::to_string(rows) + " rows of " +
+                std::to_string(width) + " floats (" + std::to_string(need) + " bytes): it was sized for another layer");
+  }
+  return As<float>(b);
+}
+
 CudaDecoder::CudaDecoder(std::unique_ptr<Model> cpu, const CudaModelOptions& options)
     : cpu_(std::move(cpu)), options_(options) {
   cpu_decoder_ = dynamic_cast<const DecoderModel*>(cpu_.get());
@@ -147,10 +157,11 @@ void CudaDecoder::Attend(CudaDecoderState& st, int layer, bool owns, int head_di
   const AttentionPacking& p = st.pack;
   const int n_head = config().n_head;
   const std::int64_t qd = static_cast<std::int64_t>(n_head) * head_dim;
-  const float* q = As<float>(st.q);
-  const float* k = As<float>(st.k);
-  const float* v = As<float>(st.v);
-  float* out = As<float>(st.attn);
+  const std::int64_t rows = p.flat_rows;
+  const float* q = Sized(st.q, rows, qd, "q", layer);
+  const float* k = owns ? Sized(st.k, rows, kv_dim, "k", layer) : nullptr;
+  const float* v = owns ? Sized(st.v, rows, kv_dim, "v", layer) : nullptr;
+  float* out = Sized(st.attn, rows, qd, "attn", layer);
   const auto family = static_cast<std::size_t>(cpu().layer_rope()[static_cast<std::size_t>(layer)]);
   LayerAttendArgs args;
   args.cos_cache = ConstTensorView{As<float>(st.cos[family]), DType::kFloat32, {st.rope_pos, st.rope_half[family]}};

@@ -125,5 +125,9 @@ class CudaDecoder : public Model {
 
 // b grown to rows x width floats; its data.
 float* Rows(DevBuf& b, std::int64_t rows, std::int64_t width);
+// b's data as rows x width floats; throws kvshare::Error naming `what` and
+// the layer when b holds fewer (a step buffer sized for a narrower layer
+// would otherwise be overrun on the device, silently).
+float* Sized(const DevBuf& b, std::int64_t rows, std::int64_t width, const char* what, int layer);
 
 }  // namespace kvshare::detail

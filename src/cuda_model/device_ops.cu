@@ -403,6 +403,21 @@ Blas::~Blas() {
 
 void Blas::Gemm(const DevMatrix& w, const void* x, std::int64_t S, float* y) const {
   if (S == 0) return;
+  // cuBLAS takes int sizes, and a matrix never uploaded (an absent optional
+  // weight, a default DevMatrix) would be read as garbage: say so instead.
+  const std::size_t elem = w.dtype == DType::kFloat32 ? 4 : 2;
+  constexpr std::int64_t kMaxInt = 2147483647;
+  if (S < 0 || S > kMaxInt || w.rows > kMaxInt || w.cols > kMaxInt) {
+    throw Error("Forward (device cuda): a projection of " + std::to_string(S) + " rows through a [" +
+                std::to_string(w.rows) + ", " + std::to_string(w.cols) + "] matrix exceeds cuBLAS's int sizes");
+  }
+  if (w.data.device() != Device::kCuda || w.data.size() < static_cast<std::size_t>(w.rows * w.cols) * elem ||
+      x == nullptr || y == nullptr) {
+    throw Error("Forward (device cuda): a projection through a [" + std::to_string(w.rows) + ", " +
+                std::to_string(w.cols) + "] " + DTypeName(w.dtype) + " matrix holding " +
+                std::to_string(w.data.size()) + " bytes of " + DeviceName(w.data.device()) +
+                " memory (or with a null input / output): the weight was not uploaded");
+  }
   const float one = 1.0f, zero = 0.0f;
   const cudaDataType_t t = w.dtype == DType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF;
   const cublasStatus_t s = cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),

@@ -213,7 +213,7 @@ bool CudaGemma3n::RunLayer(CudaGemma3nState& st, int l, std::vector<QuerySpan>& 
   // h = the normed active prediction; Laurel: h + RMSNorm(R · (L · h)).
   CopyDevice(h, act, S * E);
   RmsNormDevice(h, S, E, As<float>(L.attn_norm), c.rms_eps);
-  b.Project(L.laurel_l, h, S, As<float>(st.lr), st.xb);
+  b.Project(L.laurel_l, h, S, Sized(st.lr, S, L.laurel_l.rows, "lr (Laurel)", l), st.xb);
   b.Project(L.laurel_r, As<float>(st.lr), S, f, st.xb);
   RmsNormDevice(f, S, E, As<float>(L.laurel_norm), c.rms_eps);
 
@@ -231,8 +231,8 @@ bool CudaGemma3n::RunLayer(CudaGemma3nState& st, int l, std::vector<QuerySpan>& 
   // MLP (activation sparsity where set): y = a + RMSNorm(MLP(RMSNorm(a))).
   CopyDevice(h, o, S * E);
   RmsNormDevice(h, S, E, As<float>(L.ffn_norm), c.rms_eps);
-  float* g = As<float>(st.g);
-  float* u = As<float>(st.u);
+  float* g = Sized(st.g, S, L.gate.rows, "g (MLP)", l);
+  float* u = Sized(st.u, S, L.gate.rows, "u (MLP)", l);
   const void* in = b.Project(L.gate, h, S, g, st.xb);
   b.Gemm(L.up, in, S, u);
   if (std::isfinite(L.sparsity)) GaussianTopKDevice(g, S, static_cast<int>(L.gate.rows), L.sparsity);

@@ -54,8 +54,7 @@ class CudaGemma4State final : public CudaGemmaState {
   // fp32, expert after expert).
   DevBuf moe_in, moe_logits, moe_rows, moe_gu, moe_act, moe_y, moe_tok, moe_w;
   MoeScratch moe;
-  std::vector<std::int64_t> moe_tok_host, moe_begin;
-  std::vector<float> moe_w_host;
+  ExpertBatches moe_batches;  // the host side of moe_tok / moe_w
 };
 
 class CudaGemma4 final : public CudaGemmaDecoder {
@@ -107,10 +106,10 @@ CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o, co
       M.router = mat(m.router, p + "ffn_gate_inp.weight", DType::kFloat32);  // fp32: the routing is discrete
       M.router_scale = vec(m.router_scale, E);
       for (std::size_t e = 0; e < m.gate_up.size(); ++e)
-        M.gate_up.push_back(mat(m.gate_up[e], p + "ffn_gate_up_exps", wt));
-      for (std::size_t e = 0; e < m.gate.size(); ++e) M.gate.push_back(mat(m.gate[e], p + "ffn_gate_exps", wt));
-      for (std::size_t e = 0; e < m.up.size(); ++e) M.up.push_back(mat(m.up[e], p + "ffn_up_exps", wt));
-      for (std::size_t e = 0; e < m.down.size(); ++e) M.down.push_back(mat(m.down[e], p + "ffn_down_exps", wt));
+        M.gate_up.push_back(mat(m.gate_up[e], p + "ffn_gate_up_exps.weight", wt));
+      for (std::size_t e = 0; e < m.gate.size(); ++e) M.gate.push_back(mat(m.gate[e], p + "ffn_gate_exps.weight", wt));
+      for (std::size_t e = 0; e < m.up.size(); ++e) M.up.push_back(mat(m.up[e], p + "ffn_up_exps.weight", wt));
+      for (std::size_t e = 0; e < m.down.size(); ++e) M.down.push_back(mat(m.down[e], p + "ffn_down_exps.weight", wt));
       M.pre_ffw_norm_2 = vec(m.pre_ffw_norm_2, E);
       M.post_ffw_norm_1 = vec(m.post_ffw_norm_1, E);
       M.post_ffw_norm_2 = vec(m.post_ffw_norm_2, E);
@@ -186,8 +185,8 @@ bool CudaGemma4::RunLayer(CudaGemma4State& st, int l, std::vector<QuerySpan>& sp
   CopyDevice(h, x, S * E);
   RmsNormDevice(h, S, E, As<float>(L.ffn_norm), c.rms_eps);
   if (L.gate) {
-    float* g = As<float>(st.g);
-    float* u = As<float>(st.u);
+    float* g = Sized(st.g, S, L.gate->rows, "g (MLP)", l);
+    float* u = Sized(st.u, S, L.gate->rows, "u (MLP)", l);
     const void* in = b.Project(*L.gate, h, S, g, st.xb);
     b.Gemm(*L.up, in, S, u);
     GegluDevice(g, u, S * L.gate->rows);
@@ -231,27 +230,19 @@ void CudaGemma4::Moe(CudaGemma4State& st, const DevMoe& m, const float* x, std::
   Download(s.logits.data(), logits, s.logits.size() * 4, "Forward (device cuda): MoE router logits download");
   RouteGemma4Moe(*m.cpu, s.logits.data(), S, s);
   // Every expert's rows and weights, expert after expert, in one upload.
-  st.moe_tok_host.clear();
-  st.moe_w_host.clear();
-  st.moe_begin.assign(1, 0);
-  for (int e = 0; e < NE; ++e) {
-    ExpertRows(*m.cpu, e, S, s);
-    st.moe_tok_host.insert(st.moe_tok_host.end(), s.token.begin(), s.token.end());
-    st.moe_w_host.insert(st.moe_w_host.end(), s.weight.begin(), s.weight.end());
-    st.moe_begin.push_back(static_cast<std::int64_t>(st.moe_tok_host.size()));
-  }
-  Grow(st.moe_tok, std::max<std::size_t>(st.moe_tok_host.size(), 1) * 8, kActivations);
-  Grow(st.moe_w, std::max<std::size_t>(st.moe_w_host.size(), 1) * 4, kActivations);
-  Upload(st.moe_tok.data(), st.moe_tok_host.data(), st.moe_tok_host.size() * 8,
-         "Forward (device cuda): MoE rows upload");
-  Upload(st.moe_w.data(), st.moe_w_host.data(), st.moe_w_host.size() * 4, "Forward (device cuda): MoE weights upload");
+  ExpertBatches& eb = st.moe_batches;
+  BatchExpertRows(*m.cpu, S, s, eb);
+  Grow(st.moe_tok, std::max<std::size_t>(eb.token.size(), 1) * 8, kActivations);
+  Grow(st.moe_w, std::max<std::size_t>(eb.weight.size(), 1) * 4, kActivations);
+  Upload(st.moe_tok.data(), eb.token.data(), eb.token.size() * 8, "Forward (device cuda): MoE rows upload");
+  Upload(st.moe_w.data(), eb.weight.data(), eb.weight.size() * 4, "Forward (device cuda): MoE weights upload");
   // Experts, in id order, over the rows routed to each.
   CopyDevice(in, x, S * E);
   RmsNormDevice(in, S, E, As<float>(m.pre_ffw_norm_2), c.rms_eps);
   ZeroDevice(out, S * E);
   for (int e = 0; e < NE; ++e) {
-    const std::int64_t at = st.moe_begin[static_cast<std::size_t>(e)];
-    const std::int64_t n = st.moe_begin[static_cast<std::size_t>(e) + 1] - at;
+    const std::int64_t at = eb.begin[static_cast<std::size_t>(e)];
+    const std::int64_t n = eb.begin[static_cast<std::size_t>(e) + 1] - at;
     if (n == 0) continue;
     const std::int64_t* tok = As<std::int64_t>(st.moe_tok) + at;
     float* rows = Rows(st.moe_rows, n, E);

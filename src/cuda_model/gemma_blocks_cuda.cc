@@ -59,9 +59,9 @@ void CudaGemmaDecoder::AttentionBlock(CudaDecoderState& st, const DevGemmaAttent
   const Blas& b = blas();
   const int Hd = w.hd;
   const std::int64_t kvd = static_cast<std::int64_t>(w.n_kv) * Hd;
-  float* q = As<float>(st.q);
-  float* k = As<float>(st.k);
-  float* v = As<float>(st.v);
+  float* q = Sized(st.q, S, static_cast<std::int64_t>(c.n_head) * Hd, "q", l);
+  float* k = owns ? Sized(st.k, S, kvd, "k", l) : nullptr;
+  float* v = owns ? Sized(st.v, S, kvd, "v", l) : nullptr;
   const void* in = b.Project(w.q, h, S, q, st.xb);
   if (owns) {
     b.Gemm(*w.k, in, S, k);
@@ -110,8 +110,8 @@ void CudaGemmaDecoder::PerLayerGate(CudaGemmaState& st, const DevPerLayerGate& w
   const ModelConfig& c = config();
   const Blas& b = blas();
   const int width = ple_.width;
-  float* g = As<float>(st.g);
-  float* u = As<float>(st.u);
+  float* g = Sized(st.g, S, width, "g (per-layer gate)", l);
+  float* u = Sized(st.u, S, width, "u (per-layer gate)", l);
   b.Project(w.inp_gate, in, S, g, st.xb);
   const std::int64_t LP = static_cast<std::int64_t>(width) * c.n_layer;
   GatherRowsDevice(As<float>(st.ple) + static_cast<std::int64_t>(l) * width, LP, As<std::int64_t>(st.src_dev), S, width,

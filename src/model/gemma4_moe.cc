@@ -75,6 +75,33 @@ void ExpertRows(const Gemma4Moe& m, int e, std::int64_t S, MoeScratch& s) {
   }
 }
 
+void BatchExpertRows(const Gemma4Moe& m, std::int64_t S, const MoeScratch& s, ExpertBatches& out) {
+  const int K = m.n_used, NE = m.n_expert;
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(K);
+  if (s.chosen.size() < n || s.chosen_w.size() < n) {
+    throw Error(Str("BatchExpertRows: routing of ", s.chosen.size() / static_cast<std::size_t>(K), " rows, expected ",
+                    S, " (run RouteGemma4Moe first)"));
+  }
+  out.begin.assign(static_cast<std::size_t>(NE) + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int e = s.chosen[i];
+    if (e < 0 || e >= NE) throw Error(Str("BatchExpertRows: expert id ", e, " is outside [0, ", NE, ")"));
+    ++out.begin[static_cast<std::size_t>(e) + 1];
+  }
+  for (int e = 0; e < NE; ++e) out.begin[static_cast<std::size_t>(e) + 1] += out.begin[static_cast<std::size_t>(e)];
+  out.token.resize(n);
+  out.weight.resize(n);
+  std::vector<std::int64_t> at(out.begin.begin(), out.begin.end() - 1);
+  for (std::int64_t t = 0; t < S; ++t) {  // rows ascending within each expert, as ExpertRows
+    for (int k = 0; k < K; ++k) {
+      const std::size_t i = static_cast<std::size_t>(t * K + k);
+      const auto to = static_cast<std::size_t>(at[static_cast<std::size_t>(s.chosen[i])]++);
+      out.token[to] = t;
+      out.weight[to] = s.chosen_w[i];
+    }
+  }
+}
+
 void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, float eps, float* out, MoeScratch& s,
                   ThreadPool* pool) {
   const std::size_t SE = static_cast<std::size_t>(S) * static_cast<std::size_t>(E);

@@ -56,4 +56,15 @@ void RouteGemma4Moe(const Gemma4Moe& m, float* logits, std::int64_t S, MoeScratc
 // / s.chosen_w of S rows.
 void ExpertRows(const Gemma4Moe& m, int e, std::int64_t S, MoeScratch& s);
 
+// Every expert's rows at once, expert after expert (a device's one upload of
+// a layer's routing): expert e's rows are token / weight [begin[e],
+// begin[e + 1]), in ExpertRows' order (ascending); begin has n_expert + 1
+// entries. From s.chosen / s.chosen_w of S rows (RouteGemma4Moe); throws
+// kvshare::Error naming an expert id outside [0, n_expert).
+struct ExpertBatches {
+  std::vector<std::int64_t> token, begin;
+  std::vector<float> weight;
+};
+void BatchExpertRows(const Gemma4Moe& m, std::int64_t S, const MoeScratch& s, ExpertBatches& out);
+
 }  // namespace kvshare::detail
