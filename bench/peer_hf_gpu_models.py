@@ -27,7 +27,7 @@ scripts/gpu_check_report.py joins them with kvshare's rows of the same name):
 Each row also gives its setup ("setup": vocab, context). A failed row prints
 {"name": ..., "error": ...} and the others go on.
 
-  python3 bench/peer_hf_gpu_models.py [--json out.json]
+  python3 bench/peer_hf_gpu_models.py [--json out.json]   (rewritten after each row)
   python3 bench/peer_hf_gpu_models.py --tiny --device cpu   # seconds, no GPU
 """
 from __future__ import annotations
@@ -210,12 +210,18 @@ def main():
     if bad:
         ap.error(f"--shapes: unknown {bad}; expected some of {list(SHAPES)}")
     rows = []
+    info = {"peer": "transformers", "device": None}
+
+    def save():  # after every row: a run cut by its timeout keeps the rows it finished
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({**info, "tiny": a.tiny, "rows": rows}, f, indent=1)
 
     def emit(r):
         rows.append(r)
         print(json.dumps(r), flush=True)
+        save()
 
-    info = {"peer": "transformers", "device": None}
     try:
         import torch
         info["torch"] = torch.__version__
@@ -234,9 +240,7 @@ def main():
         print(json.dumps(info), flush=True)
         for s in shapes:
             run_shape(s, a, emit)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({**info, "tiny": a.tiny, "rows": rows}, f, indent=1)
+    save()
     return 0
 
 
