@@ -155,6 +155,11 @@ def decode_row(model, cfg, device, prompt, rows, steps):
     return {"tok_s": rows * steps / t.seconds, "ms_per_step": t.seconds / steps * 1e3}
 
 
+def row_names(shape, prompt, rows):
+    """The rows of a shape, named as kvshare_bench's cuda/model/ rows less the 'cuda/'."""
+    return [f"model/{shape}/prefill{prompt}"] + [f"model/{shape}/decode/C:{c}" for c in rows]
+
+
 def run_shape(shape, a, emit):
     import torch
     dtype = torch.bfloat16 if a.device.startswith("cuda") else torch.float32
@@ -163,7 +168,7 @@ def run_shape(shape, a, emit):
     steps = 4 if a.tiny else a.decode_steps
     rows = [1, 2] if a.tiny else a.rows
     base = {"peer": "transformers", "attn": a.attn, "cache": "static", "dtype": str(dtype).replace("torch.", "")}
-    names = [f"model/{shape}/prefill{prompt}"] + [f"model/{shape}/decode/C:{c}" for c in rows]
+    names = row_names(shape, prompt, rows)
     try:
         t0 = time.perf_counter()
         model, cfg = build(shape, a.tiny, a.device, dtype, a.attn, a.gemma4_vocab)
@@ -234,7 +239,7 @@ def main():
         info["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(info), flush=True)
         for s in shapes:
-            for n in [f"model/{s}/prefill{a.prompt}"] + [f"model/{s}/decode/C:{c}" for c in a.rows]:
+            for n in row_names(s, a.prompt, a.rows):
                 rows.append({"name": n, "peer": "transformers", "skipped": info["error"]})
     else:
         print(json.dumps(info), flush=True)

@@ -18,8 +18,8 @@
 #       The device mode here on a build tree (CUDA on or off): a dry run in which
 #       the device tests skip and the benchmarks report no device.
 #
-# Steps, in order (group, cap in seconds): tests (tests, 150), serve (tests, 60),
-# cli (tests, 45), memcheck (sanitize, 60), racecheck (sanitize, 45), bench
+# Steps, in order (group, cap in seconds): gtest (tests, 150), serve (tests, 60),
+# cli (tests, 45), memcheck (sanitize, 60), racecheck (sanitize, 45), attn
 # (bench, 90), sdpa (bench, 75), model_270m (bench, 60), hf_270m (bench, 60),
 # model_e2b (bench, 180), hf_e2b (bench, 75); docs/gpu_check.md says what each runs.
 #
@@ -30,10 +30,10 @@
 #                         names (e.g. model_e2b,hf_e2b)
 #   --cap STEP=S          another cap for a step (repeatable)
 #   --no-peers            without the PyTorch / transformers steps (sdpa, hf_*)
-#   --bench-filter RE     the bench step's --benchmark_filter (default
+#   --bench-filter RE     the attn step's --benchmark_filter (default
 #                         ^cuda/(decode|prefill): attention, old and new prefill)
 #   --bench-min-time S    kvshare_bench --benchmark_min_time (default 0.2)
-#   --gtest-filter F      the tests step's --gtest_filter for every binary
+#   --gtest-filter F      the gtest step's --gtest_filter for every binary
 #                         (default: test_runtime DeviceSupportGpu.*, others *)
 #   --memcheck-filter F   --gtest_filter of test_cuda under memcheck (default below)
 #   --racecheck-filter F  --gtest_filter of test_cuda under racecheck (default below)
@@ -55,9 +55,9 @@ RACECHECK_FILTER=${RACECHECK_FILTER:-'CudaGqaDevice.HopperPrefillStages*:CudaGqa
 CLI_MODELS=${CLI_MODELS:-"tests/fixtures/vision/gemma3.f32.gguf tests/fixtures/gemma4/e2b.f32.gguf tests/fixtures/gemma3n/e2b.f32.gguf"}
 # name group cap log: the order they run in (correctness first, the benchmarks
 # last: their times are the least known, and a second call can rerun them).
-STEPS=("tests tests 150 tests.log" "serve tests 60 tests.log" "cli tests 45 tests.log"
+STEPS=("gtest tests 150 tests.log" "serve tests 60 tests.log" "cli tests 45 tests.log"
   "memcheck sanitize 60 sanitize.log" "racecheck sanitize 45 sanitize.log"
-  "bench bench 90 bench.log" "sdpa bench 75 bench.log"
+  "attn bench 90 bench.log" "sdpa bench 75 bench.log"
   "model_270m bench 60 bench.log" "hf_270m bench 60 bench.log"
   "model_e2b bench 180 bench.log" "hf_e2b bench 75 bench.log")
 PEER_STEPS=" sdpa hf_270m hf_e2b "
@@ -487,7 +487,7 @@ step_body() {
   cd "$ROOT" || exit 1
   export KVSHARE_SOURCE_DIR=$ROOT
   case $1 in
-    tests)
+    gtest)
       local rc=0 t filter list=()
       # test_runtime first (seconds: DeviceSupportGpu.*); test_cuda is the long one.
       [[ -x $BIN/test_runtime ]] && list+=(test_runtime)
@@ -534,9 +534,9 @@ step_body() {
       ((HAVE_GPU)) || { echo "no GPU"; exit 77; }
       if [[ $1 == memcheck ]]; then filter=$MEMCHECK_FILTER; else filter=$RACECHECK_FILTER; fi
       bins "$cs" --tool "$1" --error-exitcode 3 --print-limit 30 "$BIN/test_cuda" --gtest_filter="$filter" ;;
-    bench) run_bench "$BENCH_FILTER" "$WORK/bench_attn.json" ;;
+    attn) run_bench "$BENCH_FILTER" "$WORK/bench_attn.json" ;;
     sdpa)
-      [[ -s $WORK/bench_attn.json ]] || { echo "no attention rows (the bench step did not run)"; exit 77; }
+      [[ -s $WORK/bench_attn.json ]] || { echo "no attention rows (the attn step did not run)"; exit 77; }
       "$PY" "$REPORT_PY" repair-bench "$WORK/bench_attn.json" "$WORK/bench_attn_fixed.json" || exit 1
       ((HAVE_GPU)) || { echo "no GPU: kvshare's rows only"; }
       "$PY" bench/cuda_bench.py --kvshare-json "$WORK/bench_attn_fixed.json" --json "$WORK/sdpa.json" | tee "$WORK/sdpa.md" ;;

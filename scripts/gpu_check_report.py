@@ -271,7 +271,7 @@ def judge(step, rc, work, logs, gpu):
     if rc is None:
         return "skip", step["note"], []
     timed_out = rc in (124, 137)
-    if name == "tests":
+    if name == "gtest":
         _, s = gtest_summary(work)
         key = f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped of {s['n']}"
         # The test that was running when the binary hung or died (gtest writes its JSON at the end).
@@ -348,8 +348,8 @@ def judge(step, rc, work, logs, gpu):
         if not g or g.group(1) == "0":
             return "warn", key + ": no test ran under it (see --memcheck-filter / --racecheck-filter)", []
         return "pass", key, []
-    if name == "bench" or name.startswith("model_"):
-        data = "bench_attn.json" if name == "bench" else f"bench_{name}.json"
+    if name == "attn" or name.startswith("model_"):
+        data = "bench_attn.json" if name == "attn" else f"bench_{name}.json"
         return judge_bench(rc, log, bench_rows(load_bench(os.path.join(work, data))), gpu, timed_out)
     if name == "sdpa":
         doc = load_json(os.path.join(work, "sdpa.json"))
