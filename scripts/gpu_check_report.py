@@ -408,7 +408,7 @@ def rerun_hint(results):
         caps.append(cap * 2 if st == "timeout" else cap)  # a step its cap cut gets twice as long
     names = ",".join(s["name"] for s, _ in left)
     extra = "".join(f" --cap {s['name']}={c}" for (s, st), c in zip(left, caps) if st == "timeout")
-    b = min(max(sum(caps) + 30, 60), 540)
+    b = min(max(sum(caps) + 30, 60), 300)  # a second call's size; cut it to what the lease has left
     return f"PYTHONUNBUFFERED=1 bash scripts/gpu_check.sh device --only {names}{extra} --budget {b}", b + 50
 
 

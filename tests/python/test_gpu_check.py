@@ -148,8 +148,8 @@ def test_report_of_a_synthetic_device_run(tmp_path, capsys):
     lines = printed.rstrip().splitlines()
     assert lines[-2].startswith("| hf_e2b | skip | 0 | skipped: the --budget was spent |")
     assert lines[-1] == ("second call for the steps left: command `PYTHONUNBUFFERED=1 bash scripts/gpu_check.sh "
-                         "device --only model_270m,model_e2b,hf_e2b --cap model_270m=120 --budget 405`, carry "
-                         "[\"gpu-pack\"], timeout_s 455")
+                         "device --only model_270m,model_e2b,hf_e2b --cap model_270m=120 --budget 300`, carry "
+                         "[\"gpu-pack\"], timeout_s 350")
     assert len(printed) < 12000
     assert set(os.listdir(out)) <= ALLOWED
 
@@ -294,7 +294,7 @@ def test_spent_budget_skips_every_step_and_still_reports(tmp_path):
         assert f"| {step} | skip | 0 | skipped: the --budget was spent |" in md
     assert r.stdout.rstrip().splitlines()[-1].startswith(
         "second call for the steps left: command `PYTHONUNBUFFERED=1 bash scripts/gpu_check.sh device --only "
-        "gtest,serve,cli,memcheck,racecheck,attn,sdpa,model_270m,hf_270m,model_e2b,hf_e2b --budget 540`")
+        "gtest,serve,cli,memcheck,racecheck,attn,sdpa,model_270m,hf_270m,model_e2b,hf_e2b --budget 300`")
 
 
 def test_shellcheck_is_clean():
