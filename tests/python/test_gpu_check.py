@@ -106,7 +106,8 @@ def synthetic_run(tmp_path):
     cases = bench.merge_rows(attn["benchmarks"])
     cases[0]["torch"] = {"flash": 0.0095, "cudnn": 0.008, "efficient": None}
     (work / "sdpa.json").write_text(json.dumps({"device": "NVIDIA H200", "cases": cases}))
-    (out / "sanitize.log").write_text("===== step memcheck (at most 60 s) =====\n========= Invalid __global__ read of size 4\n"
+    (out / "sanitize.log").write_text("===== step memcheck (at most 60 s) =====\n"
+                                      "========= Invalid __global__ read of size 4\n"
                                       "========= ERROR SUMMARY: 2 errors\n")
     return work, out
 
@@ -142,8 +143,8 @@ def test_report_of_a_synthetic_device_run(tmp_path, capsys):
     flops = bench.flops({"kind": "prefill", "N": 32, "H": 128, "B": 1, "T": 16384, "W": 0}) / 1e12
     assert (f"| prefill N32/8 H128 B1 T16384 bfloat16 | {flops / 0.010:.1f} | yes | {flops / 0.025:.1f} | 2.50 "
             "| 0.95 | 0.80 | - | flash >= 0.9 | pass (0.950) |") in printed
-    assert "| N32/8 H128 | flash >= 0.9 | 1 of 1 | 1 | 0.950 (prefill N32/8 H128 B1 T16384 bfloat16) | 1 of 1 | pass |" \
-        in printed
+    assert ("| N32/8 H128 | flash >= 0.9 | 1 of 1 | 1 | 0.950 (prefill N32/8 H128 B1 T16384 bfloat16) | 1 of 1 "
+            "| pass |") in printed
     # The steps table, then the second call for what the budget and the timeout left, come last.
     lines = printed.rstrip().splitlines()
     assert lines[-2].startswith("| hf_e2b | skip | 0 | skipped: the --budget was spent |")
