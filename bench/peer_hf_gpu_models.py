@@ -27,7 +27,7 @@ scripts/gpu_check_report.py joins them with kvshare's rows of the same name):
 Each row also gives its setup ("setup": vocab, context). A failed row prints
 {"name": ..., "error": ...} and the others go on.
 
-  python3 bench/peer_hf_gpu_models.py [--json out.json]
+  python3 bench/peer_hf_gpu_models.py [--json out.json]   (rewritten after each row)
   python3 bench/peer_hf_gpu_models.py --tiny --device cpu   # seconds, no GPU
 """
 from __future__ import annotations
@@ -155,6 +155,11 @@ def decode_row(model, cfg, device, prompt, rows, steps):
     return {"tok_s": rows * steps / t.seconds, "ms_per_step": t.seconds / steps * 1e3}
 
 
+def row_names(shape, prompt, rows):
+    """The rows of a shape, named as kvshare_bench's cuda/model/ rows less the 'cuda/'."""
+    return [f"model/{shape}/prefill{prompt}"] + [f"model/{shape}/decode/C:{c}" for c in rows]
+
+
 def run_shape(shape, a, emit):
     import torch
     dtype = torch.bfloat16 if a.device.startswith("cuda") else torch.float32
@@ -163,7 +168,7 @@ def run_shape(shape, a, emit):
     steps = 4 if a.tiny else a.decode_steps
     rows = [1, 2] if a.tiny else a.rows
     base = {"peer": "transformers", "attn": a.attn, "cache": "static", "dtype": str(dtype).replace("torch.", "")}
-    names = [f"model/{shape}/prefill{prompt}"] + [f"model/{shape}/decode/C:{c}" for c in rows]
+    names = row_names(shape, prompt, rows)
     try:
         t0 = time.perf_counter()
         model, cfg = build(shape, a.tiny, a.device, dtype, a.attn, a.gemma4_vocab)
@@ -210,12 +215,18 @@ def main():
     if bad:
         ap.error(f"--shapes: unknown {bad}; expected some of {list(SHAPES)}")
     rows = []
+    info = {"peer": "transformers", "device": None}
+
+    def save():  # after every row: a run cut by its timeout keeps the rows it finished
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({**info, "tiny": a.tiny, "rows": rows}, f, indent=1)
 
     def emit(r):
         rows.append(r)
         print(json.dumps(r), flush=True)
+        save()
 
-    info = {"peer": "transformers", "device": None}
     try:
         import torch
         info["torch"] = torch.__version__
@@ -228,15 +239,13 @@ def main():
         info["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(info), flush=True)
         for s in shapes:
-            for n in [f"model/{s}/prefill{a.prompt}"] + [f"model/{s}/decode/C:{c}" for c in a.rows]:
+            for n in row_names(s, a.prompt, a.rows):
                 rows.append({"name": n, "peer": "transformers", "skipped": info["error"]})
     else:
         print(json.dumps(info), flush=True)
         for s in shapes:
             run_shape(s, a, emit)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({**info, "tiny": a.tiny, "rows": rows}, f, indent=1)
+    save()
     return 0
 
 

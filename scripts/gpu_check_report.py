@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""The report of scripts/gpu_check.sh (docs/gpu_check.md); standard library only.
+"""The report of scripts/gpu_check.sh (docs/gpu_check.md); standard library only
+(and bench/cuda_bench.py's verdict functions, standard library too).
 
   gpu_check_report.py report --work DIR --out DIR [--budget S] [--elapsed S]
       Reads the step records (steps.tsv) and raw outputs a device run left in
       --work and the step logs it wrote into --out; writes --out/report.md and
       the raw JSON files (8 files in all: the device tool returns 8) and prints
-      the report's tables, the steps table last.
+      the report's tables, the steps table and the command for the steps left last.
   gpu_check_report.py repair-bench IN OUT
-      Copies a kvshare_bench --benchmark_out file, closing the JSON of a run cut
-      short by its timeout (the rows it finished stay).
+      Copies a kvshare_bench JSON output, closing the JSON of a run cut short by
+      its timeout (the rows it finished stay).
+  gpu_check_report.py bench-lines FILE
+      One line per row of a kvshare_bench JSON output (the step logs).
 
 Step status: pass, fail, timeout, skip (nothing to run: no GPU, no tool, not in
 --only, budget spent) or warn (ran, but a result needs a look: the CLI's text on
-the GPU differs from the CPU's).
+the GPU differs from the CPU's; no test ran under a sanitizer).
 """
 from __future__ import annotations
 
@@ -21,20 +24,24 @@ import glob
 import json
 import os
 import re
-import shutil
-import statistics
 import sys
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import cuda_bench  # noqa: E402  (bench/cuda_bench.py: the attention cases' verdicts and tables)
 
 OUT_FILES = ("tests.json", "tests.log", "sanitize.log", "bench.json", "bench.log", "sdpa.json", "hf.json")
 NO_DEVICE = re.compile(r"no usable CUDA device|no CUDA device|built without CUDA", re.I)
 ERRORISH = re.compile(r"error|fail|abort|exception|terminate|not found|fault|invalid", re.I)
+STDOUT_BUDGET = 11000  # the device tool returns the output's last 12,000 characters
 
 
 # ------------------------------------------------------------------ inputs
 
 
 def load_bench(path):
-    """A Google Benchmark JSON file, closed if a timeout cut it; None when absent or empty."""
+    """A Google Benchmark JSON output, closed if a timeout cut it; None when absent or empty."""
     try:
         text = open(path).read()
     except OSError:
@@ -93,15 +100,33 @@ def excerpt(text, lines=6):
     return [r[:200] for r in pick]
 
 
+def merged_bench(work):
+    """Every kvshare_bench output of the run (bench_attn.json, bench_model_*.json) in one document."""
+    docs = [d for d in (load_bench(p) for p in sorted(glob.glob(os.path.join(work, "bench_*.json")))
+                        if not p.endswith("_fixed.json")) if d]
+    if not docs:
+        return None
+    return {"context": docs[0].get("context", {}), "benchmarks": [b for d in docs for b in d.get("benchmarks", [])]}
+
+
+def merged_hf(work):
+    """The transformers peer's outputs of the hf_* steps in one document."""
+    docs = [d for d in (load_json(p) for p in sorted(glob.glob(os.path.join(work, "hf_*.json")))) if d]
+    if not docs:
+        return None
+    info = {k: v for d in docs for k, v in d.items() if k != "rows"}
+    return {**info, "rows": [r for d in docs for r in d.get("rows", [])]}
+
+
 # ------------------------------------------------------------ benchmark rows
 
 _SUFFIX = re.compile(r"(/(real_time|manual_time|process_time|iterations:\d+|min_time:[\d.]+s?|repeats:\d+|threads:\d+))+$")
 
 
 def bench_key(name):
-    """The join key of a model row: kvshare's 'cuda/model/<shape>/decode/B:8/real_time' and the
-    peer's 'model/<shape>/decode/C:8' both become 'model/<shape>/decode/C:8' (a decode row
-    that names no row count is C:1)."""
+    """The join key of a model row: kvshare's 'cuda/model/<shape>/decode/C:8/real_time' and the
+    peer's 'model/<shape>/decode/C:8' both become 'model/<shape>/decode/C:8' (B:8, c8 and
+    batch:8 read as C:8; a decode row that names no row count is C:1)."""
     key = _SUFFIX.sub("", name)
     if key.startswith("cuda/"):
         key = key[len("cuda/"):]
@@ -131,6 +156,19 @@ def bench_rows(doc):
     return rows
 
 
+def bench_lines(doc):
+    """One line per row: name, time, the counters that matter here, or its error."""
+    out = []
+    for b in (doc or {}).get("benchmarks", []):
+        if b.get("error_occurred"):
+            out.append(f"{b['name']}: ERROR {b.get('error_message', '')}")
+            continue
+        extra = [f"{k} {b[k]:.4g}" for k in ("tok/s", "FLOPS", "kv_bytes/s", "bw_ratio", "hopper_kernel") if k in b]
+        out.append(f"{b['name']}: {b.get('real_time', 0):.4g} {b.get('time_unit', '')}"
+                   f"{', ' if extra else ''}{', '.join(extra)}")
+    return out
+
+
 def model_table(bench_doc, hf_doc):
     """Rows of (key, kvshare tok/s or error, transformers tok/s or error, ratio, the peer's setup)."""
     ours = {bench_key(n): r for n, r in bench_rows(bench_doc).items() if bench_key(n).startswith("model/")}
@@ -147,35 +185,20 @@ def model_table(bench_doc, hf_doc):
         cell_o = f"{ok:,.0f}" if ok else (o.get("error", "-") if o else "-")
         cell_p = f"{pk:,.0f}" if pk else (p.get("error") or p.get("skipped") or "-")
         ratio = f"{ok / pk:.2f}" if ok and pk else "-"
-        table.append((key, cell_o, str(cell_p)[:60], ratio, p.get("setup", "-")))
+        table.append((key, cell_o[:60], str(cell_p)[:60], ratio, p.get("setup", "-")))
     return table
 
 
-def attention_summary(sdpa_doc):
-    """The largest case of each shape / kind / mask / dtype: kvshare against torch's backends."""
-    cases = (sdpa_doc or {}).get("cases", [])
-    best = {}
+def attention_cases(sdpa_doc, bench_doc):
+    """The attention cases with their verdicts: sdpa.json's (torch timed) when the sdpa step
+    wrote it, else kvshare's rows alone (new vs old still shows)."""
+    cases = (sdpa_doc or {}).get("cases")
+    if cases is None:
+        cases = cuda_bench.merge_rows((bench_doc or {}).get("benchmarks", []))
     for c in cases:
-        g = (c["kind"], c["N"], c["Nkv"], c["H"], c["W"] > 0, c["dtype"])
-        size = (c["T"], c["B"])
-        if g not in best or size > best[g][0]:
-            best[g] = (size, c)
-    rows = []
-    for g in sorted(best):
-        c = best[g][1]
-        ks, t = c.get("kvshare_s"), c.get("torch", {})
-        name = (f"{c['kind']} N{c['N']}/{c['Nkv']} H{c['H']} B{c['B']} T{c['T']}"
-                f"{' W' + str(c['W']) if c['W'] else ''} {c['dtype']}")
-
-        def r(b):
-            return f"{t[b] / ks:.2f}" if ks and t.get(b) else "n/a"
         if c["kind"] == "prefill":
-            target = "flash >= 0.9" if c["H"] == 128 else "cuDNN >= 1.0"
-        else:
-            target = "-"
-        rows.append((name, "ok" if ks else c.get("kvshare_error", "-")[:40], r("flash"), r("cudnn"),
-                     r("efficient"), target))
-    return rows
+            c["target"] = cuda_bench.prefill_target(c)
+    return cases
 
 
 # ------------------------------------------------------------------- steps
@@ -185,12 +208,14 @@ def gtest_summary(work):
     docs = {os.path.basename(p)[len("gtest_"):-len(".json")]: load_json(p)
             for p in sorted(glob.glob(os.path.join(work, "gtest_*.json")))}
     n = passed = failed = skipped = 0
-    failures = []
+    failures, measured = [], []
     for binary, doc in docs.items():
         for suite in (doc or {}).get("testsuites", []):
             for t in suite.get("testsuite", []):
                 n += 1
                 name = f"{suite['name']}.{t['name']}"
+                measured += [f"{name}: {t[k]}" for k in sorted(t, key=lambda k: (len(k), k))
+                             if k.startswith("measured_")]
                 if t.get("failures"):
                     failed += 1
                     msg = t["failures"][0].get("failure", "").strip().splitlines()
@@ -199,7 +224,43 @@ def gtest_summary(work):
                     skipped += 1
                 else:
                     passed += 1
-    return docs, {"n": n, "passed": passed, "failed": failed, "skipped": skipped, "failures": failures}
+    ran = read(os.path.join(work, "test_bins")).split()
+    failures += [f"{b}: no JSON result (it crashed or was killed: see tests.log)" for b in ran if b not in docs]
+    return docs, {"n": n, "passed": passed, "failed": failed, "skipped": skipped, "failures": failures,
+                  "measured": measured, "missing": [b for b in ran if b not in docs]}
+
+
+def pytest_summary(path):
+    """(passed, failed, skipped, {test name: (outcome, message)}) of a pytest --junitxml file."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    cases = {}
+    for tc in root.iter("testcase"):
+        outcome, msg = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            e = tc.find(tag)
+            if e is not None:
+                outcome, msg = {"failure": "failed", "error": "failed", "skipped": "skipped"}[tag], e.get("message", "")
+                break
+        cases[tc.get("name")] = (outcome, (msg or "").strip()[:200])
+    count = lambda o: sum(1 for v in cases.values() if v[0] == o)  # noqa: E731
+    return count("passed"), count("failed"), count("skipped"), cases
+
+
+def judge_bench(rc, log, rows, gpu, timed_out):
+    errs = {n: r["error"] for n, r in rows.items() if "error" in r}
+    key = f"{len(rows) - len(errs)} of {len(rows)} benchmarks ran"
+    if rc == 77:
+        return "skip", (log.strip().splitlines() or ["skipped"])[-1], []
+    if timed_out:
+        return "timeout", key + " (the finished rows are kept)", excerpt(log)
+    if not gpu and rows and len(errs) == len(rows) and all(NO_DEVICE.search(e) for e in errs.values()):
+        return "skip", f"no device: {len(rows)} benchmarks reported '{next(iter(errs.values()))}'", []
+    if rc or errs or not rows:
+        return "fail", key, [f"{n}: {e}" for n, e in list(errs.items())[:6]] or excerpt(log)
+    return "pass", key, []
 
 
 def judge(step, rc, work, logs, gpu):
@@ -210,7 +271,7 @@ def judge(step, rc, work, logs, gpu):
     if rc is None:
         return "skip", step["note"], []
     timed_out = rc in (124, 137)
-    if name == "tests":
+    if name == "gtest":
         _, s = gtest_summary(work)
         key = f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped of {s['n']}"
         # The test that was running when the binary hung or died (gtest writes its JSON at the end).
@@ -219,11 +280,30 @@ def judge(step, rc, work, logs, gpu):
             return "timeout", key + f" ({step['note']})", running + excerpt(log)
         if s["n"] == 0:
             return "fail", "no test results (crashed before writing its JSON?)", running + excerpt(log)
-        if s["failed"] or rc:
+        if s["failed"] or s["missing"] or rc:
             return "fail", key, s["failures"][:8] or excerpt(log)
         if gpu and NO_DEVICE.search(log):
             return "fail", key + ": skipped on a machine with a GPU", no_device_lines(log)
         return ("skip" if s["skipped"] == s["n"] else "pass"), key, []
+    if name == "serve":
+        if rc == 77:
+            return "skip", (log.strip().splitlines() or ["skipped"])[-1], []
+        res = pytest_summary(os.path.join(work, "pytest_serve.xml"))
+        if res is None:
+            return ("timeout" if timed_out else "fail"), "no pytest result", excerpt(log)
+        passed, failed, skipped, cases = res
+        key = f"{passed} passed, {failed} failed, {skipped} skipped of {len(cases)}"
+        gpu_case = cases.get("test_device_cuda_serves_text_on_a_gpu", ("missing", "not run"))
+        fails = [f"{n}: {m}" for n, (o, m) in cases.items() if o == "failed"]
+        if timed_out:
+            return "timeout", key, fails or excerpt(log)
+        if rc or failed:
+            return "fail", key, fails or excerpt(log)
+        if gpu_case[0] != "passed":
+            why = f"serve --device cuda: {gpu_case[0]}: {gpu_case[1]}"
+            return ("fail" if gpu else "skip"), key + ("" if gpu else " (no GPU: the serve case skipped)"), \
+                [why] if gpu else []
+        return "pass", key, []
     if name == "cli":
         rows = [r.split("\t") for r in read(os.path.join(work, "cli.tsv")).splitlines() if r]
         if rc == 77:
@@ -268,26 +348,18 @@ def judge(step, rc, work, logs, gpu):
         if not g or g.group(1) == "0":
             return "warn", key + ": no test ran under it (see --memcheck-filter / --racecheck-filter)", []
         return "pass", key, []
-    if name == "bench":
-        if rc == 77:
-            return "skip", (log.strip().splitlines() or ["skipped"])[-1], []
-        rows = bench_rows(load_bench(os.path.join(work, "bench.json")))
-        errs = {n: r["error"] for n, r in rows.items() if "error" in r}
-        key = f"{len(rows) - len(errs)} of {len(rows)} benchmarks ran"
-        if timed_out:
-            return "timeout", key + " (the finished rows are kept)", excerpt(log)
-        if not gpu and rows and len(errs) == len(rows) and all(NO_DEVICE.search(e) for e in errs.values()):
-            return "skip", f"no device: {len(rows)} benchmarks reported '{next(iter(errs.values()))}'", []
-        if rc or errs or not rows:
-            return "fail", key, [f"{n}: {e}" for n, e in list(errs.items())[:6]] or excerpt(log)
-        return "pass", key, []
+    if name == "attn" or name.startswith("model_"):
+        data = "bench_attn.json" if name == "attn" else f"bench_{name}.json"
+        return judge_bench(rc, log, bench_rows(load_bench(os.path.join(work, data))), gpu, timed_out)
     if name == "sdpa":
         doc = load_json(os.path.join(work, "sdpa.json"))
         cases = (doc or {}).get("cases", [])
         timed = [c for c in cases if c.get("torch") and c.get("kvshare_s")]
         key = f"{len(timed)} of {len(cases)} cases timed on both sides"
+        if rc == 77:
+            return "skip", (log.strip().splitlines() or ["skipped"])[-1], []
         if timed_out:
-            return "timeout", key, excerpt(log)
+            return "timeout", key + " (the timed cases are kept)", excerpt(log)
         if rc:
             return "fail", key, excerpt(log)
         if not cases:
@@ -296,14 +368,14 @@ def judge(step, rc, work, logs, gpu):
             why = "torch saw no CUDA device: bench/cuda_bench.py timed kvshare's rows only"
             return ("fail" if gpu else "skip"), "no GPU for torch: " + key, [why] if gpu else []
         return "pass", key, []
-    if name == "hf":
-        doc = load_json(os.path.join(work, "hf.json")) or {}
+    if name.startswith("hf_"):
+        doc = load_json(os.path.join(work, f"{name}.json")) or {}
         rows = doc.get("rows", [])
         errs = [r for r in rows if "error" in r]
         skipped = [r for r in rows if "skipped" in r]
         key = f"{len(rows) - len(errs) - len(skipped)} of {len(rows)} rows" + (" (tiny, CPU)" if doc.get("tiny") else "")
         if timed_out:
-            return "timeout", key, excerpt(log)
+            return "timeout", key + " (the finished rows are kept)", excerpt(log)
         if rc or errs:
             return "fail", key, [f"{r['name']}: {r['error']}" for r in errs[:6]] or excerpt(log)
         if skipped or not rows:
@@ -324,6 +396,22 @@ def env_key(env):
     return "; ".join(parts)[:150]
 
 
+def rerun_hint(results):
+    """The second call for the steps a budget or a timeout left undone: (command, timeout_s) or None."""
+    left = [(s, st) for s, st, _, _ in results
+            if st == "timeout" or (st == "skip" and s["note"].startswith("skipped: the --budget"))]
+    if not left:
+        return None
+    caps = []
+    for s, st in left:
+        cap = int(s["cap"]) if str(s.get("cap", "")).isdigit() else 120
+        caps.append(cap * 2 if st == "timeout" else cap)  # a step its cap cut gets twice as long
+    names = ",".join(s["name"] for s, _ in left)
+    extra = "".join(f" --cap {s['name']}={c}" for (s, st), c in zip(left, caps) if st == "timeout")
+    b = min(max(sum(caps) + 30, 60), 300)  # a second call's size; cut it to what the lease has left
+    return f"PYTHONUNBUFFERED=1 bash scripts/gpu_check.sh device --only {names}{extra} --budget {b}", b + 50
+
+
 # ------------------------------------------------------------------ output
 
 
@@ -333,14 +421,19 @@ def md_table(header, rows):
     return "\n".join(out)
 
 
-def report(a):
-    work, out = a.work, a.out
+def read_steps(work):
     steps = []
     for line in read(os.path.join(work, "steps.tsv")).splitlines():
         f = line.split("\t")
         if len(f) >= 6:
             steps.append({"name": f[0], "group": f[1], "rc": None if f[2] == "-" else int(f[2]),
-                          "seconds": float(f[3]), "log": f[4], "note": f[5]})
+                          "seconds": float(f[3]), "log": f[4], "note": f[5], "cap": f[6] if len(f) > 6 else ""})
+    return steps
+
+
+def report(a):
+    work, out = a.work, a.out
+    steps = read_steps(work)
     logs = {n: read(os.path.join(out, n)) for n in ("tests.log", "sanitize.log", "bench.log")}
     env = read(os.path.join(work, "env.log"))
     gpu = re.search(r"^gpu: 1$", env, re.M) is not None
@@ -352,22 +445,22 @@ def report(a):
             results.append((s, *judge(s, s["rc"], work, logs, gpu)))
 
     os.makedirs(out, exist_ok=True)
-    docs, _ = gtest_summary(work)
-    if docs:
-        with open(os.path.join(out, "tests.json"), "w") as f:
-            json.dump(docs, f, indent=1)
-    bench_doc = load_bench(os.path.join(work, "bench.json"))
-    if bench_doc is not None:
-        with open(os.path.join(out, "bench.json"), "w") as f:
-            json.dump(bench_doc, f, indent=1)
-    for n in ("sdpa.json", "hf.json"):  # the logs are in `out` already
-        if os.path.exists(os.path.join(work, n)):
-            shutil.copyfile(os.path.join(work, n), os.path.join(out, n))
+    docs, tests = gtest_summary(work)
+    bench_doc, hf_doc, sdpa_doc = merged_bench(work), merged_hf(work), load_json(os.path.join(work, "sdpa.json"))
+    for name, doc in (("tests.json", docs or None), ("bench.json", bench_doc), ("hf.json", hf_doc),
+                      ("sdpa.json", sdpa_doc)):
+        if doc is not None:  # the logs are in `out` already
+            with open(os.path.join(out, name), "w") as f:
+                json.dump(doc, f, indent=1)
 
-    models = model_table(bench_doc, load_json(os.path.join(work, "hf.json")))
-    attn = attention_summary(load_json(os.path.join(work, "sdpa.json")))
+    models = model_table(bench_doc, hf_doc)
+    cases = attention_cases(sdpa_doc, bench_doc)
+    prefill = cuda_bench.prefill_table(cases) if any(c["kind"] == "prefill" for c in cases) else []
+    targets = cuda_bench.targets_table(cases) if prefill else []
+    decode = cuda_bench.decode_table(cases) if any(c["kind"] == "decode" for c in cases) else []
     step_rows = [(s["name"], st, f"{s['seconds']:.0f}", key) for s, st, key, _ in results]
     failed = [(s["name"], st, lines) for s, st, _, lines in results if st in ("fail", "timeout", "warn") and lines]
+    hint = rerun_hint(results)
 
     md = ["# scripts/gpu_check.sh report", "",
           f"Steps ran {a.elapsed} s of a {a.budget} s budget. Raw files: {', '.join(OUT_FILES)}.", "",
@@ -376,34 +469,56 @@ def report(a):
         md += ["## Model throughput, tok/s (kvshare_bench cuda/model/ vs transformers, SDPA, static cache, eager)", "",
                md_table(("row", "kvshare", "transformers", "kvshare / transformers", "transformers setup"), models),
                ""]
-    sdpa_md = read(os.path.join(work, "sdpa.md")).strip()
-    if sdpa_md:
-        md += ["## Attention vs torch SDPA (bench/cuda_bench.py; ratios = torch time / kvshare time)", "", sdpa_md, ""]
+    if prefill:
+        md += ["## Prefill attention: new path (Hopper kernel) vs old (mma) vs torch SDPA", "",
+               "TFLOP/s; ratios = torch time / kvshare new-path time; issue 44's targets: >= 0.9x flash at H 128, "
+               ">= 1.0x cuDNN at H 256 and 512.", "", *targets, "", *prefill, ""]
+    if decode:
+        md += ["## Decode attention vs torch SDPA", "", *decode, ""]
+    if tests["measured"]:
+        md += ["## Measured by the device tests (gtest properties)", ""] + [f"- {m}" for m in tests["measured"]] + [""]
     if failed:
         md += ["## Failures (first lines)", ""]
         for name, st, lines in failed:
             md += [f"- **{name}** ({st}):"] + [f"    - `{ln.replace('`', '')}`" for ln in lines]
         md.append("")
     md += ["## Steps", "", md_table(("step", "status", "s", "key numbers"), step_rows), ""]
+    if hint:
+        md += [f"Steps left: a second call `{hint[0]}` with carry `[\"gpu-pack\"]`, timeout_s {hint[1]}.", ""]
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(md))
 
-    # stdout: the device tool returns the last 12,000 characters; the steps table last.
+    # stdout: the device tool returns the last 12,000 characters, so the most
+    # important comes last (the steps table, the rerun command) and the earlier
+    # blocks are dropped first when the whole is too long (report.md has them all).
+    blocks = []
+    if tests["measured"]:
+        blocks.append("\nmeasured by the device tests:\n" + "\n".join(tests["measured"][:20]))
+    if any(c.get("kvshare_s") or c.get("mma_s") for c in cases):
+        blocks.append("\nprefill attention (TFLOP/s; vs = torch time / kvshare new-path time):\n" + "\n".join(prefill))
     if any(r[3] != "-" or r[1][:1].isdigit() or r[2][:1].isdigit() for r in models):
-        print("\nmodel tok/s:")
-        print(md_table(("row", "kvshare", "transformers", "ratio", "transformers setup"), models))
-    if any(r[1] == "ok" for r in attn):
-        print("\nattention, largest case per shape (torch time / kvshare time):")
-        print(md_table(("case", "kvshare", "flash", "cuDNN", "efficient", "target"), attn))
+        blocks.append("\nmodel tok/s:\n" + md_table(("row", "kvshare", "transformers", "ratio", "transformers setup"),
+                                                    models))
+    if targets and any(c.get("kvshare_s") or c.get("mma_s") for c in cases):
+        blocks.append("\nissue 44's prefill targets:\n" + "\n".join(targets))
     for name, st, lines in failed:
-        print(f"\n{name} ({st}):")
-        for ln in lines[:6]:
-            print("  " + ln)
-    print(f"\nreport: {os.path.join(out, 'report.md')} ({a.elapsed} s of {a.budget} s)")
-    print(md_table(("step", "status", "s", "key numbers"), step_rows))
+        blocks.append(f"\n{name} ({st}):\n" + "\n".join("  " + ln for ln in lines[:6]))
+    tail = [f"\nreport: {os.path.join(out, 'report.md')} ({a.elapsed} s of {a.budget} s)",
+            md_table(("step", "status", "s", "key numbers"), step_rows)]
+    if hint:
+        tail.append(f"second call for the steps left: command `{hint[0]}`, carry [\"gpu-pack\"], timeout_s {hint[1]}")
     left = sorted(set(os.listdir(out)) - set(OUT_FILES) - {"report.md"})
     if left:
-        print(f"note: {out} holds other files too ({', '.join(left[:5])}): the device tool returns 8 at most")
+        tail.append(f"note: {out} holds other files too ({', '.join(left[:5])}): the device tool returns 8 at most")
+    room = STDOUT_BUDGET - sum(len(t) + 1 for t in tail)
+    kept = []
+    for b in reversed(blocks):  # the last blocks are kept first
+        if len(b) + 1 <= room:
+            kept.insert(0, b)
+            room -= len(b) + 1
+        else:
+            kept.insert(0, f"\n({b.strip().splitlines()[0]} left out of this output: see report.md)")
+    print("\n".join(kept + tail))
     return 0
 
 
@@ -418,7 +533,12 @@ def main():
     b = sub.add_parser("repair-bench")
     b.add_argument("src")
     b.add_argument("dst")
+    lines = sub.add_parser("bench-lines")
+    lines.add_argument("src")
     a = ap.parse_args()
+    if a.cmd == "bench-lines":
+        print("\n".join(bench_lines(load_bench(a.src))))
+        return 0
     if a.cmd == "repair-bench":
         doc = load_bench(a.src)
         if doc is None:
