@@ -151,8 +151,25 @@ TEST(CudaModelPlan, KeptRowMapGathersWhatTheCpuPackingMoves) {
   }
 }
 
-// The GPU model's MoE upload (BatchExpertRows): every expert's rows as
-// ExpertRows gives them, one after another, each row K times in all.
+// The rows routed to expert e, ascending, by a plain scan of the routing:
+// the reference of BatchExpertRows.
+void ExpertRows(const detail::MoeScratch& s, int K, int e, std::int64_t S, std::vector<std::int64_t>& token,
+                std::vector<float>& weight) {
+  token.clear();
+  weight.clear();
+  for (std::int64_t t = 0; t < S; ++t) {
+    for (int k = 0; k < K; ++k) {
+      if (s.chosen[static_cast<std::size_t>(t * K + k)] == e) {
+        token.push_back(t);
+        weight.push_back(s.chosen_w[static_cast<std::size_t>(t * K + k)]);
+      }
+    }
+  }
+}
+
+// The MoE's expert batches (BatchExpertRows: the CPU model's walk over the
+// experts and the GPU model's upload): every expert's rows as the plain scan
+// gives them, one after another, each row K times in all.
 TEST(CudaModelPlan, ExpertBatchesFollowExpertRows) {
   detail::Gemma4Moe m;
   m.n_expert = 5;
@@ -173,13 +190,15 @@ TEST(CudaModelPlan, ExpertBatchesFollowExpertRows) {
     EXPECT_EQ(b.begin.back(), S * m.n_used);
     std::vector<int> uses(static_cast<std::size_t>(S), 0);
     for (int e = 0; e < m.n_expert; ++e) {
-      detail::ExpertRows(m, e, S, s);
+      std::vector<std::int64_t> token;
+      std::vector<float> weight;
+      ExpertRows(s, m.n_used, e, S, token, weight);
       const auto lo = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e)]);
       const auto hi = static_cast<std::size_t>(b.begin[static_cast<std::size_t>(e) + 1]);
-      EXPECT_EQ(std::vector<std::int64_t>(b.token.begin() + lo, b.token.begin() + hi), s.token)
+      EXPECT_EQ(std::vector<std::int64_t>(b.token.begin() + lo, b.token.begin() + hi), token)
           << "S " << S << " e " << e;
-      EXPECT_EQ(std::vector<float>(b.weight.begin() + lo, b.weight.begin() + hi), s.weight) << "S " << S << " e " << e;
-      for (std::int64_t t : s.token) ++uses[static_cast<std::size_t>(t)];
+      EXPECT_EQ(std::vector<float>(b.weight.begin() + lo, b.weight.begin() + hi), weight) << "S " << S << " e " << e;
+      for (std::int64_t t : token) ++uses[static_cast<std::size_t>(t)];
     }
     for (int n : uses) EXPECT_EQ(n, m.n_used) << "S " << S;
   }

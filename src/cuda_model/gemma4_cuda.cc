@@ -53,8 +53,7 @@ class CudaGemma4State final : public CudaGemmaState {
   // rows and their products, the rows and weights of every expert (int64 /
   // fp32, expert after expert).
   DevBuf moe_in, moe_logits, moe_rows, moe_gu, moe_act, moe_y, moe_tok, moe_w;
-  MoeScratch moe;
-  ExpertBatches moe_batches;  // the host side of moe_tok / moe_w
+  MoeScratch moe;  // routing on the host; moe.batches: the host side of moe_tok / moe_w
 };
 
 class CudaGemma4 final : public CudaGemmaDecoder {
@@ -230,7 +229,7 @@ void CudaGemma4::Moe(CudaGemma4State& st, const DevMoe& m, const float* x, std::
   Download(s.logits.data(), logits, s.logits.size() * 4, "Forward (device cuda): MoE router logits download");
   RouteGemma4Moe(*m.cpu, s.logits.data(), S, s);
   // Every expert's rows and weights, expert after expert, in one upload.
-  ExpertBatches& eb = st.moe_batches;
+  ExpertBatches& eb = s.batches;
   BatchExpertRows(*m.cpu, S, s, eb);
   Grow(st.moe_tok, std::max<std::size_t>(eb.token.size(), 1) * 8, kActivations);
   Grow(st.moe_w, std::max<std::size_t>(eb.weight.size(), 1) * 4, kActivations);

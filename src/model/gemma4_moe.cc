@@ -61,20 +61,6 @@ void RouteGemma4Moe(const Gemma4Moe& m, float* logits, std::int64_t S, MoeScratc
   }
 }
 
-void ExpertRows(const Gemma4Moe& m, int e, std::int64_t S, MoeScratch& s) {
-  const int K = m.n_used;
-  s.token.clear();
-  s.weight.clear();
-  for (std::int64_t t = 0; t < S; ++t) {
-    for (int k = 0; k < K; ++k) {
-      if (s.chosen[static_cast<std::size_t>(t * K + k)] == e) {
-        s.token.push_back(t);
-        s.weight.push_back(s.chosen_w[static_cast<std::size_t>(t * K + k)]);
-      }
-    }
-  }
-}
-
 void BatchExpertRows(const Gemma4Moe& m, std::int64_t S, const MoeScratch& s, ExpertBatches& out) {
   const int K = m.n_used, NE = m.n_expert;
   const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(K);
@@ -92,7 +78,7 @@ void BatchExpertRows(const Gemma4Moe& m, std::int64_t S, const MoeScratch& s, Ex
   out.token.resize(n);
   out.weight.resize(n);
   std::vector<std::int64_t> at(out.begin.begin(), out.begin.end() - 1);
-  for (std::int64_t t = 0; t < S; ++t) {  // rows ascending within each expert, as ExpertRows
+  for (std::int64_t t = 0; t < S; ++t) {  // rows ascending within each expert
     for (int k = 0; k < K; ++k) {
       const std::size_t i = static_cast<std::size_t>(t * K + k);
       const auto to = static_cast<std::size_t>(at[static_cast<std::size_t>(s.chosen[i])]++);
@@ -118,14 +104,16 @@ void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, flo
   s.in.assign(h, h + SE);
   RmsNorm(s.in.data(), S, E, m.pre_ffw_norm_2, eps);
   std::fill(out, out + SE, 0.0f);
+  BatchExpertRows(m, S, s, s.batches);
   for (int e = 0; e < NE; ++e) {
-    ExpertRows(m, e, S, s);
-    const std::int64_t n = static_cast<std::int64_t>(s.token.size());
+    const std::int64_t lo = s.batches.begin[static_cast<std::size_t>(e)];
+    const std::int64_t n = s.batches.begin[static_cast<std::size_t>(e) + 1] - lo;
     if (n == 0) continue;
+    const std::int64_t* token = s.batches.token.data() + lo;
+    const float* weight = s.batches.weight.data() + lo;
     s.rows.resize(static_cast<std::size_t>(n) * E);
     for (std::int64_t r = 0; r < n; ++r) {
-      std::copy(s.in.begin() + s.token[static_cast<std::size_t>(r)] * E,
-                s.in.begin() + (s.token[static_cast<std::size_t>(r)] + 1) * E, s.rows.begin() + r * E);
+      std::copy(s.in.begin() + token[r] * E, s.in.begin() + (token[r] + 1) * E, s.rows.begin() + r * E);
     }
     s.act.resize(static_cast<std::size_t>(n) * F);
     if (!m.gate_up.empty()) {
@@ -145,8 +133,8 @@ void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, flo
     s.y.resize(static_cast<std::size_t>(n) * E);
     MatMulRows(m.down[static_cast<std::size_t>(e)], s.act.data(), n, s.y.data(), pool);
     for (std::int64_t r = 0; r < n; ++r) {
-      float* o = out + s.token[static_cast<std::size_t>(r)] * E;
-      const float w = s.weight[static_cast<std::size_t>(r)];
+      float* o = out + token[r] * E;
+      const float w = weight[r];
       for (int i = 0; i < E; ++i) o[i] += w * s.y[static_cast<std::size_t>(r * E + i)];
     }
   }

@@ -30,10 +30,17 @@ struct Gemma4Moe {
 // kvshare::Error naming the missing or ill-shaped key or tensor.
 Gemma4Moe LoadGemma4Moe(const TensorLookup& t, const std::string& prefix, const std::string& arch, std::int64_t E);
 
+// Every expert's rows of a step, expert after expert: expert e's rows are
+// token / weight [begin[e], begin[e + 1]), ascending; begin has n_expert + 1
+// entries (BatchExpertRows).
+struct ExpertBatches {
+  std::vector<std::int64_t> token, begin;
+  std::vector<float> weight;
+};
+
 struct MoeScratch {
   std::vector<float> router_in, logits, in, rows, gu, act, y;
-  std::vector<std::int64_t> token;  // rows routed to one expert
-  std::vector<float> weight;
+  ExpertBatches batches;        // the rows routed to each expert
   std::vector<int> chosen;      // [S, n_used] expert ids
   std::vector<float> chosen_w;  // [S, n_used] their weights
 };
@@ -52,19 +59,11 @@ void RunGemma4Moe(const Gemma4Moe& m, const float* h, std::int64_t S, int E, flo
 // probability, lower id first on ties; weights renormalized over the top
 // n_used, times expert_scale).
 void RouteGemma4Moe(const Gemma4Moe& m, float* logits, std::int64_t S, MoeScratch& s);
-// The rows routed to expert e: s.token (ascending) and s.weight, from s.chosen
-// / s.chosen_w of S rows.
-void ExpertRows(const Gemma4Moe& m, int e, std::int64_t S, MoeScratch& s);
 
-// Every expert's rows at once, expert after expert (a device's one upload of
-// a layer's routing): expert e's rows are token / weight [begin[e],
-// begin[e + 1]), in ExpertRows' order (ascending); begin has n_expert + 1
-// entries. From s.chosen / s.chosen_w of S rows (RouteGemma4Moe); throws
-// kvshare::Error naming an expert id outside [0, n_expert).
-struct ExpertBatches {
-  std::vector<std::int64_t> token, begin;
-  std::vector<float> weight;
-};
+// Every expert's rows at once (RunGemma4Moe's walk over the experts, and a
+// device's one upload of a layer's routing), from s.chosen / s.chosen_w of S
+// rows (RouteGemma4Moe); throws kvshare::Error naming an expert id outside
+// [0, n_expert).
 void BatchExpertRows(const Gemma4Moe& m, std::int64_t S, const MoeScratch& s, ExpertBatches& out);
 
 }  // namespace kvshare::detail
