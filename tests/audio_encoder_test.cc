@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "audio_fixture.h"
+#include "common_source_path.h"
 #include "kvshare/audio/audio_encoder.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
@@ -35,7 +36,8 @@ double MaxRelDiff(const std::vector<float>& got, const std::vector<float>& want)
   EXPECT_EQ(got.size(), want.size());
   double scale = 0.0, worst = 0.0;
   for (float w : want) scale = std::max(scale, double(std::abs(w)));
-  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i)
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]));
   return worst / scale;
 }
 
@@ -112,7 +114,8 @@ TEST(AudioEncoder, Gemma3naPromptHas188Rows) {
   const AudioFeatures f = Features(AudioDir() + "random.features.f32", std::string(83, '1') + std::string(18, '0'));
   const std::vector<float> rows = enc->PromptTokens(f, nullptr);
   ASSERT_EQ(rows.size(), 188u * 64);
-  const std::vector<float> soft = testing::ReadF32(AudioDir() + "gemma3na.random.embed.f32");  // 7 frames, the 7th padded
+  const std::vector<float> soft =
+      testing::ReadF32(AudioDir() + "gemma3na.random.embed.f32");  // 7 frames, the 7th padded
   EXPECT_LT(MaxRelDiff({rows.begin(), rows.begin() + 6 * 64}, {soft.begin(), soft.begin() + 6 * 64}), kRelTol);
   for (int t = 6; t < 188; ++t) {
     ASSERT_EQ(std::vector<float>(rows.begin() + t * 64, rows.begin() + (t + 1) * 64), enc->HardToken(7)) << t;
@@ -135,8 +138,7 @@ TEST(AudioEncoder, ResultsDoNotDependOnThreads) {
 }
 
 TEST(AudioEncoder, Gemma4uaIsRmsNormThenProjection) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  const std::string path = std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/gemma4_unified.mmproj.f32.gguf";
+  const std::string path = testing::SourcePath("tests/fixtures/vision/gemma4_unified.mmproj.f32.gguf");
   const auto enc = AudioEncoder::Load(path);
   ASSERT_EQ(enc->config().samples_per_token, 64);
   std::vector<float> clip(300);
@@ -172,8 +174,7 @@ TEST(AudioEncoder, Refusals) {
               std::string::npos)
         << e.what();
   }
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  const std::string vision = std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/gemma3.mmproj.f32.gguf";
+  const std::string vision = testing::SourcePath("tests/fixtures/vision/gemma3.mmproj.f32.gguf");
   try {
     AudioEncoder::Load(vision);
     ADD_FAILURE() << "no error";

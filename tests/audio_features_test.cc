@@ -136,7 +136,9 @@ TEST(AudioFeatures, FrameCountsAndMasks) {
   }
   const AudioFeatures f4 = e4.Extract(clip);  // Gemma 4 zeroes its invalid frames
   for (int i = 0; i < f4.n_frames; ++i) {
-    if (!f4.mask[i]) EXPECT_EQ(f4.values[std::size_t(i) * 128], 0.0f) << i;
+    if (!f4.mask[i]) {
+      EXPECT_EQ(f4.values[std::size_t(i) * 128], 0.0f) << i;
+    }
   }
 }
 
@@ -156,7 +158,9 @@ TEST(AudioFeatures, SilenceGivesTheFloor) {
   for (float v : f3.values) ASSERT_FLOAT_EQ(v, std::log(1e-5f));
   const AudioFeatures f4 = LogMelExtractor(Gemma4LogMelConfig()).Extract(silence);
   for (int i = 0; i < f4.n_frames; ++i) {
-    if (f4.mask[i]) ASSERT_FLOAT_EQ(f4.values[std::size_t(i) * 128 + 5], std::log(1e-3f));
+    if (f4.mask[i]) {
+      ASSERT_FLOAT_EQ(f4.values[std::size_t(i) * 128 + 5], std::log(1e-3f));
+    }
   }
 }
 

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -14,12 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
+
 namespace kvshare::testing {
 
-inline std::string AudioDir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/audio/";
-}
+inline std::string AudioDir() { return SourcePath("tests/fixtures/audio/"); }
 
 inline std::vector<std::uint8_t> ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

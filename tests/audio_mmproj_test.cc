@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "audio_fixture.h"
+#include "common_source_path.h"
 #include "gguf_writer.h"
 #include "kvshare/audio/audio_mmproj.h"
 #include "kvshare/common/error.h"
@@ -18,10 +19,7 @@
 namespace kvshare {
 namespace {
 
-std::string VisionDir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/";
-}
+std::string VisionDir() { return testing::SourcePath("tests/fixtures/vision/"); }
 
 template <typename Fn>
 std::string ErrorOf(Fn&& fn) {

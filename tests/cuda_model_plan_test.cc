@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "cuda_model/cuda_dispatch.h"
 #include "cuda_model_compare.h"
 #include "cuda_test_util.h"
@@ -316,9 +317,7 @@ TEST(CudaModelDispatch, ArchitecturesWithAGpuForwardPass) {
 
 // EmbeddingGemma (tests/fixtures/embedding_gemma) has no GPU forward pass.
 TEST(CudaModelDispatch, UnsupportedArchitectureIsAnActionableError) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  if (src == nullptr) GTEST_SKIP() << "KVSHARE_SOURCE_DIR is not set (ctest sets it)";
-  const std::string path = std::string(src) + "/tests/fixtures/embedding_gemma/tiny.f32.gguf";
+  const std::string path = testing::SourcePath("tests/fixtures/embedding_gemma/tiny.f32.gguf");
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   const std::string msg = ErrorOf([&] { MoveModelToCuda(Model::Load(path)); });
 #if KVSHARE_HAVE_CUDA

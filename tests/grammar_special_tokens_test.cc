@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/grammar/grammar.h"
@@ -25,10 +26,7 @@
 namespace kvshare {
 namespace {
 
-std::string Fixture(const std::string& rel) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/" + rel;
-}
+std::string Fixture(const std::string& rel) { return testing::SourcePath("tests/fixtures/") + rel; }
 
 std::unique_ptr<Tokenizer> Load(const std::string& path) {
   if (!std::filesystem::exists(path)) return nullptr;
@@ -81,7 +79,8 @@ TEST(SpecialTokens, Gemma4MarkersAreSpecialAndOnlyWhitespaceRunsAreNot) {
 TEST(SpecialTokens, Gemma3AddedTokensAreSpecialButWhitespaceRunsAreNot) {
   const auto tok = Load(testing::DefaultModelPath());
   if (!tok) GTEST_SKIP() << "model not found at " << testing::DefaultModelPath();
-  for (const char* m : {"<start_of_image>", "<end_of_image>", "[multimodal]", "<table>", "<start_of_turn>", "<unused0>"})
+  for (const char* m :
+       {"<start_of_image>", "<end_of_image>", "[multimodal]", "<table>", "<start_of_turn>", "<unused0>"})
     EXPECT_TRUE(IsSpecialToken(*tok, Id(*tok, m))) << m;
   for (const char* w : {"\n", "\n\n", "  ", "\t\t"}) {
     EXPECT_EQ(tok->Type(Id(*tok, w)), TokenType::kUserDefined);

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/model/model.h"
@@ -38,10 +39,7 @@ using testing::TinyGemmaSpec;
 // W / 2 + 1) moves the vectors by up to 0.1.
 constexpr double kTol = 1e-5;
 
-std::string Fixture(const std::string& name) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/embedding_gemma/" + name;
-}
+std::string Fixture(const std::string& name) { return testing::SourcePath("tests/fixtures/embedding_gemma/") + name; }
 
 json LoadJson() {
   std::ifstream in(Fixture("tiny.st.json"));

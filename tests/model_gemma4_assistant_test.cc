@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common_record_measured.h"
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/model/gemma4_assistant.h"
@@ -34,10 +35,7 @@ using nlohmann::json;
 // against HF's fp32 eager forward).
 constexpr double kRelTol = 1e-5;
 
-std::string FixtureDir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4_assistant/";
-}
+std::string FixtureDir() { return testing::SourcePath("tests/fixtures/gemma4_assistant/"); }
 
 json LoadJson(const std::string& name) {
   std::ifstream in(FixtureDir() + name);
@@ -174,8 +172,7 @@ TEST_F(AssistantFixture, NamedErrors) {
     }
   };
   // A target of another width and vocabulary: the default Gemma 4 e2b fixture.
-  const std::string src = std::getenv("KVSHARE_SOURCE_DIR") ? std::getenv("KVSHARE_SOURCE_DIR") : ".";
-  const std::unique_ptr<Model> other = Model::Load(src + "/tests/fixtures/gemma4/keqv.f32.gguf");
+  const std::unique_ptr<Model> other = Model::Load(testing::SourcePath("tests/fixtures/gemma4/keqv.f32.gguf"));
   auto ost = other->NewState({.max_context = 32});
   expect_error([&] { a->Sources(*other, ost->kv_cache().Plan()); }, "the target's embedding_length is 64");
   // Loading the assistant as a model, or a model as the assistant.

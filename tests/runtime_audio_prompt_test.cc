@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "audio_fixture.h"
+#include "common_source_path.h"
 #include "common_test_util.h"
 #include "kvshare/audio/audio.h"
 #include "kvshare/common/error.h"
@@ -26,16 +27,13 @@
 namespace kvshare {
 namespace {
 
-std::string Src() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src ? src : ".");
-}
 using testing::AudioDir;
 
 // The tiny Gemma 4 text model's vocabulary (tests/fixtures/vision/README.md):
 // <|audio> 22, <|audio|> 18, <audio|> 23, <|image> 20, <|image|> 17, <image|> 21.
 const Tokenizer& Gemma4Tok() {
-  static const auto* tok = new Tokenizer(ReadVocab(GgufFile::Open(Src() + "/tests/fixtures/vision/gemma4.f32.gguf")));
+  static const auto* tok =
+      new Tokenizer(ReadVocab(GgufFile::Open(testing::SourceDir() + "/tests/fixtures/vision/gemma4.f32.gguf")));
   return *tok;
 }
 

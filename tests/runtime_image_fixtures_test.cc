@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "common_test_util.h"
-#include "model_test_util.h"
 #include "kvshare/gguf/vocab.h"
 #include "kvshare/model/model.h"
 #include "kvshare/runtime/chat_template.h"
@@ -31,6 +31,7 @@
 #include "kvshare/runtime/speculative.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "kvshare/vision/vision_encoder.h"
+#include "model_test_util.h"
 
 namespace kvshare {
 namespace {
@@ -39,10 +40,7 @@ using testing::MaxRelDiff;
 
 constexpr double kTol = 1e-5;
 
-std::string Dir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/fixtures/vision/";
-}
+std::string Dir() { return testing::SourcePath("tests/fixtures/vision/"); }
 
 template <typename T>
 std::vector<T> ReadRaw(const nlohmann::json& ref) {
@@ -155,7 +153,7 @@ TEST_P(ImageFixtures, PromptAndLogitsMatchHf) {
     const std::string text = p["text"].get<std::string>();
     const std::string user_text =
         g3 ? text.substr(text.rfind("\n\n") + 2, text.find("<end_of_turn>") - text.rfind("\n\n") - 2)
-                : text.substr(text.rfind("<image|>") + 8, text.find("<turn|>") - text.rfind("<image|>") - 8);
+           : text.substr(text.rfind("<image|>") + 8, text.find("<turn|>") - text.rfind("<image|>") - 8);
     ChatMessage m{"user", user_text};
     m.image_at.assign(images.size(), 0);
     const ChatTemplate tmpl(g3 ? ChatFormat::kGemma : ChatFormat::kGemma4, tok);
@@ -240,8 +238,9 @@ TEST(ImagePrompt, MismatchedMmprojIsRefused) {
   const std::unique_ptr<VisionEncoder> mnv5 = VisionEncoder::Load(Dir() + "gemma3n.mmproj.f32.gguf");
   EXPECT_NE(testing::ErrorOf([&] { ImageSplicer(tok4, *siglip); }).find("no such token: the mmproj does not belong"),
             std::string::npos);
-  EXPECT_NE(testing::ErrorOf([&] { ImageSplicer(tok3, *mnv5); })
-                .find("covers ids [480, 496) of this 512-token vocabulary, but <end_of_image> is id"),
+  EXPECT_NE(testing::ErrorOf([&] {
+              ImageSplicer(tok3, *mnv5);
+            }).find("covers ids [480, 496) of this 512-token vocabulary, but <end_of_image> is id"),
             std::string::npos);
   EXPECT_NO_THROW(ImageSplicer(tok3, *siglip));
 }

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common_record_measured.h"
+#include "common_source_path.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
@@ -35,10 +36,7 @@ using testing::ExpectBitwiseEqual;
 using testing::Generate;
 using testing::GenRun;
 
-std::string Dir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4_assistant/";
-}
+std::string Dir() { return testing::SourcePath("tests/fixtures/gemma4_assistant/"); }
 
 class SpeculativeAssistant : public ::testing::Test {
  protected:

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
@@ -19,10 +20,7 @@
 namespace kvshare {
 namespace {
 
-std::string Fixtures() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/";
-}
+std::string Fixtures() { return testing::SourcePath("tests/fixtures/"); }
 
 // The message CheckSpeculation throws for `r` ("(no error)" when none).
 std::string CheckError(const SpeculationRequest& r) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "common_test_util.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
@@ -252,8 +253,7 @@ TEST(SpeculativeLossless, TinyGemma4SharingPleMoeKeqv) {
 // quantizations of e2b.
 TEST(SpeculativeLossless, Gemma4Fixtures) {
   ThreadPool pool(2);
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  const std::string dir = std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4/";
+  const std::string dir = testing::SourcePath("tests/fixtures/gemma4/");
   for (const char* name : {"e2b.f32", "e2b.q8_0", "e2b.q4_k_m", "keqv.f32", "moe.f32", "noshare.f32"}) {
     const std::unique_ptr<Model> model = Model::Load(dir + name + ".gguf");
     CheckLossless(*model, {name, {.max_context = 96, .max_step = 6}}, &pool, 40);
@@ -265,8 +265,7 @@ TEST(SpeculativeLossless, Gemma4Fixtures) {
 // in f32 and llama.cpp's quantizations.
 TEST(SpeculativeLossless, Gemma3nFixtures) {
   ThreadPool pool(2);
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  const std::string dir = std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma3n/";
+  const std::string dir = testing::SourcePath("tests/fixtures/gemma3n/");
   for (const char* name : {"e2b.f32", "e2b.q8_0", "e2b.q4_k_m", "pattern5.f32"}) {
     const std::unique_ptr<Model> model = Model::Load(dir + name + ".gguf");
     CheckLossless(*model, {name, {.max_context = 96, .max_step = 6}}, &pool, 40);

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/grammar/grammar.h"
@@ -148,10 +149,7 @@ TEST(LazyGrammar, TriggerStartersAreKeptPerVocabularyTriggerAndTokenText) {
 
 // ---- Tool calls on the fixtures ----
 
-std::string Fixture(const std::string& rel) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/" + rel;
-}
+std::string Fixture(const std::string& rel) { return testing::SourcePath("tests/fixtures/") + rel; }
 
 using Markers = std::vector<std::pair<std::int32_t, std::string>>;
 
@@ -333,8 +331,7 @@ TEST_F(Gemma4ToolGrammar, InsideACallNoOtherSpecialTokenIsTaken) {
       for (std::int32_t id : special) logits[static_cast<std::size_t>(id)] += 1e4f;
       m.MaskLogits(logits);
       const auto best = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      const bool marker =
-          std::any_of(markers.begin(), markers.end(), [&](const auto& mk) { return mk.first == best; });
+      const bool marker = std::any_of(markers.begin(), markers.end(), [&](const auto& mk) { return mk.first == best; });
       ASSERT_TRUE(marker || !IsSpecialToken(*tok_, best)) << tok_->TokenText(best) << " after " << text;
       quotes += best == *tok_->TokenId("<|\"|>");
       ASSERT_TRUE(m.AcceptToken(best));

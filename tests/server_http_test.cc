@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common_source_path.h"
 #include "server.h"
 
 namespace kvshare::server {
@@ -19,10 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string Fixture() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4/e2b.f32.gguf";
-}
+std::string Fixture() { return testing::SourcePath("tests/fixtures/gemma4/e2b.f32.gguf"); }
 
 TEST(ServerHttp, HealthFollowsLoadingReadyDraining) {
   ServerOptions o;

@@ -19,6 +19,7 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include "common_record_measured.h"
+#include "common_source_path.h"
 #include "gguf_writer.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
@@ -31,10 +32,7 @@ namespace {
 using nlohmann::json;
 using testing::GgufKv;
 
-std::string SourcePath(const std::string& rel) {
-  if (const char* src = std::getenv("KVSHARE_SOURCE_DIR")) return std::string(src) + "/" + rel;
-  return rel;
-}
+using testing::SourcePath;
 
 // A GGUF holding the fixture's "gguf" object, keys typed as the converter writes them.
 std::vector<std::uint8_t> GgufOf(const json& fields) {

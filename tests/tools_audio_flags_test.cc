@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "audio_flags.h"
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "model_test_util.h"
 #include "vision/bf16_matmul.h"
@@ -14,11 +15,7 @@
 namespace kvshare::cli {
 namespace {
 
-std::string Src() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src ? src : ".");
-}
-std::string Audio(const std::string& name) { return Src() + "/tests/fixtures/audio/" + name; }
+std::string Audio(const std::string& name) { return testing::SourceDir() + "/tests/fixtures/audio/" + name; }
 
 AudioFlags Parse(std::vector<std::string> args) {
   CLI::App app{"test"};
@@ -31,7 +28,7 @@ AudioFlags Parse(std::vector<std::string> args) {
 }
 
 TEST(AudioFlags, EncodeTheClipsInOrder) {
-  const auto model = Model::Load(Src() + "/tests/fixtures/vision/gemma4.f32.gguf");
+  const auto model = Model::Load(testing::SourceDir() + "/tests/fixtures/vision/gemma4.f32.gguf");
   const AudioFlags f = Parse({"--audio", Audio("hello_22050.wav"), "--audio", Audio("fox_16000.flac")});
   const EncodedAudio e = EncodeAudioFlags(f, Audio("gemma4a.mmproj.f32.gguf"), *model, nullptr);
   ASSERT_EQ(e.clips.size(), 2u);
@@ -44,7 +41,7 @@ TEST(AudioFlags, EncodeTheClipsInOrder) {
 }
 
 TEST(AudioFlags, PrecisionPicksTheEncodersPrecision) {
-  const auto model = Model::Load(Src() + "/tests/fixtures/vision/gemma4.f32.gguf");
+  const auto model = Model::Load(testing::SourceDir() + "/tests/fixtures/vision/gemma4.f32.gguf");
   const std::string mm = Audio("gemma4a.mmproj.f32.gguf");
   EXPECT_EQ(Parse({}).precision, "auto");
   EXPECT_THROW(Parse({"--audio-precision", "fp16"}), CLI::ValidationError);
@@ -59,16 +56,18 @@ TEST(AudioFlags, PrecisionPicksTheEncodersPrecision) {
 }
 
 TEST(AudioFlags, ErrorsNameTheFlagAndFile) {
-  const auto model = Model::Load(Src() + "/tests/fixtures/vision/gemma4.f32.gguf");
+  const auto model = Model::Load(testing::SourceDir() + "/tests/fixtures/vision/gemma4.f32.gguf");
   const std::string mm = Audio("gemma4a.mmproj.f32.gguf");
   const auto error = [&](std::vector<std::string> args, const std::string& mmproj) {
     return testing::ErrorOf([&] { EncodeAudioFlags(Parse(args), mmproj, *model, nullptr); });
   };
   EXPECT_NE(error({"--audio", "x.wav"}, "").find("--audio needs --mmproj PATH"), std::string::npos);
   EXPECT_NE(error({"--audio", "/nonexistent/x.wav"}, mm).find("--audio /nonexistent/x.wav: "), std::string::npos);
-  EXPECT_NE(error({"--audio", Src() + "/README.md"}, mm).find("unknown audio format"), std::string::npos);
+  EXPECT_NE(error({"--audio", testing::SourceDir() + "/README.md"}, mm).find("unknown audio format"),
+            std::string::npos);
   // A vision-only mmproj, and one whose markers the text model lacks, name --mmproj.
-  const std::string vision = error({"--audio", Audio("hello_22050.wav")}, Src() + "/tests/fixtures/vision/gemma4.mmproj.f32.gguf");
+  const std::string vision = error({"--audio", Audio("hello_22050.wav")},
+                                   testing::SourceDir() + "/tests/fixtures/vision/gemma4.mmproj.f32.gguf");
   EXPECT_NE(vision.find("--mmproj "), std::string::npos);
   EXPECT_NE(vision.find("no audio encoder"), std::string::npos);
 }

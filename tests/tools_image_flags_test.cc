@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "image_flags.h"
 #include "kvshare/common/error.h"
 #include "model_test_util.h"
@@ -16,10 +17,7 @@
 namespace kvshare::cli {
 namespace {
 
-std::string Fixture(const std::string& name) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/fixtures/vision/" + name;
-}
+std::string Fixture(const std::string& name) { return testing::SourcePath("tests/fixtures/vision/") + name; }
 
 std::string ImageDir() { return Fixture("images/"); }
 
@@ -70,7 +68,8 @@ TEST(ImageFlags, ErrorsNameTheFlagAndFile) {
   // decoding with the flag that raises the limit; a truncated file.
   const std::string rgb = ImageDir() + "rgb.png";
   EXPECT_NE(error({"--mmproj", mm, "--image", rgb, "--image-max-pixels", "34"})
-                .find("--image " + rgb + ": PNG image of 7x5 = 35 pixels is over the limit of 34 pixels; raise it "
+                .find("--image " + rgb +
+                      ": PNG image of 7x5 = 35 pixels is over the limit of 34 pixels; raise it "
                       "with --image-max-pixels"),
             std::string::npos);
   EXPECT_THROW(Parse({"--image-max-pixels", "0"}), CLI::ValidationError);
@@ -93,7 +92,8 @@ TEST(ImageFlags, ErrorsNameTheFlagAndFile) {
 // an audio encoder (audio_flags.h).
 TEST(ImageFlags, NoImagesLoadNothing) {
   const auto model = Model::Load(Fixture("gemma4.f32.gguf"));
-  const EncodedImages e = EncodeImageFlags(Parse({"--mmproj", Fixture("../audio/gemma4a.mmproj.f32.gguf")}), *model, nullptr);
+  const EncodedImages e =
+      EncodeImageFlags(Parse({"--mmproj", Fixture("../audio/gemma4a.mmproj.f32.gguf")}), *model, nullptr);
   EXPECT_EQ(e.encoder, nullptr);
   EXPECT_TRUE(e.images.empty());
 }

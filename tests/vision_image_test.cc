@@ -11,16 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "kvshare/vision/image.h"
 
 namespace kvshare {
 namespace {
 
-std::string ImageDir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/images/";
-}
+std::string ImageDir() { return testing::SourcePath("tests/fixtures/vision/images/"); }
 
 std::vector<std::uint8_t> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

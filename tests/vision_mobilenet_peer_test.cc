@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/gguf/gguf.h"
 #include "vision/mobilenet_v5.h"
@@ -21,10 +22,7 @@ namespace {
 // 1.3e-6 (docs/vision_mobilenet_v5.md).
 constexpr double kRelTol = 1e-5;
 
-std::string FixturePath(const std::string& name) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/" + name;
-}
+std::string FixturePath(const std::string& name) { return testing::SourcePath("tests/fixtures/vision/") + name; }
 
 std::vector<float> Floats(const GgufFile& f, const std::string& name) {
   const GgufTensor& t = f.Tensor(name);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "vision/image_resize.h"
 #include "vision/preprocess.h"
@@ -131,8 +132,7 @@ std::vector<std::uint8_t> FromHex(const std::string& hex) {
 }
 
 TEST(VisionResize, EqualsTorchvisionBitForBit) {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  std::ifstream in(std::string(src != nullptr ? src : ".") + "/tests/fixtures/vision/resize_torch.txt");
+  std::ifstream in(testing::SourcePath("tests/fixtures/vision/resize_torch.txt"));
   ASSERT_TRUE(in);
   std::map<std::string, Image> images;
   std::string line;
