@@ -185,7 +185,7 @@ verify_pack() {
       if ((rc)); then echo "verify: FAILED (exit $rc): $1"; echo "${out:0:3000}"; fail=1; else echo "verify: ok: $1"; fi
     }
     check "test_cuda lists its tests" "$d/bin/test_cuda" --gtest_list_tests
-    check "test_cuda host-side plan tests" "$d/bin/test_cuda" --gtest_filter="CudaWgmmaPlan.*:CudaModelPlan.*:CudaModelHarness.*"
+    check "test_cuda host-side plan tests" "$d/bin/test_cuda" --gtest_filter="CudaWgmmaPlan.*:CudaModelPlan.*:CudaModelHarness.*:CudaGraphPolicy.*"
     if [[ -x $d/bin/test_runtime ]]; then
       check "test_runtime DeviceSupport host cases (the CPU model: no oneDNN call)" "$d/bin/test_runtime" --gtest_filter="DeviceSupport*"
     fi

@@ -146,7 +146,7 @@ float* CudaDecoder::DeviceStep(CudaDecoderState& st, const Step& step, std::int6
   };
   const DecodeGraphPolicy policy{
       .enabled = graphs_, .family_capturable = CapturableDecode(), .probing = static_cast<bool>(st.layer_probe)};
-  if (CaptureDecodeStep(step, policy)) {
+  if (CaptureDecodeStep(step, policy) && st.graphs.Warm(DecodeGraphKey(step))) {
     std::vector<std::int64_t> before;  // the step rows' lengths, to put back after a failed capture
     for (const StepRow& r : step.rows) before.push_back(st.cache.Length(r.row));
     const bool fail = st.fail_captures > 0;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 
 #include "cuda_model/step_graph.h"
@@ -32,9 +33,13 @@ class StepGraphs {
   // a CUDA error would. Throws kvshare::Error only when the launch fails.
   bool Run(cudaStream_t stream, std::int64_t key, const std::function<void()>& work, bool fail, std::string* why,
            CudaGraphStats& stats);
+  // False the first time a key is asked for (its step then runs eagerly, so
+  // that the buffers a step of that shape needs grow outside a capture).
+  bool Warm(std::int64_t key) { return !seen_.insert(key).second; }
 
  private:
   GraphCache execs_;
+  std::set<std::int64_t> seen_;
 };
 
 }  // namespace kvshare::detail

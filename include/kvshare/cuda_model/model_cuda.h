@@ -20,10 +20,11 @@ struct CudaModelOptions {
   // Decode steps (every row of the step has one token) as CUDA graphs: the
   // step's device work (layers and LM head) is captured on the model's
   // stream and launched as one graph, the executable graph of each row count
-  // reused (updated to the step's arguments). Steps of a family with a
-  // mid-step host round trip (Gemma 4's MoE routing), prompt chunks and
-  // probed steps run eagerly, as does a step whose capture fails (logged
-  // once per state). Logits are bitwise those of eager steps (the same
+  // reused (updated to the step's arguments); the first step of each row
+  // count runs eagerly (its buffers grow). Steps of a family with a mid-step
+  // host round trip (Gemma 4's MoE routing), prompt chunks and probed steps
+  // run eagerly, as does a step whose capture fails (printed once per
+  // process on stderr). Logits are bitwise those of eager steps (the same
   // kernels in the same order). false, or KVSHARE_CUDA_GRAPHS=0 in the
   // environment at MoveModelToCuda: every step eager. docs/gpu.md.
   bool cuda_graphs = true;
