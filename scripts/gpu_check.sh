@@ -543,7 +543,7 @@ step_body() {
     model_*)
       local tmp
       tmp=$(cat "$WORK/bench_tmp" 2>/dev/null) && export TMPDIR=$tmp
-      run_bench "^cuda/model/$(model_shape "$1")/" "$WORK/bench_$1.json" ;;
+      run_bench "^cuda/model(_eager)?/$(model_shape "$1")/" "$WORK/bench_$1.json" ;;
     hf_*)
       local extra=(--shapes "$(model_shape "$1")")
       ((HAVE_GPU)) || extra+=(--tiny --device cpu)

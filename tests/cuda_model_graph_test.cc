@@ -274,7 +274,8 @@ TEST_P(CudaGraphDevice, FailedCaptureRunsEagerly) {
   EXPECT_GT(gs.graph_steps, 0) << StatsText(gs);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphDevice, ::testing::Values("gemma3", "gemma4", "gemma4_moe", "gemma3n"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphDevice, ::testing::Values("gemma3", "gemma4", "gemma4_moe", "gemma3n"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace kvshare::testing
