@@ -137,15 +137,17 @@ struct Call {
 };
 
 // Prompts on rows 0..2, decode steps of 1 and 3 rows, row 1 leaving and
-// coming back, row 3 joining, a rewind of row 2, more steps: 8 + 2 * 3 +
-// ... tokens, within 32 positions a row.
+// coming back, row 3 joining, a rewind of row 2 by three tokens, more steps:
+// row 0 reaches 19 positions, within DeviceTestOptions' 32. fail_at: the
+// call (3 rows, after the first step of 3 rows) whose capture and the next
+// fail.
 std::vector<Call> Script(int fail_at = -1) {
   std::vector<Call> s;
   s.push_back({.rows = {{0, 5}, {1, 3}, {2, 4}}});
   for (int i = 0; i < 3; ++i) s.push_back({.rows = {{0, 1}}});
   for (int i = 0; i < 3; ++i) s.push_back({.rows = {{0, 1}, {1, 1}, {2, 1}}});
   for (int i = 0; i < 2; ++i) s.push_back({.rows = {{2, 1}, {0, 1}}});  // row 1 leaves, the order changes
-  s.push_back({.rows = {{3, 1}, {1, 1}, {0, 1}}});                     // row 3 joins (its first token)
+  s.push_back({.rows = {{3, 1}, {1, 1}, {0, 1}}});                      // row 3 joins (its first token)
   s.push_back({.rows = {{0, 1}, {1, 1}, {2, 1}}, .rewind_row = 2, .rewind_to = 6});
   for (int i = 0; i < 3; ++i) s.push_back({.rows = {{0, 1}, {1, 1}, {2, 1}}});
   s.push_back({.rows = {{0, 1}}});
@@ -175,9 +177,8 @@ std::vector<std::vector<float>> RunScript(const Model& m, const ModelStateOption
 
 std::string StatsText(const CudaGraphStats& s) {
   std::ostringstream o;
-  o << "graph_steps " << s.graph_steps << ", captured " << s.captured << ", updated " << s.updated
-    << ", instantiated " << s.instantiated << ", capture_failures " << s.capture_failures << ", eager_steps "
-    << s.eager_steps;
+  o << "graph_steps " << s.graph_steps << ", captured " << s.captured << ", updated " << s.updated << ", instantiated "
+    << s.instantiated << ", capture_failures " << s.capture_failures << ", eager_steps " << s.eager_steps;
   return o.str();
 }
 

@@ -114,7 +114,8 @@ std::span<const float> CudaDecoder::ForwardBatch(ModelState& base, std::span<con
         CudaCheck(cudaStreamSynchronize(stream_), "Forward (device cuda)");
         continue;
       }
-      const auto hidden_bytes = static_cast<std::size_t>(kept * E) * 4, head_bytes = static_cast<std::size_t>(kept * V) * 4;
+      const auto hidden_bytes = static_cast<std::size_t>(kept * E) * 4,
+                 head_bytes = static_cast<std::size_t>(kept * V) * 4;
       auto* hidden = static_cast<float*>(st.staging.Take(hidden_bytes, stream_, "Forward (device cuda): hidden rows"));
       auto* head = static_cast<float*>(st.staging.Take(head_bytes, stream_, "Forward (device cuda): logits"));
       DownloadAsync(hidden, rows, hidden_bytes, "Forward (device cuda): hidden rows download");
@@ -185,7 +186,8 @@ void CudaDecoder::EmbedStep(CudaDecoderState& st, const Step& step) const {
   const ModelConfig& c = config();
   const auto T = static_cast<std::int64_t>(step.tokens.size());
   Grow(st.tok, static_cast<std::size_t>(T) * 4, kActivations);
-  StepUpload(st, st.tok.data(), step.tokens.data(), static_cast<std::size_t>(T) * 4, "Forward (device cuda): token upload");
+  StepUpload(st, st.tok.data(), step.tokens.data(), static_cast<std::size_t>(T) * 4,
+             "Forward (device cuda): token upload");
   EmbedRowsDevice(embd_, As<int>(st.tok), T, std::sqrt(static_cast<float>(c.n_embd)), Rows(st.x, T, c.n_embd));
   st.src.resize(static_cast<std::size_t>(T));
   for (std::int64_t i = 0; i < T; ++i) st.src[static_cast<std::size_t>(i)] = i;

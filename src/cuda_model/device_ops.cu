@@ -289,8 +289,8 @@ DevMatrix UploadMatrix(const WeightMatrix& w, const std::string& name, DType dty
 
 void EmbedRowsDevice(const DevMatrix& table, const int* tok, std::int64_t n, float scale, float* x) {
   if (n == 0) return;
-  EmbedKernel<<<Blocks(n * table.cols), kThreads, 0, Stream()>>>(table.data.data(), table.dtype == DType::kBFloat16, tok, n,
-                                                    static_cast<int>(table.cols), scale, x);
+  EmbedKernel<<<Blocks(n * table.cols), kThreads, 0, Stream()>>>(table.data.data(), table.dtype == DType::kBFloat16,
+                                                                 tok, n, static_cast<int>(table.cols), scale, x);
   CheckLaunch("Forward (device cuda): embedding launch");
 }
 

@@ -17,7 +17,7 @@ namespace kvshare::detail {
 
 // What besides the step decides whether it is captured.
 struct DecodeGraphPolicy {
-  bool enabled = true;           // CudaModelOptions::cuda_graphs and KVSHARE_CUDA_GRAPHS
+  bool enabled = true;            // CudaModelOptions::cuda_graphs and KVSHARE_CUDA_GRAPHS
   bool family_capturable = true;  // the family's CapturableDecode(): no mid-step host round trip
   bool probing = false;           // DecoderState::layer_probe is set (a download after each layer)
 };

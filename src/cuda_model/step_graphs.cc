@@ -17,8 +17,7 @@ std::string Describe(cudaError_t e, const char* call) {
 
 }  // namespace
 
-StepGraphs::StepGraphs()
-    : execs_([](void* h) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(h)); }, kMaxGraphs) {}
+StepGraphs::StepGraphs() : execs_([](void* h) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(h)); }, kMaxGraphs) {}
 
 bool StepGraphs::Run(cudaStream_t stream, std::int64_t key, const std::function<void()>& work, bool fail,
                      std::string* why, CudaGraphStats& stats) {
