@@ -15,7 +15,9 @@
 // Each reports prefill tok/s of a 512-token prompt (one row) and decode tok/s
 // at C = 1, 8 and 64 rows per ForwardBatch step (every row one token; rows
 // first prefilled with 64 tokens in one batched call), bf16 weights and KV
-// cache. Not yet run on a GPU.
+// cache. Decode steps run as CUDA graphs (CudaModelOptions::cuda_graphs,
+// docs/gpu.md); cuda/model_eager/gemma3_270m_shapes/decode is the same at C =
+// 1 and 8 with graphs off, for the comparison. Not yet run on a GPU.
 //   kvshare_bench --benchmark_filter=cuda/model
 #include <benchmark/benchmark.h>
 
@@ -43,22 +45,30 @@ namespace {
 
 #if KVSHARE_HAVE_CUDA
 
+std::unique_ptr<kvshare::Model> LoadGemma3Shapes(bool graphs) {
+  kvshare::testing::TinyGemmaSpec s;
+  s.n_layer = 18;
+  s.n_embd = 640;
+  s.n_ff = 2048;
+  s.n_head = 4;
+  s.n_head_kv = 1;
+  s.head_dim = 256;
+  s.n_vocab = 262144;
+  s.window = 512;
+  s.pattern = 6;
+  s.types = {kvshare::GgmlType::kF16};
+  const kvshare::testing::TempGguf file(s, "cuda_bench_270m");
+  return kvshare::MoveModelToCuda(kvshare::Model::Load(file.path), {.cuda_graphs = graphs});
+}
+
 const kvshare::Model* Gemma3Shapes() {
-  static const std::unique_ptr<kvshare::Model> model = [] {
-    kvshare::testing::TinyGemmaSpec s;
-    s.n_layer = 18;
-    s.n_embd = 640;
-    s.n_ff = 2048;
-    s.n_head = 4;
-    s.n_head_kv = 1;
-    s.head_dim = 256;
-    s.n_vocab = 262144;
-    s.window = 512;
-    s.pattern = 6;
-    s.types = {kvshare::GgmlType::kF16};
-    const kvshare::testing::TempGguf file(s, "cuda_bench_270m");
-    return kvshare::MoveModelToCuda(kvshare::Model::Load(file.path));
-  }();
+  static const std::unique_ptr<kvshare::Model> model = LoadGemma3Shapes(true);
+  return model.get();
+}
+
+// The same with CUDA graphs off: every decode step launched kernel by kernel.
+const kvshare::Model* Gemma3ShapesEager() {
+  static const std::unique_ptr<kvshare::Model> model = LoadGemma3Shapes(false);
   return model.get();
 }
 
@@ -159,6 +169,9 @@ void BM_Gemma3Prefill(benchmark::State& state) {
 void BM_Gemma3Decode(benchmark::State& state) {
   if (DeviceOrSkip(state)) Decode(state, *Gemma3Shapes());
 }
+void BM_Gemma3DecodeEager(benchmark::State& state) {
+  if (DeviceOrSkip(state)) Decode(state, *Gemma3ShapesEager());
+}
 void BM_Gemma4Prefill(benchmark::State& state) {
   if (DeviceOrSkip(state)) Prefill(state, *Gemma4E2bGeometry());
 }
@@ -171,6 +184,7 @@ void BM_Gemma4Decode(benchmark::State& state) {
 void Skip(benchmark::State& state) { state.SkipWithError("built without CUDA (KVSHARE_CUDA=OFF)"); }
 void BM_Gemma3Prefill(benchmark::State& state) { Skip(state); }
 void BM_Gemma3Decode(benchmark::State& state) { Skip(state); }
+void BM_Gemma3DecodeEager(benchmark::State& state) { Skip(state); }
 void BM_Gemma4Prefill(benchmark::State& state) { Skip(state); }
 void BM_Gemma4Decode(benchmark::State& state) { Skip(state); }
 
@@ -182,6 +196,12 @@ void DecodeRows(benchmark::internal::Benchmark* b) { Prefill512(b->ArgName("C")-
 
 BENCHMARK(BM_Gemma3Prefill)->Name("cuda/model/gemma3_270m_shapes/prefill512")->Apply(Prefill512);
 BENCHMARK(BM_Gemma3Decode)->Name("cuda/model/gemma3_270m_shapes/decode")->Apply(DecodeRows);
+BENCHMARK(BM_Gemma3DecodeEager)
+    ->Name("cuda/model_eager/gemma3_270m_shapes/decode")
+    ->ArgName("C")
+    ->Arg(1)
+    ->Arg(8)
+    ->Apply(Prefill512);
 BENCHMARK(BM_Gemma4Prefill)->Name("cuda/model/gemma4_e2b_geometry/prefill512")->Apply(Prefill512);
 BENCHMARK(BM_Gemma4Decode)->Name("cuda/model/gemma4_e2b_geometry/decode")->Apply(DecodeRows);
 

@@ -185,7 +185,7 @@ verify_pack() {
       if ((rc)); then echo "verify: FAILED (exit $rc): $1"; echo "${out:0:3000}"; fail=1; else echo "verify: ok: $1"; fi
     }
     check "test_cuda lists its tests" "$d/bin/test_cuda" --gtest_list_tests
-    check "test_cuda host-side plan tests" "$d/bin/test_cuda" --gtest_filter="CudaWgmmaPlan.*:CudaModelPlan.*:CudaModelHarness.*"
+    check "test_cuda host-side plan tests" "$d/bin/test_cuda" --gtest_filter="CudaWgmmaPlan.*:CudaModelPlan.*:CudaModelHarness.*:CudaGraphPolicy.*"
     if [[ -x $d/bin/test_runtime ]]; then
       check "test_runtime DeviceSupport host cases (the CPU model: no oneDNN call)" "$d/bin/test_runtime" --gtest_filter="DeviceSupport*"
     fi
@@ -543,7 +543,7 @@ step_body() {
     model_*)
       local tmp
       tmp=$(cat "$WORK/bench_tmp" 2>/dev/null) && export TMPDIR=$tmp
-      run_bench "^cuda/model/$(model_shape "$1")/" "$WORK/bench_$1.json" ;;
+      run_bench "^cuda/model(_eager)?/$(model_shape "$1")/" "$WORK/bench_$1.json" ;;
     hf_*)
       local extra=(--shapes "$(model_shape "$1")")
       ((HAVE_GPU)) || extra+=(--tiny --device cpu)

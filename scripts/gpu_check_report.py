@@ -171,7 +171,9 @@ def bench_lines(doc):
 
 def model_table(bench_doc, hf_doc):
     """Rows of (key, kvshare tok/s or error, transformers tok/s or error, ratio, the peer's setup)."""
-    ours = {bench_key(n): r for n, r in bench_rows(bench_doc).items() if bench_key(n).startswith("model/")}
+    # model_eager/: the same decode rows with CUDA graphs off (no peer row).
+    ours = {bench_key(n): r for n, r in bench_rows(bench_doc).items()
+            if bench_key(n).startswith(("model/", "model_eager/"))}
     peer = {}
     for r in (hf_doc or {}).get("rows", []):
         if "name" in r:

@@ -237,7 +237,7 @@ bool HalfKvSlices(const AttendParams& p) {
          (H == 64 || H == 128 || H == 256 || H == 512) && aligned(p.k) && aligned(p.v);
 }
 
-void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t stream) {
+void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t stream, GqaCudaWorkspace* wspace) {
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.num_heads * p.q_len;
   if (rows == 0) return;
   // Splits of the key axis: one per kKeysPerSplit keys, fewer when the rows
@@ -255,8 +255,9 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
   }
   if (hopper || MmaKernelApplies(p)) {  // no output_qk here
     const MmaSplit sp = hopper ? hopper->split : MmaSplitFor(p, max_kv_len);
-    const DeviceScratch ws(static_cast<std::size_t>(rows * sp.key_splits * (p.head_size + 2)) * sizeof(float), stream,
-                           "GroupQueryAttention (device cuda): workspace allocation");
+    const CallScratch ws(wspace, GqaCudaWorkspace::kSplits,
+                         static_cast<std::size_t>(rows * sp.key_splits * (p.head_size + 2)) * sizeof(float), stream,
+                         "GroupQueryAttention (device cuda): workspace allocation");
     if (hopper) {
       AttendWgmmaCuda(p, *hopper, ws.As<float>(), stream);
     } else {
@@ -267,10 +268,12 @@ void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t str
     CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): combine kernel launch");
     return;
   }
-  const DeviceScratch ws(static_cast<std::size_t>(rows * splits * (p.head_size + 2)) * sizeof(float), stream,
-                         "GroupQueryAttention (device cuda): workspace allocation");
-  const DeviceScratch ml(p.qk_mode == 2 ? static_cast<std::size_t>(rows) * sizeof(float2) : 0, stream,
-                         "GroupQueryAttention (device cuda): workspace allocation");
+  const CallScratch ws(wspace, GqaCudaWorkspace::kSplits,
+                       static_cast<std::size_t>(rows * splits * (p.head_size + 2)) * sizeof(float), stream,
+                       "GroupQueryAttention (device cuda): workspace allocation");
+  const CallScratch ml(wspace, GqaCudaWorkspace::kSoftmax,
+                       p.qk_mode == 2 ? static_cast<std::size_t>(rows) * sizeof(float2) : 0, stream,
+                       "GroupQueryAttention (device cuda): workspace allocation");
   if (DecodeKernelApplies(p)) {
     AttendDecodeCuda(p, splits, per_split, ws.As<float>(), stream);
   } else {

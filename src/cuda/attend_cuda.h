@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "attention/attend.h"
+#include "cuda/gqa_workspace.h"
 
 namespace kvshare::detail {
 
@@ -39,7 +40,8 @@ bool HalfKvSlices(const AttendParams& p);
 // (the front end checks it before writing anything). max_kv_len: the largest
 // kv_len[b] (sizes the key splits). output_qk, when requested, must already be
 // zeroed (invisible keys and padding queries keep 0). Throws kvshare::Error
-// when a launch or the scratch allocation fails.
-void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t stream);
+// when a launch or the scratch allocation fails. ws: the caller's reusable
+// scratch (gqa_workspace.h); null => allocated on the stream per call.
+void AttendCuda(const AttendParams& p, std::int64_t max_kv_len, cudaStream_t stream, GqaCudaWorkspace* ws = nullptr);
 
 }  // namespace kvshare::detail

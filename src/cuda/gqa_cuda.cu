@@ -19,6 +19,7 @@
 #include "common/q8_0.h"
 #include "cuda/attend_cuda.h"
 #include "cuda/cuda_check.h"
+#include "cuda/gqa_workspace.h"
 #include "kvshare/common/error.h"
 
 namespace kvshare::detail {
@@ -154,16 +155,18 @@ void Check(cudaError_t e, const char* what) {
 
 void CheckLaunch(const char* kernel) { Check(cudaGetLastError(), (std::string(kernel) + " launch").c_str()); }
 
-// Device copies of the plan's row arrays, in one allocation. The host array
-// they are copied from lives as long as the copies (a copy from pageable
-// memory may still be reading it when cudaMemcpyAsync returns).
+// Device copies of the plan's row arrays, in one allocation (a workspace slot
+// when ws is set). Without a workspace the host array they are copied from
+// lives as long as the copies (a copy from pageable memory may still be
+// reading it when cudaMemcpyAsync returns); with one they are copied from its
+// pinned staging, valid until its Reset (also when captured into a graph).
 struct DeviceRows {
   std::vector<std::int64_t> host;
-  DeviceScratch mem;
+  CallScratch mem;
   const std::int64_t *kv_len, *q_offset, *valid_q, *write_at, *n_write, *rope_pos;
 
-  DeviceRows(const GqaPlan& p, cudaStream_t stream)
-      : mem(Bytes(p), stream, "GroupQueryAttention (device cuda): row arrays allocation") {
+  DeviceRows(const GqaPlan& p, cudaStream_t stream, GqaCudaWorkspace* ws)
+      : mem(ws, GqaCudaWorkspace::kRows, Bytes(p), stream, "GroupQueryAttention (device cuda): row arrays allocation") {
     const std::size_t B = static_cast<std::size_t>(p.batch);
     for (const auto* v : {&p.kv_len, &p.q_offset, &p.valid_q, &p.write_at, &p.n_write}) {
       host.insert(host.end(), v->begin(), v->end());
@@ -172,8 +175,12 @@ struct DeviceRows {
     host.insert(host.end(), p.rope_pos.begin(), p.rope_pos.end());
     std::int64_t* d = mem.As<std::int64_t>();
     if (!host.empty()) {
-      Check(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream),
-            "row arrays upload");
+      const std::size_t bytes = host.size() * sizeof(std::int64_t);
+      const void* from = host.data();
+      if (ws != nullptr) {
+        from = ws->staging().Put(host.data(), bytes, stream, "GroupQueryAttention (device cuda): row arrays staging");
+      }
+      Check(cudaMemcpyAsync(d, from, bytes, cudaMemcpyHostToDevice, stream), "row arrays upload");
     }
     kv_len = d;
     q_offset = d + B;
@@ -264,7 +271,8 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
   auto stream = static_cast<cudaStream_t>(options.cuda_stream);
   const int B = p.batch, S = p.q_len, N = p.num_heads, H = p.head_size, Nkv = p.kv_heads;
   const std::size_t smem = static_cast<std::size_t>(H) * sizeof(float);
-  const DeviceRows rows(p, stream);
+  auto* ws = static_cast<GqaCudaWorkspace*>(options.cuda_workspace);
+  const DeviceRows rows(p, stream, ws);
 
   RopeArgs rope;
   if (attrs.do_rotary == 1) {
@@ -274,8 +282,8 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
 
   // Q as fp32 [B, S, N, H], rotated at its absolute positions.
   const std::int64_t q_heads = static_cast<std::int64_t>(B) * S * N;
-  const DeviceScratch q(static_cast<std::size_t>(q_heads * H) * sizeof(float), stream,
-                        "GroupQueryAttention (device cuda): query scratch allocation");
+  const CallScratch q(ws, GqaCudaWorkspace::kQuery, static_cast<std::size_t>(q_heads * H) * sizeof(float), stream,
+                      "GroupQueryAttention (device cuda): query scratch allocation");
   if (q_heads > 0) {
     QueryKernel<<<static_cast<unsigned>(q_heads), kThreads, smem, stream>>>(p.q_src, S, N, H, rope, rows.valid_q,
                                                                             rows.rope_pos, q.As<float>());
@@ -285,10 +293,10 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
   // Where K/V live for the kernel; the new rows are written there first.
   const std::size_t present_bytes = DTypeBytes(p.cache_dtype, static_cast<std::int64_t>(B) * Nkv * p.present_len * H);
   const bool scratch_present = p.mode == KvMode::kAppend && !out.present_key;
-  const DeviceScratch scratch_k(scratch_present ? present_bytes : 0, stream,
-                                "GroupQueryAttention (device cuda): present scratch allocation");
-  const DeviceScratch scratch_v(scratch_present ? present_bytes : 0, stream,
-                                "GroupQueryAttention (device cuda): present scratch allocation");
+  const CallScratch scratch_k(ws, GqaCudaWorkspace::kPresentK, scratch_present ? present_bytes : 0, stream,
+                              "GroupQueryAttention (device cuda): present scratch allocation");
+  const CallScratch scratch_v(ws, GqaCudaWorkspace::kPresentV, scratch_present ? present_bytes : 0, stream,
+                              "GroupQueryAttention (device cuda): present scratch allocation");
   void* append_k = nullptr;
   void* append_v = nullptr;
   if (p.mode == KvMode::kAppend) {  // present = past rows, zeros, then the new rows
@@ -333,8 +341,8 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
 
   // Sink logits as fp32 [N] (head_sink, or zeros for smooth_softmax = 1).
   const bool has_sink = in.head_sink.has_value() || attrs.smooth_softmax == 1;
-  const DeviceScratch sink(has_sink ? static_cast<std::size_t>(N) * sizeof(float) : 0, stream,
-                           "GroupQueryAttention (device cuda): sink allocation");
+  const CallScratch sink(ws, GqaCudaWorkspace::kSink, has_sink ? static_cast<std::size_t>(N) * sizeof(float) : 0,
+                         stream, "GroupQueryAttention (device cuda): sink allocation");
   if (in.head_sink) {
     ToFloatKernel<<<static_cast<unsigned>((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
         in.head_sink->data, in.head_sink->dtype, N, sink.As<float>());
@@ -348,8 +356,10 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
                        AttendRows{rows.kv_len, rows.q_offset, rows.valid_q}, has_sink ? sink.As<float>() : nullptr);
   if (ap.qk != nullptr) Check(cudaMemsetAsync(ap.qk, 0, out.output_qk->NumBytes(), stream), "output_qk zero fill");
   const std::int64_t max_kv = p.kv_len.empty() ? 0 : *std::max_element(p.kv_len.begin(), p.kv_len.end());
-  AttendCuda(ap, max_kv, stream);
-  Check(cudaStreamSynchronize(stream), "kernel execution");
+  AttendCuda(ap, max_kv, stream, ws);
+  // Async calls (a workspace holds what the queued work reads) return now,
+  // so that a caller may capture them into a CUDA graph.
+  if (ws == nullptr || !options.cuda_async) Check(cudaStreamSynchronize(stream), "kernel execution");
 }
 
 }  // namespace kvshare::detail

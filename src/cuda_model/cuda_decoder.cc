@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -41,12 +43,18 @@ CudaDecoder::CudaDecoder(std::unique_ptr<Model> cpu, const CudaModelOptions& opt
                 "; expected bfloat16 or float32");
   }
   RequireCudaDevice("MoveModelToCuda");
+  graphs_ = options.cuda_graphs && CudaGraphsFromEnv();
+  CudaCheck(cudaStreamCreate(&stream_), "MoveModelToCuda: stream creation");
   blas_ = std::make_unique<Blas>();
   const DecoderModel& m = *cpu_decoder_;
   embd_ = UploadMatrix(m.embedding_table(), "token_embd.weight", options.weights);
   if (m.lm_head().data != m.embedding_table().data)
     out_w_ = UploadMatrix(m.lm_head(), "output.weight", options.weights);
   out_norm_ = UploadFloats(m.output_norm(), config().n_embd, kWeights);
+}
+
+CudaDecoder::~CudaDecoder() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 std::unique_ptr<CudaDecoderState> CudaDecoder::MakeState(KvCache cache, const ModelStateOptions& o) const {
@@ -92,26 +100,38 @@ std::span<const float> CudaDecoder::ForwardBatch(ModelState& base, std::span<con
   const std::int64_t E = c.n_embd, V = c.n_vocab;
   st.logits.resize(static_cast<std::size_t>(steps.total_logits() * V));
   st.hidden_rows.resize(static_cast<std::size_t>(steps.total_logits() * E));
+  const StreamScope on(stream_);
   try {
     Step step;
     while (steps.Next(step, st.step_spans)) {
+      // The previous step's work is complete (its synchronize below).
+      st.staging.Reset();
+      st.attn_ws.Reset();
       const std::int64_t kept = DecoderModel::KeptRows(step);
-      float* rows = RunStep(st, step);
-      if (kept == 0) continue;
-      Head(st, rows, kept);
+      float* logits = nullptr;
+      float* rows = DeviceStep(st, step, kept, &logits);
+      if (kept == 0) {
+        CudaCheck(cudaStreamSynchronize(stream_), "Forward (device cuda)");
+        continue;
+      }
+      const auto hidden_bytes = static_cast<std::size_t>(kept * E) * 4,
+                 head_bytes = static_cast<std::size_t>(kept * V) * 4;
+      auto* hidden = static_cast<float*>(st.staging.Take(hidden_bytes, stream_, "Forward (device cuda): hidden rows"));
+      auto* head = static_cast<float*>(st.staging.Take(head_bytes, stream_, "Forward (device cuda): logits"));
+      DownloadAsync(hidden, rows, hidden_bytes, "Forward (device cuda): hidden rows download");
+      DownloadAsync(head, logits, head_bytes, "Forward (device cuda): logits download");
+      CudaCheck(cudaStreamSynchronize(stream_), "Forward (device cuda)");
       const std::span<const std::int64_t> dest = steps.dest();
       std::int64_t at = 0;
       for (std::size_t r = 0; r < step.rows.size(); ++r) {
         const std::int64_t keep = step.rows[r].keep;
-        std::copy(st.hidden_host.begin() + at * E, st.hidden_host.begin() + (at + keep) * E,
-                  st.hidden_rows.begin() + dest[r] * E);
-        std::copy(st.head_host.begin() + at * V, st.head_host.begin() + (at + keep) * V,
-                  st.logits.begin() + dest[r] * V);
+        std::copy(hidden + at * E, hidden + (at + keep) * E, st.hidden_rows.begin() + dest[r] * E);
+        std::copy(head + at * V, head + (at + keep) * V, st.logits.begin() + dest[r] * V);
         at += keep;
       }
     }
-    CudaCheck(cudaDeviceSynchronize(), "Forward (device cuda)");
   } catch (...) {
+    cudaStreamSynchronize(stream_);  // nothing queued may still read the staging memory
     cudaGetLastError();
     steps.Restore(st);
     throw;
@@ -119,30 +139,65 @@ std::span<const float> CudaDecoder::ForwardBatch(ModelState& base, std::span<con
   return st.logits;
 }
 
-void CudaDecoder::Head(CudaDecoderState& st, float* rows, std::int64_t kept) const {
+float* CudaDecoder::DeviceStep(CudaDecoderState& st, const Step& step, std::int64_t kept, float** logits) const {
+  float* rows = nullptr;
+  const auto work = [&] {
+    rows = RunStep(st, step);
+    if (kept > 0) *logits = Head(st, rows, kept);
+  };
+  const DecodeGraphPolicy policy{
+      .enabled = graphs_, .family_capturable = CapturableDecode(), .probing = static_cast<bool>(st.layer_probe)};
+  if (CaptureDecodeStep(step, policy) && st.graphs.Warm(DecodeGraphKey(step))) {
+    std::vector<std::int64_t> before;  // the step rows' lengths, to put back after a failed capture
+    for (const StepRow& r : step.rows) before.push_back(st.cache.Length(r.row));
+    const bool fail = st.fail_captures > 0;
+    if (fail) --st.fail_captures;
+    std::string why;
+    if (st.graphs.Run(stream_, DecodeGraphKey(step), work, fail, &why, st.graph_stats)) return rows;
+    // Nothing of the capture ran on the device: the host side (the cache's
+    // reservations and lengths) goes back to before the step.
+    for (std::size_t i = 0; i < step.rows.size(); ++i) st.Rewind(step.rows[i].row, before[i]);
+    ++st.graph_stats.capture_failures;
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      std::fprintf(stderr, "kvshare: a CUDA graph capture of a decode step failed (%s); running it eagerly\n",
+                   why.c_str());
+    }
+  }
+  ++st.graph_stats.eager_steps;
+  rows = nullptr;
+  *logits = nullptr;
+  work();
+  return rows;
+}
+
+float* CudaDecoder::Head(CudaDecoderState& st, float* rows, std::int64_t kept) const {
   const ModelConfig& c = config();
-  const std::int64_t E = c.n_embd, V = c.n_vocab;
+  const std::int64_t V = c.n_vocab;
   RmsNormDevice(rows, kept, c.n_embd, As<float>(out_norm_), c.rms_eps);
-  st.hidden_host.resize(static_cast<std::size_t>(kept * E));
-  Download(st.hidden_host.data(), rows, st.hidden_host.size() * 4, "Forward (device cuda): hidden rows download");
   const DevMatrix& head = out_w_.rows > 0 ? out_w_ : embd_;
   float* logits = Rows(st.head, kept, V);
   blas_->Project(head, rows, kept, logits, st.xb);
   if (cpu().final_softcap() > 0) SoftcapDevice(logits, kept * V, cpu().final_softcap());
-  st.head_host.resize(static_cast<std::size_t>(kept * V));
-  Download(st.head_host.data(), logits, st.head_host.size() * 4, "Forward (device cuda): logits download");
+  return logits;
 }
 
 void CudaDecoder::EmbedStep(CudaDecoderState& st, const Step& step) const {
   const ModelConfig& c = config();
   const auto T = static_cast<std::int64_t>(step.tokens.size());
   Grow(st.tok, static_cast<std::size_t>(T) * 4, kActivations);
-  Upload(st.tok.data(), step.tokens.data(), static_cast<std::size_t>(T) * 4, "Forward (device cuda): token upload");
+  StepUpload(st, st.tok.data(), step.tokens.data(), static_cast<std::size_t>(T) * 4,
+             "Forward (device cuda): token upload");
   EmbedRowsDevice(embd_, As<int>(st.tok), T, std::sqrt(static_cast<float>(c.n_embd)), Rows(st.x, T, c.n_embd));
   st.src.resize(static_cast<std::size_t>(T));
   for (std::int64_t i = 0; i < T; ++i) st.src[static_cast<std::size_t>(i)] = i;
   Grow(st.src_dev, static_cast<std::size_t>(T) * 8, kActivations);
-  Upload(st.src_dev.data(), st.src.data(), static_cast<std::size_t>(T) * 8, "Forward (device cuda): row map upload");
+  StepUpload(st, st.src_dev.data(), st.src.data(), static_cast<std::size_t>(T) * 8,
+             "Forward (device cuda): row map upload");
+}
+
+void CudaDecoder::StepUpload(CudaDecoderState& st, void* dev, const void* host, std::size_t bytes, const char* what) {
+  StageUpload(st.staging, dev, host, bytes, what);
 }
 
 void CudaDecoder::SetSpans(CudaDecoderState& st, std::span<const QuerySpan> spans) const {
@@ -150,7 +205,8 @@ void CudaDecoder::SetSpans(CudaDecoderState& st, std::span<const QuerySpan> span
   if (st.pack.in_place) return;
   const std::size_t bytes = st.pack.packed_row.size() * 8;
   Grow(st.pack_map, bytes, kActivations);
-  Upload(st.pack_map.data(), st.pack.packed_row.data(), bytes, "Forward (device cuda): attention row map upload");
+  StepUpload(st, st.pack_map.data(), st.pack.packed_row.data(), bytes,
+             "Forward (device cuda): attention row map upload");
 }
 
 void CudaDecoder::Attend(CudaDecoderState& st, int layer, bool owns, int head_dim, int kv_dim, float scale) const {
@@ -172,6 +228,9 @@ void CudaDecoder::Attend(CudaDecoderState& st, int layer, bool owns, int head_di
   args.attrs.do_rotary = 1;
   args.attrs.rotary_interleaved = 0;  // NeoX half split
   args.run.device = Device::kCuda;
+  args.run.cuda_stream = Stream();
+  args.run.cuda_workspace = &st.attn_ws;
+  args.run.cuda_async = true;
   args.query_offsets = p.query_offsets;
   if (p.in_place) {  // one span of row 0: its flat rows as they are
     const std::int64_t begin = p.flat_rows - p.S, S = p.S;
@@ -212,7 +271,7 @@ void CudaDecoder::PackKept(CudaDecoderState& st, const Step& step, std::span<con
   DecoderModel::PackKeptRows(step, {}, 1, spans, &from);  // no host buffers: the spans and the row map only
   from.resize(static_cast<std::size_t>(kept));
   Grow(st.src_dev, static_cast<std::size_t>(std::max<std::int64_t>(kept, 1)) * 8, kActivations);
-  Upload(st.src_dev.data(), from.data(), from.size() * 8, "Forward (device cuda): row map upload");
+  StepUpload(st, st.src_dev.data(), from.data(), from.size() * 8, "Forward (device cuda): row map upload");
   for (const auto& [buf, width] : buffers) {
     float* tmp = Rows(st.tmp, kept, width);
     GatherRowsDevice(As<float>(*buf), width, As<std::int64_t>(st.src_dev), kept, width, tmp);
@@ -257,3 +316,16 @@ void CudaDecoder::GrowStep(CudaDecoderState& st, std::int64_t T, int E, std::int
 }
 
 }  // namespace kvshare::detail
+
+namespace kvshare {
+
+CudaGraphStats CudaGraphStatsOf(const ModelState& state) {
+  const auto* st = dynamic_cast<const detail::CudaDecoderState*>(&state);
+  return st != nullptr ? st->graph_stats : CudaGraphStats{};
+}
+
+void FailCudaGraphCaptures(ModelState& state, int n) {
+  if (auto* st = dynamic_cast<detail::CudaDecoderState*>(&state)) st->fail_captures = n;
+}
+
+}  // namespace kvshare

@@ -16,7 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/gqa_workspace.h"
+#include "cuda/pinned_staging.h"
 #include "cuda_model/device_ops.h"
+#include "cuda_model/step_graphs.h"
 #include "kvshare/cuda_model/model_cuda.h"
 #include "model/decoder.h"
 
@@ -43,11 +46,20 @@ class CudaDecoderState : public DecoderState {
   DevBuf head;                                // [kept, n_vocab] logits
   AttentionPacking pack;                      // the current spans' packing (SetSpans)
   std::vector<std::int64_t> src;              // the step token each row of x holds (identity until the cut)
-  std::vector<float> head_host, hidden_host;  // [kept, n_vocab], [kept, E]
+  // CUDA graphs of decode steps (docs/gpu.md): the step's uploads (pinned,
+  // StageUpload) and downloads, reused from each step's start; the attention
+  // op's scratch (GqaRunOptions::cuda_workspace, its calls asynchronous); the
+  // executable graphs by row count; counts; FailCudaGraphCaptures' hook.
+  PinnedStaging staging;
+  GqaCudaWorkspace attn_ws;
+  StepGraphs graphs;
+  CudaGraphStats graph_stats;
+  int fail_captures = 0;
 };
 
 class CudaDecoder : public Model {
  public:
+  ~CudaDecoder() override;
   const ModelConfig& config() const override { return cpu_->config(); }
   const GgufFile& gguf() const override { return cpu_->gguf(); }
   const std::vector<std::string>& warnings() const override { return cpu_->warnings(); }
@@ -74,10 +86,17 @@ class CudaDecoder : public Model {
   // ([kept, E] device memory, before the output norm) in step.rows order, or
   // null when no row keeps any.
   virtual float* RunStep(CudaDecoderState& st, const Step& step) const = 0;
+  // Whether a decode step's device work may be captured into a CUDA graph:
+  // false when the family reads device results on the host mid-step (Gemma
+  // 4's MoE routing), which a graph cannot.
+  virtual bool CapturableDecode() const { return true; }
 
   // Pieces of a RunStep.
   // st.x [T, E] = the step's token embeddings * sqrt(E); st.src = 0 .. T-1.
   void EmbedStep(CudaDecoderState& st, const Step& step) const;
+  // A step's upload of host data into device memory (StageUpload through
+  // st.staging on the model's stream: capturable).
+  static void StepUpload(CudaDecoderState& st, void* dev, const void* host, std::size_t bytes, const char* what);
   // The rows the next attention calls run on: plans their packing
   // (PlanAttention) and uploads its map.
   void SetSpans(CudaDecoderState& st, std::span<const QuerySpan> spans) const;
@@ -112,8 +131,14 @@ class CudaDecoder : public Model {
   const CudaModelOptions& options() const { return options_; }
 
  private:
-  // The kept rows' output norm (in place), hidden and logits copied to the host.
-  void Head(CudaDecoderState& st, float* rows, std::int64_t kept) const;
+  // The kept rows' output norm (in place), the LM head and softcap into
+  // st.head; returns the logits [kept, n_vocab] (device).
+  float* Head(CudaDecoderState& st, float* rows, std::int64_t kept) const;
+  // One step's device work (RunStep, Head) on the model's stream, captured
+  // and launched as a graph when it may be (CaptureDecodeStep), else eager;
+  // a failed capture puts the step rows back (Rewind) and runs it eagerly.
+  // Returns the final rows (null when none is kept); *logits the head's.
+  float* DeviceStep(CudaDecoderState& st, const Step& step, std::int64_t kept, float** logits) const;
 
   std::unique_ptr<Model> cpu_;
   const DecoderModel* cpu_decoder_ = nullptr;
@@ -121,6 +146,8 @@ class CudaDecoder : public Model {
   std::unique_ptr<Blas> blas_;
   DevMatrix embd_, out_w_;  // out_w_.rows == 0: the LM head is embd_
   DevBuf out_norm_;
+  cudaStream_t stream_ = nullptr;  // every state's work (blocking: ordered after default-stream work)
+  bool graphs_ = true;             // options.cuda_graphs and KVSHARE_CUDA_GRAPHS
 };
 
 // b grown to rows x width floats; its data.

@@ -211,18 +211,45 @@ __global__ void AltUpCorrectKernel(Streams x, Streams pred, const float* y, cons
 
 }  // namespace
 
+namespace {
+thread_local cudaStream_t current_stream = nullptr;
+}  // namespace
+
+cudaStream_t Stream() { return current_stream; }
+
+StreamScope::StreamScope(cudaStream_t stream) : prev_(current_stream) { current_stream = stream; }
+
+StreamScope::~StreamScope() { current_stream = prev_; }
+
 DevBuf DeviceBuffer(std::size_t bytes, const char* what) { return DevBuf(Device::kCuda, bytes, what); }
 
 void Grow(DevBuf& b, std::size_t bytes, const char* what) {
-  if (b.size() < bytes || b.device() != Device::kCuda) b = DeviceBuffer(std::max<std::size_t>(bytes, 1), what);
+  if (b.size() < bytes || b.device() != Device::kCuda) {
+    RequireNotCapturing(Stream(), what);
+    b = DeviceBuffer(std::max<std::size_t>(bytes, 1), what);
+  }
 }
 
 void Upload(void* dev, const void* host, std::size_t bytes, const char* what) {
-  if (bytes > 0) CudaCheck(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), what);
+  if (bytes == 0) return;
+  CudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, Stream()), what);
+  CudaCheck(cudaStreamSynchronize(Stream()), what);
 }
 
 void Download(void* host, const void* dev, std::size_t bytes, const char* what) {
-  if (bytes > 0) CudaCheck(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), what);
+  if (bytes == 0) return;
+  CudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, Stream()), what);
+  CudaCheck(cudaStreamSynchronize(Stream()), what);
+}
+
+void StageUpload(PinnedStaging& staging, void* dev, const void* host, std::size_t bytes, const char* what) {
+  if (bytes == 0) return;
+  const void* from = staging.Put(host, bytes, Stream(), what);
+  CudaCheck(cudaMemcpyAsync(dev, from, bytes, cudaMemcpyHostToDevice, Stream()), what);
+}
+
+void DownloadAsync(void* host, const void* dev, std::size_t bytes, const char* what) {
+  if (bytes > 0) CudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, Stream()), what);
 }
 
 DevBuf UploadFloats(const float* x, std::int64_t n, const char* what) {
@@ -262,130 +289,132 @@ DevMatrix UploadMatrix(const WeightMatrix& w, const std::string& name, DType dty
 
 void EmbedRowsDevice(const DevMatrix& table, const int* tok, std::int64_t n, float scale, float* x) {
   if (n == 0) return;
-  EmbedKernel<<<Blocks(n * table.cols), kThreads>>>(table.data.data(), table.dtype == DType::kBFloat16, tok, n,
-                                                    static_cast<int>(table.cols), scale, x);
+  EmbedKernel<<<Blocks(n * table.cols), kThreads, 0, Stream()>>>(table.data.data(), table.dtype == DType::kBFloat16,
+                                                                 tok, n, static_cast<int>(table.cols), scale, x);
   CheckLaunch("Forward (device cuda): embedding launch");
 }
 
 void RmsNormDevice(float* x, std::int64_t rows, int n, const float* w, float eps) {
   if (rows == 0) return;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads>>>(x, n, w, eps);
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, Stream()>>>(x, n, w, eps);
   CheckLaunch("Forward (device cuda): RMSNorm launch");
 }
 
 void GegluDevice(float* g, const float* u, std::int64_t n) {
   if (n == 0) return;
-  GegluKernel<<<Blocks(n), kThreads>>>(g, u, n);
+  GegluKernel<<<Blocks(n), kThreads, 0, Stream()>>>(g, u, n);
   CheckLaunch("Forward (device cuda): GeGLU launch");
 }
 
 void GegluPairsDevice(const float* gu, std::int64_t rows, int F, float* out) {
   if (rows == 0) return;
-  GegluPairsKernel<<<Blocks(rows * F), kThreads>>>(gu, rows, F, out);
+  GegluPairsKernel<<<Blocks(rows * F), kThreads, 0, Stream()>>>(gu, rows, F, out);
   CheckLaunch("Forward (device cuda): GeGLU (fused gate / up) launch");
 }
 
 void ZeroDevice(float* x, std::int64_t n) {
-  if (n > 0) CudaCheck(cudaMemset(x, 0, static_cast<std::size_t>(n) * 4), "Forward (device cuda): zero fill");
+  if (n > 0) {
+    CudaCheck(cudaMemsetAsync(x, 0, static_cast<std::size_t>(n) * 4, Stream()), "Forward (device cuda): zero fill");
+  }
 }
 
 void CopyDevice(float* dst, const float* src, std::int64_t n) {
   if (n > 0) {
-    CudaCheck(cudaMemcpy(dst, src, static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice),
+    CudaCheck(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice, Stream()),
               "Forward (device cuda): device copy");
   }
 }
 
 void AddDevice(float* x, const float* o, std::int64_t n) {
   if (n == 0) return;
-  AddKernel<<<Blocks(n), kThreads>>>(x, o, n);
+  AddKernel<<<Blocks(n), kThreads, 0, Stream()>>>(x, o, n);
   CheckLaunch("Forward (device cuda): residual launch");
 }
 
 void ScaleDevice(float* x, float s, std::int64_t n) {
   if (n == 0) return;
-  ScaleKernel<<<Blocks(n), kThreads>>>(x, s, n);
+  ScaleKernel<<<Blocks(n), kThreads, 0, Stream()>>>(x, s, n);
   CheckLaunch("Forward (device cuda): scale launch");
 }
 
 void SoftcapDevice(float* x, std::int64_t n, float cap) {
   if (n == 0) return;
-  SoftcapKernel<<<Blocks(n), kThreads>>>(x, n, cap);
+  SoftcapKernel<<<Blocks(n), kThreads, 0, Stream()>>>(x, n, cap);
   CheckLaunch("Forward (device cuda): softcap launch");
 }
 
 void ScaleColumnsDevice(float* x, std::int64_t rows, int n, const float* w, float s) {
   if (rows == 0) return;
-  ScaleColumnsKernel<<<Blocks(rows * n), kThreads>>>(x, rows, n, w, s);
+  ScaleColumnsKernel<<<Blocks(rows * n), kThreads, 0, Stream()>>>(x, rows, n, w, s);
   CheckLaunch("Forward (device cuda): column scale launch");
 }
 
 void MixDevice(float* x, const float* y, std::int64_t n, float mix) {
   if (n == 0) return;
-  MixKernel<<<Blocks(n), kThreads>>>(x, y, n, mix);
+  MixKernel<<<Blocks(n), kThreads, 0, Stream()>>>(x, y, n, mix);
   CheckLaunch("Forward (device cuda): mix launch");
 }
 
 void ScatterRowsDevice(const float* src, std::int64_t rows, std::int64_t width, const std::int64_t* to, float* dst) {
   if (rows == 0) return;
-  ScatterRowsKernel<<<Blocks(rows * width), kThreads>>>(src, rows, width, to, dst);
+  ScatterRowsKernel<<<Blocks(rows * width), kThreads, 0, Stream()>>>(src, rows, width, to, dst);
   CheckLaunch("Forward (device cuda): row scatter launch");
 }
 
 void GatherRowsDevice(const float* src, std::int64_t src_stride, const std::int64_t* from, std::int64_t rows,
                       std::int64_t width, float* dst) {
   if (rows == 0) return;
-  GatherRowsKernel<<<Blocks(rows * width), kThreads>>>(src, src_stride, from, rows, width, dst);
+  GatherRowsKernel<<<Blocks(rows * width), kThreads, 0, Stream()>>>(src, src_stride, from, rows, width, dst);
   CheckLaunch("Forward (device cuda): row gather launch");
 }
 
 void AddWeightedRowsDevice(const float* y, std::int64_t rows, int width, const std::int64_t* to, const float* w,
                            float* out) {
   if (rows == 0) return;
-  AddWeightedRowsKernel<<<Blocks(rows * width), kThreads>>>(y, rows, width, to, w, out);
+  AddWeightedRowsKernel<<<Blocks(rows * width), kThreads, 0, Stream()>>>(y, rows, width, to, w, out);
   CheckLaunch("Forward (device cuda): weighted row sum launch");
 }
 
 void RescaleRowsDevice(float* x, const float* ref, std::int64_t rows, int n) {
   if (rows == 0) return;
-  RescaleRowsKernel<<<static_cast<unsigned>(rows), kThreads>>>(x, ref, n);
+  RescaleRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, Stream()>>>(x, ref, n);
   CheckLaunch("Forward (device cuda): stream rescale launch");
 }
 
 void TanhDevice(float* x, std::int64_t n) {
   if (n == 0) return;
-  TanhKernel<<<Blocks(n), kThreads>>>(x, n);
+  TanhKernel<<<Blocks(n), kThreads, 0, Stream()>>>(x, n);
   CheckLaunch("Forward (device cuda): tanh launch");
 }
 
 void AddScalarDevice(float* x, float s, std::int64_t n) {
   if (n == 0) return;
-  AddScalarKernel<<<Blocks(n), kThreads>>>(x, s, n);
+  AddScalarKernel<<<Blocks(n), kThreads, 0, Stream()>>>(x, s, n);
   CheckLaunch("Forward (device cuda): scalar add launch");
 }
 
 void GaussianTopKDevice(float* g, std::int64_t rows, int F, float k) {
   if (rows == 0) return;
-  GaussianTopKKernel<<<static_cast<unsigned>(rows), kThreads>>>(g, F, k);
+  GaussianTopKKernel<<<static_cast<unsigned>(rows), kThreads, 0, Stream()>>>(g, F, k);
   CheckLaunch("Forward (device cuda): activation sparsity launch");
 }
 
 void LaurelMixDevice(float* o, const float* act, const float* h, const float* laurel, std::int64_t n) {
   if (n == 0) return;
-  LaurelMixKernel<<<Blocks(n), kThreads>>>(o, act, h, laurel, n);
+  LaurelMixKernel<<<Blocks(n), kThreads, 0, Stream()>>>(o, act, h, laurel, n);
   CheckLaunch("Forward (device cuda): Laurel sum launch");
 }
 
 void AltUpPredictDevice(const Streams& x, int n, std::int64_t rows, int E, const float* coef, const Streams& pred) {
   if (rows == 0) return;
-  AltUpPredictKernel<<<Blocks(rows * E), kThreads>>>(x, n, rows, E, coef, pred);
+  AltUpPredictKernel<<<Blocks(rows * E), kThreads, 0, Stream()>>>(x, n, rows, E, coef, pred);
   CheckLaunch("Forward (device cuda): AltUp predict launch");
 }
 
 void AltUpCorrectDevice(const Streams& x, const Streams& pred, const float* y, const float* active, const float* coef,
                         int n, std::int64_t rows, int E) {
   if (rows == 0) return;
-  AltUpCorrectKernel<<<Blocks(rows * E), kThreads>>>(x, pred, y, active, coef, n, rows, E);
+  AltUpCorrectKernel<<<Blocks(rows * E), kThreads, 0, Stream()>>>(x, pred, y, active, coef, n, rows, E);
   CheckLaunch("Forward (device cuda): AltUp correct launch");
 }
 
@@ -395,6 +424,25 @@ Blas::Blas() {
     handle_ = nullptr;
     throw Error("MoveModelToCuda: cublasCreate failed with status " + std::to_string(st));
   }
+  // cuBLAS's recommendation for Hopper (32 MiB); smaller GPUs use less of it.
+  constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+  workspace_ = DeviceBuffer(kWorkspaceBytes, "MoveModelToCuda: cuBLAS workspace allocation");
+}
+
+void Blas::Bind() const {
+  const cudaStream_t s = Stream();
+  if (bound_once_ && s == bound_) return;
+  const auto check = [](cublasStatus_t st, const char* call) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      throw Error(std::string("Forward (device cuda): ") + call + " failed with status " + std::to_string(st));
+    }
+  };
+  check(cublasSetStream(handle_, s), "cublasSetStream");
+  // After cublasSetStream, which drops a workspace set before.
+  check(cublasSetWorkspace(handle_, const_cast<unsigned char*>(workspace_.data()), workspace_.size()),
+        "cublasSetWorkspace");
+  bound_ = s;
+  bound_once_ = true;
 }
 
 Blas::~Blas() {
@@ -418,6 +466,7 @@ void Blas::Gemm(const DevMatrix& w, const void* x, std::int64_t S, float* y) con
                 std::to_string(w.data.size()) + " bytes of " + DeviceName(w.data.device()) +
                 " memory (or with a null input / output): the weight was not uploaded");
   }
+  Bind();
   const float one = 1.0f, zero = 0.0f;
   const cudaDataType_t t = w.dtype == DType::kFloat32 ? CUDA_R_32F : CUDA_R_16BF;
   const cublasStatus_t s = cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
@@ -437,7 +486,7 @@ const void* Blas::Project(const DevMatrix& w, const float* x, std::int64_t S, fl
     const std::int64_t count = S * w.cols;
     Grow(xb, static_cast<std::size_t>(count) * 2, kActivations);
     if (count > 0) {
-      ToBf16Kernel<<<Blocks(count), kThreads>>>(x, As<__nv_bfloat16>(xb), count);
+      ToBf16Kernel<<<Blocks(count), kThreads, 0, Stream()>>>(x, As<__nv_bfloat16>(xb), count);
       CheckLaunch("Forward (device cuda): bf16 conversion launch");
     }
     in = xb.data();

@@ -3,20 +3,38 @@
 // forward pass (fp32 activations, row-major [rows, width]), and the cuBLAS
 // projections. Every launch and CUDA call is checked: a failure is a
 // kvshare::Error naming the operation ("Forward (device cuda): ..."). Work runs
-// on the legacy default stream, in order. Internal to src/cuda_model.
+// in order on Stream(): the stream a StreamScope set on the calling thread
+// (the model's, during a forward pass), else the legacy default stream.
+// Internal to src/cuda_model.
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "cache/device_bytes.h"
+#include "cuda/pinned_staging.h"
 #include "kvshare/common/tensor.h"
 #include "quant/quant.h"
 
 namespace kvshare::detail {
+
+// The stream this thread's launches, copies and products go on.
+cudaStream_t Stream();
+// Sets Stream() for the calling thread until destroyed (then the previous).
+class StreamScope {
+ public:
+  explicit StreamScope(cudaStream_t stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  cudaStream_t prev_;
+};
 
 // Device memory owned for a model's or a state's lifetime (zero-filled).
 using DevBuf = DeviceBytes;
@@ -25,12 +43,20 @@ template <typename T>
 T* As(const DevBuf& b) {
   return reinterpret_cast<T*>(const_cast<unsigned char*>(b.data()));
 }
-// b reallocated (zero-filled, contents dropped) when smaller than `bytes`.
+// b reallocated (zero-filled, contents dropped) when smaller than `bytes`;
+// throws kvshare::Error instead while Stream() is being captured into a CUDA
+// graph (RequireNotCapturing).
 void Grow(DevBuf& b, std::size_t bytes, const char* what);
-// Host <-> device copies on the default stream (the host buffer may be reused
-// on return).
+// Host <-> device copies on Stream(), waiting for it (the host buffer may be
+// reused on return): loading, and mid-step reads of an eager step.
 void Upload(void* dev, const void* host, std::size_t bytes, const char* what);
 void Download(void* host, const void* dev, std::size_t bytes, const char* what);
+// A step's upload: host[0, bytes) copied into `staging` (pinned, unchanged
+// until its Reset), then asynchronously to dev on Stream(); capturable (a
+// memcpy node reading the staged copy at the graph's launch).
+void StageUpload(PinnedStaging& staging, void* dev, const void* host, std::size_t bytes, const char* what);
+// dev[0, bytes) copied to `host` (pinned memory) asynchronously on Stream().
+void DownloadAsync(void* host, const void* dev, std::size_t bytes, const char* what);
 DevBuf UploadFloats(const float* x, std::int64_t n, const char* what);
 
 constexpr const char* kWeights = "GPU model weights allocation";
@@ -110,7 +136,9 @@ void AltUpPredictDevice(const Streams& x, int n, std::int64_t rows, int E, const
 void AltUpCorrectDevice(const Streams& x, const Streams& pred, const float* y, const float* active, const float* coef,
                         int n, std::int64_t rows, int E);
 
-// The cuBLAS handle of a model and its projections.
+// The cuBLAS handle of a model and its projections, on Stream(), with a
+// workspace of its own allocated once (so that a captured product allocates
+// nothing). A model's states run one forward pass at a time.
 class Blas {
  public:
   Blas();  // throws kvshare::Error when cublasCreate fails
@@ -126,7 +154,13 @@ class Blas {
   const void* Project(const DevMatrix& w, const float* x, std::int64_t S, float* y, DevBuf& xb) const;
 
  private:
+  // The handle on Stream() with the workspace (cublasSetStream resets it).
+  void Bind() const;
+
   cublasHandle_t handle_ = nullptr;
+  DevBuf workspace_;
+  mutable cudaStream_t bound_ = nullptr;
+  mutable bool bound_once_ = false;
 };
 
 }  // namespace kvshare::detail

@@ -64,6 +64,9 @@ class CudaGemma4 final : public CudaGemmaDecoder {
  private:
   std::unique_ptr<CudaDecoderState> MakeState(KvCache cache, const ModelStateOptions& o) const override;
   float* RunStep(CudaDecoderState& st, const Step& step) const override;
+  // MoE routing reads the router's logits on the host mid-step: a model with
+  // MoE layers runs its decode steps eagerly.
+  bool CapturableDecode() const override { return !has_moe_; }
   // One layer over the rows of st.x that `spans` cover (gemma4.cc's
   // RunLayer); cut: this layer is the step's cut. False when the cut keeps
   // no row.
@@ -74,6 +77,7 @@ class CudaGemma4 final : public CudaGemmaDecoder {
   Gemma4Weights w_;
   std::vector<DevLayer> layers_;
   std::int64_t max_qd_ = 0, max_kvd_ = 0, max_ff_ = 0;  // the widest layer's
+  bool has_moe_ = false;
 };
 
 CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o, const Gemma4Weights& w)
@@ -113,6 +117,7 @@ CudaGemma4::CudaGemma4(std::unique_ptr<Model> cpu, const CudaModelOptions& o, co
       M.post_ffw_norm_1 = vec(m.post_ffw_norm_1, E);
       M.post_ffw_norm_2 = vec(m.post_ffw_norm_2, E);
       D.moe = std::move(M);
+      has_moe_ = true;
     }
     if (ple_.width > 0) {
       D.ple_gate = UploadPerLayerGate(L.ple_gate, p, wt, E);
@@ -233,8 +238,8 @@ void CudaGemma4::Moe(CudaGemma4State& st, const DevMoe& m, const float* x, std::
   BatchExpertRows(*m.cpu, S, s, eb);
   Grow(st.moe_tok, std::max<std::size_t>(eb.token.size(), 1) * 8, kActivations);
   Grow(st.moe_w, std::max<std::size_t>(eb.weight.size(), 1) * 4, kActivations);
-  Upload(st.moe_tok.data(), eb.token.data(), eb.token.size() * 8, "Forward (device cuda): MoE rows upload");
-  Upload(st.moe_w.data(), eb.weight.data(), eb.weight.size() * 4, "Forward (device cuda): MoE weights upload");
+  StepUpload(st, st.moe_tok.data(), eb.token.data(), eb.token.size() * 8, "Forward (device cuda): MoE rows upload");
+  StepUpload(st, st.moe_w.data(), eb.weight.data(), eb.weight.size() * 4, "Forward (device cuda): MoE weights upload");
   // Experts, in id order, over the rows routed to each.
   CopyDevice(in, x, S * E);
   RmsNormDevice(in, S, E, As<float>(m.pre_ffw_norm_2), c.rms_eps);

@@ -101,7 +101,8 @@ void CudaGemmaDecoder::PerLayerInputs(CudaGemmaState& st, const Step& step) cons
     EmbedRows(p.table, std::span<const std::int32_t>(&id, 1), tok_scale, st.ple_tok_host.data() + s * LP);
   }
   float* tok = Rows(st.ple_tok, T, LP);
-  Upload(tok, st.ple_tok_host.data(), st.ple_tok_host.size() * 4, "Forward (device cuda): per-layer input upload");
+  StepUpload(st, tok, st.ple_tok_host.data(), st.ple_tok_host.size() * 4,
+             "Forward (device cuda): per-layer input upload");
   MixDevice(ple, tok, T * LP, 1.0f / std::sqrt(2.0f));
 }
 

@@ -43,4 +43,9 @@ std::unique_ptr<Model> MoveModelToCuda(std::unique_ptr<Model> model, const CudaM
 #endif
 }
 
+#if !KVSHARE_HAVE_CUDA_MODEL
+CudaGraphStats CudaGraphStatsOf(const ModelState&) { return {}; }
+void FailCudaGraphCaptures(ModelState&, int) {}
+#endif  // otherwise in cuda_decoder.cc
+
 }  // namespace kvshare

@@ -207,6 +207,14 @@ def test_model_rows_of_kvshare_bench_and_the_peer_share_names():
         assert sorted(listed) == sorted(ours)
 
 
+def test_eager_decode_rows_join_the_model_table():
+    doc = {"benchmarks": [row("cuda/model_eager/gemma3_270m_shapes/decode/C:8/real_time", 2.0, **{"tok/s": 4000.0}),
+                          row("cuda/model/gemma3_270m_shapes/decode/C:8/real_time", 1.0, **{"tok/s": 8000.0})]}
+    table = rep.model_table(doc, None)
+    assert [(t[0], t[1]) for t in table] == [("model/gemma3_270m_shapes/decode/C:8", "8,000"),
+                                             ("model_eager/gemma3_270m_shapes/decode/C:8", "4,000")]
+
+
 def test_a_second_call_is_named_for_the_steps_left():
     step = lambda n, note, cap: {"name": n, "note": note, "cap": cap}  # noqa: E731
     results = [(step("gtest", "timeout 150", "150"), "pass", "", []),

@@ -260,7 +260,8 @@ struct GqaRunOptions {
   // kernel must be kAuto or kOptimized (the reference kernel is CPU-only), and
   // bidirectional_spans must be absent (the CUDA kernels do not take it yet:
   // kvshare::Error before any work).
-  // The call returns when the work on cuda_stream is complete; a CUDA failure
+  // The call returns when the work on cuda_stream is complete (unless
+  // cuda_async, below); a CUDA failure
   // (no device or driver, a host pointer where device memory is required, a
   // failed launch or allocation) raises kvshare::Error naming the call.
   // Numerics: fp32 accumulation and the same score pipeline; the cache rows
@@ -273,6 +274,18 @@ struct GqaRunOptions {
   // in the environment, runs fp32 kernels that match within the fp32 / fp16 tolerance table (1e-5 / 1e-2 relative).
   Device device = Device::kCpu;
   void* cuda_stream = nullptr;  // cudaStream_t for kCuda; null => the legacy default stream
+  // kCuda, for kvshare's own callers (the GPU model): scratch the op reuses
+  // across calls (a detail::GqaCudaWorkspace, src/cuda/gqa_workspace.h)
+  // instead of allocating and freeing it in each call; null => per call.
+  void* cuda_workspace = nullptr;
+  // kCuda with cuda_workspace: true => the call returns once its work is
+  // queued on cuda_stream, without waiting for it (the index inputs are
+  // copied into the workspace's pinned memory, which stays valid until the
+  // caller resets it); once the workspace has grown the call allocates,
+  // frees and synchronizes nothing, so it may be captured into a CUDA graph
+  // (a growth while capturing raises kvshare::Error instead). false, or no
+  // workspace: the call returns when the work is complete.
+  bool cuda_async = false;
   // kBf16 (src/attention/cpu_attend_bf16.cc, the vision encoders' bf16
   // precision, docs/vision.md "Precision"): per query head h (KV head h / G)
   // and batch row b, the T_b keys and values are rounded to bf16 (nearest

@@ -3,6 +3,7 @@
 // has run on a GPU so far.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "kvshare/common/tensor.h"
@@ -16,7 +17,34 @@ struct CudaModelOptions {
   // kFloat32 (4 bytes, fp32 products: the CPU model's numbers within fp32
   // rounding, for checks).
   DType weights = DType::kBFloat16;
+  // Decode steps (every row of the step has one token) as CUDA graphs: the
+  // step's device work (layers and LM head) is captured on the model's
+  // stream and launched as one graph, the executable graph of each row count
+  // reused (updated to the step's arguments); the first step of each row
+  // count runs eagerly (its buffers grow). Steps of a family with a mid-step
+  // host round trip (Gemma 4's MoE routing), prompt chunks and probed steps
+  // run eagerly, as does a step whose capture fails (printed once per
+  // process on stderr). Logits are bitwise those of eager steps (the same
+  // kernels in the same order). false, or KVSHARE_CUDA_GRAPHS=0 in the
+  // environment at MoveModelToCuda: every step eager. docs/gpu.md.
+  bool cuda_graphs = true;
 };
+
+// How a GPU model state's steps ran so far (CUDA graphs, CudaModelOptions::
+// cuda_graphs); all zero for a state of any other model.
+struct CudaGraphStats {
+  std::int64_t graph_steps = 0;       // steps launched as a graph
+  std::int64_t captured = 0;          // captures that succeeded
+  std::int64_t updated = 0;           // ... whose exec was updated (cudaGraphExecUpdate)
+  std::int64_t instantiated = 0;      // ... whose exec was instantiated anew
+  std::int64_t capture_failures = 0;  // decode steps rerun eagerly after a failed capture
+  std::int64_t eager_steps = 0;       // steps run eagerly (prompt chunks, uncapturable, failures)
+};
+CudaGraphStats CudaGraphStatsOf(const ModelState& state);
+// Test hook: the next n captures of the state's decode steps fail as a CUDA
+// error inside a capture would (the fallback's tests). A no-op for states of
+// other models.
+void FailCudaGraphCaptures(ModelState& state, int n);
 
 // Moves a loaded model to the GPU and returns it as a Model whose states keep
 // their KV cache in device memory (KvCacheOptions::device = kCuda, the same
