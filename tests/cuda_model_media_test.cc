@@ -165,8 +165,7 @@ std::vector<float> BatchLogits(const Model& m, const ModelStateOptions& o,
 // Row 0 holds 3 tokens and takes 20 more with both spans (all logits); row
 // 1 holds 4 and decodes one text token; row 2 stays empty.
 TEST_P(CudaModelMediaDevice, BatchWithATextRowFollowsTheCpuModel) {
-  ModelStateOptions o = Options(3);
-  o.max_context = 32;
+  const ModelStateOptions o = Options(3);
   const std::vector<std::vector<std::int32_t>> history = {Tokens(3, V_, 31), Tokens(4, V_, 32), {}};
   const std::vector<std::int32_t> prompt = Tokens(20, V_, 33), one = Tokens(1, V_, 34);
   const std::vector<BatchEntry> entries = {{.row = 1, .tokens = one},
