@@ -48,9 +48,10 @@ REPORT_PY=$ROOT/scripts/gpu_check_report.py
 MIB64=67108864                      # the device call's working tree + carry limit
 # Defaults; a step's shell (`_step`) inherits the values device() set. The
 # sanitizers run a short subset: the op's edge cases, the Hopper kernel's stage
-# cases (every prefill path), one cache decode case and one Gemma 4 / 3n model
-# each (their kernels and cuBLAS products).
-MEMCHECK_FILTER=${MEMCHECK_FILTER:-'CudaGqaDevice.EdgeCases*:CudaGqaDevice.HopperPrefillStages*:CacheDtypes/CudaCacheDevice.*/0:Fixtures/CudaGemma4Device.LogitsFollowTheCpuModel/ple_shared_bf16:Weights/CudaGemma3nDevice.LogitsFollowTheCpuModel/bfloat16'}
+# cases (every prefill path), one cache decode case, one Gemma 4 / 3n model
+# each (their kernels and cuBLAS products) and one with image rows and
+# bidirectional spans (the rows' scatter, the spans' causal bound).
+MEMCHECK_FILTER=${MEMCHECK_FILTER:-'CudaGqaDevice.EdgeCases*:CudaGqaDevice.HopperPrefillStages*:CacheDtypes/CudaCacheDevice.*/0:Fixtures/CudaGemma4Device.LogitsFollowTheCpuModel/ple_shared_bf16:Weights/CudaGemma3nDevice.LogitsFollowTheCpuModel/bfloat16:Fixtures/CudaModelMediaDevice.SpansFollowTheCpuModel/gemma4_large_bf16'}
 RACECHECK_FILTER=${RACECHECK_FILTER:-'CudaGqaDevice.HopperPrefillStages*:CudaGqaDevice.EdgeCases*'}
 CLI_MODELS=${CLI_MODELS:-"tests/fixtures/vision/gemma3.f32.gguf tests/fixtures/gemma4/e2b.f32.gguf tests/fixtures/gemma3n/e2b.f32.gguf"}
 # name group cap log: the order they run in (correctness first, the benchmarks

@@ -373,10 +373,9 @@ void Server::Load() {
   CheckSpeculation(m.opt.speculation);  // before the load too: an assistant on the device
   m.model = m.opt.placement.Apply(Model::Load(m.opt.model_path));
   for (const std::string& w : m.model->warnings()) m.Log("warning: " + w);
-  if (support.device != Device::kCpu) {
-    m.Log(std::string("model on device ") + DeviceName(support.device));
+  if (support.device != Device::kCpu) m.Log(std::string("model on device ") + DeviceName(support.device));
+  if (!support.media_inputs)
     m.ctx.media_unavailable = DeviceRefusal(support.device, "images and audio", "send text only");
-  }
   m.tok = std::make_unique<Tokenizer>(ReadVocab(m.model->gguf()));
   std::optional<std::string_view> name;
   if (m.opt.chat_template) name = *m.opt.chat_template;

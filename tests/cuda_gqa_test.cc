@@ -347,6 +347,53 @@ TEST_F(CudaGqaDevice, PromptChunksMatchCpuReference) {
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
+// Bidirectional spans (gqa.h; an image's soft tokens in a prompt chunk): the
+// GPU kernels read the per-query causal bound they imply (causal_end), the
+// CPU reference the pairs. Static-scatter chunks over fp32 caches (the
+// general kernel) and fp16 / bf16 ones (the mma and Hopper kernels, every
+// prefill path), H 64 / 256, each as G 1, no window, S 37 and as G 4, window
+// 24, S 130: row 0's queries [300, 300 + S) hold two spans, the second
+// ending at the chunk's end; row 1's [443, 450) one; row 2 (one token)
+// none, padded with (0, 0).
+// The reference with the spans must differ from the one without (else the
+// case would not test them).
+TEST_F(CudaGqaDevice, BidirectionalSpansMatchCpuReference) {
+  WorstError().clear();
+  struct Geom {
+    int N, Nkv, W;
+    std::int64_t S;
+  };
+  int ran = 0;
+  for (const int H : {64, 256}) {
+    for (const Geom& sh : {Geom{4, 4, -1, 37}, Geom{8, 2, 24, 130}}) {
+      for (const DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+        std::mt19937_64 g(5000 + ran);
+        const std::int64_t B = 3, cap = 512, S = sh.S;
+        GqaCase c = ScatterPrompt(sh.N, sh.Nkv, H, dt, S, {B, sh.Nkv, cap, H}, {S, 7, 1}, {S + 300, 450, 1}, false, g);
+        c.attrs.local_window_size = sh.W;
+        const std::int64_t mid = 300 + S / 2;
+        c.spans = Int64Buffer({303, mid, mid + 2, 300 + S, 444, 449, 0, 0, 0, 0, 0, 0}, {B, 2, 2});
+        GqaCase causal = c;
+        c.has_spans = true;
+        const std::string desc = "spans: H " + std::to_string(H) + " N " + std::to_string(sh.N) + " N_kv " +
+                                 std::to_string(sh.Nkv) + " " + DTypeName(dt) + " W " + std::to_string(sh.W) + " S " +
+                                 std::to_string(S);
+        GqaCase with = c;
+        with.Run(GqaKernel::kReference);
+        causal.Run(GqaKernel::kReference);
+        ASSERT_GT(MaxRelDiff(with.output.ToFloat(), causal.output.ToFloat()), 1e-3) << desc;
+        ExpectGpuMatchesCpu(c, desc,
+                            dt == DType::kFloat32 ? std::initializer_list<PrefillPath>{PrefillPath::kAuto} : kAllPaths);
+        if (HasFailure()) return;
+        ++ran;
+      }
+    }
+  }
+  testing::RecordMeasured("CudaGqa bidirectional spans: %d configurations compared with the CPU reference\n", ran);
+  for (const auto& [what, err] : WorstError())
+    testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+}
+
 // Sets keys j >= end[b] of every row b and KV head of a cache [B, N_kv, C, H]
 // (bnsh) or [B, C, N_kv * H] to NaN: what a kernel reads past a row's keys
 // must not reach its output (the Hopper kernel's TMA tiles span the longest

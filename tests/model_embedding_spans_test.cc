@@ -18,6 +18,7 @@
 #include "common_test_util.h"
 #include "kvshare/common/error.h"
 #include "kvshare/model/model.h"
+#include "model/decoder.h"
 #include "model_tiny_gemma.h"
 #include "model_tiny_gemma4.h"
 
@@ -191,6 +192,36 @@ TEST(EmbeddingSpansGemma4, ImageAttentionFollowsTheVariantAndPerLayerInputsTakeI
   EXPECT_GT(MaxRelDiff(overlay, AllLogits(*ml, t, causal_l, {.max_context = 32})), 1e-4);
   EXPECT_EQ(AllLogits(*ml, t, img_l, {.max_context = 32, .image_attention = ImageAttention::kCausal}),
             AllLogits(*ml, t, causal_l, {.max_context = 32}));
+}
+
+// The rows a step takes instead of its token embeddings (GivenStepRows, the
+// CPU's EmbedStep and the GPU models' upload alike): hard-token rows for ids
+// in the installed ranges, the step's embedding rows over them (a span's
+// placeholder id may itself be a hard id), in step order, each token once;
+// the per-layer ids zero the hard ids only.
+TEST(GivenStepRows, HardRowsThenSpansOverThemInStepOrder) {
+  constexpr int E = 2;
+  const std::vector<HardTokenRows> hard = {{.first = 10, .rows = {1, 1, 2, 2}}, {.first = 20, .rows = {3, 3}}};
+  const std::vector<float> span_rows = {7, 7, 8, 8, 9, 9};
+  detail::Step step;
+  step.tokens = {5, 11, 0, 20, 10, 12, 21};
+  step.embeddings = {{.at = 4, .count = 1, .rows = span_rows.data()},
+                     {.at = 5, .count = 2, .rows = span_rows.data() + 2}};
+  std::vector<std::int32_t> ple;
+  const detail::StepInputRows g = detail::GivenStepRows(step, &hard, E, &ple);
+  EXPECT_EQ(g.at, (std::vector<std::int64_t>{1, 3, 4, 5, 6}));
+  ASSERT_EQ(g.rows.size(), 5u);
+  EXPECT_EQ(g.rows[0], hard[0].rows.data() + 2);  // id 11
+  EXPECT_EQ(g.rows[1], hard[1].rows.data());      // id 20
+  EXPECT_EQ(g.rows[2], span_rows.data());         // a span over hard id 10
+  EXPECT_EQ(g.rows[3], span_rows.data() + 2);     // id 12: no range holds it
+  EXPECT_EQ(g.rows[4], span_rows.data() + 4);     // a span over id 21 (past its range)
+  EXPECT_EQ(ple, (std::vector<std::int32_t>{5, 0, 0, 0, 0, 12, 21}));
+  // No ranges: the spans only, the ids as they are.
+  const detail::StepInputRows s = detail::GivenStepRows(step, nullptr, E, &ple);
+  EXPECT_EQ(s.at, (std::vector<std::int64_t>{4, 5, 6}));
+  EXPECT_EQ(ple, step.tokens);
+  EXPECT_TRUE(detail::GivenStepRows(detail::Step{.tokens = {1, 2}}, &hard, E).at.empty());
 }
 
 TEST(ImageAttentionNames, RoundTripAndRejectUnknown) {

@@ -30,6 +30,7 @@
 #include "kvshare/runtime/speculative.h"
 #include "model_device_like.h"
 #include "model_test_util.h"
+#include "runtime/scheduler/admission.h"
 #include "runtime_scheduler_util.h"
 #include "runtime_spec_util.h"
 
@@ -57,12 +58,13 @@ TEST(DeviceSupport, TheTableAndItsWording) {
   EXPECT_TRUE(cpu.media_inputs && cpu.embeddings && cpu.assistant_drafter && cpu.bitwise_verify);
   const DeviceSupport gpu = SupportOn(Device::kCuda);
   EXPECT_EQ(gpu.device, Device::kCuda);
-  EXPECT_FALSE(gpu.media_inputs || gpu.embeddings || gpu.assistant_drafter || gpu.bitwise_verify);
+  EXPECT_TRUE(gpu.media_inputs);
+  EXPECT_FALSE(gpu.embeddings || gpu.assistant_drafter || gpu.bitwise_verify);
   EXPECT_EQ(DeviceRefusal(Device::kCuda, "images", "drop them"),
             "images runs on the CPU only so far, and this model runs on device cuda; drop them");
 }
 
-TEST(DeviceSupport, SchedulerRefusesMediaAndTheAssistantNamingTheDevice) {
+TEST(DeviceSupport, SchedulerTakesMediaAndRefusesTheAssistantNamingTheDevice) {
   TinySetup t;
   const DeviceLikeModel gpu(*t.model);
   Scheduler s(gpu, t.tok, nullptr, {.slots = 2, .max_context = 64, .step_tokens = 8});
@@ -71,14 +73,18 @@ TEST(DeviceSupport, SchedulerRefusesMediaAndTheAssistantNamingTheDevice) {
   RequestOptions r{.prompt = Prompt(6, t.V, 1), .max_tokens = 2};
   r.embeddings = {{.begin = 1, .count = 2, .rows = rows.data()}};
   r.embedding_keys = {7};
-  const std::string msg = testing::ErrorOf([&] { s.Submit(r); });
+  // Images and audio run on the GPU too (SupportOn's media_inputs); a
+  // device without them refuses them naming it (ValidateRequest).
+  EXPECT_EQ(s.Submit(r).status, SubmitStatus::kAccepted);
+  Scheduler cpu(*t.model, t.tok, nullptr, {.slots = 2, .max_context = 64, .step_tokens = 8});
+  EXPECT_EQ(cpu.Submit(r).status, SubmitStatus::kAccepted);
+  DeviceSupport without = SupportOn(Device::kCuda);
+  without.media_inputs = false;
+  const std::string msg = testing::ErrorOf([&] { detail::ValidateRequest(r, t.V, 64, 64, without); });
   EXPECT_NE(msg.find("a prompt with images or audio (embedding spans) runs on the CPU only so far, and this model "
                      "runs on device cuda"),
             std::string::npos)
       << msg;
-  // The same request is taken on the CPU model.
-  Scheduler cpu(*t.model, t.tok, nullptr, {.slots = 2, .max_context = 64, .step_tokens = 8});
-  EXPECT_EQ(cpu.Submit(r).status, SubmitStatus::kAccepted);
 
   HiddenReadingDrafter assistant;
   const std::string refused = testing::ErrorOf([&] {

@@ -2,7 +2,8 @@
 // GPU"): ServerOptions::placement moves the tiny Gemma 4 fixture into a CPU
 // model whose states report a device cache (model_device_like.h). Text
 // completions, n > 1 choices (no row copies) and prompt lookup are served;
-// /v1/embeddings and image parts are a 400 naming the device; the start-up
+// /v1/embeddings is a 400 naming the device; image parts are taken as on the
+// CPU (without --mmproj: the 400 naming the flag, not the device); the start-up
 // log says where the model runs and that speculation there is not bitwise.
 #include <gtest/gtest.h>
 
@@ -77,8 +78,9 @@ TEST(ServerDevice, ServesTextAndRefusesWhatTheDeviceCannotNamingIt) {
            {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "What is this?"}}, image}}}}}});
   EXPECT_EQ(status, 400);
   EXPECT_EQ(body["error"]["code"], "images_unsupported") << body.dump();
-  EXPECT_NE(body["error"]["message"].get<std::string>().find("this model runs on device cuda"), std::string::npos)
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("start the server with --mmproj PATH"), std::string::npos)
       << body.dump();
+  EXPECT_EQ(body["error"]["message"].get<std::string>().find("device cuda"), std::string::npos) << body.dump();
 
   srv.BeginDrain();
   EXPECT_TRUE(srv.WaitIdle(std::chrono::seconds(5)));

@@ -67,12 +67,12 @@ struct AttendParams {
 
   // Bidirectional spans (gqa.h), validated; null without them.
   //   causal_end [B, S]: replaces p + 1 in the causal rule for query s of row
-  //     b (the end of p's span when p lies in one): the optimized kernel reads
-  //     it through VisibleKeys (so would the CUDA kernels; its front end
-  //     refuses spans for now and passes null).
+  //     b (the end of p's span when p lies in one): the optimized kernel and
+  //     every CUDA kernel read it through VisibleKeys (on the GPU a device
+  //     copy, gqa_cuda.cu).
   //   spans [B, spans_per_row, 2]: the pairs [start, end), (0, 0) padding:
   //     the reference reads them instead (same span), so the two check each
-  //     other.
+  //     other. Host memory; null on the GPU.
   const std::int64_t* causal_end = nullptr;
   const std::int64_t* spans = nullptr;
   std::int64_t spans_per_row = 0;

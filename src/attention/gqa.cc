@@ -151,11 +151,6 @@ KvMode DetectKvMode(const GqaAttributes& attrs, const GqaInputs& inputs, const G
 void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
                          const GqaRunOptions& options) {
   if (options.device == Device::kCuda) {
-    if (in.bidirectional_spans) {
-      throw Error(
-          "GroupQueryAttention: Input 'bidirectional_spans' is not supported with device cuda (the CUDA kernels "
-          "do not take it yet); run this call on the CPU (GqaRunOptions::device = Device::kCpu)");
-    }
     if (options.kernel == GqaKernel::kReference) {
       throw Error(
           "GroupQueryAttention: the reference kernel (GqaKernel::kReference) runs on the CPU only; "

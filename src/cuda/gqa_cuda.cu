@@ -164,6 +164,7 @@ struct DeviceRows {
   std::vector<std::int64_t> host;
   CallScratch mem;
   const std::int64_t *kv_len, *q_offset, *valid_q, *write_at, *n_write, *rope_pos;
+  const std::int64_t* causal_end;  // [B * S], null without bidirectional spans
 
   DeviceRows(const GqaPlan& p, cudaStream_t stream, GqaCudaWorkspace* ws)
       : mem(ws, GqaCudaWorkspace::kRows, Bytes(p), stream, "GroupQueryAttention (device cuda): row arrays allocation") {
@@ -173,6 +174,7 @@ struct DeviceRows {
       host.resize(host.size() + B - v->size(), 0);  // write_at / n_write may be empty
     }
     host.insert(host.end(), p.rope_pos.begin(), p.rope_pos.end());
+    host.insert(host.end(), p.causal_end.begin(), p.causal_end.end());
     std::int64_t* d = mem.As<std::int64_t>();
     if (!host.empty()) {
       const std::size_t bytes = host.size() * sizeof(std::int64_t);
@@ -188,9 +190,10 @@ struct DeviceRows {
     write_at = d + 3 * B;
     n_write = d + 4 * B;
     rope_pos = d + 5 * B;
+    causal_end = p.causal_end.empty() ? nullptr : rope_pos + p.rope_pos.size();
   }
   static std::size_t Bytes(const GqaPlan& p) {
-    return (5 * static_cast<std::size_t>(p.batch) + p.rope_pos.size()) * sizeof(std::int64_t);
+    return (5 * static_cast<std::size_t>(p.batch) + p.rope_pos.size() + p.causal_end.size()) * sizeof(std::int64_t);
   }
 };
 
@@ -255,6 +258,7 @@ void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out) {
   host(in.position_ids, "position_ids");
   host(in.write_indices, "write_indices");
   host(in.nonpad_kv_seqlen, "nonpad_kv_seqlen");
+  host(in.bidirectional_spans, "bidirectional_spans");
 }
 
 void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out, const GqaPlan& p,
@@ -351,9 +355,14 @@ void GroupQueryAttentionCuda(const GqaAttributes& attrs, const GqaInputs& in, co
     Check(cudaMemsetAsync(sink.As<void>(), 0, static_cast<std::size_t>(N) * sizeof(float), stream), "sink zero fill");
   }
 
-  const AttendParams ap =
-      MakeAttendParams(attrs, in, out, p, q.As<float>(), k_src, v_src,
-                       AttendRows{rows.kv_len, rows.q_offset, rows.valid_q}, has_sink ? sink.As<float>() : nullptr);
+  // Bidirectional spans reach the kernels as the per-query causal bound
+  // (causal_end, which VisibleKeys reads in every kernel); the pairs
+  // themselves are the reference kernel's only, and stay on the host.
+  AttendParams ap = MakeAttendParams(attrs, in, out, p, q.As<float>(), k_src, v_src,
+                                     AttendRows{rows.kv_len, rows.q_offset, rows.valid_q, rows.causal_end},
+                                     has_sink ? sink.As<float>() : nullptr);
+  ap.spans = nullptr;
+  ap.spans_per_row = 0;
   if (ap.qk != nullptr) Check(cudaMemsetAsync(ap.qk, 0, out.output_qk->NumBytes(), stream), "output_qk zero fill");
   const std::int64_t max_kv = p.kv_len.empty() ? 0 : *std::max_element(p.kv_len.begin(), p.kv_len.end());
   AttendCuda(ap, max_kv, stream, ws);

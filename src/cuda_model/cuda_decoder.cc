@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -66,6 +67,7 @@ std::unique_ptr<ModelState> CudaDecoder::NewState(const ModelStateOptions& o) co
   std::unique_ptr<CudaDecoderState> st = MakeState(NewStateCache(c, o, Device::kCuda), o);
   st->step_spans.resize(static_cast<std::size_t>(st->max_batch()));
   st->rope_pos = o.max_context;
+  st->bidirectional_layer = BidirectionalLayers(c, o.image_attention.value_or(c.image_attention));
   for (const RopeFamily& f : cpu().rope_families()) {
     const RopeTable t = BuildRopeTable(f, o.max_context);
     st->cos.push_back(UploadFloats(t.cos.data(), static_cast<std::int64_t>(t.cos.size()), "RoPE table allocation"));
@@ -89,14 +91,9 @@ std::span<const float> CudaDecoder::ForwardBatch(ModelState& base, std::span<con
   CudaDecoderState& st = *state;
   const ModelConfig& c = config();
   if (entries.empty()) throw Error("ForwardBatch: no entries");
-  for (const BatchEntry& e : entries) {
-    if (!e.embeddings.empty()) {
-      throw Error(
-          "Forward (device cuda): embedding inputs (image or audio soft tokens) run on the CPU model only "
-          "so far; use device cpu for prompts with images or audio");
-    }
-  }
-  BatchSteps steps(st, c, entries, st.max_step_, /*bidirectional=*/false);
+  const bool bidi =
+      std::find(st.bidirectional_layer.begin(), st.bidirectional_layer.end(), true) != st.bidirectional_layer.end();
+  BatchSteps steps(st, c, entries, st.max_step_, bidi);
   const std::int64_t E = c.n_embd, V = c.n_vocab;
   st.logits.resize(static_cast<std::size_t>(steps.total_logits() * V));
   st.hidden_rows.resize(static_cast<std::size_t>(steps.total_logits() * E));
@@ -182,13 +179,35 @@ float* CudaDecoder::Head(CudaDecoderState& st, float* rows, std::int64_t kept) c
   return logits;
 }
 
-void CudaDecoder::EmbedStep(CudaDecoderState& st, const Step& step) const {
+void CudaDecoder::EmbedStep(CudaDecoderState& st, const Step& step, std::vector<std::int32_t>* ple_ids) const {
   const ModelConfig& c = config();
   const auto T = static_cast<std::int64_t>(step.tokens.size());
+  const std::int64_t E = c.n_embd;
   Grow(st.tok, static_cast<std::size_t>(T) * 4, kActivations);
   StepUpload(st, st.tok.data(), step.tokens.data(), static_cast<std::size_t>(T) * 4,
              "Forward (device cuda): token upload");
-  EmbedRowsDevice(embd_, As<int>(st.tok), T, std::sqrt(static_cast<float>(c.n_embd)), Rows(st.x, T, c.n_embd));
+  float* x = Rows(st.x, T, E);
+  EmbedRowsDevice(embd_, As<int>(st.tok), T, std::sqrt(static_cast<float>(E)), x);
+  // Image / audio rows and hard-token rows: gathered on the host in step
+  // order, uploaded once (staged: a decode step with a hard token is
+  // captured too), scattered over their tokens' rows.
+  const std::shared_ptr<const std::vector<HardTokenRows>> hard = cpu_->hard_token_rows();
+  const StepInputRows given = GivenStepRows(step, hard.get(), c.n_embd, ple_ids);
+  const auto n = static_cast<std::int64_t>(given.at.size());
+  if (n > 0) {
+    st.given_host.resize(static_cast<std::size_t>(n * E));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* row = given.rows[static_cast<std::size_t>(i)];
+      std::copy(row, row + E, st.given_host.begin() + i * E);
+    }
+    float* rows = Rows(st.given, n, E);
+    StepUpload(st, rows, st.given_host.data(), st.given_host.size() * 4,
+               "Forward (device cuda): embedding rows upload");
+    Grow(st.given_at, static_cast<std::size_t>(n) * 8, kActivations);
+    StepUpload(st, st.given_at.data(), given.at.data(), static_cast<std::size_t>(n) * 8,
+               "Forward (device cuda): embedding row map upload");
+    ScatterRowsDevice(rows, n, E, As<std::int64_t>(st.given_at), x);
+  }
   st.src.resize(static_cast<std::size_t>(T));
   for (std::int64_t i = 0; i < T; ++i) st.src[static_cast<std::size_t>(i)] = i;
   Grow(st.src_dev, static_cast<std::size_t>(T) * 8, kActivations);
@@ -202,6 +221,7 @@ void CudaDecoder::StepUpload(CudaDecoderState& st, void* dev, const void* host, 
 
 void CudaDecoder::SetSpans(CudaDecoderState& st, std::span<const QuerySpan> spans) const {
   st.pack = PlanAttention(spans);
+  st.spans.assign(spans.begin(), spans.end());
   if (st.pack.in_place) return;
   const std::size_t bytes = st.pack.packed_row.size() * 8;
   Grow(st.pack_map, bytes, kActivations);
@@ -232,6 +252,7 @@ void CudaDecoder::Attend(CudaDecoderState& st, int layer, bool owns, int head_di
   args.run.cuda_workspace = &st.attn_ws;
   args.run.cuda_async = true;
   args.query_offsets = p.query_offsets;
+  args.bidirectional_spans = BidirectionalSpansArg(st, layer, st.spans, p.in_place ? 1 : p.B);
   if (p.in_place) {  // one span of row 0: its flat rows as they are
     const std::int64_t begin = p.flat_rows - p.S, S = p.S;
     args.query = ConstTensorView{q + begin * qd, DType::kFloat32, {1, S, qd}};

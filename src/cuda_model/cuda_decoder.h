@@ -45,6 +45,9 @@ class CudaDecoderState : public DecoderState {
   DevBuf src_dev;                             // int64 [rows of x]: src
   DevBuf head;                                // [kept, n_vocab] logits
   AttentionPacking pack;                      // the current spans' packing (SetSpans)
+  std::vector<QuerySpan> spans;               // the current spans (SetSpans): the op's bidirectional spans
+  DevBuf given, given_at;                     // [n, E] rows over the token embeddings (EmbedStep), int64 [n]
+  std::vector<float> given_host;              // given's host staging
   std::vector<std::int64_t> src;              // the step token each row of x holds (identity until the cut)
   // CUDA graphs of decode steps (docs/gpu.md): the step's uploads (pinned,
   // StageUpload) and downloads, reused from each step's start; the attention
@@ -64,11 +67,16 @@ class CudaDecoder : public Model {
   const GgufFile& gguf() const override { return cpu_->gguf(); }
   const std::vector<std::string>& warnings() const override { return cpu_->warnings(); }
   void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override { cpu_->EmbedTokens(tokens, out); }
+  // Gemma 3n's hard-token rows live in the CPU model (its checks, its
+  // snapshot); EmbedStep uploads the rows a step uses.
+  void SetHardTokenRows(std::vector<HardTokenRows> ranges) override { cpu_->SetHardTokenRows(std::move(ranges)); }
+  std::shared_ptr<const std::vector<HardTokenRows>> hard_token_rows() const override { return cpu_->hard_token_rows(); }
   std::unique_ptr<ModelState> NewState(const ModelStateOptions& options) const override;
   std::span<const float> Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,
                                  const ForwardOptions& options) const override;
-  // The CPU model's checks and steps (BatchSteps); entries with embedding
-  // inputs are refused (they run on the CPU model only so far).
+  // The CPU model's checks and steps (BatchSteps), embedding spans (image
+  // and audio rows; bidirectional on the layers of the state's image
+  // attention, BidirectionalLayers) included.
   std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                       ThreadPool* pool) const override;
 
@@ -92,18 +100,23 @@ class CudaDecoder : public Model {
   virtual bool CapturableDecode() const { return true; }
 
   // Pieces of a RunStep.
-  // st.x [T, E] = the step's token embeddings * sqrt(E); st.src = 0 .. T-1.
-  void EmbedStep(CudaDecoderState& st, const Step& step) const;
+  // st.x [T, E] = the step's token embeddings * sqrt(E), then the rows of
+  // GivenStepRows (hard-token rows, the step's embedding spans; host rows,
+  // uploaded) over theirs, unscaled, as DecoderModel::EmbedStep; st.src = 0
+  // .. T-1. ple_ids (when given): GivenStepRows' per-layer ids.
+  void EmbedStep(CudaDecoderState& st, const Step& step, std::vector<std::int32_t>* ple_ids = nullptr) const;
   // A step's upload of host data into device memory (StageUpload through
   // st.staging on the model's stream: capturable).
   static void StepUpload(CudaDecoderState& st, void* dev, const void* host, std::size_t bytes, const char* what);
   // The rows the next attention calls run on: plans their packing
-  // (PlanAttention) and uploads its map.
+  // (PlanAttention), uploads its map and keeps the spans (st.spans).
   void SetSpans(CudaDecoderState& st, std::span<const QuerySpan> spans) const;
   // Layer l's attention over the current spans (AttendLayer on the device
   // cache, RoPE of the layer's family): st.q [rows, n_head * head_dim] into
   // st.attn, with st.k, st.v [rows, kv_dim] written to the cache when the
-  // layer owns its K/V (a KV-shared layer reads its source's).
+  // layer owns its K/V (a KV-shared layer reads its source's). On the
+  // state's bidirectional layers the step's image spans go to the op
+  // (BidirectionalSpansArg), as the CPU's Attend passes them.
   void Attend(CudaDecoderState& st, int layer, bool owns, int head_dim, int kv_dim, float scale) const;
   // Packs each buffer's kept rows (its rows are the step's tokens in order)
   // to the front as PackKeptRows does; with spans, also repoints them and

@@ -147,8 +147,8 @@ float* CudaGemma3n::RunStep(CudaDecoderState& base, const Step& step) const {
   const ModelConfig& c = config();
   const auto T = static_cast<std::int64_t>(step.tokens.size());
   const int E = c.n_embd, n = w_.n_altup;
-  EmbedStep(st, step);
-  PerLayerInputs(st, step);
+  EmbedStep(st, step, &st.ple_ids);  // hard tokens take per-layer id 0, as gemma3n.cc
+  PerLayerInputs(st, st.ple_ids);
   float* x0 = As<float>(st.x);
   // Streams 1..n-1: projections of the embedding, rescaled to its RMS.
   for (int i = 1; i < n; ++i) {

@@ -144,7 +144,7 @@ float* CudaGemma4::RunStep(CudaDecoderState& base, const Step& step) const {
   const auto T = static_cast<std::int64_t>(step.tokens.size());
   const int E = c.n_embd;
   EmbedStep(st, step);
-  if (ple_.width > 0) PerLayerInputs(st, step);
+  if (ple_.width > 0) PerLayerInputs(st, step.tokens);  // as gemma4.cc: a span's ids are 0
   GrowStep(st, T, E, max_qd_, max_kvd_, max_ff_);
   const bool packed = RunLayers(
       st, step,

@@ -81,10 +81,10 @@ void CudaGemmaDecoder::AttentionBlock(CudaDecoderState& st, const DevGemmaAttent
   RmsNormDevice(out, S, c.n_embd, As<float>(w.post_norm), c.rms_eps);
 }
 
-void CudaGemmaDecoder::PerLayerInputs(CudaGemmaState& st, const Step& step) const {
+void CudaGemmaDecoder::PerLayerInputs(CudaGemmaState& st, std::span<const std::int32_t> ids) const {
   const ModelConfig& c = config();
   const PerLayerEmbeddings& p = ple_;
-  const auto T = static_cast<std::int64_t>(step.tokens.size());
+  const auto T = static_cast<std::int64_t>(ids.size());
   const std::int64_t LP = static_cast<std::int64_t>(p.width) * c.n_layer;
   float* ple = Rows(st.ple, T, LP);
   blas().Project(ple_proj_, As<float>(st.x), T, ple, st.xb);
@@ -96,7 +96,7 @@ void CudaGemmaDecoder::PerLayerInputs(CudaGemmaState& st, const Step& step) cons
   st.ple_tok_host.resize(static_cast<std::size_t>(T * LP));
   const float tok_scale = std::sqrt(static_cast<float>(p.width));
   for (std::int64_t s = 0; s < T; ++s) {
-    const std::int32_t t = step.tokens[static_cast<std::size_t>(s)];
+    const std::int32_t t = ids[static_cast<std::size_t>(s)];
     const std::int32_t id = t < p.table.rows ? t : 0;
     EmbedRows(p.table, std::span<const std::int32_t>(&id, 1), tok_scale, st.ple_tok_host.data() + s * LP);
   }

@@ -44,8 +44,9 @@ void RequireKvWeights(const ModelConfig& config, const LayerPlan& plan,
 class CudaGemmaState : public CudaDecoderState {
  public:
   using CudaDecoderState::CudaDecoderState;
-  DevBuf ple, ple_tok;              // [T, n_layer * width]: per-layer inputs, their token part
-  std::vector<float> ple_tok_host;  // [T, n_layer * width]
+  DevBuf ple, ple_tok;                // [T, n_layer * width]: per-layer inputs, their token part
+  std::vector<std::int32_t> ple_ids;  // [T]: the step's per-layer ids (EmbedStep; Gemma 3n)
+  std::vector<float> ple_tok_host;    // [T, n_layer * width]
 };
 
 class CudaGemmaDecoder : public CudaDecoder {
@@ -60,8 +61,10 @@ class CudaGemmaDecoder : public CudaDecoder {
   void AttentionBlock(CudaDecoderState& st, const DevGemmaAttention& w, int l, bool owns, const float* h,
                       std::int64_t S, float* out) const;
   // st.ple = the step's per-layer inputs (PerLayerEmbeddings::Compute) from
-  // st.x (the scaled token embeddings) and the step's ids.
-  void PerLayerInputs(CudaGemmaState& st, const Step& step) const;
+  // st.x (the step's input rows, EmbedStep) and ids [T] (the family's: the
+  // step's tokens, or Gemma 3n's ids with hard tokens at 0; a span's
+  // tokens are 0).
+  void PerLayerInputs(CudaGemmaState& st, std::span<const std::int32_t> ids) const;
   // out[S, E] = RMSNorm(proj(gelu_tanh(inp_gate in) * ple[src, l]), post_norm)
   // for S rows of in (src: st.src_dev); st.g, st.u hold S rows of the width.
   void PerLayerGate(CudaGemmaState& st, const DevPerLayerGate& w, int l, const float* in, std::int64_t S,

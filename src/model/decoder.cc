@@ -83,10 +83,8 @@ DecoderState::DecoderState(KvCache c, const ModelStateOptions& o, std::shared_pt
       kv_bytes_(cache.Memory().total_bytes),
       rope(std::move(r)) {}
 
-namespace {
-// The op's bidirectional_spans [B, K, 2] for the rows of `spans` on `layer`
-// (rows without spans padded with (0, 0)), or nullopt when none applies.
-std::optional<ConstTensorView> SpansArg(DecoderState& st, int layer, std::span<const QuerySpan> spans, int B) {
+std::optional<ConstTensorView> BidirectionalSpansArg(DecoderState& st, int layer, std::span<const QuerySpan> spans,
+                                                     int B) {
   if (st.bidirectional_layer.empty() || !st.bidirectional_layer[static_cast<std::size_t>(layer)]) return std::nullopt;
   std::size_t K = 0;
   for (const QuerySpan& sp : spans) K = std::max(K, st.step_spans[static_cast<std::size_t>(sp.row)].size() / 2);
@@ -98,7 +96,6 @@ std::optional<ConstTensorView> SpansArg(DecoderState& st, int layer, std::span<c
   }
   return ConstTensorView{st.spans_arg.data(), DType::kInt64, {B, static_cast<std::int64_t>(K), 2}};
 }
-}  // namespace
 
 AttentionPacking PlanAttention(std::span<const QuerySpan> spans) {
   AttentionPacking p;
@@ -152,7 +149,7 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
       args.value = ConstTensorView{c.v + sp.begin * c.kv_dim, DType::kFloat32, {1, S, c.kv_dim}};
     }
     args.output = TensorView{c.out + sp.begin * qd, DType::kFloat32, {1, S, qd}};
-    args.bidirectional_spans = SpansArg(st, layer, spans, 1);
+    args.bidirectional_spans = BidirectionalSpansArg(st, layer, spans, 1);
     AttendLayer(st.cache, layer, args);
     return;
   }
@@ -178,7 +175,7 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
     args.key = ConstTensorView{st.pad_k.data(), DType::kFloat32, {B, S, c.kv_dim}};
     args.value = ConstTensorView{st.pad_v.data(), DType::kFloat32, {B, S, c.kv_dim}};
   }
-  args.bidirectional_spans = SpansArg(st, layer, spans, B);
+  args.bidirectional_spans = BidirectionalSpansArg(st, layer, spans, B);
   AttendLayer(st.cache, layer, args);
   for (const QuerySpan& sp : spans) {
     const auto from = st.pad_out.begin() + sp.row * S * qd;
@@ -380,15 +377,10 @@ std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) c
 
 void DecoderModel::EmbedStep(const Step& step, float* out, std::vector<std::int32_t>* ple_ids) const {
   const std::shared_ptr<const std::vector<HardTokenRows>> hard = hard_.load();
-  EmbedWith(hard.get(), step.tokens, out);
-  if (ple_ids != nullptr) {
-    ple_ids->assign(step.tokens.begin(), step.tokens.end());
-    for (std::int32_t& id : *ple_ids) {
-      if (hard && HardRow(*hard, id, cfg_.n_embd) != nullptr) id = 0;
-    }
-  }
+  EmbedWith(nullptr, step.tokens, out);
+  const StepInputRows given = GivenStepRows(step, hard.get(), cfg_.n_embd, ple_ids);
   const std::int64_t E = cfg_.n_embd;
-  for (const StepEmbedding& m : step.embeddings) std::copy(m.rows, m.rows + m.count * E, out + m.at * E);
+  for (std::size_t i = 0; i < given.at.size(); ++i) std::copy(given.rows[i], given.rows[i] + E, out + given.at[i] * E);
 }
 
 std::span<const float> DecoderModel::Forward(ModelState& state, std::span<const std::int32_t> tokens, ThreadPool* pool,

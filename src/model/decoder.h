@@ -162,6 +162,13 @@ struct AttentionCall {
 };
 void Attend(DecoderState& st, int layer, const AttentionCall& call, std::span<const QuerySpan> spans, ThreadPool* pool);
 
+// The op's bidirectional_spans [B, K, 2] on `layer` for the rows of `spans`
+// (st.step_spans of each; rows without spans padded with (0, 0); B: the
+// op's rows, 1 in place), in st.spans_arg (host memory, as the op reads it
+// on either device); nullopt when the layer is causal or no row has a span.
+std::optional<ConstTensorView> BidirectionalSpansArg(DecoderState& st, int layer, std::span<const QuerySpan> spans,
+                                                     int B);
+
 // How Attend lays the query rows of `spans` out for the op (the CPU's Attend
 // and the GPU models' alike). in_place: one span of row 0, whose flat rows
 // [begin, begin + n) are the op's (1, n, ...) as they are. Otherwise packed
@@ -195,6 +202,22 @@ void EmbedRows(const WeightMatrix& table, std::span<const std::int32_t> tokens, 
 // The row of `id` in the hard-token ranges (Model::SetHardTokenRows; sorted,
 // disjoint, rows [n, n_embd]), null when no range holds it.
 const float* HardRow(const std::vector<HardTokenRows>& hard, std::int32_t id, int n_embd);
+
+// The rows of a step's input that are not its scaled token-table rows, as
+// DecoderModel::EmbedStep writes them (and the GPU models upload them): an
+// installed hard-token row (`hard`, may be null; HardRow) for each id in its
+// ranges, then the caller-given rows (Step::embeddings) over their tokens'.
+// at: step token indices, ascending, each once; rows[i]: the host row
+// [n_embd] of token at[i] (into `hard` or the caller's rows: valid while
+// they are). ple_ids (when given): step.tokens with the ids of the hard
+// ranges replaced by 0, the per-layer inputs' ids (Gemma 3n; a span's tokens
+// are 0 already, AddStepInputs).
+struct StepInputRows {
+  std::vector<std::int64_t> at;
+  std::vector<const float*> rows;
+};
+StepInputRows GivenStepRows(const Step& step, const std::vector<HardTokenRows>* hard, int n_embd,
+                            std::vector<std::int32_t>* ple_ids = nullptr);
 
 // The KV cache of a new state of `config` on `device`: Model::NewState's
 // checks of `o` (max_context, max_step, max_batch >= 1, a KV cache dtype,
@@ -279,11 +302,10 @@ class DecoderModel : public Model {
   static int CutAfterAttention(const DecoderState& st, const LayerPlan& plan, std::int64_t kept, std::int64_t T);
 
  protected:
-  // out[T, n_embd]: the step's token embeddings (an installed hard-token
-  // row for an id in its range), then its caller-given rows
-  // (Step::embeddings) over theirs. ple_ids (when given): step.tokens with
-  // the ids of installed ranges replaced by 0, the per-layer input's ids
-  // (Model::SetHardTokenRows); the same snapshot of the ranges as `out`.
+  // out[T, n_embd]: the step's token embeddings * sqrt(n_embd), then the
+  // rows GivenStepRows gives over theirs (installed hard-token rows, the
+  // caller-given rows). ple_ids (when given): GivenStepRows' per-layer ids,
+  // from the same snapshot of the ranges as `out`.
   void EmbedStep(const Step& step, float* out, std::vector<std::int32_t>* ple_ids = nullptr) const;
   explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
 

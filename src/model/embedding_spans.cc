@@ -1,6 +1,7 @@
 // Caller-given input rows (EmbeddingSpan, model.h) in a batched forward: their
-// checks, the chunk cuts that keep a bidirectional span in one step, and the
-// step's embedding rows and op spans (decoder.h).
+// checks, the chunk cuts that keep a bidirectional span in one step, the
+// step's embedding rows and op spans, and the rows that replace a step's
+// token embeddings (decoder.h).
 #include <algorithm>
 
 #include "common/str.h"
@@ -92,6 +93,30 @@ void AddStepInputs(const BatchEntry& e, std::int64_t pos, std::int64_t n, std::i
       row_spans.push_back(start + sp.begin + sp.count);
     }
   }
+}
+
+StepInputRows GivenStepRows(const Step& step, const std::vector<HardTokenRows>* hard, int n_embd,
+                            std::vector<std::int32_t>* ple_ids) {
+  const std::int64_t E = n_embd;
+  std::vector<const float*> row(step.tokens.size(), nullptr);  // per step token; null: its table row
+  if (ple_ids != nullptr) ple_ids->assign(step.tokens.begin(), step.tokens.end());
+  if (hard != nullptr) {
+    for (std::size_t s = 0; s < step.tokens.size(); ++s) {
+      // HF (Gemma 3n): torch.where(mask, embedder(ids), scaled text embedding).
+      row[s] = HardRow(*hard, step.tokens[s], n_embd);
+      if (row[s] != nullptr && ple_ids != nullptr) (*ple_ids)[s] = 0;
+    }
+  }
+  for (const StepEmbedding& m : step.embeddings) {
+    for (std::int64_t i = 0; i < m.count; ++i) row[static_cast<std::size_t>(m.at + i)] = m.rows + i * E;
+  }
+  StepInputRows out;
+  for (std::size_t s = 0; s < row.size(); ++s) {
+    if (row[s] == nullptr) continue;
+    out.at.push_back(static_cast<std::int64_t>(s));
+    out.rows.push_back(row[s]);
+  }
+  return out;
 }
 
 }  // namespace detail

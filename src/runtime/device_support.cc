@@ -10,14 +10,12 @@ namespace kvshare {
 
 DeviceSupport SupportOn(Device device) {
   if (device == Device::kCpu) return {};
-  // The GPU model refuses embedding spans, hard-token rows and Embed, keeps
-  // no hidden states and its K/V in device memory, and its cuBLAS
-  // projections round an M-row step differently from M one-row steps.
-  return {.device = device,
-          .media_inputs = false,
-          .embeddings = false,
-          .assistant_drafter = false,
-          .bitwise_verify = false};
+  // The GPU model takes embedding spans and hard-token rows (the towers run
+  // on the CPU, their rows are uploaded; not yet run on a GPU), refuses
+  // Embed, keeps no hidden states and its K/V in device memory, and its
+  // cuBLAS projections round an M-row step differently from M one-row steps.
+  return {
+      .device = device, .media_inputs = true, .embeddings = false, .assistant_drafter = false, .bitwise_verify = false};
 }
 
 std::string DeviceRefusal(Device device, std::string_view what, std::string_view fix) {

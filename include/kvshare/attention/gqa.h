@@ -57,7 +57,7 @@
 // (linear and circular: the span's keys after p are newer than p, so a ring of
 // C >= W + S - 1 still holds them), and the borrowed and external modes (a
 // KV-shared layer reads its source layer's rows over the same positions). The
-// CPU kernels take it; device cuda refuses it (GqaRunOptions).
+// CPU kernels and the CUDA kernels take it (GqaRunOptions).
 //
 // RoPE (do_rotary = 1) rotates Q and the *new* K only, at absolute positions;
 // cached and borrowed K is never re-rotated. Half (GPT-NeoX) mode pairs
@@ -254,12 +254,11 @@ struct GqaRunOptions {
   //    present_*, cos_cache, sin_cache, attention_bias, head_sink, output,
   //    output_qk;
   //  - in host memory: the index inputs seqlens_k, total_sequence_length,
-  //    position_ids, write_indices and nonpad_kv_seqlen. Validation reads them
-  //    there, with the same code and messages as on the CPU, before anything
-  //    is launched; the kernels get a device copy.
-  // kernel must be kAuto or kOptimized (the reference kernel is CPU-only), and
-  // bidirectional_spans must be absent (the CUDA kernels do not take it yet:
-  // kvshare::Error before any work).
+  //    position_ids, write_indices, nonpad_kv_seqlen and bidirectional_spans.
+  //    Validation reads them there, with the same code and messages as on the
+  //    CPU, before anything is launched; the kernels get a device copy (of the
+  //    spans: the per-query causal bound they imply).
+  // kernel must be kAuto or kOptimized (the reference kernel is CPU-only).
   // The call returns when the work on cuda_stream is complete (unless
   // cuda_async, below); a CUDA failure
   // (no device or driver, a host pointer where device memory is required, a

@@ -42,7 +42,8 @@ struct DeviceSupport {
 };
 
 // The table: the CPU supports everything; CUDA (the GPU model of
-// include/kvshare/cuda_model/model_cuda.h) none of the fields above.
+// include/kvshare/cuda_model/model_cuda.h) media_inputs only (the vision and
+// audio towers run on the CPU, their rows go to the device).
 DeviceSupport SupportOn(Device device);
 
 // "<what> runs on the CPU only so far, and this model runs on device <d>; <fix>"
