@@ -10,13 +10,14 @@ namespace kvshare {
 
 DeviceSupport SupportOn(Device device) {
   if (device == Device::kCpu) return {};
-  // The GPU model refuses embedding spans, hard-token rows and Embed, keeps
-  // no hidden states and its K/V in device memory, and its cuBLAS
-  // projections round an M-row step differently from M one-row steps.
+  // The GPU model refuses embedding spans, hard-token rows and Embed, runs
+  // Gemma 4's assistant on the device next to its cache
+  // (Model::AssistantOnDevice), and its cuBLAS projections round an M-row
+  // step differently from M one-row steps.
   return {.device = device,
           .media_inputs = false,
           .embeddings = false,
-          .assistant_drafter = false,
+          .assistant_drafter = true,
           .bitwise_verify = false};
 }
 
@@ -28,9 +29,7 @@ std::string DeviceRefusal(Device device, std::string_view what, std::string_view
 void CheckDrafterOn(const Drafter* drafter, Device device) {
   if (drafter == nullptr || !drafter->needs_target_hidden() || SupportOn(device).assistant_drafter) return;
   throw Error(DeviceRefusal(device,
-                            "the " + drafter->name() +
-                                " drafter (it reads the target's hidden states and KV cache "
-                                "on the host)",
+                            "the " + drafter->name() + " drafter (it reads the target's hidden states and KV cache)",
                             "use prompt lookup or a draft model, or run the target on the CPU"));
 }
 

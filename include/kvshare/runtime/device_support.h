@@ -30,8 +30,10 @@ struct DeviceSupport {
   bool media_inputs = true;
   // Sentence embeddings (Model::Embed: /v1/embeddings, Python embed()).
   bool embeddings = true;
-  // Gemma 4's assistant drafter: it attends over the target's KV cache with
-  // the CPU kernels and reads the target's hidden states (ModelState::hidden()).
+  // Gemma 4's assistant drafter: it attends over the target's KV cache and
+  // reads the target's hidden states (ModelState::hidden()), on the target's
+  // device (Model::AssistantOnDevice: the GPU model's twin of it). Every
+  // device kvshare has supports it; a device without would be refused up front.
   bool assistant_drafter = true;
   // A verify step's logits are bitwise those of one-token steps, so greedy
   // speculative output is bitwise plain greedy output (docs/speculative.md).
@@ -42,7 +44,8 @@ struct DeviceSupport {
 };
 
 // The table: the CPU supports everything; CUDA (the GPU model of
-// include/kvshare/cuda_model/model_cuda.h) none of the fields above.
+// include/kvshare/cuda_model/model_cuda.h) the assistant drafter only of the
+// fields above.
 DeviceSupport SupportOn(Device device);
 
 // "<what> runs on the CPU only so far, and this model runs on device <d>; <fix>"
