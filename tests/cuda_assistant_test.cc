@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "common_record_measured.h"
 #include "cuda_model_compare.h"
 #include "cuda_test_util.h"
+#include "gemma4_assistant_fixture.h"
 #include "kvshare/cuda_model/model_cuda.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
@@ -32,31 +32,14 @@
 namespace kvshare {
 namespace {
 
+using testing::ClearMargin;
 using testing::CompareRows;
 using testing::Describe;
 using testing::ModelTolerance;
 
-std::string Dir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4_assistant/";
-}
+std::string Dir() { return testing::AssistantFixtureDir(); }
 
 constexpr const char* kAssistants[] = {"assistant_plain", "assistant_ordered"};
-
-// Whether the argmax of l leads the runner-up by more than twice tol of the
-// row's largest |logit| (then both devices must pick it).
-bool ClearMargin(std::span<const float> l, double tol) {
-  float best = -INFINITY, second = -INFINITY, scale = 1e-30f;
-  for (const float x : l) {
-    scale = std::max(scale, std::fabs(x));
-    if (x > best) {
-      second = best, best = x;
-    } else if (x > second) {
-      second = x;
-    }
-  }
-  return best - second > 2 * tol * scale;
-}
 
 std::int32_t Argmax(std::span<const float> l) {
   return static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());

@@ -6,33 +6,23 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvshare/common/error.h"
 #include "kvshare/model/gemma4_assistant.h"
+#include "gemma4_assistant_fixture.h"
 #include "kvshare/model/model.h"
 #include "model/gemma4_assistant_host.h"
+#include "model_test_util.h"
 
 namespace kvshare {
 namespace {
 
-std::string Dir() {
-  const char* src = std::getenv("KVSHARE_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/fixtures/gemma4_assistant/";
-}
+using testing::ErrorOf;
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string Dir() { return testing::AssistantFixtureDir(); }
 
 // 4 clusters of 3 tokens over a vocabulary of 12, top 2: the best clusters
 // first (ties: the lower cluster), each cluster's ids in ordering's order.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common_record_measured.h"
+#include "cuda_model_compare.h"
 #include "kvshare/common/error.h"
 #include "kvshare/cuda_model/model_cuda.h"
 #include "kvshare/runtime/device_support.h"
@@ -200,18 +201,7 @@ RowDiff Compare(const std::vector<float>& got, const std::vector<float>& want) {
 
 // Whether the argmax of `l` leads the runner-up by more than twice the
 // tolerance (then both runs must pick it).
-bool ClearMargin(const std::vector<float>& l) {
-  float best = -INFINITY, second = -INFINITY, scale = 1e-30f;
-  for (float x : l) {
-    scale = std::max(scale, std::fabs(x));
-    if (x > best) {
-      second = best, best = x;
-    } else if (x > second) {
-      second = x;
-    }
-  }
-  return best - second > 2 * kBf16Tolerance * scale;
-}
+bool ClearMargin(const std::vector<float>& l) { return testing::ClearMargin(l, kBf16Tolerance); }
 
 // Rows sampled by the same request on two models: equal within the bound
 // while the sequences agree; the first disagreement must sit on a near tie.
