@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "gemma4_assistant_fixture.h"
 #include "kvshare/common/error.h"
 #include "kvshare/model/gemma4_assistant.h"
-#include "gemma4_assistant_fixture.h"
 #include "kvshare/model/model.h"
 #include "model/gemma4_assistant_host.h"
 #include "model_test_util.h"
