@@ -256,6 +256,24 @@ def test_device_cuda_takes_the_gemma4_assistant():
     assert not any("runs on the CPU only so far" in l for l in s.lines), s.lines
 
 
+def test_device_cuda_drafts_with_the_gemma4_assistant_on_a_gpu():
+    # On a GPU only (skipped here): the assistant runs next to the target's
+    # device cache; the CLI reports accepted drafts and the server serves.
+    g4a = ROOT / "tests" / "fixtures" / "gemma4_assistant"
+    target, assistant = g4a / "target.f32.gguf", g4a / "assistant_plain.f32.gguf"
+    res = run_cli("generate", "--model", target, "--device", "cuda", "--draft-model", assistant, "--raw", "-v",
+                  "-n", 24, "--draft-max", 4, "--prompt", "Four score and seven years ago")
+    if res.returncode != 0 and any(w in res.stderr for w in NO_GPU):
+        pytest.skip("no usable GPU here: " + res.stderr.strip().splitlines()[-1])
+    assert res.returncode == 0, res.stderr
+    assert "speculative decoding: gemma4-assistant drafter" in res.stderr, res.stderr
+    assert re.search(r"accepted [1-9][0-9]* / drafted", res.stderr), res.stderr
+    with Server(target, "--device", "cuda", "--slots", 1, "--draft-model", assistant) as s:
+        s.wait_log(r"model on device cuda")
+        r = request(s, "POST", P, {"prompt": "Four score and seven years ago", "max_tokens": 8, "temperature": 0})
+        assert r.status == 200 and r.json()["choices"][0]["text"], r.text
+
+
 def test_device_cuda_refuses_images_and_audio_before_loading():
     # Before the model loads (a FIFO model path would block a load): the
     # refusal needs no GPU and names the device and the flag.
