@@ -35,11 +35,35 @@ namespace {
 using testing::ClearMargin;
 using testing::CompareRows;
 using testing::Describe;
+using testing::kFp32ModelTolerance;
 using testing::ModelTolerance;
 
 std::string Dir() { return testing::AssistantFixtureDir(); }
 
 constexpr const char* kAssistants[] = {"assistant_plain", "assistant_ordered"};
+
+// The centroid head computes its chosen clusters' logits only and fills the
+// rest with (the smallest chosen) - 1, the row's minimum. Which clusters are
+// chosen is a top-k of the centroid logits, so a near tie there may choose
+// others on another device. The entries computed in both rows, and whether
+// the two chose the same tokens.
+struct ChosenLogits {
+  std::vector<float> got, want;
+  bool same_choice = true;
+};
+ChosenLogits CommonChosen(std::span<const float> got, std::span<const float> want) {
+  const float gmin = *std::min_element(got.begin(), got.end()), wmin = *std::min_element(want.begin(), want.end());
+  ChosenLogits c;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const bool g = got[i] != gmin, w = want[i] != wmin;
+    c.same_choice = c.same_choice && g == w;
+    if (g && w) {
+      c.got.push_back(got[i]);
+      c.want.push_back(want[i]);
+    }
+  }
+  return c;
+}
 
 std::int32_t Argmax(std::span<const float> l) {
   return static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
@@ -68,6 +92,15 @@ class CudaAssistantDevice : public ::testing::TestWithParam<DType> {
     tok_ = std::make_unique<Tokenizer>(ReadVocab(cpu_->gguf()));
   }
   double tol() const { return ModelTolerance(GetParam()); }
+  // The assistant's draft logits and h' against the CPU's: the target's K/V
+  // and hidden rows and the assistant's own projections are rounded. The
+  // weights' bf16 rounding alone, emulated on the CPU (both fixtures' 2-D
+  // weights rounded to bf16, bf16 caches), moves the logits by 0.0134 and h'
+  // by 0.0098 of their largest value on these rounds, and by up to 0.032 and
+  // 0.024 on other prompts; the projection inputs' rounding adds about as
+  // much again, so bf16 gets 8e-2 (a wrong layer, window or position moves
+  // them by O(1)).
+  double assistant_tol() const { return GetParam() == DType::kFloat32 ? kFp32ModelTolerance : 8e-2; }
   std::unique_ptr<Model> cpu_, gpu_;
   std::unique_ptr<Tokenizer> tok_;
 };
@@ -91,9 +124,8 @@ void DraftRounds(const Model& cpu, const Model& dev, const AssistantModel& a, co
                  const Tokenizer& tok, DType kv, double tol, const std::string& what) {
   const std::int64_t V = cpu.config().n_vocab, Eb = cpu.config().n_embd;
   const ModelStateOptions so{.max_context = 96, .max_step = 5, .kv_dtype = kv, .max_batch = 2};
-  const std::vector<std::int32_t> prompts[2] = {
-      tok.Encode("Four score and seven years ago our fathers brought forth on this continent"),
-      tok.Encode("It was the best of times")};
+  const std::vector<std::int32_t> prompts[2] = {tok.Encode("Four score and seven years ago our fathers brought forth"),
+                                                tok.Encode("The quick brown fox")};
   ASSERT_GT(prompts[0].size(), 16u) << "row 0's prompt must outgrow the window";
   {
     const std::unique_ptr<AssistantScratch> cs = a.NewScratch(), gs = twin.NewScratch();
@@ -108,7 +140,7 @@ void DraftRounds(const Model& cpu, const Model& dev, const AssistantModel& a, co
       const std::span<const float> h = cst->hidden().subspan(static_cast<std::size_t>(r * Eb), Eb);
       rows[r].hidden.assign(h.begin(), h.end());
     }
-    int accepts = 0, rejects = 0, steps = 0, argmax_equal = 0;
+    int accepts = 0, rejects = 0, steps = 0, argmax_equal = 0, choice_differs = 0;
     double worst_logits = 0, worst_hidden = 0;
     for (int round = 0; round < 6; ++round) {
       for (int r = 0; r < 2; ++r) {
@@ -125,7 +157,13 @@ void DraftRounds(const Model& cpu, const Model& dev, const AssistantModel& a, co
           gargs.target = &dev;
           gargs.target_state = gst.get();
           const AssistantStepOut got = twin.Step(*gs, gargs);
-          const testing::RowsDiff dl = CompareRows(got.logits, want.logits, V, tol);
+          // The centroid head: the tokens both chose (the choice may differ on a near tie).
+          const bool ordered = a.config().ordered_embeddings;
+          const ChosenLogits chosen = ordered ? CommonChosen(got.logits, want.logits) : ChosenLogits{};
+          choice_differs += !chosen.same_choice;
+          const testing::RowsDiff dl =
+              ordered ? CompareRows(chosen.got, chosen.want, static_cast<std::int64_t>(chosen.want.size()), tol)
+                      : CompareRows(got.logits, want.logits, V, tol);
           const testing::RowsDiff dh = CompareRows(got.hidden, want.hidden, Eb, tol);
           EXPECT_LE(dl.worst, tol) << "draft " << i << " logits: " << Describe(dl);
           EXPECT_LE(dh.worst, tol) << "draft " << i << " h': " << Describe(dh);
@@ -133,7 +171,7 @@ void DraftRounds(const Model& cpu, const Model& dev, const AssistantModel& a, co
           worst_hidden = std::max(worst_hidden, dh.worst);
           ++steps;
           argmax_equal += got.argmax == want.argmax;
-          if (got.argmax != want.argmax) {
+          if (got.argmax != want.argmax && chosen.same_choice) {
             EXPECT_FALSE(ClearMargin(want.logits, tol))
                 << "draft " << i << ": " << got.argmax << " instead of " << want.argmax << " on a clear margin";
           }
@@ -168,10 +206,13 @@ void DraftRounds(const Model& cpu, const Model& dev, const AssistantModel& a, co
     }
     EXPECT_GT(accepts, 0) << "no draft was accepted: the rounds never kept a draft";
     EXPECT_GT(rejects, 0) << "no round ended in a reject";
+    // A wrong centroid path (weights, product) would choose other clusters
+    // nearly every step; rounding, at near ties only.
+    EXPECT_LE(choice_differs, steps / 4) << "steps whose centroid head chose other tokens";
     testing::RecordMeasured(
-        "%s: %d draft steps, argmax equal in %d, largest relative error logits %.3g, h' %.3g; %d accepted, %d "
-        "rounds with a reject\n",
-        what.c_str(), steps, argmax_equal, worst_logits, worst_hidden, accepts, rejects);
+        "%s: %d draft steps, argmax equal in %d, centroid choice different in %d, largest relative error logits "
+        "%.3g, h' %.3g; %d accepted, %d rounds with a reject\n",
+        what.c_str(), steps, argmax_equal, choice_differs, worst_logits, worst_hidden, accepts, rejects);
   }
 }
 
@@ -195,7 +236,8 @@ TEST_P(CudaAssistantDevice, DraftsFollowTheCpuAssistant) {
     const std::unique_ptr<AssistantModel> twin = gpu_->AssistantOnDevice(*a);
     ASSERT_NE(twin, nullptr) << "the GPU model makes a twin";
     DraftRounds(*cpu_, *gpu_, *a, *twin, *tok_, GetParam() == DType::kFloat32 ? DType::kFloat32 : DType::kBFloat16,
-                tol(), std::string("CudaAssistantDevice ") + name + " (" + DTypeName(GetParam()) + " weights)");
+                assistant_tol(),
+                std::string("CudaAssistantDevice ") + name + " (" + DTypeName(GetParam()) + " weights)");
   }
 }
 
