@@ -5,7 +5,6 @@
 #include "cuda_model/gemma4_assistant_cuda.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>

@@ -2,9 +2,7 @@
 // attend to the target state's cache through GroupQueryAttention's read-only
 // static scatter form.
 #include <algorithm>
-#include <cmath>
 #include <mutex>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
