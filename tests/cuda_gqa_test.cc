@@ -13,6 +13,7 @@
 //    kernel forced), each against the same CPU reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -83,6 +84,61 @@ TEST(CudaGqa, RequestWithoutUsableGpuIsAnActionableError) {
   EXPECT_EQ(c.present_key.bytes, before) << "nothing may be written";
   // The same case runs on the CPU.
   EXPECT_NO_THROW(c.Run());
+}
+
+// Gemma 4's assistant's call (src/model/gemma4_assistant_host.cc,
+// AssistantAttend): the read-only static scatter form (no key / value: the
+// cache holds the target's K/V) with one query per row at write index p - 1
+// and nonpad p, its RoPE moved to p by position_ids, window W + 1 on sliding
+// layers, scale 1, a padding row (nonpad 0). Gemma 4 E2B shapes (H 256
+// sliding, 512 full; 8 query heads on 1 KV head), a linear cache (full) or a
+// ring of W + 1 (sliding), contexts across the window.
+GqaCase AssistantDecodeCase(DType cache, bool sliding) {
+  std::mt19937_64 g(23);
+  const int N = 8, Nkv = 1, H = sliding ? 256 : 512, W = 512;
+  const std::vector<std::int64_t> p = {0, 3, 511, 512, 700};  // 0: a padding row
+  const auto B = static_cast<std::int64_t>(p.size());
+  const std::int64_t cap = sliding ? W + 1 : 1024;  // a ring holds the W + 1 keys (max_step 2)
+  GqaCase c;
+  c.attrs.num_heads = N;
+  c.attrs.kv_num_heads = Nkv;
+  c.attrs.scale = 1.0f;
+  c.attrs.do_rotary = 1;
+  c.attrs.local_window_size = sliding ? W + 1 : -1;
+  if (sliding) c.attrs.scatter_mode = GqaAttributes::ScatterMode::kCircular;
+  c.query = RandomBuffer(DType::kFloat32, {B, 1, N * H}, g, 0.1f);
+  c.present_key = RandomBuffer(cache, {B, Nkv, cap, H}, g);
+  c.present_value = RandomBuffer(cache, {B, Nkv, cap, H}, g);
+  c.has_present = true;
+  c.cos = RandomBuffer(DType::kFloat32, {1024, H / 2}, g);
+  c.sin = RandomBuffer(DType::kFloat32, {1024, H / 2}, g);
+  c.has_rope = true;
+  std::vector<std::int64_t> wi, np, pos;
+  for (const std::int64_t t : p) {
+    wi.push_back(t > 0 ? t - 1 : 0);
+    np.push_back(t);
+    pos.push_back(t);
+  }
+  c.write_indices = Int64Buffer(wi, {B});
+  c.nonpad = Int64Buffer(np, {B});
+  c.has_scatter = true;
+  c.position_ids = Int64Buffer(pos, {B, 1});
+  c.has_pos = true;
+  c.output = Buffer(DType::kFloat32, {B, 1, N * H});
+  return c;
+}
+
+// The case is valid and the CPU kernels agree on it (run everywhere).
+TEST(CudaGqa, AssistantDecodeCaseRunsOnTheCpu) {
+  for (const bool sliding : {false, true}) {
+    GqaCase ref = AssistantDecodeCase(DType::kBFloat16, sliding), opt = ref;
+    ASSERT_NO_THROW(ref.Run(GqaKernel::kReference));
+    ASSERT_NO_THROW(opt.Run(GqaKernel::kOptimized));
+    EXPECT_LT(MaxRelDiff(opt.output.ToFloat(), ref.output.ToFloat()), 1e-5) << "sliding " << sliding;
+    const std::vector<float> out = ref.output.ToFloat();
+    EXPECT_TRUE(std::all_of(out.begin(), out.begin() + 8 * (sliding ? 256 : 512), [](float x) { return x == 0; }))
+        << "the padding row's output is zero";
+  }
 }
 
 #if KVSHARE_HAVE_CUDA
@@ -547,6 +603,15 @@ TEST_F(CudaGqaDevice, EdgeCasesMatchCpuReference) {
       c.SetScatter(n, T);
       c.output = Buffer(DType::kFloat16, {B, S, N * H});
       ExpectGpuMatchesCpu(c, std::string("cache ") + DTypeName(cache) + (circular ? " circular" : " linear"));
+    }
+  }
+}
+
+TEST_F(CudaGqaDevice, AssistantReadOnlyDecodeMatchesCpuReference) {
+  for (const DType cache : {DType::kFloat16, DType::kBFloat16}) {
+    for (const bool sliding : {false, true}) {
+      ExpectGpuMatchesCpu(AssistantDecodeCase(cache, sliding),
+                          std::string("cache ") + DTypeName(cache) + (sliding ? " sliding (circular)" : " full"));
     }
   }
 }

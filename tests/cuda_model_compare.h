@@ -102,6 +102,21 @@ inline RowsDiff CompareRows(std::span<const float> got, std::span<const float> w
   return d;
 }
 
+// Whether the argmax of l leads the runner-up by more than twice tol of the
+// row's largest |logit| (then runs within tol of each other pick the same).
+inline bool ClearMargin(std::span<const float> l, double tol) {
+  float best = -INFINITY, second = -INFINITY, scale = 1e-30f;
+  for (const float x : l) {
+    scale = std::max(scale, std::fabs(x));
+    if (x > best) {
+      second = best, best = x;
+    } else if (x > second) {
+      second = x;
+    }
+  }
+  return best - second > 2 * tol * scale;
+}
+
 inline std::string Describe(const RowsDiff& d) {
   std::ostringstream s;
   s << "largest relative error " << d.worst << ", largest absolute " << d.max_abs << ", rows past tolerance "

@@ -79,6 +79,8 @@ class CudaDecoder : public Model {
   // attention, BidirectionalLayers) included.
   std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                       ThreadPool* pool) const override;
+  // Gemma 4's assistant on this model's device (gemma4_assistant_cuda.h).
+  std::unique_ptr<AssistantModel> AssistantOnDevice(const AssistantModel& assistant) const override;
 
  protected:
   // cpu: a loaded DecoderModel. Checks for a usable device, then uploads the

@@ -2,9 +2,7 @@
 // attend to the target state's cache through GroupQueryAttention's read-only
 // static scatter form.
 #include <algorithm>
-#include <cmath>
 #include <mutex>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "model/decoder.h"
+#include "model/gemma4_assistant_host.h"
 #include "model/gemma4_config.h"
 #include "quant/quant.h"
 
@@ -26,26 +25,15 @@ using detail::Str;
 
 constexpr const char* kArch = "gemma4-assistant";
 
-struct Layer {
-  WeightMatrix q, o, gate, up, down;
-  const float* attn_norm = nullptr;
-  const float* q_norm = nullptr;
-  const float* post_attn_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  const float* post_ffw_norm = nullptr;
-  float out_scale = 1.0f;
-};
+using Layer = detail::AssistantLayerWeights;
 
 class Scratch final : public AssistantScratch {
  public:
   std::vector<float> in, x, h, o, f, g, u, y, q, attn, logits, hidden_out;
-  std::vector<float> q_pad, out_pad;                // [B, N * H] query / output of the op
-  std::vector<std::int64_t> write_at, nonpad, pos;  // [B]
+  std::vector<float> q_pad, out_pad;  // [B, N * H] query / output of the op
   std::shared_ptr<const detail::RopeSet> rope;
   std::vector<float> centroid_logits, row;
-  std::vector<AssistantLayerSource> sources;  // of sources_model with its first shared layer at sources_first_shared
-  const Model* sources_model = nullptr;
-  int sources_first_shared = -1;
+  detail::AssistantSourcesCache sources;
 };
 
 class Gemma4Assistant final : public AssistantModel {
@@ -56,6 +44,7 @@ class Gemma4Assistant final : public AssistantModel {
   std::vector<AssistantLayerSource> Sources(const Model& target, const LayerPlan& plan) const override;
   std::unique_ptr<AssistantScratch> NewScratch() const override { return std::make_unique<Scratch>(); }
   AssistantStepOut Step(AssistantScratch& scratch, const AssistantStepArgs& args) const override;
+  const detail::AssistantWeights& weights() const { return w_; }
 
  private:
   void Attend(Scratch& s, int l, const AssistantLayerSource& src, const AssistantStepArgs& a, std::int64_t p) const;
@@ -64,15 +53,8 @@ class Gemma4Assistant final : public AssistantModel {
 
   GgufFile file_;
   AssistantConfig cfg_;
-  std::vector<detail::RopeFamily> rope_families_;  // [full, sliding]
-  std::vector<int> layer_rope_;
-  WeightMatrix embd_;        // the assistant's tied table [n_vocab, E], as stored (the centroid head reads rows)
-  WeightMatrix head_;        // the same prepared for MatMul (the plain head only)
-  WeightMatrix pre_, post_;  // [E, 2 E_b], [E_b, E]
-  const float* out_norm_ = nullptr;
-  WeightMatrix centroids_;              // [num_centroids, E] (ordered embeddings)
-  std::vector<std::int32_t> ordering_;  // [n_vocab]: the vocabulary by cluster
-  std::vector<Layer> layers_;
+  detail::AssistantWeights w_;
+  WeightMatrix head_;  // w_.embd prepared for MatMul (the plain head only)
   mutable std::mutex rope_mu_;
   mutable std::shared_ptr<const detail::RopeSet> rope_;
 };
@@ -83,8 +65,8 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
   const std::string a = std::string(kArch) + ".";
   detail::Gemma4Geometry g = detail::ReadGemma4Geometry(f, a);
   const ModelConfig& c = g.config;
-  rope_families_ = std::move(g.rope_families);
-  layer_rope_ = std::move(g.layer_rope);
+  w_.rope_families = std::move(g.rope_families);
+  w_.layer_rope = std::move(g.layer_rope);
   cfg_.n_layer = c.n_layer;
   cfg_.n_embd = c.n_embd;
   cfg_.n_head = c.n_head;
@@ -107,19 +89,19 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
     throw Error(Str(a, "expert_count is set: a Gemma 4 assistant has no MoE layers"));
 
   const std::int64_t E = cfg_.n_embd, Eb = cfg_.n_embd_backbone;
-  embd_ = WeightMatrix::FromTensor(f.Tensor("token_embd.weight"));
-  if (embd_.cols != E) {
-    throw Error(Str("tensor 'token_embd.weight' has ", embd_.cols, " columns, expected embedding_length ", E));
+  w_.embd = WeightMatrix::FromTensor(f.Tensor("token_embd.weight"));
+  if (w_.embd.cols != E) {
+    throw Error(Str("tensor 'token_embd.weight' has ", w_.embd.cols, " columns, expected embedding_length ", E));
   }
-  cfg_.n_vocab = static_cast<int>(embd_.rows);
-  out_norm_ = t.Vec("output_norm.weight", E);
-  pre_ = t.ForMatMul(t.Mat("nextn.pre_projection.weight", E, 2 * Eb));
-  post_ = t.ForMatMul(t.Mat("nextn.post_projection.weight", Eb, E));
+  cfg_.n_vocab = static_cast<int>(w_.embd.rows);
+  w_.out_norm = t.Vec("output_norm.weight", E);
+  w_.pre = t.ForMatMul(t.Mat("nextn.pre_projection.weight", E, 2 * Eb));
+  w_.post = t.ForMatMul(t.Mat("nextn.post_projection.weight", Eb, E));
 
   if (const GgufTensor* ct = f.FindTensor("masked_embd_centroids.weight")) {
     cfg_.ordered_embeddings = true;
     cfg_.num_centroids = static_cast<int>(ct->ne[1]);
-    centroids_ = t.Mat("masked_embd_centroids.weight", cfg_.num_centroids, E);
+    w_.centroids = t.Mat("masked_embd_centroids.weight", cfg_.num_centroids, E);
     cfg_.centroid_top_k = static_cast<int>(f.GetU32(a + "centroid_intermediate_top_k"));
     if (cfg_.num_centroids < 1 || cfg_.n_vocab % cfg_.num_centroids != 0) {
       throw Error(Str("tensor 'masked_embd_centroids.weight' has ", cfg_.num_centroids,
@@ -135,9 +117,9 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
                       GgmlTypeName(ot.type), " ", ot.DimsString()));
     }
     const auto* p = reinterpret_cast<const std::int32_t*>(ot.data);
-    ordering_.assign(p, p + cfg_.n_vocab);
+    w_.ordering.assign(p, p + cfg_.n_vocab);
     std::vector<bool> seen(static_cast<std::size_t>(cfg_.n_vocab), false);
-    for (std::int32_t id : ordering_) {
+    for (std::int32_t id : w_.ordering) {
       if (id < 0 || id >= cfg_.n_vocab || seen[static_cast<std::size_t>(id)]) {
         throw Error(Str("tensor 'masked_embd_ordering' is not a permutation of the vocabulary: id ", id,
                         id < 0 || id >= cfg_.n_vocab ? " is out of range" : " appears twice"));
@@ -147,7 +129,7 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
   }
 
   // The plain head multiplies the whole table; the centroid head reads rows.
-  if (!cfg_.ordered_embeddings) head_ = t.ForMatMul(embd_);
+  if (!cfg_.ordered_embeddings) head_ = t.ForMatMul(w_.embd);
 
   for (int i = 0; i < cfg_.n_layer; ++i) {
     const std::string p = Str("blk.", i, ".");
@@ -170,7 +152,7 @@ Gemma4Assistant::Gemma4Assistant(GgufFile file) : file_(std::move(file)) {
     L.down = t.ForMatMul(t.Mat(p + "ffn_down.weight", E, ff));
     L.post_ffw_norm = t.Vec(p + "post_ffw_norm.weight", E);
     if (const float* s = t.VecOpt(p + "layer_output_scale.weight", 1)) L.out_scale = *s;
-    layers_.push_back(L);
+    w_.layers.push_back(L);
   }
 }
 
@@ -223,63 +205,36 @@ std::shared_ptr<const detail::RopeSet> Gemma4Assistant::RopeFor(std::int64_t max
   std::lock_guard<std::mutex> lock(rope_mu_);
   if (!rope_ || rope_->max_pos < max_pos) {
     auto set = std::make_shared<detail::RopeSet>();
-    set->max_pos = std::max<std::int64_t>(max_pos, rope_ ? 2 * rope_->max_pos : 4096);
-    for (const detail::RopeFamily& f : rope_families_) set->tables.push_back(detail::BuildRopeTable(f, set->max_pos));
+    set->max_pos = detail::AssistantRopeCapacity(rope_ ? rope_->max_pos : 0, max_pos);
+    for (const detail::RopeFamily& f : w_.rope_families) set->tables.push_back(detail::BuildRopeTable(f, set->max_pos));
     rope_ = std::move(set);
   }
   return rope_;
 }
 
 // The layer's query (s.q, [N * H]) attends at position p to the target's
-// cached keys j < p. The op's read-only scatter form with write index p - 1
-// and nonpad p makes every cached key visible to a query there; its window
-// W + 1 keeps the last W + 1 keys (HF: |q - k| <= W); position_ids put the
-// query's RoPE at p.
+// cached keys j < p (AssistantAttend), as row a.row of a padded batch.
 void Gemma4Assistant::Attend(Scratch& s, int l, const AssistantLayerSource& src, const AssistantStepArgs& a,
                              std::int64_t p) const {
   const std::size_t ls = static_cast<std::size_t>(l);
-  const std::int64_t H = cfg_.layer_head_dim[ls], qd = cfg_.n_head * H;
+  const std::int64_t qd = cfg_.n_head * cfg_.layer_head_dim[ls];
   const int B = a.row + 1;
   s.q_pad.assign(static_cast<std::size_t>(B * qd), 0.0f);
   s.out_pad.resize(static_cast<std::size_t>(B * qd));
   std::copy(s.q.begin(), s.q.begin() + qd, s.q_pad.begin() + a.row * qd);
-  s.write_at.assign(static_cast<std::size_t>(B), 0);  // other rows: no query (padding)
-  s.nonpad.assign(static_cast<std::size_t>(B), 0);
-  s.pos.assign(static_cast<std::size_t>(B), 0);
-  s.write_at[static_cast<std::size_t>(a.row)] = p - 1;
-  s.nonpad[static_cast<std::size_t>(a.row)] = p;
-  s.pos[static_cast<std::size_t>(a.row)] = p;
-  // The op binds the cache as present_key / present_value but writes nothing
-  // in the read-only form (kvshare/attention/gqa.h).
-  KvCache& cache = const_cast<KvCache&>(a.target_state->kv_cache());
-  const LayerKvView view = cache.Layer(src.target_layer, B);
-  const detail::RopeTable& rope = s.rope->tables[static_cast<std::size_t>(layer_rope_[ls])];
-  GqaAttributes attrs;
-  attrs.num_heads = cfg_.n_head;
-  attrs.kv_num_heads = cfg_.layer_n_head_kv[ls];
-  attrs.scale = 1.0f;
-  attrs.local_window_size = src.type == AttentionType::kSliding ? cfg_.sliding_window + 1 : -1;
-  attrs.do_rotary = 1;
-  attrs.scatter_mode = view.scatter_mode;
-  GqaInputs in;
-  in.query = ConstTensorView{s.q_pad.data(), DType::kFloat32, {B, 1, qd}};
-  in.cos_cache = ConstTensorView{rope.cos.data(), DType::kFloat32, {rope.max_pos, rope.half}};
-  in.sin_cache = ConstTensorView{rope.sin.data(), DType::kFloat32, {rope.max_pos, rope.half}};
-  in.position_ids = ConstTensorView{s.pos.data(), DType::kInt64, {B, 1}};
-  in.write_indices = ConstTensorView{s.write_at.data(), DType::kInt64, {B}};
-  in.nonpad_kv_seqlen = ConstTensorView{s.nonpad.data(), DType::kInt64, {B}};
-  GqaOutputs out;
-  out.output = TensorView{s.out_pad.data(), DType::kFloat32, {B, 1, qd}};
-  out.present_key = view.key;
-  out.present_value = view.value;
-  try {
-    GroupQueryAttention(attrs, in, out, GqaRunOptions{.pool = a.pool});
-  } catch (const Error& e) {
-    throw Error(Str("assistant layer ", l, " reading target layer ", src.target_layer, ": ", e.what(),
-                    src.type == AttentionType::kSliding
-                        ? " (it reads the last sliding_window + 1 keys: give the target state max_step >= 2)"
-                        : ""));
-  }
+  const detail::RopeTable& rope = s.rope->tables[static_cast<std::size_t>(w_.layer_rope[ls])];
+  detail::AssistantAttend(cfg_, *a.target_state,
+                          {.layer = l,
+                           .src = &src,
+                           .row = a.row,
+                           .p = p,
+                           .query = s.q_pad.data(),
+                           .output = s.out_pad.data(),
+                           .cos = rope.cos.data(),
+                           .sin = rope.sin.data(),
+                           .rope_pos = rope.max_pos,
+                           .rope_half = rope.half,
+                           .run = GqaRunOptions{.pool = a.pool}});
   std::copy(s.out_pad.begin() + a.row * qd, s.out_pad.begin() + (a.row + 1) * qd, s.attn.begin());
 }
 
@@ -291,64 +246,35 @@ void Gemma4Assistant::Head(Scratch& s) const {
     detail::MatMulRows(head_, s.y.data(), 1, s.logits.data(), nullptr);
     return;
   }
-  const int C = cfg_.num_centroids, K = static_cast<int>(V / C);
-  s.centroid_logits.resize(static_cast<std::size_t>(C));
-  detail::MatMulRows(centroids_, s.y.data(), 1, s.centroid_logits.data(), nullptr);
-  std::vector<int> order(static_cast<std::size_t>(C));
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + cfg_.centroid_top_k, order.end(), [&](int x, int y) {
-    const float a = s.centroid_logits[static_cast<std::size_t>(x)], b = s.centroid_logits[static_cast<std::size_t>(y)];
-    return a > b || (a == b && x < y);
-  });
+  s.centroid_logits.resize(static_cast<std::size_t>(cfg_.num_centroids));
+  detail::MatMulRows(w_.centroids, s.y.data(), 1, s.centroid_logits.data(), nullptr);
+  const std::vector<std::int32_t> chosen = detail::CentroidTokens(cfg_, s.centroid_logits, w_.ordering);
   s.row.resize(static_cast<std::size_t>(E));
-  float lowest = INFINITY;
-  std::vector<std::int32_t> chosen;
-  for (int k = 0; k < cfg_.centroid_top_k; ++k) {
-    const int c = order[static_cast<std::size_t>(k)];
-    for (int j = 0; j < K; ++j) {
-      const std::int32_t id = ordering_[static_cast<std::size_t>(c * K + j)];
-      DequantizeRow(embd_.type, static_cast<const std::uint8_t*>(embd_.data) + id * embd_.row_bytes, s.row.data(), E);
-      float dot = 0.0f;
-      for (std::int64_t i = 0; i < E; ++i) dot += s.row[static_cast<std::size_t>(i)] * s.y[static_cast<std::size_t>(i)];
-      s.logits[static_cast<std::size_t>(id)] = dot;
-      lowest = std::min(lowest, dot);
-      chosen.push_back(id);
-    }
+  for (const std::int32_t id : chosen) {
+    DequantizeRow(w_.embd.type, static_cast<const std::uint8_t*>(w_.embd.data) + id * w_.embd.row_bytes, s.row.data(),
+                  E);
+    float dot = 0.0f;
+    for (std::int64_t i = 0; i < E; ++i) dot += s.row[static_cast<std::size_t>(i)] * s.y[static_cast<std::size_t>(i)];
+    s.logits[static_cast<std::size_t>(id)] = dot;
   }
-  // Every other token: the smallest selected logit minus 1 (HF's mask value).
-  std::vector<float> masked(static_cast<std::size_t>(V), lowest - 1.0f);
-  for (std::int32_t id : chosen) masked[static_cast<std::size_t>(id)] = s.logits[static_cast<std::size_t>(id)];
-  s.logits.swap(masked);
+  detail::MaskUnchosen(chosen, s.logits);
 }
 
 AssistantStepOut Gemma4Assistant::Step(AssistantScratch& base, const AssistantStepArgs& a) const {
   auto& s = static_cast<Scratch&>(base);
-  if (a.target == nullptr || a.target_state == nullptr) throw Error("assistant step: no target model or state given");
-  const std::int64_t p = a.target_state->length(a.row);
-  if (p < 1) throw Error(Str("assistant step: row ", a.row, " has no cached token to draft from (length 0)"));
+  const std::int64_t p = detail::CheckAssistantStep(cfg_, a);
   const std::int64_t E = cfg_.n_embd, Eb = cfg_.n_embd_backbone;
-  if (static_cast<std::int64_t>(a.hidden.size()) != Eb) {
-    throw Error(Str("assistant step: the hidden state has ", a.hidden.size(), " values, expected ", Eb));
-  }
   // The layer map and the RoPE tables stay in the scratch until the target or
   // its sharing (the plan's first shared layer) changes or a position
   // outgrows the tables.
-  const LayerPlan& plan = a.target_state->kv_cache().Plan();
-  if (s.sources_model != a.target || s.sources_first_shared != plan.first_shared) {
-    s.sources = Sources(*a.target, plan);
-    s.sources_model = a.target;
-    s.sources_first_shared = plan.first_shared;
-  }
+  const std::vector<AssistantLayerSource>& sources = s.sources.For(*this, *a.target, a.target_state->kv_cache().Plan());
   if (!s.rope || s.rope->max_pos < p + 1) s.rope = RopeFor(p + 1);
-  const std::vector<AssistantLayerSource>& sources = s.sources;
-  s.in.resize(static_cast<std::size_t>(2 * Eb));
-  a.target->EmbedTokens(std::span<const std::int32_t>(&a.token, 1), s.in.data());
-  std::copy(a.hidden.begin(), a.hidden.end(), s.in.begin() + Eb);
+  detail::AssistantInputRow(cfg_, a, s.in);
   for (std::vector<float>* v : {&s.x, &s.h, &s.o, &s.f, &s.y}) v->resize(static_cast<std::size_t>(E));
-  detail::MatMulRows(pre_, s.in.data(), 1, s.x.data(), a.pool);
+  detail::MatMulRows(w_.pre, s.in.data(), 1, s.x.data(), a.pool);
 
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    const Layer& L = layers_[static_cast<std::size_t>(l)];
+    const Layer& L = w_.layers[static_cast<std::size_t>(l)];
     const int H = cfg_.layer_head_dim[static_cast<std::size_t>(l)];
     const std::int64_t qd = static_cast<std::int64_t>(cfg_.n_head) * H;
     s.q.resize(static_cast<std::size_t>(qd));
@@ -371,15 +297,24 @@ AssistantStepOut Gemma4Assistant::Step(AssistantScratch& base, const AssistantSt
     }
   }
   std::copy(s.x.begin(), s.x.end(), s.y.begin());
-  RmsNorm(s.y.data(), 1, static_cast<int>(E), out_norm_, cfg_.rms_eps);
+  RmsNorm(s.y.data(), 1, static_cast<int>(E), w_.out_norm, cfg_.rms_eps);
   Head(s);
   s.hidden_out.resize(static_cast<std::size_t>(Eb));
-  detail::MatMulRows(post_, s.y.data(), 1, s.hidden_out.data(), a.pool);
+  detail::MatMulRows(w_.post, s.y.data(), 1, s.hidden_out.data(), a.pool);
   const auto best = std::max_element(s.logits.begin(), s.logits.end());  // the first maximum: lowest id
   return {.logits = s.logits, .hidden = s.hidden_out, .argmax = static_cast<std::int32_t>(best - s.logits.begin())};
 }
 
 }  // namespace
+
+const detail::AssistantWeights& detail::AssistantWeightsOf(const AssistantModel& assistant) {
+  const auto* m = dynamic_cast<const Gemma4Assistant*>(&assistant);
+  if (m == nullptr)
+    throw Error("AssistantWeightsOf: the assistant was not loaded by AssistantModel::Load (a device twin?)");
+  return m->weights();
+}
+
+std::unique_ptr<AssistantModel> Model::AssistantOnDevice(const AssistantModel&) const { return nullptr; }
 
 bool IsAssistantGguf(const std::string& path) {
   return GgufFile::Open(path).GetStringOpt("general.architecture").value_or("") == kArch;

@@ -11,11 +11,15 @@ namespace kvshare {
 DeviceSupport SupportOn(Device device) {
   if (device == Device::kCpu) return {};
   // The GPU model takes embedding spans and hard-token rows (the towers run
-  // on the CPU, their rows are uploaded; not yet run on a GPU), refuses
-  // Embed, keeps no hidden states and its K/V in device memory, and its
-  // cuBLAS projections round an M-row step differently from M one-row steps.
-  return {
-      .device = device, .media_inputs = true, .embeddings = false, .assistant_drafter = false, .bitwise_verify = false};
+  // on the CPU, their rows are uploaded), runs Gemma 4's assistant on the
+  // device next to its cache (Model::AssistantOnDevice), refuses Embed, and
+  // its cuBLAS projections round an M-row step differently from M one-row
+  // steps. Not yet run on a GPU.
+  return {.device = device,
+          .media_inputs = true,
+          .embeddings = false,
+          .assistant_drafter = true,
+          .bitwise_verify = false};
 }
 
 std::string DeviceRefusal(Device device, std::string_view what, std::string_view fix) {
@@ -26,9 +30,7 @@ std::string DeviceRefusal(Device device, std::string_view what, std::string_view
 void CheckDrafterOn(const Drafter* drafter, Device device) {
   if (drafter == nullptr || !drafter->needs_target_hidden() || SupportOn(device).assistant_drafter) return;
   throw Error(DeviceRefusal(device,
-                            "the " + drafter->name() +
-                                " drafter (it reads the target's hidden states and KV cache "
-                                "on the host)",
+                            "the " + drafter->name() + " drafter (it reads the target's hidden states and KV cache)",
                             "use prompt lookup or a draft model, or run the target on the CPU"));
 }
 

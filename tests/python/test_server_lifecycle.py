@@ -243,16 +243,36 @@ def test_device_cuda_without_a_gpu_fails_fast_naming_it():
     assert not any("listening on" in l for l in s.lines), s.lines
 
 
-def test_device_cuda_refuses_the_gemma4_assistant_before_loading():
+def test_device_cuda_takes_the_gemma4_assistant():
+    # The assistant runs on the target's device: no refusal before loading;
+    # the run stops at the missing model instead.
     assistant = ROOT / "tests" / "fixtures" / "gemma4_assistant" / "assistant_plain.f32.gguf"
-    want = "a Gemma 4 assistant (--draft-model, which reads the target's KV cache and hidden states on the host) " \
-           "runs on the CPU only so far, and this model runs on device cuda; use --spec ngram or a draft model"
     res = run_cli("generate", "--model", "/nonexistent.gguf", "--device", "cuda", "--prompt", "Hi",
                   "--draft-model", assistant)
-    assert res.returncode == 1 and want in res.stderr, res.stderr
+    assert res.returncode == 1 and "/nonexistent.gguf" in res.stderr, res.stderr
+    assert "runs on the CPU only so far" not in res.stderr, res.stderr
     s = Starting("--model", "/nonexistent.gguf", "--device", "cuda", "--draft-model", assistant)
     assert s.exit_status(10) == 1
-    assert any(want in l for l in s.lines), s.lines
+    assert any("/nonexistent.gguf" in l for l in s.lines), s.lines
+    assert not any("runs on the CPU only so far" in l for l in s.lines), s.lines
+
+
+def test_device_cuda_drafts_with_the_gemma4_assistant_on_a_gpu():
+    # On a GPU only (skipped here): the assistant runs next to the target's
+    # device cache; the CLI reports accepted drafts and the server serves.
+    g4a = ROOT / "tests" / "fixtures" / "gemma4_assistant"
+    target, assistant = g4a / "target.f32.gguf", g4a / "assistant_plain.f32.gguf"
+    res = run_cli("generate", "--model", target, "--device", "cuda", "--draft-model", assistant, "--raw", "-v",
+                  "-n", 24, "--draft-max", 4, "--prompt", "Four score and seven years ago")
+    if res.returncode != 0 and any(w in res.stderr for w in NO_GPU):
+        pytest.skip("no usable GPU here: " + res.stderr.strip().splitlines()[-1])
+    assert res.returncode == 0, res.stderr
+    assert "speculative decoding: gemma4-assistant drafter" in res.stderr, res.stderr
+    assert re.search(r"accepted [1-9][0-9]* / drafted", res.stderr), res.stderr
+    with Server(target, "--device", "cuda", "--slots", 1, "--draft-model", assistant) as s:
+        s.wait_log(r"model on device cuda")
+        r = request(s, "POST", P, {"prompt": "Four score and seven years ago", "max_tokens": 8, "temperature": 0})
+        assert r.status == 200 and r.json()["choices"][0]["text"], r.text
 
 
 def test_device_cuda_takes_images():

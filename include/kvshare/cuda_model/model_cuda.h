@@ -69,6 +69,8 @@ void FailCudaGraphCaptures(ModelState& state, int n);
 // cuda_model_test.cc compares them on random tiny models). NewState takes the
 // CPU model's options. Not on the GPU: embedding inputs (images, audio),
 // hard-token rows, Embed, CopyRow (they throw or return false, saying so).
+// Gemma 4's assistant drafter runs next to it on the GPU
+// (Model::AssistantOnDevice: its layers read the state's device cache).
 // Throws kvshare::Error for a build without CUDA, no usable GPU, an
 // architecture without a GPU forward pass (gemma-embedding, the Gemma 4
 // assistant drafter, ...: the message names what runs where), or device

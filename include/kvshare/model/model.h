@@ -35,6 +35,7 @@
 namespace kvshare {
 
 class ThreadPool;
+class AssistantModel;
 
 // Which layers let the tokens of one image attend to each other in both
 // directions (HF's blockwise overlay); the others stay causal.
@@ -222,8 +223,8 @@ class ModelState {
   // [sum num_logits, n_embd]: the final hidden state of each logits row of the
   // last Forward / ForwardBatch, in the same order — after the output norm, the
   // LM head's input (what Gemma 4's assistant drafter takes, HF
-  // `hidden_states[-1]`). Valid until the next call on the state; empty where a
-  // model does not keep it (the GPU model).
+  // `hidden_states[-1]`). Valid until the next call on the state (the GPU
+  // model copies these rows back to the host with the logits).
   virtual std::span<const float> hidden() const { return {}; }
 };
 
@@ -315,6 +316,14 @@ class Model {
   // The installed ranges, sorted by first id (null: none); a snapshot that
   // later SetHardTokenRows calls do not change.
   virtual std::shared_ptr<const std::vector<HardTokenRows>> hard_token_rows() const { return nullptr; }
+
+  // Gemma 4's assistant drafter (kvshare/model/gemma4_assistant.h) made to
+  // run where this model's states live: null where `assistant` runs as it is
+  // (the CPU model); the GPU model returns a twin on its device (its weights
+  // uploaded, its attention on the device cache) that borrows `assistant`,
+  // which must outlive it. Throws kvshare::Error when the device cannot run
+  // it (for example out of device memory).
+  virtual std::unique_ptr<AssistantModel> AssistantOnDevice(const AssistantModel& assistant) const;
 };
 
 }  // namespace kvshare

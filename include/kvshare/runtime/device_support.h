@@ -30,8 +30,10 @@ struct DeviceSupport {
   bool media_inputs = true;
   // Sentence embeddings (Model::Embed: /v1/embeddings, Python embed()).
   bool embeddings = true;
-  // Gemma 4's assistant drafter: it attends over the target's KV cache with
-  // the CPU kernels and reads the target's hidden states (ModelState::hidden()).
+  // Gemma 4's assistant drafter: it attends over the target's KV cache and
+  // reads the target's hidden states (ModelState::hidden()), on the target's
+  // device (Model::AssistantOnDevice: the GPU model's twin of it). Every
+  // device kvshare has supports it; a device without would be refused up front.
   bool assistant_drafter = true;
   // A verify step's logits are bitwise those of one-token steps, so greedy
   // speculative output is bitwise plain greedy output (docs/speculative.md).
@@ -42,8 +44,9 @@ struct DeviceSupport {
 };
 
 // The table: the CPU supports everything; CUDA (the GPU model of
-// include/kvshare/cuda_model/model_cuda.h) media_inputs only (the vision and
-// audio towers run on the CPU, their rows go to the device).
+// include/kvshare/cuda_model/model_cuda.h) media_inputs (the vision and
+// audio towers run on the CPU, their rows go to the device) and the
+// assistant drafter (on the device, next to the target's cache).
 DeviceSupport SupportOn(Device device);
 
 // "<what> runs on the CPU only so far, and this model runs on device <d>; <fix>"

@@ -51,10 +51,10 @@ struct SpeculationRequest {
   SpeculativeOptions speculative;  // k per round and its adaptivity
   // The target's device (runtime/device_support.h). Prompt lookup and draft
   // models run on any; Gemma 4's assistant needs one with assistant_drafter
-  // (the CPU). Where a verify step is not bitwise a one-token step
-  // (DeviceSupport::bitwise_verify: CUDA), greedy output equals plain greedy
-  // output up to the device's rounding rather than bitwise
-  // (docs/speculative.md).
+  // (the CPU and CUDA: it runs on the target's device). Where a verify step
+  // is not bitwise a one-token step (DeviceSupport::bitwise_verify: CUDA),
+  // greedy output equals plain greedy output up to the device's rounding
+  // rather than bitwise (docs/speculative.md).
   Device device = Device::kCpu;
   // Moves a draft model loaded from draft_path to where it runs, its own
   // state and KV cache there (a front end's ModelPlacement::Apply); null:

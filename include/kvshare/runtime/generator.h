@@ -75,8 +75,7 @@ class Generator {
   // generates. Throws kvshare::Error, before running anything, when the
   // cached tokens + prompt + max_new_tokens exceed max_context, or for
   // speculative options out of range (CheckSpeculativeOptions), or a drafter
-  // the state's device cannot serve (CheckDrafterOn: Gemma 4's assistant on
-  // the GPU).
+  // the state's device cannot serve (CheckDrafterOn; none so far).
   GenerateStats Generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text);
 
   ModelState& state() { return *state_; }

@@ -98,9 +98,12 @@ std::unique_ptr<Drafter> MakeDraftModelDrafter(const Model& draft, const Model& 
 // Gemma 4's assistant (kvshare/model/gemma4_assistant.h): each draft one assistant step
 // that reads the target state's cache (no cache of its own), chained through
 // the assistant's projected hidden state; greedy drafts. Needs the target's
-// hidden state (DraftContext::target_hidden). Throws kvshare::Error when the
-// assistant does not fit `target` (AssistantModel::Sources on the target's
-// own layer plan).
+// hidden state (DraftContext::target_hidden). Runs where the target's states
+// live: `assistant` itself for a CPU target, the target's twin of it
+// (Model::AssistantOnDevice, made here) for the GPU model. Throws
+// kvshare::Error when the assistant does not fit `target`
+// (AssistantModel::Sources on the target's own layer plan) or its twin
+// cannot be made (device memory).
 std::unique_ptr<Drafter> MakeAssistantDrafter(const AssistantModel& assistant, const Model& target, ThreadPool* pool);
 
 // How many tokens a round drafts.

@@ -11,14 +11,14 @@
 namespace kvshare {
 namespace {
 
-// Gemma 4's assistant attends over the target's cache with the CPU kernels
-// and reads its hidden states: refused up front on a device without them.
+// Gemma 4's assistant attends over the target's cache and reads its hidden
+// states on the target's device: refused up front on a device that cannot
+// (none so far: the CPU and CUDA both run it).
 void RefuseAssistantOnDevice(const SpeculationRequest& r) {
   if (SupportOn(r.device).assistant_drafter) return;
   const SpeculationNames& n = r.names;
   throw Error(DeviceRefusal(
-      r.device,
-      "a Gemma 4 assistant (" + n.draft + ", which reads the target's KV cache and hidden states on the host)",
+      r.device, "a Gemma 4 assistant (" + n.draft + ", which reads the target's KV cache and hidden states)",
       "use " + n.method + " ngram or a draft model of the target's vocabulary, or drop " + n.device));
 }
 

@@ -124,8 +124,14 @@ class DraftModelDrafter final : public Drafter {
 
 class AssistantDrafter final : public Drafter {
  public:
+  // On the target's device: the assistant itself on the CPU, else the
+  // target's twin of it (Model::AssistantOnDevice).
   AssistantDrafter(const AssistantModel& m, const Model& target, ThreadPool* pool)
-      : model_(m), target_(target), pool_(pool), scratch_(m.NewScratch()) {}
+      : twin_(target.AssistantOnDevice(m)),
+        model_(twin_ ? *twin_ : m),
+        target_(target),
+        pool_(pool),
+        scratch_(model_.NewScratch()) {}
   std::string name() const override { return "gemma4-assistant"; }
   bool needs_target_hidden() const override { return true; }
 
@@ -153,6 +159,7 @@ class AssistantDrafter final : public Drafter {
   }
 
  private:
+  std::unique_ptr<AssistantModel> twin_;  // null on the CPU
   const AssistantModel& model_;
   const Model& target_;
   ThreadPool* pool_;
