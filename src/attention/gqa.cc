@@ -164,7 +164,7 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
 #if KVSHARE_HAVE_CUDA
     // Where every tensor lives first (index inputs must be host-readable),
     // then the same validation as on the CPU, then the device work.
-    detail::CheckCudaCall(in, out);
+    detail::CheckCudaCall(in, out, options);
     detail::GroupQueryAttentionCuda(attrs, in, out, detail::PlanGqa(attrs, in, out), options);
     return;
 #else

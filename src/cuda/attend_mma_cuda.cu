@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -430,8 +431,9 @@ void LaunchShape(const AttendParams& p, const MmaSplit& sp, float* ws, cudaStrea
   const int merge = WM * 16 * H * 2 + (WK - 1) * 16 * (2 + H) * 4;
   const int smem = tiles > merge ? tiles : merge;
   auto* kernel = MmaKernel<T, H, WM, WK, WD, KT, QR, MINB>;
-  CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-            "GroupQueryAttention (device cuda): tensor-core kernel shared memory");
+  static std::atomic<std::uint64_t> smem_set{0};  // this instance's devices (SetMaxDynamicSharedMemoryOnce)
+  SetMaxDynamicSharedMemoryOnce(reinterpret_cast<const void*>(kernel), smem, smem_set,
+                                "GroupQueryAttention (device cuda): tensor-core kernel shared memory");
   kernel<<<grid, kThreads, smem, stream>>>(p, sp, ws);
   CudaCheck(cudaGetLastError(), "GroupQueryAttention (device cuda): tensor-core kernel launch");
 }

@@ -4,7 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kvshare/common/error.h"
@@ -30,6 +32,22 @@ inline void RequireCudaDevice(const std::string& what) {
       what + ": device cuda requested, but no CUDA device is usable (" +
       (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) : std::string("no devices")) +
       "); run on a machine with an NVIDIA GPU and driver, or use device cpu");
+}
+
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+// smem) once per device: `done` (one per kernel instance, bit d for device d)
+// remembers where it was set, so that later launches, including those
+// captured into a CUDA graph (docs/gpu.md), make no call besides the launch.
+// smem must be the same at every call with the same `done`. Throws
+// kvshare::Error naming `what` when a call fails.
+inline void SetMaxDynamicSharedMemoryOnce(const void* kernel, int smem, std::atomic<std::uint64_t>& done,
+                                          const char* what) {
+  int device = 0;
+  CudaCheck(cudaGetDevice(&device), what);
+  const std::uint64_t bit = device >= 0 && device < 64 ? std::uint64_t{1} << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return;
+  CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), what);
+  done.fetch_or(bit, std::memory_order_release);
 }
 
 // Device memory from the stream-ordered allocator, freed on the same stream

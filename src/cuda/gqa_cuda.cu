@@ -20,6 +20,7 @@
 #include "cuda/attend_cuda.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gqa_workspace.h"
+#include "cuda/pinned_staging.h"
 #include "kvshare/common/error.h"
 
 namespace kvshare::detail {
@@ -215,8 +216,12 @@ void CopyPastIntoPresent(const GqaPlan& p, const void* past, void* present, cuda
 
 }  // namespace
 
-void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out) {
+void CheckCudaCall(const GqaInputs& in, const GqaOutputs& out, const GqaRunOptions& options) {
   RequireCudaDevice("GroupQueryAttention");
+  if (options.cuda_workspace != nullptr &&
+      StreamCapturing(static_cast<cudaStream_t>(options.cuda_stream), "GroupQueryAttention (device cuda)")) {
+    return;
+  }
   const auto kind = [](const void* ptr, const char* name) {
     cudaPointerAttributes a{};
     Check(cudaPointerGetAttributes(&a, ptr), (std::string("cudaPointerGetAttributes(") + name + ")").c_str());

@@ -9,10 +9,14 @@
 
 namespace kvshare::detail {
 
-void RequireNotCapturing(cudaStream_t stream, const char* what) {
+bool StreamCapturing(cudaStream_t stream, const char* what) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CudaCheck(cudaStreamIsCapturing(stream, &status), what);
-  if (status != cudaStreamCaptureStatusNone) {
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void RequireNotCapturing(cudaStream_t stream, const char* what) {
+  if (StreamCapturing(stream, what)) {
     throw Error(std::string(what) +
                 ": would allocate while the stream is being captured into a CUDA graph (grow the buffers with an "
                 "eager step first)");

@@ -12,6 +12,10 @@
 
 namespace kvshare::detail {
 
+// Whether `stream` is being captured into a CUDA graph (an invalidated
+// capture counts: it has not ended). Throws kvshare::Error naming `what` when
+// the query fails (e.g. the legacy stream while a blocking stream captures).
+bool StreamCapturing(cudaStream_t stream, const char* what);
 // Throws kvshare::Error("<what>: ... would allocate while the stream is being
 // captured into a CUDA graph ...") when `stream` is capturing: memory must be
 // grown by an eager step first (nothing may allocate inside a capture).

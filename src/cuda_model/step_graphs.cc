@@ -2,8 +2,10 @@
 #include "cuda_model/step_graphs.h"
 
 #include <exception>
+#include <string>
 
 #include "cuda/cuda_check.h"
+#include "kvshare/common/error.h"
 
 namespace kvshare::detail {
 namespace {
@@ -13,6 +15,26 @@ constexpr std::size_t kMaxGraphs = 16;
 
 std::string Describe(cudaError_t e, const char* call) {
   return std::string(call) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+}
+
+// After a failed capture: the stream out of capture mode (cudaStreamEndCapture
+// ends an invalidated capture too; this makes sure) and no error left for the
+// eager rerun to trip over. Throws kvshare::Error when the stream is still
+// being captured (nothing could run on it).
+void LeaveCapture(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  cudaGetLastError();
+  CudaCheck(cudaStreamIsCapturing(stream, &status), "Forward (device cuda): capture status after a failed capture");
+  if (status != cudaStreamCaptureStatusNone) {
+    throw Error(
+        "Forward (device cuda): the model's stream is still being captured after a failed CUDA graph capture; "
+        "set KVSHARE_CUDA_GRAPHS=0 to run decode steps eagerly");
+  }
 }
 
 }  // namespace
@@ -42,7 +64,7 @@ bool StepGraphs::Run(cudaStream_t stream, std::int64_t key, const std::function<
   if (failed.empty() && graph == nullptr) failed = "cudaStreamEndCapture returned no graph";
   if (!failed.empty()) {
     if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaGetLastError();
+    LeaveCapture(stream);
     *why = failed;
     return false;
   }

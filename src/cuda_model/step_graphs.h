@@ -30,7 +30,8 @@ class StepGraphs {
   // capture, update or instantiation fails (*why says which; work's
   // exception is not rethrown): the caller restores what work changed on the
   // host and runs the step eagerly. fail: a test hook, the capture fails as
-  // a CUDA error would. Throws kvshare::Error only when the launch fails.
+  // a CUDA error would. Throws kvshare::Error only when the launch fails or
+  // the stream is still capturing after a failed capture.
   bool Run(cudaStream_t stream, std::int64_t key, const std::function<void()>& work, bool fail, std::string* why,
            CudaGraphStats& stats);
   // False the first time a key is asked for (its step then runs eagerly, so
