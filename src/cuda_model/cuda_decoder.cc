@@ -157,7 +157,8 @@ float* CudaDecoder::DeviceStep(CudaDecoderState& st, const Step& step, std::int6
     ++st.graph_stats.capture_failures;
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
-      std::fprintf(stderr, "kvshare: a CUDA graph capture of a decode step failed (%s); running it eagerly\n",
+      std::fprintf(stderr, "kvshare: a decode step ran eagerly, not as a CUDA graph (%s); later steps capture again "
+                   "(expected once where a step buffer grows; printed once)\n",
                    why.c_str());
     }
   }
