@@ -79,6 +79,12 @@ class CudaDecoder : public Model {
   // attention, BidirectionalLayers) included.
   std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                       ThreadPool* pool) const override;
+  // Sentence embeddings (embed_cuda.cc): each group's step through the
+  // layers on the device (an encoder bidirectional: ModelConfig::causal),
+  // its final rows downloaded, then the CPU model's pooling, dense head and
+  // norms on the host (EmbedInputs, model/decoder.h).
+  std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
+                           ThreadPool* pool) const override;
   // Gemma 4's assistant on this model's device (gemma4_assistant_cuda.h).
   std::unique_ptr<AssistantModel> AssistantOnDevice(const AssistantModel& assistant) const override;
 
