@@ -92,6 +92,7 @@ std::span<const float> CudaDecoder::ForwardBatch(ModelState& base, std::span<con
   CudaDecoderState& st = *state;
   const ModelConfig& c = config();
   if (entries.empty()) throw Error("ForwardBatch: no entries");
+  const std::lock_guard<std::mutex> lock(device_mu_);
   RequireGenerates(c);
   const bool bidi =
       std::find(st.bidirectional_layer.begin(), st.bidirectional_layer.end(), true) != st.bidirectional_layer.end();

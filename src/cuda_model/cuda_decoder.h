@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <utility>
 #include <vector>
@@ -168,6 +169,10 @@ class CudaDecoder : public Model {
   DevMatrix embd_, out_w_;  // out_w_.rows == 0: the LM head is embd_
   DevBuf out_norm_;
   cudaStream_t stream_ = nullptr;  // every state's work (blocking: ordered after default-stream work)
+  // Held by ForwardBatch and Embed: they share stream_ and blas_, and the
+  // server embeds on its HTTP thread while the scheduler steps (a capture
+  // must not see another thread's work on stream_).
+  mutable std::mutex device_mu_;
   bool graphs_ = true;             // options.cuda_graphs and KVSHARE_CUDA_GRAPHS
 };
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cuda_model/cuda_decoder.h"
@@ -16,9 +17,11 @@ namespace kvshare::detail {
 std::vector<float> CudaDecoder::Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& o,
                                       ThreadPool* pool) const {
   const std::int64_t E = config().n_embd;
+  // No step of another thread meanwhile, until the state's memory is freed.
+  const std::lock_guard<std::mutex> lock(device_mu_);
   // The current group's state and final rows, alive while EmbedInputs reads
-  // them; declared before the StreamScope and the try, so that a failure
-  // waits for the queued work before the state's memory goes.
+  // them; declared before the try, so that a failure waits for the queued
+  // work before the state's memory goes.
   std::unique_ptr<ModelState> state;
   std::vector<float> rows;
   const StreamScope on(stream_);
