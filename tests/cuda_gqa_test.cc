@@ -450,6 +450,50 @@ TEST_F(CudaGqaDevice, BidirectionalSpansMatchCpuReference) {
     testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
 }
 
+// An encoder's attention (ModelConfig::causal false: EmbeddingGemma's
+// layers in Model::Embed on the GPU, tests/cuda_model_embed_test.cc):
+// causal = 0 with a symmetric window (|p - j| < W) or none, static scatter
+// of each row's whole input from write index 0 into a linear cache, as
+// Embed's states run it. fp32 / fp16 / bf16 caches (every prefill path for
+// the 16-bit ones at H 64 / 256), H 32 / 64 / 256, G 2 with W 5 (the embedding fixture's)
+// and G 4 with W 24; rows of 40, 9 and 1 tokens. The reference with the
+// window must differ from the one without (else the window would go
+// untested).
+TEST_F(CudaGqaDevice, SymmetricWindowMatchesCpuReference) {
+  WorstError().clear();
+  struct Geom {
+    int N, Nkv, W;
+  };
+  int ran = 0;
+  for (const int H : {32, 64, 256}) {
+    for (const Geom& sh : {Geom{2, 1, 5}, Geom{8, 2, 24}}) {
+      for (const DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+        std::mt19937_64 g(7000 + ran);
+        const std::int64_t S = 40;
+        GqaCase c = ScatterPrompt(sh.N, sh.Nkv, H, dt, S, {3, sh.Nkv, 64, H}, {S, 9, 1}, {S, 9, 1}, false, g);
+        c.attrs.causal = 0;
+        GqaCase whole = c;
+        c.attrs.local_window_size = sh.W;
+        const std::string desc = "causal 0: H " + std::to_string(H) + " N " + std::to_string(sh.N) + " N_kv " +
+                                 std::to_string(sh.Nkv) + " " + DTypeName(dt) + " W " + std::to_string(sh.W);
+        GqaCase windowed = c;
+        windowed.Run(GqaKernel::kReference);
+        whole.Run(GqaKernel::kReference);
+        ASSERT_GT(MaxRelDiff(windowed.output.ToFloat(), whole.output.ToFloat()), 1e-3) << desc;
+        const bool tensor_cores = dt != DType::kFloat32 && H != 32;  // else only the fp32 kernels take it
+        ExpectGpuMatchesCpu(c, desc, tensor_cores ? kAllPaths : std::initializer_list<PrefillPath>{PrefillPath::kAuto});
+        ExpectGpuMatchesCpu(whole, desc + " (no window)", {PrefillPath::kAuto});
+        if (HasFailure()) return;
+        ++ran;
+      }
+    }
+  }
+  testing::RecordMeasured("CudaGqa causal 0, symmetric window: %d configurations compared with the CPU reference\n",
+                          ran);
+  for (const auto& [what, err] : WorstError())
+    testing::RecordMeasured("  largest relative output error, %s: %.3g\n", what.c_str(), err);
+}
+
 // Sets keys j >= end[b] of every row b and KV head of a cache [B, N_kv, C, H]
 // (bnsh) or [B, C, N_kv * H] to NaN: what a kernel reads past a row's keys
 // must not reach its output (the Hopper kernel's TMA tiles span the longest

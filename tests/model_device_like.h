@@ -55,6 +55,11 @@ class DeviceLikeModel final : public Model {
     return cpu_.ForwardBatch(Inner(state), entries, pool);
   }
   void EmbedTokens(std::span<const std::int32_t> tokens, float* out) const override { cpu_.EmbedTokens(tokens, out); }
+  // The GPU model embeds too (SupportOn's embeddings).
+  std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
+                           ThreadPool* pool) const override {
+    return cpu_.Embed(inputs, options, pool);
+  }
 
  private:
   static ModelState& Inner(ModelState& s) { return dynamic_cast<DeviceLikeState&>(s).inner(); }

@@ -60,7 +60,8 @@ TEST(DeviceSupport, TheTableAndItsWording) {
   const DeviceSupport gpu = SupportOn(Device::kCuda);
   EXPECT_EQ(gpu.device, Device::kCuda);
   EXPECT_TRUE(gpu.media_inputs);
-  EXPECT_FALSE(gpu.embeddings || gpu.bitwise_verify);
+  EXPECT_TRUE(gpu.embeddings) << "Model::Embed runs on the GPU model (src/cuda_model/embed_cuda.cc)";
+  EXPECT_FALSE(gpu.bitwise_verify);
   EXPECT_TRUE(gpu.assistant_drafter) << "Gemma 4's assistant runs on the target's device";
   EXPECT_EQ(DeviceRefusal(Device::kCuda, "images", "drop them"),
             "images runs on the CPU only so far, and this model runs on device cuda; drop them");

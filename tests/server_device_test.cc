@@ -1,8 +1,8 @@
 // The server over a model on the GPU, without one (docs/serving.md "On the
 // GPU"): ServerOptions::placement moves the tiny Gemma 4 fixture into a CPU
 // model whose states report a device cache (model_device_like.h). Text
-// completions, n > 1 choices (no row copies) and prompt lookup are served;
-// /v1/embeddings is a 400 naming the device; image parts are taken as on the
+// completions, n > 1 choices (no row copies), prompt lookup and
+// /v1/embeddings (--pooling mean) are served; image parts are taken as on the
 // CPU (without --mmproj: the 400 naming the flag, not the device); the start-up
 // log says where the model runs and that speculation there is not bitwise.
 #include <gtest/gtest.h>
@@ -44,6 +44,7 @@ TEST(ServerDevice, ServesTextAndRefusesWhatTheDeviceCannotNamingIt) {
   o.scheduler.slots = 3;
   o.scheduler.max_context = 128;
   o.speculation.method = "ngram";
+  o.pooling = Pooling::kMean;
   o.log = [&](std::string_view l) {
     std::lock_guard<std::mutex> lock(mu);
     log.emplace_back(l);
@@ -64,13 +65,15 @@ TEST(ServerDevice, ServesTextAndRefusesWhatTheDeviceCannotNamingIt) {
   EXPECT_EQ(body["choices"].size(), 2u) << body.dump();
   EXPECT_EQ(body["choices"][0]["text"], body["choices"][1]["text"]) << "greedy choices prefilled apart agree";
 
-  std::tie(status, body) = post("/v1/embeddings", {{"input", "Hi"}});
-  EXPECT_EQ(status, 400);
-  EXPECT_EQ(body["error"]["code"], "model_not_supported") << body.dump();
-  EXPECT_NE(body["error"]["message"].get<std::string>().find(
-                "/v1/embeddings runs on the CPU only so far, and this model runs on device cuda"),
-            std::string::npos)
-      << body.dump();
+  // Embeddings are served on the GPU too (SupportOn(kCuda).embeddings):
+  // no refusal naming the device.
+  std::tie(status, body) = post("/v1/embeddings", {{"input", "Hi"}, {"encoding_format", "float"}});
+  EXPECT_EQ(status, 200) << body.dump();
+  ASSERT_EQ(body["data"].size(), 1u) << body.dump();
+  double norm2 = 0.0;
+  for (const json& x : body["data"][0]["embedding"]) norm2 += x.get<double>() * x.get<double>();
+  EXPECT_FALSE(body["data"][0]["embedding"].empty()) << body.dump();
+  EXPECT_NEAR(norm2, 1.0, 1e-4) << "an L2-normalized embedding";
 
   const json image = {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,Zm9v"}}}};
   std::tie(status, body) =

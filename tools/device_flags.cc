@@ -6,13 +6,12 @@
 namespace kvshare::cli {
 
 void AddDeviceOption(CLI::App& cmd, std::string& device, const std::string& flag, const std::string& what) {
-  const std::string refused =
-      flag == "--device" ? ". On cuda, images, audio, embeddings and the Gemma 4 assistant drafter are refused" : "";
+  const std::string towers = flag == "--device" ? ". On cuda the image and audio towers run on the CPU" : "";
   cmd.add_option(flag, device,
                  "Where " + what +
-                     " runs: cpu, or cuda (an NVIDIA GPU, Gemma 3, 4 and 3n: weights in bf16, the KV cache in device "
-                     "memory; needs a CUDA build)" +
-                     refused)
+                     " runs: cpu, or cuda (an NVIDIA GPU, Gemma 3, 4, 3n and EmbeddingGemma: weights in bf16, the KV "
+                     "cache in device memory; needs a CUDA build)" +
+                     towers)
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 

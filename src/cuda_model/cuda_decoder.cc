@@ -68,6 +68,7 @@ std::unique_ptr<ModelState> CudaDecoder::NewState(const ModelStateOptions& o) co
   st->step_spans.resize(static_cast<std::size_t>(st->max_batch()));
   st->rope_pos = o.max_context;
   st->bidirectional_layer = BidirectionalLayers(c, o.image_attention.value_or(c.image_attention));
+  st->causal = c.causal;
   for (const RopeFamily& f : cpu().rope_families()) {
     const RopeTable t = BuildRopeTable(f, o.max_context);
     st->cos.push_back(UploadFloats(t.cos.data(), static_cast<std::int64_t>(t.cos.size()), "RoPE table allocation"));
@@ -91,6 +92,8 @@ std::span<const float> CudaDecoder::ForwardBatch(ModelState& base, std::span<con
   CudaDecoderState& st = *state;
   const ModelConfig& c = config();
   if (entries.empty()) throw Error("ForwardBatch: no entries");
+  const std::lock_guard<std::mutex> lock(device_mu_);
+  RequireGenerates(c);
   const bool bidi =
       std::find(st.bidirectional_layer.begin(), st.bidirectional_layer.end(), true) != st.bidirectional_layer.end();
   BatchSteps steps(st, c, entries, st.max_step_, bidi);
@@ -245,7 +248,7 @@ void CudaDecoder::Attend(CudaDecoderState& st, int layer, bool owns, int head_di
   args.sin_cache = ConstTensorView{As<float>(st.sin[family]), DType::kFloat32, {st.rope_pos, st.rope_half[family]}};
   args.attrs.num_heads = n_head;
   args.attrs.scale = scale;
-  args.attrs.causal = 1;
+  args.attrs.causal = st.causal ? 1 : 0;  // an encoder's layers: bidirectional, a window symmetric
   args.attrs.do_rotary = 1;
   args.attrs.rotary_interleaved = 0;  // NeoX half split
   args.run.device = Device::kCuda;

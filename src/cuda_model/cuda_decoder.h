@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <utility>
 #include <vector>
@@ -79,6 +80,12 @@ class CudaDecoder : public Model {
   // attention, BidirectionalLayers) included.
   std::span<const float> ForwardBatch(ModelState& state, std::span<const BatchEntry> entries,
                                       ThreadPool* pool) const override;
+  // Sentence embeddings (embed_cuda.cc): each group's step through the
+  // layers on the device (an encoder bidirectional: ModelConfig::causal),
+  // its final rows downloaded, then the CPU model's pooling, dense head and
+  // norms on the host (EmbedInputs, model/decoder.h).
+  std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
+                           ThreadPool* pool) const override;
   // Gemma 4's assistant on this model's device (gemma4_assistant_cuda.h).
   std::unique_ptr<AssistantModel> AssistantOnDevice(const AssistantModel& assistant) const override;
 
@@ -162,6 +169,10 @@ class CudaDecoder : public Model {
   DevMatrix embd_, out_w_;  // out_w_.rows == 0: the LM head is embd_
   DevBuf out_norm_;
   cudaStream_t stream_ = nullptr;  // every state's work (blocking: ordered after default-stream work)
+  // Held by ForwardBatch and Embed: they share stream_ and blas_, and the
+  // server embeds on its HTTP thread while the scheduler steps (a capture
+  // must not see another thread's work on stream_).
+  mutable std::mutex device_mu_;
   bool graphs_ = true;             // options.cuda_graphs and KVSHARE_CUDA_GRAPHS
 };
 

@@ -13,7 +13,7 @@ namespace kvshare::detail {
 
 enum class CudaFamily { kNone, kGemma3, kGemma4, kGemma3n };
 
-// gemma3 -> kGemma3, gemma4 -> kGemma4, gemma3n -> kGemma3n, anything else kNone.
+// gemma3 and gemma-embedding -> kGemma3, gemma4 -> kGemma4, gemma3n -> kGemma3n, anything else kNone.
 CudaFamily CudaFamilyOf(const std::string& architecture);
 
 // MoveModelToCuda's error for an architecture without a GPU forward pass: it

@@ -11,7 +11,8 @@ namespace kvshare {
 namespace detail {
 
 CudaFamily CudaFamilyOf(const std::string& architecture) {
-  if (architecture == "gemma3") return CudaFamily::kGemma3;
+  // EmbeddingGemma: Gemma 3's layers, run bidirectionally (ModelConfig::causal).
+  if (architecture == "gemma3" || architecture == "gemma-embedding") return CudaFamily::kGemma3;
   if (architecture == "gemma4") return CudaFamily::kGemma4;
   if (architecture == "gemma3n") return CudaFamily::kGemma3n;
   return CudaFamily::kNone;
@@ -19,8 +20,8 @@ CudaFamily CudaFamilyOf(const std::string& architecture) {
 
 std::string NoCudaFamilyMessage(const std::string& architecture) {
   return "MoveModelToCuda: architecture '" + architecture +
-         "' has no GPU forward pass (gemma3, gemma3n and gemma4 have; the embedding models and the Gemma 4 "
-         "assistant drafter run on the CPU only); use device cpu";
+         "' has no GPU forward pass (gemma3, gemma3n, gemma4 and gemma-embedding have; the Gemma 4 assistant "
+         "drafter runs on the GPU next to a GPU target, not as a model of its own); use device cpu";
 }
 
 }  // namespace detail

@@ -367,6 +367,13 @@ void CheckBatchEntry(const ModelState& st, const ModelConfig& config, const Batc
   }
 }
 
+void RequireGenerates(const ModelConfig& c) {
+  if (c.causal) return;
+  throw Error("model " + c.architecture +
+              " is an embedding model (bidirectional attention): it computes embeddings (Model::Embed, "
+              "/v1/embeddings), not next-token logits");
+}
+
 std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) const {
   std::unique_ptr<DecoderState> st = MakeState(NewStateCache(cfg_, o, Device::kCpu), o, RopeFor(o.max_context));
   st->bidirectional_layer = BidirectionalLayers(cfg_, o.image_attention.value_or(cfg_.image_attention));
@@ -397,11 +404,7 @@ std::span<const float> DecoderModel::ForwardBatch(ModelState& base, std::span<co
   DecoderState& st = *state;
   const ModelConfig& c = cfg_;
   if (entries.empty()) throw Error("ForwardBatch: no entries");
-  if (!c.causal) {
-    throw Error("model " + c.architecture +
-                " is an embedding model (bidirectional attention): it computes embeddings (Model::Embed, "
-                "/v1/embeddings), not next-token logits");
-  }
+  RequireGenerates(c);
   const bool bidi =
       std::find(st.bidirectional_layer.begin(), st.bidirectional_layer.end(), true) != st.bidirectional_layer.end();
   BatchSteps steps(st, c, entries, st.max_step_, bidi);

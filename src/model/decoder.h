@@ -232,6 +232,28 @@ KvCache NewStateCache(const ModelConfig& config, const ModelStateOptions& o, Dev
 // num_logits in [1, tokens]. Throws kvshare::Error.
 void CheckBatchEntry(const ModelState& st, const ModelConfig& config, const BatchEntry& e, std::size_t entries);
 
+// Model::Embed's host side (embed.cc), shared by the CPU and GPU models: the
+// checks (inputs, pooling, dimensions; kvshare::Error as model.h says), the
+// inputs grouped into steps (consecutive inputs while rows x the longest <=
+// step_tokens; each input whole, keep = n), and per step the output norm
+// (out_norm [n_embd], rms_eps), the pooling (mean in double, or last), the
+// dense projections (`dense`, in order, MatMulRows) and the L2 norms (the
+// first `dimensions` renormalized), all on the host. run(step, options)
+// runs one step on a new state made with `options` (EmbedStateOptions:
+// max_batch = the step's rows, max_context = max_step = the longest input,
+// exact_rewind) and returns its final residual rows [T, n_embd] (host
+// memory, before the output norm, step.rows order), valid until the next
+// call. Returns [inputs, d] row-major.
+using EmbedStepRunner = std::function<const float*(const Step& step, const ModelStateOptions& options)>;
+ModelStateOptions EmbedStateOptions(int rows, std::int64_t longest);
+std::vector<float> EmbedInputs(const ModelConfig& c, const float* out_norm, std::span<const WeightMatrix> dense,
+                               std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& o,
+                               ThreadPool* pool, const EmbedStepRunner& run);
+
+// ForwardBatch's refusal of an encoder (ModelConfig::causal false: it
+// embeds, Model::Embed, and computes no next-token logits); kvshare::Error.
+void RequireGenerates(const ModelConfig& config);
+
 // Embedding spans (embedding_spans.cc). BidirectionalLayers: the layers where
 // `mode` lets an image's tokens see each other. CheckEmbeddings: Forward's
 // checks of e.embeddings (model.h), kvshare::Error naming the row and span.
@@ -276,6 +298,8 @@ class DecoderModel : public Model {
   float final_softcap() const { return final_softcap_; }
   const std::vector<RopeFamily>& rope_families() const { return rope_families_; }
   const std::vector<int>& layer_rope() const { return layer_rope_; }
+  // Embed's dense projections after pooling, in order (empty for a decoder).
+  const std::vector<WeightMatrix>& dense() const { return dense_; }
 
   // Step helpers every RunStep uses (and the GPU models' steps).
   // The QuerySpans of a step's rows, every token computed.

@@ -1,10 +1,13 @@
 // Sentence embeddings (Model::Embed, embedding.h): the inputs run as rows of
 // batched steps on states of their own, every token's final hidden state
-// kept (no LM head), then pooling, the dense projections and L2 norms. An
+// kept (no LM head), then pooling, the dense projections and L2 norms
+// (EmbedInputs: also the GPU models', src/cuda_model/embed_cuda.cc). An
 // encoder (gemma-embedding) runs its layers bidirectionally, so each input
 // runs whole in one step on linear buffers (exact_rewind: no window ring).
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,8 +34,7 @@ Pooling PoolingFromName(const std::string& name) {
 }
 
 std::vector<float> Model::Embed(std::span<const std::vector<std::int32_t>>, const EmbedOptions&, ThreadPool*) const {
-  throw Error("this model (" + config().architecture +
-              " on the GPU) does not compute embeddings; load it on the CPU (--device cpu) to embed");
+  throw Error("this model (" + config().architecture + ") does not compute embeddings (Model::Embed)");
 }
 
 namespace detail {
@@ -90,9 +92,16 @@ void DecoderModel::LoadEmbeddingHead(const std::string& prefix) {
   c.embedding_dim = static_cast<int>(width);
 }
 
-std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& o,
-                                       ThreadPool* pool) const {
-  const ModelConfig& c = cfg_;
+ModelStateOptions EmbedStateOptions(int rows, std::int64_t longest) {
+  return {.max_context = static_cast<int>(longest),
+          .max_step = static_cast<int>(longest),
+          .max_batch = rows,
+          .exact_rewind = true};
+}
+
+std::vector<float> EmbedInputs(const ModelConfig& c, const float* out_norm, std::span<const WeightMatrix> dense,
+                               std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& o,
+                               ThreadPool* pool, const EmbedStepRunner& run) {
   const int E = c.n_embd;
   const int D = c.embedding_dim > 0 ? c.embedding_dim : E;
   const Pooling pooling = o.pooling.value_or(c.pooling);
@@ -134,11 +143,6 @@ std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>
       ++last;
     }
     const int rows = static_cast<int>(last - first);
-    const std::unique_ptr<ModelState> base = NewState({.max_context = static_cast<int>(longest),
-                                                       .max_step = static_cast<int>(longest),
-                                                       .max_batch = rows,
-                                                       .exact_rewind = true});
-    auto& st = static_cast<DecoderState&>(*base);
     Step step;
     for (int r = 0; r < rows; ++r) {
       const std::vector<std::int32_t>& in = inputs[first + static_cast<std::size_t>(r)];
@@ -146,9 +150,9 @@ std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>
       step.rows.push_back(StepRow{.row = r, .begin = static_cast<std::int64_t>(step.tokens.size()), .n = n, .keep = n});
       step.tokens.insert(step.tokens.end(), in.begin(), in.end());
     }
-    const float* h = RunStep(st, step, pool);  // [tokens, E], step.rows order
+    const float* h = run(step, EmbedStateOptions(rows, longest));  // [tokens, E], step.rows order
     std::vector<float> normed(h, h + tokens * E);
-    RmsNorm(normed.data(), tokens, E, out_norm_, c.rms_eps, pool);
+    RmsNorm(normed.data(), tokens, E, out_norm, c.rms_eps, pool);
     pooled.assign(static_cast<std::size_t>(rows) * E, 0.0f);
     for (int r = 0; r < rows; ++r) {
       const StepRow& sr = step.rows[static_cast<std::size_t>(r)];
@@ -165,7 +169,7 @@ std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>
       }
     }
     int width = E;
-    for (const WeightMatrix& w : dense_) {
+    for (const WeightMatrix& w : dense) {
       projected.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(w.rows));
       MatMulRows(w, pooled.data(), rows, projected.data(), pool);
       pooled.swap(projected);
@@ -180,6 +184,16 @@ std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>
     first = last;
   }
   return out;
+}
+
+std::vector<float> DecoderModel::Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& o,
+                                       ThreadPool* pool) const {
+  std::unique_ptr<ModelState> state;  // the current group's, alive while its rows are read
+  return EmbedInputs(cfg_, out_norm_, dense_, inputs, o, pool,
+                     [&](const Step& step, const ModelStateOptions& so) -> const float* {
+                       state = NewState(so);
+                       return RunStep(static_cast<DecoderState&>(*state), step, pool);
+                     });
 }
 
 }  // namespace detail

@@ -12,12 +12,13 @@ DeviceSupport SupportOn(Device device) {
   if (device == Device::kCpu) return {};
   // The GPU model takes embedding spans and hard-token rows (the towers run
   // on the CPU, their rows are uploaded), runs Gemma 4's assistant on the
-  // device next to its cache (Model::AssistantOnDevice), refuses Embed, and
-  // its cuBLAS projections round an M-row step differently from M one-row
-  // steps. Not yet run on a GPU.
+  // device next to its cache (Model::AssistantOnDevice), embeds (its layers
+  // on the device, the pooling and dense head on the host), and its cuBLAS
+  // projections round an M-row step differently from M one-row steps. Not
+  // yet run on a GPU.
   return {.device = device,
           .media_inputs = true,
-          .embeddings = false,
+          .embeddings = true,
           .assistant_drafter = true,
           .bitwise_verify = false};
 }

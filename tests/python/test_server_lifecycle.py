@@ -5,8 +5,8 @@ every stream ends with [DONE], and the process exits 0. A signal while
 loading (a load that never ends included) exits 0 at once, a load error exits
 1 at once, and a signal while stopping exits at once. --device: a wrong value
 lists the valid ones; cuda without a GPU (or without CUDA in the build) fails
-at once naming it, and images on cuda are no longer refused (they run there
-where a GPU is usable)."""
+at once naming it, and images and embeddings on cuda are no longer refused
+(they run there where a GPU is usable)."""
 import json
 import os
 import re
@@ -293,16 +293,48 @@ def test_device_cuda_takes_images():
 
 
 def test_device_cuda_serves_text_on_a_gpu():
-    # On a GPU only (skipped here): one slot, since the GPU model runs one
-    # row per step so far; prompt lookup runs, embeddings are a 400 naming
-    # the device, and greedy text equals `generate --device cuda`'s.
+    # On a GPU only (skipped here): one slot; prompt lookup runs, pooled
+    # embeddings of a decoder are served (no device refusal), and greedy text
+    # equals `generate --device cuda`'s.
     res = run_cli("generate", "--model", GEMMA3, "--device", "cuda", "--raw", "--prompt", "Hi", "-n", 6, "--temp", 0)
     if res.returncode != 0:
         pytest.skip("no usable GPU here: " + res.stderr.strip().splitlines()[-1])
-    with Server(GEMMA3, "--device", "cuda", "--slots", 1, "--spec", "ngram") as s:
+    with Server(GEMMA3, "--device", "cuda", "--slots", 1, "--spec", "ngram", "--pooling", "mean") as s:
         s.wait_log(r"model on device cuda")
         r = request(s, "POST", P, {"prompt": "Hi", "max_tokens": 6, "temperature": 0})
         assert r.status == 200, r.text
         assert r.json()["choices"][0]["text"] == res.stdout, (r.text, res.stdout)
         r = request(s, "POST", "/v1/embeddings", {"input": "Hi"})
-        assert r.status == 400 and "device cuda" in r.json()["error"]["message"], r.text
+        assert r.status == 200 and len(r.json()["data"]) == 1, r.text
+
+
+EMBEDDING = ROOT / "tests" / "fixtures" / "embedding_gemma"
+
+
+def test_device_cuda_serves_embeddings():
+    # /v1/embeddings on cuda is no longer refused naming the device
+    # (SupportOn's embeddings), and EmbeddingGemma has a GPU forward pass:
+    # without a GPU the start fails on the device, not on the architecture;
+    # on one (skipped here) the fixture's embeddings follow
+    # sentence-transformers' within the GPU model's bf16 tolerance (3e-2 of
+    # a vector's largest value, tests/cuda_model_compare.h).
+    gpu = run_cli("generate", "--model", GEMMA3, "--device", "cuda", "--prompt", "Hi", "-n", 1)
+    if gpu.returncode != 0:
+        s = Starting("--model", EMBEDDING / "tiny.f32.gguf", "--device", "cuda")
+        assert s.exit_status(10) == 1
+        assert any("device cuda" in l and any(w in l for w in NO_GPU) for l in s.lines), s.lines
+        assert not any("has no GPU forward pass" in l or "runs on the CPU only so far" in l for l in s.lines), s.lines
+        pytest.skip("no usable GPU here: " + gpu.stderr.strip().splitlines()[-1])
+    ref = json.loads((EMBEDDING / "tiny.st.json").read_text())
+    with Server(EMBEDDING / "tiny.f32.gguf", "--device", "cuda", "--slots", 1) as srv:
+        srv.wait_log(r"model on device cuda")
+        r = request(srv, "POST", "/v1/embeddings", {"input": ref["texts"], "encoding_format": "float"})
+        assert r.status == 200, r.text
+        got = [d["embedding"] for d in r.json()["data"]]
+        assert len(got) == len(ref["embeddings"])
+        for i, (g, w) in enumerate(zip(got, ref["embeddings"])):
+            assert len(g) == len(w), i
+            err = max(abs(a - b) for a, b in zip(g, w)) / max(abs(b) for b in w)
+            assert err <= 3e-2, (i, err)
+        r = request(srv, "POST", P, {"prompt": "Hi", "max_tokens": 2})
+        assert r.status == 400 and "embedding model" in r.json()["error"]["message"], r.text

@@ -67,14 +67,15 @@ void FailCudaGraphCaptures(ModelState& state, int n);
 //    back to the host.
 // The logits follow the CPU model's within bf16 rounding (tests/
 // cuda_model_test.cc compares them on random tiny models). NewState takes the
-// CPU model's options. Not on the GPU: embedding inputs (images, audio),
-// hard-token rows, Embed, CopyRow (they throw or return false, saying so).
-// Gemma 4's assistant drafter runs next to it on the GPU
-// (Model::AssistantOnDevice: its layers read the state's device cache).
+// CPU model's options. Embedding inputs (images, audio) and hard-token rows
+// are uploaded over the step's token rows; Embed runs the layers on the GPU
+// and the pooling and dense head on the host as the CPU does (gemma-embedding,
+// EmbeddingGemma, goes to the Gemma 3 family: its layers bidirectional);
+// CopyRow returns false. Gemma 4's assistant drafter runs next to it on the
+// GPU (Model::AssistantOnDevice: its layers read the state's device cache).
 // Throws kvshare::Error for a build without CUDA, no usable GPU, an
-// architecture without a GPU forward pass (gemma-embedding, the Gemma 4
-// assistant drafter, ...: the message names what runs where), or device
-// memory that runs out.
+// architecture without a GPU forward pass (the message names what runs
+// where), or device memory that runs out.
 std::unique_ptr<Model> MoveModelToCuda(std::unique_ptr<Model> model, const CudaModelOptions& options = {});
 
 }  // namespace kvshare

@@ -284,10 +284,12 @@ class Model {
   // states of its own (no caller state, no cache shared with anything), the
   // inputs as rows of batched steps, each input in one step; causal models
   // pool causal hidden states. Results do not depend on how inputs are
-  // grouped or on the thread count. Throws kvshare::Error, naming the input
+  // grouped or on the thread count (on the GPU: up to its rounding, as a
+  // batched step's rows; docs/gpu.md). Throws kvshare::Error, naming the input
   // index, for no inputs, an empty or too long input, a token id out of
-  // range, no pooling (the option to set), or dimensions out of range; the
-  // GPU model (cuda_model/) does not embed and throws saying so.
+  // range, no pooling (the option to set), or dimensions out of range. The
+  // GPU model (cuda_model/) runs the layers on the device and the rest as
+  // the CPU does. This default (a Model that does not embed) throws saying so.
   virtual std::vector<float> Embed(std::span<const std::vector<std::int32_t>> inputs, const EmbedOptions& options,
                                    ThreadPool* pool) const;
 

@@ -45,8 +45,9 @@ struct DeviceSupport {
 
 // The table: the CPU supports everything; CUDA (the GPU model of
 // include/kvshare/cuda_model/model_cuda.h) media_inputs (the vision and
-// audio towers run on the CPU, their rows go to the device) and the
-// assistant drafter (on the device, next to the target's cache).
+// audio towers run on the CPU, their rows go to the device), embeddings
+// (the layers on the device) and the assistant drafter (on the device, next
+// to the target's cache); not bitwise_verify.
 DeviceSupport SupportOn(Device device);
 
 // "<what> runs on the CPU only so far, and this model runs on device <d>; <fix>"
