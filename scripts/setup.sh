@@ -28,9 +28,10 @@
 set -euo pipefail
 
 # ---- The lists -----------------------------------------------------------------
-# Debian packages, per piece of the build.
+# Debian packages, per piece of the build. ocl-icd-opencl-dev: Debian's oneDNN
+# CMake config requires OpenCL (its GPU runtime) even for a CPU-only user.
 readonly APT_COMPILER="g++ cmake ninja-build"
-readonly APT_LIBS="libhwy-dev libsentencepiece-dev libstb-dev libwebp-dev libjpeg-dev libdnnl-dev libsndfile1-dev libsoxr-dev libfftw3-dev"
+readonly APT_LIBS="libhwy-dev libsentencepiece-dev libstb-dev libwebp-dev libjpeg-dev libdnnl-dev ocl-icd-opencl-dev libsndfile1-dev libsoxr-dev libfftw3-dev"
 readonly APT_CLI="libcli11-dev nlohmann-json3-dev"
 readonly APT_SERVER="libcpp-httplib-dev pkg-config"
 readonly APT_TESTS="libgtest-dev libgmock-dev"

@@ -308,18 +308,21 @@ struct WeightMatrix {
   static WeightMatrix Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols);
 };
 
-// kScalar/kAvx2/kAvx512Vnni quantize the activations to int8 (per 32-block or
-// per 256-block, as UsesSuperBlockActivations says) and compute integer
-// block dot products. kFloat is their plain twin without activation rounding:
+// kScalar/kAvx2/kAvx512Vnni/kAmx quantize the activations to int8 (per
+// 32-block or per 256-block, as UsesSuperBlockActivations says) and compute
+// integer block dot products. kAmx is kAvx512Vnni with Intel AMX tiles for
+// the packed weight types' products of several activation rows, bitwise
+// equal to kAvx512Vnni's (kernels/dispatch.h). kFloat is their plain twin without activation rounding:
 // it dequantizes each weight row to fp32 (DequantizeRow) and multiplies it with
 // the fp32 activations. It is slow and never the default; it exists to check a
 // forward pass against a float reference (KVSHARE_KERNEL=float).
-enum class KernelLevel { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kFloat = 3 };
+enum class KernelLevel { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3, kFloat = 4 };
 const char* KernelLevelName(KernelLevel level);
 // Whether this build and this CPU can run `level`.
 bool KernelLevelAvailable(KernelLevel level);
 // The level MatMul uses: the best available int8 level, or KVSHARE_KERNEL if set
-// ("scalar", "avx2", "avx512vnni" or "avx512", "float"; unavailable names are ignored).
+// ("scalar", "avx2", "avx512vnni" or "avx512", "amx", "float"; unavailable
+// names are ignored).
 KernelLevel DefaultKernelLevel();
 
 struct MatMulParams {
@@ -338,7 +341,8 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p);
 
 // w with a packed copy of its rows (w.packed) when w has a multiple of 16
 // rows and MatMul's default level has a kernel over packed weights of its type
-// (kAvx512Vnni and kAvx2: Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, Q4_K, Q6_K); w
+// (kAmx, kAvx512Vnni and kAvx2: Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4,
+// Q2_K, Q3_K, Q4_K, Q6_K); w
 // unchanged otherwise (and when KVSHARE_KERNEL picks another level). The copy
 // takes as many bytes as w's rows: call it for the matrices of matrix products,
 // not for tables that are only looked up (embeddings).

@@ -12,6 +12,7 @@
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/quant/kernel_level.h"
+#include "quant/cpu_amx.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"
 #include "quant/quant.h"
@@ -24,6 +25,7 @@ const char* KernelLevelName(KernelLevel level) {
     case KernelLevel::kScalar: return "scalar";
     case KernelLevel::kAvx2: return "avx2";
     case KernelLevel::kAvx512Vnni: return "avx512vnni";
+    case KernelLevel::kAmx: return "amx";
     case KernelLevel::kFloat: return "float";
   }
   return "?";
@@ -40,6 +42,7 @@ bool KernelLevelAvailable(KernelLevel level) {
       return KernelLevelAvailable(KernelLevel::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512vnni");
+    case KernelLevel::kAmx: return KernelLevelAvailable(KernelLevel::kAvx512Vnni) && detail::AmxUsable();
 #endif
     default: return false;
   }
@@ -48,12 +51,14 @@ bool KernelLevelAvailable(KernelLevel level) {
 KernelLevel DefaultKernelLevel() {
   static const KernelLevel level = [] {
     if (const char* env = std::getenv("KVSHARE_KERNEL")) {
-      for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
+      for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx,
+                            KernelLevel::kFloat}) {
         if (std::strcmp(env, KernelLevelName(l)) == 0 && KernelLevelAvailable(l)) return l;
       }
       if (std::strcmp(env, "avx512") == 0 && KernelLevelAvailable(KernelLevel::kAvx512Vnni))
         return KernelLevel::kAvx512Vnni;
     }
+    if (KernelLevelAvailable(KernelLevel::kAmx)) return KernelLevel::kAmx;
     if (KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
     if (KernelLevelAvailable(KernelLevel::kAvx2)) return KernelLevel::kAvx2;
     return KernelLevel::kScalar;

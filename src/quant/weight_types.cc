@@ -20,7 +20,7 @@ struct Row {
   using Block = B;
   using Act = A;  // ActQ8, ActQ8K, or float (float dot products)
   void (*dequantize)(const B*, float*, std::int64_t) = nullptr;
-  // By level (scalar, avx2, avx512vnni); none: the level below's runs there.
+  // By level (scalar, avx2, avx512vnni, amx); none: the level below's runs there.
   RowsKernel<B, A>* rows[kIntLevels] = {};
   // By level; none: the level does not pack the type.
   PackedKernel<A>* packed[kIntLevels] = {};
@@ -87,7 +87,8 @@ constexpr WeightTypeTraits Make() {
   static_assert(info->block % kActElements<Act> == 0, "a weight block must hold whole activation blocks");
   static_assert(kRow.dequantize != nullptr && kRow.rows[0] != nullptr,
                 "every type has a dequantizer and a scalar twin");
-  static_assert((kRow.packed[0] == nullptr && kRow.packed[1] == nullptr && kRow.packed[2] == nullptr) ||
+  static_assert((kRow.packed[0] == nullptr && kRow.packed[1] == nullptr && kRow.packed[2] == nullptr &&
+                 kRow.packed[3] == nullptr) ||
                     (kRow.pack != nullptr && kRow.planes.codes > 0),
                 "a packed kernel needs the type's packed layout");
   WeightTypeTraits t{
@@ -100,7 +101,8 @@ constexpr WeightTypeTraits Make() {
       .act_blocks = info->block / kActElements<Act>,
       .level = {{ErasedRows<Block, Act, kRow.rows[0]>(), ErasedPacked<Act, kRow.packed[0]>()},
                 {ErasedRows<Block, Act, kRow.rows[1]>(), ErasedPacked<Act, kRow.packed[1]>()},
-                {ErasedRows<Block, Act, kRow.rows[2]>(), ErasedPacked<Act, kRow.packed[2]>()}},
+                {ErasedRows<Block, Act, kRow.rows[2]>(), ErasedPacked<Act, kRow.packed[2]>()},
+                {ErasedRows<Block, Act, kRow.rows[3]>(), ErasedPacked<Act, kRow.packed[3]>()}},
       .packing = {.planes = kRow.planes, .pack = nullptr},
   };
   for (int l = 1; l < kIntLevels; ++l) {
@@ -122,9 +124,9 @@ constexpr WeightTypeTraits Make() {
 #define KVSHARE_TYPE(TYPE, BLOCK, ACT, ...) Make<GgmlType::TYPE, [] { return Row<BLOCK, ACT>{__VA_ARGS__}; }>()
 // The packed kernels of the 32-element types (ActQ8) and the K-quants (ActQ8K).
 #define KVSHARE_PACKED_Q32 \
-  { nullptr, KVSHARE_X86(Avx2PackedRows), KVSHARE_X86(Avx512PackedRows) }
+  { nullptr, KVSHARE_X86(Avx2PackedRows), KVSHARE_X86(Avx512PackedRows), KVSHARE_X86(AmxPackedRows) }
 #define KVSHARE_PACKED_K \
-  { nullptr, KVSHARE_X86(Avx2PackedKRows), KVSHARE_X86(Avx512PackedKRows) }
+  { nullptr, KVSHARE_X86(Avx2PackedKRows), KVSHARE_X86(Avx512PackedKRows), KVSHARE_X86(AmxPackedKRows) }
 // The IQ1-IQ3 grid types: one kernel template per level over their blocks.
 #define KVSHARE_IQ_TYPE(TYPE, BLOCK)                                \
   KVSHARE_TYPE(TYPE, BLOCK, ActQ8K, .dequantize = DequantIq<BLOCK>, \

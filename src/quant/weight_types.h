@@ -40,8 +40,8 @@ using PackedFn = void (*)(const PackedWeights& w, std::int64_t r0, std::int64_t 
 // nb blocks at src to fp32 dst (quant.h's Dequant* functions).
 using DequantFn = void (*)(const void* src, float* dst, std::int64_t nb);
 
-// The integer kernel levels (KernelLevel kScalar, kAvx2, kAvx512Vnni).
-inline constexpr int kIntLevels = 3;
+// The integer kernel levels (KernelLevel kScalar, kAvx2, kAvx512Vnni, kAmx).
+inline constexpr int kIntLevels = 4;
 
 struct LevelKernels {
   // The level's row kernel: its own, or (none in the row) the level below's.

@@ -144,7 +144,7 @@ def test_check_mode_lists_what_is_missing_and_installs_nothing(sandbox):
 def test_groups_ask_for_their_own_packages_only(sandbox):
     out = run(sandbox, "--plan", "pylib", installed=[])[1]
     assert out == ("apt (root): g++ libhwy-dev libsentencepiece-dev libstb-dev libwebp-dev libjpeg-dev libdnnl-dev "
-                   "libsndfile1-dev libsoxr-dev libfftw3-dev\n")
+                   "ocl-icd-opencl-dev libsndfile1-dev libsoxr-dev libfftw3-dev\n")
     out = run(sandbox, "--plan", "ci", installed=without("clang", "libgtest-dev"))[1]
     assert out == "apt (root): libgtest-dev clang\n"
     # The server's build and test packages come with build / tests, not with pylib.

@@ -4,8 +4,8 @@
 
 namespace kvshare {
 
-// The level as KVSHARE_KERNEL spells it: "scalar", "avx2", "avx512vnni" or
-// "float" (the CPU's best int8 level, or KVSHARE_KERNEL when it names one this
+// The level as KVSHARE_KERNEL spells it: "scalar", "avx2", "avx512vnni",
+// "amx" or "float" (the CPU's best int8 level, or KVSHARE_KERNEL when it names one this
 // build and CPU can run). Never throws.
 const char* MatMulKernelName();
 

@@ -187,8 +187,8 @@ void Avx2IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_
 template <typename Block>
 void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys);
-PackedKernel<ActQ8> Avx2PackedRows, Avx512PackedRows;
-PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows;
+PackedKernel<ActQ8> Avx2PackedRows, Avx512PackedRows, AmxPackedRows;
+PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows, AmxPackedKRows;
 #endif
 
 // Float-weight dot products (kernels/float.cc: Highway, dynamically dispatched).

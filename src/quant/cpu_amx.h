@@ -1,0 +1,27 @@
+// Whether this process may run Intel AMX tile instructions (quant layer;
+// the AMX kernel level of quant_matmul.cc and the tile kernels in
+// kernels/amx/).
+//
+// Three things must hold, checked once per process:
+//  - CPUID.(EAX=7, ECX=0):EDX reports AMX-TILE (bit 24), AMX-INT8 (bit 25)
+//    and AMX-BF16 (bit 22);
+//  - the OS enables the tile state in XCR0 (bits 17 XTILECFG, 18 XTILEDATA;
+//    OSXSAVE first);
+//  - Linux grants this process the tile data state: tiles are off until a
+//    process asks with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
+//    and an AMX instruction before that dies with SIGILL (the kernel's
+//    Documentation/arch/x86/xstate.rst). The request is made here, once.
+// Anything missing (another CPU, an older kernel, a hypervisor that hides the
+// state) gives false, and the AVX-512 VNNI level runs instead.
+#pragma once
+
+namespace kvshare::detail {
+
+// The three checks above, with the permission requested on the first call.
+// Thread-safe; never throws.
+bool AmxUsable();
+
+// Which of the checks failed, for `kvshare info` ("" when AmxUsable()).
+const char* AmxUnusableReason();
+
+}  // namespace kvshare::detail

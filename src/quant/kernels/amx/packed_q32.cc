@@ -1,0 +1,156 @@
+// AMX-INT8 kernel over packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS / MXFP4
+// weights (layout: packed.h), compiled with the AVX-512 flags plus
+// -mamx-{tile,int8,bf16}; entered only when AmxUsable (cpu_amx.h).
+//
+// Per group of 16 weight rows the codes are decoded once per call into int8
+// values (the AVX-512 kernel's unsigned codes minus their bias: LoadCodes of
+// avx512/packed_q32_codes.h), 512 bytes per block in the tiles' B layout.
+// Then 16 activation rows at a time: per block, tdpbssd of the rows' 32
+// activation bytes (tile A, read in place) against the block's values (tile
+// B, K = 32, the block size) gives each (activation row, weight row) its
+// exact block sum p_b, the same int32 the AVX-512 kernel forms as
+// -bias * sum x + sum code * x. Each block's sums stay separate (tile K is
+// one block), and the scale step is the AVX-512 kernel's: y = fma(float(p_b),
+// dw_b * dx_b, y) over the blocks in order, 16 weight rows in the lanes: the
+// outputs are bitwise those of avx512/packed_q32.cc for every row count.
+// Fewer than kAmxMinRows activation rows (decode steps) go to that kernel.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "quant/kernels/amx/tiles.h"
+#include "quant/kernels/avx512/packed_q32_codes.h"
+#include "quant/kernels/dispatch.h"
+#include "quant/kernels/packed.h"
+
+namespace kvshare::detail {
+namespace {
+
+// Below this many activation rows the AVX-512 kernel runs (a tile product
+// costs the same for 1 row as for 16).
+constexpr int kAmxMinRows = 4;
+
+// Bytes of decoded values per block: 8 B-tile rows of 64.
+constexpr std::size_t kBlockValues = 512;
+
+// Tiles 0, 1: A of blocks b, b + 1 (16 rows of 32 bytes); 2, 3: their B (8
+// rows of 64 bytes); 4, 5: their C (16 rows of 16 int32).
+const TileConfig& Q32Tiles() {
+  static const TileConfig cfg = [] {
+    TileConfig c;
+    for (int t : {0, 1}) c.rows[t] = kTileRows, c.colsb[t] = 32;
+    for (int t : {2, 3}) c.rows[t] = 8, c.colsb[t] = 64;
+    for (int t : {4, 5}) c.rows[t] = kTileRows, c.colsb[t] = 64;
+    return c;
+  }();
+  return cfg;
+}
+
+// The group's nb blocks as int8 values into out (kBlockValues per block).
+template <GgmlType kType>
+void DecodeValues(const std::uint8_t* codes, const std::uint64_t* high, std::int64_t nb, std::int8_t* out) {
+  constexpr std::size_t kCodeBytes = kType == GgmlType::kQ8_0 ? 512 : 256;
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(Bias<kType>()));
+  for (std::int64_t b = 0; b < nb; ++b) {
+    PrefetchPackedAhead(codes + static_cast<std::size_t>(b) * kCodeBytes, kCodeBytes);
+    __m512i c[8];
+    LoadCodes<kType>(codes + static_cast<std::size_t>(b) * kCodeBytes, high != nullptr ? high + b * 8 : nullptr, c);
+    for (int k = 0; k < 8; ++k)
+      _mm512_store_si512(out + static_cast<std::size_t>(b) * kBlockValues + 64 * k, _mm512_sub_epi8(c[k], bias));
+  }
+}
+
+// 16 activation rows (a, row stride as blocks) against one group's decoded
+// values: y[j * ys + t] for the `rows` real rows j.
+template <GgmlType kType>
+void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, const ActQ8* a, std::int64_t as,
+              int rows, float* y, std::int64_t ys) {
+  __m512 acc[kTileRows];
+  for (__m512& v : acc) v = _mm512_setzero_ps();
+  alignas(64) std::int32_t c[2][kTileRows][16];
+  const auto stride = static_cast<long>(as * static_cast<std::int64_t>(sizeof(ActQ8)));
+  // Block b's sums (in c[slot]) into the accumulators, as the AVX-512 kernel.
+  const auto scale = [&](int slot, std::int64_t b) {
+    const __m512 dw = BlockScales<kType>(scales, b);
+    for (int j = 0; j < kTileRows; ++j) {
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[slot][j])),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(a[j * as + b].d)), acc[j]);
+    }
+  };
+  const auto* v = values;
+  std::int64_t b = 0;
+  // Two blocks per step on separate tiles, so one block's tile product runs
+  // while the other's sums are scaled.
+  for (; b + 2 <= nb; b += 2) {
+    _tile_loadd(0, a[b].qs, stride);
+    _tile_loadd(2, v + static_cast<std::size_t>(b) * kBlockValues, 64);
+    _tile_zero(4);
+    _tile_dpbssd(4, 0, 2);
+    _tile_loadd(1, a[b + 1].qs, stride);
+    _tile_loadd(3, v + static_cast<std::size_t>(b + 1) * kBlockValues, 64);
+    _tile_zero(5);
+    _tile_dpbssd(5, 1, 3);
+    _tile_stored(4, c[0], 64);
+    scale(0, b);
+    _tile_stored(5, c[1], 64);
+    scale(1, b + 1);
+  }
+  if (b < nb) {
+    _tile_loadd(0, a[b].qs, stride);
+    _tile_loadd(2, v + static_cast<std::size_t>(b) * kBlockValues, 64);
+    _tile_zero(4);
+    _tile_dpbssd(4, 0, 2);
+    _tile_stored(4, c[0], 64);
+    scale(0, b);
+  }
+  for (int j = 0; j < rows; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
+}
+
+template <GgmlType kType>
+void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
+              float* y, std::int64_t ys) {
+  const std::int64_t nb = w.nb;
+  UseTiles(Q32Tiles());
+  const ActTiles<ActQ8> tiles(x, xs, nb, acts);
+  auto* values = static_cast<std::int8_t*>(DecodedCodeScratch(static_cast<std::size_t>(8 * nb)));
+  for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
+    const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * w.bytes.codes;
+    const auto* high = w.high != nullptr ? reinterpret_cast<const std::uint64_t*>(w.high) + g * nb * 8 : nullptr;
+    const void* d = kPackedFloatScales<kType> ? static_cast<const void*>(w.dsub + g * nb * kPackRows)
+                                              : static_cast<const void*>(w.d + g * nb * kPackRows);
+    DecodeValues<kType>(codes, high, nb, values);
+    float* yg = y + (g * kPackRows - r0);
+    for (int j0 = 0; j0 < acts; j0 += kTileRows) {
+      std::int64_t as = 0;
+      const ActQ8* a = tiles.Rows(j0, &as);
+      TileRows<kType>(values, d, nb, a, as, std::min(kTileRows, acts - j0), yg + j0 * ys, ys);
+    }
+  }
+}
+
+}  // namespace
+
+void AmxPackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs,
+                   int acts, float* y, std::int64_t ys) {
+  if (acts < kAmxMinRows) {
+    Avx512PackedRows(w, r0, r1, x, xs, acts, y, ys);
+    return;
+  }
+  switch (w.type) {
+    case GgmlType::kQ8_0: AmxRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kQ4_0: AmxRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kIQ4_NL: AmxRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kIQ4_XS: AmxRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kMXFP4: AmxRowsT<GgmlType::kMXFP4>(w, r0, r1, x, xs, acts, y, ys); return;
+    default: AmxRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, acts, y, ys); return;
+  }
+}
+
+// Placeholder until the K-quant tile kernel lands: the AVX-512 kernel (the
+// same bits).
+void AmxPackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
+                    int acts, float* y, std::int64_t ys) {
+  Avx512PackedKRows(w, r0, r1, x, xs, acts, y, ys);
+}
+
+}  // namespace kvshare::detail
