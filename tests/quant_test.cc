@@ -451,7 +451,8 @@ TEST(MatMul, MatchesDequantReferenceOnEveryLevel) {
   std::mt19937 rng(1234);
   ThreadPool pool(3);
   int levels = 0;
-  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx,
+                            KernelLevel::kFloat}) {
     if (!KernelLevelAvailable(level)) continue;
     ++levels;
     for (GgmlType t : kTypes) {
@@ -507,7 +508,8 @@ TEST(MatMul, IndependentOfThreadCount) {
 // alone (m = 1), bit for bit, on every level.
 TEST(MatMul, RowResultIndependentOfActivationGroup) {
   std::mt19937 rng(11);
-  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx,
+                            KernelLevel::kFloat}) {
     if (!KernelLevelAvailable(level)) continue;
     for (GgmlType t : kTypes) {
       const std::int64_t rows = 13, cols = 768, m = 13;
@@ -589,7 +591,7 @@ TEST(MatMul, SimdMatchesScalarTwin) {
   std::mt19937 rng(99);
   ThreadPool pool(2);
   int compared = 0;
-  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx}) {
     if (!KernelLevelAvailable(level)) continue;
     for (GgmlType t : kIntTypes) {
       for (std::int64_t nblk : {1, 2, 3, 9}) {
@@ -613,7 +615,7 @@ TEST(MatMul, SimdMatchesScalarTwin) {
 TEST(MatMul, FmaKernelsBitwiseEqualScalarTwin) {
   std::mt19937 rng(17);
   int levels = 0;
-  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx}) {
     if (!KernelLevelAvailable(level)) continue;
     ++levels;
     for (GgmlType t : kFmaTwinTypes) {
@@ -675,7 +677,7 @@ TEST(MatMul, SimdMatchesScalarTwinOnE2bRowLengths) {
   std::mt19937 rng(5);
   ThreadPool pool(2);
   int compared = 0;
-  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+  for (KernelLevel level : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx}) {
     if (!KernelLevelAvailable(level)) continue;
     for (GgmlType t : kIntTypes) {
       for (std::int64_t cols : {256, 1536, 2048, 4096, 6144, 12288}) {
@@ -697,7 +699,8 @@ TEST(MatMul, ManyMatchesOneAtATime) {
   const std::int64_t rows[] = {40, 7, 33, 5, 64};
   std::vector<RandomMatMul> mats;
   for (std::size_t k = 0; k < std::size(types); ++k) mats.emplace_back(types[k], rows[k], cols, 0, rng);
-  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kFloat}) {
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx,
+                            KernelLevel::kFloat}) {
     if (!KernelLevelAvailable(level)) continue;
     for (std::int64_t m : {1, 5}) {
       std::vector<float> x(static_cast<std::size_t>(m * cols));
@@ -803,12 +806,14 @@ TEST(QuantizeActivations, SimdMatchesReferenceBitwise) {
 // magnitude. Q2_K / Q3_K have no AVX-512 row kernel and their AVX2 one sums
 // float lanes: packed AVX2 is checked bitwise against packed AVX-512 where the
 // CPU has it, and every packed Q2_K / Q3_K output without that twin against
-// the unpacked kernel within the same bound.
+// the unpacked kernel within the same bound. The AMX level (where the CPU
+// has it) is checked bitwise against the AVX-512 one (packed, for Q2_K /
+// Q3_K).
 TEST(MatMul, PackedMatchesUnpackedBitwise) {
   std::mt19937 rng(31);
   const bool avx512 = KernelLevelAvailable(KernelLevel::kAvx512Vnni);
   std::vector<KernelLevel> levels;
-  for (KernelLevel l : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni}) {
+  for (KernelLevel l : {KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx}) {
     if (KernelLevelAvailable(l)) levels.push_back(l);
   }
   if (levels.empty()) GTEST_SKIP() << "no kernel level with packed weights on this CPU (AVX2 or AVX-512 VNNI)";
@@ -826,7 +831,7 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
           packed.packed = detail::Pack(c.w.data, t, rows, nblk);
           ThreadPool* p = (m + rows) % 2 == 0 ? &pool : nullptr;
           for (KernelLevel level : levels) {
-            const bool ref_packed = low_k && avx512 && level == KernelLevel::kAvx2;
+            const bool ref_packed = low_k && avx512 && level != KernelLevel::kAvx512Vnni;
             const bool exact =
                 low_k ? ref_packed : avx512 || level != KernelLevel::kAvx2 || (t != GgmlType::kQ8_0 && !k);
             const KernelLevel ref = avx512 ? KernelLevel::kAvx512Vnni : level;
@@ -852,10 +857,13 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
   // PackForMatMul packs what the default level has a kernel for.
   const RandomMatMul q4k(GgmlType::kQ4_K, 16, 256, 0, rng), q50(GgmlType::kQ5_0, 16, 64, 0, rng);
   const KernelLevel def = DefaultKernelLevel();
-  EXPECT_EQ(PackForMatMul(q4k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2);
-  EXPECT_EQ(PackForMatMul(q50.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2);
+  EXPECT_EQ(PackForMatMul(q4k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2 ||
+                                                  def == KernelLevel::kAmx);
+  EXPECT_EQ(PackForMatMul(q50.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2 ||
+                                                  def == KernelLevel::kAmx);
   const RandomMatMul q3k(GgmlType::kQ3_K, 16, 256, 0, rng);
-  EXPECT_EQ(PackForMatMul(q3k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2);
+  EXPECT_EQ(PackForMatMul(q3k.w).packed != nullptr, def == KernelLevel::kAvx512Vnni || def == KernelLevel::kAvx2 ||
+                                                  def == KernelLevel::kAmx);
   // Mixed targets in one MatMulMany (default level); each against MatMul of
   // the unpacked matrix.
   const std::int64_t cols = 256, m = 9;
@@ -884,6 +892,82 @@ TEST(MatMul, PackedMatchesUnpackedBitwise) {
     EXPECT_EQ(0, std::memcmp(y0.data(), y1.data(), y0.size() * 4)) << KernelLevelName(level);
   }
   testing::RecordMeasured("packed outputs compared bitwise: %d, within tolerance: %d\n", compared, near);
+}
+
+// The AMX level (tile products of 16 activation rows, kernels/amx/) against
+// the AVX-512 VNNI level on the same packed matrices, bitwise: every packed
+// 32-element type, every activation row count from 1 to 130 on one shape
+// (below 16 rows and in the 6-row remainder of 70 the AVX-512 kernel runs;
+// from 16 the tiles, with a zero-padded last chunk), more shapes (1 to 20
+// blocks, 16 to 160 rows) at the chunk edges, 1 and 3 threads; and extreme
+// blocks (every byte 0xFF: the largest codes and scales) against activations
+// of one sign at full scale, also against a float64 product.
+TEST(MatMul, AmxMatchesAvx512Bitwise) {
+  if (!KernelLevelAvailable(KernelLevel::kAmx)) GTEST_SKIP() << "no usable AMX on this CPU / OS";
+  std::mt19937 rng(48);
+  ThreadPool pool(3);
+  int compared = 0;
+  const auto check = [&](const RandomMatMul& c, GgmlType t, std::int64_t rows, std::int64_t nblk, std::int64_t m,
+                         ThreadPool* p) {
+    WeightMatrix packed = c.w;
+    packed.packed = detail::Pack(c.w.data, t, rows, nblk);
+    std::vector<float> want(static_cast<std::size_t>(m * rows)), got(want.size(), NAN);
+    MatMul(packed, {.x = c.x.data(), .m = m, .y = want.data(), .pool = p, .level = KernelLevel::kAvx512Vnni});
+    MatMul(packed, {.x = c.x.data(), .m = m, .y = got.data(), .pool = p, .level = KernelLevel::kAmx});
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
+        << GgmlTypeName(t) << " rows " << rows << " blocks " << nblk << " m " << m;
+    compared += static_cast<int>(want.size());
+    return got;
+  };
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                     GgmlType::kMXFP4}) {
+    const std::int64_t bs = GgmlBlockSize(t);
+    for (std::int64_t m = 1; m <= 130; ++m) {
+      const RandomMatMul c(t, 48, 3 * bs, m, rng);
+      check(c, t, 48, 3, m, m % 2 == 0 ? &pool : nullptr);
+    }
+    for (std::int64_t nblk : {1, 2, 7, 20}) {
+      for (std::int64_t rows : {16, 160}) {
+        for (std::int64_t m : {15, 16, 17, 32, 33, 64, 65, 100}) {
+          const RandomMatMul c(t, rows, nblk * bs, m, rng);
+          check(c, t, rows, nblk, m, (m + nblk) % 2 == 0 ? &pool : nullptr);
+        }
+      }
+    }
+    // Extreme blocks: every byte 0xFF, a small positive scale (fp16 2^-10 in
+    // d, or IQ4_XS's d; MXFP4's E8M0 byte 2^-8), activations in [1, 1.05).
+    const std::int64_t rows = 32, nblk = 8, m = 40, cols = nblk * bs;
+    RandomMatMul c(t, rows, cols, m, rng);
+    std::vector<std::uint8_t> bytes(c.wbytes.size(), 0xFF);
+    const std::size_t bb = static_cast<std::size_t>(GgmlBlockBytes(t));
+    for (std::size_t at = 0; at < bytes.size(); at += bb) {
+      if (t == GgmlType::kMXFP4) {
+        bytes[at] = 120;
+      } else {
+        bytes[at] = 0x00;
+        bytes[at + 1] = 0x14;
+      }
+    }
+    c.wbytes = bytes;
+    c.w = WeightMatrix::Make(c.wbytes.data(), t, rows, cols);
+    for (auto& v : c.x) v = 1.0f + 0.01f * std::fabs(v);
+    const std::vector<float> got = check(c, t, rows, nblk, m, &pool);
+    std::vector<float> wrow(static_cast<std::size_t>(cols));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t, c.wbytes.data() + static_cast<std::size_t>(r) * c.w.row_bytes, wrow.data(), cols);
+      for (std::int64_t i = 0; i < m; ++i) {
+        double ref = 0.0, wsum = 0.0, amax = 0.0;
+        for (std::int64_t k = 0; k < cols; ++k) {
+          ref += static_cast<double>(wrow[k]) * c.x[i * cols + k];
+          wsum += std::fabs(wrow[k]);
+          amax = std::fmax(amax, c.x[i * cols + k]);
+        }
+        ASSERT_NEAR(got[static_cast<std::size_t>(i * rows + r)], ref, amax / 254.0 * wsum * 1.0001 + 1e-5 * amax * wsum)
+            << GgmlTypeName(t) << " extreme blocks, row " << r << " x-row " << i;
+      }
+    }
+  }
+  testing::RecordMeasured("AMX outputs compared bitwise with AVX-512: %d\n", compared);
 }
 
 TEST(MatMul, PackRefusesWhatItCannotLayOut) {

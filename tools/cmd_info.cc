@@ -14,6 +14,7 @@
 #include "kvshare/gguf/vocab.h"
 #include "kvshare/model/gemma4_assistant.h"
 #include "kvshare/model/model.h"
+#include "kvshare/quant/kernel_level.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/speculative.h"
@@ -107,6 +108,7 @@ void RunInfo(const InfoCliOptions& o) {
     PrintMmproj(file.name(), nullptr);
     return;
   }
+  std::cout << "matmul kernel: " << MatMulKernelDescription() << "\n";
   const ChatFormatChoice chat = ChooseChatFormat(file);
   std::cout << "chat template: " << ChatFormatName(chat.format)
             << (chat.format == ChatFormat::kNone ? " (plain completion)" : "") << ": " << chat.reason << "\n";

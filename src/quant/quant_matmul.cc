@@ -70,6 +70,22 @@ KernelLevel DefaultKernelLevel() {
 // this layer's kernel header.
 const char* MatMulKernelName() { return KernelLevelName(DefaultKernelLevel()); }
 
+std::string MatMulKernelDescription() {
+  const KernelLevel level = DefaultKernelLevel();
+  std::string s = KernelLevelName(level);
+  switch (level) {
+    case KernelLevel::kAmx:
+      return s + " (AMX-INT8 tiles for prefill and batched steps of the packed types, AVX-512 VNNI for the rest)";
+    case KernelLevel::kFloat: return s + " (weights dequantized to fp32, no activation rounding)";
+    default: break;
+  }
+#if defined(KVSHARE_HAVE_X86_KERNELS)
+  if (KernelLevelAvailable(KernelLevel::kAmx)) return s + " (AMX available; KVSHARE_KERNEL holds the level lower)";
+  if (level == KernelLevel::kAvx512Vnni) return s + " (no AMX: " + detail::AmxUnusableReason() + ")";
+#endif
+  return s;
+}
+
 WeightMatrix WeightMatrix::Make(const void* data, GgmlType type, std::int64_t rows, std::int64_t cols) {
   if (!IsSupportedWeightType(type)) throw Error("WeightMatrix: unsupported weight type " + GgmlTypeName(type));
   const std::int64_t bs = GgmlBlockSize(type);

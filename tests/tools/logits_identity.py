@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LEVELS = ("scalar", "avx2", "avx512vnni", "float")
+LEVELS = ("scalar", "avx2", "avx512vnni", "amx", "float")
 # Ids below 500: the tiny fixtures' vocabulary has 512 entries.
 PROMPT = ",".join(str(2 + (i * 37) % 497) for i in range(70))
 DECODE = ("7", "311", "42")
@@ -46,6 +46,8 @@ def available_levels() -> list:
         have.append("avx2")
         if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
             have.append("avx512vnni")
+            if {"amx_tile", "amx_int8", "amx_bf16"} <= flags:
+                have.append("amx")
     return [lv for lv in LEVELS if lv in have]
 
 

@@ -4,9 +4,9 @@
 // the weight-type table (quant/weight_types.cc) names its kernel per level.
 //
 // How a product reaches a kernel (quant_matmul.cc): DefaultKernelLevel picks
-// the level once per process (scalar, avx2 or avx512vnni from the CPU's
-// features; KVSHARE_KERNEL overrides; "float" dequantizes instead and uses no
-// kernel here). At load PackForMatMul repacks a matrix (packed.h: 16 weight
+// the level once per process (scalar, avx2, avx512vnni or amx from the CPU's
+// features and, for amx, the OS's tile permission: cpu_amx.h; KVSHARE_KERNEL
+// overrides; "float" dequantizes instead and uses no kernel here). At load PackForMatMul repacks a matrix (packed.h: 16 weight
 // rows interleaved in the SIMD lanes) when the level has a packed kernel for
 // its type and its row count is a multiple of 16. MatMulQuantRows then calls,
 // for a task's weight rows and up to kMaxActRows activation rows (`acts`: 1
@@ -27,6 +27,10 @@
 //   avx2/    AVX2 + FMA + F16C
 //   avx512/  AVX-512 F / BW / VL + VNNI (vpdpbusd), for the types that have
 //            a kernel there; the rest run the AVX2 kernels
+//   amx/     the AVX-512 flags plus AMX-TILE / INT8 / BF16: tile kernels
+//            over packed weights (tiles.h: the tile configuration and the
+//            activation rows of tile A); every other product at this level
+//            is the avx512vnni level's
 // with one file per type family at each level:
 //   q32.cc         Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (32-element blocks, one fp16 scale)
 //   k_quants.cc    Q2_K Q3_K Q4_K Q5_K Q6_K (256-element super-blocks)
@@ -66,7 +70,15 @@
 //           and Q4_K / Q6_K / Q3_K / Q2_K (k) with acts > 8 decode once
 //           into scratch. Q2_K / Q3_K go through Q6_K's loop (16 groups
 //           with one integer scale each) with their own code decode.
-//   The two levels are not one algorithm at two widths (two 8-row halves
+//   amx     AmxPackedRows / AmxPackedKRows (amx/packed_q32.cc,
+//           packed_k.cc): from 16 activation rows (kAmxMinRows; fewer: the
+//           avx512 kernel), 16 activation rows per tile against 16 weight
+//           rows, the codes decoded once per call into the tiles' B layout
+//           as int8 values, one tile product per 32-element block (K = 32)
+//           and the sums scaled as the avx512 kernel scales them: bitwise
+//           its outputs. Tiles pay from about 16 rows: below, one tile
+//           product costs what 16 rows cost (MatPacked, docs/kernels.md).
+//   The two levels avx2 / avx512 are not one algorithm at two widths (two 8-row halves
 //   with maddubs against 16 lanes with vpdpbusd, a one-row path only on
 //   AVX2, different decodes per type), so each level has its own file.
 //

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "quant/kernels/amx/tiles.h"
 #include "quant/kernels/avx512/packed_q32_codes.h"
@@ -28,13 +29,14 @@ namespace {
 
 // Below this many activation rows the AVX-512 kernel runs (a tile product
 // costs the same for 1 row as for 16).
-constexpr int kAmxMinRows = 4;
+constexpr int kAmxMinRows = 16;
 
 // Bytes of decoded values per block: 8 B-tile rows of 64.
 constexpr std::size_t kBlockValues = 512;
 
-// Tiles 0, 1: A of blocks b, b + 1 (16 rows of 32 bytes); 2, 3: their B (8
-// rows of 64 bytes); 4, 5: their C (16 rows of 16 int32).
+// Tiles 0, 1: A (16 activation rows of one block, 32 bytes each) and 2, 3:
+// B (a block's values, 8 rows of 64 bytes) of even and odd blocks; 4, 5:
+// their C (16 rows of 16 int32).
 const TileConfig& Q32Tiles() {
   static const TileConfig cfg = [] {
     TileConfig c;
@@ -60,48 +62,84 @@ void DecodeValues(const std::uint8_t* codes, const std::uint64_t* high, std::int
   }
 }
 
+// Block b's tile loads and product (tiles of even or odd blocks; the tile
+// intrinsics take literal tile numbers), and the store of its sums.
+template <int kOdd>
+inline void BlockProduct(const std::int8_t* qs, long stride, const std::int8_t* values) {
+  if constexpr (kOdd == 0) {
+    _tile_loadd(0, qs, stride);
+    _tile_loadd(2, values, 64);
+    _tile_zero(4);
+    _tile_dpbssd(4, 0, 2);
+  } else {
+    _tile_loadd(1, qs, stride);
+    _tile_loadd(3, values, 64);
+    _tile_zero(5);
+    _tile_dpbssd(5, 1, 3);
+  }
+}
+template <int kOdd>
+inline void StoreSums(std::int32_t* c) {
+  if constexpr (kOdd == 0) {
+    _tile_stored(4, c, 64);
+  } else {
+    _tile_stored(5, c, 64);
+  }
+}
+
+// The AVX-512 kernel's scale step for block b of 16 activation rows (a,
+// row stride as blocks), from the block's int32 sums p: y = fma(float(p),
+// dw * dx, y), 16 weight rows in the lanes.
+template <GgmlType kType>
+inline void ScaleBlock(const std::int32_t* p, const void* scales, std::int64_t b, const ActQ8* a, std::int64_t as,
+                       __m512 acc[kTileRows]) {
+  const __m512 dw = BlockScales<kType>(scales, b);
+  // Constant indices (not a loop), so the accumulators stay in registers
+  // across the tile instructions' memory clobbers.
+  [&]<int... J>(std::integer_sequence<int, J...>) {
+    ((acc[J] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p + 16 * J)),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(a[J * as + b].d)), acc[J])),
+     ...);
+  }(std::make_integer_sequence<int, kTileRows>{});
+}
+
+// Blocks between a block's tile store and the vector loads of its sums.
+constexpr int kScaleLag = 2;
+
 // 16 activation rows (a, row stride as blocks) against one group's decoded
-// values: y[j * ys + t] for the `rows` real rows j.
+// values: y[j * ys + t] for the `rows` real rows j. Software-pipelined: the
+// tile unit runs its instructions in order and tiles are not renamed, so
+// block b + 1's product is issued before block b's sums are stored (the
+// store waits for its product); the vector scale step of a block reads its
+// sums kScaleLag blocks after their store, while the tile unit works.
 template <GgmlType kType>
 void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, const ActQ8* a, std::int64_t as,
               int rows, float* y, std::int64_t ys) {
   __m512 acc[kTileRows];
-  for (__m512& v : acc) v = _mm512_setzero_ps();
-  alignas(64) std::int32_t c[2][kTileRows][16];
+#pragma GCC unroll 16
+  for (int j = 0; j < kTileRows; ++j) acc[j] = _mm512_setzero_ps();
+  constexpr int kRing = kScaleLag + 2;
+  alignas(64) std::int32_t c[kRing][kTileRows * 16];
   const auto stride = static_cast<long>(as * static_cast<std::int64_t>(sizeof(ActQ8)));
-  // Block b's sums (in c[slot]) into the accumulators, as the AVX-512 kernel.
-  const auto scale = [&](int slot, std::int64_t b) {
-    const __m512 dw = BlockScales<kType>(scales, b);
-    for (int j = 0; j < kTileRows; ++j) {
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[slot][j])),
-                               _mm512_mul_ps(dw, _mm512_set1_ps(a[j * as + b].d)), acc[j]);
+  const auto product = [&](std::int64_t b) {
+    const std::int8_t* v = values + static_cast<std::size_t>(b) * kBlockValues;
+    if (b % 2 == 0) {
+      BlockProduct<0>(a[b].qs, stride, v);
+    } else {
+      BlockProduct<1>(a[b].qs, stride, v);
     }
   };
-  const auto* v = values;
-  std::int64_t b = 0;
-  // Two blocks per step on separate tiles, so one block's tile product runs
-  // while the other's sums are scaled.
-  for (; b + 2 <= nb; b += 2) {
-    _tile_loadd(0, a[b].qs, stride);
-    _tile_loadd(2, v + static_cast<std::size_t>(b) * kBlockValues, 64);
-    _tile_zero(4);
-    _tile_dpbssd(4, 0, 2);
-    _tile_loadd(1, a[b + 1].qs, stride);
-    _tile_loadd(3, v + static_cast<std::size_t>(b + 1) * kBlockValues, 64);
-    _tile_zero(5);
-    _tile_dpbssd(5, 1, 3);
-    _tile_stored(4, c[0], 64);
-    scale(0, b);
-    _tile_stored(5, c[1], 64);
-    scale(1, b + 1);
-  }
-  if (b < nb) {
-    _tile_loadd(0, a[b].qs, stride);
-    _tile_loadd(2, v + static_cast<std::size_t>(b) * kBlockValues, 64);
-    _tile_zero(4);
-    _tile_dpbssd(4, 0, 2);
-    _tile_stored(4, c[0], 64);
-    scale(0, b);
+  product(0);
+  for (std::int64_t b = 0; b < nb + kScaleLag; ++b) {
+    if (b + 1 < nb) product(b + 1);
+    if (b < nb) {
+      if (b % 2 == 0) {
+        StoreSums<0>(c[b % kRing]);
+      } else {
+        StoreSums<1>(c[b % kRing]);
+      }
+    }
+    if (b >= kScaleLag) ScaleBlock<kType>(c[(b - kScaleLag) % kRing], scales, b - kScaleLag, a, as, acc);
   }
   for (int j = 0; j < rows; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
 }
