@@ -27,6 +27,8 @@
 //   avx2/    AVX2 + FMA + F16C
 //   avx512/  AVX-512 F / BW / VL + VNNI (vpdpbusd), for the types that have
 //            a kernel there; the rest run the AVX2 kernels
+//   amx/     the AVX-512 flags plus AMX-INT8 tiles (tiles.h), for packed
+//            matrices only; everything else runs the avx512vnni kernels
 // with one file per type family at each level:
 //   q32.cc         Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (32-element blocks, one fp16 scale)
 //   k_quants.cc    Q2_K Q3_K Q4_K Q5_K Q6_K (256-element super-blocks)
@@ -38,7 +40,8 @@
 //   packed_k.cc    packed Q4_K Q6_K Q2_K Q3_K
 // and helpers beside them: iq_decode.h (the IQ sub-block decoders of avx2/
 // and avx512/ iq.cc), avx512/group_dot.h (the vpdpbusd step of avx512/
-// packed_k.cc and iq.cc).
+// packed_k.cc and iq.cc), avx512/packed_q32_codes.h and packed_k_codes.h
+// (the code decode the avx512/ and amx/ packed kernels share).
 // F32 / F16 / BF16 weights take float dot products at every level
 // (kernels/float.cc, Highway's own run-time dispatch).
 //
@@ -66,6 +69,17 @@
 //           and Q4_K / Q6_K / Q3_K / Q2_K (k) with acts > 8 decode once
 //           into scratch. Q2_K / Q3_K go through Q6_K's loop (16 groups
 //           with one integer scale each) with their own code decode.
+//   amx     AmxPackedRows / AmxPackedKRows (amx/packed_q32.cc, packed_k.cc):
+//           acts < 4 (q32) / 9 (k): the avx512 kernel. Else per group of 16
+//           rows the codes are decoded once per call into B tiles; tile A:
+//           16 activation rows (q32: read in place; k: copied once per call
+//           into 64-byte rows), the last chunk zero-padded; C row j = the
+//           avx512 kernel's zmm for activation row j, then its float steps:
+//           bitwise its outputs. q32: int8 values, one tdpbssd per block (K
+//           = 32). k: each group's integer scale folded into the weights,
+//           s * (code - bias) split into a low (unsigned) and a high (signed)
+//           byte plane, P_b = 256 tdpbssd(hi) + tdpbsud(lo) over 4 K-steps of
+//           64 (Q2_K: the low plane alone); the mins' M_b as in avx512.
 //   The two levels are not one algorithm at two widths (two 8-row halves
 //   with maddubs against 16 lanes with vpdpbusd, a one-row path only on
 //   AVX2, different decodes per type), so each level has its own file.
