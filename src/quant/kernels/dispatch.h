@@ -42,7 +42,8 @@
 //   packed_k.cc    packed Q4_K Q6_K Q2_K Q3_K
 // and helpers beside them: iq_decode.h (the IQ sub-block decoders of avx2/
 // and avx512/ iq.cc), avx512/group_dot.h (the vpdpbusd step of avx512/
-// packed_k.cc and iq.cc).
+// packed_k.cc and iq.cc), avx512/packed_q32_codes.h and packed_k_codes.h
+// (the code decode the avx512/ and amx/ packed kernels share).
 // F32 / F16 / BF16 weights take float dot products at every level
 // (kernels/float.cc, Highway's own run-time dispatch).
 //
@@ -70,17 +71,22 @@
 //           and Q4_K / Q6_K / Q3_K / Q2_K (k) with acts > 8 decode once
 //           into scratch. Q2_K / Q3_K go through Q6_K's loop (16 groups
 //           with one integer scale each) with their own code decode.
-//   amx     AmxPackedRows / AmxPackedKRows (amx/packed_q32.cc,
-//           packed_k.cc): from 16 activation rows (kAmxMinRows; fewer: the
-//           avx512 kernel), 16 activation rows per tile against 16 weight
-//           rows, the codes decoded once per call into the tiles' B layout
-//           as int8 values, one tile product per 32-element block (K = 32)
-//           and the sums scaled as the avx512 kernel scales them: bitwise
-//           its outputs. Tiles pay from about 16 rows: below, one tile
-//           product costs what 16 rows cost (MatPacked, docs/kernels.md).
-//   The two levels avx2 / avx512 are not one algorithm at two widths (two 8-row halves
-//   with maddubs against 16 lanes with vpdpbusd, a one-row path only on
-//   AVX2, different decodes per type), so each level has its own file.
+//   amx     AmxPackedRows / AmxPackedKRows (amx/packed_q32.cc, packed_k.cc):
+//           acts < 16 (q32) / 9 (k): the avx512 kernel (one tile product
+//           costs what 16 rows cost). Else per group of 16 rows the codes
+//           are decoded once per call into B tiles; tile A: 16 activation
+//           rows (q32: read in place; k: copied once per call into 64-byte
+//           rows), the last chunk zero-padded; C row j = the avx512
+//           kernel's zmm for activation row j, then its float steps: bitwise
+//           its outputs. q32: int8 values, one tdpbssd per block (K = 32).
+//           k: each group's integer scale folded into the weights, s *
+//           (code - bias) split into a low (unsigned) and a high (signed)
+//           byte plane, P_b = 256 tdpbssd(hi) + tdpbsud(lo) over 4 K-steps
+//           of 64 (Q2_K: the low plane alone); the mins' M_b as in avx512.
+//   The levels avx2 and avx512 are not one algorithm at two widths (two
+//   8-row halves with maddubs against 16 lanes with vpdpbusd, a one-row path
+//   only on AVX2, different decodes per type), so each level has its own
+//   file.
 //
 // Unpacked matrices (every type at the scalar level; at avx2 / avx512 the
 // types without a packed kernel, and packable ones whose row count is not a

@@ -184,11 +184,4 @@ void AmxPackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, con
   }
 }
 
-// Placeholder until the K-quant tile kernel lands: the AVX-512 kernel (the
-// same bits).
-void AmxPackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
-                    int acts, float* y, std::int64_t ys) {
-  Avx512PackedKRows(w, r0, r1, x, xs, acts, y, ys);
-}
-
 }  // namespace kvshare::detail

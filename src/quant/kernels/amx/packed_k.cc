@@ -1,0 +1,363 @@
+// AMX-INT8 kernel over packed Q4_K / Q6_K / Q3_K / Q2_K weights (layout:
+// packed.h), compiled with the AVX-512 flags plus -mamx-{tile,int8,bf16};
+// entered only when AmxUsable (cpu_amx.h).
+//
+// The AVX-512 kernel (avx512/packed_k.cc) forms per super-block b, activation
+// row and weight row the exact int32 P_b = sum_g s_g * sum_{i in g} (c_i -
+// bias) x_i (the bias through the activation's bsums, which the quantizer
+// makes the exact group sums). Here each group's integer scale is folded into
+// its weights once per call: w_i = s_g (c_i - bias), exact in int16 (Q4_K [0,
+// 945], Q6_K [-4064, 4096], Q3_K [-124, 128], Q2_K [0, 45]), split into bytes
+// w = 256 hi + lo (lo = w & 0xFF unsigned, hi = w >> 8 signed; Q2_K's hi is
+// 0 and skipped). Per super-block and 16 activation rows, 4 K-steps of 64
+// elements: C_lo += A x B_lo (tdpbsud), C_hi += A x B_hi (tdpbssd), A the
+// rows' activation bytes (copied once per call into 64-byte rows: ActRows).
+// Then P_b = 256 C_hi + C_lo is the
+// AVX-512 kernel's integer: every partial sum is exact (|P_b| <= 256 * 4096 *
+// 128 = 2^27; |C_lo| <= 256 * 255 * 128 < 2^23). The rest is the AVX-512
+// kernel's epilogue, 16 weight rows in the lanes, C row j for activation row
+// j: Q4_K / Q2_K's M_b by vpdpwssd from the mins, y = fma(float(P_b), d_b *
+// dx_b, y), z = fma(float(M_b), dmin_b * dx_b, z) over the super-blocks in
+// order, output y - z (Q6_K / Q3_K: y): bitwise the same outputs for every
+// row count. Fewer than kAmxKMinRows activation rows go to that kernel.
+//
+// Scaling in the weights costs the second tile product (8 tdp a super-block
+// and 16 rows, each as long at K = 64 as one 32-byte sub-block would take)
+// but no per-group integer work per activation row, which would cost as much
+// as the VNNI kernel's own.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "quant/kernels/amx/tiles.h"
+#include "quant/kernels/avx512/packed_k_codes.h"
+#include "quant/kernels/dispatch.h"
+#include "quant/kernels/packed.h"
+#include "quant/kernels/x86.h"
+
+namespace kvshare::detail {
+namespace {
+
+// Below this many activation rows the AVX-512 kernel runs: up to 8 rows it
+// makes one pass without a decode, and the tile kernel's decode (64 code
+// vectors a super-block, scaled and split) is not paid back. AMX / VNNI time,
+// 2048 x 2048, 1 thread: m = 4: Q4_K 2.3, Q6_K 1.3; m = 8: 1.04, 0.94;
+// m = 10: 0.77, 0.81.
+constexpr int kAmxKMinRows = 9;
+
+// Bytes of one plane (lo or hi) of one super-block: 64 B-tile rows of 64
+// (256 elements of 16 weight rows), K-step q at 1024 q.
+constexpr std::size_t kPlaneBytes = 4096;
+
+// Tiles 0 / 1: A of the even / odd K-steps (16 activation rows of 64
+// bytes); 2, 3: B_lo, B_hi (16 rows of 64 bytes: 64 elements of 16 weight
+// rows); 4, 5 and 6, 7: two sets of C_lo, C_hi (16 rows of 16 int32), for
+// alternate chunks, so one chunk's sums are stored and scaled while the next
+// one's products run.
+const TileConfig& KTiles() {
+  static const TileConfig cfg = [] {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) c.rows[t] = kTileRows, c.colsb[t] = 64;
+    return c;
+  }();
+  return cfg;
+}
+
+// One group's scales for ScaleSplit, from the 16 rows' scales s (int32
+// lanes, each in int8 range) and the codes' bias: the scale byte at the even
+// (sE) and odd (sO) bytes of each lane, and bias * s as two int16 (sb).
+struct GroupScales {
+  __m512i sE, sO, sb;
+  GroupScales(__m512i s, int bias) {
+    const __m512i s8 = _mm512_and_si512(s, _mm512_set1_epi32(0xFF));
+    sE = _mm512_or_si512(s8, _mm512_slli_epi32(s8, 16));
+    sO = _mm512_slli_epi32(sE, 8);
+    const __m512i b = _mm512_mullo_epi32(s, _mm512_set1_epi32(bias));
+    sb = _mm512_or_si512(_mm512_slli_epi32(b, 16), _mm512_and_si512(b, _mm512_set1_epi32(0xFFFF)));
+  }
+};
+
+// One code vector c (unsigned codes) scaled: w = s (c - bias) per byte, exact
+// in int16 (vpmaddubsw against the scale at one byte of each pair and 0 at
+// the other: c s, at most 63 * 128), its bytes lo, hi into the two planes.
+template <bool kHi, bool kBias>
+inline void ScaleSplit(__m512i c, const GroupScales& s, std::uint8_t* lo, std::uint8_t* hi) {
+  constexpr __mmask64 kOdd = 0xAAAAAAAAAAAAAAAAull;
+  __m512i pe = _mm512_maddubs_epi16(c, s.sE), po = _mm512_maddubs_epi16(c, s.sO);
+  if constexpr (kBias) pe = _mm512_sub_epi16(pe, s.sb), po = _mm512_sub_epi16(po, s.sb);
+  _mm512_store_si512(lo, _mm512_mask_blend_epi8(kOdd, pe, _mm512_slli_epi16(po, 8)));
+  if constexpr (kHi) _mm512_store_si512(hi, _mm512_mask_blend_epi8(kOdd, _mm512_srli_epi16(pe, 8), po));
+}
+
+// Whether the type's scaled weights reach beyond a byte (all but Q2_K).
+template <GgmlType T>
+inline constexpr bool kHasHi = T != GgmlType::kQ2_K;
+
+template <GgmlType T, int kQuarter>
+inline void DecodeQuarter(const BlockPlanes& pl, std::uint8_t* lo, std::uint8_t* hi) {
+  using Type = GroupType<T>;
+  for (int grp = 4 * kQuarter; grp < 4 * kQuarter + 4; ++grp) {
+    const GroupScales s(Type::Scales(pl.subs + 16 * grp), Type::kBias);
+    for (int k = 4 * grp; k < 4 * grp + 4; ++k) {
+      ScaleSplit<kHasHi<T>, Type::kBias != 0>(Type::template Codes<kQuarter>(pl, k), s, lo + 64 * k, hi + 64 * k);
+    }
+  }
+}
+
+// Super-block pl's scaled weights into the planes lo, hi (kPlaneBytes each;
+// vector k = elements 4k .. 4k + 3 of the 16 rows).
+template <GgmlType T>
+void DecodeBlock(const BlockPlanes& pl, std::uint8_t* lo, std::uint8_t* hi) {
+  if constexpr (T == GgmlType::kQ4_K) {
+    for (int sb = 0; sb < 8; ++sb) {
+      const GroupScales s(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pl.subs + 16 * sb))), 0);
+      for (int k = 8 * sb; k < 8 * sb + 8; ++k)
+        ScaleSplit<true, false>(Q4Codes(pl.codes, sb, k % 8), s, lo + 64 * k, hi + 64 * k);
+    }
+  } else {
+    DecodeQuarter<T, 0>(pl, lo, hi);
+    DecodeQuarter<T, 1>(pl, lo, hi);
+    DecodeQuarter<T, 2>(pl, lo, hi);
+    DecodeQuarter<T, 3>(pl, lo, hi);
+  }
+}
+
+// K-step kOdd of one super-block: A = 16 activation rows of 64 bytes (tile
+// 0 / 1 on even / odd steps, so one step's load can start while the other's
+// products still read), B_lo, B_hi (tiles 2, 3) against the planes' K-step
+// at lo, hi, into C set kSet (tiles 4, 5 or 6, 7). Tile numbers are
+// immediates in the tile intrinsics, hence the spelled-out cases.
+template <bool kHi, int kSet, int kOdd>
+inline void Step(const std::int8_t* a, const std::uint8_t* lo, const std::uint8_t* hi) {
+  if constexpr (kOdd == 0) {
+    _tile_loadd(0, a, 64);
+  } else {
+    _tile_loadd(1, a, 64);
+  }
+  _tile_loadd(2, lo, 64);
+  if constexpr (kHi) _tile_loadd(3, hi, 64);
+  if constexpr (kSet == 0 && kOdd == 0) {
+    _tile_dpbsud(4, 0, 2);
+    if constexpr (kHi) _tile_dpbssd(5, 0, 3);
+  } else if constexpr (kSet == 0) {
+    _tile_dpbsud(4, 1, 2);
+    if constexpr (kHi) _tile_dpbssd(5, 1, 3);
+  } else if constexpr (kOdd == 0) {
+    _tile_dpbsud(6, 0, 2);
+    if constexpr (kHi) _tile_dpbssd(7, 0, 3);
+  } else {
+    _tile_dpbsud(6, 1, 2);
+    if constexpr (kHi) _tile_dpbssd(7, 1, 3);
+  }
+}
+
+// One super-block's C_lo, C_hi into C set kSet for 16 activation rows a
+// (ActRows: 4 K-steps of 16 rows of 64 bytes).
+template <bool kHi, int kSet>
+inline void TileBlock(const std::int8_t* a, const std::uint8_t* lo, const std::uint8_t* hi) {
+  if constexpr (kSet == 0) {
+    _tile_zero(4);
+    if constexpr (kHi) _tile_zero(5);
+  } else {
+    _tile_zero(6);
+    if constexpr (kHi) _tile_zero(7);
+  }
+  Step<kHi, kSet, 0>(a, lo, hi);
+  Step<kHi, kSet, 1>(a + 1024, lo + 1024, hi + 1024);
+  Step<kHi, kSet, 0>(a + 2048, lo + 2048, hi + 2048);
+  Step<kHi, kSet, 1>(a + 3072, lo + 3072, hi + 3072);
+}
+
+// C set kSet into c[0] (C_lo), c[1] (C_hi): 16 activation rows of 16 int32.
+template <bool kHi, int kSet>
+inline void StoreC(std::int32_t c[2][kTileRows][16]) {
+  if constexpr (kSet == 0) {
+    _tile_stored(4, c[0], 64);
+    if constexpr (kHi) _tile_stored(5, c[1], 64);
+  } else {
+    _tile_stored(6, c[0], 64);
+    if constexpr (kHi) _tile_stored(7, c[1], 64);
+  }
+}
+
+// The call's activation bytes laid out for tile A, once per call: per block
+// b and chunk of 16 rows, K-step q's 16 rows of 64 bytes contiguous (4 KiB;
+// rows past acts zero). Read in place (rows 292 bytes apart, each across two
+// cache lines) the A loads took about twice as long as the 8 tile products
+// they feed (a tile loop on this host, per 16-row chunk: A in place 150-180
+// ns, A from 64-byte rows 72-81 ns, the products alone 57-94 ns).
+struct alignas(64) Line {
+  std::int8_t bytes[64];
+};
+const std::int8_t* ActRows(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts) {
+  const int chunks = (acts + kTileRows - 1) / kTileRows;
+  thread_local std::vector<Line> buf;
+  buf.resize(static_cast<std::size_t>(nb * chunks * 4 * kTileRows));
+  Line* out = buf.data();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    for (int j0 = 0; j0 < chunks * kTileRows; j0 += kTileRows, out += 4 * kTileRows) {
+      for (int r = 0; r < kTileRows; ++r) {
+        const int j = j0 + r;
+        for (int q = 0; q < 4; ++q) {
+          const __m512i v = j < acts ? _mm512_loadu_si512(x[j * xs + b].qs + 64 * q) : _mm512_setzero_si512();
+          _mm512_store_si512(out + q * kTileRows + r, v);
+        }
+      }
+    }
+  }
+  return buf.data()->bytes;
+}
+
+// Q4_K's activation side of M_b, once per call: SubBlockSumPair(x[j * xs +
+// b], q) at [(b * acts + j) * 4 + q].
+const std::int32_t* SubBlockPairs(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts) {
+  thread_local std::vector<std::int32_t> buf;
+  buf.resize(static_cast<std::size_t>(nb * acts * 4));
+  for (std::int64_t b = 0; b < nb; ++b) {
+    for (int j = 0; j < acts; ++j) {
+      for (int q = 0; q < 4; ++q)
+        buf[static_cast<std::size_t>((b * acts + j) * 4 + q)] = SubBlockSumPair(x[j * xs + b], q);
+    }
+  }
+  return buf.data();
+}
+
+// A super-block's tile sums waiting for their epilogue: activation rows j0
+// .. j0 + rows - 1 (x rows, stride xs) of block b.
+struct Pending {
+  const std::int32_t (*c)[kTileRows][16] = nullptr;
+  BlockPlanes pl{};
+  std::int64_t b = 0;
+  int j0 = 0, rows = 0;
+};
+
+// The AVX-512 kernel's scale step for one pending super-block, into the
+// accumulators acc, accm (row j: 16 weight rows).
+template <GgmlType T>
+void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const std::int32_t* pairs, int acts, float (*acc)[16],
+              float (*accm)[16]) {
+  const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.pl.d)));
+  for (int j = 0; j < p.rows; ++j) {
+    const ActQ8K& a = x[(p.j0 + j) * xs + p.b];
+    __m512i P = _mm512_load_si512(p.c[0][j]);
+    if constexpr (kHasHi<T>) P = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(p.c[1][j]), 8), P);
+    const __m512 dx = _mm512_set1_ps(a.d);
+    float* yj = acc[p.j0 + j];
+    _mm512_store_ps(yj, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(dw, dx), _mm512_load_ps(yj)));
+  }
+  if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ2_K) {
+    constexpr int kPairs = T == GgmlType::kQ4_K ? 4 : 8;
+    __m512i mins[kPairs];
+    for (int q = 0; q < kPairs; ++q) {
+      mins[q] = T == GgmlType::kQ4_K
+                    ? _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.pl.mins + 32 * q)))
+                    : Q2MinPairs(p.pl.subs, q);
+    }
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.pl.dmin)));
+    for (int j = 0; j < p.rows; ++j) {
+      const ActQ8K& a = x[(p.j0 + j) * xs + p.b];
+      __m512i M = _mm512_setzero_si512();
+      for (int q = 0; q < kPairs; ++q) {
+        std::int32_t pair;  // Q4_K: sub-block sums 2q, 2q + 1; Q2_K: bsums 2q, 2q + 1 (low, high int16)
+        if constexpr (T == GgmlType::kQ4_K) {
+          pair = pairs[(p.b * acts + p.j0 + j) * 4 + q];
+        } else {
+          std::memcpy(&pair, a.bsums + 2 * q, 4);
+        }
+        M = _mm512_dpwssd_epi32(M, mins[q], _mm512_set1_epi32(pair));
+      }
+      float* zj = accm[p.j0 + j];
+      _mm512_store_ps(
+          zj, _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, _mm512_set1_ps(a.d)), _mm512_load_ps(zj)));
+    }
+  }
+}
+
+template <GgmlType T>
+void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs, int acts,
+               float* y, std::int64_t ys) {
+  constexpr bool kMins = T == GgmlType::kQ4_K || T == GgmlType::kQ2_K;
+  const std::int64_t nb = w.nb, g0 = r0 / kPackRows, g1 = r1 / kPackRows;
+  UseTiles(KTiles());
+  const std::int8_t* arows = ActRows(x, xs, nb, acts);
+  const std::int32_t* pairs = T == GgmlType::kQ4_K ? SubBlockPairs(x, xs, nb, acts) : nullptr;
+  const int chunks = (acts + kTileRows - 1) / kTileRows;
+  // Two super-blocks' planes (lo, hi), in the order (group, block): the next
+  // one is decoded while the tile products of this one run.
+  auto* planes = static_cast<std::uint8_t*>(DecodedCodeScratch(4 * kPlaneBytes / 64));
+  const auto decode = [&](std::int64_t f) {  // f: (g - g0) * nb + b
+    const BlockPlanes pl = PlanesAt(w, g0 + f / nb, f % nb);
+    PrefetchPackedAhead(pl.codes, w.bytes.codes);
+    if (pl.high != nullptr) PrefetchPackedAhead(pl.high, w.bytes.high);
+    std::uint8_t* lo = planes + (f % 2) * 2 * kPlaneBytes;
+    DecodeBlock<T>(pl, lo, lo + kPlaneBytes);
+  };
+  const std::int64_t blocks = (g1 - g0) * nb;
+  alignas(64) float acc[kMaxActRows][16], accm[kMaxActRows][16];
+  alignas(64) std::int32_t c[2][2][kTileRows][16];
+  int item = 0;
+  decode(0);
+  for (std::int64_t g = g0; g < g1; ++g) {
+    std::memset(acc, 0, sizeof(float) * 16 * acts);
+    if constexpr (kMins) std::memset(accm, 0, sizeof(float) * 16 * acts);
+    // Each chunk's sums are stored and scaled after the next chunk's tile
+    // products are issued (into the other C set), so the vector units work
+    // while the tile unit multiplies.
+    Pending pending;
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int64_t f = (g - g0) * nb + b;
+      const std::uint8_t* lo = planes + (f % 2) * 2 * kPlaneBytes;
+      const BlockPlanes pl = PlanesAt(w, g, b);
+      for (int j0 = 0; j0 < acts; j0 += kTileRows, ++item) {
+        const std::int8_t* a = arows + (b * chunks + j0 / kTileRows) * 4 * kTileRows * 64;
+        if (item % 2 == 0) {
+          TileBlock<kHasHi<T>, 0>(a, lo, lo + kPlaneBytes);
+        } else {
+          TileBlock<kHasHi<T>, 1>(a, lo, lo + kPlaneBytes);
+        }
+        if (pending.c != nullptr) {
+          if (item % 2 == 0) {
+            StoreC<kHasHi<T>, 1>(c[1]);
+          } else {
+            StoreC<kHasHi<T>, 0>(c[0]);
+          }
+          Epilogue<T>(pending, x, xs, pairs, acts, acc, accm);
+        }
+        if (j0 == 0 && f + 1 < blocks) decode(f + 1);
+        auto* cc = c[item % 2];
+        pending = {cc, pl, b, j0, std::min(kTileRows, acts - j0)};
+      }
+    }
+    if (item % 2 == 1) {
+      StoreC<kHasHi<T>, 0>(c[0]);
+    } else {
+      StoreC<kHasHi<T>, 1>(c[1]);
+    }
+    Epilogue<T>(pending, x, xs, pairs, acts, acc, accm);
+    float* yg = y + (g * kPackRows - r0);
+    for (int j = 0; j < acts; ++j) {
+      const __m512 v = _mm512_load_ps(acc[j]);
+      _mm512_storeu_ps(yg + j * ys, kMins ? _mm512_sub_ps(v, _mm512_load_ps(accm[j])) : v);
+    }
+  }
+}
+
+}  // namespace
+
+void AmxPackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
+                    int acts, float* y, std::int64_t ys) {
+  if (acts < kAmxKMinRows) {
+    Avx512PackedKRows(w, r0, r1, x, xs, acts, y, ys);
+    return;
+  }
+  switch (w.type) {
+    case GgmlType::kQ4_K: AmxKRowsT<GgmlType::kQ4_K>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kQ2_K: AmxKRowsT<GgmlType::kQ2_K>(w, r0, r1, x, xs, acts, y, ys); return;
+    case GgmlType::kQ3_K: AmxKRowsT<GgmlType::kQ3_K>(w, r0, r1, x, xs, acts, y, ys); return;
+    default: AmxKRowsT<GgmlType::kQ6_K>(w, r0, r1, x, xs, acts, y, ys); return;
+  }
+}
+
+}  // namespace kvshare::detail
