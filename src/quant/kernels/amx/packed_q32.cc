@@ -17,7 +17,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <utility>
+#include <cstring>
+#include <vector>
 
 #include "quant/kernels/amx/tiles.h"
 #include "quant/kernels/avx512/packed_q32_codes.h"
@@ -40,7 +41,7 @@ constexpr std::size_t kBlockValues = 512;
 const TileConfig& Q32Tiles() {
   static const TileConfig cfg = [] {
     TileConfig c;
-    for (int t : {0, 1}) c.rows[t] = kTileRows, c.colsb[t] = 32;
+    for (int t : {0, 1}) c.rows[t] = kTileRows, c.colsb[t] = 32;  // stride 32: StageActs
     for (int t : {2, 3}) c.rows[t] = 8, c.colsb[t] = 64;
     for (int t : {4, 5}) c.rows[t] = kTileRows, c.colsb[t] = 64;
     return c;
@@ -90,43 +91,81 @@ inline void StoreSums(std::int32_t* c) {
 // The AVX-512 kernel's scale step for block b of 16 activation rows (a,
 // row stride as blocks), from the block's int32 sums p: y = fma(float(p),
 // dw * dx, y), 16 weight rows in the lanes.
+// A call's activation rows restaged for the tiles, per chunk of 16 rows
+// (the last one zero-padded): the int8 values as [block][row][32] (tile A of
+// block b: 512 contiguous bytes, no row across a cache line; read in place,
+// ActQ8's 40-byte rows put some of them across two) and the scales dx as
+// [block][row].
+struct ActChunks {
+  const std::int8_t* qs;  // chunk i at qs + i * nb * kBlockValues
+  const float* dx;        // chunk i at dx + i * nb * kTileRows
+};
+
+ActChunks StageActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts) {
+  const int chunks = (acts + kTileRows - 1) / kTileRows;
+  struct alignas(64) Line {
+    std::int8_t b[64];
+  };
+  thread_local std::vector<Line> qs;
+  thread_local std::vector<float> dx;
+  qs.resize(static_cast<std::size_t>(chunks * nb * kBlockValues / 64));
+  dx.assign(static_cast<std::size_t>(chunks * nb * kTileRows), 0.0f);
+  auto* q = reinterpret_cast<std::int8_t*>(qs.data());
+  for (int i = 0; i < chunks; ++i) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      std::int8_t* at = q + (i * nb + b) * static_cast<std::int64_t>(kBlockValues);
+      for (int j = 0; j < kTileRows; ++j) {
+        const int row = i * kTileRows + j;
+        if (row < acts) {
+          std::memcpy(at + 32 * j, x[row * xs + b].qs, 32);
+          dx[static_cast<std::size_t>((i * nb + b) * kTileRows + j)] = x[row * xs + b].d;
+        } else {
+          std::memset(at + 32 * j, 0, 32);
+        }
+      }
+    }
+  }
+  return {q, dx.data()};
+}
+
+// The AVX-512 kernel's scale step for block b of one chunk, from the block's
+// int32 sums p: y = fma(float(p), dw * dx, y), 16 weight rows in the lanes.
 template <GgmlType kType>
-inline void ScaleBlock(const std::int32_t* p, const void* scales, std::int64_t b, const ActQ8* a, std::int64_t as,
+inline void ScaleBlock(const std::int32_t* p, const void* scales, std::int64_t b, const float* dx,
                        __m512 acc[kTileRows]) {
   const __m512 dw = BlockScales<kType>(scales, b);
-  // Constant indices (not a loop), so the accumulators stay in registers
-  // across the tile instructions' memory clobbers.
-  [&]<int... J>(std::integer_sequence<int, J...>) {
-    ((acc[J] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p + 16 * J)),
-                               _mm512_mul_ps(dw, _mm512_set1_ps(a[J * as + b].d)), acc[J])),
-     ...);
-  }(std::make_integer_sequence<int, kTileRows>{});
+#pragma GCC unroll 16
+  for (int j = 0; j < kTileRows; ++j) {
+    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(p + 16 * j)),
+                             _mm512_mul_ps(dw, _mm512_set1_ps(dx[b * kTileRows + j])), acc[j]);
+  }
 }
 
 // Blocks between a block's tile store and the vector loads of its sums.
 constexpr int kScaleLag = 2;
 
-// 16 activation rows (a, row stride as blocks) against one group's decoded
-// values: y[j * ys + t] for the `rows` real rows j. Software-pipelined: the
-// tile unit runs its instructions in order and tiles are not renamed, so
-// block b + 1's product is issued before block b's sums are stored (the
-// store waits for its product); the vector scale step of a block reads its
-// sums kScaleLag blocks after their store, while the tile unit works.
+// One chunk of 16 activation rows (qs, dx: StageActs) against one group's
+// decoded values: y[j * ys + t] for the `rows` real rows j. Software-
+// pipelined: the tile unit runs its instructions in order and tiles are not
+// renamed, so block b + 1's product is issued before block b's sums are
+// stored (the store waits for its product); the vector scale step of a block
+// reads its sums kScaleLag blocks after their store, while the tile unit
+// works.
 template <GgmlType kType>
-void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, const ActQ8* a, std::int64_t as,
-              int rows, float* y, std::int64_t ys) {
+void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, const std::int8_t* qs,
+              const float* dx, int rows, float* y, std::int64_t ys) {
   __m512 acc[kTileRows];
 #pragma GCC unroll 16
   for (int j = 0; j < kTileRows; ++j) acc[j] = _mm512_setzero_ps();
   constexpr int kRing = kScaleLag + 2;
   alignas(64) std::int32_t c[kRing][kTileRows * 16];
-  const auto stride = static_cast<long>(as * static_cast<std::int64_t>(sizeof(ActQ8)));
   const auto product = [&](std::int64_t b) {
     const std::int8_t* v = values + static_cast<std::size_t>(b) * kBlockValues;
+    const std::int8_t* a = qs + static_cast<std::size_t>(b) * kBlockValues;
     if (b % 2 == 0) {
-      BlockProduct<0>(a[b].qs, stride, v);
+      BlockProduct<0>(a, 32, v);
     } else {
-      BlockProduct<1>(a[b].qs, stride, v);
+      BlockProduct<1>(a, 32, v);
     }
   };
   product(0);
@@ -139,7 +178,7 @@ void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, co
         StoreSums<1>(c[b % kRing]);
       }
     }
-    if (b >= kScaleLag) ScaleBlock<kType>(c[(b - kScaleLag) % kRing], scales, b - kScaleLag, a, as, acc);
+    if (b >= kScaleLag) ScaleBlock<kType>(c[(b - kScaleLag) % kRing], scales, b - kScaleLag, dx, acc);
   }
   for (int j = 0; j < rows; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
 }
@@ -149,7 +188,7 @@ void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Ac
               float* y, std::int64_t ys) {
   const std::int64_t nb = w.nb;
   UseTiles(Q32Tiles());
-  const ActTiles<ActQ8> tiles(x, xs, nb, acts);
+  const ActChunks a = StageActs(x, xs, nb, acts);
   auto* values = static_cast<std::int8_t*>(DecodedCodeScratch(static_cast<std::size_t>(8 * nb)));
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * w.bytes.codes;
@@ -158,10 +197,9 @@ void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Ac
                                               : static_cast<const void*>(w.d + g * nb * kPackRows);
     DecodeValues<kType>(codes, high, nb, values);
     float* yg = y + (g * kPackRows - r0);
-    for (int j0 = 0; j0 < acts; j0 += kTileRows) {
-      std::int64_t as = 0;
-      const ActQ8* a = tiles.Rows(j0, &as);
-      TileRows<kType>(values, d, nb, a, as, std::min(kTileRows, acts - j0), yg + j0 * ys, ys);
+    for (int j0 = 0, i = 0; j0 < acts; j0 += kTileRows, ++i) {
+      TileRows<kType>(values, d, nb, a.qs + i * nb * static_cast<std::int64_t>(kBlockValues),
+                      a.dx + i * nb * kTileRows, std::min(kTileRows, acts - j0), yg + j0 * ys, ys);
     }
   }
 }
