@@ -3,6 +3,7 @@
 // form the same exact integers per block (per super-block) and the same
 // float steps (kernels/dispatch.h). Skips where AMX is not usable.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -230,6 +231,41 @@ TEST(MatMul, AmxMatchesAvx512Bitwise) {
     }
   }
   testing::RecordMeasured("AMX outputs compared bitwise with AVX-512: %d\n", compared);
+}
+
+// Other code on a thread configures the tiles too (oneDNN's AMX kernels load
+// their own configuration and release the tiles): the tile kernels must not
+// trust a configuration they remember. Here the thread's tiles are given
+// another shape, then released, between AMX products; each product still
+// equals the AVX-512 level's.
+// Palette 1, every tile 16 rows of 4 bytes.
+struct alignas(64) OtherShape {
+  std::uint8_t bytes[64];
+};
+constexpr OtherShape kOtherShape = [] {
+  OtherShape c{};
+  c.bytes[0] = 1;
+  for (int t = 0; t < 8; ++t) {
+    c.bytes[16 + 2 * t] = 4;
+    c.bytes[48 + t] = 16;
+  }
+  return c;
+}();
+__attribute__((target("amx-tile"))) void ReshapeTiles() { _tile_loadconfig(&kOtherShape); }
+__attribute__((target("amx-tile"))) void ReleaseTiles() { _tile_release(); }
+
+TEST(MatMul, AmxSurvivesOtherTileUsers) {
+  if (!KernelLevelAvailable(KernelLevel::kAmx)) GTEST_SKIP() << "no usable AMX on this CPU / OS";
+  std::mt19937 rng(12);
+  int compared = 0;
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_0, GgmlType::kQ6_K}) {
+    const RandomMatMul c(t, 32, 512, 24, rng);
+    CheckBitwise(c, 24, nullptr, "", &compared);
+    ReshapeTiles();
+    CheckBitwise(c, 24, nullptr, " after another tile shape", &compared);
+    ReleaseTiles();
+    CheckBitwise(c, 24, nullptr, " after tilerelease", &compared);
+  }
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/quant/kernel_level.h"
-#include "quant/cpu_amx.h"
+#include "common/cpu_amx.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"
 #include "quant/quant.h"

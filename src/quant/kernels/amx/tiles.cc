@@ -1,5 +1,4 @@
-// UseTiles (tiles.h): the thread's loaded tile configuration, kept in one
-// place for every AMX kernel file.
+// UseTiles (tiles.h).
 #include "quant/kernels/amx/tiles.h"
 
 #include <immintrin.h>
@@ -8,11 +7,16 @@
 
 namespace kvshare::detail {
 
+// The configuration is read back from the thread's tile state (sttilecfg)
+// rather than remembered: other code on the thread changes it too (oneDNN's
+// AMX kernels, for the bf16 attention and encoder products, load their own
+// and release the tiles after), and a remembered one went stale there
+// (Gemma3Test.CachedDecodeEqualsRecomputation, logits off by 100).
 void UseTiles(const TileConfig& cfg) {
-  thread_local TileConfig loaded{.palette = 0};
-  if (std::memcmp(&loaded, &cfg, sizeof cfg) == 0) return;
+  TileConfig current;
+  _tile_storeconfig(&current);
+  if (std::memcmp(&current, &cfg, sizeof cfg) == 0) return;
   _tile_loadconfig(&cfg);
-  loaded = cfg;
 }
 
 }  // namespace kvshare::detail

@@ -29,11 +29,10 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-// Loads `cfg` into this thread's tile configuration unless it is the one
-// loaded last (ldtilecfg also zeroes every tile, so kernels of one shape do
-// not pay it per call). Each kernel family keeps one configuration for all
-// its calls. One function for every kernel file (amx/tiles.cc): which
-// configuration is loaded is per thread, not per file.
+// Loads `cfg` into this thread's tile configuration unless it is already
+// the loaded one (ldtilecfg also zeroes every tile, so kernels of one shape
+// do not pay it per call). The check reads the thread's tile state, so it
+// holds whoever configured the tiles last (another kernel family, oneDNN).
 void UseTiles(const TileConfig& cfg);
 
 }  // namespace kvshare::detail

@@ -1,6 +1,6 @@
 // AMX detection and the Linux permission request (cpu_amx.h). Plain C++:
 // no tile instruction runs here, so the file needs no AMX compile flags.
-#include "quant/cpu_amx.h"
+#include "common/cpu_amx.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 #include <cpuid.h>

@@ -1,6 +1,5 @@
-// Whether this process may run Intel AMX tile instructions (quant layer;
-// the AMX kernel level of quant_matmul.cc and the tile kernels in
-// kernels/amx/).
+// Whether this process may run Intel AMX tile instructions (the AMX matmul
+// level of src/quant/ and its tile kernels, src/quant/kernels/amx/).
 //
 // Three things must hold, checked once per process:
 //  - CPUID.(EAX=7, ECX=0):EDX reports AMX-TILE (bit 24), AMX-INT8 (bit 25)
