@@ -120,12 +120,6 @@ double RunOne(Op op, int chains, std::int32_t* sink) {
     default: return TileChains<6>(op, sink);
   }
 }
-#else
-double RunOne(Op, int, std::int32_t* sink) {
-  *sink = 0;
-  return 0.0;
-}
-#endif  // KVSHARE_AMX_PEAK
 
 double ThreadCpuSeconds() {
   timespec ts{};
@@ -165,6 +159,7 @@ Rate Measure(Op op, int chains, int threads, int reps) {
   }
   return best;
 }
+#endif  // KVSHARE_AMX_PEAK
 
 }  // namespace
 
