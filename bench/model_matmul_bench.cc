@@ -5,8 +5,12 @@
 // and m = 64, on 1 thread): compare a type's time with Q4_K / Q6_K in the same run.
 //   kvshare_bench --benchmark_filter=MatTypes
 // The default model's shapes and the type table again with the weights
-// repacked (PackForMatMul: 16 rows interleaved for the AVX-512 VNNI kernels;
-// the label says "packed" only where this CPU's default level packs):
+// repacked (PackForMatMul: 16 rows interleaved for the AVX-512 VNNI and AMX
+// kernels; the label says "packed" only where this CPU's default level packs),
+// the AMX level (3) beside AVX-512 VNNI (2) and AVX2 (1); amx_ratio = MACs per
+// second over the tdpbssd peak on as many threads (amx_peak.h, amx_peak_mac/s),
+// measured in the same process; on one thread also amx_ratio_cpu, per
+// CPU-second of the timed loop against the per-core peak (ssd_core_mac/s):
 //   kvshare_bench --benchmark_filter=MatPacked
 // The default model's decode shapes packed and from DRAM (one row and a
 // server's 8-row step), with the roofs below:
@@ -24,10 +28,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "amx_peak.h"
 #include "bandwidth.h"
 #include "common/float_convert.h"
 #include "quant/quant.h"
@@ -72,6 +79,12 @@ std::vector<std::uint8_t> RandomWeights(GgmlType t, std::int64_t rows, std::int6
   return w;
 }
 
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // args: ggml type id, rows, cols, m, threads, kernel level. With `dram`, the
 // calls cycle through copies of the weights spanning DramFootprintBytes()
 // (the whole model streams from DRAM in a decode step) and the roofs are measured.
@@ -100,7 +113,12 @@ void RunMatMul(benchmark::State& state, bool dram, bool packed = false) {
     mats.push_back(WeightMatrix::Make(all.data() + c * w.size(), type, rows, cols));
     if (packed) mats.back() = PackForMatMul(mats.back());
   }
+  // The tdpbssd peak on as many threads, measured once per thread count and
+  // process, before the timed loop (0 where AMX is not usable).
+  static std::map<int, bench::AmxPeakRates> amx_peaks;
+  if (packed && !amx_peaks.contains(threads)) amx_peaks[threads] = bench::MeasureAmxPeak(threads, 3);
   std::size_t next = 0;
+  const double cpu0 = ThreadCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     const WeightMatrix& wm = mats[next];
@@ -109,11 +127,21 @@ void RunMatMul(benchmark::State& state, bool dram, bool packed = false) {
     benchmark::DoNotOptimize(y.data());
   }
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu_sec = ThreadCpuSeconds() - cpu0;
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(w.size());
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(rows * cols * m) * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  if (packed && amx_peaks[threads].ssd > 0.0) {
+    const bench::AmxPeakRates& peak = amx_peaks[threads];
+    const double macs = static_cast<double>(rows * cols * m) * static_cast<double>(state.iterations());
+    state.counters["amx_peak_mac/s"] = peak.ssd;
+    state.counters["amx_ratio"] = macs / sec / peak.ssd;
+    // On one thread also per CPU-second against the per-core peak: the shared
+    // host's other load lowers neither.
+    if (threads == 1 && cpu_sec > 0.0) state.counters["amx_ratio_cpu"] = macs / cpu_sec / peak.ssd_core;
+  }
   if (dram) {
     const double triad = std::max(triad_before, bench::TriadBandwidth(pool.get(), 3));
     const double read = std::max(read_before, bench::ReadBandwidth(pool.get(), 3));
@@ -132,28 +160,32 @@ void BM_MatMulDram(benchmark::State& state) { RunMatMul(state, true); }
 void BM_MatMulPacked(benchmark::State& state) { RunMatMul(state, false, true); }
 void BM_MatMulPackedDram(benchmark::State& state) { RunMatMul(state, true, true); }
 
-// The packable cases of Shapes and TypeShapes at the AVX-512 and AVX2 levels.
+// The packable cases of Shapes and TypeShapes at the AMX (3), AVX-512 (2) and
+// AVX2 (1) levels; m = 16 is one full tile of activation rows.
 void PackedShapes(benchmark::internal::Benchmark* b) {
   const std::int64_t q80 = static_cast<std::int64_t>(GgmlType::kQ8_0), q50 = static_cast<std::int64_t>(GgmlType::kQ5_0),
                      q40 = static_cast<std::int64_t>(GgmlType::kQ4_0), q4k = static_cast<std::int64_t>(GgmlType::kQ4_K),
                      q6k = static_cast<std::int64_t>(GgmlType::kQ6_K);
-  // A prefill chunk (m = 96) on the default model's layer shapes, 1 thread.
-  for (std::int64_t t : {q80, q50, q40}) b->Args({t, 2048, 640, 96, 1, 2});
-  for (std::int64_t t : {q4k, q6k}) b->Args({t, 640, 2048, 96, 1, 2});
-  for (std::int64_t m : {1, 8}) {
-    b->Args({q80, 262144, 640, m, 2, 2});
-    b->Args({q50, 2048, 640, m, 2, 2});
-    b->Args({q4k, 640, 2048, m, 2, 2});
-    b->Args({q6k, 640, 2048, m, 2, 2});
+  for (std::int64_t level : {2, 3}) {
+    // A prefill chunk (m = 96) on the default model's layer shapes, 1 thread.
+    for (std::int64_t t : {q80, q50, q40}) b->Args({t, 2048, 640, 96, 1, level});
+    for (std::int64_t t : {q4k, q6k}) b->Args({t, 640, 2048, 96, 1, level});
+    for (std::int64_t m : {1, 8, 16}) {
+      b->Args({q80, 262144, 640, m, 2, level});
+      b->Args({q50, 2048, 640, m, 2, level});
+      b->Args({q4k, 640, 2048, m, 2, level});
+      b->Args({q6k, 640, 2048, m, 2, level});
+    }
   }
   const std::int64_t iq4nl = static_cast<std::int64_t>(GgmlType::kIQ4_NL),
                      iq4xs = static_cast<std::int64_t>(GgmlType::kIQ4_XS),
                      mxfp4 = static_cast<std::int64_t>(GgmlType::kMXFP4);
   const std::int64_t q2k = static_cast<std::int64_t>(GgmlType::kQ2_K), q3k = static_cast<std::int64_t>(GgmlType::kQ3_K);
-  for (std::int64_t m : {1, 8, 64}) {
-    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k}) b->Args({t, 2048, 2048, m, 1, 2});
-    for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k})
-      b->Args({t, 2048, 2048, m, 1, 1});  // AVX2 packed
+  for (std::int64_t m : {1, 8, 16, 64}) {
+    for (std::int64_t level : {3, 2, 1}) {  // 1: AVX2 packed
+      for (std::int64_t t : {q40, q50, q80, q4k, q6k, iq4nl, iq4xs, mxfp4, q2k, q3k})
+        b->Args({t, 2048, 2048, m, 1, level});
+    }
   }
 }
 

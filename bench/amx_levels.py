@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""kvshare bench at the AMX kernel level against the AVX-512 VNNI level
+(KVSHARE_KERNEL=amx / avx512vnni) and, with --llama-bench, against llama.cpp's
+llama-bench, on the same GGUF, threads and KV cache dtype (issue 48). Each
+round runs every engine once, in an order that rotates from round to round so
+that a shared host's drift falls on each alike; prints pp / tg tok/s medians
+over rounds and the per-round ratios.
+
+  python3 bench/amx_levels.py --model models/X.gguf [--llama-bench PATH] \\
+      [--threads 1,2] [--depths 0] [--prompt 512] [--gen 128] \\
+      [--repetitions 2] [--rounds 3] [--kv-dtype f16] [--json out.json]
+
+The kvshare and llama-bench runs are peer_llamacpp.py's (same flags).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_llamacpp import ROOT, run_kvshare, run_llamacpp  # noqa: E402
+
+LEVELS = ("amx", "avx512vnni")
+
+
+def run_level(a, level, threads, depths):
+    old = os.environ.get("KVSHARE_KERNEL")
+    os.environ["KVSHARE_KERNEL"] = level
+    try:
+        res, doc = run_kvshare(a, threads, depths)
+    finally:
+        if old is None:
+            del os.environ["KVSHARE_KERNEL"]
+        else:
+            os.environ["KVSHARE_KERNEL"] = old
+    if doc["matmul_kernel"] != level:
+        sys.exit(f"kvshare ran matmul kernel {doc['matmul_kernel']!r}, not {level!r}: is AMX usable here?")
+    return res, doc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--llama-bench", type=Path)
+    ap.add_argument("--kvshare", type=Path, default=ROOT / "build" / "bin" / "kvshare")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--depths", default="0")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--repetitions", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    threads = [int(t) for t in a.threads.split(",")]
+    depths = [int(d) for d in a.depths.split(",")]
+
+    engines = list(LEVELS) + (["llama.cpp"] if a.llama_bench else [])
+    rounds, docs = [], {}
+    for i in range(a.rounds):
+        order = engines[i % len(engines):] + engines[:i % len(engines)]
+        got, times = {}, []
+        for e in order:
+            t0 = time.time()
+            if e == "llama.cpp":
+                got[e], _ = run_llamacpp(a, threads, depths)
+            else:
+                got[e], docs[e] = run_level(a, e, threads, depths)
+            times.append(f"{e} {time.time() - t0:.0f} s")
+        print(f"round {i + 1}/{a.rounds}: " + ", ".join(times), file=sys.stderr)
+        rounds.append(got)
+
+    doc = docs["amx"]
+    print(f"model {a.model}  KV cache {a.kv_dtype}  kvshare {doc['kvshare_revision']}  cpu {doc['cpu_model']}")
+    print(f"{a.rounds} rounds x {a.repetitions} repetitions, engines alternating; tok/s medians over rounds, "
+          "ratio: median of the per-round ratios (range)\n")
+    pairs = [("amx", "avx512vnni")] + ([("amx", "llama.cpp"), ("avx512vnni", "llama.cpp")] if a.llama_bench else [])
+    table = []
+    for t in threads:
+        for d in depths:
+            for kind, n in (("pp", a.prompt), ("tg", a.gen)):
+                key = (t, d, kind)
+                test = f"{kind}{n}" + (f" @ d{d}" if d else "")
+                row = {"threads": t, "depth": d, "test": test}
+                for e in engines:
+                    runs = [r[e][key] for r in rounds]
+                    row[e] = statistics.median(runs)
+                    row[e + "_runs"] = runs
+                line = f"{t:>2} thr {test:<14}" + "".join(f" {e} {row[e]:8.1f}" for e in engines)
+                for x, y in pairs:
+                    ratios = [r[x][key] / r[y][key] for r in rounds]
+                    row[f"{x}/{y}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                                       "runs": ratios}
+                    line += f"  {x}/{y} {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                table.append(row)
+                print(line)
+    if a.json:
+        a.json.write_text(json.dumps({"model": str(a.model), "kv_dtype": a.kv_dtype, "rounds": a.rounds,
+                                      "repetitions": a.repetitions, "kvshare_bench": docs, "table": table}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+// The machine's peak int8 / bf16 multiply-accumulate rates, measured: the
+// compute roof that the AMX matmul kernels (quant layer, kernels/amx/) set
+// their MAC/s against (issue 48), as fma_peak.h is attention_bench.cc's.
+#pragma once
+
+namespace kvshare::bench {
+
+// MACs per second summed over the threads of one measurement (wall time); 0 where the
+// instruction cannot run here (no AMX, or no permission: AmxUsable, cpu_amx.h;
+// no AVX-512 VNNI for vnni).
+struct AmxPeakRates {
+  double ssd = 0.0;   // tdpbssd: s8 x s8 -> s32, 16 x 16 x 64 MACs an instruction
+  double usd = 0.0;   // tdpbusd: u8 x s8 -> s32, the same shape
+  double bf16 = 0.0;  // tdpbf16ps: bf16 x bf16 -> fp32, 16 x 16 x 32
+  double vnni = 0.0;  // vpdpbusd zmm: 64 MACs an instruction
+  // The same MACs over the threads' summed CPU time (CLOCK_THREAD_CPUTIME_ID):
+  // one thread's rate while it holds a core, which a shared host's other load
+  // does not lower as it lowers the wall-time rates above.
+  double ssd_core = 0.0, usd_core = 0.0, bf16_core = 0.0, vnni_core = 0.0;
+  // The number of independent accumulators (C tiles, 1-6) that gave ssd,
+  // usd and bf16: the best of 1-6, which covers the tile latency.
+  int ssd_chains = 0, usd_chains = 0, bf16_chains = 0;
+};
+
+// Best of `reps` timed runs (after one warm-up) of independent accumulator
+// chains on `threads` threads at once, each thread running its own chains.
+// The threads are fresh std::threads, not a ThreadPool: loading a tile
+// configuration on a pool's worker (or the caller) would leave a shape there
+// that the kernels' per-thread cache (UseTiles, kernels/amx/tiles.h) does not
+// know about.
+AmxPeakRates MeasureAmxPeak(int threads, int reps);
+
+}  // namespace kvshare::bench
