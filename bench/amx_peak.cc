@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "quant/cpu_amx.h"
+#include "common/cpu_amx.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KVSHARE_AMX_PEAK 1

@@ -24,10 +24,9 @@ struct AmxPeakRates {
 
 // Best of `reps` timed runs (after one warm-up) of independent accumulator
 // chains on `threads` threads at once, each thread running its own chains.
-// The threads are fresh std::threads, not a ThreadPool: loading a tile
-// configuration on a pool's worker (or the caller) would leave a shape there
-// that the kernels' per-thread cache (UseTiles, kernels/amx/tiles.h) does not
-// know about.
+// The threads are fresh std::threads, not a ThreadPool's workers, so the
+// measurement leaves no tile state on threads the kernels run on (they read
+// the configuration back anyway: UseTiles, kernels/amx/tiles.h).
 AmxPeakRates MeasureAmxPeak(int threads, int reps);
 
 }  // namespace kvshare::bench
