@@ -190,7 +190,8 @@ void MatMulFloatRows(const MatMulTarget& t, const float* x, std::int64_t m, std:
 }
 
 // Integer levels, rows [r0, r1) of one target against activation rows
-// [i, i + n) (n <= kMaxActRows): the fp32 rows x, or as quantized in a8 (per
+// [i, i + n) (n <= kMaxActRows, or kMaxAmxActRows for the AMX level's packed
+// kernels): the fp32 rows x, or as quantized in a8 (per
 // 32) or a8k (per 256), as the type's act says.
 void MatMulQuantRows(KernelLevel level, const MatMulTarget& t, const float* x, const ActQ8* a8, const ActQ8K* a8k,
                      std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
@@ -280,11 +281,16 @@ void MatMulMany(const MatMulManyParams& p) {
   // Pointers, not the thread_local names: the tasks run on other threads too.
   const ActQ8* a8 = a8_scratch.data();
   const ActQ8K* a8k = a8k_scratch.data();
-  // A task's weight rows meet the activation rows kMaxActRows at a time: each
-  // weight block is unpacked (and read from cache) once per group of rows.
+  // A task's weight rows meet the activation rows kMaxActRows at a time
+  // (kMaxAmxActRows for the AMX level's packed kernels): each weight block is
+  // unpacked (and read from cache) once per group of rows.
   ForEachTask(p.targets, p.pool, [&](std::size_t t, std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t i = 0; i < m; i += detail::kMaxActRows) {
-      const int n = static_cast<int>(std::min<std::int64_t>(detail::kMaxActRows, m - i));
+    const WeightMatrix& w = p.targets[t].w;
+    const bool tiles = p.level == KernelLevel::kAmx && w.packed != nullptr &&
+                       detail::FindWeightType(w.type)->At(p.level).packed != nullptr;
+    const std::int64_t step = tiles ? detail::kMaxAmxActRows : detail::kMaxActRows;
+    for (std::int64_t i = 0; i < m; i += step) {
+      const int n = static_cast<int>(std::min<std::int64_t>(step, m - i));
       MatMulQuantRows(p.level, p.targets[t], p.x, a8, a8k, r0, r1, i, n);
     }
   });

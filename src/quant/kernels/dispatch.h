@@ -128,6 +128,9 @@
 namespace kvshare::detail {
 
 inline constexpr int kMaxActRows = 64;
+// The AMX level's packed kernels take up to this many activation rows a call
+// (their code decode and activation staging are once per call): 256.
+inline constexpr int kMaxAmxActRows = 256;
 
 // A row kernel: y[j * y_stride + r] = dot(weight row r, activation row j)
 // for the weight rows r < nrows (row r at w + r * nb: nb blocks each, rows
@@ -145,8 +148,9 @@ struct PackedWeights;
 
 // Weight rows [r0, r1) (multiples of kPackRows) of packed weights (Act: ActQ8
 // for Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS, ActQ8K for the K-quants) against
-// activation rows j < acts (row j at x + j * x_stride); y points at row r0's
-// output for activation row 0 (y[j * y_stride + r - r0]).
+// activation rows j < acts (row j at x + j * x_stride; acts <= kMaxActRows,
+// kMaxAmxActRows for the AMX level's); y points at row r0's output for
+// activation row 0 (y[j * y_stride + r - r0]).
 template <typename Act>
 using PackedKernel = void(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Act* x, std::int64_t x_stride,
                           int acts, float* y, std::int64_t y_stride);

@@ -295,7 +295,7 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
     DecodeBlock<T>(pl, lo, lo + kPlaneBytes);
   };
   const std::int64_t blocks = (g1 - g0) * nb;
-  alignas(64) float acc[kMaxActRows][16], accm[kMaxActRows][16];
+  alignas(64) float acc[kMaxAmxActRows][16], accm[kMaxAmxActRows][16];
   alignas(64) std::int32_t c[2][2][kTileRows][16];
   int item = 0;
   decode(0);
