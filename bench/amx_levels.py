@@ -14,7 +14,6 @@ The kvshare and llama-bench runs are peer_llamacpp.py's (same flags).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_llamacpp import ROOT, run_kvshare, run_llamacpp  # noqa: E402
+from peer_llamacpp import parse_bench_args, run_kvshare, run_llamacpp  # noqa: E402
 
 LEVELS = ("amx", "avx512vnni")
 
@@ -44,21 +43,7 @@ def run_level(a, level, threads, depths):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--llama-bench", type=Path)
-    ap.add_argument("--kvshare", type=Path, default=ROOT / "build" / "bin" / "kvshare")
-    ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--depths", default="0")
-    ap.add_argument("--prompt", type=int, default=512)
-    ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--repetitions", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
-    ap.add_argument("--json", type=Path)
-    a = ap.parse_args()
-    threads = [int(t) for t in a.threads.split(",")]
-    depths = [int(d) for d in a.depths.split(",")]
+    a, threads, depths = parse_bench_args(__doc__, llama_bench_required=False, rounds=3)
 
     engines = list(LEVELS) + (["llama.cpp"] if a.llama_bench else [])
     rounds, docs = [], {}

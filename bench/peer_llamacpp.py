@@ -58,22 +58,27 @@ def run_llamacpp(a, threads, depths):
     return res, out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_bench_args(doc, llama_bench_required, rounds):
+    """The command line this script and amx_levels.py share: (args, threads,
+    depths)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--llama-bench", type=Path, required=True)
+    ap.add_argument("--llama-bench", type=Path, required=llama_bench_required)
     ap.add_argument("--kvshare", type=Path, default=ROOT / "build" / "bin" / "kvshare")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--depths", default="0")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--repetitions", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    threads = [int(t) for t in a.threads.split(",")]
-    depths = [int(d) for d in a.depths.split(",")]
+    return a, [int(t) for t in a.threads.split(",")], [int(d) for d in a.depths.split(",")]
+
+
+def main() -> int:
+    a, threads, depths = parse_bench_args(__doc__, llama_bench_required=True, rounds=2)
 
     rounds = []
     for i in range(a.rounds):
