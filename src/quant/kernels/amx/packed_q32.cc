@@ -6,10 +6,10 @@
 // values (the AVX-512 kernel's unsigned codes minus their bias: LoadCodes of
 // avx512/packed_q32_codes.h), 512 bytes per block in the tiles' B layout.
 // Then 16 activation rows at a time: per block, tdpbssd of the rows' 32
-// activation bytes (tile A, read in place) against the block's values (tile
-// B, K = 32, the block size) gives each (activation row, weight row) its
-// exact block sum p_b, the same int32 the AVX-512 kernel forms as
-// -bias * sum x + sum code * x. Each block's sums stay separate (tile K is
+// activation bytes (tile A, copied once per call into dense rows: StageActs)
+// against the block's values (tile B, K = 32, the block size) gives each
+// (activation row, weight row) its exact block sum p_b, the same int32 the
+// AVX-512 kernel forms as -bias * sum x + sum code * x. Each block's sums stay separate (tile K is
 // one block), and the scale step is the AVX-512 kernel's: y = fma(float(p_b),
 // dw_b * dx_b, y) over the blocks in order, 16 weight rows in the lanes: the
 // outputs are bitwise those of avx512/packed_q32.cc for every row count.
@@ -88,9 +88,6 @@ inline void StoreSums(std::int32_t* c) {
   }
 }
 
-// The AVX-512 kernel's scale step for block b of 16 activation rows (a,
-// row stride as blocks), from the block's int32 sums p: y = fma(float(p),
-// dw * dx, y), 16 weight rows in the lanes.
 // A call's activation rows restaged for the tiles, per chunk of 16 rows
 // (the last one zero-padded): the int8 values as [block][row][32] (tile A of
 // block b: 512 contiguous bytes, no row across a cache line; read in place,
