@@ -45,7 +45,8 @@ def digest(model, kernel, tmp_path):
     return hashlib.sha256(data).hexdigest()
 
 
-@pytest.mark.parametrize("model", FIXTURES + [MODEL], ids=lambda p: p.name)
+@pytest.mark.parametrize("model", FIXTURES + [MODEL],
+                         ids=lambda p: str(p.relative_to(ROOT / "tests" / "fixtures")) if p in FIXTURES else p.name)
 def test_amx_logits_equal_vnni(model, tmp_path):
     if not model.is_file():
         pytest.skip(f"{model} absent")
