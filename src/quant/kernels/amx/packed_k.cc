@@ -280,7 +280,7 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
                float* y, std::int64_t ys) {
   constexpr bool kMins = T == GgmlType::kQ4_K || T == GgmlType::kQ2_K;
   const std::int64_t nb = w.nb, g0 = r0 / kPackRows, g1 = r1 / kPackRows;
-  UseTiles(KTiles());
+  const TileScope tiles(KTiles());
   const std::int8_t* arows = ActRows(x, xs, nb, acts);
   const std::int32_t* pairs = T == GgmlType::kQ4_K ? SubBlockPairs(x, xs, nb, acts) : nullptr;
   const int chunks = (acts + kTileRows - 1) / kTileRows;

@@ -184,7 +184,7 @@ template <GgmlType kType>
 void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
               float* y, std::int64_t ys) {
   const std::int64_t nb = w.nb;
-  UseTiles(Q32Tiles());
+  const TileScope tiles(Q32Tiles());
   const ActChunks a = StageActs(x, xs, nb, acts);
   auto* values = static_cast<std::int8_t*>(DecodedCodeScratch(static_cast<std::size_t>(8 * nb)));
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {

@@ -19,4 +19,6 @@ void UseTiles(const TileConfig& cfg) {
   _tile_loadconfig(&cfg);
 }
 
+TileScope::~TileScope() { _tile_release(); }
+
 }  // namespace kvshare::detail

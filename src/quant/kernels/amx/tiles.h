@@ -35,4 +35,18 @@ static_assert(sizeof(TileConfig) == 64);
 // holds whoever configured the tiles last (another kernel family, oneDNN).
 void UseTiles(const TileConfig& cfg);
 
+// The thread's tiles configured as cfg (UseTiles) for the scope of a kernel
+// call, and released at its end (tilerelease: the tile state back to INIT),
+// so that a thread holds no tile state between products: the OS then saves
+// and restores no 8 KiB of tile data at its context switches (XSAVE skips
+// state in INIT), and the core's AMX state ends with the product. Costs one
+// ldtilecfg per call.
+class TileScope {
+ public:
+  explicit TileScope(const TileConfig& cfg) { UseTiles(cfg); }
+  ~TileScope();
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
 }  // namespace kvshare::detail
