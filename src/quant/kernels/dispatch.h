@@ -121,11 +121,12 @@
 // "= avx2": no AVX-512 kernel for the type: its row of the table names none
 // at avx512vnni, and the level runs the avx2 one.
 // At amx every unpacked product is avx512vnni's but IQ1-IQ3's: AmxIqRows
-// (amx/iq.cc): acts < 22 and the rows past the last 16-row tile: the
+// (amx/iq.cc): acts < 17 and the rows past the last 16-row tile: the
 // avx512vnni kernel. Else its tile decode, each group's odd scale folded into
 // the values (ls v, exact in int16) and split into a low (unsigned) and a
-// high (signed) byte plane as amx/packed_k.cc does; tile A: 16 activation
-// rows copied once per call into 64-byte rows; P_b = 256 tdpbssd(hi) +
+// high (signed) byte plane as amx/packed_k.cc does, the next block's decode
+// run in slices between this block's K-steps; tile A: 16 activation rows
+// copied once per call into 64-byte rows; P_b = 256 tdpbssd(hi) +
 // tdpbsud(lo) over 4 K-steps of 64, the scalar twin's integer, then its fma
 // per block: bitwise scalar's and avx512vnni's.
 #pragma once

@@ -32,36 +32,73 @@
 namespace kvshare::detail {
 namespace {
 
-// Below this many activation rows the AVX-512 kernel runs: both decode every
-// block once (most of the time at any row count), and its passes of 8 rows
-// cost less than the scale-and-split of each decoded block plus the tile
-// steps until 3 passes. VNNI / AMX time (min of 21 alternating runs), 2048 x
-// 2048, 1 thread, IQ2_XXS and IQ3_S: m = 16: 0.96, 0.92; m = 20: 0.95, 0.98;
-// m = 22: 1.01-1.03, 1.01-1.02; m = 24: 1.05-1.07, 1.04-1.06; m = 32: 1.17,
-// 1.17; m = 64: 1.39, 1.27.
-constexpr int kAmxIqMinRows = 22;
+// Up to 16 activation rows (one chunk) the AVX-512 kernel runs: both decode
+// every block once, most of the time at any row count, and against its 2
+// passes of 8 rows the scale-and-split of each decoded block plus one
+// chunk's tile steps win for IQ2_* / IQ1_S (VNNI / AMX at m = 16:
+// 1.16-1.23) but lose for the slower decodes of IQ3_S / IQ1_M (0.84-0.92).
+// From two chunks on the tile kernel is ahead for every type (2048 x 2048,
+// 1 thread, VNNI / AMX, min of 21 alternating runs, all 7 types): m = 17:
+// 1.03-1.13, m = 32: 1.24-1.46, m = 64: 1.47-1.70.
+constexpr int kAmxIqMinRows = 17;
 
 // One decoded block of a tile: the planes lo, hi (kPlaneBytes each) and the
 // 16 rows' factors.
 constexpr std::size_t kSlotBytes = 2 * kPlaneBytes + 64;
-// The block whose products run and the next one, decoded meanwhile (decoding
-// two ahead, 3 slots, measured 3-10% slower at m = 12-32).
-constexpr int kSlots = 2;
-
-// Block b of the 16 rows at w (nb blocks each), scaled and split, into slot.
+// The decode of one block of a tile (16 rows at w, nb blocks each) into a
+// slot, scaled and split, in kParts steps (8 of 2 rows' grid decode, then 8
+// of 8 code vectors), run between the K-steps of the block before: tile
+// products in flight hold up retirement, and work issued behind them hides
+// their latency (IQ2_XXS at m = 64: VNNI / AMX 1.4 with the whole decode
+// after a block's tile products, 2.0 spread between them).
+constexpr int kParts = 16;
 template <typename Block>
-void DecodeScaled(const Block* w, std::int64_t nb, std::int64_t b, std::uint8_t* slot) {
+struct BlockDecode {
+  alignas(64) std::uint8_t rows[kIqTileRows][256];
   alignas(64) std::int8_t ls[256];
-  std::uint8_t *lo = slot, *hi = slot + kPlaneBytes;
-  const auto scales = [&ls](int grp) {
-    return GroupScales(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(ls + 16 * grp))),
-                       kCodeBias);
-  };
-  GroupScales s(_mm512_setzero_si512(), 0);  // group k / 4's, once ls is decoded
-  DecodeTileBlock(w, nb, b, ls, reinterpret_cast<float*>(slot + 2 * kPlaneBytes), [&](int k, __m512i c) {
-    if (k % 4 == 0) s = scales(k / 4);
-    ScaleSplit<true, true>(c, s, lo + 64 * k, hi + 64 * k);
-  });
+  const Block* w = nullptr;
+  std::int64_t nb = 0, b = 0;
+  std::uint8_t* slot = nullptr;
+
+  // Steps [p0, p1).
+  void Steps(int p0, int p1) {
+    for (int p = p0; p < p1; ++p) {
+      if (p < 8) {
+        DecodeTileRows(w, nb, b, 2 * p, 2 * p + 2, rows, ls, reinterpret_cast<float*>(slot + 2 * kPlaneBytes));
+        continue;
+      }
+      std::uint8_t *lo = slot, *hi = slot + kPlaneBytes;
+      GroupScales s(_mm512_setzero_si512(), 0);  // group k / 4's
+      GatherCodes(rows, 8 * (p - 8), 8 * (p - 7), [&](int k, __m512i c) {
+        if (k % 4 == 0) {
+          s = GroupScales(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(ls + 4 * k))),
+                          kCodeBias);
+        }
+        ScaleSplit<true, true>(c, s, lo + 64 * k, hi + 64 * k);
+      });
+    }
+  }
+};
+
+// One block's C_lo, C_hi into C set kSet for 16 activation rows a (as
+// TileBlock), between(q) after K-step q.
+template <int kSet, typename Between>
+inline void TileBlockBetween(const std::int8_t* a, const std::uint8_t* lo, const std::uint8_t* hi, Between&& between) {
+  if constexpr (kSet == 0) {
+    _tile_zero(4);
+    _tile_zero(5);
+  } else {
+    _tile_zero(6);
+    _tile_zero(7);
+  }
+  Step<true, kSet, 0>(a, lo, hi);
+  between(0);
+  Step<true, kSet, 1>(a + 1024, lo + 1024, hi + 1024);
+  between(1);
+  Step<true, kSet, 0>(a + 2048, lo + 2048, hi + 2048);
+  between(2);
+  Step<true, kSet, 1>(a + 3072, lo + 3072, hi + 3072);
+  between(3);
 }
 
 // A block's tile sums waiting for their epilogue: activation rows j0 .. j0 +
@@ -87,47 +124,56 @@ void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, float (*acc)[1
   }
 }
 
-// Rows [0, nrows) (a multiple of kIqTileRows), tile by tile; as in
-// amx/packed_k.cc, the next block is decoded while this one's tile products
-// run, and each chunk's sums are scaled after the next chunk's products are
-// issued (into the other C set).
+// Rows [0, nrows) (a multiple of kIqTileRows), tile by tile: the next
+// block's decode in slices between this block's K-steps (BlockDecode), and
+// each chunk's sums scaled after the next chunk's first K-step is issued
+// (into the other C set).
 template <typename Block>
 void TiledRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                float* y, std::int64_t ys) {
   UseTiles(KTiles());
   const std::int8_t* arows = ActRows(x, xs, nb, acts);
   const int chunks = (acts + kTileRows - 1) / kTileRows;
-  auto* slots = static_cast<std::uint8_t*>(DecodedCodeScratch(kSlots * kSlotBytes / 64));
-  const auto decode = [&](std::int64_t f) {  // f: tile * nb + b
-    DecodeScaled(w + f / nb * kIqTileRows * nb, nb, f % nb, slots + (f % kSlots) * kSlotBytes);
+  auto* slots = static_cast<std::uint8_t*>(DecodedCodeScratch(2 * kSlotBytes / 64));
+  // Block f = tile * nb + b into slot f % 2.
+  BlockDecode<Block> dec;
+  const auto start = [&](std::int64_t f) {
+    dec.w = w + f / nb * kIqTileRows * nb, dec.nb = nb, dec.b = f % nb, dec.slot = slots + (f % 2) * kSlotBytes;
   };
   const std::int64_t blocks = nrows / kIqTileRows * nb;
   alignas(64) float acc[kMaxActRows][16];
   alignas(64) std::int32_t c[2][2][kTileRows][16];
   int item = 0;
-  for (std::int64_t f = 0; f < std::min<std::int64_t>(kSlots - 1, blocks); ++f) decode(f);
+  start(0);
+  dec.Steps(0, kParts);
   for (std::int64_t g = 0; g < nrows / kIqTileRows; ++g) {
     std::memset(acc, 0, sizeof(float) * 16 * acts);
     Pending pending;
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::int64_t f = g * nb + b;
-      const std::uint8_t* slot = slots + (f % kSlots) * kSlotBytes;
+      const std::uint8_t* slot = slots + (f % 2) * kSlotBytes;
+      if (f + 1 < blocks) start(f + 1);
       for (int j0 = 0; j0 < acts; j0 += kTileRows, ++item) {
         const std::int8_t* a = arows + (b * chunks + j0 / kTileRows) * 4 * kTileRows * 64;
-        if (item % 2 == 0) {
-          TileBlock<true, 0>(a, slot, slot + kPlaneBytes);
-        } else {
-          TileBlock<true, 1>(a, slot, slot + kPlaneBytes);
-        }
-        if (pending.c != nullptr) {
-          if (item % 2 == 0) {
-            StoreC<true, 1>(c[1]);
-          } else {
-            StoreC<true, 0>(c[0]);
+        // After K-step q: the pending sums (q = 0), then slice 4 i + q of
+        // the next block's decode (i: the chunk).
+        const auto between = [&](int q) {
+          if (q == 0 && pending.c != nullptr) {
+            if (item % 2 == 0) {
+              StoreC<true, 1>(c[1]);
+            } else {
+              StoreC<true, 0>(c[0]);
+            }
+            Epilogue(pending, x, xs, acc);
           }
-          Epilogue(pending, x, xs, acc);
+          const int slice = 4 * (j0 / kTileRows) + q;
+          if (f + 1 < blocks) dec.Steps(kParts * slice / (4 * chunks), kParts * (slice + 1) / (4 * chunks));
+        };
+        if (item % 2 == 0) {
+          TileBlockBetween<0>(a, slot, slot + kPlaneBytes, between);
+        } else {
+          TileBlockBetween<1>(a, slot, slot + kPlaneBytes, between);
         }
-        if (j0 == 0 && f + kSlots - 1 < blocks) decode(f + kSlots - 1);
         pending = {c[item % 2], reinterpret_cast<const float*>(slot + 2 * kPlaneBytes), b, j0,
                    std::min(kTileRows, acts - j0)};
       }

@@ -28,18 +28,14 @@ struct Tile {
   float* Factors(std::int64_t b) const { return reinterpret_cast<float*>(at + kBlockVectors * b + 68); }
 };
 
-// Block b of rows [0, 16) of w (nb blocks each): ls[16 g + t] the scale of
-// group g of row t, factor[t] row t's IqFactor, then its 64 code vectors
-// (vector k: elements 4k .. 4k + 3 of the 16 rows) in order to sink(k, code
-// vector): stored, or scaled and split (amx/iq.cc), without a round trip.
-template <typename Block, typename Sink>
-void DecodeTileBlock(const Block* w, std::int64_t nb, std::int64_t b, std::int8_t* ls, float* factor, Sink&& sink) {
-  alignas(64) std::uint8_t rows[kIqTileRows][256];  // v + 64 of each row's block, element order
-  // Dword index of row t's first 4-byte group in `rows`.
-  const __m512i row_start = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32(64));
+// Rows [t0, t1) of a tile's block b (rows of w, nb blocks each): v + 64 of
+// row t's elements into rows[t], ls[16 g + t] the scale of group g of row
+// t, factor[t] row t's IqFactor.
+template <typename Block>
+void DecodeTileRows(const Block* w, std::int64_t nb, std::int64_t b, int t0, int t1, std::uint8_t (*rows)[256],
+                    std::int8_t* ls, float* factor) {
   const __m256i bias = _mm256_set1_epi8(kCodeBias);
-  for (int t = 0; t < kIqTileRows; ++t) {
+  for (int t = t0; t < t1; ++t) {
     const Block& blk = w[t * nb + b];
     for (int ib = 0; ib < 8; ++ib) {
       const Sub s = Decode(blk, ib);
@@ -49,7 +45,17 @@ void DecodeTileBlock(const Block* w, std::int64_t nb, std::int64_t b, std::int8_
     }
     factor[t] = IqFactor(blk);
   }
-  for (int k = 0; k < 64; ++k) {
+}
+
+// Code vectors [k0, k1) of the 16 decoded rows (vector k: elements 4k .. 4k
+// + 3 of each) in order to sink(k, code vector): stored, or scaled and split
+// (amx/iq.cc), without a round trip through memory.
+template <typename Sink>
+void GatherCodes(const std::uint8_t (*rows)[256], int k0, int k1, Sink&& sink) {
+  // Dword index of row t's first 4-byte group in `rows`.
+  const __m512i row_start = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(64));
+  for (int k = k0; k < k1; ++k) {
     sink(k, _mm512_i32gather_epi32(_mm512_add_epi32(row_start, _mm512_set1_epi32(k)), rows, 4));
   }
 }
@@ -57,9 +63,11 @@ void DecodeTileBlock(const Block* w, std::int64_t nb, std::int64_t b, std::int8_
 // Rows [0, 16) of w (nb blocks each) into the tile.
 template <typename Block>
 void DecodeTile(const Block* w, std::int64_t nb, const Tile& tile) {
+  alignas(64) std::uint8_t rows[kIqTileRows][256];
   for (std::int64_t b = 0; b < nb; ++b) {
     __m512i* codes = tile.Codes(b);
-    DecodeTileBlock(w, nb, b, tile.Scales(b), tile.Factors(b), [codes](int k, __m512i c) { codes[k] = c; });
+    DecodeTileRows(w, nb, b, 0, kIqTileRows, rows, tile.Scales(b), tile.Factors(b));
+    GatherCodes(rows, 0, 64, [codes](int k, __m512i c) { codes[k] = c; });
   }
 }
 
