@@ -1,7 +1,7 @@
-// The AMX level's tile kernels (kernels/amx/: packed_q32.cc, packed_k.cc)
-// against the AVX-512 ones on the same packed matrices, bit for bit: both
-// form the same exact integers per block (per super-block) and the same
-// float steps (kernels/dispatch.h). Skips where AMX is not usable.
+// The AMX level's tile kernels (kernels/amx/: packed_q32.cc, packed_k.cc,
+// iq.cc) against the AVX-512 ones on the same (packed) matrices, bit for
+// bit: both form the same exact integers per block (per super-block) and the
+// same float steps (kernels/dispatch.h). Skips where AMX is not usable.
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
@@ -17,11 +17,12 @@
 #include "kvshare/common/thread_pool.h"
 #include "quant/kernels/packed.h"
 #include "quant/quant.h"
+#include "quant/quant_iq.h"
 
 namespace kvshare {
 namespace {
 
-// Random packable weights [rows, cols]: every code, scale and min byte
+// Random weights [rows, cols] (packable types, the IQ1-IQ3 grid types): every code, scale and min byte
 // random, d (and dmin) fp16 in (-0.02, 0.02) (dmin positive, as the
 // quantizers make it); MXFP4's E8M0 scale 2^-10 .. 2^-3.
 struct RandomMatMul {
@@ -50,7 +51,15 @@ struct RandomMatMul {
         case GgmlType::kQ3_K: put(offsetof(BlockQ3_K, d), scale(rng)); break;
         case GgmlType::kQ6_K: put(offsetof(BlockQ6_K, d), scale(rng)); break;
         case GgmlType::kMXFP4: wbytes[at] = static_cast<std::uint8_t>(118 + byte(rng) % 8); break;
-        default: put(0, scale(rng)); break;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS: d first
+        case GgmlType::kIQ1_M: {  // d's fp16 bits are the top nibbles of the four scale words
+          const std::uint16_t h = detail::F32ToF16(scale(rng));
+          for (int k = 0; k < 4; ++k) {
+            std::uint8_t& top = wbytes[at + offsetof(BlockIQ1_M, scales) + 2 * k + 1];
+            top = static_cast<std::uint8_t>((top & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
+          }
+          break;
+        }
+        default: put(0, scale(rng)); break;  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, the other IQ: d first
       }
     }
     w = WeightMatrix::Make(wbytes.data(), t, rows, cols);
@@ -83,8 +92,7 @@ void ExpectWithinActivationRounding(const RandomMatMul& c, std::int64_t m, const
 
 // c's weights packed, m activation rows: the AMX level's outputs memcmp-
 // equal to the AVX-512 level's; returns them (*compared += their count).
-std::vector<float> CheckBitwise(const RandomMatMul& c, std::int64_t m, ThreadPool* p, const char* what,
-                                int* compared) {
+std::vector<float> CheckBitwise(const RandomMatMul& c, std::int64_t m, ThreadPool* p, const char* what, int* compared) {
   WeightMatrix packed = c.w;
   packed.packed = detail::Pack(c.w.data, c.w.type, c.w.rows, c.w.cols / GgmlBlockSize(c.w.type));
   std::vector<float> want(static_cast<std::size_t>(m * c.w.rows)), got(want.size(), NAN);
@@ -169,8 +177,8 @@ TEST(MatMul, AmxMatchesAvx512Bitwise) {
   const auto check = [&](const RandomMatMul& c, std::int64_t m, ThreadPool* p) {
     return CheckBitwise(c, m, p, "", &compared);
   };
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-                     GgmlType::kMXFP4}) {
+  for (GgmlType t :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
     const std::int64_t bs = GgmlBlockSize(t);
     for (std::int64_t m = 1; m <= 130; ++m) {
       const RandomMatMul c(t, 48, 3 * bs, m, rng);
@@ -231,6 +239,66 @@ TEST(MatMul, AmxMatchesAvx512Bitwise) {
     }
   }
   testing::RecordMeasured("AMX outputs compared bitwise with AVX-512: %d\n", compared);
+}
+
+// The AMX kernel of the IQ1-IQ3 grid types (amx/iq.cc) forms the scalar
+// twin's exact block sums with tile products (the scales folded into the
+// weights) and its fma per block: its outputs must be kScalar's and
+// kAvx512Vnni's bit for bit, for every activation row count (m = 1 .. 70 on
+// one shape: the AVX-512 kernel below 17 rows and for the rows past the last
+// 16-row tile, zero-padded chunks, a call of 64 rows and one of 6), on 1 and
+// 3 threads. Also on extreme blocks (every byte 0xFF: the largest grid
+// indices and scales, every sign negative, a small positive d) against
+// activations of one sign at full scale, also against a float64 product.
+TEST(MatMul, AmxIqMatchesAvx512AndScalarBitwise) {
+  if (!KernelLevelAvailable(KernelLevel::kAmx)) GTEST_SKIP() << "no usable AMX on this CPU / OS";
+  std::mt19937 rng(29);
+  ThreadPool pool(3);
+  int compared = 0;
+  const auto check = [&](const RandomMatMul& c, std::int64_t m, ThreadPool* p, const char* what) {
+    std::vector<float> ys(static_cast<std::size_t>(m * c.w.rows), NAN), yv(ys.size(), NAN), ya(ys.size(), NAN);
+    MatMul(c.w, {.x = c.x.data(), .m = m, .y = ys.data(), .pool = p, .level = KernelLevel::kScalar});
+    MatMul(c.w, {.x = c.x.data(), .m = m, .y = yv.data(), .pool = p, .level = KernelLevel::kAvx512Vnni});
+    MatMul(c.w, {.x = c.x.data(), .m = m, .y = ya.data(), .pool = p, .level = KernelLevel::kAmx});
+    EXPECT_EQ(0, std::memcmp(yv.data(), ya.data(), ya.size() * 4))
+        << GgmlTypeName(c.w.type) << " against avx512vnni, rows " << c.w.rows << " cols " << c.w.cols << " m " << m
+        << what;
+    EXPECT_EQ(0, std::memcmp(ys.data(), ya.data(), ya.size() * 4))
+        << GgmlTypeName(c.w.type) << " against scalar, rows " << c.w.rows << " cols " << c.w.cols << " m " << m << what;
+    compared += static_cast<int>(ya.size());
+    return ya;
+  };
+  for (GgmlType t : {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
+                     GgmlType::kIQ1_S, GgmlType::kIQ1_M}) {
+    for (std::int64_t nblk = 1; nblk <= 3; ++nblk) {
+      for (std::int64_t rows : {16, 21, 48}) {
+        const bool every_m = nblk == 2 && rows == 48;
+        const RandomMatMul c(t, rows, 256 * nblk, 70, rng);  // m <= 70: the first m activation rows
+        for (std::int64_t m = 1; m <= 70; ++m) {
+          if (every_m || m < 3 || m % 16 <= 1 || m % 16 == 15 || m == 70) check(c, m, m % 2 ? nullptr : &pool, "");
+        }
+      }
+    }
+    const std::int64_t rows = 37, cols = 768, m = 40;
+    RandomMatMul c(t, rows, cols, m, rng);
+    std::fill(c.wbytes.begin(), c.wbytes.end(), 0xFF);
+    const std::size_t bb = static_cast<std::size_t>(GgmlBlockBytes(t));
+    for (std::size_t at = 0; at < c.wbytes.size(); at += bb) {  // d: fp16 2^-10
+      if (t != GgmlType::kIQ1_M) {
+        c.wbytes[at] = 0x00;
+        c.wbytes[at + 1] = 0x14;
+      } else {
+        for (int k = 0; k < 4; ++k) {
+          c.wbytes[at + offsetof(BlockIQ1_M, scales) + 2 * k + 1] =
+              static_cast<std::uint8_t>(0x0F | ((0x1400 >> (4 * k)) & 0xF) << 4);
+        }
+      }
+    }
+    c.w = WeightMatrix::Make(c.wbytes.data(), t, rows, cols);
+    for (auto& v : c.x) v = 1.0f + 0.01f * std::fabs(v);
+    ExpectWithinActivationRounding(c, m, check(c, m, &pool, " extreme blocks"), " extreme blocks");
+  }
+  testing::RecordMeasured("AMX IQ outputs compared bitwise with AVX-512 and scalar: %d\n", compared);
 }
 
 // Other code on a thread configures the tiles too (oneDNN's AMX kernels load

@@ -128,9 +128,10 @@ constexpr WeightTypeTraits Make() {
 #define KVSHARE_PACKED_K \
   { nullptr, KVSHARE_X86(Avx2PackedKRows), KVSHARE_X86(Avx512PackedKRows), KVSHARE_X86(AmxPackedKRows) }
 // The IQ1-IQ3 grid types: one kernel template per level over their blocks.
-#define KVSHARE_IQ_TYPE(TYPE, BLOCK)                                \
-  KVSHARE_TYPE(TYPE, BLOCK, ActQ8K, .dequantize = DequantIq<BLOCK>, \
-               .rows = {ScalarIqRows<BLOCK>, KVSHARE_X86(Avx2IqRows<BLOCK>), KVSHARE_X86(Avx512IqRows<BLOCK>)})
+#define KVSHARE_IQ_TYPE(TYPE, BLOCK)                                                                           \
+  KVSHARE_TYPE(TYPE, BLOCK, ActQ8K, .dequantize = DequantIq<BLOCK>,                                            \
+               .rows = {ScalarIqRows<BLOCK>, KVSHARE_X86(Avx2IqRows<BLOCK>), KVSHARE_X86(Avx512IqRows<BLOCK>), \
+                        KVSHARE_X86(AmxIqRows<BLOCK>)})
 
 // Row order: SupportedWeightTypesString's. F32 / F16 / BF16 take float dot
 // products at every level (kernels/float.cc dispatches itself), so they name

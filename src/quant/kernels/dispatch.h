@@ -28,7 +28,8 @@
 //   avx512/  AVX-512 F / BW / VL + VNNI (vpdpbusd), for the types that have
 //            a kernel there; the rest run the AVX2 kernels
 //   amx/     the AVX-512 flags plus AMX-TILE / INT8 / BF16: tile kernels
-//            over packed weights (tiles.h: the tile configuration and the
+//            over packed weights and for the IQ1-IQ3 rows (tiles.h: the tile
+//            configuration; scaled_tiles.h: the scaled byte planes and the
 //            activation rows of tile A); every other product at this level
 //            is the avx512vnni level's
 // with one file per type family at each level:
@@ -43,7 +44,8 @@
 // and helpers beside them: iq_decode.h (the IQ sub-block decoders of avx2/
 // and avx512/ iq.cc), avx512/group_dot.h (the vpdpbusd step of avx512/
 // packed_k.cc and iq.cc), avx512/packed_q32_codes.h and packed_k_codes.h
-// (the code decode the avx512/ and amx/ packed kernels share).
+// (the code decode the avx512/ and amx/ packed kernels share), avx512/
+// iq_tiles.h (the IQ tile decode of avx512/ and amx/ iq.cc).
 // F32 / F16 / BF16 weights take float dot products at every level
 // (kernels/float.cc, Highway's own run-time dispatch).
 //
@@ -118,6 +120,15 @@
 //                   the scalar twin's fma (bitwise)     = avx2
 // "= avx2": no AVX-512 kernel for the type: its row of the table names none
 // at avx512vnni, and the level runs the avx2 one.
+// At amx every unpacked product is avx512vnni's but IQ1-IQ3's: AmxIqRows
+// (amx/iq.cc): acts < 17 and the rows past the last 16-row tile: the
+// avx512vnni kernel. Else its tile decode, each group's odd scale folded into
+// the values (ls v, exact in int16) and split into a low (unsigned) and a
+// high (signed) byte plane as amx/packed_k.cc does, the next block's decode
+// run in slices between this block's K-steps; tile A: 16 activation rows
+// copied once per call into 64-byte rows; P_b = 256 tdpbssd(hi) +
+// tdpbsud(lo) over 4 K-steps of 64, the scalar twin's integer, then its fma
+// per block: bitwise scalar's and avx512vnni's.
 #pragma once
 
 #include <cstdint>
@@ -209,6 +220,9 @@ void Avx2IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_
 template <typename Block>
 void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys);
+template <typename Block>
+void AmxIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
+               float* y, std::int64_t ys);
 PackedKernel<ActQ8> Avx2PackedRows, Avx512PackedRows, AmxPackedRows;
 PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows, AmxPackedKRows;
 #endif

@@ -6,73 +6,32 @@
 // The AVX2 row kernel (avx2/iq.cc) decodes every sub-block once per pass of
 // 8 activation rows, so a 64-row prefill group decodes each weight block 8
 // times, with scalar grid loads; that decode held IQ prefill at llama.cpp's
-// speed. Here (as the AVX2 level's 8-row tiles do with maddubs) a tile of 16 weight rows is decoded once (iq_decode.h)
-// into the layout of the packed kernels (packed.h: 16 rows in the lanes, each 4-byte group of elements in one 64-byte
-// vector; codes = v + 64, unsigned) with the odd scales per 16-element group and row and the block factors, and every
-// pass of 8 activation rows runs vpdpbusd over it (group_dot.h). The block
-// sums are the scalar twin's exact integers (sum_g ls_g (v . a)_g, the bias
-// taken off as 64 bsum_g) and each block ends in its fma(sum, factor * dx,
-// y), so outputs are bitwise those of scalar/iq.cc and avx2/iq.cc. With one
-// activation row (a decode step), and for the rows past the last whole tile,
-// the AVX2 kernel runs.
+// speed. Here (as the AVX2 level's 8-row tiles do with maddubs) a tile of 16 weight rows is decoded once (iq_decode.h,
+// iq_tiles.h) into the layout of the packed kernels (packed.h: 16 rows in the lanes, each 4-byte group of elements in
+// one 64-byte vector; codes = v + 64, unsigned) with the odd scales per 16-element group and row and the block factors,
+// and every pass of 8 activation rows runs vpdpbusd over it (group_dot.h). The block sums are the scalar twin's exact
+// integers (sum_g ls_g (v . a)_g, the bias taken off as 64 bsum_g) and each block ends in its fma(sum, factor * dx, y),
+// so outputs are bitwise those of scalar/iq.cc and avx2/iq.cc. With one activation row (a decode step), and for the
+// rows past the last whole tile, the AVX2 kernel runs.
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "quant/kernels/avx512/group_dot.h"
+#include "quant/kernels/avx512/iq_tiles.h"
 #include "quant/kernels/dispatch.h"
-#include "quant/kernels/iq_decode.h"
 #include "quant/kernels/packed.h"
 #include "quant/kernels/rows.h"
 
 namespace kvshare::detail {
 namespace {
 
-constexpr int kPassRows = 8;               // activation rows per pass
-constexpr int kTileRows = 16;              // weight rows per tile (the lanes)
-constexpr int kCodeBias = 64;              // |v| <= 62: v + 64 is an unsigned byte
-constexpr int kBlockVectors = 64 + 4 + 1;  // per block: codes, scales (256 bytes), factors (16 floats)
+constexpr int kPassRows = 8;  // activation rows per pass
 // Tiles from 2 activation rows on. MatTypes 2048 x 2048, 1 thread, against
 // the AVX2 kernel in the same build: m = 64 2.1-2.4 ms against 8.9-10.9,
 // m = 8 0.68-0.95 against 1.11-1.36, m = 1 0.51-0.75 against 0.45-0.75 (the
 // decode bounds both there; a decode step keeps the AVX2 kernel).
 constexpr int kMinTileActs = 2;
-
-// One tile's decoded blocks, kBlockVectors 64-byte vectors per block.
-struct Tile {
-  __m512i* at;
-  const __m512i* Codes(std::int64_t b) const { return at + kBlockVectors * b; }
-  std::int8_t* Scales(std::int64_t b) const { return reinterpret_cast<std::int8_t*>(at + kBlockVectors * b + 64); }
-  float* Factors(std::int64_t b) const { return reinterpret_cast<float*>(at + kBlockVectors * b + 68); }
-};
-
-// Rows [0, 16) of w (nb blocks each) into the tile.
-template <typename Block>
-void DecodeTile(const Block* w, std::int64_t nb, const Tile& tile) {
-  alignas(64) std::uint8_t rows[kTileRows][256];  // v + 64 of each row's block, element order
-  // Dword index of row t's first 4-byte group in `rows`.
-  const __m512i row_start = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32(64));
-  const __m256i bias = _mm256_set1_epi8(kCodeBias);
-  for (std::int64_t b = 0; b < nb; ++b) {
-    std::int8_t* ls = tile.Scales(b);
-    float* factor = tile.Factors(b);
-    for (int t = 0; t < kTileRows; ++t) {
-      const Block& blk = w[t * nb + b];
-      for (int ib = 0; ib < 8; ++ib) {
-        const Sub s = Decode(blk, ib);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(rows[t] + 32 * ib), _mm256_add_epi8(s.v, bias));
-        ls[16 * (2 * ib) + t] = static_cast<std::int8_t>(_mm256_extract_epi16(s.ls, 0));
-        ls[16 * (2 * ib + 1) + t] = static_cast<std::int8_t>(_mm256_extract_epi16(s.ls, 8));
-      }
-      factor[t] = IqFactor(blk);
-    }
-    __m512i* codes = tile.at + kBlockVectors * b;
-    for (int k = 0; k < 64; ++k) {
-      codes[k] = _mm512_i32gather_epi32(_mm512_add_epi32(row_start, _mm512_set1_epi32(k)), rows, 4);
-    }
-  }
-}
 
 // The tile's 16 rows against activation rows j < R; y[j * ys + t].
 template <int R>
@@ -97,12 +56,12 @@ void TilePass(const Tile& tile, std::int64_t nb, const ActQ8K* x, std::int64_t x
   for (int j = 0; j < R; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
 }
 
-// Rows [0, nrows) (a multiple of kTileRows), tile by tile.
+// Rows [0, nrows) (a multiple of kIqTileRows), tile by tile.
 template <typename Block>
 void TiledRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                float* y, std::int64_t ys) {
   const Tile tile{static_cast<__m512i*>(DecodedCodeScratch(static_cast<std::size_t>(kBlockVectors * nb)))};
-  for (std::int64_t r0 = 0; r0 < nrows; r0 += kTileRows) {
+  for (std::int64_t r0 = 0; r0 < nrows; r0 += kIqTileRows) {
     DecodeTile(w + r0 * nb, nb, tile);
     ForEachPass<kPassRows>(acts, [&](auto rows, int j0) {
       TilePass<decltype(rows)::value>(tile, nb, x + j0 * xs, xs, y + j0 * ys + r0, ys);
@@ -115,7 +74,7 @@ void TiledRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t
 template <typename Block>
 void Avx512IqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                   float* y, std::int64_t ys) {
-  const std::int64_t tiled = acts >= kMinTileActs ? nrows / kTileRows * kTileRows : 0;
+  const std::int64_t tiled = acts >= kMinTileActs ? nrows / kIqTileRows * kIqTileRows : 0;
   if (tiled > 0) TiledRows(w, tiled, x, xs, nb, acts, y, ys);
   if (tiled < nrows) Avx2IqRows(w + tiled * nb, nrows - tiled, x, xs, nb, acts, y + tiled, ys);
 }
