@@ -131,7 +131,7 @@ void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, float (*acc)[1
 template <typename Block>
 void TiledRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                float* y, std::int64_t ys) {
-  UseTiles(KTiles());
+  const TileScope tiles(KTiles());
   const std::int8_t* arows = ActRows(x, xs, nb, acts);
   const int chunks = (acts + kTileRows - 1) / kTileRows;
   auto* slots = static_cast<std::uint8_t*>(DecodedCodeScratch(2 * kSlotBytes / 64));
