@@ -107,8 +107,8 @@ std::vector<float> CheckBitwise(const RandomMatMul& c, std::int64_t m, ThreadPoo
 // The AMX kernel over packed K-quants (amx/packed_k.cc) forms the AVX-512
 // kernel's integers with tile products: its outputs must be kAvx512Vnni's on
 // the same packed matrix bit for bit, for every activation row count (m =
-// 1 .. 130 on one shape: the AVX-512 kernel below 4 rows, whole and
-// zero-padded 16-row tiles, calls of 64 rows), on 1 and 3 threads. Also on
+// 1 .. 130 on one shape: the AVX-512 kernel below 9 rows, whole and
+// zero-padded 16-row tiles, all rows in one call), on 1 and 3 threads. Also on
 // extreme blocks: every code byte 0xFF or 0x00 with the largest scales
 // (Q6_K: -128, whose 4096 * 127 * 256 is the tile sums' bound) against
 // activations of one sign at full scale, checked against a float64 product
@@ -163,8 +163,8 @@ TEST(MatMul, AmxKQuantsMatchAvx512Bitwise) {
 // The AMX level (tile products of 16 activation rows, kernels/amx/) against
 // the AVX-512 VNNI level on the same packed matrices, bitwise: every packed
 // 32-element type, every activation row count from 1 to 130 on one shape
-// (below 16 rows and in the 6-row remainder of 70 the AVX-512 kernel runs;
-// from 16 the tiles, with a zero-padded last chunk), more shapes (1 to 20
+// (below 16 rows the AVX-512 kernel runs; from 16 the tiles, all rows in one
+// call, with a zero-padded last chunk), more shapes (1 to 20
 // blocks, 16 to 160 rows) at the chunk edges, 1 and 3 threads; and extreme
 // blocks (every byte 0xFF: the largest codes and scales) against activations
 // of one sign at full scale, also against a float64 product; and the two

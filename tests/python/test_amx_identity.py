@@ -1,9 +1,10 @@
 """The AMX kernel level's forward passes equal the AVX-512 VNNI level's, byte
 for byte (issue 48: one arithmetic per output, whichever level computes a
 product): tests/tools/logits_dump on the quantized model fixtures and the
-default model, a 70-token prefill with every position's logits (a 64-row
-activation group on the tiles, then 6 rows below the tile threshold on the
-VNNI kernels; the LM head over all 70 rows) and three cached decode steps,
+default model, a 70-token prefill with every position's logits (the packed
+matrices' 70 rows on the tiles in one call; the IQ1-IQ3 row kernels' 64-row
+group on the tiles, then 6 rows below their tile threshold on the VNNI
+kernels; the LM head over all 70 rows) and three cached decode steps,
 once with KVSHARE_KERNEL=amx and once with KVSHARE_KERNEL=avx512vnni.
 Skipped where the CPU lacks AMX (the engine would run VNNI for both).
 """
