@@ -26,7 +26,7 @@ struct AmxPeakRates {
 // chains on `threads` threads at once, each thread running its own chains.
 // The threads are fresh std::threads, not a ThreadPool's workers, so the
 // measurement leaves no tile state on threads the kernels run on (they read
-// the configuration back anyway: UseTiles, kernels/amx/tiles.h).
+// the configuration back anyway: UseTiles, common/amx_tiles.h).
 AmxPeakRates MeasureAmxPeak(int threads, int reps);
 
 }  // namespace kvshare::bench

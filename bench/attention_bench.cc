@@ -11,6 +11,8 @@
 //               the timed loop, the larger of the two: triad_bytes/s).
 //   fma_ratio   FLOPS divided by the peak fp32 FMA rate of the same pool,
 //               measured right before the timed loop (fma_peak.h: fma_flops).
+//   amx_ratio   FLOPS divided by twice the tdpbf16ps MAC rate of as many threads
+//               (amx_peak.h), for the rows with the bf16 products on AMX tiles.
 //   roof_ratio  FLOPS divided by the roofline min(fma_flops, FLOPS/kv_bytes
 //               x triad_bytes/s): the fraction of what the slower of compute
 //               and memory allows (decode only). Decode with N / N_kv = 8
@@ -36,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include "amx_peak.h"
+#include "attention/amx_attend.h"
 #include "attention/attend.h"
 #include "bandwidth.h"
 #include "common/float_convert.h"
@@ -57,6 +61,7 @@ struct AttnCase {
   DType kv_dtype;
   int threads;
   int B = 1;  // rows (a server's decode step: B sequences of T keys each)
+  bool bf16_tiles = false;  // the bf16 products on AMX tiles (amx_attend.h)
 };
 
 // Owns BNSH cache pairs (capacity T; `copies` of them, one per call in
@@ -144,6 +149,7 @@ struct AttnProblem {
     p.out = out.data();
     p.out_dtype = DType::kFloat32;
     if (const char* e = std::getenv("KVSHARE_BENCH_BLOCK")) p.kv_block_size = std::atoi(e);
+    p.bf16_tiles = c.bf16_tiles;
   }
 
   // Points the problem at the next cache copy.
@@ -161,6 +167,8 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
   // machine's bandwidth drifts when it is shared); the ratio uses the larger.
   const double triad_before = c.S == 1 ? TriadBandwidth(&pool, 3) : 0.0;
   const double fma_peak = kvshare::bench::FmaPeakFlops(&pool, 3);
+  // The tdpbf16ps peak of as many threads (2 flops a MAC), for the tile rows.
+  const double amx_peak = c.bf16_tiles ? 2.0 * kvshare::bench::MeasureAmxPeak(c.threads, 3).bf16 : 0.0;
   kvshare::detail::AttendOptimized(pr.p, &pool);  // warm up
   const double kv_bytes =
       2.0 * static_cast<double>(kvshare::DTypeBytes(c.kv_dtype, static_cast<std::int64_t>(c.B) * c.T * c.H * c.Nkv));
@@ -181,6 +189,7 @@ void BM_Attend(benchmark::State& state, AttnCase c) {
   state.counters["FLOPS"] = benchmark::Counter(flops * iters, benchmark::Counter::kIsRate);
   state.counters["fma_flops"] = fma_peak;
   state.counters["fma_ratio"] = flops * iters / sec / fma_peak;
+  if (amx_peak > 0.0) state.counters["amx_ratio"] = flops * iters / sec / amx_peak;
   if (triad > 0.0) {
     state.counters["bw_ratio"] = kv_bytes * iters / sec / triad;
     state.counters["roof_ratio"] = flops * iters / sec / std::min(fma_peak, flops / kv_bytes * triad);
@@ -212,6 +221,42 @@ void RegisterAll() {
                 ->MinTime(decode ? 0.3 : 0.5);
           }
         }
+      }
+    }
+  }
+  // Prefill with the bf16 products on AMX tiles (GqaMatMulPrecision::kBf16)
+  // beside the f16 rows above, at the default model's shape, and a 512-query
+  // chunk after 16384 tokens of context (pp512 at depth 16384).
+  if (kvshare::detail::AmxAttendUsable()) {
+    for (const int T : {512, 2048, 16896}) {
+      for (const bool tiles : {false, true}) {
+        for (const int threads : {1, 2}) {
+          if (T <= 2048 && !tiles) continue;  // the f16 rows above
+          AttnCase c{4, 1, 256, std::min(T, 512), T, DType::kFloat16, threads};
+          c.bf16_tiles = tiles;
+          const std::string name = "prefill/gemma_n4/T:" + std::to_string(T) + (T > 2048 ? "/S:512" : "") + "/f16" +
+                                   (tiles ? "_amx_bf16" : "") + "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond)
+              ->MinTime(0.5);
+        }
+      }
+    }
+  }
+  // Decode with the bf16 tiles (every step of a sequence runs them when the
+  // model's attention precision is bf16) beside the f16 rows above.
+  if (kvshare::detail::AmxAttendUsable()) {
+    for (const int T : {4096, 32768}) {
+      for (const int threads : {1, 2}) {
+        AttnCase c{4, 1, 256, 1, T, DType::kFloat16, threads};
+        c.bf16_tiles = true;
+        const std::string name =
+            "decode/gemma_n4/T:" + std::to_string(T) + "/f16_amx_bf16/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.3);
       }
     }
   }

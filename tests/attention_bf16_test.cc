@@ -10,6 +10,10 @@
 //    present outputs give the same bits;
 //  - every combination it does not cover is refused with kvshare::Error
 //    naming matmul_precision and the parameter, before any output is written.
+//  - on CPUs with the AMX tile form (amx_attend.h): causal prompts with a
+//    window, softcap, sink and bias within the same bound, and a prompt in
+//    one call equal, bit for bit, to a cached prefix plus a decode step plus
+//    the rest.
 // The numeric tests skip where oneDNN has no bf16 matmul (below AVX-512).
 #include <gtest/gtest.h>
 
@@ -19,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/amx_attend.h"
 #include "attention/bf16_support.h"
 #include "attention_gqa_case.h"
 #include "common/str.h"
@@ -51,7 +56,7 @@ GqaCase MakeCase(const Shape4& sh, DType dt, bool packed, int pad, std::uint64_t
   GqaCase c;
   c.attrs.num_heads = sh.N;
   c.attrs.kv_num_heads = sh.Nkv;
-  c.attrs.causal = 0;
+  c.attrs.causal = 0;  // the tile tests' edits (Modes) may set causal, window, softcap, bias, sink
   c.attrs.scale = static_cast<float>(1.0 / std::sqrt(sh.H));
   const std::int64_t qh = static_cast<std::int64_t>(sh.N) * sh.H, kvh = static_cast<std::int64_t>(sh.Nkv) * sh.H;
   if (packed) {
@@ -102,7 +107,8 @@ struct Bound {
     }
     const double eps = c.attrs.scale * amax * (2 * kU + kU * kU + Gamma(sh.H) * (1 + kU) * (1 + kU));
     const double r = std::exp(2 * eps) * (1 + kU) / (1 - kU) * (1 + std::ldexp(1.0, -16)) - 1;
-    const double f = (1 + r) * (1 + kU) * (1 + Gamma(T)) * (1 + Gamma(T)) * (1 + std::ldexp(1.0, -24)) - 1;
+    // gamma_2T: the tile form's blocked softmax adds a rescale per block of keys (gqa.h).
+    const double f = (1 + r) * (1 + kU) * (1 + Gamma(2 * T)) * (1 + Gamma(2 * T)) * (1 + std::ldexp(1.0, -24)) - 1;
     out.assign(static_cast<std::size_t>(sh.H), 0.0);
     for (int d = 0; d < sh.H; ++d) {
       double vmax = 0;
@@ -115,10 +121,12 @@ struct Bound {
 // Runs sh through the bf16 op (no pool, and 2 threads: same bits) and the
 // reference; checks every element against the bound; returns the largest
 // error relative to its bound.
-double CheckCase(const Shape4& sh, DType dt, bool packed, int pad, std::uint64_t seed) {
+double CheckCase(const Shape4& sh, DType dt, bool packed, int pad, std::uint64_t seed,
+                 void (*edit)(GqaCase&) = nullptr, const char* mode = "") {
   const std::string what = detail::Str("B ", sh.B, " S ", sh.S, " N ", sh.N, "/", sh.Nkv, " H ", sh.H, " ",
-                                       DTypeName(dt), packed ? " packed" : "", " pad ", pad);
+                                       DTypeName(dt), packed ? " packed" : "", " pad ", pad, mode);
   GqaCase c = MakeCase(sh, dt, packed, pad, seed);
+  if (edit != nullptr) edit(c);
   GqaCase ref = c;
   ref.Run(GqaKernel::kReference);
   GroupQueryAttention(c.attrs, c.Inputs(), c.Outputs(), Bf16());
@@ -217,11 +225,109 @@ TEST_F(AttentionBf16Test, PresentOutputsChangeNothing) {
   EXPECT_TRUE(kept.present_value.bytes == f32.present_value.bytes);
 }
 
+// The AMX tile form (amx_attend.h): every mode of the blocked kernel, on CPUs
+// where AmxAttendUsable().
+class AttentionBf16TilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!detail::AmxAttendUsable()) GTEST_SKIP() << "no AMX tile form on this CPU (or KVSHARE_KERNEL holds it)";
+  }
+};
+
+// Causal prompts with a window, softcap, a head sink and a bias, over several
+// key blocks and two splits (1100 keys), within the gqa.h bound per element.
+TEST_F(AttentionBf16TilesTest, CausalModesWithinBound) {
+  CheckCase({1, 300, 4, 2, 64}, DType::kFloat32, false, 0, 61, [](GqaCase& c) { c.attrs.causal = 1; }, " causal");
+  CheckCase(
+      {2, 200, 4, 1, 72}, DType::kFloat16, false, 9,
+      62, [](GqaCase& c) { c.attrs.causal = 1, c.attrs.local_window_size = 37; }, " causal window 37");
+  CheckCase(
+      {1, 260, 2, 2, 128}, DType::kBFloat16, false, 0, 63,
+      [](GqaCase& c) {
+        std::mt19937_64 g(64);
+        c.attrs.causal = 1;
+        c.attrs.softcap = 20.0f;
+        c.sink = RandomBuffer(DType::kFloat32, {2}, g);
+        c.has_sink = true;
+      },
+      " causal softcap sink");
+  CheckCase(
+      {1, 90, 2, 1, 256}, DType::kFloat32, false, 0, 65,
+      [](GqaCase& c) {
+        std::mt19937_64 g(66);
+        c.attrs.causal = 1;
+        c.bias = RandomBuffer(DType::kFloat32, {1, 2, 90, 90}, g, 0.5f);
+        c.has_bias = true;
+      },
+      " causal bias");
+  CheckCase({1, 1100, 2, 1, 64}, DType::kFloat16, false, 0, 67, [](GqaCase& c) { c.attrs.causal = 1; },
+            " causal, two splits");
+}
+
+// A row's result depends on its own keys only: a prompt in one call, and the
+// same prompt as a cached prefix (f16 present -> past), one decode step and
+// the rest, give the same bits for every query; so does every thread count.
+TEST_F(AttentionBf16TilesTest, ChunkedPrefillAndDecodeEqualOneCall) {
+  constexpr int S = 150, N = 4, Nkv = 2, H = 64;
+  const DType dt = DType::kFloat16;
+  std::mt19937_64 g(71);
+  const Buffer q = RandomBuffer(dt, {1, S, N * H}, g), k = RandomBuffer(dt, {1, S, Nkv * H}, g),
+               v = RandomBuffer(dt, {1, S, Nkv * H}, g);
+  ThreadPool pool(2);
+  // Queries [s0, s0 + n) over the cache `past` (s0 positions; empty: none);
+  // returns the output rows and leaves the present cache in past.
+  const auto run = [&](int s0, int n, GqaCase& state, ThreadPool* threads) {
+    GqaCase c;
+    c.attrs.num_heads = N;
+    c.attrs.kv_num_heads = Nkv;
+    c.attrs.causal = 1;
+    c.attrs.scale = 0.125f;
+    c.query = Buffer(dt, {1, n, N * H});
+    c.key = Buffer(dt, {1, n, Nkv * H});
+    c.value = Buffer(dt, {1, n, Nkv * H});
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(n) * N * H; ++i) c.query.Set(i, q.Get(s0 * N * H + i));
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(n) * Nkv * H; ++i) {
+      c.key.Set(i, k.Get(s0 * Nkv * H + i));
+      c.value.Set(i, v.Get(s0 * Nkv * H + i));
+    }
+    c.has_key = true;
+    if (s0 > 0) {
+      c.past_key = state.present_key;
+      c.past_value = state.present_value;
+      c.has_past = true;
+    }
+    c.SetSeqlens({s0 + n}, s0 + n);
+    c.present_key = Buffer(dt, {1, Nkv, s0 + n, H});
+    c.present_value = Buffer(dt, {1, Nkv, s0 + n, H});
+    c.has_present = true;
+    c.output = Buffer(dt, {1, n, N * H});
+    GroupQueryAttention(c.attrs, c.Inputs(), c.Outputs(), Bf16(threads));
+    state = c;
+    return c.output;
+  };
+  GqaCase whole_state, chunk_state;
+  const Buffer whole = run(0, S, whole_state, nullptr);
+  const Buffer whole2 = run(0, S, whole_state, &pool);
+  EXPECT_TRUE(whole.bytes == whole2.bytes) << "1 and 2 threads differ";
+  int s0 = 0;
+  for (int n : {90, 1, 59}) {
+    const Buffer part = run(s0, n, chunk_state, s0 == 0 ? nullptr : &pool);
+    for (int s = 0; s < n; ++s) {
+      const std::size_t row = static_cast<std::size_t>(N) * H * 2;
+      EXPECT_EQ(std::memcmp(part.bytes.data() + s * row, whole.bytes.data() + (s0 + s) * row, row), 0)
+          << "query " << s0 + s << " (chunk at " << s0 << ") differs from the one-call prompt";
+    }
+    s0 += n;
+  }
+  EXPECT_TRUE(chunk_state.present_key.bytes == whole_state.present_key.bytes);
+}
+
 // Each uncovered parameter, alone on an otherwise valid call.
 TEST(AttentionBf16RefusalTest, NamesTheParameter) {
   struct Refusal {
     const char* name;
     void (*edit)(GqaCase&, GqaRunOptions&);
+    bool tiles = true;  // the AMX tile form covers it (accepted where AmxAttendUsable)
   };
   const Refusal cases[] = {
       {"causal = 1", [](GqaCase& c, GqaRunOptions&) { c.attrs.causal = 1; }},
@@ -254,15 +360,27 @@ TEST(AttentionBf16RefusalTest, NamesTheParameter) {
          c.present_value = Buffer(DType::kFloat32, {1, 2, 12, 64});
          c.has_present = true;
        }},
-      {"kReference", [](GqaCase&, GqaRunOptions& o) { o.kernel = GqaKernel::kReference; }},
-      {"device cuda", [](GqaCase&, GqaRunOptions& o) { o.device = Device::kCuda; }},
+      {"kReference", [](GqaCase&, GqaRunOptions& o) { o.kernel = GqaKernel::kReference; }, false},
+      {"device cuda", [](GqaCase&, GqaRunOptions& o) { o.device = Device::kCuda; }, false},
+      {"q8_0",
+       [](GqaCase& c, GqaRunOptions&) {
+         c.present_key = Buffer(DType::kQ8_0, {1, 2, 8, 64});
+         c.present_value = Buffer(DType::kQ8_0, {1, 2, 8, 64});
+         c.has_present = true;
+       },
+       false},
   };
+  const bool tiles = detail::AmxAttendUsable();
   for (const Refusal& r : cases) {
     GqaCase c = MakeCase({1, 8, 2, 2, 64}, DType::kFloat32, false, 0, 31);
     GqaRunOptions o = Bf16();
     r.edit(c, o);
     std::fill(c.output.bytes.begin(), c.output.bytes.end(), 0x5A);
     const auto before = c.output.bytes;
+    if (tiles && r.tiles) {
+      EXPECT_NO_THROW(GroupQueryAttention(c.attrs, c.Inputs(), c.Outputs(), o)) << r.name << ": refused with tiles";
+      continue;
+    }
     try {
       GroupQueryAttention(c.attrs, c.Inputs(), c.Outputs(), o);
       ADD_FAILURE() << r.name << ": accepted";
@@ -278,6 +396,7 @@ TEST(AttentionBf16RefusalTest, NamesTheParameter) {
 // Bidirectional spans need causal = 1, which the bf16 products refuse anyway:
 // the message names the spans.
 TEST(AttentionBf16RefusalTest, BidirectionalSpans) {
+  if (detail::AmxAttendUsable()) GTEST_SKIP() << "the AMX tile form covers bidirectional spans";
   GqaCase c = MakeCase({1, 8, 2, 2, 64}, DType::kFloat32, false, 0, 32);
   c.attrs.causal = 1;
   const std::vector<std::int64_t> pairs{2, 6};
@@ -294,7 +413,7 @@ TEST(AttentionBf16RefusalTest, BidirectionalSpans) {
 
 // On a CPU without oneDNN's bf16 matmul a valid call says so.
 TEST(AttentionBf16RefusalTest, NoBf16MatMulOnThisCpu) {
-  if (detail::Bf16MatMulSupported()) GTEST_SKIP() << "this CPU has oneDNN's bf16 matmul";
+  if (detail::Bf16MatMulSupported() || detail::AmxAttendUsable()) GTEST_SKIP() << "this CPU has bf16 products";
   GqaCase c = MakeCase({1, 8, 2, 2, 64}, DType::kFloat32, false, 0, 33);
   try {
     GroupQueryAttention(c.attrs, c.Inputs(), c.Outputs(), Bf16());

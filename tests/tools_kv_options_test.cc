@@ -1,6 +1,7 @@
 // The --kv-dtype option (tools/kv_options.h): the command line takes the
 // names KvCacheDTypeFromName (kvshare/common/tensor.h) takes, as the Python module
-// does, and refuses others at parse with the accepted names.
+// does, and refuses others at parse with the accepted names. And
+// --attention-precision.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -44,6 +45,37 @@ TEST(KvDtypeOption, RefusesOtherNamesListingTheAccepted) {
     FAIL() << "ParseKvDtype(\"int8\") returned";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "--kv-dtype 'int8' is not one of float32 (f32), float16 (f16), bfloat16 (bf16), q8_0");
+  }
+}
+
+// --attention-precision: f32 always; bf16 where the AMX tile form runs (and
+// not over a q8_0 cache), else refused saying why and what to use.
+TEST(AttentionPrecisionOption, Bf16WhereTheTilesRunElseAnActionableError) {
+  CLI::App app{"test"};
+  std::string precision = "f32";
+  AddAttentionPrecisionOption(app, precision);
+  std::vector<const char*> argv = {"kvshare", "--attention-precision", "fp8"};
+  EXPECT_THROW(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ValidationError);
+  argv.back() = "bf16";
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(precision, "bf16");
+  EXPECT_EQ(ParseAttentionPrecision("f32", DType::kQ8_0), GqaMatMulPrecision::kF32);
+  if (GqaBf16CoversCausal()) {
+    EXPECT_EQ(ParseAttentionPrecision("bf16", DType::kFloat16), GqaMatMulPrecision::kBf16);
+    try {
+      ParseAttentionPrecision("bf16", DType::kQ8_0);
+      FAIL() << "bf16 over a q8_0 cache was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--kv-dtype f16"), std::string::npos) << e.what();
+    }
+  } else {
+    try {
+      ParseAttentionPrecision("bf16", DType::kFloat16);
+      FAIL() << "bf16 was accepted without the AMX tile form";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("AMX"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--attention-precision f32"), std::string::npos) << e.what();
+    }
   }
 }
 

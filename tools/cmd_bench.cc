@@ -47,6 +47,7 @@ struct BenchCliOptions {
   std::vector<int> batches;  // extra tests: this many rows decoding at once
   int repetitions = 3;
   std::string kv_dtype = "f32";
+  std::string attention_precision = "f32";
   std::string device = "cpu";
   bool no_prefill_shortcut = false;
   SpecFlags spec;
@@ -136,7 +137,9 @@ struct SpecBench {
 SpecBench RunSpecBench(const Model& model, const Tokenizer& tok, const std::vector<std::int32_t>& prompt, int gen,
                        int repetitions, const BenchCliOptions& o, ThreadPool* pool) {
   const ModelStateOptions so{.max_context = static_cast<int>(prompt.size()) + gen + 1,
-                             .kv_dtype = ParseKvDtype(o.kv_dtype)};
+                             .kv_dtype = ParseKvDtype(o.kv_dtype),
+                             .attention_precision = ParseAttentionPrecision(o.attention_precision,
+                                                                            ParseKvDtype(o.kv_dtype))};
   const Speculation spec =
       MakeSpeculation(o.spec, model, {.max_context = so.max_context, .kv_dtype = so.kv_dtype, .pool = pool}, o.device);
   Generator plain(model, tok, pool, so), specd(model, tok, pool, so);
@@ -188,6 +191,8 @@ void RunBench(const BenchCliOptions& o) {
   const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
   const ModelStateOptions so{.max_context = context,
                              .kv_dtype = ParseKvDtype(o.kv_dtype),
+                             .attention_precision = ParseAttentionPrecision(o.attention_precision,
+                                                                            ParseKvDtype(o.kv_dtype)),
                              .max_batch = max_batch,
                              .exact_rewind = max_depth > 0,
                              .prefill_shortcut = !o.no_prefill_shortcut};
@@ -204,8 +209,9 @@ void RunBench(const BenchCliOptions& o) {
               kernel.c_str(), load_before[0], load_before[1], load_before[2]);
   std::printf("%s: prompt of %d tokens in one Forward; %s: %d greedy decode steps; each after d tokens of context\n",
               pp.c_str(), o.prompt_tokens, tg.c_str(), o.gen_tokens);
-  std::printf("device %s, KV cache %s, %zu bytes (%zu without KV sharing)%s%s\n", o.device.c_str(), o.kv_dtype.c_str(),
-              state->kv_bytes(), state->kv_cache().Memory().bytes_without_sharing,
+  std::printf("device %s, KV cache %s, %zu bytes (%zu without KV sharing), attention %s%s%s\n", o.device.c_str(),
+              o.kv_dtype.c_str(), state->kv_bytes(), state->kv_cache().Memory().bytes_without_sharing,
+              o.attention_precision.c_str(),
               max_depth > 0 ? ", sliding layers full length" : "",
               o.no_prefill_shortcut ? ", prefill short-cut off" : "");
   std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
@@ -302,6 +308,7 @@ void RunBench(const BenchCliOptions& o) {
         {"gen_tokens", o.gen_tokens},
         {"depths", o.depths},
         {"kv_dtype", o.kv_dtype},
+        {"attention_precision", o.attention_precision},
         {"device", o.device},
         {"kv_bytes", state->kv_bytes()},
         {"kv_bytes_without_sharing", state->kv_cache().Memory().bytes_without_sharing},
@@ -350,6 +357,7 @@ void RegisterBench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  AddAttentionPrecisionOption(*cmd, o.attention_precision);
   AddDeviceOption(*cmd, o.device);
   AddSpecFlags(*cmd, o.spec);
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,

@@ -43,6 +43,7 @@ struct GenerateCliOptions {
   int max_context = 4096;
   int kv_shared_layers = -1;  // -1: the model's own (0 for Gemma 3)
   std::string kv_dtype = "f32";
+  std::string attention_precision = "f32";
   std::string device = "cpu";
   bool verbose = false;
   ImageFlags image;
@@ -86,6 +87,7 @@ ModelStateOptions StateOptions(const GenerateCliOptions& o, const ModelConfig& c
     so.num_kv_shared_layers = o.kv_shared_layers;
   }
   so.kv_dtype = ParseKvDtype(o.kv_dtype);
+  so.attention_precision = ParseAttentionPrecision(o.attention_precision, so.kv_dtype);
   so.image_attention = ImageAttentionFlag(o.image);
   return so;
 }
@@ -285,6 +287,7 @@ void RegisterGenerate(CLI::App& app) {
                   "sharing; changes a Gemma 3 model's outputs, saves KV memory). Default: the model's own")
       ->check(CLI::Range(0, 1 << 20));
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  AddAttentionPrecisionOption(*cmd, o.attention_precision);
   AddDeviceOption(*cmd, o.device);
   cmd->add_flag("-v,--verbose", o.verbose,
                 "Print the chat template used and why, the prompt token ids and the KV cache layout to stderr");

@@ -29,6 +29,7 @@ struct PerplexityCliOptions {
   int chunks = -1;
   int threads = 0;
   std::string kv_dtype = "f32";
+  std::string attention_precision = "f32";
 };
 
 std::string ReadText(const std::string& path) {
@@ -49,6 +50,7 @@ void RunPerplexity(const PerplexityCliOptions& o) {
   PerplexityOptions po{.n_ctx = o.ctx, .max_chunks = o.chunks};
   if (tok.bos_id() >= 0 && !tokens.empty() && tokens[0] == tok.bos_id()) po.bos = tok.bos_id();
   po.state.kv_dtype = ParseKvDtype(o.kv_dtype);
+  po.state.attention_precision = ParseAttentionPrecision(o.attention_precision, po.state.kv_dtype);
   std::fprintf(stderr, "perplexity: %zu tokens, n_ctx %d, KV cache %s, %d threads\n", tokens.size(), o.ctx,
                o.kv_dtype.c_str(), threads);
   const auto t0 = std::chrono::steady_clock::now();
@@ -75,6 +77,7 @@ void RegisterPerplexity(CLI::App& app) {
   cmd->add_option("--chunks", o.chunks, "Score at most this many chunks (default: all)");
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   AddKvDtypeOption(*cmd, o.kv_dtype);
+  AddAttentionPrecisionOption(*cmd, o.attention_precision);
   cmd->callback([] { RunPerplexity(o); });
 }
 

@@ -27,4 +27,27 @@ void AddKvDtypeOption(CLI::App& cmd, std::string& dtype) {
 
 DType ParseKvDtype(const std::string& name) { return KvCacheDTypeFromName(name, "--kv-dtype"); }
 
+void AddAttentionPrecisionOption(CLI::App& cmd, std::string& precision) {
+  cmd.add_option("--attention-precision", precision,
+                 "Attention's score and value products: f32, or bf16 (rounded to bf16, f32 sums, on Intel AMX tiles: "
+                 "faster long prompts; error bound in kvshare/attention/gqa.h; needs AMX-BF16 and a KV dtype other "
+                 "than q8_0)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+}
+
+GqaMatMulPrecision ParseAttentionPrecision(const std::string& name, DType kv_dtype) {
+  if (name != "bf16") return GqaMatMulPrecision::kF32;
+  if (!GqaBf16CoversCausal()) {
+    throw Error(
+        "--attention-precision bf16 runs on Intel AMX tiles (AMX-BF16), and this process has none usable (no "
+        "AMX or AVX512-BF16 on this CPU, no Linux tile permission, or KVSHARE_KERNEL set below amx); use "
+        "--attention-precision f32");
+  }
+  if (kv_dtype == DType::kQ8_0) {
+    throw Error("--attention-precision bf16 reads f32, f16 or bf16 KV caches, not q8_0; use --kv-dtype f16 or bf16");
+  }
+  return GqaMatMulPrecision::kBf16;
+}
+
 }  // namespace kvshare::cli

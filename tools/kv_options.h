@@ -1,9 +1,11 @@
-// The --kv-dtype option shared by the subcommands that size or run a KV cache.
+// The --kv-dtype option shared by the subcommands that size or run a KV cache,
+// and --attention-precision of those that run the model.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "kvshare/attention/gqa.h"
 #include "kvshare/common/tensor.h"
 
 namespace kvshare::cli {
@@ -14,5 +16,13 @@ void AddKvDtypeOption(CLI::App& cmd, std::string& dtype);
 // The option's value as a DType (KvCacheDTypeFromName); throws kvshare::Error
 // naming --kv-dtype and the accepted names.
 DType ParseKvDtype(const std::string& name);
+
+// Adds `--attention-precision f32|bf16` (ModelStateOptions::attention_precision;
+// default: the value `precision` holds) to cmd.
+void AddAttentionPrecisionOption(CLI::App& cmd, std::string& precision);
+// The option's value for a KV cache of kv_dtype; throws kvshare::Error when
+// bf16 cannot run here (no AMX tile form: GqaBf16CoversCausal(), or a q8_0
+// cache), saying why and what to use instead.
+GqaMatMulPrecision ParseAttentionPrecision(const std::string& name, DType kv_dtype);
 
 }  // namespace kvshare::cli

@@ -101,6 +101,11 @@ struct AttendParams {
   // Keys per block for the blocked kernel (0 => kernel's choice). Any value
   // gives the same result to fp32 rounding.
   int kv_block_size = 0;
+
+  // The blocked kernel's score and value products in bf16 on AMX tiles
+  // (amx_attend.h; GqaMatMulPrecision::kBf16 where AmxAttendUsable()).
+  // K/V float32, float16 or bfloat16.
+  bool bf16_tiles = false;
 };
 
 // Inclusive range of visible keys [lo, hi]; empty when lo > hi.

@@ -31,6 +31,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 
+#include "attention/amx_attend.h"
 #include "attention/attend.h"
 #include "attention/cpu_attend-inl.h"
 #include "attention/cpu_attend_plan.h"
@@ -86,6 +87,7 @@ struct Scratch {
   float* qs = nullptr;       // [rp, H] scaled queries
   float* sc = nullptr;       // [rp, bsp] scores / probabilities
   float* acc = nullptr;      // [rp, H] output accumulators
+  AmxQueries amx_q;          // qs in bf16 for the tiles (AttendParams::bf16_tiles)
 };
 
 Scratch& ThreadScratch() {
@@ -159,6 +161,7 @@ std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, 
     ScaleRow(d, q, H, p.scale, s.qs + r * H);
   }
   for (std::size_t r = rows; r < rp; ++r) s.rows[r].keys = KeyRange{};
+  if (p.bf16_tiles) AmxPackQueries(s.qs, rp, H, &s.amx_q);
   return rows;
 }
 
@@ -176,38 +179,13 @@ void AddBias(const BiasSource& bias, std::int64_t off, std::size_t a, std::size_
   }
 }
 
-// Scores of keys [kb + off, kb + off + nk) of the block that starts at kb, for
-// the tile's active row groups: x[j - kb] after scale, softcap and bias, -inf
-// outside each row's visible range (and outside those keys). Returns
-// false when no row sees any key of the block. With voff (element offsets of
-// the block's V rows; null: no prefetch), while
-// the K rows of a tile are read, the V rows of the same keys are prefetched:
-// V then streams from DRAM in step with K (as kKeyTile sequential streams)
-// and is in L2 when P.V sweeps it column by column. (Prefetching whole blocks
-// ahead, or not prefetching V, measured slower on Zen 3.)
-template <class D, bool kSoftcap, bool kBias>
-bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb, std::size_t off,
-                std::size_t nk, const std::int64_t* voff, Scratch& s) {
+// The f32 scores of ScoreBlock: keys [0, nkp) of the block (koff, padded to
+// kKeyTile keys) against the active row groups, into s.sc at column off.
+template <class D>
+void ScoreKeys(D d, const Ctx& cx, std::size_t nk, std::size_t nkp, std::size_t off, const std::int64_t* voff,
+               Scratch& s) {
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp;
-  const std::int64_t k0 = kb + static_cast<std::int64_t>(off);
-  const std::int64_t ke = k0 + static_cast<std::int64_t>(nk) - 1;
-  bool any = false;
-  for (std::size_t g = 0; g < s.active.size(); ++g) {
-    char a = 0;
-    for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
-      const KeyRange& k = s.rows[r].keys;
-      a |= (!k.Empty() && k.lo <= ke && k.hi >= k0) ? 1 : 0;
-    }
-    s.active[g] = a;
-    any = any || a;
-  }
-  if (!any) return false;
-
-  const std::size_t nkp = RoundUp(nk, kKeyTile);
-  KvOffsets(p.k, t.b, t.n, k0, nk, s.koff.data());
-  for (std::size_t j = nk; j < nkp; ++j) s.koff[j] = s.koff[0];
-
   // Each K tile is scored against every active row group while it is in L1.
   const std::size_t part = nkp / kKeyTile;
   const std::size_t v_row_bytes = DTypeBytes(p.v.dtype, static_cast<std::int64_t>(H));
@@ -257,6 +235,45 @@ bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::
       for (std::size_t j = k; j < nk; j += part) PrefetchToL2(v_base + voff[j] / v_block * v_block_bytes, v_row_bytes);
     }
   });
+}
+
+// Scores of keys [kb + off, kb + off + nk) of the block that starts at kb, for
+// the tile's active row groups: x[j - kb] after scale, softcap and bias, -inf
+// outside each row's visible range (and outside those keys). Returns
+// false when no row sees any key of the block. With voff (element offsets of
+// the block's V rows; null: no prefetch), while
+// the K rows of a tile are read, the V rows of the same keys are prefetched:
+// V then streams from DRAM in step with K (as kKeyTile sequential streams)
+// and is in L2 when P.V sweeps it column by column. (Prefetching whole blocks
+// ahead, or not prefetching V, measured slower on Zen 3.)
+template <class D, bool kSoftcap, bool kBias>
+bool ScoreBlock(D d, const Ctx& cx, const AttendTile& t, std::size_t rows, std::int64_t kb, std::size_t off,
+                std::size_t nk, const std::int64_t* voff, Scratch& s) {
+  const AttendParams& p = *cx.p;
+  const std::size_t bsp = cx.bsp;
+  const std::int64_t k0 = kb + static_cast<std::int64_t>(off);
+  const std::int64_t ke = k0 + static_cast<std::int64_t>(nk) - 1;
+  bool any = false;
+  for (std::size_t g = 0; g < s.active.size(); ++g) {
+    char a = 0;
+    for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
+      const KeyRange& k = s.rows[r].keys;
+      a |= (!k.Empty() && k.lo <= ke && k.hi >= k0) ? 1 : 0;
+    }
+    s.active[g] = a;
+    any = any || a;
+  }
+  if (!any) return false;
+
+  const std::size_t nkp = RoundUp(nk, kKeyTile);
+  KvOffsets(p.k, t.b, t.n, k0, nk, s.koff.data());
+  for (std::size_t j = nk; j < nkp; ++j) s.koff[j] = s.koff[0];
+  if (p.bf16_tiles) {
+    AmxScoreBlock(s.amx_q, p.k, s.koff.data(), nk, s.active.data(), kRowTile, s.sc + off, bsp);
+  } else {
+    ScoreKeys(d, cx, nk, nkp, off, voff, s);
+  }
+
   for (std::size_t g = 0; g < s.active.size(); ++g) {
     if (!s.active[g]) continue;
     for (std::size_t r = g * kRowTile; r < (g + 1) * kRowTile && r < rows; ++r) {
@@ -358,6 +375,11 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
         s.m[r] = m_new;
       }
     }
+    if (p.bf16_tiles) {
+      AmxPvBlock(s.acc, H, s.alpha.data(), s.sc + off, bsp, p.v, s.voff.data(), nk, s.active.data(), kRowTile,
+                 s.rows.size());
+      continue;
+    }
     WithKvType(p.v.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* vv = static_cast<const T*>(p.v.data);
@@ -446,7 +468,8 @@ void AttendT(D d, const AttendParams& p, ThreadPool* pool) {
   cx.G = static_cast<std::size_t>(plan.group);
   cx.bs = static_cast<std::size_t>(plan.block);
   // Room for a clipped block's scores at an offset plus the Q.K tile padding.
-  cx.bsp = RoundUp(cx.bs + kKeyTile, hn::Lanes(d));
+  // The tiles score 16 keys at a time.
+  cx.bsp = RoundUp(cx.bs + (p.bf16_tiles ? 16 : kKeyTile), hn::Lanes(d));
   hwy::AlignedFreeUniquePtr<float[]> partial;
   if (plan.partial_floats > 0) {
     partial = hwy::AllocateAligned<float>(static_cast<std::size_t>(plan.partial_floats));

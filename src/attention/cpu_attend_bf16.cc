@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "attention/bf16_convert.h"
+#include "attention/amx_attend.h"
 #include "attention/bf16_support.h"
 #include "attention/onednn.h"
 #include "attention/store_rows.h"
+#include "common/cpu_amx.h"
 #include "common/float_convert.h"
 #include "common/str.h"
 #include "kvshare/common/error.h"
@@ -34,6 +36,14 @@ constexpr std::int64_t kQueryRows = 64;  // queries per oneDNN call
 [[noreturn]] void Refuse(const std::string& what) {
   throw Error(Str("GroupQueryAttention: matmul_precision bf16 (GqaMatMulPrecision::kBf16) does not support ", what,
                   "; use GqaMatMulPrecision::kF32 for this call"));
+}
+
+// What the oneDNN form lacks that the AMX tile form covers.
+[[noreturn]] void RefuseWithoutTiles(const std::string& what) {
+  const char* why = !AmxUsable()    ? AmxUnusableReason()
+                    : !AmxAllowed() ? "KVSHARE_KERNEL holds the kernels below amx"
+                                    : "no AVX512-BF16";
+  Refuse(Str(what, " without the AMX tile form (", why, ")"));
 }
 
 struct Plan {
@@ -105,25 +115,37 @@ memory Pack(const KvSource& src, int b, int n, std::int64_t T, int H, bool trans
 
 }  // namespace
 
+}  // namespace kvshare::detail
+
+namespace kvshare {
+
+bool GqaBf16CoversCausal() { return detail::AmxAttendUsable(); }
+
+}  // namespace kvshare
+
+namespace kvshare::detail {
+
 void CheckAttendBf16(const GqaAttributes& attrs, const GqaInputs& in, const GqaOutputs& out,
                      const GqaRunOptions& options) {
   if (options.device != Device::kCpu) Refuse("device cuda (a CPU kernel; run on Device::kCpu)");
   if (options.kernel == GqaKernel::kReference) {
     Refuse("kernel kReference (the reference is f32 / double; use kAuto or kOptimized)");
   }
-  if (in.bidirectional_spans) Refuse("input 'bidirectional_spans' (it needs causal = 1)");
-  if (attrs.causal != 0) Refuse(Str("causal = ", attrs.causal, " (only causal = 0, every key visible)"));
-  if (attrs.local_window_size > 0) Refuse(Str("local_window_size = ", attrs.local_window_size, " (only -1)"));
-  if (attrs.softcap > 0.0f) Refuse(Str("softcap = ", attrs.softcap, " (only 0)"));
-  if (in.attention_bias) Refuse("input 'attention_bias'");
-  if (in.head_sink) Refuse("input 'head_sink'");
-  if (attrs.smooth_softmax == 1) Refuse("smooth_softmax = 1 (a sink logit)");
-  if (attrs.qk_output != 0 || out.output_qk) Refuse("output 'output_qk' (qk_output != 0)");
-  if (in.past_key || in.past_value) Refuse("input 'past_key' / 'past_value' (only the call's new keys)");
-  if (in.write_indices || in.nonpad_kv_seqlen) Refuse("static scatter mode (input 'write_indices')");
-  if ((in.key && in.key->dtype == DType::kQ8_0) || (out.present_key && out.present_key->dtype == DType::kQ8_0)) {
+  if ((in.key && in.key->dtype == DType::kQ8_0) || (out.present_key && out.present_key->dtype == DType::kQ8_0) ||
+      (in.past_key && in.past_key->dtype == DType::kQ8_0)) {
     Refuse("q8_0 keys and values");
   }
+  if (AmxAttendUsable()) return;  // the blocked kernel's every mode, on tiles
+  if (in.bidirectional_spans) RefuseWithoutTiles("input 'bidirectional_spans' (it needs causal = 1)");
+  if (attrs.causal != 0) RefuseWithoutTiles(Str("causal = ", attrs.causal, " (only causal = 0, every key visible)"));
+  if (attrs.local_window_size > 0) RefuseWithoutTiles(Str("local_window_size = ", attrs.local_window_size, " (only -1)"));
+  if (attrs.softcap > 0.0f) RefuseWithoutTiles(Str("softcap = ", attrs.softcap, " (only 0)"));
+  if (in.attention_bias) RefuseWithoutTiles("input 'attention_bias'");
+  if (in.head_sink) RefuseWithoutTiles("input 'head_sink'");
+  if (attrs.smooth_softmax == 1) RefuseWithoutTiles("smooth_softmax = 1 (a sink logit)");
+  if (attrs.qk_output != 0 || out.output_qk) RefuseWithoutTiles("output 'output_qk' (qk_output != 0)");
+  if (in.past_key || in.past_value) RefuseWithoutTiles("input 'past_key' / 'past_value' (only the call's new keys)");
+  if (in.write_indices || in.nonpad_kv_seqlen) RefuseWithoutTiles("static scatter mode (input 'write_indices')");
   if (!Bf16MatMulSupported()) {
     throw Error(
         "GroupQueryAttention: matmul_precision bf16 needs a CPU with AVX-512 (oneDNN's bf16 matmul); use "

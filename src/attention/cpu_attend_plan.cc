@@ -12,8 +12,8 @@ int DefaultKvBlock(int head_size) {
 AttendPlan BuildAttendPlan(const AttendParams& p) {
   AttendPlan plan;
   plan.group = p.num_heads / p.kv_heads;
-  plan.block = p.kv_block_size > 0 ? p.kv_block_size : DefaultKvBlock(p.head_size);
-  plan.q_tile = std::max(1, kMaxTileRows / plan.group);
+  plan.block = p.kv_block_size > 0 ? p.kv_block_size : p.bf16_tiles ? kBf16TilesBlock : DefaultKvBlock(p.head_size);
+  plan.q_tile = std::max(1, (p.bf16_tiles ? kMaxTileRowsBf16 : kMaxTileRows) / plan.group);
   // Split-KV at absolute key positions that are multiples of split_len, for
   // every tile whatever S: a query's splits (and so its result) depend only on
   // its own visible keys, not on the queries it shares a call or a tile with.

@@ -57,6 +57,13 @@ int DefaultKvBlock(int head_size);
 AttendPlan BuildAttendPlan(const AttendParams& p);
 
 inline constexpr int kMaxTileRows = 64;
+// With the bf16 products on AMX tiles (AttendParams::bf16_tiles): each item
+// rounds its keys and values to bf16 once per block, so more rows share it.
+inline constexpr int kMaxTileRowsBf16 = 256;
+// Their block length (each block's P V tiles are stored and added to the
+// accumulators once): 256 measured best of 128 / 256 / 512 for 512 queries
+// after 16384 keys (4 heads on 1 KV head, H = 256; f16 cache).
+inline constexpr int kBf16TilesBlock = 256;
 inline constexpr int kSplitKeys = 1024;
 
 }  // namespace kvshare::detail

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attention/amx_attend.h"
 #include "attention/attend.h"
 #include "attention/cpu_attend_bf16.h"
 #include "attention/gqa_device.h"
@@ -294,6 +295,10 @@ void GroupQueryAttention(const GqaAttributes& attrs, const GqaInputs& in, const 
                                sink.empty() ? nullptr : sink.data());
   if (options.kernel == GqaKernel::kReference) {
     detail::AttendReference(ap);
+  } else if (bf16 && detail::AmxAttendUsable()) {
+    detail::AttendParams tiles = ap;
+    tiles.bf16_tiles = true;
+    detail::AttendOptimized(tiles, options.pool);
   } else if (bf16) {
     detail::AttendBf16(ap, options.pool);
   } else {

@@ -2,6 +2,9 @@
 // no tile instruction runs here, so the file needs no AMX compile flags.
 #include "common/cpu_amx.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 #include <cpuid.h>
 #endif
@@ -59,5 +62,13 @@ const char* Reason() {
 bool AmxUsable() { return Reason()[0] == '\0'; }
 
 const char* AmxUnusableReason() { return Reason(); }
+
+bool AmxAllowed() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("KVSHARE_KERNEL");
+    return AmxUsable() && (env == nullptr || *env == '\0' || std::strcmp(env, "amx") == 0);
+  }();
+  return allowed;
+}
 
 }  // namespace kvshare::detail

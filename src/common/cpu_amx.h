@@ -20,6 +20,12 @@ namespace kvshare::detail {
 // Thread-safe; never throws.
 bool AmxUsable();
 
+// AmxUsable() and KVSHARE_KERNEL unset or "amx": the variable names the
+// matmul kernel level, and any other level (avx512vnni, avx2, scalar, float)
+// also keeps the bf16 attention products (src/attention/amx_attend.cc) off
+// the tiles, so one variable holds every AMX use of the process.
+bool AmxAllowed();
+
 // Which of the checks failed, for `kvshare info` ("" when AmxUsable()).
 const char* AmxUnusableReason();
 

@@ -79,6 +79,7 @@ DecoderState::DecoderState(KvCache c, const ModelStateOptions& o, std::shared_pt
       max_context_(o.max_context),
       max_step_(static_cast<int>(cache.Options().max_step)),
       kernel_(o.attention_kernel),
+      precision_(o.attention_precision),
       prefill_shortcut_(o.prefill_shortcut),
       kv_bytes_(cache.Memory().total_bytes),
       rope(std::move(r)) {}
@@ -137,6 +138,7 @@ void Attend(DecoderState& st, int layer, const AttentionCall& c, std::span<const
   args.attrs.rotary_interleaved = 0;  // NeoX half split
   args.run.pool = pool;
   args.run.kernel = st.kernel_;
+  args.run.matmul_precision = st.precision_;
   const AttentionPacking pack = PlanAttention(spans);
   st.query_offsets = pack.query_offsets;
   args.query_offsets = st.query_offsets;

@@ -85,6 +85,7 @@ class DecoderState : public ModelState {
   int max_context_;
   int max_step_;  // S_max: tokens per chunk
   GqaKernel kernel_;
+  GqaMatMulPrecision precision_;  // ModelStateOptions::attention_precision
   bool prefill_shortcut_;  // ModelStateOptions::prefill_shortcut
   std::size_t kv_bytes_;
   std::shared_ptr<const RopeSet> rope;

@@ -242,7 +242,7 @@ enum class GqaKernel {
 // products (GqaRunOptions::matmul_precision).
 enum class GqaMatMulPrecision {
   kF32,   // f32 throughout (the optimized kernel; the default)
-  kBf16,  // bf16 products with f32 accumulation (oneDNN), see below
+  kBf16,  // bf16 products with f32 accumulation (AMX tiles or oneDNN), see below
 };
 
 struct GqaRunOptions {
@@ -309,6 +309,16 @@ struct GqaRunOptions {
   // q, k at H = 64 and scale 1/8; tests/attention_bf16_test.cc checks it per
   // element and measures 3e-3 to 7e-3 absolute there (the 1e-3 level of
   // max |v|, under 5% of the bound).
+  // On a CPU where GqaBf16CoversCausal() (Intel AMX), kBf16 runs the
+  // optimized kernel's blocked online softmax instead, with its two products
+  // on AMX tiles (tdpbf16ps; src/attention/amx_attend.h): the same bf16
+  // roundings of the scaled queries, K, p and V (p before normalization, per
+  // block of keys), f32 sums in a fixed order, and per block of keys one f32
+  // rescale of the running sums; the bound above holds with gamma_T replaced
+  // by gamma_2T. It covers every mode of the optimized kernel but q8_0 K/V,
+  // and a row's result depends only on its own query and visible keys: not
+  // on the other rows, chunks or steps of a sequence, nor the thread count.
+  // Elsewhere (oneDNN):
   // It covers bidirectional attention over the call's key / value inputs
   // (append mode, or kExternalKv): causal = 0, no local window, softcap,
   // attention_bias, head_sink / smooth_softmax, output_qk, past_key /
@@ -320,6 +330,13 @@ struct GqaRunOptions {
   // AVX-512), before anything is written.
   GqaMatMulPrecision matmul_precision = GqaMatMulPrecision::kF32;
 };
+
+// Whether GqaMatMulPrecision::kBf16 covers every mode of the optimized CPU
+// kernel but q8_0 K/V (causal prompts and decode steps, windows, softcap,
+// bias, sinks, past / present, scatter, output_qk) in this process: the AMX
+// tile form (Intel AMX-BF16 usable, AVX512-BF16, KVSHARE_KERNEL unset or
+// amx). false: kBf16 covers the bidirectional calls listed above only.
+bool GqaBf16CoversCausal();
 
 enum class KvMode {
   kAppend,

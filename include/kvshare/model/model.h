@@ -128,6 +128,14 @@ struct ModelStateOptions {
   // chunking, ring wrap or step; tests use it to compare cache layouts
   // without kernel rounding differences.
   GqaKernel attention_kernel = GqaKernel::kAuto;
+  // The arithmetic of every attention layer's score and value products
+  // (GqaRunOptions::matmul_precision): kF32, or kBf16 (bf16 products with
+  // f32 accumulation on Intel AMX tiles, error bound in gqa.h; every step of
+  // a sequence, prefill, decode and verify alike, so a row's logits still do
+  // not depend on how its tokens were batched or chunked). kBf16 needs
+  // GqaBf16CoversCausal() and a KV dtype other than q8_0; the first forward
+  // step throws kvshare::Error otherwise.
+  GqaMatMulPrecision attention_precision = GqaMatMulPrecision::kF32;
   // Rows (sequences) of the state's cache, >= 1: ForwardBatch runs up to this
   // many sequences in one step. Every row gets max_context positions.
   int max_batch = 1;

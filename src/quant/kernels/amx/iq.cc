@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/amx_tiles.h"
 #include "quant/kernels/amx/scaled_tiles.h"
-#include "quant/kernels/amx/tiles.h"
 #include "quant/kernels/avx512/iq_tiles.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"

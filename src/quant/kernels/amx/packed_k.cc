@@ -31,8 +31,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/amx_tiles.h"
 #include "quant/kernels/amx/scaled_tiles.h"
-#include "quant/kernels/amx/tiles.h"
 #include "quant/kernels/avx512/packed_k_codes.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"

@@ -20,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#include "quant/kernels/amx/tiles.h"
+#include "common/amx_tiles.h"
 #include "quant/kernels/avx512/packed_q32_codes.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"

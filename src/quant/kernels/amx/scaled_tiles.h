@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "quant/kernels/amx/tiles.h"
+#include "common/amx_tiles.h"
 #include "quant/quant.h"
 
 namespace kvshare::detail {

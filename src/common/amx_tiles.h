@@ -1,7 +1,9 @@
-// The AMX tile configuration the tile kernels of kernels/amx/ share.
-// Compiled with the AMX files' flags only.
+// The AMX tile configuration shared by the tile kernels: the int8 matmuls of
+// src/quant/kernels/amx/ and the bf16 attention products of
+// src/attention/amx_attend.cc. Compiled with the AMX files' flags only, and
+// used only after AmxUsable (cpu_amx.h).
 //
-// A tile kernel multiplies C[M][16] += A[M][K] * B[K][16] in int32 with
+// The int8 matmuls multiply C[M][16] += A[M][K] * B[K][16] in int32 with
 // tdpb{ss,su}d: A holds M = 16 activation rows, K bytes each; B holds 16
 // weight rows in the packed layout's code vectors (K / 4 rows of 64 bytes:
 // the 4 bytes of weight row t at bytes 4t .. 4t + 3), which is exactly the

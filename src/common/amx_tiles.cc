@@ -1,5 +1,5 @@
 // UseTiles (tiles.h).
-#include "quant/kernels/amx/tiles.h"
+#include "common/amx_tiles.h"
 
 #include <immintrin.h>
 
