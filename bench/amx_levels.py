@@ -11,6 +11,9 @@ over rounds and the per-round ratios.
       [--repetitions 2] [--rounds 3] [--kv-dtype f16] [--json out.json]
 
 The kvshare and llama-bench runs are peer_llamacpp.py's (same flags).
+KVSHARE_AMX_LEVELS_BF16_ATTENTION=1 adds a third kvshare engine, amx_bf16attn:
+the AMX level with --attention-precision bf16 (the attention products on
+AMX-BF16 tiles; needs --kv-dtype f16, bf16 or f32).
 """
 from __future__ import annotations
 
@@ -27,11 +30,17 @@ from peer_llamacpp import parse_bench_args, run_kvshare, run_llamacpp  # noqa: E
 LEVELS = ("amx", "avx512vnni")
 
 
+BF16_ATTENTION = "amx_bf16attn"
+
+
 def run_level(a, level, threads, depths):
+    extra = ()
+    if level == BF16_ATTENTION:
+        level, extra = "amx", ("--attention-precision", "bf16")
     old = os.environ.get("KVSHARE_KERNEL")
     os.environ["KVSHARE_KERNEL"] = level
     try:
-        res, doc = run_kvshare(a, threads, depths)
+        res, doc = run_kvshare(a, threads, depths, extra)
     finally:
         if old is None:
             del os.environ["KVSHARE_KERNEL"]
@@ -45,7 +54,8 @@ def run_level(a, level, threads, depths):
 def main() -> int:
     a, threads, depths = parse_bench_args(__doc__, llama_bench_required=False, rounds=3)
 
-    engines = list(LEVELS) + (["llama.cpp"] if a.llama_bench else [])
+    bf16 = os.environ.get("KVSHARE_AMX_LEVELS_BF16_ATTENTION") == "1"
+    engines = list(LEVELS) + ([BF16_ATTENTION] if bf16 else []) + (["llama.cpp"] if a.llama_bench else [])
     rounds, docs = [], {}
     for i in range(a.rounds):
         order = engines[i % len(engines):] + engines[:i % len(engines)]
@@ -65,6 +75,9 @@ def main() -> int:
     print(f"{a.rounds} rounds x {a.repetitions} repetitions, engines alternating; tok/s medians over rounds, "
           "ratio: median of the per-round ratios (range)\n")
     pairs = [("amx", "avx512vnni")] + ([("amx", "llama.cpp"), ("avx512vnni", "llama.cpp")] if a.llama_bench else [])
+    if bf16:
+        pairs += [(BF16_ATTENTION, "amx"), (BF16_ATTENTION, "avx512vnni")]
+        pairs += [(BF16_ATTENTION, "llama.cpp")] if a.llama_bench else []
     table = []
     for t in threads:
         for d in depths:

@@ -111,7 +111,8 @@ struct AttnProblem {
         }
       }
     } else {
-      const auto gen = [&] { return kvshare::detail::F32ToF16(u(rng)); };
+      const bool bf = c.kv_dtype == DType::kBFloat16;
+      const auto gen = [&] { return bf ? kvshare::detail::F32ToBF16(u(rng)) : kvshare::detail::F32ToF16(u(rng)); };
       k16 = RandomCopies<std::uint16_t>(n, copies, gen);
       v16 = RandomCopies<std::uint16_t>(n, copies, gen);
     }
@@ -249,14 +250,16 @@ void RegisterAll() {
   if (kvshare::detail::AmxAttendUsable()) {
     for (const int T : {4096, 32768}) {
       for (const int threads : {1, 2}) {
-        AttnCase c{4, 1, 256, 1, T, DType::kFloat16, threads};
+        for (const DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        AttnCase c{4, 1, 256, 1, T, dt, threads};
         c.bf16_tiles = true;
-        const std::string name =
-            "decode/gemma_n4/T:" + std::to_string(T) + "/f16_amx_bf16/threads:" + std::to_string(threads);
+        const std::string name = "decode/gemma_n4/T:" + std::to_string(T) +
+                                 (dt == DType::kFloat16 ? "/f16" : "/bf16") + "_amx_bf16/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.3);
+        }
       }
     }
   }

@@ -31,12 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_kvshare(a, threads, depths):
+def run_kvshare(a, threads, depths, extra=()):
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "kvshare.json"
         cmd = [str(a.kvshare), "bench", "--model", str(a.model), "--threads", ",".join(map(str, threads)),
                "--depth", ",".join(map(str, depths)), "--prompt-tokens", str(a.prompt), "--gen-tokens", str(a.gen),
-               "--repetitions", str(a.repetitions), "--kv-dtype", a.kv_dtype, "--json", str(out)]
+               "--repetitions", str(a.repetitions), "--kv-dtype", a.kv_dtype, "--json", str(out), *extra]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         doc = json.loads(out.read_text())
     res = {}

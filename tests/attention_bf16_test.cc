@@ -267,9 +267,13 @@ TEST_F(AttentionBf16TilesTest, CausalModesWithinBound) {
 // A row's result depends on its own keys only: a prompt in one call, and the
 // same prompt as a cached prefix (f16 present -> past), one decode step and
 // the rest, give the same bits for every query; so does every thread count.
-TEST_F(AttentionBf16TilesTest, ChunkedPrefillAndDecodeEqualOneCall) {
-  constexpr int S = 150, N = 4, Nkv = 2, H = 64;
-  const DType dt = DType::kFloat16;
+class AttentionBf16TilesCacheTest : public AttentionBf16TilesTest, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(AttentionBf16TilesCacheTest, ChunkedPrefillAndDecodeEqualOneCall) {
+  // 160 = 96 + 1 + 63 keys: bf16 blocks of whole 16-key tiles are read in
+  // place (96, 160 keys), the 97-key step is staged.
+  constexpr int S = 160, N = 4, Nkv = 2, H = 64;
+  const DType dt = GetParam();
   std::mt19937_64 g(71);
   const Buffer q = RandomBuffer(dt, {1, S, N * H}, g), k = RandomBuffer(dt, {1, S, Nkv * H}, g),
                v = RandomBuffer(dt, {1, S, Nkv * H}, g);
@@ -310,7 +314,7 @@ TEST_F(AttentionBf16TilesTest, ChunkedPrefillAndDecodeEqualOneCall) {
   const Buffer whole2 = run(0, S, whole_state, &pool);
   EXPECT_TRUE(whole.bytes == whole2.bytes) << "1 and 2 threads differ";
   int s0 = 0;
-  for (int n : {90, 1, 59}) {
+  for (int n : {96, 1, 63}) {
     const Buffer part = run(s0, n, chunk_state, s0 == 0 ? nullptr : &pool);
     for (int s = 0; s < n; ++s) {
       const std::size_t row = static_cast<std::size_t>(N) * H * 2;
@@ -321,6 +325,10 @@ TEST_F(AttentionBf16TilesTest, ChunkedPrefillAndDecodeEqualOneCall) {
   }
   EXPECT_TRUE(chunk_state.present_key.bytes == whole_state.present_key.bytes);
 }
+
+// f16 caches are rounded to bf16 as they are read; bf16 ones are read in place.
+INSTANTIATE_TEST_SUITE_P(Caches, AttentionBf16TilesCacheTest, ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
 
 // Each uncovered parameter, alone on an otherwise valid call.
 TEST(AttentionBf16RefusalTest, NamesTheParameter) {

@@ -61,6 +61,17 @@ inline __m512 Load16(const KvSource& kv, std::int64_t off, std::size_t c, std::s
 // 32 floats as bf16 (nearest even), lo first.
 inline __m512i Bf16x32(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
 
+// 32 elements of row `off` of a K/V source from column c as bf16 (columns >= H
+// read as 0): bf16 rows as they are (the rounding of their exact f32 values
+// would give the same bits), the others rounded.
+inline __m512i RowBf16x32(const KvSource& kv, std::int64_t off, std::size_t c, std::size_t H) {
+  if (kv.dtype == DType::kBFloat16) {
+    const __mmask32 m = c + 32 <= H ? __mmask32(0xFFFFFFFFu) : c >= H ? __mmask32(0) : __mmask32((1u << (H - c)) - 1);
+    return _mm512_maskz_loadu_epi16(m, static_cast<const std::uint16_t*>(kv.data) + off + static_cast<std::int64_t>(c));
+  }
+  return Bf16x32(Load16(kv, off, c, H), Load16(kv, off, c + 16, H));
+}
+
 // 32 floats of p from column c (columns >= n read as 0), as bf16.
 inline __m512i Bf16Row32(const float* p, std::size_t c, std::size_t n) {
   const auto mask = [&](std::size_t c0) {
@@ -207,14 +218,28 @@ void AmxScoreBlock(const AmxQueries& q, const KvSource& k, const std::int64_t* k
                    const char* active, std::size_t group_rows, float* x, std::size_t ldx) {
   const std::size_t H = q.head_size, hp = RoundUp(H, 32), nd = hp / 32, nkp = RoundUp(nk, 16);
   const std::size_t row_tiles = RoundUp(q.rows, 16) / 16;
-  // The block's keys in bf16, [nkp][hp], padding zero.
-  std::uint16_t* kb = Staging(nkp * hp);
-  for (std::size_t j = 0; j < nkp; ++j) {
-    PrefetchRow(k, koff, j + kPrefetchRows, nk, H);
-    for (std::size_t c = 0; c < hp; c += 32) {
-      const __m512i v = j < nk ? Bf16x32(Load16(k, koff[j], c, H), Load16(k, koff[j], c + 16, H)) : _mm512_setzero_si512();
-      _mm512_storeu_si512(kb + j * hp + c, v);
+  // The block's keys in bf16: read in place from a bf16 cache whose rows are
+  // evenly spaced and whole (every tile row a real key), else staged as
+  // [nkp][hp] with zero padding.
+  const std::int64_t rs = nk > 1 ? koff[1] - koff[0] : 0;
+  bool direct = k.dtype == DType::kBFloat16 && H % 32 == 0 && nk % 16 == 0 && rs > 0;
+  for (std::size_t j = 1; direct && j < nk; ++j) direct = koff[j] == koff[0] + static_cast<std::int64_t>(j) * rs;
+  const std::uint16_t* kb = nullptr;
+  std::size_t row_elems = hp;  // elements from one key's row to the next
+  if (direct) {
+    kb = static_cast<const std::uint16_t*>(k.data) + koff[0];
+    row_elems = static_cast<std::size_t>(rs);
+    for (std::size_t j = 0; j < std::min(nk, kPrefetchRows * 4); ++j) PrefetchRow(k, koff, j, nk, H);
+  } else {
+    std::uint16_t* staged = Staging(nkp * hp);
+    for (std::size_t j = 0; j < nkp; ++j) {
+      PrefetchRow(k, koff, j + kPrefetchRows, nk, H);
+      for (std::size_t c = 0; c < hp; c += 32) {
+        const __m512i v = j < nk ? RowBf16x32(k, koff[j], c, H) : _mm512_setzero_si512();
+        _mm512_storeu_si512(staged + j * hp + c, v);
+      }
     }
+    kb = staged;
   }
   const TileScope tiles(AttendTiles());
   alignas(64) float c[4 * 256];
@@ -222,9 +247,12 @@ void AmxScoreBlock(const AmxQueries& q, const KvSource& k, const std::int64_t* k
     const int m = static_cast<int>(std::min<std::size_t>(4, row_tiles - t0));
     if (!GroupsActive(active, group_rows, t0 * 16, std::min(q.rows, (t0 + m) * 16))) continue;
     for (std::size_t kc = 0; kc < nkp / 16; ++kc) {
+      if (direct && t0 == 0) {
+        for (std::size_t j = 0; j < 16; ++j) PrefetchRow(k, koff, (kc + 2) * 16 + j, nk, H);
+      }
       // C_j[key][row] over the dims: A = 16 keys x 32 dims, B_j = Q^T of row tile t0 + j.
-      ProductsN(m, kb + kc * 16 * hp, 32, static_cast<long>(hp * 2), q.packed.data() + t0 * nd * 512, 512, nd * 512,
-                64, nd, c);
+      ProductsN(m, kb + kc * 16 * row_elems, 32, static_cast<long>(row_elems * 2), q.packed.data() + t0 * nd * 512,
+                512, nd * 512, 64, nd, c);
       for (int j = 0; j < m; ++j) {
         __m512i r[16];
         for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + j * 256 + 16 * i);
@@ -253,9 +281,8 @@ void AmxPvBlock(float* acc, std::size_t H, const float* alpha, const float* p, s
     PrefetchRow(v, voff, j + kPrefetchRows, nk, H);
     PrefetchRow(v, voff, j + kPrefetchRows + 1, nk, H);
     for (std::size_t c = 0; c < hp; c += 32) {
-      const __m512i a = j < nk ? Bf16x32(Load16(v, voff[j], c, H), Load16(v, voff[j], c + 16, H)) : _mm512_setzero_si512();
-      const __m512i b =
-          j + 1 < nk ? Bf16x32(Load16(v, voff[j + 1], c, H), Load16(v, voff[j + 1], c + 16, H)) : _mm512_setzero_si512();
+      const __m512i a = j < nk ? RowBf16x32(v, voff[j], c, H) : _mm512_setzero_si512();
+      const __m512i b = j + 1 < nk ? RowBf16x32(v, voff[j + 1], c, H) : _mm512_setzero_si512();
       std::uint16_t* out = vp + j * hp + 2 * c;  // pair j / 2 starts at (j / 2) * 2 * hp
       _mm512_storeu_si512(out, _mm512_permutex2var_epi16(a, lo_idx, b));
       if (c + 16 < hp) _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi16(a, hi_idx, b));
