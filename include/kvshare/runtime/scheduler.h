@@ -104,6 +104,9 @@ struct SchedulerOptions {
   // Requests waiting for a slot beyond which Submit refuses (kQueueFull), >= 0.
   int max_queue = 64;
   DType kv_dtype = DType::kFloat32;
+  // ModelStateOptions::attention_precision: kBf16 puts the attention
+  // products of every step on AMX tiles (GqaBf16CoversCausal()).
+  GqaMatMulPrecision attention_precision = GqaMatMulPrecision::kF32;
   // ModelStateOptions::num_kv_shared_layers (nullopt: the model's own).
   std::optional<int> num_kv_shared_layers;
   // Full-length sliding caches: every common prefix can be reused (costs the

@@ -78,6 +78,7 @@ struct Scheduler::Impl {
     so.max_context = o.max_context;
     so.max_step = std::min(o.step_tokens, o.max_context);
     so.kv_dtype = o.kv_dtype;
+    so.attention_precision = o.attention_precision;
     so.num_kv_shared_layers = o.num_kv_shared_layers;
     so.max_batch = o.slots;
     so.exact_rewind = o.exact_rewind;
