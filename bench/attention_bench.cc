@@ -60,7 +60,7 @@ struct AttnCase {
   int N, Nkv, H, S, T;
   DType kv_dtype;
   int threads;
-  int B = 1;  // rows (a server's decode step: B sequences of T keys each)
+  int B = 1;                // rows (a server's decode step: B sequences of T keys each)
   bool bf16_tiles = false;  // the bf16 products on AMX tiles (amx_attend.h)
 };
 
@@ -251,14 +251,15 @@ void RegisterAll() {
     for (const int T : {4096, 32768}) {
       for (const int threads : {1, 2}) {
         for (const DType dt : {DType::kFloat16, DType::kBFloat16}) {
-        AttnCase c{4, 1, 256, 1, T, dt, threads};
-        c.bf16_tiles = true;
-        const std::string name = "decode/gemma_n4/T:" + std::to_string(T) +
-                                 (dt == DType::kFloat16 ? "/f16" : "/bf16") + "_amx_bf16/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.3);
+          AttnCase c{4, 1, 256, 1, T, dt, threads};
+          c.bf16_tiles = true;
+          const std::string name = "decode/gemma_n4/T:" + std::to_string(T) +
+                                   (dt == DType::kFloat16 ? "/f16" : "/bf16") +
+                                   "_amx_bf16/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attend, c)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.3);
         }
       }
     }

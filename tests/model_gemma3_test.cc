@@ -119,10 +119,13 @@ std::vector<std::vector<float>> CachedGreedy(const Model& m, ModelState& st, std
 
 // No cache: the whole sequence in one chunk (linear buffers), logits of its
 // last n positions.
+// `so` gives the state's other options.
 std::vector<float> Recompute(const Model& m, const std::vector<int32_t>& seq, std::int64_t n, ThreadPool* pool,
-                             GqaMatMulPrecision precision = GqaMatMulPrecision::kF32) {
+                             ModelStateOptions so = {}) {
   const int T = static_cast<int>(seq.size());
-  auto st = m.NewState({.max_context = T, .max_step = T, .attention_precision = precision});
+  so.max_context = T;
+  so.max_step = T;
+  auto st = m.NewState(so);
   std::span<const float> out = m.Forward(*st, seq, pool, {.num_logits = n});
   return std::vector<float>(out.begin(), out.end());
 }
@@ -161,16 +164,12 @@ TEST_F(Gemma3Test, Bf16AttentionCachedDecodeEqualsRecomputationBitwise) {
   if (!GqaBf16CoversCausal()) GTEST_SKIP() << "no AMX tile form for bf16 attention on this CPU";
   ThreadPool pool(2);
   std::vector<int32_t> seq = tok_->Encode("The capital of France is", WithBos());
-  auto cached = model_->NewState(
-      {.max_context = 128, .kv_dtype = DType::kFloat16, .attention_precision = GqaMatMulPrecision::kBf16});
+  const ModelStateOptions bf16{.kv_dtype = DType::kFloat16, .attention_precision = GqaMatMulPrecision::kBf16};
+  ModelStateOptions cached_options = bf16;
+  cached_options.max_context = 128;
+  auto cached = model_->NewState(cached_options);
   const auto rows = CachedGreedy(*model_, *cached, seq, 64, &pool);
-  // CachedGreedy appended the greedy tokens: recompute the same sequence.
-  const int T = static_cast<int>(seq.size());
-  auto st = model_->NewState(
-      {.max_context = T, .max_step = T, .kv_dtype = DType::kFloat16, .attention_precision = GqaMatMulPrecision::kBf16});
-  std::span<const float> out = model_->Forward(*st, seq, &pool, {.num_logits = 65});
-  const std::vector<float> full(out.begin(), out.end());
-  EXPECT_EQ(MaxAbsDiff(rows, full), 0.0f);
+  EXPECT_EQ(MaxAbsDiff(rows, Recompute(*model_, seq, 65, &pool, bf16)), 0.0f);
   const auto f32 = Recompute(*model_, seq, 65, &pool);
   const float d = MaxAbsDiff(rows, f32);
   EXPECT_GT(d, 0.0f) << "the bf16 products did not run";

@@ -42,18 +42,23 @@ const TileConfig& AttendTiles() {
   return cfg;
 }
 
+// The lanes of 16 elements from column c that lie below column n.
+inline __mmask16 TailMask16(std::size_t c, std::size_t n) {
+  return c + 16 <= n ? __mmask16(0xFFFF) : c >= n ? __mmask16(0) : __mmask16((1u << (n - c)) - 1);
+}
+
 // 16 floats of row `off` of a K/V source from column c (columns >= H read as 0).
 inline __m512 Load16(const KvSource& kv, std::int64_t off, std::size_t c, std::size_t H) {
-  const __mmask16 m = c + 16 <= H ? __mmask16(0xFFFF) : c >= H ? __mmask16(0) : __mmask16((1u << (H - c)) - 1);
+  const __mmask16 m = TailMask16(c, H);
   switch (kv.dtype) {
     case DType::kFloat16:
       return _mm512_cvtph_ps(
           _mm256_maskz_loadu_epi16(m, static_cast<const std::uint16_t*>(kv.data) + off + static_cast<std::int64_t>(c)));
     case DType::kBFloat16:
-      return _mm512_castsi512_ps(_mm512_slli_epi32(
-          _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
-              m, static_cast<const std::uint16_t*>(kv.data) + off + static_cast<std::int64_t>(c))),
-          16));
+      return _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                                m, static_cast<const std::uint16_t*>(kv.data) + off + static_cast<std::int64_t>(c))),
+                            16));
     default: return _mm512_maskz_loadu_ps(m, static_cast<const float*>(kv.data) + off + static_cast<std::int64_t>(c));
   }
 }
@@ -74,10 +79,8 @@ inline __m512i RowBf16x32(const KvSource& kv, std::int64_t off, std::size_t c, s
 
 // 32 floats of p from column c (columns >= n read as 0), as bf16.
 inline __m512i Bf16Row32(const float* p, std::size_t c, std::size_t n) {
-  const auto mask = [&](std::size_t c0) {
-    return c0 + 16 <= n ? __mmask16(0xFFFF) : c0 >= n ? __mmask16(0) : __mmask16((1u << (n - c0)) - 1);
-  };
-  return Bf16x32(_mm512_maskz_loadu_ps(mask(c), p + c), _mm512_maskz_loadu_ps(mask(c + 16), p + c + 16));
+  return Bf16x32(_mm512_maskz_loadu_ps(TailMask16(c, n), p + c),
+                 _mm512_maskz_loadu_ps(TailMask16(c + 16, n), p + c + 16));
 }
 
 // In-register transpose of a 16 x 16 matrix of 32-bit elements.
@@ -214,8 +217,8 @@ void AmxPackQueries(const float* qs, std::size_t rows, std::size_t H, AmxQueries
   }
 }
 
-void AmxScoreBlock(const AmxQueries& q, const KvSource& k, const std::int64_t* koff, std::size_t nk,
-                   const char* active, std::size_t group_rows, float* x, std::size_t ldx) {
+void AmxScoreBlock(const AmxQueries& q, const KvSource& k, const std::int64_t* koff, std::size_t nk, const char* active,
+                   std::size_t group_rows, float* x, std::size_t ldx) {
   const std::size_t H = q.head_size, hp = RoundUp(H, 32), nd = hp / 32, nkp = RoundUp(nk, 16);
   const std::size_t row_tiles = RoundUp(q.rows, 16) / 16;
   // The block's keys in bf16: read in place from a bf16 cache whose rows are
@@ -251,8 +254,8 @@ void AmxScoreBlock(const AmxQueries& q, const KvSource& k, const std::int64_t* k
         for (std::size_t j = 0; j < 16; ++j) PrefetchRow(k, koff, (kc + 2) * 16 + j, nk, H);
       }
       // C_j[key][row] over the dims: A = 16 keys x 32 dims, B_j = Q^T of row tile t0 + j.
-      ProductsN(m, kb + kc * 16 * row_elems, 32, static_cast<long>(row_elems * 2), q.packed.data() + t0 * nd * 512,
-                512, nd * 512, 64, nd, c);
+      ProductsN(m, kb + kc * 16 * row_elems, 32, static_cast<long>(row_elems * 2), q.packed.data() + t0 * nd * 512, 512,
+                nd * 512, 64, nd, c);
       for (int j = 0; j < m; ++j) {
         __m512i r[16];
         for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + j * 256 + 16 * i);
@@ -310,10 +313,10 @@ void AmxPvBlock(float* acc, std::size_t H, const float* alpha, const float* p, s
         const __m512 a = _mm512_set1_ps(alpha[r]);
         for (int j = 0; j < m; ++j) {
           const std::size_t col = (c0 + static_cast<std::size_t>(j)) * 16;
-          const __mmask16 mask = col + 16 <= H ? __mmask16(0xFFFF) : __mmask16((1u << (H - col)) - 1);
+          const __mmask16 mask = TailMask16(col, H);
           float* dst = acc + r * H + col;
-          _mm512_mask_storeu_ps(dst, mask,
-                                _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, dst), a, _mm512_load_ps(c + j * 256 + 16 * i)));
+          _mm512_mask_storeu_ps(
+              dst, mask, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, dst), a, _mm512_load_ps(c + j * 256 + 16 * i)));
         }
       }
     }

@@ -161,7 +161,6 @@ std::size_t SetupTile(D d, const Ctx& cx, const AttendTile& t, std::int64_t j0, 
     ScaleRow(d, q, H, p.scale, s.qs + r * H);
   }
   for (std::size_t r = rows; r < rp; ++r) s.rows[r].keys = KeyRange{};
-  if (p.bf16_tiles) AmxPackQueries(s.qs, rp, H, &s.amx_q);
   return rows;
 }
 
@@ -344,6 +343,7 @@ void RunSplit(D d, const Ctx& cx, const AttendSplit& sp) {
   const std::size_t rows = SetupTile(d, cx, t, sp.j0, sp.j1, s);
   const AttendParams& p = *cx.p;
   const std::size_t H = cx.H, bsp = cx.bsp;
+  if (p.bf16_tiles) AmxPackQueries(s.qs, s.rows.size(), H, &s.amx_q);
   std::fill(s.acc, s.acc + s.rows.size() * H, 0.0f);
   const std::int64_t bs = static_cast<std::int64_t>(cx.bs);
   for (std::int64_t kb = sp.j0 - sp.j0 % bs; kb < sp.j1; kb += bs) {
@@ -437,6 +437,7 @@ void QkTile(D d, const Ctx& cx, std::size_t ti) {
   const std::int64_t j0 = t.keys.lo, j1 = std::min(t.keys.hi + 1, p.qk_cols);
   Scratch& s = ThreadScratch();
   const std::size_t rows = SetupTile(d, cx, t, j0, j1, s);
+  if (p.bf16_tiles) AmxPackQueries(s.qs, s.rows.size(), cx.H, &s.amx_q);
   for (std::int64_t kb = j0; kb < j1; kb += static_cast<std::int64_t>(cx.bs)) {
     const std::size_t nk = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(cx.bs), j1 - kb));
     if (!ScoreBlock<D, kSoftcap, kBias>(d, cx, t, rows, kb, 0, nk, nullptr, s)) continue;
