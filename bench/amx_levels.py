@@ -14,6 +14,9 @@ The kvshare and llama-bench runs are peer_llamacpp.py's (same flags).
 KVSHARE_AMX_LEVELS_BF16_ATTENTION=1 adds a third kvshare engine, amx_bf16attn:
 the AMX level with --attention-precision bf16 (the attention products on
 AMX-BF16 tiles; needs --kv-dtype f16, bf16 or f32).
+KVSHARE_AMX_LEVELS_BF16_WEIGHTS=1 adds amx_bf16w: the AMX level with
+--weight-precision bf16 (the F32 / F16 / BF16 weight matrices on AMX-BF16
+tiles; for F16 / BF16 GGUFs, e.g. from bench/f16_gguf.py).
 """
 from __future__ import annotations
 
@@ -31,12 +34,15 @@ LEVELS = ("amx", "avx512vnni")
 
 
 BF16_ATTENTION = "amx_bf16attn"
+BF16_WEIGHTS = "amx_bf16w"
 
 
 def run_level(a, level, threads, depths):
     extra = ()
     if level == BF16_ATTENTION:
         level, extra = "amx", ("--attention-precision", "bf16")
+    elif level == BF16_WEIGHTS:
+        level, extra = "amx", ("--weight-precision", "bf16")
     old = os.environ.get("KVSHARE_KERNEL")
     os.environ["KVSHARE_KERNEL"] = level
     try:
@@ -55,7 +61,9 @@ def main() -> int:
     a, threads, depths = parse_bench_args(__doc__, llama_bench_required=False, rounds=3)
 
     bf16 = os.environ.get("KVSHARE_AMX_LEVELS_BF16_ATTENTION") == "1"
-    engines = list(LEVELS) + ([BF16_ATTENTION] if bf16 else []) + (["llama.cpp"] if a.llama_bench else [])
+    bf16w = os.environ.get("KVSHARE_AMX_LEVELS_BF16_WEIGHTS") == "1"
+    extras = ([BF16_ATTENTION] if bf16 else []) + ([BF16_WEIGHTS] if bf16w else [])
+    engines = list(LEVELS) + extras + (["llama.cpp"] if a.llama_bench else [])
     rounds, docs = [], {}
     for i in range(a.rounds):
         order = engines[i % len(engines):] + engines[:i % len(engines)]
@@ -75,9 +83,9 @@ def main() -> int:
     print(f"{a.rounds} rounds x {a.repetitions} repetitions, engines alternating; tok/s medians over rounds, "
           "ratio: median of the per-round ratios (range)\n")
     pairs = [("amx", "avx512vnni")] + ([("amx", "llama.cpp"), ("avx512vnni", "llama.cpp")] if a.llama_bench else [])
-    if bf16:
-        pairs += [(BF16_ATTENTION, "amx"), (BF16_ATTENTION, "avx512vnni")]
-        pairs += [(BF16_ATTENTION, "llama.cpp")] if a.llama_bench else []
+    for x in extras:
+        pairs += [(x, "amx"), (x, "avx512vnni")]
+        pairs += [(x, "llama.cpp")] if a.llama_bench else []
     table = []
     for t in threads:
         for d in depths:

@@ -371,7 +371,7 @@ void Server::Load() {
   }
   m.opt.speculation.device = support.device;
   CheckSpeculation(m.opt.speculation);  // before the load too: an assistant on the device
-  m.model = m.opt.placement.Apply(Model::Load(m.opt.model_path));
+  m.model = m.opt.placement.Apply(Model::Load(m.opt.model_path, m.opt.load));
   for (const std::string& w : m.model->warnings()) m.Log("warning: " + w);
   if (support.device != Device::kCpu) m.Log(std::string("model on device ") + DeviceName(support.device));
   if (!support.media_inputs)

@@ -49,6 +49,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (Bind returns it)
   std::string model_path;
+  // How the model's weights are prepared (the CLI's --weight-precision).
+  ModelLoadOptions load;
   // Where the model runs: Load() hands the loaded model to placement.Apply
   // (the CLI's --device cuda: MoveModelToCuda). What the device refuses
   // (runtime/device_support.h) is refused here too: an mmproj at Load, image

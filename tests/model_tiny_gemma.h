@@ -101,6 +101,12 @@ inline std::vector<std::uint8_t> EncodeRow(GgmlType type, const float* x, int n)
         put(&h, 2);
       }
       break;
+    case GgmlType::kBF16:
+      for (int i = 0; i < n; ++i) {
+        const std::uint16_t h = detail::F32ToBF16(x[i]);
+        put(&h, 2);
+      }
+      break;
     case GgmlType::kQ8_0:
       for (int b = 0; b < n / 32; ++b) {
         BlockQ8_0 blk{};

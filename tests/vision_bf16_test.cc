@@ -83,7 +83,8 @@ class VisionBf16ProductTest : public ::testing::Test {
 
 // y = x W^T against double references: tight against the rounded inputs
 // (only f32 accumulation), within the bf16 bound against the exact ones.
-void CheckMatrix(std::int64_t m, std::int64_t n, std::int64_t k, GgmlType type, std::uint64_t seed) {
+void CheckMatrix(std::int64_t m, std::int64_t n, std::int64_t k, GgmlType type, std::uint64_t seed,
+                 Bf16MatrixOptions options) {
   std::vector<float> wf = Normal(static_cast<std::size_t>(n * k), seed, 1.0 / std::sqrt(k));
   std::vector<std::uint16_t> w16(wf.size());
   const void* data = wf.data();
@@ -102,7 +103,8 @@ void CheckMatrix(std::int64_t m, std::int64_t n, std::int64_t k, GgmlType type, 
   w.rows = n;
   w.cols = k;
   w.row_bytes = row_bytes;
-  const Bf16Matrix b(w);
+  const Bf16Matrix b(w, options);
+  EXPECT_EQ(b.amx_tiles(), options.amx_tiles && AmxBf16Usable());
   EXPECT_EQ(b.rows(), n);
   EXPECT_EQ(b.cols(), k);
   const std::vector<float> x = Normal(static_cast<std::size_t>(m * k), seed + 1);
@@ -130,12 +132,15 @@ void CheckMatrix(std::int64_t m, std::int64_t n, std::int64_t k, GgmlType type, 
 
 TEST_F(VisionBf16ProductTest, MatrixMatchesReference) {
   // m around the 128-row tile, odd n and k (oneDNN pads K to pairs and N to
-  // its blocks), each weight type.
-  CheckMatrix(1, 1, 1, GgmlType::kF32, 10);
-  CheckMatrix(127, 17, 5, GgmlType::kF16, 11);
-  CheckMatrix(128, 33, 37, GgmlType::kBF16, 12);
-  CheckMatrix(129, 64, 100, GgmlType::kF32, 13);
-  CheckMatrix(300, 70, 257, GgmlType::kF16, 14);
+  // its blocks), each weight type; on the AMX tiles where usable and oneDNN.
+  for (const bool tiles : {true, false}) {
+    const Bf16MatrixOptions o{.amx_tiles = tiles};
+    CheckMatrix(1, 1, 1, GgmlType::kF32, 10, o);
+    CheckMatrix(127, 17, 5, GgmlType::kF16, 11, o);
+    CheckMatrix(128, 33, 37, GgmlType::kBF16, 12, o);
+    CheckMatrix(129, 64, 100, GgmlType::kF32, 13, o);
+    CheckMatrix(300, 70, 257, GgmlType::kF16, 14, o);
+  }
 }
 
 // Attention against a double softmax over the exact inputs: the scores move

@@ -48,6 +48,7 @@ struct BenchCliOptions {
   int repetitions = 3;
   std::string kv_dtype = "f32";
   std::string attention_precision = "f32";
+  std::string weight_precision = "f32";
   std::string device = "cpu";
   bool no_prefill_shortcut = false;
   SpecFlags spec;
@@ -173,7 +174,8 @@ void RunBench(const BenchCliOptions& o) {
   }
   CheckSpecFlags(o.spec, o.device);
   const std::string path = ResolveModel(o.model);
-  const std::unique_ptr<Model> model = Placement(o.device).Apply(LoadModel(path));
+  const std::unique_ptr<Model> model =
+      Placement(o.device).Apply(LoadModel(path, {.weight_precision = ParseWeightPrecision(o.weight_precision)}));
   const Tokenizer tok(ReadVocab(model->gguf()));
   const std::vector<std::int32_t> prompt = BenchPrompt(tok, o.prompt_tokens);
   const int max_depth = *std::max_element(o.depths.begin(), o.depths.end());
@@ -209,9 +211,9 @@ void RunBench(const BenchCliOptions& o) {
               kernel.c_str(), load_before[0], load_before[1], load_before[2]);
   std::printf("%s: prompt of %d tokens in one Forward; %s: %d greedy decode steps; each after d tokens of context\n",
               pp.c_str(), o.prompt_tokens, tg.c_str(), o.gen_tokens);
-  std::printf("device %s, KV cache %s, %zu bytes (%zu without KV sharing), attention %s%s%s\n", o.device.c_str(),
-              o.kv_dtype.c_str(), state->kv_bytes(), state->kv_cache().Memory().bytes_without_sharing,
-              o.attention_precision.c_str(),
+  std::printf("device %s, KV cache %s, %zu bytes (%zu without KV sharing), attention %s, float weights %s%s%s\n",
+              o.device.c_str(), o.kv_dtype.c_str(), state->kv_bytes(), state->kv_cache().Memory().bytes_without_sharing,
+              o.attention_precision.c_str(), o.weight_precision.c_str(),
               max_depth > 0 ? ", sliding layers full length" : "",
               o.no_prefill_shortcut ? ", prefill short-cut off" : "");
   std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
@@ -309,6 +311,7 @@ void RunBench(const BenchCliOptions& o) {
         {"depths", o.depths},
         {"kv_dtype", o.kv_dtype},
         {"attention_precision", o.attention_precision},
+        {"weight_precision", o.weight_precision},
         {"device", o.device},
         {"kv_bytes", state->kv_bytes()},
         {"kv_bytes_without_sharing", state->kv_cache().Memory().bytes_without_sharing},
@@ -358,6 +361,7 @@ void RegisterBench(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   AddKvDtypeOption(*cmd, o.kv_dtype);
   AddAttentionPrecisionOption(*cmd, o.attention_precision);
+  AddWeightPrecisionOption(*cmd, o.weight_precision);
   AddDeviceOption(*cmd, o.device);
   AddSpecFlags(*cmd, o.spec);
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,

@@ -44,6 +44,7 @@ struct GenerateCliOptions {
   int kv_shared_layers = -1;  // -1: the model's own (0 for Gemma 3)
   std::string kv_dtype = "f32";
   std::string attention_precision = "f32";
+  std::string weight_precision = "f32";
   std::string device = "cpu";
   bool verbose = false;
   ImageFlags image;
@@ -127,7 +128,8 @@ void RunGenerate(const GenerateCliOptions& o) {
   }
   const std::string path = ResolveModel(o.model);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::unique_ptr<Model> model = Placement(o.device).Apply(LoadModel(path));
+  const std::unique_ptr<Model> model =
+      Placement(o.device).Apply(LoadModel(path, {.weight_precision = ParseWeightPrecision(o.weight_precision)}));
   Tokenizer tok(ReadVocab(model->gguf()));
   const ChatFormatChoice choice = ChooseFormat(o, model->gguf());
   const ChatTemplate tmpl(choice.format, tok);
@@ -288,6 +290,7 @@ void RegisterGenerate(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   AddKvDtypeOption(*cmd, o.kv_dtype);
   AddAttentionPrecisionOption(*cmd, o.attention_precision);
+  AddWeightPrecisionOption(*cmd, o.weight_precision);
   AddDeviceOption(*cmd, o.device);
   cmd->add_flag("-v,--verbose", o.verbose,
                 "Print the chat template used and why, the prompt token ids and the KV cache layout to stderr");

@@ -30,6 +30,7 @@ struct PerplexityCliOptions {
   int threads = 0;
   std::string kv_dtype = "f32";
   std::string attention_precision = "f32";
+  std::string weight_precision = "f32";
 };
 
 std::string ReadText(const std::string& path) {
@@ -42,7 +43,8 @@ std::string ReadText(const std::string& path) {
 
 void RunPerplexity(const PerplexityCliOptions& o) {
   const std::string text = ReadText(o.file);
-  const std::unique_ptr<Model> model = LoadModel(ResolveModel(o.model));
+  const std::unique_ptr<Model> model =
+      LoadModel(ResolveModel(o.model), {.weight_precision = ParseWeightPrecision(o.weight_precision)});
   const Tokenizer tok(ReadVocab(model->gguf()));
   const std::vector<std::int32_t> tokens = tok.Encode(text);  // <bos> as the vocabulary says, no special tokens
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -78,6 +80,7 @@ void RegisterPerplexity(CLI::App& app) {
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   AddKvDtypeOption(*cmd, o.kv_dtype);
   AddAttentionPrecisionOption(*cmd, o.attention_precision);
+  AddWeightPrecisionOption(*cmd, o.weight_precision);
   cmd->callback([] { RunPerplexity(o); });
 }
 

@@ -42,6 +42,7 @@ struct ServeCliOptions {
   bool no_prompt_cache = false;
   std::string kv_dtype = "f32";
   std::string attention_precision = "f32";
+  std::string weight_precision = "f32";
   std::string device = "cpu";
   int kv_shared_layers = -1;
   int threads = 0;
@@ -189,6 +190,7 @@ void RunServe(const ServeCliOptions& o) {
   so.scheduler.prompt_cache = !o.no_prompt_cache;
   so.scheduler.kv_dtype = ParseKvDtype(o.kv_dtype);
   so.scheduler.attention_precision = ParseAttentionPrecision(o.attention_precision, so.scheduler.kv_dtype);
+  so.load.weight_precision = ParseWeightPrecision(o.weight_precision);
   if (o.kv_shared_layers >= 0) so.scheduler.num_kv_shared_layers = o.kv_shared_layers;
   so.speculation = SpecRequest(o.spec, o.device);
   if (!o.spec.draft_model.empty()) so.speculation.draft_path = ResolveModel(o.spec.draft_model);
@@ -291,6 +293,7 @@ void RegisterServe(CLI::App& app) {
   cmd->add_flag("--no-prompt-cache", o.no_prompt_cache, "Prefill every prompt in full (no prefix reuse)");
   AddKvDtypeOption(*cmd, o.kv_dtype);
   AddAttentionPrecisionOption(*cmd, o.attention_precision);
+  AddWeightPrecisionOption(*cmd, o.weight_precision);
   AddDeviceOption(*cmd, o.device);
   AddSpecFlags(*cmd, o.spec);
   cmd->add_option("--kv-shared-layers", o.kv_shared_layers, "KV-shared trailing layers (default: the model's own)")

@@ -1,6 +1,7 @@
 #include "kv_options.h"
 
 #include "kvshare/common/error.h"
+#include "kvshare/model/model.h"
 
 namespace kvshare::cli {
 
@@ -46,6 +47,24 @@ GqaMatMulPrecision ParseAttentionPrecision(const std::string& name, DType kv_dty
   }
   if (kv_dtype == DType::kQ8_0) {
     throw Error("--attention-precision bf16 reads f32, f16 or bf16 KV caches, not q8_0; use --kv-dtype f16 or bf16");
+  }
+  return GqaMatMulPrecision::kBf16;
+}
+
+void AddWeightPrecisionOption(CLI::App& cmd, std::string& precision) {
+  cmd.add_option("--weight-precision", precision,
+                 "Products with F32 / F16 / BF16 weight matrices (quantized ones keep int8): f32 (exact), or bf16 "
+                 "(weights and activations rounded to bf16, f32 sums, on Intel AMX tiles: faster F16 / BF16 GGUFs; "
+                 "bound in kvshare/model/model.h, ModelLoadOptions; needs AMX-BF16)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+}
+
+GqaMatMulPrecision ParseWeightPrecision(const std::string& name) {
+  if (name != "bf16") return GqaMatMulPrecision::kF32;
+  if (const std::string why = Bf16WeightsUnavailableReason(); !why.empty()) {
+    throw Error("--weight-precision bf16 runs on Intel AMX tiles (AMX-BF16), and this process has none usable (" + why +
+                "); use --weight-precision f32");
   }
   return GqaMatMulPrecision::kBf16;
 }

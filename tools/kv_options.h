@@ -25,4 +25,11 @@ void AddAttentionPrecisionOption(CLI::App& cmd, std::string& precision);
 // cache), saying why and what to use instead.
 GqaMatMulPrecision ParseAttentionPrecision(const std::string& name, DType kv_dtype);
 
+// Adds `--weight-precision f32|bf16` (ModelLoadOptions::weight_precision;
+// default: the value `precision` holds) to cmd.
+void AddWeightPrecisionOption(CLI::App& cmd, std::string& precision);
+// The option's value; throws kvshare::Error when bf16 cannot run here (no
+// usable AMX-BF16 tiles), saying why and what to use instead.
+GqaMatMulPrecision ParseWeightPrecision(const std::string& name);
+
 }  // namespace kvshare::cli

@@ -52,8 +52,8 @@ std::string ResolveModel(const std::string& given) {
   return model.string();
 }
 
-std::unique_ptr<Model> LoadModel(const std::string& path) {
-  std::unique_ptr<Model> model = Model::Load(path);
+std::unique_ptr<Model> LoadModel(const std::string& path, const ModelLoadOptions& options) {
+  std::unique_ptr<Model> model = Model::Load(path, options);
   for (const std::string& w : model->warnings()) PrintWarning(w);
   return model;
 }

@@ -33,8 +33,8 @@ CLI::Option* AddModelOption(CLI::App& cmd, std::string& path);
 // kvshare::Error naming the path and what to do when there is no model file.
 std::string ResolveModel(const std::string& given);
 
-// Model::Load(path), then its warnings() on stderr (PrintWarning).
-std::unique_ptr<Model> LoadModel(const std::string& path);
+// Model::Load(path, options), then its warnings() on stderr (PrintWarning).
+std::unique_ptr<Model> LoadModel(const std::string& path, const ModelLoadOptions& options = {});
 
 // "kvshare: warning: <warning>" on stderr.
 void PrintWarning(std::string_view warning);

@@ -197,21 +197,41 @@ class PyAssistant {
   std::shared_ptr<const AssistantModel> model_;
 };
 
+// "f32" or "bf16" as a product precision; `what` names the argument.
+GqaMatMulPrecision PrecisionFromName(const std::string& name, const char* what) {
+  if (name == "f32") return GqaMatMulPrecision::kF32;
+  if (name == "bf16") return GqaMatMulPrecision::kBf16;
+  throw Error(std::string(what) + " '" + name + "' is not one of f32, bf16");
+}
+
 class PyModel {
  public:
   PyModel(const std::string& path, const std::optional<std::string>& mmproj, int max_context, int max_step,
-          int num_threads, const std::string& kv_dtype, std::optional<int> kv_shared_layers)
+          int num_threads, const std::string& kv_dtype, std::optional<int> kv_shared_layers,
+          const std::string& attention_precision, const std::string& weight_precision)
       : core_(std::make_shared<ModelCore>()) {
     if (num_threads < 0) throw Error("num_threads must be >= 0 (0 = all cores), got " + std::to_string(num_threads));
     state_options_.max_context = max_context;
     state_options_.max_step = max_step;
     state_options_.kv_dtype = KvCacheDTypeFromName(kv_dtype, "kv_dtype");
     state_options_.num_kv_shared_layers = kv_shared_layers;
+    state_options_.attention_precision = PrecisionFromName(attention_precision, "attention_precision");
+    if (state_options_.attention_precision == GqaMatMulPrecision::kBf16 && !GqaBf16CoversCausal()) {
+      throw Error(
+          "attention_precision bf16 runs on Intel AMX tiles (AMX-BF16), and this process has none usable; use "
+          "attention_precision=\"f32\"");
+    }
+    const ModelLoadOptions load{.weight_precision = PrecisionFromName(weight_precision, "weight_precision")};
+    if (const std::string why = Bf16WeightsUnavailableReason();
+        load.weight_precision == GqaMatMulPrecision::kBf16 && !why.empty()) {
+      throw Error("weight_precision bf16 runs on Intel AMX tiles (AMX-BF16), and this process has none usable (" + why +
+                  "); use weight_precision=\"f32\"");
+    }
     const int threads =
         num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     {
       py::gil_scoped_release release;
-      core_->model = Model::Load(path);
+      core_->model = Model::Load(path, load);
       core_->tokenizer = std::make_unique<Tokenizer>(ReadVocab(core_->model->gguf()));
       core_->pool = std::make_unique<ThreadPool>(threads);
       core_->generator =
@@ -596,10 +616,11 @@ void BindModel(py::module_& m) {
 
   py::class_<PyModel>(m, "Model", kModelDoc)
       .def(py::init<const std::string&, const std::optional<std::string>&, int, int, int, const std::string&,
-                    std::optional<int>>(),
+                    std::optional<int>, const std::string&, const std::string&>(),
            py::arg("path"), py::kw_only(), py::arg("mmproj") = py::none(), py::arg("max_context") = 4096,
            py::arg("max_step") = ModelStateOptions{}.max_step, py::arg("num_threads") = 0,
-           py::arg("kv_dtype") = "float32", py::arg("kv_shared_layers") = py::none())
+           py::arg("kv_dtype") = "float32", py::arg("kv_shared_layers") = py::none(),
+           py::arg("attention_precision") = "f32", py::arg("weight_precision") = "f32")
       .def_property_readonly("config", &PyModel::Config, "Hyperparameters read from the GGUF metadata (a dict).")
       .def_property_readonly("warnings", &PyModel::Warnings,
                              "What the loader noticed that does not stop the model (also issued as UserWarning).")
@@ -629,8 +650,7 @@ void BindModel(py::module_& m) {
            py::arg("image_max_pixels") = ImageLimits{}.max_pixels, py::arg("audio") = py::none(), kGenerateDoc)
       .def_property_readonly("takes_images", &PyModel::TakesImages,
                              "True when the Model was loaded with its vision encoder (mmproj=...).")
-      .def_property_readonly("takes_audio", &PyModel::TakesAudio,
-                             "True when the Model's mmproj has an audio encoder.")
+      .def_property_readonly("takes_audio", &PyModel::TakesAudio, "True when the Model's mmproj has an audio encoder.")
       .def_property_readonly("vision_config", &PyModel::VisionConfig,
                              "The vision encoder's geometry read from the mmproj (a dict), or None without one.")
       .def("preprocess_image", &PyModel::PreprocessImage, py::arg("image"), py::kw_only(),

@@ -6,7 +6,8 @@ namespace kvshare::python {
 inline constexpr const char* kModelDoc = R"(A decoder LLM loaded from a GGUF file (Gemma 3, 3n or 4), run on the CPU.
 
 Model(path, *, mmproj=None, max_context=4096, max_step=256, num_threads=0,
-      kv_dtype="float32", kv_shared_layers=None)
+      kv_dtype="float32", kv_shared_layers=None, attention_precision="f32",
+      weight_precision="f32")
 
 path: GGUF file; mmproj: the model's vision encoder, an mmproj GGUF as
 llama.cpp's converter writes it (Gemma 3, 3n, 4), for generate(images=...);
@@ -17,7 +18,12 @@ num_threads: 0 = all cores; kv_dtype: KV cache storage ("float32", "float16",
 "bfloat16", or "q8_0": 32 int8 values per fp16 scale, 1.0625 bytes per value, as
 llama.cpp's -ctk q8_0 -ctv q8_0); kv_shared_layers: trailing layers that reuse an earlier layer's K/V
 (None = the file's own setting; overriding it on a model trained without sharing
-changes its outputs). Raises kvshare.Error for a missing or invalid file or a bad
+changes its outputs); attention_precision: "f32", or "bf16" (attention's
+score and value products rounded to bf16 with f32 sums on Intel AMX tiles;
+not over a q8_0 cache); weight_precision: "f32", or "bf16" (the products with
+F32 / F16 / BF16 weight matrices in bf16 on AMX tiles, f32 sums; quantized
+matrices keep int8); both bounds in kvshare/attention/gqa.h and
+kvshare/model/model.h, both need AMX-BF16. Raises kvshare.Error for a missing or invalid file or a bad
 option (kv_shared_layers out of range names the valid range), and for an mmproj
 kvshare does not run or that belongs to another model (its width or markers).
 One generation at a time per Model.)";

@@ -33,14 +33,7 @@ namespace {
 
 constexpr std::size_t RoundUp(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
 
-const TileConfig& AttendTiles() {
-  static const TileConfig cfg = [] {
-    TileConfig c;
-    for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
-    return c;
-  }();
-  return cfg;
-}
+const TileConfig& AttendTiles() { return FullTiles(); }
 
 // The lanes of 16 elements from column c that lie below column n.
 inline __mmask16 TailMask16(std::size_t c, std::size_t n) {
@@ -193,10 +186,7 @@ bool GroupsActive(const char* active, std::size_t group_rows, std::size_t r0, st
 
 }  // namespace
 
-bool AmxAttendUsable() {
-  static const bool usable = AmxAllowed() && __builtin_cpu_supports("avx512bf16");
-  return usable;
-}
+bool AmxAttendUsable() { return AmxBf16Allowed(); }
 
 void AmxPackQueries(const float* qs, std::size_t rows, std::size_t H, AmxQueries* q) {
   const std::size_t hp = RoundUp(H, 32), rt = RoundUp(rows, 16) / 16, nd = hp / 32;

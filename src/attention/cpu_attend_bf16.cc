@@ -40,10 +40,7 @@ constexpr std::int64_t kQueryRows = 64;  // queries per oneDNN call
 
 // What the oneDNN form lacks that the AMX tile form covers.
 [[noreturn]] void RefuseWithoutTiles(const std::string& what) {
-  const char* why = !AmxUsable()    ? AmxUnusableReason()
-                    : !AmxAllowed() ? "KVSHARE_KERNEL holds the kernels below amx"
-                                    : "no AVX512-BF16";
-  Refuse(Str(what, " without the AMX tile form (", why, ")"));
+  Refuse(Str(what, " without the AMX tile form (", AmxBf16UnusableReason(), ")"));
 }
 
 struct Plan {

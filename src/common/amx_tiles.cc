@@ -21,4 +21,13 @@ void UseTiles(const TileConfig& cfg) {
 
 TileScope::~TileScope() { _tile_release(); }
 
+const TileConfig& FullTiles() {
+  static const TileConfig cfg = [] {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) c.rows[t] = kTileRows, c.colsb[t] = 64;
+    return c;
+  }();
+  return cfg;
+}
+
 }  // namespace kvshare::detail

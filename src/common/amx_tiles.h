@@ -31,6 +31,10 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
+// All 8 tiles of 16 rows of 64 bytes: the shape of every tile of the bf16
+// products (attention, float weights) and of the K-quant / IQ int8 kernels.
+const TileConfig& FullTiles();
+
 // Loads `cfg` into this thread's tile configuration unless it is already
 // the loaded one (ldtilecfg also zeroes every tile, so kernels of one shape
 // do not pay it per call). The check reads the thread's tile state, so it

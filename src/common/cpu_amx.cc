@@ -71,4 +71,20 @@ bool AmxAllowed() {
   return allowed;
 }
 
+bool AmxBf16Allowed() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool allowed = AmxAllowed() && __builtin_cpu_supports("avx512bf16");
+  return allowed;
+#else
+  return false;
+#endif
+}
+
+const char* AmxBf16UnusableReason() {
+  return !AmxUsable()        ? AmxUnusableReason()
+         : !AmxAllowed()     ? "KVSHARE_KERNEL holds the kernels below amx"
+         : !AmxBf16Allowed() ? "no AVX512-BF16"
+                             : "";
+}
+
 }  // namespace kvshare::detail

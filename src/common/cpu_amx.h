@@ -29,4 +29,11 @@ bool AmxAllowed();
 // Which of the checks failed, for `kvshare info` ("" when AmxUsable()).
 const char* AmxUnusableReason();
 
+// AmxAllowed() and AVX512-BF16 (for rounding f32 to bf16 into the tiles):
+// what the bf16 tile products need (the attention's, src/attention/
+// amx_attend.h, and the float weights', src/quant/bf16_tiles.h).
+bool AmxBf16Allowed();
+// Why AmxBf16Allowed() is false, for error messages ("" when it is true).
+const char* AmxBf16UnusableReason();
+
 }  // namespace kvshare::detail

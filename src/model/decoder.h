@@ -332,7 +332,9 @@ class DecoderModel : public Model {
   // caller-given rows). ple_ids (when given): GivenStepRows' per-layer ids,
   // from the same snapshot of the ranges as `out`.
   void EmbedStep(const Step& step, float* out, std::vector<std::int32_t>* ple_ids = nullptr) const;
-  explicit DecoderModel(GgufFile file) : file_(std::move(file)) {}
+  // pack: how the family's TensorLookup prepares its matrices (the load
+  // options' weight precision).
+  explicit DecoderModel(GgufFile file, PackOptions pack = {}) : file_(std::move(file)), pack_(pack) {}
 
   // A state over `cache` (the architecture adds its scratch).
   virtual std::unique_ptr<DecoderState> MakeState(KvCache cache, const ModelStateOptions& options,
@@ -369,6 +371,7 @@ class DecoderModel : public Model {
   }
 
   GgufFile file_;
+  PackOptions pack_;
   ModelConfig cfg_;
   WeightMatrix embd_w_;  // token_embd rows, as stored (looked up, not multiplied)
   WeightMatrix out_w_;

@@ -68,7 +68,7 @@ void DecoderModel::LoadEmbeddingHead(const std::string& prefix) {
                     ": kvshare pools mean (1) or last (3) only"));
   }
   c.pooling = static_cast<Pooling>(type);
-  const TensorLookup t(file_);
+  const TensorLookup t(file_, pack_);
   std::int64_t width = c.n_embd;
   for (const char* name : {"dense_2", "dense_3"}) {
     const std::string w = std::string(name) + ".weight";

@@ -42,9 +42,9 @@ class Gemma3 final : public detail::DecoderModel {
  public:
   // arch: "gemma3", or "gemma-embedding" (EmbeddingGemma: the same layers
   // run bidirectionally, with a pooling type and dense projections).
-  Gemma3(GgufFile file, const std::string& arch) : DecoderModel(std::move(file)) {
+  Gemma3(GgufFile file, const std::string& arch, PackOptions pack) : DecoderModel(std::move(file), pack) {
     const GgufFile& f = file_;
-    const detail::TensorLookup t(f);
+    const detail::TensorLookup t(f, pack_);
     ModelConfig& c = cfg_;
     c.architecture = arch;
     const std::string a = arch + ".";
@@ -187,8 +187,8 @@ float* Gemma3::RunStep(DecoderState& base, const detail::Step& step, ThreadPool*
 
 }  // namespace
 
-std::unique_ptr<Model> LoadGemma3(GgufFile file, const std::string& arch) {
-  return std::make_unique<Gemma3>(std::move(file), arch);
+std::unique_ptr<Model> LoadGemma3(GgufFile file, const std::string& arch, PackOptions pack) {
+  return std::make_unique<Gemma3>(std::move(file), arch, pack);
 }
 
 }  // namespace kvshare

@@ -7,13 +7,14 @@
 #include <string>
 
 #include "kvshare/model/model.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 
 // Builds a Gemma 3 model over an opened file: arch "gemma3", or
 // "gemma-embedding" (EmbeddingGemma, an encoder: ModelConfig::causal false).
 // Throws kvshare::Error naming the missing key or tensor.
-std::unique_ptr<Model> LoadGemma3(GgufFile file, const std::string& arch = "gemma3");
+std::unique_ptr<Model> LoadGemma3(GgufFile file, const std::string& arch = "gemma3", PackOptions pack = {});
 
 namespace detail {
 

@@ -67,7 +67,7 @@ float Rms(const float* v, std::int64_t n) { return std::sqrt(static_cast<float>(
 
 class Gemma3n final : public detail::DecoderModel {
  public:
-  explicit Gemma3n(GgufFile file);
+  Gemma3n(GgufFile file, PackOptions pack);
   detail::Gemma3nWeights weights() const {
     return {.n_altup = n_altup_,
             .active = active_,
@@ -96,9 +96,9 @@ class Gemma3n final : public detail::DecoderModel {
   std::vector<Layer> layers_;
 };
 
-Gemma3n::Gemma3n(GgufFile file) : DecoderModel(std::move(file)) {
+Gemma3n::Gemma3n(GgufFile file, PackOptions pack) : DecoderModel(std::move(file), pack) {
   const GgufFile& f = file_;
-  const detail::TensorLookup t(f);
+  const detail::TensorLookup t(f, pack_);
   const std::string a = std::string(kArch) + ".";
   ModelConfig& c = cfg_;
   detail::Gemma4Geometry geo = detail::ReadGemma4Geometry(f, a);
@@ -409,7 +409,9 @@ float* Gemma3n::RunStep(DecoderState& base, const detail::Step& step, ThreadPool
 
 }  // namespace
 
-std::unique_ptr<Model> LoadGemma3n(GgufFile file) { return std::make_unique<Gemma3n>(std::move(file)); }
+std::unique_ptr<Model> LoadGemma3n(GgufFile file, PackOptions pack) {
+  return std::make_unique<Gemma3n>(std::move(file), pack);
+}
 
 std::optional<detail::Gemma3nWeights> detail::Gemma3nWeightsOf(const Model& model) {
   const auto* m = dynamic_cast<const Gemma3n*>(&model);

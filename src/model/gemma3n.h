@@ -11,13 +11,14 @@
 
 #include "kvshare/model/model.h"
 #include "model/gemma_blocks.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 
 // Builds a Gemma 3n model over an opened file. Throws kvshare::Error naming
 // the missing or ill-shaped key or tensor (an AltUp count that does not match
 // the projections, a sparsity array of the wrong length).
-std::unique_ptr<Model> LoadGemma3n(GgufFile file);
+std::unique_ptr<Model> LoadGemma3n(GgufFile file, PackOptions pack = {});
 
 namespace detail {
 

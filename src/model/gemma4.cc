@@ -48,7 +48,7 @@ class Gemma4State final : public DecoderState {
 
 class Gemma4 final : public detail::DecoderModel {
  public:
-  explicit Gemma4(GgufFile file);
+  Gemma4(GgufFile file, PackOptions pack);
   detail::Gemma4Weights weights() const { return {.layers = &layers_, .ple = &ple_}; }
 
  private:
@@ -65,9 +65,9 @@ class Gemma4 final : public detail::DecoderModel {
   std::vector<Layer> layers_;
 };
 
-Gemma4::Gemma4(GgufFile file) : DecoderModel(std::move(file)) {
+Gemma4::Gemma4(GgufFile file, PackOptions pack) : DecoderModel(std::move(file), pack) {
   const GgufFile& f = file_;
-  const detail::TensorLookup t(f);
+  const detail::TensorLookup t(f, pack_);
   ModelConfig& c = cfg_;
   const std::string a = "gemma4.";
   detail::Gemma4Geometry g = detail::ReadGemma4Geometry(f, a);
@@ -245,7 +245,9 @@ bool Gemma4::RunLayer(Gemma4State& st, int l, std::vector<detail::QuerySpan>& sp
 
 }  // namespace
 
-std::unique_ptr<Model> LoadGemma4(GgufFile file) { return std::make_unique<Gemma4>(std::move(file)); }
+std::unique_ptr<Model> LoadGemma4(GgufFile file, PackOptions pack) {
+  return std::make_unique<Gemma4>(std::move(file), pack);
+}
 
 std::optional<detail::Gemma4Weights> detail::Gemma4WeightsOf(const Model& model) {
   const auto* m = dynamic_cast<const Gemma4*>(&model);

@@ -11,12 +11,13 @@
 #include "kvshare/model/model.h"
 #include "model/gemma4_moe.h"
 #include "model/gemma_blocks.h"
+#include "quant/quant.h"
 
 namespace kvshare {
 
 // Builds a Gemma 4 model over an opened file. Throws kvshare::Error naming the
 // missing or ill-shaped key or tensor, or the unsupported variant.
-std::unique_ptr<Model> LoadGemma4(GgufFile file);
+std::unique_ptr<Model> LoadGemma4(GgufFile file, PackOptions pack = {});
 
 namespace detail {
 

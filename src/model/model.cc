@@ -3,19 +3,30 @@
 
 #include <algorithm>
 
+#include "common/cpu_amx.h"
 #include "kvshare/common/error.h"
 #include "model/gemma3.h"
 #include "model/gemma3n.h"
 #include "model/gemma4.h"
+#include "quant/bf16_tiles.h"
 
 namespace kvshare {
 
-std::unique_ptr<Model> Model::Load(const std::string& path) {
+std::string Bf16WeightsUnavailableReason() { return detail::AmxBf16Usable() ? "" : detail::AmxBf16UnusableReason(); }
+
+std::unique_ptr<Model> Model::Load(const std::string& path, const ModelLoadOptions& options) {
+  const PackOptions pack{.float_weights_bf16 = options.weight_precision == GqaMatMulPrecision::kBf16};
+  if (pack.float_weights_bf16 && !detail::AmxBf16Usable()) {
+    throw Error(
+        "weight precision bf16 runs the F32 / F16 / BF16 weight matrices on Intel AMX tiles (AMX-BF16), and "
+        "this process has none usable (" +
+        Bf16WeightsUnavailableReason() + "); use weight precision f32");
+  }
   GgufFile file = GgufFile::Open(path);
   const std::string arch(file.GetStringOpt("general.architecture").value_or(""));
-  if (arch == "gemma3" || arch == "gemma-embedding") return LoadGemma3(std::move(file), arch);
-  if (arch == "gemma4") return LoadGemma4(std::move(file));
-  if (arch == "gemma3n") return LoadGemma3n(std::move(file));
+  if (arch == "gemma3" || arch == "gemma-embedding") return LoadGemma3(std::move(file), arch, pack);
+  if (arch == "gemma4") return LoadGemma4(std::move(file), pack);
+  if (arch == "gemma3n") return LoadGemma3n(std::move(file), pack);
   if (arch == "gemma4-assistant") {
     throw Error(
         "model " + path +

@@ -22,6 +22,7 @@
 namespace kvshare {
 namespace detail {
 struct PackedWeights;  // quant/kernels/packed.h
+class AmxBf16Weights;  // quant/bf16_tiles.h
 }  // namespace detail
 
 // ---- weight blocks (byte-exact ggml layouts; fp16 fields are IEEE half bits) ----
@@ -300,6 +301,12 @@ struct WeightMatrix {
   // bitwise those of the AVX-512 kernels either way (the unpacked AVX2 Q8_0
   // kernel differs from them in the last bits).
   std::shared_ptr<const detail::PackedWeights> packed;
+  // A float matrix (F32, F16, BF16) rounded to bf16 for the AMX tiles
+  // (quant/bf16_tiles.h; PackForMatMul with PackOptions::float_weights_bf16),
+  // or null. When set, MatMul runs every product of it there, at every level
+  // but kFloat, with that header's arithmetic and bound instead of exact f32
+  // products.
+  std::shared_ptr<const detail::AmxBf16Weights> bf16_tiles;
 
   // 2-D tensor view (ne[1] rows of ne[0]); throws kvshare::Error on rank > 2
   // or an unsupported type (CheckWeightType).
@@ -339,6 +346,13 @@ struct MatMulParams {
 // pointers with m > 0.
 void MatMul(const WeightMatrix& w, const MatMulParams& p);
 
+struct PackOptions {
+  // F32 / F16 / BF16 matrices also get their bf16 tile form
+  // (WeightMatrix::bf16_tiles). Throws kvshare::Error where the tiles are
+  // not usable (AmxBf16Usable, quant/bf16_tiles.h).
+  bool float_weights_bf16 = false;
+};
+
 // w with a packed copy of its rows (w.packed) when w has a multiple of 16
 // rows and MatMul's default level has a kernel over packed weights of its type
 // (kAmx, kAvx512Vnni and kAvx2: Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4,
@@ -346,7 +360,7 @@ void MatMul(const WeightMatrix& w, const MatMulParams& p);
 // unchanged otherwise (and when KVSHARE_KERNEL picks another level). The copy
 // takes as many bytes as w's rows: call it for the matrices of matrix products,
 // not for tables that are only looked up (embeddings).
-WeightMatrix PackForMatMul(WeightMatrix w);
+WeightMatrix PackForMatMul(WeightMatrix w, const PackOptions& options = {});
 
 // One product of several that share their input (q / k / v, gate / up).
 struct MatMulTarget {

@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_amx.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/quant/kernel_level.h"
-#include "common/cpu_amx.h"
+#include "quant/bf16_tiles.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"
 #include "quant/quant.h"
@@ -113,10 +114,14 @@ bool HasPackedKernel(KernelLevel level, GgmlType type) {
 
 }  // namespace
 
-WeightMatrix PackForMatMul(WeightMatrix w) {
+WeightMatrix PackForMatMul(WeightMatrix w, const PackOptions& options) {
   if (w.packed == nullptr && w.data != nullptr && detail::CanPack(w.type, w.rows) &&
       HasPackedKernel(DefaultKernelLevel(), w.type)) {
     w.packed = detail::Pack(w.data, w.type, w.rows, w.cols / GgmlBlockSize(w.type));
+  }
+  const bool is_float = w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
+  if (options.float_weights_bf16 && is_float && w.bf16_tiles == nullptr && w.data != nullptr) {
+    w.bf16_tiles = std::make_shared<const detail::AmxBf16Weights>(w);
   }
   return w;
 }
@@ -131,6 +136,9 @@ namespace {
 // row's result does not depend on the split, so outputs stay identical for any
 // thread count.
 constexpr std::int64_t kMinRowsPerTask = 16;
+// Activation rows per bf16 tile product (quant/bf16_tiles.h): their staged
+// rows stay in L2 while a task's weight blocks pass.
+constexpr std::int64_t kBf16TileActRows = 128;
 constexpr std::int64_t kTasksPerThread = 4;
 
 // first[k] = index of target k's first task (first.back() = all tasks);
@@ -151,6 +159,7 @@ TaskSplit SplitTasks(std::span<const MatMulTarget> targets, const ThreadPool* po
     const std::int64_t want = std::max<std::int64_t>(1, std::llround(bytes / per_task));
     std::int64_t rpt = std::max(kMinRowsPerTask, (t.w.rows + want - 1) / want);
     if (t.w.packed != nullptr) rpt = (rpt + detail::kPackRows - 1) / detail::kPackRows * detail::kPackRows;
+    if (t.w.bf16_tiles != nullptr) rpt = (rpt + 31) / 32 * 32;  // whole pairs of 16-row blocks
     s.rows_per_task.push_back(rpt);
     s.first.push_back(s.first.back() + (t.w.rows + rpt - 1) / rpt);
   }
@@ -250,14 +259,17 @@ void MatMulMany(const MatMulManyParams& p) {
   }
 
   // Quantize the activations once per format the targets use (row i -> its
-  // own blocks), into this thread's scratch.
+  // own blocks), into this thread's scratch; for targets on the bf16 tiles,
+  // round them to bf16 once.
   thread_local std::vector<ActQ8> a8_scratch;
   thread_local std::vector<ActQ8K> a8k_scratch;
-  bool q32 = false, kquant = false;
+  thread_local std::vector<std::uint16_t> bf16_scratch;
+  bool q32 = false, kquant = false, bf16 = false;
   for (const MatMulTarget& t : p.targets) {
     const detail::ActFormat act = detail::FindWeightType(t.w.type)->act;
-    kquant = kquant || act == detail::ActFormat::kQ8K;
-    q32 = q32 || act == detail::ActFormat::kQ8;
+    bf16 = bf16 || t.w.bf16_tiles != nullptr;
+    kquant = kquant || (act == detail::ActFormat::kQ8K && t.w.bf16_tiles == nullptr);
+    q32 = q32 || (act == detail::ActFormat::kQ8 && t.w.bf16_tiles == nullptr);
   }
   // Rows are independent: ranges of rows on the pool (prefill, batched
   // steps), each quantized exactly as alone.
@@ -278,14 +290,33 @@ void MatMulMany(const MatMulManyParams& p) {
     ActQ8K* a = a8k_scratch.data();
     for_rows([&](std::int64_t i) { QuantizeRowQ8K(p.x + i * cols, a + i * nb, cols); });
   }
+  // Staged as the tiles read them: cols rounded up to 32, rows up to 32
+  // (zeros past m).
+  const std::int64_t kp = (cols + 31) / 32 * 32, mp = (m + 31) / 32 * 32;
+  if (bf16) {
+    bf16_scratch.resize(static_cast<std::size_t>(mp * kp));
+    std::uint16_t* a = bf16_scratch.data();
+    ParallelForRanges(p.pool, m, RowGrain(p.pool, m, cols), [&](std::int64_t i0, std::int64_t i1) {
+      detail::AmxBf16StageRows(p.x + i0 * cols, i1 - i0, cols, kp, a + i0 * kp);
+    });
+    std::fill(a + m * kp, a + mp * kp, std::uint16_t{0});
+  }
   // Pointers, not the thread_local names: the tasks run on other threads too.
   const ActQ8* a8 = a8_scratch.data();
   const ActQ8K* a8k = a8k_scratch.data();
+  const std::uint16_t* staged = bf16_scratch.data();
   // A task's weight rows meet the activation rows kMaxActRows at a time
   // (kMaxAmxActRows for the AMX level's packed kernels): each weight block is
   // unpacked (and read from cache) once per group of rows.
   ForEachTask(p.targets, p.pool, [&](std::size_t t, std::int64_t r0, std::int64_t r1) {
     const WeightMatrix& w = p.targets[t].w;
+    if (w.bf16_tiles != nullptr) {
+      for (std::int64_t i = 0; i < m; i += kBf16TileActRows) {
+        detail::AmxBf16Product(w.bf16_tiles->Block(staged + i * kp, std::min(kBf16TileActRows, m - i), r0, r1,
+                                                   p.targets[t].y + i * w.rows, w.rows));
+      }
+      return;
+    }
     const bool tiles = p.level == KernelLevel::kAmx && w.packed != nullptr &&
                        detail::FindWeightType(w.type)->At(p.level).packed != nullptr;
     const std::int64_t step = tiles ? detail::kMaxAmxActRows : detail::kMaxActRows;

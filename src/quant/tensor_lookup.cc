@@ -22,8 +22,9 @@ std::optional<WeightMatrix> TensorLookup::MatOpt(const std::string& name, std::i
 }
 
 WeightMatrix TensorLookup::ForMatMul(WeightMatrix w) const {
-  w = PackForMatMul(std::move(w));
-  if (w.packed != nullptr) file_.ReleasePages(w.data, static_cast<std::size_t>(w.rows) * w.row_bytes);
+  w = PackForMatMul(std::move(w), pack_);
+  if (w.packed != nullptr || w.bf16_tiles != nullptr)
+    file_.ReleasePages(w.data, static_cast<std::size_t>(w.rows) * w.row_bytes);
   return w;
 }
 

@@ -17,13 +17,15 @@ namespace kvshare::detail {
 // kvshare::Error naming the tensor, the expected and the actual shape / type.
 class TensorLookup {
  public:
-  explicit TensorLookup(const GgufFile& file) : file_(file) {}
+  // pack: how ForMatMul prepares the matrices (PackForMatMul's options).
+  explicit TensorLookup(const GgufFile& file, PackOptions pack = {}) : file_(file), pack_(pack) {}
   // A 2-D weight [rows, cols] (GGUF ne = {cols, rows}) of a supported type.
   WeightMatrix Mat(const std::string& name, std::int64_t rows, std::int64_t cols) const;
   std::optional<WeightMatrix> MatOpt(const std::string& name, std::int64_t rows, std::int64_t cols) const;
   // w prepared for MatMul: packed where this CPU has a kernel for its layout
-  // (PackForMatMul), and then its file pages released (GgufFile::ReleasePages:
-  // MatMul reads the packed copy, so the model does not hold both). For the
+  // (PackForMatMul with the lookup's options), and then its file pages
+  // released (GgufFile::ReleasePages: MatMul reads the packed copy, so the
+  // model does not hold both). For the
   // matrices of matrix products, not for tables that are only looked up.
   WeightMatrix ForMatMul(WeightMatrix w) const;
   // A 3-D stack of `count` weights [rows, cols] (GGUF ne = {cols, rows, count}),
@@ -37,6 +39,7 @@ class TensorLookup {
 
  private:
   const GgufFile& file_;
+  PackOptions pack_;
 };
 
 }  // namespace kvshare::detail

@@ -40,19 +40,27 @@ EncoderPrecision ResolveEncoderPrecision(const GgufFile& file, EncoderPrecision 
 
 struct Bf16Matrix::Impl {
   std::int64_t n = 0, k = 0;  // W [n, k]
+  AmxBf16Weights tiles;       // with use_tiles: the products; else oneDNN's below
+  bool use_tiles = false;
   dnnl::matmul mm;
   memory::desc src_md, dst_md, scratch_md;
   memory weights;  // packed bf16, owned by oneDNN's memory object
 };
 
-Bf16Matrix::Bf16Matrix(const WeightMatrix& w) {
-  if (!Bf16MatMulSupported()) {
-    throw Error("bf16 encoder precision needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 precision");
-  }
+Bf16Matrix::Bf16Matrix(const WeightMatrix& w, Bf16MatrixOptions options) {
   auto impl = std::make_shared<Impl>();
   const memory::dim N = w.rows, K = w.cols;
   impl->n = N;
   impl->k = K;
+  if (options.amx_tiles && AmxBf16Usable()) {
+    impl->tiles = AmxBf16Weights(w);
+    impl->use_tiles = true;
+    impl_ = std::move(impl);
+    return;
+  }
+  if (!Bf16MatMulSupported()) {
+    throw Error("bf16 encoder precision needs a CPU with AVX-512 (oneDNN's bf16 matmul); use f32 precision");
+  }
   const dnnl::engine& eng = CpuEngine();
   try {
     impl->src_md = memory::desc({kRows, K}, memory::data_type::bf16, memory::format_tag::ab);
@@ -83,9 +91,14 @@ Bf16Matrix::Bf16Matrix(const WeightMatrix& w) {
 
 std::int64_t Bf16Matrix::rows() const { return impl_->n; }
 std::int64_t Bf16Matrix::cols() const { return impl_->k; }
+bool Bf16Matrix::amx_tiles() const { return impl_->use_tiles; }
 
 void Bf16Matrix::Apply(const float* x, std::int64_t m, float* y, ThreadPool* pool) const {
   const Impl& p = *impl_;
+  if (p.use_tiles) {
+    p.tiles.Apply(x, m, y, pool);
+    return;
+  }
   const std::int64_t tiles = (m + kRows - 1) / kRows;
   ParallelFor(pool, tiles, [&](std::int64_t t) {
     OmpOneThread one;

@@ -1,11 +1,13 @@
-// A weight matrix held as bf16 for oneDNN's bf16 matmul (f32 accumulation):
-// the encoders' reduced-precision linears (docs/vision.md "Precision"). At
+// A weight matrix held as bf16 for bf16 products with f32 sums: the
+// encoders' reduced-precision linears (docs/vision.md "Precision"). Where
+// AMX-BF16 tiles are usable (quant/bf16_tiles.h: the products, their bound and
+// the packing) they run there; elsewhere through oneDNN's bf16 matmul: at
 // load the matrix is converted to bf16 (round to nearest even) and packed in
 // the layout oneDNN's kernel reads; a product converts the activations to
 // bf16 per tile of kRows rows and runs one single-threaded oneDNN call per
-// tile on kvshare's ThreadPool, the last tile zero-padded to kRows, so every
-// output row comes from the same call whatever the thread count. Internal to
-// src/vision.
+// tile on kvshare's ThreadPool, the last tile zero-padded to kRows. Either
+// way every output row comes from the same arithmetic whatever the thread
+// count. Internal to src/vision.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "attention/bf16_support.h"  // Bf16MatMulSupported(), Bf16MatMulNative()
 #include "kvshare/common/encoder_precision.h"
 #include "kvshare/gguf/gguf.h"
+#include "quant/bf16_tiles.h"
 #include "quant/quant.h"
 
 namespace kvshare {
@@ -36,14 +39,22 @@ bool Bf16AutoPicks(const GgufFile& file, const std::function<bool(const GgufTens
 EncoderPrecision ResolveEncoderPrecision(const GgufFile& file, EncoderPrecision requested, std::string_view what,
                                          const std::function<bool(const GgufTensor&)>& is_matrix);
 
+struct Bf16MatrixOptions {
+  // false: oneDNN even where the tiles are usable (benchmarks compare them).
+  bool amx_tiles = true;
+};
+
 class Bf16Matrix {
  public:
   static constexpr std::int64_t kRows = 128;  // activation rows per oneDNN call
 
   Bf16Matrix() = default;
   // w: [rows, cols] of any type DequantizeRow reads. Throws kvshare::Error
-  // when oneDNN has no bf16 matmul here (Bf16MatMulSupported() false).
-  explicit Bf16Matrix(const WeightMatrix& w);
+  // when neither the tiles nor oneDNN's bf16 matmul run here
+  // (Bf16MatMulSupported() false).
+  explicit Bf16Matrix(const WeightMatrix& w, Bf16MatrixOptions options = {});
+  // Whether the products run on the AMX tiles.
+  bool amx_tiles() const;
 
   bool empty() const { return impl_ == nullptr; }
   std::int64_t rows() const;

@@ -162,6 +162,22 @@ def test_kv_cache_options_change_its_bytes():
         kvshare.Model(str(MODEL), kv_shared_layers=18)
 
 
+def test_precision_options():
+    """attention_precision and weight_precision take f32 or bf16; bf16 runs where
+    the AMX tiles are usable and is refused with what to use elsewhere."""
+    for arg in ("attention_precision", "weight_precision"):
+        with pytest.raises(ValueError, match=f"{arg} 'fp8' is not one of f32, bf16"):
+            kvshare.Model(str(MODEL), **{arg: "fp8"})
+    amx = "amx_bf16" in Path("/proc/cpuinfo").read_text() and os.environ.get("KVSHARE_KERNEL", "amx") == "amx"
+    for arg in ("attention_precision", "weight_precision"):
+        if amx:
+            m = kvshare.Model(str(MODEL), max_context=64, num_threads=2, kv_dtype="float16", **{arg: "bf16"})
+            assert "".join(m.generate(RAW, chat=False, max_new_tokens=2))
+        else:
+            with pytest.raises(kvshare.Error, match=f'AMX.*{arg}.*f32'):
+                kvshare.Model(str(MODEL), **{arg: "bf16"})
+
+
 def test_speculative_decoding_is_lossless(model):
     """draft="ngram" and a draft model (here the same file: every draft accepted)
     give the greedy text of generation without speculation, in fewer target

@@ -236,11 +236,34 @@ class ModelState {
   virtual std::span<const float> hidden() const { return {}; }
 };
 
+// How Model::Load prepares the weights.
+struct ModelLoadOptions {
+  // The products with F32 / F16 / BF16 weight matrices (quantized matrices
+  // keep their int8 products). kF32 (the default): exact f32 products of the
+  // stored values. kBf16: the weights are rounded to bf16 once at load and
+  // the activations per product (nearest even), and the products run on
+  // Intel AMX tiles with f32 sums (tdpbf16ps), for every row count, prefill,
+  // decode and verify alike, so a row's logits still do not depend on how its
+  // tokens were batched. Bound per output (u = 2^-8, one bf16 rounding):
+  // |y - sum w x| <= (2u + u^2) sum |w x| + gamma_K sum |bf16(w) bf16(x)|
+  // (gamma_K = K 2^-24 / (1 - K 2^-24)), as llama.cpp's F16 / BF16 weights
+  // round their activations to f16 / bf16. Load throws kvshare::Error
+  // where the tiles are not usable (no AMX-BF16, no OS permission, or
+  // KVSHARE_KERNEL below amx).
+  GqaMatMulPrecision weight_precision = GqaMatMulPrecision::kF32;
+};
+
+// Why ModelLoadOptions::weight_precision kBf16 cannot run in this process
+// (no AMX or AVX512-BF16 on this CPU, no Linux tile permission, or
+// KVSHARE_KERNEL set below amx), or "" when it can.
+std::string Bf16WeightsUnavailableReason();
+
 class Model {
  public:
   // Opens and validates `path`. Throws kvshare::Error for a missing file, an
-  // unsupported architecture, or missing/ill-shaped tensors.
-  static std::unique_ptr<Model> Load(const std::string& path);
+  // unsupported architecture, missing/ill-shaped tensors, or options this
+  // CPU cannot run.
+  static std::unique_ptr<Model> Load(const std::string& path, const ModelLoadOptions& options = {});
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;

@@ -28,14 +28,7 @@ constexpr std::size_t kPlaneBytes = 4096;
 // rows); 4, 5 and 6, 7: two sets of C_lo, C_hi (16 rows of 16 int32), for
 // alternate chunks, so one chunk's sums are stored and scaled while the next
 // one's products run.
-const TileConfig& KTiles() {
-  static const TileConfig cfg = [] {
-    TileConfig c;
-    for (int t = 0; t < 8; ++t) c.rows[t] = kTileRows, c.colsb[t] = 64;
-    return c;
-  }();
-  return cfg;
-}
+const TileConfig& KTiles() { return FullTiles(); }
 
 // One group's scales for ScaleSplit, from the 16 rows' scales s (int32
 // lanes, each in int8 range) and the codes' bias: the scale byte at the even
