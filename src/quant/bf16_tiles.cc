@@ -3,7 +3,6 @@
 #include "quant/bf16_tiles.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "common/cpu_amx.h"
 #include "common/float_convert.h"
@@ -56,10 +55,9 @@ void AmxBf16Weights::Apply(const float* x, std::int64_t m, float* y, ThreadPool*
   thread_local std::vector<std::uint16_t> staged;
   staged.resize(static_cast<std::size_t>(mp * kp_));
   std::uint16_t* a = staged.data();
-  ParallelForRanges(pool, m, RowGrain(pool, m, kp_), [&](std::int64_t r0, std::int64_t r1) {
-    AmxBf16StageRows(x + r0 * k_, r1 - r0, k_, kp_, a + r0 * kp_);
+  ParallelForRanges(pool, mp, RowGrain(pool, mp, kp_), [&](std::int64_t r0, std::int64_t r1) {
+    AmxBf16StageRows(x, m, r0, r1, k_, kp_, a);
   });
-  std::memset(a + m * kp_, 0, static_cast<std::size_t>((mp - m) * kp_) * sizeof(std::uint16_t));
 
   // Tasks: row chunks x spans of weight-row blocks, enough of them to share
   // out (four per thread) when m is small.
@@ -92,7 +90,8 @@ AmxBf16Block AmxBf16Weights::Block(const std::uint16_t* a, std::int64_t rows, st
 
 #if !(defined(__x86_64__) && defined(__GNUC__))
 // Never reached: AmxBf16Usable() is false off x86-64.
-void AmxBf16StageRows(const float*, std::int64_t, std::int64_t, std::int64_t, std::uint16_t*) {}
+void AmxBf16StageRows(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                      std::uint16_t*) {}
 void AmxBf16Product(const AmxBf16Block&) {}
 #endif
 

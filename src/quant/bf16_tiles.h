@@ -35,12 +35,17 @@ namespace kvshare::detail {
 bool AmxBf16Usable();
 
 // The tile kernels (kernels/amx/bf16_tiles.cc), entered only when
-// AmxBf16Usable(). Rows [0, m) of x [m, k] (row stride k) as bf16 into a
-// (row stride kp >= k), the columns past k zero.
-void AmxBf16StageRows(const float* x, std::int64_t m, std::int64_t k, std::int64_t kp, std::uint16_t* a);
+// AmxBf16Usable(). Staged activations are laid out as the tiles' A operand:
+// per group of 16 rows and step of 32 columns one 1 KiB tile (16 rows of 32
+// bf16), the steps of a group consecutive, so row group g starts at a + 16 g kp
+// (kp = k rounded up to 32) and every tile load is contiguous. Stages rows
+// [r0, r1) of that layout: row r < m from x [m, k] (row stride k) as bf16,
+// the columns past k zero; rows r >= m all zero.
+void AmxBf16StageRows(const float* x, std::int64_t m, std::int64_t r0, std::int64_t r1, std::int64_t k,
+                      std::int64_t kp, std::uint16_t* a);
 
 struct AmxBf16Block {
-  const std::uint16_t* a = nullptr;  // staged rows (AmxBf16StageRows), row stride kp, rows of 16
+  const std::uint16_t* a = nullptr;  // staged rows (AmxBf16StageRows) from a group of 16
   std::int64_t rows = 0;             // valid rows of a (readable up to a multiple of 32)
   std::int64_t kp = 0;
   const std::uint16_t* packed = nullptr;  // AmxBf16Weights' blocks
@@ -73,8 +78,8 @@ class AmxBf16Weights {
   // x rows are cols() floats apart, y rows rows() floats apart.
   void Apply(const float* x, std::int64_t m, float* y, ThreadPool* pool) const;
   // Outputs [r0, r1) of `rows` staged activation rows a (AmxBf16StageRows with
-  // staged_cols(), readable up to a multiple of 32 rows) into y (row stride
-  // ys), for AmxBf16Product; r0 a multiple of 32.
+  // kp = staged_cols(), from a row group, staged up to a multiple of 32 rows)
+  // into y (row stride ys), for AmxBf16Product; r0 a multiple of 32.
   AmxBf16Block Block(const std::uint16_t* a, std::int64_t rows, std::int64_t r0, std::int64_t r1, float* y,
                      std::int64_t ys) const;
 

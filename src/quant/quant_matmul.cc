@@ -290,16 +290,15 @@ void MatMulMany(const MatMulManyParams& p) {
     ActQ8K* a = a8k_scratch.data();
     for_rows([&](std::int64_t i) { QuantizeRowQ8K(p.x + i * cols, a + i * nb, cols); });
   }
-  // Staged as the tiles read them: cols rounded up to 32, rows up to 32
-  // (zeros past m).
+  // Staged as the tiles read them (AmxBf16StageRows: 1 KiB tiles of 16 rows
+  // x 32 columns; cols rounded up to 32, rows up to 32, zeros past m).
   const std::int64_t kp = (cols + 31) / 32 * 32, mp = (m + 31) / 32 * 32;
   if (bf16) {
     bf16_scratch.resize(static_cast<std::size_t>(mp * kp));
     std::uint16_t* a = bf16_scratch.data();
-    ParallelForRanges(p.pool, m, RowGrain(p.pool, m, cols), [&](std::int64_t i0, std::int64_t i1) {
-      detail::AmxBf16StageRows(p.x + i0 * cols, i1 - i0, cols, kp, a + i0 * kp);
+    ParallelForRanges(p.pool, mp, RowGrain(p.pool, mp, cols), [&](std::int64_t i0, std::int64_t i1) {
+      detail::AmxBf16StageRows(p.x, m, i0, i1, cols, kp, a);
     });
-    std::fill(a + m * kp, a + mp * kp, std::uint16_t{0});
   }
   // Pointers, not the thread_local names: the tasks run on other threads too.
   const ActQ8* a8 = a8_scratch.data();

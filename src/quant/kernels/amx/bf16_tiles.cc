@@ -50,7 +50,6 @@ inline void StoreC(float* y, std::int64_t ys, std::int64_t rows, std::int64_t co
 template <int kRows>
 inline void Products(const std::uint16_t* a, std::int64_t kp, const std::uint16_t* b0, const std::uint16_t* b1,
                      std::int64_t steps) {
-  const std::int64_t as = kp * static_cast<std::int64_t>(sizeof(std::uint16_t));
   _tile_zero(0);
   _tile_zero(1);
   if constexpr (kRows == 32) {
@@ -58,13 +57,13 @@ inline void Products(const std::uint16_t* a, std::int64_t kp, const std::uint16_
     _tile_zero(3);
   }
   for (std::int64_t s = 0; s < steps; ++s) {
-    _tile_loadd(4, a + 32 * s, as);
+    _tile_loadd(4, a + 512 * s, 64);
     _tile_loadd(6, b0 + 512 * s, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(7, b1 + 512 * s, 64);
     _tile_dpbf16ps(1, 4, 7);
     if constexpr (kRows == 32) {
-      _tile_loadd(5, a + 16 * kp + 32 * s, as);
+      _tile_loadd(5, a + 16 * kp + 512 * s, 64);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
@@ -73,14 +72,19 @@ inline void Products(const std::uint16_t* a, std::int64_t kp, const std::uint16_
 
 }  // namespace
 
-void AmxBf16StageRows(const float* x, std::int64_t m, std::int64_t k, std::int64_t kp, std::uint16_t* a) {
-  for (std::int64_t i = 0; i < m; ++i) {
+void AmxBf16StageRows(const float* x, std::int64_t m, std::int64_t r0, std::int64_t r1, std::int64_t k,
+                      std::int64_t kp, std::uint16_t* a) {
+  for (std::int64_t i = r0; i < r1; ++i) {
+    std::uint16_t* ar = a + (i - i % kTileRows) * kp + 32 * (i % kTileRows);
+    if (i >= m) {
+      for (std::int64_t c = 0; c < kp; c += 32) _mm512_storeu_si512(ar + 16 * c, _mm512_setzero_si512());
+      continue;
+    }
     const float* xr = x + i * k;
-    std::uint16_t* ar = a + i * kp;
     for (std::int64_t c = 0; c < kp; c += 32) {
       const __m512 lo = _mm512_maskz_loadu_ps(Mask16(c, k), xr + c);
       const __m512 hi = _mm512_maskz_loadu_ps(Mask16(c + 16, k), xr + c + 16);
-      _mm512_storeu_si512(ar + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      _mm512_storeu_si512(ar + 16 * c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     }
   }
 }
