@@ -176,6 +176,12 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
       b->Args({q4k, 640, 2048, m, 2, level});
       b->Args({q6k, 640, 2048, m, 2, level});
     }
+    // Speculative verify steps (k + 1 rows: draft-max 16 gives 17) and
+    // tails of a few rows past whole tiles, 1 thread.
+    for (std::int64_t m : {17, 20, 28, 33}) {
+      b->Args({q50, 2048, 640, m, 1, level});
+      b->Args({q4k, 640, 2048, m, 1, level});
+    }
   }
   const std::int64_t iq4nl = static_cast<std::int64_t>(GgmlType::kIQ4_NL),
                      iq4xs = static_cast<std::int64_t>(GgmlType::kIQ4_XS),

@@ -31,6 +31,18 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
+// How many of a call's `acts` activation rows an int8 tile kernel takes: none
+// below min_rows (where its tiles pay for a whole call); else its whole
+// tiles of kTileRows, plus the last partial one when that one has min_tail
+// rows or more (a tile product costs as much for 1 row as for 16, but the
+// weights are already decoded). The AVX-512 kernels, bitwise the same
+// outputs, take the rest.
+inline int AmxTiledRows(int acts, int min_rows, int min_tail) {
+  if (acts < min_rows) return 0;
+  const int tail = acts % kTileRows;
+  return tail != 0 && tail < min_tail ? acts - tail : acts;
+}
+
 // All 8 tiles of 16 rows of 64 bytes: the shape of every tile of the bf16
 // products (attention, float weights) and of the K-quant / IQ int8 kernels.
 const TileConfig& FullTiles();
