@@ -9,6 +9,7 @@
 
 #include "kv_options.h"
 #include "kvshare/common/error.h"
+#include "kvshare/model/model.h"
 
 namespace kvshare::cli {
 namespace {
@@ -75,6 +76,30 @@ TEST(AttentionPrecisionOption, Bf16WhereTheTilesRunElseAnActionableError) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("AMX"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("--attention-precision f32"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(WeightPrecisionOption, Bf16WhereTheTilesRunElseAnActionableError) {
+  CLI::App app{"test"};
+  std::string precision = "f32";
+  AddWeightPrecisionOption(app, precision);
+  std::vector<const char*> argv = {"kvshare", "--weight-precision", "fp16"};
+  EXPECT_THROW(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ValidationError);
+  argv.back() = "bf16";
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(precision, "bf16");
+  EXPECT_EQ(ParseWeightPrecision("f32"), GqaMatMulPrecision::kF32);
+  const std::string why = Bf16WeightsUnavailableReason();
+  if (why.empty()) {
+    EXPECT_EQ(ParseWeightPrecision("bf16"), GqaMatMulPrecision::kBf16);
+  } else {
+    try {
+      ParseWeightPrecision("bf16");
+      FAIL() << "bf16 weights were accepted without usable tiles";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--weight-precision f32"), std::string::npos) << e.what();
     }
   }
 }

@@ -291,8 +291,9 @@ void MatMulMany(const MatMulManyParams& p) {
     for_rows([&](std::int64_t i) { QuantizeRowQ8K(p.x + i * cols, a + i * nb, cols); });
   }
   // Staged as the tiles read them (AmxBf16StageRows: 1 KiB tiles of 16 rows
-  // x 32 columns; cols rounded up to 32, rows up to 32, zeros past m).
-  const std::int64_t kp = (cols + 31) / 32 * 32, mp = (m + 31) / 32 * 32;
+  // x 32 columns; cols rounded up to 32 as AmxBf16Weights::staged_cols(),
+  // rows up to 32, zeros past m).
+  const std::int64_t kp = std::max<std::int64_t>((cols + 31) / 32 * 32, 32), mp = (m + 31) / 32 * 32;
   if (bf16) {
     bf16_scratch.resize(static_cast<std::size_t>(mp * kp));
     std::uint16_t* a = bf16_scratch.data();

@@ -225,12 +225,13 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
 void AmxPackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
                     int acts, float* y, std::int64_t ys) {
   const int tiled = AmxTiledRows(acts, kAmxKMinRows, kAmxKMinTail);
-  switch (tiled == 0 ? GgmlType::kF32 : w.type) {
-    case GgmlType::kF32: break;  // no tile rows
-    case GgmlType::kQ4_K: AmxKRowsT<GgmlType::kQ4_K>(w, r0, r1, x, xs, tiled, y, ys); break;
-    case GgmlType::kQ2_K: AmxKRowsT<GgmlType::kQ2_K>(w, r0, r1, x, xs, tiled, y, ys); break;
-    case GgmlType::kQ3_K: AmxKRowsT<GgmlType::kQ3_K>(w, r0, r1, x, xs, tiled, y, ys); break;
-    default: AmxKRowsT<GgmlType::kQ6_K>(w, r0, r1, x, xs, tiled, y, ys); break;
+  if (tiled > 0) {
+    switch (w.type) {
+      case GgmlType::kQ4_K: AmxKRowsT<GgmlType::kQ4_K>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kQ2_K: AmxKRowsT<GgmlType::kQ2_K>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kQ3_K: AmxKRowsT<GgmlType::kQ3_K>(w, r0, r1, x, xs, tiled, y, ys); break;
+      default: AmxKRowsT<GgmlType::kQ6_K>(w, r0, r1, x, xs, tiled, y, ys); break;
+    }
   }
   if (tiled < acts) Avx512PackedKRows(w, r0, r1, x + tiled * xs, xs, acts - tiled, y + tiled * ys, ys);
 }

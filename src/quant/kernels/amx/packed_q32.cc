@@ -211,14 +211,15 @@ void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Ac
 void AmxPackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs,
                    int acts, float* y, std::int64_t ys) {
   const int tiled = AmxTiledRows(acts, kAmxMinRows, kAmxMinTail);
-  switch (tiled == 0 ? GgmlType::kF32 : w.type) {
-    case GgmlType::kF32: break;  // no tile rows
-    case GgmlType::kQ8_0: AmxRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, tiled, y, ys); break;
-    case GgmlType::kQ4_0: AmxRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, tiled, y, ys); break;
-    case GgmlType::kIQ4_NL: AmxRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, tiled, y, ys); break;
-    case GgmlType::kIQ4_XS: AmxRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, tiled, y, ys); break;
-    case GgmlType::kMXFP4: AmxRowsT<GgmlType::kMXFP4>(w, r0, r1, x, xs, tiled, y, ys); break;
-    default: AmxRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, tiled, y, ys); break;
+  if (tiled > 0) {
+    switch (w.type) {
+      case GgmlType::kQ8_0: AmxRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kQ4_0: AmxRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kIQ4_NL: AmxRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kIQ4_XS: AmxRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kMXFP4: AmxRowsT<GgmlType::kMXFP4>(w, r0, r1, x, xs, tiled, y, ys); break;
+      default: AmxRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, tiled, y, ys); break;
+    }
   }
   if (tiled < acts) Avx512PackedRows(w, r0, r1, x + tiled * xs, xs, acts - tiled, y + tiled * ys, ys);
 }
