@@ -109,6 +109,10 @@ void RunInfo(const InfoCliOptions& o) {
     return;
   }
   std::cout << "matmul kernel: " << MatMulKernelDescription() << "\n";
+  // Whether the bf16 tile products (--weight-precision / --attention-precision bf16) run here.
+  const std::string no_bf16 = Bf16WeightsUnavailableReason();
+  std::cout << "bf16 tiles (--weight-precision, --attention-precision bf16): "
+            << (no_bf16.empty() ? std::string("usable") : "not usable (" + no_bf16 + ")") << "\n";
   const ChatFormatChoice chat = ChooseChatFormat(file);
   std::cout << "chat template: " << ChatFormatName(chat.format)
             << (chat.format == ChatFormat::kNone ? " (plain completion)" : "") << ": " << chat.reason << "\n";
