@@ -45,6 +45,11 @@ inline void StoreC(float* y, std::int64_t ys, std::int64_t rows, std::int64_t co
   }
 }
 
+// Steps ahead whose A (rows 0-15) and B tiles are prefetched into L1: the
+// six Bf16Matrix shapes of bench/bf16_matmul_bench.cc went from 14.9% to
+// 19.2% of the tdpbf16ps peak (means over 6 alternating rounds; 5 of 6 won).
+constexpr std::int64_t kPrefetchSteps = 2;
+
 // C 0, 1 (and 2, 3 for kRows = 32) = A rows times B blocks b0, b1 over
 // `steps` steps of 32 columns.
 template <int kRows>
@@ -57,6 +62,14 @@ inline void Products(const std::uint16_t* a, std::int64_t kp, const std::uint16_
     _tile_zero(3);
   }
   for (std::int64_t s = 0; s < steps; ++s) {
+    // The operands of step s + kPrefetchSteps into L1 (from L2, where a
+    // task's rows and weight blocks sit; past the last step the hints read
+    // nothing that matters).
+    for (int l = 0; l < 1024; l += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(a + 512 * (s + kPrefetchSteps)) + l, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b0 + 512 * (s + kPrefetchSteps)) + l, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b1 + 512 * (s + kPrefetchSteps)) + l, _MM_HINT_T0);
+    }
     _tile_loadd(4, a + 512 * s, 64);
     _tile_loadd(6, b0 + 512 * s, 64);
     _tile_dpbf16ps(0, 4, 6);
