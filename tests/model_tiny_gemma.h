@@ -25,6 +25,7 @@
 #include "common/float_convert.h"
 #include "gguf_writer.h"
 #include "kvshare/cache/kv_cache.h"
+#include "kvshare/common/thread_pool.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
 #include "model_reference_ops.h"
@@ -248,6 +249,14 @@ inline std::vector<std::int32_t> Tokens(int n, int vocab, unsigned seed) {
     t.push_back(static_cast<std::int32_t>((s >> 33) % static_cast<std::uint64_t>(vocab)));
   }
   return t;
+}
+
+// Every position's logits [T * n_vocab] of `tokens` on a fresh state.
+inline std::vector<float> AllLogits(const Model& m, const std::vector<std::int32_t>& tokens, const ModelStateOptions& o,
+                                    ThreadPool* pool = nullptr) {
+  auto st = m.NewState(o);
+  std::span<const float> l = m.Forward(*st, tokens, pool, {.num_logits = static_cast<std::int64_t>(tokens.size())});
+  return std::vector<float>(l.begin(), l.end());
 }
 
 // Writes the file to `path`.

@@ -33,6 +33,7 @@ using testing::TinyGemmaSpec;
 // products (~sqrt(n) * 6e-8 each) through 6 layers stays far below this.
 constexpr double kFp32Tol = 1e-5;
 
+using testing::AllLogits;
 using testing::Tokens;
 
 std::vector<float> Slice(std::span<const float> v, std::size_t row, std::size_t width) {
@@ -42,14 +43,6 @@ std::vector<float> Slice(std::span<const float> v, std::size_t row, std::size_t 
 
 std::int32_t Argmax(const std::vector<float>& v) {
   return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
-// Every position's logits [T * n_vocab] of `tokens` on a fresh state.
-std::vector<float> AllLogits(const Model& m, const std::vector<std::int32_t>& tokens, ModelStateOptions o,
-                             ThreadPool* pool = nullptr) {
-  auto st = m.NewState(o);
-  std::span<const float> l = m.Forward(*st, tokens, pool, {.num_logits = static_cast<std::int64_t>(tokens.size())});
-  return std::vector<float>(l.begin(), l.end());
 }
 
 std::vector<float> AsFloat(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }

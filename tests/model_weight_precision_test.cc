@@ -25,6 +25,7 @@
 namespace kvshare {
 namespace {
 
+using testing::AllLogits;
 using testing::TempGguf;
 using testing::TinyGemmaSpec;
 
@@ -35,13 +36,6 @@ TinyGemmaSpec FloatTypes() {
   s.types = {GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32};
   s.seed = 11;
   return s;
-}
-
-std::vector<float> AllLogits(const Model& m, const std::vector<std::int32_t>& tokens, const ModelStateOptions& o,
-                             ThreadPool* pool) {
-  auto st = m.NewState(o);
-  std::span<const float> l = m.Forward(*st, tokens, pool, {.num_logits = static_cast<std::int64_t>(tokens.size())});
-  return std::vector<float>(l.begin(), l.end());
 }
 
 double MaxAbs(const std::vector<float>& a, const std::vector<double>& b) {

@@ -28,13 +28,20 @@ void AddKvDtypeOption(CLI::App& cmd, std::string& dtype) {
 
 DType ParseKvDtype(const std::string& name) { return KvCacheDTypeFromName(name, "--kv-dtype"); }
 
+namespace {
+
+// An f32 | bf16 product-precision flag.
+void AddPrecisionOption(CLI::App& cmd, const char* name, std::string& precision, const char* help) {
+  cmd.add_option(name, precision, help)->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+}
+
+}  // namespace
+
 void AddAttentionPrecisionOption(CLI::App& cmd, std::string& precision) {
-  cmd.add_option("--attention-precision", precision,
-                 "Attention's score and value products: f32, or bf16 (rounded to bf16, f32 sums, on Intel AMX tiles: "
-                 "faster long prompts; error bound in kvshare/attention/gqa.h; needs AMX-BF16 and a KV dtype other "
-                 "than q8_0)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  AddPrecisionOption(cmd, "--attention-precision", precision,
+                     "Attention's score and value products: f32, or bf16 (rounded to bf16, f32 sums, on Intel AMX "
+                     "tiles: faster long prompts; error bound in kvshare/attention/gqa.h; needs AMX-BF16 and a KV "
+                     "dtype other than q8_0)");
 }
 
 GqaMatMulPrecision ParseAttentionPrecision(const std::string& name, DType kv_dtype) {
@@ -52,12 +59,10 @@ GqaMatMulPrecision ParseAttentionPrecision(const std::string& name, DType kv_dty
 }
 
 void AddWeightPrecisionOption(CLI::App& cmd, std::string& precision) {
-  cmd.add_option("--weight-precision", precision,
-                 "Products with F32 / F16 / BF16 weight matrices (quantized ones keep int8): f32 (exact), or bf16 "
-                 "(weights and activations rounded to bf16, f32 sums, on Intel AMX tiles: faster F16 / BF16 GGUFs; "
-                 "bound in kvshare/model/model.h, ModelLoadOptions; needs AMX-BF16)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  AddPrecisionOption(cmd, "--weight-precision", precision,
+                     "Products with F32 / F16 / BF16 weight matrices (quantized ones keep int8): f32 (exact), or bf16 "
+                     "(weights and activations rounded to bf16, f32 sums, on Intel AMX tiles: faster F16 / BF16 "
+                     "GGUFs; bound in kvshare/model/model.h, ModelLoadOptions; needs AMX-BF16)");
 }
 
 GqaMatMulPrecision ParseWeightPrecision(const std::string& name) {

@@ -35,11 +35,6 @@ constexpr std::size_t RoundUp(std::size_t x, std::size_t m) { return (x + m - 1)
 
 const TileConfig& AttendTiles() { return FullTiles(); }
 
-// The lanes of 16 elements from column c that lie below column n.
-inline __mmask16 TailMask16(std::size_t c, std::size_t n) {
-  return c + 16 <= n ? __mmask16(0xFFFF) : c >= n ? __mmask16(0) : __mmask16((1u << (n - c)) - 1);
-}
-
 // 16 floats of row `off` of a K/V source from column c (columns >= H read as 0).
 inline __m512 Load16(const KvSource& kv, std::int64_t off, std::size_t c, std::size_t H) {
   const __mmask16 m = TailMask16(c, H);

@@ -43,6 +43,14 @@ inline int AmxTiledRows(int acts, int min_rows, int min_tail) {
   return tail != 0 && tail < min_tail ? acts - tail : acts;
 }
 
+// The lanes of 16 elements from column c that lie below column n: the
+// AVX-512 mask (__mmask16) of the tile kernels' edge loads and stores.
+inline std::uint16_t TailMask16(std::int64_t c, std::int64_t n) {
+  return c + 16 <= n ? std::uint16_t{0xFFFF}
+         : c >= n    ? std::uint16_t{0}
+                     : static_cast<std::uint16_t>((1u << (n - c)) - 1);
+}
+
 // All 8 tiles of 16 rows of 64 bytes: the shape of every tile of the bf16
 // products (attention, float weights) and of the K-quant / IQ int8 kernels.
 const TileConfig& FullTiles();

@@ -12,7 +12,7 @@
 
 namespace kvshare {
 
-std::string Bf16WeightsUnavailableReason() { return detail::AmxBf16Usable() ? "" : detail::AmxBf16UnusableReason(); }
+std::string Bf16WeightsUnavailableReason() { return detail::AmxBf16UnusableReason(); }
 
 std::unique_ptr<Model> Model::Load(const std::string& path, const ModelLoadOptions& options) {
   const PackOptions pack{.float_weights_bf16 = options.weight_precision == GqaMatMulPrecision::kBf16};

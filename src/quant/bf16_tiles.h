@@ -58,6 +58,12 @@ struct AmxBf16Block {
 // y = a W^T over the block's rows and weight-row blocks.
 void AmxBf16Product(const AmxBf16Block& blk);
 
+// Rows [0, m) of x [m, k] staged for the tiles (AmxBf16StageRows, kp = k
+// rounded up to 32 and at least 32; zero rows up to a multiple of 32) into
+// this thread's buffer, the rows shared out on `pool`. Valid until the
+// thread's next call.
+const std::uint16_t* AmxBf16Stage(const float* x, std::int64_t m, std::int64_t k, ThreadPool* pool);
+
 // W [rows, cols] in bf16, packed as the tiles' B operand: per block of 16
 // weight rows and 32 columns, 16 tile rows of 16 column pairs (tile row i,
 // pair j: W[16 b + j][32 s + 2 i], W[16 b + j][32 s + 2 i + 1]), blocks
@@ -72,16 +78,15 @@ class AmxBf16Weights {
 
   std::int64_t rows() const { return n_; }
   std::int64_t cols() const { return k_; }
-  // The row stride of the staged activations (cols rounded up to 32).
-  std::int64_t staged_cols() const { return kp_; }
   // y[m, rows()] = bf16(x)[m, cols()] bf16(W)^T with the arithmetic above.
   // x rows are cols() floats apart, y rows rows() floats apart.
   void Apply(const float* x, std::int64_t m, float* y, ThreadPool* pool) const;
-  // Outputs [r0, r1) of `rows` staged activation rows a (AmxBf16StageRows with
-  // kp = staged_cols(), from a row group, staged up to a multiple of 32 rows)
-  // into y (row stride ys), for AmxBf16Product; r0 a multiple of 32.
-  AmxBf16Block Block(const std::uint16_t* a, std::int64_t rows, std::int64_t r0, std::int64_t r1, float* y,
-                     std::int64_t ys) const;
+  // Outputs [r0, r1) (r0 a multiple of 32) of m staged rows into y (row
+  // stride ys), on the calling thread: the work of one task. `staged` is what
+  // AmxBf16Stage(x, ..., cols(), ...) returned, from a row that is a
+  // multiple of 16.
+  void Rows(const std::uint16_t* staged, std::int64_t m, std::int64_t r0, std::int64_t r1, float* y,
+            std::int64_t ys) const;
 
  private:
   std::int64_t n_ = 0, k_ = 0;

@@ -136,9 +136,6 @@ namespace {
 // row's result does not depend on the split, so outputs stay identical for any
 // thread count.
 constexpr std::int64_t kMinRowsPerTask = 16;
-// Activation rows per bf16 tile product (quant/bf16_tiles.h): their staged
-// rows stay in L2 while a task's weight blocks pass.
-constexpr std::int64_t kBf16TileActRows = 128;
 constexpr std::int64_t kTasksPerThread = 4;
 
 // first[k] = index of target k's first task (first.back() = all tasks);
@@ -263,7 +260,6 @@ void MatMulMany(const MatMulManyParams& p) {
   // round them to bf16 once.
   thread_local std::vector<ActQ8> a8_scratch;
   thread_local std::vector<ActQ8K> a8k_scratch;
-  thread_local std::vector<std::uint16_t> bf16_scratch;
   bool q32 = false, kquant = false, bf16 = false;
   for (const MatMulTarget& t : p.targets) {
     const detail::ActFormat act = detail::FindWeightType(t.w.type)->act;
@@ -290,31 +286,17 @@ void MatMulMany(const MatMulManyParams& p) {
     ActQ8K* a = a8k_scratch.data();
     for_rows([&](std::int64_t i) { QuantizeRowQ8K(p.x + i * cols, a + i * nb, cols); });
   }
-  // Staged as the tiles read them (AmxBf16StageRows: 1 KiB tiles of 16 rows
-  // x 32 columns; cols rounded up to 32 as AmxBf16Weights::staged_cols(),
-  // rows up to 32, zeros past m).
-  const std::int64_t kp = std::max<std::int64_t>((cols + 31) / 32 * 32, 32), mp = (m + 31) / 32 * 32;
-  if (bf16) {
-    bf16_scratch.resize(static_cast<std::size_t>(mp * kp));
-    std::uint16_t* a = bf16_scratch.data();
-    ParallelForRanges(p.pool, mp, RowGrain(p.pool, mp, cols), [&](std::int64_t i0, std::int64_t i1) {
-      detail::AmxBf16StageRows(p.x, m, i0, i1, cols, kp, a);
-    });
-  }
   // Pointers, not the thread_local names: the tasks run on other threads too.
   const ActQ8* a8 = a8_scratch.data();
   const ActQ8K* a8k = a8k_scratch.data();
-  const std::uint16_t* staged = bf16_scratch.data();
+  const std::uint16_t* staged = bf16 ? detail::AmxBf16Stage(p.x, m, cols, p.pool) : nullptr;
   // A task's weight rows meet the activation rows kMaxActRows at a time
   // (kMaxAmxActRows for the AMX level's packed kernels): each weight block is
   // unpacked (and read from cache) once per group of rows.
   ForEachTask(p.targets, p.pool, [&](std::size_t t, std::int64_t r0, std::int64_t r1) {
     const WeightMatrix& w = p.targets[t].w;
     if (w.bf16_tiles != nullptr) {
-      for (std::int64_t i = 0; i < m; i += kBf16TileActRows) {
-        detail::AmxBf16Product(w.bf16_tiles->Block(staged + i * kp, std::min(kBf16TileActRows, m - i), r0, r1,
-                                                   p.targets[t].y + i * w.rows, w.rows));
-      }
+      w.bf16_tiles->Rows(staged, m, r0, r1, p.targets[t].y, w.rows);
       return;
     }
     const bool tiles = p.level == KernelLevel::kAmx && w.packed != nullptr &&

@@ -14,11 +14,6 @@ namespace kvshare::detail {
 
 namespace {
 
-// The lanes of 16 elements from column c that lie below column n.
-inline __mmask16 Mask16(std::int64_t c, std::int64_t n) {
-  return c + 16 <= n ? __mmask16(0xFFFF) : c >= n ? __mmask16(0) : __mmask16((1u << (n - c)) - 1);
-}
-
 // tilestored of C tile T (the intrinsic's tile number must be a literal).
 template <int T>
 inline void TileStore(float* p, std::int64_t stride) {
@@ -39,7 +34,7 @@ inline void StoreC(float* y, std::int64_t ys, std::int64_t rows, std::int64_t co
   }
   alignas(64) float c[kTileRows * 16];
   TileStore<T>(c, 64);
-  const __mmask16 mask = Mask16(col, n);
+  const __mmask16 mask = TailMask16(col, n);
   for (std::int64_t r = 0; r < std::min<std::int64_t>(rows, kTileRows); ++r) {
     _mm512_mask_storeu_ps(y + r * ys + col, mask, _mm512_load_ps(c + 16 * r));
   }
@@ -95,8 +90,8 @@ void AmxBf16StageRows(const float* x, std::int64_t m, std::int64_t r0, std::int6
     }
     const float* xr = x + i * k;
     for (std::int64_t c = 0; c < kp; c += 32) {
-      const __m512 lo = _mm512_maskz_loadu_ps(Mask16(c, k), xr + c);
-      const __m512 hi = _mm512_maskz_loadu_ps(Mask16(c + 16, k), xr + c + 16);
+      const __m512 lo = _mm512_maskz_loadu_ps(TailMask16(c, k), xr + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(TailMask16(c + 16, k), xr + c + 16);
       _mm512_storeu_si512(ar + 16 * c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     }
   }
