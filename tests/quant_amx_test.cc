@@ -15,6 +15,7 @@
 #include "common/float_convert.h"
 #include "common_record_measured.h"
 #include "kvshare/common/thread_pool.h"
+#include "quant/kernels/dispatch.h"
 #include "quant/kernels/packed.h"
 #include "quant/quant.h"
 #include "quant/quant_iq.h"
@@ -239,6 +240,28 @@ TEST(MatMul, AmxMatchesAvx512Bitwise) {
     }
   }
   testing::RecordMeasured("AMX outputs compared bitwise with AVX-512: %d\n", compared);
+}
+
+// Long rows take fewer activation rows a call (AmxActRowsPerCall: their
+// staged bytes within kAmxStageBytes): at 12288 columns a product of 130 rows
+// is three calls (64, 64 and 2 rows, the last on the AVX-512 kernel, below
+// the tiles' tail), and every call boundary keeps the outputs bitwise the
+// VNNI level's, for both tile kernel families, on 1 and 3 threads.
+TEST(MatMul, AmxLongRowsSplitCallsMatchAvx512Bitwise) {
+  EXPECT_EQ(detail::AmxActRowsPerCall(640), detail::kMaxAmxActRows);
+  EXPECT_EQ(detail::AmxActRowsPerCall(3072), 256);
+  EXPECT_EQ(detail::AmxActRowsPerCall(6144), 128);
+  EXPECT_EQ(detail::AmxActRowsPerCall(12288), 64);
+  EXPECT_EQ(detail::AmxActRowsPerCall(100000), 16);  // 7 rows of budget: one tile at least
+  if (!KernelLevelAvailable(KernelLevel::kAmx)) GTEST_SKIP() << "no usable AMX on this CPU / OS";
+  std::mt19937 rng(49);
+  ThreadPool pool(3);
+  int compared = 0;
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ5_0, GgmlType::kQ8_0}) {
+    const RandomMatMul c(t, 32, 12288, 130, rng);  // m <= 130: the first m activation rows
+    for (std::int64_t m : {64, 65, 80, 130}) CheckBitwise(c, m, m % 2 == 0 ? &pool : nullptr, " long rows", &compared);
+  }
+  EXPECT_EQ(compared, 4 * 32 * (64 + 65 + 80 + 130));
 }
 
 // The AMX kernel of the IQ1-IQ3 grid types (amx/iq.cc) forms the scalar

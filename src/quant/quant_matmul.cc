@@ -196,7 +196,7 @@ void MatMulFloatRows(const MatMulTarget& t, const float* x, std::int64_t m, std:
 }
 
 // Integer levels, rows [r0, r1) of one target against activation rows
-// [i, i + n) (n <= kMaxActRows, or kMaxAmxActRows for the AMX level's packed
+// [i, i + n) (n <= kMaxActRows, or AmxActRowsPerCall for the AMX level's packed
 // kernels): the fp32 rows x, or as quantized in a8 (per
 // 32) or a8k (per 256), as the type's act says.
 void MatMulQuantRows(KernelLevel level, const MatMulTarget& t, const float* x, const ActQ8* a8, const ActQ8K* a8k,
@@ -291,7 +291,7 @@ void MatMulMany(const MatMulManyParams& p) {
   const ActQ8K* a8k = a8k_scratch.data();
   const std::uint16_t* staged = bf16 ? detail::AmxBf16Stage(p.x, m, cols, p.pool) : nullptr;
   // A task's weight rows meet the activation rows kMaxActRows at a time
-  // (kMaxAmxActRows for the AMX level's packed kernels): each weight block is
+  // (AmxActRowsPerCall for the AMX level's packed kernels): each weight block is
   // unpacked (and read from cache) once per group of rows.
   ForEachTask(p.targets, p.pool, [&](std::size_t t, std::int64_t r0, std::int64_t r1) {
     const WeightMatrix& w = p.targets[t].w;
@@ -301,7 +301,7 @@ void MatMulMany(const MatMulManyParams& p) {
     }
     const bool tiles = p.level == KernelLevel::kAmx && w.packed != nullptr &&
                        detail::FindWeightType(w.type)->At(p.level).packed != nullptr;
-    const std::int64_t step = tiles ? detail::kMaxAmxActRows : detail::kMaxActRows;
+    const std::int64_t step = tiles ? detail::AmxActRowsPerCall(cols) : detail::kMaxActRows;
     for (std::int64_t i = 0; i < m; i += step) {
       const int n = static_cast<int>(std::min<std::int64_t>(step, m - i));
       MatMulQuantRows(p.level, p.targets[t], p.x, a8, a8k, r0, r1, i, n);

@@ -131,6 +131,7 @@
 // per block: bitwise scalar's and avx512vnni's.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "quant/quant.h"
@@ -142,6 +143,19 @@ inline constexpr int kMaxActRows = 64;
 // The AMX level's packed kernels take up to this many activation rows a call
 // (their code decode and activation staging are once per call): 256.
 inline constexpr int kMaxAmxActRows = 256;
+// ... and fewer for long rows: their staged activations (a byte per element)
+// within kAmxStageBytes, beside the activations' own blocks, stay in the
+// per-core L2 (2 MiB on the Xeons with AMX) that every weight group rereads
+// them from. Q4_K 1536 x 6144 took twice as long per row at m = 256 (1.5 MiB
+// staged) as at 64 or 128, while 6144 x 1536 was fastest at 256 (384 KiB):
+// docs/benchmarks.md, "Gemma 4 E2B and Gemma 3n E2B geometries".
+inline constexpr std::int64_t kAmxStageBytes = 768 * 1024;
+// Activation rows per AMX packed-kernel call for rows of `cols` elements:
+// kAmxStageBytes / cols in whole tiles of 16, from 16 to kMaxAmxActRows.
+inline int AmxActRowsPerCall(std::int64_t cols) {
+  const std::int64_t rows = kAmxStageBytes / std::max<std::int64_t>(cols, 1) / 16 * 16;
+  return static_cast<int>(std::clamp<std::int64_t>(rows, 16, kMaxAmxActRows));
+}
 
 // A row kernel: y[j * y_stride + r] = dot(weight row r, activation row j)
 // for the weight rows r < nrows (row r at w + r * nb: nb blocks each, rows
