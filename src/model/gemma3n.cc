@@ -261,16 +261,18 @@ bool Gemma3n::RunLayer(Gemma3nState& st, int l, std::vector<detail::QuerySpan>& 
       for (int k = 0; k < n; ++k) acc += Ly.predict_coef[static_cast<std::size_t>(r * n + k)] * m[k];
       st.coef[static_cast<std::size_t>(r)] = acc;
     }
+    // Whole rows per stream i, so that the loops over d vectorize: every
+    // element still takes +0, then + x_i C[j][i] for i in order, then + x_j.
     for (int j = 0; j < n; ++j) {
       float* out = st.pred[static_cast<std::size_t>(j)].data() + s * E;
-      const float* xj = st.x[static_cast<std::size_t>(j)].data() + s * E;
-      for (int d = 0; d < E; ++d) {
-        float acc = 0;
-        for (int i = 0; i < n; ++i)
-          acc += st.x[static_cast<std::size_t>(i)][static_cast<std::size_t>(s * E + d)] *
-                 st.coef[static_cast<std::size_t>(j * n + i)];
-        out[d] = acc + xj[d];
+      std::fill(out, out + E, 0.0f);
+      for (int i = 0; i < n; ++i) {
+        const float* xi = st.x[static_cast<std::size_t>(i)].data() + s * E;
+        const float cji = st.coef[static_cast<std::size_t>(j * n + i)];
+        for (int d = 0; d < E; ++d) out[d] += xi[d] * cji;
       }
+      const float* xj = st.x[static_cast<std::size_t>(j)].data() + s * E;
+      for (int d = 0; d < E; ++d) out[d] += xj[d];
     }
   }
   const float* act = st.pred[static_cast<std::size_t>(active_)].data();
