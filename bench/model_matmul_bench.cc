@@ -179,9 +179,11 @@ void PackedShapes(benchmark::internal::Benchmark* b) {
     // Prefill products on Gemma 4 E2B's FFN shapes (Q4_K gate / up, Q6_K or
     // Q4_K down), 1 thread, m = 64, 128 and 256: at 6144 columns the AMX
     // level splits 256 rows into calls of 128 (AmxActRowsPerCall).
-    for (std::int64_t m : {64, 128, 256}) b->Args({q4k, 6144, 1536, m, 1, level});
-    for (std::int64_t m : {64, 128, 256}) b->Args({q4k, 1536, 6144, m, 1, level});
-    for (std::int64_t m : {64, 128, 256}) b->Args({q6k, 1536, 6144, m, 1, level});
+    for (std::int64_t m : {64, 128, 256}) {
+      b->Args({q4k, 6144, 1536, m, 1, level});
+      b->Args({q4k, 1536, 6144, m, 1, level});
+      b->Args({q6k, 1536, 6144, m, 1, level});
+    }
     // Speculative verify steps (k + 1 rows: draft-max 16 gives 17) and
     // tails of a few rows past whole tiles, 1 thread.
     for (std::int64_t m : {17, 20, 28, 33}) {
