@@ -12,6 +12,7 @@
 // for activation row j.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kvshare::detail {
@@ -49,6 +50,39 @@ inline std::uint16_t TailMask16(std::int64_t c, std::int64_t n) {
   return c + 16 <= n ? std::uint16_t{0xFFFF}
          : c >= n    ? std::uint16_t{0}
                      : static_cast<std::uint16_t>((1u << (n - c)) - 1);
+}
+
+// The int8 tile instructions with the tile numbers as template arguments
+// and the memory each load reads and each store writes named to the
+// compiler (kBytes contiguous bytes from p: rows * stride). The intrinsics
+// take literal tile numbers only, name no memory for a load (a store to its
+// source may then be moved after it) and clobber all memory for a store (so
+// every value a kernel keeps in registers across it, such as its
+// accumulators, goes to memory and back). AT&T operand order: tdp* B, A, C.
+template <int kTile, std::size_t kBytes>
+inline void TileLoad(const void* p, long stride) {
+  asm volatile("tileloadd (%1,%2,1), %%tmm%c3" ::"m"(*reinterpret_cast<const char (*)[kBytes]>(p)), "r"(p),
+               "r"(stride), "i"(kTile));
+}
+template <int kTile, std::size_t kBytes>
+inline void TileStore(void* p, long stride) {
+  asm volatile("tilestored %%tmm%c3, (%1,%2,1)"
+               : "=m"(*reinterpret_cast<char (*)[kBytes]>(p))
+               : "r"(p), "r"(stride), "i"(kTile));
+}
+template <int kTile>
+inline void TileZero() {
+  asm volatile("tilezero %%tmm%c0" ::"i"(kTile));
+}
+// C += A B over signed bytes (tdpbssd), and over signed A, unsigned B
+// (tdpbsud).
+template <int kC, int kA, int kB>
+inline void TileDpbssd() {
+  asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(kC), "i"(kA), "i"(kB));
+}
+template <int kC, int kA, int kB>
+inline void TileDpbsud() {
+  asm volatile("tdpbsud %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(kC), "i"(kA), "i"(kB));
 }
 
 // All 8 tiles of 16 rows of 64 bytes: the shape of every tile of the bf16

@@ -84,13 +84,7 @@ struct BlockDecode {
 // TileBlock), between(q) after K-step q.
 template <int kSet, typename Between>
 inline void TileBlockBetween(const std::int8_t* a, const std::uint8_t* lo, const std::uint8_t* hi, Between&& between) {
-  if constexpr (kSet == 0) {
-    _tile_zero(4);
-    _tile_zero(5);
-  } else {
-    _tile_zero(6);
-    _tile_zero(7);
-  }
+  ZeroC<true, kSet>();
   Step<true, kSet, 0>(a, lo, hi);
   between(0);
   Step<true, kSet, 1>(a + 1024, lo + 1024, hi + 1024);

@@ -86,18 +86,31 @@ void DecodeBlock(const BlockPlanes& pl, std::uint8_t* lo, std::uint8_t* hi) {
   }
 }
 
-// Q4_K's activation side of M_b, once per call: SubBlockSumPair(x[j * xs +
-// b], q) at [(b * acts + j) * 4 + q].
-const std::int32_t* SubBlockPairs(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts) {
-  thread_local std::vector<std::int32_t> buf;
-  buf.resize(static_cast<std::size_t>(nb * acts * 4));
+// The activation side of the epilogue, once per call, dense by (block,
+// row) instead of in rows 292 bytes apart: d[b * acts + j] = x[j * xs + b].d
+// and, for Q4_K, pairs[(b * acts + j) * 4 + q] = SubBlockSumPair(x[j * xs +
+// b], q).
+struct EpilogueActs {
+  const float* d;
+  const std::int32_t* pairs;
+};
+
+template <GgmlType T>
+EpilogueActs StageEpilogueActs(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts) {
+  thread_local std::vector<float> d;
+  thread_local std::vector<std::int32_t> pairs;
+  d.resize(static_cast<std::size_t>(nb * acts));
+  if constexpr (T == GgmlType::kQ4_K) pairs.resize(static_cast<std::size_t>(nb * acts * 4));
   for (std::int64_t b = 0; b < nb; ++b) {
     for (int j = 0; j < acts; ++j) {
-      for (int q = 0; q < 4; ++q)
-        buf[static_cast<std::size_t>((b * acts + j) * 4 + q)] = SubBlockSumPair(x[j * xs + b], q);
+      const ActQ8K& a = x[j * xs + b];
+      d[static_cast<std::size_t>(b * acts + j)] = a.d;
+      if constexpr (T == GgmlType::kQ4_K) {
+        for (int q = 0; q < 4; ++q) pairs[static_cast<std::size_t>((b * acts + j) * 4 + q)] = SubBlockSumPair(a, q);
+      }
     }
   }
-  return buf.data();
+  return {d.data(), pairs.data()};
 }
 
 // A super-block's tile sums waiting for their epilogue: activation rows j0
@@ -112,16 +125,16 @@ struct Pending {
 // The AVX-512 kernel's scale step for one pending super-block, into the
 // accumulators acc, accm (row j: 16 weight rows).
 template <GgmlType T>
-void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const std::int32_t* pairs, int acts, float (*acc)[16],
+void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const EpilogueActs& ea, int acts, float (*acc)[16],
               float (*accm)[16]) {
+  const float* dx = ea.d + p.b * acts + p.j0;
   const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.pl.d)));
   for (int j = 0; j < p.rows; ++j) {
-    const ActQ8K& a = x[(p.j0 + j) * xs + p.b];
     __m512i P = _mm512_load_si512(p.c[0][j]);
     if constexpr (kHasHi<T>) P = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(p.c[1][j]), 8), P);
-    const __m512 dx = _mm512_set1_ps(a.d);
     float* yj = acc[p.j0 + j];
-    _mm512_store_ps(yj, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(dw, dx), _mm512_load_ps(yj)));
+    _mm512_store_ps(yj, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(dw, _mm512_set1_ps(dx[j])),
+                                        _mm512_load_ps(yj)));
   }
   if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ2_K) {
     constexpr int kPairs = T == GgmlType::kQ4_K ? 4 : 8;
@@ -133,20 +146,19 @@ void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const std::int
     }
     const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.pl.dmin)));
     for (int j = 0; j < p.rows; ++j) {
-      const ActQ8K& a = x[(p.j0 + j) * xs + p.b];
       __m512i M = _mm512_setzero_si512();
       for (int q = 0; q < kPairs; ++q) {
         std::int32_t pair;  // Q4_K: sub-block sums 2q, 2q + 1; Q2_K: bsums 2q, 2q + 1 (low, high int16)
         if constexpr (T == GgmlType::kQ4_K) {
-          pair = pairs[(p.b * acts + p.j0 + j) * 4 + q];
+          pair = ea.pairs[(p.b * acts + p.j0 + j) * 4 + q];
         } else {
-          std::memcpy(&pair, a.bsums + 2 * q, 4);
+          std::memcpy(&pair, x[(p.j0 + j) * xs + p.b].bsums + 2 * q, 4);
         }
         M = _mm512_dpwssd_epi32(M, mins[q], _mm512_set1_epi32(pair));
       }
       float* zj = accm[p.j0 + j];
       _mm512_store_ps(
-          zj, _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, _mm512_set1_ps(a.d)), _mm512_load_ps(zj)));
+          zj, _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmin, _mm512_set1_ps(dx[j])), _mm512_load_ps(zj)));
     }
   }
 }
@@ -158,7 +170,7 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
   const std::int64_t nb = w.nb, g0 = r0 / kPackRows, g1 = r1 / kPackRows;
   const TileScope tiles(KTiles());
   const std::int8_t* arows = ActRows(x, xs, nb, acts);
-  const std::int32_t* pairs = T == GgmlType::kQ4_K ? SubBlockPairs(x, xs, nb, acts) : nullptr;
+  const EpilogueActs ea = StageEpilogueActs<T>(x, xs, nb, acts);
   const int chunks = (acts + kTileRows - 1) / kTileRows;
   // Two super-blocks' planes (lo, hi), in the order (group, block): the next
   // one is decoded while the tile products of this one run.
@@ -178,9 +190,9 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
   for (std::int64_t g = g0; g < g1; ++g) {
     std::memset(acc, 0, sizeof(float) * 16 * acts);
     if constexpr (kMins) std::memset(accm, 0, sizeof(float) * 16 * acts);
-    // Each chunk's sums are stored and scaled after the next chunk's tile
-    // products are issued (into the other C set), so the vector units work
-    // while the tile unit multiplies.
+    // Each chunk's sums are scaled after the next chunk's tile products are
+    // issued (into the other C set), so the vector units work while the tile
+    // unit multiplies.
     Pending pending;
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::int64_t f = (g - g0) * nb + b;
@@ -188,19 +200,22 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
       const BlockPlanes pl = PlanesAt(w, g, b);
       for (int j0 = 0; j0 < acts; j0 += kTileRows, ++item) {
         const std::int8_t* a = arows + (b * chunks + j0 / kTileRows) * 4 * kTileRows * 64;
-        if (item % 2 == 0) {
-          TileBlock<kHasHi<T>, 0>(a, lo, lo + kPlaneBytes);
-        } else {
-          TileBlock<kHasHi<T>, 1>(a, lo, lo + kPlaneBytes);
-        }
+        // The tile unit runs in order: the previous chunk's sums are stored
+        // before this chunk's products are issued, or the store (and the
+        // epilogue waiting on it) would wait for them too.
         if (pending.c != nullptr) {
           if (item % 2 == 0) {
             StoreC<kHasHi<T>, 1>(c[1]);
           } else {
             StoreC<kHasHi<T>, 0>(c[0]);
           }
-          Epilogue<T>(pending, x, xs, pairs, acts, acc, accm);
         }
+        if (item % 2 == 0) {
+          TileBlock<kHasHi<T>, 0>(a, lo, lo + kPlaneBytes);
+        } else {
+          TileBlock<kHasHi<T>, 1>(a, lo, lo + kPlaneBytes);
+        }
+        if (pending.c != nullptr) Epilogue<T>(pending, x, xs, ea, acts, acc, accm);
         if (j0 == 0 && f + 1 < blocks) decode(f + 1);
         auto* cc = c[item % 2];
         pending = {cc, pl, b, j0, std::min(kTileRows, acts - j0)};
@@ -211,7 +226,7 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
     } else {
       StoreC<kHasHi<T>, 1>(c[1]);
     }
-    Epilogue<T>(pending, x, xs, pairs, acts, acc, accm);
+    Epilogue<T>(pending, x, xs, ea, acts, acc, accm);
     float* yg = y + (g * kPackRows - r0);
     for (int j = 0; j < acts; ++j) {
       const __m512 v = _mm512_load_ps(acc[j]);

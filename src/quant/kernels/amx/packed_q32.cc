@@ -68,29 +68,18 @@ void DecodeValues(const std::uint8_t* codes, const std::uint64_t* high, std::int
   }
 }
 
-// Block b's tile loads and product (tiles of even or odd blocks; the tile
-// intrinsics take literal tile numbers), and the store of its sums.
+// Block b's tile loads and product (tiles of even or odd blocks: kOdd), and
+// the store of its sums.
 template <int kOdd>
-inline void BlockProduct(const std::int8_t* qs, long stride, const std::int8_t* values) {
-  if constexpr (kOdd == 0) {
-    _tile_loadd(0, qs, stride);
-    _tile_loadd(2, values, 64);
-    _tile_zero(4);
-    _tile_dpbssd(4, 0, 2);
-  } else {
-    _tile_loadd(1, qs, stride);
-    _tile_loadd(3, values, 64);
-    _tile_zero(5);
-    _tile_dpbssd(5, 1, 3);
-  }
+inline void BlockProduct(const std::int8_t* qs, const std::int8_t* values) {
+  TileLoad<kOdd, kTileRows * 32>(qs, 32);
+  TileLoad<2 + kOdd, kBlockValues>(values, 64);
+  TileZero<4 + kOdd>();
+  TileDpbssd<4 + kOdd, kOdd, 2 + kOdd>();
 }
 template <int kOdd>
 inline void StoreSums(std::int32_t* c) {
-  if constexpr (kOdd == 0) {
-    _tile_stored(4, c, 64);
-  } else {
-    _tile_stored(5, c, 64);
-  }
+  TileStore<4 + kOdd, kTileRows * 64>(c, 64);
 }
 
 // A call's activation rows restaged for the tiles, per chunk of 16 rows
@@ -165,9 +154,9 @@ void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, co
     const std::int8_t* v = values + static_cast<std::size_t>(b) * kBlockValues;
     const std::int8_t* a = qs + static_cast<std::size_t>(b) * kBlockValues;
     if (b % 2 == 0) {
-      BlockProduct<0>(a, 32, v);
+      BlockProduct<0>(a, v);
     } else {
-      BlockProduct<1>(a, 32, v);
+      BlockProduct<1>(a, v);
     }
   };
   product(0);
@@ -182,7 +171,11 @@ void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, co
     }
     if (b >= kScaleLag) ScaleBlock<kType>(c[(b - kScaleLag) % kRing], scales, b - kScaleLag, dx, acc);
   }
-  for (int j = 0; j < rows; ++j) _mm512_storeu_ps(y + j * ys, acc[j]);
+  // Constant indices only, so that acc stays in registers.
+#pragma GCC unroll 16
+  for (int j = 0; j < kTileRows; ++j) {
+    if (j < rows) _mm512_storeu_ps(y + j * ys, acc[j]);
+  }
 }
 
 template <GgmlType kType>

@@ -60,43 +60,30 @@ inline void ScaleSplit(__m512i c, const GroupScales& s, std::uint8_t* lo, std::u
 // K-step kOdd of one super-block: A = 16 activation rows of 64 bytes (tile
 // 0 / 1 on even / odd steps, so one step's load can start while the other's
 // products still read), B_lo, B_hi (tiles 2, 3) against the planes' K-step
-// at lo, hi, into C set kSet (tiles 4, 5 or 6, 7). Tile numbers are
-// immediates in the tile intrinsics, hence the spelled-out cases.
+// at lo, hi, into C set kSet (tiles 4, 5 or 6, 7).
+constexpr std::size_t kTileBytes = kTileRows * 64;
 template <bool kHi, int kSet, int kOdd>
 inline void Step(const std::int8_t* a, const std::uint8_t* lo, const std::uint8_t* hi) {
-  if constexpr (kOdd == 0) {
-    _tile_loadd(0, a, 64);
-  } else {
-    _tile_loadd(1, a, 64);
-  }
-  _tile_loadd(2, lo, 64);
-  if constexpr (kHi) _tile_loadd(3, hi, 64);
-  if constexpr (kSet == 0 && kOdd == 0) {
-    _tile_dpbsud(4, 0, 2);
-    if constexpr (kHi) _tile_dpbssd(5, 0, 3);
-  } else if constexpr (kSet == 0) {
-    _tile_dpbsud(4, 1, 2);
-    if constexpr (kHi) _tile_dpbssd(5, 1, 3);
-  } else if constexpr (kOdd == 0) {
-    _tile_dpbsud(6, 0, 2);
-    if constexpr (kHi) _tile_dpbssd(7, 0, 3);
-  } else {
-    _tile_dpbsud(6, 1, 2);
-    if constexpr (kHi) _tile_dpbssd(7, 1, 3);
-  }
+  constexpr int kC = 4 + 2 * kSet;
+  TileLoad<kOdd, kTileBytes>(a, 64);
+  TileLoad<2, kTileBytes>(lo, 64);
+  if constexpr (kHi) TileLoad<3, kTileBytes>(hi, 64);
+  TileDpbsud<kC, kOdd, 2>();
+  if constexpr (kHi) TileDpbssd<kC + 1, kOdd, 3>();
+}
+
+// Zeroes C set kSet.
+template <bool kHi, int kSet>
+inline void ZeroC() {
+  TileZero<4 + 2 * kSet>();
+  if constexpr (kHi) TileZero<5 + 2 * kSet>();
 }
 
 // One super-block's C_lo, C_hi into C set kSet for 16 activation rows a
 // (ActRows: 4 K-steps of 16 rows of 64 bytes).
 template <bool kHi, int kSet>
 inline void TileBlock(const std::int8_t* a, const std::uint8_t* lo, const std::uint8_t* hi) {
-  if constexpr (kSet == 0) {
-    _tile_zero(4);
-    if constexpr (kHi) _tile_zero(5);
-  } else {
-    _tile_zero(6);
-    if constexpr (kHi) _tile_zero(7);
-  }
+  ZeroC<kHi, kSet>();
   Step<kHi, kSet, 0>(a, lo, hi);
   Step<kHi, kSet, 1>(a + 1024, lo + 1024, hi + 1024);
   Step<kHi, kSet, 0>(a + 2048, lo + 2048, hi + 2048);
@@ -106,13 +93,8 @@ inline void TileBlock(const std::int8_t* a, const std::uint8_t* lo, const std::u
 // C set kSet into c[0] (C_lo), c[1] (C_hi): 16 activation rows of 16 int32.
 template <bool kHi, int kSet>
 inline void StoreC(std::int32_t c[2][kTileRows][16]) {
-  if constexpr (kSet == 0) {
-    _tile_stored(4, c[0], 64);
-    if constexpr (kHi) _tile_stored(5, c[1], 64);
-  } else {
-    _tile_stored(6, c[0], 64);
-    if constexpr (kHi) _tile_stored(7, c[1], 64);
-  }
+  TileStore<4 + 2 * kSet, kTileBytes>(c[0], 64);
+  if constexpr (kHi) TileStore<5 + 2 * kSet, kTileBytes>(c[1], 64);
 }
 
 // The call's activation bytes laid out for tile A, once per call: per block
