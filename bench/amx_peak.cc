@@ -1,6 +1,7 @@
 // MeasureAmxPeak (amx_peak.h): N independent C tiles (N = 1-6; tiles 6 and 7
-// hold A and B) each taking one tdpb* per round, and 12 vpdpbusd zmm chains
-// (latency 5 x 2 ports on Sapphire Rapids, with room). The tile code carries
+// hold A and B) each taking one tdpb* per round, 12 vpdpbusd zmm chains
+// (latency 5 x 2 ports on Sapphire Rapids, with room), and the tile steps of
+// the int8 kernels (BlockSumSteps, KQuantSteps). The tile code carries
 // per-function target attributes, so this file builds with the bench's plain
 // flags and runs the tiles only after AmxUsable.
 #include "amx_peak.h"
@@ -22,7 +23,7 @@
 namespace kvshare::bench {
 namespace {
 
-enum class Op { kSsd, kUsd, kBf16, kVnni };
+enum class Op { kSsd, kUsd, kBf16, kVnni, kQ32Steps, kKQuantSteps };
 
 // Tile instructions per thread per run: about 4 ms at 3.3 TMAC/s.
 constexpr std::int64_t kTileInstrs = 3 << 18;
@@ -91,6 +92,106 @@ KVSHARE_AMX_TARGET double TileChains(Op op, std::int32_t* sink) {
 }
 #undef KVSHARE_TILE_ROUND
 
+// The 32-element kernel's tile steps (AmxPeakRates::q32_roof): tiles 0, 1:
+// A (16 rows of 32 bytes); 2, 3: B (8 rows of 64); 4, 5: C; block b + 1's
+// product issued before block b's store, as packed_q32.cc's TileRows does.
+KVSHARE_AMX_TARGET double BlockSumSteps(std::int32_t* sink) {
+  alignas(64) static const TileConfig cfg = [] {
+    TileConfig c;
+    for (int t : {0, 1}) c.rows[t] = 16, c.colsb[t] = 32;
+    for (int t : {2, 3}) c.rows[t] = 8, c.colsb[t] = 64;
+    for (int t : {4, 5}) c.rows[t] = 16, c.colsb[t] = 64;
+    for (int t : {6, 7}) c.rows[t] = 0, c.colsb[t] = 0;
+    return c;
+  }();
+  alignas(64) std::int8_t a[2][512], b[2][512];
+  alignas(64) std::int32_t c[4][256];
+  for (int i = 0; i < 512; ++i) a[0][i] = a[1][i] = b[0][i] = b[1][i] = 1;
+  _tile_loadconfig(&cfg);
+  const std::int64_t pairs = kTileInstrs / 4;
+  _tile_loadd(0, a[0], 32);
+  _tile_loadd(2, b[0], 64);
+  _tile_zero(4);
+  _tile_dpbssd(4, 0, 2);
+  for (std::int64_t r = 0; r < pairs; ++r) {
+    _tile_loadd(1, a[1], 32);
+    _tile_loadd(3, b[1], 64);
+    _tile_zero(5);
+    _tile_dpbssd(5, 1, 3);
+    _tile_stored(4, c[(2 * r) % 4], 64);
+    _tile_loadd(0, a[0], 32);
+    _tile_loadd(2, b[0], 64);
+    _tile_zero(4);
+    _tile_dpbssd(4, 0, 2);
+    _tile_stored(5, c[(2 * r + 1) % 4], 64);
+  }
+  _tile_stored(4, c[0], 64);
+  _tile_release();
+  *sink = c[0][0] + c[1][0];
+  return 16.0 * 16.0 * 32.0 * static_cast<double>(2 * pairs + 1);
+}
+
+// The K-quant kernel's tile steps (AmxPeakRates::kquant_roof): per
+// super-block, C_lo, C_hi zeroed (tiles 4, 5 or 6, 7 alternating), 4
+// K-steps of an A load (tile 0 / 1), the B_lo, B_hi loads (2, 3) and their
+// two products, then the previous super-block's C stored, as
+// scaled_tiles.h and packed_k.cc do.
+template <int kSet>
+KVSHARE_AMX_TARGET inline void KQuantBlock(const std::int8_t* a, const std::int8_t* lo, const std::int8_t* hi,
+                                           std::int32_t* c) {
+  constexpr int kC = kSet == 0 ? 4 : 6;
+  if constexpr (kSet == 0) {
+    _tile_stored(6, c, 64);
+    _tile_stored(7, c + 256, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+  } else {
+    _tile_stored(4, c, 64);
+    _tile_stored(5, c + 256, 64);
+    _tile_zero(6);
+    _tile_zero(7);
+  }
+  for (int q = 0; q < 4; q += 2) {
+    _tile_loadd(0, a + 1024 * q, 64);
+    _tile_loadd(2, lo + 1024 * q, 64);
+    _tile_loadd(3, hi + 1024 * q, 64);
+    if constexpr (kC == 4) {
+      _tile_dpbsud(4, 0, 2);
+      _tile_dpbssd(5, 0, 3);
+    } else {
+      _tile_dpbsud(6, 0, 2);
+      _tile_dpbssd(7, 0, 3);
+    }
+    _tile_loadd(1, a + 1024 * (q + 1), 64);
+    _tile_loadd(2, lo + 1024 * (q + 1), 64);
+    _tile_loadd(3, hi + 1024 * (q + 1), 64);
+    if constexpr (kC == 4) {
+      _tile_dpbsud(4, 1, 2);
+      _tile_dpbssd(5, 1, 3);
+    } else {
+      _tile_dpbsud(6, 1, 2);
+      _tile_dpbssd(7, 1, 3);
+    }
+  }
+}
+
+KVSHARE_AMX_TARGET double KQuantSteps(std::int32_t* sink) {
+  alignas(64) static const TileConfig cfg;
+  alignas(64) std::int8_t a[4096], lo[4096], hi[4096];
+  alignas(64) std::int32_t c[512];
+  for (int i = 0; i < 4096; ++i) a[i] = lo[i] = hi[i] = 1;
+  _tile_loadconfig(&cfg);
+  const std::int64_t pairs = kTileInstrs / 32;
+  for (std::int64_t r = 0; r < pairs; ++r) {
+    KQuantBlock<0>(a, lo, hi, c);
+    KQuantBlock<1>(a, lo, hi, c);
+  }
+  _tile_stored(4, c, 64);
+  _tile_release();
+  *sink = c[0];
+  return 16.0 * 16.0 * 256.0 * static_cast<double>(2 * pairs);
+}
+
 __attribute__((target("avx512f,avx512vnni"))) double VnniChains(std::int32_t* sink) {
   __m512i acc[kVnniChains];
   for (int i = 0; i < kVnniChains; ++i) acc[i] = _mm512_set1_epi32(i);
@@ -110,6 +211,8 @@ __attribute__((target("avx512f,avx512vnni"))) double VnniChains(std::int32_t* si
 }
 
 double RunOne(Op op, int chains, std::int32_t* sink) {
+  if (op == Op::kQ32Steps) return BlockSumSteps(sink);
+  if (op == Op::kKQuantSteps) return KQuantSteps(sink);
   switch (op == Op::kVnni ? 0 : chains) {
     case 0: return VnniChains(sink);
     case 1: return TileChains<1>(op, sink);
@@ -171,6 +274,9 @@ AmxPeakRates MeasureAmxPeak(int threads, int reps) {
     out.vnni = v.wall, out.vnni_core = v.core;
   }
   if (!detail::AmxUsable()) return out;
+  const Rate q32 = Measure(Op::kQ32Steps, 1, threads, reps), kq = Measure(Op::kKQuantSteps, 1, threads, reps);
+  out.q32_roof = q32.wall, out.q32_roof_core = q32.core;
+  out.kquant_roof = kq.wall, out.kquant_roof_core = kq.core;
   for (int n = 1; n <= 6; ++n) {
     const Rate ssd = Measure(Op::kSsd, n, threads, reps);
     const Rate usd = Measure(Op::kUsd, n, threads, reps);

@@ -17,6 +17,16 @@ struct AmxPeakRates {
   // one thread's rate while it holds a core, which a shared host's other load
   // does not lower as it lowers the wall-time rates above.
   double ssd_core = 0.0, usd_core = 0.0, bf16_core = 0.0, vnni_core = 0.0;
+  // The roofs of the int8 tile kernels whose outputs stay bitwise the
+  // AVX-512 level's (src/quant/kernels/amx/), in the MACs those kernels
+  // count: a 32-element type's block sums leave the tiles per block (per 16
+  // x 16 x 32 MACs: A and B loads, a zeroed C, the product, a 1 KiB store;
+  // two tile sets alternating as in packed_q32.cc), and a K-quant
+  // super-block's scaled weights take two byte planes (per 16 x 16 x 256
+  // MACs: 4 A and 8 B loads, 8 products, 2 zeroed C, 2 stores: packed_k.cc).
+  // Only the tile instructions, on buffers in L1: no decode, no scale step.
+  double q32_roof = 0.0, kquant_roof = 0.0;
+  double q32_roof_core = 0.0, kquant_roof_core = 0.0;
   // The number of independent accumulators (C tiles, 1-6) that gave ssd,
   // usd and bf16: the best of 1-6, which covers the tile latency.
   int ssd_chains = 0, usd_chains = 0, bf16_chains = 0;

@@ -5,7 +5,9 @@
 // amx_vnni = ssd over vnni; *_core_mac/s: the same MACs per CPU-second of
 // the threads (one core's rate, robust to a shared host's load; amx_vnni_core
 // their ratio); *_chains: the accumulator tiles that gave the
-// best rate. The AMX counters are 0 where AMX is not usable here.
+// best rate; q32_roof_mac/s, kquant_roof_mac/s (and *_core): the tile steps
+// alone of the 32-element and K-quant kernels, the roofs of kernels that keep
+// the AVX-512 level's arithmetic (amx_peak.h). The AMX counters are 0 where AMX is not usable here.
 #include <benchmark/benchmark.h>
 
 #include "amx_peak.h"
@@ -28,6 +30,10 @@ void BM_AmxPeak(benchmark::State& state) {
   state.counters["usd_core_mac/s"] = rate(r.usd_core);
   state.counters["bf16_core_mac/s"] = rate(r.bf16_core);
   state.counters["vnni_core_mac/s"] = rate(r.vnni_core);
+  state.counters["q32_roof_mac/s"] = rate(r.q32_roof);
+  state.counters["kquant_roof_mac/s"] = rate(r.kquant_roof);
+  state.counters["q32_roof_core_mac/s"] = rate(r.q32_roof_core);
+  state.counters["kquant_roof_core_mac/s"] = rate(r.kquant_roof_core);
   state.counters["amx_vnni"] = r.vnni > 0.0 ? r.ssd / r.vnni : 0.0;
   state.counters["amx_vnni_core"] = r.vnni_core > 0.0 ? r.ssd_core / r.vnni_core : 0.0;
   state.counters["ssd_chains"] = r.ssd_chains;

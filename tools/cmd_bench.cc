@@ -50,6 +50,7 @@ struct BenchCliOptions {
   std::string attention_precision = "f32";
   std::string weight_precision = "f32";
   std::string device = "cpu";
+  std::vector<std::string> kernels;  // matmul levels alternated within each repetition
   bool no_prefill_shortcut = false;
   SpecFlags spec;
   std::string json;
@@ -131,6 +132,15 @@ double BatchedDecodeSeconds(const Model& model, ModelState& state, int batch, st
 // tg through the generator after the prompt, without and with speculation,
 // runs alternating: gen tokens from decode steps each (end tokens fed back),
 // greedy, so both make the same tokens.
+// One row of the table: the test's name, its matmul kernel level, rows per
+// step, tokens per run and tok/s per repetition.
+struct BenchTest {
+  std::string test, kernel;
+  int batch = 1, tokens = 0;
+  std::vector<double> rates;
+  int first = -1;  // with --kernels: the same test at the first level (its index), for paired ratios
+};
+
 struct SpecBench {
   std::vector<double> plain, spec;  // tok/s per repetition
   SpeculativeStats stats;           // of the last speculative run
@@ -173,6 +183,14 @@ void RunBench(const BenchCliOptions& o) {
     if (t < 1 || t > 1024) throw Error("--threads entries must be in [1, 1024], got " + std::to_string(t));
   }
   CheckSpecFlags(o.spec, o.device);
+  if (!o.kernels.empty()) {
+    if (o.device != "cpu") throw Error("--kernels compares the CPU's matmul kernel levels; drop it with --device " + o.device);
+    if (SpecRequest(o.spec).enabled())
+      throw Error("--kernels cannot be combined with --spec or --draft-model; measure speculation at one level");
+    const std::string start = MatMulKernelName();
+    for (const std::string& k : o.kernels) SetMatMulKernel(k);  // throws, naming the levels this CPU can run
+    SetMatMulKernel(start);
+  }
   const std::string path = ResolveModel(o.model);
   const std::unique_ptr<Model> model =
       Placement(o.device).Apply(LoadModel(path, {.weight_precision = ParseWeightPrecision(o.weight_precision)}));
@@ -201,7 +219,12 @@ void RunBench(const BenchCliOptions& o) {
   const std::unique_ptr<ModelState> state = model->NewState(so);
   const std::string name(model->gguf().GetStringOpt("general.name").value_or(model->config().architecture));
   const auto load_before = LoadAverage();
-  const std::string kernel = MatMulKernelName();
+  std::string kernel = MatMulKernelName();
+  if (!o.kernels.empty()) {
+    kernel.clear();
+    for (const std::string& k : o.kernels) kernel += (kernel.empty() ? "" : ", ") + k;
+    kernel += " (alternating within each repetition)";
+  }
   const std::string revision = Revision();
   const unsigned cpus = std::thread::hardware_concurrency();
   const std::string pp = "pp" + std::to_string(o.prompt_tokens), tg = "tg" + std::to_string(o.gen_tokens);
@@ -217,7 +240,7 @@ void RunBench(const BenchCliOptions& o) {
               max_depth > 0 ? ", sliding layers full length" : "",
               o.no_prefill_shortcut ? ", prefill short-cut off" : "");
   std::printf("%d repetitions after a warm-up; tok/s median [min, max]\n\n", o.repetitions);
-  std::printf("%7s  %-16s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");
+  std::printf("%7s  %-24s %10s %10s %10s\n", "threads", "test", "tok/s", "min", "max");
   std::fflush(stdout);
 
   nlohmann::json results = nlohmann::json::array();
@@ -232,35 +255,66 @@ void RunBench(const BenchCliOptions& o) {
       state->Reset();
       if (depth > 0)
         model->Forward(*state, std::span<const std::int32_t>(filler).first(static_cast<std::size_t>(depth)), &pool);
-      RunOnce(*model, *state, depth,
-              std::vector<std::int32_t>(prompt.begin(), prompt.begin() + std::min(o.prompt_tokens, 64)),
-              std::min(o.gen_tokens, 8), &pool);
-      std::vector<double> pre, dec;
+      // With --kernels, every level runs once per repetition, in an order
+      // rotating with the repetition: their ratios come from runs seconds
+      // apart.
+      const std::size_t levels = o.kernels.empty() ? 1 : o.kernels.size();
+      const auto use = [&](std::size_t k) {
+        if (!o.kernels.empty()) SetMatMulKernel(o.kernels[k]);
+      };
+      const auto level_name = [&](std::size_t k) { return o.kernels.empty() ? MatMulKernelName() : o.kernels[k]; };
+      const auto tag = [&](std::size_t k) { return o.kernels.empty() ? std::string() : " [" + o.kernels[k] + "]"; };
+      for (std::size_t k = 0; k < levels; ++k) {
+        use(k);
+        RunOnce(*model, *state, depth,
+                std::vector<std::int32_t>(prompt.begin(), prompt.begin() + std::min(o.prompt_tokens, 64)),
+                std::min(o.gen_tokens, 8), &pool);
+      }
+      std::vector<std::vector<double>> pre(levels), dec(levels);
       for (int r = 0; r < o.repetitions; ++r) {
-        const RunTimes t = RunOnce(*model, *state, depth, prompt, o.gen_tokens, &pool);
-        pre.push_back(o.prompt_tokens / t.prefill_seconds);
-        dec.push_back(o.gen_tokens / t.decode_seconds);
+        for (std::size_t i = 0; i < levels; ++i) {
+          const std::size_t k = (static_cast<std::size_t>(r) + i) % levels;
+          use(k);
+          const RunTimes t = RunOnce(*model, *state, depth, prompt, o.gen_tokens, &pool);
+          pre[k].push_back(o.prompt_tokens / t.prefill_seconds);
+          dec[k].push_back(o.gen_tokens / t.decode_seconds);
+        }
       }
       const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
-      std::vector<std::tuple<std::string, int, int, std::vector<double>>> tests = {{pp + at, 1, o.prompt_tokens, pre},
-                                                                                   {tg + at, 1, o.gen_tokens, dec}};
+      std::vector<BenchTest> tests;
+      for (std::size_t k = 0; k < levels; ++k) {
+        const int f = k > 0 ? 0 : -1;
+        tests.push_back({pp + at + tag(k), level_name(k), 1, o.prompt_tokens, pre[k], f});
+        tests.push_back({tg + at + tag(k), level_name(k), 1, o.gen_tokens, dec[k], f < 0 ? -1 : 1});
+      }
       // Batched decode: each row after the depth's context and the prompt.
       std::vector<std::int32_t> row_context(filler.begin(), filler.begin() + depth);
       row_context.insert(row_context.end(), prompt.begin(), prompt.end());
       for (int b : o.batches) {
-        BatchedDecodeSeconds(*model, *state, b, row_context, std::min(o.gen_tokens, 8), &pool);  // warm-up
-        std::vector<double> agg;
-        for (int r = 0; r < o.repetitions; ++r) {
-          agg.push_back(static_cast<double>(b) * o.gen_tokens /
-                        BatchedDecodeSeconds(*model, *state, b, row_context, o.gen_tokens, &pool));
+        for (std::size_t k = 0; k < levels; ++k) {
+          use(k);
+          BatchedDecodeSeconds(*model, *state, b, row_context, std::min(o.gen_tokens, 8), &pool);  // warm-up
         }
-        tests.emplace_back(tg + " b" + std::to_string(b) + at, b, o.gen_tokens, agg);
+        std::vector<std::vector<double>> agg(levels);
+        for (int r = 0; r < o.repetitions; ++r) {
+          for (std::size_t i = 0; i < levels; ++i) {
+            const std::size_t k = (static_cast<std::size_t>(r) + i) % levels;
+            use(k);
+            agg[k].push_back(static_cast<double>(b) * o.gen_tokens /
+                             BatchedDecodeSeconds(*model, *state, b, row_context, o.gen_tokens, &pool));
+          }
+        }
+        const int first = static_cast<int>(tests.size());
+        for (std::size_t k = 0; k < levels; ++k) {
+          tests.push_back(
+              {tg + " b" + std::to_string(b) + at + tag(k), level_name(k), b, o.gen_tokens, agg[k], k > 0 ? first : -1});
+        }
       }
       if (SpecRequest(o.spec).enabled() && depth == o.depths.front()) {
         const SpecBench sb = RunSpecBench(*model, tok, prompt, o.gen_tokens, o.repetitions, o, &pool);
         const std::string name = o.spec.spec.empty() ? "draft" : o.spec.spec;
-        tests.emplace_back(tg + " gen", 1, o.gen_tokens, sb.plain);
-        tests.emplace_back(tg + " gen+" + name, 1, o.gen_tokens, sb.spec);
+        tests.push_back({tg + " gen", MatMulKernelName(), 1, o.gen_tokens, sb.plain});
+        tests.push_back({tg + " gen+" + name, MatMulKernelName(), 1, o.gen_tokens, sb.spec});
         spec_info.push_back({{"threads", threads},
                              {"drafter", name},
                              {"verify_steps", sb.stats.rounds},
@@ -268,12 +322,22 @@ void RunBench(const BenchCliOptions& o) {
                              {"accepted", sb.stats.accepted},
                              {"speedup_median", Summarize(sb.spec).median / Summarize(sb.plain).median}});
       }
-      for (const auto& [test, batch, tokens, rates] : tests) {
+      for (const auto& [test, level, batch, tokens, rates, first] : tests) {
         const Stat s = Summarize(rates);
-        std::printf("%7d  %-16s %10.1f %10.1f %10.1f\n", threads, test.c_str(), s.median, s.min, s.max);
+        std::printf("%7d  %-24s %10.1f %10.1f %10.1f", threads, test.c_str(), s.median, s.min, s.max);
+        // Paired: this level's tok/s over the first level's, repetition by
+        // repetition (runs seconds apart).
+        std::vector<double> paired;
+        if (first >= 0) {
+          const std::vector<double>& base = tests[static_cast<std::size_t>(first)].rates;
+          for (std::size_t r = 0; r < rates.size(); ++r) paired.push_back(rates[r] / base[r]);
+          std::printf("   %.2fx %s (paired median)", Summarize(paired).median, o.kernels.front().c_str());
+        }
+        std::printf("\n");
         std::fflush(stdout);
         results.push_back({{"threads", threads},
                            {"test", test},
+                           {"kernel", level},
                            {"depth", depth},
                            {"batch", batch},
                            {"tokens", tokens},
@@ -281,6 +345,10 @@ void RunBench(const BenchCliOptions& o) {
                            {"tok_s_min", s.min},
                            {"tok_s_max", s.max},
                            {"tok_s", rates}});
+        if (first >= 0) {
+          results.back()["ratio_to_kernel"] = o.kernels.front();
+          results.back()["ratios"] = paired;
+        }
       }
     }
   }
@@ -364,6 +432,11 @@ void RegisterBench(CLI::App& app) {
   AddWeightPrecisionOption(*cmd, o.weight_precision);
   AddDeviceOption(*cmd, o.device);
   AddSpecFlags(*cmd, o.spec);
+  cmd->add_option("--kernels", o.kernels,
+                  "Comma-separated matmul kernel levels (KVSHARE_KERNEL's names: amx, avx512vnni, avx2, scalar, "
+                  "float), each run once per repetition in an order rotating with it, so their ratios come from "
+                  "runs seconds apart in one process; the tests are named with the level, e.g. pp512 [amx]")
+      ->delimiter(',');
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,
                 "Run every layer on every prompt token (to measure what the prefill short-cut saves)");
   cmd->add_option("--json", o.json, "Also write the results and machine info to this JSON file");

@@ -2,11 +2,13 @@
 // driver; each type's kernels: its row of weight_types.cc (which runs when,
 // and why: kernels/dispatch.h).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/cpu_amx.h"
@@ -49,22 +51,57 @@ bool KernelLevelAvailable(KernelLevel level) {
   }
 }
 
-KernelLevel DefaultKernelLevel() {
-  static const KernelLevel level = [] {
-    if (const char* env = std::getenv("KVSHARE_KERNEL")) {
-      for (KernelLevel l : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni, KernelLevel::kAmx,
-                            KernelLevel::kFloat}) {
-        if (std::strcmp(env, KernelLevelName(l)) == 0 && KernelLevelAvailable(l)) return l;
-      }
-      if (std::strcmp(env, "avx512") == 0 && KernelLevelAvailable(KernelLevel::kAvx512Vnni))
-        return KernelLevel::kAvx512Vnni;
+namespace {
+
+constexpr KernelLevel kAllLevels[] = {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512Vnni,
+                                      KernelLevel::kAmx, KernelLevel::kFloat};
+
+// A level by KVSHARE_KERNEL's names ("avx512" for "avx512vnni"); false for
+// any other name.
+bool ParseKernelLevel(std::string_view name, KernelLevel* level) {
+  if (name == "avx512") name = "avx512vnni";
+  for (KernelLevel l : kAllLevels) {
+    if (name == KernelLevelName(l)) {
+      *level = l;
+      return true;
     }
-    if (KernelLevelAvailable(KernelLevel::kAmx)) return KernelLevel::kAmx;
-    if (KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
-    if (KernelLevelAvailable(KernelLevel::kAvx2)) return KernelLevel::kAvx2;
-    return KernelLevel::kScalar;
-  }();
+  }
+  return false;
+}
+
+KernelLevel StartLevel() {
+  KernelLevel l{};
+  if (const char* env = std::getenv("KVSHARE_KERNEL"); env != nullptr && ParseKernelLevel(env, &l) &&
+                                                         KernelLevelAvailable(l)) {
+    return l;
+  }
+  if (KernelLevelAvailable(KernelLevel::kAmx)) return KernelLevel::kAmx;
+  if (KernelLevelAvailable(KernelLevel::kAvx512Vnni)) return KernelLevel::kAvx512Vnni;
+  if (KernelLevelAvailable(KernelLevel::kAvx2)) return KernelLevel::kAvx2;
+  return KernelLevel::kScalar;
+}
+
+std::atomic<KernelLevel>& CurrentLevel() {
+  static std::atomic<KernelLevel> level{StartLevel()};  // once per process, thread-safe
   return level;
+}
+
+}  // namespace
+
+KernelLevel DefaultKernelLevel() { return CurrentLevel().load(std::memory_order_relaxed); }
+
+void SetMatMulKernel(const std::string& name) {
+  KernelLevel l{};
+  if (!ParseKernelLevel(name, &l) || !KernelLevelAvailable(l)) {
+    std::string available;
+    for (KernelLevel a : kAllLevels) {
+      if (KernelLevelAvailable(a)) available += std::string(available.empty() ? "" : ", ") + KernelLevelName(a);
+    }
+    throw Error("matmul kernel '" + name + "' " +
+                (ParseKernelLevel(name, &l) ? "cannot run on this CPU or build" : "is not a kernel level") +
+                "; this process can run: " + available);
+  }
+  CurrentLevel().store(l, std::memory_order_relaxed);
 }
 
 // kvshare/quant/kernel_level.h: the level's name for the front ends, which do not see
