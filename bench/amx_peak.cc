@@ -178,13 +178,13 @@ KVSHARE_AMX_TARGET inline void KQuantBlock(const std::int8_t* a, const std::int8
 KVSHARE_AMX_TARGET double KQuantSteps(std::int32_t* sink) {
   alignas(64) static const TileConfig cfg;
   alignas(64) std::int8_t a[4096], lo[4096], hi[4096];
-  alignas(64) std::int32_t c[512];
+  alignas(64) std::int32_t c[1024];
   for (int i = 0; i < 4096; ++i) a[i] = lo[i] = hi[i] = 1;
   _tile_loadconfig(&cfg);
   const std::int64_t pairs = kTileInstrs / 32;
   for (std::int64_t r = 0; r < pairs; ++r) {
     KQuantBlock<0>(a, lo, hi, c);
-    KQuantBlock<1>(a, lo, hi, c);
+    KQuantBlock<1>(a, lo, hi, c + 512);
   }
   _tile_stored(4, c, 64);
   _tile_release();
