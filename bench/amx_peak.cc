@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/amx_tiles.h"
 #include "common/cpu_amx.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -132,47 +133,29 @@ KVSHARE_AMX_TARGET double BlockSumSteps(std::int32_t* sink) {
 }
 
 // The K-quant kernel's tile steps (AmxPeakRates::kquant_roof): per
-// super-block, C_lo, C_hi zeroed (tiles 4, 5 or 6, 7 alternating), 4
-// K-steps of an A load (tile 0 / 1), the B_lo, B_hi loads (2, 3) and their
-// two products, then the previous super-block's C stored, as
-// scaled_tiles.h and packed_k.cc do.
+// super-block, the previous super-block's C stored, C_lo, C_hi zeroed (tiles
+// 4, 5 or 6, 7 alternating), then 4 K-steps of an A load (tile 0 / 1), the
+// B_lo, B_hi loads (2, 3) and their two products, as scaled_tiles.h and
+// packed_k.cc do (with common/amx_tiles.h's instructions).
+template <int kC, int kA>
+inline void KQuantStep(const std::int8_t* a, const std::int8_t* lo, const std::int8_t* hi) {
+  detail::TileLoad<kA, 1024>(a, 64);
+  detail::TileLoad<2, 1024>(lo, 64);
+  detail::TileLoad<3, 1024>(hi, 64);
+  detail::TileDpbsud<kC, kA, 2>();
+  detail::TileDpbssd<kC + 1, kA, 3>();
+}
 template <int kSet>
-KVSHARE_AMX_TARGET inline void KQuantBlock(const std::int8_t* a, const std::int8_t* lo, const std::int8_t* hi,
-                                           std::int32_t* c) {
-  constexpr int kC = kSet == 0 ? 4 : 6;
-  if constexpr (kSet == 0) {
-    _tile_stored(6, c, 64);
-    _tile_stored(7, c + 256, 64);
-    _tile_zero(4);
-    _tile_zero(5);
-  } else {
-    _tile_stored(4, c, 64);
-    _tile_stored(5, c + 256, 64);
-    _tile_zero(6);
-    _tile_zero(7);
-  }
-  for (int q = 0; q < 4; q += 2) {
-    _tile_loadd(0, a + 1024 * q, 64);
-    _tile_loadd(2, lo + 1024 * q, 64);
-    _tile_loadd(3, hi + 1024 * q, 64);
-    if constexpr (kC == 4) {
-      _tile_dpbsud(4, 0, 2);
-      _tile_dpbssd(5, 0, 3);
-    } else {
-      _tile_dpbsud(6, 0, 2);
-      _tile_dpbssd(7, 0, 3);
-    }
-    _tile_loadd(1, a + 1024 * (q + 1), 64);
-    _tile_loadd(2, lo + 1024 * (q + 1), 64);
-    _tile_loadd(3, hi + 1024 * (q + 1), 64);
-    if constexpr (kC == 4) {
-      _tile_dpbsud(4, 1, 2);
-      _tile_dpbssd(5, 1, 3);
-    } else {
-      _tile_dpbsud(6, 1, 2);
-      _tile_dpbssd(7, 1, 3);
-    }
-  }
+inline void KQuantBlock(const std::int8_t* a, const std::int8_t* lo, const std::int8_t* hi, std::int32_t* c) {
+  constexpr int kC = 4 + 2 * kSet, kPrev = 6 - 2 * kSet;
+  detail::TileStore<kPrev, 1024>(c, 64);
+  detail::TileStore<kPrev + 1, 1024>(c + 256, 64);
+  detail::TileZero<kC>();
+  detail::TileZero<kC + 1>();
+  KQuantStep<kC, 0>(a, lo, hi);
+  KQuantStep<kC, 1>(a + 1024, lo + 1024, hi + 1024);
+  KQuantStep<kC, 0>(a + 2048, lo + 2048, hi + 2048);
+  KQuantStep<kC, 1>(a + 3072, lo + 3072, hi + 3072);
 }
 
 KVSHARE_AMX_TARGET double KQuantSteps(std::int32_t* sink) {
