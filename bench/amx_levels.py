@@ -11,6 +11,9 @@ over rounds and the per-round ratios.
       [--repetitions 2] [--rounds 3] [--kv-dtype f16] [--json out.json]
 
 The kvshare and llama-bench runs are peer_llamacpp.py's (same flags).
+For the AMX / VNNI ratio alone, `kvshare bench --kernels avx512vnni,amx`
+pairs the levels within one process (each repetition runs both, seconds
+apart), which this host's drift between processes does not blur.
 KVSHARE_AMX_LEVELS_BF16_ATTENTION=1 adds a third kvshare engine, amx_bf16attn:
 the AMX level with --attention-precision bf16 (the attention products on
 AMX-BF16 tiles; needs --kv-dtype f16, bf16 or f32).
