@@ -16,7 +16,6 @@
 #include <span>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -129,9 +128,6 @@ double BatchedDecodeSeconds(const Model& model, ModelState& state, int batch, st
   return Seconds(t0);
 }
 
-// tg through the generator after the prompt, without and with speculation,
-// runs alternating: gen tokens from decode steps each (end tokens fed back),
-// greedy, so both make the same tokens.
 // One row of the table: the test's name, its matmul kernel level, rows per
 // step, tokens per run and tok/s per repetition.
 struct BenchTest {
@@ -141,6 +137,9 @@ struct BenchTest {
   int first = -1;  // with --kernels: the same test at the first level (its index), for paired ratios
 };
 
+// tg through the generator after the prompt, without and with speculation,
+// runs alternating: gen tokens from decode steps each (end tokens fed back),
+// greedy, so both make the same tokens.
 struct SpecBench {
   std::vector<double> plain, spec;  // tok/s per repetition
   SpeculativeStats stats;           // of the last speculative run
@@ -184,7 +183,8 @@ void RunBench(const BenchCliOptions& o) {
   }
   CheckSpecFlags(o.spec, o.device);
   if (!o.kernels.empty()) {
-    if (o.device != "cpu") throw Error("--kernels compares the CPU's matmul kernel levels; drop it with --device " + o.device);
+    if (o.device != "cpu")
+      throw Error("--kernels compares the CPU's matmul kernel levels; drop it with --device " + o.device);
     if (SpecRequest(o.spec).enabled())
       throw Error("--kernels cannot be combined with --spec or --draft-model; measure speculation at one level");
     const std::string start = MatMulKernelName();
@@ -306,8 +306,8 @@ void RunBench(const BenchCliOptions& o) {
         }
         const int first = static_cast<int>(tests.size());
         for (std::size_t k = 0; k < levels; ++k) {
-          tests.push_back(
-              {tg + " b" + std::to_string(b) + at + tag(k), level_name(k), b, o.gen_tokens, agg[k], k > 0 ? first : -1});
+          tests.push_back({tg + " b" + std::to_string(b) + at + tag(k), level_name(k), b, o.gen_tokens, agg[k],
+                           k > 0 ? first : -1});
         }
       }
       if (SpecRequest(o.spec).enabled() && depth == o.depths.front()) {
