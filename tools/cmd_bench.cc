@@ -128,10 +128,11 @@ double BatchedDecodeSeconds(const Model& model, ModelState& state, int batch, st
   return Seconds(t0);
 }
 
-// One row of the table: the test's name, its matmul kernel level, rows per
-// step, tokens per run and tok/s per repetition.
+// One row of the table: the test's name, its matmul kernel level and
+// attention precision, rows per step, tokens per run and tok/s per
+// repetition.
 struct BenchTest {
-  std::string test, kernel;
+  std::string test, kernel, attention;
   int batch = 1, tokens = 0;
   std::vector<double> rates;
   int first = -1;  // with --kernels: the same test at the first level (its index), for paired ratios
@@ -176,6 +177,34 @@ SpecBench RunSpecBench(const Model& model, const Tokenizer& tok, const std::vect
   return b;
 }
 
+// A --kernels entry: a matmul level, then optionally ":f32" or ":bf16" for
+// the attention products (--attention-precision otherwise). Each attention
+// precision in use gets its own ModelState, so its own KV cache.
+struct KernelEntry {
+  std::string label, level, attention;
+  std::size_t state = 0;  // index into the run's states
+};
+
+std::vector<KernelEntry> ParseKernelEntries(const BenchCliOptions& o, std::vector<std::string>* attentions) {
+  std::vector<KernelEntry> entries;
+  const std::string start = MatMulKernelName();
+  for (const std::string& k : o.kernels) {
+    const std::size_t colon = k.find(':');
+    KernelEntry e{k, k.substr(0, colon), colon == std::string::npos ? o.attention_precision : k.substr(colon + 1)};
+    if (e.attention != "f32" && e.attention != "bf16")
+      throw Error("--kernels entry '" + k + "': the attention precision after ':' must be f32 or bf16");
+    // Both throw for what this CPU cannot run, naming what it can.
+    SetMatMulKernel(e.level);
+    ParseAttentionPrecision(e.attention, ParseKvDtype(o.kv_dtype));
+    const auto at = std::find(attentions->begin(), attentions->end(), e.attention);
+    e.state = static_cast<std::size_t>(at - attentions->begin());
+    if (at == attentions->end()) attentions->push_back(e.attention);
+    entries.push_back(e);
+  }
+  SetMatMulKernel(start);
+  return entries;
+}
+
 void RunBench(const BenchCliOptions& o) {
   if (o.threads.empty()) throw Error("--threads needs at least one thread count, e.g. --threads 1,2");
   for (int t : o.threads) {
@@ -187,10 +216,10 @@ void RunBench(const BenchCliOptions& o) {
       throw Error("--kernels compares the CPU's matmul kernel levels; drop it with --device " + o.device);
     if (SpecRequest(o.spec).enabled())
       throw Error("--kernels cannot be combined with --spec or --draft-model; measure speculation at one level");
-    const std::string start = MatMulKernelName();
-    for (const std::string& k : o.kernels) SetMatMulKernel(k);  // throws, naming the levels this CPU can run
-    SetMatMulKernel(start);
   }
+  std::vector<std::string> attentions;  // one ModelState each
+  const std::vector<KernelEntry> entries = ParseKernelEntries(o, &attentions);
+  if (attentions.empty()) attentions.push_back(o.attention_precision);
   const std::string path = ResolveModel(o.model);
   const std::unique_ptr<Model> model =
       Placement(o.device).Apply(LoadModel(path, {.weight_precision = ParseWeightPrecision(o.weight_precision)}));
@@ -209,20 +238,23 @@ void RunBench(const BenchCliOptions& o) {
   // Sliding layers keep every position when there is depth, so each test starts
   // from the same context by a Rewind instead of a new fill.
   const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
-  const ModelStateOptions so{.max_context = context,
-                             .kv_dtype = ParseKvDtype(o.kv_dtype),
-                             .attention_precision = ParseAttentionPrecision(o.attention_precision,
-                                                                            ParseKvDtype(o.kv_dtype)),
-                             .max_batch = max_batch,
-                             .exact_rewind = max_depth > 0,
-                             .prefill_shortcut = !o.no_prefill_shortcut};
-  const std::unique_ptr<ModelState> state = model->NewState(so);
+  std::vector<std::unique_ptr<ModelState>> states;
+  for (const std::string& attention : attentions) {
+    const ModelStateOptions so{.max_context = context,
+                               .kv_dtype = ParseKvDtype(o.kv_dtype),
+                               .attention_precision = ParseAttentionPrecision(attention, ParseKvDtype(o.kv_dtype)),
+                               .max_batch = max_batch,
+                               .exact_rewind = max_depth > 0,
+                               .prefill_shortcut = !o.no_prefill_shortcut};
+    states.push_back(model->NewState(so));
+  }
+  ModelState* const state = states.front().get();
   const std::string name(model->gguf().GetStringOpt("general.name").value_or(model->config().architecture));
   const auto load_before = LoadAverage();
   std::string kernel = MatMulKernelName();
   if (!o.kernels.empty()) {
     kernel.clear();
-    for (const std::string& k : o.kernels) kernel += (kernel.empty() ? "" : ", ") + k;
+    for (const KernelEntry& e : entries) kernel += (kernel.empty() ? "" : ", ") + e.label;
     kernel += " (alternating within each repetition)";
   }
   const std::string revision = Revision();
@@ -252,21 +284,31 @@ void RunBench(const BenchCliOptions& o) {
     for (int depth : o.depths) {
       // The context (untimed; the same for every thread count), then a warm-up
       // that faults in the weights and the cache buffers.
-      state->Reset();
-      if (depth > 0)
-        model->Forward(*state, std::span<const std::int32_t>(filler).first(static_cast<std::size_t>(depth)), &pool);
-      // With --kernels, every level runs once per repetition, in an order
+      for (const auto& st : states) {
+        st->Reset();
+        if (depth > 0)
+          model->Forward(*st, std::span<const std::int32_t>(filler).first(static_cast<std::size_t>(depth)), &pool);
+      }
+      // With --kernels, every entry runs once per repetition, in an order
       // rotating with the repetition: their ratios come from runs seconds
       // apart.
-      const std::size_t levels = o.kernels.empty() ? 1 : o.kernels.size();
-      const auto use = [&](std::size_t k) {
-        if (!o.kernels.empty()) SetMatMulKernel(o.kernels[k]);
+      const std::size_t levels = entries.empty() ? 1 : entries.size();
+      // Entry k's level set, and its state.
+      const auto use = [&](std::size_t k) -> ModelState& {
+        if (entries.empty()) return *state;
+        SetMatMulKernel(entries[k].level);
+        return *states[entries[k].state];
       };
-      const auto level_name = [&](std::size_t k) { return o.kernels.empty() ? MatMulKernelName() : o.kernels[k]; };
-      const auto tag = [&](std::size_t k) { return o.kernels.empty() ? std::string() : " [" + o.kernels[k] + "]"; };
+      const auto level_name = [&](std::size_t k) {
+        return entries.empty() ? std::string(MatMulKernelName()) : entries[k].level;
+      };
+      const auto tag = [&](std::size_t k) { return entries.empty() ? std::string() : " [" + entries[k].label + "]"; };
+      const auto attention = [&](std::size_t k) {
+        return entries.empty() ? o.attention_precision : entries[k].attention;
+      };
       for (std::size_t k = 0; k < levels; ++k) {
-        use(k);
-        RunOnce(*model, *state, depth,
+        ModelState& st = use(k);
+        RunOnce(*model, st, depth,
                 std::vector<std::int32_t>(prompt.begin(), prompt.begin() + std::min(o.prompt_tokens, 64)),
                 std::min(o.gen_tokens, 8), &pool);
       }
@@ -274,8 +316,7 @@ void RunBench(const BenchCliOptions& o) {
       for (int r = 0; r < o.repetitions; ++r) {
         for (std::size_t i = 0; i < levels; ++i) {
           const std::size_t k = (static_cast<std::size_t>(r) + i) % levels;
-          use(k);
-          const RunTimes t = RunOnce(*model, *state, depth, prompt, o.gen_tokens, &pool);
+          const RunTimes t = RunOnce(*model, use(k), depth, prompt, o.gen_tokens, &pool);
           pre[k].push_back(o.prompt_tokens / t.prefill_seconds);
           dec[k].push_back(o.gen_tokens / t.decode_seconds);
         }
@@ -284,37 +325,35 @@ void RunBench(const BenchCliOptions& o) {
       std::vector<BenchTest> tests;
       for (std::size_t k = 0; k < levels; ++k) {
         const int f = k > 0 ? 0 : -1;
-        tests.push_back({pp + at + tag(k), level_name(k), 1, o.prompt_tokens, pre[k], f});
-        tests.push_back({tg + at + tag(k), level_name(k), 1, o.gen_tokens, dec[k], f < 0 ? -1 : 1});
+        tests.push_back({pp + at + tag(k), level_name(k), attention(k), 1, o.prompt_tokens, pre[k], f});
+        tests.push_back({tg + at + tag(k), level_name(k), attention(k), 1, o.gen_tokens, dec[k], f < 0 ? -1 : 1});
       }
       // Batched decode: each row after the depth's context and the prompt.
       std::vector<std::int32_t> row_context(filler.begin(), filler.begin() + depth);
       row_context.insert(row_context.end(), prompt.begin(), prompt.end());
       for (int b : o.batches) {
         for (std::size_t k = 0; k < levels; ++k) {
-          use(k);
-          BatchedDecodeSeconds(*model, *state, b, row_context, std::min(o.gen_tokens, 8), &pool);  // warm-up
+          BatchedDecodeSeconds(*model, use(k), b, row_context, std::min(o.gen_tokens, 8), &pool);  // warm-up
         }
         std::vector<std::vector<double>> agg(levels);
         for (int r = 0; r < o.repetitions; ++r) {
           for (std::size_t i = 0; i < levels; ++i) {
             const std::size_t k = (static_cast<std::size_t>(r) + i) % levels;
-            use(k);
             agg[k].push_back(static_cast<double>(b) * o.gen_tokens /
-                             BatchedDecodeSeconds(*model, *state, b, row_context, o.gen_tokens, &pool));
+                             BatchedDecodeSeconds(*model, use(k), b, row_context, o.gen_tokens, &pool));
           }
         }
         const int first = static_cast<int>(tests.size());
         for (std::size_t k = 0; k < levels; ++k) {
-          tests.push_back({tg + " b" + std::to_string(b) + at + tag(k), level_name(k), b, o.gen_tokens, agg[k],
-                           k > 0 ? first : -1});
+          tests.push_back({tg + " b" + std::to_string(b) + at + tag(k), level_name(k), attention(k), b, o.gen_tokens,
+                           agg[k], k > 0 ? first : -1});
         }
       }
       if (SpecRequest(o.spec).enabled() && depth == o.depths.front()) {
         const SpecBench sb = RunSpecBench(*model, tok, prompt, o.gen_tokens, o.repetitions, o, &pool);
         const std::string name = o.spec.spec.empty() ? "draft" : o.spec.spec;
-        tests.push_back({tg + " gen", MatMulKernelName(), 1, o.gen_tokens, sb.plain});
-        tests.push_back({tg + " gen+" + name, MatMulKernelName(), 1, o.gen_tokens, sb.spec});
+        tests.push_back({tg + " gen", MatMulKernelName(), o.attention_precision, 1, o.gen_tokens, sb.plain});
+        tests.push_back({tg + " gen+" + name, MatMulKernelName(), o.attention_precision, 1, o.gen_tokens, sb.spec});
         spec_info.push_back({{"threads", threads},
                              {"drafter", name},
                              {"verify_steps", sb.stats.rounds},
@@ -322,7 +361,7 @@ void RunBench(const BenchCliOptions& o) {
                              {"accepted", sb.stats.accepted},
                              {"speedup_median", Summarize(sb.spec).median / Summarize(sb.plain).median}});
       }
-      for (const auto& [test, level, batch, tokens, rates, first] : tests) {
+      for (const auto& [test, level, attn, batch, tokens, rates, first] : tests) {
         const Stat s = Summarize(rates);
         std::printf("%7d  %-24s %10.1f %10.1f %10.1f", threads, test.c_str(), s.median, s.min, s.max);
         // Paired: this level's tok/s over the first level's, repetition by
@@ -338,6 +377,7 @@ void RunBench(const BenchCliOptions& o) {
         results.push_back({{"threads", threads},
                            {"test", test},
                            {"kernel", level},
+                           {"attention_precision", attn},
                            {"depth", depth},
                            {"batch", batch},
                            {"tokens", tokens},
@@ -435,7 +475,9 @@ void RegisterBench(CLI::App& app) {
   cmd->add_option("--kernels", o.kernels,
                   "Comma-separated matmul kernel levels (KVSHARE_KERNEL's names: amx, avx512vnni, avx2, scalar, "
                   "float), each run once per repetition in an order rotating with it, so their ratios come from "
-                  "runs seconds apart in one process; the tests are named with the level, e.g. pp512 [amx]")
+                  "runs seconds apart in one process; the tests are named with the level, e.g. pp512 [amx]. An "
+                  "entry LEVEL:f32 or LEVEL:bf16 also sets the attention precision (its own KV cache), e.g. "
+                  "avx512vnni:f32,amx:bf16")
       ->delimiter(',');
   cmd->add_flag("--no-prefill-shortcut", o.no_prefill_shortcut,
                 "Run every layer on every prompt token (to measure what the prefill short-cut saves)");

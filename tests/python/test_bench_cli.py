@@ -1,8 +1,8 @@
 """`kvshare bench --kernels`: matmul kernel levels alternated within each
 repetition of one process (SetMatMulKernel, kvshare/quant/kernel_level.h), on
-the tiny quantized Gemma 4 fixture: one row per test and level, the level in
-the JSON, the paired ratios to the first level, and a clear error for a name
-that is no level."""
+the tiny quantized Gemma 4 fixture: one row per test and entry, the level and
+attention precision in the JSON, the paired ratios to the first entry, and
+clear errors for a name that is no level or no precision."""
 import json
 import os
 import subprocess
@@ -41,6 +41,19 @@ def test_kernels_alternate_and_pair(tmp_path):
         assert x["ratio_to_kernel"] == "scalar"
         assert x["ratios"] == pytest.approx([a / b for a, b in zip(x["tok_s"], base["tok_s"])], rel=1e-12)
     assert "x scalar (paired median)" in r.stdout
+
+
+def test_kernel_entries_set_the_attention_precision(tmp_path):
+    out = tmp_path / "bench.json"
+    r = bench("--repetitions", "2", "--attention-precision", "f32", "--kernels", "scalar:f32,float",
+              "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = [(x["test"], x["kernel"], x["attention_precision"]) for x in json.loads(out.read_text())["results"]]
+    assert rows == [("pp16 [scalar:f32]", "scalar", "f32"), ("tg2 [scalar:f32]", "scalar", "f32"),
+                    ("pp16 [float]", "float", "f32"), ("tg2 [float]", "float", "f32")]
+    r = bench("--kernels", "scalar:fp8")
+    assert r.returncode != 0
+    assert "--kernels entry 'scalar:fp8': the attention precision after ':' must be f32 or bf16" in r.stderr
 
 
 def test_kernels_rejects_unknown_level():
