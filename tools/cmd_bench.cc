@@ -179,15 +179,21 @@ SpecBench RunSpecBench(const Model& model, const Tokenizer& tok, const std::vect
 
 // A --kernels entry: a matmul level, then optionally ":f32" or ":bf16" for
 // the attention products (--attention-precision otherwise). Each attention
-// precision in use gets its own ModelState, so its own KV cache.
+// precision in use gets its own ModelState, so its own KV cache. Without
+// --kernels the run has one entry, unlabelled: the process's level and
+// --attention-precision.
 struct KernelEntry {
   std::string label, level, attention;
   std::size_t state = 0;  // index into the run's states
 };
 
 std::vector<KernelEntry> ParseKernelEntries(const BenchCliOptions& o, std::vector<std::string>* attentions) {
-  std::vector<KernelEntry> entries;
   const std::string start = MatMulKernelName();
+  if (o.kernels.empty()) {
+    attentions->push_back(o.attention_precision);
+    return {KernelEntry{"", start, o.attention_precision}};
+  }
+  std::vector<KernelEntry> entries;
   for (const std::string& k : o.kernels) {
     const std::size_t colon = k.find(':');
     KernelEntry e{k, k.substr(0, colon), colon == std::string::npos ? o.attention_precision : k.substr(colon + 1)};
@@ -219,7 +225,6 @@ void RunBench(const BenchCliOptions& o) {
   }
   std::vector<std::string> attentions;  // one ModelState each
   const std::vector<KernelEntry> entries = ParseKernelEntries(o, &attentions);
-  if (attentions.empty()) attentions.push_back(o.attention_precision);
   const std::string path = ResolveModel(o.model);
   const std::unique_ptr<Model> model =
       Placement(o.device).Apply(LoadModel(path, {.weight_precision = ParseWeightPrecision(o.weight_precision)}));
@@ -292,19 +297,14 @@ void RunBench(const BenchCliOptions& o) {
       // With --kernels, every entry runs once per repetition, in an order
       // rotating with the repetition: their ratios come from runs seconds
       // apart.
-      const std::size_t levels = entries.empty() ? 1 : entries.size();
+      const std::size_t levels = entries.size();
       // Entry k's level set, and its state.
       const auto use = [&](std::size_t k) -> ModelState& {
-        if (entries.empty()) return *state;
         SetMatMulKernel(entries[k].level);
         return *states[entries[k].state];
       };
-      const auto level_name = [&](std::size_t k) {
-        return entries.empty() ? std::string(MatMulKernelName()) : entries[k].level;
-      };
-      const auto tag = [&](std::size_t k) { return entries.empty() ? std::string() : " [" + entries[k].label + "]"; };
-      const auto attention = [&](std::size_t k) {
-        return entries.empty() ? o.attention_precision : entries[k].attention;
+      const auto tag = [&](std::size_t k) {
+        return entries[k].label.empty() ? std::string() : " [" + entries[k].label + "]";
       };
       for (std::size_t k = 0; k < levels; ++k) {
         ModelState& st = use(k);
@@ -325,8 +325,9 @@ void RunBench(const BenchCliOptions& o) {
       std::vector<BenchTest> tests;
       for (std::size_t k = 0; k < levels; ++k) {
         const int f = k > 0 ? 0 : -1;
-        tests.push_back({pp + at + tag(k), level_name(k), attention(k), 1, o.prompt_tokens, pre[k], f});
-        tests.push_back({tg + at + tag(k), level_name(k), attention(k), 1, o.gen_tokens, dec[k], f < 0 ? -1 : 1});
+        tests.push_back({pp + at + tag(k), entries[k].level, entries[k].attention, 1, o.prompt_tokens, pre[k], f});
+        tests.push_back(
+            {tg + at + tag(k), entries[k].level, entries[k].attention, 1, o.gen_tokens, dec[k], f < 0 ? -1 : 1});
       }
       // Batched decode: each row after the depth's context and the prompt.
       std::vector<std::int32_t> row_context(filler.begin(), filler.begin() + depth);
@@ -345,8 +346,8 @@ void RunBench(const BenchCliOptions& o) {
         }
         const int first = static_cast<int>(tests.size());
         for (std::size_t k = 0; k < levels; ++k) {
-          tests.push_back({tg + " b" + std::to_string(b) + at + tag(k), level_name(k), attention(k), b, o.gen_tokens,
-                           agg[k], k > 0 ? first : -1});
+          tests.push_back({tg + " b" + std::to_string(b) + at + tag(k), entries[k].level, entries[k].attention, b,
+                           o.gen_tokens, agg[k], k > 0 ? first : -1});
         }
       }
       if (SpecRequest(o.spec).enabled() && depth == o.depths.front()) {
