@@ -34,15 +34,9 @@ constexpr int kVnniChains = 12;
 #if KVSHARE_AMX_PEAK
 #define KVSHARE_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8,amx-bf16")))
 
-// Palette 1; every tile 16 rows of 64 bytes: C 16 x 16 int32 / fp32, A 16 x 64
-// int8 (16 x 32 bf16), B 16 rows of 64 bytes (K / 4 int8 or K / 2 bf16 pairs).
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
+// The chains and the K-quant steps run in detail::FullTiles(): every tile 16
+// rows of 64 bytes (C 16 x 16 int32 / fp32, A 16 x 64 int8 or 16 x 32 bf16,
+// B K / 4 int8 or K / 2 bf16 pairs per row).
 
 // One round: tile i += A * B for i < N. The tile numbers must be literals (the
 // intrinsics paste them into the instruction).
@@ -59,11 +53,10 @@ struct alignas(64) TileConfig {
 // Runs kTileInstrs / N rounds; returns the MACs done. Tile 0 goes to *sink.
 template <int N>
 KVSHARE_AMX_TARGET double TileChains(Op op, std::int32_t* sink) {
-  alignas(64) static const TileConfig cfg;
   alignas(64) std::uint8_t ab[16 * 64];
   // int8 ones, or bf16 1.0 (0x3f80) pairs: C grows by K an instruction.
   for (int i = 0; i < 16 * 64; ++i) ab[i] = op == Op::kBf16 ? (i % 2 == 0 ? 0x80 : 0x3f) : 1;
-  _tile_loadconfig(&cfg);
+  _tile_loadconfig(&detail::FullTiles());
   _tile_loadd(6, ab, 64);
   _tile_loadd(7, ab, 64);
   _tile_zero(0);
@@ -97,12 +90,11 @@ KVSHARE_AMX_TARGET double TileChains(Op op, std::int32_t* sink) {
 // A (16 rows of 32 bytes); 2, 3: B (8 rows of 64); 4, 5: C; block b + 1's
 // product issued before block b's store, as packed_q32.cc's TileRows does.
 KVSHARE_AMX_TARGET double BlockSumSteps(std::int32_t* sink) {
-  alignas(64) static const TileConfig cfg = [] {
-    TileConfig c;
+  static const detail::TileConfig cfg = [] {
+    detail::TileConfig c;
     for (int t : {0, 1}) c.rows[t] = 16, c.colsb[t] = 32;
     for (int t : {2, 3}) c.rows[t] = 8, c.colsb[t] = 64;
     for (int t : {4, 5}) c.rows[t] = 16, c.colsb[t] = 64;
-    for (int t : {6, 7}) c.rows[t] = 0, c.colsb[t] = 0;
     return c;
   }();
   alignas(64) std::int8_t a[2][512], b[2][512];
@@ -159,11 +151,10 @@ inline void KQuantBlock(const std::int8_t* a, const std::int8_t* lo, const std::
 }
 
 KVSHARE_AMX_TARGET double KQuantSteps(std::int32_t* sink) {
-  alignas(64) static const TileConfig cfg;
   alignas(64) std::int8_t a[4096], lo[4096], hi[4096];
   alignas(64) std::int32_t c[1024];
   for (int i = 0; i < 4096; ++i) a[i] = lo[i] = hi[i] = 1;
-  _tile_loadconfig(&cfg);
+  _tile_loadconfig(&detail::FullTiles());
   const std::int64_t pairs = kTileInstrs / 32;
   for (std::int64_t r = 0; r < pairs; ++r) {
     KQuantBlock<0>(a, lo, hi, c);
