@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -92,13 +91,14 @@ KernelLevel DefaultKernelLevel() { return CurrentLevel().load(std::memory_order_
 
 void SetMatMulKernel(const std::string& name) {
   KernelLevel l{};
-  if (!ParseKernelLevel(name, &l) || !KernelLevelAvailable(l)) {
+  const bool known = ParseKernelLevel(name, &l);
+  if (!known || !KernelLevelAvailable(l)) {
     std::string available;
     for (KernelLevel a : kAllLevels) {
       if (KernelLevelAvailable(a)) available += std::string(available.empty() ? "" : ", ") + KernelLevelName(a);
     }
     throw Error("matmul kernel '" + name + "' " +
-                (ParseKernelLevel(name, &l) ? "cannot run on this CPU or build" : "is not a kernel level") +
+                (known ? "cannot run on this CPU or build" : "is not a kernel level") +
                 "; this process can run: " + available);
   }
   CurrentLevel().store(l, std::memory_order_relaxed);
