@@ -171,11 +171,9 @@ namespace {
 // 64-256 KiB of weights) streamed 10-25% slower from DRAM on 2 threads
 // (E2bVec): each new task restarts the hardware prefetchers' streams. Each
 // row's result does not depend on the split, so outputs stay identical for any
-// thread count. On one thread there is nothing to balance and one task per
-// target does: the AMX level's kernels stage the call's activation rows
-// once per task (MatPacked, 1 thread, AMX, 3 alternating rounds: one task
-// 0.86-0.99x the time of four, least at 6144 columns; the VNNI level and
-// decode steps from DRAM unchanged within 0.97-1.06x).
+// thread count. On one thread there is nothing to balance: one task per
+// target, so that the AMX level's kernels, which stage a call's activation
+// rows per task, stage them once (docs/kernels.md, AMX tile kernels).
 constexpr std::int64_t kMinRowsPerTask = 16;
 constexpr std::int64_t kTasksPerThread = 4;
 
