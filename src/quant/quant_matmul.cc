@@ -239,7 +239,7 @@ void MatMulFloatRows(const MatMulTarget& t, const float* x, std::int64_t m, std:
 // kernels): the fp32 rows x, or as quantized in a8 (per
 // 32) or a8k (per 256), as the type's act says.
 void MatMulQuantRows(KernelLevel level, const MatMulTarget& t, const float* x, const ActQ8* a8, const ActQ8K* a8k,
-                     std::int64_t r0, std::int64_t r1, std::int64_t i, int n) {
+                     std::int64_t r0, std::int64_t r1, std::int64_t i, int n, const detail::AmxStagedActs* staged) {
   const WeightMatrix& w = t.w;
   const detail::WeightTypeTraits& tr = *detail::FindWeightType(w.type);
   const detail::LevelKernels& k = tr.At(level);
@@ -255,11 +255,61 @@ void MatMulQuantRows(KernelLevel level, const MatMulTarget& t, const float* x, c
   // matrix) falls through to its ggml layout where this level has no packed
   // kernel for the type.
   if (w.packed != nullptr && k.packed != nullptr) {
-    k.packed(*w.packed, r0, r1, act, na, n, y, rows);
+    k.packed(*w.packed, r0, r1, act, na, n, y, rows, staged);
     return;
   }
   const void* wr = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(r0) * w.row_bytes;
   k.rows(wr, r1 - r0, act, na, nb, n, y, rows);
+}
+
+// The AMX level's tile kernels' activation rows, laid out once per chunk of
+// AmxActRowsPerCall rows for every task (dispatch.h: AmxStagedActs), per
+// activation format; empty where no target runs on the tiles. A chunk of
+// fewer than 16 rows gets none (a null view): it runs on the AVX-512
+// kernels, or the kernel lays out its few rows itself.
+struct AmxTileActs {
+  std::vector<detail::AmxStagedActs> q8, q8k;
+};
+
+AmxTileActs StageAmxActs(const MatMulManyParams& p, const ActQ8* a8, const ActQ8K* a8k) {
+  AmxTileActs out;
+#if defined(KVSHARE_HAVE_X86_KERNELS)
+  if (p.level != KernelLevel::kAmx || p.m < detail::kAmxStageMinRows) return out;
+  bool q8 = false, q8k = false;
+  for (const MatMulTarget& t : p.targets) {
+    const detail::WeightTypeTraits& tr = *detail::FindWeightType(t.w.type);
+    if (t.w.packed == nullptr || t.w.bf16_tiles != nullptr || tr.At(p.level).packed == nullptr) continue;
+    q8 = q8 || tr.act == detail::ActFormat::kQ8;
+    q8k = q8k || tr.act == detail::ActFormat::kQ8K;
+  }
+  if (!q8 && !q8k) return out;
+  const std::int64_t cols = p.targets[0].w.cols, step = detail::AmxActRowsPerCall(cols);
+  const std::int64_t chunks = (p.m + step - 1) / step;
+  // Storage per chunk and format, kept by the calling thread (it only grows).
+  thread_local std::vector<detail::AmxActStage> q8_store, q8k_store;
+  const auto n_chunks = static_cast<std::size_t>(chunks);
+  if (q8) {
+    q8_store.resize(std::max(q8_store.size(), n_chunks));
+    out.q8.resize(n_chunks);
+  }
+  if (q8k) {
+    q8k_store.resize(std::max(q8k_store.size(), n_chunks));
+    out.q8k.resize(n_chunks);
+  }
+  detail::AmxActStage* q8s = q8_store.data();
+  detail::AmxActStage* q8ks = q8k_store.data();
+  ParallelFor(p.pool, chunks, [&](std::int64_t c) {
+    const std::int64_t i = c * step;
+    const int n = static_cast<int>(std::min<std::int64_t>(step, p.m - i));
+    if (n < detail::kAmxStageMinRows) return;
+    const auto k = static_cast<std::size_t>(c);
+    if (q8) out.q8[k] = detail::AmxStageQ8(a8 + i * (cols / 32), cols / 32, cols / 32, n, q8s[k]);
+    if (q8k) out.q8k[k] = detail::AmxStageQ8K(a8k + i * (cols / 256), cols / 256, cols / 256, n, q8ks[k]);
+  });
+#else
+  (void)p, (void)a8, (void)a8k;
+#endif
+  return out;
 }
 
 }  // namespace
@@ -329,6 +379,7 @@ void MatMulMany(const MatMulManyParams& p) {
   const ActQ8* a8 = a8_scratch.data();
   const ActQ8K* a8k = a8k_scratch.data();
   const std::uint16_t* staged = bf16 ? detail::AmxBf16Stage(p.x, m, cols, p.pool) : nullptr;
+  const AmxTileActs tile_acts = StageAmxActs(p, a8, a8k);
   // A task's weight rows meet the activation rows kMaxActRows at a time
   // (AmxActRowsPerCall for the AMX level's packed kernels): each weight block is
   // unpacked (and read from cache) once per group of rows.
@@ -341,9 +392,16 @@ void MatMulMany(const MatMulManyParams& p) {
     const bool tiles = p.level == KernelLevel::kAmx && w.packed != nullptr &&
                        detail::FindWeightType(w.type)->At(p.level).packed != nullptr;
     const std::int64_t step = tiles ? detail::AmxActRowsPerCall(cols) : detail::kMaxActRows;
+    const std::vector<detail::AmxStagedActs>* views = !tiles ? nullptr
+                                                      : detail::FindWeightType(w.type)->act == detail::ActFormat::kQ8
+                                                          ? &tile_acts.q8
+                                                          : &tile_acts.q8k;
     for (std::int64_t i = 0; i < m; i += step) {
       const int n = static_cast<int>(std::min<std::int64_t>(step, m - i));
-      MatMulQuantRows(p.level, p.targets[t], p.x, a8, a8k, r0, r1, i, n);
+      const std::size_t chunk = static_cast<std::size_t>(i / step);
+      const detail::AmxStagedActs* view =
+          views != nullptr && chunk < views->size() && (*views)[chunk].tiles != nullptr ? &(*views)[chunk] : nullptr;
+      MatMulQuantRows(p.level, p.targets[t], p.x, a8, a8k, r0, r1, i, n, view);
     }
   });
 }

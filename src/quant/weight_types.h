@@ -23,6 +23,8 @@
 
 namespace kvshare::detail {
 
+struct AmxStagedActs;  // kernels/dispatch.h
+
 // What MatMul hands a type's kernels as activations.
 enum class ActFormat : std::uint8_t {
   kFloat,  // the fp32 rows as given (F32 / F16 / BF16 weights: float dot products)
@@ -36,7 +38,8 @@ using RowsFn = void (*)(const void* w, std::int64_t nrows, const void* x, std::i
                         int acts, float* y, std::int64_t y_stride);
 // kernels/dispatch.h PackedKernel with the activation blocks as void.
 using PackedFn = void (*)(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const void* x,
-                          std::int64_t x_stride, int acts, float* y, std::int64_t y_stride);
+                          std::int64_t x_stride, int acts, float* y, std::int64_t y_stride,
+                          const AmxStagedActs* staged);
 // nb blocks at src to fp32 dst (quant.h's Dequant* functions).
 using DequantFn = void (*)(const void* src, float* dst, std::int64_t nb);
 

@@ -133,6 +133,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "quant/quant.h"
 #include "quant/quant_iq.h"
@@ -157,6 +158,36 @@ inline int AmxActRowsPerCall(std::int64_t cols) {
   return static_cast<int>(std::clamp<std::int64_t>(rows, 16, kMaxAmxActRows));
 }
 
+// A chunk of activation rows (one AmxActRowsPerCall step of MatMulMany)
+// laid out once for the AMX level's tile kernels (amx/staging.cc), which
+// every task of the call then reads: a task copying them itself spent up to
+// a tenth of its time on the copy, and the copies multiply with the tasks
+// (docs/kernels.md, AMX tile kernels). Chunks of 16 rows, the last one
+// zero-padded. ActQ8 (the 32-element kernel): `tiles` per chunk, per block,
+// the 16 rows' 32 values (512 bytes), `d` the rows' scales in the same
+// order. ActQ8K (the K-quant and IQ kernels): `tiles` per block, per chunk,
+// per K-step of 64 elements, the 16 rows' 64 values (4 KiB a block and
+// chunk); d[b * rows + j] the scales, pairs[(b * rows + j) * 4 + q] the rows'
+// sub-block sum pairs (SubBlockSumPair in x86.h).
+struct AmxStagedActs {
+  const std::int8_t* tiles = nullptr;
+  const float* d = nullptr;
+  const std::int32_t* pairs = nullptr;
+  int rows = 0;  // activation rows staged
+};
+// MatMulMany lays out chunks of at least this many rows (one tile); the
+// kernels lay out smaller calls themselves, if they take them to the tiles.
+inline constexpr int kAmxStageMinRows = 16;
+// The storage one staging writes into (reused: it only grows).
+struct AmxActStage {
+  struct alignas(64) Line {
+    std::int8_t bytes[64];
+  };
+  std::vector<Line> tiles;
+  std::vector<float> d;
+  std::vector<std::int32_t> pairs;
+};
+
 // A row kernel: y[j * y_stride + r] = dot(weight row r, activation row j)
 // for the weight rows r < nrows (row r at w + r * nb: nb blocks each, rows
 // packed) and the activation rows j < acts (1 <= acts <= kMaxActRows; row j
@@ -175,10 +206,12 @@ struct PackedWeights;
 // for Q8_0 / Q4_0 / Q5_0 / IQ4_NL / IQ4_XS, ActQ8K for the K-quants) against
 // activation rows j < acts (row j at x + j * x_stride; acts <= kMaxActRows,
 // kMaxAmxActRows for the AMX level's); y points at row r0's output for
-// activation row 0 (y[j * y_stride + r - r0]).
+// activation row 0 (y[j * y_stride + r - r0]). staged: the same rows laid
+// out by AmxStageQ8 / AmxStageQ8K, or null; the AMX level's kernels read it
+// instead of staging the rows themselves, the other levels ignore it.
 template <typename Act>
 using PackedKernel = void(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Act* x, std::int64_t x_stride,
-                          int acts, float* y, std::int64_t y_stride);
+                          int acts, float* y, std::int64_t y_stride, const AmxStagedActs* staged);
 
 // The kernels, one line per type: its scalar twin, then its SIMD kernels.
 // Each is defined in kernels/<level>/<family>.cc (the family: the table above).
@@ -239,6 +272,10 @@ void AmxIqRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t
                float* y, std::int64_t ys);
 PackedKernel<ActQ8> Avx2PackedRows, Avx512PackedRows, AmxPackedRows;
 PackedKernel<ActQ8K> Avx2PackedKRows, Avx512PackedKRows, AmxPackedKRows;
+// Activation rows j < acts of x (row j at x + j * x_stride, nb blocks each)
+// laid out into `stage` for the AMX level's kernels (AmxStagedActs).
+AmxStagedActs AmxStageQ8(const ActQ8* x, std::int64_t x_stride, std::int64_t nb, int acts, AmxActStage& stage);
+AmxStagedActs AmxStageQ8K(const ActQ8K* x, std::int64_t x_stride, std::int64_t nb, int acts, AmxActStage& stage);
 #endif
 
 // Float-weight dot products (kernels/float.cc: Highway, dynamically dispatched).

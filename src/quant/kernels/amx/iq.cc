@@ -126,7 +126,8 @@ template <typename Block>
 void TiledRows(const Block* w, std::int64_t nrows, const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts,
                float* y, std::int64_t ys) {
   const TileScope tiles(KTiles());
-  const std::int8_t* arows = ActRows(x, xs, nb, acts);
+  thread_local AmxActStage stage;
+  const std::int8_t* arows = AmxStageQ8K(x, xs, nb, acts, stage).tiles;
   const int chunks = (acts + kTileRows - 1) / kTileRows;
   auto* slots = static_cast<std::uint8_t*>(DecodedCodeScratch(2 * kSlotBytes / 64));
   // Block f = tile * nb + b into slot f % 2.

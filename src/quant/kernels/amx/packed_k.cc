@@ -11,7 +11,8 @@
 // w = 256 hi + lo (lo = w & 0xFF unsigned, hi = w >> 8 signed; Q2_K's hi is
 // 0 and skipped). Per super-block and 16 activation rows, 4 K-steps of 64
 // elements: C_lo += A x B_lo (tdpbsud), C_hi += A x B_hi (tdpbssd), A the
-// rows' activation bytes (copied once per call into 64-byte rows: ActRows).
+// rows' activation bytes (laid out in 64-byte rows once per MatMulMany chunk,
+// or per call: AmxStageQ8K).
 // Then P_b = 256 C_hi + C_lo is the
 // AVX-512 kernel's integer: every partial sum is exact (|P_b| <= 256 * 4096 *
 // 128 = 2^27; |C_lo| <= 256 * 255 * 128 < 2^23). The rest is the AVX-512
@@ -86,33 +87,6 @@ void DecodeBlock(const BlockPlanes& pl, std::uint8_t* lo, std::uint8_t* hi) {
   }
 }
 
-// The activation side of the epilogue, once per call, dense by (block,
-// row) instead of in rows 292 bytes apart: d[b * acts + j] = x[j * xs + b].d
-// and, for Q4_K, pairs[(b * acts + j) * 4 + q] = SubBlockSumPair(x[j * xs +
-// b], q).
-struct EpilogueActs {
-  const float* d;
-  const std::int32_t* pairs;
-};
-
-template <GgmlType T>
-EpilogueActs StageEpilogueActs(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts) {
-  thread_local std::vector<float> d;
-  thread_local std::vector<std::int32_t> pairs;
-  d.resize(static_cast<std::size_t>(nb * acts));
-  if constexpr (T == GgmlType::kQ4_K) pairs.resize(static_cast<std::size_t>(nb * acts * 4));
-  for (std::int64_t b = 0; b < nb; ++b) {
-    for (int j = 0; j < acts; ++j) {
-      const ActQ8K& a = x[j * xs + b];
-      d[static_cast<std::size_t>(b * acts + j)] = a.d;
-      if constexpr (T == GgmlType::kQ4_K) {
-        for (int q = 0; q < 4; ++q) pairs[static_cast<std::size_t>((b * acts + j) * 4 + q)] = SubBlockSumPair(a, q);
-      }
-    }
-  }
-  return {d.data(), pairs.data()};
-}
-
 // A super-block's tile sums waiting for their epilogue: activation rows j0
 // .. j0 + rows - 1 (x rows, stride xs) of block b.
 struct Pending {
@@ -129,13 +103,13 @@ struct Pending {
 // row. M_b runs as two dpwssd chains added at the end (exact int32 sums in
 // any order).
 template <GgmlType T>
-void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const EpilogueActs& ea, int acts,
+void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const AmxStagedActs& a,
               float (*__restrict acc)[16], float (*__restrict accm)[16]) {
   const std::int32_t(*__restrict c_lo)[16] = p.c[0];
   const std::int32_t(*__restrict c_hi)[16] = p.c[1];
   const int rows = p.rows, j0 = p.j0;
-  const std::int64_t b = p.b;
-  const float* __restrict dx = ea.d + b * acts + j0;
+  const std::int64_t b = p.b, stride = a.rows;
+  const float* __restrict dx = a.d + b * stride + j0;
   const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.pl.d)));
   float(*__restrict y)[16] = acc + j0;
   for (int j = 0; j < rows; ++j) {
@@ -153,7 +127,7 @@ void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const Epilogue
                     : Q2MinPairs(p.pl.subs, q);
     }
     const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.pl.dmin)));
-    const std::int32_t* __restrict pairs = T == GgmlType::kQ4_K ? ea.pairs + (b * acts + j0) * 4 : nullptr;
+    const std::int32_t* __restrict pairs = T == GgmlType::kQ4_K ? a.pairs + (b * stride + j0) * 4 : nullptr;
     float(*__restrict z)[16] = accm + j0;
     for (int j = 0; j < rows; ++j) {
       // Q4_K: sub-block sums 2q, 2q + 1; Q2_K: bsums 2q, 2q + 1 (low, high int16).
@@ -179,13 +153,16 @@ void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const Epilogue
 
 template <GgmlType T>
 void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs, int acts,
-               float* y, std::int64_t ys) {
+               float* y, std::int64_t ys, const AmxStagedActs* staged) {
   constexpr bool kMins = T == GgmlType::kQ4_K || T == GgmlType::kQ2_K;
   const std::int64_t nb = w.nb, g0 = r0 / kPackRows, g1 = r1 / kPackRows;
   const TileScope tiles(KTiles());
-  const std::int8_t* arows = ActRows(x, xs, nb, acts);
-  const EpilogueActs ea = StageEpilogueActs<T>(x, xs, nb, acts);
-  const int chunks = (acts + kTileRows - 1) / kTileRows;
+  thread_local AmxActStage own;
+  // Staged rows may be more than acts (the call's last tile left to the
+  // AVX-512 kernel): the layout's strides are the staged count's.
+  const AmxStagedActs ea = staged != nullptr ? *staged : AmxStageQ8K(x, xs, nb, acts, own);
+  const std::int8_t* arows = ea.tiles;
+  const int chunks = (ea.rows + kTileRows - 1) / kTileRows;
   // Two super-blocks' planes (lo, hi), in the order (group, block): the next
   // one is decoded while the tile products of this one run.
   auto* planes = static_cast<std::uint8_t*>(DecodedCodeScratch(4 * kPlaneBytes / 64));
@@ -229,7 +206,7 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
         } else {
           TileBlock<kHasHi<T>, 1>(a, lo, lo + kPlaneBytes);
         }
-        if (pending.c != nullptr) Epilogue<T>(pending, x, xs, ea, acts, acc, accm);
+        if (pending.c != nullptr) Epilogue<T>(pending, x, xs, ea, acc, accm);
         if (j0 == 0 && f + 1 < blocks) decode(f + 1);
         auto* cc = c[item % 2];
         pending = {cc, pl, b, j0, std::min(kTileRows, acts - j0)};
@@ -240,7 +217,7 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
     } else {
       StoreC<kHasHi<T>, 1>(c[1]);
     }
-    Epilogue<T>(pending, x, xs, ea, acts, acc, accm);
+    Epilogue<T>(pending, x, xs, ea, acc, accm);
     float* yg = y + (g * kPackRows - r0);
     for (int j = 0; j < acts; ++j) {
       const __m512 v = _mm512_load_ps(acc[j]);
@@ -252,17 +229,17 @@ void AmxKRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const A
 }  // namespace
 
 void AmxPackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
-                    int acts, float* y, std::int64_t ys) {
+                    int acts, float* y, std::int64_t ys, const AmxStagedActs* staged) {
   const int tiled = AmxTiledRows(acts, kAmxKMinRows, kAmxKMinTail);
   if (tiled > 0) {
     switch (w.type) {
-      case GgmlType::kQ4_K: AmxKRowsT<GgmlType::kQ4_K>(w, r0, r1, x, xs, tiled, y, ys); break;
-      case GgmlType::kQ2_K: AmxKRowsT<GgmlType::kQ2_K>(w, r0, r1, x, xs, tiled, y, ys); break;
-      case GgmlType::kQ3_K: AmxKRowsT<GgmlType::kQ3_K>(w, r0, r1, x, xs, tiled, y, ys); break;
-      default: AmxKRowsT<GgmlType::kQ6_K>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kQ4_K: AmxKRowsT<GgmlType::kQ4_K>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      case GgmlType::kQ2_K: AmxKRowsT<GgmlType::kQ2_K>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      case GgmlType::kQ3_K: AmxKRowsT<GgmlType::kQ3_K>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      default: AmxKRowsT<GgmlType::kQ6_K>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
     }
   }
-  if (tiled < acts) Avx512PackedKRows(w, r0, r1, x + tiled * xs, xs, acts - tiled, y + tiled * ys, ys);
+  if (tiled < acts) Avx512PackedKRows(w, r0, r1, x + tiled * xs, xs, acts - tiled, y + tiled * ys, ys, nullptr);
 }
 
 }  // namespace kvshare::detail

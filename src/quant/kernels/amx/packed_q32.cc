@@ -6,11 +6,12 @@
 // values (the AVX-512 kernel's unsigned codes minus their bias: LoadCodes of
 // avx512/packed_q32_codes.h), 512 bytes per block in the tiles' B layout.
 // Then 16 activation rows at a time: per block, tdpbssd of the rows' 32
-// activation bytes (tile A, copied once per call into dense rows: StageActs)
-// against the block's values (tile B, K = 32, the block size) gives each
-// (activation row, weight row) its exact block sum p_b, the same int32 the
-// AVX-512 kernel forms as -bias * sum x + sum code * x. Each block's sums stay separate (tile K is
-// one block), and the scale step is the AVX-512 kernel's: y = fma(float(p_b),
+// activation bytes (tile A: AmxStageQ8's layout, made once per MatMulMany
+// chunk or per call) against the block's values (tile B, K = 32, the block
+// size) gives each (activation row, weight row) its exact block sum p_b, the
+// same int32 the AVX-512 kernel forms as -bias * sum x + sum code * x. Each
+// block's sums stay separate (tile K is one block), and the scale step is
+// the AVX-512 kernel's: y = fma(float(p_b),
 // dw_b * dx_b, y) over the blocks in order, 16 weight rows in the lanes: the
 // outputs are bitwise those of avx512/packed_q32.cc for every row count.
 // Fewer than kAmxMinRows activation rows (decode steps), and a last partial
@@ -18,8 +19,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
-#include <vector>
 
 #include "common/amx_tiles.h"
 #include "quant/kernels/avx512/packed_q32_codes.h"
@@ -46,7 +45,7 @@ constexpr std::size_t kBlockValues = 512;
 const TileConfig& Q32Tiles() {
   static const TileConfig cfg = [] {
     TileConfig c;
-    for (int t : {0, 1}) c.rows[t] = kTileRows, c.colsb[t] = 32;  // stride 32: StageActs
+    for (int t : {0, 1}) c.rows[t] = kTileRows, c.colsb[t] = 32;  // stride 32: AmxStageQ8
     for (int t : {2, 3}) c.rows[t] = 8, c.colsb[t] = 64;
     for (int t : {4, 5}) c.rows[t] = kTileRows, c.colsb[t] = 64;
     return c;
@@ -82,43 +81,6 @@ inline void StoreSums(std::int32_t* c) {
   TileStore<4 + kOdd, kTileRows * 64>(c, 64);
 }
 
-// A call's activation rows restaged for the tiles, per chunk of 16 rows
-// (the last one zero-padded): the int8 values as [block][row][32] (tile A of
-// block b: 512 contiguous bytes, no row across a cache line; read in place,
-// ActQ8's 40-byte rows put some of them across two) and the scales dx as
-// [block][row].
-struct ActChunks {
-  const std::int8_t* qs;  // chunk i at qs + i * nb * kBlockValues
-  const float* dx;        // chunk i at dx + i * nb * kTileRows
-};
-
-ActChunks StageActs(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts) {
-  const int chunks = (acts + kTileRows - 1) / kTileRows;
-  struct alignas(64) Line {
-    std::int8_t b[64];
-  };
-  thread_local std::vector<Line> qs;
-  thread_local std::vector<float> dx;
-  qs.resize(static_cast<std::size_t>(chunks * nb * kBlockValues / 64));
-  dx.assign(static_cast<std::size_t>(chunks * nb * kTileRows), 0.0f);
-  auto* q = reinterpret_cast<std::int8_t*>(qs.data());
-  for (int i = 0; i < chunks; ++i) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      std::int8_t* at = q + (i * nb + b) * static_cast<std::int64_t>(kBlockValues);
-      for (int j = 0; j < kTileRows; ++j) {
-        const int row = i * kTileRows + j;
-        if (row < acts) {
-          std::memcpy(at + 32 * j, x[row * xs + b].qs, 32);
-          dx[static_cast<std::size_t>((i * nb + b) * kTileRows + j)] = x[row * xs + b].d;
-        } else {
-          std::memset(at + 32 * j, 0, 32);
-        }
-      }
-    }
-  }
-  return {q, dx.data()};
-}
-
 // The AVX-512 kernel's scale step for block b of one chunk, from the block's
 // int32 sums p: y = fma(float(p), dw * dx, y), 16 weight rows in the lanes.
 template <GgmlType kType>
@@ -135,7 +97,7 @@ inline void ScaleBlock(const std::int32_t* p, const void* scales, std::int64_t b
 // Blocks between a block's tile store and the vector loads of its sums.
 constexpr int kScaleLag = 2;
 
-// One chunk of 16 activation rows (qs, dx: StageActs) against one group's
+// One chunk of 16 activation rows (qs, dx: AmxStageQ8) against one group's
 // decoded values: y[j * ys + t] for the `rows` real rows j. Software-
 // pipelined: the tile unit runs its instructions in order and tiles are not
 // renamed, so block b + 1's product is issued before block b's sums are
@@ -180,10 +142,11 @@ void TileRows(const std::int8_t* values, const void* scales, std::int64_t nb, co
 
 template <GgmlType kType>
 void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
-              float* y, std::int64_t ys) {
+              float* y, std::int64_t ys, const AmxStagedActs* staged) {
   const std::int64_t nb = w.nb;
   const TileScope tiles(Q32Tiles());
-  const ActChunks a = StageActs(x, xs, nb, acts);
+  thread_local AmxActStage own;
+  const AmxStagedActs a = staged != nullptr ? *staged : AmxStageQ8(x, xs, nb, acts, own);
   auto* values = static_cast<std::int8_t*>(DecodedCodeScratch(static_cast<std::size_t>(8 * nb)));
   for (std::int64_t g = r0 / kPackRows; g < r1 / kPackRows; ++g) {
     const std::uint8_t* codes = w.codes + static_cast<std::size_t>(g * nb) * w.bytes.codes;
@@ -193,8 +156,8 @@ void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Ac
     DecodeValues<kType>(codes, high, nb, values);
     float* yg = y + (g * kPackRows - r0);
     for (int j0 = 0, i = 0; j0 < acts; j0 += kTileRows, ++i) {
-      TileRows<kType>(values, d, nb, a.qs + i * nb * static_cast<std::int64_t>(kBlockValues),
-                      a.dx + i * nb * kTileRows, std::min(kTileRows, acts - j0), yg + j0 * ys, ys);
+      TileRows<kType>(values, d, nb, a.tiles + i * nb * static_cast<std::int64_t>(kBlockValues),
+                      a.d + i * nb * kTileRows, std::min(kTileRows, acts - j0), yg + j0 * ys, ys);
     }
   }
 }
@@ -202,19 +165,19 @@ void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Ac
 }  // namespace
 
 void AmxPackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs,
-                   int acts, float* y, std::int64_t ys) {
+                   int acts, float* y, std::int64_t ys, const AmxStagedActs* staged) {
   const int tiled = AmxTiledRows(acts, kAmxMinRows, kAmxMinTail);
   if (tiled > 0) {
     switch (w.type) {
-      case GgmlType::kQ8_0: AmxRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, tiled, y, ys); break;
-      case GgmlType::kQ4_0: AmxRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, tiled, y, ys); break;
-      case GgmlType::kIQ4_NL: AmxRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, tiled, y, ys); break;
-      case GgmlType::kIQ4_XS: AmxRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, tiled, y, ys); break;
-      case GgmlType::kMXFP4: AmxRowsT<GgmlType::kMXFP4>(w, r0, r1, x, xs, tiled, y, ys); break;
-      default: AmxRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, tiled, y, ys); break;
+      case GgmlType::kQ8_0: AmxRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      case GgmlType::kQ4_0: AmxRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      case GgmlType::kIQ4_NL: AmxRowsT<GgmlType::kIQ4_NL>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      case GgmlType::kIQ4_XS: AmxRowsT<GgmlType::kIQ4_XS>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      case GgmlType::kMXFP4: AmxRowsT<GgmlType::kMXFP4>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
+      default: AmxRowsT<GgmlType::kQ5_0>(w, r0, r1, x, xs, tiled, y, ys, staged); break;
     }
   }
-  if (tiled < acts) Avx512PackedRows(w, r0, r1, x + tiled * xs, xs, acts - tiled, y + tiled * ys, ys);
+  if (tiled < acts) Avx512PackedRows(w, r0, r1, x + tiled * xs, xs, acts - tiled, y + tiled * ys, ys, nullptr);
 }
 
 }  // namespace kvshare::detail

@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "common/amx_tiles.h"
 #include "quant/quant.h"
@@ -80,7 +79,7 @@ inline void ZeroC() {
 }
 
 // One super-block's C_lo, C_hi into C set kSet for 16 activation rows a
-// (ActRows: 4 K-steps of 16 rows of 64 bytes).
+// (AmxStageQ8K in dispatch.h: 4 K-steps of 16 rows of 64 bytes).
 template <bool kHi, int kSet>
 inline void TileBlock(const std::int8_t* a, const std::uint8_t* lo, const std::uint8_t* hi) {
   ZeroC<kHi, kSet>();
@@ -95,34 +94,6 @@ template <bool kHi, int kSet>
 inline void StoreC(std::int32_t c[2][kTileRows][16]) {
   TileStore<4 + 2 * kSet, kTileBytes>(c[0], 64);
   if constexpr (kHi) TileStore<5 + 2 * kSet, kTileBytes>(c[1], 64);
-}
-
-// The call's activation bytes laid out for tile A, once per call: per block
-// b and chunk of 16 rows, K-step q's 16 rows of 64 bytes contiguous (4 KiB;
-// rows past acts zero). Read in place (rows 292 bytes apart, each across two
-// cache lines) the A loads took about twice as long as the 8 tile products
-// they feed (a tile loop on this host, per 16-row chunk: A in place 150-180
-// ns, A from 64-byte rows 72-81 ns, the products alone 57-94 ns).
-struct alignas(64) Line {
-  std::int8_t bytes[64];
-};
-const std::int8_t* ActRows(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts) {
-  const int chunks = (acts + kTileRows - 1) / kTileRows;
-  thread_local std::vector<Line> buf;
-  buf.resize(static_cast<std::size_t>(nb * chunks * 4 * kTileRows));
-  Line* out = buf.data();
-  for (std::int64_t b = 0; b < nb; ++b) {
-    for (int j0 = 0; j0 < chunks * kTileRows; j0 += kTileRows, out += 4 * kTileRows) {
-      for (int r = 0; r < kTileRows; ++r) {
-        const int j = j0 + r;
-        for (int q = 0; q < 4; ++q) {
-          const __m512i v = j < acts ? _mm512_loadu_si512(x[j * xs + b].qs + 64 * q) : _mm512_setzero_si512();
-          _mm512_store_si512(out + q * kTileRows + r, v);
-        }
-      }
-    }
-  }
-  return buf.data()->bytes;
 }
 
 }  // namespace

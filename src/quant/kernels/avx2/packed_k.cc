@@ -370,7 +370,7 @@ void Passes(const PackedWeights& w, std::int64_t g, int h, const ActQ8K* x, std:
 }  // namespace
 
 void Avx2PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
-                     int acts, float* y, std::int64_t ys) {
+                     int acts, float* y, std::int64_t ys, const AmxStagedActs* /*staged*/) {
   // Q6_K / Q3_K / Q2_K with several passes (prefill, mixed steps): each
   // half's codes are decoded once into scratch (2 KiB per super-block)
   // instead of once per pass, as the AVX-512 kernel does

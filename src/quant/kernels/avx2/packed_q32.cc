@@ -272,7 +272,7 @@ void PackedRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const
 }  // namespace
 
 void Avx2PackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
-                    float* y, std::int64_t ys) {
+                    float* y, std::int64_t ys, const AmxStagedActs* /*staged*/) {
   switch (w.type) {
     case GgmlType::kQ8_0: PackedRowsT<GgmlType::kQ8_0>(w, r0, r1, x, xs, acts, y, ys); return;
     case GgmlType::kQ4_0: PackedRowsT<GgmlType::kQ4_0>(w, r0, r1, x, xs, acts, y, ys); return;

@@ -204,7 +204,7 @@ void Passes(const PackedWeights& w, std::int64_t g, const ActQ8K* x, std::int64_
 }  // namespace
 
 void Avx512PackedKRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8K* x, std::int64_t xs,
-                       int acts, float* y, std::int64_t ys) {
+                       int acts, float* y, std::int64_t ys, const AmxStagedActs* /*staged*/) {
   // With several passes (prefill, mixed steps) each group's codes are decoded
   // once into scratch (4 KiB per super-block) instead of once per pass: the
   // nibble split (and Q6_K's high-bit merge) costs every pass about a fifth
