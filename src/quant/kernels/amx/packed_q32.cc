@@ -11,9 +11,9 @@
 // size) gives each (activation row, weight row) its exact block sum p_b, the
 // same int32 the AVX-512 kernel forms as -bias * sum x + sum code * x. Each
 // block's sums stay separate (tile K is one block), and the scale step is
-// the AVX-512 kernel's: y = fma(float(p_b),
-// dw_b * dx_b, y) over the blocks in order, 16 weight rows in the lanes: the
-// outputs are bitwise those of avx512/packed_q32.cc for every row count.
+// the AVX-512 kernel's: y = fma(float(p_b), dw_b * dx_b, y) over the blocks
+// in order, 16 weight rows in the lanes: the outputs are bitwise those of
+// avx512/packed_q32.cc for every row count.
 // Fewer than kAmxMinRows activation rows (decode steps), and a last partial
 // tile of fewer than kAmxMinTail, go to that kernel (AmxTiledRows).
 #include <immintrin.h>
