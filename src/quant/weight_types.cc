@@ -60,9 +60,8 @@ constexpr PackedFn ErasedPacked() {
     return nullptr;
   } else {
     return [](const PackedWeights& w, std::int64_t r0, std::int64_t r1, const void* x, std::int64_t xs, int acts,
-              float* y, std::int64_t ys, const AmxStagedActs* staged) {
-      K(w, r0, r1, static_cast<const Act*>(x), xs, acts, y, ys, staged);
-    };
+              float* y, std::int64_t ys,
+              const AmxStagedActs* staged) { K(w, r0, r1, static_cast<const Act*>(x), xs, acts, y, ys, staged); };
   }
 }
 

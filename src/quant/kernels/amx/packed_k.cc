@@ -103,8 +103,8 @@ struct Pending {
 // row. M_b runs as two dpwssd chains added at the end (exact int32 sums in
 // any order).
 template <GgmlType T>
-void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const AmxStagedActs& a,
-              float (*__restrict acc)[16], float (*__restrict accm)[16]) {
+void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const AmxStagedActs& a, float (*__restrict acc)[16],
+              float (*__restrict accm)[16]) {
   const std::int32_t(*__restrict c_lo)[16] = p.c[0];
   const std::int32_t(*__restrict c_hi)[16] = p.c[1];
   const int rows = p.rows, j0 = p.j0;
@@ -115,8 +115,8 @@ void Epilogue(const Pending& p, const ActQ8K* x, std::int64_t xs, const AmxStage
   for (int j = 0; j < rows; ++j) {
     __m512i P = _mm512_load_si512(c_lo[j]);
     if constexpr (kHasHi<T>) P = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi[j]), 8), P);
-    _mm512_store_ps(y[j], _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(dw, _mm512_set1_ps(dx[j])),
-                                          _mm512_load_ps(y[j])));
+    _mm512_store_ps(
+        y[j], _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(dw, _mm512_set1_ps(dx[j])), _mm512_load_ps(y[j])));
   }
   if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ2_K) {
     constexpr int kPairs = T == GgmlType::kQ4_K ? 4 : 8;

@@ -164,8 +164,8 @@ void AmxRowsT(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const Ac
 
 }  // namespace
 
-void AmxPackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs,
-                   int acts, float* y, std::int64_t ys, const AmxStagedActs* staged) {
+void AmxPackedRows(const PackedWeights& w, std::int64_t r0, std::int64_t r1, const ActQ8* x, std::int64_t xs, int acts,
+                   float* y, std::int64_t ys, const AmxStagedActs* staged) {
   const int tiled = AmxTiledRows(acts, kAmxMinRows, kAmxMinTail);
   if (tiled > 0) {
     switch (w.type) {
