@@ -149,6 +149,12 @@ bool HasPackedKernel(KernelLevel level, GgmlType type) {
   return level != KernelLevel::kFloat && t != nullptr && t->At(level).packed != nullptr;
 }
 
+// Whether w's products at `level` run on the AMX int8 tile kernels (packed
+// weights the level has a packed kernel for, not on the bf16 tiles).
+bool OnAmxTiles(KernelLevel level, const WeightMatrix& w) {
+  return level == KernelLevel::kAmx && w.packed != nullptr && w.bf16_tiles == nullptr && HasPackedKernel(level, w.type);
+}
+
 }  // namespace
 
 WeightMatrix PackForMatMul(WeightMatrix w, const PackOptions& options) {
@@ -277,10 +283,10 @@ AmxTileActs StageAmxActs(const MatMulManyParams& p, const ActQ8* a8, const ActQ8
   if (p.level != KernelLevel::kAmx || p.m < detail::kAmxStageMinRows) return out;
   bool q8 = false, q8k = false;
   for (const MatMulTarget& t : p.targets) {
-    const detail::WeightTypeTraits& tr = *detail::FindWeightType(t.w.type);
-    if (t.w.packed == nullptr || t.w.bf16_tiles != nullptr || tr.At(p.level).packed == nullptr) continue;
-    q8 = q8 || tr.act == detail::ActFormat::kQ8;
-    q8k = q8k || tr.act == detail::ActFormat::kQ8K;
+    if (!OnAmxTiles(p.level, t.w)) continue;
+    const detail::ActFormat act = detail::FindWeightType(t.w.type)->act;
+    q8 = q8 || act == detail::ActFormat::kQ8;
+    q8k = q8k || act == detail::ActFormat::kQ8K;
   }
   if (!q8 && !q8k) return out;
   const std::int64_t cols = p.targets[0].w.cols, step = detail::AmxActRowsPerCall(cols);
@@ -389,13 +395,10 @@ void MatMulMany(const MatMulManyParams& p) {
       w.bf16_tiles->Rows(staged, m, r0, r1, p.targets[t].y, w.rows);
       return;
     }
-    const bool tiles = p.level == KernelLevel::kAmx && w.packed != nullptr &&
-                       detail::FindWeightType(w.type)->At(p.level).packed != nullptr;
+    const bool tiles = OnAmxTiles(p.level, w);
     const std::int64_t step = tiles ? detail::AmxActRowsPerCall(cols) : detail::kMaxActRows;
-    const std::vector<detail::AmxStagedActs>* views = !tiles ? nullptr
-                                                      : detail::FindWeightType(w.type)->act == detail::ActFormat::kQ8
-                                                          ? &tile_acts.q8
-                                                          : &tile_acts.q8k;
+    const std::vector<detail::AmxStagedActs>* views = nullptr;
+    if (tiles) views = detail::FindWeightType(w.type)->act == detail::ActFormat::kQ8 ? &tile_acts.q8 : &tile_acts.q8k;
     for (std::int64_t i = 0; i < m; i += step) {
       const int n = static_cast<int>(std::min<std::int64_t>(step, m - i));
       const std::size_t chunk = static_cast<std::size_t>(i / step);

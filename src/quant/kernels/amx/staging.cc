@@ -6,15 +6,14 @@
 
 #include <cstring>
 
+#include "common/amx_tiles.h"
 #include "quant/kernels/dispatch.h"
 #include "quant/kernels/x86.h"
 
 namespace kvshare::detail {
 namespace {
 
-constexpr int kRows = 16;  // activation rows per tile
-
-int Chunks(int acts) { return (acts + kRows - 1) / kRows; }
+int Chunks(int acts) { return (acts + kTileRows - 1) / kTileRows; }
 
 }  // namespace
 
@@ -24,16 +23,16 @@ int Chunks(int acts) { return (acts + kRows - 1) / kRows; }
 AmxStagedActs AmxStageQ8(const ActQ8* x, std::int64_t xs, std::int64_t nb, int acts, AmxActStage& stage) {
   const int chunks = Chunks(acts);
   stage.tiles.resize(static_cast<std::size_t>(chunks * nb * 8));  // 512 bytes a block and chunk
-  stage.d.assign(static_cast<std::size_t>(chunks * nb * kRows), 0.0f);
+  stage.d.assign(static_cast<std::size_t>(chunks * nb * kTileRows), 0.0f);
   auto* q = reinterpret_cast<std::int8_t*>(stage.tiles.data());
   for (int i = 0; i < chunks; ++i) {
     for (std::int64_t b = 0; b < nb; ++b) {
       std::int8_t* at = q + (i * nb + b) * 512;
-      for (int j = 0; j < kRows; ++j) {
-        const int row = i * kRows + j;
+      for (int j = 0; j < kTileRows; ++j) {
+        const int row = i * kTileRows + j;
         if (row < acts) {
           std::memcpy(at + 32 * j, x[row * xs + b].qs, 32);
-          stage.d[static_cast<std::size_t>((i * nb + b) * kRows + j)] = x[row * xs + b].d;
+          stage.d[static_cast<std::size_t>((i * nb + b) * kTileRows + j)] = x[row * xs + b].d;
         } else {
           std::memset(at + 32 * j, 0, 32);
         }
@@ -51,17 +50,17 @@ AmxStagedActs AmxStageQ8(const ActQ8* x, std::int64_t xs, std::int64_t nb, int a
 // epilogue's scales and sum pairs dense by (block, row) beside them.
 AmxStagedActs AmxStageQ8K(const ActQ8K* x, std::int64_t xs, std::int64_t nb, int acts, AmxActStage& stage) {
   const int chunks = Chunks(acts);
-  stage.tiles.resize(static_cast<std::size_t>(nb * chunks * 4 * kRows));
+  stage.tiles.resize(static_cast<std::size_t>(nb * chunks * 4 * kTileRows));
   stage.d.resize(static_cast<std::size_t>(nb * acts));
   stage.pairs.resize(static_cast<std::size_t>(nb * acts * 4));
   AmxActStage::Line* out = stage.tiles.data();
   for (std::int64_t b = 0; b < nb; ++b) {
-    for (int j0 = 0; j0 < chunks * kRows; j0 += kRows, out += 4 * kRows) {
-      for (int r = 0; r < kRows; ++r) {
+    for (int j0 = 0; j0 < chunks * kTileRows; j0 += kTileRows, out += 4 * kTileRows) {
+      for (int r = 0; r < kTileRows; ++r) {
         const int j = j0 + r;
         for (int q = 0; q < 4; ++q) {
           const __m512i v = j < acts ? _mm512_loadu_si512(x[j * xs + b].qs + 64 * q) : _mm512_setzero_si512();
-          _mm512_store_si512(out + q * kRows + r, v);
+          _mm512_store_si512(out + q * kTileRows + r, v);
         }
       }
     }
