@@ -313,6 +313,8 @@ TEST(TinyGemma, BadStateOptionsThrow) {
   EXPECT_NE(message({.num_kv_shared_layers = 6}).find("valid 0..3"), std::string::npos);
   EXPECT_NE(message({.num_kv_shared_layers = -1}).find(">= 0"), std::string::npos);
   EXPECT_NE(message({.max_context = 0}).find("max_context"), std::string::npos);
+  // Negative: checked before anything is sized by it (was a std::length_error).
+  EXPECT_NE(message({.max_context = -5}).find("max_context must be >= 1, got -5"), std::string::npos);
   EXPECT_NE(message({.max_step = 0}).find("max_step"), std::string::npos);
   EXPECT_NE(message({.kv_dtype = DType::kInt32}).find("kv_dtype"), std::string::npos);
   // head_dim 16: q8_0 blocks of 32 do not fit.

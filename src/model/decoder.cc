@@ -377,7 +377,9 @@ void RequireGenerates(const ModelConfig& c) {
 }
 
 std::unique_ptr<ModelState> DecoderModel::NewState(const ModelStateOptions& o) const {
-  std::unique_ptr<DecoderState> st = MakeState(NewStateCache(cfg_, o, Device::kCpu), o, RopeFor(o.max_context));
+  // The cache first: it checks the options, which the RoPE table's size trusts.
+  KvCache cache = NewStateCache(cfg_, o, Device::kCpu);
+  std::unique_ptr<DecoderState> st = MakeState(std::move(cache), o, RopeFor(o.max_context));
   st->bidirectional_layer = BidirectionalLayers(cfg_, o.image_attention.value_or(cfg_.image_attention));
   st->step_spans.resize(static_cast<std::size_t>(st->max_batch()));
   st->causal = cfg_.causal;
