@@ -17,7 +17,6 @@
 #include "arrays.h"
 #include "bind.h"
 #include "images.h"
-#include "model_docs.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "kvshare/model/gemma4_assistant.h"
@@ -28,6 +27,8 @@
 #include "kvshare/runtime/image_prompt.h"
 #include "kvshare/runtime/mmproj_towers.h"
 #include "kvshare/tokenizer/tokenizer.h"
+#include "model_docs.h"
+#include "prompt_args.h"
 
 namespace kvshare::python {
 namespace {
@@ -335,7 +336,7 @@ class PyModel {
     if (py::isinstance<py::str>(prompt)) {
       // Continuing a sequence: no second BOS.
       const bool continuing = !reset && core_->generator->state().length() > 0;
-      std::vector<ChatMessage> msgs = {{"user", prompt.cast<std::string>()}};
+      std::vector<ChatMessage> msgs = {{"user", Utf8Text(prompt, "prompt")}};
       // The images, the clips, then the text (as kvshare generate --image / --audio).
       msgs[0].image_at.assign(image_args.size(), 0);
       msgs[0].audio_at.assign(clips.size(), 0);
@@ -344,7 +345,7 @@ class PyModel {
       if (!clips.empty()) co.audio_padding_text = core_->audio_splicer->padding_text();
       ids = tmpl.Encode(msgs, co, image_args.empty() ? nullptr : &slots, clips.empty() ? nullptr : &audio_slots);
     } else {
-      ids = prompt.cast<std::vector<int32_t>>();
+      ids = TokenIdsArg(prompt, "prompt", core_->model->config().n_vocab);
     }
     std::shared_ptr<EncodedPrompt> encoded;
     if (!image_args.empty() || !clips.empty()) {

@@ -31,8 +31,11 @@ GenerateStats Generator::Generate(std::span<const int32_t> prompt, const Generat
   if (need > state_->max_context()) {
     std::string what = "prompt of " + std::to_string(prompt.size()) + " tokens";
     if (cached > 0) what = std::to_string(cached) + " tokens of earlier turns + " + what;
-    throw Error(what + " + " + std::to_string(options.max_new_tokens) + " new tokens exceeds --max-context " +
-                std::to_string(state_->max_context()) + "; increase --max-context to at least " + std::to_string(need));
+    // Named for both front ends: the CLI's flag and Python's Model argument.
+    throw Error(what + " + " + std::to_string(options.max_new_tokens) + " new tokens exceeds max_context " +
+                std::to_string(state_->max_context()) +
+                " (the KV cache's capacity in tokens); increase it to at least " + std::to_string(need) +
+                " (--max-context in kvshare generate, max_context= in kvshare.Model)");
   }
   Sampler sampler(options.sampler);
   TokenStreamDecoder decoder(tokenizer_);

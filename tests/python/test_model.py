@@ -130,10 +130,34 @@ def test_errors(model):
     with pytest.raises(ValueError, match="top_p"):
         model.generate(PROMPT, top_p=1.5)
     stream = model.generate(PROMPT, max_new_tokens=600)  # exceeds max_context = 512
-    with pytest.raises(kvshare.Error, match="max-context"):
+    with pytest.raises(kvshare.Error, match=r"at least \d+ \(--max-context in kvshare generate, max_context= in"):
         next(stream)
     with pytest.raises(kvshare.Error):
         kvshare.Model(str(ROOT / "models" / "missing.gguf"))
+    with pytest.raises(kvshare.Error, match="max_context must be >= 1, got -5"):
+        kvshare.Model(str(MODEL), max_context=-5)
+
+
+@pytest.mark.parametrize("prompt, error, match", [
+    (b"Hello", TypeError, r"prompt must be a str or a sequence of token ids \(int\), got bytes: decode it"),
+    (None, TypeError, r"prompt must be a str or a sequence of token ids \(int\), got NoneType"),
+    (7, TypeError, r"got int"),
+    ([2, 2.5], TypeError, r"prompt\[1\] is a float, not a token id"),
+    ([2, 10**12], kvshare.Error, r"token id 1000000000000 \(prompt\[1\]\) out of range \[0, 262144\)"),
+    ([2, -1], kvshare.Error, r"token id -1 \(prompt\[1\]\) out of range"),
+    ("caf\udce9", kvshare.Error, r"prompt is not valid Unicode text \(.*surrogates not allowed"),
+])
+def test_prompt_type_errors_name_the_argument(model, prompt, error, match):
+    """Not pybind11's "Unable to cast Python instance ... to C++ type '?'"."""
+    with pytest.raises(error, match=match):
+        next(model.generate(prompt, max_new_tokens=1))
+
+
+def test_prompt_ids_take_numpy_and_tuples(model):
+    ids = model.tokenize(RAW, add_bos=True)
+    want = "".join(model.generate(ids, max_new_tokens=4))
+    assert "".join(model.generate(tuple(ids), max_new_tokens=4)) == want
+    assert "".join(model.generate(np.array(ids, dtype=np.int64), max_new_tokens=4)) == want
 
 
 def test_kv_cache_options_change_its_bytes():
