@@ -3,8 +3,8 @@
 # here, run on the lent GPU machine, read one report.
 #
 #   scripts/gpu_check.sh pack [--build-dir DIR] [--jobs N] [--no-cli] [--test-target test_X]...
-#       Here, no GPU needed: builds test_cuda, test_runtime (its DeviceSupportGpu
-#       cases), each --test-target, kvshare_bench and the kvshare CLI with CUDA on
+#       Here, no GPU needed: builds test_cuda (the runtime's DeviceSupportGpu
+#       cases included), each --test-target, kvshare_bench and the kvshare CLI with CUDA on
 #       (Release, the CUDA targets CMakeLists.txt sets), packs them with the
 #       shared libraries the device machine lacks into gpu-pack/ (git-ignored),
 #       runs them with this host's libraries hidden (unshare -m, where it works),
@@ -34,7 +34,7 @@
 #                         ^cuda/(decode|prefill): attention, old and new prefill)
 #   --bench-min-time S    kvshare_bench --benchmark_min_time (default 0.2)
 #   --gtest-filter F      the gtest step's --gtest_filter for every binary
-#                         (default: test_runtime DeviceSupportGpu.*, others *)
+#                         (default *)
 #   --memcheck-filter F   --gtest_filter of test_cuda under memcheck (default below)
 #   --racecheck-filter F  --gtest_filter of test_cuda under racecheck (default below)
 #   --peer-args "ARGS"    more options of bench/peer_hf_gpu_models.py (e.g.
@@ -155,9 +155,9 @@ mb() { awk -v x="$1" 'BEGIN { printf "%.2f", x / 1e6 }'; }
 # The pack's binaries run with this host's libraries hidden, as on the device
 # machine, which has glibc, the driver and (found at run time) cuBLAS but none
 # of our Debian libraries: in a mount namespace /usr/lib/x86_64-linux-gnu holds
-# glibc alone; the binaries list their tests, test_runtime runs its host-side
-# DeviceSupport cases (the CPU model of DeviceSupportGpu: oneDNN's stub must not
-# be reached), test_cuda its plan tests, and the CLI generates on the CPU and
+# glibc alone; the binaries list their tests, test_cuda runs its plan tests and
+# the host-side DeviceSupport cases (the CPU model of DeviceSupportGpu: oneDNN's
+# stub must not be reached), and the CLI generates on the CPU and
 # says "no CUDA device" on --device cuda. Needs root (unshare -m); skipped otherwise.
 verify_pack() {
   local tarball=$1 cli=$2 dir l
@@ -187,9 +187,7 @@ verify_pack() {
     }
     check "test_cuda lists its tests" "$d/bin/test_cuda" --gtest_list_tests
     check "test_cuda host-side plan tests" "$d/bin/test_cuda" --gtest_filter="CudaWgmmaPlan.*:CudaModelPlan.*:CudaModelHarness.*:CudaGraphPolicy.*"
-    if [[ -x $d/bin/test_runtime ]]; then
-      check "test_runtime DeviceSupport host cases (the CPU model: no oneDNN call)" "$d/bin/test_runtime" --gtest_filter="DeviceSupport*"
-    fi
+    check "test_cuda DeviceSupport host cases (the CPU model: no oneDNN call)" "$d/bin/test_cuda" --gtest_filter="DeviceSupport*"
     check "kvshare_bench lists its benchmarks" "$d/bin/kvshare_bench" --benchmark_list_tests
     if ((cli)); then
       check "kvshare generate on the CPU" "$d/bin/kvshare" generate --model tests/fixtures/vision/gemma3.f32.gguf --raw -n 4 --prompt Hi
@@ -204,7 +202,7 @@ verify_pack() {
 }
 
 pack() {
-  local build=$ROOT/build-gpu jobs=2 cli=1 tests=(test_cuda test_runtime)
+  local build=$ROOT/build-gpu jobs=2 cli=1 tests=(test_cuda)
   while (($#)); do
     case $1 in
       --build-dir) build=$(readlink -m "$2"); shift 2 ;;
@@ -489,16 +487,12 @@ step_body() {
   export KVSHARE_SOURCE_DIR=$ROOT
   case $1 in
     gtest)
-      local rc=0 t filter list=()
-      # test_runtime first (seconds: DeviceSupportGpu.*); test_cuda is the long one.
-      [[ -x $BIN/test_runtime ]] && list+=(test_runtime)
-      for t in "$BIN"/test_*; do [[ ${t##*/} != test_runtime ]] && list+=("${t##*/}"); done
-      for t in "${list[@]}"; do
+      local rc=0 t
+      for t in "$BIN"/test_*; do
+        t=${t##*/}
         echo "$t" >>"$WORK/test_bins"
-        filter=$GTEST_FILTER
-        [[ -z $filter && $t == test_runtime ]] && filter='DeviceSupportGpu.*'
-        echo "--- $t --gtest_filter=${filter:-*}"
-        bins "$BIN/$t" --gtest_filter="${filter:-*}" --gtest_output="json:$WORK/gtest_$t.json" || rc=$?
+        echo "--- $t --gtest_filter=${GTEST_FILTER:-*}"
+        bins "$BIN/$t" --gtest_filter="${GTEST_FILTER:-*}" --gtest_output="json:$WORK/gtest_$t.json" || rc=$?
       done
       exit $rc ;;
     serve)
@@ -630,12 +624,11 @@ run_local() {
   if [[ -z $build ]]; then
     for build in "$ROOT/build-gpu" "$ROOT/build"; do [[ -x $build/tests/test_cuda ]] && break; done
   fi
-  [[ -x $build/tests/test_cuda ]] || die "local: no tests/test_cuda in $build: build it first (cmake --build $build --target test_cuda test_runtime kvshare_bench kvshare_cli) or give --build-dir"
+  [[ -x $build/tests/test_cuda ]] || die "local: no tests/test_cuda in $build: build it first (cmake --build $build --target test_cuda kvshare_bench kvshare_cli) or give --build-dir"
   local dir
   dir=$(mktemp -d /tmp/gpu_check_bin.XXXXXX)
   mkdir -p "$dir/bin" "$dir/lib"
   ln -s "$build/tests/test_cuda" "$dir/bin/test_cuda"
-  [[ -x $build/tests/test_runtime ]] && ln -s "$build/tests/test_runtime" "$dir/bin/test_runtime"
   [[ -x $build/bench/kvshare_bench ]] && ln -s "$build/bench/kvshare_bench" "$dir/bin/kvshare_bench"
   [[ -x $build/bin/kvshare ]] && ln -s "$build/bin/kvshare" "$dir/bin/kvshare"
   local has_out=0 a
