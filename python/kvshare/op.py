@@ -110,24 +110,45 @@ def _prepare(query, key, value, past_key, past_value, seqlens_k, total_sequence_
     except (TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError):
         ok, h = False, 0
     qdtype = query.dtype if isinstance(query, np.ndarray) else np.float32
-    outputs["output"] = np.zeros((query.shape[0], query.shape[1], n * h) if ok else (0,), dtype=qdtype)
+    outputs["output"] = _zeros((query.shape[0], query.shape[1], n * h) if ok else (0,), qdtype, "output", inputs)
     if present and present_key is None and present_value is None and write_indices is None and ok:
         try:
             shape = _present_shape(query, key, past_key, inputs["total_sequence_length"], n, n_kv, h)
-        except (TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError):
+        except (TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError, OverflowError):
             shape = None
         if shape is not None:
             cdtype = past_key.dtype if isinstance(past_key, np.ndarray) else qdtype
-            outputs["present_key"] = np.zeros(shape, dtype=cdtype)
-            outputs["present_value"] = np.zeros(shape, dtype=cdtype)
+            outputs["present_key"] = _zeros(shape, cdtype, "present_key", inputs)
+            outputs["present_value"] = _zeros(shape, cdtype, "present_value", inputs)
     if attrs.get("qk_output", 0) and output_qk is None and ok:
-        if write_indices is not None and present_key is not None and present_key.ndim in (3, 4):
-            cols = present_key.shape[1] if present_key.ndim == 3 else present_key.shape[2]
-        else:
-            tsl = np.asarray(inputs["total_sequence_length"]).reshape(-1)
-            cols = int(tsl[0]) if tsl.size >= 1 else 0
-        outputs["output_qk"] = np.zeros((query.shape[0], n, query.shape[1], max(cols, 0)), dtype=qdtype)
+        # An absent or malformed total_sequence_length leaves the buffer out: the
+        # op then reports the input itself (not a TypeError from here).
+        try:
+            if write_indices is not None and present_key is not None and present_key.ndim in (3, 4):
+                cols = present_key.shape[1] if present_key.ndim == 3 else present_key.shape[2]
+            else:
+                tsl = np.asarray(inputs["total_sequence_length"]).reshape(-1)
+                cols = int(tsl[0]) if tsl.size >= 1 else 0
+        except (TypeError, AttributeError, IndexError, ValueError, OverflowError):
+            cols = None
+        if cols is not None:
+            outputs["output_qk"] = _zeros((query.shape[0], n, query.shape[1], max(cols, 0)), qdtype, "output_qk",
+                                          inputs)
     return inputs, outputs
+
+
+def _zeros(shape, dtype, what, inputs):
+    """An output buffer; one too large to allocate (a huge total_sequence_length,
+    say) raises kvshare.Error naming the output and the inputs that size it,
+    not NumPy's MemoryError."""
+    try:
+        return np.zeros(shape, dtype=dtype)
+    except (MemoryError, ValueError) as e:
+        tsl = inputs.get("total_sequence_length")
+        raise _core.Error(f"GroupQueryAttention: cannot allocate output '{what}' of shape {tuple(shape)} "
+                          f"({np.dtype(dtype).name}): {e}. Its shape follows from query, past_key and "
+                          f"total_sequence_length (= {None if tsl is None else np.asarray(tsl).tolist()}, the batch's "
+                          f"total KV length: max(seqlens_k) + 1 or the past + new length)") from None
 
 
 def group_query_attention(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,

@@ -101,6 +101,30 @@ def test_error_carries_the_cpp_message_and_is_a_value_error():
         kvshare.group_query_attention(q, k, v, **{**kw, "seqlens_k": [4, 9]})
 
 
+def test_missing_total_sequence_length_with_qk_output_names_the_input():
+    """The wrapper sizes output_qk from total_sequence_length; without it the op's
+    own error names the input (it was a TypeError from int(None))."""
+    q, k, v, kw = _case(S=1)
+    kw.pop("total_sequence_length")
+    with pytest.raises(kvshare.Error, match="Input 'total_sequence_length' is required"):
+        kvshare.group_query_attention(q, k, v, **kw, qk_output=1)
+
+
+def test_output_too_large_to_allocate_names_total_sequence_length():
+    """A huge total_sequence_length sizes a present buffer no machine holds: a
+    kvshare.Error naming the output and total_sequence_length, not MemoryError."""
+    try:
+        with open("/proc/sys/vm/overcommit_memory") as f:
+            always_overcommit = f.read().strip() == "1"
+    except OSError:
+        always_overcommit = True
+    if always_overcommit:  # a 1 TiB calloc would succeed and the op would then fill it
+        pytest.skip("vm.overcommit_memory = 1 (or unknown): a 1 TiB allocation may succeed here")
+    q, k, v, kw = _case(S=1)  # present (2, 2, 2**31 - 1, 32) float32: 1 TiB
+    with pytest.raises(kvshare.Error, match="cannot allocate output 'present_key'.*total_sequence_length"):
+        kvshare.group_query_attention(q, k, v, **{**kw, "total_sequence_length": 2**31 - 1})
+
+
 def test_nothing_is_written_on_error():
     """Share-buffer call with a bad attention_bias: the buffers stay untouched."""
     q, k, v, kw = _case(S=1)
