@@ -208,3 +208,53 @@ def test_6_static_scatter_query_alignment_vs_attention24():
     # With the queries right-padded, Attention-24 places them at the wrong positions.
     y_right, _, _ = sess.run(None, dict(q=q, k=k, v=v, kc=cache_k, vc=cache_v, wi=length, nonpad=length + n_new))
     assert np.abs(y_right[1, :n_new[1]] - res.output[1, :n_new[1]]).max() > 1e-3
+
+
+def test_8_head_sink_with_smooth_softmax_is_rejected():
+    """§8. head_sink given together with smooth_softmax = 1. kvshare rejects it
+    with the message of onnxruntime's shared input check (its WebGPU / JS kernels
+    set use_smooth_softmax before that check and reject too); onnxruntime's CPU
+    kernel runs the check before setting the flag, so it accepts the pair and the
+    sink wins (smooth_softmax changes nothing)."""
+    B, S, N, Nkv, H = 2, 4, 4, 2, 16
+    feeds = dict(query=_normal(B, S, N * H), key=_normal(B, S, Nkv * H), value=_normal(B, S, Nkv * H),
+                 seqlens_k=np.full(B, S - 1, np.int32), total_sequence_length=np.array(S, np.int32),
+                 head_sink=_normal(N, scale=2.0))
+    attrs = dict(num_heads=N, kv_num_heads=Nkv, smooth_softmax=1)
+    with pytest.raises(kvshare.Error, match="head_sink should not be provided when use_smooth_softmax is true"):
+        kvshare.group_query_attention(**feeds, **attrs)
+    sink_only = kvshare.group_query_attention(**feeds, num_heads=N, kv_num_heads=Nkv).output
+    try:
+        theirs = ort_gqa(feeds, attrs)["output"]
+    except Exception as e:  # noqa: BLE001 (onnxruntime's own error type)
+        warnings.warn(f"onnxruntime no longer behaves as docs/compatibility.md §8 says: it rejects now ({e})")
+        return
+    with ort_documented("§8"):
+        assert_close(theirs, sink_only, "float32", "onnxruntime CPU: head_sink wins over smooth_softmax")
+
+
+def test_9_seqlens_k_beyond_total_sequence_length_is_rejected():
+    """§9. seqlens_k[b] + 1 > total_sequence_length, within the past buffer
+    (here P = 8, total_sequence_length = 7, T_b = 8). kvshare rejects it:
+    total_sequence_length is the key count that attention_bias and output_qk
+    columns index, so key 7 would have no column. onnxruntime bounds seqlens_k
+    by the present length max(total_sequence_length, P) and attends over T_b
+    keys (what kvshare would compute), reading beyond a bias row when one is
+    given."""
+    B, S, N, Nkv, H, P = 1, 1, 2, 1, 16, 8
+    pk, pv = _normal(B, Nkv, P, H), _normal(B, Nkv, P, H)
+    q, k, v = _normal(B, S, N * H), _normal(B, S, Nkv * H), _normal(B, S, Nkv * H)
+    feeds = dict(query=q, key=k, value=v, past_key=pk, past_value=pv, seqlens_k=np.array([7], np.int32),
+                 total_sequence_length=np.array(7, np.int32))
+    attrs = dict(num_heads=N, kv_num_heads=Nkv)
+    with pytest.raises(kvshare.Error, match=r"seqlens_k\[0\] = 7 is out of range \[0, total_sequence_length = 7\)"):
+        kvshare.group_query_attention(**feeds, **attrs)
+    # The same step with total_sequence_length = T_b = 8, which both accept.
+    ours = kvshare.group_query_attention(**dict(feeds, total_sequence_length=np.array(8, np.int32)), **attrs).output
+    try:
+        theirs = ort_gqa(feeds, attrs)["output"]
+    except Exception as e:  # noqa: BLE001
+        warnings.warn(f"onnxruntime no longer behaves as docs/compatibility.md §9 says: it rejects now ({e})")
+        return
+    with ort_documented("§9"):
+        assert_close(theirs, ours, "float32", "onnxruntime: attention over T_b = 8 keys")
