@@ -146,7 +146,8 @@ def reference_attention(q, k, v, kv_len, q_offset, *, causal=True, window=-1, sc
                         sink=None, valid_q=None):
     """Plain float64 attention. q (B, S, N, H) already rotated; k, v (B, N_kv, T, H)
     with keys at absolute positions 0..T-1; row b sees keys j < kv_len[b], j <= p
-    (causal) and p - j < window (window > 0), p = q_offset[b] + s. bias (B|1, N|1, S,
+    (causal) and p - j < window (window > 0; with causal off also j - p < window, the
+    symmetric window of gqa.h), p = q_offset[b] + s. bias (B|1, N|1, S,
     >= T) is added to visible scores; sink (N,) joins the softmax denominator. Queries
     s >= valid_q[b] and queries with no visible key give zeros. Returns (B, S, N, H)."""
     q = np.asarray(q, np.float64)
@@ -170,6 +171,8 @@ def reference_attention(q, k, v, kv_len, q_offset, *, causal=True, window=-1, sc
             vis &= j <= p
         if window is not None and window > 0:
             vis &= p - j < window
+            if not causal:
+                vis &= j - p < window
         if valid_q is not None:
             vis &= np.arange(S)[:, None] < valid_q[b]
         if bias is not None:
