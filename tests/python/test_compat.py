@@ -239,8 +239,8 @@ def test_9_seqlens_k_beyond_total_sequence_length_is_rejected():
     total_sequence_length is the key count that attention_bias and output_qk
     columns index, so key 7 would have no column. onnxruntime bounds seqlens_k
     by the present length max(total_sequence_length, P) and attends over T_b
-    keys (what kvshare would compute), reading beyond a bias row when one is
-    given."""
+    keys (what kvshare would compute), reading past the end of a bias row when
+    one is given (into the next head's row here)."""
     B, S, N, Nkv, H, P = 1, 1, 2, 1, 16, 8
     pk, pv = _normal(B, Nkv, P, H), _normal(B, Nkv, P, H)
     q, k, v = _normal(B, S, N * H), _normal(B, S, Nkv * H), _normal(B, S, Nkv * H)
@@ -258,3 +258,14 @@ def test_9_seqlens_k_beyond_total_sequence_length_is_rejected():
         return
     with ort_documented("§9"):
         assert_close(theirs, ours, "float32", "onnxruntime: attention over T_b = 8 keys")
+    # With a (1, N, 1, 7) bias, head 0's key 7 reads head 1's first bias column.
+    bias = np.zeros((1, N, S, 7), np.float32)
+    bias[0, 1, 0, 0] = 50.0
+    theirs = ort_gqa(dict(feeds, attention_bias=bias), attrs)["output"]
+    wide = np.zeros((1, N, S, 8), np.float32)
+    wide[..., :7] = bias
+    wide[0, 0, 0, 7] = 50.0  # what onnxruntime reads for head 0, key 7
+    want = kvshare.group_query_attention(**dict(feeds, total_sequence_length=np.array(8, np.int32),
+                                                attention_bias=wide), **attrs).output
+    with ort_documented("§9"):
+        assert_close(theirs[..., :H], want[..., :H], "float32", "onnxruntime: head 0 reads head 1's bias row")
