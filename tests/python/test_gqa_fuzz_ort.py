@@ -19,9 +19,12 @@ Outcomes:
   peers.py instead (a new onnxruntime rejection reason warns);
 - both reject: kvshare raises kvshare.Error.
 onnxruntime accepting a case kvshare rejects fails the test.
+
+KVSHARE_GQA_FUZZ_SEEDS=N runs N seeds instead of CI's 160 (a longer local run).
 """
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
@@ -34,7 +37,7 @@ kvshare = need("kvshare")
 need("onnxruntime")
 need("onnx")
 
-SEEDS = range(160)
+SEEDS = range(int(os.environ.get("KVSHARE_GQA_FUZZ_SEEDS", "160")))
 
 # onnxruntime's rejections of cases kvshare supports (docs/compatibility.md,
 # "Cases onnxruntime rejects").
@@ -140,9 +143,18 @@ def run_kvshare(c, feeds, attrs):
     return kvshare.group_query_attention(**ours, **attrs, **extra, kernel=c["kernel"])
 
 
-def check_vs_ort(c, feeds, ours, theirs):
+def check_vs_ort(c, feeds, attrs, ours, theirs):
     rows = valid_rows(c)
-    assert_close(ours.output[rows], theirs["output"][rows], c["dtype"], "output")
+    try:
+        assert_close(ours.output[rows], theirs["output"][rows], c["dtype"], "output")
+    except AssertionError:
+        # Large scores (|x| ~ 45 at H = 256, scale 0.3) put onnxruntime's float32
+        # error above 1e-5 (1.6e-5 on seed 670 of a 3,000-seed run; kvshare 4e-6):
+        # there kvshare must be the closer of the two to exact attention.
+        want = reference_output(c, feeds, attrs)[0][rows]
+        ours_err = np.abs(ours.output[rows].astype(np.float64) - want).max()
+        theirs_err = np.abs(theirs["output"][rows].astype(np.float64) - want).max()
+        assert ours_err <= theirs_err, f"output: kvshare {ours_err:.3g} from exact, onnxruntime {theirs_err:.3g}"
     assert_close(ours.present_key, theirs["present_key"], c["dtype"], "present_key")
     assert_close(ours.present_value, theirs["present_value"], c["dtype"], "present_value")
     if c["qk"]:
@@ -151,8 +163,8 @@ def check_vs_ort(c, feeds, ours, theirs):
         assert_close(ours.output_qk[mask], theirs["output_qk"][mask], c["dtype"], "output_qk")
 
 
-def check_vs_reference(c, feeds, attrs, ours):
-    """kvshare against the float64 reference: output on valid rows, present rows < T_b."""
+def reference_output(c, feeds, attrs):
+    """float64 (output (B, S, N*H), K, V (B, N_kv, max T_b, H)) of the case."""
     B, S, N, nkv, H, total = c["B"], c["S"], c["N"], c["nkv"], c["H"], c["total"]
     q = np.asarray(feeds["query"], np.float64)
     if c["packed"]:
@@ -180,9 +192,16 @@ def check_vs_reference(c, feeds, attrs, ours):
     want = reference_attention(q, kk, vv, total, off, causal=bool(c["causal"]), window=c["window"],
                                scale=c["scale"] or None, softcap=c["softcap"], bias=feeds.get("attention_bias"),
                                sink=sink)
+    return want.reshape(B, S, N * H), kk, vv
+
+
+def check_vs_reference(c, feeds, attrs, ours):
+    """kvshare against the float64 reference: output on valid rows, present rows < T_b."""
+    want, kk, vv = reference_output(c, feeds, attrs)
+    total = c["total"]
     rows = valid_rows(c)
-    assert_close(ours.output[rows], want.reshape(B, S, N * H)[rows], c["dtype"], "output vs float64 reference")
-    for b in range(B):
+    assert_close(ours.output[rows], want[rows], c["dtype"], "output vs float64 reference")
+    for b in range(c["B"]):
         t = int(total[b])
         assert_close(ours.present_key[b, :, :t], kk[b, :, :t], c["dtype"], f"present_key row {b} vs reference")
         assert_close(ours.present_value[b, :, :t], vv[b, :, :t], c["dtype"], f"present_value row {b} vs reference")
@@ -205,7 +224,7 @@ def test_random_case_vs_ort(seed):
         assert ort_error is not None, f"kvshare rejects a case onnxruntime accepts: {e}"
         return
     if ort_error is None:
-        check_vs_ort(c, feeds, ours, theirs)
+        check_vs_ort(c, feeds, attrs, ours, theirs)
         return
     if not any(re.search(m, ort_error) for m in ORT_ONLY_REJECTS):
         warnings.warn(f"onnxruntime rejects for a reason docs/compatibility.md does not list: {ort_error[-300:]}")
