@@ -269,3 +269,36 @@ def test_9_seqlens_k_beyond_total_sequence_length_is_rejected():
                                                 attention_bias=wide), **attrs).output
     with ort_documented("§9"):
         assert_close(theirs[..., :H], want[..., :H], "float32", "onnxruntime: head 0 reads head 1's bias row")
+
+
+def test_10_float16_rotated_query_is_not_rounded():
+    """§10. float16 with RoPE: onnxruntime rounds the rotated query to float16
+    before the scores; kvshare keeps it in float32 (the rotated K is float16 in
+    both: it is the present cache). With large scores (query std 4, H = 128,
+    scale 0.5) the outputs then differ by 0.015, beyond the float16 tolerance;
+    each matches float64 attention over its own query to 1e-3 (the output's
+    float16 rounding)."""
+    rng = np.random.default_rng(5)
+    B, S, N, Nkv, H = 1, 32, 4, 1, 128
+    q = (rng.standard_normal((B, S, N * H)) * 4).astype(np.float16)
+    k = rng.standard_normal((B, S, Nkv * H)).astype(np.float16)
+    v = rng.standard_normal((B, S, Nkv * H)).astype(np.float16)
+    cos, sin = rope_cache(S, H, np.float16)
+    feeds = dict(query=q, key=k, value=v, seqlens_k=np.array([S - 1], np.int32),
+                 total_sequence_length=np.array(S, np.int32), cos_cache=cos, sin_cache=sin)
+    attrs = dict(num_heads=N, kv_num_heads=Nkv, do_rotary=1, scale=0.5)
+    pos = np.arange(S)[None, :, None]
+    qr = apply_rope(_bsnh(q, N), pos, cos, sin, False)
+    kr = apply_rope(_bsnh(k, Nkv), pos, cos, sin, False).astype(np.float16).transpose(0, 2, 1, 3)
+    vv = _bsnh(v, Nkv).transpose(0, 2, 1, 3)
+
+    def exact(query):
+        return reference_attention(query, kr, vv, [S], [0], scale=0.5).reshape(B, S, N * H)
+
+    ours = kvshare.group_query_attention(**feeds, **attrs).output
+    assert_close(ours, exact(qr), "float16", "kvshare: float32 rotated query")
+    assert np.abs(ours - exact(qr)).max() < 2e-3
+    theirs = ort_gqa(feeds, attrs)["output"]
+    with ort_documented("§10"):
+        assert np.abs(theirs - exact(qr.astype(np.float16))).max() < 2e-3, "onnxruntime: float16 rotated query"
+        assert np.abs(theirs.astype(np.float64) - ours).max() > 1e-2
