@@ -190,6 +190,7 @@ const BadCase kBadCases[] = {
      },
      "extends beyond the end of the file"},
     {"offset beyond EOF", [](GgufSpec& s) { s.tensors[0].offset = 1ull << 40; }, "tensor[0] 'norm.weight' offset"},
+    {"overlapping tensors", [](GgufSpec& s) { s.tensors[1].offset = 0; }, "tensor[1] 'blk.0.attn_v.weight' offset"},
     {"empty tensor name", [](GgufSpec& s) { s.tensors[0].name = ""; }, "tensor[0] name"},
     {"long tensor name", [](GgufSpec& s) { s.tensors[0].name = std::string(64, 'n'); }, "tensor[0] name length"},
     {"duplicate tensor name", [](GgufSpec& s) { s.tensors[1].name = "norm.weight"; }, "duplicate tensor name"},
@@ -203,6 +204,12 @@ TEST(Gguf, MalformedFilesNameTheField) {
     EXPECT_THAT(msg, HasSubstr(c.field)) << c.what;
     EXPECT_THAT(msg, HasSubstr("at byte")) << c.what;
   }
+}
+
+TEST(Gguf, OverlappingTensorsAreRefused) {
+  GgufSpec s = ValidSpec();
+  s.tensors[1].offset = 0;  // over norm.weight's bytes
+  EXPECT_THAT(ParseError(s.Build()), HasSubstr("overlaps tensor[0] 'norm.weight' [0, +"));
 }
 
 TEST(Gguf, OpenMissingFile) {

@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "kvshare/common/error.h"
 
@@ -321,6 +324,25 @@ void GgufParser::Run(GgufFile& f) {
                ") extends beyond the end of the file (data section is " + std::to_string(data_size) + " bytes)");
     }
     ti.data = p_ + f.data_offset_ + ti.offset;
+  }
+  // No two tensors share bytes: llama.cpp's reader takes each offset only as
+  // the running aligned sum of the sizes before it, so an overlap is a
+  // damaged file, not a layout another writer chose.
+  std::vector<std::size_t> order(f.tensors_.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return f.tensors_[x].offset < f.tensors_[y].offset; });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const GgufTensor& prev = f.tensors_[order[k - 1]];
+    const GgufTensor& cur = f.tensors_[order[k]];
+    if (prev.offset + prev.nbytes > cur.offset) {
+      const auto span = [](const GgufTensor& t) {
+        return "[" + std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) + ")";
+      };
+      Fail("tensor[" + std::to_string(order[k]) + "] '" + cur.name + "' offset", pending[order[k]].info_at,
+           "data " + span(cur) + " overlaps tensor[" + std::to_string(order[k - 1]) + "] '" + prev.name + "' " +
+               span(prev));
+    }
   }
 }
 
