@@ -177,6 +177,12 @@ TEST(Gemma3n, BadFilesAreRefusedNamingTheKeyOrTensor) {
          s.sparsity = {1.6448536f, -INFINITY};
        },
        "'gemma3n.activation_sparsity_scale' has 2 entries, expected block_count = 6"},
+      {"sparsity_nan",
+       [](TinyGemma3nSpec& s) { s.sparsity = {1.6448536f, NAN, -INFINITY, -INFINITY, -INFINITY, -INFINITY}; },
+       "gemma3n.activation_sparsity_scale[1] = nan is not a std multiplier"},
+      {"softcap_nan",
+       [](TinyGemma3nSpec& s) { s.edit = Replace(testing::GgufKv::F32("gemma3n.final_logit_softcapping", NAN)); },
+       "gemma3n.final_logit_softcapping must be finite and >= 0 (0: off), got nan"},
       {"ple_table", [](TinyGemma3nSpec& s) { s.ple_vocab = 70; }, "tensor 'per_layer_token_embd.weight' is"},
       {"missing_k", [](TinyGemma3nSpec& s) { s.edit = Drop("blk.2.attn_k.weight"); }, "blk.2.attn_k.weight"},
   };

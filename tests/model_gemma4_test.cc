@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -323,6 +324,32 @@ TEST(Gemma4, BadFilesAreRefusedNamingTheKeyOrTensor) {
          };
        },
        "'gemma4.expert_count' is missing"},
+      // A uint32 past INT_MAX reads back negative: refused before anything is sized by it.
+      {"rope_dims_huge",
+       [](TinyGemma4Spec& s) { s.edit = Replace(testing::GgufKv::U32("gemma4.rope.dimension_count", 0x80000000u)); },
+       "gemma4.rope.dimension_count = -2147483648 is not supported"},
+      {"block_count_huge",
+       [](TinyGemma4Spec& s) { s.edit = Replace(testing::GgufKv::U32("gemma4.block_count", 0xFFFFFFFFu)); },
+       "gemma4.block_count must be >= 1, got -1"},
+      {"block_count_short", [](TinyGemma4Spec& s) { s.edit = Replace(testing::GgufKv::U32("gemma4.block_count", 6)); },
+       "gemma4.block_count = 6, but the file's layer tensors end at layer 7"},
+      {"rope_base_nan",
+       [](TinyGemma4Spec& s) {
+         s.edit = Replace(testing::GgufKv::F32("gemma4.rope.freq_base", std::numeric_limits<float>::quiet_NaN()));
+       },
+       "gemma4.rope.freq_base must be finite and > 0, got nan"},
+      {"softcap_negative",
+       [](TinyGemma4Spec& s) { s.edit = Replace(testing::GgufKv::F32("gemma4.final_logit_softcapping", -30.0f)); },
+       "gemma4.final_logit_softcapping must be finite and >= 0 (0: off), got -30"},
+      // The per-layer tables present, their width 0: they would go unused.
+      {"ple_width_zero",
+       [](TinyGemma4Spec& s) { s.edit = Replace(testing::GgufKv::U32("gemma4.embedding_length_per_layer_input", 0)); },
+       "'per_layer_token_embd.weight' is present but embedding_length_per_layer_input is 0"},
+      {"ple_width_negative",
+       [](TinyGemma4Spec& s) {
+         s.edit = Replace(testing::GgufKv::U32("gemma4.embedding_length_per_layer_input", 0xFFFFFFFFu));
+       },
+       "embedding_length_per_layer_input must be >= 0, got -1"},
   };
   for (const Case& c : cases) {
     TinyGemma4Spec spec;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <ostream>
 #include <span>
 #include <string>
@@ -25,9 +26,13 @@
 namespace kvshare {
 namespace {
 
+using testing::GgufKv;
+using testing::GgufSpec;
 using testing::MaxRelDiff;
 using testing::TempGguf;
+using testing::TinyGemmaGguf;
 using testing::TinyGemmaSpec;
+using testing::WriteFile;
 
 // fp32 everywhere (float weights, fp32 KV): rounding of ~100-term fp32 dot
 // products (~sqrt(n) * 6e-8 each) through 6 layers stays far below this.
@@ -96,6 +101,51 @@ TEST(TinyGemma, InvalidSharedLayersInMetadataIsRejected) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shared_kv_layers = 4"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("valid: 0..3"), std::string::npos) << e.what();
+  }
+}
+
+// Metadata that would size vectors by a negative count, divide by zero or
+// run as NaN logits: refused at load, naming the key. A uint32 past INT_MAX
+// reads back negative (0xFFFFFFFF is -1).
+TEST(TinyGemma, BadHyperparametersAreRefused) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::string a = "gemma3.";
+  const struct {
+    GgufKv kv;
+    std::string want;
+  } cases[] = {
+      {GgufKv::U32(a + "block_count", 0xFFFFFFFFu), "block_count must be >= 1, got -1"},
+      {GgufKv::U32(a + "block_count", 3), "block_count = 3, but the file's layer tensors end at layer 5"},
+      {GgufKv::U32(a + "block_count", 7), "block_count = 7, but the file's layer tensors end at layer 5"},
+      {GgufKv::U32(a + "attention.head_count", 0), "attention.head_count must be >= 1, got 0"},
+      {GgufKv::U32(a + "attention.head_count_kv", 0), "head_count_kv = 0 must be >= 1 and divide"},
+      {GgufKv::U32(a + "attention.head_count_kv", 3), "head_count_kv = 3 must be >= 1 and divide"},
+      {GgufKv::U32(a + "attention.key_length", 0), "attention.key_length must be >= 1, got 0"},
+      {GgufKv::U32(a + "attention.value_length", 32), "value_length = 32 differs from attention.key_length = 16"},
+      {GgufKv::U32(a + "attention.sliding_window", 0x80000000u), "attention.sliding_window must be >= 0"},
+      {GgufKv::U32(a + "attention.sliding_window_pattern", 0), "sliding_window_pattern must be >= 1, got 0"},
+      {GgufKv::U32(a + "context_length", 0), "context_length must be >= 1, got 0"},
+      {GgufKv::F32(a + "attention.layer_norm_rms_epsilon", -1e-6f), "layer_norm_rms_epsilon must be finite and >= 0"},
+      {GgufKv::F32(a + "attention.layer_norm_rms_epsilon", nan), "layer_norm_rms_epsilon must be finite and >= 0"},
+      {GgufKv::F32(a + "rope.freq_base", 0.0f), "rope.freq_base must be finite and > 0, got 0"},
+      {GgufKv::F32(a + "rope.freq_base", nan), "rope.freq_base must be finite and > 0, got nan"},
+      {GgufKv::F32(a + "rope.freq_base_swa", -1e4f), "rope.freq_base_swa must be finite and > 0, got -10000"},
+  };
+  for (const auto& c : cases) {
+    GgufSpec g = TinyGemmaGguf(FloatSpec());
+    const auto it = std::find_if(g.kvs.begin(), g.kvs.end(), [&](const GgufKv& kv) { return kv.key == c.kv.key; });
+    if (it != g.kvs.end()) {
+      *it = c.kv;
+    } else {
+      g.kvs.push_back(c.kv);
+    }
+    TempGguf file("gemma_hparams", [&](const std::string& p) { WriteFile(p, g.Build()); });
+    try {
+      Model::Load(file.path);
+      ADD_FAILURE() << c.kv.key << ": loaded, expected kvshare::Error with \"" << c.want << "\"";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.want), std::string::npos) << c.kv.key << ": " << e.what();
+    }
   }
 }
 

@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "common/str.h"
 #include "kvshare/attention/gqa.h"
 #include "kvshare/cache/kv_cache.h"
 #include "kvshare/common/error.h"
 #include "kvshare/common/thread_pool.h"
 #include "model/decoder.h"
+#include "model/hyperparameters.h"
 #include "quant/quant.h"
 
 namespace kvshare {
@@ -22,6 +24,7 @@ namespace {
 using detail::AttentionCall;
 using detail::DecoderState;
 using detail::RmsNorm;
+using detail::Str;
 
 using Layer = detail::Gemma3Layer<WeightMatrix, const float*>;
 
@@ -49,25 +52,38 @@ class Gemma3 final : public detail::DecoderModel {
     c.architecture = arch;
     const std::string a = arch + ".";
     c.n_layer = static_cast<int>(f.GetU32(a + "block_count"));
+    detail::CheckLayerCount(f, c.n_layer, a);
     c.n_embd = static_cast<int>(f.GetU32(a + "embedding_length"));
     c.n_ff = static_cast<int>(f.GetU32(a + "feed_forward_length"));
     c.n_head = static_cast<int>(f.GetU32(a + "attention.head_count"));
     c.n_head_kv = static_cast<int>(f.GetU32Or(a + "attention.head_count_kv", c.n_head));
-    c.head_dim = static_cast<int>(f.GetU32Or(a + "attention.key_length", c.n_embd / c.n_head));
     c.context_length = static_cast<int>(f.GetU32Or(a + "context_length", 8192));
     c.rms_eps = f.GetF32Or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
     c.sliding_window = static_cast<int>(f.GetU32Or(a + "attention.sliding_window", 0));
     if (arch == "gemma-embedding") LoadEmbeddingHead(a);  // halves the window: before the layer pattern
     c.rope_base_full = f.GetF32Or(a + "rope.freq_base", 1e6f);
     c.rope_base_sliding = f.GetF32Or(a + "rope.freq_base_swa", 1e4f);
+    detail::CheckScalarHyperparameters(c, a);
+    c.head_dim = static_cast<int>(f.GetU32Or(a + "attention.key_length", c.n_embd / c.n_head));
+    if (c.head_dim < 1) throw Error(Str(a, "attention.key_length must be >= 1, got ", c.head_dim));
+    if (const auto v_len = f.GetU32Opt(a + "attention.value_length");
+        v_len && static_cast<std::int64_t>(*v_len) != c.head_dim) {
+      throw Error(Str(a, "attention.value_length = ", *v_len, " differs from attention.key_length = ", c.head_dim,
+                      ": different K and V head sizes are not supported"));
+    }
+    if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0) {
+      throw Error(Str(a, "attention.head_count_kv = ", c.n_head_kv,
+                      " must be >= 1 and divide attention.head_count = ", c.n_head));
+    }
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     // HF Gemma3ForCausalLM caps the logits when its config sets
     // final_logit_softcapping (the released models do not; the converter
     // writes the key only when set).
-    final_softcap_ = f.GetF32Or(a + "final_logit_softcapping", 0.0f);
+    final_softcap_ = detail::ReadFinalLogitSoftcap(f, a);
     c.image_attention = ImageAttention::kAllLayers;  // HF Gemma 3: an image's tokens see each other on every layer
     // Layer pattern: every 6th layer is global (llama.cpp set_swa_pattern(6)).
     const int pattern = static_cast<int>(f.GetU32Or(a + "attention.sliding_window_pattern", 6));
+    if (pattern < 1) throw Error(Str(a, "attention.sliding_window_pattern must be >= 1, got ", pattern));
     c.is_sliding.resize(c.n_layer);
     for (int i = 0; i < c.n_layer; ++i) c.is_sliding[i] = c.sliding_window > 0 && ((i + 1) % pattern) != 0;
     c.layer_head_dim.assign(c.n_layer, c.head_dim);

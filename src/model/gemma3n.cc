@@ -27,6 +27,7 @@
 #include "model/gemma3n.h"
 #include "model/gemma4_config.h"
 #include "model/gemma_blocks.h"
+#include "model/hyperparameters.h"
 #include "quant/quant.h"
 
 namespace kvshare {
@@ -106,7 +107,7 @@ Gemma3n::Gemma3n(GgufFile file, PackOptions pack) : DecoderModel(std::move(file)
   c.architecture = kArch;
   rope_families_ = std::move(geo.rope_families);
   layer_rope_ = std::move(geo.layer_rope);
-  final_softcap_ = f.GetF32Or(a + "final_logit_softcapping", 0.0f);
+  final_softcap_ = detail::ReadFinalLogitSoftcap(f, a);
   ValidateSharing(a + "attention.shared_kv_layers");
   const std::int64_t E = c.n_embd;
   const std::size_t L = static_cast<std::size_t>(c.n_layer);
@@ -123,6 +124,12 @@ Gemma3n::Gemma3n(GgufFile file, PackOptions pack) : DecoderModel(std::move(file)
   if (sparsity.size() != L) {
     throw Error(Str("metadata key '", a, "activation_sparsity_scale' has ", sparsity.size(),
                     " entries, expected block_count = ", L, " (one std multiplier per layer, -inf for none)"));
+  }
+  for (std::size_t i = 0; i < L; ++i) {
+    if (std::isnan(sparsity[i]) || sparsity[i] == INFINITY) {
+      throw Error(Str(a, "activation_sparsity_scale[", i, "] = ", sparsity[i],
+                      " is not a std multiplier (finite, or -inf for none)"));
+    }
   }
 
   embd_w_ = WeightMatrix::FromTensor(f.Tensor("token_embd.weight"));

@@ -22,6 +22,7 @@
 #include "model/gemma4_config.h"
 #include "model/gemma4_moe.h"
 #include "model/gemma_blocks.h"
+#include "model/hyperparameters.h"
 #include "quant/quant.h"
 
 namespace kvshare {
@@ -75,7 +76,7 @@ Gemma4::Gemma4(GgufFile file, PackOptions pack) : DecoderModel(std::move(file), 
   c.architecture = "gemma4";
   rope_families_ = std::move(g.rope_families);
   layer_rope_ = std::move(g.layer_rope);
-  final_softcap_ = f.GetF32Or(a + "final_logit_softcapping", 0.0f);
+  final_softcap_ = detail::ReadFinalLogitSoftcap(f, a);
   ValidateSharing(a + "attention.shared_kv_layers");
   const int ple = static_cast<int>(f.GetU32Or(a + "embedding_length_per_layer_input", 0));
 

@@ -5,6 +5,7 @@
 
 #include "common/str.h"
 #include "kvshare/common/error.h"
+#include "model/hyperparameters.h"
 
 namespace kvshare::detail {
 
@@ -12,7 +13,7 @@ Gemma4Geometry ReadGemma4Geometry(const GgufFile& f, const std::string& a) {
   Gemma4Geometry g;
   ModelConfig& c = g.config;
   c.n_layer = static_cast<int>(f.GetU32(a + "block_count"));
-  if (c.n_layer < 1) throw Error(Str(a, "block_count must be >= 1, got ", c.n_layer));
+  CheckLayerCount(f, c.n_layer, a);
   const std::size_t L = static_cast<std::size_t>(c.n_layer);
   c.n_embd = static_cast<int>(f.GetU32(a + "embedding_length"));
   c.n_head = static_cast<int>(f.GetU32(a + "attention.head_count"));
@@ -57,6 +58,7 @@ Gemma4Geometry ReadGemma4Geometry(const GgufFile& f, const std::string& a) {
   c.n_ff = c.layer_n_ff[0];
   c.rope_base_full = f.GetF32Or(a + "rope.freq_base", 1e6f);
   c.rope_base_sliding = f.GetF32Or(a + "rope.freq_base_swa", 1e4f);
+  CheckScalarHyperparameters(c, a);
   c.attn_scale = 1.0f;  // Gemma 4: q_norm / k_norm instead of a query scale (not stored in GGUF)
   c.num_kv_shared_layers = static_cast<int>(f.GetU32Or(a + "attention.shared_kv_layers", 0));
 
@@ -64,6 +66,13 @@ Gemma4Geometry ReadGemma4Geometry(const GgufFile& f, const std::string& a) {
   // (proportional RoPE: a factor >= 1e29 marks a pair that does not turn).
   const int rot_full = static_cast<int>(f.GetU32Or(a + "rope.dimension_count", static_cast<std::uint32_t>(hd_full)));
   const int rot_swa = static_cast<int>(f.GetU32Or(a + "rope.dimension_count_swa", static_cast<std::uint32_t>(hd_swa)));
+  for (const auto& [key, rot, hd] : {std::tuple{"rope.dimension_count", rot_full, hd_full},
+                                     std::tuple{"rope.dimension_count_swa", rot_swa, hd_swa}}) {
+    if (rot < 16 || rot > hd || rot % 16 != 0) {
+      throw Error(Str(a, key, " = ", rot, " is not supported: the rotated dims must be a multiple of 16 in [16, ", hd,
+                      "] (the head size)"));
+    }
+  }
   detail::RopeFamily full{.base = c.rope_base_full, .rotary_dim = rot_full};
   if (const GgufTensor* rf = f.FindTensor("rope_freqs.weight")) {
     if (rf->type != GgmlType::kF32 || rf->NumElements() < rot_full / 2) {
@@ -72,13 +81,6 @@ Gemma4Geometry ReadGemma4Geometry(const GgufFile& f, const std::string& a) {
     }
     const float* p = reinterpret_cast<const float*>(rf->data);
     full.factors.assign(p, p + rot_full / 2);
-  }
-  for (const auto& [key, rot, hd] : {std::tuple{"rope.dimension_count", rot_full, hd_full},
-                                     std::tuple{"rope.dimension_count_swa", rot_swa, hd_swa}}) {
-    if (rot < 16 || rot > hd || rot % 16 != 0) {
-      throw Error(Str(a, key, " = ", rot, " is not supported: the rotated dims must be a multiple of 16 in [16, ", hd,
-                      "] (the head size)"));
-    }
   }
   g.rope_families = {full, {.base = c.rope_base_sliding, .rotary_dim = rot_swa}};
   for (std::size_t i = 0; i < L; ++i) g.layer_rope.push_back(c.is_sliding[i] ? 1 : 0);

@@ -85,7 +85,16 @@ void PerLayerEmbeddings::Load(const TensorLookup& t, int layers, int w, std::int
                               std::int64_t min_rows) {
   n_layer = layers;
   width = w;
-  if (width <= 0) return;
+  if (width < 0) throw Error(Str("embedding_length_per_layer_input must be >= 0, got ", width));
+  if (width == 0) {
+    // A file with the tables but a width of 0 would run without them.
+    if (t.file().FindTensor("per_layer_token_embd.weight") != nullptr) {
+      throw Error(
+          "tensor 'per_layer_token_embd.weight' is present but embedding_length_per_layer_input is 0 or missing: "
+          "the metadata and the tensors disagree (a damaged or hand-edited file?)");
+    }
+    return;
+  }
   const std::int64_t LP = static_cast<std::int64_t>(width) * n_layer;
   const GgufTensor& tt = t.file().Tensor("per_layer_token_embd.weight");
   const std::int64_t rows = tt.n_dims == 2 ? tt.ne[1] : 0;
