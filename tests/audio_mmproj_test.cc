@@ -6,6 +6,7 @@
 // missing or ill-shaped tensor.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -137,6 +138,19 @@ std::vector<std::uint8_t> TinyFile(const std::string& type, std::vector<testing:
 
 std::string ErrorOfFile(const std::vector<std::uint8_t>& bytes) {
   return ErrorOf([&] { ReadAudioConfig(GgufFile::Parse(bytes.data(), bytes.size(), "tiny.gguf")); });
+}
+
+// A NaN epsilon would encode every clip as NaN rows.
+TEST(AudioMmproj, RefusesANonFiniteNormEpsilon) {
+  testing::GgufSpec s;
+  s.kvs = {testing::GgufKv::Str("general.architecture", "clip"), testing::GgufKv::Str("general.type", "mmproj"),
+           testing::GgufKv::Bool("clip.has_audio_encoder", true),
+           testing::GgufKv::Str("clip.audio.projector_type", "gemma4a"),
+           testing::GgufKv::F32("clip.audio.attention.layer_norm_epsilon", std::nanf(""))};
+  const std::vector<std::uint8_t> bytes = s.Build();
+  const std::string err = ErrorOfFile(bytes);
+  EXPECT_NE(err.find("clip.audio.attention.layer_norm_epsilon is nan, expected finite and >= 0"), std::string::npos)
+      << err;
 }
 
 TEST(AudioMmproj, NamesUnsupportedTypesAndBadTensors) {

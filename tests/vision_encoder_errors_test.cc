@@ -2,6 +2,7 @@
 // kvshare::Error whose message says what was wrong and what was expected.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "kvshare/common/error.h"
@@ -69,6 +70,23 @@ TEST(VisionEncoderErrorsTest, UnsupportedProjector) {
   EXPECT_NE(e.find("vision projector type 'llava' is not supported (supported: gemma3, gemma3nv, gemma4v, gemma4uv)"),
             std::string::npos)
       << e;
+}
+
+// NaN or infinite constants would encode every image as NaN rows.
+TEST(VisionEncoderErrorsTest, NonFiniteConstants) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::string e = LoadError(
+      TinySiglip{}, [&](GgufSpec& s) { SetKey(s, GgufKv::F32("clip.vision.attention.layer_norm_epsilon", inf)); });
+  EXPECT_NE(e.find("clip.vision.attention.layer_norm_epsilon is inf, expected finite and >= 0"), std::string::npos)
+      << e;
+  e = LoadError(TinySiglip{}, [&](GgufSpec& s) {
+    SetKey(s, GgufKv::F32Array("clip.vision.image_mean", {0.5f, inf, 0.5f}));
+  });
+  EXPECT_NE(e.find("clip.vision.image_mean holds inf, expected finite"), std::string::npos) << e;
+  e = LoadError(TinySiglip{}, [&](GgufSpec& s) {
+    SetKey(s, GgufKv::F32Array("clip.vision.image_std", {0.5f, inf, 0.5f}));
+  });
+  EXPECT_NE(e.find("clip.vision.image_std holds inf, expected finite and > 0"), std::string::npos) << e;
 }
 
 TEST(VisionEncoderErrorsTest, AudioOnly) {

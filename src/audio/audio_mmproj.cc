@@ -3,6 +3,7 @@
 // (docs/audio.md "The mmproj" lists the names and layouts).
 #include "kvshare/audio/audio_mmproj.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -135,6 +136,10 @@ AudioConfig ReadAudioConfig(const GgufFile& f) {
   // there; Gemma 3n's converter writes 1e-5 while HF uses 1e-6 (docs/audio.md).
   c.eps = c.projector == AudioProjectorType::kGemma3nA ? 1e-6f
                                                        : f.GetF32Or("clip.audio.attention.layer_norm_epsilon", 1e-6f);
+  if (!std::isfinite(c.eps) || c.eps < 0) {
+    throw Error(
+        Str("mmproj ", f.name(), ": clip.audio.attention.layer_norm_epsilon is ", c.eps, ", expected finite and >= 0"));
+  }
   if (c.projector != AudioProjectorType::kGemma4UA && c.n_mel <= 0) {
     throw Error(Str("mmproj ", f.name(), ": clip.audio.num_mel_bins is ", c.n_mel, ", expected a positive count"));
   }

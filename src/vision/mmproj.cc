@@ -25,7 +25,13 @@ void ReadMeanStd(const GgufFile& f, VisionConfig& c) {
     for (int i = 0; i < 3; ++i) dst[i] = v[static_cast<std::size_t>(i)];
   }
   for (float s : c.image_std) {
-    if (!(s > 0.0f)) throw Error(Str("mmproj ", f.name(), ": clip.vision.image_std holds ", s, ", expected > 0"));
+    if (!(s > 0.0f) || !std::isfinite(s)) {
+      throw Error(Str("mmproj ", f.name(), ": clip.vision.image_std holds ", s, ", expected finite and > 0"));
+    }
+  }
+  for (float m : c.image_mean) {
+    if (!std::isfinite(m))
+      throw Error(Str("mmproj ", f.name(), ": clip.vision.image_mean holds ", m, ", expected finite"));
   }
 }
 
@@ -169,6 +175,10 @@ VisionConfig ReadVisionConfig(const GgufFile& f) {
   VisionConfig c;
   c.projector = ReadProjectorType(f);
   c.eps = f.GetF32Or("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  if (!std::isfinite(c.eps) || c.eps < 0) {
+    throw Error(Str("mmproj ", f.name(), ": clip.vision.attention.layer_norm_epsilon is ", c.eps,
+                    ", expected finite and >= 0"));
+  }
   ReadMeanStd(f, c);
   switch (c.projector) {
     case ProjectorType::kGemma3: ReadGemma3(f, c); break;
