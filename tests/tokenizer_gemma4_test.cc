@@ -285,8 +285,31 @@ TEST(Gemma4ReadVocab, LlamaAndAbsentModel) {
     EXPECT_TRUE(v.merges.empty());
     EXPECT_FALSE(v.add_bos);  // as stored
     EXPECT_TRUE(v.add_space_prefix);
-    EXPECT_EQ(v.token_types[7], kUserDefined);
+    EXPECT_EQ(v.token_types[7], kControl);  // end of generation in llama.cpp, for any model
   }
+}
+
+// llama.cpp makes <end_of_turn> CONTROL whatever type the file gives it (the
+// EmbeddingGemma converter writes it NORMAL): its text is then a token only with
+// parse_special, and decoding hides it. Before, kvshare kept it NORMAL and
+// tokenized "<end_of_turn>" as characters even with parse_special.
+TEST(Gemma4ReadVocab, EndOfTurnIsControlInALlamaVocab) {
+  testing::GgufSpec s;
+  s.kvs.push_back(GgufKv::Str("general.architecture", "gemma-embedding"));
+  s.kvs.push_back(GgufKv::Str("tokenizer.ggml.model", "llama"));
+  s.kvs.push_back(GgufKv::StrArray("tokenizer.ggml.tokens", {"<pad>", "<eos>", "<bos>", "<unk>", "<end_of_turn>", "<",
+                                                             "e", "n", "d", "_", "o", "f", "t", "u", "r", ">"}));
+  s.kvs.push_back(GgufKv::F32Array("tokenizer.ggml.scores", std::vector<float>(16, 0.0f)));
+  s.kvs.push_back(GgufKv::I32Array("tokenizer.ggml.token_type", {3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+  s.kvs.push_back(GgufKv::U32("tokenizer.ggml.unknown_token_id", 3));
+  const auto bytes = s.Build();
+  const VocabData v = ReadVocab(GgufFile::Parse(bytes.data(), bytes.size()));
+  EXPECT_EQ(v.token_types[4], kControl);
+  const Tokenizer tok(v);
+  EXPECT_EQ(tok.Encode("<end_of_turn>", {.add_bos = false, .parse_special = true}), (std::vector<int32_t>{4}));
+  EXPECT_EQ(tok.Encode("<end_of_turn>", {.add_bos = false}).size(), 13u);
+  EXPECT_EQ(tok.Decode(std::vector<int32_t>{4}), "");
+  EXPECT_TRUE(tok.IsEndOfGeneration(4));
 }
 
 TEST(Gemma4ReadVocab, RefusesUnknownModelAndMissingMerges) {

@@ -36,20 +36,22 @@ VocabData ReadVocab(const GgufFile& file) {
           "\"gemma4\"");
     }
     for (std::string_view m : file.GetStringArray("tokenizer.ggml.merges")) v.merges.emplace_back(m);
-    // As llama.cpp loads it: BOS always (PR 21500), no space prefix (BPE), and
-    // its Gemma 4 end-of-generation tokens are CONTROL: the converter makes
-    // <|tool_response> USER_DEFINED, llama.cpp then parses it only as special
-    // text and hides it when decoding without special tokens.
+    // As llama.cpp loads it: BOS always (PR 21500), no space prefix (BPE).
     v.add_bos = true;
     v.add_space_prefix = false;
-    for (std::size_t i = 0; i < v.tokens.size() && i < v.token_types.size(); ++i) {
-      const std::string& t = v.tokens[i];
-      if (t == "<eos>" || t == "<turn|>" || t == "<|tool_response>") {
-        v.token_types[i] = static_cast<std::int32_t>(TokenType::kControl);
-      }
-    }
   } else if (v.model != "llama") {
     throw Error("tokenizer.ggml.model = \"" + v.model + "\" is not supported (supported: \"llama\", \"gemma4\")");
+  }
+  // llama.cpp makes its end-of-generation tokens CONTROL whatever the file says,
+  // for every tokenizer model: the Gemma 4 converter writes <|tool_response> as
+  // USER_DEFINED, and some Gemma 3 converters (EmbeddingGemma's) write
+  // <end_of_turn> as NORMAL. llama.cpp then parses their text only as special
+  // text and hides them when decoding without special tokens.
+  for (std::size_t i = 0; i < v.tokens.size() && i < v.token_types.size(); ++i) {
+    const std::string& t = v.tokens[i];
+    if (t == "<eos>" || t == "<end_of_turn>" || t == "<turn|>" || t == "<|tool_response>") {
+      v.token_types[i] = static_cast<std::int32_t>(TokenType::kControl);
+    }
   }
   return v;
 }

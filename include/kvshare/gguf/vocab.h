@@ -48,10 +48,11 @@ struct VocabData {
 
 // The tokenizer.ggml.* metadata as a VocabData. `tokenizer.ggml.model` must be
 // "llama" (also when absent) or "gemma4"; "gemma4" requires
-// `tokenizer.ggml.merges` and, as llama.cpp loads it, always adds BOS, never a
-// space prefix, and makes its end-of-generation tokens <eos>, <turn|> and
-// <|tool_response> CONTROL (the converter writes the last USER_DEFINED). Throws kvshare::Error if the vocabulary arrays
-// are missing, or naming the key and its value for an unsupported tokenizer model.
+// `tokenizer.ggml.merges` and, as llama.cpp loads it, always adds BOS and never a
+// space prefix. For both models, as llama.cpp does, the end-of-generation tokens
+// <eos>, <end_of_turn>, <turn|> and <|tool_response> are CONTROL whatever type
+// the file gives them. Throws kvshare::Error if the vocabulary arrays are
+// missing, or naming the key and its value for an unsupported tokenizer model.
 VocabData ReadVocab(const GgufFile& file);
 
 }  // namespace kvshare
