@@ -1,10 +1,10 @@
 // POST /tokenize, POST /detokenize and GET /tokenizer_info: llama-server's
 // shapes ({"content", "add_special", "parse_special", "with_pieces"} ->
-// {"tokens", "count", "max_model_len"}; {"tokens"} -> {"content"}) and
-// vLLM's ({"prompt", "add_special_tokens" (default true), "model"};
-// /detokenize also answers "prompt"; /tokenizer_info gives the special
-// tokens' text), which lm-evaluation-harness's remote tokenizer uses
-// (docs/serving.md).
+// {"tokens", "count", "max_model_len"}, a piece that is not UTF-8 as its
+// bytes; {"tokens"} -> {"content"}) and vLLM's ({"prompt",
+// "add_special_tokens" (default true), "model"}; /detokenize also answers
+// "prompt"; /tokenizer_info gives the special tokens' text), which
+// lm-evaluation-harness's remote tokenizer uses (docs/serving.md).
 #include "server_impl.h"
 
 namespace kvshare::server {
@@ -71,7 +71,16 @@ void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response
   const bool pieces = Flag(body, "with_pieces", false);
   for (std::int32_t id : ids) {
     if (pieces) {
-      tokens.push_back({{"id", id}, {"piece", std::string(tok->TokenBytes(id, true))}});
+      // As llama-server: a piece that is not well-formed UTF-8 (a byte-fallback
+      // token holding part of a character) is its bytes, not U+FFFD.
+      const std::string_view bytes = tok->TokenBytes(id, true);
+      const std::int32_t one[] = {id};
+      json piece = tok->Decode(one, {.render_special = true, .strip_leading_space = false});
+      if (piece.get_ref<const std::string&>() != bytes) {
+        piece = json::array();
+        for (unsigned char c : bytes) piece.push_back(static_cast<int>(c));
+      }
+      tokens.push_back({{"id", id}, {"piece", std::move(piece)}});
     } else {
       tokens.push_back(id);
     }

@@ -127,6 +127,10 @@ def test_models_tokenize_detokenize(gemma4):
     pieces = request(gemma4, "POST", "/tokenize", {"content": "Hello", "with_pieces": True,
                                                    "add_special": True}).json()["tokens"]
     assert pieces[0]["piece"] == "<bos>" and "".join(p["piece"] for p in pieces[1:]) == "Hello"
+    # As llama-server: a byte-fallback piece that is not UTF-8 by itself comes as
+    # its bytes (the fixture has no token for "日", E6 97 A5), not as U+FFFD.
+    split = request(gemma4, "POST", "/tokenize", {"content": "日x", "with_pieces": True}).json()["tokens"]
+    assert [p["piece"] for p in split] == [[0xE6], [0x97], [0xA5], "x"]
     # vLLM's shapes, which lm-evaluation-harness's remote tokenizer sends:
     # "prompt" with add_special_tokens (default true), "prompt" back, /tokenizer_info.
     plain = request(gemma4, "POST", "/tokenize", {"prompt": "Hello world", "add_special_tokens": False}).json()
