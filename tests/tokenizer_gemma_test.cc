@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include "common_record_measured.h"
+#include "common_source_path.h"
 #include "kvshare/common/error.h"
 #include "kvshare/gguf/gguf.h"
 #include "kvshare/model/model.h"
@@ -134,6 +136,29 @@ TEST_F(GemmaTokenizer, MatchesPlainTwinAndRoundTrips) {
     EXPECT_EQ(ids, twin.Encode(text)) << "[" << text << "]";
     EXPECT_EQ(tok_->Decode(ids), text);
   }
+}
+
+// llama.cpp's ids for 362 strings (whitespace runs, digits, code, scripts, emoji
+// sequences, combining marks, rare code points, special-token text, random mixes;
+// tests/tools/llamacpp_gemma3_tokenizer_cases.py), special parsing off and on,
+// and its decoding of the plain ids.
+TEST_F(GemmaTokenizer, MatchesLlamaCppCases) {
+  const std::string path = testing::SourcePath("tests/fixtures/llamacpp_gemma3_tokenizer.json");
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot open " << path;
+  const auto fixture = nlohmann::json::parse(in);
+  size_t n = 0;
+  for (const auto& c : fixture.at("cases")) {
+    const std::string text = c.at("text");
+    const auto plain = tok_->Encode(text, {.add_bos = false});
+    EXPECT_EQ(plain, c.at("plain").get<std::vector<int32_t>>()) << "[" << text << "]";
+    EXPECT_EQ(tok_->Encode(text, {.add_bos = false, .parse_special = true}),
+              c.at("special").get<std::vector<int32_t>>())
+        << "[" << text << "] parse_special";
+    EXPECT_EQ(tok_->Decode(plain), c.at("decoded").get<std::string>()) << "[" << text << "]";
+    ++n;
+  }
+  EXPECT_EQ(n, 362u);
 }
 
 }  // namespace
