@@ -61,12 +61,15 @@ void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response
   }
   if (!text->is_string())
     throw BadRequest(std::string("Invalid type for '") + key + "': expected a string.", key, "invalid_type");
-  // vLLM adds special tokens (BOS) unless told not to; llama-server does not.
+  // vLLM adds special tokens unless told not to; llama-server does not. Both
+  // then add what the vocabulary adds (BOS, and EOS where add_eos_token is set,
+  // as EmbeddingGemma's), as /v1/embeddings does.
   const bool add_special =
       body.contains("add_special_tokens") ? Flag(body, "add_special_tokens", true) : Flag(body, "add_special", vllm);
+  const std::optional<bool> specials = add_special ? std::nullopt : std::optional<bool>(false);
   const std::vector<std::int32_t> ids =
       tok->Encode(text->get<std::string>(),
-                  {.add_bos = add_special, .add_eos = false, .parse_special = Flag(body, "parse_special", true)});
+                  {.add_bos = specials, .add_eos = specials, .parse_special = Flag(body, "parse_special", true)});
   json tokens = json::array();
   const bool pieces = Flag(body, "with_pieces", false);
   for (std::int32_t id : ids) {

@@ -67,6 +67,16 @@ def test_token_arrays(server, ref):
     assert_close([r.data[0].embedding], [ref["truncated"]["16"][2]])
 
 
+def test_tokenize_adds_what_the_vocabulary_adds(server, ref):
+    # The fixture adds BOS and EOS (add_eos_token), as sentence-transformers and
+    # /v1/embeddings do; llama-server's add_special and vLLM's add_special_tokens
+    # add both too. Before, /tokenize added BOS only: one token short.
+    for text, ids in zip(ref["texts"], ref["ids"]):
+        assert request(server, "POST", "/tokenize", {"content": text, "add_special": True}).json()["tokens"] == ids
+        assert request(server, "POST", "/tokenize", {"prompt": text}).json()["tokens"] == ids
+        assert request(server, "POST", "/tokenize", {"content": text}).json()["tokens"] == ids[1:-1]
+
+
 @pytest.mark.parametrize("body,status,param,needle", [
     ({"input": ""}, 400, "input", "input 0 is empty"),
     ({"input": []}, 400, "input", "the list is empty"),
