@@ -1,10 +1,11 @@
 // POST /tokenize, POST /detokenize and GET /tokenizer_info: llama-server's
 // shapes ({"content", "add_special", "parse_special", "with_pieces"} ->
 // {"tokens", "count", "max_model_len"}, a piece that is not UTF-8 as its
-// bytes; {"tokens"} -> {"content"}) and vLLM's ({"prompt",
-// "add_special_tokens" (default true), "model"}; /detokenize also answers
-// "prompt"; /tokenizer_info gives the special tokens' text), which
-// lm-evaluation-harness's remote tokenizer uses (docs/serving.md).
+// bytes; {"tokens"} -> {"content"}, special tokens as their text) and
+// vLLM's ({"prompt", "add_special_tokens" (default true), "model"};
+// /detokenize also answers "prompt"; /tokenizer_info gives the special
+// tokens' text), which lm-evaluation-harness's remote tokenizer uses
+// (docs/serving.md).
 #include "server_impl.h"
 
 namespace kvshare::server {
@@ -113,7 +114,9 @@ void Server::Impl::HandleDetokenize(const httplib::Request& req, httplib::Respon
     }
     ids.push_back(static_cast<std::int32_t>(v));
   }
-  const std::string text = tok->Decode(ids);
+  // As llama-server (and vLLM, HF's decode): special tokens are written as their
+  // text, so /detokenize undoes /tokenize, whose parse_special is on by default.
+  const std::string text = tok->Decode(ids, {.render_special = true});
   res.set_content(Dump({{"content", text}, {"prompt", text}}), "application/json");
 }
 

@@ -131,6 +131,11 @@ def test_models_tokenize_detokenize(gemma4):
     # its bytes (the fixture has no token for "日", E6 97 A5), not as U+FFFD.
     split = request(gemma4, "POST", "/tokenize", {"content": "日x", "with_pieces": True}).json()["tokens"]
     assert [p["piece"] for p in split] == [[0xE6], [0x97], [0xA5], "x"]
+    # /detokenize writes special tokens as their text, as llama-server and vLLM do,
+    # so it undoes /tokenize (which parses special-token text by default).
+    turn = request(gemma4, "POST", "/tokenize", {"content": "<|turn>user\nHi", "add_special": True}).json()["tokens"]
+    assert turn[:2] == [2, 5]
+    assert request(gemma4, "POST", "/detokenize", {"tokens": turn}).json()["content"] == "<bos><|turn>user\nHi"
     # vLLM's shapes, which lm-evaluation-harness's remote tokenizer sends:
     # "prompt" with add_special_tokens (default true), "prompt" back, /tokenizer_info.
     plain = request(gemma4, "POST", "/tokenize", {"prompt": "Hello world", "add_special_tokens": False}).json()
