@@ -431,6 +431,25 @@ std::vector<Bad> Cases() {
            },
            [] { return WithRope(ValidDecode()); }),
        "position_ids base value out of cos/sin cache range: position_ids[0, 0] = 29, allowed [0, 28]"},
+      {"pos_cache_shorter_than_prompt",
+       mut(
+           [](GqaCase& c) {
+             std::mt19937_64 rng(6);
+             c.has_past = c.has_present = false;
+             c.query = RandomBuffer(DType::kFloat32, {B, 4, N * H}, rng);
+             c.key = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
+             c.value = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
+             c.output = Buffer(DType::kFloat32, {B, 4, N * H});
+             c.total_len = Int32Buffer({4}, {1});
+             c.seqlens_k = Int32Buffer({3, 3}, {B});
+             c.has_pos = true;
+             c.position_ids = Int64Buffer(std::vector<std::int64_t>(8, 0), {B, 4});
+             c.cos = RandomBuffer(DType::kFloat32, {2, H / 2}, rng);
+             c.sin = RandomBuffer(DType::kFloat32, {2, H / 2}, rng);
+           },
+           [] { return WithRope(ValidDecode()); }),
+       "cos_cache dimension 0 = 2 is shorter than sequence_length 4: the prompt's positions position_ids[0, 0] + "
+       "[0, 4) cannot all fit in it"},
       // Bias, sinks, outputs.
       {"bias_dtype", mut([](GqaCase& c) {
          c.has_bias = true;
@@ -588,6 +607,15 @@ std::vector<Bad> Cases() {
            },
            ValidScatter),
        "static scatter (linear): row 0 writes rows [10, 11) past the cache capacity C = 10"},
+      {"scatter_read_only_capacity",
+       mut(
+           [](GqaCase& c) {
+             c.has_key = false;  // query alone, N * H wide: the read-only form
+             c.write_indices = Int64Buffer({10, 0}, {B});
+             c.nonpad = Int64Buffer({11, 1}, {B});
+           },
+           ValidScatter),
+       "static scatter (linear, read-only): row 0 reads keys [0, 11) past the cache capacity C = 10"},
       {"scatter_huge",
        mut(
            [](GqaCase& c) {

@@ -348,7 +348,10 @@ void PlanRows(const GqaAttributes& a, const GqaInputs& in, const GqaOutputs& out
                 wi[i] + S, "]");
       const std::int64_t n = np[i] - wi[i];
       if (!circular) {
-        KVS_CHECK(np[i] <= C, "static scatter (linear): row ", b, " writes rows [", wi[i], ", ", np[i],
+        // The read-only form writes nothing: what runs past C is the keys it reads.
+        const std::int64_t from = p.scatter_read_only ? 0 : wi[i];
+        KVS_CHECK(np[i] <= C, "static scatter (linear", p.scatter_read_only ? ", read-only" : "", "): row ", b,
+                  p.scatter_read_only ? " reads keys [" : " writes rows [", from, ", ", np[i],
                   ") past the cache capacity C = ", C, "; rewind, enlarge the cache, or use circular mode");
       }
       p.kv_len[i] = np[i];
@@ -507,6 +510,8 @@ void PlanRotary(const GqaAttributes& a, const GqaInputs& in, GqaPlan& p) {
       if (pid) {
         const std::int64_t* row = pid->As<std::int64_t>() + b * pid->shape[1];
         if (p.first_prompt) {
+          KVS_CHECK(max_pos >= S, "cos_cache dimension 0 = ", max_pos, " is shorter than sequence_length ", S,
+                    ": the prompt's positions position_ids[", b, ", 0] + [0, ", S, ") cannot all fit in it");
           KVS_CHECK(row[0] >= 0 && row[0] <= max_pos - S,
                     "position_ids base value out of cos/sin cache range: position_ids[", b, ", 0] = ", row[0],
                     ", allowed [0, ", max_pos - S, "] for cos_cache dimension 0 = ", max_pos, " and sequence_length ",
