@@ -32,7 +32,7 @@ namespace {
 
 struct GenerateCliOptions {
   std::string model;
-  std::string prompt;
+  std::optional<std::string> prompt;  // given, even empty (llama-cli's -p "": generate from <bos>)
   bool chat = false;
   bool raw = false;
   std::string chat_template;  // --chat-template NAME; empty: as the file says
@@ -115,8 +115,8 @@ ChatFormatChoice ChooseFormat(const GenerateCliOptions& o, const GgufFile& file)
 }
 
 void RunGenerate(const GenerateCliOptions& o) {
-  if (o.prompt.empty() && !o.chat) throw Error("give --prompt TEXT or --chat");
-  if (!o.prompt.empty() && o.chat) throw Error("--prompt and --chat are exclusive");
+  if (!o.prompt && !o.chat) throw Error("give --prompt TEXT or --chat");
+  if (o.prompt && o.chat) throw Error("--prompt and --chat are exclusive");
   CheckSpecFlags(o.spec, o.device);
   const DeviceSupport support = SupportOn(DeviceFromFlag(o.device));
   if (!support.media_inputs && (!o.image.mmproj.empty() || !o.image.images.empty() || !o.audio.clips.empty())) {
@@ -181,7 +181,7 @@ void RunGenerate(const GenerateCliOptions& o) {
   };
 
   if (!o.chat) {
-    std::vector<ChatMessage> msgs = {{"user", o.prompt}};
+    std::vector<ChatMessage> msgs = {{"user", *o.prompt}};
     msgs[0].image_at.assign(images.images.size(), 0);  // the images, the clips, then the text
     msgs[0].audio_at.assign(audio.clips.size(), 0);
     std::vector<std::size_t> slots, audio_slots;
