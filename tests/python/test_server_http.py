@@ -1,0 +1,53 @@
+"""HTTP framing as plain clients send it, below what the openai SDK does:
+curl's default form label on a JSON body and a POST without a body or its
+length. Raw sockets and http.client on the default model."""
+import json
+import socket
+import time
+
+import pytest
+
+from server_util import Server, need_default_model, request
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server(need_default_model(), "--slots", 1, "--max-context", 256) as s:
+        yield s
+
+
+def test_a_json_body_labelled_as_a_form_is_read_as_json(server):
+    # `curl -d '{...}'` without -H sends application/x-www-form-urlencoded.
+    # Over 8 KiB such a body was a 413 "at most 8388608 bytes" from the HTTP
+    # library's form limit, though --max-body-kib (8 MiB) allows it.
+    form = "application/x-www-form-urlencoded"
+    for pad in (100, 20000):
+        body = json.dumps({"prompt": "Hello", "max_tokens": 1, "temperature": 0, "user": "u" * pad})
+        r = request(server, "POST", "/v1/completions", body, {"Content-Type": form})
+        assert r.status == 200, (pad, r.status, r.text)
+        assert r.json()["usage"]["completion_tokens"] == 1
+    # The body limit still holds for a form-labelled body.
+    big = json.dumps({"prompt": "Hello", "user": "u" * (9 << 20)})
+    r = request(server, "POST", "/v1/completions", big, {"Content-Type": form})
+    assert r.status == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+
+
+def test_a_post_without_length_has_no_body(server):
+    # `curl -X POST URL` sends neither Content-Length nor Transfer-Encoding:
+    # no body (RFC 9112 6.3). It waited 30 s (the read timeout) for the HTTP
+    # library to see the client close, then got a bare "Bad request.".
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+        t0 = time.monotonic()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+        f = s.makefile("rb")
+        status = f.readline()
+        headers = {}
+        while (line := f.readline()) != b"\r\n":
+            k, _, v = line.decode().partition(":")
+            headers[k.strip().lower()] = v.strip()
+        err = json.loads(f.read(int(headers["content-length"])))["error"]
+        assert time.monotonic() - t0 < 10
+        assert status.startswith(b"HTTP/1.1 400") and err["code"] == "invalid_json", (status, err)
+        # The connection is still in step: the next request is answered.
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert f.readline().startswith(b"HTTP/1.1 200")
