@@ -2,6 +2,8 @@
 // request, submit, then either stream server-sent events as the scheduler's
 // events arrive or answer once it has finished. The connection's socket is
 // watched while waiting: a client that went away cancels its request.
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -172,8 +174,8 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through unbuffered
   in_flight.fetch_add(1);
-  res.set_chunked_content_provider(
-      "text/event-stream",
+  SetEventStream(
+      req, res,
       [st](std::size_t, httplib::DataSink& sink) {
         if (!st->started) {
           st->started = true;
@@ -215,6 +217,22 @@ bool PumpEvents(httplib::DataSink& sink, const std::string& out, bool done, int 
   }
   if (done) sink.done();
   return true;
+}
+
+void SetEventStream(const httplib::Request& req, httplib::Response& res, httplib::ContentProviderWithoutLength provider,
+                    httplib::ContentProviderResourceReleaser release) {
+  if (req.version != "HTTP/1.0") {
+    res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(release));
+    return;
+  }
+  // cpp-httplib closes a 1.0 connection after the answer unless it asked
+  // for Keep-Alive; then the stream's end is told by shutting the write side.
+  const int fd = FindConnectionSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  res.set_header("Connection", "close");
+  res.set_content_provider("text/event-stream", std::move(provider), [fd, release = std::move(release)](bool success) {
+    if (release) release(success);
+    if (fd >= 0) shutdown(fd, SHUT_WR);
+  });
 }
 
 }  // namespace kvshare::server

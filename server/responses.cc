@@ -123,8 +123,8 @@ void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Respons
   st->events = std::make_unique<ResponseEventStream>(std::move(head));
   st->history = std::move(rr.history);
   st->input_items = std::move(rr.input_items);
-  res.set_chunked_content_provider(
-      "text/event-stream",
+  SetEventStream(
+      req, res,
       [this, st, keep](std::size_t offset, httplib::DataSink& sink) {
         std::string out;
         if (!st->started) {

@@ -91,6 +91,14 @@ nlohmann::json ParseBody(const httplib::Request& req);
 bool PumpEvents(httplib::DataSink& sink, const std::string& out, bool done, int fd,
                 const std::function<void()>& cancel);
 
+// Makes `res` a server-sent event stream read from `provider`: chunked for
+// HTTP/1.1. HTTP/1.0 has no chunked coding (RFC 9112 6.1: no
+// Transfer-Encoding in an answer to a 1.0 request), so a 1.0 client gets the
+// events unframed, ended by the connection's close (also when it asked for
+// Keep-Alive).
+void SetEventStream(const httplib::Request& req, httplib::Response& res, httplib::ContentProviderWithoutLength provider,
+                    httplib::ContentProviderResourceReleaser release);
+
 struct Server::Impl {
   explicit Impl(ServerOptions o) : opt(std::move(o)) {}
 

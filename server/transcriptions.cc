@@ -83,8 +83,8 @@ void Server::Impl::HandleTranscription(const httplib::Request& req, httplib::Res
     st->fd = sub.fd;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through unbuffered
-    res.set_chunked_content_provider(
-        "text/event-stream",
+    SetEventStream(
+        req, res,
         [st](std::size_t, httplib::DataSink& sink) {
           const std::string out = st->Collect(std::chrono::milliseconds(20));
           return PumpEvents(sink, out, st->done, st->fd, [&] { st->handle->Cancel(); });

@@ -1,6 +1,7 @@
 """HTTP framing as plain clients send it, below what the openai SDK does:
-curl's default form label on a JSON body and a POST without a body or its
-length. Raw sockets and http.client on the default model."""
+curl's default form label on a JSON body, a POST without a body or its
+length, and HTTP/1.0 streams (no chunked coding). Raw sockets and
+http.client on the default model."""
 import json
 import socket
 import time
@@ -51,3 +52,34 @@ def test_a_post_without_length_has_no_body(server):
         # The connection is still in step: the next request is answered.
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert f.readline().startswith(b"HTTP/1.1 200")
+
+
+def _raw_exchange(port, head, body):
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(head + body)
+        data = b""
+        while chunk := s.recv(65536):  # the server's close ends the answer
+            data += chunk
+    head_bytes, _, payload = data.partition(b"\r\n\r\n")
+    return head_bytes.decode().lower(), payload
+
+
+@pytest.mark.parametrize("connection", ["", "Connection: Keep-Alive\r\n"])
+def test_an_http_1_0_stream_is_not_chunked(server, connection):
+    # RFC 9112 6.1: no Transfer-Encoding in a response to an HTTP/1.0
+    # request (1.0 has no chunked coding; its client would read the chunk
+    # sizes as event text). The events come unframed and the connection's
+    # close ends them, also when the client asked to keep it alive.
+    body = json.dumps({"prompt": "Hello", "max_tokens": 3, "temperature": 0, "stream": True}).encode()
+    head = (f"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n{connection}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    headers, payload = _raw_exchange(server.port, head, body)
+    assert headers.startswith("http/1.1 200"), headers
+    assert "transfer-encoding" not in headers, headers
+    events = [e for e in payload.decode().split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events), payload
+    assert events[-1] == "data: [DONE]"
+    text = "".join(json.loads(e[6:])["choices"][0]["text"] for e in events[:-1])
+    want = request(server, "POST", "/v1/completions",
+                   {"prompt": "Hello", "max_tokens": 3, "temperature": 0}).json()["choices"][0]["text"]
+    assert text == want
