@@ -4,7 +4,6 @@ status, while a good streaming request running at the same time completes
 with exactly its text; the server then keeps serving. Also: API keys, and a
 full queue refused with 503 + Retry-After."""
 import json
-import os
 import subprocess
 import threading
 import time
@@ -13,7 +12,7 @@ import pytest
 
 openai = pytest.importorskip("openai")
 
-from server_util import DEFAULT_ID, Server, Stream, need_default_model, request  # noqa: E402
+from server_util import DEFAULT_ID, Server, Stream, cli, need_default_model, request  # noqa: E402
 
 GOOD = {"model": DEFAULT_ID, "prompt": "Once upon a time, in a small village,", "max_tokens": 120, "temperature": 0}
 
@@ -251,7 +250,7 @@ def test_cors_and_a_port_in_use():
         loading = [i for i, line in enumerate(s.log) if "] loading " in line]
         listening = [i for i, line in enumerate(s.log) if "listening on http://" in line]
         assert loading and listening and loading[0] < listening[0], s.log
-        proc = subprocess.run([os.environ["KVSHARE_CLI"], "serve", "--model", need_default_model(), "--port",
+        proc = subprocess.run([str(cli()), "serve", "--model", need_default_model(), "--port",
                                str(s.port)], capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0
         assert f"cannot listen on 127.0.0.1:{s.port}" in proc.stderr, proc.stderr
