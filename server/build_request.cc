@@ -10,6 +10,7 @@
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
 #include "kvshare/grammar/grammar_cache.h"
+#include "kvshare/grammar/schema_refs.h"
 #include "kvshare/runtime/tool_calls.h"
 #include "openai_request.h"
 #include "request_images.h"
@@ -136,7 +137,9 @@ RequestOptions BuildRequest(const CompletionRequest& req, const ModelContext& ct
           // call in the JSON convention (as a forced call) or the format's
           // document.
           const std::string doc = schema.empty() ? R"({"type":"object"})" : schema;
-          return CompileJsonSchema(R"({"anyOf":[)" + ForcedToolCallSchema(*offer) + "," + doc + "]}", json_options);
+          return CompileJsonSchema(R"({"anyOf":[)" + EmbedSchemaRefs(ForcedToolCallSchema(*offer), "#/anyOf/0") + "," +
+                                       EmbedSchemaRefs(doc, "#/anyOf/1") + "]}",
+                                   json_options);
         }
         return schema.empty() ? AnyJsonObjectGrammar(json_options) : CompileJsonSchema(schema, json_options);
       });

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.h"
+#include "kvshare/common/error.h"
+#include "kvshare/grammar/schema_refs.h"
 #include "kvshare/runtime/chat_template.h"
 #include "kvshare/tokenizer/tokenizer.h"
 #include "openai_request.h"
@@ -501,6 +503,40 @@ TEST(OpenAiRequest, ToolsReachThePromptAndRequiredSetsAGrammar) {
       Chat({{"messages", msgs}, {"tools", {WeatherTool()}}, {"tool_choice", "required"}, {"response_format", fmt}}),
       true);
   EXPECT_NE(BuildRequest(forced_fmt, f.ctx(true, 4096)).grammar, nullptr);
+}
+
+// A schema written inside another keeps its local references pointing into
+// itself (pydantic's "#/$defs/..."), and data that looks like one is left.
+TEST(OpenAiRequest, EmbeddedSchemasKeepTheirReferences) {
+  const json params = json::parse(R"({"$defs": {"Loc": {"type": "object", "properties": {"next": {"$ref": "#"},
+      "const": {"$ref": "#/$defs/Loc"}}}}, "type": "object", "properties": {"at": {"$ref": "#/$defs/Loc"},
+      "tag": {"const": {"$ref": "#/$defs/Loc"}}}})");
+  json with_remote = params;
+  with_remote["properties"]["other"] = {{"$ref", "https://x/y#/a"}};
+  const json moved = json::parse(EmbedSchemaRefs(with_remote.dump(), "#/anyOf/1"));
+  EXPECT_EQ(moved["properties"]["at"]["$ref"], "#/anyOf/1/$defs/Loc");
+  EXPECT_EQ(moved["$defs"]["Loc"]["properties"]["next"]["$ref"], "#/anyOf/1");
+  EXPECT_EQ(moved["$defs"]["Loc"]["properties"]["const"]["$ref"], "#/anyOf/1/$defs/Loc");  // a property, a schema
+  EXPECT_EQ(moved["properties"]["tag"]["const"]["$ref"], "#/$defs/Loc");                   // data
+  EXPECT_EQ(moved["properties"]["other"]["$ref"], "https://x/y#/a");
+  EXPECT_THROW(EmbedSchemaRefs("{", "#"), Error);
+
+  // Forced calls of two tools whose parameters use $defs compile (they did
+  // not resolve), and so does one beside a format with $defs of its own.
+  Fixture f;
+  json a = {{"type", "function"}, {"function", {{"name", "a"}, {"parameters", params}}}};
+  json b = a;
+  b["function"]["name"] = "b";
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  for (const json& choice : {json("required"), json{{"type", "function"}, {"function", {{"name", "b"}}}}}) {
+    const CompletionRequest req =
+        ParseCompletionRequest(Chat({{"messages", msgs}, {"tools", {a, b}}, {"tool_choice", choice}}), true);
+    EXPECT_NE(BuildRequest(req, f.ctx(true, 4096)).grammar, nullptr) << choice;
+  }
+  const json fmt = {{"type", "json_schema"}, {"json_schema", {{"name", "o"}, {"schema", params}}}};
+  const CompletionRequest both =
+      ParseCompletionRequest(Chat({{"messages", msgs}, {"tools", {a}}, {"response_format", fmt}}), true);
+  EXPECT_NE(BuildRequest(both, f.ctx(true, 4096)).grammar, nullptr);
 }
 
 }  // namespace

@@ -213,3 +213,51 @@ def test_gemma4_tools_beside_a_format(gemma4):
     assert kinds == {"tool_calls", "stop"}
     forced = c.chat.completions.create(temperature=1, seed=1, tool_choice="required", **kw).choices[0]
     assert forced.finish_reason == "tool_calls" and forced.message.tool_calls[0].function.name == "lookup"
+
+
+def test_pydantic_models_with_refs_as_tools_and_formats(gemma4, gemma3):
+    # pydantic writes nested models and enums as {"$ref": "#/$defs/..."}. Put
+    # inside a call schema (forced calls, Gemma 3's calls under "auto" with a
+    # strict tool) or an anyOf beside tools, those references pointed at the
+    # root that no longer holds $defs: every such request was a 400 "'$ref'
+    # #/$defs/Loc does not resolve".
+    from enum import Enum
+    from typing import List, Literal
+
+    from pydantic import BaseModel, Field
+
+    class Unit(str, Enum):
+        c = "c"
+        f = "f"
+
+    class Loc(BaseModel):
+        city: Literal["Paris", "Rome"]
+        unit: Unit
+
+    class GetWeather(BaseModel):
+        locs: List[Loc] = Field(min_length=1, max_length=2)
+
+    class Pick(BaseModel):
+        loc: Loc
+
+    tools = [openai.pydantic_function_tool(GetWeather), openai.pydantic_function_tool(Pick)]
+    assert "$defs" in json.dumps(tools[0]) and "$ref" in json.dumps(tools[1])
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    c = client(gemma4)
+    for choice in ("required", {"type": "function", "function": {"name": "Pick"}}):  # two branches, one
+        r = c.chat.completions.parse(model=GEMMA4_ID, messages=msgs, tools=tools, tool_choice=choice,
+                                     max_tokens=200, temperature=1, seed=1)
+        call = r.choices[0].message.tool_calls[0]
+        assert r.choices[0].finish_reason == "tool_calls"
+        assert isinstance(call.function.parsed_arguments, (GetWeather, Pick))
+    # Beside a format (the Agents SDK's tools and output_type), both with $defs.
+    r = c.chat.completions.parse(model=GEMMA4_ID, messages=msgs, tools=tools, response_format=Pick,
+                                 max_tokens=200, temperature=1, seed=1)
+    ch = r.choices[0]
+    assert ch.finish_reason in ("stop", "tool_calls"), ch
+    assert isinstance(ch.message.parsed, Pick) if ch.finish_reason == "stop" else ch.message.tool_calls
+    # Gemma 3 under "auto" with strict tools: the lazy grammar of JSON calls.
+    for parallel in (True, False):
+        r = request(gemma3, "POST", C, {"model": DEFAULT_ID, "messages": msgs, "tools": tools, "max_tokens": 4,
+                                        "parallel_tool_calls": parallel, "temperature": 0})
+        assert r.status == 200, r.text

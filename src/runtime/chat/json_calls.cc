@@ -6,6 +6,7 @@
 
 #include "kvshare/common/error.h"
 #include "kvshare/grammar/grammar.h"
+#include "kvshare/grammar/schema_refs.h"
 #include "kvshare/runtime/tool_calls.h"
 
 namespace kvshare {
@@ -98,9 +99,14 @@ bool ReadJsonToolCalls(std::string_view text, std::vector<ToolCall>& calls) {
 
 // {"tool_call": CALL}, or when parallel also {"tool_calls": [CALL, ...]}.
 std::shared_ptr<const Grammar> JsonCallGrammar(std::span<const CallableFunction> functions, bool parallel) {
+  // Where the arguments are written (for their $refs): top, or its first
+  // branch when parallel; the call, or one of its branches.
+  const std::string call_at = std::string(parallel ? "#/anyOf/0" : "#") + "/properties/tool_call";
   OrderedJson branches = OrderedJson::array();
   for (const CallableFunction& f : functions) {
-    const OrderedJson args = OrderedJson::parse(CallArgumentsSchema(f));
+    const std::string at = functions.size() == 1 ? "" : "/anyOf/" + std::to_string(branches.size());
+    const OrderedJson args =
+        OrderedJson::parse(EmbedSchemaRefs(CallArgumentsSchema(f), call_at + at + "/properties/arguments"));
     branches.push_back(Closed(OrderedJson{{"name", {{"const", f.name}}}, {"arguments", args}}));
   }
   const OrderedJson call = branches.size() == 1 ? branches[0] : OrderedJson{{"anyOf", branches}};
@@ -161,9 +167,13 @@ std::string JsonToolCallText(std::span<const ToolCall> calls) {
 std::string ForcedToolCallSchema(const ToolOffer& offer) {
   // Sorted keys (nlohmann::json): the grammar writes "arguments" before "name".
   using nlohmann::json;
-  json branches = json::array();
+  std::vector<const OfferedTool*> offered;
   for (const OfferedTool& t : offer.tools) {
-    if (offer.choice == ToolOffer::Choice::kFunction && t.function.name != offer.function) continue;
+    if (offer.choice != ToolOffer::Choice::kFunction || t.function.name == offer.function) offered.push_back(&t);
+  }
+  json branches = json::array();
+  for (const OfferedTool* tp : offered) {
+    const OfferedTool& t = *tp;
     // No parameters: no arguments, {} only.
     json args = {{"type", "object"}, {"additionalProperties", false}};
     if (!t.function.parameters.empty()) {
@@ -178,7 +188,11 @@ std::string ForcedToolCallSchema(const ToolOffer& offer) {
         } catch (const Error&) {
         }
       }
-      if (usable) args = json::parse(t.function.parameters);
+      if (usable) {
+        const std::string at = offered.size() == 1 ? "" : "/anyOf/" + std::to_string(branches.size());
+        args = json::parse(
+            EmbedSchemaRefs(t.function.parameters, "#/properties/tool_call" + at + "/properties/arguments"));
+      }
     }
     branches.push_back({{"type", "object"},
                         {"properties", {{"name", {{"const", t.function.name}}}, {"arguments", args}}},
