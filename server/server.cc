@@ -79,6 +79,31 @@ void MendBodyHeaders(const httplib::Request& req) {
   }
 }
 
+// The error of a request cpp-httplib refused before any handler ran (it
+// gives a status, no reason): what the request shows of the cause.
+ApiError HttpLayerError(const httplib::Request& req, int status) {
+  const std::string encoding = req.get_header_value("Content-Encoding");
+  if (status == 414) {
+    return ApiError(414, "Request URI too long: at most 8192 bytes.", "invalid_request_error", std::nullopt,
+                    "uri_too_long");
+  }
+  if ((status == 400 || status == 415) && !encoding.empty() && encoding != "identity") {
+    if (encoding != "gzip" && encoding != "deflate") {
+      return ApiError(415, "Unsupported Content-Encoding '" + encoding + "': send the body as is, gzip or deflate.",
+                      "invalid_request_error", std::nullopt, "unsupported_content_encoding");
+    }
+    return ApiError(400, "The body could not be decoded as its Content-Encoding '" + encoding + "'.",
+                    "invalid_request_error", std::nullopt, "invalid_content_encoding");
+  }
+  if (status == 400) {
+    return ApiError(400,
+                    "The HTTP request could not be read: a malformed request line or header, a header line over "
+                    "8 KiB, or a body that does not match its Content-Length or chunked framing.",
+                    "invalid_request_error", std::nullopt, "invalid_http_request");
+  }
+  return ApiError(status, "Bad request.", status >= 500 ? "server_error" : "invalid_request_error");
+}
+
 // Runs a handler, turning exceptions into error responses.
 template <class F>
 httplib::Server::Handler Guarded(F f) {
@@ -231,8 +256,7 @@ void Server::Impl::SetupRoutes() {
       SendError(res, ApiError(413, "Request body too large: at most " + std::to_string(opt.max_body_bytes) + " bytes.",
                               "invalid_request_error", std::nullopt, "request_too_large"));
     } else {
-      SendError(res,
-                ApiError(res.status, "Bad request.", res.status >= 500 ? "server_error" : "invalid_request_error"));
+      SendError(res, HttpLayerError(req, res.status));
     }
   });
   http.set_logger([this](const httplib::Request&, const httplib::Response& res) {

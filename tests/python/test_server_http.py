@@ -1,7 +1,9 @@
 """HTTP framing as plain clients send it, below what the openai SDK does:
 curl's default form label on a JSON body, a POST without a body or its
-length, and HTTP/1.0 streams (no chunked coding). Raw sockets and
-http.client on the default model."""
+length, requests the HTTP library refuses (their errors say why), and
+HTTP/1.0 streams (no chunked coding). Raw sockets and http.client on the
+default model."""
+import gzip
 import json
 import socket
 import time
@@ -52,6 +54,23 @@ def test_a_post_without_length_has_no_body(server):
         # The connection is still in step: the next request is answered.
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert f.readline().startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize("headers, body, status, code, words", [
+    ({"Cookie": "x=" + "a" * 9000}, None, 400, "invalid_http_request", "a header line over 8 KiB"),
+    ({"Content-Encoding": "gzip"}, b"not gzip", 400, "invalid_content_encoding", "Content-Encoding 'gzip'"),
+    ({"Content-Encoding": "br"}, b"{}", 415, "unsupported_content_encoding", "Unsupported Content-Encoding 'br'"),
+])
+def test_requests_the_http_library_refuses_say_why(server, headers, body, status, code, words):
+    # They were all a bare 400 "Bad request.".
+    body = b'{"prompt": "Hello", "max_tokens": 1}' if body is None else body
+    r = request(server, "POST", "/v1/completions", body, {"Content-Type": "application/json", **headers})
+    err = r.json()["error"]
+    assert (r.status, err["code"]) == (status, code) and words in err["message"], r.text
+    # A gzip body is taken.
+    r = request(server, "POST", "/v1/completions", gzip.compress(b'{"prompt": "Hello", "max_tokens": 1}'),
+                {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert r.status == 200, r.text
 
 
 def _raw_exchange(port, head, body):
