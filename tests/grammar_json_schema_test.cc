@@ -163,6 +163,18 @@ TEST(JsonSchema, WhitespaceAndDigitsAreBounded) {
   EXPECT_EQ(LiveBytes(digits, "12345678901234567"), 16u);
   GrammarMatcher exp = Matcher(R"({"type": "number"})");
   EXPECT_EQ(LiveBytes(exp, "1e1234"), 5u);
+  // Exponents stop short of a double's overflow (1e999 was written, and
+  // refused when sent back); negative ones underflow to 0 and stay.
+  for (const char* ok : {"9999999999999999.9e292", "1E+292", "1e099", "-1e-999", "2e29", "0.5e-1"}) {
+    GrammarMatcher m = Matcher(R"({"type": "number"})");
+    EXPECT_EQ(LiveBytes(m, ok), std::string(ok).size()) << ok;
+    EXPECT_TRUE(m.CanEnd()) << ok;
+  }
+  for (const auto& [bad, live] :
+       {std::pair<const char*, std::size_t>{"1e293", 4}, {"1e300", 4}, {"1e+999", 5}, {"1e2920", 5}}) {
+    GrammarMatcher m = Matcher(R"({"type": "number"})");
+    EXPECT_EQ(LiveBytes(m, bad), live) << bad;
+  }
 }
 
 TEST(JsonSchema, AnyJsonObject) {

@@ -146,13 +146,21 @@ std::uint32_t JsonGrammar::Number(bool integer) {
     const std::uint32_t frac = b_.NewRule();
     b_.Alt(frac, {});
     b_.Alt(frac, {b_.Byte('.'), digit, GrammarBuilder::Ref(UpTo({digit}, kFracDigits - 1))});
-    const std::uint32_t sign = b_.NewRule();
-    b_.Alt(sign, {});
-    b_.Alt(sign, {b_.Set(std::bitset<256>().set('+').set('-'))});
+    // Exponents keep every number a finite double (below 1e16 * 1e292):
+    // 1e999 is JSON text, but parsers that refuse overflow (nlohmann, this
+    // server's own request parser; Go, serde_json) could not read it back.
+    // Negative ones take three digits (underflow reads as 0).
+    const auto e = b_.Set(std::bitset<256>().set('e').set('E'));
+    const std::uint32_t plus = b_.NewRule();
+    b_.Alt(plus, {});
+    b_.Alt(plus, {b_.Byte('+')});
     const std::uint32_t exp = b_.NewRule();
     b_.Alt(exp, {});
-    b_.Alt(exp, {b_.Set(std::bitset<256>().set('e').set('E')), GrammarBuilder::Ref(sign), digit,
-                 GrammarBuilder::Ref(UpTo({digit}, kExpDigits - 1))});
+    b_.Alt(exp, {e, b_.Byte('-'), digit, GrammarBuilder::Ref(UpTo({digit}, 2))});
+    b_.Alt(exp, {e, GrammarBuilder::Ref(plus), digit, GrammarBuilder::Ref(UpTo({digit}, 1))});
+    b_.Alt(exp, {e, GrammarBuilder::Ref(plus), b_.Range('0', '1'), digit, digit});
+    b_.Alt(exp, {e, GrammarBuilder::Ref(plus), b_.Byte('2'), b_.Range('0', '8'), digit});
+    b_.Alt(exp, {e, GrammarBuilder::Ref(plus), b_.Byte('2'), b_.Byte('9'), b_.Range('0', '2')});
     s.push_back(GrammarBuilder::Ref(frac));
     s.push_back(GrammarBuilder::Ref(exp));
   }

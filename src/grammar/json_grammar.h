@@ -29,7 +29,7 @@ enum class Notation { kJson, kGemma };
 class JsonGrammar {
  public:
   using Seq = GrammarBuilder::Seq;
-  static constexpr int kIntDigits = 16, kFracDigits = 16, kExpDigits = 3;
+  static constexpr int kIntDigits = 16, kFracDigits = 16;  // exponents: Number()
 
   // Throws kvshare::Error for max_whitespace outside [0, 4096].
   explicit JsonGrammar(const JsonGrammarOptions& options, Notation notation = Notation::kJson);
