@@ -183,8 +183,9 @@ struct RequestParsing {
 CompletionRequest ParseCompletionRequest(const nlohmann::json& body, bool chat, const RequestParsing& options = {});
 
 // The parsed body's objects lose their key order (nlohmann::json sorts
-// them); this takes response_format's schema again from the raw body, so
-// that properties are generated in the order the schema declares them.
+// them); this takes response_format's schema and the tools' parameters
+// again from the raw body, so that properties are generated (and tools
+// declared) in the order the schema declares them.
 void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body);
 
 // What the model side needs to turn a request into scheduler input.

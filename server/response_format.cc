@@ -98,29 +98,42 @@ CompletionRequest::ResponseFormat ParseResponseFormat(const json& body, const Re
 }
 
 void KeepSchemaKeyOrder(CompletionRequest& req, std::string_view body) {
-  if (req.response_format.schema.empty()) return;
+  if (req.response_format.schema.empty() && req.tools.empty()) return;
   using Ordered = nlohmann::ordered_json;
   struct TooWide {};
   try {
     // ordered_json looks keys up by a linear scan: an object of n members
     // costs n^2 / 2 comparisons, so top-level fields other than
-    // response_format are dropped and an object of more than 1024 members
-    // (beyond what CompileJsonSchema takes) stops the reordering.
+    // response_format and tools are dropped and an object of more than 1024
+    // members (beyond what CompileJsonSchema takes) stops the reordering.
     std::vector<int> members;
     const auto ordered = Ordered::parse(body, [&members](int depth, Ordered::parse_event_t event, Ordered& parsed) {
       if (event == Ordered::parse_event_t::object_start) members.push_back(0);
       if (event == Ordered::parse_event_t::object_end && !members.empty()) members.pop_back();
       if (event == Ordered::parse_event_t::key) {
         if (!members.empty() && ++members.back() > 1024) throw TooWide{};
-        if (depth == 1 && parsed != "response_format") return false;
+        if (depth == 1 && parsed != "response_format" && parsed != "tools") return false;
       }
       return true;
     });
-    auto rf = ordered.find("response_format");
-    if (rf == ordered.end()) return;
-    if (const nlohmann::ordered_json* s = SchemaNode(*rf)) req.response_format.schema = s->dump();
+    if (auto rf = ordered.find("response_format"); rf != ordered.end() && !req.response_format.schema.empty()) {
+      if (const nlohmann::ordered_json* s = SchemaNode(*rf)) req.response_format.schema = s->dump();
+    }
+    // A tool's parameters are a schema too: the grammar of a call writes its
+    // arguments in this order, and the prompt declares them so.
+    auto tools = ordered.find("tools");
+    if (tools == ordered.end() || !tools->is_array() || tools->size() != req.tools.size()) return;
+    for (std::size_t i = 0; i < req.tools.size(); ++i) {
+      const Ordered& t = (*tools)[i];
+      const auto f = t.find("function");
+      if (f == t.end() || !f->is_object()) continue;
+      const auto p = f->find("parameters");
+      if (p != f->end() && p->is_object() && !req.tools[i].function.parameters.empty()) {
+        req.tools[i].function.parameters = p->dump();
+      }
+    }
   } catch (const nlohmann::json::exception&) {
-    // The body parsed once already; keep the sorted schema.
+    // The body parsed once already; keep the sorted schemas.
   } catch (const TooWide&) {
   }
 }

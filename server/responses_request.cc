@@ -198,14 +198,14 @@ json Format(const json& text, const RequestParsing& opt, std::vector<std::string
   return {{"type", "json_schema"}, {"json_schema", std::move(js)}};
 }
 
-// text.format.schema from the raw body in the request's key order, or null.
-nlohmann::ordered_json OrderedSchema(std::string_view raw) {
+// The raw body's text and tools in the request's key order (the schemas of
+// text.format and of the tools' parameters), or null.
+nlohmann::ordered_json OrderedSchemas(std::string_view raw) {
   using Ordered = nlohmann::ordered_json;
   try {
-    const auto body = Ordered::parse(raw, [](int depth, Ordered::parse_event_t event, Ordered& parsed) {
-      return !(event == Ordered::parse_event_t::key && depth == 1 && parsed != "text");
+    return Ordered::parse(raw, [](int depth, Ordered::parse_event_t event, Ordered& parsed) {
+      return !(event == Ordered::parse_event_t::key && depth == 1 && parsed != "text" && parsed != "tools");
     });
-    return body.at("text").at("format").at("schema");
   } catch (const nlohmann::json::exception&) {
     return nullptr;
   }
@@ -325,9 +325,22 @@ ResponsesRequest ParseResponsesRequest(const json& body, std::string_view raw, c
   chat["stream"] = r.stream;
   if (r.stream) chat["stream_options"] = {{"include_usage", true}};
   nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(chat.dump());
+  const nlohmann::ordered_json in_order = OrderedSchemas(raw);
   if (chat.contains("response_format") && chat["response_format"].contains("json_schema")) {
-    nlohmann::ordered_json schema = OrderedSchema(raw);
-    if (!schema.is_null()) ordered["response_format"]["json_schema"]["schema"] = std::move(schema);
+    try {
+      ordered["response_format"]["json_schema"]["schema"] = in_order.at("text").at("format").at("schema");
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  // Tools map one to one (Tools): their parameters as declared.
+  if (ordered.contains("tools") && in_order.is_object() && in_order.contains("tools") && in_order["tools"].is_array() &&
+      in_order["tools"].size() == ordered["tools"].size()) {
+    for (std::size_t i = 0; i < ordered["tools"].size(); ++i) {
+      const nlohmann::ordered_json& t = in_order["tools"][i];
+      if (t.is_object() && t.contains("parameters") && t["parameters"].is_object()) {
+        ordered["tools"][i]["function"]["parameters"] = t["parameters"];
+      }
+    }
   }
   r.chat_body = ordered.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;

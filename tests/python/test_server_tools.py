@@ -261,3 +261,27 @@ def test_pydantic_models_with_refs_as_tools_and_formats(gemma4, gemma3):
         r = request(gemma3, "POST", C, {"model": DEFAULT_ID, "messages": msgs, "tools": tools, "max_tokens": 4,
                                         "parallel_tool_calls": parallel, "temperature": 0})
         assert r.status == 200, r.text
+
+
+def test_forced_calls_write_arguments_in_declared_order(gemma3):
+    # The forced call's schema sorted the parameters' properties, so a model
+    # wrote "answer" before the "reasoning" declared to come first (what
+    # reasoning-first models rely on), unlike calls under "auto".
+    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"reasoning": {"type": "string", "maxLength": 5},
+                                         "answer": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["reasoning", "answer"], "additionalProperties": False}}}
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        r = request(gemma3, "POST", C, {"model": DEFAULT_ID, "messages": [{"role": "user", "content": "Is it?"}],
+                                        "tools": [tool], "tool_choice": choice, "max_tokens": 60, "temperature": 0})
+        ch = r.json()["choices"][0]
+        assert ch["finish_reason"] == "tool_calls", r.text
+        args = json.loads(ch["message"]["tool_calls"][0]["function"]["arguments"], object_pairs_hook=list)
+        assert [k for k, _ in args] == ["reasoning", "answer"], args
+    # The Responses API's flat tools too.
+    flat = {"type": "function", **tool["function"]}
+    r = request(gemma3, "POST", "/v1/responses", {"model": DEFAULT_ID, "input": "Is it?", "tools": [flat],
+                                                   "tool_choice": "required", "max_output_tokens": 60,
+                                                   "temperature": 0})
+    call = [o for o in r.json()["output"] if o["type"] == "function_call"]
+    assert call and [k for k, _ in json.loads(call[0]["arguments"], object_pairs_hook=list)] == ["reasoning", "answer"]

@@ -165,17 +165,18 @@ std::string JsonToolCallText(std::span<const ToolCall> calls) {
 }
 
 std::string ForcedToolCallSchema(const ToolOffer& offer) {
-  // Sorted keys (nlohmann::json): the grammar writes "arguments" before "name".
-  using nlohmann::json;
+  // Key order is the order written: "arguments" before "name" (as when
+  // this was sorted), and the parameters' properties as declared (sorted,
+  // a model was made to write "answer" before its "reasoning").
   std::vector<const OfferedTool*> offered;
   for (const OfferedTool& t : offer.tools) {
     if (offer.choice != ToolOffer::Choice::kFunction || t.function.name == offer.function) offered.push_back(&t);
   }
-  json branches = json::array();
+  OrderedJson branches = OrderedJson::array();
   for (const OfferedTool* tp : offered) {
     const OfferedTool& t = *tp;
     // No parameters: no arguments, {} only.
-    json args = {{"type", "object"}, {"additionalProperties", false}};
+    OrderedJson args = {{"type", "object"}, {"additionalProperties", false}};
     if (!t.function.parameters.empty()) {
       args = {{"type", "object"}};
       bool usable = t.strict;
@@ -190,20 +191,20 @@ std::string ForcedToolCallSchema(const ToolOffer& offer) {
       }
       if (usable) {
         const std::string at = offered.size() == 1 ? "" : "/anyOf/" + std::to_string(branches.size());
-        args = json::parse(
+        args = OrderedJson::parse(
             EmbedSchemaRefs(t.function.parameters, "#/properties/tool_call" + at + "/properties/arguments"));
       }
     }
     branches.push_back({{"type", "object"},
-                        {"properties", {{"name", {{"const", t.function.name}}}, {"arguments", args}}},
+                        {"properties", {{"arguments", args}, {"name", {{"const", t.function.name}}}}},
                         {"required", {"name", "arguments"}},
                         {"additionalProperties", false}});
   }
-  json call = branches.size() == 1 ? branches[0] : json{{"anyOf", branches}};
-  return json{{"type", "object"},
-              {"properties", {{"tool_call", call}}},
-              {"required", {"tool_call"}},
-              {"additionalProperties", false}}
+  OrderedJson call = branches.size() == 1 ? branches[0] : OrderedJson{{"anyOf", branches}};
+  return OrderedJson{{"type", "object"},
+                     {"properties", {{"tool_call", call}}},
+                     {"required", {"tool_call"}},
+                     {"additionalProperties", false}}
       .dump();
 }
 
