@@ -39,6 +39,14 @@ std::string ContentText(const json& content, std::size_t index, const RequestPar
       msg.audio_at.push_back(text.size());
       continue;
     }
+    // OpenAI's assistant messages may carry a refusal part (what the model
+    // said instead of an answer): clients send it back with the history.
+    if (type->get<std::string>() == "refusal" && msg.role == "assistant") {
+      auto r = part.find("refusal");
+      if (r == part.end() || !r->is_string()) WrongType(pname + ".refusal", "a string", r == part.end() ? json() : *r);
+      text += r->get<std::string>();
+      continue;
+    }
     if (type->get<std::string>() != "text") {
       throw BadRequest("Invalid '" + pname +
                            ".type': only \"text\", \"image_url\" and \"input_audio\" content parts are supported "
@@ -139,12 +147,17 @@ std::vector<ChatMessage> ParseMessages(const json& body, const RequestParsing& o
     }
     for (const auto& [k, v] : m.items()) {
       if (k == "role" || k == "content" || k == "name") continue;
-      if (k == "tool_calls" && r == "assistant") continue;
+      if ((k == "tool_calls" || k == "refusal") && r == "assistant") continue;
       if (k == "tool_call_id" && r == "tool") continue;
       Unknown(name + "." + k, o, ignored);
     }
     ChatMessage msg{r, ""};
     if (content != m.end()) msg.content = ContentText(*content, i, o, msg, images, audio);
+    // A replayed refusal (content null, refusal its text) is what the assistant said.
+    if (auto refusal = m.find("refusal"); r == "assistant" && refusal != m.end() && !refusal->is_null()) {
+      if (!refusal->is_string()) WrongType(name + ".refusal", "a string or null", *refusal);
+      if (msg.content.empty()) msg.content = refusal->get<std::string>();
+    }
     if (r == "tool") {
       auto id = m.find("tool_call_id");
       if (id == m.end() || id->is_null()) {

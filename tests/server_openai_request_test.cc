@@ -140,6 +140,23 @@ TEST(OpenAiRequest, StrictMissingAndUnknownFields) {
       ParseCompletionRequest(Chat({{"user", "u1"}, {"metadata", {{"a", "b"}}}, {"store", false}}), true, strict));
 }
 
+// OpenAI's assistant refusals as clients send them back: a "refusal" content
+// part, or content null with the top-level "refusal" text (also --strict-openai).
+TEST(OpenAiRequest, AssistantRefusalsAreTheAssistantsText) {
+  const RequestParsing strict{.strict = true};
+  const json part = {{"role", "assistant"}, {"content", {{{"type", "refusal"}, {"refusal", "I can't help."}}}}};
+  const json top = {{"role", "assistant"}, {"content", nullptr}, {"refusal", "No."}};
+  const json user = {{"role", "user"}, {"content", "why?"}};
+  const CompletionRequest r = ParseCompletionRequest(
+      Chat({{"messages", {{{"role", "user"}, {"content", "q"}}, part, user, top, user}}}), true, strict);
+  ASSERT_EQ(r.messages.size(), 5u);
+  EXPECT_EQ(r.messages[1].content, "I can't help.");
+  EXPECT_EQ(r.messages[3].content, "No.");
+  // Only an assistant says a refusal.
+  ExpectError(Chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "refusal"}, {"refusal", "x"}}}}}}}}), true,
+              {400, "messages[0].content[0].type", "unsupported_parameter", ""});
+}
+
 // By default (vLLM, llama-server): no model means the served one, unknown
 // fields are ignored and listed; required fields and known fields' types are
 // still checked.
