@@ -63,8 +63,9 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   const std::size_t room = static_cast<std::size_t>(opt.scheduler.max_queue + opt.scheduler.slots);
   if (total > room) {
     throw BadRequest("This request needs " + std::to_string(total) + " generations (" + std::to_string(n_prompts) +
-                         " prompts x " + std::to_string(per_prompt) + (cr.best_of > cr.n ? " best_of" : " n") +
-                         "); this server takes at most " + std::to_string(room) +
+                         (n_prompts == 1 ? " prompt x " : " prompts x ") + std::to_string(per_prompt) +
+                         (cr.best_of > cr.n ? " best_of" : " n") + "); this server takes at most " +
+                         std::to_string(room) +
                          " at once (--slots + --max-queue). Send fewer prompts or choices per request.",
                      chat ? "n" : "prompt", "too_many_choices");
   }
