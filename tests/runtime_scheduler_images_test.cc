@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -119,6 +120,37 @@ TEST(SchedulerImages, PromptCacheKeysOnTheImage) {
   text.embeddings.clear();
   text.embedding_keys.clear();
   EXPECT_EQ(RunAll(s, {MustSubmit(s, text)})[0].last.usage.cached_tokens, kImageBegin);
+}
+
+// A row whose step ends in an error (here NaN logits from NaN image rows,
+// as a clip of NaN samples gave) leaves nothing in the prompt cache: its
+// KV rows may hold NaN even before the bad span (attention multiplies the
+// V rows of masked keys by 0, and 0 x NaN is NaN), and a later prompt that
+// shared their prefix used to get NaN logits too (the server answered every
+// later request with a 500).
+TEST(SchedulerImages, AFailedRowLeavesNothingToReuse) {
+  TinySetup t;
+  RequestOptions nan = ImageRequest(t, 1, 11);
+  auto rows = std::make_shared<std::vector<float>>(static_cast<std::size_t>(kImageCount) * t.spec.n_embd,
+                                                   std::numeric_limits<float>::quiet_NaN());
+  nan.embeddings[0].rows = rows->data();
+  nan.embedding_rows = rows;
+  RequestOptions text = nan;
+  text.embeddings.clear();
+  text.embedding_keys.clear();
+  text.embedding_rows.reset();
+
+  Scheduler cold(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 48, .step_tokens = 32});
+  const Result want = RunAll(cold, {MustSubmit(cold, text)})[0];
+  ASSERT_FALSE(want.last.error);
+
+  Scheduler s(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 48, .step_tokens = 32});
+  const Result failed = RunAll(s, {MustSubmit(s, nan)})[0];
+  EXPECT_TRUE(failed.last.error);
+  const Result after = RunAll(s, {MustSubmit(s, text)})[0];
+  EXPECT_FALSE(after.last.error) << after.last.detail;
+  EXPECT_EQ(after.last.usage.cached_tokens, 0);
+  ExpectSame(want, after, "a text prompt after a failed image prompt on the same tokens");
 }
 
 // Submit throws an Error whose message has `words`.

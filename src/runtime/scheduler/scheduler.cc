@@ -148,6 +148,17 @@ struct Scheduler::Impl {
     return true;
   }
 
+  // Empties row `row` and its slot's prompt cache after a failed step: its
+  // KV rows may be garbage (NaN logits come from NaN rows, and attention
+  // spreads a NaN V row to the rows before it, as 0 x NaN), and a later
+  // prompt on the same prefix must not reuse them.
+  void ForgetRow(int row) {
+    state->Reset(row);
+    detail::Slot& s = rows.at(row);
+    s.tokens.clear();
+    s.spans.clear();
+  }
+
   // The step's forward pass into `logits`. Not expected to fail once
   // Submit's checks pass; when it does, the rows of this step end (with an
   // internal error) and this returns false.
@@ -158,9 +169,8 @@ struct Scheduler::Impl {
     } catch (const std::exception& ex) {
       detail::LogLine(opt, std::string("step failed: ") + ex.what());
       for (const BatchEntry& b : entries) {
-        detail::Slot& s = rows.at(b.row);
-        s.tokens.resize(static_cast<std::size_t>(state->length(b.row)));
-        detail::FailRow(shared, rows, s, ex.what());
+        ForgetRow(b.row);
+        detail::FailRow(shared, rows, rows.at(b.row), ex.what());
       }
       return false;
     }
@@ -209,6 +219,7 @@ struct Scheduler::Impl {
       if (o.error) {
         const std::string what = ErrorText(o.error);
         detail::LogLine(opt, "sampling failed: " + what);
+        ForgetRow(b.row);
         detail::FailRow(shared, rows, s, what);
         continue;
       }
