@@ -24,7 +24,9 @@ std::string Upper(std::string s) {
 
 ApiError BadAudio(const std::string& param, const Error& e) {
   const std::string what = e.what();
-  const bool too_long = what.find(" s is over the limit") != std::string::npos;
+  // The decoder's "... s is over the limit" and PrepareAudio's "... s per clip".
+  const bool too_long =
+      what.find(" s is over the limit") != std::string::npos || what.find(" s per clip") != std::string::npos;
   return BadRequest("Invalid '" + param + "': " + what + ".", param, too_long ? "audio_too_long" : "invalid_audio");
 }
 
@@ -55,7 +57,7 @@ PreparedRequestAudio PrepareRequestAudio(const CompletionRequest& req, const Mod
     try {
       out.clips.push_back(PrepareAudio(*ai.encoder, clip, AudioKey(clip)));
     } catch (const Error& e) {
-      throw BadRequest("Invalid '" + ra.param + "': " + e.what() + ".", ra.param, "audio_too_long");
+      throw BadAudio(ra.param, e);  // too long, too short, or NaN samples
     }
     const PreparedAudio& prepared = out.clips.back();
     // Each 30 s chunk is one span (gemma3na's last also holds its end

@@ -32,8 +32,9 @@ struct PreparedRequestAudio {
   std::int64_t tokens = 0;                            // soft tokens of all clips
 };
 
-// The 400 for a clip the decoder refused (`e`), naming `param`:
-// audio_too_long when it is over the length limit, invalid_audio otherwise.
+// The 400 for a clip the decoder or PrepareAudio refused (`e`), naming
+// `param`: audio_too_long when it is over the length limit, invalid_audio
+// otherwise (a corrupt file, a clip too short for a soft token, NaN samples).
 ApiError BadAudio(const std::string& param, const Error& e);
 
 // Decodes and prepares req.audio. Throws ApiError 400 naming the part for:

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,25 @@ TEST(AudioPrompt, NamedErrorsBeforeEncoding) {
   const std::string long_clip = error({.sample_rate = 8000, .samples = std::vector<float>(8000 * 601)});
   EXPECT_NE(long_clip.find("601 s long"), std::string::npos) << long_clip;
   EXPECT_NE(long_clip.find("at most 600 s"), std::string::npos) << long_clip;
+  // Non-finite samples (a float WAV can hold them) would make the soft
+  // tokens, then the logits, NaN.
+  std::vector<float> tone(1600, 0.25f);
+  tone[400] = std::numeric_limits<float>::quiet_NaN();
+  const std::string nan = error({.sample_rate = 16000, .samples = tone});
+  EXPECT_NE(nan.find("sample 400 of 1600 (at 0.025 s) is NaN"), std::string::npos) << nan;
+  tone[400] = 0.25f;
+  tone[1599] = -std::numeric_limits<float>::infinity();
+  EXPECT_NE(error({.sample_rate = 16000, .samples = tone}).find("sample 1599 of 1600"), std::string::npos);
+  // Too short for a soft token: named with its length and the least taken,
+  // not as the encoder's "0 frames" (1 sample) or a splice's "no soft
+  // tokens" (160 samples: one frame, no token after the subsampling).
+  for (const std::size_t n : {std::size_t{1}, std::size_t{160}}) {
+    const std::string short_clip = error({.sample_rate = 16000, .samples = std::vector<float>(n, 0.1f)});
+    EXPECT_NE(short_clip.find("too short for one soft token of the gemma4a encoder"), std::string::npos)
+        << short_clip;
+    EXPECT_NE(short_clip.find("send at least 10.0625 ms"), std::string::npos) << short_clip;
+  }
+  EXPECT_EQ(PrepareAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(161, 0.1f)}, 0).tokens, 1);
   // Exactly 30 s is one chunk: 750 tokens.
   const PromptAudio a =
       EncodePromptAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(480000)}, 0, nullptr);

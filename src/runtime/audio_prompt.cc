@@ -2,6 +2,7 @@
 #include "kvshare/runtime/audio_prompt.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "common/str.h"
@@ -52,6 +53,32 @@ int PreparedAudio::LargestSpan(AudioProjectorType projector) const {
   return largest + (projector == AudioProjectorType::kGemma3nA ? 1 : 0);
 }
 
+namespace {
+// The fewest 16 kHz samples that give `c`'s encoder a soft token (found on
+// silence, for the error message only).
+std::size_t MinAudioSamples(const AudioConfig& c, const std::optional<LogMelExtractor>& mel) {
+  const auto tokens = [&](std::size_t n) {
+    const std::vector<float> zeros(n, 0.0f);
+    return AudioSoftTokens(c, mel ? mel->Extract(zeros) : RawAudioFrames(zeros, c.samples_per_token));
+  };
+  std::size_t lo = 1, hi = 1;
+  while (tokens(hi) == 0) {
+    if (hi > std::size_t{kAudioRate}) return hi;  // more than 1 s: say so rather than search on
+    lo = hi + 1;
+    hi *= 2;
+  }
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (tokens(mid) == 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return hi;
+}
+}  // namespace
+
 PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std::uint64_t key) {
   const AudioConfig& c = encoder.config();
   if (audio.sample_rate <= 0) throw Error(detail::Str("audio: sample rate ", audio.sample_rate, " (must be > 0 Hz)"));
@@ -61,6 +88,16 @@ PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std:
     throw Error(detail::Str("audio: the clip is ", audio.seconds(), " s long; the ",
                             AudioProjectorTypeName(c.projector), " encoder takes at most ", limit,
                             " s per clip (split it into several clips)"));
+  }
+  // A NaN or infinity (a float WAV can hold them) turns every feature and
+  // soft token it touches into NaN, and the model's logits with them.
+  for (std::size_t i = 0; i < audio.samples.size(); ++i) {
+    if (!std::isfinite(audio.samples[i])) {
+      throw Error(detail::Str("audio: sample ", i, " of ", audio.samples.size(), " (at ",
+                              static_cast<double>(i) / audio.sample_rate, " s) is ",
+                              std::isnan(audio.samples[i]) ? "NaN" : "infinite",
+                              "; a clip must hold finite samples (PCM, or floats around [-1, 1])"));
+    }
   }
   const Audio a = ResampleAudio(audio, kAudioRate);
   const std::size_t n = a.samples.size();
@@ -74,8 +111,14 @@ PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std:
     AudioFeatures f = mel ? mel->Extract(piece) : RawAudioFrames(piece, c.samples_per_token);
     const int soft = AudioSoftTokens(c, f);
     // A tail of a few ms gives no soft token: dropped, as it would add only
-    // padding (a lone short clip keeps it and fails in the encoder, as before).
+    // padding. A whole clip that short has nothing to encode.
     if (soft == 0 && from > 0) break;
+    if (soft == 0) {
+      throw Error(detail::Str("audio: the clip is ", audio.samples.size(), " sample(s) at ", audio.sample_rate,
+                              " Hz (", audio.seconds() * 1000.0, " ms), too short for one soft token of the ",
+                              AudioProjectorTypeName(c.projector), " encoder: send at least ",
+                              MinAudioSamples(c, mel) * 1000.0 / kAudioRate, " ms of audio"));
+    }
     // Gemma 3n's prompt always holds its 188 slots (AudioEncoder::PromptTokens).
     const int tokens = c.projector == AudioProjectorType::kGemma3nA ? kGemma3nAudioSlots : soft;
     out.chunks.push_back(std::move(f));

@@ -64,6 +64,12 @@ def test_errors_name_the_clip(model):
         run(model, audio=[(tone(440), 16000), (np.zeros(1000 * 601, np.float32), 1000)])
     with pytest.raises(kvshare.Error, match=r"audio\[0\].*(unsupported|not a|unknown)"):
         run(model, audio=[b"not audio at all, just some bytes"])
+    nan = tone(440)
+    nan[7] = np.nan
+    with pytest.raises(kvshare.Error, match=r"audio\[0\].*sample 7 of 8000 .* is NaN"):
+        run(model, audio=[(nan, 16000)])
+    with pytest.raises(kvshare.Error, match=r"audio\[0\].*too short for one soft token.*at least 10.0625 ms"):
+        run(model, audio=[(tone(440)[:3], 16000)])
     with pytest.raises(kvshare.Error, match="not token ids"):
         list(model.generate([2, 3], audio=[(tone(440), 16000)]))
 

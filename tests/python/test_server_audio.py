@@ -11,7 +11,7 @@ import base64
 import numpy as np
 import pytest
 
-from audio_clips import tone, wav16
+from audio_clips import tone, wav16, wav_float
 from server_util import ROOT, Server, request
 
 P = "/v1/chat/completions"
@@ -93,6 +93,17 @@ def test_bad_audio_is_a_named_400(server):
     assert e["code"] == "invalid_audio" and "WebM" in e["message"]
     e = error_of(server, [audio_part(ok), audio_part(wav16(np.zeros(1000 * 601), 1000))])
     assert e["code"] == "audio_too_long" and e["param"] == "messages[0].content[1].input_audio"
+    # NaN samples in a float WAV: refused by name (they used to reach the
+    # model as NaN logits: a 500, and a poisoned prompt cache after it).
+    nan = tone(440)
+    nan[100:200] = np.nan
+    e = error_of(server, [audio_part(wav_float(nan))])
+    assert e["code"] == "invalid_audio" and "sample 100 of 8000 (at 0.00625 s) is NaN" in e["message"], e
+    # Too short for a soft token (1 sample; 10 ms): named, with the shortest taken.
+    for n in (1, 160):
+        e = error_of(server, [audio_part(wav16(tone(440)[:n]))])
+        assert e["code"] == "invalid_audio" and "too short for one soft token" in e["message"], e
+        assert "send at least 10.0625 ms" in e["message"], e
     # The server raised its step to hold a 30 s clip's 750 tokens beside both slots.
     assert any("step tokens raised from 64 to 751" in line for line in server.log)
 

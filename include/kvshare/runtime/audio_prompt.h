@@ -76,8 +76,10 @@ struct PreparedAudio {
 // chunks and computes their features (cheap next to the encoding; callers
 // check the token count against their context first). A last chunk too
 // short to give a soft token (a few tens of ms) is dropped. Throws kvshare::Error,
-// before any resampling, for a clip with a sample rate of 0, no samples, or
-// one longer than MaxAudioSeconds (naming its length and the limit).
+// before any resampling, for a clip with a sample rate of 0, no samples, a
+// NaN or infinite sample (naming the first), or one longer than
+// MaxAudioSeconds (naming its length and the limit); and for a whole clip
+// too short for one soft token (naming its length and the shortest taken).
 PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std::uint64_t key);
 
 // Encodes a prepared clip, chunk by chunk (AudioEncoder::PromptTokens;
