@@ -4,7 +4,9 @@
 // unsupported formats named by signature, limits, raw pixels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -177,9 +179,48 @@ TEST(VisionImage, RefusesImagesOverTheLimitsBeforeDecoding) {
     png[at + 2] = 0x86;
     png[at + 3] = 0xA0;
   }
+  // Named by its size and the limit (stb_image's own check, which comes
+  // first otherwise, gave "corrupt PNG image: unknown image type").
   const std::string error = ErrorOf(png);
-  EXPECT_TRUE(error.find("over the limit") != std::string::npos || error.find("corrupt PNG") != std::string::npos)
+  EXPECT_NE(error.find("PNG image of 100000x100000 = 10000000000 pixels is over the limit"), std::string::npos)
       << error;
+  // 20000 x 20000 (4e8 pixels: over stb's 2^30 bytes, under a raised limit
+  // of 1e9) is still named by size under the default limit.
+  for (int at : {16, 20}) {
+    png[at] = 0;
+    png[at + 1] = 0;
+    png[at + 2] = 0x4E;
+    png[at + 3] = 0x20;
+  }
+  EXPECT_NE(ErrorOf(png).find("PNG image of 20000x20000 = 400000000 pixels is over the limit of 67108864"),
+            std::string::npos)
+      << ErrorOf(png);
+}
+
+// A top-down BMP (negative height in its header: rows first to last, as
+// Windows' DIB sections and some screenshot tools write them) decodes to the
+// same pixels as the bottom-up file it was made from. It was refused as
+// "corrupt BMP image: its header gives a size of 7x-5".
+TEST(VisionImage, DecodesTopDownBmp) {
+  std::vector<std::uint8_t> bmp = ReadFile(ImageDir() + "rgb.bmp");
+  const Image bottom_up = DecodeImage(bmp);
+  ASSERT_EQ(bmp[14], 40);  // BITMAPINFOHEADER: height at 22, int32 little-endian
+  const std::uint32_t offset = bmp[10] | (bmp[11] << 8) | (bmp[12] << 16) | (std::uint32_t{bmp[13]} << 24);
+  const int width = bottom_up.width, height = bottom_up.height;
+  const std::size_t stride = (std::size_t(width) * 3 + 3) / 4 * 4;
+  std::vector<std::uint8_t> top_down = bmp;
+  for (int r = 0; r < height; ++r) {
+    std::copy_n(bmp.begin() + offset + std::size_t(height - 1 - r) * stride, stride,
+                top_down.begin() + offset + std::size_t(r) * stride);
+  }
+  const std::int32_t negative = -height;
+  std::memcpy(&top_down[22], &negative, 4);
+  const Image decoded = DecodeImage(top_down);
+  EXPECT_EQ(decoded.width, width);
+  EXPECT_EQ(decoded.height, height);
+  EXPECT_EQ(decoded.rgb, bottom_up.rgb);
+  EXPECT_NE(ErrorOf(top_down, {.max_pixels = 34}).find("BMP image of 7x5 = 35 pixels is over the limit"),
+            std::string::npos);
 }
 
 TEST(VisionImage, LoadImageFileNamesThePath) {

@@ -42,12 +42,25 @@ void CheckPixels(const char* format, std::int64_t width, std::int64_t height, co
   }
 }
 
-Image DecodeStb(Bytes bytes, const char* format, const ImageLimits& limits) {
+Image DecodeStb(Bytes bytes, ImageFormat kind, const char* format, const ImageLimits& limits) {
   const int size = static_cast<int>(bytes.size());
+  // stb_image's PNG reader refuses images over 2^30 decoded bytes, and its
+  // info call then reports the last reader's "unknown image type": the
+  // limit is checked on IHDR's size first, so such a file is named by size.
+  if (kind == ImageFormat::kPng && bytes.size() >= 24 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0) {
+    const auto be32 = [&](std::size_t at) {
+      return (std::int64_t{bytes[at]} << 24) | (bytes[at + 1] << 16) | (bytes[at + 2] << 8) | bytes[at + 3];
+    };
+    CheckPixels(format, be32(16), be32(20), limits);
+  }
   int width = 0, height = 0, channels = 0;
   if (!stbi_info_from_memory(bytes.data(), size, &width, &height, &channels)) {
     throw Error("corrupt " + std::string(format) + " image: " + stbi_failure_reason());
   }
+  // A top-down BMP (rows stored first to last, as Windows' DIB sections
+  // write them) has a negative height in its header; stbi_info passes it
+  // on, stbi_load decodes it upright.
+  if (kind == ImageFormat::kBmp && height < 0) height = -height;
   CheckPixels(format, width, height, limits);
   // Asking for 3 channels expands grey and palette images and drops alpha
   // without blending, as PIL's convert("RGB") does; GIF gives its first frame.
@@ -137,7 +150,7 @@ Image DecodeImage(std::span<const std::uint8_t> bytes, const ImageLimits& limits
     image = DecodeWebp(bytes, limits);
   } else {
     if (bytes.size() > std::size_t{0x7FFFFFFF}) throw Error("image data over 2 GiB is not supported");
-    image = DecodeStb(bytes, sniffed.name.c_str(), limits);
+    image = DecodeStb(bytes, sniffed.format, sniffed.name.c_str(), limits);
   }
   return detail::ApplyOrientation(std::move(image), detail::ExifOrientation(sniffed.format, bytes));
 }
