@@ -165,8 +165,7 @@ TEST(AudioPrompt, NamedErrorsBeforeEncoding) {
   // tokens" (160 samples: one frame, no token after the subsampling).
   for (const std::size_t n : {std::size_t{1}, std::size_t{160}}) {
     const std::string short_clip = error({.sample_rate = 16000, .samples = std::vector<float>(n, 0.1f)});
-    EXPECT_NE(short_clip.find("too short for one soft token of the gemma4a encoder"), std::string::npos)
-        << short_clip;
+    EXPECT_NE(short_clip.find("too short for one soft token of the gemma4a encoder"), std::string::npos) << short_clip;
     EXPECT_NE(short_clip.find("send at least 10.0625 ms"), std::string::npos) << short_clip;
   }
   EXPECT_EQ(PrepareAudio(*enc, {.sample_rate = 16000, .samples = std::vector<float>(161, 0.1f)}, 0).tokens, 1);

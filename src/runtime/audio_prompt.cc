@@ -114,8 +114,8 @@ PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std:
     // padding. A whole clip that short has nothing to encode.
     if (soft == 0 && from > 0) break;
     if (soft == 0) {
-      throw Error(detail::Str("audio: the clip is ", audio.samples.size(), " sample(s) at ", audio.sample_rate,
-                              " Hz (", audio.seconds() * 1000.0, " ms), too short for one soft token of the ",
+      throw Error(detail::Str("audio: the clip is ", audio.samples.size(), " sample(s) at ", audio.sample_rate, " Hz (",
+                              audio.seconds() * 1000.0, " ms), too short for one soft token of the ",
                               AudioProjectorTypeName(c.projector), " encoder: send at least ",
                               MinAudioSamples(c, mel) * 1000.0 / kAudioRate, " ms of audio"));
     }
