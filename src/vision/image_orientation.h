@@ -13,8 +13,11 @@
 
 namespace kvshare::detail {
 
-// The orientation (1..8) in the file's EXIF block: JPEG APP1 "Exif",
-// PNG eXIf, WebP EXIF. 1 (as stored) when there is none or it does not parse.
+// The orientation (1..8) that PIL's exif_transpose applies: the tag of the
+// file's EXIF block (JPEG APP1 "Exif", PNG eXIf or else ImageMagick's "Raw
+// profile type exif" text chunk, WebP EXIF); when that has none, the XMP
+// packet's tiff:Orientation (JPEG APP1, PNG "XML:com.adobe.xmp" text,
+// WebP "XMP "). 1 (as stored) when there is none or it does not parse.
 int ExifOrientation(ImageFormat format, std::span<const std::uint8_t> bytes);
 
 // The image turned upright for `orientation` (2..8: mirror, 180°, flip,
