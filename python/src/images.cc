@@ -65,10 +65,12 @@ ImageArg ReadImageArg(const py::handle& obj, const std::string& name, const Prep
     const std::string b = py::module_::import("builtins").attr("bytes")(obj).cast<std::string>();
     bytes.assign(b.begin(), b.end());
   } else {
+    // A PIL image (what HF processors take) is a common thing to pass: say how.
+    const bool pil = py::hasattr(obj, "getexif") && py::hasattr(obj, "mode");
     throw py::type_error(name +
                          " must be a file path (str or os.PathLike), the file's bytes, or a uint8 numpy array "
                          "(HWC or 2-D grey); got " +
-                         TypeName(obj));
+                         TypeName(obj) + (pil ? " (for a PIL image pass numpy.asarray(image))" : ""));
   }
   ImageArg out;
   {

@@ -7,6 +7,7 @@ what is wrong. Runs in .ci/run's pytest after `pip install .` (not in ctest).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import struct
 import warnings
@@ -177,6 +178,10 @@ def test_errors(gemma4, tmp_path):
     fails(np.zeros((4, 4, 2), np.uint8), r"images\[1\]: a numpy image must be HWC .*\(4, 4, 2\)")
     fails(np.zeros((2, 4, 4, 3), np.uint8), r"images\[1\]: a numpy image must be HWC")
     fails(12, r"images\[1\] must be a file path .*got int", TypeError)
+    if importlib.util.find_spec("PIL") is not None:  # optional here: the rest runs without Pillow
+        from PIL import Image
+
+        fails(Image.fromarray(picture()), r"got Image \(for a PIL image pass numpy.asarray\(image\)\)", TypeError)
     # image_max_pixels (kvshare generate --image-max-pixels): a file's header and an array's shape.
     h, w = picture().shape[:2]
     for image, kind in ((png(picture()), "PNG"), (picture(), "raw")):
