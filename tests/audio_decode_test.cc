@@ -4,8 +4,17 @@
 // gives for it, and every bad input refused with a named error.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "audio_fixture.h"
@@ -136,6 +145,46 @@ TEST(AudioDecode, RefusesClipsOverTheLimits) {
   // MP3 headers only estimate the length: the decoded length is checked too.
   err = ErrorOf(ReadBytes(AudioDir() + "mp3_24000.mp3"), AudioLimits{.max_seconds = 0.5});
   EXPECT_NE(err.find("MP3 clip of"), std::string::npos) << err;
+}
+
+// A pipe (a shell's <(ffmpeg -i clip.m4a -f wav -), /dev/stdin) has no size
+// to check first: it is read to its end, up to the limit. It was refused
+// with "cannot read audio file '/dev/fd/63': Operation not supported".
+TEST(AudioDecode, LoadAudioFileReadsPipes) {
+  std::signal(SIGPIPE, SIG_IGN);  // a writer whose reader stopped early gets EPIPE
+  const std::vector<std::uint8_t> wav = Wav(16000, 1, 1600);
+  const std::string fifo = ::testing::TempDir() + "kvshare_audio_pipe_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  // LoadAudioFile(fifo, limits) while a thread writes `copies` copies of the
+  // clip; the writer never outlives the call, even when the call did not
+  // open the pipe (a read end opened without blocking lets it open and write).
+  const auto load = [&](int copies, const AudioLimits& limits) {
+    std::thread writer([&fifo, &wav, copies] {
+      std::ofstream out(fifo, std::ios::binary);
+      for (int i = 0; i < copies; ++i)
+        out.write(reinterpret_cast<const char*>(wav.data()), std::streamsize(wav.size()));
+    });
+    std::string error;
+    Audio audio;
+    try {
+      audio = LoadAudioFile(fifo, limits);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    const int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // held until the writer is done
+    writer.join();
+    if (fd >= 0) ::close(fd);
+    return std::make_pair(audio, error);
+  };
+  const auto [audio, error] = load(1, {});
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(audio.samples, DecodeAudio(wav).samples);
+  // Over max_bytes: refused after max_bytes + 1 bytes, naming the path.
+  const std::string over = load(3, {.max_bytes = wav.size() * 2}).second;
+  EXPECT_NE(over.find("'" + fifo + "' of more than " + std::to_string(wav.size() * 2) + " bytes is over the limit"),
+            std::string::npos)
+      << over;
+  std::remove(fifo.c_str());
 }
 
 TEST(AudioDecode, LoadAudioFileNamesThePath) {
