@@ -118,6 +118,15 @@ TEST(AudioDecode, NamesCorruptAndTruncatedFiles) {
   const std::vector<std::uint8_t> wav = Wav(16000, 1, 100);
   const std::vector<std::uint8_t> header_only(wav.begin(), wav.begin() + 20);
   EXPECT_NE(ErrorOf(header_only).find("corrupt WAV audio: "), std::string::npos) << ErrorOf(header_only);
+  // An MP3 cut inside its first frame: libsndfile's "File does not exist or
+  // is not a regular file (possibly a pipe?)" is replaced by what happened.
+  std::vector<std::uint8_t> mp3 = ReadBytes(AudioDir() + "mp3_24000.mp3");
+  mp3.resize(60);
+  const std::string cut = ErrorOf(mp3);
+  EXPECT_NE(cut.find("corrupt MP3 audio: the data (60 bytes) ends before libsndfile could read a whole header or "
+                     "frame: the file looks cut short"),
+            std::string::npos)
+      << cut;
   const std::vector<std::uint8_t> no_data(wav.begin(), wav.begin() + 44);
   EXPECT_NE(ErrorOf(no_data).find("corrupt WAV audio"), std::string::npos) << ErrorOf(no_data);
 }

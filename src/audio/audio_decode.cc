@@ -91,8 +91,16 @@ Audio DecodeAudio(std::span<const std::uint8_t> bytes, const AudioLimits& limits
   SF_INFO info{};
   std::unique_ptr<SNDFILE, decltype(&sf_close)> sf(sf_open_virtual(&io, SFM_READ, &info, &file), &sf_close);
   if (!sf) {
-    const std::string header = format == AudioFormat::kWav ? WavHeaderProblem(bytes) : "";
-    throw Error(Str("corrupt ", name, " audio: ", header.empty() ? sf_strerror(nullptr) : header));
+    std::string why = format == AudioFormat::kWav ? WavHeaderProblem(bytes) : "";
+    if (why.empty()) why = sf_strerror(nullptr);
+    // libsndfile's SFE_BAD_FILE, which it also reports when a read from
+    // memory comes up short (an MP3 cut inside its first frame): the
+    // path-and-pipe wording would send the user looking at the file system.
+    if (why.find("File does not exist or is not a regular file") != std::string::npos) {
+      why = Str("the data (", bytes.size(), " bytes) ends before libsndfile could read a whole header or frame: ",
+                "the file looks cut short");
+    }
+    throw Error(Str("corrupt ", name, " audio: ", why));
   }
   if (info.samplerate <= 0) throw Error(Str("corrupt ", name, " audio: its header gives a sample rate of ", info.samplerate, " Hz"));
   if (info.channels <= 0) throw Error(Str("corrupt ", name, " audio: its header gives ", info.channels, " channels"));
