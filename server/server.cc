@@ -253,7 +253,11 @@ void Server::Impl::SetupRoutes() {
           ApiError(404, "Unknown request URL: " + req.method + " " + req.path + ". Please check the URL for typos.",
                    "invalid_request_error", std::nullopt, "unknown_url"));
     } else if (res.status == 413) {
-      SendError(res, ApiError(413, "Request body too large: at most " + std::to_string(opt.max_body_bytes) + " bytes.",
+      // Media in base64 is what usually crosses the limit: say what sets it and what base64 costs.
+      SendError(res, ApiError(413,
+                              "Request body too large: at most " + std::to_string(opt.max_body_bytes) +
+                                  " bytes (this server's --max-body-kib; images and audio in base64 take 4/3 of "
+                                  "their file size).",
                               "invalid_request_error", std::nullopt, "request_too_large"));
     } else {
       SendError(res, HttpLayerError(req, res.status));

@@ -61,7 +61,7 @@ BAD = [
     ("POST", "/v1/nope", GOOD, 404, "invalid_request_error", "unknown_url", None, "Unknown request URL: POST /v1/nope"),
     ("GET", P, None, 404, "invalid_request_error", "unknown_url", None, "Unknown request URL: GET /v1/completions"),
     ("POST", P, {**GOOD, "prompt": "x" * 70000}, 413, "invalid_request_error", "request_too_large", None,
-     "Request body too large"),
+     "Request body too large: at most 65536 bytes (this server's --max-body-kib"),
     ("POST", "/tokenize", {"text": "x"}, 400, "invalid_request_error", "unknown_parameter", "text", ""),
     ("POST", "/detokenize", {"tokens": [-1]}, 400, "invalid_request_error", "invalid_value", "tokens", ""),
 ]
