@@ -81,6 +81,12 @@ TEST(ImageFlags, ErrorsNameTheFlagAndFile) {
   }
   EXPECT_NE(error({"--mmproj", mm, "--image", cut}).find("--image " + cut + ": truncated PNG image"),
             std::string::npos);
+  // An error of the encoder itself names the file too (the tiny gemma4
+  // tower's position table has 24 entries a side; rgb.png at 280 tokens
+  // needs more). It used to read "gemma4v encoder: the image has ...".
+  EXPECT_NE(error({"--mmproj", mm, "--image", rgb}).find("--image " + rgb + ": gemma4v encoder: the image has"),
+            std::string::npos)
+      << error({"--mmproj", mm, "--image", rgb});
   // The Gemma 3 encoder writes 64-wide tokens too, so it passes the width
   // check; a text model file as the mmproj does not.
   EXPECT_NE(error({"--mmproj", Fixture("gemma4.f32.gguf"), "--image", Fixture("pre.gemma4_70.astronaut.0.png")})

@@ -56,6 +56,7 @@ EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
   for (const std::string& path : f.images) {
     try {
       const std::vector<std::uint8_t> bytes = ReadImageFile(path, limits);
+      out.paths.push_back(path);
       PromptImage& im = out.images.emplace_back();
       im.key = ImageKey(bytes, po);
       out.pixels.push_back(out.encoder->Preprocess(DecodeImage(bytes, limits), po));
@@ -71,9 +72,13 @@ EncodedImages PrepareImageFlags(const ImageFlags& f, const Model& model) {
 void EncodeImages(EncodedImages& e, ThreadPool* pool) {
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < e.pixels.size(); ++i) {
-    for (const PixelTensor& p : e.pixels[i]) {
-      const std::vector<float> rows = e.encoder->Encode(p, pool);
-      e.images[i].rows.insert(e.images[i].rows.end(), rows.begin(), rows.end());
+    try {
+      for (const PixelTensor& p : e.pixels[i]) {
+        const std::vector<float> rows = e.encoder->Encode(p, pool);
+        e.images[i].rows.insert(e.images[i].rows.end(), rows.begin(), rows.end());
+      }
+    } catch (const Error& err) {
+      throw Error("--image " + (i < e.paths.size() ? e.paths[i] : std::to_string(i)) + ": " + err.what());
     }
   }
   e.pixels.clear();

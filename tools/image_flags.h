@@ -38,8 +38,9 @@ void AddVisionPrecisionFlag(CLI::App& cmd, std::string& precision);
 // --image).
 struct EncodedImages {
   std::unique_ptr<VisionEncoder> encoder;
-  std::vector<PromptImage> images;              // tokens and keys; rows once encoded
+  std::vector<PromptImage> images;               // tokens and keys; rows once encoded
   std::vector<std::vector<PixelTensor>> pixels;  // per image, until EncodeImages
+  std::vector<std::string> paths;                // per image: the --image file, for EncodeImages' errors
   double seconds = 0;                            // preprocessing and encoding, all images
 };
 
@@ -49,7 +50,8 @@ struct EncodedImages {
 // and file at fault: --image without --mmproj, an unreadable or bad image
 // (over --image-max-pixels included), an mmproj of another model.
 EncodedImages PrepareImageFlags(const ImageFlags& flags, const Model& model);
-// Encodes the prepared pixel tensors into images[i].rows.
+// Encodes the prepared pixel tensors into images[i].rows. Throws what the
+// encoder throws, naming the --image file.
 void EncodeImages(EncodedImages& images, ThreadPool* pool);
 // PrepareImageFlags, then EncodeImages.
 EncodedImages EncodeImageFlags(const ImageFlags& flags, const Model& model, ThreadPool* pool);
