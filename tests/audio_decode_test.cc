@@ -127,6 +127,14 @@ TEST(AudioDecode, NamesCorruptAndTruncatedFiles) {
                      "frame: the file looks cut short"),
             std::string::npos)
       << cut;
+  // A data chunk declared empty with samples after it (an unfinalized
+  // recording): named as such, not only "decodes to no samples".
+  std::vector<std::uint8_t> unfinalized = wav;
+  std::fill(unfinalized.begin() + 40, unfinalized.begin() + 44, 0);
+  const std::string empty = ErrorOf(unfinalized);
+  EXPECT_NE(empty.find("corrupt WAV audio: its header gives the data chunk a size of 0 bytes, yet 200 bytes follow"),
+            std::string::npos)
+      << empty;
   const std::vector<std::uint8_t> no_data(wav.begin(), wav.begin() + 44);
   EXPECT_NE(ErrorOf(no_data).find("corrupt WAV audio"), std::string::npos) << ErrorOf(no_data);
 }

@@ -78,6 +78,28 @@ std::string WavHeaderProblem(std::span<const std::uint8_t> b) {
   return "";
 }
 
+// Why a WAV that libsndfile opened decodes to no samples, when its header
+// says: a data chunk declared empty with bytes after it is what a recorder
+// that never finalized its file (or a writer to a pipe) leaves. "" otherwise.
+std::string WavEmptyDataProblem(std::span<const std::uint8_t> b) {
+  auto u32 = [&b](std::size_t at) {
+    return std::uint32_t(b[at]) | std::uint32_t(b[at + 1]) << 8 | std::uint32_t(b[at + 2]) << 16 |
+           std::uint32_t(b[at + 3]) << 24;
+  };
+  for (std::size_t at = 12; at + 8 <= b.size();) {
+    const std::uint32_t size = u32(at + 4);
+    if (std::memcmp(b.data() + at, "data", 4) == 0) {
+      const std::size_t after = b.size() - at - 8;
+      if (size != 0 || after == 0) return "";
+      return Str("its header gives the data chunk a size of 0 bytes, yet ", after,
+                 " bytes follow (a recording that was never finalized?): rewrite the file, e.g. ",
+                 "ffmpeg -i in.wav out.wav");
+    }
+    at += 8 + std::size_t{size} + (size & 1);
+  }
+  return "";
+}
+
 }  // namespace
 
 Audio DecodeAudio(std::span<const std::uint8_t> bytes, const AudioLimits& limits) {
@@ -97,8 +119,8 @@ Audio DecodeAudio(std::span<const std::uint8_t> bytes, const AudioLimits& limits
     // memory comes up short (an MP3 cut inside its first frame): the
     // path-and-pipe wording would send the user looking at the file system.
     if (why.find("File does not exist or is not a regular file") != std::string::npos) {
-      why = Str("the data (", bytes.size(), " bytes) ends before libsndfile could read a whole header or frame: ",
-                "the file looks cut short");
+      why = Str("the data (", bytes.size(),
+                " bytes) ends before libsndfile could read a whole header or frame: the file looks cut short");
     }
     throw Error(Str("corrupt ", name, " audio: ", why));
   }
@@ -130,7 +152,10 @@ Audio DecodeAudio(std::span<const std::uint8_t> bytes, const AudioLimits& limits
     }
   }
   if (sf_error(sf.get()) != SF_ERR_NO_ERROR) throw Error(Str("corrupt ", name, " audio: ", sf_strerror(sf.get())));
-  if (audio.samples.empty()) throw Error(Str("corrupt ", name, " audio: it decodes to no samples"));
+  if (audio.samples.empty()) {
+    const std::string why = format == AudioFormat::kWav ? WavEmptyDataProblem(bytes) : "";
+    throw Error(Str("corrupt ", name, " audio: ", why.empty() ? "it decodes to no samples" : why));
+  }
   return audio;
 }
 
