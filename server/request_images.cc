@@ -81,9 +81,14 @@ void AttachMedia(const CompletionRequest& req, const ModelContext& ctx, const st
   std::unique_lock<std::mutex> lock;
   if (im.pool_mu != nullptr) lock = std::unique_lock<std::mutex>(*im.pool_mu);
   for (std::size_t i = 0; i < pixels.size(); ++i) {
-    for (const PixelTensor& px : pixels[i]) {
-      const std::vector<float> rows = im.encoder->Encode(px, im.pool);
-      (*images)[i].rows.insert((*images)[i].rows.end(), rows.begin(), rows.end());
+    try {
+      for (const PixelTensor& px : pixels[i]) {
+        const std::vector<float> rows = im.encoder->Encode(px, im.pool);
+        (*images)[i].rows.insert((*images)[i].rows.end(), rows.begin(), rows.end());
+      }
+    } catch (const Error& e) {  // the encoder's own refusals (a grid past its position table)
+      const std::string& param = req.images[i].param;
+      throw BadRequest("Invalid '" + param + "': " + e.what() + ".", param, "invalid_image");
     }
   }
   if (!req.audio.empty()) EncodeRequestAudio(audio, ctx, im.pool);

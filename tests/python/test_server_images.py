@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 import pytest
 
-from server_util import Server, need_default_model, request
+from server_util import ROOT, Server, need_default_model, request
 
 gguf = pytest.importorskip("gguf")
 
@@ -184,6 +184,20 @@ def test_bad_images_are_400s_naming_the_problem(server):
     check_400(request(server, "POST", P, chat(many)), "context_length_exceeded", "images")
     # Still serving.
     assert request(server, "POST", P, chat([text, image_part(data_url(png(8, 8, 6)))])).status == 200
+
+
+def test_encoder_refusals_name_the_image():
+    # The tiny Gemma 4 tower's position table has 24 entries a side: a 30 x 40
+    # image at 70 soft tokens needs 27 x 21 patches. The encoder's error was a
+    # 400 with neither code nor param.
+    vision = ROOT / "tests" / "fixtures" / "vision"
+    with Server(vision / "gemma4.f32.gguf", "--slots", 1, "--max-context", 256, "--chat-template", "gemma4",
+                "--mmproj", vision / "gemma4.mmproj.f32.gguf") as s:
+        text = {"type": "text", "text": "Describe."}
+        res = request(s, "POST", P, chat([text, image_part(data_url(png(30, 40, 7)))], max_soft_tokens=70))
+        check_400(res, "invalid_image", "more per side than the position table's 24")
+        assert res.json()["error"]["param"] == "messages[0].content[1].image_url.url"
+        assert request(s, "POST", P, chat([text, image_part(data_url(png(8, 8, 6)))], max_soft_tokens=70)).status == 200
 
 
 def test_without_mmproj_images_name_the_flag():
