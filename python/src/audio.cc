@@ -58,6 +58,7 @@ AudioArg ReadAudioArg(const py::handle& obj, const std::string& name, double max
       py::gil_scoped_release release;
       try {
         out.audio = LoadAudioFile(p, {.max_seconds = max_seconds});
+        out.path = p;
       } catch (const Error& e) {
         throw Error(name + ": " + e.what());
       }

@@ -25,6 +25,7 @@ namespace py = pybind11;
 struct AudioArg {
   Audio audio;
   std::uint64_t key = 0;  // AudioKey of the decoded samples
+  std::string path;       // the file it came from; empty for bytes and arrays
 };
 AudioArg ReadAudioArg(const py::handle& obj, const std::string& name, double max_seconds);
 

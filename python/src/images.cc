@@ -147,7 +147,9 @@ std::shared_ptr<EncodedPrompt> EncodePromptMedia(const PromptMedia& m, const Pro
     try {
       prepared.push_back(PrepareAudio(*m.audio, m.clips[i].audio, m.clips[i].key));
     } catch (const Error& e) {
-      throw named("audio", i, e);
+      // A clip from a file: name it (a NaN sample, too short), as the decoder's errors do.
+      const std::string& path = m.clips[i].path;
+      throw named("audio", i, path.empty() ? e : Error("audio file '" + path + "': " + e.what()));
     }
     out->clips.push_back(prepared.back().Pending());
   }

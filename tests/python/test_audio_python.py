@@ -53,7 +53,7 @@ def test_clip_kinds_agree_and_reach_the_model(model, tmp_path):
     assert prompt - model.last_stats["prompt_tokens"] == 13 + 2
 
 
-def test_errors_name_the_clip(model):
+def test_errors_name_the_clip(model, tmp_path):
     with pytest.raises(TypeError, match="needs its sample rate"):
         run(model, audio=[tone(440)])
     with pytest.raises(kvshare.Error, match=r"audio\[0\].*sample rate 0"):
@@ -70,6 +70,10 @@ def test_errors_name_the_clip(model):
         run(model, audio=[(nan, 16000)])
     with pytest.raises(kvshare.Error, match=r"audio\[0\].*too short for one soft token.*at least 10.0625 ms"):
         run(model, audio=[(tone(440)[:3], 16000)])
+    short = tmp_path / "short.wav"
+    short.write_bytes(wav16(tone(440)[:3]))
+    with pytest.raises(kvshare.Error, match=rf"audio\[0\]: audio file '{short}': audio: the clip is 3 sample"):
+        run(model, audio=[str(short)])
     with pytest.raises(kvshare.Error, match="not token ids"):
         list(model.generate([2, 3], audio=[(tone(440), 16000)]))
 
