@@ -5,14 +5,11 @@
 #include <sndfile.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
-#include <system_error>
 
+#include "common/read_file.h"
 #include "common/str.h"
 #include "kvshare/audio/audio.h"
 #include "kvshare/common/error.h"
@@ -160,37 +157,16 @@ Audio DecodeAudio(std::span<const std::uint8_t> bytes, const AudioLimits& limits
 }
 
 Audio LoadAudioFile(const std::string& path, const AudioLimits& limits) {
-  const auto over = [&](const std::string& size) {
-    return Error(Str("audio file '", path, "' of ", size, " bytes is over the limit of ", limits.max_bytes, " bytes"));
-  };
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(Str("cannot read audio file '", path, "': Is a directory"));
-  // A regular file's size is checked before a byte is read; a pipe (a shell's
-  // <(ffmpeg ... -f wav -), /dev/stdin) has none and is read up to one byte
-  // past the limit.
-  std::uintmax_t size = 0;
-  if (std::filesystem::is_regular_file(path, ec)) {
-    size = std::filesystem::file_size(path, ec);
-    if (!ec && size > limits.max_bytes) throw over(std::to_string(size));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const std::error_code why(errno, std::generic_category());
-    throw Error(Str("cannot read audio file '", path, "': ", why.message()));
-  }
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
-  std::vector<std::uint8_t> bytes;
-  bytes.reserve(static_cast<std::size_t>(size) + kChunk);
-  while (in) {
-    const std::size_t have = bytes.size();
-    const std::size_t room = limits.max_bytes - have;  // bytes.size() <= max_bytes here
-    const std::size_t want = room >= kChunk ? kChunk : room + 1;
-    bytes.resize(have + want);
-    in.read(reinterpret_cast<char*>(bytes.data() + have), static_cast<std::streamsize>(want));
-    bytes.resize(have + static_cast<std::size_t>(in.gcount()));
-    if (bytes.size() > limits.max_bytes) throw over("more than " + std::to_string(limits.max_bytes));
-  }
-  if (in.bad()) throw Error(Str("cannot read audio file '", path, "'"));
+  // A pipe (a shell's <(ffmpeg ... -f wav -), /dev/stdin) is read as a file is.
+  const std::vector<std::uint8_t> bytes = detail::ReadFileLimited(
+      path, limits.max_bytes,
+      {.over =
+           [&](const std::string& size) {
+             return Error(
+                 Str("audio file '", path, "' of ", size, " bytes is over the limit of ", limits.max_bytes, " bytes"));
+           },
+       .unreadable =
+           [&](const std::string& reason) { return Error(Str("cannot read audio file '", path, "': ", reason)); }});
   try {
     return DecodeAudio(bytes, limits);
   } catch (const Error& e) {

@@ -9,15 +9,12 @@
 #include <webp/decode.h>
 #include <webp/demux.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <system_error>
 #include <utility>
 
+#include "common/read_file.h"
 #include "kvshare/common/error.h"
 #include "kvshare/vision/image.h"
 #include "vision/image_format.h"
@@ -156,37 +153,15 @@ Image DecodeImage(std::span<const std::uint8_t> bytes, const ImageLimits& limits
 }
 
 std::vector<std::uint8_t> ReadImageFile(const std::string& path, const ImageLimits& limits) {
-  const auto over = [&](const std::string& size) {
-    return Error("the file " + path + " is " + size + " bytes, over the limit of " + std::to_string(limits.max_bytes) +
-                 " bytes (ImageLimits::max_bytes)");
-  };
-  std::error_code ec;
-  std::uintmax_t size = 0;
-  if (std::filesystem::is_directory(path, ec)) throw Error("cannot open the file " + path + " (a directory)");
-  if (std::filesystem::is_regular_file(path, ec)) {
-    size = std::filesystem::file_size(path, ec);
-    if (!ec && size > limits.max_bytes) throw over(std::to_string(size));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const std::error_code why(errno, std::generic_category());
-    throw Error("cannot open the file " + path + " (" + why.message() + ")");
-  }
-  // A regular file is read whole; a pipe or device up to one byte past the limit.
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
-  std::vector<std::uint8_t> bytes;
-  bytes.reserve(static_cast<std::size_t>(size) + kChunk);  // the last read's room: no copy
-  while (in) {
-    const std::size_t have = bytes.size();
-    const std::size_t room = limits.max_bytes - have;  // bytes.size() <= max_bytes here
-    const std::size_t want = room >= kChunk ? kChunk : room + 1;
-    bytes.resize(have + want);
-    in.read(reinterpret_cast<char*>(bytes.data() + have), static_cast<std::streamsize>(want));
-    bytes.resize(have + static_cast<std::size_t>(in.gcount()));
-    if (bytes.size() > limits.max_bytes) throw over("more than " + std::to_string(limits.max_bytes));
-  }
-  if (in.bad()) throw Error("reading the file " + path + " failed");
-  return bytes;
+  return detail::ReadFileLimited(
+      path, limits.max_bytes,
+      {.over =
+           [&](const std::string& size) {
+             return Error("the file " + path + " is " + size + " bytes, over the limit of " +
+                          std::to_string(limits.max_bytes) + " bytes (ImageLimits::max_bytes)");
+           },
+       .unreadable =
+           [&](const std::string& reason) { return Error("cannot open the file " + path + " (" + reason + ")"); }});
 }
 
 Image LoadImageFile(const std::string& path, const ImageLimits& limits) {
