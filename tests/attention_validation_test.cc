@@ -48,6 +48,25 @@ GqaCase WithRope(GqaCase c) {
   return c;
 }
 
+// A first prompt of 4 tokens per row with RoPE by position_ids [B, 4] over a
+// cos/sin cache of `cos_rows` rows.
+GqaCase FirstPromptWithPositions(std::vector<std::int64_t> position_ids, std::int64_t cos_rows) {
+  GqaCase c = WithRope(ValidDecode());
+  std::mt19937_64 rng(6);
+  c.has_past = c.has_present = false;
+  c.query = RandomBuffer(DType::kFloat32, {B, 4, N * H}, rng);
+  c.key = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
+  c.value = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
+  c.output = Buffer(DType::kFloat32, {B, 4, N * H});
+  c.total_len = Int32Buffer({4}, {1});
+  c.seqlens_k = Int32Buffer({3, 3}, {B});
+  c.has_pos = true;
+  c.position_ids = Int64Buffer(std::move(position_ids), {B, 4});
+  c.cos = RandomBuffer(DType::kFloat32, {cos_rows, H / 2}, rng);
+  c.sin = RandomBuffer(DType::kFloat32, {cos_rows, H / 2}, rng);
+  return c;
+}
+
 GqaCase ValidScatter() {
   GqaCase c = ValidDecode();
   c.has_past = false;
@@ -416,38 +435,11 @@ std::vector<Bad> Cases() {
            [] { return WithRope(ValidDecode()); }),
        "position_ids value out of range: position -1 (row 0, query 0)"},
       {"pos_base",
-       mut(
-           [](GqaCase& c) {
-             std::mt19937_64 rng(6);
-             c.has_past = c.has_present = false;
-             c.query = RandomBuffer(DType::kFloat32, {B, 4, N * H}, rng);
-             c.key = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
-             c.value = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
-             c.output = Buffer(DType::kFloat32, {B, 4, N * H});
-             c.total_len = Int32Buffer({4}, {1});
-             c.seqlens_k = Int32Buffer({3, 3}, {B});
-             c.has_pos = true;
-             c.position_ids = Int64Buffer({29, 0, 0, 0, 0, 0, 0, 0}, {B, 4});
-           },
-           [] { return WithRope(ValidDecode()); }),
+       [] {
+         return FirstPromptWithPositions({29, 0, 0, 0, 0, 0, 0, 0}, 32);
+       },
        "position_ids base value out of cos/sin cache range: position_ids[0, 0] = 29, allowed [0, 28]"},
-      {"pos_cache_shorter_than_prompt",
-       mut(
-           [](GqaCase& c) {
-             std::mt19937_64 rng(6);
-             c.has_past = c.has_present = false;
-             c.query = RandomBuffer(DType::kFloat32, {B, 4, N * H}, rng);
-             c.key = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
-             c.value = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
-             c.output = Buffer(DType::kFloat32, {B, 4, N * H});
-             c.total_len = Int32Buffer({4}, {1});
-             c.seqlens_k = Int32Buffer({3, 3}, {B});
-             c.has_pos = true;
-             c.position_ids = Int64Buffer(std::vector<std::int64_t>(8, 0), {B, 4});
-             c.cos = RandomBuffer(DType::kFloat32, {2, H / 2}, rng);
-             c.sin = RandomBuffer(DType::kFloat32, {2, H / 2}, rng);
-           },
-           [] { return WithRope(ValidDecode()); }),
+      {"pos_cache_shorter_than_prompt", [] { return FirstPromptWithPositions(std::vector<std::int64_t>(8, 0), 2); },
        "cos_cache dimension 0 = 2 is shorter than sequence_length 4: the prompt's positions position_ids[0, 0] + "
        "[0, 4) cannot all fit in it"},
       // Bias, sinks, outputs.
