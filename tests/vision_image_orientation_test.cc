@@ -16,6 +16,7 @@
 
 #include "common_source_path.h"
 #include "kvshare/vision/image.h"
+#include "vision/image_orientation.h"
 
 namespace kvshare {
 namespace {
@@ -121,6 +122,11 @@ TEST(VisionImageOrientation, JpegXmpWhenExifHasNoTag) {
   const std::size_t value_at = 20 + app1.size() + 4 + 6 + 8 + 2 + 8;
   ASSERT_EQ(exif1[value_at + 1], 6);
   exif1[value_at + 1] = 1;
+  EXPECT_EQ(DecodeImage(exif1).width, 7);
+  // A tag outside 1..8 (exif_transpose leaves such an image as stored) is 1,
+  // as the header promises, not the raw value or XMP's.
+  exif1[value_at + 1] = 9;
+  EXPECT_EQ(detail::ExifOrientation(detail::ImageFormat::kJpeg, exif1), 1);
   EXPECT_EQ(DecodeImage(exif1).width, 7);
 }
 

@@ -66,9 +66,9 @@ struct Metadata {
   Bytes exif;
   std::string xmp;
   int Orientation() const {
-    if (const int o = TiffOrientation(exif); o != 0) return o;
-    const int o = XmpOrientation(xmp);
-    return o != 0 ? o : 1;
+    int o = TiffOrientation(exif);
+    if (o == 0) o = XmpOrientation(xmp);
+    return o >= 1 && o <= 8 ? o : 1;  // another value: exif_transpose leaves the image as stored
   }
 };
 
