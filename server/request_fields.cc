@@ -58,17 +58,23 @@ std::optional<std::int64_t> Integer(const json& body, const std::string& name, s
     } else {
       v = it->get<std::int64_t>();
     }
+  } else if (const double d = it->is_number_float() ? it->get<double>() : 0.0;
+             std::isfinite(d) && d == std::floor(d) && std::fabs(d) >= 0x1p63) {
+    // An integer literal past uint64 (99999999999999999999) parses as a
+    // double: out of range, not "a decimal".
+    v = d > 0 ? INT64_MAX : INT64_MIN;
   } else {
     WrongType(name, "an integer", *it);
   }
+  const std::string got = it->is_number_float() ? it->dump() : std::to_string(v);
   if (v < lo) {
     throw BadRequest("Invalid '" + name + "': integer below minimum value. Expected a value >= " + std::to_string(lo) +
-                         ", but got " + std::to_string(v) + " instead.",
+                         ", but got " + got + " instead.",
                      name, "integer_below_min_value");
   }
   if (v > hi) {
     throw BadRequest("Invalid '" + name + "': integer above maximum value. Expected a value <= " + std::to_string(hi) +
-                         ", but got " + std::to_string(v) + " instead.",
+                         ", but got " + got + " instead.",
                      name, "integer_above_max_value");
   }
   return v;

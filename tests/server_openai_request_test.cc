@@ -189,6 +189,10 @@ TEST(OpenAiRequest, OutOfRangeValues) {
   ExpectError(Chat({{"max_tokens", 0}}), true, {400, "max_tokens", "integer_below_min_value", "Expected a value >= 1"});
   ExpectError(Chat({{"top_k", -2}}), true, {400, "top_k", "integer_below_min_value", ""});
   ExpectError(Chat({{"n", 17}}), true, {400, "n", "integer_above_max_value", "Expected a value <= 16"});
+  // Past uint64 the literal parses as a double: still an integer out of range.
+  ExpectError(json::parse(R"({"model": "tiny", "prompt": "hi", "max_tokens": 99999999999999999999})"), false,
+              {400, "max_tokens", "integer_above_max_value", "but got 1e+20 instead"});
+  ExpectError(Chat({{"max_tokens", 2.5}}), true, {400, "max_tokens", "invalid_type", "got a decimal"});
   ExpectError(Chat({{"n", 0}}), true, {400, "n", "integer_below_min_value", ""});
   ExpectError(Chat({{"logprobs", true}, {"top_logprobs", 21}}), true,
               {400, "top_logprobs", "integer_above_max_value", ""});
