@@ -66,15 +66,8 @@ class Gemma3 final : public detail::DecoderModel {
     detail::CheckScalarHyperparameters(c, a);
     c.head_dim = static_cast<int>(f.GetU32Or(a + "attention.key_length", c.n_embd / c.n_head));
     if (c.head_dim < 1) throw Error(Str(a, "attention.key_length must be >= 1, got ", c.head_dim));
-    if (const auto v_len = f.GetU32Opt(a + "attention.value_length");
-        v_len && static_cast<std::int64_t>(*v_len) != c.head_dim) {
-      throw Error(Str(a, "attention.value_length = ", *v_len, " differs from attention.key_length = ", c.head_dim,
-                      ": different K and V head sizes are not supported"));
-    }
-    if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0) {
-      throw Error(Str(a, "attention.head_count_kv = ", c.n_head_kv,
-                      " must be >= 1 and divide attention.head_count = ", c.n_head));
-    }
+    detail::CheckValueLength(f, a, "attention.key_length", "attention.value_length", c.head_dim);
+    detail::CheckKvHeadCount(a, "attention.head_count_kv", c.n_head_kv, c.n_head);
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     // HF Gemma3ForCausalLM caps the logits when its config sets
     // final_logit_softcapping (the released models do not; the converter

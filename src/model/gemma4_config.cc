@@ -36,21 +36,14 @@ Gemma4Geometry ReadGemma4Geometry(const GgufFile& f, const std::string& a) {
   for (const auto& [k_key, v_key, want] :
        {std::tuple{"attention.key_length", "attention.value_length", hd_full},
         std::tuple{"attention.key_length_swa", "attention.value_length_swa", hd_swa}}) {
-    const auto v_len = f.GetU32Opt(a + v_key);
-    if (v_len && static_cast<int>(*v_len) != want) {
-      throw Error(Str(a, v_key, " = ", *v_len, " differs from ", a, k_key, " = ", want,
-                      ": different K and V head sizes are not supported"));
-    }
+    CheckValueLength(f, a, k_key, v_key, want);
   }
   c.layer_n_head_kv = f.GetI32OrArray(a + "attention.head_count_kv", L);
   c.layer_n_ff = f.GetI32OrArray(a + "feed_forward_length", L);
   c.layer_head_dim.resize(L);
   for (std::size_t i = 0; i < L; ++i) {
     c.layer_head_dim[i] = c.is_sliding[i] ? hd_swa : hd_full;
-    if (c.layer_n_head_kv[i] < 1 || c.n_head % c.layer_n_head_kv[i] != 0) {
-      throw Error(Str(a, "attention.head_count_kv[", i, "] = ", c.layer_n_head_kv[i],
-                      " must be >= 1 and divide attention.head_count = ", c.n_head));
-    }
+    CheckKvHeadCount(a, Str("attention.head_count_kv[", i, "]"), c.layer_n_head_kv[i], c.n_head);
     if (c.layer_n_ff[i] < 0) throw Error(Str(a, "feed_forward_length[", i, "] = ", c.layer_n_ff[i], " is negative"));
   }
   c.head_dim = c.layer_head_dim[0];

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 
@@ -58,6 +59,20 @@ void CheckScalarHyperparameters(const ModelConfig& c, const std::string& a) {
   for (const auto& [key, base] :
        {std::pair{"rope.freq_base", c.rope_base_full}, std::pair{"rope.freq_base_swa", c.rope_base_sliding}}) {
     if (!std::isfinite(base) || base <= 0) throw Error(Str(a, key, " must be finite and > 0, got ", base));
+  }
+}
+
+void CheckKvHeadCount(const std::string& a, const std::string& key, int n_head_kv, int n_head) {
+  if (n_head_kv < 1 || n_head % n_head_kv != 0) {
+    throw Error(Str(a, key, " = ", n_head_kv, " must be >= 1 and divide attention.head_count = ", n_head));
+  }
+}
+
+void CheckValueLength(const GgufFile& f, const std::string& a, const char* k_key, const char* v_key, int key_length) {
+  const auto v_len = f.GetU32Opt(a + v_key);
+  if (v_len && static_cast<std::int64_t>(*v_len) != key_length) {
+    throw Error(Str(a, v_key, " = ", *v_len, " differs from ", k_key, " = ", key_length,
+                    ": different K and V head sizes are not supported"));
   }
 }
 

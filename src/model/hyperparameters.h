@@ -23,6 +23,16 @@ void CheckLayerCount(const GgufFile& f, int n_layer, const std::string& prefix);
 // Throws kvshare::Error naming the key and the value read.
 void CheckScalarHyperparameters(const ModelConfig& c, const std::string& prefix);
 
+// `<prefix>key` (attention.head_count_kv, or one layer's entry of it) must be
+// >= 1 and divide attention.head_count. Throws kvshare::Error naming the key.
+void CheckKvHeadCount(const std::string& prefix, const std::string& key, int n_head_kv, int n_head);
+
+// `<prefix>v_key`, when present, must equal `key_length`, the K head size
+// read from `<prefix>k_key`: kvshare runs equal K and V head sizes only.
+// Throws kvshare::Error naming both keys.
+void CheckValueLength(const GgufFile& f, const std::string& prefix, const char* k_key, const char* v_key,
+                      int key_length);
+
 // `<prefix>final_logit_softcapping`, 0 (off) when absent. Throws
 // kvshare::Error unless it is finite and >= 0.
 float ReadFinalLogitSoftcap(const GgufFile& f, const std::string& prefix);
