@@ -48,16 +48,22 @@ GqaCase WithRope(GqaCase c) {
   return c;
 }
 
+// `s` new tokens per row: query, key and value drawn from `rng`, an output
+// to match.
+void SetNewTokens(GqaCase& c, std::int64_t s, std::mt19937_64& rng) {
+  c.query = RandomBuffer(DType::kFloat32, {B, s, N * H}, rng);
+  c.key = RandomBuffer(DType::kFloat32, {B, s, Nkv * H}, rng);
+  c.value = RandomBuffer(DType::kFloat32, {B, s, Nkv * H}, rng);
+  c.output = Buffer(DType::kFloat32, {B, s, N * H});
+}
+
 // A first prompt of 4 tokens per row with RoPE by position_ids [B, 4] over a
 // cos/sin cache of `cos_rows` rows.
 GqaCase FirstPromptWithPositions(std::vector<std::int64_t> position_ids, std::int64_t cos_rows) {
   GqaCase c = WithRope(ValidDecode());
   std::mt19937_64 rng(6);
   c.has_past = c.has_present = false;
-  c.query = RandomBuffer(DType::kFloat32, {B, 4, N * H}, rng);
-  c.key = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
-  c.value = RandomBuffer(DType::kFloat32, {B, 4, Nkv * H}, rng);
-  c.output = Buffer(DType::kFloat32, {B, 4, N * H});
+  SetNewTokens(c, 4, rng);
   c.total_len = Int32Buffer({4}, {1});
   c.seqlens_k = Int32Buffer({3, 3}, {B});
   c.has_pos = true;
@@ -266,10 +272,7 @@ std::vector<Bad> Cases() {
        "seqlens_k[0] = 1 is out of range [0, total_sequence_length = 1)"},
       {"first_prompt_rows", mut([](GqaCase& c) {
          std::mt19937_64 rng(3);
-         c.query = RandomBuffer(DType::kFloat32, {B, 2, N * H}, rng);
-         c.key = RandomBuffer(DType::kFloat32, {B, 2, Nkv * H}, rng);
-         c.value = RandomBuffer(DType::kFloat32, {B, 2, Nkv * H}, rng);
-         c.output = Buffer(DType::kFloat32, {B, 2, N * H});
+         SetNewTokens(c, 2, rng);
          c.total_len = Int32Buffer({2}, {1});
          c.seqlens_k = Int32Buffer({1, 1}, {B});
          c.has_past = c.has_present = false;
@@ -278,10 +281,7 @@ std::vector<Bad> Cases() {
        "seqlens_k[0] = 2 is out of range [0, total_sequence_length = 2)"},
       {"too_small", mut([](GqaCase& c) {
          std::mt19937_64 rng(3);
-         c.query = RandomBuffer(DType::kFloat32, {B, 3, N * H}, rng);
-         c.key = RandomBuffer(DType::kFloat32, {B, 3, Nkv * H}, rng);
-         c.value = RandomBuffer(DType::kFloat32, {B, 3, Nkv * H}, rng);
-         c.output = Buffer(DType::kFloat32, {B, 3, N * H});
+         SetNewTokens(c, 3, rng);
          c.seqlens_k = Int32Buffer({1, 8}, {B});
        }),
        "seqlens_k[0] = 1 is too small for sequence_length 3"},
