@@ -23,11 +23,8 @@ std::string Upper(std::string s) {
 }  // namespace
 
 ApiError BadAudio(const std::string& param, const Error& e) {
-  const std::string what = e.what();
-  // The decoder's "... s is over the limit" and PrepareAudio's "... s per clip".
-  const bool too_long =
-      what.find(" s is over the limit") != std::string::npos || what.find(" s per clip") != std::string::npos;
-  return BadRequest("Invalid '" + param + "': " + what + ".", param, too_long ? "audio_too_long" : "invalid_audio");
+  const bool too_long = dynamic_cast<const AudioTooLong*>(&e) != nullptr;
+  return BadRequest("Invalid '" + param + "': " + e.what() + ".", param, too_long ? "audio_too_long" : "invalid_audio");
 }
 
 PreparedRequestAudio PrepareRequestAudio(const CompletionRequest& req, const ModelContext& ctx) {

@@ -51,8 +51,8 @@ sf_count_t Tell(void* user) { return static_cast<MemoryFile*>(user)->pos; }
 void CheckLength(const char* format, double frames, int rate, const AudioLimits& limits) {
   const double seconds = frames / rate;
   if (seconds > limits.max_seconds) {
-    throw Error(Str(format, " clip of ", seconds, " s is over the limit of ", limits.max_seconds,
-                    " s: send a shorter clip (or split it)"));
+    throw AudioTooLong(Str(format, " clip of ", seconds, " s is over the limit of ", limits.max_seconds,
+                           " s: send a shorter clip (or split it)"));
   }
 }
 

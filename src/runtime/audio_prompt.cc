@@ -85,9 +85,9 @@ PreparedAudio PrepareAudio(const AudioEncoder& encoder, const Audio& audio, std:
   if (audio.samples.empty()) throw Error("audio: the clip has no samples");
   const double limit = MaxAudioSeconds(c.projector);
   if (audio.seconds() > limit) {
-    throw Error(detail::Str("audio: the clip is ", audio.seconds(), " s long; the ",
-                            AudioProjectorTypeName(c.projector), " encoder takes at most ", limit,
-                            " s per clip (split it into several clips)"));
+    throw AudioTooLong(detail::Str("audio: the clip is ", audio.seconds(), " s long; the ",
+                                   AudioProjectorTypeName(c.projector), " encoder takes at most ", limit,
+                                   " s per clip (split it into several clips)"));
   }
   // A NaN or infinity (a float WAV can hold them) turns every feature and
   // soft token it touches into NaN, and the model's logits with them.

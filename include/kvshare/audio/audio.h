@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "kvshare/common/error.h"
+
 namespace kvshare {
 
 // Mono audio: samples[i] at time i / sample_rate seconds, nominally in
@@ -36,6 +38,14 @@ struct Audio {
 struct AudioLimits {
   std::size_t max_bytes = std::size_t{256} << 20;
   double max_seconds = 600.0;
+};
+
+// The kvshare::Error of a clip over a length limit (AudioLimits::max_seconds
+// here, an encoder's MaxAudioSeconds in PrepareAudio), told apart so that a
+// server can answer it as such (OpenAI's audio_too_long).
+class AudioTooLong : public Error {
+ public:
+  using Error::Error;
 };
 
 // The container formats DecodeAudio reads.
