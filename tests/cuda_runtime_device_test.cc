@@ -118,15 +118,7 @@ TEST(DeviceSupport, ChoicesPrefillWhereRowsCannotBeCopied) {
   Scheduler s(gpu, t.tok, nullptr, {.slots = 3, .max_context = 64, .step_tokens = 8, .on_step = rec.Hook()});
   RequestOptions a{.prompt = Prompt(12, t.V, 3), .max_tokens = 6, .top_logprobs = 2};
   a.sampler = {.temperature = 2.0f, .seed = 40};
-  std::vector<RequestOptions> rs = {a};
-  std::vector<std::shared_ptr<RequestHandle>> hs = {MustSubmit(s, a)};
-  for (int i = 1; i < 3; ++i) {
-    RequestOptions b = a;
-    b.sampler.seed = 40u + static_cast<unsigned>(i);
-    b.prefill_from = hs[0]->id();
-    rs.push_back(b);
-    hs.push_back(MustSubmit(s, b));
-  }
+  const auto [rs, hs] = testing::SubmitChoices(s, a, 3);
   const std::vector<Result> got = RunAll(s, hs);
   for (std::size_t i = 0; i < rs.size(); ++i) {
     Scheduler alone(*t.model, t.tok, nullptr, {.slots = 1, .max_context = 64, .step_tokens = 8});

@@ -41,15 +41,7 @@ TEST(SchedulerChoices, CopiedPrefillEqualsEachChoiceAlone) {
   Scheduler s(*t.model, t.tok, &pool, {.slots = 4, .max_context = 64, .step_tokens = 8, .on_step = rec.Hook()});
   RequestOptions a{.prompt = Prompt(20, t.V, 3), .max_tokens = 9, .top_logprobs = 2};
   a.sampler = {.temperature = 3.0f, .seed = 100};
-  std::vector<RequestOptions> rs = {a};
-  std::vector<std::shared_ptr<RequestHandle>> hs = {MustSubmit(s, a)};
-  for (int i = 1; i < 3; ++i) {
-    RequestOptions b = a;
-    b.sampler.seed = 100u + static_cast<unsigned>(i);
-    b.prefill_from = hs[0]->id();
-    rs.push_back(b);
-    hs.push_back(MustSubmit(s, b));
-  }
+  const auto [rs, hs] = testing::SubmitChoices(s, a, 3);
   const std::vector<Result> got = RunAll(s, hs);
   bool differ = false;
   for (std::size_t i = 0; i < rs.size(); ++i) {

@@ -64,6 +64,25 @@ inline std::shared_ptr<RequestHandle> MustSubmit(Scheduler& s, RequestOptions r)
   return res.handle;
 }
 
+// `n` choices of request `a`, as a server's `n` submits them: the first as
+// given, choice i with seed a.sampler.seed + i, prefilled from the first
+// (RequestOptions::prefill_from).
+struct Choices {
+  std::vector<RequestOptions> requests;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+};
+inline Choices SubmitChoices(Scheduler& s, const RequestOptions& a, int n) {
+  Choices c{{a}, {MustSubmit(s, a)}};
+  for (int i = 1; i < n; ++i) {
+    RequestOptions b = a;
+    b.sampler.seed = a.sampler.seed + static_cast<unsigned>(i);
+    b.prefill_from = c.handles[0]->id();
+    c.requests.push_back(b);
+    c.handles.push_back(MustSubmit(s, b));
+  }
+  return c;
+}
+
 inline std::vector<std::int32_t> Prompt(int n, int vocab, unsigned seed) {
   std::vector<std::int32_t> t = {2};
   std::uint64_t x = seed;
